@@ -161,7 +161,7 @@ type NotFoundError struct {
 	Name string
 }
 
-func (e *NotFoundError) Error() string { return fmt.Sprintf("%s %q not found", e.Kind, e.Name) }
+func (e *NotFoundError) Error() string   { return fmt.Sprintf("%s %q not found", e.Kind, e.Name) }
 func (e *NotFoundError) Is(t error) bool { return t == ErrNotFound }
 
 // AlreadyExistsError: a create names an object that exists.
@@ -205,13 +205,13 @@ type CorruptError struct {
 	Reason string
 }
 
-func (e *CorruptError) Error() string { return fmt.Sprintf("%s: corrupt: %s", e.Path, e.Reason) }
+func (e *CorruptError) Error() string   { return fmt.Sprintf("%s: corrupt: %s", e.Path, e.Reason) }
 func (e *CorruptError) Is(t error) bool { return t == ErrCorrupt }
 
 // UnauthenticatedError: an admin call without the right credential.
 type UnauthenticatedError struct{ Reason string }
 
-func (e *UnauthenticatedError) Error() string { return "unauthenticated: " + e.Reason }
+func (e *UnauthenticatedError) Error() string   { return "unauthenticated: " + e.Reason }
 func (e *UnauthenticatedError) Is(t error) bool { return t == ErrUnauthenticated }
 
 // StaleLayoutError: a client used a v-zone layout generation that has been replaced.
