@@ -1,0 +1,134 @@
+package cluster
+
+import (
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/zonefleet/zonefleet/pkg/zerr"
+)
+
+func testDevice() DeviceInfo {
+	return DeviceInfo{Index: 0, Channels: 8, Ways: 2, DZone: 4, FCGs: 4, MAR: 16, MOR: 16,
+		BlockSize: 4096, PageSize: 16384, ZoneSize: 8192, ZoneCapacity: 8000, NumZones: 64, Media: "TLC"}
+}
+
+func TestKeys(t *testing.T) {
+	assert.Equal(t, "/zonefleet/v1/nodes/n1", NodeKey("n1"))
+	assert.Equal(t, "/zonefleet/v1/nodes/", NodesPrefix())
+	assert.Equal(t, "/zonefleet/v1/grants/n1/", GrantsPrefix("n1"))
+	k := GrantKey("n1", 2, 37)
+	assert.Equal(t, "/zonefleet/v1/grants/n1/0002/00000037", k)
+	pz, err := ParseGrantKey(k)
+	require.NoError(t, err)
+	assert.Equal(t, PhysZone{Node: "n1", Device: 2, Zone: 37}, pz)
+	assert.Equal(t, k, pz.GrantKey())
+	id, err := ParseNodeKey(NodeKey("n7"))
+	require.NoError(t, err)
+	assert.Equal(t, "n7", id)
+}
+
+func TestParseErrors(t *testing.T) {
+	for _, s := range []string{"", "a/b", "n/1", "n/x/1", "n/1/-1", "/1/2", "n/1/2/3", "n/99999999999/1"} {
+		_, err := ParsePhysZone(s)
+		assert.ErrorIs(t, err, zerr.ErrInvalidArgument, s)
+	}
+	for _, k := range []string{"/other/grants/n/1/2", "/zonefleet/v1/grants/n/1"} {
+		_, err := ParseGrantKey(k)
+		assert.ErrorIs(t, err, zerr.ErrInvalidArgument, k)
+	}
+	for _, k := range []string{"/zonefleet/v1/nodes/", "/zonefleet/v1/nodes/a/b", "/x/n"} {
+		_, err := ParseNodeKey(k)
+		assert.ErrorIs(t, err, zerr.ErrInvalidArgument, k)
+	}
+}
+
+func TestPhysZoneString(t *testing.T) {
+	pz := PhysZone{Node: "node1", Device: 0, Zone: 7}
+	assert.Equal(t, "node1/0/7", pz.String())
+	back, err := ParsePhysZone(pz.String())
+	require.NoError(t, err)
+	assert.Equal(t, pz, back)
+}
+
+func TestZoneDies(t *testing.T) {
+	d := testDevice()
+	assert.Equal(t, uint32(16), d.Dies())
+	tests := []struct {
+		zone uint32
+		want []uint32
+	}{
+		{0, []uint32{0, 1, 2, 3}},
+		{1, []uint32{4, 5, 6, 7}},
+		{3, []uint32{12, 13, 14, 15}},
+		{4, []uint32{0, 1, 2, 3}},
+		{63, []uint32{12, 13, 14, 15}},
+		{64, nil},
+	}
+	for _, tc := range tests {
+		assert.Equal(t, tc.want, d.ZoneDies(tc.zone), "zone %d", tc.zone)
+	}
+	small := d
+	small.DZone, small.FCGs = 1, 16
+	assert.Equal(t, []uint32{5}, small.ZoneDies(21))
+}
+
+func TestDeviceValidate(t *testing.T) {
+	tests := []struct {
+		name string
+		mod  func(*DeviceInfo)
+		ok   bool
+	}{
+		{"good", func(*DeviceInfo) {}, true},
+		{"no channels", func(d *DeviceInfo) { d.Channels = 0 }, false},
+		{"dzone not divisor", func(d *DeviceInfo) { d.DZone = 3 }, false},
+		{"fcgs wrong", func(d *DeviceInfo) { d.FCGs = 5 }, false},
+		{"no mar", func(d *DeviceInfo) { d.MAR = 0 }, false},
+		{"cap > size", func(d *DeviceInfo) { d.ZoneCapacity = d.ZoneSize + 1 }, false},
+		{"no zones", func(d *DeviceInfo) { d.NumZones = 0 }, false},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			d := testDevice()
+			tc.mod(&d)
+			err := d.Validate()
+			if tc.ok {
+				assert.NoError(t, err)
+			} else {
+				assert.ErrorIs(t, err, zerr.ErrInvalidArgument)
+			}
+		})
+	}
+}
+
+func TestEncodeDecode(t *testing.T) {
+	n := NodeRecord{ID: "n1", Addr: "127.0.0.1:9000", Version: "v0", Devices: []DeviceInfo{testDevice()},
+		StartedAt: time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)}
+	b, err := EncodeNode(n)
+	require.NoError(t, err)
+	assert.Contains(t, string(b), `"zone_capacity":8000`)
+	assert.Contains(t, string(b), `"block_size":4096`)
+	back, err := DecodeNode(NodeKey("n1"), b)
+	require.NoError(t, err)
+	assert.Equal(t, n, back)
+
+	g := Grant{Namespace: "ns", VZone: 3, Group: 1, Generation: 9}
+	gb, err := EncodeGrant(g)
+	require.NoError(t, err)
+	gback, err := DecodeGrant("k", gb)
+	require.NoError(t, err)
+	assert.Equal(t, g, gback)
+
+	for _, bad := range [][]byte{[]byte("{"), []byte(`{"id":""}`), []byte(`[1]`)} {
+		_, err := DecodeNode("k", bad)
+		var ce *zerr.CorruptError
+		assert.True(t, errors.As(err, &ce), "%s: %v", bad, err)
+	}
+	_, err = DecodeGrant("k", []byte(`{"vzone":1}`))
+	assert.ErrorIs(t, err, zerr.ErrCorrupt)
+	_, err = DecodeGrant("k", []byte(`nope`))
+	assert.ErrorIs(t, err, zerr.ErrCorrupt)
+}
