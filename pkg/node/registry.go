@@ -241,4 +241,3 @@ func (g *Grants) Len() int {
 	defer g.mu.RUnlock()
 	return len(g.m)
 }
-
