@@ -411,3 +411,15 @@ func (s *Service) GetLog(ctx context.Context, req *v1.GetLogRequest) (*v1.GetLog
 	}
 	return resp, nil
 }
+
+// AdmissionStalls sums the writes paced by admission control over every device.
+func (s *Service) AdmissionStalls() (uint64, time.Duration) {
+	var n uint64
+	var t time.Duration
+	for _, d := range s.devs {
+		dn, dt := d.adm.Stalls()
+		n += dn
+		t += dt
+	}
+	return n, t
+}
