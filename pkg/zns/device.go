@@ -208,7 +208,7 @@ func Open(path string, cfg flash.Config, clk clock.Clock) (*Device, error) {
 				if uint64(len(r.bitmap)) != (g.ZoneCap+7)/8 || r.logFBG < 0 {
 					return nil, bad("zone %d: bad TL record", r.zone)
 				}
-				z.tl = &tlState{orig: int(r.logFBG), mode: r.tlMode, bitmap: r.bitmap}
+				z.tl = &tlState{orig: int(r.logFBG), mode: r.tlMode, bitmap: r.bitmap, plugged: map[uint64]bool{}}
 			}
 		case fbgRec:
 			if int(r.fcg) >= g.NFCG || int(r.fbg) >= g.FBGsPerFCG {
