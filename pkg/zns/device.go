@@ -399,6 +399,18 @@ func (d *Device) SetConfig(cfg flash.Config) error {
 	return nil
 }
 
+// Drained is the modelled time at which every chip finishes the work booked
+// so far (0 with the off clock).
+func (d *Device) Drained() time.Duration {
+	var t time.Duration
+	if d.model != nil {
+		for c := 0; c < d.g.Chips; c++ {
+			t = max(t, d.model.ChipFree(c))
+		}
+	}
+	return t
+}
+
 // Clock is the device's clock.
 func (d *Device) Clock() clock.Clock { return d.clk }
 
@@ -424,8 +436,16 @@ func (d *Device) now() time.Duration {
 	return d.clk.Now()
 }
 
+type noWaitKey struct{}
+
+// NoWait returns a context under which device calls do not wait on the
+// clock for their modelled completion; they return at once with the modelled
+// IOResult. Benchmarks use it to submit many requests at the same modelled
+// time (queue depth > 1 on the virtual clock) and then advance the clock.
+func NoWait(ctx context.Context) context.Context { return context.WithValue(ctx, noWaitKey{}, true) }
+
 func (d *Device) wait(ctx context.Context, t time.Duration) error {
-	if d.model == nil {
+	if d.model == nil || ctx.Value(noWaitKey{}) != nil {
 		return nil
 	}
 	return d.clk.WaitUntil(ctx, t)
