@@ -50,8 +50,8 @@ type stats struct {
 // concurrent use; I/O to different zones does not share a lock.
 type Device struct {
 	path  string
-	cfgMu sync.RWMutex
-	cfg   flash.Config
+	cfg   flash.Config // as created/opened: the geometry
+	live  atomic.Pointer[flash.Config]
 	g     flash.Geometry
 	lay   layout
 	clk   clock.Clock
@@ -79,11 +79,7 @@ type Device struct {
 	closed atomic.Bool
 }
 
-func (d *Device) conf() flash.Config {
-	d.cfgMu.RLock()
-	defer d.cfgMu.RUnlock()
-	return d.cfg
-}
+func (d *Device) conf() flash.Config { return *d.live.Load() }
 
 // Create makes a new device at path (data file path, journal path+".journal").
 // It fails if path exists.
@@ -176,6 +172,7 @@ func Open(path string, cfg flash.Config, clk clock.Clock) (*Device, error) {
 		return nil, err
 	}
 	d := &Device{path: path, cfg: cfg, g: g, lay: lay, clk: clk, f: f, uuid: uuid, comps: map[uint64]*compaction{}}
+	d.live.Store(&cfg)
 	if clk.Kind() != clock.KindOff {
 		d.model = flash.NewModel(cfg)
 	}
@@ -390,9 +387,7 @@ func (d *Device) SetConfig(cfg flash.Config) error {
 			return &zerr.GeometryMismatchError{Field: f.name, Have: fmt.Sprint(have.v), Want: fmt.Sprint(f.v)}
 		}
 	}
-	d.cfgMu.Lock()
-	d.cfg = cfg
-	d.cfgMu.Unlock()
+	d.live.Store(&cfg)
 	if d.model != nil {
 		d.model.SetConfig(cfg)
 	}
