@@ -17,6 +17,7 @@ import (
 	"path/filepath"
 	"sort"
 	"sync"
+	"syscall"
 	"text/tabwriter"
 	"time"
 
@@ -275,7 +276,10 @@ func throughput(ctx context.Context, o Options, res *Result) error {
 	buf := make([]byte, mib)
 	_, _ = rand.Read(buf)
 
-	// One client, 1 MiB sequential unary writes across zones.
+	// One client, 1 MiB sequential unary writes across zones. Before each
+	// measurement the page cache is flushed, so that the writeback of one
+	// measurement does not slow the next.
+	syscall.Sync()
 	t0 := time.Now()
 	written := int64(0)
 	for written < o.WriteBytes {
@@ -320,6 +324,7 @@ func throughput(ctx context.Context, o Options, res *Result) error {
 		}
 		var wg sync.WaitGroup
 		errs := make(chan error, n)
+		syscall.Sync()
 		t0 := time.Now()
 		for i := 0; i < n; i++ {
 			wg.Add(1)
