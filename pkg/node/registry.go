@@ -129,16 +129,24 @@ func (r *Registration) Close(ctx context.Context) error {
 // Grants is the node's cache of the arbiter's zone grants, kept current by an
 // etcd watch on cluster.GrantsPrefix(node).
 type Grants struct {
-	mu     sync.RWMutex
-	m      map[[2]uint32]cluster.Grant
-	synced chan struct{}
-	log    *slog.Logger
-	node   string
+	mu       sync.RWMutex
+	m        map[[2]uint32]cluster.Grant
+	synced   chan struct{}
+	log      *slog.Logger
+	node     string
+	onRevoke func(device, zone uint32)
 }
 
 // WatchGrants loads the node's grants and follows changes until ctx ends.
 func WatchGrants(ctx context.Context, cli *clientv3.Client, nodeID string, log *slog.Logger) (*Grants, error) {
-	g := &Grants{m: map[[2]uint32]cluster.Grant{}, synced: make(chan struct{}), log: log, node: nodeID}
+	return WatchGrantsFunc(ctx, cli, nodeID, log, nil)
+}
+
+// WatchGrantsFunc is WatchGrants with a callback for every grant that goes
+// away (the arbiter returned the zone to the free pool): the node resets the
+// zone so that its next owner finds it empty. The callback must not block.
+func WatchGrantsFunc(ctx context.Context, cli *clientv3.Client, nodeID string, log *slog.Logger, onRevoke func(device, zone uint32)) (*Grants, error) {
+	g := &Grants{m: map[[2]uint32]cluster.Grant{}, synced: make(chan struct{}), log: log, node: nodeID, onRevoke: onRevoke}
 	rev, err := g.load(ctx, cli)
 	if err != nil {
 		return nil, err
@@ -165,8 +173,16 @@ func (g *Grants) load(ctx context.Context, cli *clientv3.Client) (int64, error) 
 		m[[2]uint32{pz.Device, pz.Zone}] = gr
 	}
 	g.mu.Lock()
+	old := g.m
 	g.m = m
 	g.mu.Unlock()
+	if g.onRevoke != nil {
+		for k := range old {
+			if _, ok := m[k]; !ok {
+				g.onRevoke(k[0], k[1])
+			}
+		}
+	}
 	return resp.Header.Revision, nil
 }
 
@@ -195,6 +211,9 @@ func (g *Grants) follow(ctx context.Context, cli *clientv3.Client, rev int64) {
 				}
 				k := [2]uint32{pz.Device, pz.Zone}
 				if ev.Type == clientv3.EventTypeDelete {
+					if _, had := g.m[k]; had && g.onRevoke != nil {
+						g.onRevoke(k[0], k[1])
+					}
 					delete(g.m, k)
 					continue
 				}

@@ -150,12 +150,21 @@ func Run(ctx context.Context, d *daemon.Daemon, o Options, log *slog.Logger) err
 	var grants *Grants
 	gctx, stopGrants := context.WithCancel(context.Background())
 	defer stopGrants()
+	// Revoked grants reset their zones; the callback reaches the service once it exists.
+	revoked := make(chan [2]uint32, 1024)
 	if !o.Standalone {
 		if cli, err = EtcdClient(ctx, o.Etcd, 30*time.Second); err != nil {
 			return err
 		}
 		defer cli.Close()
-		if grants, err = WatchGrants(gctx, cli, o.ID, log); err != nil {
+		onRevoke := func(dev, zone uint32) {
+			select {
+			case revoked <- [2]uint32{dev, zone}:
+			default:
+				log.Warn("revoked-zone queue full; the zone is reset at the next start", "device", dev, "zone", zone)
+			}
+		}
+		if grants, err = WatchGrantsFunc(gctx, cli, o.ID, log, onRevoke); err != nil {
 			return err
 		}
 	}
@@ -164,6 +173,20 @@ func Run(ctx context.Context, d *daemon.Daemon, o Options, log *slog.Logger) err
 		return err
 	}
 	defer svc.Close()
+	svc.SweepUngranted()
+	resetDone := make(chan struct{})
+	go func() {
+		defer close(resetDone)
+		for {
+			select {
+			case <-gctx.Done():
+				return
+			case r := <-revoked:
+				svc.ResetRevoked(r[0], r[1])
+			}
+		}
+	}()
+	defer func() { stopGrants(); <-resetDone }()
 	if err := svc.Collector().Register(d.Registry); err != nil {
 		return err
 	}
