@@ -144,7 +144,8 @@ func WatchGrants(ctx context.Context, cli *clientv3.Client, nodeID string, log *
 
 // WatchGrantsFunc is WatchGrants with a callback for every grant that goes
 // away (the arbiter returned the zone to the free pool): the node resets the
-// zone so that its next owner finds it empty. The callback must not block.
+// zone so that its next owner finds it empty. The callback runs in the watch
+// loop before later events apply, so a re-grant of the zone waits for it.
 func WatchGrantsFunc(ctx context.Context, cli *clientv3.Client, nodeID string, log *slog.Logger, onRevoke func(device, zone uint32)) (*Grants, error) {
 	g := &Grants{m: map[[2]uint32]cluster.Grant{}, synced: make(chan struct{}), log: log, node: nodeID, onRevoke: onRevoke}
 	rev, err := g.load(ctx, cli)
@@ -203,7 +204,6 @@ func (g *Grants) follow(ctx context.Context, cli *clientv3.Client, rev int64) {
 				g.log.Warn("grant watch interrupted", "err", err)
 				break
 			}
-			g.mu.Lock()
 			for _, ev := range resp.Events {
 				pz, err := cluster.ParseGrantKey(string(ev.Kv.Key))
 				if err != nil {
@@ -211,17 +211,21 @@ func (g *Grants) follow(ctx context.Context, cli *clientv3.Client, rev int64) {
 				}
 				k := [2]uint32{pz.Device, pz.Zone}
 				if ev.Type == clientv3.EventTypeDelete {
-					if _, had := g.m[k]; had && g.onRevoke != nil {
-						g.onRevoke(k[0], k[1])
-					}
+					g.mu.Lock()
+					_, had := g.m[k]
 					delete(g.m, k)
+					g.mu.Unlock()
+					if had && g.onRevoke != nil {
+						g.onRevoke(k[0], k[1]) // before any later event of this zone applies
+					}
 					continue
 				}
 				if gr, err := cluster.DecodeGrant(string(ev.Kv.Key), ev.Kv.Value); err == nil {
+					g.mu.Lock()
 					g.m[k] = gr
+					g.mu.Unlock()
 				}
 			}
-			g.mu.Unlock()
 			rev = resp.Header.Revision
 		}
 		if ctx.Err() != nil {

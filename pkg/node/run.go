@@ -150,8 +150,10 @@ func Run(ctx context.Context, d *daemon.Daemon, o Options, log *slog.Logger) err
 	var grants *Grants
 	gctx, stopGrants := context.WithCancel(context.Background())
 	defer stopGrants()
-	// Revoked grants reset their zones; the callback reaches the service once it exists.
-	revoked := make(chan [2]uint32, 1024)
+	// A revoked grant resets its zone synchronously in the watch loop, so a
+	// new grant of the same zone (a later event) applies only after the reset.
+	var svc *Service
+	svcReady := make(chan struct{})
 	if !o.Standalone {
 		if cli, err = EtcdClient(ctx, o.Etcd, 30*time.Second); err != nil {
 			return err
@@ -159,34 +161,23 @@ func Run(ctx context.Context, d *daemon.Daemon, o Options, log *slog.Logger) err
 		defer cli.Close()
 		onRevoke := func(dev, zone uint32) {
 			select {
-			case revoked <- [2]uint32{dev, zone}:
-			default:
-				log.Warn("revoked-zone queue full; the zone is reset at the next start", "device", dev, "zone", zone)
+			case <-svcReady:
+				svc.ResetRevoked(dev, zone)
+			case <-gctx.Done():
 			}
 		}
 		if grants, err = WatchGrantsFunc(gctx, cli, o.ID, log, onRevoke); err != nil {
 			return err
 		}
 	}
-	svc, err := New(o.Config, devs, grants, log)
+	svc, err = New(o.Config, devs, grants, log)
 	if err != nil {
 		return err
 	}
+	close(svcReady)
 	defer svc.Close()
 	svc.SweepUngranted()
-	resetDone := make(chan struct{})
-	go func() {
-		defer close(resetDone)
-		for {
-			select {
-			case <-gctx.Done():
-				return
-			case r := <-revoked:
-				svc.ResetRevoked(r[0], r[1])
-			}
-		}
-	}()
-	defer func() { stopGrants(); <-resetDone }()
+	defer stopGrants()
 	if err := svc.Collector().Register(d.Registry); err != nil {
 		return err
 	}

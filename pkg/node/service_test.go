@@ -63,7 +63,8 @@ func startNode(t *testing.T, id string, withGrants bool) *testNode {
 	svcReady := make(chan struct{})
 	if withGrants {
 		grants, err = WatchGrantsFunc(ctx, etcdClient(t), id, quiet, func(dev, zone uint32) {
-			go func() { <-svcReady; svc.ResetRevoked(dev, zone) }()
+			<-svcReady
+			svc.ResetRevoked(dev, zone)
 		})
 		require.NoError(t, err)
 	}
