@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"os"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
@@ -189,16 +190,23 @@ func TestAllocationInvariants(t *testing.T) {
 	names := []string{"a", "b", "c", "d"}
 	nodes := 3
 	ops := map[string]int{}
-	for step := 0; step < 400; step++ {
+	for step := 0; step < 500; step++ {
 		name := names[rng.IntN(len(names))]
 		vz := uint64(rng.IntN(6))
-		if st, _ := leaderState(t, a); st.Namespaces[name] != nil && rng.IntN(3) > 0 {
-			for _, id := range sortedKeys(st.Namespaces[name].VZones) { // prefer a used v-zone
-				if rng.IntN(2) == 0 {
-					vz = id
-					break
+		st0, _ := leaderState(t, a)
+		if existing := sortedKeys(st0.Namespaces); len(existing) > 0 && rng.IntN(10) < 8 {
+			name = existing[rng.IntN(len(existing))]
+		}
+		var openIDs []uint64
+		if ns := st0.Namespaces[name]; ns != nil {
+			for _, id := range sortedKeys(ns.VZones) {
+				if ns.VZones[id].openGroup() != nil {
+					openIDs = append(openIDs, id)
 				}
 			}
+		}
+		if len(openIDs) > 0 && rng.IntN(5) > 0 {
+			vz = openIDs[rng.IntN(len(openIDs))]
 		}
 		var op string
 		var err error
@@ -207,9 +215,9 @@ func TestAllocationInvariants(t *testing.T) {
 		switch r := rng.IntN(100); {
 		case r < 8:
 			op = "create"
-			_, err = a.CreateNamespace(ctx, NamespaceSpec{Name: name, MARLogical: uint32(1 + rng.IntN(4)),
-				ZonesPerVZone: uint32(4) << rng.IntN(6), Weight: uint32(rng.IntN(3))})
-		case r < 11:
+			_, err = a.CreateNamespace(ctx, NamespaceSpec{Name: name, MARLogical: uint32(1 + rng.IntN(3)),
+				ZonesPerVZone: uint32(32) << rng.IntN(4), Weight: uint32(rng.IntN(3))})
+		case r < 10:
 			op = "delete"
 			err = a.DeleteNamespace(ctx, name)
 		case r < 40:
@@ -250,6 +258,9 @@ func TestAllocationInvariants(t *testing.T) {
 			after, _ := leaderState(t, a)
 			require.Equal(t, before, after, "step %d %s failed (%v) but changed the state", step, op, err)
 			ops[op+"-err"]++
+			if os.Getenv("ARBITER_DEBUG") != "" {
+				t.Logf("step %d %s %s/%d: %v", step, op, name, vz, err)
+			}
 		} else {
 			ops[op]++
 		}

@@ -323,7 +323,7 @@ func (a *Arbiter) allocOp(ctx context.Context, name string, id uint64, open bool
 				return nil, &zerr.ZoneStateError{Zone: id, State: "reclaiming", Op: "open the next stripe group"}
 			}
 			if vz.zoneCount() >= ns.Spec.ZonesPerVZone {
-				return nil, &zerr.ZoneFullError{Zone: id, Capacity: uint64(vz.zoneCount())}
+				return nil, &zerr.ZoneFullError{Zone: id, Capacity: uint64(vz.zoneCount()) * layoutOf(st, name, vz).ZoneCapacity}
 			}
 			vz.openGroup().Open = false
 			ev.returned += settleRecalls(st, name)
