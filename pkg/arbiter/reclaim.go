@@ -173,7 +173,7 @@ func (a *Arbiter) reclaimVZone(ctx context.Context, name string, id uint64) (Rec
 
 	// Phase 2: zone_compaction of the written data into the targets.
 	if total > 0 {
-		plan := copyPlan(src, written, total, pending, uint64(block), zoneCap)
+		plan := copyPlan(src, total, pending, uint64(block), zoneCap)
 		for _, g := range pending {
 			for _, dst := range g.Zones {
 				if len(plan[dst]) == 0 {
@@ -239,7 +239,7 @@ func (a *Arbiter) reclaimVZone(ctx context.Context, name string, id uint64) (Rec
 // onto the target groups (filled one after the other, each RAID-0 with its
 // StripeSize) and returns, per destination zone, the source runs in
 // destination order.
-func copyPlan(src StripeGroup, written []uint64, total uint64, targets []StripeGroup, block, zoneCap uint64) map[cluster.PhysZone][]CopyRange {
+func copyPlan(src StripeGroup, total uint64, targets []StripeGroup, block, zoneCap uint64) map[cluster.PhysZone][]CopyRange {
 	out := map[cluster.PhysZone][]CopyRange{}
 	sw := uint64(src.Width)
 	ss := max(uint64(src.StripeSize)/block, 1)
