@@ -1,0 +1,290 @@
+// Package daemon is the skeleton every ZoneFleet server process shares: a gRPC
+// server with the error table's interceptors, request metrics and the standard
+// health service; an HTTP server with /metrics and /healthz; slog logging; and
+// graceful shutdown when its context ends (SIGINT/SIGTERM in the mains).
+package daemon
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"sort"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"github.com/spf13/pflag"
+	"github.com/zonefleet/zonefleet/pkg/buildinfo"
+	"github.com/zonefleet/zonefleet/pkg/rpcerr"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/health"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+	"google.golang.org/grpc/reflection"
+	"google.golang.org/grpc/status"
+)
+
+// MaxMessageBytes bounds one gRPC message. Unary reads and writes carry at
+// most MaxUnaryData bytes of data; larger transfers use the streaming calls.
+const (
+	MaxMessageBytes = 8 << 20
+	MaxUnaryData    = 4 << 20
+)
+
+// Config of the process skeleton.
+type Config struct {
+	Name            string        // "arbiter", "ssdnode": the gRPC metrics' subsystem label
+	GRPCListen      string        // host:port; port 0 picks one
+	HTTPListen      string        // host:port for /metrics and /healthz; empty disables
+	LogFormat       string        // text | json
+	LogLevel        string        // debug | info | warn | error
+	ShutdownTimeout time.Duration // graceful stop, then hard stop
+}
+
+// AddFlags registers the skeleton's flags with the given defaults.
+func AddFlags(fs *pflag.FlagSet, c *Config) {
+	fs.StringVar(&c.GRPCListen, "listen", c.GRPCListen, "gRPC listen address")
+	fs.StringVar(&c.HTTPListen, "http-listen", c.HTTPListen, "HTTP listen address for /metrics and /healthz (empty disables)")
+	fs.StringVar(&c.LogFormat, "log-format", "text", "log format: text or json")
+	fs.StringVar(&c.LogLevel, "log-level", "info", "log level: debug, info, warn or error")
+	fs.DurationVar(&c.ShutdownTimeout, "shutdown-timeout", 4*time.Second, "how long a graceful shutdown may drain requests")
+}
+
+// NewLogger builds the slog logger of a process.
+func NewLogger(w io.Writer, format, level string) (*slog.Logger, error) {
+	var lv slog.Level
+	if err := lv.UnmarshalText([]byte(level)); err != nil {
+		return nil, fmt.Errorf("log level %q: want debug, info, warn or error", level)
+	}
+	opts := &slog.HandlerOptions{Level: lv}
+	switch strings.ToLower(format) {
+	case "text", "":
+		return slog.New(slog.NewTextHandler(w, opts)), nil
+	case "json":
+		return slog.New(slog.NewJSONHandler(w, opts)), nil
+	}
+	return nil, fmt.Errorf("log format %q: want text or json", format)
+}
+
+// Daemon is a running process skeleton. Register services on GRPC before Run.
+type Daemon struct {
+	cfg      Config
+	Logger   *slog.Logger
+	GRPC     *grpc.Server
+	Health   *health.Server
+	Registry *prometheus.Registry
+	Mux      *http.ServeMux
+
+	grpcLis net.Listener
+	httpLis net.Listener
+
+	mu     sync.Mutex
+	checks map[string]func() error
+}
+
+// New listens on both addresses (so the ports are known before Run) and builds
+// the servers. extra gRPC options are appended to the skeleton's.
+func New(cfg Config, logger *slog.Logger, extra ...grpc.ServerOption) (*Daemon, error) {
+	if cfg.ShutdownTimeout <= 0 {
+		cfg.ShutdownTimeout = 4 * time.Second
+	}
+	d := &Daemon{cfg: cfg, Logger: logger, Registry: prometheus.NewRegistry(), Mux: http.NewServeMux(), checks: map[string]func() error{}}
+	bi := buildinfo.Get()
+	buildInfo := prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		Name: "zonefleet_build_info", Help: "Build of the running binary; always 1.",
+	}, []string{"version", "revision", "goversion", "component"})
+	buildInfo.WithLabelValues(bi.Version, bi.Revision, bi.GoVersion, cfg.Name).Set(1)
+	d.Registry.MustRegister(buildInfo, collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+
+	m := newRPCMetrics(d.Registry)
+	opts := append(rpcerr.ServerOptions(),
+		grpc.MaxRecvMsgSize(MaxMessageBytes), grpc.MaxSendMsgSize(MaxMessageBytes),
+		grpc.ChainUnaryInterceptor(m.unary), grpc.ChainStreamInterceptor(m.stream))
+	d.GRPC = grpc.NewServer(append(opts, extra...)...)
+	d.Health = health.NewServer()
+	d.Health.SetServingStatus("", healthpb.HealthCheckResponse_NOT_SERVING)
+	healthpb.RegisterHealthServer(d.GRPC, d.Health)
+	reflection.Register(d.GRPC)
+
+	var err error
+	if d.grpcLis, err = net.Listen("tcp", cfg.GRPCListen); err != nil {
+		return nil, fmt.Errorf("gRPC listen on %s: %w", cfg.GRPCListen, err)
+	}
+	if cfg.HTTPListen != "" {
+		if d.httpLis, err = net.Listen("tcp", cfg.HTTPListen); err != nil {
+			_ = d.grpcLis.Close()
+			return nil, fmt.Errorf("HTTP listen on %s: %w", cfg.HTTPListen, err)
+		}
+	}
+	d.Mux.Handle("/metrics", promhttp.HandlerFor(d.Registry, promhttp.HandlerOpts{Registry: d.Registry}))
+	d.Mux.HandleFunc("/healthz", d.healthz)
+	return d, nil
+}
+
+// GRPCAddr is the address the gRPC server listens on.
+func (d *Daemon) GRPCAddr() string { return d.grpcLis.Addr().String() }
+
+// HTTPAddr is the address of /metrics and /healthz ("" when disabled).
+func (d *Daemon) HTTPAddr() string {
+	if d.httpLis == nil {
+		return ""
+	}
+	return d.httpLis.Addr().String()
+}
+
+// AddHealthCheck adds a check to /healthz and the gRPC health status: the
+// process is healthy while every check returns nil.
+func (d *Daemon) AddHealthCheck(name string, check func() error) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	d.checks[name] = check
+}
+
+// Check runs every health check and returns the failures, sorted by name.
+func (d *Daemon) Check() []string {
+	d.mu.Lock()
+	names := make([]string, 0, len(d.checks))
+	for n := range d.checks {
+		names = append(names, n)
+	}
+	checks := make(map[string]func() error, len(d.checks))
+	for k, v := range d.checks {
+		checks[k] = v
+	}
+	d.mu.Unlock()
+	sort.Strings(names)
+	var failed []string
+	for _, n := range names {
+		if err := checks[n](); err != nil {
+			failed = append(failed, n+": "+err.Error())
+		}
+	}
+	return failed
+}
+
+func (d *Daemon) healthz(w http.ResponseWriter, _ *http.Request) {
+	if failed := d.Check(); len(failed) > 0 {
+		w.WriteHeader(http.StatusServiceUnavailable)
+		_, _ = fmt.Fprintln(w, strings.Join(failed, "\n"))
+		return
+	}
+	_, _ = fmt.Fprintln(w, "ok")
+}
+
+// Run serves until ctx ends, then drains: health NOT_SERVING, graceful stop
+// of gRPC within the shutdown timeout (hard stop after), HTTP shutdown. It
+// returns nil after a clean shutdown.
+func (d *Daemon) Run(ctx context.Context) error {
+	errc := make(chan error, 2)
+	go func() { errc <- d.GRPC.Serve(d.grpcLis) }()
+	var hs *http.Server
+	if d.httpLis != nil {
+		hs = &http.Server{Handler: d.Mux, ReadHeaderTimeout: 10 * time.Second}
+		go func() {
+			if err := hs.Serve(d.httpLis); !errors.Is(err, http.ErrServerClosed) {
+				errc <- err
+			}
+		}()
+	}
+	d.Logger.Info("serving", "grpc", d.GRPCAddr(), "http", d.HTTPAddr())
+
+	// Keep the gRPC health status in step with the checks.
+	tick := time.NewTicker(time.Second)
+	defer tick.Stop()
+	d.updateHealth()
+	var runErr error
+loop:
+	for {
+		select {
+		case <-ctx.Done():
+			break loop
+		case err := <-errc:
+			runErr = err
+			break loop
+		case <-tick.C:
+			d.updateHealth()
+		}
+	}
+	d.Health.Shutdown()
+	d.Logger.Info("shutting down", "timeout", d.cfg.ShutdownTimeout)
+	done := make(chan struct{})
+	go func() { d.GRPC.GracefulStop(); close(done) }()
+	select {
+	case <-done:
+	case <-time.After(d.cfg.ShutdownTimeout):
+		d.Logger.Warn("graceful stop timed out; stopping hard")
+		d.GRPC.Stop()
+	}
+	if hs != nil {
+		sctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		_ = hs.Shutdown(sctx)
+		cancel()
+	}
+	return runErr
+}
+
+func (d *Daemon) updateHealth() {
+	if failed := d.Check(); len(failed) > 0 {
+		d.Health.SetServingStatus("", healthpb.HealthCheckResponse_NOT_SERVING)
+		return
+	}
+	d.Health.SetServingStatus("", healthpb.HealthCheckResponse_SERVING)
+}
+
+type rpcMetrics struct {
+	requests *prometheus.CounterVec
+	duration *prometheus.HistogramVec
+}
+
+func newRPCMetrics(reg prometheus.Registerer) *rpcMetrics {
+	m := &rpcMetrics{
+		requests: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "zonefleet_grpc_requests_total", Help: "gRPC requests served, by method and status code.",
+		}, []string{"method", "code"}),
+		duration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name: "zonefleet_grpc_request_duration_seconds", Help: "Time to serve a gRPC request, by method.",
+			Buckets: prometheus.ExponentialBuckets(50e-6, 4, 10),
+		}, []string{"method"}),
+	}
+	reg.MustRegister(m.requests, m.duration)
+	return m
+}
+
+// method keeps the label bounded: the method name without the package path.
+func method(full string) string {
+	if i := strings.LastIndex(full, "/"); i >= 0 {
+		return full[i+1:]
+	}
+	return full
+}
+
+func (m *rpcMetrics) observe(full string, start time.Time, err error) {
+	if strings.HasPrefix(full, "/grpc.") { // health and reflection are not the API
+		return
+	}
+	name := method(full)
+	m.requests.WithLabelValues(name, status.Code(err).String()).Inc()
+	m.duration.WithLabelValues(name).Observe(time.Since(start).Seconds())
+}
+
+// The metrics interceptors run inside the error interceptor, so they see the
+// handler's typed error; status.Code of it would be Unknown — convert first.
+func (m *rpcMetrics) unary(ctx context.Context, req any, info *grpc.UnaryServerInfo, h grpc.UnaryHandler) (any, error) {
+	start := time.Now()
+	resp, err := h(ctx, req)
+	m.observe(info.FullMethod, start, rpcerr.ToError(err))
+	return resp, err
+}
+
+func (m *rpcMetrics) stream(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, h grpc.StreamHandler) error {
+	start := time.Now()
+	err := h(srv, ss)
+	m.observe(info.FullMethod, start, rpcerr.ToError(err))
+	return err
+}

@@ -1,0 +1,88 @@
+// Package etcdlocal runs an embedded single-member etcd server: for tests and
+// for `zctl local up`, which runs a whole cluster in one process.
+package etcdlocal
+
+import (
+	"fmt"
+	"net"
+	"net/url"
+	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.etcd.io/etcd/server/v3/embed"
+	"go.uber.org/zap"
+)
+
+// Server is a running embedded etcd.
+type Server struct {
+	e         *embed.Etcd
+	endpoints []string
+}
+
+// Start runs etcd with its data in dir. clientAddr is host:port for clients;
+// an empty string or port 0 picks a free loopback port.
+func Start(dir, clientAddr string) (*Server, error) {
+	if clientAddr == "" {
+		clientAddr = "127.0.0.1:0"
+	}
+	clientAddr, err := resolve(clientAddr)
+	if err != nil {
+		return nil, err
+	}
+	peerAddr, err := resolve("127.0.0.1:0")
+	if err != nil {
+		return nil, err
+	}
+	cfg := embed.NewConfig()
+	cfg.Dir = dir
+	cfg.Name = "zonefleet"
+	cu, _ := url.Parse("http://" + clientAddr)
+	pu, _ := url.Parse("http://" + peerAddr)
+	cfg.ListenClientUrls, cfg.AdvertiseClientUrls = []url.URL{*cu}, []url.URL{*cu}
+	cfg.ListenPeerUrls, cfg.AdvertisePeerUrls = []url.URL{*pu}, []url.URL{*pu}
+	cfg.InitialCluster = cfg.Name + "=" + pu.String()
+	cfg.LogLevel = "error"
+	cfg.ZapLoggerBuilder = embed.NewZapLoggerBuilder(zap.NewNop())
+	e, err := embed.StartEtcd(cfg)
+	if err != nil {
+		return nil, fmt.Errorf("start embedded etcd in %s: %w", dir, err)
+	}
+	select {
+	case <-e.Server.ReadyNotify():
+	case <-time.After(30 * time.Second):
+		e.Close()
+		return nil, fmt.Errorf("embedded etcd in %s not ready after 30s", dir)
+	}
+	return &Server{e: e, endpoints: []string{clientAddr}}, nil
+}
+
+// resolve turns port 0 into a free port (etcd needs the address up front).
+func resolve(addr string) (string, error) {
+	host, port, err := net.SplitHostPort(addr)
+	if err != nil {
+		return "", fmt.Errorf("etcd address %q: %w", addr, err)
+	}
+	if port != "0" {
+		return addr, nil
+	}
+	l, err := net.Listen("tcp", net.JoinHostPort(host, "0"))
+	if err != nil {
+		return "", err
+	}
+	defer l.Close()
+	return l.Addr().String(), nil
+}
+
+// Endpoints are the client addresses.
+func (s *Server) Endpoints() []string { return s.endpoints }
+
+// Client returns a new client of this server; the caller closes it.
+func (s *Server) Client() (*clientv3.Client, error) {
+	return clientv3.New(clientv3.Config{Endpoints: s.endpoints, DialTimeout: 5 * time.Second, Logger: zap.NewNop()})
+}
+
+// Close stops the server.
+func (s *Server) Close() {
+	s.e.Close()
+	<-s.e.Server.StopNotify()
+}

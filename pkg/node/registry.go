@@ -1,0 +1,243 @@
+package node
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"sync"
+	"time"
+
+	"github.com/zonefleet/zonefleet/pkg/cluster"
+	"github.com/zonefleet/zonefleet/pkg/zerr"
+	clientv3 "go.etcd.io/etcd/client/v3"
+)
+
+// Registration keeps a node's record in etcd under a lease. If the lease is
+// lost (etcd unreachable longer than the TTL, e.g. a network partition), it
+// registers again with a new lease as soon as etcd answers.
+type Registration struct {
+	cli *clientv3.Client
+	rec cluster.NodeRecord
+	ttl time.Duration
+	log *slog.Logger
+
+	mu      sync.Mutex
+	lease   clientv3.LeaseID
+	cancel  context.CancelFunc
+	done    chan struct{}
+	renewed int
+}
+
+// Register puts rec under cluster.NodeKey(rec.ID) with a lease of ttl and keeps it alive.
+func Register(ctx context.Context, cli *clientv3.Client, rec cluster.NodeRecord, ttl time.Duration, log *slog.Logger) (*Registration, error) {
+	if err := rec.Validate(); err != nil {
+		return nil, err
+	}
+	if ttl < time.Second {
+		ttl = time.Second
+	}
+	r := &Registration{cli: cli, rec: rec, ttl: ttl, log: log, done: make(chan struct{})}
+	ka, err := r.put(ctx)
+	if err != nil {
+		return nil, err
+	}
+	kctx, cancel := context.WithCancel(context.Background())
+	r.cancel = cancel
+	go r.keepAlive(kctx, ka)
+	return r, nil
+}
+
+func (r *Registration) put(ctx context.Context) (<-chan *clientv3.LeaseKeepAliveResponse, error) {
+	val, err := cluster.EncodeNode(r.rec)
+	if err != nil {
+		return nil, err
+	}
+	lctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	lease, err := r.cli.Grant(lctx, int64((r.ttl+time.Second-1)/time.Second))
+	if err != nil {
+		return nil, &zerr.UnavailableError{What: "etcd", Reason: "lease grant: " + err.Error()}
+	}
+	if _, err := r.cli.Put(lctx, cluster.NodeKey(r.rec.ID), string(val), clientv3.WithLease(lease.ID)); err != nil {
+		return nil, &zerr.UnavailableError{What: "etcd", Reason: "register node: " + err.Error()}
+	}
+	// The keep-alive lives as long as the registration, not the caller's ctx.
+	ka, err := r.cli.KeepAlive(context.WithoutCancel(ctx), lease.ID)
+	if err != nil {
+		return nil, &zerr.UnavailableError{What: "etcd", Reason: "lease keep-alive: " + err.Error()}
+	}
+	r.mu.Lock()
+	r.lease = lease.ID
+	r.mu.Unlock()
+	return ka, nil
+}
+
+func (r *Registration) keepAlive(ctx context.Context, ka <-chan *clientv3.LeaseKeepAliveResponse) {
+	defer close(r.done)
+	for {
+		for range ka { // drain renewals until the lease is gone
+		}
+		if ctx.Err() != nil {
+			return
+		}
+		r.log.Warn("node lease lost; registering again", "node", r.rec.ID)
+		backoff := 200 * time.Millisecond
+		for {
+			var err error
+			if ka, err = r.put(ctx); err == nil {
+				r.mu.Lock()
+				r.renewed++
+				r.mu.Unlock()
+				r.log.Info("node registered again", "node", r.rec.ID)
+				break
+			}
+			select {
+			case <-ctx.Done():
+				return
+			case <-time.After(backoff):
+			}
+			if backoff < 5*time.Second {
+				backoff *= 2
+			}
+		}
+	}
+}
+
+// Reregistrations counts how often the lease was lost and registered again.
+func (r *Registration) Reregistrations() int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.renewed
+}
+
+// Close revokes the lease: the node disappears from the cluster at once.
+func (r *Registration) Close(ctx context.Context) error {
+	r.cancel()
+	r.mu.Lock()
+	lease := r.lease
+	r.mu.Unlock()
+	cctx, cancel := context.WithTimeout(ctx, 3*time.Second)
+	defer cancel()
+	_, err := r.cli.Revoke(cctx, lease)
+	<-r.done
+	if err != nil {
+		return fmt.Errorf("revoke node lease: %w", err)
+	}
+	return nil
+}
+
+// Grants is the node's cache of the arbiter's zone grants, kept current by an
+// etcd watch on cluster.GrantsPrefix(node).
+type Grants struct {
+	mu     sync.RWMutex
+	m      map[[2]uint32]cluster.Grant
+	synced chan struct{}
+	log    *slog.Logger
+	node   string
+}
+
+// WatchGrants loads the node's grants and follows changes until ctx ends.
+func WatchGrants(ctx context.Context, cli *clientv3.Client, nodeID string, log *slog.Logger) (*Grants, error) {
+	g := &Grants{m: map[[2]uint32]cluster.Grant{}, synced: make(chan struct{}), log: log, node: nodeID}
+	rev, err := g.load(ctx, cli)
+	if err != nil {
+		return nil, err
+	}
+	close(g.synced)
+	go g.follow(ctx, cli, rev)
+	return g, nil
+}
+
+func (g *Grants) load(ctx context.Context, cli *clientv3.Client) (int64, error) {
+	lctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	resp, err := cli.Get(lctx, cluster.GrantsPrefix(g.node), clientv3.WithPrefix())
+	if err != nil {
+		return 0, &zerr.UnavailableError{What: "etcd", Reason: "load grants: " + err.Error()}
+	}
+	m := map[[2]uint32]cluster.Grant{}
+	for _, kv := range resp.Kvs {
+		pz, gr, err := decodeGrant(string(kv.Key), kv.Value)
+		if err != nil {
+			g.log.Warn("ignoring malformed grant", "key", string(kv.Key), "err", err)
+			continue
+		}
+		m[[2]uint32{pz.Device, pz.Zone}] = gr
+	}
+	g.mu.Lock()
+	g.m = m
+	g.mu.Unlock()
+	return resp.Header.Revision, nil
+}
+
+func decodeGrant(key string, val []byte) (cluster.PhysZone, cluster.Grant, error) {
+	pz, err := cluster.ParseGrantKey(key)
+	if err != nil {
+		return pz, cluster.Grant{}, err
+	}
+	gr, err := cluster.DecodeGrant(key, val)
+	return pz, gr, err
+}
+
+func (g *Grants) follow(ctx context.Context, cli *clientv3.Client, rev int64) {
+	for ctx.Err() == nil {
+		wch := cli.Watch(clientv3.WithRequireLeader(ctx), cluster.GrantsPrefix(g.node), clientv3.WithPrefix(), clientv3.WithRev(rev+1))
+		for resp := range wch {
+			if err := resp.Err(); err != nil {
+				g.log.Warn("grant watch interrupted", "err", err)
+				break
+			}
+			g.mu.Lock()
+			for _, ev := range resp.Events {
+				pz, err := cluster.ParseGrantKey(string(ev.Kv.Key))
+				if err != nil {
+					continue
+				}
+				k := [2]uint32{pz.Device, pz.Zone}
+				if ev.Type == clientv3.EventTypeDelete {
+					delete(g.m, k)
+					continue
+				}
+				if gr, err := cluster.DecodeGrant(string(ev.Kv.Key), ev.Kv.Value); err == nil {
+					g.m[k] = gr
+				}
+			}
+			g.mu.Unlock()
+			rev = resp.Header.Revision
+		}
+		if ctx.Err() != nil {
+			return
+		}
+		// Compacted or disconnected: load everything again, then watch on.
+		time.Sleep(200 * time.Millisecond)
+		if r, err := g.load(ctx, cli); err == nil {
+			rev = r
+		}
+	}
+}
+
+// Check returns nil when namespace ns holds the grant of (device, zone).
+func (g *Grants) Check(ns string, device, zone uint32) error {
+	g.mu.RLock()
+	gr, ok := g.m[[2]uint32{device, zone}]
+	g.mu.RUnlock()
+	if ok && gr.Namespace == ns && ns != "" {
+		return nil
+	}
+	return &zerr.NotOwnerError{Zone: cluster.PhysZone{Node: g.node, Device: device, Zone: zone}.String(), Namespace: ns}
+}
+
+// Lookup returns the grant of (device, zone).
+func (g *Grants) Lookup(device, zone uint32) (cluster.Grant, bool) {
+	g.mu.RLock()
+	defer g.mu.RUnlock()
+	gr, ok := g.m[[2]uint32{device, zone}]
+	return gr, ok
+}
+
+// Len is the number of granted zones.
+func (g *Grants) Len() int {
+	g.mu.RLock()
+	defer g.mu.RUnlock()
+	return len(g.m)
+}

@@ -1,0 +1,134 @@
+package node
+
+import (
+	"context"
+	"io"
+	"log/slog"
+	"os"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	"github.com/zonefleet/zonefleet/pkg/cluster"
+	"github.com/zonefleet/zonefleet/pkg/etcdlocal"
+	"github.com/zonefleet/zonefleet/pkg/zerr"
+	clientv3 "go.etcd.io/etcd/client/v3"
+)
+
+var testEtcd *etcdlocal.Server
+
+func TestMain(m *testing.M) {
+	dir, err := os.MkdirTemp("", "node-etcd-")
+	if err != nil {
+		panic(err)
+	}
+	testEtcd, err = etcdlocal.Start(dir, "")
+	if err != nil {
+		panic(err)
+	}
+	code := m.Run()
+	testEtcd.Close()
+	_ = os.RemoveAll(dir)
+	os.Exit(code)
+}
+
+func etcdClient(t *testing.T) *clientv3.Client {
+	t.Helper()
+	cli, err := testEtcd.Client()
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = cli.Close() })
+	return cli
+}
+
+var quiet = slog.New(slog.NewTextHandler(io.Discard, nil))
+
+func testRecord(id string) cluster.NodeRecord {
+	return cluster.NodeRecord{ID: id, Addr: "127.0.0.1:1", Version: "test", Devices: []cluster.DeviceInfo{{
+		Index: 0, Channels: 2, Ways: 2, DZone: 2, FCGs: 2, MAR: 6, MOR: 4, BlockSize: 4096, PageSize: 16384,
+		ZoneSize: 64, ZoneCapacity: 64, NumZones: 16, Media: "MLC",
+	}}}
+}
+
+func TestRegistrationLifecycle(t *testing.T) {
+	cli := etcdClient(t)
+	ctx := context.Background()
+	reg, err := Register(ctx, cli, testRecord("reg-1"), time.Second, quiet)
+	require.NoError(t, err)
+
+	get := func() (cluster.NodeRecord, bool) {
+		resp, err := cli.Get(ctx, cluster.NodeKey("reg-1"))
+		require.NoError(t, err)
+		if len(resp.Kvs) == 0 {
+			return cluster.NodeRecord{}, false
+		}
+		rec, err := cluster.DecodeNode(string(resp.Kvs[0].Key), resp.Kvs[0].Value)
+		require.NoError(t, err)
+		return rec, true
+	}
+	rec, ok := get()
+	require.True(t, ok)
+	assert.Equal(t, uint32(16), rec.Devices[0].NumZones)
+
+	// The keep-alive holds the record beyond the TTL.
+	time.Sleep(2500 * time.Millisecond)
+	_, ok = get()
+	assert.True(t, ok, "record kept alive past its TTL")
+
+	// Losing the lease (as after a partition longer than the TTL) registers again.
+	reg.mu.Lock()
+	lease := reg.lease
+	reg.mu.Unlock()
+	_, err = cli.Revoke(ctx, lease)
+	require.NoError(t, err)
+	require.Eventually(t, func() bool { _, ok := get(); return ok && reg.Reregistrations() == 1 }, 10*time.Second, 50*time.Millisecond)
+
+	require.NoError(t, reg.Close(ctx))
+	_, ok = get()
+	assert.False(t, ok, "a clean shutdown removes the record at once")
+}
+
+func TestRegisterRejectsBadRecord(t *testing.T) {
+	_, err := Register(context.Background(), etcdClient(t), cluster.NodeRecord{ID: "bad/id"}, time.Second, quiet)
+	assert.ErrorIs(t, err, zerr.ErrInvalidArgument)
+}
+
+func TestGrantsFollowEtcd(t *testing.T) {
+	cli := etcdClient(t)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	put := func(dev, zone uint32, ns string) {
+		v, err := cluster.EncodeGrant(cluster.Grant{Namespace: ns, VZone: 1})
+		require.NoError(t, err)
+		_, err = cli.Put(ctx, cluster.GrantKey("grant-node", dev, zone), string(v))
+		require.NoError(t, err)
+	}
+	put(0, 1, "a") // present before the watch starts
+	_, err := cli.Put(ctx, cluster.GrantsPrefix("grant-node")+"garbage", "{")
+	require.NoError(t, err)
+
+	g, err := WatchGrants(ctx, cli, "grant-node", quiet)
+	require.NoError(t, err)
+	require.NoError(t, g.Check("a", 0, 1))
+	err = g.Check("b", 0, 1)
+	require.ErrorIs(t, err, zerr.ErrNotOwner)
+	assert.Contains(t, err.Error(), `grant-node/0/1 is not granted to namespace "b"`)
+	assert.ErrorIs(t, g.Check("", 0, 1), zerr.ErrNotOwner, "no namespace, no access")
+
+	put(0, 2, "b")
+	require.Eventually(t, func() bool { return g.Check("b", 0, 2) == nil }, 5*time.Second, 10*time.Millisecond)
+	_, err = cli.Delete(ctx, cluster.GrantKey("grant-node", 0, 1))
+	require.NoError(t, err)
+	require.Eventually(t, func() bool { return g.Check("a", 0, 1) != nil }, 5*time.Second, 10*time.Millisecond)
+	gr, ok := g.Lookup(0, 2)
+	require.True(t, ok)
+	assert.Equal(t, "b", gr.Namespace)
+	assert.Equal(t, 1, g.Len())
+
+	// Grants of other nodes are not this node's.
+	v, _ := cluster.EncodeGrant(cluster.Grant{Namespace: "a"})
+	_, err = cli.Put(ctx, cluster.GrantKey("other-node", 0, 3), string(v))
+	require.NoError(t, err)
+	time.Sleep(100 * time.Millisecond)
+	assert.Error(t, g.Check("a", 0, 3))
+}

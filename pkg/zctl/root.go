@@ -1,0 +1,109 @@
+// Package zctl is the ZoneFleet command-line interface. Each command group
+// lives in its own file; cmd/zctl only calls Main.
+package zctl
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+
+	"github.com/spf13/cobra"
+	"github.com/zonefleet/zonefleet/pkg/buildinfo"
+	"github.com/zonefleet/zonefleet/pkg/flagenv"
+)
+
+// Exit codes that mean something to scripts.
+const (
+	ExitOK          = 0
+	ExitFailed      = 1
+	ExitUsage       = 2
+	ExitNotFound    = 3
+	ExitConflict    = 4
+	ExitUnavailable = 5
+)
+
+// Globals are the flags every command shares.
+type Globals struct {
+	Arbiter   string
+	Etcd      string
+	Namespace string
+	Token     string
+	Output    string
+	Out       io.Writer
+	Err       io.Writer
+}
+
+// NewRoot builds the zctl command tree.
+func NewRoot(out, errOut io.Writer) *cobra.Command {
+	g := &Globals{Out: out, Err: errOut}
+	root := &cobra.Command{
+		Use:           "zctl",
+		Short:         "zctl drives a ZoneFleet zoned-storage cluster",
+		Long:          "zctl manages namespaces, v-zones, drives' zones and the file system of a ZoneFleet cluster, and runs a whole local cluster.",
+		Version:       buildinfo.Get().String(),
+		SilenceUsage:  true,
+		SilenceErrors: true,
+		PersistentPreRunE: func(cmd *cobra.Command, _ []string) error {
+			if err := flagenv.Apply(cmd.Flags()); err != nil {
+				return usageErr(err)
+			}
+			switch g.Output {
+			case "table", "json", "yaml":
+			default:
+				return usageErr(fmt.Errorf("-o %q: want table, json or yaml", g.Output))
+			}
+			return nil
+		},
+	}
+	root.SetOut(out)
+	root.SetErr(errOut)
+	pf := root.PersistentFlags()
+	pf.StringVar(&g.Arbiter, "arbiter", "", "arbiter address(es), comma-separated")
+	pf.StringVar(&g.Etcd, "etcd", "", "etcd endpoints, comma-separated")
+	pf.StringVarP(&g.Namespace, "namespace", "n", "", "tenant namespace")
+	pf.StringVar(&g.Token, "token", "", "admin token of the nodes")
+	pf.StringVarP(&g.Output, "output", "o", "table", "output format: table, json or yaml")
+	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return usageErr(err) })
+
+	root.AddCommand(versionCmd(g))
+	for _, c := range root.Commands() {
+		flagenv.Annotate(c.Flags())
+	}
+	flagenv.Annotate(pf)
+	return root
+}
+
+type exitError struct {
+	code int
+	err  error
+}
+
+func (e *exitError) Error() string { return e.err.Error() }
+func (e *exitError) Unwrap() error { return e.err }
+
+func usageErr(err error) error { return &exitError{code: ExitUsage, err: err} }
+
+// ExitCode maps an error to zctl's exit code.
+func ExitCode(err error) int {
+	if err == nil {
+		return ExitOK
+	}
+	var ee *exitError
+	if errors.As(err, &ee) {
+		return ee.code
+	}
+	return ExitFailed
+}
+
+// Main runs zctl with args and returns the exit code.
+func Main(ctx context.Context, args []string) int {
+	root := NewRoot(os.Stdout, os.Stderr)
+	root.SetArgs(args)
+	err := root.ExecuteContext(ctx)
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "zctl: %v\n", err)
+	}
+	return ExitCode(err)
+}
