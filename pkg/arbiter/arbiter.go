@@ -21,6 +21,7 @@ import (
 	"fmt"
 	"log/slog"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -112,6 +113,8 @@ type Arbiter struct {
 
 	runMu   sync.Mutex
 	running bool
+
+	crashed atomic.Bool // test hook: stop like a crash (no lease revocation)
 }
 
 // term is one leadership term.
@@ -173,11 +176,24 @@ func (a *Arbiter) Run(ctx context.Context) error {
 
 func (a *Arbiter) runTerm(ctx context.Context) error {
 	ttl := max(int((a.cfg.SessionTTL+time.Second-1)/time.Second), 1)
-	sess, err := concurrency.NewSession(a.cli, concurrency.WithTTL(ttl), concurrency.WithContext(ctx))
+	// The session outlives ctx so that a graceful stop can revoke the lease
+	// (immediate failover); a crash leaves the lease to expire after its TTL.
+	sctx, scancel := context.WithCancel(context.WithoutCancel(ctx))
+	defer scancel()
+	sess, err := concurrency.NewSession(a.cli, concurrency.WithTTL(ttl), concurrency.WithContext(sctx))
 	if err != nil {
 		return err
 	}
-	defer func() { _ = sess.Close() }()
+	defer func() {
+		if a.crashed.Load() {
+			sess.Orphan()
+			return
+		}
+		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*time.Second)
+		defer cancel()
+		_, _ = a.cli.Revoke(rctx, sess.Lease())
+		sess.Orphan()
+	}()
 	cctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	go func() {

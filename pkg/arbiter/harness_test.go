@@ -177,12 +177,13 @@ func (ta *testArb) stop() {
 	ta.cli.Close()
 }
 
-// kill closes the etcd client first, like a crash: the lease is not revoked
-// and expires after its TTL.
+// kill stops like a crash: the leadership lease is not revoked and expires
+// after its TTL (about 2 s with the embedded etcd's minimum TTL).
 func (ta *testArb) kill() {
-	ta.cli.Close()
+	ta.crashed.Store(true)
 	ta.cancel()
 	<-ta.done
+	ta.cli.Close()
 }
 
 // leader waits (generous guard) until exactly one live replica leads.
@@ -260,9 +261,9 @@ func onLeader[T any](t *testing.T, live []*testArb, fn func(a *testArb) (T, erro
 	t.Helper()
 	deadline := time.Now().Add(60 * time.Second)
 	var target *testArb
-	for {
+	for attempt := 0; ; attempt++ {
 		if target == nil {
-			target = live[0]
+			target = live[attempt%len(live)]
 		}
 		v, err := fn(target)
 		var nl *zerr.NotLeaderError
