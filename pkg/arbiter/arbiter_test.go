@@ -88,7 +88,7 @@ func TestNamespaceCRUD(t *testing.T) {
 	for _, name := range []string{"", "zz", "a/b"} {
 		_, err := a.GetNamespace(ctx, name)
 		require.Error(t, err)
-		require.Error(t, a.DeleteNamespace(ctx, name))
+		require.Error(t, a.DeleteNamespace(ctx, name, true))
 	}
 	_, err = a.GetNamespace(ctx, "zz")
 	require.ErrorIs(t, err, zerr.ErrNotFound)
@@ -115,7 +115,10 @@ func TestNamespaceCRUD(t *testing.T) {
 	require.ErrorIs(t, err, zerr.ErrZoneState)
 	checkInvariants(t, tc, a, "opened")
 
-	require.NoError(t, a.DeleteNamespace(ctx, "a"))
+	require.ErrorIs(t, a.DeleteNamespace(ctx, "a", false), zerr.ErrZoneState, "open v-zones need force")
+	_, err = a.GetNamespace(ctx, "a")
+	require.NoError(t, err)
+	require.NoError(t, a.DeleteNamespace(ctx, "a", true))
 	_, err = a.GetNamespace(ctx, "a")
 	require.ErrorIs(t, err, zerr.ErrNotFound)
 	bi, err := a.GetNamespace(ctx, "b")
@@ -155,6 +158,16 @@ func TestVZoneLifecycle(t *testing.T) {
 	for _, z := range g.Zones {
 		assert.Equal(t, cluster.Grant{Namespace: "a", VZone: 3, Group: 0, Generation: l.Generation}, gr[z])
 	}
+
+	// OpenNewVZone takes the lowest empty id.
+	ln, err := a.OpenNewVZone(ctx, "a")
+	require.NoError(t, err)
+	assert.Equal(t, uint64(0), ln.VZone)
+	vzs, err := a.ListVZones(ctx, "a")
+	require.NoError(t, err)
+	require.Len(t, vzs, 2)
+	assert.Equal(t, []uint64{0, 3}, []uint64{vzs[0].VZone, vzs[1].VZone})
+	require.NoError(t, a.ResetVZone(ctx, "a", 0))
 
 	_, err = a.NextStripeGroup(ctx, "a", 3)
 	var zf *zerr.ZoneFullError
@@ -219,7 +232,7 @@ func TestAllocationInvariants(t *testing.T) {
 				ZonesPerVZone: uint32(32) << rng.IntN(4), Weight: uint32(rng.IntN(3))})
 		case r < 10:
 			op = "delete"
-			err = a.DeleteNamespace(ctx, name)
+			err = a.DeleteNamespace(ctx, name, rng.IntN(2) == 0)
 		case r < 40:
 			op = "open"
 			var l Layout

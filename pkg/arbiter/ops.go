@@ -76,6 +76,16 @@ type Status struct {
 	AvailableNodes int
 	AllocSeq       uint64
 	Loans          []Loan
+	Devices        int
+	Dies           uint32
+	// ActiveZoneSlots is the sum of MAR over available devices (= Essentials + Spares).
+	ActiveZoneSlots uint32
+	// EssentialsFree/SparesFree are not provisioned to any namespace.
+	EssentialsFree     uint32
+	SparesFree         uint32
+	DegradedNamespaces []string
+	CapacityBlocks     uint64 // over available devices
+	FreeBlocks         uint64 // in unallocated zones of available devices
 }
 
 // ---- validation --------------------------------------------------------
@@ -216,12 +226,18 @@ func (a *Arbiter) nsInfo(st *State, ix *index, name string, ns *nsState) Namespa
 }
 
 // DeleteNamespace deletes a namespace, revokes all its grants and
-// reprovisions the others.
-func (a *Arbiter) DeleteNamespace(ctx context.Context, name string) error {
+// reprovisions the others. Without force it fails with *zerr.ZoneStateError
+// while the namespace has an open v-zone.
+func (a *Arbiter) DeleteNamespace(ctx context.Context, name string, force bool) error {
 	err := a.mutate(ctx, func(st *State, ix *index) ([]clientv3.Op, error) {
 		ns, err := getNS(st, name)
 		if err != nil {
 			return nil, err
+		}
+		for _, id := range sortedKeys(ns.VZones) {
+			if vz := ns.VZones[id]; vz.Reclaiming || (!force && vz.State == VZoneOpen) {
+				return nil, &zerr.ZoneStateError{Zone: id, State: string(vz.State), Op: "delete the namespace (force resets open v-zones)"}
+			}
 		}
 		var ops []clientv3.Op
 		for _, id := range sortedKeys(ns.VZones) {
@@ -277,17 +293,23 @@ func (e *events) apply(m *metrics) {
 
 // OpenVZone opens an empty v-zone and allocates its first stripe group.
 func (a *Arbiter) OpenVZone(ctx context.Context, namespace string, vzone uint64) (Layout, error) {
-	return a.allocOp(ctx, namespace, vzone, true)
+	return a.allocOpID(ctx, namespace, vzone, true, false)
+}
+
+// OpenNewVZone opens the lowest-numbered empty v-zone of a namespace.
+func (a *Arbiter) OpenNewVZone(ctx context.Context, namespace string) (Layout, error) {
+	return a.allocOpID(ctx, namespace, 0, true, true)
 }
 
 // NextStripeGroup finishes the open stripe group of an open v-zone (its
 // active resources return) and allocates the next one. It fails with
 // *zerr.ZoneFullError when the v-zone has no physical zones left (FinishVZone it).
 func (a *Arbiter) NextStripeGroup(ctx context.Context, namespace string, vzone uint64) (Layout, error) {
-	return a.allocOp(ctx, namespace, vzone, false)
+	return a.allocOpID(ctx, namespace, vzone, false, false)
 }
 
-func (a *Arbiter) allocOp(ctx context.Context, name string, id uint64, open bool) (Layout, error) {
+// allocOpID opens (open) or advances a v-zone; with pick, the lowest empty id.
+func (a *Arbiter) allocOpID(ctx context.Context, name string, id uint64, open, pick bool) (Layout, error) {
 	start := time.Now()
 	now := a.cfg.Now()
 	var ev events
@@ -297,6 +319,13 @@ func (a *Arbiter) allocOp(ctx context.Context, name string, id uint64, open bool
 		ns, err := getNS(st, name)
 		if err != nil {
 			return nil, err
+		}
+		if pick {
+			for id = 0; ns.VZones[id] != nil; id++ {
+			}
+			if ns.Spec.VZones > 0 && id >= ns.Spec.VZones {
+				return nil, &zerr.NoResourcesError{Resource: "empty v-zones of namespace " + name, Requested: 1, Available: 0}
+			}
 		}
 		if err := checkVZoneID(ns, id); err != nil {
 			return nil, err
@@ -606,6 +635,23 @@ func (a *Arbiter) Layout(ctx context.Context, namespace string, vzone uint64) (L
 	return layoutOf(st, namespace, vz), nil
 }
 
+// ListVZones returns the layouts of a namespace's non-empty v-zones, by id.
+func (a *Arbiter) ListVZones(ctx context.Context, namespace string) ([]Layout, error) {
+	st, _, err := a.snapshot(ctx)
+	if err != nil {
+		return nil, err
+	}
+	ns, err := getNS(st, namespace)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]Layout, 0, len(ns.VZones))
+	for _, id := range sortedKeys(ns.VZones) {
+		out = append(out, layoutOf(st, namespace, ns.VZones[id]))
+	}
+	return out, nil
+}
+
 func layoutOf(st *State, ns string, vz *VZone) Layout {
 	l := Layout{Namespace: ns, VZone: vz.ID, State: vz.State, Generation: vz.Generation}
 	var zones []cluster.PhysZone
@@ -700,6 +746,43 @@ func (a *Arbiter) Nodes(ctx context.Context) ([]NodeInfo, error) {
 	return out, nil
 }
 
+// GetNode returns the shadow view of one node.
+func (a *Arbiter) GetNode(ctx context.Context, id string) (NodeInfo, error) {
+	if err := validName("node id", id); err != nil {
+		return NodeInfo{}, err
+	}
+	nodes, err := a.Nodes(ctx)
+	if err != nil {
+		return NodeInfo{}, err
+	}
+	for _, n := range nodes {
+		if n.Record.ID == id {
+			return n, nil
+		}
+	}
+	return NodeInfo{}, &zerr.NotFoundError{Kind: "node", Name: id}
+}
+
+// Member is an arbiter replica taking part in the election.
+type Member struct {
+	Addr   string
+	Leader bool
+}
+
+// Members lists the arbiters campaigning (the leader first).
+func (a *Arbiter) Members(ctx context.Context) ([]Member, error) {
+	resp, err := a.cli.Get(ctx, cluster.ElectionPrefix+"/", clientv3.WithPrefix(),
+		clientv3.WithSort(clientv3.SortByCreateRevision, clientv3.SortAscend))
+	if err != nil {
+		return nil, &zerr.UnavailableError{What: "etcd", Reason: err.Error()}
+	}
+	var out []Member
+	for i, kv := range resp.Kvs {
+		out = append(out, Member{Addr: string(kv.Value), Leader: i == 0})
+	}
+	return out, nil
+}
+
 // Status reports this replica's role and, on the leader, the cluster totals.
 func (a *Arbiter) Status(ctx context.Context) (Status, error) {
 	s := Status{Addr: a.cfg.Addr}
@@ -711,8 +794,9 @@ func (a *Arbiter) Status(ctx context.Context) (Status, error) {
 	a.mu.RLock()
 	t := a.term
 	var st *State
+	var ix *index
 	if t != nil {
-		st = t.state
+		st, ix = t.state, t.ix
 	}
 	a.mu.RUnlock()
 	if t == nil {
@@ -727,5 +811,33 @@ func (a *Arbiter) Status(ctx context.Context) (Status, error) {
 		}
 	}
 	s.Loans = slices.Clone(st.Loans)
+	s.ActiveZoneSlots = st.Essentials + st.Spares
+	s.EssentialsFree, s.SparesFree = st.Essentials, st.Spares
+	for _, ns := range st.Namespaces {
+		s.EssentialsFree = sub(s.EssentialsFree, ns.Essentials)
+		s.SparesFree = sub(s.SparesFree, ns.Spares)
+	}
+	for _, name := range sortedKeys(st.Namespaces) {
+		if a.nsInfo(st, ix, name, st.Namespaces[name]).Degraded {
+			s.DegradedNamespaces = append(s.DegradedNamespaces, name)
+		}
+	}
+	for id, n := range st.Nodes {
+		if !n.Available {
+			continue
+		}
+		for _, d := range n.Record.Devices {
+			s.Devices++
+			s.Dies += d.Dies()
+			s.CapacityBlocks += uint64(d.NumZones) * d.ZoneCapacity
+			var used uint64
+			for z := range ix.owner {
+				if z.Node == id && z.Device == d.Index {
+					used++
+				}
+			}
+			s.FreeBlocks += (uint64(d.NumZones) - min(used, uint64(d.NumZones))) * d.ZoneCapacity
+		}
+	}
 	return s, nil
 }
