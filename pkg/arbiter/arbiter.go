@@ -39,6 +39,8 @@ const stateKey = cluster.ArbiterPrefix + "state"
 type Config struct {
 	// Addr is this arbiter's gRPC address, published as the election value.
 	Addr string
+	// ID names this arbiter in ClusterStatus (optional; default Addr).
+	ID string
 	// SessionTTL is the etcd lease TTL of the leadership (rounded to seconds, min 1s). Default 5s.
 	SessionTTL time.Duration
 	// Now is the clock used for every timestamp and for T_ReadOnly. Default time.Now.

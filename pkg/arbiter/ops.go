@@ -46,13 +46,15 @@ type NamespaceInfo struct {
 
 // Layout is a v-zone's stripe groups.
 type Layout struct {
-	Namespace    string
-	VZone        uint64
-	State        VZoneState
-	Generation   uint64
-	Groups       []StripeGroup
-	BlockSize    uint32 // bytes
-	ZoneCapacity uint64 // blocks per physical zone (smallest of its zones)
+	Namespace  string
+	VZone      uint64
+	State      VZoneState
+	Generation uint64
+	Groups     []StripeGroup
+	// ZonesPerVZone is the v-zone's size in physical zones (its namespace's setting).
+	ZonesPerVZone uint32
+	BlockSize     uint32 // bytes
+	ZoneCapacity  uint64 // blocks per physical zone (smallest of its zones)
 }
 
 // NodeInfo is the shadow view of a node.
@@ -62,6 +64,7 @@ type NodeInfo struct {
 	LostAt         time.Time
 	ActiveZones    uint32
 	AllocatedZones uint32
+	DeviceActive   map[uint32]uint32 // active zones per device index
 }
 
 // Status describes an arbiter replica and, on the leader, the cluster.
@@ -630,7 +633,8 @@ func (a *Arbiter) Layout(ctx context.Context, namespace string, vzone uint64) (L
 	}
 	vz := ns.VZones[vzone]
 	if vz == nil {
-		return Layout{Namespace: namespace, VZone: vzone, State: VZoneEmpty}, nil
+		return Layout{Namespace: namespace, VZone: vzone, State: VZoneEmpty, ZonesPerVZone: ns.Spec.ZonesPerVZone,
+			BlockSize: st.minBlockSize(), ZoneCapacity: st.minZoneCapacity()}, nil
 	}
 	return layoutOf(st, namespace, vz), nil
 }
@@ -654,6 +658,9 @@ func (a *Arbiter) ListVZones(ctx context.Context, namespace string) ([]Layout, e
 
 func layoutOf(st *State, ns string, vz *VZone) Layout {
 	l := Layout{Namespace: ns, VZone: vz.ID, State: vz.State, Generation: vz.Generation}
+	if n := st.Namespaces[ns]; n != nil {
+		l.ZonesPerVZone = n.Spec.ZonesPerVZone
+	}
 	var zones []cluster.PhysZone
 	for _, g := range vz.Groups {
 		g.Zones = slices.Clone(g.Zones)
@@ -661,6 +668,9 @@ func layoutOf(st *State, ns string, vz *VZone) Layout {
 		zones = append(zones, g.Zones...)
 	}
 	l.BlockSize = st.blockSize(zones)
+	if len(zones) == 0 {
+		l.BlockSize, l.ZoneCapacity = st.minBlockSize(), st.minZoneCapacity()
+	}
 	for _, z := range zones {
 		if d, ok := st.device(z.Node, z.Device); ok && (l.ZoneCapacity == 0 || d.ZoneCapacity < l.ZoneCapacity) {
 			l.ZoneCapacity = d.ZoneCapacity
@@ -730,10 +740,11 @@ func (a *Arbiter) Nodes(ctx context.Context) ([]NodeInfo, error) {
 	var out []NodeInfo
 	for _, id := range sortedKeys(st.Nodes) {
 		n := st.Nodes[id]
-		info := NodeInfo{Record: n.Record, Available: n.Available, LostAt: n.LostAt}
+		info := NodeInfo{Record: n.Record, Available: n.Available, LostAt: n.LostAt, DeviceActive: map[uint32]uint32{}}
 		for dk, c := range ix.devActive {
 			if dk.Node == id {
 				info.ActiveZones += c
+				info.DeviceActive[dk.Device] += c
 			}
 		}
 		for z := range ix.owner {

@@ -499,3 +499,32 @@ func (st *State) blockSize(zones []cluster.PhysZone) uint32 {
 }
 
 func vzoneName(ns string, id uint64) string { return fmt.Sprintf("%s/%d", ns, id) }
+
+// minBlockSize and minZoneCapacity describe the available devices (for
+// v-zones that have no zone yet).
+func (st *State) minBlockSize() uint32 {
+	var b uint32
+	for _, n := range st.Nodes {
+		for _, d := range n.Record.Devices {
+			if n.Available && d.BlockSize > b {
+				b = d.BlockSize
+			}
+		}
+	}
+	if b == 0 {
+		b = 4096
+	}
+	return b
+}
+
+func (st *State) minZoneCapacity() uint64 {
+	var c uint64
+	for _, n := range st.Nodes {
+		for _, d := range n.Record.Devices {
+			if n.Available && (c == 0 || d.ZoneCapacity < c) {
+				c = d.ZoneCapacity
+			}
+		}
+	}
+	return c
+}
