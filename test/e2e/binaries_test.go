@@ -97,7 +97,7 @@ func TestServerBinaries(t *testing.T) {
 		t.Run(name, func(t *testing.T) {
 			var args []string
 			if name == "ssdnode" {
-				args = append(args, "--data="+t.TempDir())
+				args = append(args, "--data="+t.TempDir(), "--standalone", "--channels=2", "--ways=2", "--blocks-per-chip=8", "--pages-per-block=8", "--dzone=2")
 			}
 			p := start(t, name, args...)
 

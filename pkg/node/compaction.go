@@ -1,0 +1,246 @@
+package node
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"sync"
+
+	v1 "github.com/zonefleet/zonefleet/api/zonefleet/v1"
+	"github.com/zonefleet/zonefleet/pkg/daemon"
+	"github.com/zonefleet/zonefleet/pkg/rpcerr"
+	"github.com/zonefleet/zonefleet/pkg/wire"
+	"github.com/zonefleet/zonefleet/pkg/zerr"
+	"github.com/zonefleet/zonefleet/pkg/zns"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+)
+
+// compactionOp is one ZoneCompaction: its local part runs inside the device
+// (copyback or read-and-program), its remote part is pushed by this node to
+// the peers holding the destinations.
+type compactionOp struct {
+	ns       string
+	dev      *device
+	hasLocal bool
+	localID  uint64
+
+	remoteDone   chan struct{}
+	remoteBlocks uint64
+	remoteErr    error
+}
+
+// ZoneCompaction starts an asynchronous compaction and returns its id.
+func (s *Service) ZoneCompaction(ctx context.Context, req *v1.ZoneCompactionRequest) (*v1.ZoneCompactionResponse, error) {
+	d, err := s.device(req.GetDevice())
+	if err != nil {
+		return nil, err
+	}
+	if len(req.GetCopies()) == 0 {
+		return nil, &zerr.InvalidArgumentError{Field: "copies", Reason: "is empty"}
+	}
+	var local []zns.Copy
+	var remote []*v1.CompactionCopy
+	for i, c := range req.GetCopies() {
+		n := uint64(c.GetBlocks())
+		if err := s.authorizeRange(ctx, d, c.GetSrcLba(), n); err != nil {
+			return nil, fmt.Errorf("copy %d source: %w", i, err)
+		}
+		if p := c.GetPeer(); p != nil && (p.GetNodeId() != s.cfg.ID || p.GetDevice() != d.idx) {
+			if p.GetNodeId() == s.cfg.ID {
+				return nil, &zerr.InvalidArgumentError{Field: fmt.Sprintf("copies[%d].peer", i), Reason: "a copy between two devices of one node is not supported; copy within a device or to another node"}
+			}
+			if p.GetAddr() == "" {
+				return nil, &zerr.InvalidArgumentError{Field: fmt.Sprintf("copies[%d].peer.addr", i), Reason: "is empty"}
+			}
+			remote = append(remote, c)
+			continue
+		}
+		if err := s.authorizeRange(ctx, d, c.GetDstLba(), n); err != nil {
+			return nil, fmt.Errorf("copy %d destination: %w", i, err)
+		}
+		local = append(local, zns.Copy{Src: c.GetSrcLba(), Dst: c.GetDstLba(), Count: n})
+	}
+	op := &compactionOp{ns: wire.Namespace(ctx), dev: d, remoteDone: make(chan struct{})}
+	if len(local) > 0 {
+		id, err := d.dev.ZoneCompaction(ctx, local)
+		if err != nil {
+			return nil, err
+		}
+		op.hasLocal, op.localID = true, id
+	}
+	if len(remote) > 0 {
+		go s.pushRemote(context.WithoutCancel(ctx), op, remote)
+	} else {
+		close(op.remoteDone)
+	}
+	s.opsMu.Lock()
+	s.opSeq++
+	id := fmt.Sprintf("%s-%d-%d", s.cfg.ID, d.idx, s.opSeq)
+	s.ops[id] = op
+	s.opsMu.Unlock()
+	return &v1.ZoneCompactionResponse{OperationId: id}, nil
+}
+
+// pushRemote reads each remote copy's source and streams it to its peer.
+func (s *Service) pushRemote(ctx context.Context, op *compactionOp, copies []*v1.CompactionCopy) {
+	defer close(op.remoteDone)
+	d := op.dev
+	per := uint64(StreamChunkBytes / d.geo.bs)
+	for _, c := range copies {
+		conn, err := s.peers.get(c.GetPeer().GetAddr())
+		if err != nil {
+			op.remoteErr = err
+			return
+		}
+		pctx := wire.WithToken(wire.WithNamespace(ctx, op.ns), s.cfg.AdminToken)
+		stream, err := v1.NewZonedDeviceClient(conn).PeerWrite(pctx)
+		if err != nil {
+			op.remoteErr = rpcerr.FromError(err)
+			return
+		}
+		total := uint64(c.GetBlocks())
+		for done := uint64(0); done < total; {
+			n := min(per, total-done)
+			data, _, err := d.dev.Read(ctx, c.GetSrcLba()+done, n)
+			if err != nil {
+				op.remoteErr = fmt.Errorf("peer copy: read source LBA %d: %w", c.GetSrcLba()+done, err)
+				_ = stream.CloseSend()
+				return
+			}
+			err = stream.Send(&v1.PeerWriteRequest{Device: c.GetPeer().GetDevice(), Namespace: op.ns,
+				Extents: []*v1.PeerExtent{{DstLba: c.GetDstLba() + done, Data: data}}})
+			if err != nil {
+				break // the real error comes from CloseAndRecv
+			}
+			done += n
+		}
+		resp, err := stream.CloseAndRecv()
+		if err != nil {
+			op.remoteErr = fmt.Errorf("peer copy to %s: %w", c.GetPeer().GetNodeId(), rpcerr.FromError(err))
+			return
+		}
+		op.remoteBlocks += resp.GetBlocks()
+		s.m.peerPushed.WithLabelValues(fmt.Sprint(d.idx)).Add(float64(resp.GetBlocks()))
+	}
+}
+
+// WaitCompaction waits for a compaction and reports how its blocks moved.
+func (s *Service) WaitCompaction(ctx context.Context, req *v1.WaitCompactionRequest) (*v1.CompactionResult, error) {
+	s.opsMu.Lock()
+	op, ok := s.ops[req.GetOperationId()]
+	s.opsMu.Unlock()
+	if !ok || op.dev.idx != req.GetDevice() {
+		return nil, &zerr.NotFoundError{Kind: "compaction", Name: req.GetOperationId()}
+	}
+	if op.ns != wire.Namespace(ctx) && !(s.cfg.AdminToken != "" && s.isAdmin(ctx)) {
+		return nil, &zerr.NotFoundError{Kind: "compaction", Name: req.GetOperationId()}
+	}
+	out := &v1.CompactionResult{OperationId: req.GetOperationId()}
+	var errs []error
+	if op.hasLocal {
+		res, err := op.dev.dev.WaitCompaction(ctx, op.localID)
+		if err != nil {
+			return nil, err // ctx ended: the operation is still there to wait for
+		}
+		if res.Err != nil {
+			errs = append(errs, res.Err)
+		}
+		out.CopybackBlocks, out.ReadProgramBlocks = res.CopybackBlocks, res.ReadProgBlocks
+		out.LatencyNs = uint64(res.Duration())
+		s.m.copied.WithLabelValues(fmt.Sprint(op.dev.idx), "copyback").Add(float64(res.CopybackBlocks))
+		s.m.copied.WithLabelValues(fmt.Sprint(op.dev.idx), "read_program").Add(float64(res.ReadProgBlocks))
+	}
+	select {
+	case <-op.remoteDone:
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
+	out.RemoteBlocks = op.remoteBlocks
+	if op.remoteErr != nil {
+		errs = append(errs, op.remoteErr)
+	}
+	s.opsMu.Lock()
+	delete(s.ops, req.GetOperationId())
+	s.opsMu.Unlock()
+	if len(errs) > 0 {
+		return nil, fmt.Errorf("compaction %s failed after %d copyback, %d read-and-program and %d remote blocks: %w",
+			req.GetOperationId(), out.CopybackBlocks, out.ReadProgramBlocks, out.RemoteBlocks, errors.Join(errs...))
+	}
+	return out, nil
+}
+
+// PeerWrite receives compaction data pushed by another node. It needs the
+// admin token (nodes share it) and a destination granted to the namespace.
+func (s *Service) PeerWrite(stream v1.ZonedDevice_PeerWriteServer) error {
+	ctx := stream.Context()
+	if err := s.requireAdmin(ctx, "PeerWrite"); err != nil {
+		return err
+	}
+	var blocks uint64
+	for {
+		req, err := stream.Recv()
+		if errors.Is(err, io.EOF) {
+			return stream.SendAndClose(&v1.PeerWriteResponse{Blocks: blocks})
+		}
+		if err != nil {
+			return err
+		}
+		d, err := s.device(req.GetDevice())
+		if err != nil {
+			return err
+		}
+		for _, ext := range req.GetExtents() {
+			n, err := d.blocksOf("extent data", ext.GetData())
+			if err != nil {
+				return err
+			}
+			if s.grants != nil {
+				for z := ext.GetDstLba() / d.geo.zoneSize; z <= (ext.GetDstLba()+n-1)/d.geo.zoneSize; z++ {
+					if err := s.grants.Check(req.GetNamespace(), d.idx, uint32(z)); err != nil {
+						return err
+					}
+				}
+			}
+			wctx := wire.WithNamespace(ctx, req.GetNamespace())
+			if _, err := s.write(wctx, d, "peer_write", ext.GetDstLba(), ext.GetData(), zns.Flags{}); err != nil {
+				return fmt.Errorf("peer write stopped after %d blocks: %w", blocks, err)
+			}
+			blocks += n
+		}
+	}
+}
+
+// peers pools gRPC connections to other nodes.
+type peers struct {
+	mu    sync.Mutex
+	conns map[string]*grpc.ClientConn
+}
+
+func newPeers(string) *peers { return &peers{conns: map[string]*grpc.ClientConn{}} }
+
+func (p *peers) get(addr string) (*grpc.ClientConn, error) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if c, ok := p.conns[addr]; ok {
+		return c, nil
+	}
+	opts := append(rpcerr.DialOptions(), grpc.WithTransportCredentials(insecure.NewCredentials()),
+		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(daemon.MaxMessageBytes), grpc.MaxCallSendMsgSize(daemon.MaxMessageBytes)))
+	c, err := grpc.NewClient(addr, opts...)
+	if err != nil {
+		return nil, &zerr.UnavailableError{What: "peer " + addr, Reason: err.Error()}
+	}
+	p.conns[addr] = c
+	return c, nil
+}
+
+func (p *peers) close() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for _, c := range p.conns {
+		_ = c.Close()
+	}
+	p.conns = map[string]*grpc.ClientConn{}
+}

@@ -1,0 +1,313 @@
+package node
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"time"
+
+	v1 "github.com/zonefleet/zonefleet/api/zonefleet/v1"
+	"github.com/zonefleet/zonefleet/pkg/daemon"
+	"github.com/zonefleet/zonefleet/pkg/wire"
+	"github.com/zonefleet/zonefleet/pkg/zerr"
+	"github.com/zonefleet/zonefleet/pkg/zns"
+)
+
+// StreamChunkBytes is the largest piece a stream carries in one message and
+// the node hands to the device in one call.
+const StreamChunkBytes = 1 << 20
+
+func (d *device) blocksOf(field string, data []byte) (uint64, error) {
+	if len(data) == 0 {
+		return 0, &zerr.InvalidArgumentError{Field: field, Reason: "is empty"}
+	}
+	if len(data)%d.geo.bs != 0 {
+		return 0, &zerr.InvalidArgumentError{Field: field, Reason: fmt.Sprintf("%d bytes is not a multiple of the %d-byte block", len(data), d.geo.bs)}
+	}
+	return uint64(len(data) / d.geo.bs), nil
+}
+
+// io runs one device operation for namespace ns in a WRR slot and records it.
+func (s *Service) io(ctx context.Context, d *device, op string, bytes int, fn func() (zns.IOResult, error)) (zns.IOResult, error) {
+	ns := wire.Namespace(ctx)
+	if err := d.wrr.Acquire(ctx, ns); err != nil {
+		return zns.IOResult{}, err
+	}
+	res, err := fn()
+	d.wrr.Release()
+	s.m.observe(d.idx, ns, op, bytes, res.Latency(), err)
+	return res, err
+}
+
+// write admits, writes and feeds the admission monitor.
+func (s *Service) write(ctx context.Context, d *device, op string, lba uint64, data []byte, fl zns.Flags) (zns.IOResult, error) {
+	n := len(data) / d.geo.bs
+	if _, err := d.adm.Admit(ctx, d.idx, lba/d.geo.zoneSize, n); err != nil {
+		return zns.IOResult{}, err
+	}
+	res, err := s.io(ctx, d, op, len(data), func() (zns.IOResult, error) { return d.dev.Write(ctx, lba, data, fl) })
+	if err == nil {
+		d.adm.Complete(n, res.Latency())
+	}
+	return res, err
+}
+
+func (s *Service) zoneWP(d *device, lba uint64) uint64 {
+	zones, err := d.dev.ReportZones(zns.StateAny, lba/d.geo.zoneSize, 1)
+	if err != nil || len(zones) == 0 {
+		return 0
+	}
+	return zones[0].WP
+}
+
+// Read serves up to the unary limit.
+func (s *Service) Read(ctx context.Context, req *v1.ReadRequest) (*v1.ReadResponse, error) {
+	d, err := s.device(req.GetDevice())
+	if err != nil {
+		return nil, err
+	}
+	n := uint64(req.GetBlocks())
+	if n*uint64(d.geo.bs) > daemon.MaxUnaryData {
+		return nil, &zerr.InvalidArgumentError{Field: "blocks", Reason: fmt.Sprintf("%d blocks exceed the %d-byte unary limit; use ReadStream", n, daemon.MaxUnaryData)}
+	}
+	if err := s.authorizeRange(ctx, d, req.GetLba(), n); err != nil {
+		return nil, err
+	}
+	var data []byte
+	res, err := s.io(ctx, d, "read", int(n)*d.geo.bs, func() (zns.IOResult, error) {
+		var r zns.IOResult
+		var e error
+		data, r, e = d.dev.Read(ctx, req.GetLba(), n)
+		return r, e
+	})
+	if err != nil {
+		return nil, err
+	}
+	return &v1.ReadResponse{Data: data, Lba: req.GetLba(), LatencyNs: uint64(res.Latency())}, nil
+}
+
+// ReadStream serves reads of any size in pieces of StreamChunkBytes.
+func (s *Service) ReadStream(req *v1.ReadRequest, stream v1.ZonedDevice_ReadStreamServer) error {
+	ctx := stream.Context()
+	d, err := s.device(req.GetDevice())
+	if err != nil {
+		return err
+	}
+	total := uint64(req.GetBlocks())
+	if err := s.authorizeRange(ctx, d, req.GetLba(), total); err != nil {
+		return err
+	}
+	per := uint64(StreamChunkBytes / d.geo.bs)
+	var lat time.Duration
+	for done := uint64(0); done < total; {
+		n := min(per, total-done)
+		lba := req.GetLba() + done
+		var data []byte
+		res, err := s.io(ctx, d, "read", int(n)*d.geo.bs, func() (zns.IOResult, error) {
+			var r zns.IOResult
+			var e error
+			data, r, e = d.dev.Read(ctx, lba, n)
+			return r, e
+		})
+		if err != nil {
+			return fmt.Errorf("read stream stopped at LBA %d after %d of %d blocks: %w", lba, done, total, err)
+		}
+		lat += res.Latency()
+		done += n
+		msg := &v1.ReadResponse{Data: data, Lba: lba}
+		if done == total {
+			msg.LatencyNs = uint64(lat)
+		}
+		if err := stream.Send(msg); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func flagsOf(req *v1.WriteRequest) zns.Flags {
+	return zns.Flags{FUA: req.GetFua(), Overwrite: req.GetOverwrite()}
+}
+
+// Write serves writes up to the unary limit.
+func (s *Service) Write(ctx context.Context, req *v1.WriteRequest) (*v1.WriteResponse, error) {
+	d, err := s.device(req.GetDevice())
+	if err != nil {
+		return nil, err
+	}
+	n, err := d.blocksOf("data", req.GetData())
+	if err != nil {
+		return nil, err
+	}
+	if len(req.GetData()) > daemon.MaxUnaryData {
+		return nil, &zerr.InvalidArgumentError{Field: "data", Reason: fmt.Sprintf("%d bytes exceed the %d-byte unary limit; use WriteStream", len(req.GetData()), daemon.MaxUnaryData)}
+	}
+	if err := s.authorizeRange(ctx, d, req.GetLba(), n); err != nil {
+		return nil, err
+	}
+	res, err := s.write(ctx, d, "write", req.GetLba(), req.GetData(), flagsOf(req))
+	if err != nil {
+		return nil, err
+	}
+	return &v1.WriteResponse{Blocks: n, WritePointer: s.zoneWP(d, req.GetLba()), LatencyNs: uint64(res.Latency())}, nil
+}
+
+// WriteStream serves writes of any size. The first message names device,
+// LBA and flags; every message carries data, written in order as it arrives.
+// An error says how many blocks were written before it.
+func (s *Service) WriteStream(stream v1.ZonedDevice_WriteStreamServer) error {
+	ctx := stream.Context()
+	first, err := stream.Recv()
+	if err != nil {
+		if errors.Is(err, io.EOF) {
+			return &zerr.InvalidArgumentError{Field: "stream", Reason: "no message"}
+		}
+		return err
+	}
+	d, err := s.device(first.GetDevice())
+	if err != nil {
+		return err
+	}
+	fl := flagsOf(first)
+	start := first.GetLba()
+	if total := uint64(first.GetTotalBlocks()); total > 0 {
+		if err := s.authorizeRange(ctx, d, start, total); err != nil {
+			return err
+		}
+	}
+	per := StreamChunkBytes
+	var buf []byte
+	written := uint64(0)
+	var lat time.Duration
+	flush := func(all bool) error {
+		for len(buf) >= per || (all && len(buf) > 0) {
+			piece := buf[:min(per, len(buf))]
+			n, err := d.blocksOf("data", piece)
+			if err != nil {
+				return err
+			}
+			lba := start + written
+			if err := s.authorizeRange(ctx, d, lba, n); err != nil {
+				return err
+			}
+			res, err := s.write(ctx, d, "write", lba, piece, fl)
+			if err != nil {
+				return err
+			}
+			lat += res.Latency()
+			written += n
+			buf = buf[len(piece):]
+		}
+		return nil
+	}
+	msg := first
+	for {
+		buf = append(buf, msg.GetData()...)
+		if err := flush(false); err != nil {
+			return fmt.Errorf("write stream stopped at LBA %d after %d blocks: %w", start+written, written, err)
+		}
+		msg, err = stream.Recv()
+		if errors.Is(err, io.EOF) {
+			break
+		}
+		if err != nil {
+			return err
+		}
+	}
+	if err := flush(true); err != nil {
+		return fmt.Errorf("write stream stopped at LBA %d after %d blocks: %w", start+written, written, err)
+	}
+	if written == 0 {
+		return &zerr.InvalidArgumentError{Field: "data", Reason: "is empty"}
+	}
+	return stream.SendAndClose(&v1.WriteResponse{Blocks: written, WritePointer: s.zoneWP(d, start), LatencyNs: uint64(lat)})
+}
+
+// Append writes at the zone's write pointer and returns the LBA written.
+func (s *Service) Append(ctx context.Context, req *v1.AppendRequest) (*v1.AppendResponse, error) {
+	d, err := s.device(req.GetDevice())
+	if err != nil {
+		return nil, err
+	}
+	n, err := d.blocksOf("data", req.GetData())
+	if err != nil {
+		return nil, err
+	}
+	if len(req.GetData()) > daemon.MaxUnaryData {
+		return nil, &zerr.InvalidArgumentError{Field: "data", Reason: fmt.Sprintf("%d bytes exceed the %d-byte append limit", len(req.GetData()), daemon.MaxUnaryData)}
+	}
+	if err := s.authorizeZone(ctx, d, req.GetZone()); err != nil {
+		return nil, err
+	}
+	zone := uint64(req.GetZone())
+	if _, err := d.adm.Admit(ctx, d.idx, zone, int(n)); err != nil {
+		return nil, err
+	}
+	var lba uint64
+	res, err := s.io(ctx, d, "append", len(req.GetData()), func() (zns.IOResult, error) {
+		var r zns.IOResult
+		var e error
+		lba, r, e = d.dev.Append(ctx, zone*d.geo.zoneSize, req.GetData(), zns.Flags{FUA: req.GetFua()})
+		return r, e
+	})
+	if err != nil {
+		return nil, err
+	}
+	d.adm.Complete(int(n), res.Latency())
+	return &v1.AppendResponse{Lba: lba, LatencyNs: uint64(res.Latency())}, nil
+}
+
+// SimpleCopy copies source ranges to one contiguous destination.
+func (s *Service) SimpleCopy(ctx context.Context, req *v1.SimpleCopyRequest) (*v1.SimpleCopyResponse, error) {
+	d, err := s.device(req.GetDevice())
+	if err != nil {
+		return nil, err
+	}
+	if len(req.GetSources()) == 0 {
+		return nil, &zerr.InvalidArgumentError{Field: "sources", Reason: "is empty"}
+	}
+	var ranges []zns.Range
+	var total uint64
+	for _, r := range req.GetSources() {
+		if err := s.authorizeRange(ctx, d, r.GetLba(), uint64(r.GetBlocks())); err != nil {
+			return nil, err
+		}
+		ranges = append(ranges, zns.Range{LBA: r.GetLba(), Count: uint64(r.GetBlocks())})
+		total += uint64(r.GetBlocks())
+	}
+	if err := s.authorizeRange(ctx, d, req.GetDestLba(), total); err != nil {
+		return nil, err
+	}
+	res, err := s.io(ctx, d, "copy", int(total)*d.geo.bs, func() (zns.IOResult, error) {
+		return d.dev.SimpleCopy(ctx, ranges, req.GetDestLba())
+	})
+	if err != nil {
+		return nil, err
+	}
+	return &v1.SimpleCopyResponse{Blocks: total, LatencyNs: uint64(res.Latency())}, nil
+}
+
+// TLOpen opens a zone for threaded logging.
+func (s *Service) TLOpen(ctx context.Context, req *v1.TLOpenRequest) (*v1.TLOpenResponse, error) {
+	d, err := s.device(req.GetDevice())
+	if err != nil {
+		return nil, err
+	}
+	if err := s.authorizeZone(ctx, d, req.GetZone()); err != nil {
+		return nil, err
+	}
+	var mode zns.TLMode
+	switch req.GetMode() {
+	case v1.PlugMode_PLUG_MODE_LBA_ORDERED, v1.PlugMode_PLUG_MODE_UNSPECIFIED:
+		mode = zns.LBAOrdered
+	case v1.PlugMode_PLUG_MODE_PPA_ORDERED:
+		mode = zns.PPAOrdered
+	default:
+		return nil, &zerr.InvalidArgumentError{Field: "mode", Reason: fmt.Sprintf("unknown plugging mode %d", req.GetMode())}
+	}
+	if _, err := d.dev.TLOpen(ctx, uint64(req.GetZone()), req.GetValidBitmap(), mode); err != nil {
+		return nil, err
+	}
+	return &v1.TLOpenResponse{}, nil
+}

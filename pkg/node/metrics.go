@@ -1,0 +1,142 @@
+package node
+
+import (
+	"fmt"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/zonefleet/zonefleet/pkg/rpcerr"
+)
+
+// metrics of the node: request counters and modelled-latency histograms by
+// device, namespace and operation, and the devices' statistics read at scrape
+// time. Labels are bounded: device index, namespace, operation, zone state,
+// chip index (at most a few dozen per device), copy path.
+type metrics struct {
+	s          *Service
+	ops        *prometheus.CounterVec
+	bytes      *prometheus.CounterVec
+	latency    *prometheus.HistogramVec
+	errors     *prometheus.CounterVec
+	copied     *prometheus.CounterVec
+	peerPushed *prometheus.CounterVec
+
+	zones, activeZones, openZones, maxActive, maxOpen, cacheBytes, cacheCap, waf, chipUtil, ipuUsed, ipuBudget *prometheus.Desc
+	cacheStalls, cacheStallSec, admStalls, admStallSec, hostBlocks, nandPages, erases, plugged, devCopied      *prometheus.Desc
+}
+
+func newMetrics(s *Service) *metrics {
+	d := func(name, help string, labels ...string) *prometheus.Desc {
+		return prometheus.NewDesc("zonefleet_node_"+name, help, append([]string{"device"}, labels...), nil)
+	}
+	return &metrics{
+		s: s,
+		ops: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "zonefleet_node_io_total",
+			Help: "I/O requests served, by device, namespace and operation."}, []string{"device", "namespace", "op"}),
+		bytes: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "zonefleet_node_io_bytes_total",
+			Help: "Bytes moved by I/O requests, by device, namespace and operation."}, []string{"device", "namespace", "op"}),
+		latency: prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: "zonefleet_node_io_latency_seconds",
+			Help:    "Modelled device latency of I/O requests, by device, namespace and operation.",
+			Buckets: prometheus.ExponentialBuckets(10e-6, 3, 12)}, []string{"device", "namespace", "op"}),
+		errors: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "zonefleet_node_io_errors_total",
+			Help: "Failed I/O requests, by device, operation and gRPC code."}, []string{"device", "op", "code"}),
+		copied: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "zonefleet_node_compaction_blocks_total",
+			Help: "Blocks moved by zone compactions served here, by path (copyback, read_program, remote)."}, []string{"device", "path"}),
+		peerPushed: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "zonefleet_node_peer_pushed_blocks_total",
+			Help: "Blocks this node pushed to peer nodes for cross-node compaction."}, []string{"device"}),
+
+		zones:         d("zones", "Zones by state.", "state"),
+		activeZones:   d("active_zones", "Active zones (open or closed)."),
+		openZones:     d("open_zones", "Open zones."),
+		maxActive:     d("max_active_zones", "Active-zone limit (MAR)."),
+		maxOpen:       d("max_open_zones", "Open-zone limit (MOR)."),
+		cacheBytes:    d("write_cache_bytes", "Bytes in the write cache."),
+		cacheCap:      d("write_cache_capacity_bytes", "Write cache size."),
+		waf:           d("waf_ratio", "Write amplification: NAND blocks programmed per host block written."),
+		chipUtil:      d("chip_utilization_ratio", "Share of modelled time a chip was busy.", "chip"),
+		ipuUsed:       d("ipu_used_blocks", "Blocks used in the in-place-update region."),
+		ipuBudget:     d("ipu_budget_blocks", "In-place-update budget."),
+		cacheStalls:   d("write_cache_stalls_total", "Writes that waited for write-cache space."),
+		cacheStallSec: d("write_cache_stall_seconds_total", "Modelled time writes waited for write-cache space."),
+		admStalls:     d("admission_stalls_total", "Writes paced by write admission control."),
+		admStallSec:   d("admission_stall_seconds_total", "Modelled time writes were paced by admission control."),
+		hostBlocks:    d("host_written_blocks_total", "Blocks written by hosts."),
+		nandPages:     d("nand_programmed_pages_total", "Flash pages programmed."),
+		erases:        d("erases_total", "Flash block erases."),
+		plugged:       d("plugged_blocks_total", "Blocks plugged by threaded logging, by when (on_demand, background).", "when"),
+		devCopied:     d("device_copied_blocks_total", "Blocks copied inside the device, by path (copyback, read_program).", "path"),
+	}
+}
+
+// Register adds the node's metrics to reg.
+func (m *metrics) Register(reg prometheus.Registerer) error {
+	for _, c := range []prometheus.Collector{m.ops, m.bytes, m.latency, m.errors, m.copied, m.peerPushed, m} {
+		if err := reg.Register(c); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func (m *metrics) observe(dev uint32, ns, op string, bytes int, lat time.Duration, err error) {
+	dl := fmt.Sprint(dev)
+	if err != nil {
+		m.errors.WithLabelValues(dl, op, rpcerr.Code(err).String()).Inc()
+		return
+	}
+	m.ops.WithLabelValues(dl, ns, op).Inc()
+	m.bytes.WithLabelValues(dl, ns, op).Add(float64(bytes))
+	m.latency.WithLabelValues(dl, ns, op).Observe(lat.Seconds())
+}
+
+// Describe implements prometheus.Collector for the device statistics.
+func (m *metrics) Describe(ch chan<- *prometheus.Desc) {
+	for _, d := range []*prometheus.Desc{m.zones, m.activeZones, m.openZones, m.maxActive, m.maxOpen, m.cacheBytes, m.cacheCap,
+		m.waf, m.chipUtil, m.ipuUsed, m.ipuBudget, m.cacheStalls, m.cacheStallSec, m.admStalls, m.admStallSec, m.hostBlocks,
+		m.nandPages, m.erases, m.plugged, m.devCopied} {
+		ch <- d
+	}
+}
+
+// Collect reads every device's log page.
+func (m *metrics) Collect(ch chan<- prometheus.Metric) {
+	g := func(d *prometheus.Desc, v float64, l ...string) {
+		ch <- prometheus.MustNewConstMetric(d, prometheus.GaugeValue, v, l...)
+	}
+	c := func(d *prometheus.Desc, v float64, l ...string) {
+		ch <- prometheus.MustNewConstMetric(d, prometheus.CounterValue, v, l...)
+	}
+	for _, dv := range m.s.devs {
+		dl := fmt.Sprint(dv.idx)
+		l := dv.dev.Log()
+		id := dv.dev.Identify()
+		for _, st := range []string{"empty", "implicitly-open", "explicitly-open", "closed", "full", "read-only", "offline"} {
+			g(m.zones, float64(l.ZonesPerState[st]), dl, st)
+		}
+		g(m.activeZones, float64(l.ActiveZones), dl)
+		g(m.openZones, float64(l.OpenZones), dl)
+		g(m.maxActive, float64(id.MaxActive), dl)
+		g(m.maxOpen, float64(id.MaxOpen), dl)
+		g(m.cacheBytes, float64(l.CacheBytes), dl)
+		g(m.cacheCap, float64(l.CacheCapacity), dl)
+		g(m.waf, l.WAF, dl)
+		for i, u := range l.ChipUtilization {
+			g(m.chipUtil, u, dl, fmt.Sprint(i))
+		}
+		g(m.ipuUsed, float64(l.IPUUsed), dl)
+		g(m.ipuBudget, float64(l.IPUBudget), dl)
+		c(m.cacheStalls, float64(l.CacheStalls), dl)
+		c(m.cacheStallSec, l.CacheStallTime.Seconds(), dl)
+		n, t := dv.adm.Stalls()
+		c(m.admStalls, float64(n), dl)
+		c(m.admStallSec, t.Seconds(), dl)
+		c(m.hostBlocks, float64(l.HostBlocksWritten), dl)
+		c(m.nandPages, float64(l.NANDPagesProgrammed), dl)
+		c(m.erases, float64(l.Erases), dl)
+		c(m.plugged, float64(l.PluggedOnDemand), dl, "on_demand")
+		c(m.plugged, float64(l.PluggedBackground), dl, "background")
+		chunk := float64(dv.dev.Geometry().ChunkBlocks)
+		c(m.devCopied, float64(l.CopybackChunks)*chunk, dl, "copyback")
+		c(m.devCopied, float64(l.ReadProgramBlocks), dl, "read_program")
+	}
+}

@@ -1,0 +1,194 @@
+package node
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"github.com/spf13/pflag"
+	v1 "github.com/zonefleet/zonefleet/api/zonefleet/v1"
+	"github.com/zonefleet/zonefleet/pkg/buildinfo"
+	"github.com/zonefleet/zonefleet/pkg/clock"
+	"github.com/zonefleet/zonefleet/pkg/daemon"
+	"github.com/zonefleet/zonefleet/pkg/flash"
+	"github.com/zonefleet/zonefleet/pkg/zerr"
+	"github.com/zonefleet/zonefleet/pkg/zns"
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.uber.org/zap"
+)
+
+// Options of a node process.
+type Options struct {
+	Config
+	DataDir   string
+	Devices   int
+	Device    flash.Config
+	Clock     string
+	TimeScale float64
+	Etcd      string // comma-separated endpoints
+	LeaseTTL  time.Duration
+	Advertise string // address other processes dial; default the listen address
+}
+
+// DefaultOptions are the defaults of the ssdnode flags.
+func DefaultOptions() Options {
+	return Options{
+		Config:  Config{ID: "node-1", Admission: AdmissionConfig{Enabled: true}},
+		DataDir: "./data", Devices: 1, Device: flash.Defaults(), Clock: "realtime", TimeScale: 1,
+		Etcd: "127.0.0.1:2379", LeaseTTL: 5 * time.Second,
+	}
+}
+
+// AddFlags registers every node and drive knob as a flag.
+func AddFlags(fs *pflag.FlagSet, o *Options) {
+	fs.StringVar(&o.ID, "id", o.ID, "node id, unique in the cluster")
+	fs.StringVar(&o.DataDir, "data", o.DataDir, "directory of the backing files (dev<N>.zns and its journal)")
+	fs.IntVar(&o.Devices, "devices", o.Devices, "number of emulated drives")
+	fs.StringVar(&o.Etcd, "etcd-endpoints", o.Etcd, "comma-separated etcd endpoints")
+	fs.BoolVar(&o.Standalone, "standalone", o.Standalone, "run without etcd and arbiter: no registration, every namespace may use every zone")
+	fs.StringVar(&o.AdminToken, "admin-token", o.AdminToken, "token for admin calls (ReportZones of all zones, select-all, GetLog, peer copy); empty = no check")
+	fs.StringVar(&o.Advertise, "advertise-addr", o.Advertise, "address other processes use to reach this node (default: the listen address)")
+	fs.DurationVar(&o.LeaseTTL, "lease-ttl", o.LeaseTTL, "etcd lease of the node's registration")
+	fs.BoolVar(&o.Admission.Enabled, "admission-control", o.Admission.Enabled, "eZNS write admission control (pace busy writers by the write-cache latency)")
+	fs.IntVar(&o.QueueSlots, "queue-slots", o.QueueSlots, "requests a device serves at once, shared by namespaces round robin (0 = two per chip)")
+	fs.StringVar(&o.Clock, "clock", o.Clock, "timing clock: realtime (completions at their modelled time), virtual or off")
+	fs.Float64Var(&o.TimeScale, "time-scale", o.TimeScale, "realtime clock: wall time per modelled time (2 = run the model at half speed)")
+
+	c := &o.Device
+	fs.IntVar(&c.Channels, "channels", c.Channels, "flash channels")
+	fs.IntVar(&c.Ways, "ways", c.Ways, "chips per channel")
+	fs.IntVar(&c.PagesPerBlock, "pages-per-block", c.PagesPerBlock, "flash pages per block")
+	fs.IntVar(&c.PageSize, "page-size", c.PageSize, "flash page (chunk) size in bytes")
+	fs.IntVar(&c.BlockSize, "block-size", c.BlockSize, "logical block size in bytes")
+	fs.IntVar(&c.BlocksPerChip, "blocks-per-chip", c.BlocksPerChip, "flash blocks per chip")
+	fs.IntVar(&c.SpareBlocksPerChip, "spare-blocks-per-chip", c.SpareBlocksPerChip, "flash blocks per chip kept for LogFBGs and lazy erase")
+	fs.IntVar(&c.DZone, "dzone", c.DZone, "zone interleaving degree: chips per zone (1 = single-die zones)")
+	fs.IntVar(&c.ZoneCapacity, "zone-capacity", c.ZoneCapacity, "zone capacity in blocks (0 = zone size)")
+	fs.IntVar(&c.MaxOpenZones, "max-open-zones", c.MaxOpenZones, "open-zone limit MOR (0 = none)")
+	fs.IntVar(&c.MaxActiveZones, "max-active-zones", c.MaxActiveZones, "active-zone limit MAR (0 = none)")
+	fs.Int64Var(&c.WriteCacheBytes, "write-cache-bytes", c.WriteCacheBytes, "shared write cache size")
+	fs.IntVar(&c.IPUBudgetBlocks, "ipu-budget-blocks", c.IPUBudgetBlocks, "in-place-update budget in blocks")
+	fs.IntVar(&c.CopybackThreshold, "copyback-threshold", c.CopybackThreshold, "consecutive copybacks of a page before a read-and-program (0 = unlimited)")
+	fs.StringVar(&c.Media, "media", c.Media, "media preset: TLC, MLC or ZNAND (ZNS+ Table 2)")
+	fs.DurationVar(&c.ReadLatency, "read-latency", c.ReadLatency, "page read latency (0 = preset)")
+	fs.DurationVar(&c.ProgramLatency, "program-latency", c.ProgramLatency, "page program latency (0 = preset)")
+	fs.DurationVar(&c.DMALatency, "dma-latency", c.DMALatency, "page transfer latency on a channel (0 = preset)")
+	fs.DurationVar(&c.EraseLatency, "erase-latency", c.EraseLatency, "block erase latency (0 = preset)")
+	fs.Float64Var(&c.CopybackRatio, "copyback-ratio", c.CopybackRatio, "copyback latency / read-and-program latency (0 = preset)")
+	fs.Int64Var(&c.HostLinkBytesPerSec, "host-link-bytes-per-second", c.HostLinkBytesPerSec, "host link bandwidth")
+}
+
+// OpenDevices opens (or on first start creates) the node's backing files.
+func OpenDevices(o Options, clk clock.Clock) ([]*zns.Device, error) {
+	if o.Devices < 1 {
+		return nil, &zerr.InvalidArgumentError{Field: "devices", Reason: "must be at least 1"}
+	}
+	if err := os.MkdirAll(o.DataDir, 0o755); err != nil {
+		return nil, fmt.Errorf("data directory: %w", err)
+	}
+	var devs []*zns.Device
+	for i := 0; i < o.Devices; i++ {
+		path := filepath.Join(o.DataDir, fmt.Sprintf("dev%d.zns", i))
+		d, err := zns.OpenOrCreate(path, o.Device, clk)
+		if err != nil {
+			for _, d := range devs {
+				_ = d.Close()
+			}
+			return nil, fmt.Errorf("device %d (%s): %w", i, path, err)
+		}
+		devs = append(devs, d)
+	}
+	return devs, nil
+}
+
+// EtcdClient connects to etcd, waiting up to wait for it to answer.
+func EtcdClient(ctx context.Context, endpoints string, wait time.Duration) (*clientv3.Client, error) {
+	eps := strings.Split(endpoints, ",")
+	cli, err := clientv3.New(clientv3.Config{Endpoints: eps, DialTimeout: 5 * time.Second, Logger: zap.NewNop()})
+	if err != nil {
+		return nil, &zerr.UnavailableError{What: "etcd " + endpoints, Reason: err.Error()}
+	}
+	deadline := time.Now().Add(wait)
+	for {
+		sctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+		_, err = cli.Get(sctx, "/zonefleet/v1/ping")
+		cancel()
+		if err == nil {
+			return cli, nil
+		}
+		if time.Now().After(deadline) || ctx.Err() != nil {
+			_ = cli.Close()
+			return nil, &zerr.UnavailableError{What: "etcd " + endpoints, Reason: err.Error()}
+		}
+		time.Sleep(500 * time.Millisecond)
+	}
+}
+
+// Run serves the node on d until ctx ends, then unregisters and closes the devices.
+func Run(ctx context.Context, d *daemon.Daemon, o Options, log *slog.Logger) error {
+	clk, ok := clock.Parse(o.Clock, o.TimeScale)
+	if !ok {
+		return &zerr.InvalidArgumentError{Field: "clock", Reason: fmt.Sprintf("%q: want realtime, virtual or off", o.Clock)}
+	}
+	devs, err := OpenDevices(o, clk)
+	if err != nil {
+		return err
+	}
+	defer func() {
+		for i, dv := range devs {
+			if err := dv.Close(); err != nil {
+				log.Error("closing device", "device", i, "err", err)
+			}
+		}
+	}()
+
+	var cli *clientv3.Client
+	var grants *Grants
+	gctx, stopGrants := context.WithCancel(context.Background())
+	defer stopGrants()
+	if !o.Standalone {
+		if cli, err = EtcdClient(ctx, o.Etcd, 30*time.Second); err != nil {
+			return err
+		}
+		defer cli.Close()
+		if grants, err = WatchGrants(gctx, cli, o.ID, log); err != nil {
+			return err
+		}
+	}
+	svc, err := New(o.Config, devs, grants, log)
+	if err != nil {
+		return err
+	}
+	defer svc.Close()
+	if err := svc.Collector().Register(d.Registry); err != nil {
+		return err
+	}
+	v1.RegisterZonedDeviceServer(d.GRPC, svc)
+	d.AddHealthCheck("devices", svc.Healthy)
+	if o.AdminToken == "" {
+		log.Warn("no --admin-token: admin calls are open to every caller")
+	}
+
+	var reg *Registration
+	if !o.Standalone {
+		addr := o.Advertise
+		if addr == "" {
+			addr = d.GRPCAddr()
+		}
+		if reg, err = Register(ctx, cli, svc.Record(addr, buildinfo.Get().Version, time.Now()), o.LeaseTTL, log); err != nil {
+			return err
+		}
+		log.Info("registered", "node", o.ID, "addr", addr, "devices", len(devs))
+	}
+	runErr := d.Run(ctx)
+	if reg != nil {
+		if err := reg.Close(context.Background()); err != nil {
+			log.Warn("unregister", "err", err)
+		}
+	}
+	return runErr
+}

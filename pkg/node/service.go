@@ -1,0 +1,413 @@
+// Package node is the ssdnode service: it serves emulated ZNS+ drives
+// (pkg/zns) over the ZonedDevice gRPC API, enforces the arbiter's zone grants
+// per namespace, schedules each device's requests by weighted round robin
+// across namespaces, paces writes with eZNS write admission control, pushes
+// compaction data to peer nodes, and exports per-device metrics.
+package node
+
+import (
+	"context"
+	"crypto/subtle"
+	"fmt"
+	"log/slog"
+	"sync"
+	"time"
+
+	v1 "github.com/zonefleet/zonefleet/api/zonefleet/v1"
+	"github.com/zonefleet/zonefleet/pkg/clock"
+	"github.com/zonefleet/zonefleet/pkg/cluster"
+	"github.com/zonefleet/zonefleet/pkg/daemon"
+	"github.com/zonefleet/zonefleet/pkg/wire"
+	"github.com/zonefleet/zonefleet/pkg/zerr"
+	"github.com/zonefleet/zonefleet/pkg/zns"
+)
+
+// Config of the service.
+type Config struct {
+	ID         string
+	AdminToken string // "" = admin calls need no token (say so in the logs)
+	// Standalone: no arbiter; any namespace may use any zone.
+	Standalone bool
+	Admission  AdmissionConfig
+	// QueueSlots is how many requests one device serves at once (WRR slots);
+	// 0 = two per chip.
+	QueueSlots int
+}
+
+// Service implements v1.ZonedDeviceServer over local devices.
+type Service struct {
+	v1.UnimplementedZonedDeviceServer
+	cfg    Config
+	log    *slog.Logger
+	devs   []*device
+	grants *Grants // nil when standalone
+	peers  *peers
+	m      *metrics
+
+	opsMu sync.Mutex
+	ops   map[string]*compactionOp
+	opSeq uint64
+}
+
+type device struct {
+	idx uint32
+	dev *zns.Device
+	adm *Admission
+	wrr *WRR
+	geo identity
+}
+
+type identity struct {
+	zoneSize uint64
+	zoneCap  uint64
+	zones    uint64
+	bs       int
+}
+
+// New builds the service over devs (index i serves as device i). grants may
+// be nil only with cfg.Standalone.
+func New(cfg Config, devs []*zns.Device, grants *Grants, log *slog.Logger) (*Service, error) {
+	if len(devs) == 0 {
+		return nil, &zerr.InvalidArgumentError{Field: "devices", Reason: "at least one device is needed"}
+	}
+	if grants == nil && !cfg.Standalone {
+		return nil, &zerr.InvalidArgumentError{Field: "grants", Reason: "a node in a cluster needs the arbiter's grants (or run standalone)"}
+	}
+	s := &Service{cfg: cfg, log: log, grants: grants, ops: map[string]*compactionOp{}}
+	s.peers = newPeers(cfg.AdminToken)
+	for i, d := range devs {
+		id := d.Identify()
+		slots := cfg.QueueSlots
+		if slots <= 0 {
+			slots = 2 * id.Chips
+		}
+		s.devs = append(s.devs, &device{
+			idx: uint32(i), dev: d, adm: NewAdmission(d.Clock(), cfg.Admission), wrr: NewWRR(slots),
+			geo: identity{zoneSize: id.ZoneSize, zoneCap: id.ZoneCapacity, zones: id.Zones, bs: id.BlockSize},
+		})
+	}
+	s.m = newMetrics(s)
+	return s, nil
+}
+
+// Close stops the admission monitors and peer connections (devices are the caller's).
+func (s *Service) Close() {
+	for _, d := range s.devs {
+		d.adm.Close()
+	}
+	s.peers.close()
+}
+
+// SetAdmission switches write admission control on or off on every device.
+func (s *Service) SetAdmission(on bool) {
+	for _, d := range s.devs {
+		d.adm.SetEnabled(on)
+	}
+}
+
+// Collector returns the service's Prometheus collector (register it once).
+func (s *Service) Collector() *metrics { return s.m }
+
+// Healthy returns an error when a device cannot serve.
+func (s *Service) Healthy() error {
+	for _, d := range s.devs {
+		if _, err := d.dev.ReportZones(zns.StateAny, 0, 1); err != nil {
+			return fmt.Errorf("device %d: %w", d.idx, err)
+		}
+	}
+	return nil
+}
+
+// Record is the node's registration record.
+func (s *Service) Record(addr, version string, started time.Time) cluster.NodeRecord {
+	rec := cluster.NodeRecord{ID: s.cfg.ID, Addr: addr, Version: version, StartedAt: started}
+	for _, d := range s.devs {
+		id := d.dev.Identify()
+		g := d.dev.Geometry()
+		rec.Devices = append(rec.Devices, cluster.DeviceInfo{
+			Index: d.idx, Channels: uint32(g.Channels), Ways: uint32(g.Chips / g.Channels), DZone: uint32(g.DZone),
+			FCGs: uint32(g.NFCG), MAR: uint32(id.MaxActive), MOR: uint32(id.MaxOpen), BlockSize: uint32(id.BlockSize),
+			PageSize: uint32(id.PageSize), ZoneSize: id.ZoneSize, ZoneCapacity: id.ZoneCapacity, NumZones: uint32(id.Zones),
+			Media: id.Media,
+		})
+	}
+	return rec
+}
+
+func (s *Service) device(idx uint32) (*device, error) {
+	if int(idx) >= len(s.devs) {
+		return nil, &zerr.NotFoundError{Kind: "device", Name: fmt.Sprint(idx)}
+	}
+	return s.devs[idx], nil
+}
+
+func (s *Service) isAdmin(ctx context.Context) bool {
+	if s.cfg.AdminToken == "" {
+		return true
+	}
+	return subtle.ConstantTimeCompare([]byte(wire.Token(ctx)), []byte(s.cfg.AdminToken)) == 1
+}
+
+func (s *Service) requireAdmin(ctx context.Context, what string) error {
+	if s.isAdmin(ctx) {
+		return nil
+	}
+	return &zerr.UnauthenticatedError{Reason: what + " needs the node's admin token (metadata " + wire.TokenKey + ")"}
+}
+
+// authorizeZones checks that the caller may do I/O on every zone in [first, last].
+func (s *Service) authorizeZones(ctx context.Context, d *device, first, last uint64) error {
+	if s.grants == nil || s.isAdmin(ctx) && s.cfg.AdminToken != "" {
+		return nil
+	}
+	ns := wire.Namespace(ctx)
+	for z := first; z <= last && z < d.geo.zones; z++ {
+		if err := s.grants.Check(ns, d.idx, uint32(z)); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// authorizeRange checks blocks [lba, lba+n) after validating the range.
+func (s *Service) authorizeRange(ctx context.Context, d *device, lba, n uint64) error {
+	if n == 0 {
+		return &zerr.InvalidArgumentError{Field: "blocks", Reason: "must be at least 1"}
+	}
+	end := d.geo.zones * d.geo.zoneSize
+	if lba >= end || n > end-lba {
+		return &zerr.OutOfRangeError{LBA: lba, Count: n, Limit: end}
+	}
+	return s.authorizeZones(ctx, d, lba/d.geo.zoneSize, (lba+n-1)/d.geo.zoneSize)
+}
+
+func (s *Service) authorizeZone(ctx context.Context, d *device, zone uint32) error {
+	if uint64(zone) >= d.geo.zones {
+		return &zerr.OutOfRangeError{LBA: uint64(zone) * d.geo.zoneSize, Count: 1, Limit: d.geo.zones * d.geo.zoneSize}
+	}
+	return s.authorizeZones(ctx, d, uint64(zone), uint64(zone))
+}
+
+// Identify answers nvme zns id-ns.
+func (s *Service) Identify(_ context.Context, req *v1.IdentifyRequest) (*v1.IdentifyResponse, error) {
+	d, err := s.device(req.GetDevice())
+	if err != nil {
+		return nil, err
+	}
+	id := d.dev.Identify()
+	g := d.dev.Geometry()
+	c := d.dev.Config()
+	return &v1.IdentifyResponse{
+		NodeId: s.cfg.ID, Device: d.idx, BlockSize: uint32(id.BlockSize), PageSize: uint32(id.PageSize),
+		Channels: uint32(g.Channels), Ways: uint32(g.Chips / g.Channels), PagesPerBlock: uint32(g.PagesPerBlock),
+		BlocksPerChip: uint32(g.FBGsPerFCG), Dzone: uint32(g.DZone), NumZones: uint32(id.Zones),
+		ZoneSize: id.ZoneSize, ZoneCapacity: id.ZoneCapacity, MaxOpenZones: uint32(id.MaxOpen),
+		MaxActiveZones: uint32(id.MaxActive), Media: mediaPB(id.Media),
+		Timing: &v1.Timing{
+			ReadNs: uint64(c.ReadLatency), ProgramNs: uint64(c.ProgramLatency), DmaNs: uint64(c.DMALatency),
+			EraseNs: uint64(c.EraseLatency), CopybackRatio: c.CopybackRatio, HostLinkBytesPerSecond: uint64(c.HostLinkBytesPerSec),
+		},
+		Clock: clockPB(d.dev.Clock().Kind()), TimeScale: timeScale(d.dev.Clock()), WriteCacheBytes: uint64(c.WriteCacheBytes),
+		IpuBudgetBlocks: uint64(id.IPUBudget), CopybackThreshold: uint32(c.CopybackThreshold), TotalBlocks: id.TotalLBAs,
+		MaxUnaryBytes: daemon.MaxUnaryData, FormatVersion: id.UUID,
+	}, nil
+}
+
+func timeScale(c clock.Clock) float64 {
+	if s, ok := c.(interface{ Scale() float64 }); ok {
+		return s.Scale()
+	}
+	return 1
+}
+
+func mediaPB(m string) v1.Media {
+	switch m {
+	case "TLC":
+		return v1.Media_MEDIA_TLC
+	case "MLC":
+		return v1.Media_MEDIA_MLC
+	case "ZNAND":
+		return v1.Media_MEDIA_ZNAND
+	}
+	return v1.Media_MEDIA_UNSPECIFIED
+}
+
+func clockPB(k clock.Kind) v1.ClockKind {
+	switch k {
+	case clock.KindRealtime:
+		return v1.ClockKind_CLOCK_KIND_REALTIME
+	case clock.KindVirtual:
+		return v1.ClockKind_CLOCK_KIND_VIRTUAL
+	case clock.KindOff:
+		return v1.ClockKind_CLOCK_KIND_OFF
+	}
+	return v1.ClockKind_CLOCK_KIND_UNSPECIFIED
+}
+
+// IdentifyMapping answers ZNS+ identify_mapping.
+func (s *Service) IdentifyMapping(_ context.Context, req *v1.IdentifyMappingRequest) (*v1.IdentifyMappingResponse, error) {
+	d, err := s.device(req.GetDevice())
+	if err != nil {
+		return nil, err
+	}
+	m := d.dev.IdentifyMapping()
+	chunksPerZone := uint32(m.ZoneBlocks / uint64(m.ChunkBlocks))
+	return &v1.IdentifyMappingResponse{
+		BlocksPerChunk: uint32(m.ChunkBlocks), ChunksPerZone: chunksPerZone, Dzone: uint32(m.DZone), Fcgs: uint32(m.NFCG),
+		Fields: []*v1.MappingField{
+			{Name: "chunk_shift", Lsb: 0, Width: uint32(m.ChunkShift), Description: "LBA bits below the logical chunk address (LBA >> chunk_shift = chunk)"},
+			{Name: "chip", Lsb: uint32(m.ChipIDShift), Width: uint32(m.ChipIDBits), Description: "chip within the zone's chip group, from the chunk address"},
+			{Name: "fcg", Lsb: uint32(m.FCGIDShift), Width: uint32(m.FCGIDBits), Description: "flash chip group (zone index mod fcgs), from the chunk address"},
+		},
+		Formula: fmt.Sprintf("chunk = LBA >> %d; chip = fcg*%d + (chunk >> %d & %#x); fcg = (chunk >> %d) & %#x (= zone %% %d)",
+			m.ChunkShift, m.DZone, m.ChipIDShift, (1<<m.ChipIDBits)-1, m.FCGIDShift, (1<<m.FCGIDBits)-1, m.NFCG),
+	}, nil
+}
+
+var stateToPB = map[zns.ZoneState]v1.ZoneState{
+	zns.StateEmpty: v1.ZoneState_ZONE_STATE_EMPTY, zns.StateImplicitOpen: v1.ZoneState_ZONE_STATE_IMPLICIT_OPEN,
+	zns.StateExplicitOpen: v1.ZoneState_ZONE_STATE_EXPLICIT_OPEN, zns.StateClosed: v1.ZoneState_ZONE_STATE_CLOSED,
+	zns.StateFull: v1.ZoneState_ZONE_STATE_FULL, zns.StateReadOnly: v1.ZoneState_ZONE_STATE_READ_ONLY,
+	zns.StateOffline: v1.ZoneState_ZONE_STATE_OFFLINE,
+}
+
+func stateFromPB(s v1.ZoneState) (zns.ZoneState, error) {
+	if s == v1.ZoneState_ZONE_STATE_UNSPECIFIED {
+		return zns.StateAny, nil
+	}
+	for k, v := range stateToPB {
+		if v == s {
+			return k, nil
+		}
+	}
+	return 0, &zerr.InvalidArgumentError{Field: "state", Reason: fmt.Sprintf("unknown zone state %d", s)}
+}
+
+// ReportZones lists zones: all of them for an admin, the caller's granted zones otherwise.
+func (s *Service) ReportZones(ctx context.Context, req *v1.ReportZonesRequest) (*v1.ReportZonesResponse, error) {
+	d, err := s.device(req.GetDevice())
+	if err != nil {
+		return nil, err
+	}
+	filter, err := stateFromPB(req.GetState())
+	if err != nil {
+		return nil, err
+	}
+	max := int(req.GetMaxZones())
+	if max <= 0 || max > 65536 {
+		max = 65536
+	}
+	admin := s.grants == nil || s.isAdmin(ctx) && s.cfg.AdminToken != ""
+	ns := wire.Namespace(ctx)
+	resp := &v1.ReportZonesResponse{}
+	start := uint64(req.GetStartZone())
+	for start < d.geo.zones && len(resp.Zones) < max {
+		zones, err := d.dev.ReportZones(filter, start, max-len(resp.Zones))
+		if err != nil {
+			return nil, err
+		}
+		if len(zones) == 0 {
+			start = d.geo.zones
+			break
+		}
+		for _, z := range zones {
+			start = z.Index + 1
+			if !admin && s.grants.Check(ns, d.idx, uint32(z.Index)) != nil {
+				continue
+			}
+			resp.Zones = append(resp.Zones, &v1.ZoneDescriptor{
+				Index: uint32(z.Index), StartLba: z.Start, Capacity: z.Capacity, WritePointer: z.WP,
+				State: stateToPB[z.State], ThreadedLogging: z.TL, Fcg: uint32(z.Index % uint64(d.dev.Geometry().NFCG)),
+			})
+		}
+	}
+	resp.NextStartZone = uint32(start)
+	resp.More = start < d.geo.zones
+	return resp, nil
+}
+
+var actionFromPB = map[v1.ZoneAction]zns.Action{
+	v1.ZoneAction_ZONE_ACTION_OPEN: zns.ActionOpen, v1.ZoneAction_ZONE_ACTION_CLOSE: zns.ActionClose,
+	v1.ZoneAction_ZONE_ACTION_FINISH: zns.ActionFinish, v1.ZoneAction_ZONE_ACTION_RESET: zns.ActionReset,
+	v1.ZoneAction_ZONE_ACTION_OFFLINE: zns.ActionOffline,
+}
+
+// ZoneManagement opens, closes, finishes, resets or offlines a zone (or all: admin only).
+func (s *Service) ZoneManagement(ctx context.Context, req *v1.ZoneManagementRequest) (*v1.ZoneManagementResponse, error) {
+	d, err := s.device(req.GetDevice())
+	if err != nil {
+		return nil, err
+	}
+	action, ok := actionFromPB[req.GetAction()]
+	if !ok {
+		return nil, &zerr.InvalidArgumentError{Field: "action", Reason: fmt.Sprintf("unknown zone action %d", req.GetAction())}
+	}
+	if req.GetSelectAll() {
+		if err := s.requireAdmin(ctx, "select-all zone management"); err != nil {
+			return nil, err
+		}
+	} else if err := s.authorizeZone(ctx, d, req.GetZone()); err != nil {
+		return nil, err
+	}
+	if action == zns.ActionOffline {
+		if err := s.requireAdmin(ctx, "taking a zone offline"); err != nil {
+			return nil, err
+		}
+	}
+	if _, err := d.dev.ZoneMgmt(ctx, uint64(req.GetZone()), action, req.GetSelectAll()); err != nil {
+		return nil, err
+	}
+	if action == zns.ActionReset || action == zns.ActionFinish {
+		d.adm.Forget(d.idx, uint64(req.GetZone()))
+	}
+	resp := &v1.ZoneManagementResponse{}
+	if !req.GetSelectAll() {
+		resp.AffectedZones = []uint32{req.GetZone()}
+	}
+	return resp, nil
+}
+
+// Flush makes acknowledged writes durable against a machine crash.
+func (s *Service) Flush(ctx context.Context, req *v1.FlushRequest) (*v1.FlushResponse, error) {
+	d, err := s.device(req.GetDevice())
+	if err != nil {
+		return nil, err
+	}
+	if _, err := d.dev.Flush(ctx); err != nil {
+		return nil, err
+	}
+	return &v1.FlushResponse{}, nil
+}
+
+// GetLog returns the device's statistics page (admin).
+func (s *Service) GetLog(ctx context.Context, req *v1.GetLogRequest) (*v1.GetLogResponse, error) {
+	d, err := s.device(req.GetDevice())
+	if err != nil {
+		return nil, err
+	}
+	if err := s.requireAdmin(ctx, "GetLog"); err != nil {
+		return nil, err
+	}
+	l := d.dev.Log()
+	chunk := uint64(d.dev.Geometry().ChunkBlocks)
+	resp := &v1.GetLogResponse{
+		HostBlocksWritten: l.HostBlocksWritten, HostBlocksRead: l.HostBlocksRead, NandPagesProgrammed: l.NANDPagesProgrammed,
+		NandPagesRead: l.NANDPagesRead, Waf: l.WAF, CopybackBlocks: l.CopybackChunks * chunk, ReadProgramBlocks: l.ReadProgramBlocks,
+		PluggedOnDemand: l.PluggedOnDemand, PluggedBackground: l.PluggedBackground, CacheBytes: uint64(l.CacheBytes),
+		CacheCapacityBytes: uint64(l.CacheCapacity), CacheStalls: uint64(l.CacheStalls), CacheStallNs: uint64(l.CacheStallTime),
+		Erases: l.Erases, ZonesByState: map[string]uint32{}, OpenZones: uint32(l.OpenZones), ActiveZones: uint32(l.ActiveZones),
+		IpuBudgetBlocks: l.IPUBudget, IpuUsedBlocks: l.IPUUsed, ElapsedNs: uint64(l.Now),
+		MaxEraseCount: l.EraseCountMax, MinEraseCount: l.EraseCountMin,
+	}
+	for k, v := range l.ZonesPerState {
+		resp.ZonesByState[k] = uint32(v)
+	}
+	for i, b := range l.ChipBusy {
+		cs := &v1.ChipStats{Chip: uint32(i), BusyNs: uint64(b)}
+		if i < len(l.ChipUtilization) {
+			cs.Utilization = l.ChipUtilization[i]
+		}
+		resp.Chips = append(resp.Chips, cs)
+	}
+	return resp, nil
+}
