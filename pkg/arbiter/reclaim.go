@@ -24,11 +24,12 @@ type CopyRange struct {
 // reclaim (eZNS §4.4.4). The node service implements it over gRPC.
 type Compactor interface {
 	// WrittenBlocks returns each zone's write pointer, in blocks from the zone start.
-	WrittenBlocks(ctx context.Context, zones []cluster.PhysZone) ([]uint64, error)
-	// Compact copies ranges, in order, to the empty zone dst (appended at its
-	// write pointer) with zone_compaction; the source node pushes the data to
-	// dst's node when they differ. It returns when the copy is durable.
-	Compact(ctx context.Context, dst cluster.PhysZone, ranges []CopyRange) error
+	WrittenBlocks(ctx context.Context, namespace string, zones []cluster.PhysZone) ([]uint64, error)
+	// Compact copies ranges, in order, to the zone dst (appended at its write
+	// pointer) with zone_compaction; the source node pushes the data to dst's
+	// node when they differ. Every zone involved is granted to namespace. It
+	// returns when the copy is done.
+	Compact(ctx context.Context, namespace string, dst cluster.PhysZone, ranges []CopyRange) error
 }
 
 // ReclaimResult describes one reclaimed v-zone.
@@ -123,7 +124,7 @@ func (a *Arbiter) reclaimVZone(ctx context.Context, name string, id uint64) (Rec
 	var written []uint64
 	var total uint64
 	if a.comp != nil {
-		written, err = a.comp.WrittenBlocks(ctx, src.Zones)
+		written, err = a.comp.WrittenBlocks(ctx, name, src.Zones)
 		if err == nil && len(written) != len(src.Zones) {
 			err = &zerr.UnavailableError{What: "compactor", Reason: "wrong number of write pointers"}
 		}
@@ -179,7 +180,7 @@ func (a *Arbiter) reclaimVZone(ctx context.Context, name string, id uint64) (Rec
 				if len(plan[dst]) == 0 {
 					continue
 				}
-				if err = a.comp.Compact(ctx, dst, plan[dst]); err != nil {
+				if err = a.comp.Compact(ctx, name, dst, plan[dst]); err != nil {
 					break
 				}
 			}

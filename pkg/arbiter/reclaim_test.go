@@ -28,7 +28,7 @@ func newMemCompactor() *memCompactor {
 	return &memCompactor{data: map[cluster.PhysZone][]uint64{}, failSrc: map[cluster.PhysZone]bool{}}
 }
 
-func (c *memCompactor) WrittenBlocks(ctx context.Context, zones []cluster.PhysZone) ([]uint64, error) {
+func (c *memCompactor) WrittenBlocks(ctx context.Context, _ string, zones []cluster.PhysZone) ([]uint64, error) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	out := make([]uint64, len(zones))
@@ -38,7 +38,7 @@ func (c *memCompactor) WrittenBlocks(ctx context.Context, zones []cluster.PhysZo
 	return out, nil
 }
 
-func (c *memCompactor) Compact(ctx context.Context, dst cluster.PhysZone, ranges []CopyRange) error {
+func (c *memCompactor) Compact(ctx context.Context, _ string, dst cluster.PhysZone, ranges []CopyRange) error {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	for _, r := range ranges {
@@ -227,7 +227,7 @@ func TestCopyPlan(t *testing.T) {
 	plan := copyPlan(src, total, []StripeGroup{t1, t2}, 4096, zoneCap)
 	for _, g := range []StripeGroup{t1, t2} {
 		for _, d := range g.Zones {
-			require.NoError(t, comp.Compact(context.Background(), d, plan[d]))
+			require.NoError(t, comp.Compact(context.Background(), "ns", d, plan[d]))
 		}
 	}
 	for b := uint64(0); b < total; b++ {
