@@ -127,6 +127,7 @@ type term struct {
 	ix       *index
 	rev      int64 // mod revision of stateKey (0: absent)
 	stale    bool  // an etcd call had an unknown outcome; reload before the next op
+	ready    bool  // startup reconciliation done: serving requests
 }
 
 // New makes an arbiter; it does nothing until Run. comp may be nil, in which
@@ -250,9 +251,16 @@ func (a *Arbiter) runTerm(ctx context.Context) error {
 	if err := a.syncNodes(cctx, recs, nil, true); err != nil {
 		return err
 	}
+	if err := a.abortReclaims(cctx); err != nil {
+		return err
+	}
 	if err := a.reconcileGrants(cctx); err != nil {
 		return err
 	}
+	a.mu.Lock()
+	t.ready = true
+	a.mu.Unlock()
+	a.log.Info("serving as leader")
 	a.refreshMetrics()
 
 	wch := a.cli.Watch(clientv3.WithRequireLeader(cctx), cluster.NodesPrefix(), clientv3.WithPrefix(), clientv3.WithRev(resp.Header.Revision+1))
@@ -370,7 +378,7 @@ func (a *Arbiter) notLeader(ctx context.Context) error {
 func (a *Arbiter) IsLeader() bool {
 	a.mu.RLock()
 	defer a.mu.RUnlock()
-	return a.term != nil
+	return a.term != nil && a.term.ready
 }
 
 // LeaderAddr returns the address of the current leader ("" if none is elected).
@@ -397,8 +405,9 @@ func (a *Arbiter) snapshot(ctx context.Context) (*State, *index, error) {
 	if t != nil {
 		st, ix = t.state, t.ix
 	}
+	ready := t != nil && t.ready
 	a.mu.RUnlock()
-	if t == nil {
+	if !ready {
 		return nil, nil, a.notLeader(ctx)
 	}
 	return st, ix, nil
@@ -415,14 +424,28 @@ type mutation func(st *State, ix *index) ([]clientv3.Op, error)
 func (a *Arbiter) mutate(ctx context.Context, fn mutation) error {
 	a.opMu.Lock()
 	defer a.opMu.Unlock()
-	return a.mutateLocked(ctx, fn)
+	return a.mutateTerm(ctx, false, fn)
 }
 
+// mutateInternal is mutate for the leader's own startup reconciliation,
+// allowed before the term serves requests.
+func (a *Arbiter) mutateInternal(ctx context.Context, fn mutation) error {
+	a.opMu.Lock()
+	defer a.opMu.Unlock()
+	return a.mutateTerm(ctx, true, fn)
+}
+
+// mutateLocked is mutate with the op lock already held.
 func (a *Arbiter) mutateLocked(ctx context.Context, fn mutation) error {
+	return a.mutateTerm(ctx, false, fn)
+}
+
+func (a *Arbiter) mutateTerm(ctx context.Context, internal bool, fn mutation) error {
 	a.mu.RLock()
 	t := a.term
+	ok := t != nil && (t.ready || internal)
 	a.mu.RUnlock()
-	if t == nil {
+	if !ok {
 		return a.notLeader(ctx)
 	}
 	for attempt := 0; ; attempt++ {
@@ -504,7 +527,7 @@ func (a *Arbiter) refreshMetrics() {
 // full, every node of the state missing from up is gone.
 func (a *Arbiter) syncNodes(ctx context.Context, up map[string]cluster.NodeRecord, gone []string, full bool) error {
 	now := a.cfg.Now()
-	return a.mutate(ctx, func(st *State, ix *index) ([]clientv3.Op, error) {
+	return a.mutateInternal(ctx, func(st *State, ix *index) ([]clientv3.Op, error) {
 		e0, s0 := st.Essentials, st.Spares
 		for id, rec := range up {
 			n := st.Nodes[id]

@@ -809,8 +809,9 @@ func (a *Arbiter) Status(ctx context.Context) (Status, error) {
 	if t != nil {
 		st, ix = t.state, t.ix
 	}
+	ready := t != nil && t.ready
 	a.mu.RUnlock()
-	if t == nil {
+	if !ready {
 		return s, nil
 	}
 	s.Leader = true

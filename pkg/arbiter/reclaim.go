@@ -236,6 +236,50 @@ func (a *Arbiter) reclaimVZone(ctx context.Context, name string, id uint64) (Rec
 	return res, nil
 }
 
+// abortReclaims rolls back reclaims a previous leader left half done (its
+// pending target groups are released); CheckReclaim starts them again.
+func (a *Arbiter) abortReclaims(ctx context.Context) error {
+	a.mu.RLock()
+	t := a.term
+	var st *State
+	if t != nil {
+		st = t.state
+	}
+	a.mu.RUnlock()
+	if t == nil {
+		return a.notLeader(ctx)
+	}
+	found := false
+	for _, ns := range st.Namespaces {
+		for _, vz := range ns.VZones {
+			found = found || vz.Reclaiming || len(vz.Pending) > 0
+		}
+	}
+	if !found {
+		return nil
+	}
+	return a.mutateInternal(ctx, func(st *State, ix *index) ([]clientv3.Op, error) {
+		var ops []clientv3.Op
+		for _, name := range sortedKeys(st.Namespaces) {
+			ns := st.Namespaces[name]
+			for _, id := range sortedKeys(ns.VZones) {
+				vz := ns.VZones[id]
+				if !vz.Reclaiming && len(vz.Pending) == 0 {
+					continue
+				}
+				for _, g := range vz.Pending {
+					for _, z := range g.Zones {
+						ops = append(ops, grantDel(z))
+					}
+				}
+				vz.Pending, vz.Reclaiming = nil, false
+				a.log.Warn("rolled back an interrupted reclaim", "vzone", vzoneName(name, id))
+			}
+		}
+		return ops, nil
+	})
+}
+
 // copyPlan maps the first total logical blocks of src (RAID-0, src.StripeSize)
 // onto the target groups (filled one after the other, each RAID-0 with its
 // StripeSize) and returns, per destination zone, the source runs in

@@ -239,3 +239,68 @@ func TestCopyPlan(t *testing.T) {
 	assert.Equal(t, []CopyRange{{Src: z(0), SrcBlock: 0, Blocks: 1}, {Src: z(1), SrcBlock: 0, Blocks: 1},
 		{Src: z(0), SrcBlock: 1, Blocks: 1}, {Src: z(1), SrcBlock: 1, Blocks: 1}, {Src: z(0), SrcBlock: 2, Blocks: 1}, {Src: z(1), SrcBlock: 2, Blocks: 1}}, plan[z(10)])
 }
+
+// hookCompactor runs hook once, at the first Compact, and then fails it.
+type hookCompactor struct {
+	*memCompactor
+	once sync.Once
+	hook func()
+}
+
+func (h *hookCompactor) Compact(ctx context.Context, ns string, dst cluster.PhysZone, ranges []CopyRange) error {
+	fired := false
+	h.once.Do(func() { h.hook(); fired = true })
+	if fired {
+		return &zerr.UnavailableError{What: "node", Reason: "leader lost mid-reclaim"}
+	}
+	return h.memCompactor.Compact(ctx, ns, dst, ranges)
+}
+
+// TestLeaderLostMidReclaim: the leader loses its election key while a
+// reclaim copies data; its rollback is fenced off (no write as a deposed
+// leader), and the next leader rolls the half-done reclaim back and can redo it.
+func TestLeaderLostMidReclaim(t *testing.T) {
+	tc := newTestCluster(t)
+	mem := newMemCompactor()
+	hc := &hookCompactor{memCompactor: mem}
+	tc.comp = hc
+	tc.addNode("n0", []cluster.DeviceInfo{testDevice(0)}, false)
+	tc.addNode("n1", []cluster.DeviceInfo{testDevice(0)}, false)
+	a0 := tc.start("arb-0:9000")
+	tc.leader(a0)
+	tc.waitNodes(a0, 2)
+	a1 := tc.start("arb-1:9000")
+	ctx := context.Background()
+	_, err := a0.CreateNamespace(ctx, NamespaceSpec{Name: "f", MARLogical: 2, ZonesPerVZone: 64})
+	require.NoError(t, err)
+	l, err := a0.OpenVZone(ctx, "f", 0)
+	require.NoError(t, err)
+	mem.write(l.Groups[0], l.BlockSize, 100)
+	before, _ := leaderState(t, a0)
+
+	hc.hook = func() { // the leader's lease ends: its election key disappears
+		a0.mu.RLock()
+		key := a0.term.election.Key()
+		a0.mu.RUnlock()
+		_, err := tc.cli.Delete(ctx, key)
+		require.NoError(t, err)
+	}
+	tc.clock.Advance(2 * time.Minute)
+	_, err = a0.CheckReclaim(ctx)
+	require.Error(t, err)
+	assert.ErrorIs(t, err, zerr.ErrNotLeader, "the rollback of a deposed leader is refused")
+
+	nl := tc.leader(a0, a1)
+	require.Equal(t, a1, nl)
+	after, _ := leaderState(t, nl)
+	vz := after.Namespaces["f"].VZones[0]
+	assert.False(t, vz.Reclaiming)
+	assert.Empty(t, vz.Pending)
+	assert.Equal(t, before.Namespaces["f"].VZones[0].Groups, vz.Groups, "layout as before the reclaim")
+	checkInvariants(t, tc, nl, "rolled back by the new leader")
+
+	res, err := nl.CheckReclaim(ctx)
+	require.NoError(t, err)
+	require.Len(t, res, 1)
+	checkInvariants(t, tc, nl, "reclaimed by the new leader")
+}
