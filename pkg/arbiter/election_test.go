@@ -267,4 +267,18 @@ func TestNodeLoss(t *testing.T) {
 	assert.False(t, info.Degraded)
 	assert.Equal(t, uint32(32), info.Essentials)
 	checkInvariants(t, tc, a, "node back")
+
+	// A new node grows the pool; open stripe groups are not disturbed.
+	tc.addNode("n2", []cluster.DeviceInfo{testDevice(0), testDevice(1)}, false)
+	tc.waitNodes(a, 3)
+	info, err = a.GetNamespace(ctx, "a")
+	require.NoError(t, err)
+	assert.Equal(t, uint32(64), info.Essentials)
+	assert.Equal(t, uint32(64), info.SparesProvisioned)
+	for id, want := range map[uint64]Layout{0: l, 1: l2} {
+		got, err := a.Layout(ctx, "a", id)
+		require.NoError(t, err)
+		assert.Equal(t, want, got, "v-zone %d untouched", id)
+	}
+	checkInvariants(t, tc, a, "node added")
 }
