@@ -9,7 +9,10 @@
 //	Prefix+"arbiter/..."                     other arbiter-private state
 //
 // A node enforces: namespace N may do I/O to (node, dev, zone) only if the grant
-// key exists with Namespace == N.
+// key exists with Namespace == N. When the arbiter returns a physical zone to
+// the free pool (v-zone reset, reclaim of an overdriven stripe group, namespace
+// deletion) it deletes the grant key; the node should reset the zone when it
+// sees the deletion, so that the next owner finds it empty.
 package cluster
 
 import (

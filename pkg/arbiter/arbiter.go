@@ -1,0 +1,642 @@
+// Package arbiter is the eZNS zone arbiter of ZoneFleet: the control plane that
+// hands out active physical zones of every ssdnode to tenant namespaces.
+//
+// Several arbiters run against one etcd; one is elected leader
+// (cluster.ElectionPrefix, the campaign value is the leader's address) and
+// serves every request; the others answer *zerr.NotLeaderError{Leader}. The
+// leader keeps the whole control state as one JSON document in etcd and changes
+// it only through transactions that compare the document's mod revision and
+// the leader's election key, writing the grants nodes enforce
+// (cluster.GrantKey) in the same transaction. Mutations are serialized by one
+// queue (the op lock), which is also the eZNS serialized allocation queue.
+//
+// Write activity (for T_ReadOnly / reclaim) is signalled by allocations
+// (OpenVZone, NextStripeGroup) and by ReportWrite, which clients or nodes call
+// at least once per T_ReadOnly/2 while a namespace writes.
+package arbiter
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.etcd.io/etcd/client/v3/concurrency"
+
+	"github.com/zonefleet/zonefleet/pkg/cluster"
+	"github.com/zonefleet/zonefleet/pkg/zerr"
+)
+
+// stateKey holds the arbiter's State document.
+const stateKey = cluster.ArbiterPrefix + "state"
+
+// Config configures an arbiter.
+type Config struct {
+	// Addr is this arbiter's gRPC address, published as the election value.
+	Addr string
+	// ID names this arbiter in ClusterStatus (optional; default Addr).
+	ID string
+	// SessionTTL is the etcd lease TTL of the leadership (rounded to seconds, min 1s). Default 5s.
+	SessionTTL time.Duration
+	// Now is the clock used for every timestamp and for T_ReadOnly. Default time.Now.
+	Now func() time.Time
+	// TReadOnly: a namespace with no writes for this long is frozen and reclaimed. Default 5m.
+	TReadOnly time.Duration
+	// ReclaimInterval is how often the leader looks for frozen namespaces (real
+	// time). 0 means TReadOnly/4; negative disables the background check
+	// (CheckReclaim can still be called).
+	ReclaimInterval time.Duration
+	// EWMAAlpha weighs the newest sample of active v-zones in local overdrive. Default 0.5.
+	EWMAAlpha float64
+	// BaseStripeSize is the stripe size at minimum width, bytes. Default 32 KiB.
+	BaseStripeSize uint32
+	// MaxTxnOps bounds operations per etcd transaction (etcd's --max-txn-ops). Default 128.
+	MaxTxnOps int
+	// Registerer receives the arbiter's metrics; nil means none are registered.
+	Registerer prometheus.Registerer
+	// Logger; nil means slog.Default().
+	Logger *slog.Logger
+}
+
+func (c *Config) setDefaults() error {
+	if c.Addr == "" {
+		return &zerr.InvalidArgumentError{Field: "addr", Reason: "the arbiter's address is required"}
+	}
+	if c.SessionTTL <= 0 {
+		c.SessionTTL = 5 * time.Second
+	}
+	if c.Now == nil {
+		c.Now = time.Now
+	}
+	if c.TReadOnly <= 0 {
+		c.TReadOnly = 5 * time.Minute
+	}
+	if c.ReclaimInterval == 0 {
+		c.ReclaimInterval = c.TReadOnly / 4
+	}
+	if c.EWMAAlpha <= 0 || c.EWMAAlpha > 1 {
+		c.EWMAAlpha = 0.5
+	}
+	if c.BaseStripeSize == 0 {
+		c.BaseStripeSize = 32 << 10
+	}
+	if c.MaxTxnOps <= 0 {
+		c.MaxTxnOps = 128
+	}
+	if c.MaxTxnOps < 8 {
+		return &zerr.InvalidArgumentError{Field: "max_txn_ops", Reason: "must be at least 8"}
+	}
+	if c.Logger == nil {
+		c.Logger = slog.Default()
+	}
+	return nil
+}
+
+// Arbiter is one arbiter replica.
+type Arbiter struct {
+	cfg  Config
+	cli  *clientv3.Client
+	comp Compactor
+	log  *slog.Logger
+	m    *metrics
+
+	opMu sync.Mutex // the serialized queue: every mutation holds it
+
+	mu   sync.RWMutex
+	term *term // non-nil while leader
+
+	actMu     sync.Mutex
+	lastWrite map[string]time.Time // in-memory write activity (leader)
+
+	runMu   sync.Mutex
+	running bool
+
+	crashed atomic.Bool // test hook: stop like a crash (no lease revocation)
+}
+
+// term is one leadership term.
+type term struct {
+	session  *concurrency.Session
+	election *concurrency.Election
+	state    *State // committed state; never mutated in place
+	ix       *index
+	rev      int64 // mod revision of stateKey (0: absent)
+	stale    bool  // an etcd call had an unknown outcome; reload before the next op
+	ready    bool  // startup reconciliation done: serving requests
+}
+
+// New makes an arbiter; it does nothing until Run. comp may be nil, in which
+// case reclaim of stripe groups holding data fails with UnavailableError.
+func New(cfg Config, cli *clientv3.Client, comp Compactor) (*Arbiter, error) {
+	if cli == nil {
+		return nil, &zerr.InvalidArgumentError{Field: "etcd client", Reason: "nil"}
+	}
+	if err := cfg.setDefaults(); err != nil {
+		return nil, err
+	}
+	m, err := newMetrics(cfg.Registerer)
+	if err != nil {
+		return nil, err
+	}
+	return &Arbiter{cfg: cfg, cli: cli, comp: comp, log: cfg.Logger.With("arbiter", cfg.Addr), m: m,
+		lastWrite: map[string]time.Time{}}, nil
+}
+
+// Addr is this arbiter's address.
+func (a *Arbiter) Addr() string { return a.cfg.Addr }
+
+// Run campaigns for leadership and, while leader, serves the state, watches
+// node registrations and runs reclaim. It returns when ctx is done.
+func (a *Arbiter) Run(ctx context.Context) error {
+	a.runMu.Lock()
+	if a.running {
+		a.runMu.Unlock()
+		return &zerr.InvalidArgumentError{Field: "run", Reason: "arbiter is already running"}
+	}
+	a.running = true
+	a.runMu.Unlock()
+	defer func() {
+		a.runMu.Lock()
+		a.running = false
+		a.runMu.Unlock()
+	}()
+	for ctx.Err() == nil {
+		if err := a.runTerm(ctx); err != nil && ctx.Err() == nil {
+			a.log.Warn("leadership term ended", "err", err)
+		}
+		select {
+		case <-ctx.Done():
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
+	return nil
+}
+
+func (a *Arbiter) runTerm(ctx context.Context) error {
+	ttl := max(int((a.cfg.SessionTTL+time.Second-1)/time.Second), 1)
+	// The session outlives ctx so that a graceful stop can revoke the lease
+	// (immediate failover); a crash leaves the lease to expire after its TTL.
+	sctx, scancel := context.WithCancel(context.WithoutCancel(ctx))
+	defer scancel()
+	sess, err := concurrency.NewSession(a.cli, concurrency.WithTTL(ttl), concurrency.WithContext(sctx))
+	if err != nil {
+		return err
+	}
+	defer func() {
+		if a.crashed.Load() {
+			sess.Orphan()
+			return
+		}
+		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*time.Second)
+		defer cancel()
+		_, _ = a.cli.Revoke(rctx, sess.Lease())
+		sess.Orphan()
+	}()
+	cctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	go func() {
+		select {
+		case <-sess.Done():
+			cancel()
+		case <-cctx.Done():
+		}
+	}()
+	el := concurrency.NewElection(sess, cluster.ElectionPrefix)
+	if err := el.Campaign(cctx, a.cfg.Addr); err != nil {
+		return fmt.Errorf("campaign: %w", err)
+	}
+	a.log.Info("elected leader")
+	t := &term{session: sess, election: el}
+	if err := a.load(cctx, t); err != nil {
+		return err
+	}
+	a.mu.Lock()
+	a.term = t
+	a.mu.Unlock()
+	a.actMu.Lock()
+	a.lastWrite = map[string]time.Time{} // grace: T_ReadOnly counts from the later of this and persisted activity
+	now := a.cfg.Now()
+	for name := range t.state.Namespaces {
+		a.lastWrite[name] = now
+	}
+	a.actMu.Unlock()
+	a.m.leader.Set(1)
+	defer func() {
+		a.opMu.Lock()
+		a.mu.Lock()
+		a.term = nil
+		a.mu.Unlock()
+		a.opMu.Unlock()
+		a.m.leader.Set(0)
+		a.m.clearNamespaces()
+		a.log.Info("leadership lost")
+	}()
+
+	// Shadow view: list node registrations, reconcile, then watch from there.
+	resp, err := a.cli.Get(cctx, cluster.NodesPrefix(), clientv3.WithPrefix())
+	if err != nil {
+		return err
+	}
+	recs := map[string]cluster.NodeRecord{}
+	for _, kv := range resp.Kvs {
+		if rec, err := a.decodeNodeKV(kv.Key, kv.Value); err == nil {
+			recs[rec.ID] = rec
+		}
+	}
+	if err := a.syncNodes(cctx, recs, nil, true); err != nil {
+		return err
+	}
+	if err := a.abortReclaims(cctx); err != nil {
+		return err
+	}
+	if err := a.reconcileGrants(cctx); err != nil {
+		return err
+	}
+	a.mu.Lock()
+	t.ready = true
+	a.mu.Unlock()
+	a.log.Info("serving as leader")
+	a.refreshMetrics()
+
+	wch := a.cli.Watch(clientv3.WithRequireLeader(cctx), cluster.NodesPrefix(), clientv3.WithPrefix(), clientv3.WithRev(resp.Header.Revision+1))
+	var tick <-chan time.Time
+	if a.cfg.ReclaimInterval > 0 {
+		tk := time.NewTicker(a.cfg.ReclaimInterval)
+		defer tk.Stop()
+		tick = tk.C
+	}
+	for {
+		select {
+		case <-cctx.Done():
+			return cctx.Err()
+		case wr, ok := <-wch:
+			if !ok {
+				return errors.New("node watch closed")
+			}
+			if err := wr.Err(); err != nil {
+				return fmt.Errorf("node watch: %w", err)
+			}
+			up := map[string]cluster.NodeRecord{}
+			var gone []string
+			for _, ev := range wr.Events {
+				id, err := cluster.ParseNodeKey(string(ev.Kv.Key))
+				if err != nil {
+					continue
+				}
+				if ev.Type == clientv3.EventTypeDelete {
+					delete(up, id)
+					gone = append(gone, id)
+					continue
+				}
+				if rec, err := a.decodeNodeKV(ev.Kv.Key, ev.Kv.Value); err == nil {
+					up[id] = rec
+					gone = deleteString(gone, id)
+				}
+			}
+			if err := a.syncNodes(cctx, up, gone, false); err != nil && !errors.Is(err, zerr.ErrNotLeader) {
+				a.log.Warn("node sync failed", "err", err)
+			}
+		case <-tick:
+			if _, err := a.CheckReclaim(cctx); err != nil && !errors.Is(err, zerr.ErrNotLeader) && cctx.Err() == nil {
+				a.log.Warn("reclaim check failed", "err", err)
+			}
+		}
+	}
+}
+
+func deleteString(s []string, v string) []string {
+	out := s[:0]
+	for _, x := range s {
+		if x != v {
+			out = append(out, x)
+		}
+	}
+	return out
+}
+
+func (a *Arbiter) decodeNodeKV(k, v []byte) (cluster.NodeRecord, error) {
+	rec, err := cluster.DecodeNode(string(k), v)
+	if err != nil {
+		a.log.Warn("ignoring bad node registration", "key", string(k), "err", err)
+		return rec, err
+	}
+	if id, _ := cluster.ParseNodeKey(string(k)); id != rec.ID {
+		err := &zerr.CorruptError{Path: string(k), Reason: fmt.Sprintf("record id %q does not match key", rec.ID)}
+		a.log.Warn("ignoring bad node registration", "key", string(k), "err", err)
+		return rec, err
+	}
+	return rec, nil
+}
+
+// load reads the state document into t.
+func (a *Arbiter) load(ctx context.Context, t *term) error {
+	resp, err := a.cli.Get(ctx, stateKey)
+	if err != nil {
+		return &zerr.UnavailableError{What: "etcd", Reason: err.Error()}
+	}
+	st := newState()
+	t.rev = 0
+	if len(resp.Kvs) == 1 {
+		if err := cluster.Decode(stateKey, resp.Kvs[0].Value, st); err != nil {
+			return err
+		}
+		t.rev = resp.Kvs[0].ModRevision
+	}
+	st.normalize()
+	t.state, t.ix, t.stale = st, buildIndex(st), false
+	return nil
+}
+
+func cloneState(st *State) (*State, error) {
+	b, err := cluster.Encode(st)
+	if err != nil {
+		return nil, err
+	}
+	c := newState()
+	if err := cluster.Decode(stateKey, b, c); err != nil {
+		return nil, err
+	}
+	c.normalize()
+	return c, nil
+}
+
+// notLeader builds the NotLeaderError with the current leader's address.
+func (a *Arbiter) notLeader(ctx context.Context) error {
+	addr, _ := a.LeaderAddr(ctx)
+	if addr == a.cfg.Addr {
+		addr = ""
+	}
+	return &zerr.NotLeaderError{Leader: addr}
+}
+
+// IsLeader reports whether this arbiter currently serves as leader.
+func (a *Arbiter) IsLeader() bool {
+	a.mu.RLock()
+	defer a.mu.RUnlock()
+	return a.term != nil && a.term.ready
+}
+
+// LeaderAddr returns the address of the current leader ("" if none is elected).
+func (a *Arbiter) LeaderAddr(ctx context.Context) (string, error) {
+	if a.IsLeader() {
+		return a.cfg.Addr, nil
+	}
+	resp, err := a.cli.Get(ctx, cluster.ElectionPrefix+"/", clientv3.WithFirstCreate()...)
+	if err != nil {
+		return "", &zerr.UnavailableError{What: "etcd", Reason: err.Error()}
+	}
+	if len(resp.Kvs) == 0 {
+		return "", nil
+	}
+	return string(resp.Kvs[0].Value), nil
+}
+
+// snapshot returns the committed state (read-only) while leader.
+func (a *Arbiter) snapshot(ctx context.Context) (*State, *index, error) {
+	a.mu.RLock()
+	t := a.term
+	var st *State
+	var ix *index
+	if t != nil {
+		st, ix = t.state, t.ix
+	}
+	ready := t != nil && t.ready
+	a.mu.RUnlock()
+	if !ready {
+		return nil, nil, a.notLeader(ctx)
+	}
+	return st, ix, nil
+}
+
+// mutation changes st (a private copy) and returns the etcd ops to commit with
+// it (grants). An error leaves nothing changed.
+type mutation func(st *State, ix *index) ([]clientv3.Op, error)
+
+// mutate runs fn on a copy of the state and commits it in one transaction
+// guarded by the state's mod revision and this arbiter's leadership. Ops
+// beyond MaxTxnOps-2 are committed right after in further leader-guarded
+// transactions (a crash in between is repaired by reconcileGrants).
+func (a *Arbiter) mutate(ctx context.Context, fn mutation) error {
+	a.opMu.Lock()
+	defer a.opMu.Unlock()
+	return a.mutateTerm(ctx, false, fn)
+}
+
+// mutateInternal is mutate for the leader's own startup reconciliation,
+// allowed before the term serves requests.
+func (a *Arbiter) mutateInternal(ctx context.Context, fn mutation) error {
+	a.opMu.Lock()
+	defer a.opMu.Unlock()
+	return a.mutateTerm(ctx, true, fn)
+}
+
+// mutateLocked is mutate with the op lock already held.
+func (a *Arbiter) mutateLocked(ctx context.Context, fn mutation) error {
+	return a.mutateTerm(ctx, false, fn)
+}
+
+func (a *Arbiter) mutateTerm(ctx context.Context, internal bool, fn mutation) error {
+	a.mu.RLock()
+	t := a.term
+	ok := t != nil && (t.ready || internal)
+	a.mu.RUnlock()
+	if !ok {
+		return a.notLeader(ctx)
+	}
+	for attempt := 0; ; attempt++ {
+		if t.stale {
+			if err := a.load(ctx, t); err != nil {
+				return err
+			}
+			a.publish(t, t.state, t.ix, t.rev)
+		}
+		st, err := cloneState(t.state)
+		if err != nil {
+			return err
+		}
+		ops, err := fn(st, buildIndex(st))
+		if err != nil {
+			return err
+		}
+		data, err := cluster.Encode(st)
+		if err != nil {
+			return err
+		}
+		leaderCmp := clientv3.Compare(clientv3.CreateRevision(t.election.Key()), "=", t.election.Rev())
+		stateCmp := clientv3.Compare(clientv3.ModRevision(stateKey), "=", t.rev)
+		first := min(len(ops), a.cfg.MaxTxnOps-2)
+		thenOps := append([]clientv3.Op{clientv3.OpPut(stateKey, string(data))}, ops[:first]...)
+		resp, err := a.cli.Txn(ctx).If(leaderCmp, stateCmp).Then(thenOps...).
+			Else(clientv3.OpGet(t.election.Key())).Commit()
+		if err != nil {
+			t.stale = true
+			return &zerr.UnavailableError{What: "etcd", Reason: "commit outcome unknown: " + err.Error()}
+		}
+		if !resp.Succeeded {
+			gr := resp.Responses[0].GetResponseRange()
+			if gr == nil || len(gr.Kvs) == 0 || gr.Kvs[0].CreateRevision != t.election.Rev() {
+				a.log.Warn("lost leadership (election key gone)")
+				t.session.Orphan()
+				_ = t.session.Close()
+				return a.notLeader(ctx)
+			}
+			if attempt >= 2 {
+				return &zerr.UnavailableError{What: "arbiter state", Reason: "concurrent modification"}
+			}
+			t.stale = true
+			continue
+		}
+		a.publish(t, st, buildIndex(st), resp.Header.Revision)
+		for rest := ops[first:]; len(rest) > 0; {
+			n := min(len(rest), a.cfg.MaxTxnOps-1)
+			r, err := a.cli.Txn(ctx).If(leaderCmp).Then(rest[:n]...).Commit()
+			if err != nil || !r.Succeeded {
+				a.log.Warn("grant batch not committed; reconciling at next leadership", "err", err)
+				break
+			}
+			rest = rest[n:]
+		}
+		return nil
+	}
+}
+
+func (a *Arbiter) publish(t *term, st *State, ix *index, rev int64) {
+	a.mu.Lock()
+	t.state, t.ix, t.rev, t.stale = st, ix, rev, false
+	a.mu.Unlock()
+	a.m.refresh(st, ix)
+}
+
+func (a *Arbiter) refreshMetrics() {
+	a.mu.RLock()
+	t := a.term
+	a.mu.RUnlock()
+	if t != nil {
+		a.m.refresh(t.state, t.ix)
+	}
+}
+
+// ---- shadow view -------------------------------------------------------
+
+// syncNodes applies node registrations (up) and deregistrations (gone). With
+// full, every node of the state missing from up is gone.
+func (a *Arbiter) syncNodes(ctx context.Context, up map[string]cluster.NodeRecord, gone []string, full bool) error {
+	now := a.cfg.Now()
+	return a.mutateInternal(ctx, func(st *State, ix *index) ([]clientv3.Op, error) {
+		e0, s0 := st.Essentials, st.Spares
+		for id, rec := range up {
+			n := st.Nodes[id]
+			if n == nil {
+				st.Nodes[id] = &nodeState{Record: rec, Available: true}
+				a.log.Info("node joined", "node", id, "devices", len(rec.Devices))
+				continue
+			}
+			if !n.Available {
+				a.log.Info("node back", "node", id)
+			}
+			n.Record, n.Available, n.LostAt = rec, true, time.Time{}
+		}
+		lost := gone
+		if full {
+			for id := range st.Nodes {
+				if _, ok := up[id]; !ok {
+					lost = append(lost, id)
+				}
+			}
+		}
+		for _, id := range lost {
+			if n := st.Nodes[id]; n != nil && n.Available {
+				n.Available, n.LostAt = false, now
+				a.log.Warn("node lost; its zones are unavailable", "node", id)
+			}
+		}
+		if e, s := clusterResources(st); e != e0 || s != s0 {
+			for _, sf := range reprovision(st) {
+				a.log.Warn("namespace under-provisioned", "namespace", sf.Namespace, "need", sf.Need, "essentials", sf.Got)
+			}
+		}
+		return nil, nil
+	})
+}
+
+// reconcileGrants makes the grant keys match the state (after a crash between
+// a state commit and its trailing grant batches).
+func (a *Arbiter) reconcileGrants(ctx context.Context) error {
+	a.opMu.Lock()
+	defer a.opMu.Unlock()
+	a.mu.RLock()
+	t := a.term
+	a.mu.RUnlock()
+	if t == nil {
+		return a.notLeader(ctx)
+	}
+	resp, err := a.cli.Get(ctx, cluster.GrantsRoot(), clientv3.WithPrefix())
+	if err != nil {
+		return &zerr.UnavailableError{What: "etcd", Reason: err.Error()}
+	}
+	want := wantedGrants(t.state)
+	var ops []clientv3.Op
+	have := map[cluster.PhysZone]bool{}
+	for _, kv := range resp.Kvs {
+		pz, err := cluster.ParseGrantKey(string(kv.Key))
+		if err != nil {
+			ops = append(ops, clientv3.OpDelete(string(kv.Key)))
+			continue
+		}
+		g, err := cluster.DecodeGrant(string(kv.Key), kv.Value)
+		w, ok := want[pz]
+		if err != nil || !ok || g != w || string(kv.Key) != pz.GrantKey() {
+			ops = append(ops, clientv3.OpDelete(string(kv.Key)))
+			continue
+		}
+		have[pz] = true
+	}
+	for pz, g := range want {
+		if !have[pz] {
+			ops = append(ops, grantPut(pz, g))
+		}
+	}
+	if len(ops) > 0 {
+		a.log.Info("reconciling grants", "ops", len(ops))
+	}
+	leaderCmp := clientv3.Compare(clientv3.CreateRevision(t.election.Key()), "=", t.election.Rev())
+	for len(ops) > 0 {
+		n := min(len(ops), a.cfg.MaxTxnOps-1)
+		r, err := a.cli.Txn(ctx).If(leaderCmp).Then(ops[:n]...).Commit()
+		if err != nil {
+			return &zerr.UnavailableError{What: "etcd", Reason: err.Error()}
+		}
+		if !r.Succeeded {
+			return a.notLeader(ctx)
+		}
+		ops = ops[n:]
+	}
+	return nil
+}
+
+// wantedGrants is every grant the state implies.
+func wantedGrants(st *State) map[cluster.PhysZone]cluster.Grant {
+	out := map[cluster.PhysZone]cluster.Grant{}
+	for name, ns := range st.Namespaces {
+		for _, vz := range ns.VZones {
+			for _, g := range vz.allGroups() {
+				for _, z := range g.Zones {
+					out[z] = cluster.Grant{Namespace: name, VZone: vz.ID, Group: g.Index, Generation: g.Generation}
+				}
+			}
+		}
+	}
+	return out
+}
+
+func grantPut(z cluster.PhysZone, g cluster.Grant) clientv3.Op {
+	b, _ := cluster.EncodeGrant(g) // a Grant always marshals
+	return clientv3.OpPut(z.GrantKey(), string(b))
+}
+
+func grantDel(z cluster.PhysZone) clientv3.Op { return clientv3.OpDelete(z.GrantKey()) }

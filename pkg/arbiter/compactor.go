@@ -1,0 +1,196 @@
+package arbiter
+
+import (
+	"context"
+	"fmt"
+	"math"
+	"sync"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+
+	v1 "github.com/zonefleet/zonefleet/api/zonefleet/v1"
+	"github.com/zonefleet/zonefleet/pkg/cluster"
+	"github.com/zonefleet/zonefleet/pkg/daemon"
+	"github.com/zonefleet/zonefleet/pkg/rpcerr"
+	"github.com/zonefleet/zonefleet/pkg/wire"
+	"github.com/zonefleet/zonefleet/pkg/zerr"
+)
+
+// NodeCompactor is the Compactor over the ssdnodes' ZonedDevice gRPC
+// service: ReportZones for write pointers, ZoneCompaction + WaitCompaction
+// for the copies (the source node pushes to a destination on another node).
+// A copy between two devices of one node, which the node service does not
+// offer, falls back to Read + Write through the arbiter.
+type NodeCompactor struct {
+	cli   *clientv3.Client
+	token string
+	opts  []grpc.DialOption
+
+	mu    sync.Mutex
+	conns map[string]*grpc.ClientConn
+}
+
+// NewNodeCompactor finds nodes through their etcd registrations (cli) and
+// calls them with the nodes' admin token (may be empty). Extra dial options
+// (e.g. TLS) replace the default insecure transport.
+func NewNodeCompactor(cli *clientv3.Client, token string, opts ...grpc.DialOption) *NodeCompactor {
+	if len(opts) == 0 {
+		opts = []grpc.DialOption{grpc.WithTransportCredentials(insecure.NewCredentials())}
+	}
+	opts = append(append([]grpc.DialOption{}, opts...), rpcerr.DialOptions()...)
+	opts = append(opts, grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(daemon.MaxMessageBytes), grpc.MaxCallSendMsgSize(daemon.MaxMessageBytes)))
+	return &NodeCompactor{cli: cli, token: token, opts: opts, conns: map[string]*grpc.ClientConn{}}
+}
+
+// Close closes the connections to the nodes.
+func (c *NodeCompactor) Close() error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for addr, cc := range c.conns {
+		_ = cc.Close()
+		delete(c.conns, addr)
+	}
+	return nil
+}
+
+type nodeRef struct {
+	rec    cluster.NodeRecord
+	client v1.ZonedDeviceClient
+}
+
+func (c *NodeCompactor) node(ctx context.Context, id string) (nodeRef, error) {
+	resp, err := c.cli.Get(ctx, cluster.NodeKey(id))
+	if err != nil {
+		return nodeRef{}, &zerr.UnavailableError{What: "etcd", Reason: err.Error()}
+	}
+	if len(resp.Kvs) == 0 {
+		return nodeRef{}, &zerr.UnavailableError{What: "node " + id, Reason: "not registered"}
+	}
+	rec, err := cluster.DecodeNode(string(resp.Kvs[0].Key), resp.Kvs[0].Value)
+	if err != nil {
+		return nodeRef{}, err
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	cc := c.conns[rec.Addr]
+	if cc == nil {
+		cc, err = grpc.NewClient(rec.Addr, c.opts...)
+		if err != nil {
+			return nodeRef{}, &zerr.UnavailableError{What: "node " + id, Reason: err.Error()}
+		}
+		c.conns[rec.Addr] = cc
+	}
+	return nodeRef{rec: rec, client: v1.NewZonedDeviceClient(cc)}, nil
+}
+
+func (c *NodeCompactor) auth(ctx context.Context, ns string) context.Context {
+	return wire.WithToken(wire.WithNamespace(ctx, ns), c.token)
+}
+
+func (c *NodeCompactor) zone(ctx context.Context, ns string, n nodeRef, z cluster.PhysZone) (*v1.ZoneDescriptor, error) {
+	r, err := n.client.ReportZones(c.auth(ctx, ns), &v1.ReportZonesRequest{Device: z.Device, StartZone: z.Zone, MaxZones: 1})
+	if err != nil {
+		return nil, fmt.Errorf("report zone %s: %w", z, err)
+	}
+	if len(r.GetZones()) != 1 || r.GetZones()[0].GetIndex() != z.Zone {
+		return nil, &zerr.NotFoundError{Kind: "zone", Name: z.String()}
+	}
+	return r.GetZones()[0], nil
+}
+
+// WrittenBlocks implements Compactor.
+func (c *NodeCompactor) WrittenBlocks(ctx context.Context, ns string, zones []cluster.PhysZone) ([]uint64, error) {
+	out := make([]uint64, len(zones))
+	for i, z := range zones {
+		n, err := c.node(ctx, z.Node)
+		if err != nil {
+			return nil, err
+		}
+		zd, err := c.zone(ctx, ns, n, z)
+		if err != nil {
+			return nil, err
+		}
+		out[i] = zd.GetWritePointer() - zd.GetStartLba()
+	}
+	return out, nil
+}
+
+// Compact implements Compactor.
+func (c *NodeCompactor) Compact(ctx context.Context, ns string, dst cluster.PhysZone, ranges []CopyRange) error {
+	dn, err := c.node(ctx, dst.Node)
+	if err != nil {
+		return err
+	}
+	dz, err := c.zone(ctx, ns, dn, dst)
+	if err != nil {
+		return err
+	}
+	next := dz.GetWritePointer() // destination LBA of the next copied block
+	for i := 0; i < len(ranges); {
+		src := ranges[i].Src
+		j := i
+		for j < len(ranges) && ranges[j].Src.Node == src.Node && ranges[j].Src.Device == src.Device {
+			j++
+		}
+		sn, err := c.node(ctx, src.Node)
+		if err != nil {
+			return err
+		}
+		sd, ok := sn.rec.Device(src.Device)
+		if !ok {
+			return &zerr.NotFoundError{Kind: "device", Name: fmt.Sprintf("%s/%d", src.Node, src.Device)}
+		}
+		if src.Node == dst.Node && src.Device != dst.Device {
+			if next, err = c.hostCopy(ctx, ns, sn, sd, ranges[i:j], dst.Device, next); err != nil {
+				return err
+			}
+			i = j
+			continue
+		}
+		var copies []*v1.CompactionCopy
+		for _, r := range ranges[i:j] {
+			lba := uint64(r.Src.Zone)*sd.ZoneSize + r.SrcBlock
+			for left := r.Blocks; left > 0; {
+				n := min(left, math.MaxUint32)
+				cp := &v1.CompactionCopy{SrcLba: lba, Blocks: uint32(n), DstLba: next}
+				if src.Node != dst.Node {
+					cp.Peer = &v1.PeerTarget{NodeId: dst.Node, Addr: dn.rec.Addr, Device: dst.Device}
+				}
+				copies = append(copies, cp)
+				lba, next, left = lba+n, next+n, left-n
+			}
+		}
+		resp, err := sn.client.ZoneCompaction(c.auth(ctx, ns), &v1.ZoneCompactionRequest{Device: src.Device, Copies: copies})
+		if err != nil {
+			return fmt.Errorf("zone_compaction on %s/%d into %s: %w", src.Node, src.Device, dst, err)
+		}
+		if _, err := sn.client.WaitCompaction(c.auth(ctx, ns), &v1.WaitCompactionRequest{Device: src.Device, OperationId: resp.GetOperationId()}); err != nil {
+			return fmt.Errorf("zone_compaction %s: %w", resp.GetOperationId(), err)
+		}
+		i = j
+	}
+	return nil
+}
+
+// hostCopy reads ranges from one device and writes them to another device of
+// the same node, starting at LBA next; it returns the LBA after the copy.
+func (c *NodeCompactor) hostCopy(ctx context.Context, ns string, n nodeRef, sd cluster.DeviceInfo, ranges []CopyRange, dstDev uint32, next uint64) (uint64, error) {
+	per := uint64(daemon.MaxUnaryData) / uint64(max(sd.BlockSize, 1))
+	for _, r := range ranges {
+		lba := uint64(r.Src.Zone)*sd.ZoneSize + r.SrcBlock
+		for left := r.Blocks; left > 0; {
+			k := min(left, per)
+			rd, err := n.client.Read(c.auth(ctx, ns), &v1.ReadRequest{Device: r.Src.Device, Lba: lba, Blocks: uint32(k)})
+			if err != nil {
+				return next, fmt.Errorf("copy read %s/%d@%d: %w", r.Src.Node, r.Src.Device, lba, err)
+			}
+			if _, err := n.client.Write(c.auth(ctx, ns), &v1.WriteRequest{Device: dstDev, Lba: next, Data: rd.GetData()}); err != nil {
+				return next, fmt.Errorf("copy write %s/%d@%d: %w", r.Src.Node, dstDev, next, err)
+			}
+			lba, next, left = lba+k, next+k, left-k
+		}
+	}
+	return next, nil
+}

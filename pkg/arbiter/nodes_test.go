@@ -1,0 +1,194 @@
+package arbiter
+
+import (
+	"bytes"
+	"context"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+
+	v1 "github.com/zonefleet/zonefleet/api/zonefleet/v1"
+	"github.com/zonefleet/zonefleet/pkg/clock"
+	"github.com/zonefleet/zonefleet/pkg/cluster"
+	"github.com/zonefleet/zonefleet/pkg/daemon"
+	"github.com/zonefleet/zonefleet/pkg/flash"
+	"github.com/zonefleet/zonefleet/pkg/node"
+	"github.com/zonefleet/zonefleet/pkg/rpcerr"
+	"github.com/zonefleet/zonefleet/pkg/wire"
+	"github.com/zonefleet/zonefleet/pkg/zerr"
+	"github.com/zonefleet/zonefleet/pkg/zns"
+)
+
+const nodeToken = "node-admin"
+
+type realNode struct {
+	id     string
+	client v1.ZonedDeviceClient
+	rec    cluster.NodeRecord
+}
+
+// startRealNode runs a real ssdnode service (pkg/node over a pkg/zns device
+// in a temp dir, gRPC on loopback) that enforces the grants in tc's etcd,
+// and registers it.
+func startRealNode(t *testing.T, tc *testCluster, id string) *realNode {
+	t.Helper()
+	cfg := flash.Small()
+	cfg.DZone, cfg.MaxOpenZones, cfg.MaxActiveZones = 1, 8, 8 // 4 single-chip FCGs
+	dev, err := zns.Create(filepath.Join(t.TempDir(), "dev0.zns"), cfg, clock.Off())
+	require.NoError(t, err)
+	ctx, cancel := context.WithCancel(context.Background())
+	cli := newClient(t, tc.pfx)
+	grants, err := node.WatchGrants(ctx, cli, id, discardLogger())
+	require.NoError(t, err)
+	svc, err := node.New(node.Config{ID: id, AdminToken: nodeToken}, []*zns.Device{dev}, grants, discardLogger())
+	require.NoError(t, err)
+	dm, err := daemon.New(daemon.Config{Name: "ssdnode", GRPCListen: "127.0.0.1:0"}, discardLogger())
+	require.NoError(t, err)
+	v1.RegisterZonedDeviceServer(dm.GRPC, svc)
+	done := make(chan error, 1)
+	go func() { done <- dm.Run(ctx) }()
+	conn, err := grpc.NewClient(dm.GRPCAddr(), append(rpcerr.DialOptions(), grpc.WithTransportCredentials(insecure.NewCredentials()))...)
+	require.NoError(t, err)
+	t.Cleanup(func() {
+		cancel()
+		<-done
+		_ = conn.Close()
+		svc.Close()
+		_ = dev.Close()
+		cli.Close()
+	})
+	rec := svc.Record(dm.GRPCAddr(), "test", time.Now())
+	b, err := cluster.EncodeNode(rec)
+	require.NoError(t, err)
+	_, err = tc.cli.Put(ctx, cluster.NodeKey(id), string(b))
+	require.NoError(t, err)
+	return &realNode{id: id, client: v1.NewZonedDeviceClient(conn), rec: rec}
+}
+
+func blockData(b uint64, bs int) []byte {
+	out := make([]byte, bs)
+	for i := 0; i+8 <= bs; i += 8 {
+		binary.LittleEndian.PutUint64(out[i:], b)
+	}
+	return out
+}
+
+// retryNotOwner retries while the node has not seen a grant yet.
+func retryNotOwner(t *testing.T, fn func() error) {
+	t.Helper()
+	var err error
+	require.Eventually(t, func() bool {
+		err = fn()
+		return !errors.Is(err, zerr.ErrNotOwner)
+	}, 30*time.Second, 5*time.Millisecond)
+	require.NoError(t, err)
+}
+
+// TestReclaimOnRealNodes: an overdriven stripe group written through real
+// ssdnodes is reclaimed with the nodes' zone_compaction (local and pushed to
+// the peer node) and every block reads back through the new layout.
+func TestReclaimOnRealNodes(t *testing.T) {
+	tc := newTestCluster(t)
+	nodes := map[string]*realNode{}
+	for _, id := range []string{"n0", "n1"} {
+		nodes[id] = startRealNode(t, tc, id)
+	}
+	comp := NewNodeCompactor(newClient(t, tc.pfx), nodeToken)
+	t.Cleanup(func() { _ = comp.Close() })
+	tc.comp = comp
+	a := tc.start("arb-0:9000")
+	tc.leader(a)
+	tc.waitNodes(a, 2)
+	ctx := context.Background()
+	dev := nodes["n0"].rec.Devices[0]
+	require.Equal(t, uint32(4), dev.FCGs)
+	bs := int(dev.BlockSize)
+
+	_, err := a.CreateNamespace(ctx, NamespaceSpec{Name: "r", MARLogical: 2, ZonesPerVZone: 16})
+	require.NoError(t, err)
+	l, err := a.OpenVZone(ctx, "r", 0)
+	require.NoError(t, err)
+	src := l.Groups[0]
+	require.Equal(t, uint32(8), src.Width, "essentials 4 + spares → every die of both nodes")
+	info, err := a.GetNamespace(ctx, "r")
+	require.NoError(t, err)
+	m := info.MinWidth
+	require.Equal(t, uint32(4), m)
+
+	// Write more than one minimum-width group holds, stripe unit by stripe unit.
+	zoneCap := l.ZoneCapacity
+	total := uint64(m)*zoneCap + zoneCap/2 + 3
+	stripe := uint64(src.StripeSize) / uint64(bs)
+	for b := uint64(0); b < total; {
+		z, off := locate(src, uint32(bs), b)
+		n := min(stripe-b%stripe, total-b)
+		var data []byte
+		for k := uint64(0); k < n; k++ {
+			data = append(data, blockData(b+k, bs)...)
+		}
+		lba := uint64(z.Zone)*dev.ZoneSize + off
+		retryNotOwner(t, func() error {
+			_, err := nodes[z.Node].client.Write(wire.WithNamespace(ctx, "r"), &v1.WriteRequest{Device: z.Device, Lba: lba, Data: data})
+			return err
+		})
+		b += n
+	}
+	written, err := comp.WrittenBlocks(ctx, "r", src.Zones)
+	require.NoError(t, err)
+	var sum uint64
+	for _, w := range written {
+		sum += w
+	}
+	require.Equal(t, total, sum)
+
+	tc.clock.Advance(2 * time.Minute)
+	res, err := a.CheckReclaim(ctx)
+	require.NoError(t, err)
+	require.Len(t, res, 1)
+	assert.Equal(t, total, res[0].MovedBlocks)
+	assert.Equal(t, 2, res[0].TargetGroups)
+	checkInvariants(t, tc, a, "reclaimed on real nodes")
+
+	nl, err := a.Layout(ctx, "r", 0)
+	require.NoError(t, err)
+	require.Len(t, nl.Groups, 2)
+	for b := uint64(0); b < total; b++ {
+		g := nl.Groups[b/(uint64(m)*zoneCap)]
+		z, off := locate(g, uint32(bs), b%(uint64(m)*zoneCap))
+		var got []byte
+		retryNotOwner(t, func() error {
+			r, err := nodes[z.Node].client.Read(wire.WithNamespace(ctx, "r"), &v1.ReadRequest{Device: z.Device, Lba: uint64(z.Zone)*dev.ZoneSize + off, Blocks: 1})
+			got = r.GetData()
+			return err
+		})
+		require.True(t, bytes.Equal(blockData(b, bs), got), "block %d at %s+%d", b, z, off)
+	}
+	// The source zones are no longer the namespace's.
+	for _, z := range src.Zones {
+		stillOurs := false
+		for _, g := range nl.Groups {
+			for _, nz := range g.Zones {
+				stillOurs = stillOurs || nz == z
+			}
+		}
+		if stillOurs {
+			continue
+		}
+		require.Eventually(t, func() bool {
+			_, err := nodes[z.Node].client.Read(wire.WithNamespace(ctx, "r"), &v1.ReadRequest{Device: z.Device, Lba: uint64(z.Zone) * dev.ZoneSize, Blocks: 1})
+			return errors.Is(err, zerr.ErrNotOwner)
+		}, 30*time.Second, 5*time.Millisecond, fmt.Sprintf("zone %s still readable by r", z))
+	}
+	fi, err := a.GetNamespace(ctx, "r")
+	require.NoError(t, err)
+	assert.True(t, fi.Frozen)
+	assert.Equal(t, uint32(0), fi.SparesInUse)
+}

@@ -1,0 +1,320 @@
+package arbiter
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/zonefleet/zonefleet/pkg/cluster"
+	"github.com/zonefleet/zonefleet/pkg/zerr"
+)
+
+// CopyRange is a run of blocks of a source zone that zone_compaction appends
+// to a destination zone.
+type CopyRange struct {
+	Src      cluster.PhysZone
+	SrcBlock uint64 // first block, relative to the source zone's start
+	Blocks   uint64
+}
+
+// Compactor is the drives' zone_compaction as the arbiter needs it for
+// reclaim (eZNS §4.4.4). The node service implements it over gRPC.
+type Compactor interface {
+	// WrittenBlocks returns each zone's write pointer, in blocks from the zone start.
+	WrittenBlocks(ctx context.Context, namespace string, zones []cluster.PhysZone) ([]uint64, error)
+	// Compact copies ranges, in order, to the zone dst (appended at its write
+	// pointer) with zone_compaction; the source node pushes the data to dst's
+	// node when they differ. Every zone involved is granted to namespace. It
+	// returns when the copy is done.
+	Compact(ctx context.Context, namespace string, dst cluster.PhysZone, ranges []CopyRange) error
+}
+
+// ReclaimResult describes one reclaimed v-zone.
+type ReclaimResult struct {
+	Namespace     string
+	VZone         uint64
+	FromWidth     uint32
+	ToWidth       uint32
+	MovedBlocks   uint64
+	SparesFreed   uint32
+	TargetGroups  int
+	ReleasedZones []cluster.PhysZone
+}
+
+// CheckReclaim freezes every namespace without writes for T_ReadOnly (by
+// Config.Now) and reclaims the spares of its overdriven open stripe groups:
+// each is compacted into minimum-width groups through the Compactor and its
+// zones and spares return to the pool. The leader runs it every
+// ReclaimInterval; tests call it directly.
+func (a *Arbiter) CheckReclaim(ctx context.Context) ([]ReclaimResult, error) {
+	st, _, err := a.snapshot(ctx)
+	if err != nil {
+		return nil, err
+	}
+	now := a.cfg.Now()
+	var freeze []string
+	for _, name := range sortedKeys(st.Namespaces) {
+		ns := st.Namespaces[name]
+		if !ns.Frozen && now.Sub(a.lastWriteOf(name, ns)) >= a.cfg.TReadOnly {
+			freeze = append(freeze, name)
+		}
+	}
+	if len(freeze) > 0 {
+		err := a.mutate(ctx, func(st *State, ix *index) ([]clientv3.Op, error) {
+			for _, name := range freeze {
+				if ns := st.Namespaces[name]; ns != nil && now.Sub(a.lastWriteOf(name, ns)) >= a.cfg.TReadOnly {
+					ns.Frozen = true
+					a.log.Info("namespace frozen", "namespace", name)
+				}
+			}
+			return nil, nil
+		})
+		if err != nil {
+			return nil, err
+		}
+	}
+	st, _, err = a.snapshot(ctx)
+	if err != nil {
+		return nil, err
+	}
+	var out []ReclaimResult
+	var errs []error
+	for _, name := range sortedKeys(st.Namespaces) {
+		ns := st.Namespaces[name]
+		if !ns.Frozen {
+			continue
+		}
+		for _, id := range sortedKeys(ns.VZones) {
+			vz := ns.VZones[id]
+			if g := vz.openGroup(); g == nil || vz.Reclaiming || g.Width <= ns.minWidth() {
+				continue
+			}
+			r, err := a.reclaimVZone(ctx, name, id)
+			if err != nil {
+				errs = append(errs, fmt.Errorf("reclaim %s: %w", vzoneName(name, id), err))
+				continue
+			}
+			out = append(out, r)
+		}
+	}
+	return out, errors.Join(errs...)
+}
+
+// reclaimVZone shrinks the open stripe group of a frozen namespace's v-zone
+// to minimum width. It holds the serialized queue for the whole reclaim.
+func (a *Arbiter) reclaimVZone(ctx context.Context, name string, id uint64) (ReclaimResult, error) {
+	a.opMu.Lock()
+	defer a.opMu.Unlock()
+	st, _, err := a.snapshot(ctx)
+	if err != nil {
+		return ReclaimResult{}, err
+	}
+	ns := st.Namespaces[name]
+	if ns == nil || !ns.Frozen || ns.VZones[id] == nil || ns.VZones[id].openGroup() == nil {
+		return ReclaimResult{}, &zerr.ZoneStateError{Zone: id, State: "not frozen and open", Op: "reclaim"}
+	}
+	src := *ns.VZones[id].openGroup()
+	m := ns.minWidth()
+	res := ReclaimResult{Namespace: name, VZone: id, FromWidth: src.Width, ToWidth: m, SparesFreed: src.Spares,
+		ReleasedZones: slices.Clone(src.Zones)}
+
+	var written []uint64
+	var total uint64
+	if a.comp != nil {
+		written, err = a.comp.WrittenBlocks(ctx, name, src.Zones)
+		if err == nil && len(written) != len(src.Zones) {
+			err = &zerr.UnavailableError{What: "compactor", Reason: "wrong number of write pointers"}
+		}
+		if err != nil {
+			return res, err
+		}
+		for _, w := range written {
+			total += w
+		}
+	} else {
+		return res, &zerr.UnavailableError{What: "compactor", Reason: "none configured"}
+	}
+	block := st.blockSize(src.Zones)
+	zoneCap := layoutOf(st, name, &VZone{Groups: []StripeGroup{src}}).ZoneCapacity
+	targets := 1
+	if total > 0 {
+		targets = int((total + uint64(m)*zoneCap - 1) / (uint64(m) * zoneCap))
+	}
+	res.TargetGroups, res.MovedBlocks = targets, total
+
+	// Phase 1: allocate and grant the target groups (pending, not in the layout).
+	var pending []StripeGroup
+	err = a.mutateLocked(ctx, func(st *State, ix *index) ([]clientv3.Op, error) {
+		ns := st.Namespaces[name]
+		vz := ns.VZones[id]
+		if g := vz.openGroup(); g == nil || g.Generation != src.Generation {
+			return nil, &zerr.ZoneStateError{Zone: id, State: "changed", Op: "reclaim"}
+		}
+		vz.Reclaiming = true
+		vz.Pending = nil
+		var ops []clientv3.Op
+		for i := 0; i < targets; i++ {
+			g, err := a.planGroup(st, name, ns, vz, true)
+			if err != nil {
+				return nil, err
+			}
+			g.Index, g.Generation = src.Index+uint32(i), vz.Generation+1
+			vz.Pending = append(vz.Pending, g)
+			ops = append(ops, grantOps(name, id, g)...)
+		}
+		pending = slices.Clone(vz.Pending)
+		return ops, nil
+	})
+	if err != nil {
+		return res, err
+	}
+
+	// Phase 2: zone_compaction of the written data into the targets.
+	if total > 0 {
+		plan := copyPlan(src, total, pending, uint64(block), zoneCap)
+		for _, g := range pending {
+			for _, dst := range g.Zones {
+				if len(plan[dst]) == 0 {
+					continue
+				}
+				if err = a.comp.Compact(ctx, name, dst, plan[dst]); err != nil {
+					break
+				}
+			}
+			if err != nil {
+				break
+			}
+		}
+	}
+	if err != nil {
+		// Roll back: drop the targets and their grants.
+		rerr := a.mutateLocked(ctx, func(st *State, ix *index) ([]clientv3.Op, error) {
+			vz := st.Namespaces[name].VZones[id]
+			var ops []clientv3.Op
+			for _, g := range vz.Pending {
+				for _, z := range g.Zones {
+					ops = append(ops, grantDel(z))
+				}
+			}
+			vz.Pending, vz.Reclaiming = nil, false
+			return ops, nil
+		})
+		return res, errors.Join(err, rerr)
+	}
+
+	// Phase 3: swap the layout, release the source zones and their spares.
+	err = a.mutateLocked(ctx, func(st *State, ix *index) ([]clientv3.Op, error) {
+		ns := st.Namespaces[name]
+		if ns == nil {
+			return nil, &zerr.NotFoundError{Kind: "namespace", Name: name}
+		}
+		vz := ns.VZones[id]
+		if vz == nil || len(vz.Pending) == 0 {
+			return nil, &zerr.ZoneStateError{Zone: id, State: "changed", Op: "reclaim"}
+		}
+		var ops []clientv3.Op
+		for _, z := range src.Zones {
+			ops = append(ops, grantDel(z))
+		}
+		groups := vz.Groups[:len(vz.Groups)-1]
+		for i, g := range vz.Pending {
+			g.Open = i == len(vz.Pending)-1
+			groups = append(groups, g)
+		}
+		vz.Groups, vz.Pending, vz.Reclaiming = groups, nil, false
+		vz.Generation++
+		return ops, nil
+	})
+	if err != nil {
+		return res, err
+	}
+	a.m.overdrive.WithLabelValues("reclaim").Inc()
+	a.log.Info("reclaimed v-zone", "vzone", vzoneName(name, id), "from", src.Width, "to", m, "blocks", total)
+	return res, nil
+}
+
+// abortReclaims rolls back reclaims a previous leader left half done (its
+// pending target groups are released); CheckReclaim starts them again.
+func (a *Arbiter) abortReclaims(ctx context.Context) error {
+	a.mu.RLock()
+	t := a.term
+	var st *State
+	if t != nil {
+		st = t.state
+	}
+	a.mu.RUnlock()
+	if t == nil {
+		return a.notLeader(ctx)
+	}
+	found := false
+	for _, ns := range st.Namespaces {
+		for _, vz := range ns.VZones {
+			found = found || vz.Reclaiming || len(vz.Pending) > 0
+		}
+	}
+	if !found {
+		return nil
+	}
+	return a.mutateInternal(ctx, func(st *State, ix *index) ([]clientv3.Op, error) {
+		var ops []clientv3.Op
+		for _, name := range sortedKeys(st.Namespaces) {
+			ns := st.Namespaces[name]
+			for _, id := range sortedKeys(ns.VZones) {
+				vz := ns.VZones[id]
+				if !vz.Reclaiming && len(vz.Pending) == 0 {
+					continue
+				}
+				for _, g := range vz.Pending {
+					for _, z := range g.Zones {
+						ops = append(ops, grantDel(z))
+					}
+				}
+				vz.Pending, vz.Reclaiming = nil, false
+				a.log.Warn("rolled back an interrupted reclaim", "vzone", vzoneName(name, id))
+			}
+		}
+		return ops, nil
+	})
+}
+
+// copyPlan maps the first total logical blocks of src (RAID-0, src.StripeSize)
+// onto the target groups (filled one after the other, each RAID-0 with its
+// StripeSize) and returns, per destination zone, the source runs in
+// destination order.
+func copyPlan(src StripeGroup, total uint64, targets []StripeGroup, block, zoneCap uint64) map[cluster.PhysZone][]CopyRange {
+	out := map[cluster.PhysZone][]CopyRange{}
+	sw := uint64(src.Width)
+	ss := max(uint64(src.StripeSize)/block, 1)
+	for b := uint64(0); b < total; {
+		u := b / ss
+		sz := src.Zones[u%sw]
+		soff := (u/sw)*ss + b%ss
+		n := ss - b%ss
+
+		tw := uint64(targets[0].Width)
+		per := tw * zoneCap
+		t := b / per
+		if t >= uint64(len(targets)) {
+			break
+		}
+		tg := targets[t]
+		ts := max(uint64(tg.StripeSize)/block, 1)
+		bt := b % per
+		du := bt / ts
+		dz := tg.Zones[du%tw]
+		n = min(n, ts-bt%ts, total-b, (t+1)*per-b)
+
+		rs := out[dz]
+		if k := len(rs) - 1; k >= 0 && rs[k].Src == sz && rs[k].SrcBlock+rs[k].Blocks == soff {
+			rs[k].Blocks += n
+		} else {
+			rs = append(rs, CopyRange{Src: sz, SrcBlock: soff, Blocks: n})
+		}
+		out[dz] = rs
+		b += n
+	}
+	return out
+}

@@ -1,0 +1,254 @@
+package arbiter
+
+import (
+	"context"
+	"time"
+
+	"google.golang.org/protobuf/types/known/timestamppb"
+
+	v1 "github.com/zonefleet/zonefleet/api/zonefleet/v1"
+	"github.com/zonefleet/zonefleet/pkg/cluster"
+	"github.com/zonefleet/zonefleet/pkg/rpcerr"
+)
+
+// Server adapts an Arbiter to the generated v1.ArbiterServer. Every error is
+// converted with rpcerr (a follower answers NOT_LEADER with the leader's
+// address).
+type Server struct {
+	v1.UnimplementedArbiterServer
+	a *Arbiter
+}
+
+// NewServer returns the gRPC adapter of a.
+func NewServer(a *Arbiter) *Server { return &Server{a: a} }
+
+var _ v1.ArbiterServer = (*Server)(nil)
+
+func ts(t time.Time) *timestamppb.Timestamp {
+	if t.IsZero() {
+		return nil
+	}
+	return timestamppb.New(t)
+}
+
+func toNamespace(n NamespaceInfo) *v1.Namespace {
+	return &v1.Namespace{
+		Name: n.Name, MaxActiveVzones: n.MARLogical, ZonesPerVzone: n.ZonesPerVZone, Weight: max(n.Weight, 1),
+		Essentials: n.Essentials, Spares: n.SparesProvisioned, SparesLent: n.SparesLent, SparesBorrowed: n.SparesBorrowed,
+		ActiveVzones: n.ActiveVZones, ActiveZones: n.EssentialsInUse + n.SparesInUse, MinStripeWidth: n.MinWidth,
+		Active: !n.Inactive, Frozen: n.Frozen, Degraded: n.Degraded, Created: ts(n.CreatedAt), LastWrite: ts(n.LastWrite),
+	}
+}
+
+var vzoneStates = map[VZoneState]v1.VZoneState{
+	VZoneOpen: v1.VZoneState_VZONE_STATE_OPEN, VZoneFull: v1.VZoneState_VZONE_STATE_FULL, VZoneEmpty: v1.VZoneState_VZONE_STATE_EMPTY,
+}
+
+// nodeMap is the shadow view by node id, for zone addresses.
+func (s *Server) nodeMap(ctx context.Context) (map[string]NodeInfo, error) {
+	nodes, err := s.a.Nodes(ctx)
+	if err != nil {
+		return nil, err
+	}
+	m := make(map[string]NodeInfo, len(nodes))
+	for _, n := range nodes {
+		m[n.Record.ID] = n
+	}
+	return m, nil
+}
+
+func toVZone(l Layout, nodes map[string]NodeInfo) *v1.VZone {
+	out := &v1.VZone{Namespace: l.Namespace, Id: l.VZone, State: vzoneStates[l.State], Generation: l.Generation,
+		Capacity: uint64(l.ZonesPerVZone) * l.ZoneCapacity}
+	var start uint64
+	for _, g := range l.Groups {
+		pg := &v1.StripeGroup{Index: g.Index, Width: g.Width, StripeBlocks: g.StripeSize / max(l.BlockSize, 1),
+			Start: start, Capacity: uint64(g.Width) * l.ZoneCapacity}
+		for _, z := range g.Zones {
+			pz := &v1.PhysicalZone{Node: z.Node, Device: z.Device, Zone: z.Zone}
+			if n, ok := nodes[z.Node]; ok {
+				pz.Addr, pz.Available = n.Record.Addr, n.Available
+				if d, ok := n.Record.Device(z.Device); ok {
+					pz.Dies = d.ZoneDies(z.Zone)
+				}
+			}
+			pg.Zones = append(pg.Zones, pz)
+		}
+		out.ZonesUsed += uint32(len(g.Zones))
+		start += pg.Capacity
+		out.Groups = append(out.Groups, pg)
+	}
+	return out
+}
+
+func toDevice(d cluster.DeviceInfo, active uint32) *v1.DeviceInfo {
+	return &v1.DeviceInfo{Index: d.Index, Channels: d.Channels, Ways: d.Ways, Dzone: d.DZone, Fcgs: d.FCGs,
+		MaxActiveZones: d.MAR, MaxOpenZones: d.MOR, BlockSize: d.BlockSize, PageSize: d.PageSize,
+		ZoneSize: d.ZoneSize, ZoneCapacity: d.ZoneCapacity, NumZones: d.NumZones, Media: d.Media, ActiveZones: active}
+}
+
+func toNode(n NodeInfo) *v1.Node {
+	out := &v1.Node{Id: n.Record.ID, Addr: n.Record.Addr, Version: n.Record.Version, Available: n.Available, Started: ts(n.Record.StartedAt)}
+	for _, d := range n.Record.Devices {
+		out.Devices = append(out.Devices, toDevice(d, n.DeviceActive[d.Index]))
+	}
+	return out
+}
+
+func (s *Server) vzone(ctx context.Context, l Layout, err error) (*v1.VZone, error) {
+	if err != nil {
+		return nil, rpcerr.ToError(err)
+	}
+	nodes, err := s.nodeMap(ctx)
+	if err != nil {
+		return nil, rpcerr.ToError(err)
+	}
+	return toVZone(l, nodes), nil
+}
+
+// CreateNamespace implements v1.ArbiterServer.
+func (s *Server) CreateNamespace(ctx context.Context, r *v1.CreateNamespaceRequest) (*v1.Namespace, error) {
+	n, err := s.a.CreateNamespace(ctx, NamespaceSpec{Name: r.GetName(), MARLogical: r.GetMaxActiveVzones(),
+		ZonesPerVZone: r.GetZonesPerVzone(), Weight: r.GetWeight()})
+	if err != nil {
+		return nil, rpcerr.ToError(err)
+	}
+	return toNamespace(n), nil
+}
+
+// GetNamespace implements v1.ArbiterServer.
+func (s *Server) GetNamespace(ctx context.Context, r *v1.GetNamespaceRequest) (*v1.Namespace, error) {
+	n, err := s.a.GetNamespace(ctx, r.GetName())
+	if err != nil {
+		return nil, rpcerr.ToError(err)
+	}
+	return toNamespace(n), nil
+}
+
+// ListNamespaces implements v1.ArbiterServer.
+func (s *Server) ListNamespaces(ctx context.Context, _ *v1.ListNamespacesRequest) (*v1.ListNamespacesResponse, error) {
+	list, err := s.a.ListNamespaces(ctx)
+	if err != nil {
+		return nil, rpcerr.ToError(err)
+	}
+	out := &v1.ListNamespacesResponse{}
+	for _, n := range list {
+		out.Namespaces = append(out.Namespaces, toNamespace(n))
+	}
+	return out, nil
+}
+
+// DeleteNamespace implements v1.ArbiterServer.
+func (s *Server) DeleteNamespace(ctx context.Context, r *v1.DeleteNamespaceRequest) (*v1.DeleteNamespaceResponse, error) {
+	if err := s.a.DeleteNamespace(ctx, r.GetName(), r.GetForce()); err != nil {
+		return nil, rpcerr.ToError(err)
+	}
+	return &v1.DeleteNamespaceResponse{}, nil
+}
+
+// OpenVZone implements v1.ArbiterServer: it opens the lowest empty v-zone.
+func (s *Server) OpenVZone(ctx context.Context, r *v1.OpenVZoneRequest) (*v1.VZone, error) {
+	l, err := s.a.OpenNewVZone(ctx, r.GetNamespace())
+	return s.vzone(ctx, l, err)
+}
+
+// NextStripeGroup implements v1.ArbiterServer.
+func (s *Server) NextStripeGroup(ctx context.Context, r *v1.VZoneRequest) (*v1.VZone, error) {
+	l, err := s.a.NextStripeGroup(ctx, r.GetNamespace(), r.GetId())
+	return s.vzone(ctx, l, err)
+}
+
+// FinishVZone implements v1.ArbiterServer.
+func (s *Server) FinishVZone(ctx context.Context, r *v1.VZoneRequest) (*v1.VZone, error) {
+	l, err := s.a.FinishVZone(ctx, r.GetNamespace(), r.GetId())
+	return s.vzone(ctx, l, err)
+}
+
+// ResetVZone implements v1.ArbiterServer.
+func (s *Server) ResetVZone(ctx context.Context, r *v1.VZoneRequest) (*v1.VZone, error) {
+	if err := s.a.ResetVZone(ctx, r.GetNamespace(), r.GetId()); err != nil {
+		return nil, rpcerr.ToError(err)
+	}
+	l, err := s.a.Layout(ctx, r.GetNamespace(), r.GetId())
+	return s.vzone(ctx, l, err)
+}
+
+// GetVZone implements v1.ArbiterServer.
+func (s *Server) GetVZone(ctx context.Context, r *v1.VZoneRequest) (*v1.VZone, error) {
+	l, err := s.a.Layout(ctx, r.GetNamespace(), r.GetId())
+	return s.vzone(ctx, l, err)
+}
+
+// ListVZones implements v1.ArbiterServer (non-empty v-zones).
+func (s *Server) ListVZones(ctx context.Context, r *v1.ListVZonesRequest) (*v1.ListVZonesResponse, error) {
+	list, err := s.a.ListVZones(ctx, r.GetNamespace())
+	if err != nil {
+		return nil, rpcerr.ToError(err)
+	}
+	nodes, err := s.nodeMap(ctx)
+	if err != nil {
+		return nil, rpcerr.ToError(err)
+	}
+	out := &v1.ListVZonesResponse{}
+	for _, l := range list {
+		out.Vzones = append(out.Vzones, toVZone(l, nodes))
+	}
+	return out, nil
+}
+
+// ReportActivity implements v1.ArbiterServer.
+func (s *Server) ReportActivity(ctx context.Context, r *v1.ReportActivityRequest) (*v1.ReportActivityResponse, error) {
+	if err := s.a.ReportWrite(ctx, r.GetNamespace()); err != nil {
+		return nil, rpcerr.ToError(err)
+	}
+	return &v1.ReportActivityResponse{}, nil
+}
+
+// ListNodes implements v1.ArbiterServer.
+func (s *Server) ListNodes(ctx context.Context, _ *v1.ListNodesRequest) (*v1.ListNodesResponse, error) {
+	nodes, err := s.a.Nodes(ctx)
+	if err != nil {
+		return nil, rpcerr.ToError(err)
+	}
+	out := &v1.ListNodesResponse{}
+	for _, n := range nodes {
+		out.Nodes = append(out.Nodes, toNode(n))
+	}
+	return out, nil
+}
+
+// GetNode implements v1.ArbiterServer.
+func (s *Server) GetNode(ctx context.Context, r *v1.GetNodeRequest) (*v1.Node, error) {
+	n, err := s.a.GetNode(ctx, r.GetId())
+	if err != nil {
+		return nil, rpcerr.ToError(err)
+	}
+	return toNode(n), nil
+}
+
+// ClusterStatus implements v1.ArbiterServer (leader only, like every call).
+func (s *Server) ClusterStatus(ctx context.Context, _ *v1.ClusterStatusRequest) (*v1.ClusterStatusResponse, error) {
+	if !s.a.IsLeader() {
+		return nil, rpcerr.ToError(s.a.notLeader(ctx))
+	}
+	st, err := s.a.Status(ctx)
+	if err != nil {
+		return nil, rpcerr.ToError(err)
+	}
+	members, err := s.a.Members(ctx)
+	if err != nil {
+		return nil, rpcerr.ToError(err)
+	}
+	out := &v1.ClusterStatusResponse{Leader: st.LeaderAddr, Nodes: uint32(st.Nodes), NodesAvailable: uint32(st.AvailableNodes),
+		Devices: uint32(st.Devices), Dies: st.Dies, ActiveZoneSlots: st.ActiveZoneSlots, Essentials: st.Essentials,
+		Spares: st.Spares, EssentialsFree: st.EssentialsFree, SparesFree: st.SparesFree, Namespaces: uint32(st.Namespaces),
+		DegradedNamespaces: st.DegradedNamespaces, CapacityBlocks: st.CapacityBlocks, FreeBlocks: st.FreeBlocks}
+	for _, m := range members {
+		id := m.Addr
+		if m.Addr == s.a.cfg.Addr && s.a.cfg.ID != "" {
+			id = s.a.cfg.ID
+		}
+		out.Arbiters = append(out.Arbiters, &v1.ArbiterMember{Id: id, Addr: m.Addr, Leader: m.Leader})
+	}
+	return out, nil
+}

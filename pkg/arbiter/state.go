@@ -1,0 +1,530 @@
+package arbiter
+
+import (
+	"cmp"
+	"fmt"
+	"math/bits"
+	"slices"
+	"time"
+
+	"github.com/zonefleet/zonefleet/pkg/cluster"
+)
+
+// The arbiter's whole control state is one JSON document in etcd (stateKey),
+// changed only by the leader in transactions that compare its mod revision and
+// the leader's election key. Grants are separate keys (cluster.GrantKey) written
+// in the same transactions, so nodes can watch them.
+
+// VZoneState is the state of a v-zone. A v-zone that was never opened (or was
+// reset) has no record and is empty.
+type VZoneState string
+
+// V-zone states.
+const (
+	VZoneEmpty VZoneState = "empty"
+	VZoneOpen  VZoneState = "open" // has an open stripe group holding active resources
+	VZoneFull  VZoneState = "full" // finished: its zones hold data, no active resources
+)
+
+// StripeGroup is a set of physical zones written RAID-0 with StripeSize bytes
+// per stripe unit. Only the last stripe group of an open v-zone is open.
+type StripeGroup struct {
+	Index      uint32             `json:"index"`
+	Zones      []cluster.PhysZone `json:"zones"`
+	Width      uint32             `json:"width"`
+	StripeSize uint32             `json:"stripe_size"` // bytes
+	Essentials uint32             `json:"essentials"`  // active zones taken from the namespace's essentials
+	Spares     uint32             `json:"spares"`      // active zones taken from spares (overdrive)
+	Open       bool               `json:"open"`
+	Generation uint64             `json:"generation"` // v-zone generation that created the group
+}
+
+// VZone is the persisted record of a non-empty v-zone.
+type VZone struct {
+	ID         uint64        `json:"id"`
+	State      VZoneState    `json:"state"`
+	Generation uint64        `json:"generation"`
+	Groups     []StripeGroup `json:"groups"`
+	Reclaiming bool          `json:"reclaiming,omitempty"`
+	// Pending holds the minimum-width stripe groups a reclaim is copying into;
+	// they are granted and hold active zones but are not in the layout yet.
+	Pending []StripeGroup `json:"pending,omitempty"`
+}
+
+// allGroups is Groups followed by Pending.
+func (v *VZone) allGroups() []StripeGroup {
+	if len(v.Pending) == 0 {
+		return v.Groups
+	}
+	return append(slices.Clone(v.Groups), v.Pending...)
+}
+
+func (v *VZone) openGroup() *StripeGroup {
+	if v.State != VZoneOpen || len(v.Groups) == 0 {
+		return nil
+	}
+	g := &v.Groups[len(v.Groups)-1]
+	if !g.Open {
+		return nil
+	}
+	return g
+}
+
+func (v *VZone) zoneCount() uint32 {
+	n := 0
+	for _, g := range v.Groups {
+		n += len(g.Zones)
+	}
+	return uint32(n)
+}
+
+// NamespaceSpec is what a namespace is created with.
+type NamespaceSpec struct {
+	Name string `json:"name"`
+	// MARLogical is the maximum number of active (open) v-zones.
+	MARLogical uint32 `json:"mar_logical"`
+	// ZonesPerVZone is the number of physical zones of every v-zone; a power of two.
+	ZonesPerVZone uint32 `json:"zones_per_vzone"`
+	// VZones is the number of v-zones (ids 0..VZones-1); 0 means unbounded ids.
+	VZones uint64 `json:"vzones,omitempty"`
+	// Weight of the namespace in the partition of essentials and spares; 0 means 1.
+	Weight uint32 `json:"weight,omitempty"`
+}
+
+// nsState is the persisted record of a namespace.
+type nsState struct {
+	Spec       NamespaceSpec     `json:"spec"`
+	CreatedAt  time.Time         `json:"created_at"`
+	Essentials uint32            `json:"essentials"` // provisioned, exclusive
+	Spares     uint32            `json:"spares"`     // provisioned
+	LastAlloc  uint64            `json:"last_alloc"` // State.AllocSeq after its last allocation (or at creation)
+	EWMA       float64           `json:"ewma"`       // EWMA of active v-zones at stripe-group opens
+	LastWrite  time.Time         `json:"last_write"` // last persisted write activity
+	Frozen     bool              `json:"frozen,omitempty"`
+	VZones     map[uint64]*VZone `json:"vzones"`
+}
+
+func (n *nsState) weight() uint64 {
+	if n.Spec.Weight == 0 {
+		return 1
+	}
+	return uint64(n.Spec.Weight)
+}
+
+// minWidth is N_essential/(N_ns × MAR_logical) for this namespace: its
+// essentials over its MAR_logical, rounded down to a power of two, at least 1,
+// at most ZonesPerVZone.
+func (n *nsState) minWidth() uint32 {
+	w := uint32(1)
+	if n.Spec.MARLogical > 0 && n.Essentials/n.Spec.MARLogical > 1 {
+		w = pow2Floor(n.Essentials / n.Spec.MARLogical)
+	}
+	return min(w, n.Spec.ZonesPerVZone)
+}
+
+// Loan is spares lent by an inactive namespace to an active one (global
+// overdrive). A recalled loan is returned at the borrower's next finish/reset.
+type Loan struct {
+	Lender   string `json:"lender"`
+	Borrower string `json:"borrower"`
+	Count    uint32 `json:"count"`
+	Recalled bool   `json:"recalled,omitempty"`
+}
+
+// nodeState is the shadow view of one node.
+type nodeState struct {
+	Record    cluster.NodeRecord `json:"record"`
+	Available bool               `json:"available"`
+	LostAt    time.Time          `json:"lost_at,omitempty"`
+}
+
+// State is the arbiter's persisted control state.
+type State struct {
+	Nodes      map[string]*nodeState `json:"nodes"`
+	Namespaces map[string]*nsState   `json:"namespaces"`
+	Loans      []Loan                `json:"loans"`
+	// Essentials and Spares are the cluster's N_essential and N_spare over available devices.
+	Essentials uint32 `json:"essentials"`
+	Spares     uint32 `json:"spares"`
+	// AllocSeq counts physical zones allocated to stripe groups (the allocation history clock).
+	AllocSeq uint64 `json:"alloc_seq"`
+}
+
+func newState() *State {
+	return &State{Nodes: map[string]*nodeState{}, Namespaces: map[string]*nsState{}}
+}
+
+func (st *State) normalize() {
+	if st.Nodes == nil {
+		st.Nodes = map[string]*nodeState{}
+	}
+	if st.Namespaces == nil {
+		st.Namespaces = map[string]*nsState{}
+	}
+	for _, ns := range st.Namespaces {
+		if ns.VZones == nil {
+			ns.VZones = map[uint64]*VZone{}
+		}
+	}
+}
+
+func sortedKeys[K cmp.Ordered, V any](m map[K]V) []K {
+	ks := make([]K, 0, len(m))
+	for k := range m {
+		ks = append(ks, k)
+	}
+	slices.Sort(ks)
+	return ks
+}
+
+// pow2Floor rounds down to a power of two (0 stays 0).
+func pow2Floor(x uint32) uint32 {
+	if x == 0 {
+		return 0
+	}
+	return 1 << (bits.Len32(x) - 1)
+}
+
+func isPow2(x uint32) bool { return x != 0 && x&(x-1) == 0 }
+
+// ---- derived view -------------------------------------------------------
+
+type devKey struct {
+	Node   string
+	Device uint32
+}
+
+type dieKey struct {
+	Node   string
+	Device uint32
+	FCG    uint32
+}
+
+type zoneOwner struct {
+	Namespace string
+	VZone     uint64
+	Group     uint32
+	Open      bool
+}
+
+// nsUsage is the derived resource use of one namespace.
+type nsUsage struct {
+	ActiveVZones    uint32
+	EssentialsInUse uint32
+	SparesInUse     uint32
+	Lent            uint32 // spares lent to others (recalled included until returned)
+	Borrowed        uint32 // spares borrowed (recalled included until returned)
+	BorrowedLive    uint32 // borrowed and not recalled
+	Recalled        uint32 // lent and recalled, not yet returned
+}
+
+// index is the derived view of a State: zone ownership and active counts.
+type index struct {
+	owner     map[cluster.PhysZone]zoneOwner
+	devActive map[devKey]uint32
+	dieActive map[dieKey]uint32
+	usage     map[string]*nsUsage
+}
+
+func buildIndex(st *State) *index {
+	ix := &index{
+		owner:     map[cluster.PhysZone]zoneOwner{},
+		devActive: map[devKey]uint32{},
+		dieActive: map[dieKey]uint32{},
+		usage:     map[string]*nsUsage{},
+	}
+	for name, ns := range st.Namespaces {
+		u := &nsUsage{}
+		ix.usage[name] = u
+		for _, vz := range ns.VZones {
+			if vz.openGroup() != nil {
+				u.ActiveVZones++
+			}
+			for _, g := range vz.allGroups() {
+				if g.Open {
+					u.EssentialsInUse += g.Essentials
+					u.SparesInUse += g.Spares
+				}
+				for _, z := range g.Zones {
+					ix.owner[z] = zoneOwner{Namespace: name, VZone: vz.ID, Group: g.Index, Open: g.Open}
+					if g.Open {
+						ix.devActive[devKey{z.Node, z.Device}]++
+						ix.dieActive[st.dieOf(z)]++
+					}
+				}
+			}
+		}
+	}
+	for _, l := range st.Loans {
+		if u := ix.usage[l.Lender]; u != nil {
+			u.Lent += l.Count
+			if l.Recalled {
+				u.Recalled += l.Count
+			}
+		}
+		if u := ix.usage[l.Borrower]; u != nil {
+			u.Borrowed += l.Count
+			if !l.Recalled {
+				u.BorrowedLive += l.Count
+			}
+		}
+	}
+	return ix
+}
+
+func (st *State) device(node string, dev uint32) (cluster.DeviceInfo, bool) {
+	n := st.Nodes[node]
+	if n == nil {
+		return cluster.DeviceInfo{}, false
+	}
+	return n.Record.Device(dev)
+}
+
+func (st *State) dieOf(z cluster.PhysZone) dieKey {
+	d, _ := st.device(z.Node, z.Device)
+	return dieKey{z.Node, z.Device, d.ZoneFCG(z.Zone)}
+}
+
+// ---- provisioning (eZNS §4.4.1) ------------------------------------------
+
+// clusterResources returns N_essential and N_spare over available devices: a
+// device's essentials are the active zones that saturate its write bandwidth,
+// one per flash chip group (min(FCGs, MAR)); the rest of its MAR are spares.
+func clusterResources(st *State) (ess, spare uint32) {
+	for _, n := range st.Nodes {
+		if !n.Available {
+			continue
+		}
+		for _, d := range n.Record.Devices {
+			e := min(d.FCGs, d.MAR)
+			ess += e
+			spare += d.MAR - e
+		}
+	}
+	return ess, spare
+}
+
+// split divides total by weight with the largest-remainder method (ties by name).
+func split(total uint32, names []string, weights map[string]uint64) map[string]uint32 {
+	out := map[string]uint32{}
+	var sum uint64
+	for _, n := range names {
+		sum += weights[n]
+	}
+	if sum == 0 {
+		return out
+	}
+	type rem struct {
+		name string
+		r    uint64
+	}
+	var rems []rem
+	var given uint32
+	for _, n := range names {
+		q := uint64(total) * weights[n]
+		out[n] = uint32(q / sum)
+		given += out[n]
+		rems = append(rems, rem{n, q % sum})
+	}
+	slices.SortStableFunc(rems, func(a, b rem) int { return cmp.Compare(b.r, a.r) })
+	for i := 0; given < total && i < len(rems); i++ {
+		out[rems[i].name]++
+		given++
+	}
+	return out
+}
+
+// shortfall describes a namespace whose essentials cannot cover MAR_logical v-zones.
+type shortfall struct {
+	Namespace string
+	Need, Got uint32
+}
+
+// reprovision recomputes N_essential/N_spare and every namespace's share.
+// Open stripe groups are left as they are; loans are cancelled (global
+// overdrive lends again from the new shares). It returns the namespaces whose
+// share of essentials is below their MAR_logical (minimum width 1 each).
+func reprovision(st *State) []shortfall {
+	st.Essentials, st.Spares = clusterResources(st)
+	names := sortedKeys(st.Namespaces)
+	weights := map[string]uint64{}
+	for _, n := range names {
+		weights[n] = st.Namespaces[n].weight()
+	}
+	ess := split(st.Essentials, names, weights)
+	spa := split(st.Spares, names, weights)
+	var short []shortfall
+	for _, n := range names {
+		ns := st.Namespaces[n]
+		ns.Essentials, ns.Spares = ess[n], spa[n]
+		if ns.Essentials < ns.Spec.MARLogical {
+			short = append(short, shortfall{n, ns.Spec.MARLogical, ns.Essentials})
+		}
+	}
+	st.Loans = nil
+	return short
+}
+
+// ---- serialized die-aware allocation (eZNS §4.2/4.3) ---------------------
+
+type candidate struct {
+	die   dieKey
+	zone  uint32 // lowest free zone of the die group
+	order int    // position in the cluster's serial order
+}
+
+// candidates returns, for every die group (node, device, FCG) of an available
+// node whose device is below MAR and which has a free zone, that free zone.
+func candidates(st *State, ix *index) []candidate {
+	var out []candidate
+	order := 0
+	for _, nodeID := range sortedKeys(st.Nodes) {
+		n := st.Nodes[nodeID]
+		devs := slices.Clone(n.Record.Devices)
+		slices.SortFunc(devs, func(a, b cluster.DeviceInfo) int { return cmp.Compare(a.Index, b.Index) })
+		for _, d := range devs {
+			if d.FCGs == 0 {
+				continue
+			}
+			full := !n.Available || ix.devActive[devKey{nodeID, d.Index}] >= d.MAR
+			for g := uint32(0); g < d.FCGs; g++ {
+				order++
+				if full {
+					continue
+				}
+				for z := g; z < d.NumZones; z += d.FCGs {
+					if _, used := ix.owner[cluster.PhysZone{Node: nodeID, Device: d.Index, Zone: z}]; !used {
+						out = append(out, candidate{die: dieKey{nodeID, d.Index, g}, zone: z, order: order})
+						break
+					}
+				}
+			}
+		}
+	}
+	return out
+}
+
+// pickZones chooses width zones on distinct die groups: least populated die
+// groups first (so dies collide only once every die is populated), then the
+// node with fewest zones already in this group (spread across nodes), then the
+// least active device, then a serial order rotated by the allocation clock.
+// It respects each device's MAR.
+func pickZones(st *State, ix *index, cands []candidate, width uint32) []cluster.PhysZone {
+	total := len(cands)
+	if total == 0 {
+		return nil
+	}
+	rot := int(st.AllocSeq % uint64(max(total, 1)))
+	perNode := map[string]int{}
+	devUse := map[devKey]uint32{}
+	used := make([]bool, len(cands))
+	var out []cluster.PhysZone
+	for uint32(len(out)) < width {
+		best := -1
+		better := func(i, j int) bool { // is cands[i] better than cands[j]
+			a, b := cands[i], cands[j]
+			if da, db := ix.dieActive[a.die], ix.dieActive[b.die]; da != db {
+				return da < db
+			}
+			if na, nb := perNode[a.die.Node], perNode[b.die.Node]; na != nb {
+				return na < nb
+			}
+			ka, kb := devKey{a.die.Node, a.die.Device}, devKey{b.die.Node, b.die.Device}
+			if va, vb := ix.devActive[ka]+devUse[ka], ix.devActive[kb]+devUse[kb]; va != vb {
+				return va < vb
+			}
+			return (i-rot+total)%total < (j-rot+total)%total
+		}
+		for i, c := range cands {
+			if used[i] {
+				continue
+			}
+			dk := devKey{c.die.Node, c.die.Device}
+			d, _ := st.device(dk.Node, dk.Device)
+			if ix.devActive[dk]+devUse[dk] >= d.MAR {
+				continue
+			}
+			if best < 0 || better(i, best) {
+				best = i
+			}
+		}
+		if best < 0 {
+			break
+		}
+		used[best] = true
+		c := cands[best]
+		perNode[c.die.Node]++
+		devUse[devKey{c.die.Node, c.die.Device}]++
+		out = append(out, cluster.PhysZone{Node: c.die.Node, Device: c.die.Device, Zone: c.zone})
+	}
+	return out
+}
+
+// distinctUsableDies is how many die groups could go into one stripe group
+// now (bounded by each device's remaining MAR).
+func distinctUsableDies(st *State, ix *index, cands []candidate) uint32 {
+	perDev := map[devKey]uint32{}
+	for _, c := range cands {
+		perDev[devKey{c.die.Node, c.die.Device}]++
+	}
+	var n uint32
+	for dk, cnt := range perDev {
+		d, _ := st.device(dk.Node, dk.Device)
+		n += min(cnt, d.MAR-ix.devActive[dk])
+	}
+	return n
+}
+
+// stripeSize is 32 KiB (base) at the minimum width, halved each time the
+// width doubles, never below one block (eZNS §4.4.2).
+func stripeSize(base, block, width, minWidth uint32) uint32 {
+	s := base
+	for w := max(minWidth, 1); w < width && s > block; w *= 2 {
+		s /= 2
+	}
+	return max(s, block)
+}
+
+func (st *State) blockSize(zones []cluster.PhysZone) uint32 {
+	var b uint32
+	for _, z := range zones {
+		if d, ok := st.device(z.Node, z.Device); ok && d.BlockSize > b {
+			b = d.BlockSize
+		}
+	}
+	if b == 0 {
+		b = 4096
+	}
+	return b
+}
+
+func vzoneName(ns string, id uint64) string { return fmt.Sprintf("%s/%d", ns, id) }
+
+// minBlockSize and minZoneCapacity describe the available devices (for
+// v-zones that have no zone yet).
+func (st *State) minBlockSize() uint32 {
+	var b uint32
+	for _, n := range st.Nodes {
+		for _, d := range n.Record.Devices {
+			if n.Available && d.BlockSize > b {
+				b = d.BlockSize
+			}
+		}
+	}
+	if b == 0 {
+		b = 4096
+	}
+	return b
+}
+
+func (st *State) minZoneCapacity() uint64 {
+	var c uint64
+	for _, n := range st.Nodes {
+		for _, d := range n.Record.Devices {
+			if n.Available && (c == 0 || d.ZoneCapacity < c) {
+				c = d.ZoneCapacity
+			}
+		}
+	}
+	return c
+}
