@@ -7,25 +7,21 @@ import (
 	"os"
 
 	"github.com/spf13/cobra"
-	v1 "github.com/zonefleet/zonefleet/api/zonefleet/v1"
+	"github.com/zonefleet/zonefleet/pkg/arbiterd"
 	"github.com/zonefleet/zonefleet/pkg/daemon"
 )
 
 func main() {
 	cfg := &daemon.Config{Name: "arbiter", GRPCListen: ":7700", HTTPListen: ":7701"}
-	var id, etcd string
+	opts := arbiterd.DefaultOptions()
 	cmd := daemon.Command(cfg, "The eZNS zone arbiter: hands out active zones to tenant namespaces.",
-		func(c *cobra.Command) {
-			c.Flags().StringVar(&id, "id", "arbiter-1", "arbiter id, unique in the cluster")
-			c.Flags().StringVar(&etcd, "etcd-endpoints", "127.0.0.1:2379", "comma-separated etcd endpoints")
-		},
+		func(c *cobra.Command) { arbiterd.AddFlags(c.Flags(), &opts) },
 		func(ctx context.Context, log *slog.Logger) error {
 			d, err := daemon.New(*cfg, log)
 			if err != nil {
 				return err
 			}
-			v1.RegisterArbiterServer(d.GRPC, v1.UnimplementedArbiterServer{})
-			return d.Run(ctx)
+			return arbiterd.Run(ctx, d, opts, log)
 		})
 	os.Exit(daemon.Main(cmd))
 }

@@ -81,9 +81,6 @@ type Client struct {
 // New connects to the cluster: it finds the arbiter leader and checks that
 // the namespace exists.
 func New(ctx context.Context, cfg Config) (*Client, error) {
-	if cfg.Namespace == "" {
-		return nil, &zerr.InvalidArgumentError{Field: "namespace", Reason: "is empty"}
-	}
 	if len(cfg.Arbiters) == 0 && len(cfg.Etcd) == 0 {
 		return nil, &zerr.InvalidArgumentError{Field: "arbiters", Reason: "give arbiter addresses or etcd endpoints"}
 	}
@@ -107,6 +104,14 @@ func New(ctx context.Context, cfg Config) (*Client, error) {
 			return nil, &zerr.UnavailableError{What: "etcd", Reason: err.Error()}
 		}
 		c.etc = etc
+	}
+	if cfg.Namespace == "" { // cluster administration only: check the arbiter answers
+		_, err := c.ClusterStatus(ctx)
+		if err != nil {
+			c.Close()
+			return nil, err
+		}
+		return c, nil
 	}
 	if _, err := c.GetNamespace(ctx); err != nil {
 		c.Close()
@@ -281,9 +286,68 @@ func (c *Client) Arbiter(ctx context.Context) (v1.ArbiterClient, error) {
 
 // GetNamespace returns the client's namespace.
 func (c *Client) GetNamespace(ctx context.Context) (*v1.Namespace, error) {
-	return arbiterCall(ctx, c, "get namespace", func(ctx context.Context, a v1.ArbiterClient) (*v1.Namespace, error) {
-		return a.GetNamespace(ctx, &v1.GetNamespaceRequest{Name: c.cfg.Namespace})
+	if c.cfg.Namespace == "" {
+		return nil, &zerr.InvalidArgumentError{Field: "namespace", Reason: "the client has none (give --namespace)"}
+	}
+	return c.Namespaces().Get(ctx, c.cfg.Namespace)
+}
+
+// NamespaceAdmin manages namespaces.
+type NamespaceAdmin struct{ c *Client }
+
+// Namespaces returns the namespace administration of the cluster.
+func (c *Client) Namespaces() NamespaceAdmin { return NamespaceAdmin{c} }
+
+// Create creates a namespace.
+func (n NamespaceAdmin) Create(ctx context.Context, req *v1.CreateNamespaceRequest) (*v1.Namespace, error) {
+	return arbiterCall(ctx, n.c, "create namespace", func(ctx context.Context, a v1.ArbiterClient) (*v1.Namespace, error) {
+		return a.CreateNamespace(ctx, req)
 	})
+}
+
+// Get returns a namespace.
+func (n NamespaceAdmin) Get(ctx context.Context, name string) (*v1.Namespace, error) {
+	return arbiterCall(ctx, n.c, "get namespace", func(ctx context.Context, a v1.ArbiterClient) (*v1.Namespace, error) {
+		return a.GetNamespace(ctx, &v1.GetNamespaceRequest{Name: name})
+	})
+}
+
+// List lists the namespaces.
+func (n NamespaceAdmin) List(ctx context.Context) ([]*v1.Namespace, error) {
+	r, err := arbiterCall(ctx, n.c, "list namespaces", func(ctx context.Context, a v1.ArbiterClient) (*v1.ListNamespacesResponse, error) {
+		return a.ListNamespaces(ctx, &v1.ListNamespacesRequest{})
+	})
+	return r.GetNamespaces(), err
+}
+
+// Delete deletes a namespace (force: even with open v-zones).
+func (n NamespaceAdmin) Delete(ctx context.Context, name string, force bool) error {
+	_, err := arbiterCall(ctx, n.c, "delete namespace", func(ctx context.Context, a v1.ArbiterClient) (*v1.DeleteNamespaceResponse, error) {
+		return a.DeleteNamespace(ctx, &v1.DeleteNamespaceRequest{Name: name, Force: force})
+	})
+	return err
+}
+
+// ListNodes lists the cluster's nodes.
+func (c *Client) ListNodes(ctx context.Context) ([]*v1.Node, error) {
+	r, err := arbiterCall(ctx, c, "list nodes", func(ctx context.Context, a v1.ArbiterClient) (*v1.ListNodesResponse, error) {
+		return a.ListNodes(ctx, &v1.ListNodesRequest{})
+	})
+	return r.GetNodes(), err
+}
+
+// GetNode returns one node.
+func (c *Client) GetNode(ctx context.Context, id string) (*v1.Node, error) {
+	return arbiterCall(ctx, c, "get node", func(ctx context.Context, a v1.ArbiterClient) (*v1.Node, error) {
+		return a.GetNode(ctx, &v1.GetNodeRequest{Id: id})
+	})
+}
+
+// Device returns a client of a node's ZonedDevice service (calls carry the
+// client's namespace and token).
+func (c *Client) Device(addr string) (v1.ZonedDeviceClient, context.Context, error) {
+	n, err := c.nodeClient(addr)
+	return n, c.ctx(context.Background()), err
 }
 
 // ClusterStatus returns the cluster's status from the leader.

@@ -3,11 +3,14 @@
 package etcdlocal
 
 import (
+	"context"
 	"fmt"
 	"net"
 	"net/url"
+	"strings"
 	"time"
 
+	"github.com/zonefleet/zonefleet/pkg/zerr"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.etcd.io/etcd/server/v3/embed"
 	"go.uber.org/zap"
@@ -85,4 +88,30 @@ func (s *Server) Client() (*clientv3.Client, error) {
 func (s *Server) Close() {
 	s.e.Close()
 	<-s.e.Server.StopNotify()
+}
+
+// Connect returns a client of the comma-separated endpoints once etcd
+// answers, waiting up to wait (a cluster's processes may start in any order).
+func Connect(ctx context.Context, endpoints string, wait time.Duration) (*clientv3.Client, error) {
+	cli, err := clientv3.New(clientv3.Config{Endpoints: strings.Split(endpoints, ","), DialTimeout: 5 * time.Second, Logger: zap.NewNop()})
+	if err != nil {
+		return nil, &zerr.UnavailableError{What: "etcd " + endpoints, Reason: err.Error()}
+	}
+	deadline := time.Now().Add(wait)
+	for {
+		sctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+		_, err = cli.Get(sctx, "/zonefleet/v1/ping")
+		cancel()
+		if err == nil {
+			return cli, nil
+		}
+		if time.Now().After(deadline) || ctx.Err() != nil {
+			_ = cli.Close()
+			return nil, &zerr.UnavailableError{What: "etcd " + endpoints, Reason: err.Error()}
+		}
+		select {
+		case <-ctx.Done():
+		case <-time.After(500 * time.Millisecond):
+		}
+	}
 }

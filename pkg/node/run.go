@@ -6,7 +6,6 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
-	"strings"
 	"time"
 
 	"github.com/spf13/pflag"
@@ -14,11 +13,11 @@ import (
 	"github.com/zonefleet/zonefleet/pkg/buildinfo"
 	"github.com/zonefleet/zonefleet/pkg/clock"
 	"github.com/zonefleet/zonefleet/pkg/daemon"
+	"github.com/zonefleet/zonefleet/pkg/etcdlocal"
 	"github.com/zonefleet/zonefleet/pkg/flash"
 	"github.com/zonefleet/zonefleet/pkg/zerr"
 	"github.com/zonefleet/zonefleet/pkg/zns"
 	clientv3 "go.etcd.io/etcd/client/v3"
-	"go.uber.org/zap"
 )
 
 // Options of a node process.
@@ -105,29 +104,6 @@ func OpenDevices(o Options, clk clock.Clock) ([]*zns.Device, error) {
 	return devs, nil
 }
 
-// EtcdClient connects to etcd, waiting up to wait for it to answer.
-func EtcdClient(ctx context.Context, endpoints string, wait time.Duration) (*clientv3.Client, error) {
-	eps := strings.Split(endpoints, ",")
-	cli, err := clientv3.New(clientv3.Config{Endpoints: eps, DialTimeout: 5 * time.Second, Logger: zap.NewNop()})
-	if err != nil {
-		return nil, &zerr.UnavailableError{What: "etcd " + endpoints, Reason: err.Error()}
-	}
-	deadline := time.Now().Add(wait)
-	for {
-		sctx, cancel := context.WithTimeout(ctx, 2*time.Second)
-		_, err = cli.Get(sctx, "/zonefleet/v1/ping")
-		cancel()
-		if err == nil {
-			return cli, nil
-		}
-		if time.Now().After(deadline) || ctx.Err() != nil {
-			_ = cli.Close()
-			return nil, &zerr.UnavailableError{What: "etcd " + endpoints, Reason: err.Error()}
-		}
-		time.Sleep(500 * time.Millisecond)
-	}
-}
-
 // Run serves the node on d until ctx ends, then unregisters and closes the devices.
 func Run(ctx context.Context, d *daemon.Daemon, o Options, log *slog.Logger) error {
 	clk, ok := clock.Parse(o.Clock, o.TimeScale)
@@ -155,7 +131,7 @@ func Run(ctx context.Context, d *daemon.Daemon, o Options, log *slog.Logger) err
 	var svc *Service
 	svcReady := make(chan struct{})
 	if !o.Standalone {
-		if cli, err = EtcdClient(ctx, o.Etcd, 30*time.Second); err != nil {
+		if cli, err = etcdlocal.Connect(ctx, o.Etcd, 30*time.Second); err != nil {
 			return err
 		}
 		defer cli.Close()

@@ -20,6 +20,7 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+	"github.com/zonefleet/zonefleet/pkg/etcdlocal"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
@@ -93,9 +94,15 @@ func start(t *testing.T, name string, args ...string) *proc {
 }
 
 func TestServerBinaries(t *testing.T) {
+	etcd, err := etcdlocal.Start(t.TempDir(), "")
+	require.NoError(t, err)
+	defer etcd.Close()
 	for _, name := range []string{"arbiter", "ssdnode"} {
 		t.Run(name, func(t *testing.T) {
 			var args []string
+			if name == "arbiter" {
+				args = append(args, "--etcd-endpoints="+etcd.Endpoints()[0])
+			}
 			if name == "ssdnode" {
 				args = append(args, "--data="+t.TempDir(), "--standalone", "--channels=2", "--ways=2", "--blocks-per-chip=8", "--pages-per-block=8", "--dzone=2")
 			}

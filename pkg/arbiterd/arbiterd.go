@@ -1,0 +1,70 @@
+// Package arbiterd runs an arbiter process: flags, the etcd connection, the
+// node compactor for reclaim, the arbiter itself and its gRPC service on a
+// daemon skeleton. cmd/arbiter and the in-process local cluster both use it.
+package arbiterd
+
+import (
+	"context"
+	"log/slog"
+	"time"
+
+	"github.com/spf13/pflag"
+	v1 "github.com/zonefleet/zonefleet/api/zonefleet/v1"
+	"github.com/zonefleet/zonefleet/pkg/arbiter"
+	"github.com/zonefleet/zonefleet/pkg/daemon"
+	"github.com/zonefleet/zonefleet/pkg/etcdlocal"
+)
+
+// Options of an arbiter process.
+type Options struct {
+	ID         string
+	Etcd       string // comma-separated endpoints
+	Advertise  string // address clients and followers use; default the listen address
+	AdminToken string // the nodes' admin token (reclaim pushes compactions)
+	SessionTTL time.Duration
+	TReadOnly  time.Duration
+	StripeSize uint32 // bytes at minimum width
+}
+
+// DefaultOptions are the flag defaults.
+func DefaultOptions() Options {
+	return Options{ID: "arbiter-1", Etcd: "127.0.0.1:2379", SessionTTL: 5 * time.Second, TReadOnly: 5 * time.Minute, StripeSize: 32 << 10}
+}
+
+// AddFlags registers the arbiter's flags.
+func AddFlags(fs *pflag.FlagSet, o *Options) {
+	fs.StringVar(&o.ID, "id", o.ID, "arbiter id, unique in the cluster")
+	fs.StringVar(&o.Etcd, "etcd-endpoints", o.Etcd, "comma-separated etcd endpoints")
+	fs.StringVar(&o.Advertise, "advertise-addr", o.Advertise, "address clients use to reach this arbiter (default: the listen address)")
+	fs.StringVar(&o.AdminToken, "admin-token", o.AdminToken, "the nodes' admin token, for reclaim's zone compactions")
+	fs.DurationVar(&o.SessionTTL, "session-ttl", o.SessionTTL, "leadership lease: a crashed leader is replaced after about this long")
+	fs.DurationVar(&o.TReadOnly, "t-readonly", o.TReadOnly, "a namespace with no writes for this long is frozen and its spares reclaimed (eZNS T_ReadOnly)")
+	fs.Uint32Var(&o.StripeSize, "stripe-size", o.StripeSize, "stripe size in bytes at minimum stripe width (halved per doubling of the width)")
+}
+
+// Run serves the arbiter on d until ctx ends.
+func Run(ctx context.Context, d *daemon.Daemon, o Options, log *slog.Logger) error {
+	cli, err := etcdlocal.Connect(ctx, o.Etcd, 30*time.Second)
+	if err != nil {
+		return err
+	}
+	defer cli.Close()
+	addr := o.Advertise
+	if addr == "" {
+		addr = d.GRPCAddr()
+	}
+	comp := arbiter.NewNodeCompactor(cli, o.AdminToken)
+	a, err := arbiter.New(arbiter.Config{Addr: addr, ID: o.ID, SessionTTL: o.SessionTTL, TReadOnly: o.TReadOnly,
+		BaseStripeSize: o.StripeSize, Registerer: d.Registry, Logger: log}, cli, comp)
+	if err != nil {
+		return err
+	}
+	v1.RegisterArbiterServer(d.GRPC, arbiter.NewServer(a))
+	actx, stop := context.WithCancel(ctx)
+	done := make(chan error, 1)
+	go func() { done <- a.Run(actx) }()
+	err = d.Run(ctx)
+	stop()
+	<-done
+	return err
+}

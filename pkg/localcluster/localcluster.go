@@ -1,0 +1,404 @@
+// Package localcluster runs a whole ZoneFleet cluster in one process: an
+// embedded etcd, arbiters and ssdnodes, each a real gRPC server on a loopback
+// port with its own /metrics, exactly as the binaries run them. It backs
+// `zctl local up`, the client and file-system integration tests and the
+// cluster benchmarks. Nodes and arbiters can be stopped, killed and started
+// again for failure tests.
+package localcluster
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"time"
+
+	v1 "github.com/zonefleet/zonefleet/api/zonefleet/v1"
+	"github.com/zonefleet/zonefleet/pkg/arbiterd"
+	"github.com/zonefleet/zonefleet/pkg/cluster"
+	"github.com/zonefleet/zonefleet/pkg/daemon"
+	"github.com/zonefleet/zonefleet/pkg/etcdlocal"
+	"github.com/zonefleet/zonefleet/pkg/flash"
+	"github.com/zonefleet/zonefleet/pkg/node"
+	"github.com/zonefleet/zonefleet/pkg/rpcerr"
+	"github.com/zonefleet/zonefleet/pkg/zerr"
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+)
+
+// Config of a local cluster.
+type Config struct {
+	Dir        string // everything lives here: etcd/, node-N/, cluster.json
+	Nodes      int    // default 3
+	Arbiters   int    // default 1
+	Devices    int    // per node, default 1
+	Device     flash.Config
+	Clock      string  // realtime, virtual, off (default realtime)
+	TimeScale  float64 // default 1
+	AdminToken string
+	// BasePort: 0 picks free ports; otherwise etcd BasePort, arbiter i at
+	// BasePort+10+2i (metrics +1), node i at BasePort+30+2i (metrics +1), so a
+	// cluster started again on the same Dir comes back on the same addresses.
+	BasePort   int
+	Host       string // default 127.0.0.1
+	TReadOnly  time.Duration
+	SessionTTL time.Duration
+	Admission  bool
+	Logger     *slog.Logger
+}
+
+// SmallDevice is a drive for tests and laptops: 8 chips, 4 MiB single-die
+// zones (D_zone 1), 56 zones, MAR/MOR 14.
+func SmallDevice() flash.Config {
+	c := flash.Defaults()
+	c.Channels, c.Ways, c.PagesPerBlock, c.BlocksPerChip, c.SpareBlocksPerChip, c.DZone = 4, 2, 256, 9, 2, 1
+	c.WriteCacheBytes = 4 << 20
+	return c
+}
+
+// TinyDevice is a drive for tests: 8 chips, 512 KiB single-die zones (128
+// blocks), 112 zones, MAR/MOR 14.
+func TinyDevice() flash.Config {
+	c := SmallDevice()
+	c.PagesPerBlock, c.BlocksPerChip = 32, 16
+	c.WriteCacheBytes = 1 << 20
+	return c
+}
+
+// Info is what cluster.json holds: how other zctl commands find the cluster.
+type Info struct {
+	Dir        string     `json:"dir"`
+	Etcd       []string   `json:"etcd"`
+	Arbiters   []Endpoint `json:"arbiters"`
+	Nodes      []Endpoint `json:"nodes"`
+	AdminToken string     `json:"admin_token,omitempty"`
+	Namespace  string     `json:"namespace,omitempty"`
+	Mount      string     `json:"mount,omitempty"`
+	PID        int        `json:"pid"`
+}
+
+// Endpoint is one process of the cluster.
+type Endpoint struct {
+	ID      string `json:"id"`
+	GRPC    string `json:"grpc"`
+	Metrics string `json:"metrics"`
+}
+
+// Cluster is a running local cluster.
+type Cluster struct {
+	cfg  Config
+	log  *slog.Logger
+	Etcd *etcdlocal.Server
+
+	mu       sync.Mutex
+	arbiters []*proc
+	nodes    []*proc
+}
+
+type proc struct {
+	id       string
+	grpc     string
+	http     string
+	cancel   context.CancelFunc
+	done     chan error
+	running  bool
+	fixedRPC string
+	fixedWeb string
+}
+
+// Start brings the cluster up and waits until every node is registered and an
+// arbiter leads.
+func Start(ctx context.Context, cfg Config) (*Cluster, error) {
+	if cfg.Dir == "" {
+		return nil, &zerr.InvalidArgumentError{Field: "dir", Reason: "is empty"}
+	}
+	if cfg.Nodes <= 0 {
+		cfg.Nodes = 3
+	}
+	if cfg.Arbiters <= 0 {
+		cfg.Arbiters = 1
+	}
+	if cfg.Devices <= 0 {
+		cfg.Devices = 1
+	}
+	if cfg.Device.Channels == 0 {
+		cfg.Device = SmallDevice()
+	}
+	if cfg.Clock == "" {
+		cfg.Clock = "realtime"
+	}
+	if cfg.TimeScale <= 0 {
+		cfg.TimeScale = 1
+	}
+	if cfg.Host == "" {
+		cfg.Host = "127.0.0.1"
+	}
+	if cfg.SessionTTL <= 0 {
+		cfg.SessionTTL = 2 * time.Second
+	}
+	if cfg.TReadOnly <= 0 {
+		cfg.TReadOnly = 5 * time.Minute
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
+	}
+	if err := os.MkdirAll(cfg.Dir, 0o755); err != nil {
+		return nil, err
+	}
+	c := &Cluster{cfg: cfg, log: cfg.Logger}
+	etcdAddr := net.JoinHostPort(cfg.Host, "0")
+	if cfg.BasePort > 0 {
+		etcdAddr = net.JoinHostPort(cfg.Host, fmt.Sprint(cfg.BasePort))
+	}
+	var err error
+	if c.Etcd, err = etcdlocal.Start(filepath.Join(cfg.Dir, "etcd"), etcdAddr); err != nil {
+		return nil, err
+	}
+	port := func(base, i, off int) string {
+		if cfg.BasePort == 0 {
+			return net.JoinHostPort(cfg.Host, "0")
+		}
+		return net.JoinHostPort(cfg.Host, fmt.Sprint(cfg.BasePort+base+2*i+off))
+	}
+	for i := 0; i < cfg.Nodes; i++ {
+		c.nodes = append(c.nodes, &proc{id: fmt.Sprintf("node-%d", i+1), fixedRPC: port(30, i, 0), fixedWeb: port(30, i, 1)})
+	}
+	for i := 0; i < cfg.Arbiters; i++ {
+		c.arbiters = append(c.arbiters, &proc{id: fmt.Sprintf("arbiter-%d", i+1), fixedRPC: port(10, i, 0), fixedWeb: port(10, i, 1)})
+	}
+	for i := range c.nodes {
+		if err := c.StartNode(ctx, i); err != nil {
+			c.Close()
+			return nil, err
+		}
+	}
+	for i := range c.arbiters {
+		if err := c.StartArbiter(ctx, i); err != nil {
+			c.Close()
+			return nil, err
+		}
+	}
+	if err := c.waitReady(ctx); err != nil {
+		c.Close()
+		return nil, err
+	}
+	return c, nil
+}
+
+func (c *Cluster) waitReady(ctx context.Context) error {
+	cli, err := c.Etcd.Client()
+	if err != nil {
+		return err
+	}
+	defer cli.Close()
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		nodes, _ := cli.Get(ctx, cluster.NodesPrefix(), clientv3WithPrefix())
+		leader, _ := cli.Get(ctx, cluster.Prefix+"arbiter/election", clientv3WithPrefix(),
+			clientv3.WithSort(clientv3.SortByCreateRevision, clientv3.SortAscend), clientv3.WithLimit(1))
+		if nodes != nil && leader != nil && int(nodes.Count) >= c.runningNodes() && len(leader.Kvs) > 0 &&
+			c.leaderSees(ctx, string(leader.Kvs[0].Value)) >= c.runningNodes() {
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return &zerr.UnavailableError{What: "local cluster", Reason: "nodes or arbiter leader not up after 30s"}
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
+}
+
+// leaderSees asks the leader how many nodes it counts as available.
+func (c *Cluster) leaderSees(ctx context.Context, addr string) int {
+	conn, err := grpc.NewClient(addr, append(rpcerr.DialOptions(), grpc.WithTransportCredentials(insecure.NewCredentials()))...)
+	if err != nil {
+		return 0
+	}
+	defer conn.Close()
+	sctx, cancel := context.WithTimeout(ctx, time.Second)
+	defer cancel()
+	st, err := v1.NewArbiterClient(conn).ClusterStatus(sctx, &v1.ClusterStatusRequest{})
+	if err != nil {
+		return 0
+	}
+	return int(st.GetNodesAvailable())
+}
+
+// WaitReady waits until every running node is registered and the arbiter
+// leader counts them all (after a restart, say).
+func (c *Cluster) WaitReady(ctx context.Context) error { return c.waitReady(ctx) }
+
+func (c *Cluster) runningNodes() int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	n := 0
+	for _, p := range c.nodes {
+		if p.running {
+			n++
+		}
+	}
+	return n
+}
+
+func (c *Cluster) startProc(p *proc, name string, run func(ctx context.Context, d *daemon.Daemon) error) error {
+	log := c.log.With("proc", p.id)
+	rpcAddr, webAddr := p.fixedRPC, p.fixedWeb
+	if p.grpc != "" && strings.HasSuffix(rpcAddr, ":0") {
+		rpcAddr, webAddr = p.grpc, p.http // a restart keeps its addresses
+	}
+	var d *daemon.Daemon
+	var err error
+	for try := 0; try < 50; try++ { // a killed process's port may linger briefly
+		d, err = daemon.New(daemon.Config{Name: name, GRPCListen: rpcAddr, HTTPListen: webAddr, ShutdownTimeout: 2 * time.Second}, log)
+		if err == nil {
+			break
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	if err != nil {
+		return err
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	p.grpc, p.http, p.cancel, p.done, p.running = d.GRPCAddr(), d.HTTPAddr(), cancel, make(chan error, 1), true
+	go func() { p.done <- run(ctx, d) }()
+	return nil
+}
+
+// StartNode starts (or restarts) node i on its backing files.
+func (c *Cluster) StartNode(ctx context.Context, i int) error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	p := c.nodes[i]
+	if p.running {
+		return nil
+	}
+	o := node.DefaultOptions()
+	o.ID, o.DataDir, o.Devices, o.Device = p.id, filepath.Join(c.cfg.Dir, p.id), c.cfg.Devices, c.cfg.Device
+	o.Clock, o.TimeScale, o.Etcd, o.AdminToken, o.LeaseTTL = c.cfg.Clock, c.cfg.TimeScale, c.Etcd.Endpoints()[0], c.cfg.AdminToken, 2*time.Second
+	o.Admission.Enabled = c.cfg.Admission
+	return c.startProc(p, "ssdnode", func(ctx context.Context, d *daemon.Daemon) error {
+		err := node.Run(ctx, d, o, c.log.With("node", p.id))
+		if err != nil && ctx.Err() == nil {
+			c.log.Error("node stopped", "node", p.id, "err", err)
+		}
+		return err
+	})
+}
+
+// StartArbiter starts (or restarts) arbiter i.
+func (c *Cluster) StartArbiter(ctx context.Context, i int) error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	p := c.arbiters[i]
+	if p.running {
+		return nil
+	}
+	o := arbiterd.DefaultOptions()
+	o.ID, o.Etcd, o.AdminToken, o.SessionTTL, o.TReadOnly = p.id, c.Etcd.Endpoints()[0], c.cfg.AdminToken, c.cfg.SessionTTL, c.cfg.TReadOnly
+	return c.startProc(p, "arbiter", func(ctx context.Context, d *daemon.Daemon) error {
+		return arbiterd.Run(ctx, d, o, c.log.With("arbiter", p.id))
+	})
+}
+
+func (c *Cluster) stop(p *proc) error {
+	c.mu.Lock()
+	if !p.running {
+		c.mu.Unlock()
+		return nil
+	}
+	p.running = false
+	c.mu.Unlock()
+	p.cancel()
+	select {
+	case err := <-p.done:
+		if errors.Is(err, context.Canceled) {
+			return nil
+		}
+		return err
+	case <-time.After(20 * time.Second):
+		return &zerr.UnavailableError{What: p.id, Reason: "did not stop within 20s"}
+	}
+}
+
+// StopNode stops node i gracefully (drain, unregister, close the devices).
+func (c *Cluster) StopNode(i int) error { return c.stop(c.nodes[i]) }
+
+// StopArbiter stops arbiter i gracefully (its leadership is released at once).
+func (c *Cluster) StopArbiter(i int) error { return c.stop(c.arbiters[i]) }
+
+// Info describes the running cluster.
+func (c *Cluster) Info() Info {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	in := Info{Dir: c.cfg.Dir, Etcd: c.Etcd.Endpoints(), AdminToken: c.cfg.AdminToken, PID: os.Getpid()}
+	for _, p := range c.arbiters {
+		in.Arbiters = append(in.Arbiters, Endpoint{ID: p.id, GRPC: p.grpc, Metrics: "http://" + p.http + "/metrics"})
+	}
+	for _, p := range c.nodes {
+		in.Nodes = append(in.Nodes, Endpoint{ID: p.id, GRPC: p.grpc, Metrics: "http://" + p.http + "/metrics"})
+	}
+	return in
+}
+
+// ArbiterAddrs lists the arbiters' gRPC addresses.
+func (c *Cluster) ArbiterAddrs() []string {
+	var out []string
+	for _, a := range c.Info().Arbiters {
+		out = append(out, a.GRPC)
+	}
+	return out
+}
+
+// WriteInfo writes Dir/cluster.json (plus extra fields set by the caller).
+func WriteInfo(in Info) error {
+	b, err := json.MarshalIndent(in, "", "  ")
+	if err != nil {
+		return err
+	}
+	tmp := filepath.Join(in.Dir, "cluster.json.tmp")
+	if err := os.WriteFile(tmp, append(b, '\n'), 0o600); err != nil {
+		return err
+	}
+	return os.Rename(tmp, filepath.Join(in.Dir, "cluster.json"))
+}
+
+// ReadInfo reads a cluster.json.
+func ReadInfo(path string) (Info, error) {
+	var in Info
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return in, err
+	}
+	if err := json.Unmarshal(b, &in); err != nil {
+		return in, &zerr.CorruptError{Path: path, Reason: err.Error()}
+	}
+	return in, nil
+}
+
+// Close stops everything: arbiters, nodes, etcd.
+func (c *Cluster) Close() error {
+	var errs []error
+	for _, p := range c.arbiters {
+		errs = append(errs, c.stop(p))
+	}
+	for _, p := range c.nodes {
+		errs = append(errs, c.stop(p))
+	}
+	if c.Etcd != nil {
+		c.Etcd.Close()
+	}
+	return errors.Join(errs...)
+}
+
+func clientv3WithPrefix() clientv3.OpOption { return clientv3.WithPrefix() }
