@@ -72,6 +72,7 @@ type Client struct {
 	closed  bool
 
 	lastActivity time.Time
+	direct       bool // no arbiter: static layouts only
 
 	vzMu   sync.Mutex
 	vzones map[uint64]*VZone
@@ -118,6 +119,34 @@ func New(ctx context.Context, cfg Config) (*Client, error) {
 		return nil, err
 	}
 	return c, nil
+}
+
+// NewDirect returns a client that talks to nodes only: its v-zones come from
+// layouts the caller gives to StaticVZone (experiments and benchmarks that
+// need exact widths and stripe sizes). Arbiter calls fail.
+func NewDirect(cfg Config) *Client {
+	if cfg.RetryDeadline <= 0 {
+		cfg.RetryDeadline = 15 * time.Second
+	}
+	if cfg.LatThreshold <= 0 {
+		cfg.LatThreshold = 500 * time.Microsecond
+	}
+	if cfg.Clock == nil {
+		cfg.Clock = clock.Realtime(1)
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	return &Client{cfg: cfg, log: cfg.Logger, m: newMetrics(cfg.Registerer), arbConn: map[string]*grpc.ClientConn{},
+		nodes: map[string]*grpc.ClientConn{}, vzones: map[uint64]*VZone{}, direct: true}
+}
+
+// StaticVZone returns a handle over a fixed layout: no stripe group is ever
+// allocated, the layout is never refreshed.
+func (c *Client) StaticVZone(l *v1.VZone) *VZone {
+	vz := &VZone{c: c, id: l.GetId(), static: true}
+	vz.setLayout(l)
+	return vz
 }
 
 // Namespace is the namespace the client works in.
@@ -218,6 +247,9 @@ func (c *Client) candidates(ctx context.Context) []string {
 // retrying unavailable arbiters with backoff until the retry deadline.
 func arbiterCall[T any](ctx context.Context, c *Client, op string, fn func(context.Context, v1.ArbiterClient) (T, error)) (T, error) {
 	var zero T
+	if c.direct {
+		return zero, &zerr.UnavailableError{What: "arbiter", Reason: "a direct client has no arbiter (" + op + ")"}
+	}
 	deadline := time.Now().Add(c.cfg.RetryDeadline)
 	backoff := 50 * time.Millisecond
 	var last error

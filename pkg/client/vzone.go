@@ -25,6 +25,7 @@ type VZone struct {
 	wp      uint64 // v-zone write pointer (blocks), valid when wpKnown
 	wpKnown bool
 	tl      bool // TL_opened: writes may skip ahead over valid blocks
+	static  bool // fixed layout (direct client)
 
 	wmu sync.Mutex // serializes writers
 }
@@ -81,6 +82,9 @@ func (v *VZone) setLayout(l *v1.VZone) {
 
 // refresh reloads the layout from the arbiter.
 func (v *VZone) refresh(ctx context.Context) error {
+	if v.static {
+		return nil
+	}
 	l, err := arbiterCall(ctx, v.c, "get v-zone", func(ctx context.Context, a v1.ArbiterClient) (*v1.VZone, error) {
 		return a.GetVZone(ctx, &v1.VZoneRequest{Namespace: v.c.cfg.Namespace, Id: v.id})
 	})
@@ -407,6 +411,9 @@ func (v *VZone) write(ctx context.Context, off uint64, data []byte) error {
 // reportActivity tells the arbiter the namespace wrote (for reclaim), at most once a second.
 func (v *VZone) reportActivity(ctx context.Context, n uint64) {
 	c := v.c
+	if c.direct {
+		return
+	}
 	c.mu.Lock()
 	due := time.Since(c.lastActivity) > time.Second
 	if due {
