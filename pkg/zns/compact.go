@@ -215,8 +215,12 @@ func (d *Device) runCompaction(cs []Copy, t0 time.Duration, res *CompactionResul
 				return err
 			}
 			dz.mu.Lock()
-			if doff > dz.wp { // gap in the destination
+			if doff > dz.wp { // gap in the destination: zero-filled
 				flushProg()
+				if err := d.zeroRange(dz, dz.fbg, dz.wp, doff); err != nil {
+					dz.mu.Unlock()
+					return err
+				}
 				dz.wp = doff
 			}
 			dl := d.flashLoc(dz, dz.fbg, doff)

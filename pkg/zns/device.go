@@ -202,7 +202,7 @@ func Open(path string, cfg flash.Config, clk clock.Clock) (*Device, error) {
 			z.state, z.wp, z.gen, z.fbg = r.state, r.wp, r.gen, int(r.fbg)
 			z.tl = nil
 			if r.tl {
-				if uint64(len(r.bitmap)) != (g.ZoneCap+7)/8 || r.logFBG < 0 {
+				if uint64(len(r.bitmap)) != (g.ZoneCap+7)/8 {
 					return nil, bad("zone %d: bad TL record", r.zone)
 				}
 				z.tl = &tlState{orig: int(r.logFBG), mode: r.tlMode, bitmap: r.bitmap, plugged: map[uint64]bool{}}
@@ -295,18 +295,6 @@ func Open(path string, cfg flash.Config, clk clock.Clock) (*Device, error) {
 		}
 		if z.state.active() {
 			d.nActive++
-		}
-	}
-	// Erase (punch) every free FBG so unprogrammed pages read as zeros.
-	for fi, a := range d.fcgs {
-		for b, u := range a.used {
-			if !u {
-				for c := 0; c < g.DZone; c++ {
-					if err := punch(f, lay.off(fi*g.DZone+c, b, 0, 0), lay.blockBytes()); err != nil {
-						return nil, err
-					}
-				}
-			}
 		}
 	}
 	// Compacted journal.
@@ -546,8 +534,11 @@ func (d *Device) allocFBG(fcg int) (int, error) {
 	return best, nil
 }
 
-// releaseFBG erases an FBG lazily: the host does not wait, the chips are
-// booked for the erase in the background, the pages are deallocated.
+// releaseFBG erases an FBG lazily: the host does not wait and the chips are
+// booked for the erase in the background. The file keeps the old bytes: the
+// device never lets a read reach a page not programmed since the FBG was
+// allocated (reads at or above the write pointer return zeros, and every gap
+// the device leaves below a write pointer is zero-filled by zeroRange).
 func (d *Device) releaseFBG(fcg, b int, written bool) error {
 	if b < 0 {
 		return nil
@@ -576,11 +567,48 @@ func (d *Device) releaseFBG(fcg, b int, written bool) error {
 		for p := 0; p < d.cfg.PagesPerBlock; p++ {
 			d.cbCount[d.pageIndex(chip, b, p)].Store(0)
 		}
-		if err := punch(d.f, d.lay.off(chip, b, 0, 0), d.lay.blockBytes()); err != nil {
+	}
+	d.st.erases.Add(uint64(d.g.DZone))
+	return nil
+}
+
+// zeroRange makes blocks [a, b) of an FBG of z read as zeros: partial chunks
+// are overwritten with zeros, whole pages are hole-punched per chip.
+func (d *Device) zeroRange(z *zone, fbg int, a, b uint64) error {
+	if fbg < 0 || a >= b {
+		return nil
+	}
+	cb := uint64(d.g.ChunkBlocks)
+	zero := make([]byte, d.g.BlockSize)
+	for a < b && a%cb != 0 {
+		if _, err := d.f.WriteAt(zero, d.flashLoc(z, fbg, a).off); err != nil {
+			return err
+		}
+		a++
+	}
+	for b > a && b%cb != 0 {
+		b--
+		if _, err := d.f.WriteAt(zero, d.flashLoc(z, fbg, b).off); err != nil {
 			return err
 		}
 	}
-	d.st.erases.Add(uint64(d.g.DZone))
+	if a >= b {
+		return nil
+	}
+	ja, jb := a/cb, b/cb // whole chunks [ja, jb)
+	D := uint64(d.g.DZone)
+	for ch := uint64(0); ch < D; ch++ {
+		first := ja + (ch+D-ja%D)%D
+		if first >= jb {
+			continue
+		}
+		last := jb - 1 - (jb-1+D-ch)%D
+		l := d.g.Locate(z.fcg, first*cb)
+		pages := int64(last/D-first/D) + 1
+		if err := punch(d.f, d.lay.off(l.Chip, fbg, l.Page, 0), pages*int64(d.g.PageSize)); err != nil {
+			return err
+		}
+	}
 	return nil
 }
 
@@ -740,6 +768,9 @@ func (d *Device) mgmtLocked(z *zone, action Action) error {
 			if err := d.tlFinalize(z); err != nil {
 				return err
 			}
+		}
+		if err := d.zeroRange(z, z.fbg, z.wp, d.g.ZoneCap); err != nil {
+			return err
 		}
 		_ = d.setState(z, StateFull)
 		z.wp = d.g.ZoneCap

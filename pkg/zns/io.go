@@ -51,6 +51,9 @@ func (d *Device) locate(z *zone, off uint64) bloc {
 		return d.ipuLoc(z, off, s)
 	}
 	if z.tl != nil {
+		if z.tl.orig < 0 {
+			return bloc{}
+		}
 		return d.flashLoc(z, z.tl.orig, off)
 	}
 	if off >= z.wp || z.fbg < 0 {
