@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"math/rand"
+	"os"
+	"strconv"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -19,6 +21,7 @@ type refZone struct {
 	state ZoneState
 	wp    uint64
 	data  map[uint64][]byte
+	ipu   map[uint64]bool
 }
 
 type refModel struct {
@@ -27,13 +30,14 @@ type refModel struct {
 	mor, mar       int
 	nOpen, nActive int
 	bs             int
+	budget, used   int
 }
 
 func newRef(cfg flash.Config) *refModel {
 	g := cfg.Geometry()
-	m := &refModel{zsize: g.ZoneSize, cap: g.ZoneCap, mor: cfg.MaxOpenZones, mar: cfg.MaxActiveZones, bs: g.BlockSize}
+	m := &refModel{zsize: g.ZoneSize, cap: g.ZoneCap, mor: cfg.MaxOpenZones, mar: cfg.MaxActiveZones, bs: g.BlockSize, budget: cfg.IPUBudgetBlocks}
 	for i := uint64(0); i < g.Zones; i++ {
-		m.zones = append(m.zones, &refZone{data: map[uint64][]byte{}})
+		m.zones = append(m.zones, &refZone{data: map[uint64][]byte{}, ipu: map[uint64]bool{}})
 	}
 	return m
 }
@@ -87,6 +91,86 @@ func (m *refModel) write(lba uint64, data []byte) error {
 	z.wp += n
 	if z.wp == m.cap {
 		_ = m.set(z, StateFull)
+	}
+	return nil
+}
+
+// overwrite: a write flagged Overwrite (in-place update below the WP).
+func (m *refModel) overwrite(lba uint64, data []byte) error {
+	n := uint64(len(data) / m.bs)
+	zi := lba / m.zsize
+	if zi >= uint64(len(m.zones)) || lba+n > (zi+1)*m.zsize {
+		return zerr.ErrOutOfRange
+	}
+	z := m.zones[zi]
+	off := lba - zi*m.zsize
+	if z.state == StateReadOnly || z.state == StateOffline {
+		return zerr.ErrZoneState
+	}
+	if off >= z.wp {
+		return m.write(lba, data)
+	}
+	if off+n > z.wp {
+		return zerr.ErrInvalidArgument
+	}
+	fresh := 0
+	for i := uint64(0); i < n; i++ {
+		if !z.ipu[off+i] {
+			fresh++
+		}
+	}
+	if m.used+fresh > m.budget {
+		return zerr.ErrIPUBudget
+	}
+	m.used += fresh
+	for i := uint64(0); i < n; i++ {
+		z.ipu[off+i] = true
+		z.data[off+i] = data[int(i)*m.bs : int(i+1)*m.bs]
+	}
+	return nil
+}
+
+func (m *refModel) openForWrite(z *refZone) error {
+	switch z.state {
+	case StateEmpty, StateClosed:
+		return m.set(z, StateImplicitOpen)
+	case StateImplicitOpen, StateExplicitOpen:
+		return nil
+	}
+	return zerr.ErrZoneState
+}
+
+// compact: one zone_compaction copy of n blocks src -> dst.
+func (m *refModel) compact(src, dst, n uint64) error {
+	for _, l := range []uint64{src, dst} {
+		if l/m.zsize >= uint64(len(m.zones)) || l+n > (l/m.zsize+1)*m.zsize {
+			return zerr.ErrOutOfRange
+		}
+	}
+	sz := m.zones[src/m.zsize]
+	if src%m.zsize+n > sz.wp {
+		return zerr.ErrInvalidArgument
+	}
+	dz := m.zones[dst/m.zsize]
+	doff := dst % m.zsize
+	switch {
+	case dz.state == StateFull:
+		return zerr.ErrZoneFull
+	case doff < dz.wp:
+		return zerr.ErrWritePointer
+	case doff+n > m.cap:
+		return zerr.ErrZoneFull
+	}
+	if err := m.openForWrite(dz); err != nil {
+		return err
+	}
+	data := m.read(src, n)
+	for i := uint64(0); i < n; i++ {
+		dz.data[doff+i] = data[int(i)*m.bs : int(i+1)*m.bs]
+	}
+	dz.wp = doff + n
+	if dz.wp == m.cap {
+		_ = m.set(dz, StateFull)
 	}
 	return nil
 }
@@ -149,6 +233,8 @@ func (m *refModel) mgmt(zi uint64, a Action) error {
 		}
 		z.wp = 0
 		z.data = map[uint64][]byte{}
+		m.used -= len(z.ipu)
+		z.ipu = map[uint64]bool{}
 		return m.set(z, StateEmpty)
 	}
 	return nil
@@ -186,7 +272,7 @@ func (m *refModel) read(lba, n uint64) []byte {
 }
 
 var sentinels = []error{zerr.ErrWritePointer, zerr.ErrZoneFull, zerr.ErrZoneState, zerr.ErrTooManyOpen,
-	zerr.ErrTooManyActive, zerr.ErrOutOfRange, zerr.ErrInvalidArgument}
+	zerr.ErrTooManyActive, zerr.ErrOutOfRange, zerr.ErrInvalidArgument, zerr.ErrIPUBudget}
 
 func kindOf(err error) error {
 	if err == nil {
@@ -246,11 +332,50 @@ func runModel(t testing.TB, d *Device, path string, cfg flash.Config, r *rand.Ra
 					require.Equal(t, want[i*bs:(i+1)*bs], got[i*bs:(i+1)*bs], "%s lba %d", ctx, lba+uint64(i))
 				}
 			}
-		case op < 95:
+		case op < 85: // in-place update, sometimes reaching past the WP
+			wp := m.zones[zi].wp
+			lba := zs + uint64(r.Intn(int(wp)+1))
+			if lba == zs+g.ZoneSize {
+				lba--
+			}
+			n := 1 + r.Intn(4)
+			if lba+uint64(n) > zs+g.ZoneSize {
+				n = int(zs + g.ZoneSize - lba)
+			}
+			data := pattern(bs, lba, n, byte(step))
+			_, err := d.Write(bg, lba, data, Flags{Overwrite: true})
+			require.Equal(t, kindOf(m.overwrite(lba, data)), kindOf(err), ctx)
+		case op < 88: // simple copy to another zone's WP
+			sz := uint64(r.Intn(int(nz)))
+			src := sz*g.ZoneSize + uint64(r.Intn(int(m.zones[sz].wp)+1))
+			n := uint64(1 + r.Intn(6))
+			if src+n > g.TotalLBAs {
+				src = g.TotalLBAs - n
+			}
+			dst := zs + m.zones[zi].wp
+			_, err := d.SimpleCopy(bg, []Range{{LBA: src, Count: n}}, dst)
+			merr := m.write(dst, m.read(src, n))
+			require.Equal(t, kindOf(merr), kindOf(err), ctx)
+		case op < 91: // zone_compaction with a small gap
+			sz := uint64(r.Intn(int(nz)))
+			swp := m.zones[sz].wp
+			if swp == 0 {
+				continue
+			}
+			n := uint64(1 + r.Intn(int(min(swp, 12))))
+			src := sz*g.ZoneSize + uint64(r.Intn(int(swp-n)+1))
+			dst := zs + m.zones[zi].wp + uint64(r.Intn(3))
+			merr := m.compact(src, dst, n)
+			id, err := d.ZoneCompaction(bg, []Copy{{Src: src, Dst: dst, Count: n}})
+			if err == nil {
+				_, err = d.WaitCompaction(bg, id)
+			}
+			require.Equal(t, kindOf(merr), kindOf(err), ctx)
+		case op < 97:
 			a := []Action{ActionOpen, ActionClose, ActionFinish, ActionReset}[r.Intn(4)]
 			_, err := d.ZoneMgmt(bg, zi, a, false)
 			require.Equal(t, kindOf(m.mgmt(zi, a)), kindOf(err), "%s %s", ctx, a)
-		case op < 97: // clean reopen
+		case op < 98: // clean reopen
 			require.NoError(t, d.Close())
 			var err error
 			d, err = Open(path, cfg, d.clk)
@@ -291,7 +416,11 @@ func TestModelBased(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			cfg := testCfg()
 			tc.mod(&cfg)
-			for seed := int64(1); seed <= 3; seed++ {
+			seeds := int64(3)
+			if v, err := strconv.Atoi(os.Getenv("ZNS_MODEL_SEEDS")); err == nil {
+				seeds = int64(v) // longer local runs: ZNS_MODEL_SEEDS=50
+			}
+			for seed := int64(1); seed <= seeds; seed++ {
 				d, p := newDev(t, cfg, tc.clk())
 				d = runModel(t, d, p, cfg, rand.New(rand.NewSource(seed)), 1500)
 				require.NoError(t, d.Close())
