@@ -44,6 +44,7 @@ type stats struct {
 	cbChunks, rpBlocks               atomic.Uint64
 	plugDemand, plugBG               atomic.Uint64
 	erases                           atomic.Uint64
+	checkpoints                      atomic.Uint64
 }
 
 // Device is an emulated ZNS+ SSD backed by a file. All methods are safe for
@@ -274,8 +275,7 @@ func Open(path string, cfg flash.Config, clk clock.Clock) (*Device, error) {
 	if err != nil {
 		return nil, err
 	}
-	d.j = &journal{path: path + ".journal", f: jf0, off: jend}
-	defer jf0.Close()
+	d.j = &journal{path: path + ".journal", f: jf0, off: jend, limit: journalLimit}
 	// Open zones come back closed (or empty); TL zones are finalized.
 	for _, z := range d.zones {
 		if z.state.open() {
@@ -298,13 +298,26 @@ func Open(path string, cfg flash.Config, clk clock.Clock) (*Device, error) {
 		}
 	}
 	// Compacted journal.
+	if err := d.rewriteJournal(); err != nil {
+		return nil, err
+	}
+	d.j.checkpoint = d.checkpoint
+	ok = true
+	return d, nil
+}
+
+// snapshot returns journal records describing the whole current state.
+// The caller excludes every journal writer.
+func (d *Device) snapshot() [][]byte {
 	var out [][]byte
 	for fi, a := range d.fcgs {
+		a.mu.Lock()
 		for b, e := range a.erases {
 			if e > 0 {
 				out = append(out, fbgRec{uint32(fi), uint32(b), e}.encode())
 			}
 		}
+		a.mu.Unlock()
 	}
 	for _, z := range d.zones {
 		if z.state != StateEmpty || z.gen != 0 {
@@ -314,21 +327,60 @@ func Open(path string, cfg flash.Config, clk clock.Clock) (*Device, error) {
 			out = append(out, r.encode())
 		}
 	}
-	if err := writeJournalFile(path+".journal", uuid, out); err != nil {
-		return nil, err
+	return out
+}
+
+// rewriteJournal atomically replaces the journal with a snapshot and reopens
+// it for appending. The caller excludes every journal writer.
+func (d *Device) rewriteJournal() error {
+	if err := writeJournalFile(d.j.path, d.uuid, d.snapshot()); err != nil {
+		return err
 	}
-	jf, err := os.OpenFile(path+".journal", os.O_RDWR, 0)
+	jf, err := os.OpenFile(d.j.path, os.O_RDWR, 0)
 	if err != nil {
-		return nil, err
+		return err
 	}
 	st, err := jf.Stat()
 	if err != nil {
 		jf.Close()
-		return nil, err
+		return err
 	}
+	old := d.j.f
 	d.j.f, d.j.off = jf, st.Size()
-	ok = true
-	return d, nil
+	if old != nil {
+		_ = old.Close()
+	}
+	return nil
+}
+
+// checkpoint compacts the journal in the background once it outgrows its
+// limit: with every zone locked (in index order) no record can be appended.
+func (d *Device) checkpoint() {
+	if d.closed.Load() || !d.j.ckptRunning.CompareAndSwap(false, true) {
+		return
+	}
+	d.bg.Add(1)
+	go func() {
+		defer d.bg.Done()
+		defer d.j.ckptRunning.Store(false)
+		for _, z := range d.zones {
+			z.mu.Lock()
+		}
+		defer func() {
+			for _, z := range d.zones {
+				z.mu.Unlock()
+			}
+		}()
+		if d.closed.Load() {
+			return
+		}
+		d.j.mu.Lock()
+		defer d.j.mu.Unlock()
+		if d.j.off > d.j.limit {
+			_ = d.rewriteJournal() // on failure the old journal stays valid
+			d.st.checkpoints.Add(1)
+		}
+	}()
 }
 
 // Close stops the device: waits for compactions, syncs and closes the files.
@@ -840,7 +892,8 @@ func (d *Device) Log() Log {
 		NANDPagesProgrammed: d.st.nandProg.Load(), NANDPagesRead: d.st.nandRead.Load(),
 		CopybackChunks: d.st.cbChunks.Load(), ReadProgramBlocks: d.st.rpBlocks.Load(),
 		PluggedOnDemand: d.st.plugDemand.Load(), PluggedBackground: d.st.plugBG.Load(), Erases: d.st.erases.Load(),
-		CacheCapacity: c.WriteCacheBytes, ZonesPerState: map[string]int{}, IPUBudget: uint64(c.IPUBudgetBlocks)}
+		JournalCheckpoints: d.st.checkpoints.Load(),
+		CacheCapacity:      c.WriteCacheBytes, ZonesPerState: map[string]int{}, IPUBudget: uint64(c.IPUBudgetBlocks)}
 	if l.HostBlocksWritten > 0 {
 		l.WAF = float64(l.NANDPagesProgrammed*uint64(d.g.ChunkBlocks)) / float64(l.HostBlocksWritten)
 	}

@@ -223,3 +223,35 @@ func TestPersistenceAndForeignFiles(t *testing.T) {
 	_, err = Create(p, cfg, clock.Off())
 	require.ErrorIs(t, err, zerr.ErrAlreadyExists)
 }
+
+func TestJournalCheckpoint(t *testing.T) {
+	cfg := testCfgNoLimits()
+	d, p := newDev(t, cfg, clock.Off())
+	d.j.mu.Lock()
+	d.j.limit = 2048
+	d.j.mu.Unlock()
+	bs := d.g.BlockSize
+	for i := 0; i < 200; i++ {
+		zi := uint64(i % 7)
+		_, _, err := d.Append(bg, zi*d.g.ZoneSize, pattern(bs, 0, 2, byte(i)), Flags{})
+		require.NoError(t, err)
+		if i%3 != 0 {
+			_, err = d.ZoneMgmt(bg, zi, ActionReset, false)
+			require.NoError(t, err)
+		}
+	}
+	before, _ := d.ReportZones(StateAny, 0, 0)
+	d.bg.Wait()
+	require.Greater(t, d.Log().JournalCheckpoints, uint64(0))
+	st, err := os.Stat(p + ".journal")
+	require.NoError(t, err)
+	require.Less(t, st.Size(), int64(8192))
+	d.abandon()
+	d2, err := Open(p, cfg, clock.Off())
+	require.NoError(t, err)
+	defer d2.Close()
+	after, _ := d2.ReportZones(StateAny, 0, 0)
+	for i := range before {
+		require.Equal(t, before[i].WP, after[i].WP)
+	}
+}

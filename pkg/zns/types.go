@@ -179,4 +179,5 @@ type Log struct {
 	IPUChunkEntries     uint64          `json:"ipu_chunk_entries"`
 	EraseCountMin       uint64          `json:"erase_count_min"`
 	EraseCountMax       uint64          `json:"erase_count_max"`
+	JournalCheckpoints  uint64          `json:"journal_checkpoints"`
 }
