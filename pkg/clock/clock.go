@@ -81,7 +81,7 @@ func Parse(name string, scale float64) (Clock, bool) {
 	case "virtual":
 		return NewVirtual(), true
 	case "realtime", "":
-		return Realtime(scale), true
+		return Realtime(scale), true // a *RealtimeClock: call Stop when done
 	}
 	return nil, false
 }
@@ -220,6 +220,9 @@ func (v *Virtual) AfterFunc(t time.Duration, f func()) func() bool {
 
 // ---- realtime ----
 
+// RealtimeClock is the wall-clock driven clock returned by Realtime.
+type RealtimeClock = realtime
+
 type realtime struct {
 	start time.Time
 	scale float64
@@ -227,19 +230,27 @@ type realtime struct {
 	h     timerHeap
 	seq   uint64
 	kick  chan struct{}
+	stop  chan struct{}
+	once  sync.Once
 }
 
 // Realtime returns a wall-clock driven clock. scale > 1 slows the model down
 // (one modelled microsecond takes scale wall microseconds); scale <= 0 means 1.
 // One goroutine serves every waiter and timer from a heap.
-func Realtime(scale float64) Clock {
+func Realtime(scale float64) *RealtimeClock {
 	if scale <= 0 {
 		scale = 1
 	}
-	r := &realtime{start: time.Now(), scale: scale, kick: make(chan struct{}, 1)}
+	r := &realtime{start: time.Now(), scale: scale, kick: make(chan struct{}, 1), stop: make(chan struct{})}
 	go r.loop()
 	return r
 }
+
+// Stop ends the timer goroutine; pending timers never fire afterwards.
+func (r *realtime) Stop() { r.once.Do(func() { close(r.stop) }) }
+
+// Scale is the time-scale factor (wall time per modelled time).
+func (r *realtime) Scale() float64 { return r.scale }
 
 func (r *realtime) Now() time.Duration {
 	return time.Duration(float64(time.Since(r.start)) / r.scale)
@@ -275,6 +286,9 @@ func (r *realtime) loop() {
 		}
 		tmr.Reset(wait)
 		select {
+		case <-r.stop:
+			tmr.Stop()
+			return
 		case <-tmr.C:
 		case <-r.kick:
 			if !tmr.Stop() {
