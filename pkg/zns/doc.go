@@ -52,6 +52,9 @@
 // zone: remaining valid blocks are plugged, the LogFBG becomes the zone's FBG
 // and the write pointer moves past the last valid block.
 //
+// IPU blocks of a TL_opened zone stay counted until the host overwrites them
+// or threaded logging ends.
+//
 // In-place update (Flags.Overwrite to written blocks of a sequential zone)
 // goes to a page-mapped SLC region of ipu_region_blocks while the number of
 // valid IPU blocks stays within ipu_budget_blocks, else zerr.IPUBudgetError.

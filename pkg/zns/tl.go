@@ -265,7 +265,6 @@ func (d *Device) plugChunk(z *zone, c uint64, offs []uint64, full bool, t0 time.
 		if _, err := d.f.WriteAt(buf, d.flashLoc(z, z.fbg, o).off); err != nil {
 			return 0, err
 		}
-		d.dropIPUAt(z, o)
 	}
 	d.st.nandProg.Add(1)
 	if useCB {
