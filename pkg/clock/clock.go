@@ -221,9 +221,7 @@ func (v *Virtual) AfterFunc(t time.Duration, f func()) func() bool {
 // ---- realtime ----
 
 // RealtimeClock is the wall-clock driven clock returned by Realtime.
-type RealtimeClock = realtime
-
-type realtime struct {
+type RealtimeClock struct {
 	start time.Time
 	scale float64
 	mu    sync.Mutex
@@ -241,27 +239,27 @@ func Realtime(scale float64) *RealtimeClock {
 	if scale <= 0 {
 		scale = 1
 	}
-	r := &realtime{start: time.Now(), scale: scale, kick: make(chan struct{}, 1), stop: make(chan struct{})}
+	r := &RealtimeClock{start: time.Now(), scale: scale, kick: make(chan struct{}, 1), stop: make(chan struct{})}
 	go r.loop()
 	return r
 }
 
 // Stop ends the timer goroutine; pending timers never fire afterwards.
-func (r *realtime) Stop() { r.once.Do(func() { close(r.stop) }) }
+func (r *RealtimeClock) Stop() { r.once.Do(func() { close(r.stop) }) }
 
 // Scale is the time-scale factor (wall time per modelled time).
-func (r *realtime) Scale() float64 { return r.scale }
+func (r *RealtimeClock) Scale() float64 { return r.scale }
 
-func (r *realtime) Now() time.Duration {
+func (r *RealtimeClock) Now() time.Duration {
 	return time.Duration(float64(time.Since(r.start)) / r.scale)
 }
-func (r *realtime) Kind() Kind { return KindRealtime }
+func (r *RealtimeClock) Kind() Kind { return KindRealtime }
 
-func (r *realtime) wall(t time.Duration) time.Duration {
+func (r *RealtimeClock) wall(t time.Duration) time.Duration {
 	return time.Duration(float64(t) * r.scale)
 }
 
-func (r *realtime) loop() {
+func (r *RealtimeClock) loop() {
 	tmr := time.NewTimer(time.Hour)
 	for {
 		r.mu.Lock()
@@ -301,7 +299,7 @@ func (r *realtime) loop() {
 	}
 }
 
-func (r *realtime) AfterFunc(t time.Duration, f func()) func() bool {
+func (r *RealtimeClock) AfterFunc(t time.Duration, f func()) func() bool {
 	r.mu.Lock()
 	r.seq++
 	tm := &timer{at: t, seq: r.seq, f: f}
@@ -325,7 +323,7 @@ func (r *realtime) AfterFunc(t time.Duration, f func()) func() bool {
 	}
 }
 
-func (r *realtime) WaitUntil(ctx context.Context, t time.Duration) error {
+func (r *RealtimeClock) WaitUntil(ctx context.Context, t time.Duration) error {
 	if t <= r.Now() {
 		return ctx.Err()
 	}
