@@ -80,13 +80,15 @@ func (d *Device) TLOpen(ctx context.Context, zoneIdx uint64, bitmap []byte, mode
 	z.fbg = logFBG
 	z.wp = 0
 	z.gen++
-	if err := d.journalZone(z); err != nil {
-		return IOResult{}, err
-	}
+	// IPU mappings move to the new generation first: a crash before the
+	// zone record keeps the old generation and its mappings.
 	for _, r := range d.zoneIPURecs(z) {
 		if err := d.j.append(r.encode()); err != nil {
 			return IOResult{}, err
 		}
+	}
+	if err := d.journalZone(z); err != nil {
+		return IOResult{}, err
 	}
 	if err := d.persistWP(z); err != nil {
 		return IOResult{}, err
