@@ -355,3 +355,17 @@ func TestWriteCacheInterference(t *testing.T) {
 	require.InDelta(t, float64(link), float64(idle), 1)
 	require.Greater(t, busy, 100*idle) // waited for programs on the busy chip
 }
+
+func TestRefusedCompactionChangesNothing(t *testing.T) {
+	d, _ := newDev(t, testCfgNoLimits(), clock.Off())
+	zs := d.g.ZoneSize
+	fill(t, d, 0, 8, 1)
+	fill(t, d, 5, 4, 1)
+	before, _ := d.ReportZones(StateAny, 0, 0)
+	// first destination (zone 3, empty) is fine, the second (zone 5) is below its WP
+	_, err := d.ZoneCompaction(bg, []Copy{{Src: 0, Dst: 3 * zs, Count: 4}, {Src: 4, Dst: 5 * zs, Count: 4}})
+	require.ErrorIs(t, err, zerr.ErrWritePointer)
+	after, _ := d.ReportZones(StateAny, 0, 0)
+	require.Equal(t, before, after)
+	require.Equal(t, 2, d.Log().OpenZones)
+}
