@@ -14,7 +14,10 @@
 //     blocks: it moves the clock forward to t (monotonic max) and returns, so a
 //     single-threaded driver gets bit-identical modelled times for identical
 //     inputs. AfterFunc callbacks run synchronously inside Advance/AdvanceTo/
-//     WaitUntil, in deadline order.
+//     WaitUntil, in deadline order. With several goroutines waiting at once
+//     the clock follows whichever waits first, so modelled times then depend
+//     on scheduling; for deterministic parallel submissions, submit without
+//     waiting (zns.NoWait) and advance the clock explicitly.
 //   - Off: Now is always 0, WaitUntil returns at once, AfterFunc runs the
 //     callback at once (in a new goroutine). Components skip their timing models.
 package clock

@@ -405,6 +405,20 @@ func (d *Device) abandon() {
 	d.j.f.Close()
 }
 
+// Path is the backing file.
+func (d *Device) Path() string { return d.path }
+
+// ioErr turns a file error caused by a concurrent Close into a ClosedError.
+func (d *Device) ioErr(err error) error {
+	if err != nil && d.closed.Load() {
+		var ce *zerr.ClosedError
+		if !errors.As(err, &ce) {
+			return &zerr.ClosedError{What: "device " + d.path}
+		}
+	}
+	return err
+}
+
 func (d *Device) checkOpen() error {
 	if d.closed.Load() {
 		return &zerr.ClosedError{What: "device " + d.path}
