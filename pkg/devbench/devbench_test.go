@@ -38,10 +38,14 @@ func TestRunDeterministicKeys(t *testing.T) {
 	require.InDelta(t, 0.94, tlc.CopybackVsReadProgram, 0.001)
 }
 
-// BenchmarkDevice prints the full table: go test -run x -bench Device ./pkg/devbench
+// BenchmarkDevice prints the full table:
+//
+//	go test -run x -bench Device -benchtime 1x ./pkg/devbench
+//
+// DEVBENCH_MEDIA=TLC selects another media preset.
 func BenchmarkDevice(b *testing.B) {
 	for i := 0; i < b.N; i++ {
-		r, err := Run(context.Background(), Options{})
+		r, err := Run(context.Background(), Options{Media: os.Getenv("DEVBENCH_MEDIA")})
 		if err != nil {
 			b.Fatal(err)
 		}

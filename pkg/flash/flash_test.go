@@ -1,6 +1,7 @@
 package flash
 
 import (
+	"encoding/json"
 	"testing"
 	"time"
 
@@ -49,4 +50,25 @@ func TestModelQueuesAndCache(t *testing.T) {
 	require.Equal(t, int64(2*16384), m.CacheUsed(600))
 	require.Equal(t, int64(16384), m.CacheUsed(1000))
 	require.InDelta(t, 0.9, float64(m.CopybackLatency())/float64(m.ReadProgramLatency()), 1e-6)
+}
+
+func TestConfigJSONFlat(t *testing.T) {
+	c := Defaults()
+	c.Media = "TLC"
+	c.ZoneCapacity = 4000
+	b, err := json.Marshal(c)
+	require.NoError(t, err)
+	require.Contains(t, string(b), `"d_zone":16`)
+	require.Contains(t, string(b), `"read_latency_ns":0`)
+	var back Config
+	require.NoError(t, json.Unmarshal(b, &back))
+	require.Equal(t, c, back)
+	var m map[string]any
+	require.NoError(t, json.Unmarshal(b, &m))
+	for k, v := range m {
+		switch v.(type) {
+		case map[string]any, []any:
+			t.Fatalf("config field %s is not flat", k)
+		}
+	}
 }

@@ -16,6 +16,9 @@ func TestConcurrentZones(t *testing.T) {
 	}{{"off", clock.Off}, {"virtual", func() clock.Clock { return clock.NewVirtual() }}, {"realtime", func() clock.Clock { return clock.Realtime(0.001) }}} {
 		t.Run(tc.name, func(t *testing.T) {
 			d, _ := newDev(t, testCfgNoLimits(), tc.clk())
+			d.j.mu.Lock()
+			d.j.limit = 4096 // checkpoints run concurrently with the I/O
+			d.j.mu.Unlock()
 			bs := d.g.BlockSize
 			var wg sync.WaitGroup
 			errs := make(chan error, 100)

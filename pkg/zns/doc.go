@@ -52,6 +52,9 @@
 // zone: remaining valid blocks are plugged, the LogFBG becomes the zone's FBG
 // and the write pointer moves past the last valid block.
 //
+// IPU blocks of a TL_opened zone stay counted until the host overwrites them
+// or threaded logging ends.
+//
 // In-place update (Flags.Overwrite to written blocks of a sequential zone)
 // goes to a page-mapped SLC region of ipu_region_blocks while the number of
 // valid IPU blocks stays within ipu_budget_blocks, else zerr.IPUBudgetError.
@@ -76,7 +79,9 @@
 // path holds a 4 KiB header (magic, format version, device UUID, geometry,
 // CRC32C), a write-pointer table (two CRC32C slots per zone, written after the
 // data of every write: the acknowledgement point), the IPU region and the
-// flash blocks at fixed offsets (sparse; erased blocks are hole-punched).
+// flash blocks at fixed offsets (sparse; an erase does not touch the file: no
+// read can reach a page not programmed since its FBG was allocated, and the
+// gaps the device leaves below a write pointer are zero-filled or punched).
 // path.journal holds CRC32C-framed, versioned records of zone state changes,
 // FBG erase counts and IPU mappings. Open checks the header (a foreign file or
 // bad checksum is a zerr.CorruptError, other geometry a

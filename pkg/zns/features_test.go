@@ -323,3 +323,49 @@ func TestWearLevelling(t *testing.T) {
 	// 30 erases spread over the free FBGs of FCG 0 (10 FBGs, 8 free besides others)
 	require.LessOrEqual(t, l.EraseCountMax, uint64(4))
 }
+
+// A busy narrow zone fills the shared write cache and slows a write to
+// another zone (eZNS §3.6) — deterministic on the virtual clock.
+func TestWriteCacheInterference(t *testing.T) {
+	cfg := testCfgNoLimits()
+	cfg.DZone = 1
+	cfg.ZoneCapacity = 0
+	cfg.WriteCacheBytes = 64 << 10
+	latency := func(busy bool) time.Duration {
+		v := clock.NewVirtual()
+		d, _ := newDev(t, cfg, v)
+		bs := d.g.BlockSize
+		nw := NoWait(bg)
+		if busy {
+			for i := 0; i < 8; i++ { // 8 x 16 KiB into one single-chip zone at t=0
+				_, _, err := d.Append(nw, 0, pattern(bs, 0, 4, 1), Flags{})
+				require.NoError(t, err)
+			}
+		}
+		res, err := d.Write(nw, 2*d.g.ZoneSize, pattern(bs, 0, 4, 2), Flags{})
+		require.NoError(t, err)
+		if busy {
+			require.Greater(t, d.Log().CacheStalls, int64(0))
+		}
+		return res.Latency()
+	}
+	idle, busy := latency(false), latency(true)
+	lf := float64(16384) / 1.2e9 * 1e9
+	link := time.Duration(lf)
+	require.InDelta(t, float64(link), float64(idle), 1)
+	require.Greater(t, busy, 100*idle) // waited for programs on the busy chip
+}
+
+func TestRefusedCompactionChangesNothing(t *testing.T) {
+	d, _ := newDev(t, testCfgNoLimits(), clock.Off())
+	zs := d.g.ZoneSize
+	fill(t, d, 0, 8, 1)
+	fill(t, d, 5, 4, 1)
+	before, _ := d.ReportZones(StateAny, 0, 0)
+	// first destination (zone 3, empty) is fine, the second (zone 5) is below its WP
+	_, err := d.ZoneCompaction(bg, []Copy{{Src: 0, Dst: 3 * zs, Count: 4}, {Src: 4, Dst: 5 * zs, Count: 4}})
+	require.ErrorIs(t, err, zerr.ErrWritePointer)
+	after, _ := d.ReportZones(StateAny, 0, 0)
+	require.Equal(t, before, after)
+	require.Equal(t, 2, d.Log().OpenZones)
+}
