@@ -5,6 +5,7 @@ import (
 
 	"github.com/spf13/cobra"
 	"github.com/zonefleet/zonefleet/pkg/devbench"
+	"github.com/zonefleet/zonefleet/pkg/fairbench"
 	"github.com/zonefleet/zonefleet/pkg/nodebench"
 )
 
@@ -14,7 +15,7 @@ func benchCmd(g *Globals) *cobra.Command {
 		Short: "run the benchmarks that check ZoneFleet against the papers",
 		Long:  "Each scenario prints a table (-o json for the machine-readable keys). They run in this process on temporary backing files.",
 	}
-	cmd.AddCommand(benchDeviceCmd(g), benchNodeCmd(g))
+	cmd.AddCommand(benchDeviceCmd(g), benchNodeCmd(g), benchFairnessCmd(g))
 	return cmd
 }
 
@@ -61,5 +62,27 @@ func benchNodeCmd(g *Globals) *cobra.Command {
 	c.Flags().BoolVar(&o.Admission, "admission", o.Admission, "run the write admission scenario")
 	c.Flags().DurationVar(&o.AdmissionWall, "admission-duration", o.AdmissionWall, "wall time of each admission run")
 	c.Flags().Float64Var(&o.TimeScale, "time-scale", o.TimeScale, "realtime clock scale of the admission runs")
+	return c
+}
+
+func benchFairnessCmd(g *Globals) *cobra.Command {
+	var o fairbench.Options
+	c := &cobra.Command{
+		Use:   "fairness",
+		Short: "client read congestion control: eZNS Fig. 29a, two readers on co-located dies",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			g.progress("zctl bench fairness: running (about %s)…", 2*o.Duration+5*time.Second)
+			res, err := fairbench.Run(cmd.Context(), o)
+			if err != nil {
+				return err
+			}
+			return g.emit(res, res.WriteTable)
+		},
+	}
+	c.Flags().StringVar(&o.Dir, "dir", "", "directory for the backing files (default: a temporary one)")
+	c.Flags().DurationVar(&o.Duration, "duration", 4*time.Second, "wall time of each run")
+	c.Flags().Float64Var(&o.TimeScale, "time-scale", 16, "realtime clock scale (wall time per modelled time)")
+	c.Flags().IntVar(&o.QDB, "qd-b", 32, "queue depth of zone B")
 	return c
 }
