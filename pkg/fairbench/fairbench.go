@@ -125,6 +125,10 @@ func Run(ctx context.Context, o Options) (*Result, error) {
 		}
 	}
 
+	// Let the fill's programs finish on the chips before reading.
+	if err := clk.WaitUntil(ctx, dev.Drained()); err != nil {
+		return nil, err
+	}
 	res := &Result{TimeScale: o.TimeScale}
 	for _, on := range []bool{false, true} {
 		p, err := run(ctx, o, clk, la, lb, on)
