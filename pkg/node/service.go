@@ -251,7 +251,7 @@ func (s *Service) Identify(_ context.Context, req *v1.IdentifyRequest) (*v1.Iden
 		},
 		Clock: clockPB(d.dev.Clock().Kind()), TimeScale: timeScale(d.dev.Clock()), WriteCacheBytes: uint64(c.WriteCacheBytes),
 		IpuBudgetBlocks: uint64(id.IPUBudget), CopybackThreshold: uint32(c.CopybackThreshold), TotalBlocks: id.TotalLBAs,
-		MaxUnaryBytes: daemon.MaxUnaryData, FormatVersion: id.UUID,
+		MaxUnaryBytes: daemon.MaxUnaryData, FormatVersion: zns.FormatName, Uuid: id.UUID,
 	}, nil
 }
 

@@ -4,7 +4,6 @@ package zctl
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -22,6 +21,8 @@ const (
 	ExitNotFound    = 3
 	ExitConflict    = 4
 	ExitUnavailable = 5
+	ExitDenied      = 6
+	ExitNoResources = 7
 )
 
 // Globals are the flags every command shares.
@@ -67,7 +68,7 @@ func NewRoot(out, errOut io.Writer) *cobra.Command {
 	pf.StringVarP(&g.Output, "output", "o", "table", "output format: table, json or yaml")
 	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return usageErr(err) })
 
-	root.AddCommand(versionCmd(g), benchCmd(g))
+	root.AddCommand(versionCmd(g), benchCmd(g), localCmd(g), clusterCmd(g), nodeCmd(g), nsCmd(g), vzoneCmd(g), zoneCmd(g))
 	annotateTree(root)
 	flagenv.Annotate(pf)
 	return root
@@ -88,11 +89,7 @@ func ExitCode(err error) int {
 	if err == nil {
 		return ExitOK
 	}
-	var ee *exitError
-	if errors.As(err, &ee) {
-		return ee.code
-	}
-	return ExitFailed
+	return codeFor(err)
 }
 
 // Main runs zctl with args and returns the exit code.
@@ -101,7 +98,7 @@ func Main(ctx context.Context, args []string) int {
 	root.SetArgs(args)
 	err := root.ExecuteContext(ctx)
 	if err != nil {
-		fmt.Fprintf(os.Stderr, "zctl: %v\n", err)
+		fmt.Fprintln(os.Stderr, errorLine(err))
 	}
 	return ExitCode(err)
 }

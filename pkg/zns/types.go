@@ -227,3 +227,6 @@ func ParseTLMode(s string) (TLMode, error) {
 	}
 	return 0, &zerr.InvalidArgumentError{Field: "mode", Reason: fmt.Sprintf("unknown TL mode %q", s)}
 }
+
+// FormatName names the backing-file format this build writes and reads.
+var FormatName = fmt.Sprintf("zns-%d", formatVersion)

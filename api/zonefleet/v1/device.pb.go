@@ -461,7 +461,8 @@ type IdentifyResponse struct {
 	CopybackThreshold uint32                 `protobuf:"varint,21,opt,name=copyback_threshold,json=copybackThreshold,proto3" json:"copyback_threshold,omitempty"` // consecutive copybacks before a read-and-program
 	TotalBlocks       uint64                 `protobuf:"varint,22,opt,name=total_blocks,json=totalBlocks,proto3" json:"total_blocks,omitempty"`
 	MaxUnaryBytes     uint32                 `protobuf:"varint,23,opt,name=max_unary_bytes,json=maxUnaryBytes,proto3" json:"max_unary_bytes,omitempty"` // largest Read/Write served in one message
-	FormatVersion     string                 `protobuf:"bytes,24,opt,name=format_version,json=formatVersion,proto3" json:"format_version,omitempty"`
+	FormatVersion     string                 `protobuf:"bytes,24,opt,name=format_version,json=formatVersion,proto3" json:"format_version,omitempty"`    // backing-file format, e.g. "zns-1"
+	Uuid              string                 `protobuf:"bytes,25,opt,name=uuid,proto3" json:"uuid,omitempty"`                                           // the device's identity, fixed at creation
 	unknownFields     protoimpl.UnknownFields
 	sizeCache         protoimpl.SizeCache
 }
@@ -660,6 +661,13 @@ func (x *IdentifyResponse) GetMaxUnaryBytes() uint32 {
 func (x *IdentifyResponse) GetFormatVersion() string {
 	if x != nil {
 		return x.FormatVersion
+	}
+	return ""
+}
+
+func (x *IdentifyResponse) GetUuid() string {
+	if x != nil {
+		return x.Uuid
 	}
 	return ""
 }
@@ -2779,7 +2787,7 @@ const file_zonefleet_v1_device_proto_rawDesc = "" +
 	"\x0ecopyback_ratio\x18\x05 \x01(\x01R\rcopybackRatio\x12:\n" +
 	"\x1ahost_link_bytes_per_second\x18\x06 \x01(\x04R\x16hostLinkBytesPerSecond\")\n" +
 	"\x0fIdentifyRequest\x12\x16\n" +
-	"\x06device\x18\x01 \x01(\rR\x06device\"\xe4\x06\n" +
+	"\x06device\x18\x01 \x01(\rR\x06device\"\xf8\x06\n" +
 	"\x10IdentifyResponse\x12\x17\n" +
 	"\anode_id\x18\x01 \x01(\tR\x06nodeId\x12\x16\n" +
 	"\x06device\x18\x02 \x01(\rR\x06device\x12\x1d\n" +
@@ -2807,7 +2815,8 @@ const file_zonefleet_v1_device_proto_rawDesc = "" +
 	"\x12copyback_threshold\x18\x15 \x01(\rR\x11copybackThreshold\x12!\n" +
 	"\ftotal_blocks\x18\x16 \x01(\x04R\vtotalBlocks\x12&\n" +
 	"\x0fmax_unary_bytes\x18\x17 \x01(\rR\rmaxUnaryBytes\x12%\n" +
-	"\x0eformat_version\x18\x18 \x01(\tR\rformatVersion\"l\n" +
+	"\x0eformat_version\x18\x18 \x01(\tR\rformatVersion\x12\x12\n" +
+	"\x04uuid\x18\x19 \x01(\tR\x04uuid\"l\n" +
 	"\fMappingField\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x10\n" +
 	"\x03lsb\x18\x02 \x01(\rR\x03lsb\x12\x14\n" +

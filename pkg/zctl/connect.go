@@ -1,0 +1,162 @@
+package zctl
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"github.com/zonefleet/zonefleet/pkg/client"
+	"github.com/zonefleet/zonefleet/pkg/localcluster"
+	"github.com/zonefleet/zonefleet/pkg/wire"
+	"github.com/zonefleet/zonefleet/pkg/zerr"
+)
+
+// currentFile records where the last `zctl local up` keeps its cluster.json,
+// so that other zctl commands find the cluster with no flags.
+func currentFile() string {
+	if p := os.Getenv("ZONEFLEET_CLUSTER"); p != "" {
+		return p
+	}
+	dir, err := os.UserConfigDir()
+	if err != nil {
+		dir = os.TempDir()
+	}
+	return filepath.Join(dir, "zonefleet", "current-cluster")
+}
+
+// rememberCluster points currentFile at dir/cluster.json.
+func rememberCluster(dir string) error {
+	abs, err := filepath.Abs(filepath.Join(dir, "cluster.json"))
+	if err != nil {
+		return err
+	}
+	f := currentFile()
+	if strings.HasSuffix(f, ".json") { // ZONEFLEET_CLUSTER names the cluster.json itself
+		return nil
+	}
+	if err := os.MkdirAll(filepath.Dir(f), 0o755); err != nil {
+		return err
+	}
+	return os.WriteFile(f, []byte(abs+"\n"), 0o644)
+}
+
+// clusterInfo returns the last local cluster's cluster.json, if any.
+func clusterInfo() (localcluster.Info, bool) {
+	f := currentFile()
+	path := f
+	if !strings.HasSuffix(f, ".json") {
+		b, err := os.ReadFile(f)
+		if err != nil {
+			return localcluster.Info{}, false
+		}
+		path = strings.TrimSpace(string(b))
+	}
+	in, err := localcluster.ReadInfo(path)
+	if err != nil {
+		return localcluster.Info{}, false
+	}
+	return in, true
+}
+
+// resolve fills the connection flags from cluster.json where they are empty.
+func (g *Globals) resolve() {
+	in, ok := clusterInfo()
+	if !ok {
+		return
+	}
+	if g.Arbiter == "" && g.Etcd == "" {
+		var addrs []string
+		for _, a := range in.Arbiters {
+			addrs = append(addrs, a.GRPC)
+		}
+		g.Arbiter = strings.Join(addrs, ",")
+		g.Etcd = strings.Join(in.Etcd, ",")
+	}
+	if g.Token == "" {
+		g.Token = in.AdminToken
+	}
+	if g.Namespace == "" {
+		g.Namespace = in.Namespace
+	}
+}
+
+func split(s string) []string {
+	var out []string
+	for _, p := range strings.Split(s, ",") {
+		if p = strings.TrimSpace(p); p != "" {
+			out = append(out, p)
+		}
+	}
+	return out
+}
+
+// connect returns a client; withNamespace requires --namespace.
+func (g *Globals) connect(ctx context.Context, withNamespace bool) (*client.Client, error) {
+	g.resolve()
+	if g.Arbiter == "" && g.Etcd == "" {
+		return nil, &exitError{code: ExitUnavailable, err: errors.New("no cluster: give --arbiter or --etcd, or start one with `zctl local up`")}
+	}
+	ns := ""
+	if withNamespace {
+		if g.Namespace == "" {
+			return nil, usageErr(errors.New("no namespace: give --namespace (-n) or ZONEFLEET_NAMESPACE"))
+		}
+		ns = g.Namespace
+	}
+	return client.New(ctx, client.Config{Arbiters: split(g.Arbiter), Etcd: split(g.Etcd), Namespace: ns, Token: g.Token, RetryDeadline: 5 * time.Second})
+}
+
+// codeFor maps typed errors to exit codes.
+func codeFor(err error) int {
+	var ee *exitError
+	switch {
+	case errors.As(err, &ee):
+		return ee.code
+	case errors.Is(err, zerr.ErrNotFound):
+		return ExitNotFound
+	case errors.Is(err, zerr.ErrAlreadyExists), errors.Is(err, zerr.ErrWritePointer), errors.Is(err, zerr.ErrZoneState),
+		errors.Is(err, zerr.ErrZoneFull), errors.Is(err, zerr.ErrTLViolation), errors.Is(err, zerr.ErrStaleLayout):
+		return ExitConflict
+	case errors.Is(err, zerr.ErrUnavailable), errors.Is(err, zerr.ErrNotLeader), errors.Is(err, zerr.ErrClosed),
+		errors.Is(err, context.DeadlineExceeded):
+		return ExitUnavailable
+	case errors.Is(err, zerr.ErrNotOwner), errors.Is(err, zerr.ErrUnauthenticated):
+		return ExitDenied
+	case errors.Is(err, zerr.ErrNoResources), errors.Is(err, zerr.ErrTooManyActive), errors.Is(err, zerr.ErrTooManyOpen),
+		errors.Is(err, zerr.ErrIPUBudget):
+		return ExitNoResources
+	case errors.Is(err, zerr.ErrInvalidArgument), errors.Is(err, zerr.ErrOutOfRange), errors.Is(err, zerr.ErrInvalidBitmap):
+		return ExitUsage
+	}
+	return ExitFailed
+}
+
+// hint says what to do about an error, when there is something to say.
+func hint(err error) string {
+	switch {
+	case errors.Is(err, zerr.ErrUnavailable):
+		return "is the cluster running? (`zctl local up`, or check --arbiter/--etcd)"
+	case errors.Is(err, zerr.ErrNotFound) && strings.Contains(err.Error(), "namespace"):
+		return "create it with `zctl ns create NAME`"
+	case errors.Is(err, zerr.ErrUnauthenticated):
+		return "give the nodes' admin token with --token"
+	case errors.Is(err, zerr.ErrWritePointer):
+		return "`zctl vzone show ID` tells the write pointer"
+	}
+	return ""
+}
+
+func errorLine(err error) string {
+	msg := err.Error()
+	if h := hint(err); h != "" {
+		msg += "; " + h
+	}
+	return fmt.Sprintf("zctl: %s", msg)
+}
+
+func withNS(ctx context.Context, ns string) context.Context     { return wire.WithNamespace(ctx, ns) }
+func withToken(ctx context.Context, tok string) context.Context { return wire.WithToken(ctx, tok) }

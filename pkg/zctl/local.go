@@ -1,0 +1,156 @@
+package zctl
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"text/tabwriter"
+	"time"
+
+	"github.com/spf13/cobra"
+	v1 "github.com/zonefleet/zonefleet/api/zonefleet/v1"
+	"github.com/zonefleet/zonefleet/pkg/client"
+	"github.com/zonefleet/zonefleet/pkg/daemon"
+	"github.com/zonefleet/zonefleet/pkg/localcluster"
+	"github.com/zonefleet/zonefleet/pkg/zerr"
+)
+
+func localCmd(g *Globals) *cobra.Command {
+	cmd := &cobra.Command{Use: "local", Short: "a whole cluster in this process, for a laptop"}
+	cmd.AddCommand(localUpCmd(g))
+	return cmd
+}
+
+func localUpCmd(g *Globals) *cobra.Command {
+	var (
+		dir, clockName, logLevel, ns, media string
+		nodes, arbiters, devices, basePort  int
+		scale                               float64
+		admission                           bool
+	)
+	c := &cobra.Command{
+		Use:   "up",
+		Short: "run embedded etcd, arbiters and ssdnodes in this process until Ctrl-C",
+		Long: `Runs a local cluster: an embedded etcd, arbiters and ssdnodes, each a real gRPC
+server on a loopback port, with their files under --data. It writes DATA/cluster.json,
+which every other zctl command reads when no --arbiter is given. Running it again
+on the same --data brings the same cluster and data back.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
+			defer stop()
+			log, err := daemon.NewLogger(g.Err, "text", logLevel)
+			if err != nil {
+				return usageErr(err)
+			}
+			abs, err := filepath.Abs(dir)
+			if err != nil {
+				return err
+			}
+			dev := localcluster.SmallDevice()
+			if media != "" {
+				dev.Media = media
+			}
+			if g.Token == "" {
+				g.Token = loadOrMakeToken(abs)
+			}
+			cfg := localcluster.Config{Dir: abs, Nodes: nodes, Arbiters: arbiters, Devices: devices, Device: dev, Clock: clockName,
+				TimeScale: scale, AdminToken: g.Token, BasePort: basePort, Admission: admission, Logger: log}
+			g.progress("starting %d ssdnodes and %d arbiter(s) in %s…", nodes, arbiters, abs)
+			cl, err := localcluster.Start(ctx, cfg)
+			if err != nil {
+				return &exitError{code: ExitUnavailable, err: err}
+			}
+			defer func() {
+				g.progress("stopping…")
+				if err := cl.Close(); err != nil {
+					log.Error("stopping the local cluster", "err", err)
+				}
+			}()
+			info := cl.Info()
+			info.Namespace = ns
+			if ns != "" {
+				if err := ensureNamespace(ctx, cl, ns, g.Token); err != nil {
+					return err
+				}
+			}
+			if err := localcluster.WriteInfo(info); err != nil {
+				return err
+			}
+			if err := rememberCluster(abs); err != nil {
+				log.Warn("cannot record the current cluster", "err", err)
+			}
+			printLocal(g, info)
+			<-ctx.Done()
+			return nil
+		},
+	}
+	f := c.Flags()
+	f.StringVar(&dir, "data", "./zonefleet-data", "directory of the cluster's files (etcd, backing files, cluster.json)")
+	f.IntVar(&nodes, "nodes", 3, "ssdnodes")
+	f.IntVar(&arbiters, "arbiters", 1, "arbiters (one leads)")
+	f.IntVar(&devices, "devices", 1, "drives per node")
+	f.IntVar(&basePort, "base-port", 0, "etcd on BASE, arbiter i on BASE+10+2i, node i on BASE+30+2i (metrics +1); 0 picks free ports")
+	f.StringVar(&clockName, "clock", "realtime", "drive timing clock: realtime, virtual or off")
+	f.Float64Var(&scale, "time-scale", 1, "realtime clock scale")
+	f.StringVar(&media, "media", "", "media preset of the drives: TLC, MLC or ZNAND (default MLC)")
+	f.StringVar(&ns, "default-namespace", "default", "namespace created at start (empty: none)")
+	f.BoolVar(&admission, "admission-control", true, "write admission control on the nodes")
+	f.StringVar(&logLevel, "log-level", "warn", "log level of the cluster's processes")
+	return c
+}
+
+// loadOrMakeToken keeps the admin token of a local cluster in DIR/admin-token.
+func loadOrMakeToken(dir string) string {
+	p := filepath.Join(dir, "admin-token")
+	if b, err := os.ReadFile(p); err == nil && len(b) > 0 {
+		return string(b)
+	}
+	tok := fmt.Sprintf("local-%d", time.Now().UnixNano())
+	_ = os.MkdirAll(dir, 0o755)
+	_ = os.WriteFile(p, []byte(tok), 0o600)
+	return tok
+}
+
+func ensureNamespace(ctx context.Context, cl *localcluster.Cluster, ns, token string) error {
+	c, err := client.New(ctx, client.Config{Arbiters: cl.ArbiterAddrs(), Token: token})
+	if err != nil {
+		return err
+	}
+	defer c.Close()
+	_, err = c.Namespaces().Create(ctx, &v1.CreateNamespaceRequest{Name: ns, MaxActiveVzones: 4, ZonesPerVzone: 8})
+	if err != nil && !errors.Is(err, zerr.ErrAlreadyExists) {
+		return fmt.Errorf("default namespace %q: %w", ns, err)
+	}
+	return nil
+}
+
+func printLocal(g *Globals, in localcluster.Info) {
+	_ = g.emit(in, func(w io.Writer) error {
+		tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+		fmt.Fprintf(tw, "ZoneFleet local cluster in %s (pid %d)\n", in.Dir, in.PID)
+		fmt.Fprintf(tw, "PROCESS\tGRPC\tMETRICS\n")
+		fmt.Fprintf(tw, "etcd\t%s\t-\n", strings.Join(in.Etcd, ","))
+		for _, a := range in.Arbiters {
+			fmt.Fprintf(tw, "%s\t%s\t%s\n", a.ID, a.GRPC, a.Metrics)
+		}
+		for _, n := range in.Nodes {
+			fmt.Fprintf(tw, "%s\t%s\t%s\n", n.ID, n.GRPC, n.Metrics)
+		}
+		if in.Namespace != "" {
+			fmt.Fprintf(tw, "namespace\t%s\t\n", in.Namespace)
+		}
+		fmt.Fprintf(tw, "cluster.json\t%s\t\n", filepath.Join(in.Dir, "cluster.json"))
+		if err := tw.Flush(); err != nil {
+			return err
+		}
+		_, err := fmt.Fprintln(w, "Ready. Other zctl commands find this cluster; Ctrl-C stops it.")
+		return err
+	})
+}

@@ -1,0 +1,127 @@
+package zctl
+
+import (
+	"io"
+
+	"github.com/spf13/cobra"
+	v1 "github.com/zonefleet/zonefleet/api/zonefleet/v1"
+)
+
+func nsCmd(g *Globals) *cobra.Command {
+	cmd := &cobra.Command{Use: "ns", Aliases: []string{"namespace"}, Short: "tenant namespaces: essential and spare active zones"}
+	var req v1.CreateNamespaceRequest
+	create := &cobra.Command{
+		Use:   "create NAME",
+		Short: "create a namespace (fails if its essentials cannot be provisioned)",
+		Args:  cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			c, err := g.connect(cmd.Context(), false)
+			if err != nil {
+				return err
+			}
+			defer c.Close()
+			req.Name = args[0]
+			n, err := c.Namespaces().Create(cmd.Context(), &req)
+			if err != nil {
+				return err
+			}
+			return g.emit(n, func(w io.Writer) error { return nsTable(w, []*v1.Namespace{n}) })
+		},
+	}
+	create.Flags().Uint32Var(&req.MaxActiveVzones, "max-active-vzones", 4, "v-zones open at once (MAR_logical)")
+	create.Flags().Uint32Var(&req.ZonesPerVzone, "zones-per-vzone", 8, "physical zones per v-zone (a power of two)")
+	create.Flags().Uint32Var(&req.Weight, "weight", 1, "share of the essentials and spares")
+
+	var force bool
+	del := &cobra.Command{
+		Use:   "delete NAME",
+		Short: "delete a namespace and release its zones",
+		Args:  cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			c, err := g.connect(cmd.Context(), false)
+			if err != nil {
+				return err
+			}
+			defer c.Close()
+			if err := c.Namespaces().Delete(cmd.Context(), args[0], force); err != nil {
+				return err
+			}
+			return g.emit(map[string]string{"deleted": args[0]}, func(w io.Writer) error {
+				_, err := io.WriteString(w, "deleted namespace "+args[0]+"\n")
+				return err
+			})
+		},
+	}
+	del.Flags().BoolVar(&force, "force", false, "delete even with open v-zones (their data is lost)")
+
+	cmd.AddCommand(create, del, &cobra.Command{
+		Use:   "list",
+		Short: "every namespace with its active-zone shares",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			c, err := g.connect(cmd.Context(), false)
+			if err != nil {
+				return err
+			}
+			defer c.Close()
+			list, err := c.Namespaces().List(cmd.Context())
+			if err != nil {
+				return err
+			}
+			return g.emit(msgs(list), func(w io.Writer) error { return nsTable(w, list) })
+		},
+	}, &cobra.Command{
+		Use:   "show NAME",
+		Short: "one namespace",
+		Args:  cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			c, err := g.connect(cmd.Context(), false)
+			if err != nil {
+				return err
+			}
+			defer c.Close()
+			n, err := c.Namespaces().Get(cmd.Context(), args[0])
+			if err != nil {
+				return err
+			}
+			return g.emit(n, func(w io.Writer) error {
+				t := table(w)
+				t.row("name:\t%s", n.GetName())
+				t.row("max active v-zones:\t%d", n.GetMaxActiveVzones())
+				t.row("zones per v-zone:\t%d", n.GetZonesPerVzone())
+				t.row("weight:\t%d", n.GetWeight())
+				t.row("essentials:\t%d", n.GetEssentials())
+				t.row("spares:\t%d (lent %d, borrowed %d)", n.GetSpares(), n.GetSparesLent(), n.GetSparesBorrowed())
+				t.row("min stripe width:\t%d", n.GetMinStripeWidth())
+				t.row("active v-zones:\t%d (%d physical zones)", n.GetActiveVzones(), n.GetActiveZones())
+				t.row("state:\t%s", nsState(n))
+				return t.flush()
+			})
+		},
+	})
+	return cmd
+}
+
+func nsState(n *v1.Namespace) string {
+	s := "idle"
+	if n.GetActive() {
+		s = "active"
+	}
+	if n.GetFrozen() {
+		s = "frozen"
+	}
+	if n.GetDegraded() {
+		s += ",degraded"
+	}
+	return s
+}
+
+func nsTable(w io.Writer, list []*v1.Namespace) error {
+	t := table(w)
+	t.row("NAMESPACE\tMAX ACTIVE\tZONES/VZONE\tESSENTIALS\tSPARES\tLENT\tBORROWED\tACTIVE VZONES\tSTATE")
+	for _, n := range list {
+		t.row("%s\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%s", n.GetName(), n.GetMaxActiveVzones(), n.GetZonesPerVzone(), n.GetEssentials(),
+			n.GetSpares(), n.GetSparesLent(), n.GetSparesBorrowed(), n.GetActiveVzones(), nsState(n))
+	}
+	return t.flush()
+}
