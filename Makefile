@@ -49,8 +49,8 @@ lint: ## gofmt and go vet
 	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
 	$(GO) vet ./...
 
-run: build ## a whole local cluster in one process (coming with `zctl local up`)
-	@echo "make run: the local cluster (zctl local up) is not built yet; see README"
+run: build ## a whole local cluster in one process, data under ./.cache/local (Ctrl-C stops it)
+	$(BIN)/zctl local up --data .cache/local
 
 clean:
 	rm -rf $(BIN) $(TOOLS)
