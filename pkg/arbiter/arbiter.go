@@ -333,22 +333,22 @@ func (a *Arbiter) decodeNodeKV(k, v []byte) (cluster.NodeRecord, error) {
 	return rec, nil
 }
 
-// load reads the state document into t.
+// load reads the state document and publishes it in t.
 func (a *Arbiter) load(ctx context.Context, t *term) error {
 	resp, err := a.cli.Get(ctx, stateKey)
 	if err != nil {
 		return &zerr.UnavailableError{What: "etcd", Reason: err.Error()}
 	}
 	st := newState()
-	t.rev = 0
+	var rev int64
 	if len(resp.Kvs) == 1 {
 		if err := cluster.Decode(stateKey, resp.Kvs[0].Value, st); err != nil {
 			return err
 		}
-		t.rev = resp.Kvs[0].ModRevision
+		rev = resp.Kvs[0].ModRevision
 	}
 	st.normalize()
-	t.state, t.ix, t.stale = st, buildIndex(st), false
+	a.publish(t, st, buildIndex(st), rev)
 	return nil
 }
 
@@ -453,7 +453,6 @@ func (a *Arbiter) mutateTerm(ctx context.Context, internal bool, fn mutation) er
 			if err := a.load(ctx, t); err != nil {
 				return err
 			}
-			a.publish(t, t.state, t.ix, t.rev)
 		}
 		st, err := cloneState(t.state)
 		if err != nil {
@@ -474,21 +473,19 @@ func (a *Arbiter) mutateTerm(ctx context.Context, internal bool, fn mutation) er
 		resp, err := a.cli.Txn(ctx).If(leaderCmp, stateCmp).Then(thenOps...).
 			Else(clientv3.OpGet(t.election.Key())).Commit()
 		if err != nil {
-			t.stale = true
+			a.setStale(t)
 			return &zerr.UnavailableError{What: "etcd", Reason: "commit outcome unknown: " + err.Error()}
 		}
 		if !resp.Succeeded {
 			gr := resp.Responses[0].GetResponseRange()
 			if gr == nil || len(gr.Kvs) == 0 || gr.Kvs[0].CreateRevision != t.election.Rev() {
-				a.log.Warn("lost leadership (election key gone)")
-				t.session.Orphan()
-				_ = t.session.Close()
+				a.stepDown(t)
 				return a.notLeader(ctx)
 			}
 			if attempt >= 2 {
 				return &zerr.UnavailableError{What: "arbiter state", Reason: "concurrent modification"}
 			}
-			t.stale = true
+			a.setStale(t)
 			continue
 		}
 		a.publish(t, st, buildIndex(st), resp.Header.Revision)
@@ -497,12 +494,32 @@ func (a *Arbiter) mutateTerm(ctx context.Context, internal bool, fn mutation) er
 			r, err := a.cli.Txn(ctx).If(leaderCmp).Then(rest[:n]...).Commit()
 			if err != nil || !r.Succeeded {
 				a.log.Warn("grant batch not committed; reconciling at next leadership", "err", err)
+				if err == nil {
+					a.stepDown(t)
+				}
 				break
 			}
 			rest = rest[n:]
 		}
 		return nil
 	}
+}
+
+// stepDown stops serving at once after this arbiter found its election key
+// gone; ending the session makes runTerm end the term and campaign again.
+func (a *Arbiter) stepDown(t *term) {
+	a.log.Warn("lost leadership (election key gone)")
+	a.mu.Lock()
+	t.ready = false
+	a.mu.Unlock()
+	t.session.Orphan()
+	_ = t.session.Close()
+}
+
+func (a *Arbiter) setStale(t *term) {
+	a.mu.Lock()
+	t.stale = true
+	a.mu.Unlock()
 }
 
 func (a *Arbiter) publish(t *term, st *State, ix *index, rev int64) {
@@ -515,9 +532,14 @@ func (a *Arbiter) publish(t *term, st *State, ix *index, rev int64) {
 func (a *Arbiter) refreshMetrics() {
 	a.mu.RLock()
 	t := a.term
+	var st *State
+	var ix *index
+	if t != nil {
+		st, ix = t.state, t.ix
+	}
 	a.mu.RUnlock()
 	if t != nil {
-		a.m.refresh(t.state, t.ix)
+		a.m.refresh(st, ix)
 	}
 }
 
@@ -612,6 +634,7 @@ func (a *Arbiter) reconcileGrants(ctx context.Context) error {
 			return &zerr.UnavailableError{What: "etcd", Reason: err.Error()}
 		}
 		if !r.Succeeded {
+			a.stepDown(t)
 			return a.notLeader(ctx)
 		}
 		ops = ops[n:]
