@@ -187,6 +187,10 @@ func TestReclaimOnRealNodes(t *testing.T) {
 			return errors.Is(err, zerr.ErrNotOwner)
 		}, 30*time.Second, 5*time.Millisecond, fmt.Sprintf("zone %s still readable by r", z))
 	}
+	// Released zones were reset by the arbiter (through the node's admin call).
+	wp, err := comp.WrittenBlocks(ctx, "r", src.Zones)
+	require.NoError(t, err)
+	assert.Equal(t, make([]uint64, len(src.Zones)), wp)
 	fi, err := a.GetNamespace(ctx, "r")
 	require.NoError(t, err)
 	assert.True(t, fi.Frozen)

@@ -232,7 +232,11 @@ func (a *Arbiter) nsInfo(st *State, ix *index, name string, ns *nsState) Namespa
 // reprovisions the others. Without force it fails with *zerr.ZoneStateError
 // while the namespace has an open v-zone.
 func (a *Arbiter) DeleteNamespace(ctx context.Context, name string, force bool) error {
-	err := a.mutate(ctx, func(st *State, ix *index) ([]clientv3.Op, error) {
+	a.opMu.Lock()
+	defer a.opMu.Unlock()
+	var released []cluster.PhysZone
+	err := a.mutateLocked(ctx, func(st *State, ix *index) ([]clientv3.Op, error) {
+		released = nil
 		ns, err := getNS(st, name)
 		if err != nil {
 			return nil, err
@@ -247,6 +251,7 @@ func (a *Arbiter) DeleteNamespace(ctx context.Context, name string, force bool) 
 			for _, g := range ns.VZones[id].allGroups() {
 				for _, z := range g.Zones {
 					ops = append(ops, grantDel(z))
+					released = append(released, z)
 				}
 			}
 		}
@@ -257,6 +262,7 @@ func (a *Arbiter) DeleteNamespace(ctx context.Context, name string, force bool) 
 	if err != nil {
 		return err
 	}
+	a.resetReleased(ctx, released)
 	a.actMu.Lock()
 	delete(a.lastWrite, name)
 	a.actMu.Unlock()
