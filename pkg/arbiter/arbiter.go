@@ -1,18 +1,42 @@
 // Package arbiter is the eZNS zone arbiter of ZoneFleet: the control plane that
 // hands out active physical zones of every ssdnode to tenant namespaces.
 //
+// # Replicas and state
+//
 // Several arbiters run against one etcd; one is elected leader
 // (cluster.ElectionPrefix, the campaign value is the leader's address) and
 // serves every request; the others answer *zerr.NotLeaderError{Leader}. The
-// leader keeps the whole control state as one JSON document in etcd and changes
-// it only through transactions that compare the document's mod revision and
-// the leader's election key, writing the grants nodes enforce
-// (cluster.GrantKey) in the same transaction. Mutations are serialized by one
-// queue (the op lock), which is also the eZNS serialized allocation queue.
+// leader keeps the whole control state as one JSON document in etcd
+// (cluster.ArbiterPrefix+"state") and changes it only through transactions
+// that compare the document's mod revision and the leader's election key,
+// writing the grants nodes enforce (cluster.GrantKey) in the same
+// transaction. Mutations are serialized by one queue (the op lock), which is
+// also the eZNS serialized allocation queue. A new leader reloads the
+// document, reconciles the node registrations and the grant keys, rolls back
+// a reclaim its predecessor left half done, and only then serves.
 //
-// Write activity (for T_ReadOnly / reclaim) is signalled by allocations
-// (OpenVZone, NextStripeGroup) and by ReportWrite, which clients or nodes call
-// at least once per T_ReadOnly/2 while a namespace writes.
+// # Resources (eZNS §4.4)
+//
+// A device contributes min(FCGs, MAR) essentials (one active zone per flash
+// chip group saturates its write bandwidth) and MAR minus that as spares.
+// Namespaces share N_essential and N_spare by weight; a namespace's minimum
+// stripe width is its essentials over MAR_logical, rounded down to a power of
+// two. A stripe group takes that many essentials plus spares reaped by local
+// overdrive (namespace spares / EWMA of its active v-zones), rounded down to
+// a power of two, on distinct die groups (node, device, FCG), least populated
+// dies first, spread across nodes. Global overdrive lends the unused spares
+// of namespaces without an allocation in the last N_essential zone
+// allocations to the active ones; a lender that allocates again recalls them
+// and they return at the borrower's next stripe-group finish or reset.
+// Reclaim compacts the overdriven open stripe groups of a namespace without
+// writes for T_ReadOnly into minimum-width groups through a Compactor.
+//
+// # Activity
+//
+// Write activity (for T_ReadOnly) is signalled by allocations (OpenVZone,
+// NextStripeGroup) and by ReportWrite (gRPC ReportActivity), which clients
+// call at least once per T_ReadOnly/2 while a namespace writes. It is kept in
+// the leader's memory: a new leader starts every namespace's T_ReadOnly afresh.
 package arbiter
 
 import (
