@@ -20,6 +20,8 @@ type metrics struct {
 	errors     *prometheus.CounterVec
 	copied     *prometheus.CounterVec
 	peerPushed *prometheus.CounterVec
+	// revokedResets counts zones reset because their grant went away.
+	revokedResets *prometheus.CounterVec
 
 	zones, activeZones, openZones, maxActive, maxOpen, cacheBytes, cacheCap, waf, chipUtil, ipuUsed, ipuBudget *prometheus.Desc
 	cacheStalls, cacheStallSec, admStalls, admStallSec, hostBlocks, nandPages, erases, plugged, devCopied      *prometheus.Desc
@@ -44,6 +46,8 @@ func newMetrics(s *Service) *metrics {
 			Help: "Blocks moved by zone compactions served here, by path (copyback, read_program, remote)."}, []string{"device", "path"}),
 		peerPushed: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "zonefleet_node_peer_pushed_blocks_total",
 			Help: "Blocks this node pushed to peer nodes for cross-node compaction."}, []string{"device"}),
+		revokedResets: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "zonefleet_node_revoked_zone_resets_total",
+			Help: "Zones reset because the arbiter revoked their grant."}, []string{"device"}),
 
 		zones:         d("zones", "Zones by state.", "state"),
 		activeZones:   d("active_zones", "Active zones (open or closed)."),
@@ -70,7 +74,7 @@ func newMetrics(s *Service) *metrics {
 
 // Register adds the node's metrics to reg.
 func (m *metrics) Register(reg prometheus.Registerer) error {
-	for _, c := range []prometheus.Collector{m.ops, m.bytes, m.latency, m.errors, m.copied, m.peerPushed, m} {
+	for _, c := range []prometheus.Collector{m.ops, m.bytes, m.latency, m.errors, m.copied, m.peerPushed, m.revokedResets, m} {
 		if err := reg.Register(c); err != nil {
 			return err
 		}

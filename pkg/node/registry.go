@@ -129,16 +129,25 @@ func (r *Registration) Close(ctx context.Context) error {
 // Grants is the node's cache of the arbiter's zone grants, kept current by an
 // etcd watch on cluster.GrantsPrefix(node).
 type Grants struct {
-	mu     sync.RWMutex
-	m      map[[2]uint32]cluster.Grant
-	synced chan struct{}
-	log    *slog.Logger
-	node   string
+	mu       sync.RWMutex
+	m        map[[2]uint32]cluster.Grant
+	synced   chan struct{}
+	log      *slog.Logger
+	node     string
+	onRevoke func(device, zone uint32)
 }
 
 // WatchGrants loads the node's grants and follows changes until ctx ends.
 func WatchGrants(ctx context.Context, cli *clientv3.Client, nodeID string, log *slog.Logger) (*Grants, error) {
-	g := &Grants{m: map[[2]uint32]cluster.Grant{}, synced: make(chan struct{}), log: log, node: nodeID}
+	return WatchGrantsFunc(ctx, cli, nodeID, log, nil)
+}
+
+// WatchGrantsFunc is WatchGrants with a callback for every grant that goes
+// away (the arbiter returned the zone to the free pool): the node resets the
+// zone so that its next owner finds it empty. The callback runs in the watch
+// loop before later events apply, so a re-grant of the zone waits for it.
+func WatchGrantsFunc(ctx context.Context, cli *clientv3.Client, nodeID string, log *slog.Logger, onRevoke func(device, zone uint32)) (*Grants, error) {
+	g := &Grants{m: map[[2]uint32]cluster.Grant{}, synced: make(chan struct{}), log: log, node: nodeID, onRevoke: onRevoke}
 	rev, err := g.load(ctx, cli)
 	if err != nil {
 		return nil, err
@@ -165,8 +174,16 @@ func (g *Grants) load(ctx context.Context, cli *clientv3.Client) (int64, error) 
 		m[[2]uint32{pz.Device, pz.Zone}] = gr
 	}
 	g.mu.Lock()
+	old := g.m
 	g.m = m
 	g.mu.Unlock()
+	if g.onRevoke != nil {
+		for k := range old {
+			if _, ok := m[k]; !ok {
+				g.onRevoke(k[0], k[1])
+			}
+		}
+	}
 	return resp.Header.Revision, nil
 }
 
@@ -187,7 +204,6 @@ func (g *Grants) follow(ctx context.Context, cli *clientv3.Client, rev int64) {
 				g.log.Warn("grant watch interrupted", "err", err)
 				break
 			}
-			g.mu.Lock()
 			for _, ev := range resp.Events {
 				pz, err := cluster.ParseGrantKey(string(ev.Kv.Key))
 				if err != nil {
@@ -195,14 +211,21 @@ func (g *Grants) follow(ctx context.Context, cli *clientv3.Client, rev int64) {
 				}
 				k := [2]uint32{pz.Device, pz.Zone}
 				if ev.Type == clientv3.EventTypeDelete {
+					g.mu.Lock()
+					_, had := g.m[k]
 					delete(g.m, k)
+					g.mu.Unlock()
+					if had && g.onRevoke != nil {
+						g.onRevoke(k[0], k[1]) // before any later event of this zone applies
+					}
 					continue
 				}
 				if gr, err := cluster.DecodeGrant(string(ev.Kv.Key), ev.Kv.Value); err == nil {
+					g.mu.Lock()
 					g.m[k] = gr
+					g.mu.Unlock()
 				}
 			}
-			g.mu.Unlock()
 			rev = resp.Header.Revision
 		}
 		if ctx.Err() != nil {

@@ -150,20 +150,34 @@ func Run(ctx context.Context, d *daemon.Daemon, o Options, log *slog.Logger) err
 	var grants *Grants
 	gctx, stopGrants := context.WithCancel(context.Background())
 	defer stopGrants()
+	// A revoked grant resets its zone synchronously in the watch loop, so a
+	// new grant of the same zone (a later event) applies only after the reset.
+	var svc *Service
+	svcReady := make(chan struct{})
 	if !o.Standalone {
 		if cli, err = EtcdClient(ctx, o.Etcd, 30*time.Second); err != nil {
 			return err
 		}
 		defer cli.Close()
-		if grants, err = WatchGrants(gctx, cli, o.ID, log); err != nil {
+		onRevoke := func(dev, zone uint32) {
+			select {
+			case <-svcReady:
+				svc.ResetRevoked(dev, zone)
+			case <-gctx.Done():
+			}
+		}
+		if grants, err = WatchGrantsFunc(gctx, cli, o.ID, log, onRevoke); err != nil {
 			return err
 		}
 	}
-	svc, err := New(o.Config, devs, grants, log)
+	svc, err = New(o.Config, devs, grants, log)
 	if err != nil {
 		return err
 	}
+	close(svcReady)
 	defer svc.Close()
+	svc.SweepUngranted()
+	defer stopGrants()
 	if err := svc.Collector().Register(d.Registry); err != nil {
 		return err
 	}

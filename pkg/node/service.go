@@ -90,6 +90,48 @@ func New(cfg Config, devs []*zns.Device, grants *Grants, log *slog.Logger) (*Ser
 	return s, nil
 }
 
+// ResetRevoked resets a zone whose grant went away, so that its next owner
+// finds it empty. Zones that are already empty are left alone.
+func (s *Service) ResetRevoked(device, zone uint32) {
+	d, err := s.device(device)
+	if err != nil || uint64(zone) >= d.geo.zones {
+		return
+	}
+	zs, err := d.dev.ReportZones(zns.StateAny, uint64(zone), 1)
+	if err != nil || len(zs) == 0 || zs[0].State == zns.StateEmpty || zs[0].State == zns.StateOffline {
+		return
+	}
+	if _, err := d.dev.ZoneMgmt(context.Background(), uint64(zone), zns.ActionReset, false); err != nil {
+		s.log.Warn("reset of a revoked zone failed", "device", device, "zone", zone, "err", err)
+		return
+	}
+	d.adm.Forget(d.idx, uint64(zone))
+	s.m.revokedResets.WithLabelValues(fmt.Sprint(device)).Inc()
+	s.log.Info("reset a zone whose grant was revoked", "device", device, "zone", zone)
+}
+
+// SweepUngranted resets every non-empty zone without a grant: grants deleted
+// while the node was down. Standalone nodes have no grants and sweep nothing.
+func (s *Service) SweepUngranted() {
+	if s.grants == nil {
+		return
+	}
+	for _, d := range s.devs {
+		zs, err := d.dev.ReportZones(zns.StateAny, 0, 0)
+		if err != nil {
+			continue
+		}
+		for _, z := range zs {
+			if z.State == zns.StateEmpty || z.State == zns.StateOffline {
+				continue
+			}
+			if _, ok := s.grants.Lookup(d.idx, uint32(z.Index)); !ok {
+				s.ResetRevoked(d.idx, uint32(z.Index))
+			}
+		}
+	}
+}
+
 // Close stops the admission monitors and peer connections (devices are the caller's).
 func (s *Service) Close() {
 	for _, d := range s.devs {
@@ -410,4 +452,16 @@ func (s *Service) GetLog(ctx context.Context, req *v1.GetLogRequest) (*v1.GetLog
 		resp.Chips = append(resp.Chips, cs)
 	}
 	return resp, nil
+}
+
+// AdmissionStalls sums the writes paced by admission control over every device.
+func (s *Service) AdmissionStalls() (uint64, time.Duration) {
+	var n uint64
+	var t time.Duration
+	for _, d := range s.devs {
+		dn, dt := d.adm.Stalls()
+		n += dn
+		t += dt
+	}
+	return n, t
 }

@@ -59,12 +59,18 @@ func startNode(t *testing.T, id string, withGrants bool) *testNode {
 	devs = append(devs, d)
 	ctx, cancel := context.WithCancel(context.Background())
 	var grants *Grants
+	var svc *Service
+	svcReady := make(chan struct{})
 	if withGrants {
-		grants, err = WatchGrants(ctx, etcdClient(t), id, quiet)
+		grants, err = WatchGrantsFunc(ctx, etcdClient(t), id, quiet, func(dev, zone uint32) {
+			<-svcReady
+			svc.ResetRevoked(dev, zone)
+		})
 		require.NoError(t, err)
 	}
-	svc, err := New(Config{ID: id, AdminToken: token, Standalone: !withGrants, Admission: AdmissionConfig{Enabled: true}}, devs, grants, quiet)
+	svc, err = New(Config{ID: id, AdminToken: token, Standalone: !withGrants, Admission: AdmissionConfig{Enabled: true}}, devs, grants, quiet)
 	require.NoError(t, err)
+	close(svcReady)
 	dm, err := daemon.New(daemon.Config{Name: "ssdnode", GRPCListen: "127.0.0.1:0", HTTPListen: "127.0.0.1:0"}, quiet)
 	require.NoError(t, err)
 	require.NoError(t, svc.Collector().Register(dm.Registry))
@@ -486,4 +492,31 @@ func TestOpenDevicesGeometryMismatch(t *testing.T) {
 	o.Devices = 0
 	_, err = OpenDevices(o, clock.Off())
 	assert.ErrorIs(t, err, zerr.ErrInvalidArgument)
+}
+
+func TestRevokedGrantResetsTheZone(t *testing.T) {
+	n := startNode(t, "revoke", true)
+	grant(t, "revoke", 0, "a")
+	waitGrant(t, n, 0, "a")
+	_, err := n.client.Write(asNS("a"), &v1.WriteRequest{Lba: 0, Data: randBlocks(t, 8)})
+	require.NoError(t, err)
+	// The arbiter returns the zone to the pool: the node resets it for the next owner.
+	_, err = etcdClient(t).Delete(context.Background(), cluster.GrantKey("revoke", 0, 0))
+	require.NoError(t, err)
+	require.Eventually(t, func() bool { return zoneWP(t, n.client, 0) == 0 }, 5*time.Second, 10*time.Millisecond)
+	grant(t, "revoke", 0, "b")
+	waitGrant(t, n, 0, "b")
+	_, err = n.client.Write(asNS("b"), &v1.WriteRequest{Lba: 0, Data: randBlocks(t, 1)})
+	require.NoError(t, err, "the next owner finds the zone empty")
+	r, err := n.client.Read(asNS("b"), &v1.ReadRequest{Lba: 1, Blocks: 1})
+	require.NoError(t, err)
+	assert.Equal(t, make([]byte, 4096), r.GetData(), "nothing of the previous owner is left")
+	assert.Contains(t, scrape(t, n.http), `zonefleet_node_revoked_zone_resets_total{device="0"} 1`)
+
+	// Zones written without a grant (here by the admin) are swept at start.
+	_, err = n.client.Write(asAdmin(), &v1.WriteRequest{Lba: 2048, Data: randBlocks(t, 4)})
+	require.NoError(t, err)
+	n.svc.SweepUngranted()
+	assert.Equal(t, uint64(2048), zoneWP(t, n.client, 1))
+	assert.Equal(t, uint64(1), zoneWP(t, n.client, 0), "a granted zone is kept")
 }

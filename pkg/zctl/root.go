@@ -67,10 +67,8 @@ func NewRoot(out, errOut io.Writer) *cobra.Command {
 	pf.StringVarP(&g.Output, "output", "o", "table", "output format: table, json or yaml")
 	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return usageErr(err) })
 
-	root.AddCommand(versionCmd(g))
-	for _, c := range root.Commands() {
-		flagenv.Annotate(c.Flags())
-	}
+	root.AddCommand(versionCmd(g), benchCmd(g))
+	annotateTree(root)
 	flagenv.Annotate(pf)
 	return root
 }
@@ -106,4 +104,11 @@ func Main(ctx context.Context, args []string) int {
 		fmt.Fprintf(os.Stderr, "zctl: %v\n", err)
 	}
 	return ExitCode(err)
+}
+
+func annotateTree(c *cobra.Command) {
+	flagenv.Annotate(c.Flags())
+	for _, sub := range c.Commands() {
+		annotateTree(sub)
+	}
 }

@@ -1,8 +1,8 @@
 package zctl
 
 import (
-	"encoding/json"
 	"fmt"
+	"io"
 
 	"github.com/spf13/cobra"
 	"github.com/zonefleet/zonefleet/pkg/buildinfo"
@@ -15,13 +15,10 @@ func versionCmd(g *Globals) *cobra.Command {
 		Args:  cobra.NoArgs,
 		RunE: func(*cobra.Command, []string) error {
 			bi := buildinfo.Get()
-			if g.Output == "json" {
-				enc := json.NewEncoder(g.Out)
-				enc.SetIndent("", "  ")
-				return enc.Encode(bi)
-			}
-			_, err := fmt.Fprintf(g.Out, "zctl %s\n", bi)
-			return err
+			return g.emit(bi, func(w io.Writer) error {
+				_, err := fmt.Fprintf(w, "zctl %s\n", bi)
+				return err
+			})
 		},
 	}
 }

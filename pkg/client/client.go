@@ -1,0 +1,377 @@
+// Package client is how programs talk to a ZoneFleet cluster: it finds the
+// arbiter leader (and follows it across failovers), pools connections to the
+// ssdnodes, caches v-zone layouts, and turns v-zone I/O into physical-zone
+// I/O — RAID-0 striping within a stripe group, one coalesced device request
+// per physical zone per user I/O, parallel fan-out, read congestion control
+// per stripe group (eZNS Algorithm 1), and retries of transient failures
+// within a deadline. Bytes go between the client and the nodes only.
+package client
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	v1 "github.com/zonefleet/zonefleet/api/zonefleet/v1"
+	"github.com/zonefleet/zonefleet/pkg/clock"
+	"github.com/zonefleet/zonefleet/pkg/cluster"
+	"github.com/zonefleet/zonefleet/pkg/daemon"
+	"github.com/zonefleet/zonefleet/pkg/rpcerr"
+	"github.com/zonefleet/zonefleet/pkg/wire"
+	"github.com/zonefleet/zonefleet/pkg/zerr"
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.uber.org/zap"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+)
+
+// Config of a client.
+type Config struct {
+	// Arbiters are arbiter addresses; any of them will do, followers name the leader.
+	Arbiters []string
+	// Etcd endpoints: used to find the arbiter leader when Arbiters is empty
+	// (and whenever the known arbiters do not answer).
+	Etcd []string
+	// Namespace the client works in.
+	Namespace string
+	// Token is the nodes' admin token (needed for cross-node compaction only
+	// by the nodes themselves; admin reads such as GetLog use it).
+	Token string
+	// RetryDeadline bounds retries of transient failures (node unavailable,
+	// leader change) of one operation. Default 15s.
+	RetryDeadline time.Duration
+	// CongestionControl enables eZNS read congestion control (default on; set
+	// DisableCongestionControl to turn it off for comparison).
+	DisableCongestionControl bool
+	// LatThreshold is the read latency (modelled device time) above which a
+	// stripe group's window shrinks. Default 500 µs.
+	LatThreshold time.Duration
+	// Clock for backoff waits. Default realtime.
+	Clock clock.Clock
+	// Registerer receives the client's metrics; nil registers none.
+	Registerer prometheus.Registerer
+	Logger     *slog.Logger
+}
+
+// Client is a connection to a cluster. It is safe for concurrent use.
+type Client struct {
+	cfg Config
+	log *slog.Logger
+	m   *metrics
+	etc *clientv3.Client
+
+	mu      sync.Mutex
+	leader  string
+	arbConn map[string]*grpc.ClientConn
+	nodes   map[string]*grpc.ClientConn
+	closed  bool
+
+	lastActivity time.Time
+
+	vzMu   sync.Mutex
+	vzones map[uint64]*VZone
+	maps   sync.Map // node/device → *devMapping
+}
+
+// New connects to the cluster: it finds the arbiter leader and checks that
+// the namespace exists.
+func New(ctx context.Context, cfg Config) (*Client, error) {
+	if cfg.Namespace == "" {
+		return nil, &zerr.InvalidArgumentError{Field: "namespace", Reason: "is empty"}
+	}
+	if len(cfg.Arbiters) == 0 && len(cfg.Etcd) == 0 {
+		return nil, &zerr.InvalidArgumentError{Field: "arbiters", Reason: "give arbiter addresses or etcd endpoints"}
+	}
+	if cfg.RetryDeadline <= 0 {
+		cfg.RetryDeadline = 15 * time.Second
+	}
+	if cfg.LatThreshold <= 0 {
+		cfg.LatThreshold = 500 * time.Microsecond
+	}
+	if cfg.Clock == nil {
+		cfg.Clock = clock.Realtime(1)
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	c := &Client{cfg: cfg, log: cfg.Logger, m: newMetrics(cfg.Registerer), arbConn: map[string]*grpc.ClientConn{},
+		nodes: map[string]*grpc.ClientConn{}, vzones: map[uint64]*VZone{}}
+	if len(cfg.Etcd) > 0 {
+		etc, err := clientv3.New(clientv3.Config{Endpoints: cfg.Etcd, DialTimeout: 5 * time.Second, Logger: zap.NewNop()})
+		if err != nil {
+			return nil, &zerr.UnavailableError{What: "etcd", Reason: err.Error()}
+		}
+		c.etc = etc
+	}
+	if _, err := c.GetNamespace(ctx); err != nil {
+		c.Close()
+		return nil, err
+	}
+	return c, nil
+}
+
+// Namespace is the namespace the client works in.
+func (c *Client) Namespace() string { return c.cfg.Namespace }
+
+// Close closes every connection.
+func (c *Client) Close() {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.closed {
+		return
+	}
+	c.closed = true
+	for _, cc := range c.arbConn {
+		_ = cc.Close()
+	}
+	for _, cc := range c.nodes {
+		_ = cc.Close()
+	}
+	if c.etc != nil {
+		_ = c.etc.Close()
+	}
+}
+
+func dialOpts() []grpc.DialOption {
+	return append(rpcerr.DialOptions(), grpc.WithTransportCredentials(insecure.NewCredentials()),
+		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(daemon.MaxMessageBytes), grpc.MaxCallSendMsgSize(daemon.MaxMessageBytes)))
+}
+
+func (c *Client) conn(pool map[string]*grpc.ClientConn, addr string) (*grpc.ClientConn, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.closed {
+		return nil, &zerr.ClosedError{What: "client"}
+	}
+	if cc, ok := pool[addr]; ok {
+		return cc, nil
+	}
+	cc, err := grpc.NewClient(addr, dialOpts()...)
+	if err != nil {
+		return nil, &zerr.UnavailableError{What: addr, Reason: err.Error()}
+	}
+	pool[addr] = cc
+	return cc, nil
+}
+
+func (c *Client) nodeClient(addr string) (v1.ZonedDeviceClient, error) {
+	cc, err := c.conn(c.nodes, addr)
+	if err != nil {
+		return nil, err
+	}
+	return v1.NewZonedDeviceClient(cc), nil
+}
+
+// ctx adds the namespace and token to outgoing calls.
+func (c *Client) ctx(ctx context.Context) context.Context {
+	return wire.WithToken(wire.WithNamespace(ctx, c.cfg.Namespace), c.cfg.Token)
+}
+
+// leaderFromEtcd reads the election: the leader's address is the value of
+// the oldest key under the election prefix.
+func (c *Client) leaderFromEtcd(ctx context.Context) string {
+	if c.etc == nil {
+		return ""
+	}
+	ectx, cancel := context.WithTimeout(ctx, 3*time.Second)
+	defer cancel()
+	resp, err := c.etc.Get(ectx, cluster.Prefix+"arbiter/election", clientv3.WithPrefix(),
+		clientv3.WithSort(clientv3.SortByCreateRevision, clientv3.SortAscend), clientv3.WithLimit(1))
+	if err != nil || len(resp.Kvs) == 0 {
+		return ""
+	}
+	return string(resp.Kvs[0].Value)
+}
+
+// candidates lists the arbiters to try, the known leader first.
+func (c *Client) candidates(ctx context.Context) []string {
+	c.mu.Lock()
+	leader := c.leader
+	c.mu.Unlock()
+	var out []string
+	seen := map[string]bool{}
+	add := func(a string) {
+		if a != "" && !seen[a] {
+			seen[a] = true
+			out = append(out, a)
+		}
+	}
+	add(leader)
+	for _, a := range c.cfg.Arbiters {
+		add(a)
+	}
+	add(c.leaderFromEtcd(ctx))
+	return out
+}
+
+// arbiterCall runs fn against the leader, following NotLeader answers and
+// retrying unavailable arbiters with backoff until the retry deadline.
+func arbiterCall[T any](ctx context.Context, c *Client, op string, fn func(context.Context, v1.ArbiterClient) (T, error)) (T, error) {
+	var zero T
+	deadline := time.Now().Add(c.cfg.RetryDeadline)
+	backoff := 50 * time.Millisecond
+	var last error
+	for attempt := 0; ; attempt++ {
+		cands := c.candidates(ctx)
+		if len(cands) == 0 {
+			last = &zerr.UnavailableError{What: "arbiter", Reason: "no arbiter address known (give --arbiter or --etcd)"}
+		}
+		for i := 0; i < len(cands); i++ {
+			addr := cands[i]
+			cc, err := c.conn(c.arbConn, addr)
+			if err != nil {
+				last = err
+				continue
+			}
+			cctx, cancel := context.WithTimeout(c.ctx(ctx), 10*time.Second)
+			res, err := fn(cctx, v1.NewArbiterClient(cc))
+			cancel()
+			if err == nil {
+				c.mu.Lock()
+				c.leader = addr
+				c.mu.Unlock()
+				return res, nil
+			}
+			last = err
+			var nl *zerr.NotLeaderError
+			if errors.As(err, &nl) {
+				if nl.Leader != "" && nl.Leader != addr {
+					c.mu.Lock()
+					c.leader = nl.Leader
+					c.mu.Unlock()
+					cands = append(cands[:i+1], append([]string{nl.Leader}, cands[i+1:]...)...)
+				}
+				continue
+			}
+			if !errors.Is(err, zerr.ErrUnavailable) && !isDeadline(err) {
+				return zero, err // a real answer from the leader
+			}
+		}
+		if ctx.Err() != nil {
+			return zero, ctx.Err()
+		}
+		if time.Now().After(deadline) {
+			return zero, fmt.Errorf("%s: no arbiter leader answered within %s: %w", op, c.cfg.RetryDeadline, last)
+		}
+		c.m.retries.WithLabelValues("arbiter").Inc()
+		if err := clock.Sleep(ctx, c.cfg.Clock, backoff); err != nil {
+			return zero, err
+		}
+		backoff = min(2*backoff, time.Second)
+	}
+}
+
+func isDeadline(err error) bool {
+	return errors.Is(err, context.DeadlineExceeded)
+}
+
+// Arbiter returns a client of the leader for calls this package does not wrap.
+// Prefer the typed methods: they follow leader changes.
+func (c *Client) Arbiter(ctx context.Context) (v1.ArbiterClient, error) {
+	return arbiterCall(ctx, c, "find leader", func(ctx context.Context, a v1.ArbiterClient) (v1.ArbiterClient, error) {
+		_, err := a.ClusterStatus(ctx, &v1.ClusterStatusRequest{})
+		return a, err
+	})
+}
+
+// GetNamespace returns the client's namespace.
+func (c *Client) GetNamespace(ctx context.Context) (*v1.Namespace, error) {
+	return arbiterCall(ctx, c, "get namespace", func(ctx context.Context, a v1.ArbiterClient) (*v1.Namespace, error) {
+		return a.GetNamespace(ctx, &v1.GetNamespaceRequest{Name: c.cfg.Namespace})
+	})
+}
+
+// ClusterStatus returns the cluster's status from the leader.
+func (c *Client) ClusterStatus(ctx context.Context) (*v1.ClusterStatusResponse, error) {
+	return arbiterCall(ctx, c, "cluster status", func(ctx context.Context, a v1.ArbiterClient) (*v1.ClusterStatusResponse, error) {
+		return a.ClusterStatus(ctx, &v1.ClusterStatusRequest{})
+	})
+}
+
+// ListVZones lists the namespace's v-zones.
+func (c *Client) ListVZones(ctx context.Context) ([]*v1.VZone, error) {
+	r, err := arbiterCall(ctx, c, "list v-zones", func(ctx context.Context, a v1.ArbiterClient) (*v1.ListVZonesResponse, error) {
+		return a.ListVZones(ctx, &v1.ListVZonesRequest{Namespace: c.cfg.Namespace})
+	})
+	if err != nil {
+		return nil, err
+	}
+	return r.GetVzones(), nil
+}
+
+// OpenVZone opens a new v-zone (the lowest empty id) and returns its handle.
+func (c *Client) OpenVZone(ctx context.Context) (*VZone, error) {
+	l, err := arbiterCall(ctx, c, "open v-zone", func(ctx context.Context, a v1.ArbiterClient) (*v1.VZone, error) {
+		return a.OpenVZone(ctx, &v1.OpenVZoneRequest{Namespace: c.cfg.Namespace})
+	})
+	if err != nil {
+		return nil, err
+	}
+	vz := c.handle(l.GetId())
+	vz.setLayout(l)
+	vz.mu.Lock()
+	vz.wp, vz.wpKnown = 0, true
+	vz.mu.Unlock()
+	return vz, nil
+}
+
+// VZone returns the handle of v-zone id (its layout is loaded on first use).
+func (c *Client) VZone(id uint64) *VZone { return c.handle(id) }
+
+func (c *Client) handle(id uint64) *VZone {
+	c.vzMu.Lock()
+	defer c.vzMu.Unlock()
+	if vz, ok := c.vzones[id]; ok {
+		return vz
+	}
+	vz := &VZone{c: c, id: id}
+	c.vzones[id] = vz
+	return vz
+}
+
+// nodeCall runs one call on a node, retrying while the node is unavailable
+// (restarting, partitioned) until the retry deadline; the error names the node.
+func nodeCall[T any](ctx context.Context, c *Client, node, addr, op string, fn func(context.Context, v1.ZonedDeviceClient) (T, error)) (T, error) {
+	var zero T
+	deadline := time.Now().Add(c.cfg.RetryDeadline)
+	backoff := 20 * time.Millisecond
+	for {
+		nc, err := c.nodeClient(addr)
+		if err == nil {
+			var res T
+			res, err = fn(c.ctx(ctx), nc)
+			if err == nil {
+				return res, nil
+			}
+		}
+		if !errors.Is(err, zerr.ErrUnavailable) || ctx.Err() != nil || time.Now().After(deadline) {
+			return zero, &NodeError{Node: node, Addr: addr, Op: op, Err: err}
+		}
+		c.m.retries.WithLabelValues(op).Inc()
+		if err := clock.Sleep(ctx, c.cfg.Clock, backoff); err != nil {
+			return zero, &NodeError{Node: node, Addr: addr, Op: op, Err: err}
+		}
+		backoff = min(2*backoff, 500*time.Millisecond)
+	}
+}
+
+// NodeError is an error from one node, named. It unwraps to the typed error.
+type NodeError struct {
+	Node, Addr, Op string
+	Err            error
+}
+
+func (e *NodeError) Error() string {
+	return fmt.Sprintf("node %s (%s): %s: %v", e.Node, e.Addr, e.Op, e.Err)
+}
+func (e *NodeError) Unwrap() error { return e.Err }
+
+// String is for logs.
+func (c *Client) String() string {
+	return fmt.Sprintf("client(namespace %s, arbiters %s)", c.cfg.Namespace, strings.Join(c.cfg.Arbiters, ","))
+}

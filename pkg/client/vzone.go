@@ -1,0 +1,802 @@
+package client
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"sync"
+	"time"
+
+	v1 "github.com/zonefleet/zonefleet/api/zonefleet/v1"
+	"github.com/zonefleet/zonefleet/pkg/daemon"
+	"github.com/zonefleet/zonefleet/pkg/zerr"
+)
+
+// VZone is a handle on one v-zone of the client's namespace. Writes through
+// one handle are serialized; reads run concurrently.
+type VZone struct {
+	c  *Client
+	id uint64
+
+	mu      sync.Mutex // guards the fields below
+	layout  *v1.VZone
+	groups  []*group
+	wp      uint64 // v-zone write pointer (blocks), valid when wpKnown
+	wpKnown bool
+	tl      bool // TL_opened: writes may skip ahead over valid blocks
+
+	wmu sync.Mutex // serializes writers
+}
+
+// group is a stripe group with its congestion window.
+type group struct {
+	index    uint32
+	width    int
+	stripe   uint64 // blocks
+	start    uint64 // v-zone offset of the group's first block
+	capacity uint64
+	zones    []pzone
+	cc       *congestion
+}
+
+type pzone struct {
+	node, addr string
+	dev, zone  uint32
+	available  bool
+}
+
+// ID is the v-zone id.
+func (v *VZone) ID() uint64 { return v.id }
+
+func (v *VZone) setLayout(l *v1.VZone) {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	old := map[uint32]*congestion{}
+	for _, g := range v.groups {
+		old[g.index] = g.cc
+	}
+	v.layout = l
+	v.groups = v.groups[:0]
+	for _, pg := range l.GetGroups() {
+		g := &group{index: pg.GetIndex(), width: int(pg.GetWidth()), stripe: uint64(max(pg.GetStripeBlocks(), 1)),
+			start: pg.GetStart(), capacity: pg.GetCapacity()}
+		for _, z := range pg.GetZones() {
+			g.zones = append(g.zones, pzone{node: z.GetNode(), addr: z.GetAddr(), dev: z.GetDevice(), zone: z.GetZone(), available: z.GetAvailable()})
+		}
+		if g.width != len(g.zones) || g.width == 0 {
+			g.width = len(g.zones)
+		}
+		if cc, ok := old[g.index]; ok && cc.width == g.width {
+			g.cc = cc
+		} else {
+			g.cc = newCongestion(g.width, !v.c.cfg.DisableCongestionControl, v.c.cfg.LatThreshold, v.c.m)
+		}
+		v.groups = append(v.groups, g)
+	}
+	if l.GetState() == v1.VZoneState_VZONE_STATE_EMPTY {
+		v.wp, v.wpKnown, v.tl = 0, true, false
+	}
+}
+
+// refresh reloads the layout from the arbiter.
+func (v *VZone) refresh(ctx context.Context) error {
+	l, err := arbiterCall(ctx, v.c, "get v-zone", func(ctx context.Context, a v1.ArbiterClient) (*v1.VZone, error) {
+		return a.GetVZone(ctx, &v1.VZoneRequest{Namespace: v.c.cfg.Namespace, Id: v.id})
+	})
+	if err != nil {
+		return err
+	}
+	v.setLayout(l)
+	return nil
+}
+
+func (v *VZone) ensureLayout(ctx context.Context) error {
+	v.mu.Lock()
+	have := v.layout != nil
+	v.mu.Unlock()
+	if have {
+		return nil
+	}
+	return v.refresh(ctx)
+}
+
+// Layout returns the cached layout (loading it on first use).
+func (v *VZone) Layout(ctx context.Context) (*v1.VZone, error) {
+	if err := v.ensureLayout(ctx); err != nil {
+		return nil, err
+	}
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	return v.layout, nil
+}
+
+func (v *VZone) snapshot() (*v1.VZone, []*group) {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	return v.layout, append([]*group(nil), v.groups...)
+}
+
+// locate maps a v-zone offset inside g to (leg, zone offset).
+func (g *group) locate(off uint64) (int, uint64) {
+	rel := off - g.start
+	k := rel / g.stripe
+	return int(k % uint64(g.width)), (k/uint64(g.width))*g.stripe + rel%g.stripe
+}
+
+// voff maps (leg, zone offset) back to a v-zone offset.
+func (g *group) voff(leg int, zoff uint64) uint64 {
+	row := zoff / g.stripe
+	return g.start + (row*uint64(g.width)+uint64(leg))*g.stripe + zoff%g.stripe
+}
+
+// leg is one coalesced device request of a user I/O: a contiguous range of
+// one physical zone, and where its stripes sit in the user's buffer.
+type leg struct {
+	idx    int
+	zoff   uint64 // first block in the zone (relative to the zone start)
+	blocks uint64
+	pieces []piece
+}
+
+type piece struct {
+	voff, n uint64 // v-zone offset and blocks
+}
+
+// legs splits [off, off+n) of group g into one leg per physical zone.
+func (g *group) legs(off, n uint64) []*leg {
+	byIdx := map[int]*leg{}
+	var out []*leg
+	for o := off; o < off+n; {
+		i, zoff := g.locate(o)
+		run := min(g.stripe-(o-g.start)%g.stripe, off+n-o)
+		l, ok := byIdx[i]
+		if !ok {
+			l = &leg{idx: i, zoff: zoff}
+			byIdx[i] = l
+			out = append(out, l)
+		}
+		l.blocks += run
+		l.pieces = append(l.pieces, piece{voff: o, n: run})
+		o += run
+	}
+	return out
+}
+
+// devInfo caches a device's zone size and block size.
+type devInfo struct {
+	zoneSize, zoneCap uint64
+	bs                uint64
+	mapping           *v1.IdentifyMappingResponse
+}
+
+func (c *Client) device(ctx context.Context, z pzone) (*devInfo, error) {
+	key := z.node + "/" + fmt.Sprint(z.dev)
+	if d, ok := c.maps.Load(key); ok {
+		return d.(*devInfo), nil
+	}
+	id, err := nodeCall(ctx, c, z.node, z.addr, "identify", func(ctx context.Context, n v1.ZonedDeviceClient) (*v1.IdentifyResponse, error) {
+		return n.Identify(ctx, &v1.IdentifyRequest{Device: z.dev})
+	})
+	if err != nil {
+		return nil, err
+	}
+	m, err := nodeCall(ctx, c, z.node, z.addr, "identify mapping", func(ctx context.Context, n v1.ZonedDeviceClient) (*v1.IdentifyMappingResponse, error) {
+		return n.IdentifyMapping(ctx, &v1.IdentifyMappingRequest{Device: z.dev})
+	})
+	if err != nil {
+		return nil, err
+	}
+	d := &devInfo{zoneSize: id.GetZoneSize(), zoneCap: id.GetZoneCapacity(), bs: uint64(id.GetBlockSize()), mapping: m}
+	c.maps.Store(key, d)
+	return d, nil
+}
+
+// blockSize is the namespace's block size (from the first device seen).
+func (v *VZone) blockSize(ctx context.Context) (uint64, error) {
+	_, groups := v.snapshot()
+	if len(groups) == 0 || len(groups[0].zones) == 0 {
+		return 4096, nil
+	}
+	d, err := v.c.device(ctx, groups[0].zones[0])
+	if err != nil {
+		return 0, err
+	}
+	return d.bs, nil
+}
+
+// Info describes a v-zone as ReportZone sees it.
+type Info struct {
+	ID            uint64 `json:"id"`
+	State         string `json:"state"`
+	WritePointer  uint64 `json:"write_pointer"` // blocks from the v-zone start
+	Capacity      uint64 `json:"capacity"`      // blocks
+	Generation    uint64 `json:"generation"`
+	Groups        int    `json:"stripe_groups"`
+	Width         uint32 `json:"width"` // of the last stripe group
+	StripeBlocks  uint32 `json:"stripe_blocks"`
+	ThreadedLog   bool   `json:"threaded_logging"`
+	BlockSize     uint64 `json:"block_size"`
+	AllocatedUpTo uint64 `json:"allocated_up_to"` // end of the last stripe group
+}
+
+// ReportZone returns the v-zone's state and write pointer, recomputing the
+// write pointer from the physical zones when it is not known.
+func (v *VZone) ReportZone(ctx context.Context) (Info, error) {
+	if err := v.refresh(ctx); err != nil {
+		return Info{}, err
+	}
+	wp, err := v.writePointer(ctx)
+	if err != nil {
+		return Info{}, err
+	}
+	l, groups := v.snapshot()
+	bs, _ := v.blockSize(ctx)
+	info := Info{ID: v.id, State: stateName(l.GetState()), WritePointer: wp, Capacity: l.GetCapacity(),
+		Generation: l.GetGeneration(), Groups: len(groups), BlockSize: bs}
+	if len(groups) > 0 {
+		last := groups[len(groups)-1]
+		info.Width, info.StripeBlocks = uint32(last.width), uint32(last.stripe)
+		info.AllocatedUpTo = last.start + last.capacity
+	}
+	v.mu.Lock()
+	info.ThreadedLog = v.tl
+	v.mu.Unlock()
+	return info, nil
+}
+
+func stateName(s v1.VZoneState) string {
+	switch s {
+	case v1.VZoneState_VZONE_STATE_OPEN:
+		return "open"
+	case v1.VZoneState_VZONE_STATE_FULL:
+		return "full"
+	case v1.VZoneState_VZONE_STATE_EMPTY:
+		return "empty"
+	}
+	return "unknown"
+}
+
+// writePointer returns the cached write pointer or derives it from the
+// devices: in each stripe group, the first block not yet written on its zone
+// (the contiguous prefix), so a torn write never hides a hole.
+func (v *VZone) writePointer(ctx context.Context) (uint64, error) {
+	v.mu.Lock()
+	if v.wpKnown {
+		wp := v.wp
+		v.mu.Unlock()
+		return wp, nil
+	}
+	v.mu.Unlock()
+	l, groups := v.snapshot()
+	if l == nil {
+		return 0, &zerr.NotFoundError{Kind: "v-zone layout", Name: fmt.Sprint(v.id)}
+	}
+	wp := uint64(0)
+	for _, g := range groups {
+		prefix := g.start + g.capacity
+		for i, z := range g.zones {
+			d, err := v.c.device(ctx, z)
+			if err != nil {
+				return 0, err
+			}
+			rep, err := nodeCall(ctx, v.c, z.node, z.addr, "report zone", func(ctx context.Context, n v1.ZonedDeviceClient) (*v1.ReportZonesResponse, error) {
+				return n.ReportZones(ctx, &v1.ReportZonesRequest{Device: z.dev, StartZone: z.zone, MaxZones: 1})
+			})
+			if err != nil {
+				return 0, err
+			}
+			if len(rep.GetZones()) == 0 || rep.GetZones()[0].GetIndex() != z.zone {
+				return 0, &NodeError{Node: z.node, Addr: z.addr, Op: "report zone", Err: &zerr.NotOwnerError{Zone: fmt.Sprintf("%s/%d/%d", z.node, z.dev, z.zone), Namespace: v.c.cfg.Namespace}}
+			}
+			zw := rep.GetZones()[0].GetWritePointer() - uint64(z.zone)*d.zoneSize
+			perZone := g.capacity / uint64(g.width)
+			if zw >= perZone {
+				continue
+			}
+			prefix = min(prefix, g.voff(i, zw))
+		}
+		wp = prefix
+		if prefix < g.start+g.capacity {
+			break
+		}
+	}
+	v.mu.Lock()
+	v.wp, v.wpKnown = wp, true
+	v.mu.Unlock()
+	return wp, nil
+}
+
+// WriteError says how far a failed write got: Written blocks from Offset
+// landed contiguously; nothing is claimed past them.
+type WriteError struct {
+	VZone     uint64
+	Offset    uint64
+	Written   uint64
+	Requested uint64
+	Err       error
+}
+
+func (e *WriteError) Error() string {
+	return fmt.Sprintf("v-zone %d: write at %d: %d of %d blocks written before the failure: %v", e.VZone, e.Offset, e.Written, e.Requested, e.Err)
+}
+func (e *WriteError) Unwrap() error { return e.Err }
+
+// Write writes data at off, which must be the v-zone's write pointer (or,
+// after TLOpen, at or above it). When the write pointer reaches the end of
+// the current stripe group the next group is allocated through the arbiter.
+func (v *VZone) Write(ctx context.Context, off uint64, data []byte) error {
+	v.wmu.Lock()
+	defer v.wmu.Unlock()
+	return v.write(ctx, off, data)
+}
+
+// Append writes data at the write pointer and returns the offset it wrote at.
+func (v *VZone) Append(ctx context.Context, data []byte) (uint64, error) {
+	v.wmu.Lock()
+	defer v.wmu.Unlock()
+	if err := v.ensureLayout(ctx); err != nil {
+		return 0, err
+	}
+	wp, err := v.writePointer(ctx)
+	if err != nil {
+		return 0, err
+	}
+	return wp, v.write(ctx, wp, data)
+}
+
+func (v *VZone) write(ctx context.Context, off uint64, data []byte) error {
+	start := time.Now()
+	if err := v.ensureLayout(ctx); err != nil {
+		return err
+	}
+	bs, err := v.blockSize(ctx)
+	if err != nil {
+		return err
+	}
+	if len(data) == 0 || uint64(len(data))%bs != 0 {
+		return &zerr.InvalidArgumentError{Field: "data", Reason: fmt.Sprintf("%d bytes is not a positive multiple of the %d-byte block", len(data), bs)}
+	}
+	n := uint64(len(data)) / bs
+	wp, err := v.writePointer(ctx)
+	if err != nil {
+		return err
+	}
+	v.mu.Lock()
+	tl := v.tl
+	capacity := v.layout.GetCapacity()
+	state := v.layout.GetState()
+	v.mu.Unlock()
+	if state == v1.VZoneState_VZONE_STATE_FULL {
+		return &zerr.ZoneStateError{Zone: v.id, State: "full", Op: "write"}
+	}
+	if off != wp && !(tl && off > wp) {
+		return &zerr.WritePointerError{Zone: v.id, Expected: wp, Got: off}
+	}
+	if off+n > capacity {
+		return &zerr.ZoneFullError{Zone: v.id, Capacity: capacity}
+	}
+	done := uint64(0)
+	for done < n {
+		cur := off + done
+		g, err := v.groupFor(ctx, cur)
+		if err != nil {
+			return &WriteError{VZone: v.id, Offset: off, Written: done, Requested: n, Err: err}
+		}
+		chunk := min(n-done, g.start+g.capacity-cur)
+		got, err := v.writeGroup(ctx, g, cur, data[done*bs:(done+chunk)*bs], bs)
+		done += got
+		v.mu.Lock()
+		if err != nil {
+			v.wpKnown = false // re-derive from the devices next time
+		} else {
+			v.wp = cur + chunk
+		}
+		v.mu.Unlock()
+		if err != nil {
+			return &WriteError{VZone: v.id, Offset: off, Written: done, Requested: n, Err: err}
+		}
+	}
+	v.c.m.ops.WithLabelValues("write").Inc()
+	v.c.m.bytes.WithLabelValues("write").Add(float64(len(data)))
+	v.c.m.latency.WithLabelValues("write").Observe(time.Since(start).Seconds())
+	v.reportActivity(ctx, n)
+	return nil
+}
+
+// reportActivity tells the arbiter the namespace wrote (for reclaim), at most once a second.
+func (v *VZone) reportActivity(ctx context.Context, n uint64) {
+	c := v.c
+	c.mu.Lock()
+	due := time.Since(c.lastActivity) > time.Second
+	if due {
+		c.lastActivity = time.Now()
+	}
+	c.mu.Unlock()
+	if !due {
+		return
+	}
+	_, err := arbiterCall(ctx, c, "report activity", func(ctx context.Context, a v1.ArbiterClient) (*v1.ReportActivityResponse, error) {
+		return a.ReportActivity(ctx, &v1.ReportActivityRequest{Namespace: c.cfg.Namespace, BlocksWritten: n})
+	})
+	if err != nil {
+		c.log.Debug("report activity", "err", err)
+	}
+}
+
+// groupFor returns the stripe group holding offset off, allocating stripe
+// groups through the arbiter until one does.
+func (v *VZone) groupFor(ctx context.Context, off uint64) (*group, error) {
+	for attempts := 0; attempts < 64; attempts++ {
+		l, groups := v.snapshot()
+		for _, g := range groups {
+			if off >= g.start && off < g.start+g.capacity {
+				return g, nil
+			}
+		}
+		if off >= l.GetCapacity() {
+			return nil, &zerr.ZoneFullError{Zone: v.id, Capacity: l.GetCapacity()}
+		}
+		nl, err := arbiterCall(ctx, v.c, "next stripe group", func(ctx context.Context, a v1.ArbiterClient) (*v1.VZone, error) {
+			return a.NextStripeGroup(ctx, &v1.VZoneRequest{Namespace: v.c.cfg.Namespace, Id: v.id})
+		})
+		if err != nil {
+			return nil, err
+		}
+		v.setLayout(nl)
+	}
+	return nil, &zerr.UnavailableError{What: "arbiter", Reason: "no stripe group covers the write after 64 allocations"}
+}
+
+// writeGroup writes [off, off+n) of one group: one request per physical zone,
+// all in parallel. It returns the contiguous prefix that landed.
+func (v *VZone) writeGroup(ctx context.Context, g *group, off uint64, data []byte, bs uint64) (uint64, error) {
+	n := uint64(len(data)) / bs
+	legs := g.legs(off, n)
+	errs := make([]error, len(legs))
+	var wg sync.WaitGroup
+	for li, l := range legs {
+		buf := make([]byte, 0, l.blocks*bs)
+		for _, p := range l.pieces {
+			buf = append(buf, data[(p.voff-off)*bs:(p.voff-off+p.n)*bs]...)
+		}
+		wg.Add(1)
+		go func(li int, l *leg, buf []byte) {
+			defer wg.Done()
+			errs[li] = v.writeLeg(ctx, g.zones[l.idx], l.zoff, buf, bs)
+		}(li, l, buf)
+	}
+	wg.Wait()
+	prefix := off + n
+	var first error
+	for li, err := range errs {
+		if err != nil {
+			if first == nil {
+				first = err
+			}
+			prefix = min(prefix, legs[li].pieces[0].voff)
+		}
+	}
+	return prefix - off, first
+}
+
+// writeLeg writes buf at zone offset zoff of z. A retried write whose first
+// attempt landed but whose answer was lost is recognized by the write pointer.
+func (v *VZone) writeLeg(ctx context.Context, z pzone, zoff uint64, buf []byte, bs uint64) error {
+	d, err := v.c.device(ctx, z)
+	if err != nil {
+		return err
+	}
+	lba := uint64(z.zone)*d.zoneSize + zoff
+	blocks := uint64(len(buf)) / bs
+	attempt := 0
+	_, err = nodeCall(ctx, v.c, z.node, z.addr, "write", func(ctx context.Context, n v1.ZonedDeviceClient) (struct{}, error) {
+		attempt++
+		err := writeBlocks(ctx, n, z.dev, lba, buf)
+		var wp *zerr.WritePointerError
+		if attempt > 1 && errors.As(err, &wp) && wp.Got == lba && wp.Expected == lba+blocks {
+			return struct{}{}, nil // the earlier attempt landed
+		}
+		return struct{}{}, err
+	})
+	return err
+}
+
+// writeBlocks sends one write: unary up to the node's limit, streamed above it.
+func writeBlocks(ctx context.Context, n v1.ZonedDeviceClient, dev uint32, lba uint64, buf []byte) error {
+	if len(buf) <= daemon.MaxUnaryData {
+		_, err := n.Write(ctx, &v1.WriteRequest{Device: dev, Lba: lba, Data: buf})
+		return err
+	}
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	s, err := n.WriteStream(ctx)
+	if err != nil {
+		return err
+	}
+	const piece = 1 << 20
+	for off := 0; off < len(buf); off += piece {
+		req := &v1.WriteRequest{Data: buf[off:min(off+piece, len(buf))]}
+		if off == 0 {
+			req.Device, req.Lba, req.TotalBlocks = dev, lba, uint32(len(buf)/4096)
+		}
+		if err := s.Send(req); err != nil {
+			break // the status comes from CloseAndRecv
+		}
+	}
+	_, err = s.CloseAndRecv()
+	return err
+}
+
+// Read reads n blocks at off. Blocks never written read as zeroes.
+func (v *VZone) Read(ctx context.Context, off, n uint64) ([]byte, error) {
+	start := time.Now()
+	if err := v.ensureLayout(ctx); err != nil {
+		return nil, err
+	}
+	bs, err := v.blockSize(ctx)
+	if err != nil {
+		return nil, err
+	}
+	l, groups := v.snapshot()
+	if n == 0 {
+		return nil, &zerr.InvalidArgumentError{Field: "blocks", Reason: "must be at least 1"}
+	}
+	if off >= l.GetCapacity() || n > l.GetCapacity()-off {
+		return nil, &zerr.OutOfRangeError{LBA: off, Count: n, Limit: l.GetCapacity()}
+	}
+	out := make([]byte, n*bs)
+	var wg sync.WaitGroup
+	var emu sync.Mutex
+	var first error
+	for _, g := range groups {
+		lo, hi := max(off, g.start), min(off+n, g.start+g.capacity)
+		if lo >= hi {
+			continue
+		}
+		wg.Add(1)
+		go func(g *group, lo, hi uint64) {
+			defer wg.Done()
+			if err := v.readGroup(ctx, g, lo, hi-lo, out[(lo-off)*bs:(hi-off)*bs], bs); err != nil {
+				emu.Lock()
+				if first == nil {
+					first = err
+				}
+				emu.Unlock()
+			}
+		}(g, lo, hi)
+	}
+	wg.Wait()
+	if first != nil {
+		if errors.Is(first, zerr.ErrNotOwner) || errors.Is(first, zerr.ErrStaleLayout) {
+			_ = v.refresh(ctx) // the layout moved (reclaim): the caller's retry uses the new one
+		}
+		return nil, fmt.Errorf("v-zone %d: read %d blocks at %d: %w", v.id, n, off, first)
+	}
+	v.c.m.ops.WithLabelValues("read").Inc()
+	v.c.m.bytes.WithLabelValues("read").Add(float64(len(out)))
+	v.c.m.latency.WithLabelValues("read").Observe(time.Since(start).Seconds())
+	return out, nil
+}
+
+func (v *VZone) readGroup(ctx context.Context, g *group, off, n uint64, out []byte, bs uint64) error {
+	legs := g.legs(off, n)
+	errs := make([]error, len(legs))
+	var wg sync.WaitGroup
+	for li, l := range legs {
+		units := float64((l.blocks + g.stripe - 1) / g.stripe)
+		if err := g.cc.acquire(ctx, units); err != nil {
+			return err
+		}
+		wg.Add(1)
+		go func(li int, l *leg) {
+			defer wg.Done()
+			buf, lat, err := v.readLeg(ctx, g.zones[l.idx], l.zoff, l.blocks)
+			g.cc.release(units, lat, err == nil)
+			if err != nil {
+				errs[li] = err
+				return
+			}
+			pos := uint64(0)
+			for _, p := range l.pieces {
+				copy(out[(p.voff-off)*bs:(p.voff-off+p.n)*bs], buf[pos*bs:(pos+p.n)*bs])
+				pos += p.n
+			}
+		}(li, l)
+	}
+	wg.Wait()
+	return errors.Join(errs...)
+}
+
+func (v *VZone) readLeg(ctx context.Context, z pzone, zoff, blocks uint64) ([]byte, time.Duration, error) {
+	d, err := v.c.device(ctx, z)
+	if err != nil {
+		return nil, 0, err
+	}
+	lba := uint64(z.zone)*d.zoneSize + zoff
+	type res struct {
+		data []byte
+		lat  time.Duration
+	}
+	r, err := nodeCall(ctx, v.c, z.node, z.addr, "read", func(ctx context.Context, n v1.ZonedDeviceClient) (res, error) {
+		if blocks*d.bs <= daemon.MaxUnaryData {
+			r, err := n.Read(ctx, &v1.ReadRequest{Device: z.dev, Lba: lba, Blocks: uint32(blocks)})
+			if err != nil {
+				return res{}, err
+			}
+			return res{r.GetData(), time.Duration(r.GetLatencyNs())}, nil
+		}
+		sctx, cancel := context.WithCancel(ctx)
+		defer cancel()
+		s, err := n.ReadStream(sctx, &v1.ReadRequest{Device: z.dev, Lba: lba, Blocks: uint32(blocks)})
+		if err != nil {
+			return res{}, err
+		}
+		out := res{data: make([]byte, 0, blocks*d.bs)}
+		for {
+			m, err := s.Recv()
+			if errors.Is(err, io.EOF) {
+				return out, nil
+			}
+			if err != nil {
+				return res{}, err
+			}
+			out.data = append(out.data, m.GetData()...)
+			out.lat += time.Duration(m.GetLatencyNs())
+		}
+	})
+	if err != nil {
+		return nil, 0, err
+	}
+	if uint64(len(r.data)) != blocks*d.bs {
+		return nil, 0, &NodeError{Node: z.node, Addr: z.addr, Op: "read", Err: fmt.Errorf("short read: %d of %d bytes", len(r.data), blocks*d.bs)}
+	}
+	return r.data, r.lat, nil
+}
+
+// Finish finishes the v-zone: no more writes; its active resources return.
+func (v *VZone) Finish(ctx context.Context) error {
+	v.wmu.Lock()
+	defer v.wmu.Unlock()
+	_, groups := v.snapshot()
+	l, err := arbiterCall(ctx, v.c, "finish v-zone", func(ctx context.Context, a v1.ArbiterClient) (*v1.VZone, error) {
+		return a.FinishVZone(ctx, &v1.VZoneRequest{Namespace: v.c.cfg.Namespace, Id: v.id})
+	})
+	if err != nil {
+		return err
+	}
+	// Finish the physical zones of the groups that were open on the drives.
+	var errs []error
+	for _, g := range groups {
+		for _, z := range g.zones {
+			_, err := nodeCall(ctx, v.c, z.node, z.addr, "finish zone", func(ctx context.Context, n v1.ZonedDeviceClient) (*v1.ZoneManagementResponse, error) {
+				return n.ZoneManagement(ctx, &v1.ZoneManagementRequest{Device: z.dev, Zone: z.zone, Action: v1.ZoneAction_ZONE_ACTION_FINISH})
+			})
+			if err != nil && !errors.Is(err, zerr.ErrZoneState) && !errors.Is(err, zerr.ErrNotOwner) {
+				errs = append(errs, err)
+			}
+		}
+	}
+	v.setLayout(l)
+	v.mu.Lock()
+	v.wp, v.wpKnown = l.GetCapacity(), true
+	v.mu.Unlock()
+	return errors.Join(errs...)
+}
+
+// Reset empties the v-zone: the arbiter takes its physical zones back and
+// the nodes reset them.
+func (v *VZone) Reset(ctx context.Context) error {
+	v.wmu.Lock()
+	defer v.wmu.Unlock()
+	l, err := arbiterCall(ctx, v.c, "reset v-zone", func(ctx context.Context, a v1.ArbiterClient) (*v1.VZone, error) {
+		return a.ResetVZone(ctx, &v1.VZoneRequest{Namespace: v.c.cfg.Namespace, Id: v.id})
+	})
+	if err != nil {
+		return err
+	}
+	v.setLayout(l)
+	v.mu.Lock()
+	v.wp, v.wpKnown, v.tl = 0, true, false
+	v.mu.Unlock()
+	return nil
+}
+
+// Location is where a v-zone block lives.
+type Location struct {
+	Node   string `json:"node"`
+	Addr   string `json:"addr"`
+	Device uint32 `json:"device"`
+	Zone   uint32 `json:"zone"`
+	LBA    uint64 `json:"lba"`
+	Chip   uint32 `json:"chip"`
+}
+
+// Locate tells on which node, device, zone and chip block off lives (for
+// copyback-aware allocation: two blocks on one chip can be copied by copyback).
+func (v *VZone) Locate(ctx context.Context, off uint64) (Location, error) {
+	if err := v.ensureLayout(ctx); err != nil {
+		return Location{}, err
+	}
+	_, groups := v.snapshot()
+	for _, g := range groups {
+		if off < g.start || off >= g.start+g.capacity {
+			continue
+		}
+		i, zoff := g.locate(off)
+		z := g.zones[i]
+		d, err := v.c.device(ctx, z)
+		if err != nil {
+			return Location{}, err
+		}
+		lba := uint64(z.zone)*d.zoneSize + zoff
+		return Location{Node: z.node, Addr: z.addr, Device: z.dev, Zone: z.zone, LBA: lba, Chip: chipOf(d.mapping, lba, z.zone)}, nil
+	}
+	return Location{}, &zerr.OutOfRangeError{LBA: off, Count: 1, Limit: v.allocatedEnd()}
+}
+
+func (v *VZone) allocatedEnd() uint64 {
+	_, groups := v.snapshot()
+	if len(groups) == 0 {
+		return 0
+	}
+	g := groups[len(groups)-1]
+	return g.start + g.capacity
+}
+
+// chipOf computes a chunk's chip from identify_mapping's bit fields.
+func chipOf(m *v1.IdentifyMappingResponse, lba uint64, zone uint32) uint32 {
+	var shift, chipLSB, chipW uint32
+	for _, f := range m.GetFields() {
+		switch f.GetName() {
+		case "chunk_shift":
+			shift = f.GetWidth()
+		case "chip":
+			chipLSB, chipW = f.GetLsb(), f.GetWidth()
+		}
+	}
+	chunk := lba >> shift
+	inFCG := uint32(chunk>>chipLSB) & (1<<chipW - 1)
+	fcg := uint32(0)
+	if m.GetFcgs() > 0 {
+		fcg = zone % m.GetFcgs()
+	}
+	return fcg*m.GetDzone() + inFCG
+}
+
+// TLOpen opens every allocated physical zone of the v-zone for threaded
+// logging with the part of valid (one bit per v-zone block, LSB first) that
+// falls on it. Afterwards writes may skip ahead over valid blocks.
+func (v *VZone) TLOpen(ctx context.Context, valid []byte, mode v1.PlugMode) error {
+	v.wmu.Lock()
+	defer v.wmu.Unlock()
+	if err := v.ensureLayout(ctx); err != nil {
+		return err
+	}
+	l, groups := v.snapshot()
+	if uint64(len(valid))*8 < l.GetCapacity() {
+		return &zerr.InvalidBitmapError{Zone: v.id, Reason: fmt.Sprintf("has %d bytes, the v-zone needs %d", len(valid), (l.GetCapacity()+7)/8)}
+	}
+	for _, g := range groups {
+		perZone := g.capacity / uint64(g.width)
+		for i, z := range g.zones {
+			bm := make([]byte, (perZone+7)/8)
+			for zoff := uint64(0); zoff < perZone; zoff++ {
+				vo := g.voff(i, zoff)
+				if valid[vo/8]&(1<<(vo%8)) != 0 {
+					bm[zoff/8] |= 1 << (zoff % 8)
+				}
+			}
+			_, err := nodeCall(ctx, v.c, z.node, z.addr, "tl_open", func(ctx context.Context, n v1.ZonedDeviceClient) (*v1.TLOpenResponse, error) {
+				return n.TLOpen(ctx, &v1.TLOpenRequest{Device: z.dev, Zone: z.zone, ValidBitmap: bm, Mode: mode})
+			})
+			if err != nil {
+				return err
+			}
+		}
+	}
+	v.mu.Lock()
+	v.tl, v.wp, v.wpKnown = true, 0, true
+	v.mu.Unlock()
+	return nil
+}

@@ -1,0 +1,65 @@
+package zctl
+
+import (
+	"time"
+
+	"github.com/spf13/cobra"
+	"github.com/zonefleet/zonefleet/pkg/devbench"
+	"github.com/zonefleet/zonefleet/pkg/nodebench"
+)
+
+func benchCmd(g *Globals) *cobra.Command {
+	cmd := &cobra.Command{
+		Use:   "bench",
+		Short: "run the benchmarks that check ZoneFleet against the papers",
+		Long:  "Each scenario prints a table (-o json for the machine-readable keys). They run in this process on temporary backing files.",
+	}
+	cmd.AddCommand(benchDeviceCmd(g), benchNodeCmd(g))
+	return cmd
+}
+
+func benchDeviceCmd(g *Globals) *cobra.Command {
+	var o devbench.Options
+	c := &cobra.Command{
+		Use:   "device",
+		Short: "drive emulator: copyback vs read-and-program, IZC vs host copy, chip utilization, TL plugging, write scaling",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			g.progress("zctl bench device: running (media %s)…", o.Media)
+			res, err := devbench.Run(cmd.Context(), o)
+			if err != nil {
+				return err
+			}
+			return g.emit(res, res.WriteTable)
+		},
+	}
+	c.Flags().StringVar(&o.Media, "media", "MLC", "media preset: TLC, MLC or ZNAND")
+	c.Flags().StringVar(&o.Dir, "dir", "", "directory for the backing files (default: a temporary one)")
+	c.Flags().DurationVar(&o.WriteDuration, "write-duration", time.Second, "duration of each write-scaling measurement")
+	c.Flags().IntSliceVar(&o.WriterCounts, "writers", []int{1, 2, 4, 8}, "concurrent writer counts")
+	return c
+}
+
+func benchNodeCmd(g *Globals) *cobra.Command {
+	o := nodebench.DefaultOptions()
+	c := &cobra.Command{
+		Use:   "node",
+		Short: "ssdnode data path: gRPC vs raw TCP, client scaling, random reads, write admission (eZNS Fig. 29b)",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			g.progress("zctl bench node: running (about %s)…", 2*o.AdmissionWall+10*time.Second)
+			res, err := nodebench.Run(cmd.Context(), o)
+			if err != nil {
+				return err
+			}
+			return g.emit(res, res.WriteTable)
+		},
+	}
+	c.Flags().StringVar(&o.Dir, "dir", "", "directory for the backing files (default: a temporary one)")
+	c.Flags().Int64Var(&o.WriteBytes, "write-bytes", o.WriteBytes, "bytes per throughput measurement")
+	c.Flags().IntSliceVar(&o.Clients, "clients", o.Clients, "concurrent client counts")
+	c.Flags().BoolVar(&o.Admission, "admission", o.Admission, "run the write admission scenario")
+	c.Flags().DurationVar(&o.AdmissionWall, "admission-duration", o.AdmissionWall, "wall time of each admission run")
+	c.Flags().Float64Var(&o.TimeScale, "time-scale", o.TimeScale, "realtime clock scale of the admission runs")
+	return c
+}
