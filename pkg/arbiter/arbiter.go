@@ -626,24 +626,30 @@ func (a *Arbiter) reconcileGrants(ctx context.Context) error {
 		return &zerr.UnavailableError{What: "etcd", Reason: err.Error()}
 	}
 	want := wantedGrants(t.state)
+	// Nodes reset a zone when its grant key is deleted: a grant of a zone the
+	// state still gives out is overwritten, never deleted.
 	var ops []clientv3.Op
-	have := map[cluster.PhysZone]bool{}
+	ok := map[cluster.PhysZone]bool{}
 	for _, kv := range resp.Kvs {
 		pz, err := cluster.ParseGrantKey(string(kv.Key))
 		if err != nil {
 			ops = append(ops, clientv3.OpDelete(string(kv.Key)))
 			continue
 		}
-		g, err := cluster.DecodeGrant(string(kv.Key), kv.Value)
-		w, ok := want[pz]
-		if err != nil || !ok || g != w || string(kv.Key) != pz.GrantKey() {
+		w, wanted := want[pz]
+		if !wanted {
 			ops = append(ops, clientv3.OpDelete(string(kv.Key)))
 			continue
 		}
-		have[pz] = true
+		if string(kv.Key) != pz.GrantKey() {
+			continue // a non-canonical spelling of a wanted zone: leave it, the canonical key is put below
+		}
+		if g, err := cluster.DecodeGrant(string(kv.Key), kv.Value); err == nil && g == w {
+			ok[pz] = true
+		}
 	}
 	for pz, g := range want {
-		if !have[pz] {
+		if !ok[pz] {
 			ops = append(ops, grantPut(pz, g))
 		}
 	}

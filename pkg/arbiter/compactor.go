@@ -2,11 +2,9 @@ package arbiter
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"math"
 	"sync"
-	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"google.golang.org/grpc"
@@ -195,22 +193,4 @@ func (c *NodeCompactor) hostCopy(ctx context.Context, ns string, n nodeRef, sd c
 		}
 	}
 	return next, nil
-}
-
-// ResetZones implements ZoneResetter: ZONE_ACTION_RESET of each zone with the
-// admin token (the zones are no longer granted to anyone).
-func (c *NodeCompactor) ResetZones(ctx context.Context, zones []cluster.PhysZone) error {
-	var errs []error
-	for _, z := range zones {
-		n, err := c.node(ctx, z.Node)
-		if err == nil {
-			cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-			_, err = n.client.ZoneManagement(wire.WithToken(cctx, c.token), &v1.ZoneManagementRequest{Device: z.Device, Zone: z.Zone, Action: v1.ZoneAction_ZONE_ACTION_RESET})
-			cancel()
-		}
-		if err != nil {
-			errs = append(errs, fmt.Errorf("reset %s: %w", z, err))
-		}
-	}
-	return errors.Join(errs...)
 }

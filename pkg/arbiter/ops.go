@@ -232,11 +232,7 @@ func (a *Arbiter) nsInfo(st *State, ix *index, name string, ns *nsState) Namespa
 // reprovisions the others. Without force it fails with *zerr.ZoneStateError
 // while the namespace has an open v-zone.
 func (a *Arbiter) DeleteNamespace(ctx context.Context, name string, force bool) error {
-	a.opMu.Lock()
-	defer a.opMu.Unlock()
-	var released []cluster.PhysZone
-	err := a.mutateLocked(ctx, func(st *State, ix *index) ([]clientv3.Op, error) {
-		released = nil
+	err := a.mutate(ctx, func(st *State, ix *index) ([]clientv3.Op, error) {
 		ns, err := getNS(st, name)
 		if err != nil {
 			return nil, err
@@ -251,7 +247,6 @@ func (a *Arbiter) DeleteNamespace(ctx context.Context, name string, force bool) 
 			for _, g := range ns.VZones[id].allGroups() {
 				for _, z := range g.Zones {
 					ops = append(ops, grantDel(z))
-					released = append(released, z)
 				}
 			}
 		}
@@ -262,7 +257,6 @@ func (a *Arbiter) DeleteNamespace(ctx context.Context, name string, force bool) 
 	if err != nil {
 		return err
 	}
-	a.resetReleased(ctx, released)
 	a.actMu.Lock()
 	delete(a.lastWrite, name)
 	a.actMu.Unlock()

@@ -32,26 +32,6 @@ type Compactor interface {
 	Compact(ctx context.Context, namespace string, dst cluster.PhysZone, ranges []CopyRange) error
 }
 
-// ZoneResetter is implemented by a Compactor that can also reset zones. The
-// arbiter then resets the physical zones it takes back without a client to
-// do it: the source zones of a reclaim and the zones of a deleted namespace.
-// It is called after the zones are released in etcd (their grants deleted),
-// before any other allocation can reuse them. Failures are logged only.
-type ZoneResetter interface {
-	ResetZones(ctx context.Context, zones []cluster.PhysZone) error
-}
-
-// resetReleased resets zones the arbiter released; the caller holds opMu.
-func (a *Arbiter) resetReleased(ctx context.Context, zones []cluster.PhysZone) {
-	r, ok := a.comp.(ZoneResetter)
-	if !ok || len(zones) == 0 {
-		return
-	}
-	if err := r.ResetZones(ctx, zones); err != nil {
-		a.log.Warn("could not reset released zones; the next owner must reset them", "zones", len(zones), "err", err)
-	}
-}
-
 // ReclaimResult describes one reclaimed v-zone.
 type ReclaimResult struct {
 	Namespace     string
@@ -251,7 +231,6 @@ func (a *Arbiter) reclaimVZone(ctx context.Context, name string, id uint64) (Rec
 	if err != nil {
 		return res, err
 	}
-	a.resetReleased(ctx, src.Zones)
 	a.m.overdrive.WithLabelValues("reclaim").Inc()
 	a.log.Info("reclaimed v-zone", "vzone", vzoneName(name, id), "from", src.Width, "to", m, "blocks", total)
 	return res, nil

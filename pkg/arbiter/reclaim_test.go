@@ -3,7 +3,6 @@ package arbiter
 import (
 	"context"
 	"fmt"
-	"slices"
 	"sync"
 	"testing"
 	"time"
@@ -18,10 +17,9 @@ import (
 // memCompactor models the zones' contents: each block holds the logical
 // block number that was written there. Compact appends like zone_compaction.
 type memCompactor struct {
-	mu     sync.Mutex
-	data   map[cluster.PhysZone][]uint64
-	calls  []cluster.PhysZone
-	resets []cluster.PhysZone
+	mu    sync.Mutex
+	data  map[cluster.PhysZone][]uint64
+	calls []cluster.PhysZone
 	// failSrc: compactions reading these zones fail (injected node failure).
 	failSrc map[cluster.PhysZone]bool
 }
@@ -55,16 +53,6 @@ func (c *memCompactor) Compact(ctx context.Context, _ string, dst cluster.PhysZo
 			return &zerr.OutOfRangeError{LBA: r.SrcBlock, Count: r.Blocks, Limit: uint64(len(src))}
 		}
 		c.data[dst] = append(c.data[dst], src[r.SrcBlock:r.SrcBlock+r.Blocks]...)
-	}
-	return nil
-}
-
-func (c *memCompactor) ResetZones(ctx context.Context, zones []cluster.PhysZone) error {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	for _, z := range zones {
-		delete(c.data, z)
-		c.resets = append(c.resets, z)
 	}
 	return nil
 }
@@ -208,9 +196,6 @@ func TestReclaim(t *testing.T) {
 		g, granted := gr[z]
 		assert.False(t, granted && g.VZone == 0 && g.Namespace == "f", "source zone %s released (grant %+v)", z, g)
 	}
-	comp.mu.Lock()
-	assert.ElementsMatch(t, append(slices.Clone(src.Zones), l1.Groups[0].Zones...), comp.resets, "released zones are reset")
-	comp.mu.Unlock()
 	l1n, err := a.Layout(ctx, "f", 1)
 	require.NoError(t, err)
 	assert.Equal(t, m, l1n.Groups[0].Width)
@@ -228,17 +213,6 @@ func TestReclaim(t *testing.T) {
 	require.NoError(t, err)
 	assert.False(t, fi.Frozen)
 	checkInvariants(t, tc, a, "end")
-
-	// Deleting a namespace resets its zones.
-	comp.mu.Lock()
-	comp.resets = nil
-	comp.mu.Unlock()
-	fi, err = a.GetNamespace(ctx, "f")
-	require.NoError(t, err)
-	require.NoError(t, a.DeleteNamespace(ctx, "f", true))
-	comp.mu.Lock()
-	assert.Len(t, comp.resets, int(fi.AllocatedZones))
-	comp.mu.Unlock()
 }
 
 func TestCopyPlan(t *testing.T) {
