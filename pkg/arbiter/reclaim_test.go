@@ -308,3 +308,25 @@ func TestLeaderLostMidReclaim(t *testing.T) {
 	require.Len(t, res, 1)
 	checkInvariants(t, tc, nl, "reclaimed by the new leader")
 }
+
+func TestWrittenPrefix(t *testing.T) {
+	z := func(i int) cluster.PhysZone { return cluster.PhysZone{Node: "n", Zone: uint32(i)} }
+	g := StripeGroup{Zones: []cluster.PhysZone{z(0), z(1), z(2), z(3)}, Width: 4, StripeSize: 2 * 4096}
+	tests := []struct {
+		name    string
+		written []uint64
+		want    uint64
+	}{
+		{"empty", []uint64{0, 0, 0, 0}, 0},
+		{"first unit", []uint64{2, 0, 0, 0}, 2},
+		{"half unit", []uint64{1, 0, 0, 0}, 1},
+		{"one row", []uint64{2, 2, 2, 2}, 8},
+		{"row and a half", []uint64{4, 2, 2, 2}, 10},
+		{"torn: zone 2 ahead of zone 1", []uint64{2, 1, 2, 0}, 3},
+		{"full", []uint64{10, 10, 10, 10}, 40},
+		{"last zone short", []uint64{10, 10, 10, 9}, 39},
+	}
+	for _, tt := range tests {
+		assert.Equal(t, tt.want, writtenPrefix(g, tt.written, 4096, 10), tt.name)
+	}
+}
