@@ -1,18 +1,42 @@
 // Package arbiter is the eZNS zone arbiter of ZoneFleet: the control plane that
 // hands out active physical zones of every ssdnode to tenant namespaces.
 //
+// # Replicas and state
+//
 // Several arbiters run against one etcd; one is elected leader
 // (cluster.ElectionPrefix, the campaign value is the leader's address) and
 // serves every request; the others answer *zerr.NotLeaderError{Leader}. The
-// leader keeps the whole control state as one JSON document in etcd and changes
-// it only through transactions that compare the document's mod revision and
-// the leader's election key, writing the grants nodes enforce
-// (cluster.GrantKey) in the same transaction. Mutations are serialized by one
-// queue (the op lock), which is also the eZNS serialized allocation queue.
+// leader keeps the whole control state as one JSON document in etcd
+// (cluster.ArbiterPrefix+"state") and changes it only through transactions
+// that compare the document's mod revision and the leader's election key,
+// writing the grants nodes enforce (cluster.GrantKey) in the same
+// transaction. Mutations are serialized by one queue (the op lock), which is
+// also the eZNS serialized allocation queue. A new leader reloads the
+// document, reconciles the node registrations and the grant keys, rolls back
+// a reclaim its predecessor left half done, and only then serves.
 //
-// Write activity (for T_ReadOnly / reclaim) is signalled by allocations
-// (OpenVZone, NextStripeGroup) and by ReportWrite, which clients or nodes call
-// at least once per T_ReadOnly/2 while a namespace writes.
+// # Resources (eZNS §4.4)
+//
+// A device contributes min(FCGs, MAR) essentials (one active zone per flash
+// chip group saturates its write bandwidth) and MAR minus that as spares.
+// Namespaces share N_essential and N_spare by weight; a namespace's minimum
+// stripe width is its essentials over MAR_logical, rounded down to a power of
+// two. A stripe group takes that many essentials plus spares reaped by local
+// overdrive (namespace spares / EWMA of its active v-zones), rounded down to
+// a power of two, on distinct die groups (node, device, FCG), least populated
+// dies first, spread across nodes. Global overdrive lends the unused spares
+// of namespaces without an allocation in the last N_essential zone
+// allocations to the active ones; a lender that allocates again recalls them
+// and they return at the borrower's next stripe-group finish or reset.
+// Reclaim compacts the overdriven open stripe groups of a namespace without
+// writes for T_ReadOnly into minimum-width groups through a Compactor.
+//
+// # Activity
+//
+// Write activity (for T_ReadOnly) is signalled by allocations (OpenVZone,
+// NextStripeGroup) and by ReportWrite (gRPC ReportActivity), which clients
+// call at least once per T_ReadOnly/2 while a namespace writes. It is kept in
+// the leader's memory: a new leader starts every namespace's T_ReadOnly afresh.
 package arbiter
 
 import (
@@ -333,22 +357,22 @@ func (a *Arbiter) decodeNodeKV(k, v []byte) (cluster.NodeRecord, error) {
 	return rec, nil
 }
 
-// load reads the state document into t.
+// load reads the state document and publishes it in t.
 func (a *Arbiter) load(ctx context.Context, t *term) error {
 	resp, err := a.cli.Get(ctx, stateKey)
 	if err != nil {
 		return &zerr.UnavailableError{What: "etcd", Reason: err.Error()}
 	}
 	st := newState()
-	t.rev = 0
+	var rev int64
 	if len(resp.Kvs) == 1 {
 		if err := cluster.Decode(stateKey, resp.Kvs[0].Value, st); err != nil {
 			return err
 		}
-		t.rev = resp.Kvs[0].ModRevision
+		rev = resp.Kvs[0].ModRevision
 	}
 	st.normalize()
-	t.state, t.ix, t.stale = st, buildIndex(st), false
+	a.publish(t, st, buildIndex(st), rev)
 	return nil
 }
 
@@ -453,7 +477,6 @@ func (a *Arbiter) mutateTerm(ctx context.Context, internal bool, fn mutation) er
 			if err := a.load(ctx, t); err != nil {
 				return err
 			}
-			a.publish(t, t.state, t.ix, t.rev)
 		}
 		st, err := cloneState(t.state)
 		if err != nil {
@@ -474,21 +497,19 @@ func (a *Arbiter) mutateTerm(ctx context.Context, internal bool, fn mutation) er
 		resp, err := a.cli.Txn(ctx).If(leaderCmp, stateCmp).Then(thenOps...).
 			Else(clientv3.OpGet(t.election.Key())).Commit()
 		if err != nil {
-			t.stale = true
+			a.setStale(t)
 			return &zerr.UnavailableError{What: "etcd", Reason: "commit outcome unknown: " + err.Error()}
 		}
 		if !resp.Succeeded {
 			gr := resp.Responses[0].GetResponseRange()
 			if gr == nil || len(gr.Kvs) == 0 || gr.Kvs[0].CreateRevision != t.election.Rev() {
-				a.log.Warn("lost leadership (election key gone)")
-				t.session.Orphan()
-				_ = t.session.Close()
+				a.stepDown(t)
 				return a.notLeader(ctx)
 			}
 			if attempt >= 2 {
 				return &zerr.UnavailableError{What: "arbiter state", Reason: "concurrent modification"}
 			}
-			t.stale = true
+			a.setStale(t)
 			continue
 		}
 		a.publish(t, st, buildIndex(st), resp.Header.Revision)
@@ -497,12 +518,32 @@ func (a *Arbiter) mutateTerm(ctx context.Context, internal bool, fn mutation) er
 			r, err := a.cli.Txn(ctx).If(leaderCmp).Then(rest[:n]...).Commit()
 			if err != nil || !r.Succeeded {
 				a.log.Warn("grant batch not committed; reconciling at next leadership", "err", err)
+				if err == nil {
+					a.stepDown(t)
+				}
 				break
 			}
 			rest = rest[n:]
 		}
 		return nil
 	}
+}
+
+// stepDown stops serving at once after this arbiter found its election key
+// gone; ending the session makes runTerm end the term and campaign again.
+func (a *Arbiter) stepDown(t *term) {
+	a.log.Warn("lost leadership (election key gone)")
+	a.mu.Lock()
+	t.ready = false
+	a.mu.Unlock()
+	t.session.Orphan()
+	_ = t.session.Close()
+}
+
+func (a *Arbiter) setStale(t *term) {
+	a.mu.Lock()
+	t.stale = true
+	a.mu.Unlock()
 }
 
 func (a *Arbiter) publish(t *term, st *State, ix *index, rev int64) {
@@ -515,9 +556,14 @@ func (a *Arbiter) publish(t *term, st *State, ix *index, rev int64) {
 func (a *Arbiter) refreshMetrics() {
 	a.mu.RLock()
 	t := a.term
+	var st *State
+	var ix *index
+	if t != nil {
+		st, ix = t.state, t.ix
+	}
 	a.mu.RUnlock()
 	if t != nil {
-		a.m.refresh(t.state, t.ix)
+		a.m.refresh(st, ix)
 	}
 }
 
@@ -580,24 +626,30 @@ func (a *Arbiter) reconcileGrants(ctx context.Context) error {
 		return &zerr.UnavailableError{What: "etcd", Reason: err.Error()}
 	}
 	want := wantedGrants(t.state)
+	// Nodes reset a zone when its grant key is deleted: a grant of a zone the
+	// state still gives out is overwritten, never deleted.
 	var ops []clientv3.Op
-	have := map[cluster.PhysZone]bool{}
+	ok := map[cluster.PhysZone]bool{}
 	for _, kv := range resp.Kvs {
 		pz, err := cluster.ParseGrantKey(string(kv.Key))
 		if err != nil {
 			ops = append(ops, clientv3.OpDelete(string(kv.Key)))
 			continue
 		}
-		g, err := cluster.DecodeGrant(string(kv.Key), kv.Value)
-		w, ok := want[pz]
-		if err != nil || !ok || g != w || string(kv.Key) != pz.GrantKey() {
+		w, wanted := want[pz]
+		if !wanted {
 			ops = append(ops, clientv3.OpDelete(string(kv.Key)))
 			continue
 		}
-		have[pz] = true
+		if string(kv.Key) != pz.GrantKey() {
+			continue // a non-canonical spelling of a wanted zone: leave it, the canonical key is put below
+		}
+		if g, err := cluster.DecodeGrant(string(kv.Key), kv.Value); err == nil && g == w {
+			ok[pz] = true
+		}
 	}
 	for pz, g := range want {
-		if !have[pz] {
+		if !ok[pz] {
 			ops = append(ops, grantPut(pz, g))
 		}
 	}
@@ -612,6 +664,7 @@ func (a *Arbiter) reconcileGrants(ctx context.Context) error {
 			return &zerr.UnavailableError{What: "etcd", Reason: err.Error()}
 		}
 		if !r.Succeeded {
+			a.stepDown(t)
 			return a.notLeader(ctx)
 		}
 		ops = ops[n:]

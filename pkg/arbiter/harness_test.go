@@ -18,6 +18,7 @@ import (
 	"go.etcd.io/etcd/client/v3/namespace"
 	"go.etcd.io/etcd/server/v3/embed"
 	"go.uber.org/zap"
+	"google.golang.org/grpc"
 
 	"github.com/zonefleet/zonefleet/pkg/cluster"
 	"github.com/zonefleet/zonefleet/pkg/zerr"
@@ -117,6 +118,7 @@ type testArb struct {
 	cancel context.CancelFunc
 	done   chan struct{}
 	reg    *prometheus.Registry
+	srv    *grpc.Server // set by startServed
 }
 
 type testCluster struct {
@@ -180,6 +182,9 @@ func (ta *testArb) stop() {
 // kill stops like a crash: the leadership lease is not revoked and expires
 // after its TTL (about 2 s with the embedded etcd's minimum TTL).
 func (ta *testArb) kill() {
+	if ta.srv != nil {
+		ta.srv.Stop()
+	}
 	ta.crashed.Store(true)
 	ta.cancel()
 	<-ta.done

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"path/filepath"
+	"slices"
 	"testing"
 	"time"
 
@@ -46,10 +47,20 @@ func startRealNode(t *testing.T, tc *testCluster, id string) *realNode {
 	require.NoError(t, err)
 	ctx, cancel := context.WithCancel(context.Background())
 	cli := newClient(t, tc.pfx)
-	grants, err := node.WatchGrants(ctx, cli, id, discardLogger())
+	// As cmd/ssdnode does: a revoked grant resets its zone.
+	var svc *node.Service
+	ready := make(chan struct{})
+	grants, err := node.WatchGrantsFunc(ctx, cli, id, discardLogger(), func(d, z uint32) {
+		select {
+		case <-ready:
+			svc.ResetRevoked(d, z)
+		case <-ctx.Done():
+		}
+	})
 	require.NoError(t, err)
-	svc, err := node.New(node.Config{ID: id, AdminToken: nodeToken}, []*zns.Device{dev}, grants, discardLogger())
+	svc, err = node.New(node.Config{ID: id, AdminToken: nodeToken}, []*zns.Device{dev}, grants, discardLogger())
 	require.NoError(t, err)
+	close(ready)
 	dm, err := daemon.New(daemon.Config{Name: "ssdnode", GRPCListen: "127.0.0.1:0"}, discardLogger())
 	require.NoError(t, err)
 	v1.RegisterZonedDeviceServer(dm.GRPC, svc)
@@ -187,6 +198,15 @@ func TestReclaimOnRealNodes(t *testing.T) {
 			return errors.Is(err, zerr.ErrNotOwner)
 		}, 30*time.Second, 5*time.Millisecond, fmt.Sprintf("zone %s still readable by r", z))
 	}
+	// Released zones were reset by the arbiter (through the node's admin call).
+	wp, err := comp.WrittenBlocks(ctx, "r", src.Zones)
+	require.NoError(t, err)
+	assert.Equal(t, make([]uint64, len(src.Zones)), wp)
+	// The nodes reset the released source zones when their grants went away.
+	require.Eventually(t, func() bool {
+		wp, err := comp.WrittenBlocks(ctx, "r", src.Zones)
+		return err == nil && slices.Equal(wp, make([]uint64, len(src.Zones)))
+	}, 30*time.Second, 5*time.Millisecond)
 	fi, err := a.GetNamespace(ctx, "r")
 	require.NoError(t, err)
 	assert.True(t, fi.Frozen)

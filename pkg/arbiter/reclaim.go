@@ -131,9 +131,7 @@ func (a *Arbiter) reclaimVZone(ctx context.Context, name string, id uint64) (Rec
 		if err != nil {
 			return res, err
 		}
-		for _, w := range written {
-			total += w
-		}
+		total = writtenPrefix(src, written, uint64(st.blockSize(src.Zones)), layoutOf(st, name, &VZone{Groups: []StripeGroup{src}}).ZoneCapacity)
 	} else {
 		return res, &zerr.UnavailableError{What: "compactor", Reason: "none configured"}
 	}
@@ -278,6 +276,25 @@ func (a *Arbiter) abortReclaims(ctx context.Context) error {
 		}
 		return ops, nil
 	})
+}
+
+// writtenPrefix is how many logical blocks of the RAID-0 stripe group are
+// written contiguously from its start, given each zone's write pointer: a
+// torn tail (a later stripe unit landed, an earlier one did not) is not part
+// of the v-zone's data.
+func writtenPrefix(g StripeGroup, written []uint64, block, zoneCap uint64) uint64 {
+	s := max(uint64(g.StripeSize)/block, 1)
+	w := uint64(len(g.Zones))
+	prefix := w * zoneCap
+	for j, wp := range written {
+		if wp >= zoneCap {
+			continue
+		}
+		// the first logical block zone j is missing
+		first := ((wp/s)*w+uint64(j))*s + wp%s
+		prefix = min(prefix, first)
+	}
+	return prefix
 }
 
 // copyPlan maps the first total logical blocks of src (RAID-0, src.StripeSize)
