@@ -129,12 +129,45 @@ func (r *Registration) Close(ctx context.Context) error {
 // Grants is the node's cache of the arbiter's zone grants, kept current by an
 // etcd watch on cluster.GrantsPrefix(node).
 type Grants struct {
+	cli      *clientv3.Client
 	mu       sync.RWMutex
 	m        map[[2]uint32]cluster.Grant
 	synced   chan struct{}
 	log      *slog.Logger
 	node     string
 	onRevoke func(device, zone uint32)
+
+	revMu sync.Mutex
+	rev   int64         // etcd revision the cache reflects (every event up to it applied)
+	revCh chan struct{} // closed when rev advances
+}
+
+func (g *Grants) setRev(r int64) {
+	g.revMu.Lock()
+	defer g.revMu.Unlock()
+	if r > g.rev {
+		g.rev = r
+		close(g.revCh)
+		g.revCh = make(chan struct{})
+	}
+}
+
+// waitRev waits until the cache reflects revision r.
+func (g *Grants) waitRev(ctx context.Context, r int64) error {
+	for {
+		g.revMu.Lock()
+		if g.rev >= r {
+			g.revMu.Unlock()
+			return nil
+		}
+		ch := g.revCh
+		g.revMu.Unlock()
+		select {
+		case <-ch:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
 }
 
 // WatchGrants loads the node's grants and follows changes until ctx ends.
@@ -147,7 +180,7 @@ func WatchGrants(ctx context.Context, cli *clientv3.Client, nodeID string, log *
 // zone so that its next owner finds it empty. The callback runs in the watch
 // loop before later events apply, so a re-grant of the zone waits for it.
 func WatchGrantsFunc(ctx context.Context, cli *clientv3.Client, nodeID string, log *slog.Logger, onRevoke func(device, zone uint32)) (*Grants, error) {
-	g := &Grants{m: map[[2]uint32]cluster.Grant{}, synced: make(chan struct{}), log: log, node: nodeID, onRevoke: onRevoke}
+	g := &Grants{cli: cli, m: map[[2]uint32]cluster.Grant{}, synced: make(chan struct{}), log: log, node: nodeID, onRevoke: onRevoke, revCh: make(chan struct{})}
 	rev, err := g.load(ctx, cli)
 	if err != nil {
 		return nil, err
@@ -184,6 +217,7 @@ func (g *Grants) load(ctx context.Context, cli *clientv3.Client) (int64, error) 
 			}
 		}
 	}
+	g.setRev(resp.Header.Revision)
 	return resp.Header.Revision, nil
 }
 
@@ -227,6 +261,7 @@ func (g *Grants) follow(ctx context.Context, cli *clientv3.Client, rev int64) {
 				}
 			}
 			rev = resp.Header.Revision
+			g.setRev(rev) // events and progress notifications alike
 		}
 		if ctx.Err() != nil {
 			return
@@ -239,7 +274,10 @@ func (g *Grants) follow(ctx context.Context, cli *clientv3.Client, rev int64) {
 	}
 }
 
-// Check returns nil when namespace ns holds the grant of (device, zone).
+// Check returns nil when namespace ns holds the grant of (device, zone). A
+// miss in the cache is checked once more with a linearizable read of the
+// grant's key: a grant the arbiter has just written may not have reached the
+// watch yet, and a client that got it from the arbiter must not be refused.
 func (g *Grants) Check(ns string, device, zone uint32) error {
 	g.mu.RLock()
 	gr, ok := g.m[[2]uint32{device, zone}]
@@ -247,7 +285,35 @@ func (g *Grants) Check(ns string, device, zone uint32) error {
 	if ok && gr.Namespace == ns && ns != "" {
 		return nil
 	}
+	if ns != "" && g.cli != nil && g.catchUp(ns, device, zone) {
+		return nil
+	}
 	return &zerr.NotOwnerError{Zone: cluster.PhysZone{Node: g.node, Device: device, Zone: zone}.String(), Namespace: ns}
+}
+
+// catchUp handles a cache miss: if etcd holds a grant of the zone to ns, it
+// waits until the watch has applied every event up to that read (a revocation
+// of the zone before the new grant resets the zone first), then checks the
+// cache again. Only then may the write land.
+func (g *Grants) catchUp(ns string, device, zone uint32) bool {
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
+	defer cancel()
+	resp, err := g.cli.Get(ctx, cluster.GrantKey(g.node, device, zone))
+	if err != nil || len(resp.Kvs) != 1 {
+		return false
+	}
+	fresh, err := cluster.DecodeGrant(string(resp.Kvs[0].Key), resp.Kvs[0].Value)
+	if err != nil || fresh.Namespace != ns {
+		return false
+	}
+	_ = g.cli.RequestProgress(ctx) // the watch reports its revision even without events
+	if g.waitRev(ctx, resp.Kvs[0].ModRevision) != nil {
+		return false
+	}
+	g.mu.RLock()
+	gr, ok := g.m[[2]uint32{device, zone}]
+	g.mu.RUnlock()
+	return ok && gr.Namespace == ns
 }
 
 // Lookup returns the grant of (device, zone).

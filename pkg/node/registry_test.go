@@ -132,3 +132,34 @@ func TestGrantsFollowEtcd(t *testing.T) {
 	time.Sleep(100 * time.Millisecond)
 	assert.Error(t, g.Check("a", 0, 3))
 }
+
+// A grant written to etcd is honoured as soon as the watch has applied it —
+// a check that races the watch waits for it instead of refusing.
+func TestGrantCheckCatchesUpWithTheWatch(t *testing.T) {
+	cli := etcdClient(t)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	var resets []uint32
+	g, err := WatchGrantsFunc(ctx, cli, "catchup", quiet, func(_, zone uint32) {
+		time.Sleep(50 * time.Millisecond) // a slow reset
+		resets = append(resets, zone)
+	})
+	require.NoError(t, err)
+	for i := 0; i < 20; i++ {
+		v, err := cluster.EncodeGrant(cluster.Grant{Namespace: "a", Generation: uint64(i)})
+		require.NoError(t, err)
+		_, err = cli.Put(context.Background(), cluster.GrantKey("catchup", 0, uint32(100+i)), string(v))
+		require.NoError(t, err)
+		require.NoError(t, g.Check("a", 0, uint32(100+i)), "a fresh grant is honoured at once")
+	}
+	// Revoke and re-grant: the check passes only after the revocation's reset ran.
+	v, _ := cluster.EncodeGrant(cluster.Grant{Namespace: "b"})
+	_, err = cli.Delete(context.Background(), cluster.GrantKey("catchup", 0, 100))
+	require.NoError(t, err)
+	_, err = cli.Put(context.Background(), cluster.GrantKey("catchup", 0, 100), string(v))
+	require.NoError(t, err)
+	require.NoError(t, g.Check("b", 0, 100))
+	assert.Equal(t, []uint32{100}, resets, "the zone was reset before its new owner was admitted")
+	assert.ErrorIs(t, g.Check("a", 0, 100), zerr.ErrNotOwner)
+	assert.ErrorIs(t, g.Check("a", 0, 99), zerr.ErrNotOwner, "no grant, no access")
+}
