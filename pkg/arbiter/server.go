@@ -103,7 +103,13 @@ func (s *Server) vzone(ctx context.Context, l Layout, err error) (*v1.VZone, err
 	if err != nil {
 		return nil, rpcerr.ToError(err)
 	}
-	return toVZone(l, nodes), nil
+	out := toVZone(l, nodes)
+	// The revision of a read after the change: nodes serving this layout must
+	// have applied every grant event up to it (clients send it along).
+	if r, err := s.a.cli.Get(ctx, cluster.Prefix+"revision-probe"); err == nil {
+		out.EtcdRevision = r.Header.Revision
+	}
+	return out, nil
 }
 
 // CreateNamespace implements v1.ArbiterServer.

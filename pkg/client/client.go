@@ -201,9 +201,21 @@ func (c *Client) nodeClient(addr string) (v1.ZonedDeviceClient, error) {
 	return v1.NewZonedDeviceClient(cc), nil
 }
 
-// ctx adds the namespace and token to outgoing calls.
+// ctx adds the namespace to outgoing calls. The admin token is not sent on
+// the data path: a tenant's I/O is always checked against its grants, so a
+// stale layout fails with NotOwner instead of reading another owner's zone.
+// A direct client (static layouts, no arbiter) places its own zones and so
+// sends the token it was given.
 func (c *Client) ctx(ctx context.Context) context.Context {
-	return wire.WithToken(wire.WithNamespace(ctx, c.cfg.Namespace), c.cfg.Token)
+	if c.direct {
+		return wire.WithToken(wire.WithNamespace(ctx, c.cfg.Namespace), c.cfg.Token)
+	}
+	return wire.WithNamespace(ctx, c.cfg.Namespace)
+}
+
+// adminCtx adds the namespace and the admin token.
+func (c *Client) adminCtx(ctx context.Context) context.Context {
+	return wire.WithToken(c.ctx(ctx), c.cfg.Token)
 }
 
 // leaderFromEtcd reads the election: the leader's address is the value of
@@ -265,7 +277,7 @@ func arbiterCall[T any](ctx context.Context, c *Client, op string, fn func(conte
 				last = err
 				continue
 			}
-			cctx, cancel := context.WithTimeout(c.ctx(ctx), 10*time.Second)
+			cctx, cancel := context.WithTimeout(c.adminCtx(ctx), 10*time.Second)
 			res, err := fn(cctx, v1.NewArbiterClient(cc))
 			cancel()
 			if err == nil {
@@ -379,7 +391,7 @@ func (c *Client) GetNode(ctx context.Context, id string) (*v1.Node, error) {
 // client's namespace and token).
 func (c *Client) Device(addr string) (v1.ZonedDeviceClient, context.Context, error) {
 	n, err := c.nodeClient(addr)
-	return n, c.ctx(context.Background()), err
+	return n, c.adminCtx(context.Background()), err
 }
 
 // ClusterStatus returns the cluster's status from the leader.

@@ -8,6 +8,7 @@ import (
 	"sync"
 
 	v1 "github.com/zonefleet/zonefleet/api/zonefleet/v1"
+	"github.com/zonefleet/zonefleet/pkg/wire"
 	"github.com/zonefleet/zonefleet/pkg/zerr"
 )
 
@@ -91,6 +92,16 @@ func (c *Client) Compact(ctx context.Context, copies []Copy) (CompactStats, erro
 	if err != nil {
 		return st, err
 	}
+	// Every node involved must serve grants as fresh as the newest layout used.
+	var rev int64
+	for _, cp := range copies {
+		for _, h := range []*VZone{c.handle(cp.Src), c.handle(cp.Dst)} {
+			h.mu.Lock()
+			rev = max(rev, h.rev)
+			h.mu.Unlock()
+		}
+	}
+	ctx = wire.WithMinRevision(ctx, rev)
 	defer func() {
 		for _, d := range dsts {
 			d.mu.Lock()

@@ -10,6 +10,7 @@ import (
 
 	v1 "github.com/zonefleet/zonefleet/api/zonefleet/v1"
 	"github.com/zonefleet/zonefleet/pkg/daemon"
+	"github.com/zonefleet/zonefleet/pkg/wire"
 	"github.com/zonefleet/zonefleet/pkg/zerr"
 )
 
@@ -24,8 +25,9 @@ type VZone struct {
 	groups  []*group
 	wp      uint64 // v-zone write pointer (blocks), valid when wpKnown
 	wpKnown bool
-	tl      bool // TL_opened: writes may skip ahead over valid blocks
-	static  bool // fixed layout (direct client)
+	tl      bool  // TL_opened: writes may skip ahead over valid blocks
+	static  bool  // fixed layout (direct client)
+	rev     int64 // highest etcd revision of a layout seen: nodes must be at least this fresh
 
 	wmu sync.Mutex // serializes writers
 }
@@ -58,6 +60,7 @@ func (v *VZone) setLayout(l *v1.VZone) {
 		old[g.index] = g.cc
 	}
 	v.layout = l
+	v.rev = max(v.rev, l.GetEtcdRevision())
 	v.groups = v.groups[:0]
 	for _, pg := range l.GetGroups() {
 		g := &group{index: pg.GetIndex(), width: int(pg.GetWidth()), stripe: uint64(max(pg.GetStripeBlocks(), 1)),
@@ -78,6 +81,15 @@ func (v *VZone) setLayout(l *v1.VZone) {
 	if l.GetState() == v1.VZoneState_VZONE_STATE_EMPTY {
 		v.wp, v.wpKnown, v.tl = 0, true, false
 	}
+}
+
+// withRev asks the nodes to serve this v-zone's I/O only once their grants
+// are as fresh as the layout the client uses.
+func (v *VZone) withRev(ctx context.Context) context.Context {
+	v.mu.Lock()
+	rev := v.rev
+	v.mu.Unlock()
+	return wire.WithMinRevision(ctx, rev)
 }
 
 // refresh reloads the layout from the arbiter.
@@ -276,6 +288,7 @@ func (v *VZone) writePointer(ctx context.Context) (uint64, error) {
 	if l == nil {
 		return 0, &zerr.NotFoundError{Kind: "v-zone layout", Name: fmt.Sprint(v.id)}
 	}
+	ctx = v.withRev(ctx)
 	wp := uint64(0)
 	for _, g := range groups {
 		prefix := g.start + g.capacity
@@ -354,6 +367,7 @@ func (v *VZone) write(ctx context.Context, off uint64, data []byte) error {
 	if err := v.ensureLayout(ctx); err != nil {
 		return err
 	}
+	ctx = v.withRev(ctx)
 	bs, err := v.blockSize(ctx)
 	if err != nil {
 		return err
@@ -388,7 +402,7 @@ func (v *VZone) write(ctx context.Context, off uint64, data []byte) error {
 			return &WriteError{VZone: v.id, Offset: off, Written: done, Requested: n, Err: err}
 		}
 		chunk := min(n-done, g.start+g.capacity-cur)
-		got, err := v.writeGroup(ctx, g, cur, data[done*bs:(done+chunk)*bs], bs)
+		got, err := v.writeGroup(v.withRev(ctx), g, cur, data[done*bs:(done+chunk)*bs], bs)
 		done += got
 		v.mu.Lock()
 		if err != nil {
@@ -541,6 +555,7 @@ func (v *VZone) Read(ctx context.Context, off, n uint64) ([]byte, error) {
 	if err := v.ensureLayout(ctx); err != nil {
 		return nil, err
 	}
+	ctx = v.withRev(ctx)
 	bs, err := v.blockSize(ctx)
 	if err != nil {
 		return nil, err
@@ -673,6 +688,7 @@ func (v *VZone) Finish(ctx context.Context) error {
 		return err
 	}
 	// Finish the physical zones of the groups that were open on the drives.
+	ctx = v.withRev(ctx)
 	var errs []error
 	for _, g := range groups {
 		for _, z := range g.zones {
@@ -696,6 +712,23 @@ func (v *VZone) Finish(ctx context.Context) error {
 func (v *VZone) Reset(ctx context.Context) error {
 	v.wmu.Lock()
 	defer v.wmu.Unlock()
+	if v.static { // no arbiter: reset the physical zones themselves
+		_, groups := v.snapshot()
+		for _, g := range groups {
+			for _, z := range g.zones {
+				_, err := nodeCall(ctx, v.c, z.node, z.addr, "reset zone", func(ctx context.Context, n v1.ZonedDeviceClient) (*v1.ZoneManagementResponse, error) {
+					return n.ZoneManagement(ctx, &v1.ZoneManagementRequest{Device: z.dev, Zone: z.zone, Action: v1.ZoneAction_ZONE_ACTION_RESET})
+				})
+				if err != nil {
+					return err
+				}
+			}
+		}
+		v.mu.Lock()
+		v.wp, v.wpKnown, v.tl = 0, true, false
+		v.mu.Unlock()
+		return nil
+	}
 	l, err := arbiterCall(ctx, v.c, "reset v-zone", func(ctx context.Context, a v1.ArbiterClient) (*v1.VZone, error) {
 		return a.ResetVZone(ctx, &v1.VZoneRequest{Namespace: v.c.cfg.Namespace, Id: v.id})
 	})
@@ -780,6 +813,7 @@ func (v *VZone) TLOpen(ctx context.Context, valid []byte, mode v1.PlugMode) erro
 	if err := v.ensureLayout(ctx); err != nil {
 		return err
 	}
+	ctx = v.withRev(ctx)
 	l, groups := v.snapshot()
 	if uint64(len(valid))*8 < l.GetCapacity() {
 		return &zerr.InvalidBitmapError{Zone: v.id, Reason: fmt.Sprintf("has %d bytes, the v-zone needs %d", len(valid), (l.GetCapacity()+7)/8)}

@@ -274,6 +274,24 @@ func (g *Grants) follow(ctx context.Context, cli *clientv3.Client, rev int64) {
 	}
 }
 
+// CatchUp waits until the cache reflects etcd revision rev, asking the watch
+// for a progress notification if it is behind; it fails after a few seconds.
+func (g *Grants) CatchUp(ctx context.Context, rev int64) error {
+	g.revMu.Lock()
+	behind := g.rev < rev
+	g.revMu.Unlock()
+	if !behind || g.cli == nil {
+		return nil
+	}
+	ctx, cancel := context.WithTimeout(ctx, 3*time.Second)
+	defer cancel()
+	_ = g.cli.RequestProgress(ctx)
+	if err := g.waitRev(ctx, rev); err != nil {
+		return &zerr.UnavailableError{What: "node " + g.node, Reason: fmt.Sprintf("grants not yet at etcd revision %d", rev)}
+	}
+	return nil
+}
+
 // Check returns nil when namespace ns holds the grant of (device, zone). A
 // miss in the cache is checked once more with a linearizable read of the
 // grant's key: a grant the arbiter has just written may not have reached the

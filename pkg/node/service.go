@@ -202,6 +202,9 @@ func (s *Service) authorizeZones(ctx context.Context, d *device, first, last uin
 	if s.grants == nil || s.isAdmin(ctx) && s.cfg.AdminToken != "" {
 		return nil
 	}
+	if err := s.grants.CatchUp(ctx, wire.MinRevision(ctx)); err != nil {
+		return err
+	}
 	ns := wire.Namespace(ctx)
 	for z := first; z <= last && z < d.geo.zones; z++ {
 		if err := s.grants.Check(ns, d.idx, uint32(z)); err != nil {

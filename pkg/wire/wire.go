@@ -5,15 +5,36 @@ package wire
 
 import (
 	"context"
+	"strconv"
 
 	"google.golang.org/grpc/metadata"
 )
 
 // Metadata keys.
 const (
-	NamespaceKey = "zonefleet-namespace"
-	TokenKey     = "zonefleet-token"
+	NamespaceKey   = "zonefleet-namespace"
+	TokenKey       = "zonefleet-token"
+	MinRevisionKey = "zonefleet-min-revision"
 )
+
+// WithMinRevision asks the node to serve the call only once its view of the
+// arbiter's grants reflects etcd revision rev (read-your-writes after a
+// layout change).
+func WithMinRevision(ctx context.Context, rev int64) context.Context {
+	if rev <= 0 {
+		return ctx
+	}
+	return metadata.AppendToOutgoingContext(ctx, MinRevisionKey, strconv.FormatInt(rev, 10))
+}
+
+// MinRevision returns the revision an incoming call asks for (0 if none or malformed).
+func MinRevision(ctx context.Context) int64 {
+	r, err := strconv.ParseInt(first(ctx, MinRevisionKey), 10, 64)
+	if err != nil || r < 0 {
+		return 0
+	}
+	return r
+}
 
 // WithNamespace returns ctx whose outgoing calls carry namespace ns.
 func WithNamespace(ctx context.Context, ns string) context.Context {

@@ -7,6 +7,7 @@ import (
 	"github.com/zonefleet/zonefleet/pkg/devbench"
 	"github.com/zonefleet/zonefleet/pkg/fairbench"
 	"github.com/zonefleet/zonefleet/pkg/nodebench"
+	"github.com/zonefleet/zonefleet/pkg/overbench"
 )
 
 func benchCmd(g *Globals) *cobra.Command {
@@ -15,7 +16,7 @@ func benchCmd(g *Globals) *cobra.Command {
 		Short: "run the benchmarks that check ZoneFleet against the papers",
 		Long:  "Each scenario prints a table (-o json for the machine-readable keys). They run in this process on temporary backing files.",
 	}
-	cmd.AddCommand(benchDeviceCmd(g), benchNodeCmd(g), benchFairnessCmd(g))
+	cmd.AddCommand(benchDeviceCmd(g), benchNodeCmd(g), benchFairnessCmd(g), benchOverdriveCmd(g))
 	return cmd
 }
 
@@ -84,5 +85,30 @@ func benchFairnessCmd(g *Globals) *cobra.Command {
 	c.Flags().DurationVar(&o.Duration, "duration", 4*time.Second, "wall time of each run")
 	c.Flags().Float64Var(&o.TimeScale, "time-scale", 16, "realtime clock scale (wall time per modelled time)")
 	c.Flags().IntVar(&o.QDB, "qd-b", 32, "queue depth of zone B")
+	return c
+}
+
+func benchOverdriveCmd(g *Globals) *cobra.Command {
+	var o overbench.Options
+	c := &cobra.Command{
+		Use:   "overdrive",
+		Short: "arbiter: v-zones vs static zones (eZNS Fig. 26) and the global-overdrive timeline (Fig. 27-28)",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			g.progress("zctl bench overdrive: running (about a minute)…")
+			res, err := overbench.Run(cmd.Context(), o)
+			if err != nil {
+				return err
+			}
+			return g.emit(res, res.WriteTable)
+		},
+	}
+	c.Flags().StringVar(&o.Dir, "dir", "", "directory for the clusters' files (default: a temporary one)")
+	c.Flags().Float64Var(&o.TimeScale, "time-scale", 8, "realtime clock scale")
+	c.Flags().DurationVar(&o.Run, "run", 250*time.Millisecond, "modelled time of each Fig. 26 run")
+	c.Flags().DurationVar(&o.Phase, "phase", 300*time.Millisecond, "modelled time of each timeline phase")
+	c.Flags().IntSliceVar(&o.Writers, "writers", []int{4, 8, 16}, "writer counts")
+	c.Flags().IntVar(&o.StaticWidth, "static-width", 1, "width of the static zones (writers × width must fit the drives' MAR)")
+	c.Flags().BoolVar(&o.SkipTimeline, "skip-timeline", false, "only Fig. 26")
 	return c
 }

@@ -692,14 +692,18 @@ func (x *StripeGroup) GetZones() []*PhysicalZone {
 }
 
 type VZone struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Namespace     string                 `protobuf:"bytes,1,opt,name=namespace,proto3" json:"namespace,omitempty"`
-	Id            uint64                 `protobuf:"varint,2,opt,name=id,proto3" json:"id,omitempty"`
-	State         VZoneState             `protobuf:"varint,3,opt,name=state,proto3,enum=zonefleet.v1.VZoneState" json:"state,omitempty"`
-	Generation    uint64                 `protobuf:"varint,4,opt,name=generation,proto3" json:"generation,omitempty"`                // bumps at every layout change
-	Capacity      uint64                 `protobuf:"varint,5,opt,name=capacity,proto3" json:"capacity,omitempty"`                    // blocks, over every physical zone of the v-zone
-	ZonesUsed     uint32                 `protobuf:"varint,6,opt,name=zones_used,json=zonesUsed,proto3" json:"zones_used,omitempty"` // physical zones allocated so far
-	Groups        []*StripeGroup         `protobuf:"bytes,7,rep,name=groups,proto3" json:"groups,omitempty"`
+	state      protoimpl.MessageState `protogen:"open.v1"`
+	Namespace  string                 `protobuf:"bytes,1,opt,name=namespace,proto3" json:"namespace,omitempty"`
+	Id         uint64                 `protobuf:"varint,2,opt,name=id,proto3" json:"id,omitempty"`
+	State      VZoneState             `protobuf:"varint,3,opt,name=state,proto3,enum=zonefleet.v1.VZoneState" json:"state,omitempty"`
+	Generation uint64                 `protobuf:"varint,4,opt,name=generation,proto3" json:"generation,omitempty"`                // bumps at every layout change
+	Capacity   uint64                 `protobuf:"varint,5,opt,name=capacity,proto3" json:"capacity,omitempty"`                    // blocks, over every physical zone of the v-zone
+	ZonesUsed  uint32                 `protobuf:"varint,6,opt,name=zones_used,json=zonesUsed,proto3" json:"zones_used,omitempty"` // physical zones allocated so far
+	Groups     []*StripeGroup         `protobuf:"bytes,7,rep,name=groups,proto3" json:"groups,omitempty"`
+	// etcd revision the layout was read at. Clients send it to the nodes
+	// (metadata zonefleet-min-revision) so a node serves the v-zone only once
+	// its grant cache has caught up with it (a revoked zone is reset first).
+	EtcdRevision  int64 `protobuf:"varint,8,opt,name=etcd_revision,json=etcdRevision,proto3" json:"etcd_revision,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -781,6 +785,13 @@ func (x *VZone) GetGroups() []*StripeGroup {
 		return x.Groups
 	}
 	return nil
+}
+
+func (x *VZone) GetEtcdRevision() int64 {
+	if x != nil {
+		return x.EtcdRevision
+	}
+	return 0
 }
 
 type OpenVZoneRequest struct {
@@ -1719,7 +1730,7 @@ const file_zonefleet_v1_arbiter_proto_rawDesc = "" +
 	"\rstripe_blocks\x18\x03 \x01(\rR\fstripeBlocks\x12\x14\n" +
 	"\x05start\x18\x04 \x01(\x04R\x05start\x12\x1a\n" +
 	"\bcapacity\x18\x05 \x01(\x04R\bcapacity\x120\n" +
-	"\x05zones\x18\x06 \x03(\v2\x1a.zonefleet.v1.PhysicalZoneR\x05zones\"\xf3\x01\n" +
+	"\x05zones\x18\x06 \x03(\v2\x1a.zonefleet.v1.PhysicalZoneR\x05zones\"\x98\x02\n" +
 	"\x05VZone\x12\x1c\n" +
 	"\tnamespace\x18\x01 \x01(\tR\tnamespace\x12\x0e\n" +
 	"\x02id\x18\x02 \x01(\x04R\x02id\x12.\n" +
@@ -1730,7 +1741,8 @@ const file_zonefleet_v1_arbiter_proto_rawDesc = "" +
 	"\bcapacity\x18\x05 \x01(\x04R\bcapacity\x12\x1d\n" +
 	"\n" +
 	"zones_used\x18\x06 \x01(\rR\tzonesUsed\x121\n" +
-	"\x06groups\x18\a \x03(\v2\x19.zonefleet.v1.StripeGroupR\x06groups\"0\n" +
+	"\x06groups\x18\a \x03(\v2\x19.zonefleet.v1.StripeGroupR\x06groups\x12#\n" +
+	"\retcd_revision\x18\b \x01(\x03R\fetcdRevision\"0\n" +
 	"\x10OpenVZoneRequest\x12\x1c\n" +
 	"\tnamespace\x18\x01 \x01(\tR\tnamespace\"<\n" +
 	"\fVZoneRequest\x12\x1c\n" +
