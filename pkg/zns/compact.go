@@ -1,0 +1,268 @@
+package zns
+
+import (
+	"context"
+	"fmt"
+	"sort"
+	"strconv"
+	"time"
+
+	"github.com/zonefleet/zonefleet/pkg/zerr"
+)
+
+type compaction struct {
+	done chan struct{}
+	res  CompactionResult
+}
+
+// ZoneCompaction starts an in-device copy (ZNS+ zone_compaction) and returns
+// its id. Each copy moves Count blocks from Src (below its zone's write
+// pointer) to Dst. Destinations may be non-contiguous but must not overlap and
+// must lie at or above their zone's write pointer; gaps are skipped (they read
+// as zeros). Destination zones are opened and refuse host writes until the
+// compaction ends; reads below their advancing write pointer are served.
+// Whole chunks whose source and destination are on the same chip are copied
+// by copyback (subject to the copyback threshold), the rest by read and program.
+func (d *Device) ZoneCompaction(ctx context.Context, copies []Copy) (uint64, error) {
+	if err := d.checkOpen(); err != nil {
+		return 0, err
+	}
+	if len(copies) == 0 {
+		return 0, &zerr.InvalidArgumentError{Field: "copies", Reason: "empty copy list"}
+	}
+	cs := append([]Copy(nil), copies...)
+	for i, c := range cs {
+		if c.Count == 0 {
+			return 0, &zerr.InvalidArgumentError{Field: "copies", Reason: fmt.Sprintf("copy %d has no blocks", i)}
+		}
+		if _, err := d.zoneFor(c.Src, c.Count); err != nil {
+			return 0, err
+		}
+		if _, err := d.zoneFor(c.Dst, c.Count); err != nil {
+			return 0, err
+		}
+	}
+	sort.SliceStable(cs, func(i, j int) bool { return cs[i].Dst < cs[j].Dst })
+	for i := 1; i < len(cs); i++ {
+		if cs[i].Dst < cs[i-1].Dst+cs[i-1].Count {
+			return 0, &zerr.InvalidArgumentError{Field: "copies", Reason: fmt.Sprintf("destinations overlap at LBA %d", cs[i].Dst)}
+		}
+	}
+	// sources must be written
+	for _, c := range cs {
+		sz := d.zones[c.Src/d.g.ZoneSize]
+		sz.mu.RLock()
+		ok := sz.tl != nil || c.Src-sz.start+c.Count <= sz.wp
+		st := sz.state
+		wp := sz.start + sz.wp
+		sz.mu.RUnlock()
+		if st == StateOffline {
+			return 0, &zerr.ZoneStateError{Zone: sz.idx, State: st.String(), Op: "copy from"}
+		}
+		if !ok {
+			return 0, &zerr.InvalidArgumentError{Field: "copies", Reason: fmt.Sprintf("source [%d, %d) reaches past the write pointer %d", c.Src, c.Src+c.Count, wp)}
+		}
+	}
+	// claim destination zones
+	var claimed []*zone
+	undo := func() {
+		for _, z := range claimed {
+			z.mu.Lock()
+			z.compacting = false
+			z.mu.Unlock()
+		}
+	}
+	for i := 0; i < len(cs); {
+		z := d.zones[cs[i].Dst/d.g.ZoneSize]
+		j := i
+		for j < len(cs) && cs[j].Dst/d.g.ZoneSize == z.idx {
+			j++
+		}
+		z.mu.Lock()
+		var err error
+		switch {
+		case z.compacting || z.tl != nil:
+			err = &zerr.ZoneStateError{Zone: z.idx, State: z.state.String() + " (busy)", Op: "zone_compaction into"}
+		case z.state == StateFull:
+			err = &zerr.ZoneFullError{Zone: z.idx, Capacity: d.g.ZoneCap}
+		case cs[i].Dst-z.start < z.wp:
+			err = &zerr.WritePointerError{Zone: z.idx, Expected: z.start + z.wp, Got: cs[i].Dst}
+		case cs[j-1].Dst+cs[j-1].Count-z.start > d.g.ZoneCap:
+			err = &zerr.ZoneFullError{Zone: z.idx, Capacity: d.g.ZoneCap}
+		default:
+			err = d.openForWrite(z, false)
+		}
+		if err == nil {
+			z.compacting = true
+			claimed = append(claimed, z)
+		}
+		z.mu.Unlock()
+		if err != nil {
+			undo()
+			return 0, err
+		}
+		i = j
+	}
+	d.cmu.Lock()
+	d.nextComp++
+	id := d.nextComp
+	cp := &compaction{done: make(chan struct{})}
+	cp.res.ID = id
+	d.comps[id] = cp
+	d.cmu.Unlock()
+	t0 := d.now()
+	cp.res.Submitted = t0
+	d.bg.Add(1)
+	go func() {
+		defer d.bg.Done()
+		defer close(cp.done)
+		cp.res.Completed = t0
+		if err := d.runCompaction(cs, t0, &cp.res); err != nil {
+			cp.res.Err = err
+		}
+		if d.model == nil {
+			cp.res.Submitted, cp.res.Completed = 0, 0
+		}
+		undo()
+	}()
+	return id, nil
+}
+
+// WaitCompaction waits for a compaction and returns its result (once; the id
+// is forgotten afterwards).
+func (d *Device) WaitCompaction(ctx context.Context, id uint64) (CompactionResult, error) {
+	d.cmu.Lock()
+	cp := d.comps[id]
+	d.cmu.Unlock()
+	if cp == nil {
+		return CompactionResult{}, &zerr.NotFoundError{Kind: "compaction", Name: strconv.FormatUint(id, 10)}
+	}
+	select {
+	case <-cp.done:
+	case <-ctx.Done():
+		return CompactionResult{}, ctx.Err()
+	}
+	d.cmu.Lock()
+	delete(d.comps, id)
+	d.cmu.Unlock()
+	if cp.res.Err != nil {
+		return cp.res, cp.res.Err
+	}
+	return cp.res, d.wait(ctx, cp.res.Completed)
+}
+
+func (d *Device) runCompaction(cs []Copy, t0 time.Duration, res *CompactionResult) error {
+	cb := uint64(d.g.ChunkBlocks)
+	bs := uint64(d.g.BlockSize)
+	var dz *zone
+	pendChunk := int64(-1)
+	pendReady := t0
+	pendChip := 0
+	flushProg := func() {
+		if pendChunk >= 0 {
+			d.st.nandProg.Add(1)
+			if d.model != nil {
+				res.Completed = max(res.Completed, d.model.Program(pendReady, pendChip))
+			}
+		}
+		pendChunk = -1
+		pendReady = t0
+	}
+	finishZone := func() {
+		flushProg()
+		if dz == nil {
+			return
+		}
+		dz.mu.Lock()
+		if dz.wp == d.g.ZoneCap {
+			_ = d.setState(dz, StateFull)
+			_ = d.journalZone(dz)
+		}
+		dz.mu.Unlock()
+	}
+	for _, c := range cs {
+		z := d.zones[c.Dst/d.g.ZoneSize]
+		if z != dz {
+			finishZone()
+			dz = z
+		}
+		for i := uint64(0); i < c.Count; {
+			src, dst := c.Src+i, c.Dst+i
+			sz := d.zones[src/d.g.ZoneSize]
+			soff, doff := src-sz.start, dst-dz.start
+			// piece: up to the next source or destination chunk boundary
+			k := min(c.Count-i, cb-soff%cb, cb-doff%cb)
+			buf := make([]byte, k*bs)
+			sz.mu.RLock()
+			l0 := d.locate(sz, soff)
+			full := k == cb && l0.kind == srcFlash
+			if full {
+				for j := uint64(1); j < k; j++ {
+					if l := d.locate(sz, soff+j); l.kind != srcFlash || l.off != l0.off+int64(j*bs) {
+						full = false
+					}
+				}
+			}
+			var rdDone time.Duration
+			var err error
+			if full {
+				_, err = d.f.ReadAt(buf, l0.off)
+			} else {
+				rdDone, err = d.readZone(sz, soff, soff+k, buf, t0)
+			}
+			sz.mu.RUnlock()
+			if err != nil {
+				return err
+			}
+			dz.mu.Lock()
+			if doff > dz.wp { // gap in the destination
+				flushProg()
+				dz.wp = doff
+			}
+			dl := d.flashLoc(dz, dz.fbg, doff)
+			useCB := full && d.copybackAllowed(l0, dl)
+			err = d.writePhys(dz, dz.fbg, doff, buf)
+			if err == nil {
+				dz.wp = doff + k
+				err = d.persistWP(dz)
+			}
+			dz.mu.Unlock()
+			if err != nil {
+				return err
+			}
+			if useCB {
+				res.CopybackBlocks += k
+				res.CopybackChunks++
+				d.st.cbChunks.Add(1)
+				d.st.nandProg.Add(1)
+				if d.model != nil {
+					res.Completed = max(res.Completed, d.model.Copyback(t0, dl.chip))
+				}
+			} else {
+				if full {
+					d.st.nandRead.Add(1)
+					if d.model != nil {
+						rdDone = d.model.Read(t0, l0.chip, int(k))
+					}
+				}
+				res.ReadProgBlocks += k
+				d.st.rpBlocks.Add(k)
+				ch := int64(doff / cb)
+				if pendChunk >= 0 && pendChunk != ch {
+					flushProg()
+				}
+				pendChunk, pendChip = ch, dl.chip
+				pendReady = max(pendReady, rdDone)
+				if (doff+k)%cb == 0 || doff+k == d.g.ZoneCap {
+					flushProg()
+				}
+			}
+			res.Blocks += k
+			i += k
+		}
+	}
+	finishZone()
+	return nil
+}
+
+var _ = context.Background

@@ -1,0 +1,842 @@
+package zns
+
+import (
+	"context"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"os"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/zonefleet/zonefleet/pkg/clock"
+	"github.com/zonefleet/zonefleet/pkg/flash"
+	"github.com/zonefleet/zonefleet/pkg/zerr"
+)
+
+type zone struct {
+	mu         sync.RWMutex
+	idx, start uint64
+	fcg        int
+	state      ZoneState
+	wp         uint64 // zone-relative
+	gen        uint64
+	fbg        int // FBG index in the FCG, -1 when none (for a TL zone: the LogFBG)
+	slotSeq    uint64
+	pend       int64 // write-cache bytes of a partially filled chunk
+	compacting bool
+	tl         *tlState
+	ipuPages   map[uint32]uint32 // offset -> IPU slot (page map)
+	ipuChunks  map[uint32]uint32 // chunk -> first IPU slot (chunk map, 4 contiguous slots)
+}
+
+type fcgAlloc struct {
+	mu     sync.Mutex
+	erases []uint64
+	used   []bool
+}
+
+type stats struct {
+	hostW, hostR, nandProg, nandRead atomic.Uint64
+	cbChunks, rpBlocks               atomic.Uint64
+	plugDemand, plugBG               atomic.Uint64
+	erases                           atomic.Uint64
+}
+
+// Device is an emulated ZNS+ SSD backed by a file. All methods are safe for
+// concurrent use; I/O to different zones does not share a lock.
+type Device struct {
+	path  string
+	cfgMu sync.RWMutex
+	cfg   flash.Config
+	g     flash.Geometry
+	lay   layout
+	clk   clock.Clock
+	model *flash.Model // nil with the off clock
+	f     *os.File
+	j     *journal
+	uuid  [16]byte
+
+	zones []*zone
+	fcgs  []*fcgAlloc
+
+	resMu          sync.Mutex
+	nOpen, nActive int
+
+	ipu *ipuRegion
+	st  stats
+
+	cbCount []atomic.Uint32 // consecutive copyback count per physical page
+
+	cmu      sync.Mutex
+	comps    map[uint64]*compaction
+	nextComp uint64
+	bg       sync.WaitGroup
+
+	closed atomic.Bool
+}
+
+func (d *Device) conf() flash.Config {
+	d.cfgMu.RLock()
+	defer d.cfgMu.RUnlock()
+	return d.cfg
+}
+
+// Create makes a new device at path (data file path, journal path+".journal").
+// It fails if path exists.
+func Create(path string, cfg flash.Config, clk clock.Clock) (*Device, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	cfg = cfg.Resolved()
+	lay := newLayout(cfg)
+	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE|os.O_EXCL, 0o644)
+	if err != nil {
+		if errors.Is(err, os.ErrExist) {
+			return nil, &zerr.AlreadyExistsError{Kind: "device file", Name: path}
+		}
+		return nil, err
+	}
+	uuid := newUUID()
+	fail := func(err error) (*Device, error) {
+		f.Close()
+		os.Remove(path)
+		os.Remove(path + ".journal")
+		return nil, err
+	}
+	if err := f.Truncate(lay.size); err != nil {
+		return fail(err)
+	}
+	if _, err := f.WriteAt(encodeHeader(cfg, uuid), 0); err != nil {
+		return fail(err)
+	}
+	if err := f.Sync(); err != nil {
+		return fail(err)
+	}
+	if err := writeJournalFile(path+".journal", uuid, nil); err != nil {
+		return fail(err)
+	}
+	f.Close()
+	return Open(path, cfg, clk)
+}
+
+// OpenOrCreate opens path if it exists, else creates it.
+func OpenOrCreate(path string, cfg flash.Config, clk clock.Clock) (*Device, error) {
+	if _, err := os.Stat(path); err == nil {
+		return Open(path, cfg, clk)
+	}
+	return Create(path, cfg, clk)
+}
+
+// Open reopens a device: checks the header (foreign file or other geometry is
+// refused), replays the journal, verifies the write pointers, and rewrites a
+// compacted journal. Zones that were open come back closed.
+func Open(path string, cfg flash.Config, clk clock.Clock) (*Device, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	if clk == nil {
+		clk = clock.Off()
+	}
+	cfg = cfg.Resolved()
+	lay := newLayout(cfg)
+	g := lay.g
+	f, err := os.OpenFile(path, os.O_RDWR, 0)
+	if err != nil {
+		if errors.Is(err, os.ErrNotExist) {
+			return nil, &zerr.NotFoundError{Kind: "device file", Name: path}
+		}
+		return nil, err
+	}
+	ok := false
+	defer func() {
+		if !ok {
+			f.Close()
+		}
+	}()
+	hdr := make([]byte, headerSize)
+	if _, err := f.ReadAt(hdr, 0); err != nil {
+		return nil, &zerr.CorruptError{Path: path, Reason: "cannot read header: " + err.Error()}
+	}
+	uuid, err := checkHeader(path, hdr, cfg)
+	if err != nil {
+		return nil, err
+	}
+	if st, err := f.Stat(); err != nil || st.Size() < lay.size {
+		return nil, &zerr.CorruptError{Path: path, Reason: fmt.Sprintf("file is shorter than the geometry needs (%d bytes)", lay.size)}
+	}
+	recs, jend, err := readJournal(path+".journal", uuid)
+	if err != nil {
+		if errors.Is(err, os.ErrNotExist) {
+			return nil, &zerr.CorruptError{Path: path + ".journal", Reason: "journal missing"}
+		}
+		return nil, err
+	}
+	d := &Device{path: path, cfg: cfg, g: g, lay: lay, clk: clk, f: f, uuid: uuid, comps: map[uint64]*compaction{}}
+	if clk.Kind() != clock.KindOff {
+		d.model = flash.NewModel(cfg)
+	}
+	d.cbCount = make([]atomic.Uint32, g.Chips*cfg.BlocksPerChip*cfg.PagesPerBlock)
+	d.fcgs = make([]*fcgAlloc, g.NFCG)
+	for i := range d.fcgs {
+		d.fcgs[i] = &fcgAlloc{erases: make([]uint64, g.FBGsPerFCG), used: make([]bool, g.FBGsPerFCG)}
+	}
+	d.zones = make([]*zone, g.Zones)
+	for i := range d.zones {
+		d.zones[i] = &zone{idx: uint64(i), start: uint64(i) * g.ZoneSize, fcg: g.FCG(uint64(i)), fbg: -1,
+			ipuPages: map[uint32]uint32{}, ipuChunks: map[uint32]uint32{}}
+	}
+	d.ipu = newIPURegion(cfg.IPURegionBlocks)
+	bad := func(format string, a ...any) error {
+		return &zerr.CorruptError{Path: path + ".journal", Reason: fmt.Sprintf(format, a...)}
+	}
+	var ipus []ipuRec
+	for _, r := range recs {
+		switch r := r.(type) {
+		case zoneRec:
+			if r.zone >= g.Zones || r.state > StateOffline || r.wp > g.ZoneCap ||
+				r.fbg < -1 || int(r.fbg) >= g.FBGsPerFCG || r.logFBG < -1 || int(r.logFBG) >= g.FBGsPerFCG {
+				return nil, bad("zone record out of range: zone %d state %d wp %d", r.zone, r.state, r.wp)
+			}
+			z := d.zones[r.zone]
+			z.state, z.wp, z.gen, z.fbg = r.state, r.wp, r.gen, int(r.fbg)
+			z.tl = nil
+			if r.tl {
+				if uint64(len(r.bitmap)) != (g.ZoneCap+7)/8 || r.logFBG < 0 {
+					return nil, bad("zone %d: bad TL record", r.zone)
+				}
+				z.tl = &tlState{orig: int(r.logFBG), mode: r.tlMode, bitmap: r.bitmap}
+			}
+		case fbgRec:
+			if int(r.fcg) >= g.NFCG || int(r.fbg) >= g.FBGsPerFCG {
+				return nil, bad("FBG record out of range")
+			}
+			d.fcgs[r.fcg].erases[r.fbg] = r.erases
+		case ipuRec:
+			ipus = append(ipus, r)
+		}
+	}
+	// FBG ownership, write pointers.
+	for _, z := range d.zones {
+		a := d.fcgs[z.fcg]
+		for _, b := range []int{z.fbg, z.origFBG()} {
+			if b < 0 {
+				continue
+			}
+			if a.used[b] {
+				return nil, bad("FBG %d of chip group %d mapped twice", b, z.fcg)
+			}
+			a.used[b] = true
+		}
+		var best *slot
+		for k := 0; k < 2; k++ {
+			buf := make([]byte, slotSize)
+			if _, err := f.ReadAt(buf, lay.slotBase+int64(z.idx*2+uint64(k))*slotSize); err != nil {
+				return nil, err
+			}
+			s, written, valid := decodeSlot(buf)
+			if !written {
+				continue
+			}
+			if !valid {
+				continue
+			}
+			if s.seq > z.slotSeq {
+				z.slotSeq = s.seq
+			}
+			if s.gen == z.gen && (best == nil || s.seq > best.seq) {
+				sc := s
+				best = &sc
+			}
+		}
+		if best != nil {
+			if best.wp > g.ZoneCap {
+				return nil, &zerr.CorruptError{Path: path, Reason: fmt.Sprintf("zone %d: write pointer %d past capacity %d", z.idx, best.wp, g.ZoneCap)}
+			}
+			if best.wp > z.wp {
+				if z.state == StateEmpty || z.state == StateOffline || z.fbg < 0 {
+					return nil, &zerr.CorruptError{Path: path, Reason: fmt.Sprintf("zone %d: write pointer %d but zone is %s without flash", z.idx, best.wp, z.state)}
+				}
+				z.wp = best.wp
+			}
+		}
+		if z.state == StateEmpty && z.wp != 0 {
+			return nil, &zerr.CorruptError{Path: path, Reason: fmt.Sprintf("zone %d: empty with write pointer %d", z.idx, z.wp)}
+		}
+		if z.state == StateFull {
+			z.wp = g.ZoneCap
+		}
+	}
+	for _, r := range ipus {
+		d.replayIPU(r)
+	}
+	jf0, err := os.OpenFile(path+".journal", os.O_RDWR, 0)
+	if err != nil {
+		return nil, err
+	}
+	d.j = &journal{path: path + ".journal", f: jf0, off: jend}
+	defer jf0.Close()
+	// Open zones come back closed (or empty); TL zones are finalized.
+	for _, z := range d.zones {
+		if z.state.open() {
+			z.state = StateClosed
+		}
+		if z.tl != nil && z.state == StateClosed {
+			if err := d.tlFinalize(z); err != nil {
+				return nil, err
+			}
+		}
+		if z.state == StateClosed && z.wp == 0 && z.tl == nil && len(z.ipuPages)+len(z.ipuChunks) == 0 {
+			if z.fbg >= 0 {
+				d.fcgs[z.fcg].used[z.fbg] = false
+				z.fbg = -1
+			}
+			z.state = StateEmpty
+		}
+		if z.state.active() {
+			d.nActive++
+		}
+	}
+	// Erase (punch) every free FBG so unprogrammed pages read as zeros.
+	for fi, a := range d.fcgs {
+		for b, u := range a.used {
+			if !u {
+				for c := 0; c < g.DZone; c++ {
+					if err := punch(f, lay.off(fi*g.DZone+c, b, 0, 0), lay.blockBytes()); err != nil {
+						return nil, err
+					}
+				}
+			}
+		}
+	}
+	// Compacted journal.
+	var out [][]byte
+	for fi, a := range d.fcgs {
+		for b, e := range a.erases {
+			if e > 0 {
+				out = append(out, fbgRec{uint32(fi), uint32(b), e}.encode())
+			}
+		}
+	}
+	for _, z := range d.zones {
+		if z.state != StateEmpty || z.gen != 0 {
+			out = append(out, d.zoneRecord(z).encode())
+		}
+		for _, r := range d.zoneIPURecs(z) {
+			out = append(out, r.encode())
+		}
+	}
+	if err := writeJournalFile(path+".journal", uuid, out); err != nil {
+		return nil, err
+	}
+	jf, err := os.OpenFile(path+".journal", os.O_RDWR, 0)
+	if err != nil {
+		return nil, err
+	}
+	st, err := jf.Stat()
+	if err != nil {
+		jf.Close()
+		return nil, err
+	}
+	d.j.f, d.j.off = jf, st.Size()
+	ok = true
+	return d, nil
+}
+
+// Close stops the device: waits for compactions, syncs and closes the files.
+func (d *Device) Close() error {
+	if d.closed.Swap(true) {
+		return &zerr.ClosedError{What: "device " + d.path}
+	}
+	d.bg.Wait()
+	e1 := unix.Fdatasync(int(d.f.Fd()))
+	e2 := d.j.sync()
+	e3 := d.f.Close()
+	e4 := d.j.f.Close()
+	return errors.Join(e1, e2, e3, e4)
+}
+
+// abandon closes the file descriptors without syncing or waiting, like a
+// killed process (tests only).
+func (d *Device) abandon() {
+	d.closed.Store(true)
+	d.bg.Wait()
+	d.f.Close()
+	d.j.f.Close()
+}
+
+func (d *Device) checkOpen() error {
+	if d.closed.Load() {
+		return &zerr.ClosedError{What: "device " + d.path}
+	}
+	return nil
+}
+
+// Config returns the current configuration.
+func (d *Device) Config() flash.Config { return d.conf() }
+
+// SetConfig changes run-time knobs (limits, timings, cache size, IPU budget,
+// copyback threshold). Geometry fields must equal the device's.
+func (d *Device) SetConfig(cfg flash.Config) error {
+	if err := cfg.Validate(); err != nil {
+		return err
+	}
+	cfg = cfg.Resolved()
+	for i, f := range geomFields(cfg) {
+		if have := geomFields(d.cfg)[i]; have.v != f.v {
+			return &zerr.GeometryMismatchError{Field: f.name, Have: fmt.Sprint(have.v), Want: fmt.Sprint(f.v)}
+		}
+	}
+	d.cfgMu.Lock()
+	d.cfg = cfg
+	d.cfgMu.Unlock()
+	if d.model != nil {
+		d.model.SetConfig(cfg)
+	}
+	return nil
+}
+
+// Clock is the device's clock.
+func (d *Device) Clock() clock.Clock { return d.clk }
+
+// Identify describes the device.
+func (d *Device) Identify() Identify {
+	c := d.conf()
+	return Identify{Zones: d.g.Zones, ZoneSize: d.g.ZoneSize, ZoneCapacity: d.g.ZoneCap, BlockSize: d.g.BlockSize,
+		TotalLBAs: d.g.TotalLBAs, MaxOpen: c.MaxOpenZones, MaxActive: c.MaxActiveZones, Chips: d.g.Chips,
+		Channels: d.g.Channels, DZone: d.g.DZone, PageSize: d.g.PageSize, Media: c.Media, IPUBudget: c.IPUBudgetBlocks,
+		UUID: hex.EncodeToString(d.uuid[:])}
+}
+
+// IdentifyMapping returns the chunk-address bit fields (ZNS+ identify_mapping).
+func (d *Device) IdentifyMapping() flash.Mapping { return d.g.Mapping() }
+
+// Geometry is the derived geometry.
+func (d *Device) Geometry() flash.Geometry { return d.g }
+
+func (d *Device) now() time.Duration {
+	if d.model == nil {
+		return 0
+	}
+	return d.clk.Now()
+}
+
+func (d *Device) wait(ctx context.Context, t time.Duration) error {
+	if d.model == nil {
+		return nil
+	}
+	return d.clk.WaitUntil(ctx, t)
+}
+
+func (z *zone) origFBG() int {
+	if z.tl == nil {
+		return -1
+	}
+	return z.tl.orig
+}
+
+func (z *zone) desc(g flash.Geometry) Zone {
+	return Zone{Index: z.idx, Start: z.start, Size: g.ZoneSize, Capacity: g.ZoneCap, WP: z.start + z.wp, State: z.state, TL: z.tl != nil}
+}
+
+// ReportZones lists up to max zones (0 = all) from startZone whose state
+// matches filter (StateAny for all).
+func (d *Device) ReportZones(filter ZoneState, startZone uint64, max int) ([]Zone, error) {
+	if err := d.checkOpen(); err != nil {
+		return nil, err
+	}
+	if startZone >= d.g.Zones {
+		return nil, &zerr.OutOfRangeError{LBA: startZone, Count: 1, Limit: d.g.Zones}
+	}
+	if filter > StateOffline && filter != StateAny {
+		return nil, &zerr.InvalidArgumentError{Field: "filter", Reason: fmt.Sprintf("unknown zone state %d", filter)}
+	}
+	var out []Zone
+	for _, z := range d.zones[startZone:] {
+		z.mu.RLock()
+		dz := z.desc(d.g)
+		z.mu.RUnlock()
+		if filter == StateAny || dz.State == filter {
+			out = append(out, dz)
+			if max > 0 && len(out) >= max {
+				break
+			}
+		}
+	}
+	return out, nil
+}
+
+// ---- state machine ----
+
+func b2i(b bool) int {
+	if b {
+		return 1
+	}
+	return 0
+}
+
+// setState moves z to state to, enforcing MAR and MOR. Caller holds z.mu.
+func (d *Device) setState(z *zone, to ZoneState) error {
+	from := z.state
+	if from == to {
+		return nil
+	}
+	c := d.conf()
+	dOpen := b2i(to.open()) - b2i(from.open())
+	dAct := b2i(to.active()) - b2i(from.active())
+	d.resMu.Lock()
+	if dAct > 0 && c.MaxActiveZones > 0 && d.nActive+dAct > c.MaxActiveZones {
+		d.resMu.Unlock()
+		return &zerr.TooManyActiveError{Limit: uint32(c.MaxActiveZones)}
+	}
+	if dOpen > 0 && c.MaxOpenZones > 0 && d.nOpen+dOpen > c.MaxOpenZones {
+		d.resMu.Unlock()
+		return &zerr.TooManyOpenError{Limit: uint32(c.MaxOpenZones)}
+	}
+	d.nOpen += dOpen
+	d.nActive += dAct
+	d.resMu.Unlock()
+	z.state = to
+	return nil
+}
+
+func (d *Device) zoneRecord(z *zone) zoneRec {
+	r := zoneRec{zone: z.idx, state: z.state, wp: z.wp, gen: z.gen, fbg: int32(z.fbg), logFBG: -1}
+	if z.tl != nil {
+		r.tl, r.tlMode, r.bitmap, r.logFBG = true, z.tl.mode, z.tl.bitmap, int32(z.tl.orig)
+	}
+	return r
+}
+
+func (d *Device) journalZone(z *zone) error { return d.j.append(d.zoneRecord(z).encode()) }
+
+// allocFBG takes the least-erased free FBG of an FCG (wear levelling).
+func (d *Device) allocFBG(fcg int) (int, error) {
+	a := d.fcgs[fcg]
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	best := -1
+	for b, u := range a.used {
+		if !u && (best < 0 || a.erases[b] < a.erases[best]) {
+			best = b
+		}
+	}
+	if best < 0 {
+		return -1, &zerr.NoResourcesError{Resource: fmt.Sprintf("free flash block groups in chip group %d", fcg), Requested: 1}
+	}
+	a.used[best] = true
+	return best, nil
+}
+
+// releaseFBG erases an FBG lazily: the host does not wait, the chips are
+// booked for the erase in the background, the pages are deallocated.
+func (d *Device) releaseFBG(fcg, b int, written bool) error {
+	if b < 0 {
+		return nil
+	}
+	a := d.fcgs[fcg]
+	a.mu.Lock()
+	a.used[b] = false
+	var e uint64
+	if written {
+		a.erases[b]++
+		e = a.erases[b]
+	}
+	a.mu.Unlock()
+	if !written {
+		return nil
+	}
+	if err := d.j.append(fbgRec{uint32(fcg), uint32(b), e}.encode()); err != nil {
+		return err
+	}
+	now := d.now()
+	for c := 0; c < d.g.DZone; c++ {
+		chip := fcg*d.g.DZone + c
+		if d.model != nil {
+			d.model.Erase(now, chip)
+		}
+		for p := 0; p < d.cfg.PagesPerBlock; p++ {
+			d.cbCount[d.pageIndex(chip, b, p)].Store(0)
+		}
+		if err := punch(d.f, d.lay.off(chip, b, 0, 0), d.lay.blockBytes()); err != nil {
+			return err
+		}
+	}
+	d.st.erases.Add(uint64(d.g.DZone))
+	return nil
+}
+
+func (d *Device) pageIndex(chip, blk, page int) int {
+	return (chip*d.cfg.BlocksPerChip+blk)*d.cfg.PagesPerBlock + page
+}
+
+func (d *Device) stateErr(z *zone, op string) error {
+	st := z.state.String()
+	if z.compacting {
+		st += " (zone_compaction destination in progress)"
+	}
+	return &zerr.ZoneStateError{Zone: z.idx, State: st, Op: op}
+}
+
+// openForWrite makes z writable (implicit open). Caller holds z.mu.
+func (d *Device) openForWrite(z *zone, explicit bool) error {
+	to := StateImplicitOpen
+	if explicit || z.state == StateExplicitOpen {
+		to = StateExplicitOpen
+	}
+	switch z.state {
+	case StateImplicitOpen, StateExplicitOpen:
+		if z.state == to {
+			return nil
+		}
+		z.state = to // implicit -> explicit: counts unchanged
+		return d.journalZone(z)
+	case StateEmpty, StateClosed:
+	default:
+		return d.stateErr(z, "open")
+	}
+	from := z.state
+	if err := d.setState(z, to); err != nil {
+		return err
+	}
+	if z.fbg < 0 {
+		b, err := d.allocFBG(z.fcg)
+		if err != nil {
+			z.state = from
+			d.undoState(from, to)
+			return err
+		}
+		z.fbg = b
+	}
+	return d.journalZone(z)
+}
+
+func (d *Device) undoState(from, to ZoneState) {
+	d.resMu.Lock()
+	d.nOpen -= b2i(to.open()) - b2i(from.open())
+	d.nActive -= b2i(to.active()) - b2i(from.active())
+	d.resMu.Unlock()
+}
+
+// ZoneMgmt applies a zone management action to one zone, or with selectAll
+// to every zone in a state the action applies to (zone is then ignored).
+func (d *Device) ZoneMgmt(ctx context.Context, zoneIdx uint64, action Action, selectAll bool) (IOResult, error) {
+	if err := d.checkOpen(); err != nil {
+		return IOResult{}, err
+	}
+	if action > ActionReadOnly {
+		return IOResult{}, &zerr.InvalidArgumentError{Field: "action", Reason: fmt.Sprintf("unknown zone action %d", action)}
+	}
+	t0 := d.now()
+	res := IOResult{Submitted: t0, Completed: t0}
+	if action == ActionReset && d.model != nil {
+		res.Completed = t0 + d.conf().ResetLatency
+	}
+	if !selectAll {
+		if zoneIdx >= d.g.Zones {
+			return IOResult{}, &zerr.OutOfRangeError{LBA: zoneIdx, Count: 1, Limit: d.g.Zones}
+		}
+		z := d.zones[zoneIdx]
+		z.mu.Lock()
+		err := d.mgmtLocked(z, action)
+		z.mu.Unlock()
+		if err != nil {
+			return IOResult{}, err
+		}
+		return res, d.wait(ctx, res.Completed)
+	}
+	if action == ActionReadOnly {
+		return IOResult{}, &zerr.InvalidArgumentError{Field: "select_all", Reason: "not allowed with set read-only"}
+	}
+	var first error
+	for _, z := range d.zones {
+		z.mu.Lock()
+		var applies bool
+		switch action {
+		case ActionOpen:
+			applies = z.state == StateClosed
+		case ActionClose:
+			applies = z.state.open()
+		case ActionFinish:
+			applies = z.state.active()
+		case ActionReset:
+			applies = z.state.active() || z.state == StateFull
+		case ActionOffline:
+			applies = z.state == StateReadOnly
+		}
+		if applies {
+			if err := d.mgmtLocked(z, action); err != nil && first == nil {
+				first = err
+			}
+		}
+		z.mu.Unlock()
+	}
+	if first != nil {
+		return IOResult{}, first
+	}
+	return res, d.wait(ctx, res.Completed)
+}
+
+func (d *Device) mgmtLocked(z *zone, action Action) error {
+	if z.compacting && action != ActionOpen {
+		return d.stateErr(z, action.String())
+	}
+	switch action {
+	case ActionOpen:
+		return d.openForWrite(z, true)
+	case ActionClose:
+		switch z.state {
+		case StateClosed:
+			return nil
+		case StateImplicitOpen, StateExplicitOpen:
+		default:
+			return d.stateErr(z, "close")
+		}
+		if z.tl != nil {
+			if err := d.tlFinalize(z); err != nil {
+				return err
+			}
+		}
+		to := StateClosed
+		if z.wp == 0 && len(z.ipuPages)+len(z.ipuChunks) == 0 {
+			to = StateEmpty
+		}
+		_ = d.setState(z, to) // never needs new resources
+		if to == StateEmpty {
+			d.releasePend(z)
+			if err := d.releaseFBG(z.fcg, z.fbg, false); err != nil {
+				return err
+			}
+			z.fbg = -1
+		}
+		return d.journalZone(z)
+	case ActionFinish:
+		switch z.state {
+		case StateFull:
+			return nil
+		case StateEmpty, StateImplicitOpen, StateExplicitOpen, StateClosed:
+		default:
+			return d.stateErr(z, "finish")
+		}
+		if z.tl != nil {
+			if err := d.tlFinalize(z); err != nil {
+				return err
+			}
+		}
+		_ = d.setState(z, StateFull)
+		z.wp = d.g.ZoneCap
+		d.releasePend(z)
+		return d.journalZone(z)
+	case ActionReset:
+		switch z.state {
+		case StateEmpty:
+			return nil
+		case StateReadOnly, StateOffline:
+			return d.stateErr(z, "reset")
+		}
+		return d.resetLocked(z, StateEmpty)
+	case ActionOffline:
+		if z.state == StateOffline {
+			return nil
+		}
+		return d.resetLocked(z, StateOffline)
+	case ActionReadOnly:
+		if z.state == StateOffline {
+			return d.stateErr(z, "set read-only")
+		}
+		if z.tl != nil {
+			if err := d.tlFinalize(z); err != nil {
+				return err
+			}
+		}
+		_ = d.setState(z, StateReadOnly)
+		d.releasePend(z)
+		return d.journalZone(z)
+	}
+	return nil
+}
+
+// resetLocked drops the zone's flash (lazily erased) and IPU blocks.
+func (d *Device) resetLocked(z *zone, to ZoneState) error {
+	_ = d.setState(z, to)
+	oldFBG, oldOrig := z.fbg, z.origFBG()
+	z.fbg, z.tl, z.wp = -1, nil, 0
+	if to == StateOffline {
+		z.wp = 0
+	}
+	z.gen++
+	d.dropIPU(z)
+	d.releasePend(z)
+	if err := d.journalZone(z); err != nil {
+		return err
+	}
+	if err := d.releaseFBG(z.fcg, oldFBG, true); err != nil {
+		return err
+	}
+	return d.releaseFBG(z.fcg, oldOrig, true)
+}
+
+func (d *Device) releasePend(z *zone) {
+	if z.pend > 0 && d.model != nil {
+		d.model.CacheRelease(d.now(), z.pend)
+	}
+	z.pend = 0
+}
+
+// Log returns the statistics.
+func (d *Device) Log() Log {
+	c := d.conf()
+	now := d.now()
+	l := Log{Now: now, HostBlocksWritten: d.st.hostW.Load(), HostBlocksRead: d.st.hostR.Load(),
+		NANDPagesProgrammed: d.st.nandProg.Load(), NANDPagesRead: d.st.nandRead.Load(),
+		CopybackChunks: d.st.cbChunks.Load(), ReadProgramBlocks: d.st.rpBlocks.Load(),
+		PluggedOnDemand: d.st.plugDemand.Load(), PluggedBackground: d.st.plugBG.Load(), Erases: d.st.erases.Load(),
+		CacheCapacity: c.WriteCacheBytes, ZonesPerState: map[string]int{}, IPUBudget: uint64(c.IPUBudgetBlocks)}
+	if l.HostBlocksWritten > 0 {
+		l.WAF = float64(l.NANDPagesProgrammed*uint64(d.g.ChunkBlocks)) / float64(l.HostBlocksWritten)
+	}
+	if d.model != nil {
+		l.CacheBytes = d.model.CacheUsed(now)
+		l.CacheHighWater = d.model.CacheHighWater()
+		l.CacheStalls = d.model.CacheStalls.Load()
+		l.CacheStallTime = time.Duration(d.model.CacheStallTime.Load())
+		for ch := 0; ch < d.g.Chips; ch++ {
+			b := d.model.ChipBusy(ch)
+			l.ChipBusy = append(l.ChipBusy, b)
+			u := 0.0
+			if now > 0 {
+				u = float64(b) / float64(now)
+			}
+			l.ChipUtilization = append(l.ChipUtilization, u)
+		}
+	}
+	for _, z := range d.zones {
+		z.mu.RLock()
+		l.ZonesPerState[z.state.String()]++
+		l.IPUPageEntries += uint64(len(z.ipuPages))
+		l.IPUChunkEntries += uint64(len(z.ipuChunks))
+		z.mu.RUnlock()
+	}
+	d.resMu.Lock()
+	l.OpenZones, l.ActiveZones = d.nOpen, d.nActive
+	d.resMu.Unlock()
+	l.IPUUsed = d.ipu.usedCount()
+	first := true
+	for _, a := range d.fcgs {
+		a.mu.Lock()
+		for _, e := range a.erases {
+			if first || e < l.EraseCountMin {
+				l.EraseCountMin = e
+			}
+			if e > l.EraseCountMax {
+				l.EraseCountMax = e
+			}
+			first = false
+		}
+		a.mu.Unlock()
+	}
+	return l
+}

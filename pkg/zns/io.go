@@ -1,0 +1,485 @@
+package zns
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/zonefleet/zonefleet/pkg/zerr"
+)
+
+type srcKind uint8
+
+const (
+	srcZero srcKind = iota
+	srcFlash
+	srcIPU
+)
+
+// bloc is where the current data of one block lives.
+type bloc struct {
+	kind srcKind
+	off  int64 // file offset
+	chip int
+	page int
+	fbg  int
+}
+
+func (d *Device) flashLoc(z *zone, fbg int, off uint64) bloc {
+	l := d.g.Locate(z.fcg, off)
+	return bloc{kind: srcFlash, off: d.lay.off(l.Chip, fbg, l.Page, l.Sub), chip: l.Chip, page: l.Page, fbg: fbg}
+}
+
+func (d *Device) ipuLoc(z *zone, off uint64, s uint32) bloc {
+	return bloc{kind: srcIPU, off: d.lay.ipuBase + int64(s)*int64(d.g.BlockSize), chip: d.g.ChipOfLBA(z.start + off), page: -1}
+}
+
+// locate finds the current data of zone-relative block off. Caller holds z.mu.
+// Below the write pointer: IPU region, else the zone's FBG (the LogFBG of a
+// TL zone). At or above it: zeros, except in a TL zone where the blocks not yet
+// overwritten still live in the original FBG.
+func (d *Device) locate(z *zone, off uint64) bloc {
+	if z.tl != nil && off < z.wp {
+		if z.fbg < 0 {
+			return bloc{}
+		}
+		return d.flashLoc(z, z.fbg, off)
+	}
+	if s, ok := z.ipuLookup(off, d.g.ChunkBlocks); ok {
+		return d.ipuLoc(z, off, s)
+	}
+	if z.tl != nil {
+		return d.flashLoc(z, z.tl.orig, off)
+	}
+	if off >= z.wp || z.fbg < 0 {
+		return bloc{}
+	}
+	return d.flashLoc(z, z.fbg, off)
+}
+
+func (d *Device) maxIOBlocks() uint64 {
+	m := d.g.ZoneSize
+	if m < 4096 {
+		m = 4096
+	}
+	return m
+}
+
+func (d *Device) checkRange(lba, n uint64) error {
+	if n == 0 {
+		return &zerr.InvalidArgumentError{Field: "count", Reason: "must be > 0 blocks"}
+	}
+	if n > d.maxIOBlocks() {
+		return &zerr.InvalidArgumentError{Field: "count", Reason: fmt.Sprintf("%d blocks is more than the %d-block maximum transfer", n, d.maxIOBlocks())}
+	}
+	if lba >= d.g.TotalLBAs || lba+n > d.g.TotalLBAs {
+		return &zerr.OutOfRangeError{LBA: lba, Count: n, Limit: d.g.TotalLBAs}
+	}
+	return nil
+}
+
+// readZone copies blocks [a, b) of z into out and models the flash reads from
+// t0. Caller holds z.mu (read). Returns the time the data is at the controller.
+func (d *Device) readZone(z *zone, a, b uint64, out []byte, t0 time.Duration) (time.Duration, error) {
+	bs := uint64(d.g.BlockSize)
+	done := t0
+	var run bloc
+	var runStart, runLen uint64
+	type pk struct{ chip, page, fbg int }
+	var cur pk
+	curN := 0
+	flushPage := func() {
+		if curN > 0 {
+			d.st.nandRead.Add(1)
+			if d.model != nil {
+				if t := d.model.Read(t0, cur.chip, curN); t > done {
+					done = t
+				}
+			}
+		}
+		curN = 0
+	}
+	flushRun := func() error {
+		if runLen == 0 {
+			return nil
+		}
+		dst := out[(runStart-a)*bs : (runStart-a+runLen)*bs]
+		if run.kind == srcZero {
+			clear(dst)
+		} else if _, err := d.f.ReadAt(dst, run.off); err != nil {
+			return err
+		}
+		runLen = 0
+		return nil
+	}
+	for off := a; off < b; off++ {
+		l := d.locate(z, off)
+		if runLen > 0 && (l.kind != run.kind || (l.kind != srcZero && l.off != run.off+int64(runLen*bs))) {
+			if err := flushRun(); err != nil {
+				return 0, err
+			}
+		}
+		if runLen == 0 {
+			run, runStart = l, off
+		}
+		runLen++
+		switch l.kind {
+		case srcFlash:
+			k := pk{l.chip, l.page, l.fbg}
+			if curN > 0 && k != cur {
+				flushPage()
+			}
+			cur = k
+			curN++
+		case srcIPU:
+			flushPage()
+			cur = pk{l.chip, -1, -1}
+			curN = 1
+			flushPage()
+		}
+	}
+	flushPage()
+	if err := flushRun(); err != nil {
+		return 0, err
+	}
+	return done, nil
+}
+
+// Read returns n blocks from lba. Blocks at or above a zone's write pointer
+// (never written, or past a finish) read as zeros; reading an offline zone is
+// a ZoneStateError. A read may span zones.
+func (d *Device) Read(ctx context.Context, lba, n uint64) ([]byte, IOResult, error) {
+	if err := d.checkOpen(); err != nil {
+		return nil, IOResult{}, err
+	}
+	if err := d.checkRange(lba, n); err != nil {
+		return nil, IOResult{}, err
+	}
+	bs := uint64(d.g.BlockSize)
+	buf := make([]byte, n*bs)
+	t0 := d.now()
+	done := t0
+	for pos := lba; pos < lba+n; {
+		zi := pos / d.g.ZoneSize
+		z := d.zones[zi]
+		end := min(lba+n, (zi+1)*d.g.ZoneSize)
+		z.mu.RLock()
+		if z.state == StateOffline {
+			z.mu.RUnlock()
+			return nil, IOResult{}, d.stateErr(z, "read")
+		}
+		t, err := d.readZone(z, pos-z.start, end-z.start, buf[(pos-lba)*bs:], t0)
+		z.mu.RUnlock()
+		if err != nil {
+			return nil, IOResult{}, err
+		}
+		done = max(done, t)
+		pos = end
+	}
+	if d.model != nil {
+		done = d.model.Link(done, len(buf))
+	}
+	d.st.hostR.Add(n)
+	res := IOResult{Submitted: t0, Completed: done}
+	return buf, res, d.wait(ctx, done)
+}
+
+func (d *Device) checkData(data []byte) (uint64, error) {
+	bs := d.g.BlockSize
+	if len(data) == 0 || len(data)%bs != 0 {
+		return 0, &zerr.InvalidArgumentError{Field: "data", Reason: fmt.Sprintf("length %d is not a positive multiple of the %d-byte block", len(data), bs)}
+	}
+	n := uint64(len(data) / bs)
+	if n > d.maxIOBlocks() {
+		return 0, &zerr.InvalidArgumentError{Field: "data", Reason: fmt.Sprintf("%d blocks is more than the %d-block maximum transfer", n, d.maxIOBlocks())}
+	}
+	return n, nil
+}
+
+// zoneFor returns the zone holding [lba, lba+n), which must not cross a zone.
+func (d *Device) zoneFor(lba, n uint64) (*zone, error) {
+	if lba >= d.g.TotalLBAs {
+		return nil, &zerr.OutOfRangeError{LBA: lba, Count: n, Limit: d.g.TotalLBAs}
+	}
+	z := d.zones[lba/d.g.ZoneSize]
+	if lba+n > z.start+d.g.ZoneSize {
+		return nil, &zerr.OutOfRangeError{LBA: lba, Count: n, Limit: z.start + d.g.ZoneSize}
+	}
+	return z, nil
+}
+
+// Write writes data at lba, which must be the zone's write pointer (or, with
+// Overwrite, already written blocks of a sequential zone: an in-place update
+// into the IPU region; or, in a TL_opened zone, invalid blocks at or above the
+// write pointer).
+func (d *Device) Write(ctx context.Context, lba uint64, data []byte, fl Flags) (IOResult, error) {
+	if err := d.checkOpen(); err != nil {
+		return IOResult{}, err
+	}
+	n, err := d.checkData(data)
+	if err != nil {
+		return IOResult{}, err
+	}
+	z, err := d.zoneFor(lba, n)
+	if err != nil {
+		return IOResult{}, err
+	}
+	t0 := d.now()
+	z.mu.Lock()
+	res, err := d.writeLocked(z, lba-z.start, data, fl, t0, false)
+	z.mu.Unlock()
+	if err != nil {
+		return IOResult{}, err
+	}
+	if fl.FUA {
+		if err := d.syncAll(); err != nil {
+			return IOResult{}, err
+		}
+	}
+	return res, d.wait(ctx, res.Completed)
+}
+
+// Append writes data at the write pointer of the zone starting at zoneStart
+// and returns the first LBA written.
+func (d *Device) Append(ctx context.Context, zoneStart uint64, data []byte, fl Flags) (uint64, IOResult, error) {
+	if err := d.checkOpen(); err != nil {
+		return 0, IOResult{}, err
+	}
+	n, err := d.checkData(data)
+	if err != nil {
+		return 0, IOResult{}, err
+	}
+	if zoneStart >= d.g.TotalLBAs {
+		return 0, IOResult{}, &zerr.OutOfRangeError{LBA: zoneStart, Count: n, Limit: d.g.TotalLBAs}
+	}
+	if zoneStart%d.g.ZoneSize != 0 {
+		return 0, IOResult{}, &zerr.InvalidArgumentError{Field: "zone_start", Reason: fmt.Sprintf("LBA %d is not a zone start (zones are %d blocks)", zoneStart, d.g.ZoneSize)}
+	}
+	z := d.zones[zoneStart/d.g.ZoneSize]
+	t0 := d.now()
+	z.mu.Lock()
+	if z.tl != nil {
+		z.mu.Unlock()
+		return 0, IOResult{}, &zerr.ZoneStateError{Zone: z.idx, State: z.state.String() + " (TL_opened)", Op: "append"}
+	}
+	off := z.wp
+	fl.Overwrite = false
+	res, err := d.writeLocked(z, off, data, fl, t0, false)
+	z.mu.Unlock()
+	if err != nil {
+		return 0, IOResult{}, err
+	}
+	if fl.FUA {
+		if err := d.syncAll(); err != nil {
+			return 0, IOResult{}, err
+		}
+	}
+	return z.start + off, res, d.wait(ctx, res.Completed)
+}
+
+func (d *Device) syncAll() error {
+	if err := unix.Fdatasync(int(d.f.Fd())); err != nil {
+		return err
+	}
+	return d.j.sync()
+}
+
+// Flush makes every acknowledged write durable against a machine crash.
+func (d *Device) Flush(ctx context.Context) (IOResult, error) {
+	if err := d.checkOpen(); err != nil {
+		return IOResult{}, err
+	}
+	t := d.now()
+	return IOResult{Submitted: t, Completed: t}, d.syncAll()
+}
+
+// writeLocked is the write path; caller holds z.mu. internal writes (copies)
+// skip the host link and the write cache; their data is ready at t0.
+func (d *Device) writeLocked(z *zone, off uint64, data []byte, fl Flags, t0 time.Duration, internal bool) (IOResult, error) {
+	n := uint64(len(data) / d.g.BlockSize)
+	switch z.state {
+	case StateReadOnly, StateOffline:
+		return IOResult{}, d.stateErr(z, "write")
+	}
+	if z.compacting && !internal {
+		return IOResult{}, d.stateErr(z, "write")
+	}
+	if z.tl != nil {
+		return d.tlWrite(z, off, data, fl, t0)
+	}
+	if fl.Overwrite && off < z.wp {
+		return d.ipuWrite(z, off, data, t0)
+	}
+	if z.state == StateFull {
+		return IOResult{}, &zerr.ZoneFullError{Zone: z.idx, Capacity: d.g.ZoneCap}
+	}
+	if off != z.wp {
+		return IOResult{}, &zerr.WritePointerError{Zone: z.idx, Expected: z.start + z.wp, Got: z.start + off}
+	}
+	if off+n > d.g.ZoneCap {
+		return IOResult{}, &zerr.ZoneFullError{Zone: z.idx, Capacity: d.g.ZoneCap}
+	}
+	if err := d.openForWrite(z, false); err != nil {
+		return IOResult{}, err
+	}
+	if err := d.writePhys(z, z.fbg, off, data); err != nil {
+		return IOResult{}, err
+	}
+	res := d.writeTiming(z, off, n, t0, fl.FUA, internal)
+	z.wp += n
+	if err := d.persistWP(z); err != nil {
+		return IOResult{}, err
+	}
+	if !internal {
+		d.st.hostW.Add(n)
+	}
+	if z.wp == d.g.ZoneCap {
+		_ = d.setState(z, StateFull)
+		d.releasePend(z)
+		if err := d.journalZone(z); err != nil {
+			return IOResult{}, err
+		}
+	}
+	return res, nil
+}
+
+// writePhys stores data at zone offset off of FBG fbg, one pwrite per chunk.
+func (d *Device) writePhys(z *zone, fbg int, off uint64, data []byte) error {
+	bs := uint64(d.g.BlockSize)
+	cb := uint64(d.g.ChunkBlocks)
+	n := uint64(len(data)) / bs
+	for i := uint64(0); i < n; {
+		o := off + i
+		k := min(n-i, cb-o%cb)
+		l := d.flashLoc(z, fbg, o)
+		if _, err := d.f.WriteAt(data[i*bs:(i+k)*bs], l.off); err != nil {
+			return err
+		}
+		i += k
+	}
+	return nil
+}
+
+// persistWP writes the zone's write pointer to its A/B slot.
+func (d *Device) persistWP(z *zone) error {
+	z.slotSeq++
+	b := encodeSlot(slot{gen: z.gen, wp: z.wp, seq: z.slotSeq})
+	_, err := d.f.WriteAt(b, d.lay.slotBase+int64(z.idx*2+z.slotSeq%2)*slotSize)
+	return err
+}
+
+// writeTiming models a sequential write of n blocks at off: host link, write
+// cache admission, then one program per chunk the write completes.
+func (d *Device) writeTiming(z *zone, off, n uint64, t0 time.Duration, fua, internal bool) IOResult {
+	cb := uint64(d.g.ChunkBlocks)
+	chunkBytes := int64(cb) * int64(d.g.BlockSize)
+	progs := 0
+	if d.model == nil {
+		for o := off; o < off+n; o++ {
+			if o%cb == cb-1 || o == d.g.ZoneCap-1 {
+				progs++
+			}
+		}
+		d.st.nandProg.Add(uint64(progs))
+		return IOResult{}
+	}
+	bytes := int64(n) * int64(d.g.BlockSize)
+	cached := !internal && d.conf().WriteCacheBytes > 0
+	ready := t0
+	if !internal {
+		ready = d.model.Link(t0, int(bytes))
+	}
+	if cached {
+		ready = d.model.CacheAdmit(ready, bytes)
+		z.pend += bytes
+	}
+	done := ready
+	lastProg := ready
+	for o := off; o < off+n; o++ {
+		if o%cb == cb-1 || o == d.g.ZoneCap-1 {
+			l := d.g.Locate(z.fcg, o)
+			p := d.model.Program(ready, l.Chip)
+			progs++
+			lastProg = max(lastProg, p)
+			if cached {
+				rel := min(chunkBytes, z.pend)
+				z.pend -= rel
+				d.model.CacheRelease(p, rel)
+			}
+		}
+	}
+	d.st.nandProg.Add(uint64(progs))
+	if !cached || fua {
+		done = lastProg
+	}
+	return IOResult{Submitted: t0, Completed: done}
+}
+
+// SimpleCopy copies the source ranges, in order, to one contiguous
+// destination starting at dst, which must be its zone's write pointer. The
+// data moves inside the device (read and program, no host link).
+func (d *Device) SimpleCopy(ctx context.Context, src []Range, dst uint64) (IOResult, error) {
+	if err := d.checkOpen(); err != nil {
+		return IOResult{}, err
+	}
+	if len(src) == 0 {
+		return IOResult{}, &zerr.InvalidArgumentError{Field: "src", Reason: "no source ranges"}
+	}
+	var total uint64
+	for _, r := range src {
+		if err := d.checkRange(r.LBA, r.Count); err != nil {
+			return IOResult{}, err
+		}
+		total += r.Count
+		if total > d.maxIOBlocks() {
+			return IOResult{}, &zerr.InvalidArgumentError{Field: "src", Reason: "copy larger than the maximum transfer"}
+		}
+	}
+	z, err := d.zoneFor(dst, total)
+	if err != nil {
+		return IOResult{}, err
+	}
+	bs := uint64(d.g.BlockSize)
+	buf := make([]byte, total*bs)
+	t0 := d.now()
+	ready := t0
+	var p uint64
+	for _, r := range src {
+		for pos := r.LBA; pos < r.LBA+r.Count; {
+			zi := pos / d.g.ZoneSize
+			sz := d.zones[zi]
+			end := min(r.LBA+r.Count, (zi+1)*d.g.ZoneSize)
+			sz.mu.RLock()
+			if sz.state == StateOffline {
+				sz.mu.RUnlock()
+				return IOResult{}, d.stateErr(sz, "copy from")
+			}
+			t, err := d.readZone(sz, pos-sz.start, end-sz.start, buf[p*bs:], t0)
+			sz.mu.RUnlock()
+			if err != nil {
+				return IOResult{}, err
+			}
+			ready = max(ready, t)
+			p += end - pos
+			pos = end
+		}
+	}
+	z.mu.Lock()
+	if z.tl != nil {
+		z.mu.Unlock()
+		return IOResult{}, &zerr.ZoneStateError{Zone: z.idx, State: z.state.String() + " (TL_opened)", Op: "simple copy into"}
+	}
+	res, err := d.writeLocked(z, dst-z.start, buf, Flags{}, ready, true)
+	z.mu.Unlock()
+	if err != nil {
+		return IOResult{}, err
+	}
+	d.st.rpBlocks.Add(total)
+	res.Submitted = t0
+	if d.model == nil {
+		res = IOResult{}
+	}
+	return res, d.wait(ctx, res.Completed)
+}

@@ -1,0 +1,182 @@
+package zns
+
+import (
+	"time"
+)
+
+// ZoneState is the NVMe ZNS zone state.
+type ZoneState uint8
+
+const (
+	StateEmpty ZoneState = iota
+	StateImplicitOpen
+	StateExplicitOpen
+	StateClosed
+	StateFull
+	StateReadOnly
+	StateOffline
+	// StateAny is a ReportZones filter matching every state.
+	StateAny ZoneState = 255
+)
+
+func (s ZoneState) String() string {
+	switch s {
+	case StateEmpty:
+		return "empty"
+	case StateImplicitOpen:
+		return "implicitly-open"
+	case StateExplicitOpen:
+		return "explicitly-open"
+	case StateClosed:
+		return "closed"
+	case StateFull:
+		return "full"
+	case StateReadOnly:
+		return "read-only"
+	case StateOffline:
+		return "offline"
+	case StateAny:
+		return "any"
+	}
+	return "unknown"
+}
+
+func (s ZoneState) open() bool   { return s == StateImplicitOpen || s == StateExplicitOpen }
+func (s ZoneState) active() bool { return s.open() || s == StateClosed }
+
+// Action is a zone management action.
+type Action uint8
+
+const (
+	ActionOpen Action = iota
+	ActionClose
+	ActionFinish
+	ActionReset
+	ActionOffline
+	// ActionReadOnly is an emulator fault injection: the zone becomes read-only.
+	ActionReadOnly
+)
+
+func (a Action) String() string {
+	return [...]string{"open", "close", "finish", "reset", "offline", "set read-only"}[a]
+}
+
+// Zone is one zone descriptor of ReportZones.
+type Zone struct {
+	Index    uint64    `json:"index"`
+	Start    uint64    `json:"start"`    // first LBA
+	Size     uint64    `json:"size"`     // LBAs
+	Capacity uint64    `json:"capacity"` // writable LBAs
+	WP       uint64    `json:"wp"`       // write pointer as an absolute LBA
+	State    ZoneState `json:"state"`
+	TL       bool      `json:"tl"` // TL_opened (threaded logging)
+}
+
+// Flags of a write.
+type Flags struct {
+	FUA       bool // force unit access: fdatasync before completing; completes at program time
+	Overwrite bool // in-place update of already written blocks (ZMS budget-based IPU)
+}
+
+// Range is a run of LBAs.
+type Range struct {
+	LBA   uint64 `json:"lba"`
+	Count uint64 `json:"count"`
+}
+
+// Copy is one zone_compaction entry: Count blocks from Src to Dst.
+type Copy struct {
+	Src   uint64 `json:"src"`
+	Dst   uint64 `json:"dst"`
+	Count uint64 `json:"count"`
+}
+
+// TLMode selects the internal plugging order of a TL_opened zone.
+type TLMode uint8
+
+const (
+	LBAOrdered TLMode = iota
+	PPAOrdered
+)
+
+func (m TLMode) String() string {
+	if m == PPAOrdered {
+		return "ppa-ordered"
+	}
+	return "lba-ordered"
+}
+
+// IOResult is the modelled timing of one request: it was submitted at
+// Submitted and completes at Completed (modelled clock times). With the off
+// clock both are zero.
+type IOResult struct {
+	Submitted time.Duration
+	Completed time.Duration
+}
+
+// Latency is the modelled latency.
+func (r IOResult) Latency() time.Duration { return r.Completed - r.Submitted }
+
+// CompactionResult is what WaitCompaction reports.
+type CompactionResult struct {
+	ID             uint64
+	Blocks         uint64 // blocks copied
+	CopybackBlocks uint64 // blocks moved by on-chip copyback (whole chunks)
+	CopybackChunks uint64
+	ReadProgBlocks uint64 // blocks moved by read-and-program
+	Submitted      time.Duration
+	Completed      time.Duration
+	Err            error
+}
+
+// Duration is the modelled duration of the compaction.
+func (r CompactionResult) Duration() time.Duration { return r.Completed - r.Submitted }
+
+// Identify describes the device.
+type Identify struct {
+	Zones        uint64 `json:"zones"`
+	ZoneSize     uint64 `json:"zone_size"`     // LBAs
+	ZoneCapacity uint64 `json:"zone_capacity"` // LBAs
+	BlockSize    int    `json:"block_size"`
+	TotalLBAs    uint64 `json:"total_lbas"`
+	MaxOpen      int    `json:"max_open_zones"`   // 0 = no limit
+	MaxActive    int    `json:"max_active_zones"` // 0 = no limit
+	Chips        int    `json:"chips"`
+	Channels     int    `json:"channels"`
+	DZone        int    `json:"d_zone"`
+	PageSize     int    `json:"page_size"`
+	Media        string `json:"media"`
+	IPUBudget    int    `json:"ipu_budget_blocks"`
+	UUID         string `json:"uuid"`
+}
+
+// Log is the device statistics (GetLog).
+type Log struct {
+	Now                 time.Duration   `json:"now_ns"`
+	HostBlocksWritten   uint64          `json:"host_blocks_written"`
+	HostBlocksRead      uint64          `json:"host_blocks_read"`
+	NANDPagesProgrammed uint64          `json:"nand_pages_programmed"`
+	NANDPagesRead       uint64          `json:"nand_pages_read"`
+	WAF                 float64         `json:"waf"` // NAND blocks programmed / host blocks written
+	CopybackChunks      uint64          `json:"copyback_chunks"`
+	ReadProgramBlocks   uint64          `json:"read_program_blocks"`
+	PluggedOnDemand     uint64          `json:"plugged_blocks_on_demand"`
+	PluggedBackground   uint64          `json:"plugged_blocks_background"`
+	Erases              uint64          `json:"erases"`
+	CacheBytes          int64           `json:"cache_bytes"`
+	CacheCapacity       int64           `json:"cache_capacity"`
+	CacheHighWater      int64           `json:"cache_high_water"`
+	CacheStalls         int64           `json:"cache_stalls"`
+	CacheStallTime      time.Duration   `json:"cache_stall_ns"`
+	ChipBusy            []time.Duration `json:"chip_busy_ns"`
+	ChipUtilization     []float64       `json:"chip_utilization"`
+	ZonesPerState       map[string]int  `json:"zones_per_state"`
+	OpenZones           int             `json:"open_zones"`
+	ActiveZones         int             `json:"active_zones"`
+	IPUBudget           uint64          `json:"ipu_budget_blocks"`
+	IPUUsed             uint64          `json:"ipu_used_blocks"`
+	IPUPageEntries      uint64          `json:"ipu_page_entries"`
+	IPUChunkEntries     uint64          `json:"ipu_chunk_entries"`
+	EraseCountMin       uint64          `json:"erase_count_min"`
+	EraseCountMax       uint64          `json:"erase_count_max"`
+}
