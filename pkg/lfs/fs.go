@@ -1,0 +1,660 @@
+// Package lfs is ZoneFleet's log-structured file system: an F2FS-like LFS over
+// one namespace's v-zones, reached only through the Volume interface. It knows
+// nothing about FUSE or gRPC; its FS API is shaped for a go-fuse binding.
+//
+// Layout: segments are v-zones. Six active logs (hot/warm/cold x node/data).
+// Nodes (inodes and direct nodes) are found through the NAT; the SIT keeps each
+// segment's valid bitmap and the SSA each block's owner. Metadata is only ever
+// appended: every metadata zone starts with the superblock and a full snapshot
+// (NAT, SIT+SSA of valid blocks, segments, log heads), followed by checkpoint
+// deltas; when a zone fills up the next one is opened with a fresh snapshot and
+// the old one reset, so there are always one or two metadata zones.
+package lfs
+
+import (
+	"context"
+	"crypto/rand"
+	"errors"
+	"fmt"
+	"sort"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/zonefleet/zonefleet/pkg/clock"
+	"github.com/zonefleet/zonefleet/pkg/zerr"
+)
+
+// RootIno is the inode number of the root directory.
+const RootIno = 1
+
+// MkfsOptions configures Mkfs.
+type MkfsOptions struct {
+	// OPPercent is the over-provisioning: the share of the data segments users
+	// can never fill, so that recycling always finds invalid blocks. 0 means 10.
+	OPPercent int
+	// Force formats a namespace that already holds a file system or data.
+	Force bool
+}
+
+// MoveMethod is how recycling moves a victim's valid blocks.
+type MoveMethod int
+
+const (
+	// HostCopy reads valid blocks to the client and writes them back (the ZNS baseline).
+	HostCopy MoveMethod = iota
+	// Compact offloads the copy to the drives (IZC, ZNS+ zone_compaction).
+	Compact
+)
+
+func (m MoveMethod) String() string {
+	if m == Compact {
+		return "izc"
+	}
+	return "host_copy"
+}
+
+// Options configures Mount.
+type Options struct {
+	Clock    clock.Clock           // nil means clock.Off (no background work)
+	Registry prometheus.Registerer // nil: metrics are kept but not registered
+	// Policy chooses victims and how to move them; nil means DefaultPolicy(Move).
+	Policy RecyclePolicy
+	// Move is the default policy's method: HostCopy or Compact (IZC).
+	Move MoveMethod
+	// CachedWrite (IZC-H) writes blocks cached clean on the host from the host
+	// instead of copying them on the device (IZC-D, the default). Dirty cached
+	// blocks are always written from the host.
+	CachedWrite bool
+	// BackgroundGC runs one recycling round after this much idle (modelled)
+	// time; 0 disables it. Needs a Clock other than Off.
+	BackgroundGC time.Duration
+	// CheckpointEvery takes a checkpoint at this (modelled) period when
+	// something changed; 0 disables it. Needs a Clock other than Off.
+	CheckpointEvery time.Duration
+	// CacheBlocks bounds the host page cache (0: 4096 blocks); dirty pages are
+	// written back when they exceed a quarter of it.
+	CacheBlocks int
+	// Retries of a Volume call failing with zerr.ErrUnavailable (0: 3).
+	Retries int
+}
+
+// FS is a mounted file system. All methods are safe for concurrent use.
+type FS struct {
+	mu   sync.Mutex
+	vol  Volume
+	geo  VolumeGeometry
+	bs   int
+	sb   superblock
+	opts Options
+	clk  clock.Clock
+	pol  RecyclePolicy
+	m    *metrics
+
+	nlogs int
+	segs  map[ZoneID]*segment
+	logs  []*segment
+
+	nat      map[uint64]Addr
+	natDirty map[uint64]struct{}
+	touched  map[Addr]bool // validity changes since the last checkpoint (value: valid at it)
+
+	inodes  map[uint64]*inode
+	handles map[Handle]*handle
+	nextFH  Handle
+	orphans map[uint64]struct{}
+
+	cpVer   uint64
+	cpLogs  []ZoneID // log heads (zone+1) of the last checkpoint
+	cpLogWP []uint64
+	nodeSeq uint64
+	nextIno uint64
+	used    uint64 // user blocks in use: data blocks (mapped or dirty holes) + nodes
+
+	cachePages, dirtyPages, dirtyNodes int
+
+	metaZone           ZoneID
+	metaWP, metaEpoch  uint64
+	metaSeq, sinceSnap uint64
+	hasMeta            bool
+	blocksWritten      uint64 // all blocks written to the drives (incl. meta and moves)
+	userBlocks         uint64 // blocks written on behalf of users (data + nodes)
+	inGC, inCP         bool
+	failed             error
+	closed             bool
+	lastOp             time.Duration
+	stopTimer          func() bool
+	stats              Stats
+}
+
+func (fs *FS) retry(ctx context.Context, f func() error) error {
+	n := fs.opts.Retries
+	if n <= 0 {
+		n = 3
+	}
+	var err error
+	for i := 0; i <= n; i++ {
+		if err = f(); err == nil || !errors.Is(err, zerr.ErrUnavailable) {
+			return err
+		}
+		if fs.clk != nil {
+			_ = clock.Sleep(ctx, fs.clk, time.Duration(1<<i)*time.Millisecond)
+		}
+		if ctx.Err() != nil {
+			return err
+		}
+	}
+	return err
+}
+
+func newFS(vol Volume, opts Options) *FS {
+	if opts.Clock == nil {
+		opts.Clock = clock.Off()
+	}
+	if opts.CacheBlocks <= 0 {
+		opts.CacheBlocks = 4096
+	}
+	fs := &FS{vol: vol, geo: vol.Geometry(), opts: opts, clk: opts.Clock,
+		segs: map[ZoneID]*segment{}, nat: map[uint64]Addr{}, natDirty: map[uint64]struct{}{},
+		touched: map[Addr]bool{}, inodes: map[uint64]*inode{}, handles: map[Handle]*handle{},
+		orphans: map[uint64]struct{}{}, nextFH: 1}
+	fs.bs = fs.geo.BlockSize
+	fs.pol = opts.Policy
+	if fs.pol == nil {
+		fs.pol = DefaultPolicy(opts.Move)
+	}
+	fs.m = newMetrics(opts.Registry)
+	return fs
+}
+
+func checkGeometry(g VolumeGeometry) error {
+	switch {
+	case g.BlockSize < 512 || g.BlockSize > 1<<20 || g.BlockSize&(g.BlockSize-1) != 0:
+		return &zerr.InvalidArgumentError{Field: "block_size", Reason: fmt.Sprintf("%d is not a power of two in [512, 1M]", g.BlockSize)}
+	case g.ZoneBlocks < 16 || g.ZoneBlocks >= 1<<32:
+		return &zerr.InvalidArgumentError{Field: "zone_blocks", Reason: fmt.Sprintf("%d is not in [16, 2^32)", g.ZoneBlocks)}
+	case g.MaxOpen < 4:
+		return &zerr.InvalidArgumentError{Field: "max_open", Reason: fmt.Sprintf("the file system needs at least 4 open zones, volume allows %d", g.MaxOpen)}
+	}
+	return nil
+}
+
+// Mkfs formats vol. It refuses a namespace that holds a file system or any
+// data (zerr.AlreadyExistsError) unless opts.Force.
+func Mkfs(ctx context.Context, vol Volume, opts MkfsOptions) error {
+	g := vol.Geometry()
+	if err := checkGeometry(g); err != nil {
+		return err
+	}
+	op := opts.OPPercent
+	if op == 0 {
+		op = 10
+	}
+	if op < 0 || op > 50 {
+		return &zerr.InvalidArgumentError{Field: "op_percent", Reason: fmt.Sprintf("%d is not in [1, 50]", op)}
+	}
+	zones, err := vol.Zones(ctx)
+	if err != nil {
+		return err
+	}
+	if len(zones) > 0 && !opts.Force {
+		for _, z := range zones {
+			if z.WP == 0 {
+				continue
+			}
+			if _, _, err := readSuper(ctx, vol, z.ID); err == nil {
+				return &zerr.AlreadyExistsError{Kind: "file system", Name: fmt.Sprintf("in v-zone %d", z.ID)}
+			}
+		}
+		return &zerr.AlreadyExistsError{Kind: "data", Name: fmt.Sprintf("%d non-empty v-zones", len(zones))}
+	}
+	for _, z := range zones {
+		if err := vol.Reset(ctx, z.ID); err != nil {
+			return err
+		}
+	}
+	sb := superblock{Version: FormatVersion, BlockSize: uint32(g.BlockSize), ZoneBlocks: g.ZoneBlocks,
+		MaxZones: uint32(g.MaxZones), OPPercent: uint32(op), Logs: 6}
+	_, _ = rand.Read(sb.UUID[:])
+	if g.MaxOpen < numTemps+2 {
+		sb.Logs = 2
+	}
+	sb.ReserveSegs = sb.Logs + 4
+	dataSegs := g.MaxZones - metaZonesReserved
+	if dataSegs <= int(sb.ReserveSegs)+2 {
+		return &zerr.NoResourcesError{Resource: "v-zones (volume too small)", Requested: uint64(sb.ReserveSegs) + 3 + metaZonesReserved, Available: uint64(g.MaxZones)}
+	}
+	sb.UserBlocks = uint64(dataSegs-int(sb.ReserveSegs)) * g.ZoneBlocks * uint64(100-op) / 100
+	fs := newFS(vol, Options{})
+	fs.sb = sb
+	fs.nlogs = int(sb.Logs)
+	fs.logs = make([]*segment, fs.nlogs)
+	fs.nextIno = RootIno + 1
+	now := time.Now().UnixNano()
+	root := fs.newInode(RootIno, syscall.S_IFDIR|0o755, 0, 0, now)
+	root.body.Nlink = 2
+	root.body.Parent = RootIno
+	root.dir = &dirIndex{ents: map[string]int{}}
+	fs.used++
+	if err := fs.checkpoint(ctx, true); err != nil {
+		return err
+	}
+	return fs.shutdown(ctx)
+}
+
+// readSuper reads the superblock record at the start of zone z.
+func readSuper(ctx context.Context, vol Volume, z ZoneID) (superblock, metaRecord, error) {
+	bs := vol.Geometry().BlockSize
+	b := make([]byte, bs)
+	if err := vol.Read(ctx, z, 0, b); err != nil {
+		return superblock{}, metaRecord{}, err
+	}
+	n, err := metaRecordLen(b, bs)
+	if err != nil {
+		return superblock{}, metaRecord{}, err
+	}
+	if n > 1 {
+		return superblock{}, metaRecord{}, corrupt("superblock", "record of %d blocks", n)
+	}
+	r, err := decodeMetaRecord(b)
+	if err != nil {
+		return superblock{}, metaRecord{}, err
+	}
+	if r.Type != recSuper {
+		return superblock{}, r, corrupt("superblock", "zone %d starts with record type %d", z, r.Type)
+	}
+	sb, err := decodeSuperblock(r.Payload)
+	return sb, r, err
+}
+
+// metaLog is what Mount reads from one metadata zone.
+type metaLog struct {
+	zone  ZoneID
+	epoch uint64
+	sb    superblock
+	cps   []*checkpoint // snapshot first, then deltas
+	end   uint64        // blocks of valid records
+	wp    uint64
+}
+
+func readMetaLog(ctx context.Context, vol Volume, zi ZoneInfo) (*metaLog, error) {
+	sb, rec, err := readSuper(ctx, vol, zi.ID)
+	if err != nil {
+		return nil, err
+	}
+	bs := vol.Geometry().BlockSize
+	ml := &metaLog{zone: zi.ID, epoch: rec.Epoch, sb: sb, end: 1, wp: zi.WP}
+	for off := uint64(1); off < zi.WP; {
+		first := make([]byte, bs)
+		if err := vol.Read(ctx, zi.ID, off, first); err != nil {
+			return nil, err
+		}
+		n, err := metaRecordLen(first, bs)
+		if err != nil || off+uint64(n) > zi.WP {
+			break // torn tail
+		}
+		b := make([]byte, n*bs)
+		if err := vol.Read(ctx, zi.ID, off, b); err != nil {
+			return nil, err
+		}
+		r, err := decodeMetaRecord(b)
+		if err != nil || r.Epoch != rec.Epoch {
+			break
+		}
+		cp, err := decodeCheckpoint(r.Payload)
+		if err != nil {
+			break
+		}
+		if (len(ml.cps) == 0) != (r.Type == recSnapshot) || cp.Full != (r.Type == recSnapshot) {
+			break
+		}
+		ml.cps = append(ml.cps, cp)
+		off += uint64(n)
+		ml.end = off
+	}
+	if len(ml.cps) == 0 {
+		return nil, corrupt("metadata zone", "zone %d (epoch %d) has no complete snapshot", zi.ID, rec.Epoch)
+	}
+	return ml, nil
+}
+
+// Mount mounts the file system on vol: it loads the newest checkpoint, rolls
+// forward fsynced nodes written after it, deletes orphans, and takes a fresh
+// checkpoint.
+func Mount(ctx context.Context, vol Volume, opts Options) (*FS, error) {
+	fs, zones, ml, err := loadFS(ctx, vol, opts)
+	if err != nil {
+		return nil, err
+	}
+	if err := fs.recover(ctx, zones, ml); err != nil {
+		return nil, err
+	}
+	fs.startTimer()
+	return fs, nil
+}
+
+// loadFS reads the newest checkpoint into a new FS (nothing written).
+func loadFS(ctx context.Context, vol Volume, opts Options) (*FS, []ZoneInfo, *metaLog, error) {
+	g := vol.Geometry()
+	if err := checkGeometry(g); err != nil {
+		return nil, nil, nil, err
+	}
+	zones, err := vol.Zones(ctx)
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	var logs []*metaLog
+	var lastErr error = &zerr.NotFoundError{Kind: "file system", Name: "superblock"}
+	for _, z := range zones {
+		if z.WP == 0 {
+			continue
+		}
+		ml, err := readMetaLog(ctx, vol, z)
+		if err != nil {
+			if errors.Is(err, zerr.ErrCorrupt) {
+				if _, _, e2 := readSuper(ctx, vol, z.ID); e2 == nil {
+					lastErr = err
+				}
+				continue
+			}
+			return nil, nil, nil, err
+		}
+		logs = append(logs, ml)
+	}
+	if len(logs) == 0 {
+		return nil, nil, nil, lastErr
+	}
+	sort.Slice(logs, func(i, j int) bool { return logs[i].epoch > logs[j].epoch })
+	ml := logs[0]
+	sb := ml.sb
+	if uint64(sb.BlockSize) != uint64(g.BlockSize) || sb.ZoneBlocks != g.ZoneBlocks {
+		return nil, nil, nil, &zerr.GeometryMismatchError{Field: "block_size/zone_blocks",
+			Have: fmt.Sprintf("%d/%d", sb.BlockSize, sb.ZoneBlocks), Want: fmt.Sprintf("%d/%d", g.BlockSize, g.ZoneBlocks)}
+	}
+	fs := newFS(vol, opts)
+	fs.sb = sb
+	fs.nlogs = int(sb.Logs)
+	fs.logs = make([]*segment, fs.nlogs)
+	fs.metaZone, fs.metaEpoch, fs.hasMeta, fs.metaWP = ml.zone, ml.epoch, true, ml.wp
+	for _, cp := range ml.cps {
+		if err := fs.applyCheckpoint(cp); err != nil {
+			return nil, nil, nil, err
+		}
+	}
+	fs.touched = map[Addr]bool{}
+	fs.natDirty = map[uint64]struct{}{}
+	return fs, zones, ml, nil
+}
+
+func (fs *FS) applyCheckpoint(cp *checkpoint) error {
+	if cp.Full {
+		fs.segs = map[ZoneID]*segment{}
+		fs.nat = map[uint64]Addr{}
+	}
+	fs.cpVer, fs.nodeSeq, fs.nextIno = cp.Version, cp.NextSeq, cp.NextIno
+	old := fs.segs
+	fs.segs = map[ZoneID]*segment{}
+	for _, sr := range cp.Segments {
+		s := old[sr.Zone]
+		if s == nil {
+			s = newSegment(sr.Zone, fs.geo.ZoneBlocks)
+		}
+		if sr.WP > s.cap {
+			return corrupt("checkpoint", "segment %d write pointer %d past capacity %d", sr.Zone, sr.WP, s.cap)
+		}
+		s.wp, s.mtime, s.log = sr.WP, sr.Mtime, -1
+		fs.segs[sr.Zone] = s
+	}
+	fs.orphans = map[uint64]struct{}{}
+	for _, o := range cp.Orphans {
+		fs.orphans[o] = struct{}{}
+	}
+	for _, e := range cp.NAT {
+		if e[1] == 0 {
+			delete(fs.nat, e[0])
+		} else {
+			fs.nat[e[0]] = Addr(e[1])
+		}
+	}
+	for _, a := range cp.Invalid {
+		fs.invalidate(a)
+	}
+	for _, v := range cp.Valid {
+		if err := fs.setValid(v.Addr, v.Owner, v.Ofs); err != nil {
+			return err
+		}
+	}
+	fs.cpLogs, fs.cpLogWP = cp.Logs, cp.LogWP
+	return nil
+}
+
+// checkpoint writes back every dirty page and node, then appends a checkpoint
+// record (a full snapshot in a new metadata zone when needed), then resets the
+// segments that hold no valid block any more.
+func (fs *FS) checkpoint(ctx context.Context, forceSnapshot bool) error {
+	if fs.failed != nil {
+		return fs.failed
+	}
+	if fs.inCP {
+		return nil
+	}
+	fs.inCP = true
+	defer func() { fs.inCP = false }()
+	t0 := fs.now()
+	if err := fs.flushAll(ctx); err != nil {
+		return err
+	}
+	if err := fs.writeDirtyNodes(ctx, nil, false); err != nil {
+		return err
+	}
+	if err := fs.retry(ctx, func() error { return fs.vol.Flush(ctx) }); err != nil {
+		return err
+	}
+	// Segments with no valid block that are not log heads are freed by this checkpoint.
+	var free []ZoneID
+	for z, s := range fs.segs {
+		if s.nvalid == 0 && s.log < 0 {
+			free = append(free, z)
+		}
+	}
+	cp := fs.buildCheckpoint(false, free)
+	payload := cp.encode()
+	need := uint64(metaBlocks(len(payload), fs.bs))
+	snap := forceSnapshot || !fs.hasMeta || fs.sinceSnap >= 256 ||
+		fs.metaWP+need+fs.snapshotReserve() > fs.geo.ZoneBlocks
+	var err error
+	if snap {
+		err = fs.rotateMeta(ctx, fs.buildCheckpoint(true, free))
+	} else {
+		rec := encodeMetaRecord(metaRecord{Type: recCheckpoint, Epoch: fs.metaEpoch, Seq: fs.metaSeq, Payload: payload}, fs.bs)
+		err = fs.retry(ctx, func() error { return fs.vol.Write(ctx, fs.metaZone, fs.metaWP, rec, true) })
+		if err == nil {
+			fs.metaWP += need
+			fs.metaSeq++
+			fs.sinceSnap++
+			fs.blocksWritten += need
+		} else {
+			// The metadata zone's tail is unknown now: continue in a new one.
+			fs.metaWP = fs.geo.ZoneBlocks
+		}
+	}
+	if err != nil {
+		return err
+	}
+	fs.cpVer = cp.Version
+	fs.natDirty = map[uint64]struct{}{}
+	fs.touched = map[Addr]bool{}
+	fs.cpLogs, fs.cpLogWP = cp.Logs, cp.LogWP
+	for _, in := range fs.inodes {
+		in.needCP = false
+	}
+	for _, z := range free {
+		delete(fs.segs, z)
+		if err := fs.retry(ctx, func() error { return fs.vol.Reset(ctx, z) }); err != nil {
+			// Not fatal: the zone is free in the checkpoint; mount resets it.
+			continue
+		}
+	}
+	fs.stats.Checkpoints++
+	fs.m.checkpoint(fs.since(t0))
+	return nil
+}
+
+// snapshotReserve is the room kept in the metadata zone for the next snapshot estimate.
+func (fs *FS) snapshotReserve() uint64 { return 2 }
+
+func (fs *FS) buildCheckpoint(full bool, free []ZoneID) *checkpoint {
+	isFree := map[ZoneID]bool{}
+	for _, z := range free {
+		isFree[z] = true
+	}
+	cp := &checkpoint{Full: full, Version: fs.cpVer + 1, NextSeq: fs.nodeSeq, NextIno: fs.nextIno, Used: fs.used}
+	zs := make([]ZoneID, 0, len(fs.segs))
+	for z := range fs.segs {
+		if !isFree[z] {
+			zs = append(zs, z)
+		}
+	}
+	sort.Slice(zs, func(i, j int) bool { return zs[i] < zs[j] })
+	for _, z := range zs {
+		s := fs.segs[z]
+		cp.Segments = append(cp.Segments, segRec{Zone: z, WP: s.wp, Mtime: s.mtime})
+	}
+	for _, s := range fs.logs {
+		if s == nil {
+			cp.Logs = append(cp.Logs, 0)
+			cp.LogWP = append(cp.LogWP, 0)
+		} else {
+			cp.Logs = append(cp.Logs, s.zone+1)
+			cp.LogWP = append(cp.LogWP, s.wp)
+		}
+	}
+	for o := range fs.orphans {
+		cp.Orphans = append(cp.Orphans, o)
+	}
+	sort.Slice(cp.Orphans, func(i, j int) bool { return cp.Orphans[i] < cp.Orphans[j] })
+	if full {
+		for nid, a := range fs.nat {
+			cp.NAT = append(cp.NAT, [2]uint64{nid, uint64(a)})
+		}
+		for _, z := range zs {
+			s := fs.segs[z]
+			for off := uint64(0); off < s.wp; off++ {
+				if s.isValid(off) {
+					cp.Valid = append(cp.Valid, validRec{Addr: MakeAddr(z, off), Owner: s.owner[off], Ofs: s.ofs[off]})
+				}
+			}
+		}
+	} else {
+		for nid := range fs.natDirty {
+			cp.NAT = append(cp.NAT, [2]uint64{nid, uint64(fs.nat[nid])})
+		}
+		for a, was := range fs.touched {
+			s := fs.segOf(a)
+			now := s != nil && s.isValid(a.Off())
+			switch {
+			case now && !was:
+				cp.Valid = append(cp.Valid, validRec{Addr: a, Owner: s.owner[a.Off()], Ofs: s.ofs[a.Off()]})
+			case !now && was:
+				cp.Invalid = append(cp.Invalid, a)
+			}
+		}
+	}
+	sort.Slice(cp.NAT, func(i, j int) bool { return cp.NAT[i][0] < cp.NAT[j][0] })
+	sort.Slice(cp.Valid, func(i, j int) bool { return cp.Valid[i].Addr < cp.Valid[j].Addr })
+	sort.Slice(cp.Invalid, func(i, j int) bool { return cp.Invalid[i] < cp.Invalid[j] })
+	return cp
+}
+
+// rotateMeta opens a new metadata zone, writes the superblock and a snapshot
+// there, and resets the previous metadata zone.
+func (fs *FS) rotateMeta(ctx context.Context, cp *checkpoint) error {
+	payload := cp.encode()
+	epoch := fs.metaEpoch + 1
+	sup := encodeMetaRecord(metaRecord{Type: recSuper, Epoch: epoch, Seq: 0, Payload: fs.sb.encode()}, fs.bs)
+	snap := encodeMetaRecord(metaRecord{Type: recSnapshot, Epoch: epoch, Seq: 1, Payload: payload}, fs.bs)
+	total := uint64((len(sup) + len(snap)) / fs.bs)
+	if total > fs.geo.ZoneBlocks {
+		return &zerr.NoResourcesError{Resource: "metadata zone blocks (snapshot too large)", Requested: total, Available: fs.geo.ZoneBlocks}
+	}
+	var z ZoneID
+	if err := fs.retry(ctx, func() error {
+		var err error
+		z, err = fs.vol.OpenZone(ctx)
+		return err
+	}); err != nil {
+		return err
+	}
+	buf := append(sup, snap...)
+	if err := fs.retry(ctx, func() error { return fs.vol.Write(ctx, z, 0, buf, true) }); err != nil {
+		_ = fs.vol.Reset(ctx, z)
+		return err
+	}
+	fs.blocksWritten += total
+	old, had := fs.metaZone, fs.hasMeta
+	fs.metaZone, fs.metaWP, fs.metaEpoch, fs.metaSeq, fs.sinceSnap, fs.hasMeta = z, total, epoch, 2, 0, true
+	if had {
+		_ = fs.retry(ctx, func() error { return fs.vol.Reset(ctx, old) })
+	}
+	return nil
+}
+
+// Unmount writes everything back, takes a final checkpoint and stops
+// background work. The FS cannot be used afterwards.
+func (fs *FS) Unmount(ctx context.Context) error {
+	fs.mu.Lock()
+	defer fs.mu.Unlock()
+	if fs.closed {
+		return &zerr.ClosedError{What: "file system"}
+	}
+	// Open files are closed: their orphans can go now.
+	for h, of := range fs.handles {
+		delete(fs.handles, h)
+		if in := fs.inodes[of.ino]; in != nil {
+			in.opens--
+		}
+	}
+	for o := range fs.orphans {
+		if err := fs.maybeDelete(ctx, o); err != nil {
+			return err
+		}
+	}
+	err := fs.checkpoint(ctx, false)
+	if e := fs.shutdown(ctx); err == nil {
+		err = e
+	}
+	return err
+}
+
+func (fs *FS) shutdown(ctx context.Context) error {
+	fs.closed = true
+	if fs.stopTimer != nil {
+		fs.stopTimer()
+	}
+	for i := range fs.logs {
+		fs.logs[i] = nil
+	}
+	return nil
+}
+
+// abandon drops the FS without writing anything (a simulated crash, tests).
+func (fs *FS) abandon() {
+	fs.mu.Lock()
+	defer fs.mu.Unlock()
+	fs.closed = true
+	fs.failed = &zerr.ClosedError{What: "file system"}
+	if fs.stopTimer != nil {
+		fs.stopTimer()
+	}
+}
+
+func (fs *FS) now() time.Duration {
+	if fs.clk.Kind() == clock.KindOff {
+		return time.Duration(time.Now().UnixNano())
+	}
+	return fs.clk.Now()
+}
+
+func (fs *FS) since(t0 time.Duration) time.Duration { return fs.now() - t0 }

@@ -1,0 +1,364 @@
+package lfs
+
+import (
+	"context"
+	"fmt"
+	"sort"
+
+	"github.com/zonefleet/zonefleet/pkg/zerr"
+)
+
+// SegmentInfo describes a recycling candidate.
+type SegmentInfo struct {
+	Zone     ZoneID
+	Valid    uint64 // valid blocks
+	Written  uint64 // blocks written (write pointer)
+	Capacity uint64
+	Age      uint64 // writes since the segment was last written (node sequence units)
+}
+
+// RecyclePolicy is the replaceable part of segment recycling: which segment
+// to recycle and how to move its valid blocks. (Threaded logging will add a
+// method; hybrid recycling is a policy choosing per victim.)
+type RecyclePolicy interface {
+	// SelectVictim picks one of cands (never empty); ok false means none is worth it.
+	SelectVictim(cands []SegmentInfo, foreground bool) (z ZoneID, ok bool)
+	// Method says how to move the victim's valid blocks.
+	Method(victim SegmentInfo, foreground bool) MoveMethod
+}
+
+// Selection is a victim selection rule.
+type Selection int
+
+const (
+	// Greedy takes the segment with the fewest valid blocks.
+	Greedy Selection = iota
+	// CostBenefit maximises age*(1-u)/(1+u) (LFS / F2FS background GC).
+	CostBenefit
+)
+
+// Policy is the default RecyclePolicy: a selection for foreground and one for
+// background recycling, and one move method.
+type Policy struct {
+	Foreground, Background Selection
+	Move                   MoveMethod
+}
+
+// DefaultPolicy is greedy in the foreground, cost-benefit in the background.
+func DefaultPolicy(m MoveMethod) RecyclePolicy {
+	return Policy{Foreground: Greedy, Background: CostBenefit, Move: m}
+}
+
+// SelectVictim implements RecyclePolicy.
+func (p Policy) SelectVictim(cands []SegmentInfo, foreground bool) (ZoneID, bool) {
+	sel := p.Background
+	if foreground {
+		sel = p.Foreground
+	}
+	best, bestScore := -1, -1.0
+	for i, c := range cands {
+		if c.Valid >= c.Capacity || c.Capacity == 0 {
+			continue
+		}
+		u := float64(c.Valid) / float64(c.Capacity)
+		var score float64
+		if sel == Greedy {
+			score = 1 - u
+		} else {
+			score = float64(c.Age+1) * (1 - u) / (1 + u)
+		}
+		if score > bestScore || score == bestScore && c.Zone < cands[best].Zone {
+			best, bestScore = i, score
+		}
+	}
+	if best < 0 {
+		return 0, false
+	}
+	return cands[best].Zone, true
+}
+
+// Method implements RecyclePolicy.
+func (p Policy) Method(SegmentInfo, bool) MoveMethod { return p.Move }
+
+// candidates lists segments that may be recycled.
+func (fs *FS) candidates() []SegmentInfo {
+	var out []SegmentInfo
+	for z, s := range fs.segs {
+		if s.log >= 0 || !s.closed {
+			continue
+		}
+		out = append(out, SegmentInfo{Zone: z, Valid: s.nvalid, Written: s.wp, Capacity: s.cap, Age: fs.nodeSeq - min(s.mtime, fs.nodeSeq)})
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Zone < out[j].Zone })
+	return out
+}
+
+// foregroundGC recycles until the reserve of free segments is back.
+func (fs *FS) foregroundGC(ctx context.Context) error {
+	for i := 0; fs.freeSegments() < int(fs.sb.ReserveSegs); i++ {
+		before := fs.freeSegments()
+		ok, err := fs.gcOnce(ctx, true)
+		if err != nil {
+			return err
+		}
+		if !ok || (fs.freeSegments() <= before && i > 4) {
+			// nothing reclaimable: writes get ENOSPC from the space accounting
+			return nil
+		}
+	}
+	return nil
+}
+
+// gcOnce recycles one victim (or just checkpoints when empty segments wait
+// to be freed). It reports whether it did anything.
+func (fs *FS) gcOnce(ctx context.Context, foreground bool) (bool, error) {
+	if fs.inGC || fs.inCP {
+		return false, nil
+	}
+	fs.inGC = true
+	defer func() { fs.inGC = false }()
+	cands := fs.candidates()
+	for _, c := range cands {
+		if c.Valid == 0 {
+			return true, fs.checkpoint(ctx, false)
+		}
+	}
+	if len(cands) == 0 {
+		return false, nil
+	}
+	z, ok := fs.pol.SelectVictim(cands, foreground)
+	if !ok {
+		return false, nil
+	}
+	s := fs.segs[z]
+	if s == nil || s.log >= 0 {
+		return false, fmt.Errorf("lfs: policy chose segment %d which is not a candidate", z)
+	}
+	var info SegmentInfo
+	for _, c := range cands {
+		if c.Zone == z {
+			info = c
+		}
+	}
+	method := fs.pol.Method(info, foreground)
+	t0 := fs.now()
+	moved, err := fs.moveSegment(ctx, s, method)
+	if err != nil {
+		return false, err
+	}
+	if err := fs.checkpoint(ctx, false); err != nil {
+		return false, err
+	}
+	if left := fs.segs[z]; left != nil && left.nvalid > 0 {
+		return false, corrupt("recycling", "segment %d still has %d valid blocks after moving", z, left.nvalid)
+	}
+	kind := "background"
+	if foreground {
+		kind = "foreground"
+		fs.stats.GCForeground++
+	} else {
+		fs.stats.GCBackground++
+	}
+	fs.m.gc(kind, method.String(), fs.since(t0), moved)
+	return true, nil
+}
+
+type moveStat struct{ hostCopy, izc, hostDirty, hostCached uint64 }
+
+// moveSegment moves every valid block of s out of it (the checkpoint that
+// follows writes what was marked dirty and frees s).
+func (fs *FS) moveSegment(ctx context.Context, s *segment, method MoveMethod) (moveStat, error) {
+	var st moveStat
+	type dev struct {
+		off   uint64
+		owner uint64
+		ofs   uint32
+	}
+	var devData, devNode []dev
+	epd := fs.epd()
+	for off := uint64(0); off < s.wp; off++ {
+		if !s.isValid(off) {
+			continue
+		}
+		owner, ofs := s.owner[off], s.ofs[off]
+		ino, idx := nidIno(owner), nidIdx(owner)
+		a := MakeAddr(s.zone, off)
+		if ofs == ofsNode {
+			if fs.nat[owner] != a {
+				return st, corrupt("SSA", "block %v claims node %#x, NAT says %v", a, owner, fs.nat[owner])
+			}
+			in := fs.inodes[ino]
+			var cached, dirty bool
+			if in != nil {
+				if idx == 0 {
+					cached, dirty = true, in.dirty
+				} else if d := in.dn[idx]; d != nil {
+					cached, dirty = true, d.dirty
+				}
+			}
+			switch {
+			case dirty:
+				st.hostDirty++ // written by the checkpoint anyway
+			case method == Compact && !(cached && fs.opts.CachedWrite):
+				devNode = append(devNode, dev{off, owner, ofs})
+			default:
+				in, err := fs.getInode(ctx, ino)
+				if err != nil {
+					return st, err
+				}
+				if idx == 0 {
+					in.cold = true
+					fs.markDirty(in)
+				} else {
+					d, err := fs.getDnode(ctx, in, idx, false)
+					if err != nil || d == nil {
+						return st, fmt.Errorf("lfs: load node %#x: %w", owner, err)
+					}
+					d.cold = true
+					fs.markDnDirty(d)
+				}
+				if cached {
+					st.hostCached++
+				} else {
+					st.hostCopy++
+				}
+			}
+			continue
+		}
+		in, err := fs.getInode(ctx, ino)
+		if err != nil {
+			return st, err
+		}
+		d, err := fs.getDnode(ctx, in, idx, false)
+		if err != nil {
+			return st, err
+		}
+		if d == nil || uint64(ofs) >= epd || d.addrs[ofs] != a {
+			return st, corrupt("SSA", "block %v claims %#x[%d] which does not point at it", a, owner, ofs)
+		}
+		blk := uint64(idx-1)*epd + uint64(ofs)
+		p := in.pages[blk]
+		switch {
+		case p != nil && p.dirty:
+			st.hostDirty++
+		case method == Compact && !(p != nil && fs.opts.CachedWrite):
+			devData = append(devData, dev{off, owner, ofs})
+		default:
+			if p == nil {
+				p = &page{b: make([]byte, fs.bs)}
+				if err := fs.readBlocks(ctx, a, p.b); err != nil {
+					return st, err
+				}
+				in.pages[blk] = p
+				fs.cachePages++
+				st.hostCopy++
+			} else {
+				st.hostCached++
+			}
+			p.cold = true
+			fs.dirtyPage(p)
+		}
+	}
+	// device-side copies (IZC)
+	for _, grp := range []struct {
+		log  int
+		list []dev
+	}{{logColdData, devData}, {logColdNode, devNode}} {
+		if len(grp.list) == 0 {
+			continue
+		}
+		dsts, copies, err := fs.allocCopies(ctx, grp.log, s.zone, func(i int) uint64 { return grp.list[i].off }, len(grp.list))
+		if err != nil {
+			return st, err
+		}
+		if _, err := fs.vol.Compact(ctx, copies); err != nil {
+			for _, c := range copies {
+				if ds := fs.segs[c.Dst]; ds != nil {
+					ds.closed = true
+				}
+			}
+			for i := range fs.logs {
+				if fs.logs[i] != nil && fs.logs[i].closed {
+					fs.closeLog(ctx, i)
+				}
+			}
+			return st, err
+		}
+		fs.blocksWritten += uint64(len(grp.list))
+		for i, dv := range grp.list {
+			na, old := dsts[i], MakeAddr(s.zone, dv.off)
+			if dv.ofs == ofsNode {
+				fs.invalidate(old)
+				fs.nat[dv.owner] = na
+				fs.natDirty[dv.owner] = struct{}{}
+			} else {
+				in, err := fs.getInode(ctx, nidIno(dv.owner))
+				if err != nil {
+					return st, err
+				}
+				d, err := fs.getDnode(ctx, in, nidIdx(dv.owner), false)
+				if err != nil || d == nil {
+					return st, fmt.Errorf("lfs: load node %#x: %w", dv.owner, err)
+				}
+				fs.invalidate(old)
+				d.addrs[dv.ofs] = na
+				fs.markDnDirty(d)
+			}
+			if err := fs.setValid(na, dv.owner, dv.ofs); err != nil {
+				return st, err
+			}
+			st.izc++
+		}
+	}
+	fs.stats.MovedHostCopy += st.hostCopy
+	fs.stats.MovedIZC += st.izc
+	fs.stats.MovedHostDirty += st.hostDirty
+	fs.stats.MovedHostCached += st.hostCached
+	return st, nil
+}
+
+// allocCopies reserves n destination blocks in log li for device-side copies
+// of blocks src(i) of zone from, and returns the destinations and the Copy list.
+func (fs *FS) allocCopies(ctx context.Context, li int, from ZoneID, src func(int) uint64, n int) ([]Addr, []Copy, error) {
+	dsts := make([]Addr, 0, n)
+	var copies []Copy
+	for i := 0; i < n; {
+		l := fs.logFor(li)
+		s := fs.logs[l]
+		if s == nil || s.closed || s.wp >= s.cap {
+			if s != nil {
+				fs.closeLog(ctx, l)
+			}
+			var err error
+			if s, err = fs.openSeg(ctx, l); err != nil {
+				return nil, nil, err
+			}
+		}
+		for i < n && s.wp < s.cap {
+			so := src(i)
+			a := MakeAddr(s.zone, s.wp)
+			dsts = append(dsts, a)
+			if k := len(copies) - 1; k >= 0 && copies[k].Dst == s.zone && copies[k].DstOff+copies[k].Blocks == s.wp && copies[k].SrcOff+copies[k].Blocks == so {
+				copies[k].Blocks++
+			} else {
+				copies = append(copies, Copy{Src: from, SrcOff: so, Dst: s.zone, DstOff: s.wp, Blocks: 1})
+			}
+			s.wp++
+			s.mtime = fs.nodeSeq
+			i++
+		}
+		if s.wp >= s.cap {
+			s.closed = true
+			fs.closeLog(ctx, l)
+		}
+	}
+	return dsts, copies, nil
+}
+
+// backgroundGC runs one recycling round when the file system is idle.
+func (fs *FS) backgroundGC(ctx context.Context) (bool, error) {
+	if fs.closed || fs.failed != nil {
+		return false, &zerr.ClosedError{What: "file system"}
+	}
+	return fs.gcOnce(ctx, false)
+}
