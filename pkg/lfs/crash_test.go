@@ -1,0 +1,209 @@
+package lfs_test
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"math/rand"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/zonefleet/zonefleet/pkg/lfs"
+	"github.com/zonefleet/zonefleet/pkg/zerr"
+)
+
+// crashVol passes through to a Volume until `left` mutating calls have been
+// made; from then on every mutating call fails, as if the client died.
+type crashVol struct {
+	lfs.Volume
+	left atomic.Int64
+}
+
+func (c *crashVol) dead() error {
+	if c.left.Add(-1) < 0 {
+		return &zerr.ClosedError{What: "crashed client"}
+	}
+	return nil
+}
+func (c *crashVol) OpenZone(ctx context.Context) (lfs.ZoneID, error) {
+	if err := c.dead(); err != nil {
+		return 0, err
+	}
+	return c.Volume.OpenZone(ctx)
+}
+func (c *crashVol) Write(ctx context.Context, z lfs.ZoneID, off uint64, d []byte, fua bool) error {
+	if err := c.dead(); err != nil {
+		return err
+	}
+	return c.Volume.Write(ctx, z, off, d, fua)
+}
+func (c *crashVol) Finish(ctx context.Context, z lfs.ZoneID) error {
+	if err := c.dead(); err != nil {
+		return err
+	}
+	return c.Volume.Finish(ctx, z)
+}
+func (c *crashVol) Reset(ctx context.Context, z lfs.ZoneID) error {
+	if err := c.dead(); err != nil {
+		return err
+	}
+	return c.Volume.Reset(ctx, z)
+}
+func (c *crashVol) Compact(ctx context.Context, cs []lfs.Copy) (lfs.CompactStats, error) {
+	if err := c.dead(); err != nil {
+		return lfs.CompactStats{}, err
+	}
+	return c.Volume.Compact(ctx, cs)
+}
+
+// history is what a file may contain after a crash: any version from its
+// last fsync on (nil while it was never fsynced: it may be missing).
+type history struct {
+	mu       sync.Mutex
+	cur      map[string][]byte
+	versions map[string][][]byte
+	synced   map[string]bool
+}
+
+func (h *history) record(p string, d []byte, fsynced bool) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	d = append([]byte(nil), d...)
+	h.cur[p] = d
+	if fsynced {
+		h.versions[p] = [][]byte{d}
+		h.synced[p] = true
+	} else {
+		h.versions[p] = append(h.versions[p], d)
+	}
+}
+
+func crashWorker(fs *lfs.FS, id int, rng *rand.Rand, h *history) {
+	for i := 0; ; i++ {
+		p := fmt.Sprintf("d/w%d_%d", id, rng.Intn(6))
+		h.mu.Lock()
+		cur, exists := h.cur[p]
+		h.mu.Unlock()
+		if !exists {
+			if err := writeFile(fs, p, nil, false); err != nil {
+				return
+			}
+			h.record(p, nil, false)
+			continue
+		}
+		ino, err := walk(fs, p)
+		if err != nil {
+			return
+		}
+		hd, err := fs.Open(bg, ino, syscall.O_RDWR)
+		if err != nil {
+			return
+		}
+		switch rng.Intn(10) {
+		case 0, 1:
+			size := rng.Intn(len(cur)*2 + 8192)
+			if _, err := fs.Setattr(bg, ino, lfs.SetattrIn{Valid: lfs.SetSize, Size: uint64(size)}); err != nil {
+				fs.Release(bg, hd)
+				return
+			}
+			h.record(p, truncTo(cur, size), false)
+		default:
+			off := rng.Intn(len(cur) + 8192)
+			d := make([]byte, rng.Intn(16384)+1)
+			rng.Read(d)
+			if _, err := fs.Write(bg, hd, int64(off), d); err != nil {
+				fs.Release(bg, hd)
+				return
+			}
+			h.record(p, setAt(append([]byte(nil), cur...), off, d), false)
+		}
+		if rng.Intn(3) == 0 {
+			if err := fs.Fsync(bg, hd, rng.Intn(2) == 0); err != nil {
+				fs.Release(bg, hd)
+				return
+			}
+			h.mu.Lock()
+			c := h.cur[p]
+			h.mu.Unlock()
+			h.record(p, c, true)
+		}
+		fs.Release(bg, hd)
+	}
+}
+
+func TestCrashRecovery(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		move lfs.MoveMethod
+		seed int64
+	}{{"host-copy", lfs.HostCopy, 7}, {"izc", lfs.Compact, 8}} {
+		t.Run(tc.name, func(t *testing.T) {
+			v := newVol(t, 48, 8)
+			require.NoError(t, lfs.Mkfs(bg, v, lfs.MkfsOptions{}))
+			rng := rand.New(rand.NewSource(tc.seed))
+			h := &history{cur: map[string][]byte{}, versions: map[string][][]byte{}, synced: map[string]bool{}}
+			for round := 0; round < 12; round++ {
+				cv := &crashVol{Volume: v}
+				cv.left.Store(1 << 40)
+				fs, err := lfs.Mount(bg, cv, lfs.Options{Move: tc.move, CacheBlocks: 128})
+				require.NoError(t, err, "round %d", round)
+				if round == 0 {
+					_, err := fs.Mkdir(bg, lfs.RootIno, "d", 0o755, 0, 0)
+					require.NoError(t, err)
+					require.NoError(t, fs.Sync(bg))
+				}
+				// what is on disk now is the starting point of this round
+				for p := range h.cur {
+					got, err := readFile(fs, p)
+					if err == syscall.ENOENT {
+						delete(h.cur, p)
+						delete(h.versions, p)
+						delete(h.synced, p)
+						continue
+					}
+					require.NoError(t, err)
+					h.cur[p] = got
+					h.versions[p] = [][]byte{got}
+					h.synced[p] = true
+				}
+				cv.left.Store(int64(50 + rng.Intn(400)))
+				var wg sync.WaitGroup
+				for w := 0; w < 2; w++ {
+					wg.Add(1)
+					go func(w int) {
+						defer wg.Done()
+						crashWorker(fs, w, rand.New(rand.NewSource(tc.seed*1000+int64(round*10+w))), h)
+					}(w)
+				}
+				wg.Wait()
+				fs.Abandon()
+
+				rep, err := lfs.Fsck(bg, v, false)
+				require.NoError(t, err, "round %d", round)
+				require.Empty(t, rep.Problems, "round %d: checkpoint not consistent", round)
+				fs, err = lfs.Mount(bg, v, lfs.Options{Move: tc.move})
+				require.NoError(t, err, "round %d", round)
+				for p, vs := range h.versions {
+					got, err := readFile(fs, p)
+					if !h.synced[p] {
+						continue
+					}
+					require.NoError(t, err, "round %d: fsynced %s lost", round, p)
+					ok := false
+					for _, v := range vs {
+						ok = ok || bytes.Equal(v, got)
+					}
+					require.True(t, ok, "round %d: %s (%d bytes) matches none of its %d versions since its fsync", round, p, len(got), len(vs))
+				}
+				rep, err = fs.Fsck(bg)
+				require.NoError(t, err)
+				require.Empty(t, rep.Problems, "round %d: after roll-forward", round)
+				require.NoError(t, fs.Unmount(bg))
+			}
+		})
+	}
+}
