@@ -17,7 +17,7 @@ func sampleCheckpoint(full bool) *checkpoint {
 		Segments: []segRec{{Zone: 3, WP: 10, Mtime: 5}, {Zone: 9, WP: 64, Mtime: 1}},
 		Logs:     []ZoneID{4, 0, 0, 10, 0, 0}, LogWP: []uint64{10, 0, 0, 64, 0, 0},
 		Orphans: []uint64{11}, NAT: [][2]uint64{{mkNid(1, 0), uint64(MakeAddr(3, 1))}},
-		Valid:   []validRec{{Addr: MakeAddr(3, 1), Owner: mkNid(1, 0), Ofs: ofsNode}}, Invalid: []Addr{MakeAddr(9, 2)}}
+		Valid: []validRec{{Addr: MakeAddr(3, 1), Owner: mkNid(1, 0), Ofs: ofsNode}}, Invalid: []Addr{MakeAddr(9, 2)}}
 }
 
 func TestRoundTrips(t *testing.T) {
