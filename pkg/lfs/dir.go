@@ -104,7 +104,7 @@ func (fs *FS) writeDirBlock(ctx context.Context, in *inode, b int) error {
 		}
 	}
 	copy(p.b, data)
-	fs.dirtyPage(p)
+	fs.dirtyPage(in, p)
 	if end := (blk + 1) * uint64(fs.bs); end > in.body.Size {
 		in.body.Size = end
 	}

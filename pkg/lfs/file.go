@@ -39,18 +39,21 @@ func (fs *FS) newInode(ino uint64, mode, uid, gid uint32, now int64) *inode {
 	in := &inode{ino: ino, body: inodeBody{Mode: mode, UID: uid, GID: gid, Nlink: 1, Atime: now, Mtime: now, Ctime: now},
 		dirty: true, dn: map[uint32]*dnode{}, pages: map[uint64]*page{}, needCP: true}
 	fs.inodes[ino] = in
+	fs.active[ino] = in
 	fs.dirtyNodes++
 	return in
 }
 
 func (fs *FS) markDirty(in *inode) {
+	fs.active[in.ino] = in
 	if !in.dirty {
 		in.dirty = true
 		fs.dirtyNodes++
 	}
 }
 
-func (fs *FS) markDnDirty(d *dnode) {
+func (fs *FS) markDnDirty(in *inode, d *dnode) {
+	fs.active[in.ino] = in
 	if !d.dirty {
 		d.dirty = true
 		fs.dirtyNodes++
@@ -126,7 +129,7 @@ func (fs *FS) getDnode(ctx context.Context, in *inode, idx uint32, create bool) 
 	fs.used++
 	d := &dnode{addrs: make([]Addr, directEntries(fs.bs))}
 	in.dn[idx] = d
-	fs.markDnDirty(d)
+	fs.markDnDirty(in, d)
 	return d, nil
 }
 
@@ -171,6 +174,7 @@ func (fs *FS) getPage(ctx context.Context, in *inode, blk uint64, create bool) (
 		fs.used++
 		p.dirty = true
 		fs.dirtyPages++
+		fs.active[in.ino] = in
 	} else {
 		return p, nil // a hole, not cached
 	}
@@ -179,7 +183,8 @@ func (fs *FS) getPage(ctx context.Context, in *inode, blk uint64, create bool) (
 	return p, nil
 }
 
-func (fs *FS) dirtyPage(p *page) {
+func (fs *FS) dirtyPage(in *inode, p *page) {
+	fs.active[in.ino] = in
 	if !p.dirty {
 		p.dirty = true
 		fs.dirtyPages++
@@ -236,7 +241,7 @@ func (fs *FS) flushInode(ctx context.Context, in *inode) error {
 			e := blk % fs.epd()
 			fs.invalidate(d.addrs[e])
 			d.addrs[e] = a
-			fs.markDnDirty(d)
+			fs.markDnDirty(in, d)
 			if t == logColdData {
 				d.cold = true
 			}
@@ -261,7 +266,7 @@ func (fs *FS) flushInode(ctx context.Context, in *inode) error {
 // flushAll writes back every dirty page.
 func (fs *FS) flushAll(ctx context.Context) error {
 	inos := make([]uint64, 0)
-	for ino, in := range fs.inodes {
+	for ino, in := range fs.active {
 		for _, p := range in.pages {
 			if p.dirty {
 				inos = append(inos, ino)
@@ -304,8 +309,8 @@ func (fs *FS) writeDirtyNodes(ctx context.Context, only *inode, fsync bool) erro
 	if only != nil {
 		add(only)
 	} else {
-		inos := make([]uint64, 0, len(fs.inodes))
-		for ino := range fs.inodes {
+		inos := make([]uint64, 0, len(fs.active))
+		for ino := range fs.active {
 			inos = append(inos, ino)
 		}
 		sort.Slice(inos, func(i, j int) bool { return inos[i] < inos[j] })
@@ -486,7 +491,7 @@ func (fs *FS) writeAt(ctx context.Context, in *inode, off uint64, data []byte) (
 			// the page held old EOF; nothing to clear: truncate clears tails
 		}
 		copy(p.b[bo:], data[n:n+k])
-		fs.dirtyPage(p)
+		fs.dirtyPage(in, p)
 		n += k
 		if pos+uint64(k) > in.body.Size {
 			in.body.Size = pos + uint64(k)
@@ -511,7 +516,7 @@ func (fs *FS) truncate(ctx context.Context, in *inode, size uint64) error {
 			}
 			if in.pages[size/bs] != nil {
 				clear(p.b[size%bs:])
-				fs.dirtyPage(p)
+				fs.dirtyPage(in, p)
 			}
 		}
 		if err := fs.freeFrom(ctx, in, (size+bs-1)/bs, (old+bs-1)/bs); err != nil {
@@ -557,7 +562,7 @@ func (fs *FS) freeFrom(ctx context.Context, in *inode, from, to uint64) error {
 				fs.invalidate(d.addrs[e])
 				d.addrs[e] = 0
 				fs.used--
-				fs.markDnDirty(d)
+				fs.markDnDirty(in, d)
 			}
 		}
 		if base >= from {
@@ -621,6 +626,7 @@ func (fs *FS) maybeDelete(ctx context.Context, ino uint64) error {
 	}
 	fs.used--
 	delete(fs.inodes, ino)
+	delete(fs.active, ino)
 	delete(fs.orphans, ino)
 	return nil
 }
@@ -646,6 +652,23 @@ func (fs *FS) evictCache() {
 			}
 		}
 		if fs.cachePages <= target {
+			return
+		}
+	}
+}
+
+// evictInodes drops clean, closed inodes when the inode cache is over its bound.
+func (fs *FS) evictInodes() {
+	if len(fs.inodes) <= fs.opts.CacheInodes {
+		return
+	}
+	for ino, in := range fs.inodes {
+		if _, busy := fs.active[ino]; busy || in.opens > 0 || ino == RootIno || in.dirty {
+			continue
+		}
+		fs.cachePages -= len(in.pages)
+		delete(fs.inodes, ino)
+		if len(fs.inodes) <= fs.opts.CacheInodes/2 {
 			return
 		}
 	}

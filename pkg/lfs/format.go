@@ -263,20 +263,16 @@ func decodeSuperblock(p []byte) (superblock, error) {
 	return s, nil
 }
 
-// segRec is one in-use segment in a checkpoint.
+// segRec is one in-use segment in a checkpoint: with its SIT entry (the
+// valid bitmap) in a snapshot. The SSA (owner of each block) is not stored
+// here: every valid block's owner is the node that points at it (the NAT for
+// node blocks, a direct node for data blocks), so mount rebuilds it from the
+// nodes and fsck checks it against the SIT.
 type segRec struct {
-	Zone  ZoneID
-	WP    uint64 // blocks written when the checkpoint was taken
-	Mtime uint64 // node/data write sequence of its last write (cost-benefit age)
-}
-
-// validRec is one valid block and its owner (SIT + SSA entry): Owner is the
-// nid of the node block itself (Ofs == ofsNode) or of the direct node that
-// points at this data block (Ofs = index in that node).
-type validRec struct {
-	Addr  Addr
-	Owner uint64
-	Ofs   uint32
+	Zone   ZoneID
+	WP     uint64 // blocks written when the checkpoint was taken
+	Mtime  uint64 // node/data write sequence of its last write (cost-benefit age)
+	Bitmap []byte // snapshot only: valid bitmap, bit i = block i
 }
 
 const ofsNode = math.MaxUint32
@@ -293,8 +289,8 @@ type checkpoint struct {
 	LogWP    []uint64
 	Orphans  []uint64    // inodes unlinked but open: deleted at mount
 	NAT      [][2]uint64 // nid, addr (addr 0 = deleted)
-	Valid    []validRec  // blocks that became valid (full: all valid blocks)
-	Invalid  []Addr      // blocks that became invalid (delta only)
+	Valid    []Addr      // delta only: blocks that became valid (SIT delta)
+	Invalid  []Addr      // delta only: blocks that became invalid (SIT delta)
 }
 
 func (c *checkpoint) encode() []byte {
@@ -313,6 +309,10 @@ func (c *checkpoint) encode() []byte {
 		w.u32(uint32(s.Zone))
 		w.u64(s.WP)
 		w.u64(s.Mtime)
+		if c.Full {
+			w.u32(uint32(len(s.Bitmap)))
+			w.b = append(w.b, s.Bitmap...)
+		}
 	}
 	w.u32(uint32(len(c.Logs)))
 	for i, l := range c.Logs {
@@ -330,9 +330,7 @@ func (c *checkpoint) encode() []byte {
 	}
 	w.u32(uint32(len(c.Valid)))
 	for _, v := range c.Valid {
-		w.u64(uint64(v.Addr))
-		w.u64(v.Owner)
-		w.u32(v.Ofs)
+		w.u64(uint64(v))
 	}
 	w.u32(uint32(len(c.Invalid)))
 	for _, a := range c.Invalid {
@@ -359,6 +357,10 @@ func decodeCheckpoint(p []byte) (*checkpoint, error) {
 	c.Segments = make([]segRec, n)
 	for i := range c.Segments {
 		c.Segments[i] = segRec{Zone: ZoneID(r.u32()), WP: r.u64(), Mtime: r.u64()}
+		if c.Full {
+			n := r.count(1)
+			c.Segments[i].Bitmap = append([]byte(nil), r.take(n)...)
+		}
 	}
 	n = r.count(12)
 	if n > 16 {
@@ -380,10 +382,10 @@ func decodeCheckpoint(p []byte) (*checkpoint, error) {
 	for i := range c.NAT {
 		c.NAT[i] = [2]uint64{r.u64(), r.u64()}
 	}
-	n = r.count(20)
-	c.Valid = make([]validRec, n)
+	n = r.count(8)
+	c.Valid = make([]Addr, n)
 	for i := range c.Valid {
-		c.Valid[i] = validRec{Addr: Addr(r.u64()), Owner: r.u64(), Ofs: r.u32()}
+		c.Valid[i] = Addr(r.u64())
 	}
 	n = r.count(8)
 	c.Invalid = make([]Addr, n)

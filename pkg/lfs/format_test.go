@@ -13,11 +13,17 @@ import (
 const tbs = 4096
 
 func sampleCheckpoint(full bool) *checkpoint {
-	return &checkpoint{Full: full, Version: 7, NextSeq: 99, NextIno: 12, Used: 40,
+	c := &checkpoint{Full: full, Version: 7, NextSeq: 99, NextIno: 12, Used: 40,
 		Segments: []segRec{{Zone: 3, WP: 10, Mtime: 5}, {Zone: 9, WP: 64, Mtime: 1}},
 		Logs:     []ZoneID{4, 0, 0, 10, 0, 0}, LogWP: []uint64{10, 0, 0, 64, 0, 0},
 		Orphans: []uint64{11}, NAT: [][2]uint64{{mkNid(1, 0), uint64(MakeAddr(3, 1))}},
-		Valid: []validRec{{Addr: MakeAddr(3, 1), Owner: mkNid(1, 0), Ofs: ofsNode}}, Invalid: []Addr{MakeAddr(9, 2)}}
+		Valid: []Addr{MakeAddr(3, 1)}, Invalid: []Addr{MakeAddr(9, 2)}}
+	if full {
+		c.Segments[0].Bitmap = []byte{2, 0, 0, 0, 0, 0, 0, 0}
+		c.Segments[1].Bitmap = []byte{0xff, 0, 0, 0, 0, 0, 0, 0}
+		c.Valid, c.Invalid = []Addr{}, []Addr{}
+	}
+	return c
 }
 
 func TestRoundTrips(t *testing.T) {

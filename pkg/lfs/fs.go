@@ -77,6 +77,8 @@ type Options struct {
 	// CacheBlocks bounds the host page cache (0: 4096 blocks); dirty pages are
 	// written back when they exceed a quarter of it.
 	CacheBlocks int
+	// CacheInodes bounds the inode cache (0: 65536); clean closed inodes are dropped.
+	CacheInodes int
 	// Retries of a Volume call failing with zerr.ErrUnavailable (0: 3).
 	Retries int
 }
@@ -102,6 +104,7 @@ type FS struct {
 	touched  map[Addr]bool // validity changes since the last checkpoint (value: valid at it)
 
 	inodes  map[uint64]*inode
+	active  map[uint64]*inode // inodes with dirty pages or nodes, or changed names, since the last checkpoint
 	handles map[Handle]*handle
 	nextFH  Handle
 	orphans map[uint64]struct{}
@@ -127,6 +130,8 @@ type FS struct {
 	lastOp             time.Duration
 	stopTimer          func() bool
 	stats              Stats
+	loadProblems       []Problem // SIT/SSA disagreements found at load
+	sitRepaired        bool
 }
 
 func (fs *FS) retry(ctx context.Context, f func() error) error {
@@ -156,9 +161,12 @@ func newFS(vol Volume, opts Options) *FS {
 	if opts.CacheBlocks <= 0 {
 		opts.CacheBlocks = 4096
 	}
+	if opts.CacheInodes <= 0 {
+		opts.CacheInodes = 65536
+	}
 	fs := &FS{vol: vol, geo: vol.Geometry(), opts: opts, clk: opts.Clock,
 		segs: map[ZoneID]*segment{}, nat: map[uint64]Addr{}, natDirty: map[uint64]struct{}{},
-		touched: map[Addr]bool{}, inodes: map[uint64]*inode{}, handles: map[Handle]*handle{},
+		touched: map[Addr]bool{}, inodes: map[uint64]*inode{}, active: map[uint64]*inode{}, handles: map[Handle]*handle{},
 		orphans: map[uint64]struct{}{}, nextFH: 1}
 	fs.bs = fs.geo.BlockSize
 	fs.pol = opts.Policy
@@ -324,9 +332,18 @@ func readMetaLog(ctx context.Context, vol Volume, zi ZoneInfo) (*metaLog, error)
 // forward fsynced nodes written after it, deletes orphans, and takes a fresh
 // checkpoint.
 func Mount(ctx context.Context, vol Volume, opts Options) (*FS, error) {
+	return mount(ctx, vol, opts, false)
+}
+
+func mount(ctx context.Context, vol Volume, opts Options, repair bool) (*FS, error) {
 	fs, zones, ml, err := loadFS(ctx, vol, opts)
 	if err != nil {
 		return nil, err
+	}
+	if repair && len(fs.loadProblems) > 0 {
+		fs.repairSIT()
+	} else if len(fs.loadProblems) > 0 {
+		return nil, corrupt("file system", "%d inconsistencies, first: %v (run fsck with repair)", len(fs.loadProblems), fs.loadProblems[0])
 	}
 	if err := fs.recover(ctx, zones, ml); err != nil {
 		return nil, err
@@ -385,7 +402,92 @@ func loadFS(ctx context.Context, vol Volume, opts Options) (*FS, []ZoneInfo, *me
 	}
 	fs.touched = map[Addr]bool{}
 	fs.natDirty = map[uint64]struct{}{}
+	probs, err := fs.rebuildSSA(ctx)
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	fs.loadProblems = probs
 	return fs, zones, ml, nil
+}
+
+// repairSIT makes the SIT agree with the nodes: a block is valid exactly
+// when a node points at it (first claim wins).
+func (fs *FS) repairSIT() {
+	for _, s := range fs.segs {
+		for off := uint64(0); off < s.cap; off++ {
+			if s.isValid(off) && s.owner[off] == 0 {
+				s.valid[off/64] &^= 1 << (off % 64)
+			}
+		}
+		s.nvalid = s.popcount()
+	}
+	for nid, a := range fs.nat {
+		if s := fs.segOf(a); s != nil && a.Off() < s.wp && !s.isValid(a.Off()) {
+			s.valid[a.Off()/64] |= 1 << (a.Off() % 64)
+			s.nvalid++
+			s.owner[a.Off()], s.ofs[a.Off()] = nid, ofsNode
+		}
+	}
+	fs.sitRepaired = true
+}
+
+// rebuildSSA fills every segment's summary from the nodes (the NAT for node
+// blocks, direct nodes for data blocks) and reports where the SIT disagrees.
+func (fs *FS) rebuildSSA(ctx context.Context) ([]Problem, error) {
+	var probs []Problem
+	add := func(kind, format string, a ...any) {
+		if len(probs) < 1000 {
+			probs = append(probs, Problem{Kind: kind, Msg: fmt.Sprintf(format, a...)})
+		}
+	}
+	own := func(a Addr, owner uint64, ofs uint32) {
+		s := fs.segOf(a)
+		switch {
+		case s == nil || a.Off() >= s.wp:
+			add("nat", "%#x/%d points at %v, which is not written", owner, ofs, a)
+		case !s.isValid(a.Off()):
+			add("sit", "%#x/%d points at %v, which the SIT marks invalid", owner, ofs, a)
+		case s.owner[a.Off()] != 0:
+			add("ssa", "block %v owned by %#x/%d and %#x/%d", a, s.owner[a.Off()], s.ofs[a.Off()], owner, ofs)
+		default:
+			s.owner[a.Off()], s.ofs[a.Off()] = owner, ofs
+		}
+	}
+	nids := make([]uint64, 0, len(fs.nat))
+	for nid := range fs.nat {
+		nids = append(nids, nid)
+	}
+	sort.Slice(nids, func(i, j int) bool { return nids[i] < nids[j] })
+	for _, nid := range nids {
+		own(fs.nat[nid], nid, ofsNode)
+	}
+	b := make([]byte, fs.bs)
+	for _, nid := range nids {
+		if nidIdx(nid) == 0 {
+			continue
+		}
+		if err := fs.readBlocks(ctx, fs.nat[nid], b); err != nil {
+			return nil, err
+		}
+		h, addrs, err := decodeDirect(b)
+		if err != nil || h.Nid != nid {
+			add("nat", "direct node %#x at %v: %v", nid, fs.nat[nid], err)
+			continue
+		}
+		for e, a := range addrs {
+			if a != 0 {
+				own(a, nid, uint32(e))
+			}
+		}
+	}
+	for z, s := range fs.segs {
+		for off := uint64(0); off < s.cap; off++ {
+			if s.isValid(off) && s.owner[off] == 0 {
+				add("sit", "block %v is valid but no node points at it", MakeAddr(z, off))
+			}
+		}
+	}
+	return probs, nil
 }
 
 func (fs *FS) applyCheckpoint(cp *checkpoint) error {
@@ -405,6 +507,18 @@ func (fs *FS) applyCheckpoint(cp *checkpoint) error {
 			return corrupt("checkpoint", "segment %d write pointer %d past capacity %d", sr.Zone, sr.WP, s.cap)
 		}
 		s.wp, s.mtime, s.log = sr.WP, sr.Mtime, -1
+		if cp.Full {
+			if len(sr.Bitmap) != int((s.cap+7)/8) {
+				return corrupt("checkpoint", "segment %d bitmap has %d bytes, want %d", sr.Zone, len(sr.Bitmap), (s.cap+7)/8)
+			}
+			for i := range s.valid {
+				s.valid[i] = 0
+			}
+			for i, b := range sr.Bitmap {
+				s.valid[i/8] |= uint64(b) << (8 * (i % 8))
+			}
+			s.nvalid = s.popcount()
+		}
 		fs.segs[sr.Zone] = s
 	}
 	fs.orphans = map[uint64]struct{}{}
@@ -421,9 +535,14 @@ func (fs *FS) applyCheckpoint(cp *checkpoint) error {
 	for _, a := range cp.Invalid {
 		fs.invalidate(a)
 	}
-	for _, v := range cp.Valid {
-		if err := fs.setValid(v.Addr, v.Owner, v.Ofs); err != nil {
-			return err
+	for _, a := range cp.Valid {
+		s := fs.segOf(a)
+		if s == nil || a.Off() >= s.cap {
+			return corrupt("checkpoint", "SIT delta marks %v valid, in no segment", a)
+		}
+		if !s.isValid(a.Off()) {
+			s.valid[a.Off()/64] |= 1 << (a.Off() % 64)
+			s.nvalid++
 		}
 	}
 	fs.cpLogs, fs.cpLogWP = cp.Logs, cp.LogWP
@@ -487,9 +606,10 @@ func (fs *FS) checkpoint(ctx context.Context, forceSnapshot bool) error {
 	fs.natDirty = map[uint64]struct{}{}
 	fs.touched = map[Addr]bool{}
 	fs.cpLogs, fs.cpLogWP = cp.Logs, cp.LogWP
-	for _, in := range fs.inodes {
+	for _, in := range fs.active {
 		in.needCP = false
 	}
+	fs.active = map[uint64]*inode{}
 	for _, z := range free {
 		delete(fs.segs, z)
 		if err := fs.retry(ctx, func() error { return fs.vol.Reset(ctx, z) }); err != nil {
@@ -539,13 +659,13 @@ func (fs *FS) buildCheckpoint(full bool, free []ZoneID) *checkpoint {
 		for nid, a := range fs.nat {
 			cp.NAT = append(cp.NAT, [2]uint64{nid, uint64(a)})
 		}
-		for _, z := range zs {
-			s := fs.segs[z]
-			for off := uint64(0); off < s.wp; off++ {
-				if s.isValid(off) {
-					cp.Valid = append(cp.Valid, validRec{Addr: MakeAddr(z, off), Owner: s.owner[off], Ofs: s.ofs[off]})
-				}
+		for i := range cp.Segments {
+			s := fs.segs[cp.Segments[i].Zone]
+			bm := make([]byte, (s.cap+7)/8)
+			for j := range bm {
+				bm[j] = byte(s.valid[j/8] >> (8 * (j % 8)))
 			}
+			cp.Segments[i].Bitmap = bm
 		}
 	} else {
 		for nid := range fs.natDirty {
@@ -556,14 +676,14 @@ func (fs *FS) buildCheckpoint(full bool, free []ZoneID) *checkpoint {
 			now := s != nil && s.isValid(a.Off())
 			switch {
 			case now && !was:
-				cp.Valid = append(cp.Valid, validRec{Addr: a, Owner: s.owner[a.Off()], Ofs: s.ofs[a.Off()]})
+				cp.Valid = append(cp.Valid, a)
 			case !now && was:
 				cp.Invalid = append(cp.Invalid, a)
 			}
 		}
 	}
 	sort.Slice(cp.NAT, func(i, j int) bool { return cp.NAT[i][0] < cp.NAT[j][0] })
-	sort.Slice(cp.Valid, func(i, j int) bool { return cp.Valid[i].Addr < cp.Valid[j].Addr })
+	sort.Slice(cp.Valid, func(i, j int) bool { return cp.Valid[i] < cp.Valid[j] })
 	sort.Slice(cp.Invalid, func(i, j int) bool { return cp.Invalid[i] < cp.Invalid[j] })
 	return cp
 }

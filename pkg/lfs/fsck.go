@@ -45,14 +45,18 @@ func Fsck(ctx context.Context, vol Volume, repair bool) (Report, error) {
 		for _, s := range fs.segs {
 			fs.used += s.nvalid
 		}
-		return fs.check(ctx, false)
+		rep, err := fs.check(ctx, false)
+		rep.Problems = append(fs.loadProblems, rep.Problems...)
+		return rep, err
 	}
-	fs, err := Mount(ctx, vol, Options{})
+	fs, err := mount(ctx, vol, Options{}, true)
 	if err != nil {
 		return Report{}, err
 	}
 	fs.mu.Lock()
 	rep, err := fs.check(ctx, true)
+	rep.Problems = append(fs.loadProblems, rep.Problems...)
+	rep.Repaired += len(fs.loadProblems)
 	if err == nil && rep.Repaired > 0 {
 		if err = fs.checkpoint(ctx, true); err == nil {
 			var again Report

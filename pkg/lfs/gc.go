@@ -215,7 +215,7 @@ func (fs *FS) moveSegment(ctx context.Context, s *segment, method MoveMethod) (m
 						return st, fmt.Errorf("lfs: load node %#x: %w", owner, err)
 					}
 					d.cold = true
-					fs.markDnDirty(d)
+					fs.markDnDirty(in, d)
 				}
 				if cached {
 					st.hostCached++
@@ -256,7 +256,7 @@ func (fs *FS) moveSegment(ctx context.Context, s *segment, method MoveMethod) (m
 				st.hostCached++
 			}
 			p.cold = true
-			fs.dirtyPage(p)
+			fs.dirtyPage(in, p)
 		}
 	}
 	// device-side copies (IZC)
@@ -302,7 +302,7 @@ func (fs *FS) moveSegment(ctx context.Context, s *segment, method MoveMethod) (m
 				}
 				fs.invalidate(old)
 				d.addrs[dv.ofs] = na
-				fs.markDnDirty(d)
+				fs.markDnDirty(in, d)
 			}
 			if err := fs.setValid(na, dv.owner, dv.ofs); err != nil {
 				return st, err

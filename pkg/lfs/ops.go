@@ -119,6 +119,7 @@ func (fs *FS) housekeep(ctx context.Context) error {
 		}
 	}
 	fs.evictCache()
+	fs.evictInodes()
 	if fs.dirtyNodes > int(fs.geo.ZoneBlocks) || fs.dirtyNodes > 4096 {
 		if err := fs.checkpoint(ctx, false); err != nil {
 			return err
@@ -293,6 +294,7 @@ func (fs *FS) mknode(ctx context.Context, parent uint64, name string, mode, uid,
 		fs.used--
 		fs.dirtyNodes--
 		delete(fs.inodes, ino)
+		delete(fs.active, ino)
 		return nil, err
 	}
 	if in.isDir() {
