@@ -68,6 +68,8 @@ type Options struct {
 	// instead of copying them on the device (IZC-D, the default). Dirty cached
 	// blocks are always written from the host.
 	CachedWrite bool
+	// NoCopybackAware turns off ZNS+ copyback-aware allocation of IZC destinations.
+	NoCopybackAware bool
 	// BackgroundGC runs one recycling round after this much idle (modelled)
 	// time; 0 disables it. Needs a Clock other than Off.
 	BackgroundGC time.Duration

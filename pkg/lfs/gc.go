@@ -271,7 +271,11 @@ func (fs *FS) moveSegment(ctx context.Context, s *segment, method MoveMethod) (m
 		if err != nil {
 			return st, err
 		}
-		if _, err := fs.vol.Compact(ctx, copies); err != nil {
+		cst, err := fs.vol.Compact(ctx, copies)
+		fs.stats.CompactCopyback += cst.Copyback
+		fs.stats.CompactLocal += cst.Local
+		fs.stats.CompactRemote += cst.Remote
+		if err != nil {
 			for _, c := range copies {
 				if ds := fs.segs[c.Dst]; ds != nil {
 					ds.closed = true
@@ -318,10 +322,15 @@ func (fs *FS) moveSegment(ctx context.Context, s *segment, method MoveMethod) (m
 }
 
 // allocCopies reserves n destination blocks in log li for device-side copies
-// of blocks src(i) of zone from, and returns the destinations and the Copy list.
+// of blocks src(i) of zone from, and returns the destination of every source
+// block and the Copy list. Within each reserved region it applies ZNS+
+// copyback-aware allocation (§3.3.1): every fully valid source chunk gets a
+// destination chunk on the same chip when one is free; the other blocks fill
+// the rest of the region in order.
 func (fs *FS) allocCopies(ctx context.Context, li int, from ZoneID, src func(int) uint64, n int) ([]Addr, []Copy, error) {
-	dsts := make([]Addr, 0, n)
+	dsts := make([]Addr, n)
 	var copies []Copy
+	cb := uint64(max(fs.geo.ChunkBlocks, 1))
 	for i := 0; i < n; {
 		l := fs.logFor(li)
 		s := fs.logs[l]
@@ -334,25 +343,94 @@ func (fs *FS) allocCopies(ctx context.Context, li int, from ZoneID, src func(int
 				return nil, nil, err
 			}
 		}
-		for i < n && s.wp < s.cap {
-			so := src(i)
-			a := MakeAddr(s.zone, s.wp)
-			dsts = append(dsts, a)
-			if k := len(copies) - 1; k >= 0 && copies[k].Dst == s.zone && copies[k].DstOff+copies[k].Blocks == s.wp && copies[k].SrcOff+copies[k].Blocks == so {
-				copies[k].Blocks++
-			} else {
-				copies = append(copies, Copy{Src: from, SrcOff: so, Dst: s.zone, DstOff: s.wp, Blocks: 1})
-			}
-			s.wp++
-			s.mtime = fs.nodeSeq
-			i++
+		k := min(uint64(n-i), s.cap-s.wp)
+		base := s.wp
+		region := make([]int, k) // region slot -> source index
+		for j := range region {
+			region[j] = -1
 		}
+		if cb > 1 && !fs.opts.NoCopybackAware {
+			fs.copybackPlace(ctx, s.zone, base, k, from, src, i, region)
+		}
+		next := uint64(0)
+		for j := i; j < i+int(k); j++ {
+			placed := false
+			for _, r := range region {
+				if r == j {
+					placed = true
+					break
+				}
+			}
+			if placed {
+				continue
+			}
+			for region[next] >= 0 {
+				next++
+			}
+			region[next] = j
+		}
+		for slot, j := range region {
+			dsts[j] = MakeAddr(s.zone, base+uint64(slot))
+		}
+		// copies in destination order, merged when both sides are contiguous
+		for slot, j := range region {
+			so, do := src(j), base+uint64(slot)
+			if c := len(copies) - 1; c >= 0 && copies[c].Dst == s.zone && copies[c].DstOff+copies[c].Blocks == do && copies[c].SrcOff+copies[c].Blocks == so {
+				copies[c].Blocks++
+			} else {
+				copies = append(copies, Copy{Src: from, SrcOff: so, Dst: s.zone, DstOff: do, Blocks: 1})
+			}
+		}
+		s.wp += k
+		s.mtime = fs.nodeSeq
+		i += int(k)
 		if s.wp >= s.cap {
 			s.closed = true
 			fs.closeLog(ctx, l)
 		}
 	}
 	return dsts, copies, nil
+}
+
+// copybackPlace assigns fully valid source chunks among sources [first,
+// first+k) to free destination chunks of [base, base+k) of zone dst on the
+// same chip (same node, device and chip per Volume.Locate).
+func (fs *FS) copybackPlace(ctx context.Context, dst ZoneID, base, k uint64, from ZoneID, src func(int) uint64, first int, region []int) {
+	cb := uint64(fs.geo.ChunkBlocks)
+	type chip struct {
+		node          string
+		device, chipN uint32
+	}
+	free := map[chip][]uint64{} // chip -> free destination chunk slots (region offsets)
+	for c := (base + cb - 1) / cb * cb; c+cb <= base+k; c += cb {
+		loc, err := fs.vol.Locate(ctx, dst, c)
+		if err != nil {
+			return
+		}
+		key := chip{loc.Node, loc.Device, loc.Chip}
+		free[key] = append(free[key], c-base)
+	}
+	for j := first; j+int(cb) <= first+int(k); j++ {
+		so := src(j)
+		if so%cb != 0 || src(j+int(cb)-1) != so+cb-1 {
+			continue
+		}
+		loc, err := fs.vol.Locate(ctx, from, so)
+		if err != nil {
+			return
+		}
+		key := chip{loc.Node, loc.Device, loc.Chip}
+		slots := free[key]
+		if len(slots) == 0 {
+			continue
+		}
+		free[key] = slots[1:]
+		for b := uint64(0); b < cb; b++ {
+			region[slots[0]+b] = j + int(b)
+		}
+		fs.stats.CopybackPlanned += cb
+		j += int(cb) - 1
+	}
 }
 
 // backgroundGC runs one recycling round when the file system is idle.

@@ -40,6 +40,14 @@ func checkBlock(b []byte, f, ver, i int) error {
 }
 
 func TestGCFillAndOverwrite(t *testing.T) {
+	copyback := map[string]uint64{}
+	defer func() {
+		_, a := copyback["izc-d"]
+		_, b := copyback["izc-d without copyback-aware allocation"]
+		if !t.Failed() && a && b {
+			require.Greater(t, copyback["izc-d"], copyback["izc-d without copyback-aware allocation"], "copyback-aware allocation copies more by copyback")
+		}
+	}()
 	for _, tc := range []struct {
 		name string
 		opts lfs.Options
@@ -48,6 +56,7 @@ func TestGCFillAndOverwrite(t *testing.T) {
 		{"host-copy", lfs.Options{Move: lfs.HostCopy, CacheBlocks: 128}, 1},
 		{"izc-d", lfs.Options{Move: lfs.Compact}, 2},
 		{"izc-h", lfs.Options{Move: lfs.Compact, CachedWrite: true, CacheBlocks: 1024}, 3},
+		{"izc-d without copyback-aware allocation", lfs.Options{Move: lfs.Compact, NoCopybackAware: true}, 2},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			v := newVol(t, 64, 8)
@@ -113,8 +122,9 @@ func TestGCFillAndOverwrite(t *testing.T) {
 				require.Empty(t, rep.Problems, "pass %d", pass)
 			}
 			s := fs.Stats()
-			t.Logf("%s: gc %d, host copy %d, izc %d, dirty %d, cached %d, WAF %.2f", tc.name, s.GCForeground,
-				s.MovedHostCopy, s.MovedIZC, s.MovedHostDirty, s.MovedHostCached, s.WAF)
+			t.Logf("%s: gc %d, host copy %d, izc %d (copyback %d planned, %d done), dirty %d, cached %d, WAF %.2f", tc.name, s.GCForeground,
+				s.MovedHostCopy, s.MovedIZC, s.CopybackPlanned, s.CompactCopyback, s.MovedHostDirty, s.MovedHostCached, s.WAF)
+			copyback[tc.name] = s.CompactCopyback
 			require.Positive(t, s.GCForeground)
 			if tc.opts.Move == lfs.Compact {
 				require.Positive(t, s.MovedIZC)

@@ -148,6 +148,10 @@ type Stats struct {
 	MovedIZC           uint64 // copied inside the drives
 	MovedHostDirty     uint64 // dirty on the host: written from the host
 	MovedHostCached    uint64 // clean-cached: written from the host (IZC-H / host copy)
+	CopybackPlanned    uint64 // blocks placed on the same chip by copyback-aware allocation
+	CompactCopyback    uint64 // blocks the drives moved by copyback (Volume.Compact stats)
+	CompactLocal       uint64 // blocks the drives moved by read and program
+	CompactRemote      uint64 // blocks moved node to node
 	DriveBlocksWritten uint64
 	UserBlocksWritten  uint64
 	WAF                float64
