@@ -136,30 +136,15 @@ type FS struct {
 	sitRepaired        bool
 }
 
-func (fs *FS) retry(ctx context.Context, f func() error) error {
-	n := fs.opts.Retries
-	if n <= 0 {
-		n = 3
-	}
-	var err error
-	for i := 0; i <= n; i++ {
-		if err = f(); err == nil || !errors.Is(err, zerr.ErrUnavailable) {
-			return err
-		}
-		if fs.clk != nil {
-			_ = clock.Sleep(ctx, fs.clk, time.Duration(1<<i)*time.Millisecond)
-		}
-		if ctx.Err() != nil {
-			return err
-		}
-	}
-	return err
-}
+// retry runs one Volume call. Retrying zerr.ErrUnavailable is done once, in
+// the retrying wrapper every entry point puts around the Volume.
+func (fs *FS) retry(ctx context.Context, f func() error) error { return f() }
 
 func newFS(vol Volume, opts Options) *FS {
 	if opts.Clock == nil {
 		opts.Clock = clock.Off()
 	}
+	vol = withRetries(vol, opts.Retries, opts.Clock)
 	if opts.CacheBlocks <= 0 {
 		opts.CacheBlocks = 4096
 	}
@@ -194,6 +179,7 @@ func checkGeometry(g VolumeGeometry) error {
 // Mkfs formats vol. It refuses a namespace that holds a file system or any
 // data (zerr.AlreadyExistsError) unless opts.Force.
 func Mkfs(ctx context.Context, vol Volume, opts MkfsOptions) error {
+	vol = withRetries(vol, 0, clock.Off())
 	g := vol.Geometry()
 	if err := checkGeometry(g); err != nil {
 		return err
@@ -356,6 +342,10 @@ func mount(ctx context.Context, vol Volume, opts Options, repair bool) (*FS, err
 
 // loadFS reads the newest checkpoint into a new FS (nothing written).
 func loadFS(ctx context.Context, vol Volume, opts Options) (*FS, []ZoneInfo, *metaLog, error) {
+	if opts.Clock == nil {
+		opts.Clock = clock.Off()
+	}
+	vol = withRetries(vol, opts.Retries, opts.Clock)
 	g := vol.Geometry()
 	if err := checkGeometry(g); err != nil {
 		return nil, nil, nil, err
