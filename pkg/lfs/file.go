@@ -662,14 +662,17 @@ func (fs *FS) evictInodes() {
 	if len(fs.inodes) <= fs.opts.CacheInodes {
 		return
 	}
-	for ino, in := range fs.inodes {
-		if _, busy := fs.active[ino]; busy || in.opens > 0 || ino == RootIno || in.dirty {
-			continue
-		}
-		fs.cachePages -= len(in.pages)
-		delete(fs.inodes, ino)
-		if len(fs.inodes) <= fs.opts.CacheInodes/2 {
-			return
+	// files first: a directory's index is costly to reload
+	for pass := 0; pass < 2; pass++ {
+		for ino, in := range fs.inodes {
+			if _, busy := fs.active[ino]; busy || in.opens > 0 || ino == RootIno || in.dirty || (pass == 0 && in.isDir()) {
+				continue
+			}
+			fs.cachePages -= len(in.pages)
+			delete(fs.inodes, ino)
+			if len(fs.inodes) <= fs.opts.CacheInodes/2 {
+				return
+			}
 		}
 	}
 }

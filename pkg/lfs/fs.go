@@ -133,6 +133,7 @@ type FS struct {
 	stopTimer          func() bool
 	stats              Stats
 	loadProblems       []Problem // SIT/SSA disagreements found at load
+	gauges             *gaugeCollector
 	sitRepaired        bool
 }
 
@@ -742,6 +743,10 @@ func (fs *FS) Unmount(ctx context.Context) error {
 
 func (fs *FS) shutdown(ctx context.Context) error {
 	fs.closed = true
+	if fs.gauges != nil && fs.opts.Registry != nil {
+		fs.opts.Registry.Unregister(fs.gauges)
+		fs.gauges = nil
+	}
 	if fs.stopTimer != nil {
 		fs.stopTimer()
 	}

@@ -2,6 +2,7 @@ package lfs
 
 import (
 	"context"
+	"errors"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -50,11 +51,32 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 			Help: "Duration of a checkpoint.", Buckets: prometheus.ExponentialBuckets(1e-4, 4, 10)}),
 	}
 	if reg != nil {
-		for _, c := range []prometheus.Collector{m.ops, m.opErrors, m.opLatency, m.bytesC, m.blocksW, m.segOpen, m.gcRuns, m.gcDuration, m.moved, m.cps, m.cpDuration} {
-			_ = reg.Register(c)
-		}
+		// a remount in the same process keeps counting in the registered collectors
+		m.ops = register(reg, m.ops)
+		m.opErrors = register(reg, m.opErrors)
+		m.opLatency = register(reg, m.opLatency)
+		m.bytesC = register(reg, m.bytesC)
+		m.blocksW = register(reg, m.blocksW)
+		m.segOpen = register(reg, m.segOpen)
+		m.gcRuns = register(reg, m.gcRuns)
+		m.gcDuration = register(reg, m.gcDuration)
+		m.moved = register(reg, m.moved)
+		m.cps = register(reg, m.cps)
+		m.cpDuration = register(reg, m.cpDuration)
 	}
 	return m
+}
+
+func register[C prometheus.Collector](reg prometheus.Registerer, c C) C {
+	if err := reg.Register(c); err != nil {
+		var are prometheus.AlreadyRegisteredError
+		if errors.As(err, &are) {
+			if old, ok := are.ExistingCollector.(C); ok {
+				return old
+			}
+		}
+	}
+	return c
 }
 
 func (m *metrics) op(op string, d time.Duration, err error) {
@@ -93,7 +115,9 @@ func registerGauges(fs *FS, reg prometheus.Registerer) {
 	if reg == nil {
 		return
 	}
-	g := &gaugeCollector{fs: fs,
+	var g *gaugeCollector
+	defer func() { fs.gauges = g }()
+	g = &gaugeCollector{fs: fs,
 		free:    prometheus.NewDesc("zonefleet_fs_segments_free", "Free segments (v-zones the file system may still open).", nil, nil),
 		dirty:   prometheus.NewDesc("zonefleet_fs_segments_dirty", "In-use segments that are not log heads.", nil, nil),
 		active:  prometheus.NewDesc("zonefleet_fs_segments_active", "Segments that are log heads.", nil, nil),
@@ -102,7 +126,9 @@ func registerGauges(fs *FS, reg prometheus.Registerer) {
 		written: prometheus.NewDesc("zonefleet_fs_drive_blocks_written_total", "All blocks written to the drives (data, nodes, metadata, moves).", nil, nil),
 		user:    prometheus.NewDesc("zonefleet_fs_user_blocks_written_total", "Data and node blocks written on behalf of users.", nil, nil),
 	}
-	_ = reg.Register(g)
+	if err := reg.Register(g); err != nil {
+		g = nil
+	}
 }
 
 func (g *gaugeCollector) Describe(ch chan<- *prometheus.Desc) {
