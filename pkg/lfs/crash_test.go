@@ -207,3 +207,45 @@ func TestCrashRecovery(t *testing.T) {
 		})
 	}
 }
+
+// Crashes in the middle of namespace operations (create, rename, link,
+// unlink of open files, mkdir, rmdir, truncate) leave a consistent file system.
+func TestCrashConsistencyNamespaceOps(t *testing.T) {
+	v := newVol(t, 40, 8)
+	require.NoError(t, lfs.Mkfs(bg, v, lfs.MkfsOptions{}))
+	rng := rand.New(rand.NewSource(5))
+	for round := 0; round < 10; round++ {
+		cv := &crashVol{Volume: v}
+		cv.left.Store(1 << 40)
+		fs, err := lfs.Mount(bg, cv, lfs.Options{Move: lfs.MoveMethod(round % 2), CacheBlocks: 64})
+		require.NoError(t, err, "round %d", round)
+		shared := fmt.Sprintf("r%d", round)
+		_, err = fs.Mkdir(bg, lfs.RootIno, shared, 0o755, 0, 0)
+		require.NoError(t, err)
+		cv.left.Store(int64(20 + rng.Intn(300)))
+		var wg sync.WaitGroup
+		var mu sync.Mutex
+		for w := 0; w < 2; w++ {
+			wg.Add(1)
+			go func(w int) {
+				defer wg.Done()
+				m := &model{files: map[string]*mfile{}, dirs: map[string]bool{}}
+				_ = worker(fs, w, int64(round*10+w), 100000, []string{shared}, m, map[string][]byte{}, &mu)
+			}(w)
+		}
+		wg.Wait()
+		st := fs.Stats()
+		t.Logf("round %d: %d checkpoints, %d gc, %d user blocks written before the crash", round, st.Checkpoints, st.GCForeground, st.UserBlocksWritten)
+		fs.Abandon()
+		rep, err := lfs.Fsck(bg, v, false)
+		require.NoError(t, err, "round %d", round)
+		require.Empty(t, rep.Problems, "round %d: last checkpoint", round)
+		fs, err = lfs.Mount(bg, v, lfs.Options{})
+		require.NoError(t, err, "round %d", round)
+		rep, err = fs.Fsck(bg)
+		require.NoError(t, err)
+		require.Empty(t, rep.Problems, "round %d: after roll-forward", round)
+		tree(t, fs) // every file readable
+		require.NoError(t, fs.Unmount(bg))
+	}
+}
