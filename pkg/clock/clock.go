@@ -14,7 +14,10 @@
 //     blocks: it moves the clock forward to t (monotonic max) and returns, so a
 //     single-threaded driver gets bit-identical modelled times for identical
 //     inputs. AfterFunc callbacks run synchronously inside Advance/AdvanceTo/
-//     WaitUntil, in deadline order.
+//     WaitUntil, in deadline order. With several goroutines waiting at once
+//     the clock follows whichever waits first, so modelled times then depend
+//     on scheduling; for deterministic parallel submissions, submit without
+//     waiting (zns.NoWait) and advance the clock explicitly.
 //   - Off: Now is always 0, WaitUntil returns at once, AfterFunc runs the
 //     callback at once (in a new goroutine). Components skip their timing models.
 package clock
@@ -81,7 +84,7 @@ func Parse(name string, scale float64) (Clock, bool) {
 	case "virtual":
 		return NewVirtual(), true
 	case "realtime", "":
-		return Realtime(scale), true
+		return Realtime(scale), true // a *RealtimeClock: call Stop when done
 	}
 	return nil, false
 }
@@ -220,37 +223,46 @@ func (v *Virtual) AfterFunc(t time.Duration, f func()) func() bool {
 
 // ---- realtime ----
 
-type realtime struct {
+// RealtimeClock is the wall-clock driven clock returned by Realtime.
+type RealtimeClock struct {
 	start time.Time
 	scale float64
 	mu    sync.Mutex
 	h     timerHeap
 	seq   uint64
 	kick  chan struct{}
+	stop  chan struct{}
+	once  sync.Once
 }
 
 // Realtime returns a wall-clock driven clock. scale > 1 slows the model down
 // (one modelled microsecond takes scale wall microseconds); scale <= 0 means 1.
 // One goroutine serves every waiter and timer from a heap.
-func Realtime(scale float64) Clock {
+func Realtime(scale float64) *RealtimeClock {
 	if scale <= 0 {
 		scale = 1
 	}
-	r := &realtime{start: time.Now(), scale: scale, kick: make(chan struct{}, 1)}
+	r := &RealtimeClock{start: time.Now(), scale: scale, kick: make(chan struct{}, 1), stop: make(chan struct{})}
 	go r.loop()
 	return r
 }
 
-func (r *realtime) Now() time.Duration {
+// Stop ends the timer goroutine; pending timers never fire afterwards.
+func (r *RealtimeClock) Stop() { r.once.Do(func() { close(r.stop) }) }
+
+// Scale is the time-scale factor (wall time per modelled time).
+func (r *RealtimeClock) Scale() float64 { return r.scale }
+
+func (r *RealtimeClock) Now() time.Duration {
 	return time.Duration(float64(time.Since(r.start)) / r.scale)
 }
-func (r *realtime) Kind() Kind { return KindRealtime }
+func (r *RealtimeClock) Kind() Kind { return KindRealtime }
 
-func (r *realtime) wall(t time.Duration) time.Duration {
+func (r *RealtimeClock) wall(t time.Duration) time.Duration {
 	return time.Duration(float64(t) * r.scale)
 }
 
-func (r *realtime) loop() {
+func (r *RealtimeClock) loop() {
 	tmr := time.NewTimer(time.Hour)
 	for {
 		r.mu.Lock()
@@ -275,6 +287,9 @@ func (r *realtime) loop() {
 		}
 		tmr.Reset(wait)
 		select {
+		case <-r.stop:
+			tmr.Stop()
+			return
 		case <-tmr.C:
 		case <-r.kick:
 			if !tmr.Stop() {
@@ -287,7 +302,7 @@ func (r *realtime) loop() {
 	}
 }
 
-func (r *realtime) AfterFunc(t time.Duration, f func()) func() bool {
+func (r *RealtimeClock) AfterFunc(t time.Duration, f func()) func() bool {
 	r.mu.Lock()
 	r.seq++
 	tm := &timer{at: t, seq: r.seq, f: f}
@@ -311,7 +326,7 @@ func (r *realtime) AfterFunc(t time.Duration, f func()) func() bool {
 	}
 }
 
-func (r *realtime) WaitUntil(ctx context.Context, t time.Duration) error {
+func (r *RealtimeClock) WaitUntil(ctx context.Context, t time.Duration) error {
 	if t <= r.Now() {
 		return ctx.Err()
 	}

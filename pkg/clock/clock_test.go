@@ -36,6 +36,7 @@ func TestOff(t *testing.T) {
 
 func TestRealtimeHeap(t *testing.T) {
 	c := Realtime(1)
+	defer c.Stop()
 	require.Equal(t, KindRealtime, c.Kind())
 	var n atomic.Int32
 	done := make(chan struct{}, 3)

@@ -33,7 +33,7 @@ func (r *resource) reserve(at, dur time.Duration) (time.Duration, time.Duration)
 // Model is the FEMU-style timing model of one device. All methods are safe
 // for concurrent use; no method blocks on time.
 type Model struct {
-	cfg      Config
+	cfg      atomic.Pointer[Config]
 	g        Geometry
 	chips    []resource
 	channels []resource
@@ -51,14 +51,16 @@ type Model struct {
 func NewModel(cfg Config) *Model {
 	cfg = cfg.Resolved()
 	g := cfg.Geometry()
-	return &Model{cfg: cfg, g: g, chips: make([]resource, g.Chips), channels: make([]resource, g.Channels)}
+	m := &Model{g: g, chips: make([]resource, g.Chips), channels: make([]resource, g.Channels)}
+	m.cfg.Store(&cfg)
+	return m
 }
 
 // SetConfig swaps the run-time knobs (latencies, link, cache size). Geometry
 // fields must not change.
-func (m *Model) SetConfig(cfg Config) { m.cacheMu.Lock(); m.cfg = cfg.Resolved(); m.cacheMu.Unlock() }
+func (m *Model) SetConfig(cfg Config) { cfg = cfg.Resolved(); m.cfg.Store(&cfg) }
 
-func (m *Model) conf() Config { m.cacheMu.Lock(); defer m.cacheMu.Unlock(); return m.cfg }
+func (m *Model) conf() *Config { return m.cfg.Load() }
 
 func (m *Model) dma(nblocks int) time.Duration {
 	return m.conf().DMALatency * time.Duration(nblocks) / time.Duration(m.g.ChunkBlocks)
@@ -154,7 +156,7 @@ func (h *relHeap) Pop() any {
 func (m *Model) CacheAdmit(at time.Duration, n int64) time.Duration {
 	m.cacheMu.Lock()
 	defer m.cacheMu.Unlock()
-	cap := m.cfg.WriteCacheBytes
+	cap := m.conf().WriteCacheBytes
 	if cap <= 0 {
 		return at
 	}

@@ -65,10 +65,32 @@ func (d *Device) ZoneCompaction(ctx context.Context, copies []Copy) (uint64, err
 	}
 	// claim destination zones
 	var claimed []*zone
+	type prior struct {
+		state ZoneState
+		fbg   int
+	}
+	var priors []prior
 	undo := func() {
 		for _, z := range claimed {
 			z.mu.Lock()
 			z.compacting = false
+			z.mu.Unlock()
+		}
+	}
+	// rollback returns the zones claimed so far to their state: a refused
+	// compaction changes nothing.
+	rollback := func() {
+		for k, z := range claimed {
+			z.mu.Lock()
+			z.compacting = false
+			if p := priors[k]; z.state != p.state {
+				_ = d.setState(z, p.state)
+				if p.fbg < 0 && z.fbg >= 0 {
+					_ = d.releaseFBG(z.fcg, z.fbg, false)
+					z.fbg = -1
+				}
+				_ = d.journalZone(z)
+			}
 			z.mu.Unlock()
 		}
 	}
@@ -90,7 +112,10 @@ func (d *Device) ZoneCompaction(ctx context.Context, copies []Copy) (uint64, err
 		case cs[j-1].Dst+cs[j-1].Count-z.start > d.g.ZoneCap:
 			err = &zerr.ZoneFullError{Zone: z.idx, Capacity: d.g.ZoneCap}
 		default:
-			err = d.openForWrite(z, false)
+			p := prior{z.state, z.fbg}
+			if err = d.openForWrite(z, false); err == nil {
+				priors = append(priors, p)
+			}
 		}
 		if err == nil {
 			z.compacting = true
@@ -98,7 +123,7 @@ func (d *Device) ZoneCompaction(ctx context.Context, copies []Copy) (uint64, err
 		}
 		z.mu.Unlock()
 		if err != nil {
-			undo()
+			rollback()
 			return 0, err
 		}
 		i = j
@@ -215,8 +240,12 @@ func (d *Device) runCompaction(cs []Copy, t0 time.Duration, res *CompactionResul
 				return err
 			}
 			dz.mu.Lock()
-			if doff > dz.wp { // gap in the destination
+			if doff > dz.wp { // gap in the destination: zero-filled
 				flushProg()
+				if err := d.zeroRange(dz, dz.fbg, dz.wp, doff); err != nil {
+					dz.mu.Unlock()
+					return err
+				}
 				dz.wp = doff
 			}
 			dl := d.flashLoc(dz, dz.fbg, doff)

@@ -44,14 +44,15 @@ type stats struct {
 	cbChunks, rpBlocks               atomic.Uint64
 	plugDemand, plugBG               atomic.Uint64
 	erases                           atomic.Uint64
+	checkpoints                      atomic.Uint64
 }
 
 // Device is an emulated ZNS+ SSD backed by a file. All methods are safe for
 // concurrent use; I/O to different zones does not share a lock.
 type Device struct {
 	path  string
-	cfgMu sync.RWMutex
-	cfg   flash.Config
+	cfg   flash.Config // as created/opened: the geometry
+	live  atomic.Pointer[flash.Config]
 	g     flash.Geometry
 	lay   layout
 	clk   clock.Clock
@@ -79,11 +80,7 @@ type Device struct {
 	closed atomic.Bool
 }
 
-func (d *Device) conf() flash.Config {
-	d.cfgMu.RLock()
-	defer d.cfgMu.RUnlock()
-	return d.cfg
-}
+func (d *Device) conf() flash.Config { return *d.live.Load() }
 
 // Create makes a new device at path (data file path, journal path+".journal").
 // It fails if path exists.
@@ -176,6 +173,7 @@ func Open(path string, cfg flash.Config, clk clock.Clock) (*Device, error) {
 		return nil, err
 	}
 	d := &Device{path: path, cfg: cfg, g: g, lay: lay, clk: clk, f: f, uuid: uuid, comps: map[uint64]*compaction{}}
+	d.live.Store(&cfg)
 	if clk.Kind() != clock.KindOff {
 		d.model = flash.NewModel(cfg)
 	}
@@ -205,10 +203,10 @@ func Open(path string, cfg flash.Config, clk clock.Clock) (*Device, error) {
 			z.state, z.wp, z.gen, z.fbg = r.state, r.wp, r.gen, int(r.fbg)
 			z.tl = nil
 			if r.tl {
-				if uint64(len(r.bitmap)) != (g.ZoneCap+7)/8 || r.logFBG < 0 {
+				if uint64(len(r.bitmap)) != (g.ZoneCap+7)/8 {
 					return nil, bad("zone %d: bad TL record", r.zone)
 				}
-				z.tl = &tlState{orig: int(r.logFBG), mode: r.tlMode, bitmap: r.bitmap}
+				z.tl = &tlState{orig: int(r.logFBG), mode: r.tlMode, bitmap: r.bitmap, plugged: map[uint64]bool{}}
 			}
 		case fbgRec:
 			if int(r.fcg) >= g.NFCG || int(r.fbg) >= g.FBGsPerFCG {
@@ -277,8 +275,7 @@ func Open(path string, cfg flash.Config, clk clock.Clock) (*Device, error) {
 	if err != nil {
 		return nil, err
 	}
-	d.j = &journal{path: path + ".journal", f: jf0, off: jend}
-	defer jf0.Close()
+	d.j = &journal{path: path + ".journal", f: jf0, off: jend, limit: journalLimit}
 	// Open zones come back closed (or empty); TL zones are finalized.
 	for _, z := range d.zones {
 		if z.state.open() {
@@ -300,26 +297,27 @@ func Open(path string, cfg flash.Config, clk clock.Clock) (*Device, error) {
 			d.nActive++
 		}
 	}
-	// Erase (punch) every free FBG so unprogrammed pages read as zeros.
-	for fi, a := range d.fcgs {
-		for b, u := range a.used {
-			if !u {
-				for c := 0; c < g.DZone; c++ {
-					if err := punch(f, lay.off(fi*g.DZone+c, b, 0, 0), lay.blockBytes()); err != nil {
-						return nil, err
-					}
-				}
-			}
-		}
-	}
 	// Compacted journal.
+	if err := d.rewriteJournal(); err != nil {
+		return nil, err
+	}
+	d.j.checkpoint = d.checkpoint
+	ok = true
+	return d, nil
+}
+
+// snapshot returns journal records describing the whole current state.
+// The caller excludes every journal writer.
+func (d *Device) snapshot() [][]byte {
 	var out [][]byte
 	for fi, a := range d.fcgs {
+		a.mu.Lock()
 		for b, e := range a.erases {
 			if e > 0 {
 				out = append(out, fbgRec{uint32(fi), uint32(b), e}.encode())
 			}
 		}
+		a.mu.Unlock()
 	}
 	for _, z := range d.zones {
 		if z.state != StateEmpty || z.gen != 0 {
@@ -329,21 +327,60 @@ func Open(path string, cfg flash.Config, clk clock.Clock) (*Device, error) {
 			out = append(out, r.encode())
 		}
 	}
-	if err := writeJournalFile(path+".journal", uuid, out); err != nil {
-		return nil, err
+	return out
+}
+
+// rewriteJournal atomically replaces the journal with a snapshot and reopens
+// it for appending. The caller excludes every journal writer.
+func (d *Device) rewriteJournal() error {
+	if err := writeJournalFile(d.j.path, d.uuid, d.snapshot()); err != nil {
+		return err
 	}
-	jf, err := os.OpenFile(path+".journal", os.O_RDWR, 0)
+	jf, err := os.OpenFile(d.j.path, os.O_RDWR, 0)
 	if err != nil {
-		return nil, err
+		return err
 	}
 	st, err := jf.Stat()
 	if err != nil {
 		jf.Close()
-		return nil, err
+		return err
 	}
+	old := d.j.f
 	d.j.f, d.j.off = jf, st.Size()
-	ok = true
-	return d, nil
+	if old != nil {
+		_ = old.Close()
+	}
+	return nil
+}
+
+// checkpoint compacts the journal in the background once it outgrows its
+// limit: with every zone locked (in index order) no record can be appended.
+func (d *Device) checkpoint() {
+	if d.closed.Load() || !d.j.ckptRunning.CompareAndSwap(false, true) {
+		return
+	}
+	d.bg.Add(1)
+	go func() {
+		defer d.bg.Done()
+		defer d.j.ckptRunning.Store(false)
+		for _, z := range d.zones {
+			z.mu.Lock()
+		}
+		defer func() {
+			for _, z := range d.zones {
+				z.mu.Unlock()
+			}
+		}()
+		if d.closed.Load() {
+			return
+		}
+		d.j.mu.Lock()
+		defer d.j.mu.Unlock()
+		if d.j.off > d.j.limit {
+			_ = d.rewriteJournal() // on failure the old journal stays valid
+			d.st.checkpoints.Add(1)
+		}
+	}()
 }
 
 // Close stops the device: waits for compactions, syncs and closes the files.
@@ -368,6 +405,20 @@ func (d *Device) abandon() {
 	d.j.f.Close()
 }
 
+// Path is the backing file.
+func (d *Device) Path() string { return d.path }
+
+// ioErr turns a file error caused by a concurrent Close into a ClosedError.
+func (d *Device) ioErr(err error) error {
+	if err != nil && d.closed.Load() {
+		var ce *zerr.ClosedError
+		if !errors.As(err, &ce) {
+			return &zerr.ClosedError{What: "device " + d.path}
+		}
+	}
+	return err
+}
+
 func (d *Device) checkOpen() error {
 	if d.closed.Load() {
 		return &zerr.ClosedError{What: "device " + d.path}
@@ -390,13 +441,23 @@ func (d *Device) SetConfig(cfg flash.Config) error {
 			return &zerr.GeometryMismatchError{Field: f.name, Have: fmt.Sprint(have.v), Want: fmt.Sprint(f.v)}
 		}
 	}
-	d.cfgMu.Lock()
-	d.cfg = cfg
-	d.cfgMu.Unlock()
+	d.live.Store(&cfg)
 	if d.model != nil {
 		d.model.SetConfig(cfg)
 	}
 	return nil
+}
+
+// Drained is the modelled time at which every chip finishes the work booked
+// so far (0 with the off clock).
+func (d *Device) Drained() time.Duration {
+	var t time.Duration
+	if d.model != nil {
+		for c := 0; c < d.g.Chips; c++ {
+			t = max(t, d.model.ChipFree(c))
+		}
+	}
+	return t
 }
 
 // Clock is the device's clock.
@@ -424,8 +485,16 @@ func (d *Device) now() time.Duration {
 	return d.clk.Now()
 }
 
+type noWaitKey struct{}
+
+// NoWait returns a context under which device calls do not wait on the
+// clock for their modelled completion; they return at once with the modelled
+// IOResult. Benchmarks use it to submit many requests at the same modelled
+// time (queue depth > 1 on the virtual clock) and then advance the clock.
+func NoWait(ctx context.Context) context.Context { return context.WithValue(ctx, noWaitKey{}, true) }
+
 func (d *Device) wait(ctx context.Context, t time.Duration) error {
-	if d.model == nil {
+	if d.model == nil || ctx.Value(noWaitKey{}) != nil {
 		return nil
 	}
 	return d.clk.WaitUntil(ctx, t)
@@ -531,8 +600,11 @@ func (d *Device) allocFBG(fcg int) (int, error) {
 	return best, nil
 }
 
-// releaseFBG erases an FBG lazily: the host does not wait, the chips are
-// booked for the erase in the background, the pages are deallocated.
+// releaseFBG erases an FBG lazily: the host does not wait and the chips are
+// booked for the erase in the background. The file keeps the old bytes: the
+// device never lets a read reach a page not programmed since the FBG was
+// allocated (reads at or above the write pointer return zeros, and every gap
+// the device leaves below a write pointer is zero-filled by zeroRange).
 func (d *Device) releaseFBG(fcg, b int, written bool) error {
 	if b < 0 {
 		return nil
@@ -561,11 +633,48 @@ func (d *Device) releaseFBG(fcg, b int, written bool) error {
 		for p := 0; p < d.cfg.PagesPerBlock; p++ {
 			d.cbCount[d.pageIndex(chip, b, p)].Store(0)
 		}
-		if err := punch(d.f, d.lay.off(chip, b, 0, 0), d.lay.blockBytes()); err != nil {
+	}
+	d.st.erases.Add(uint64(d.g.DZone))
+	return nil
+}
+
+// zeroRange makes blocks [a, b) of an FBG of z read as zeros: partial chunks
+// are overwritten with zeros, whole pages are hole-punched per chip.
+func (d *Device) zeroRange(z *zone, fbg int, a, b uint64) error {
+	if fbg < 0 || a >= b {
+		return nil
+	}
+	cb := uint64(d.g.ChunkBlocks)
+	zero := make([]byte, d.g.BlockSize)
+	for a < b && a%cb != 0 {
+		if _, err := d.f.WriteAt(zero, d.flashLoc(z, fbg, a).off); err != nil {
+			return err
+		}
+		a++
+	}
+	for b > a && b%cb != 0 {
+		b--
+		if _, err := d.f.WriteAt(zero, d.flashLoc(z, fbg, b).off); err != nil {
 			return err
 		}
 	}
-	d.st.erases.Add(uint64(d.g.DZone))
+	if a >= b {
+		return nil
+	}
+	ja, jb := a/cb, b/cb // whole chunks [ja, jb)
+	D := uint64(d.g.DZone)
+	for ch := uint64(0); ch < D; ch++ {
+		first := ja + (ch+D-ja%D)%D
+		if first >= jb {
+			continue
+		}
+		last := jb - 1 - (jb-1+D-ch)%D
+		l := d.g.Locate(z.fcg, first*cb)
+		pages := int64(last/D-first/D) + 1
+		if err := punch(d.f, d.lay.off(l.Chip, fbg, l.Page, 0), pages*int64(d.g.PageSize)); err != nil {
+			return err
+		}
+	}
 	return nil
 }
 
@@ -726,6 +835,9 @@ func (d *Device) mgmtLocked(z *zone, action Action) error {
 				return err
 			}
 		}
+		if err := d.zeroRange(z, z.fbg, z.wp, d.g.ZoneCap); err != nil {
+			return err
+		}
 		_ = d.setState(z, StateFull)
 		z.wp = d.g.ZoneCap
 		d.releasePend(z)
@@ -794,7 +906,8 @@ func (d *Device) Log() Log {
 		NANDPagesProgrammed: d.st.nandProg.Load(), NANDPagesRead: d.st.nandRead.Load(),
 		CopybackChunks: d.st.cbChunks.Load(), ReadProgramBlocks: d.st.rpBlocks.Load(),
 		PluggedOnDemand: d.st.plugDemand.Load(), PluggedBackground: d.st.plugBG.Load(), Erases: d.st.erases.Load(),
-		CacheCapacity: c.WriteCacheBytes, ZonesPerState: map[string]int{}, IPUBudget: uint64(c.IPUBudgetBlocks)}
+		JournalCheckpoints: d.st.checkpoints.Load(),
+		CacheCapacity:      c.WriteCacheBytes, ZonesPerState: map[string]int{}, IPUBudget: uint64(c.IPUBudgetBlocks)}
 	if l.HostBlocksWritten > 0 {
 		l.WAF = float64(l.NANDPagesProgrammed*uint64(d.g.ChunkBlocks)) / float64(l.HostBlocksWritten)
 	}

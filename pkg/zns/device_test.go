@@ -223,3 +223,70 @@ func TestPersistenceAndForeignFiles(t *testing.T) {
 	_, err = Create(p, cfg, clock.Off())
 	require.ErrorIs(t, err, zerr.ErrAlreadyExists)
 }
+
+func TestJournalCheckpoint(t *testing.T) {
+	cfg := testCfgNoLimits()
+	d, p := newDev(t, cfg, clock.Off())
+	d.j.mu.Lock()
+	d.j.limit = 2048
+	d.j.mu.Unlock()
+	bs := d.g.BlockSize
+	for i := 0; i < 200; i++ {
+		zi := uint64(i % 7)
+		_, _, err := d.Append(bg, zi*d.g.ZoneSize, pattern(bs, 0, 2, byte(i)), Flags{})
+		require.NoError(t, err)
+		if i%3 != 0 {
+			_, err = d.ZoneMgmt(bg, zi, ActionReset, false)
+			require.NoError(t, err)
+		}
+	}
+	before, _ := d.ReportZones(StateAny, 0, 0)
+	d.bg.Wait()
+	require.Greater(t, d.Log().JournalCheckpoints, uint64(0))
+	st, err := os.Stat(p + ".journal")
+	require.NoError(t, err)
+	require.Less(t, st.Size(), int64(8192))
+	d.abandon()
+	d2, err := Open(p, cfg, clock.Off())
+	require.NoError(t, err)
+	defer d2.Close()
+	after, _ := d2.ReportZones(StateAny, 0, 0)
+	for i := range before {
+		require.Equal(t, before[i].WP, after[i].WP)
+	}
+}
+
+func TestParse(t *testing.T) {
+	for _, s := range []ZoneState{StateEmpty, StateImplicitOpen, StateExplicitOpen, StateClosed, StateFull, StateReadOnly, StateOffline, StateAny} {
+		got, err := ParseZoneState(s.String())
+		require.NoError(t, err)
+		require.Equal(t, s, got)
+	}
+	_, err := ParseZoneState("bogus")
+	require.ErrorIs(t, err, zerr.ErrInvalidArgument)
+	for _, s := range []string{"open", "close", "finish", "reset", "offline", "read-only"} {
+		_, err := ParseAction(s)
+		require.NoError(t, err)
+	}
+	_, err = ParseAction("x")
+	require.ErrorIs(t, err, zerr.ErrInvalidArgument)
+	m, err := ParseTLMode("ppa-ordered")
+	require.NoError(t, err)
+	require.Equal(t, PPAOrdered, m)
+	require.Equal(t, "action(9)", Action(9).String())
+	d, _ := newDev(t, testCfg(), clock.Off())
+	_, err = d.ZoneMgmt(bg, 0, Action(9), false)
+	require.ErrorIs(t, err, zerr.ErrInvalidArgument)
+	_, err = d.TLOpen(bg, 0, nil, TLMode(7))
+	require.ErrorIs(t, err, zerr.ErrInvalidArgument)
+	_, err = d.ReportZones(ZoneState(77), 0, 0)
+	require.ErrorIs(t, err, zerr.ErrInvalidArgument)
+	id := d.Identify()
+	require.Equal(t, uint64(16), id.Zones)
+	require.Equal(t, uint64(60), id.ZoneCapacity)
+	require.NoError(t, d.SetConfig(func() flash.Config { c := d.Config(); c.MaxOpenZones = 2; return c }()))
+	require.Equal(t, 2, d.Identify().MaxOpen)
+	bad := d.Config()
+	bad.DZone = 4
+	require.ErrorIs(t, d.SetConfig(bad), zerr.ErrGeometryMismatch)
+}

@@ -41,3 +41,9 @@ func pattern(bs int, lba uint64, n int, tag byte) []byte {
 	}
 	return b
 }
+
+func testCfgNoLimits() flash.Config {
+	c := testCfg()
+	c.MaxOpenZones, c.MaxActiveZones = 0, 0
+	return c
+}

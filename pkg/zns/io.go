@@ -51,6 +51,9 @@ func (d *Device) locate(z *zone, off uint64) bloc {
 		return d.ipuLoc(z, off, s)
 	}
 	if z.tl != nil {
+		if z.tl.orig < 0 {
+			return bloc{}
+		}
 		return d.flashLoc(z, z.tl.orig, off)
 	}
 	if off >= z.wp || z.fbg < 0 {
@@ -173,7 +176,7 @@ func (d *Device) Read(ctx context.Context, lba, n uint64) ([]byte, IOResult, err
 		t, err := d.readZone(z, pos-z.start, end-z.start, buf[(pos-lba)*bs:], t0)
 		z.mu.RUnlock()
 		if err != nil {
-			return nil, IOResult{}, err
+			return nil, IOResult{}, d.ioErr(err)
 		}
 		done = max(done, t)
 		pos = end
@@ -231,7 +234,7 @@ func (d *Device) Write(ctx context.Context, lba uint64, data []byte, fl Flags) (
 	res, err := d.writeLocked(z, lba-z.start, data, fl, t0, false)
 	z.mu.Unlock()
 	if err != nil {
-		return IOResult{}, err
+		return IOResult{}, d.ioErr(err)
 	}
 	if fl.FUA {
 		if err := d.syncAll(); err != nil {
@@ -269,7 +272,7 @@ func (d *Device) Append(ctx context.Context, zoneStart uint64, data []byte, fl F
 	res, err := d.writeLocked(z, off, data, fl, t0, false)
 	z.mu.Unlock()
 	if err != nil {
-		return 0, IOResult{}, err
+		return 0, IOResult{}, d.ioErr(err)
 	}
 	if fl.FUA {
 		if err := d.syncAll(); err != nil {

@@ -12,6 +12,7 @@ import (
 	"os"
 	"strconv"
 	"sync"
+	"sync/atomic"
 
 	"golang.org/x/sys/unix"
 
@@ -247,11 +248,17 @@ func decodeRec(p []byte) (any, error) {
 
 // journal is an append-only file of checksummed records.
 type journal struct {
-	mu   sync.Mutex
-	f    *os.File
-	path string
-	off  int64
+	mu          sync.Mutex
+	f           *os.File
+	path        string
+	off         int64
+	limit       int64  // checkpoint once the journal is larger
+	checkpoint  func() // starts a background checkpoint
+	ckptRunning atomic.Bool
 }
+
+// journalLimit is the journal size that triggers a background checkpoint.
+const journalLimit = 8 << 20
 
 func journalHeader(uuid [16]byte) []byte {
 	b := make([]byte, jHeaderSize)
@@ -278,10 +285,17 @@ func (j *journal) append(payload []byte) error {
 		return err
 	}
 	j.off += int64(len(fr))
+	if j.off > j.limit && j.checkpoint != nil {
+		j.checkpoint()
+	}
 	return nil
 }
 
-func (j *journal) sync() error { return unix.Fdatasync(int(j.f.Fd())) }
+func (j *journal) sync() error {
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	return unix.Fdatasync(int(j.f.Fd()))
+}
 
 // readJournal returns the records of a journal file; a torn trailing record is
 // dropped (and its offset returned as the end), a bad record followed by more

@@ -62,6 +62,9 @@ func (d *Device) TLOpen(ctx context.Context, zoneIdx uint64, bitmap []byte, mode
 			return IOResult{}, &zerr.InvalidBitmapError{Zone: zoneIdx, Reason: "marks bits past the zone capacity"}
 		}
 	}
+	if err := d.zeroRange(z, z.fbg, z.wp, d.g.ZoneCap); err != nil {
+		return IOResult{}, err
+	}
 	logFBG, err := d.allocFBG(z.fcg)
 	if err != nil {
 		return IOResult{}, err
@@ -77,13 +80,15 @@ func (d *Device) TLOpen(ctx context.Context, zoneIdx uint64, bitmap []byte, mode
 	z.fbg = logFBG
 	z.wp = 0
 	z.gen++
-	if err := d.journalZone(z); err != nil {
-		return IOResult{}, err
-	}
+	// IPU mappings move to the new generation first: a crash before the
+	// zone record keeps the old generation and its mappings.
 	for _, r := range d.zoneIPURecs(z) {
 		if err := d.j.append(r.encode()); err != nil {
 			return IOResult{}, err
 		}
+	}
+	if err := d.journalZone(z); err != nil {
+		return IOResult{}, err
 	}
 	if err := d.persistWP(z); err != nil {
 		return IOResult{}, err
@@ -128,7 +133,7 @@ func (d *Device) tlWrite(z *zone, off uint64, data []byte, fl Flags, t0 time.Dur
 	if err := d.openForWrite(z, false); err != nil {
 		return IOResult{}, err
 	}
-	plugDone, err := d.plugRange(z, z.wp, off, t0, false)
+	plugDone, err := d.plugRange(z, z.wp, off, t0, false, true)
 	if err != nil {
 		return IOResult{}, err
 	}
@@ -180,7 +185,7 @@ func (d *Device) plugForward(z *zone, t0 time.Duration) (time.Duration, error) {
 	if end == z.wp {
 		return t0, nil
 	}
-	t, err := d.plugRange(z, z.wp, end, t0, false)
+	t, err := d.plugRange(z, z.wp, end, t0, false, false)
 	if err != nil {
 		return 0, err
 	}
@@ -190,8 +195,10 @@ func (d *Device) plugForward(z *zone, t0 time.Duration) (time.Duration, error) {
 
 // plugRange copies the valid blocks of [a, b) into the LogFBG (skipping
 // chunks already plugged ahead), chunk by chunk: a fully valid chunk by
-// copyback, otherwise read and program. background selects the statistic.
-func (d *Device) plugRange(z *zone, a, b uint64, t0 time.Duration, background bool) (time.Duration, error) {
+// copyback, otherwise read and program. background selects the statistic;
+// zeroInvalid zero-fills the skipped invalid blocks (they end up below the
+// write pointer).
+func (d *Device) plugRange(z *zone, a, b uint64, t0 time.Duration, background, zeroInvalid bool) (time.Duration, error) {
 	cb := uint64(d.g.ChunkBlocks)
 	done := t0
 	for c := a / cb; c*cb < b; c++ {
@@ -203,6 +210,10 @@ func (d *Device) plugRange(z *zone, a, b uint64, t0 time.Duration, background bo
 		for o := lo; o < hi; o++ {
 			if z.tl.valid(o) {
 				offs = append(offs, o)
+			} else if zeroInvalid {
+				if err := d.zeroRange(z, z.fbg, o, o+1); err != nil {
+					return 0, err
+				}
 			}
 		}
 		if len(offs) == 0 {
@@ -256,7 +267,6 @@ func (d *Device) plugChunk(z *zone, c uint64, offs []uint64, full bool, t0 time.
 		if _, err := d.f.WriteAt(buf, d.flashLoc(z, z.fbg, o).off); err != nil {
 			return 0, err
 		}
-		d.dropIPUAt(z, o)
 	}
 	d.st.nandProg.Add(1)
 	if useCB {
@@ -330,7 +340,7 @@ func (d *Device) ppaPlug(z *zone, t time.Duration) error {
 			if d.model != nil && !d.model.ChipIdle(t, chip) {
 				break
 			}
-			if _, err := d.plugRange(z, c*cb, (c+1)*cb, t, true); err != nil {
+			if _, err := d.plugRange(z, c*cb, (c+1)*cb, t, true, false); err != nil {
 				return err
 			}
 		}
@@ -344,14 +354,14 @@ func (d *Device) ppaPlug(z *zone, t time.Duration) error {
 // blocks below it read as zeros. Caller holds z.mu.
 func (d *Device) tlFinalize(z *zone) error {
 	t := d.now()
-	if _, err := d.plugRange(z, z.wp, d.g.ZoneCap, t, false); err != nil {
-		return err
-	}
 	last := z.wp
 	for o := z.wp; o < d.g.ZoneCap; o++ {
 		if z.tl.valid(o) {
 			last = o + 1
 		}
+	}
+	if _, err := d.plugRange(z, z.wp, last, t, false, true); err != nil {
+		return err
 	}
 	orig := z.tl.orig
 	z.tl = nil

@@ -1,7 +1,10 @@
 package zns
 
 import (
+	"fmt"
 	"time"
+
+	"github.com/zonefleet/zonefleet/pkg/zerr"
 )
 
 // ZoneState is the NVMe ZNS zone state.
@@ -58,6 +61,9 @@ const (
 )
 
 func (a Action) String() string {
+	if a > ActionReadOnly {
+		return fmt.Sprintf("action(%d)", uint8(a))
+	}
 	return [...]string{"open", "close", "finish", "reset", "offline", "set read-only"}[a]
 }
 
@@ -179,4 +185,45 @@ type Log struct {
 	IPUChunkEntries     uint64          `json:"ipu_chunk_entries"`
 	EraseCountMin       uint64          `json:"erase_count_min"`
 	EraseCountMax       uint64          `json:"erase_count_max"`
+	JournalCheckpoints  uint64          `json:"journal_checkpoints"`
+}
+
+// ParseZoneState accepts the String form of a state (and "any").
+func ParseZoneState(s string) (ZoneState, error) {
+	for _, st := range []ZoneState{StateEmpty, StateImplicitOpen, StateExplicitOpen, StateClosed, StateFull, StateReadOnly, StateOffline, StateAny} {
+		if st.String() == s {
+			return st, nil
+		}
+	}
+	return 0, &zerr.InvalidArgumentError{Field: "state", Reason: fmt.Sprintf("unknown zone state %q", s)}
+}
+
+// ParseAction accepts open, close, finish, reset, offline, read-only.
+func ParseAction(s string) (Action, error) {
+	switch s {
+	case "open":
+		return ActionOpen, nil
+	case "close":
+		return ActionClose, nil
+	case "finish":
+		return ActionFinish, nil
+	case "reset":
+		return ActionReset, nil
+	case "offline":
+		return ActionOffline, nil
+	case "read-only", "readonly":
+		return ActionReadOnly, nil
+	}
+	return 0, &zerr.InvalidArgumentError{Field: "action", Reason: fmt.Sprintf("unknown zone action %q", s)}
+}
+
+// ParseTLMode accepts lba-ordered or ppa-ordered.
+func ParseTLMode(s string) (TLMode, error) {
+	switch s {
+	case "lba-ordered", "lba":
+		return LBAOrdered, nil
+	case "ppa-ordered", "ppa":
+		return PPAOrdered, nil
+	}
+	return 0, &zerr.InvalidArgumentError{Field: "mode", Reason: fmt.Sprintf("unknown TL mode %q", s)}
 }

@@ -1,0 +1,432 @@
+// Package devbench measures the emulated ZNS+ drive (pkg/zns): copyback vs
+// read-and-program, in-device zone compaction vs host copy, chip utilization
+// of sequential writes, background share of PPA-ordered plugging (all on the
+// virtual clock, deterministic), and write throughput with 1-8 concurrent
+// writers with the clock off (wall time, machine dependent).
+package devbench
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"sync"
+	"time"
+
+	"github.com/zonefleet/zonefleet/pkg/clock"
+	"github.com/zonefleet/zonefleet/pkg/flash"
+	"github.com/zonefleet/zonefleet/pkg/zns"
+)
+
+// Options of a run.
+type Options struct {
+	Dir           string        // where backing files go; "" = a temp dir
+	Media         string        // media preset; "" = MLC
+	WriteDuration time.Duration // per writer-count measurement with the clock off; 0 = 1s
+	WriterCounts  []int         // default 1, 2, 4, 8
+	BlocksPerChip int           // flash blocks per chip of the benchmark drive; 0 = 8
+}
+
+// Result holds the benchmark keys.
+type Result struct {
+	Media                   string          `json:"media"`
+	CopybackVsReadProgram   float64         `json:"copyback_vs_read_program"`
+	IZCVsHostCopy           float64         `json:"izc_vs_host_copy"`
+	IZCMillis               float64         `json:"izc_ms"`
+	HostCopyMillis          float64         `json:"host_copy_ms"`
+	SeqWriteChipUtilization float64         `json:"seq_write_chip_utilization"`
+	TLBackgroundPlugRatio   float64         `json:"tl_background_plug_ratio"`
+	WriteMiBPerSecond       map[int]float64 `json:"write_mib_per_second"`
+}
+
+func (o *Options) defaults() {
+	if o.Media == "" {
+		o.Media = "MLC"
+	}
+	if o.WriteDuration == 0 {
+		o.WriteDuration = time.Second
+	}
+	if len(o.WriterCounts) == 0 {
+		o.WriterCounts = []int{1, 2, 4, 8}
+	}
+	if o.BlocksPerChip == 0 {
+		o.BlocksPerChip = 8
+	}
+}
+
+func (o Options) cfg() flash.Config {
+	c := flash.Defaults()
+	c.Media = o.Media
+	c.BlocksPerChip = o.BlocksPerChip
+	c.SpareBlocksPerChip = 2
+	c.MaxOpenZones, c.MaxActiveZones = 0, 0
+	return c
+}
+
+type bench struct {
+	dir string
+	n   int
+}
+
+func (b *bench) open(cfg flash.Config, clk clock.Clock) (*zns.Device, error) {
+	b.n++
+	p := filepath.Join(b.dir, fmt.Sprintf("bench%d", b.n))
+	return zns.Create(p, cfg, clk)
+}
+
+func (b *bench) done(d *zns.Device) {
+	_ = d.Close()
+	p := filepath.Join(b.dir, fmt.Sprintf("bench%d", b.n))
+	_ = os.Remove(p)
+	_ = os.Remove(p + ".journal")
+}
+
+// Run computes all keys.
+func Run(ctx context.Context, o Options) (Result, error) {
+	o.defaults()
+	dir := o.Dir
+	if dir == "" {
+		var err error
+		dir, err = os.MkdirTemp("", "devbench")
+		if err != nil {
+			return Result{}, err
+		}
+		defer os.RemoveAll(dir)
+	}
+	b := &bench{dir: dir}
+	r := Result{Media: o.Media, WriteMiBPerSecond: map[int]float64{}}
+	var err error
+	if r.CopybackVsReadProgram, err = b.copyback(ctx, o); err != nil {
+		return r, err
+	}
+	if r.IZCMillis, r.HostCopyMillis, err = b.izc(ctx, o); err != nil {
+		return r, err
+	}
+	r.IZCVsHostCopy = r.IZCMillis / r.HostCopyMillis
+	if r.SeqWriteChipUtilization, err = b.seqUtil(ctx, o); err != nil {
+		return r, err
+	}
+	if r.TLBackgroundPlugRatio, err = b.tlPlug(ctx, o); err != nil {
+		return r, err
+	}
+	for _, w := range o.WriterCounts {
+		if r.WriteMiBPerSecond[w], err = b.writers(ctx, o, w); err != nil {
+			return r, err
+		}
+	}
+	return r, nil
+}
+
+func block(bs int, tag byte) []byte {
+	p := make([]byte, bs)
+	for i := range p {
+		p[i] = tag + byte(i)
+	}
+	return p
+}
+
+func writeN(ctx context.Context, d *zns.Device, lba uint64, n int, chunk int) (zns.IOResult, error) {
+	bs := d.Geometry().BlockSize
+	buf := make([]byte, chunk*bs)
+	for i := range buf {
+		buf[i] = byte(i)
+	}
+	var last zns.IOResult
+	for i := 0; i < n; i += chunk {
+		k := min(chunk, n-i)
+		res, err := d.Write(ctx, lba+uint64(i), buf[:k*bs], zns.Flags{})
+		if err != nil {
+			return last, err
+		}
+		last = res
+	}
+	return last, nil
+}
+
+// copyback: latency of one chunk copy by copyback over one by read-and-program.
+func (b *bench) copyback(ctx context.Context, o Options) (float64, error) {
+	cfg := o.cfg()
+	v := clock.NewVirtual()
+	d, err := b.open(cfg, v)
+	if err != nil {
+		return 0, err
+	}
+	defer b.done(d)
+	g := d.Geometry()
+	if _, err := writeN(ctx, d, 0, g.ChunkBlocks*g.DZone, g.ChunkBlocks); err != nil {
+		return 0, err
+	}
+	v.AdvanceTo(d.Drained() + time.Millisecond)
+	// chunk 0 -> zone 1 chunk 0 (same chip): copyback
+	id, err := d.ZoneCompaction(ctx, []zns.Copy{{Src: 0, Dst: g.ZoneSize, Count: uint64(g.ChunkBlocks)}})
+	if err != nil {
+		return 0, err
+	}
+	cb, err := d.WaitCompaction(ctx, id)
+	if err != nil {
+		return 0, err
+	}
+	v.AdvanceTo(d.Drained() + time.Millisecond)
+	// chunk 1 -> zone 2 chunk 0 (other chip): read and program
+	id, err = d.ZoneCompaction(ctx, []zns.Copy{{Src: uint64(g.ChunkBlocks), Dst: 2 * g.ZoneSize, Count: uint64(g.ChunkBlocks)}})
+	if err != nil {
+		return 0, err
+	}
+	rp, err := d.WaitCompaction(ctx, id)
+	if err != nil {
+		return 0, err
+	}
+	if cb.CopybackChunks != 1 || rp.ReadProgBlocks != uint64(g.ChunkBlocks) {
+		return 0, fmt.Errorf("copyback bench: unexpected copy paths %+v %+v", cb, rp)
+	}
+	return float64(cb.Duration()) / float64(rp.Duration()), nil
+}
+
+// halfValid fills zone 0 and returns its valid chunks: every other stripe.
+func halfValid(ctx context.Context, d *zns.Device) ([]uint64, error) {
+	g := d.Geometry()
+	if _, err := writeN(ctx, d, 0, int(g.ZoneCap), 64); err != nil {
+		return nil, err
+	}
+	var valid []uint64
+	for c := uint64(0); c < g.ZoneCap/uint64(g.ChunkBlocks); c++ {
+		if (c/uint64(g.DZone))%2 == 0 {
+			valid = append(valid, c)
+		}
+	}
+	return valid, nil
+}
+
+// izc: compact a half-valid zone with zone_compaction vs host read + write back.
+func (b *bench) izc(ctx context.Context, o Options) (float64, float64, error) {
+	cfg := o.cfg()
+	var izc, host time.Duration
+	for pass := 0; pass < 2; pass++ {
+		v := clock.NewVirtual()
+		d, err := b.open(cfg, v)
+		if err != nil {
+			return 0, 0, err
+		}
+		g := d.Geometry()
+		cb := uint64(g.ChunkBlocks)
+		valid, err := halfValid(ctx, d)
+		if err != nil {
+			b.done(d)
+			return 0, 0, err
+		}
+		v.AdvanceTo(d.Drained() + time.Millisecond)
+		t0 := v.Now()
+		dst := g.ZoneSize
+		if pass == 0 {
+			var copies []zns.Copy
+			for k, c := range valid {
+				copies = append(copies, zns.Copy{Src: c * cb, Dst: dst + uint64(k)*cb, Count: cb})
+			}
+			id, err := d.ZoneCompaction(ctx, copies)
+			if err == nil {
+				_, err = d.WaitCompaction(ctx, id)
+			}
+			if err != nil {
+				b.done(d)
+				return 0, 0, err
+			}
+			izc = d.Drained() - t0
+		} else {
+			// host: read every valid chunk (all submitted at once), then write them back.
+			nw := zns.NoWait(ctx)
+			var data [][]byte
+			readDone := t0
+			for _, c := range valid {
+				buf, res, err := d.Read(nw, c*cb, cb)
+				if err != nil {
+					b.done(d)
+					return 0, 0, err
+				}
+				data = append(data, buf)
+				readDone = max(readDone, res.Completed)
+			}
+			v.AdvanceTo(readDone)
+			end := readDone
+			for k, buf := range data {
+				res, err := d.Write(nw, dst+uint64(k)*cb, buf, zns.Flags{})
+				if err != nil {
+					b.done(d)
+					return 0, 0, err
+				}
+				end = max(end, res.Completed)
+			}
+			host = max(end, d.Drained()) - t0
+		}
+		b.done(d)
+	}
+	return float64(izc) / 1e6, float64(host) / 1e6, nil
+}
+
+// seqUtil: one QD1 sequential writer over a full-stripe zone; mean chip busy
+// share from the first write until the device drains.
+func (b *bench) seqUtil(ctx context.Context, o Options) (float64, error) {
+	cfg := o.cfg()
+	v := clock.NewVirtual()
+	d, err := b.open(cfg, v)
+	if err != nil {
+		return 0, err
+	}
+	defer b.done(d)
+	g := d.Geometry()
+	for z := uint64(0); z < 2; z++ {
+		if _, err := writeN(ctx, d, z*g.ZoneSize, int(g.ZoneCap), 16); err != nil {
+			return 0, err
+		}
+	}
+	end := d.Drained()
+	l := d.Log()
+	var sum float64
+	for _, bz := range l.ChipBusy {
+		sum += float64(bz) / float64(end)
+	}
+	return sum / float64(len(l.ChipBusy)), nil
+}
+
+// tlPlug: TL_open a half-valid zone (PPA-ordered), overwrite its invalid
+// blocks in LBA order at QD1; share of plugged blocks done in the background.
+func (b *bench) tlPlug(ctx context.Context, o Options) (float64, error) {
+	cfg := o.cfg()
+	v := clock.NewVirtual()
+	d, err := b.open(cfg, v)
+	if err != nil {
+		return 0, err
+	}
+	defer b.done(d)
+	g := d.Geometry()
+	cb := uint64(g.ChunkBlocks)
+	valid, err := halfValid(ctx, d)
+	if err != nil {
+		return 0, err
+	}
+	// plus scattered valid blocks inside invalid chunks (partial chunks)
+	bm := make([]byte, (g.ZoneCap+7)/8)
+	isValid := make([]bool, g.ZoneCap)
+	for _, c := range valid {
+		for i := c * cb; i < (c+1)*cb; i++ {
+			isValid[i] = true
+		}
+	}
+	for i := uint64(0); i < g.ZoneCap; i += 37 {
+		isValid[i] = true
+	}
+	for i, ok := range isValid {
+		if ok {
+			bm[i/8] |= 1 << (i % 8)
+		}
+	}
+	v.AdvanceTo(d.Drained() + time.Millisecond)
+	if _, err := d.TLOpen(ctx, 0, bm, zns.PPAOrdered); err != nil {
+		return 0, err
+	}
+	blk := block(g.BlockSize, 1)
+	for i := uint64(0); i < g.ZoneCap; {
+		if isValid[i] {
+			i++
+			continue
+		}
+		n := uint64(0)
+		var buf []byte
+		for i+n < g.ZoneCap && !isValid[i+n] && n < 16 {
+			buf = append(buf, blk...)
+			n++
+		}
+		if _, err := d.Write(ctx, i, buf, zns.Flags{}); err != nil {
+			return 0, err
+		}
+		i += n
+	}
+	l := d.Log()
+	tot := l.PluggedBackground + l.PluggedOnDemand
+	if tot == 0 {
+		return 0, nil
+	}
+	return float64(l.PluggedBackground) / float64(tot), nil
+}
+
+// writers: clock off, w goroutines appending 64 KiB to their own zones.
+func (b *bench) writers(ctx context.Context, o Options, w int) (float64, error) {
+	cfg := o.cfg()
+	cfg.DZone = 1 // many small zones, one per writer
+	d, err := b.open(cfg, clock.Off())
+	if err != nil {
+		return 0, err
+	}
+	defer b.done(d)
+	g := d.Geometry()
+	buf := make([]byte, 16*g.BlockSize)
+	for i := range buf {
+		buf[i] = byte(i)
+	}
+	var total int64
+	var mu sync.Mutex
+	var firstErr error
+	start := time.Now()
+	deadline := start.Add(o.WriteDuration)
+	var wg sync.WaitGroup
+	for i := 0; i < w; i++ {
+		wg.Add(1)
+		go func(i int) {
+			defer wg.Done()
+			zi := uint64(i)
+			var n int64
+			for time.Now().Before(deadline) {
+				_, _, err := d.Append(ctx, zi*g.ZoneSize, buf, zns.Flags{})
+				if err != nil {
+					if _, err := d.ZoneMgmt(ctx, zi, zns.ActionReset, false); err != nil {
+						mu.Lock()
+						firstErr = err
+						mu.Unlock()
+						return
+					}
+					continue
+				}
+				n += int64(len(buf))
+			}
+			mu.Lock()
+			total += n
+			mu.Unlock()
+		}(i)
+	}
+	wg.Wait()
+	if firstErr != nil {
+		return 0, firstErr
+	}
+	return float64(total) / (1 << 20) / time.Since(start).Seconds(), nil
+}
+
+// WriteTable prints r as a table.
+func (r Result) WriteTable(w io.Writer) error {
+	rows := []struct{ k, v, note string }{
+		{"media", r.Media, ""},
+		{"copyback_vs_read_program", fmt.Sprintf("%.3f", r.CopybackVsReadProgram), "chunk copy latency ratio (virtual clock)"},
+		{"izc_vs_host_copy", fmt.Sprintf("%.3f", r.IZCVsHostCopy), fmt.Sprintf("zone_compaction %.2f ms vs host copy %.2f ms of a half-valid zone", r.IZCMillis, r.HostCopyMillis)},
+		{"seq_write_chip_utilization", fmt.Sprintf("%.3f", r.SeqWriteChipUtilization), "mean chip busy share, QD1 sequential writer"},
+		{"tl_background_plug_ratio", fmt.Sprintf("%.3f", r.TLBackgroundPlugRatio), "PPA-ordered plugging done in the background"},
+	}
+	ws := []int{}
+	for k := range r.WriteMiBPerSecond {
+		ws = append(ws, k)
+	}
+	for i := range ws {
+		for j := i + 1; j < len(ws); j++ {
+			if ws[j] < ws[i] {
+				ws[i], ws[j] = ws[j], ws[i]
+			}
+		}
+	}
+	for _, k := range ws {
+		rows = append(rows, struct{ k, v, note string }{fmt.Sprintf("write_mib_per_second[%d]", k), fmt.Sprintf("%.1f", r.WriteMiBPerSecond[k]), "clock off, wall time"})
+	}
+	for _, row := range rows {
+		if _, err := fmt.Fprintf(w, "%-30s %10s  %s\n", row.k, row.v, row.note); err != nil {
+			return err
+		}
+	}
+	return nil
+}

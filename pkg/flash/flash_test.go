@@ -1,0 +1,74 @@
+package flash
+
+import (
+	"encoding/json"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+)
+
+func TestPresetsAndResolve(t *testing.T) {
+	for _, tc := range []struct {
+		media string
+		read  time.Duration
+		prog  time.Duration
+		ratio float64
+	}{{"TLC", 60 * time.Microsecond, 700 * time.Microsecond, 0.94}, {"mlc", 35 * time.Microsecond, 390 * time.Microsecond, 0.90}, {"ZNAND", 3 * time.Microsecond, 100 * time.Microsecond, 0.94}} {
+		c := Defaults()
+		c.Media = tc.media
+		require.NoError(t, c.Validate())
+		r := c.Resolved()
+		require.Equal(t, tc.read, r.ReadLatency)
+		require.Equal(t, tc.prog, r.ProgramLatency)
+		require.Equal(t, tc.ratio, r.CopybackRatio)
+	}
+	c := Defaults()
+	c.ReadLatency = time.Millisecond // explicit values win over the preset
+	require.Equal(t, time.Millisecond, c.Resolved().ReadLatency)
+}
+
+func TestModelQueuesAndCache(t *testing.T) {
+	c := Small()
+	c.WriteCacheBytes = 2 * 16384
+	m := NewModel(c)
+	p := Presets["MLC"]
+	// two programs on one chip queue; on two chips they overlap
+	a := m.Program(0, 0)
+	b := m.Program(0, 0)
+	require.Equal(t, p.DMA+p.Program, a)
+	require.Equal(t, a+p.Program, b)
+	x := m.Program(0, 1) // chip 1 is on channel 1
+	require.Equal(t, p.DMA+p.Program, x)
+	// cache: third chunk waits for the first release
+	require.Equal(t, time.Duration(0), m.CacheAdmit(0, 16384))
+	require.Equal(t, time.Duration(0), m.CacheAdmit(0, 16384))
+	m.CacheRelease(500, 16384)
+	m.CacheRelease(900, 16384)
+	require.Equal(t, time.Duration(500), m.CacheAdmit(10, 16384))
+	require.Equal(t, int64(1), m.CacheStalls.Load())
+	require.Equal(t, int64(2*16384), m.CacheUsed(600))
+	require.Equal(t, int64(16384), m.CacheUsed(1000))
+	require.InDelta(t, 0.9, float64(m.CopybackLatency())/float64(m.ReadProgramLatency()), 1e-6)
+}
+
+func TestConfigJSONFlat(t *testing.T) {
+	c := Defaults()
+	c.Media = "TLC"
+	c.ZoneCapacity = 4000
+	b, err := json.Marshal(c)
+	require.NoError(t, err)
+	require.Contains(t, string(b), `"d_zone":16`)
+	require.Contains(t, string(b), `"read_latency_ns":0`)
+	var back Config
+	require.NoError(t, json.Unmarshal(b, &back))
+	require.Equal(t, c, back)
+	var m map[string]any
+	require.NoError(t, json.Unmarshal(b, &m))
+	for k, v := range m {
+		switch v.(type) {
+		case map[string]any, []any:
+			t.Fatalf("config field %s is not flat", k)
+		}
+	}
+}

@@ -1,0 +1,101 @@
+// Package zns is the ZNS+ drive emulator: a real, file-backed zoned SSD with
+// the NVMe ZNS command set plus the ZNS+ extensions (identify_mapping,
+// zone_compaction, TL_open), budget-based in-place updates (ZMS) and a
+// FEMU-style timing model. It knows nothing of gRPC, etcd or Prometheus; the
+// node service maps its RPCs 1:1 onto Device methods. Errors are pkg/zerr
+// typed errors; bad input never panics and changes nothing.
+//
+// # Model
+//
+// Geometry (pkg/flash.Config): channels x ways chips; each chip has
+// blocks_per_chip flash blocks of pages_per_block pages of page_size bytes (a
+// page is a chunk, the copyback unit, page_size/block_size logical blocks).
+// Chips are split into N_FCG = chips/d_zone flash chip groups; zone i lives in
+// FCG i mod N_FCG, on one flash block group (FBG: the same block index on each
+// of the FCG's d_zone chips). Chunk j of a zone is on chip (j mod d_zone) of its
+// FCG, page j div d_zone (ZNS+ §2.2). FBGs are allocated when a zone first
+// opens (least-erased free FBG: wear levelling) and released on reset; the
+// release is cheap for the host (reset_latency) while the erase is booked on
+// the chips in the background (lazy erase, eZNS §3.7). spare_blocks_per_chip
+// FBGs per FCG are not exposed as zones: they hold TL LogFBGs. IdentifyMapping
+// returns the chunk-address bit fields (chip ID, FCG ID) so a host can tell
+// which chip a chunk is on without knowing the FBG mapping.
+//
+// Zone states and transitions follow NVMe ZNS: empty, implicitly/explicitly
+// open, closed, full, read-only, offline. Writes to empty or closed zones
+// open them implicitly; MOR/MAR (max_open_zones/max_active_zones) are checked
+// on every open (implicit opens count) and a write that would exceed them
+// fails with zerr.TooManyOpenError/TooManyActiveError (the device never closes
+// a zone by itself). ActionReadOnly and ActionOffline are fault injections.
+// Close of an open zone whose write pointer is at the start makes it empty.
+//
+// Reads: any LBA of a non-offline zone may be read. Blocks at or above the
+// write pointer, or never programmed below it (after a finish, or a gap left
+// by zone_compaction), read as ZEROES, not an error. In a TL_opened zone the
+// blocks at or above the write pointer still read from the original FBG.
+//
+// zone_compaction (ZoneCompaction/WaitCompaction) runs in a goroutine; whole
+// chunks whose source and destination are on the same chip are copied by
+// copyback unless the page's consecutive-copyback count reached
+// copyback_threshold, everything else by read and program. The destination
+// zones refuse host writes while it runs (ZoneStateError) but serve reads
+// below their advancing write pointer; other zones are unaffected.
+//
+// TL_open (ZNS+ §3.2.2): a LogFBG is allocated and the write pointer goes back
+// to the zone start. Host writes must be at or above the write pointer and
+// only touch blocks not marked valid (else zerr.TLViolationError). Skipped
+// valid blocks are plugged: LBA-ordered mode plugs the run of valid blocks
+// after each write (the write pointer moves past it); PPA-ordered mode also
+// copies fully valid chunks ahead of the write pointer in the background when
+// their chip is idle and the lower pages of that flash block are programmed.
+// Close, finish, set read-only (and a reopen after a crash) finish the TL
+// zone: remaining valid blocks are plugged, the LogFBG becomes the zone's FBG
+// and the write pointer moves past the last valid block.
+//
+// IPU blocks of a TL_opened zone stay counted until the host overwrites them
+// or threaded logging ends.
+//
+// In-place update (Flags.Overwrite to written blocks of a sequential zone)
+// goes to a page-mapped SLC region of ipu_region_blocks while the number of
+// valid IPU blocks stays within ipu_budget_blocks, else zerr.IPUBudgetError.
+// The per-zone map is multi-granularity: a chunk whose blocks map to an
+// aligned run of region slots is one chunk entry, the rest page entries.
+//
+// # Timing
+//
+// With a virtual or realtime clock every chip and channel has a next-free
+// time (lock-free CAS); an operation starts at max(ready, free). Reads: page
+// read on the chip then DMA on its channel, then the host link. Writes: host
+// link, admission into the shared write cache (a write waits when the cache
+// is full until enough earlier data has been programmed), then one program
+// per completed chunk on its chip; the write completes at admission (at the
+// last program with FUA or without a cache). Copyback costs copyback_ratio x
+// (read + 2 DMA + program) on the chip only. Each call returns an IOResult
+// (modelled submit/complete) and waits on the Clock until the completion,
+// except under NoWait(ctx). The off clock skips the model entirely.
+//
+// # Persistence
+//
+// path holds a 4 KiB header (magic, format version, device UUID, geometry,
+// CRC32C), a write-pointer table (two CRC32C slots per zone, written after the
+// data of every write: the acknowledgement point), the IPU region and the
+// flash blocks at fixed offsets (sparse; an erase does not touch the file: no
+// read can reach a page not programmed since its FBG was allocated, and the
+// gaps the device leaves below a write pointer are zero-filled or punched).
+// path.journal holds CRC32C-framed, versioned records of zone state changes,
+// FBG erase counts and IPU mappings. Open checks the header (a foreign file or
+// bad checksum is a zerr.CorruptError, other geometry a
+// zerr.GeometryMismatchError), replays the journal (a torn trailing record is
+// dropped; a bad record followed by more is corruption), verifies the write
+// pointers against the journal (generation, capacity, state), closes zones
+// that were open, and rewrites a compacted journal. Acknowledged writes survive
+// a killed process; Flush and FUA fdatasync both files against machine crashes.
+// Copyback chain counts and PPA-plugged-ahead chunks are not persisted.
+//
+// # Knobs
+//
+// Every field of flash.Config is a JSON field and can be a CLI flag; geometry
+// fields are fixed at Create, the rest (limits, latencies, cache size, IPU
+// budget, copyback threshold, host link) can change at Open or with SetConfig.
+// Media presets TLC/MLC/ZNAND fill zero latencies from ZNS+ Table 2.
+package zns

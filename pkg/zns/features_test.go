@@ -1,0 +1,371 @@
+package zns
+
+import (
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/zonefleet/zonefleet/pkg/clock"
+	"github.com/zonefleet/zonefleet/pkg/flash"
+	"github.com/zonefleet/zonefleet/pkg/zerr"
+)
+
+func fill(t *testing.T, d *Device, zi uint64, n int, tag byte) {
+	t.Helper()
+	bs := d.g.BlockSize
+	start := zi * d.g.ZoneSize
+	for i := 0; i < n; {
+		k := min(8, n-i)
+		_, err := d.Write(bg, start+uint64(i), pattern(bs, start+uint64(i), k, tag), Flags{})
+		require.NoError(t, err)
+		i += k
+	}
+}
+
+func TestGoldenTiming(t *testing.T) {
+	for _, media := range []string{"MLC", "TLC", "ZNAND"} {
+		t.Run(media, func(t *testing.T) {
+			cfg := testCfgNoLimits()
+			cfg.Media = media
+			v := clock.NewVirtual()
+			d, _ := newDev(t, cfg, v)
+			m := flash.Presets[media]
+			fill(t, d, 0, 8, 1)
+			v.Advance(time.Second)
+			// one 4 KiB read: page read + 1/4 DMA + link
+			_, res, err := d.Read(bg, 0, 1)
+			require.NoError(t, err)
+			lf := float64(4096) / 1.2e9 * 1e9
+			link := time.Duration(lf)
+			require.Equal(t, m.Read+m.DMA/4+link, res.Latency())
+			v.Advance(time.Second)
+			// copyback: zone 0 chunk 0 -> zone 2 chunk 0 (same FCG, same chip)
+			id, err := d.ZoneCompaction(bg, []Copy{{Src: 0, Dst: 2 * d.g.ZoneSize, Count: 4}})
+			require.NoError(t, err)
+			cb, err := d.WaitCompaction(bg, id)
+			require.NoError(t, err)
+			require.Equal(t, uint64(4), cb.CopybackBlocks)
+			v.Advance(time.Second)
+			// read-and-program: zone 0 chunk 0 -> zone 1 (other FCG)
+			id, err = d.ZoneCompaction(bg, []Copy{{Src: 0, Dst: 1 * d.g.ZoneSize, Count: 4}})
+			require.NoError(t, err)
+			rp, err := d.WaitCompaction(bg, id)
+			require.NoError(t, err)
+			require.Equal(t, uint64(4), rp.ReadProgBlocks)
+			require.Equal(t, m.Read+2*m.DMA+m.Program, rp.Duration())
+			require.Equal(t, time.Duration(float64(rp.Duration())*m.CopybackRatio), cb.Duration())
+		})
+	}
+}
+
+func TestVirtualDeterminism(t *testing.T) {
+	run := func() []IOResult {
+		v := clock.NewVirtual()
+		cfg := testCfgNoLimits()
+		cfg.WriteCacheBytes = 64 << 10
+		d, _ := newDev(t, cfg, v)
+		var out []IOResult
+		for i := 0; i < 200; i++ {
+			zi := uint64(i % 5)
+			_, res, err := d.Append(bg, zi*d.g.ZoneSize, pattern(d.g.BlockSize, 0, 1+i%3, 0), Flags{})
+			if err != nil {
+				continue
+			}
+			out = append(out, res)
+			_, r2, err := d.Read(bg, zi*d.g.ZoneSize, 2)
+			require.NoError(t, err)
+			out = append(out, r2)
+		}
+		require.Greater(t, d.Log().CacheStalls, int64(0))
+		return out
+	}
+	require.Equal(t, run(), run())
+}
+
+func TestZoneCompaction(t *testing.T) {
+	d, _ := newDev(t, testCfgNoLimits(), clock.NewVirtual())
+	bs := d.g.BlockSize
+	zs := d.g.ZoneSize
+	fill(t, d, 0, 60, 7)
+	src := func(off uint64, n int) []byte { return pattern(bs, off, n, 7) }
+	dst := 2 * zs // same FCG as zone 0
+	copies := []Copy{
+		{Src: 0, Dst: dst, Count: 8},       // two full chunks, same chips: copyback
+		{Src: 12, Dst: dst + 8, Count: 4},  // chunk 3 -> chunk 2: other chip, read-program
+		{Src: 17, Dst: dst + 13, Count: 3}, // unaligned, and a 1-block gap before it
+		{Src: 40, Dst: dst + 24, Count: 8}, // chunks 10,11 -> 6,7: same chip parity => copyback
+	}
+	id, err := d.ZoneCompaction(bg, copies)
+	require.NoError(t, err)
+	// other zones stay usable meanwhile
+	_, err = d.Write(bg, 3*zs, pattern(bs, 0, 1, 1), Flags{})
+	require.NoError(t, err)
+	res, err := d.WaitCompaction(bg, id)
+	require.NoError(t, err)
+	require.Equal(t, uint64(23), res.Blocks)
+	require.Equal(t, uint64(16), res.CopybackBlocks)
+	require.Equal(t, uint64(7), res.ReadProgBlocks)
+	require.Greater(t, res.Duration(), time.Duration(0))
+	got, _, err := d.Read(bg, dst, 32)
+	require.NoError(t, err)
+	require.Equal(t, src(0, 8), got[:8*bs])
+	require.Equal(t, src(12, 4), got[8*bs:12*bs])
+	require.Equal(t, make([]byte, bs), got[12*bs:13*bs]) // gap
+	require.Equal(t, src(17, 3), got[13*bs:16*bs])
+	require.Equal(t, make([]byte, 8*bs), got[16*bs:24*bs])
+	require.Equal(t, src(40, 8), got[24*bs:32*bs])
+	rep, _ := d.ReportZones(StateAny, 2, 1)
+	require.Equal(t, dst+32, rep[0].WP)
+	_, err = d.WaitCompaction(bg, id)
+	require.ErrorIs(t, err, zerr.ErrNotFound)
+	l := d.Log()
+	require.Equal(t, uint64(4), l.CopybackChunks)
+
+	// errors
+	_, err = d.ZoneCompaction(bg, []Copy{{Src: 0, Dst: dst, Count: 4}}) // below WP
+	require.ErrorIs(t, err, zerr.ErrWritePointer)
+	_, err = d.ZoneCompaction(bg, []Copy{{Src: 5 * zs, Dst: 6 * zs, Count: 4}}) // unwritten source
+	require.ErrorIs(t, err, zerr.ErrInvalidArgument)
+	_, err = d.ZoneCompaction(bg, []Copy{{Src: 0, Dst: 6 * zs, Count: 4}, {Src: 0, Dst: 6*zs + 2, Count: 4}})
+	require.ErrorIs(t, err, zerr.ErrInvalidArgument)
+	_, err = d.ZoneCompaction(bg, nil)
+	require.ErrorIs(t, err, zerr.ErrInvalidArgument)
+
+	// simple copy
+	_, err = d.SimpleCopy(bg, []Range{{LBA: 4, Count: 2}, {LBA: 30, Count: 3}}, 4*zs)
+	require.NoError(t, err)
+	got, _, err = d.Read(bg, 4*zs, 5)
+	require.NoError(t, err)
+	require.Equal(t, append(src(4, 2), src(30, 3)...), got)
+	_, err = d.SimpleCopy(bg, []Range{{LBA: 4, Count: 2}}, 4*zs)
+	require.ErrorIs(t, err, zerr.ErrWritePointer)
+}
+
+func TestCopybackThreshold(t *testing.T) {
+	cfg := testCfgNoLimits()
+	cfg.CopybackThreshold = 2
+	d, _ := newDev(t, cfg, clock.Off())
+	fill(t, d, 0, 4, 1)
+	zs := d.g.ZoneSize
+	// chain 0 -> 2 -> 4 -> 6 (all FCG 0): third hop exceeds the threshold
+	var kinds []uint64
+	for _, hop := range [][2]uint64{{0, 2}, {2, 4}, {4, 6}, {6, 8}} {
+		id, err := d.ZoneCompaction(bg, []Copy{{Src: hop[0] * zs, Dst: hop[1] * zs, Count: 4}})
+		require.NoError(t, err)
+		r, err := d.WaitCompaction(bg, id)
+		require.NoError(t, err)
+		kinds = append(kinds, r.CopybackBlocks)
+	}
+	require.Equal(t, []uint64{4, 4, 0, 4}, kinds)
+}
+
+func tlCheck(t *testing.T, mode TLMode, crash bool) {
+	cfg := testCfgNoLimits()
+	d, p := newDev(t, cfg, clock.Off())
+	bs := d.g.BlockSize
+	zs := d.g.ZoneSize
+	fill(t, d, 0, 60, 1)
+	// valid: blocks 0-1, chunk 3 (12-15), chunk 5 (20-23), 30, 40-47
+	valid := map[uint64]bool{0: true, 1: true, 30: true}
+	for _, r := range [][2]uint64{{12, 16}, {20, 24}, {40, 48}} {
+		for o := r[0]; o < r[1]; o++ {
+			valid[o] = true
+		}
+	}
+	bm := make([]byte, (60+7)/8)
+	for o := range valid {
+		bm[o/8] |= 1 << (o % 8)
+	}
+	bad := append([]byte(nil), bm...)
+	bad[7] |= 0x80 // block 63 > capacity
+	_, err := d.TLOpen(bg, 0, bad[:3], mode)
+	require.ErrorIs(t, err, zerr.ErrInvalidBitmap)
+	_, err = d.TLOpen(bg, 0, bad, mode)
+	require.ErrorIs(t, err, zerr.ErrInvalidBitmap)
+	_, err = d.TLOpen(bg, 0, bm, mode)
+	require.NoError(t, err)
+	// writes to valid blocks and backwards fail
+	_, err = d.Write(bg, 12, pattern(bs, 12, 1, 2), Flags{})
+	require.ErrorIs(t, err, zerr.ErrTLViolation)
+	want := func(o uint64) []byte {
+		if valid[o] {
+			return pattern(bs, o, 1, 1)
+		}
+		return pattern(bs, o, 1, 2)
+	}
+	// overwrite invalid blocks in increasing order, some in runs
+	written := map[uint64]bool{}
+	o := uint64(0)
+	for o < 35 {
+		if valid[o] {
+			o++
+			continue
+		}
+		n := uint64(1)
+		for o+n < 60 && !valid[o+n] && n < 3 {
+			n++
+		}
+		_, err := d.Write(bg, o, pattern(bs, o, int(n), 2), Flags{})
+		require.NoError(t, err, "TL write at %d", o)
+		for i := o; i < o+n; i++ {
+			written[i] = true
+		}
+		o += n
+		// every block reads right while TL_opened
+		got, _, err := d.Read(bg, 0, 60)
+		require.NoError(t, err)
+		for i := uint64(0); i < 60; i++ {
+			if valid[i] || written[i] {
+				require.Equal(t, want(i), got[int(i)*bs:int(i+1)*bs], "block %d during TL", i)
+			}
+		}
+	}
+	_, err = d.Write(bg, 2, pattern(bs, 2, 1, 2), Flags{})
+	require.ErrorIs(t, err, zerr.ErrTLViolation)
+	if crash {
+		d.abandon()
+		d, err = Open(p, cfg, clock.Off())
+		require.NoError(t, err)
+		defer d.Close()
+	} else {
+		_, err = d.ZoneMgmt(bg, 0, ActionFinish, false)
+		require.NoError(t, err)
+	}
+	got, _, err := d.Read(bg, 0, 60)
+	require.NoError(t, err)
+	for i := uint64(0); i < 60; i++ {
+		if valid[i] || written[i] {
+			require.Equal(t, want(i), got[int(i)*bs:int(i+1)*bs], "block %d after TL", i)
+		}
+	}
+	rep, _ := d.ReportZones(StateAny, 0, 1)
+	require.False(t, rep[0].TL)
+	l := d.Log()
+	require.Greater(t, l.PluggedOnDemand+l.PluggedBackground, uint64(0))
+	if mode == PPAOrdered && !crash {
+		require.Greater(t, l.PluggedBackground, uint64(0))
+	}
+	_ = zs
+}
+
+func TestTLOpen(t *testing.T) {
+	for _, tc := range []struct {
+		name  string
+		mode  TLMode
+		crash bool
+	}{{"lba", LBAOrdered, false}, {"ppa", PPAOrdered, false}, {"lba-crash", LBAOrdered, true}, {"ppa-crash", PPAOrdered, true}} {
+		t.Run(tc.name, func(t *testing.T) { tlCheck(t, tc.mode, tc.crash) })
+	}
+}
+
+func TestIPU(t *testing.T) {
+	cfg := testCfgNoLimits()
+	cfg.IPUBudgetBlocks = 8
+	d, p := newDev(t, cfg, clock.NewVirtual())
+	bs := d.g.BlockSize
+	fill(t, d, 0, 20, 1)
+	// overwrite not flagged: write pointer error
+	_, err := d.Write(bg, 4, pattern(bs, 4, 4, 9), Flags{})
+	require.ErrorIs(t, err, zerr.ErrWritePointer)
+	_, err = d.Write(bg, 4, pattern(bs, 4, 4, 9), Flags{Overwrite: true}) // aligned chunk -> chunk entry
+	require.NoError(t, err)
+	_, err = d.Write(bg, 9, pattern(bs, 9, 1, 9), Flags{Overwrite: true})
+	require.NoError(t, err)
+	_, err = d.Write(bg, 9, pattern(bs, 9, 1, 8), Flags{Overwrite: true}) // re-update: no new budget
+	require.NoError(t, err)
+	l := d.Log()
+	require.Equal(t, uint64(5), l.IPUUsed)
+	require.Equal(t, uint64(1), l.IPUChunkEntries)
+	require.Equal(t, uint64(1), l.IPUPageEntries)
+	_, err = d.Write(bg, 12, pattern(bs, 12, 4, 9), Flags{Overwrite: true})
+	var be *zerr.IPUBudgetError
+	require.ErrorAs(t, err, &be)
+	require.Equal(t, uint64(8), be.Budget)
+	require.Equal(t, uint64(5), be.Used)
+	_, err = d.Write(bg, 18, pattern(bs, 18, 4, 9), Flags{Overwrite: true}) // past WP
+	require.ErrorIs(t, err, zerr.ErrInvalidArgument)
+	check := func(d *Device) {
+		got, _, err := d.Read(bg, 0, 20)
+		require.NoError(t, err)
+		for i := uint64(0); i < 20; i++ {
+			w := pattern(bs, i, 1, 1)
+			switch {
+			case i >= 4 && i < 8:
+				w = pattern(bs, i, 1, 9)
+			case i == 9:
+				w = pattern(bs, i, 1, 8)
+			}
+			require.Equal(t, w, got[int(i)*bs:int(i+1)*bs], "block %d", i)
+		}
+	}
+	check(d)
+	d.abandon()
+	d, err = Open(p, cfg, clock.NewVirtual())
+	require.NoError(t, err)
+	check(d)
+	require.Equal(t, uint64(5), d.Log().IPUUsed)
+	_, err = d.ZoneMgmt(bg, 0, ActionReset, false)
+	require.NoError(t, err)
+	require.Equal(t, uint64(0), d.Log().IPUUsed)
+	require.NoError(t, d.Close())
+}
+
+func TestWearLevelling(t *testing.T) {
+	d, _ := newDev(t, testCfgNoLimits(), clock.Off())
+	for i := 0; i < 30; i++ {
+		fill(t, d, 0, 4, byte(i))
+		_, err := d.ZoneMgmt(bg, 0, ActionReset, false)
+		require.NoError(t, err)
+	}
+	l := d.Log()
+	require.Equal(t, uint64(30*2), l.Erases)
+	// 30 erases spread over the free FBGs of FCG 0 (10 FBGs, 8 free besides others)
+	require.LessOrEqual(t, l.EraseCountMax, uint64(4))
+}
+
+// A busy narrow zone fills the shared write cache and slows a write to
+// another zone (eZNS §3.6) — deterministic on the virtual clock.
+func TestWriteCacheInterference(t *testing.T) {
+	cfg := testCfgNoLimits()
+	cfg.DZone = 1
+	cfg.ZoneCapacity = 0
+	cfg.WriteCacheBytes = 64 << 10
+	latency := func(busy bool) time.Duration {
+		v := clock.NewVirtual()
+		d, _ := newDev(t, cfg, v)
+		bs := d.g.BlockSize
+		nw := NoWait(bg)
+		if busy {
+			for i := 0; i < 8; i++ { // 8 x 16 KiB into one single-chip zone at t=0
+				_, _, err := d.Append(nw, 0, pattern(bs, 0, 4, 1), Flags{})
+				require.NoError(t, err)
+			}
+		}
+		res, err := d.Write(nw, 2*d.g.ZoneSize, pattern(bs, 0, 4, 2), Flags{})
+		require.NoError(t, err)
+		if busy {
+			require.Greater(t, d.Log().CacheStalls, int64(0))
+		}
+		return res.Latency()
+	}
+	idle, busy := latency(false), latency(true)
+	lf := float64(16384) / 1.2e9 * 1e9
+	link := time.Duration(lf)
+	require.InDelta(t, float64(link), float64(idle), 1)
+	require.Greater(t, busy, 100*idle) // waited for programs on the busy chip
+}
+
+func TestRefusedCompactionChangesNothing(t *testing.T) {
+	d, _ := newDev(t, testCfgNoLimits(), clock.Off())
+	zs := d.g.ZoneSize
+	fill(t, d, 0, 8, 1)
+	fill(t, d, 5, 4, 1)
+	before, _ := d.ReportZones(StateAny, 0, 0)
+	// first destination (zone 3, empty) is fine, the second (zone 5) is below its WP
+	_, err := d.ZoneCompaction(bg, []Copy{{Src: 0, Dst: 3 * zs, Count: 4}, {Src: 4, Dst: 5 * zs, Count: 4}})
+	require.ErrorIs(t, err, zerr.ErrWritePointer)
+	after, _ := d.ReportZones(StateAny, 0, 0)
+	require.Equal(t, before, after)
+	require.Equal(t, 2, d.Log().OpenZones)
+}
