@@ -1,14 +1,37 @@
 // Package lfs is ZoneFleet's log-structured file system: an F2FS-like LFS over
 // one namespace's v-zones, reached only through the Volume interface. It knows
-// nothing about FUSE or gRPC; its FS API is shaped for a go-fuse binding.
+// nothing about FUSE or gRPC; its FS API (inode numbers, Lookup/Getattr/...,
+// errors as syscall.Errno via Errno) is shaped for a go-fuse binding.
 //
-// Layout: segments are v-zones. Six active logs (hot/warm/cold x node/data).
-// Nodes (inodes and direct nodes) are found through the NAT; the SIT keeps each
-// segment's valid bitmap and the SSA each block's owner. Metadata is only ever
-// appended: every metadata zone starts with the superblock and a full snapshot
-// (NAT, SIT+SSA of valid blocks, segments, log heads), followed by checkpoint
-// deltas; when a zone fills up the next one is opened with a fresh snapshot and
-// the old one reset, so there are always one or two metadata zones.
+// Layout. Segments are v-zones. Six active logs (hot/warm/cold x node/data,
+// F2FS temperature rules; two logs when fewer than 8 zones may be open).
+// Block addresses are (zone, offset) (Addr; 0 = hole). Node ids are
+// ino<<24 | idx: idx 0 is the inode block (attributes, inline xattrs),
+// idx k the k-th direct node (a block of addresses), so a file maps up to
+// 2^24 direct nodes (32 TiB with 4 KiB blocks) without indirect nodes. The NAT
+// maps node id -> address; the SIT keeps each segment's valid bitmap; the SSA
+// (owner of each block) is kept in memory and rebuilt at mount from the nodes.
+// Directories are dentry blocks (the directory's data) with an in-memory
+// name index: one entry change rewrites one block.
+//
+// Metadata is only ever appended: every metadata zone starts with the
+// superblock record (format version, geometry, over-provisioning) and a full
+// snapshot (NAT, SIT bitmaps, segments, log heads, orphans), followed by
+// checkpoint records carrying NAT and SIT deltas; each record is checksummed
+// (CRC32C) and written with FUA. When the zone fills (or every 256
+// checkpoints, and at every mount) a new metadata zone is opened with a fresh
+// snapshot and the previous one reset: two zones are reserved for this
+// rotation. Mount takes the newest zone whose snapshot is complete, replays
+// its deltas up to the first torn record, rolls forward the node blocks
+// written after that checkpoint by fsync (fsync mark, checkpoint version and
+// sequence in every node header), deletes orphans and checkpoints.
+//
+// Recycling (gc.go) is a RecyclePolicy: victim selection (greedy, cost-benefit)
+// and the move method (HostCopy or Compact = IZC, with copyback-aware
+// destination allocation); host-cached dirty blocks are always written from
+// the host, clean cached ones per Options.CachedWrite (IZC-H) or copied on the
+// device (IZC-D). Every recycling round ends with a checkpoint, after which the
+// emptied victims are reset.
 package lfs
 
 import (
