@@ -41,6 +41,7 @@ import (
 	"fmt"
 	"sort"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -153,7 +154,9 @@ type FS struct {
 	failed             error
 	closed             bool
 	lastOp             time.Duration
-	stopTimer          func() bool
+	stopTimer          func() bool // guarded by tmu
+	tmu                sync.Mutex
+	down               atomic.Bool // unmounted or abandoned: no more ticks
 	stats              Stats
 	loadProblems       []Problem // SIT/SSA disagreements found at load
 	gauges             *gaugeCollector
@@ -770,9 +773,7 @@ func (fs *FS) shutdown(ctx context.Context) error {
 		fs.opts.Registry.Unregister(fs.gauges)
 		fs.gauges = nil
 	}
-	if fs.stopTimer != nil {
-		fs.stopTimer()
-	}
+	fs.stopBackground()
 	for i := range fs.logs {
 		fs.logs[i] = nil
 	}
@@ -785,9 +786,7 @@ func (fs *FS) abandon() {
 	defer fs.mu.Unlock()
 	fs.closed = true
 	fs.failed = &zerr.ClosedError{What: "file system"}
-	if fs.stopTimer != nil {
-		fs.stopTimer()
-	}
+	fs.stopBackground()
 }
 
 func (fs *FS) now() time.Duration {

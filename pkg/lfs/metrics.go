@@ -213,7 +213,10 @@ func (fs *FS) Stats() Stats {
 	return s
 }
 
-// startTimer arms the periodic background work (idle GC, periodic checkpoints).
+// startTimer arms the periodic background work (idle GC, periodic
+// checkpoints). A tick never blocks on the file system lock: a busy file
+// system is not idle, and with the virtual clock a tick may fire inside an
+// operation's own I/O wait (on the same goroutine).
 func (fs *FS) startTimer() {
 	registerGauges(fs, fs.opts.Registry)
 	period := fs.opts.BackgroundGC
@@ -226,21 +229,47 @@ func (fs *FS) startTimer() {
 	var lastCP time.Duration
 	var tick func()
 	tick = func() {
-		fs.mu.Lock()
-		defer fs.mu.Unlock()
-		if fs.closed || fs.failed != nil {
+		if fs.down.Load() {
 			return
 		}
-		ctx := context.Background()
-		now := fs.clk.Now()
-		if fs.opts.BackgroundGC > 0 && now-fs.lastOp >= fs.opts.BackgroundGC {
-			_, _ = fs.backgroundGC(ctx)
+		if fs.mu.TryLock() {
+			if fs.closed || fs.failed != nil {
+				fs.mu.Unlock()
+				return
+			}
+			ctx := context.Background()
+			now := fs.clk.Now()
+			if fs.opts.BackgroundGC > 0 && now-fs.lastOp >= fs.opts.BackgroundGC {
+				_, _ = fs.backgroundGC(ctx)
+			}
+			if fs.opts.CheckpointEvery > 0 && now-lastCP >= fs.opts.CheckpointEvery && (fs.dirtyNodes > 0 || fs.dirtyPages > 0) {
+				_ = fs.checkpoint(ctx, false)
+				lastCP = now
+			}
+			fs.mu.Unlock()
 		}
-		if fs.opts.CheckpointEvery > 0 && now-lastCP >= fs.opts.CheckpointEvery && (fs.dirtyNodes > 0 || fs.dirtyPages > 0) {
-			_ = fs.checkpoint(ctx, false)
-			lastCP = now
-		}
-		fs.stopTimer = fs.clk.AfterFunc(now+period, tick)
+		fs.arm(period, tick)
 	}
-	fs.stopTimer = fs.clk.AfterFunc(fs.clk.Now()+period, tick)
+	fs.arm(period, tick)
+}
+
+// arm schedules tick; AfterFunc may run it at once, so no lock is held.
+func (fs *FS) arm(period time.Duration, tick func()) {
+	if fs.down.Load() {
+		return
+	}
+	stop := fs.clk.AfterFunc(fs.clk.Now()+period, tick)
+	fs.tmu.Lock()
+	fs.stopTimer = stop
+	fs.tmu.Unlock()
+}
+
+func (fs *FS) stopBackground() {
+	fs.down.Store(true)
+	fs.tmu.Lock()
+	stop := fs.stopTimer
+	fs.tmu.Unlock()
+	if stop != nil {
+		stop()
+	}
 }
