@@ -249,3 +249,47 @@ func TestCrashConsistencyNamespaceOps(t *testing.T) {
 		require.NoError(t, fs.Unmount(bg))
 	}
 }
+
+// fsync after create, rename, link and unlink makes the names durable; a
+// write that was not fsynced may be lost, an fsynced one never.
+func TestFsyncMakesNamesDurable(t *testing.T) {
+	v := newVol(t, 32, 8)
+	fs := mkfsMount(t, v, lfs.Options{})
+	_, err := fs.Mkdir(bg, lfs.RootIno, "d", 0o755, 0, 0)
+	require.NoError(t, err)
+	require.NoError(t, writeFile(fs, "d/a", []byte("A1"), true))
+	require.NoError(t, writeFile(fs, "d/gone", []byte("x"), true))
+	d, err := walk(fs, "d")
+	require.NoError(t, err)
+	a, err := walk(fs, "d/a")
+	require.NoError(t, err)
+	require.NoError(t, fs.Rename(bg, d, "a", lfs.RootIno, "b", 0))
+	_, err = fs.Link(bg, a, d, "c")
+	require.NoError(t, err)
+	require.NoError(t, fs.Unlink(bg, d, "gone"))
+	require.NoError(t, fs.FsyncIno(bg, a))
+	h, err := fs.Open(bg, a, syscall.O_RDWR)
+	require.NoError(t, err)
+	_, err = fs.Write(bg, h, 0, []byte("A2"))
+	require.NoError(t, err)
+	require.NoError(t, fs.Fsync(bg, h, true)) // fast path: data and nodes only
+	_, err = fs.Write(bg, h, 2, []byte("-not-synced"))
+	require.NoError(t, err)
+	fs.Abandon()
+
+	fs, err = lfs.Mount(bg, v, lfs.Options{})
+	require.NoError(t, err)
+	for _, p := range []string{"b", "d/c"} {
+		got, err := readFile(fs, p)
+		require.NoError(t, err, p)
+		require.Equal(t, "A2", string(got), p)
+	}
+	for _, p := range []string{"d/a", "d/gone"} {
+		_, err := walk(fs, p)
+		require.ErrorIs(t, err, syscall.ENOENT, p)
+	}
+	rep, err := fs.Fsck(bg)
+	require.NoError(t, err)
+	require.Empty(t, rep.Problems)
+	require.NoError(t, fs.Unmount(bg))
+}

@@ -396,6 +396,9 @@ func (fs *FS) Link(ctx context.Context, ino, newParent uint64, newName string) (
 	if err != nil {
 		return a, err
 	}
+	if pin.body.Nlink == 0 {
+		return a, syscall.ENOENT
+	}
 	if _, ok := d.ents[newName]; ok {
 		return a, syscall.EEXIST
 	}
@@ -534,6 +537,9 @@ func (fs *FS) Rename(ctx context.Context, oldParent uint64, oldName string, newP
 	np, nd, err := fs.dirOf(ctx, newParent)
 	if err != nil {
 		return err
+	}
+	if np.body.Nlink == 0 {
+		return syscall.ENOENT
 	}
 	se, ok := fs.lookupEnt(od, oldName)
 	if !ok {
