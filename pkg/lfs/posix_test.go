@@ -296,3 +296,63 @@ func TestErrno(t *testing.T) {
 		require.Equal(t, tc.want, lfs.Errno(tc.err), "%v", tc.err)
 	}
 }
+
+func TestBadInputIsAnErrnoNeverAPanic(t *testing.T) {
+	v := newVol(t, 32, 8)
+	fs := mkfsMount(t, v, lfs.Options{})
+	a, h := mustCreate(t, fs, lfs.RootIno, "f")
+	_, err := fs.Write(bg, h, 0, []byte("data"))
+	require.NoError(t, err)
+	for _, tc := range []struct {
+		name string
+		call func() error
+		want syscall.Errno
+	}{
+		{"getattr ino 0", func() error { _, err := fs.Getattr(bg, 0); return err }, syscall.ENOENT},
+		{"getattr huge ino", func() error { _, err := fs.Getattr(bg, 1<<62); return err }, syscall.ENOENT},
+		{"getattr unknown ino", func() error { _, err := fs.Getattr(bg, 12345); return err }, syscall.ENOENT},
+		{"lookup in a file", func() error { _, err := fs.Lookup(bg, a.Ino, "x"); return err }, syscall.ENOTDIR},
+		{"readdir of a file", func() error { _, err := fs.Readdir(bg, a.Ino); return err }, syscall.ENOTDIR},
+		{"mkdir in a file", func() error { _, err := fs.Mkdir(bg, a.Ino, "x", 0o755, 0, 0); return err }, syscall.ENOTDIR},
+		{"name with NUL", func() error { _, _, err := fs.Create(bg, lfs.RootIno, "a\x00b", 0o644, 0, 0, 0); return err }, syscall.EINVAL},
+		{"name dot", func() error { _, err := fs.Mkdir(bg, lfs.RootIno, ".", 0o755, 0, 0); return err }, syscall.EINVAL},
+		{"read bad handle", func() error { _, err := fs.Read(bg, 999, 0, make([]byte, 4)); return err }, syscall.EBADF},
+		{"write bad handle", func() error { _, err := fs.Write(bg, 999, 0, []byte("x")); return err }, syscall.EBADF},
+		{"release bad handle", func() error { return fs.Release(bg, 999) }, syscall.EBADF},
+		{"negative offset", func() error { _, err := fs.Read(bg, h, -1, make([]byte, 4)); return err }, syscall.EINVAL},
+		{"write past 32 TiB", func() error { _, err := fs.Write(bg, h, 1<<62, []byte("x")); return err }, syscall.EFBIG},
+		{"truncate past 32 TiB", func() error {
+			_, err := fs.Setattr(bg, a.Ino, lfs.SetattrIn{Valid: lfs.SetSize, Size: 1 << 62})
+			return err
+		}, syscall.EFBIG},
+		{"truncate a directory", func() error {
+			_, err := fs.Setattr(bg, lfs.RootIno, lfs.SetattrIn{Valid: lfs.SetSize, Size: 0})
+			return err
+		}, syscall.EISDIR},
+		{"empty xattr name", func() error { return fs.Setxattr(bg, a.Ino, "", nil, 0) }, syscall.ERANGE},
+		{"remove missing xattr", func() error { return fs.Removexattr(bg, a.Ino, "user.none") }, syscall.ENODATA},
+		{"readlink of a dir", func() error { _, err := fs.Readlink(bg, lfs.RootIno); return err }, syscall.EINVAL},
+		{"rename missing", func() error { return fs.Rename(bg, lfs.RootIno, "none", lfs.RootIno, "x", 0) }, syscall.ENOENT},
+		{"rename exchange", func() error { return fs.Rename(bg, lfs.RootIno, "f", lfs.RootIno, "x", lfs.RenameExchange) }, syscall.EINVAL},
+		{"huge symlink", func() error {
+			_, err := fs.Symlink(bg, lfs.RootIno, "s", string(bytes.Repeat([]byte("x"), 5000)), 0, 0)
+			return err
+		}, syscall.ENAMETOOLONG},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			before := fs.Stats()
+			require.Equal(t, tc.want, lfs.Errno(tc.call()))
+			after := fs.Stats()
+			require.Equal(t, before.UsedBlocks, after.UsedBlocks, "nothing changed")
+		})
+	}
+	buf := make([]byte, 10)
+	n, err := fs.Read(bg, h, 0, buf)
+	require.NoError(t, err)
+	require.Equal(t, "data", string(buf[:n]))
+	require.NoError(t, fs.Release(bg, h))
+	rep, err := fs.Fsck(bg)
+	require.NoError(t, err)
+	require.Empty(t, rep.Problems)
+	require.NoError(t, fs.Unmount(bg))
+}
