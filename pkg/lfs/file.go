@@ -123,10 +123,11 @@ func (fs *FS) getDnode(ctx context.Context, in *inode, idx uint32, create bool) 
 	if !create {
 		return nil, nil
 	}
-	if fs.used+1 > fs.sb.UserBlocks {
+	if fs.used+1 > fs.sb.UserBlocks || fs.nodes+1 > fs.sb.MaxNodes {
 		return nil, errNoSpace
 	}
 	fs.used++
+	fs.nodes++
 	d := &dnode{addrs: make([]Addr, directEntries(fs.bs))}
 	in.dn[idx] = d
 	fs.markDnDirty(in, d)
@@ -585,6 +586,7 @@ func (fs *FS) dropDnode(in *inode, idx uint32) {
 		fs.natDirty[nid] = struct{}{}
 	}
 	fs.used--
+	fs.nodes--
 }
 
 // maybeDelete removes an inode that has no links and no open handles.
@@ -625,6 +627,7 @@ func (fs *FS) maybeDelete(ctx context.Context, ino uint64) error {
 		fs.dirtyNodes--
 	}
 	fs.used--
+	fs.nodes--
 	delete(fs.inodes, ino)
 	delete(fs.active, ino)
 	delete(fs.orphans, ino)

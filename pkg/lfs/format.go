@@ -223,6 +223,7 @@ type superblock struct {
 	Logs        uint32 // number of active logs (6, or 2 when few zones may be open)
 	UserBlocks  uint64 // blocks users may fill (statfs total)
 	ReserveSegs uint32 // foreground GC keeps at least this many free segments
+	MaxNodes    uint64 // inodes + direct nodes the NAT may hold (a snapshot fits one metadata zone)
 }
 
 func (s superblock) encode() []byte {
@@ -236,6 +237,7 @@ func (s superblock) encode() []byte {
 	w.u32(s.Logs)
 	w.u64(s.UserBlocks)
 	w.u32(s.ReserveSegs)
+	w.u64(s.MaxNodes)
 	return w.b
 }
 
@@ -251,6 +253,7 @@ func decodeSuperblock(p []byte) (superblock, error) {
 	s.Logs = r.u32()
 	s.UserBlocks = r.u64()
 	s.ReserveSegs = r.u32()
+	s.MaxNodes = r.u64()
 	if r.bad {
 		return s, corrupt("superblock", "truncated")
 	}

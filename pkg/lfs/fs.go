@@ -141,6 +141,7 @@ type FS struct {
 	nodeSeq uint64
 	nextIno uint64
 	used    uint64 // user blocks in use: data blocks (mapped or dirty holes) + nodes
+	nodes   uint64 // nodes (inodes + direct nodes) in use, bounded by the superblock's MaxNodes
 
 	cachePages, dirtyPages, dirtyNodes int
 
@@ -250,6 +251,14 @@ func Mkfs(ctx context.Context, vol Volume, opts MkfsOptions) error {
 		return &zerr.NoResourcesError{Resource: "v-zones (volume too small)", Requested: uint64(sb.ReserveSegs) + 3 + metaZonesReserved, Available: uint64(g.MaxZones)}
 	}
 	sb.UserBlocks = uint64(dataSegs-int(sb.ReserveSegs)) * g.ZoneBlocks * uint64(100-op) / 100
+	// A snapshot must fit in one metadata zone: that bounds the nodes (the
+	// NAT, 16 bytes each, plus 8 when the node is an orphan inode).
+	room := int64(g.ZoneBlocks)*int64(g.BlockSize) - 3*int64(g.BlockSize) - 256 -
+		int64(dataSegs)*int64(24+(g.ZoneBlocks+7)/8) - 12*int64(sb.Logs)
+	if room < 64*24 {
+		return &zerr.NoResourcesError{Resource: "metadata zone bytes (zones too small for the snapshot)", Requested: 64 * 24, Available: uint64(max(room, 0))}
+	}
+	sb.MaxNodes = uint64(room / 24)
 	fs := newFS(vol, Options{})
 	fs.sb = sb
 	fs.nlogs = int(sb.Logs)
@@ -261,6 +270,7 @@ func Mkfs(ctx context.Context, vol Volume, opts MkfsOptions) error {
 	root.body.Parent = RootIno
 	root.dir = &dirIndex{ents: map[string]int{}}
 	fs.used++
+	fs.nodes++
 	if err := fs.checkpoint(ctx, true); err != nil {
 		return err
 	}

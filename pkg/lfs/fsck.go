@@ -41,7 +41,7 @@ func Fsck(ctx context.Context, vol Volume, repair bool) (Report, error) {
 		if err != nil {
 			return Report{}, err
 		}
-		fs.used = 0
+		fs.used, fs.nodes = 0, uint64(len(fs.nat))
 		for _, s := range fs.segs {
 			fs.used += s.nvalid
 		}
@@ -313,6 +313,13 @@ func (fs *FS) check(ctx context.Context, repair bool) (Report, error) {
 	var valid uint64
 	for _, s := range fs.segs {
 		valid += s.nvalid
+	}
+	if fs.dirtyNodes == 0 && fs.nodes != uint64(len(fs.nat)) {
+		r.add("space", "node count %d, NAT holds %d", fs.nodes, len(fs.nat))
+		if repair {
+			fs.nodes = uint64(len(fs.nat))
+			r.Repaired++
+		}
 	}
 	if fs.dirtyPages == 0 && fs.dirtyNodes == 0 && fs.used != valid {
 		r.add("space", "used blocks %d, valid blocks %d", fs.used, valid)

@@ -154,6 +154,8 @@ type Stats struct {
 	ZoneBlocks         uint64
 	UserBlocks         uint64 // capacity users may fill
 	UsedBlocks         uint64
+	Nodes              uint64 // inodes + direct nodes
+	MaxNodes           uint64
 	ValidBlocks        uint64
 	SegmentsTotal      int // data segments (MaxZones - 2 metadata zones)
 	SegmentsFree       int
@@ -202,6 +204,7 @@ func (fs *FS) Stats() Stats {
 		}
 	}
 	s.ReserveSegments = int(fs.sb.ReserveSegs)
+	s.Nodes, s.MaxNodes = fs.nodes, fs.sb.MaxNodes
 	s.CachedInodes, s.CachedPages, s.DirtyPages, s.DirtyNodes = len(fs.inodes), fs.cachePages, fs.dirtyPages, fs.dirtyNodes
 	s.OpenHandles, s.Orphans = len(fs.handles), len(fs.orphans)
 	s.CheckpointVersion = fs.cpVer

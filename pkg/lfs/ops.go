@@ -279,7 +279,7 @@ func (fs *FS) mknode(ctx context.Context, parent uint64, name string, mode, uid,
 	if _, ok := d.ents[name]; ok {
 		return nil, syscall.EEXIST
 	}
-	if fs.used+3 > fs.sb.UserBlocks {
+	if fs.used+3 > fs.sb.UserBlocks || fs.nodes+2 > fs.sb.MaxNodes {
 		return nil, errNoSpace
 	}
 	if fs.nextIno > maxIno {
@@ -290,8 +290,10 @@ func (fs *FS) mknode(ctx context.Context, parent uint64, name string, mode, uid,
 	in := fs.newInode(ino, mode, uid, gid, nowNs())
 	in.body.Parent = parent
 	fs.used++
+	fs.nodes++
 	if err := fs.addEnt(ctx, pin, dentry{Name: name, Ino: ino, Type: modeType(mode)}); err != nil {
 		fs.used--
+		fs.nodes--
 		fs.dirtyNodes--
 		delete(fs.inodes, ino)
 		delete(fs.active, ino)
@@ -846,7 +848,7 @@ func (fs *FS) Statfs(ctx context.Context) (s StatfsOut, err error) {
 		free = fs.sb.UserBlocks - fs.used
 	}
 	return StatfsOut{Bsize: uint32(fs.bs), Blocks: fs.sb.UserBlocks, Bfree: free, Bavail: free,
-		Files: maxIno, Ffree: maxIno - fs.nextIno, NameLen: maxNameLen}, nil
+		Files: fs.sb.MaxNodes, Ffree: fs.sb.MaxNodes - min(fs.nodes, fs.sb.MaxNodes), NameLen: maxNameLen}, nil
 }
 
 func (in *inode) xattrIndex(name string) int {

@@ -356,3 +356,40 @@ func TestBadInputIsAnErrnoNeverAPanic(t *testing.T) {
 	require.Empty(t, rep.Problems)
 	require.NoError(t, fs.Unmount(bg))
 }
+
+// The NAT must fit a snapshot in one metadata zone: creating past MaxNodes is
+// a clean ENOSPC, and deleting gives the inodes back.
+func TestInodeLimitIsENOSPC(t *testing.T) {
+	v := newVol(t, 300, 4) // many 32-block zones: the NAT, not the blocks, runs out first
+	fs := mkfsMount(t, v, lfs.Options{})
+	st, err := fs.Statfs(bg)
+	require.NoError(t, err)
+	max := st.Files
+	require.Positive(t, max)
+	var i int
+	for i = 0; i < int(max)+10; i++ {
+		_, h, err := fs.Create(bg, lfs.RootIno, "f"+itoa(uint64(i)), 0o644, 0, 0, 0)
+		if err != nil {
+			require.ErrorIs(t, err, syscall.ENOSPC)
+			break
+		}
+		require.NoError(t, fs.Release(bg, h))
+	}
+	require.Less(t, i, int(max))
+	st, err = fs.Statfs(bg)
+	require.NoError(t, err)
+	require.Less(t, st.Ffree, uint64(3))
+	require.NoError(t, fs.Unmount(bg))
+	fs, err = lfs.Mount(bg, v, lfs.Options{}) // the full snapshot fits
+	require.NoError(t, err)
+	for j := 0; j < i; j += 2 {
+		require.NoError(t, fs.Unlink(bg, lfs.RootIno, "f"+itoa(uint64(j))))
+	}
+	_, h, err := fs.Create(bg, lfs.RootIno, "again", 0o644, 0, 0, 0)
+	require.NoError(t, err)
+	require.NoError(t, fs.Release(bg, h))
+	rep, err := fs.Fsck(bg)
+	require.NoError(t, err)
+	require.Empty(t, rep.Problems)
+	require.NoError(t, fs.Unmount(bg))
+}

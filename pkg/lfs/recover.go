@@ -162,6 +162,7 @@ func (fs *FS) recover(ctx context.Context, zones []ZoneInfo, ml *metaLog) error 
 	for _, s := range fs.segs {
 		fs.used += s.nvalid
 	}
+	fs.nodes = uint64(len(fs.nat))
 	// recovered inodes: drop blocks past their size; delete unlinked ones
 	if len(recovered) > 0 {
 		maxIdx := map[uint64]uint32{}
