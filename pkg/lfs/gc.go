@@ -352,16 +352,15 @@ func (fs *FS) allocCopies(ctx context.Context, li int, from ZoneID, src func(int
 		if cb > 1 && !fs.opts.NoCopybackAware {
 			fs.copybackPlace(ctx, s.zone, base, k, from, src, i, region)
 		}
+		placed := make([]bool, k)
+		for _, r := range region {
+			if r >= 0 {
+				placed[r-i] = true
+			}
+		}
 		next := uint64(0)
 		for j := i; j < i+int(k); j++ {
-			placed := false
-			for _, r := range region {
-				if r == j {
-					placed = true
-					break
-				}
-			}
-			if placed {
+			if placed[j-i] {
 				continue
 			}
 			for region[next] >= 0 {
