@@ -210,6 +210,12 @@ func (fs *FS) check(ctx context.Context, repair bool) (Report, error) {
 	}
 	sort.Slice(nids, func(i, j int) bool { return nids[i] < nids[j] })
 	inodes := map[uint64]bool{}
+	natMax := map[uint64]uint32{} // ino -> highest direct node in the NAT
+	for _, nid := range nids {
+		if idx := nidIdx(nid); idx > natMax[nidIno(nid)] {
+			natMax[nidIno(nid)] = idx
+		}
+	}
 	for _, nid := range nids {
 		if nidIdx(nid) == 0 {
 			inodes[nidIno(nid)] = true
@@ -263,12 +269,7 @@ func (fs *FS) check(ctx context.Context, repair bool) (Report, error) {
 		}
 		// data blocks: owned by their direct node, none past EOF
 		end := (in.body.Size + bs - 1) / bs
-		maxIdx := uint32(0)
-		for _, nid := range nids {
-			if nidIno(nid) == ino && nidIdx(nid) > maxIdx {
-				maxIdx = nidIdx(nid)
-			}
-		}
+		maxIdx := natMax[ino]
 		for idx := range in.dn {
 			maxIdx = max(maxIdx, idx)
 		}
