@@ -293,3 +293,57 @@ func TestFsyncMakesNamesDurable(t *testing.T) {
 	require.Empty(t, rep.Problems)
 	require.NoError(t, fs.Unmount(bg))
 }
+
+// A crash at any I/O of a mount (roll-forward, finishing and resetting zones,
+// metadata rotation) leaves a file system that the next mount recovers.
+func TestCrashDuringMount(t *testing.T) {
+	v := newVol(t, 40, 8)
+	fs := mkfsMount(t, v, lfs.Options{})
+	want := map[string][]byte{}
+	for i := 0; i < 12; i++ {
+		p := fmt.Sprintf("f%d", i)
+		d := bytes.Repeat([]byte{byte(i + 1)}, 5000*(i+1))
+		require.NoError(t, writeFile(fs, p, d, true)) // new files: checkpointed
+		want[p] = d
+	}
+	for i := 0; i < 12; i += 3 { // fsync fast path: rolled forward at mount
+		p := fmt.Sprintf("f%d", i)
+		d := bytes.Repeat([]byte{0xee}, 7000)
+		ino, err := walk(fs, p)
+		require.NoError(t, err)
+		h, err := fs.Open(bg, ino, syscall.O_RDWR)
+		require.NoError(t, err)
+		_, err = fs.Write(bg, h, 100, d)
+		require.NoError(t, err)
+		require.NoError(t, fs.Fsync(bg, h, false))
+		require.NoError(t, fs.Release(bg, h))
+		want[p] = setAt(append([]byte(nil), want[p]...), 100, d)
+	}
+	fs.Abandon()
+	for k := int64(0); ; k++ {
+		cv := &crashVol{Volume: v}
+		cv.left.Store(k)
+		fs, err := lfs.Mount(bg, cv, lfs.Options{})
+		if err == nil {
+			cv.left.Store(1 << 40)
+			require.NoError(t, fs.Unmount(bg))
+			t.Logf("after %d crashed mounts, one needing at most %d mutating calls succeeded", k, k)
+			break
+		}
+		require.Less(t, k, int64(1000))
+		rep, err := lfs.Fsck(bg, v, false)
+		require.NoError(t, err, "crash at call %d", k)
+		require.Empty(t, rep.Problems, "crash at call %d", k)
+	}
+	fs, err := lfs.Mount(bg, v, lfs.Options{})
+	require.NoError(t, err)
+	for p, d := range want {
+		got, err := readFile(fs, p)
+		require.NoError(t, err)
+		require.True(t, bytes.Equal(d, got), p)
+	}
+	rep, err := fs.Fsck(bg)
+	require.NoError(t, err)
+	require.Empty(t, rep.Problems)
+	require.NoError(t, fs.Unmount(bg))
+}
