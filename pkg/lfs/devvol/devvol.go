@@ -1,0 +1,255 @@
+// Package devvol is an lfs.Volume over local emulated ZNS+ drives (pkg/zns):
+// one v-zone is one drive zone. With several devices the v-zone IDs of
+// device i are i*zonesPerDevice + zone index. It is used by the file system
+// tests and benchmarks; the network implementation is pkg/client.
+package devvol
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+
+	"github.com/zonefleet/zonefleet/pkg/flash"
+	"github.com/zonefleet/zonefleet/pkg/lfs"
+	"github.com/zonefleet/zonefleet/pkg/zerr"
+	"github.com/zonefleet/zonefleet/pkg/zns"
+)
+
+// Volume is an lfs.Volume over local devices.
+type Volume struct {
+	devs    []*zns.Device
+	per     uint64 // zones per device
+	zsize   uint64 // LBAs per zone
+	geo     lfs.VolumeGeometry
+	mapping []flash.Mapping
+	mu      sync.Mutex
+	next    int // round-robin device for OpenZone
+}
+
+var _ lfs.Volume = (*Volume)(nil)
+
+// New makes a Volume over devs, which must share one geometry.
+func New(devs ...*zns.Device) (*Volume, error) {
+	if len(devs) == 0 {
+		return nil, &zerr.InvalidArgumentError{Field: "devices", Reason: "none given"}
+	}
+	id := devs[0].Identify()
+	v := &Volume{devs: devs, per: id.Zones, zsize: id.ZoneSize}
+	maxOpen := 0
+	for i, d := range devs {
+		di := d.Identify()
+		if di.Zones != id.Zones || di.ZoneSize != id.ZoneSize || di.ZoneCapacity != id.ZoneCapacity || di.BlockSize != id.BlockSize {
+			return nil, &zerr.GeometryMismatchError{Field: fmt.Sprintf("device %d geometry", i), Have: fmt.Sprintf("%+v", di), Want: fmt.Sprintf("%+v", id)}
+		}
+		lim := di.MaxOpen
+		if di.MaxActive > 0 && (lim == 0 || di.MaxActive < lim) {
+			lim = di.MaxActive
+		}
+		if lim == 0 {
+			lim = int(di.Zones)
+		}
+		maxOpen += lim
+		v.mapping = append(v.mapping, d.IdentifyMapping())
+	}
+	chunk := id.PageSize / id.BlockSize
+	if chunk < 1 {
+		chunk = 1
+	}
+	v.geo = lfs.VolumeGeometry{BlockSize: id.BlockSize, ZoneBlocks: id.ZoneCapacity, ChunkBlocks: chunk,
+		MaxOpen: maxOpen, MaxZones: int(id.Zones) * len(devs)}
+	return v, nil
+}
+
+// Geometry implements lfs.Volume.
+func (v *Volume) Geometry() lfs.VolumeGeometry { return v.geo }
+
+func (v *Volume) split(z lfs.ZoneID) (*zns.Device, int, uint64, error) {
+	i := uint64(z) / v.per
+	if i >= uint64(len(v.devs)) {
+		return nil, 0, 0, &zerr.NotFoundError{Kind: "v-zone", Name: fmt.Sprint(z)}
+	}
+	return v.devs[i], int(i), (uint64(z) % v.per) * v.zsize, nil
+}
+
+// OpenZone implements lfs.Volume: an empty zone, explicitly opened.
+func (v *Volume) OpenZone(ctx context.Context) (lfs.ZoneID, error) {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	var lastErr error = &zerr.NoResourcesError{Resource: "empty v-zones", Requested: 1, Available: 0}
+	for k := 0; k < len(v.devs); k++ {
+		i := (v.next + k) % len(v.devs)
+		d := v.devs[i]
+		zs, err := d.ReportZones(zns.StateEmpty, 0, 1)
+		if err != nil {
+			return 0, err
+		}
+		if len(zs) == 0 {
+			continue
+		}
+		if _, err := d.ZoneMgmt(ctx, zs[0].Index, zns.ActionOpen, false); err != nil {
+			if errors.Is(err, zerr.ErrTooManyOpen) || errors.Is(err, zerr.ErrTooManyActive) {
+				lastErr = err
+				continue
+			}
+			return 0, err
+		}
+		v.next = i + 1
+		return lfs.ZoneID(uint64(i)*v.per + zs[0].Index), nil
+	}
+	return 0, lastErr
+}
+
+// Zones implements lfs.Volume.
+func (v *Volume) Zones(ctx context.Context) ([]lfs.ZoneInfo, error) {
+	var out []lfs.ZoneInfo
+	for i, d := range v.devs {
+		zs, err := d.ReportZones(zns.StateAny, 0, 0)
+		if err != nil {
+			return nil, err
+		}
+		for _, z := range zs {
+			st := lfs.ZoneOpen
+			switch z.State {
+			case zns.StateEmpty, zns.StateOffline:
+				continue
+			case zns.StateFull, zns.StateReadOnly:
+				st = lfs.ZoneFull
+			}
+			out = append(out, lfs.ZoneInfo{ID: lfs.ZoneID(uint64(i)*v.per + z.Index), WP: z.WP - z.Start, Capacity: z.Capacity, State: st})
+		}
+	}
+	return out, nil
+}
+
+// Write implements lfs.Volume (the device writes all or nothing).
+func (v *Volume) Write(ctx context.Context, z lfs.ZoneID, off uint64, data []byte, fua bool) error {
+	d, _, start, err := v.split(z)
+	if err != nil {
+		return err
+	}
+	_, err = d.Write(ctx, start+off, data, zns.Flags{FUA: fua})
+	return err
+}
+
+// Read implements lfs.Volume.
+func (v *Volume) Read(ctx context.Context, z lfs.ZoneID, off uint64, buf []byte) error {
+	d, _, start, err := v.split(z)
+	if err != nil {
+		return err
+	}
+	bs := uint64(v.geo.BlockSize)
+	if len(buf) == 0 || uint64(len(buf))%bs != 0 {
+		return &zerr.InvalidArgumentError{Field: "buf", Reason: fmt.Sprintf("length %d is not a positive multiple of %d", len(buf), bs)}
+	}
+	n := uint64(len(buf)) / bs
+	if off+n > v.geo.ZoneBlocks {
+		return &zerr.OutOfRangeError{LBA: start + off, Count: n, Limit: start + v.geo.ZoneBlocks}
+	}
+	b, _, err := d.Read(ctx, start+off, n)
+	if err != nil {
+		return err
+	}
+	copy(buf, b)
+	return nil
+}
+
+// Finish implements lfs.Volume.
+func (v *Volume) Finish(ctx context.Context, z lfs.ZoneID) error {
+	d, _, start, err := v.split(z)
+	if err != nil {
+		return err
+	}
+	_, err = d.ZoneMgmt(ctx, start/v.zsize, zns.ActionFinish, false)
+	return err
+}
+
+// Reset implements lfs.Volume.
+func (v *Volume) Reset(ctx context.Context, z lfs.ZoneID) error {
+	d, _, start, err := v.split(z)
+	if err != nil {
+		return err
+	}
+	_, err = d.ZoneMgmt(ctx, start/v.zsize, zns.ActionReset, false)
+	return err
+}
+
+// Compact implements lfs.Volume with zone_compaction per device; a copy
+// between two devices is read and written here (the "remote" path).
+func (v *Volume) Compact(ctx context.Context, copies []lfs.Copy) (lfs.CompactStats, error) {
+	var st lfs.CompactStats
+	per := map[int][]zns.Copy{}
+	var order []int
+	for _, c := range copies {
+		sd, si, ss, err := v.split(c.Src)
+		if err != nil {
+			return st, err
+		}
+		dd, di, ds, err := v.split(c.Dst)
+		if err != nil {
+			return st, err
+		}
+		if si != di {
+			b, _, err := sd.Read(ctx, ss+c.SrcOff, c.Blocks)
+			if err != nil {
+				return st, err
+			}
+			if _, err := dd.Write(ctx, ds+c.DstOff, b, zns.Flags{}); err != nil {
+				return st, err
+			}
+			st.Remote += c.Blocks
+			continue
+		}
+		if _, ok := per[si]; !ok {
+			order = append(order, si)
+		}
+		per[si] = append(per[si], zns.Copy{Src: ss + c.SrcOff, Dst: ds + c.DstOff, Count: c.Blocks})
+	}
+	for _, i := range order {
+		id, err := v.devs[i].ZoneCompaction(ctx, per[i])
+		if err != nil {
+			return st, err
+		}
+		res, err := v.devs[i].WaitCompaction(ctx, id)
+		if err != nil {
+			return st, err
+		}
+		st.Copyback += res.CopybackBlocks
+		st.Local += res.ReadProgBlocks
+	}
+	return st, nil
+}
+
+// Locate implements lfs.Volume.
+func (v *Volume) Locate(ctx context.Context, z lfs.ZoneID, off uint64) (lfs.Location, error) {
+	_, i, start, err := v.split(z)
+	if err != nil {
+		return lfs.Location{}, err
+	}
+	if off >= v.geo.ZoneBlocks {
+		return lfs.Location{}, &zerr.OutOfRangeError{LBA: start + off, Count: 1, Limit: start + v.geo.ZoneBlocks}
+	}
+	return lfs.Location{Device: uint32(i), Zone: uint32(start / v.zsize), Chip: uint32(v.mapping[i].Chip(start + off))}, nil
+}
+
+// Flush implements lfs.Volume.
+func (v *Volume) Flush(ctx context.Context) error {
+	for _, d := range v.devs {
+		if _, err := d.Flush(ctx); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// TestConfig is a small drive for tests: zones zones of 8*pagesPerBlock
+// blocks (2 channels x 2 ways, D_zone 2, 16 KiB pages, 4 KiB blocks), 16
+// open zones.
+func TestConfig(zones, pagesPerBlock int) flash.Config {
+	c := flash.Small()
+	c.PagesPerBlock = pagesPerBlock
+	c.BlocksPerChip = zones/2 + c.SpareBlocksPerChip
+	c.MaxOpenZones, c.MaxActiveZones = 16, 16
+	c.ZoneCapacity = 0
+	return c
+}

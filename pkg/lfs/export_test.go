@@ -1,0 +1,72 @@
+package lfs
+
+import (
+	"context"
+	"fmt"
+)
+
+// Abandon drops the FS without writing anything: a simulated crash.
+func (fs *FS) Abandon() { fs.abandon() }
+
+// Corrupt damages a mounted file system on purpose and checkpoints the damage
+// (tests of fsck). kind: sit (a valid data block marked invalid), nlink (a
+// file's link count off by one), dangling (a name pointing at no inode),
+// unreachable (a file's only name removed, the inode kept).
+func (fs *FS) Corrupt(kind string, ino uint64) error {
+	fs.mu.Lock()
+	defer fs.mu.Unlock()
+	ctx := context.Background()
+	if err := fs.checkpoint(ctx, false); err != nil {
+		return err
+	}
+	in, err := fs.getInode(ctx, ino)
+	if err != nil {
+		return err
+	}
+	switch kind {
+	case "sit":
+		d, err := fs.getDnode(ctx, in, 1, false)
+		if err != nil || d == nil {
+			return fmt.Errorf("no data: %v", err)
+		}
+		s := fs.segOf(d.addrs[0])
+		off := d.addrs[0].Off()
+		s.valid[off/64] &^= 1 << (off % 64)
+		s.nvalid--
+		fs.used--
+		fs.touch(d.addrs[0], true)
+	case "nlink":
+		in.body.Nlink++
+		fs.markDirty(in)
+	case "dangling":
+		root, err := fs.getInode(ctx, RootIno)
+		if err != nil {
+			return err
+		}
+		if _, err := fs.loadDir(ctx, root); err != nil {
+			return err
+		}
+		if err := fs.addEnt(ctx, root, dentry{Name: "ghost", Ino: 999999, Type: dtReg}); err != nil {
+			return err
+		}
+	case "unreachable":
+		p, err := fs.getInode(ctx, in.body.Parent)
+		if err != nil {
+			return err
+		}
+		d, err := fs.loadDir(ctx, p)
+		if err != nil {
+			return err
+		}
+		for name, b := range d.ents {
+			for _, e := range d.blocks[b].ents {
+				if e.Name == name && e.Ino == ino {
+					if err := fs.removeEnt(ctx, p, name); err != nil {
+						return err
+					}
+				}
+			}
+		}
+	}
+	return fs.checkpoint(ctx, true)
+}

@@ -1,0 +1,681 @@
+package lfs
+
+import (
+	"context"
+	"sort"
+	"syscall"
+)
+
+// inode is an in-memory inode with its direct nodes and cached pages.
+type inode struct {
+	ino      uint64
+	body     inodeBody
+	dirty    bool // inode node must be written
+	dn       map[uint32]*dnode
+	pages    map[uint64]*page
+	dir      *dirIndex // loaded directory index (directories only)
+	opens    int
+	needCP   bool // created/linked/renamed/unlinked since the last checkpoint: fsync checkpoints
+	cold     bool // GC moved it: write its node to the cold node log
+	coldFile bool // user.lfs.cold set: its data goes to the cold data log
+}
+
+type dnode struct {
+	addrs []Addr
+	dirty bool
+	cold  bool
+}
+
+type page struct {
+	b     []byte
+	dirty bool
+	cold  bool // moved by recycling: write to the cold data log
+}
+
+func (in *inode) isDir() bool { return in.body.Mode&syscall.S_IFMT == syscall.S_IFDIR }
+func (in *inode) isReg() bool { return in.body.Mode&syscall.S_IFMT == syscall.S_IFREG }
+
+func (fs *FS) newInode(ino uint64, mode, uid, gid uint32, now int64) *inode {
+	in := &inode{ino: ino, body: inodeBody{Mode: mode, UID: uid, GID: gid, Nlink: 1, Atime: now, Mtime: now, Ctime: now},
+		dirty: true, dn: map[uint32]*dnode{}, pages: map[uint64]*page{}, needCP: true}
+	fs.inodes[ino] = in
+	fs.active[ino] = in
+	fs.dirtyNodes++
+	return in
+}
+
+func (fs *FS) markDirty(in *inode) {
+	fs.active[in.ino] = in
+	if !in.dirty {
+		in.dirty = true
+		fs.dirtyNodes++
+	}
+}
+
+func (fs *FS) markDnDirty(in *inode, d *dnode) {
+	fs.active[in.ino] = in
+	if !d.dirty {
+		d.dirty = true
+		fs.dirtyNodes++
+	}
+}
+
+// readNode reads the node block of nid.
+func (fs *FS) readNode(ctx context.Context, nid uint64) ([]byte, error) {
+	a, ok := fs.nat[nid]
+	if !ok {
+		return nil, syscall.ENOENT
+	}
+	b := make([]byte, fs.bs)
+	if err := fs.readBlocks(ctx, a, b); err != nil {
+		return nil, err
+	}
+	return b, nil
+}
+
+// getInode returns the inode, loading it through the NAT.
+func (fs *FS) getInode(ctx context.Context, ino uint64) (*inode, error) {
+	if in := fs.inodes[ino]; in != nil {
+		return in, nil
+	}
+	if ino == 0 || ino > maxIno {
+		return nil, syscall.ENOENT
+	}
+	b, err := fs.readNode(ctx, mkNid(ino, 0))
+	if err != nil {
+		return nil, err
+	}
+	h, body, err := decodeInode(b)
+	if err != nil {
+		return nil, err
+	}
+	if h.Ino != ino {
+		return nil, corrupt("inode", "NAT entry of %d points at inode %d", ino, h.Ino)
+	}
+	in := &inode{ino: ino, body: *body, dn: map[uint32]*dnode{}, pages: map[uint64]*page{}}
+	in.coldFile = in.xattrIndex("user.lfs.cold") >= 0
+	fs.inodes[ino] = in
+	return in, nil
+}
+
+// getDnode returns direct node idx of in; with create it makes an empty one.
+func (fs *FS) getDnode(ctx context.Context, in *inode, idx uint32, create bool) (*dnode, error) {
+	if d := in.dn[idx]; d != nil {
+		return d, nil
+	}
+	nid := mkNid(in.ino, idx)
+	if _, ok := fs.nat[nid]; ok {
+		b, err := fs.readNode(ctx, nid)
+		if err != nil {
+			return nil, err
+		}
+		h, addrs, err := decodeDirect(b)
+		if err != nil {
+			return nil, err
+		}
+		if h.Nid != nid {
+			return nil, corrupt("direct node", "NAT entry of %#x points at node %#x", nid, h.Nid)
+		}
+		d := &dnode{addrs: addrs}
+		in.dn[idx] = d
+		return d, nil
+	}
+	if !create {
+		return nil, nil
+	}
+	if fs.used+1 > fs.sb.UserBlocks || fs.nodes+1 > fs.sb.MaxNodes {
+		return nil, errNoSpace
+	}
+	fs.used++
+	fs.nodes++
+	d := &dnode{addrs: make([]Addr, directEntries(fs.bs))}
+	in.dn[idx] = d
+	fs.markDnDirty(in, d)
+	return d, nil
+}
+
+func (fs *FS) epd() uint64 { return uint64(directEntries(fs.bs)) }
+
+// blockAddr returns the address of file block blk (0 for a hole).
+func (fs *FS) blockAddr(ctx context.Context, in *inode, blk uint64) (Addr, error) {
+	idx := blk/fs.epd() + 1
+	if idx > maxDirect {
+		return 0, syscall.EFBIG
+	}
+	d, err := fs.getDnode(ctx, in, uint32(idx), false)
+	if err != nil || d == nil {
+		return 0, err
+	}
+	return d.addrs[blk%fs.epd()], nil
+}
+
+// getPage returns the cached page of blk, reading it if needed. A page that
+// does not exist yet (a hole) is created only with create, counting a new
+// block against the free space.
+func (fs *FS) getPage(ctx context.Context, in *inode, blk uint64, create bool) (*page, error) {
+	if p := in.pages[blk]; p != nil {
+		return p, nil
+	}
+	a, err := fs.blockAddr(ctx, in, blk)
+	if err != nil {
+		return nil, err
+	}
+	p := &page{b: make([]byte, fs.bs)}
+	if a != 0 {
+		if err := fs.readBlocks(ctx, a, p.b); err != nil {
+			return nil, err
+		}
+	} else if create {
+		if _, err := fs.getDnode(ctx, in, uint32(blk/fs.epd()+1), true); err != nil {
+			return nil, err
+		}
+		if fs.used+1 > fs.sb.UserBlocks {
+			return nil, errNoSpace
+		}
+		fs.used++
+		p.dirty = true
+		fs.dirtyPages++
+		fs.active[in.ino] = in
+	} else {
+		return p, nil // a hole, not cached
+	}
+	in.pages[blk] = p
+	fs.cachePages++
+	return p, nil
+}
+
+func (fs *FS) dirtyPage(in *inode, p *page) {
+	fs.active[in.ino] = in
+	if !p.dirty {
+		p.dirty = true
+		fs.dirtyPages++
+	}
+}
+
+// flushInode writes in's dirty pages to the data logs.
+func (fs *FS) flushInode(ctx context.Context, in *inode) error {
+	var blks []uint64
+	for b, p := range in.pages {
+		if p.dirty {
+			blks = append(blks, b)
+		}
+	}
+	if len(blks) == 0 {
+		return nil
+	}
+	sort.Slice(blks, func(i, j int) bool { return blks[i] < blks[j] })
+	temp := logWarmData
+	if in.isDir() {
+		temp = logHotData
+	} else if in.coldFile {
+		temp = logColdData
+	}
+	// cold (GC-moved) pages go to the cold log
+	groups := map[int][]uint64{}
+	for _, b := range blks {
+		t := temp
+		if in.pages[b].cold {
+			t = logColdData
+		}
+		groups[t] = append(groups[t], b)
+	}
+	for _, t := range []int{logHotData, logWarmData, logColdData} {
+		g := groups[t]
+		if len(g) == 0 {
+			continue
+		}
+		buf := make([]byte, len(g)*fs.bs)
+		for i, b := range g {
+			copy(buf[i*fs.bs:], in.pages[b].b)
+		}
+		err := fs.appendBlocks(ctx, t, buf, func(i int, a Addr) error {
+			blk := g[i]
+			d, err := fs.getDnode(ctx, in, uint32(blk/fs.epd()+1), false)
+			if err != nil {
+				return err
+			}
+			if d == nil {
+				// dnode counted already at page creation; make it without recounting
+				d = &dnode{addrs: make([]Addr, directEntries(fs.bs))}
+				in.dn[uint32(blk/fs.epd()+1)] = d
+			}
+			e := blk % fs.epd()
+			fs.invalidate(d.addrs[e])
+			d.addrs[e] = a
+			fs.markDnDirty(in, d)
+			if t == logColdData {
+				d.cold = true
+			}
+			p := in.pages[blk]
+			gcMoved := p.cold
+			p.dirty = false
+			p.cold = false
+			fs.dirtyPages--
+			if !gcMoved {
+				fs.userBlocks++
+			}
+			return fs.setValid(a, mkNid(in.ino, uint32(blk/fs.epd()+1)), uint32(e))
+		})
+		if err != nil {
+			return err
+		}
+		fs.m.blocks("data", len(g))
+	}
+	return nil
+}
+
+// flushAll writes back every dirty page.
+func (fs *FS) flushAll(ctx context.Context) error {
+	inos := make([]uint64, 0)
+	for ino, in := range fs.active {
+		for _, p := range in.pages {
+			if p.dirty {
+				inos = append(inos, ino)
+				break
+			}
+		}
+	}
+	sort.Slice(inos, func(i, j int) bool { return inos[i] < inos[j] })
+	for _, ino := range inos {
+		if err := fs.flushInode(ctx, fs.inodes[ino]); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// writeDirtyNodes writes dirty nodes (of one inode when only != nil) to the
+// node logs; with fsync the last node carries the fsync mark.
+func (fs *FS) writeDirtyNodes(ctx context.Context, only *inode, fsync bool) error {
+	type item struct {
+		in  *inode
+		idx uint32
+	}
+	var items []item
+	add := func(in *inode) {
+		idxs := make([]uint32, 0, len(in.dn))
+		for idx, d := range in.dn {
+			if d.dirty {
+				idxs = append(idxs, idx)
+			}
+		}
+		sort.Slice(idxs, func(i, j int) bool { return idxs[i] < idxs[j] })
+		for _, idx := range idxs {
+			items = append(items, item{in, idx})
+		}
+		if in.dirty || (fsync && len(idxs) > 0) {
+			items = append(items, item{in, 0})
+		}
+	}
+	if only != nil {
+		add(only)
+	} else {
+		inos := make([]uint64, 0, len(fs.active))
+		for ino := range fs.active {
+			inos = append(inos, ino)
+		}
+		sort.Slice(inos, func(i, j int) bool { return inos[i] < inos[j] })
+		for _, ino := range inos {
+			add(fs.inodes[ino])
+		}
+	}
+	if len(items) == 0 {
+		return nil
+	}
+	// group by log
+	groups := map[int][]item{}
+	for _, it := range items {
+		t := logWarmNode
+		if it.in.isDir() {
+			t = logHotNode
+		}
+		if it.idx == 0 && it.in.cold || it.idx > 0 && it.in.dn[it.idx].cold {
+			t = logColdNode
+		}
+		groups[t] = append(groups[t], it)
+	}
+	for _, t := range []int{logHotNode, logWarmNode, logColdNode} {
+		g := groups[t]
+		if len(g) == 0 {
+			continue
+		}
+		buf := make([]byte, 0, len(g)*fs.bs)
+		seqs := make([]uint64, len(g))
+		gcNode := make([]bool, len(g))
+		for i, it := range g {
+			gcNode[i] = it.idx == 0 && it.in.cold || it.idx > 0 && it.in.dn[it.idx].cold
+			h := nodeHeader{Nid: mkNid(it.in.ino, it.idx), Ino: it.in.ino, CPVer: fs.cpVer, Seq: fs.nodeSeq}
+			seqs[i] = fs.nodeSeq
+			fs.nodeSeq++
+			if fsync && t == logWarmNode && i == len(g)-1 || fsync && it.idx == 0 {
+				h.Flags |= nodeFlagFsync
+			}
+			var body []byte
+			if it.idx == 0 {
+				h.Kind = nodeInode
+				body = it.in.body.encode()
+			} else {
+				h.Kind = nodeDirect
+				body = encodeDirect(it.in.dn[it.idx].addrs)
+			}
+			buf = append(buf, encodeNode(h, body, fs.bs)...)
+		}
+		err := fs.appendBlocks(ctx, t, buf, func(i int, a Addr) error {
+			it := g[i]
+			nid := mkNid(it.in.ino, it.idx)
+			fs.invalidate(fs.nat[nid])
+			fs.nat[nid] = a
+			fs.natDirty[nid] = struct{}{}
+			if it.idx == 0 {
+				if it.in.dirty {
+					it.in.dirty = false
+					fs.dirtyNodes--
+				}
+				it.in.cold = false
+			} else {
+				d := it.in.dn[it.idx]
+				if d.dirty {
+					d.dirty = false
+					fs.dirtyNodes--
+				}
+				d.cold = false
+			}
+			if !gcNode[i] {
+				fs.userBlocks++
+			}
+			return fs.setValid(a, nid, ofsNode)
+		})
+		if err != nil {
+			return err
+		}
+		fs.m.blocks("node", len(g))
+	}
+	return nil
+}
+
+// readAt reads from in at off into buf; returns the bytes read (short at EOF).
+func (fs *FS) readAt(ctx context.Context, in *inode, off uint64, buf []byte) (int, error) {
+	if off >= in.body.Size {
+		return 0, nil
+	}
+	if rem := in.body.Size - off; uint64(len(buf)) > rem {
+		buf = buf[:rem]
+	}
+	bs := uint64(fs.bs)
+	n := 0
+	for n < len(buf) {
+		pos := off + uint64(n)
+		blk, bo := pos/bs, pos%bs
+		k := int(bs - bo)
+		if k > len(buf)-n {
+			k = len(buf) - n
+		}
+		if p := in.pages[blk]; p != nil {
+			copy(buf[n:n+k], p.b[bo:])
+			n += k
+			continue
+		}
+		a, err := fs.blockAddr(ctx, in, blk)
+		if err != nil {
+			return n, err
+		}
+		if a == 0 {
+			clear(buf[n : n+k])
+			n += k
+			continue
+		}
+		// read a run of physically consecutive blocks straight into buf
+		run := uint64(1)
+		for (uint64(n)+bo+run*bs) < uint64(len(buf)) && run < 256 {
+			if in.pages[blk+run] != nil {
+				break
+			}
+			a2, err := fs.blockAddr(ctx, in, blk+run)
+			if err != nil || a2 != a+Addr(run) || a2.Zone() != a.Zone() {
+				break
+			}
+			run++
+		}
+		tmp := make([]byte, run*bs)
+		if err := fs.readBlocks(ctx, a, tmp); err != nil {
+			return n, err
+		}
+		c := copy(buf[n:], tmp[bo:])
+		n += c
+	}
+	return n, nil
+}
+
+// writeAt writes data at off, extending the file as needed.
+func (fs *FS) writeAt(ctx context.Context, in *inode, off uint64, data []byte) (int, error) {
+	bs := uint64(fs.bs)
+	end := off + uint64(len(data))
+	if end/bs/fs.epd()+1 > maxDirect {
+		return 0, syscall.EFBIG
+	}
+	n := 0
+	for n < len(data) {
+		pos := off + uint64(n)
+		blk, bo := pos/bs, pos%bs
+		k := int(bs - bo)
+		if k > len(data)-n {
+			k = len(data) - n
+		}
+		var p *page
+		var err error
+		if bo == 0 && uint64(k) == bs {
+			p = in.pages[blk]
+			if p == nil {
+				a, err := fs.blockAddr(ctx, in, blk)
+				if err != nil {
+					return n, err
+				}
+				if a == 0 {
+					p, err = fs.getPage(ctx, in, blk, true)
+				} else {
+					p = &page{b: make([]byte, bs)}
+					in.pages[blk] = p
+					fs.cachePages++
+				}
+			}
+		} else {
+			p, err = fs.getPage(ctx, in, blk, true)
+		}
+		if err != nil {
+			return n, err
+		}
+		if p.b == nil {
+			p.b = make([]byte, bs)
+		}
+		// bytes past EOF in a reused block must read as zeros
+		if pos > in.body.Size && (pos-bo) < in.body.Size {
+			// the page held old EOF; nothing to clear: truncate clears tails
+		}
+		copy(p.b[bo:], data[n:n+k])
+		fs.dirtyPage(in, p)
+		n += k
+		if pos+uint64(k) > in.body.Size {
+			in.body.Size = pos + uint64(k)
+		}
+	}
+	return n, nil
+}
+
+// truncate sets the size of in, freeing blocks past the new end.
+func (fs *FS) truncate(ctx context.Context, in *inode, size uint64) error {
+	bs := uint64(fs.bs)
+	old := in.body.Size
+	if size/bs/fs.epd()+1 > maxDirect {
+		return syscall.EFBIG
+	}
+	if size < old {
+		// zero the tail of the last partial block
+		if size%bs != 0 {
+			p, err := fs.getPage(ctx, in, size/bs, false)
+			if err != nil {
+				return err
+			}
+			if in.pages[size/bs] != nil {
+				clear(p.b[size%bs:])
+				fs.dirtyPage(in, p)
+			}
+		}
+		if err := fs.freeFrom(ctx, in, (size+bs-1)/bs, (old+bs-1)/bs); err != nil {
+			return err
+		}
+	}
+	in.body.Size = size
+	return nil
+}
+
+// freeFrom frees file blocks [from, to) (and direct nodes wholly past from).
+func (fs *FS) freeFrom(ctx context.Context, in *inode, from, to uint64) error {
+	epd := fs.epd()
+	for b, p := range in.pages {
+		if b >= from {
+			if p.dirty {
+				fs.dirtyPages--
+				a, err := fs.blockAddr(ctx, in, b)
+				if err != nil {
+					return err
+				}
+				if a == 0 {
+					fs.used-- // a dirty hole page counted a block
+				}
+			}
+			delete(in.pages, b)
+			fs.cachePages--
+		}
+	}
+	firstIdx := uint32(from/epd + 1)
+	lastIdx := uint32((to+epd-1)/epd + 1)
+	for idx := firstIdx; idx <= lastIdx && idx <= maxDirect; idx++ {
+		d, err := fs.getDnode(ctx, in, idx, false)
+		if err != nil {
+			return err
+		}
+		if d == nil {
+			continue
+		}
+		base := uint64(idx-1) * epd
+		for e := range d.addrs {
+			if base+uint64(e) >= from && d.addrs[e] != 0 {
+				fs.invalidate(d.addrs[e])
+				d.addrs[e] = 0
+				fs.used--
+				fs.markDnDirty(in, d)
+			}
+		}
+		if base >= from {
+			fs.dropDnode(in, idx)
+		}
+	}
+	return nil
+}
+
+// dropDnode removes direct node idx of in (all its entries already freed).
+func (fs *FS) dropDnode(in *inode, idx uint32) {
+	nid := mkNid(in.ino, idx)
+	if d := in.dn[idx]; d != nil && d.dirty {
+		fs.dirtyNodes--
+	}
+	delete(in.dn, idx)
+	if a, ok := fs.nat[nid]; ok {
+		fs.invalidate(a)
+		delete(fs.nat, nid)
+		fs.natDirty[nid] = struct{}{}
+	}
+	fs.used--
+	fs.nodes--
+}
+
+// maybeDelete removes an inode that has no links and no open handles.
+func (fs *FS) maybeDelete(ctx context.Context, ino uint64) error {
+	in, err := fs.getInode(ctx, ino)
+	if err != nil {
+		if err == syscall.ENOENT {
+			delete(fs.orphans, ino)
+			return nil
+		}
+		return err
+	}
+	if in.body.Nlink > 0 || in.opens > 0 {
+		return nil
+	}
+	bs := uint64(fs.bs)
+	end := in.body.Size
+	if in.isDir() {
+		end = uint64(len(in.dirBlocksOrNil())) * bs
+		if end < in.body.Size {
+			end = in.body.Size
+		}
+	}
+	if err := fs.freeFrom(ctx, in, 0, (end+bs-1)/bs); err != nil {
+		return err
+	}
+	// any dnode left (e.g. past the size after a crash) goes too
+	for idx := range in.dn {
+		fs.dropDnode(in, idx)
+	}
+	nid := mkNid(ino, 0)
+	if a, ok := fs.nat[nid]; ok {
+		fs.invalidate(a)
+		delete(fs.nat, nid)
+		fs.natDirty[nid] = struct{}{}
+	}
+	if in.dirty {
+		fs.dirtyNodes--
+	}
+	fs.used--
+	fs.nodes--
+	delete(fs.inodes, ino)
+	delete(fs.active, ino)
+	delete(fs.orphans, ino)
+	return nil
+}
+
+func (in *inode) dirBlocksOrNil() []dirBlock {
+	if in.dir == nil {
+		return nil
+	}
+	return in.dir.blocks
+}
+
+// evictCache drops clean pages when the cache is over its bound.
+func (fs *FS) evictCache() {
+	if fs.cachePages <= fs.opts.CacheBlocks {
+		return
+	}
+	target := fs.opts.CacheBlocks / 2
+	for _, in := range fs.inodes {
+		for b, p := range in.pages {
+			if !p.dirty {
+				delete(in.pages, b)
+				fs.cachePages--
+			}
+		}
+		if fs.cachePages <= target {
+			return
+		}
+	}
+}
+
+// evictInodes drops clean, closed inodes when the inode cache is over its bound.
+func (fs *FS) evictInodes() {
+	if len(fs.inodes) <= fs.opts.CacheInodes {
+		return
+	}
+	// files first: a directory's index is costly to reload
+	for pass := 0; pass < 2; pass++ {
+		for ino, in := range fs.inodes {
+			if _, busy := fs.active[ino]; busy || in.opens > 0 || ino == RootIno || in.dirty || (pass == 0 && in.isDir()) {
+				continue
+			}
+			fs.cachePages -= len(in.pages)
+			delete(fs.inodes, ino)
+			if len(fs.inodes) <= fs.opts.CacheInodes/2 {
+				return
+			}
+		}
+	}
+}

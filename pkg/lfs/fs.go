@@ -1,0 +1,809 @@
+// Package lfs is ZoneFleet's log-structured file system: an F2FS-like LFS over
+// one namespace's v-zones, reached only through the Volume interface. It knows
+// nothing about FUSE or gRPC; its FS API (inode numbers, Lookup/Getattr/...,
+// errors as syscall.Errno via Errno) is shaped for a go-fuse binding.
+//
+// Layout. Segments are v-zones. Six active logs (hot/warm/cold x node/data,
+// F2FS temperature rules; two logs when fewer than 8 zones may be open).
+// Block addresses are (zone, offset) (Addr; 0 = hole). Node ids are
+// ino<<24 | idx: idx 0 is the inode block (attributes, inline xattrs),
+// idx k the k-th direct node (a block of addresses), so a file maps up to
+// 2^24 direct nodes (32 TiB with 4 KiB blocks) without indirect nodes. The NAT
+// maps node id -> address; the SIT keeps each segment's valid bitmap; the SSA
+// (owner of each block) is kept in memory and rebuilt at mount from the nodes.
+// Directories are dentry blocks (the directory's data) with an in-memory
+// name index: one entry change rewrites one block.
+//
+// Metadata is only ever appended: every metadata zone starts with the
+// superblock record (format version, geometry, over-provisioning) and a full
+// snapshot (NAT, SIT bitmaps, segments, log heads, orphans), followed by
+// checkpoint records carrying NAT and SIT deltas; each record is checksummed
+// (CRC32C) and written with FUA. When the zone fills (or every 256
+// checkpoints, and at every mount) a new metadata zone is opened with a fresh
+// snapshot and the previous one reset: two zones are reserved for this
+// rotation. Mount takes the newest zone whose snapshot is complete, replays
+// its deltas up to the first torn record, rolls forward the node blocks
+// written after that checkpoint by fsync (fsync mark, checkpoint version and
+// sequence in every node header), deletes orphans and checkpoints.
+//
+// Recycling (gc.go) is a RecyclePolicy: victim selection (greedy, cost-benefit)
+// and the move method (HostCopy or Compact = IZC, with copyback-aware
+// destination allocation); host-cached dirty blocks are always written from
+// the host, clean cached ones per Options.CachedWrite (IZC-H) or copied on the
+// device (IZC-D). Every recycling round ends with a checkpoint, after which the
+// emptied victims are reset.
+package lfs
+
+import (
+	"context"
+	"crypto/rand"
+	"errors"
+	"fmt"
+	"sort"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/zonefleet/zonefleet/pkg/clock"
+	"github.com/zonefleet/zonefleet/pkg/zerr"
+)
+
+// RootIno is the inode number of the root directory.
+const RootIno = 1
+
+// MkfsOptions configures Mkfs.
+type MkfsOptions struct {
+	// OPPercent is the over-provisioning: the share of the data segments users
+	// can never fill, so that recycling always finds invalid blocks. 0 means 10.
+	OPPercent int
+	// Force formats a namespace that already holds a file system or data.
+	Force bool
+}
+
+// MoveMethod is how recycling moves a victim's valid blocks.
+type MoveMethod int
+
+const (
+	// HostCopy reads valid blocks to the client and writes them back (the ZNS baseline).
+	HostCopy MoveMethod = iota
+	// Compact offloads the copy to the drives (IZC, ZNS+ zone_compaction).
+	Compact
+)
+
+func (m MoveMethod) String() string {
+	if m == Compact {
+		return "izc"
+	}
+	return "host_copy"
+}
+
+// Options configures Mount.
+type Options struct {
+	Clock    clock.Clock           // nil means clock.Off (no background work)
+	Registry prometheus.Registerer // nil: metrics are kept but not registered
+	// Policy chooses victims and how to move them; nil means DefaultPolicy(Move).
+	Policy RecyclePolicy
+	// Move is the default policy's method: HostCopy or Compact (IZC).
+	Move MoveMethod
+	// CachedWrite (IZC-H) writes blocks cached clean on the host from the host
+	// instead of copying them on the device (IZC-D, the default). Dirty cached
+	// blocks are always written from the host.
+	CachedWrite bool
+	// NoCopybackAware turns off ZNS+ copyback-aware allocation of IZC destinations.
+	NoCopybackAware bool
+	// BackgroundGC runs one recycling round after this much idle (modelled)
+	// time; 0 disables it. Needs a Clock other than Off.
+	BackgroundGC time.Duration
+	// CheckpointEvery takes a checkpoint at this (modelled) period when
+	// something changed; 0 disables it. Needs a Clock other than Off.
+	CheckpointEvery time.Duration
+	// CacheBlocks bounds the host page cache (0: 4096 blocks); dirty pages are
+	// written back when they exceed a quarter of it.
+	CacheBlocks int
+	// CacheInodes bounds the inode cache (0: 65536); clean closed inodes are dropped.
+	CacheInodes int
+	// Retries of a Volume call failing with zerr.ErrUnavailable (0: 3).
+	Retries int
+}
+
+// FS is a mounted file system. All methods are safe for concurrent use.
+type FS struct {
+	mu   sync.Mutex
+	vol  Volume
+	geo  VolumeGeometry
+	bs   int
+	sb   superblock
+	opts Options
+	clk  clock.Clock
+	pol  RecyclePolicy
+	m    *metrics
+
+	nlogs int
+	segs  map[ZoneID]*segment
+	logs  []*segment
+
+	nat      map[uint64]Addr
+	natDirty map[uint64]struct{}
+	touched  map[Addr]bool // validity changes since the last checkpoint (value: valid at it)
+
+	inodes  map[uint64]*inode
+	active  map[uint64]*inode // inodes with dirty pages or nodes, or changed names, since the last checkpoint
+	handles map[Handle]*handle
+	nextFH  Handle
+	orphans map[uint64]struct{}
+
+	cpVer   uint64
+	cpLogs  []ZoneID // log heads (zone+1) of the last checkpoint
+	cpLogWP []uint64
+	nodeSeq uint64
+	nextIno uint64
+	used    uint64 // user blocks in use: data blocks (mapped or dirty holes) + nodes
+	nodes   uint64 // nodes (inodes + direct nodes) in use, bounded by the superblock's MaxNodes
+
+	cachePages, dirtyPages, dirtyNodes int
+
+	metaZone           ZoneID
+	metaWP, metaEpoch  uint64
+	metaSeq, sinceSnap uint64
+	hasMeta            bool
+	blocksWritten      uint64 // all blocks written to the drives (incl. meta and moves)
+	userBlocks         uint64 // blocks written on behalf of users (data + nodes)
+	inGC, inCP         bool
+	failed             error
+	closed             bool
+	lastOp             time.Duration
+	stopTimer          func() bool // guarded by tmu
+	tmu                sync.Mutex
+	down               atomic.Bool // unmounted or abandoned: no more ticks
+	stats              Stats
+	loadProblems       []Problem // SIT/SSA disagreements found at load
+	gauges             *gaugeCollector
+	sitRepaired        bool
+}
+
+// retry runs one Volume call. Retrying zerr.ErrUnavailable is done once, in
+// the retrying wrapper every entry point puts around the Volume.
+func (fs *FS) retry(ctx context.Context, f func() error) error { return f() }
+
+func newFS(vol Volume, opts Options) *FS {
+	if opts.Clock == nil {
+		opts.Clock = clock.Off()
+	}
+	vol = withRetries(vol, opts.Retries, opts.Clock)
+	if opts.CacheBlocks <= 0 {
+		opts.CacheBlocks = 4096
+	}
+	if opts.CacheInodes <= 0 {
+		opts.CacheInodes = 65536
+	}
+	fs := &FS{vol: vol, geo: vol.Geometry(), opts: opts, clk: opts.Clock,
+		segs: map[ZoneID]*segment{}, nat: map[uint64]Addr{}, natDirty: map[uint64]struct{}{},
+		touched: map[Addr]bool{}, inodes: map[uint64]*inode{}, active: map[uint64]*inode{}, handles: map[Handle]*handle{},
+		orphans: map[uint64]struct{}{}, nextFH: 1}
+	fs.bs = fs.geo.BlockSize
+	fs.pol = opts.Policy
+	if fs.pol == nil {
+		fs.pol = DefaultPolicy(opts.Move)
+	}
+	fs.m = newMetrics(opts.Registry)
+	return fs
+}
+
+func checkGeometry(g VolumeGeometry) error {
+	switch {
+	case g.BlockSize < 512 || g.BlockSize > 1<<20 || g.BlockSize&(g.BlockSize-1) != 0:
+		return &zerr.InvalidArgumentError{Field: "block_size", Reason: fmt.Sprintf("%d is not a power of two in [512, 1M]", g.BlockSize)}
+	case g.ZoneBlocks < 16 || g.ZoneBlocks >= 1<<32:
+		return &zerr.InvalidArgumentError{Field: "zone_blocks", Reason: fmt.Sprintf("%d is not in [16, 2^32)", g.ZoneBlocks)}
+	case g.MaxOpen < 4:
+		return &zerr.InvalidArgumentError{Field: "max_open", Reason: fmt.Sprintf("the file system needs at least 4 open zones, volume allows %d", g.MaxOpen)}
+	}
+	return nil
+}
+
+// Mkfs formats vol. It refuses a namespace that holds a file system or any
+// data (zerr.AlreadyExistsError) unless opts.Force.
+func Mkfs(ctx context.Context, vol Volume, opts MkfsOptions) error {
+	vol = withRetries(vol, 0, clock.Off())
+	g := vol.Geometry()
+	if err := checkGeometry(g); err != nil {
+		return err
+	}
+	op := opts.OPPercent
+	if op == 0 {
+		op = 10
+	}
+	if op < 0 || op > 50 {
+		return &zerr.InvalidArgumentError{Field: "op_percent", Reason: fmt.Sprintf("%d is not in [1, 50]", op)}
+	}
+	zones, err := vol.Zones(ctx)
+	if err != nil {
+		return err
+	}
+	if len(zones) > 0 && !opts.Force {
+		for _, z := range zones {
+			if z.WP == 0 {
+				continue
+			}
+			if _, _, err := readSuper(ctx, vol, z.ID); err == nil {
+				return &zerr.AlreadyExistsError{Kind: "file system", Name: fmt.Sprintf("in v-zone %d", z.ID)}
+			}
+		}
+		return &zerr.AlreadyExistsError{Kind: "data", Name: fmt.Sprintf("%d non-empty v-zones", len(zones))}
+	}
+	for _, z := range zones {
+		if err := vol.Reset(ctx, z.ID); err != nil {
+			return err
+		}
+	}
+	sb := superblock{Version: FormatVersion, BlockSize: uint32(g.BlockSize), ZoneBlocks: g.ZoneBlocks,
+		MaxZones: uint32(g.MaxZones), OPPercent: uint32(op), Logs: 6}
+	_, _ = rand.Read(sb.UUID[:])
+	if g.MaxOpen < numTemps+2 {
+		sb.Logs = 2
+	}
+	sb.ReserveSegs = sb.Logs + 4
+	dataSegs := g.MaxZones - metaZonesReserved
+	if dataSegs <= int(sb.ReserveSegs)+2 {
+		return &zerr.NoResourcesError{Resource: "v-zones (volume too small)", Requested: uint64(sb.ReserveSegs) + 3 + metaZonesReserved, Available: uint64(g.MaxZones)}
+	}
+	sb.UserBlocks = uint64(dataSegs-int(sb.ReserveSegs)) * g.ZoneBlocks * uint64(100-op) / 100
+	// A snapshot must fit in one metadata zone: that bounds the nodes (the
+	// NAT, 16 bytes each, plus 8 when the node is an orphan inode).
+	room := int64(g.ZoneBlocks)*int64(g.BlockSize) - 3*int64(g.BlockSize) - 256 -
+		int64(dataSegs)*int64(24+(g.ZoneBlocks+7)/8) - 12*int64(sb.Logs)
+	if room < 64*24 {
+		return &zerr.NoResourcesError{Resource: "metadata zone bytes (zones too small for the snapshot)", Requested: 64 * 24, Available: uint64(max(room, 0))}
+	}
+	sb.MaxNodes = uint64(room / 24)
+	fs := newFS(vol, Options{})
+	fs.sb = sb
+	fs.nlogs = int(sb.Logs)
+	fs.logs = make([]*segment, fs.nlogs)
+	fs.nextIno = RootIno + 1
+	now := time.Now().UnixNano()
+	root := fs.newInode(RootIno, syscall.S_IFDIR|0o755, 0, 0, now)
+	root.body.Nlink = 2
+	root.body.Parent = RootIno
+	root.dir = &dirIndex{ents: map[string]int{}}
+	fs.used++
+	fs.nodes++
+	if err := fs.checkpoint(ctx, true); err != nil {
+		return err
+	}
+	return fs.shutdown(ctx)
+}
+
+// readSuper reads the superblock record at the start of zone z.
+func readSuper(ctx context.Context, vol Volume, z ZoneID) (superblock, metaRecord, error) {
+	bs := vol.Geometry().BlockSize
+	b := make([]byte, bs)
+	if err := vol.Read(ctx, z, 0, b); err != nil {
+		return superblock{}, metaRecord{}, err
+	}
+	n, err := metaRecordLen(b, bs)
+	if err != nil {
+		return superblock{}, metaRecord{}, err
+	}
+	if n > 1 {
+		return superblock{}, metaRecord{}, corrupt("superblock", "record of %d blocks", n)
+	}
+	r, err := decodeMetaRecord(b)
+	if err != nil {
+		return superblock{}, metaRecord{}, err
+	}
+	if r.Type != recSuper {
+		return superblock{}, r, corrupt("superblock", "zone %d starts with record type %d", z, r.Type)
+	}
+	sb, err := decodeSuperblock(r.Payload)
+	return sb, r, err
+}
+
+// metaLog is what Mount reads from one metadata zone.
+type metaLog struct {
+	zone  ZoneID
+	epoch uint64
+	sb    superblock
+	cps   []*checkpoint // snapshot first, then deltas
+	end   uint64        // blocks of valid records
+	wp    uint64
+}
+
+func readMetaLog(ctx context.Context, vol Volume, zi ZoneInfo) (*metaLog, error) {
+	sb, rec, err := readSuper(ctx, vol, zi.ID)
+	if err != nil {
+		return nil, err
+	}
+	bs := vol.Geometry().BlockSize
+	ml := &metaLog{zone: zi.ID, epoch: rec.Epoch, sb: sb, end: 1, wp: zi.WP}
+	for off := uint64(1); off < zi.WP; {
+		first := make([]byte, bs)
+		if err := vol.Read(ctx, zi.ID, off, first); err != nil {
+			return nil, err
+		}
+		n, err := metaRecordLen(first, bs)
+		if err != nil || off+uint64(n) > zi.WP {
+			break // torn tail
+		}
+		b := make([]byte, n*bs)
+		if err := vol.Read(ctx, zi.ID, off, b); err != nil {
+			return nil, err
+		}
+		r, err := decodeMetaRecord(b)
+		if err != nil || r.Epoch != rec.Epoch {
+			break
+		}
+		cp, err := decodeCheckpoint(r.Payload)
+		if err != nil {
+			break
+		}
+		if (len(ml.cps) == 0) != (r.Type == recSnapshot) || cp.Full != (r.Type == recSnapshot) {
+			break
+		}
+		ml.cps = append(ml.cps, cp)
+		off += uint64(n)
+		ml.end = off
+	}
+	if len(ml.cps) == 0 {
+		return nil, corrupt("metadata zone", "zone %d (epoch %d) has no complete snapshot", zi.ID, rec.Epoch)
+	}
+	return ml, nil
+}
+
+// Mount mounts the file system on vol: it loads the newest checkpoint, rolls
+// forward fsynced nodes written after it, deletes orphans, and takes a fresh
+// checkpoint.
+func Mount(ctx context.Context, vol Volume, opts Options) (*FS, error) {
+	return mount(ctx, vol, opts, false)
+}
+
+func mount(ctx context.Context, vol Volume, opts Options, repair bool) (*FS, error) {
+	fs, zones, ml, err := loadFS(ctx, vol, opts)
+	if err != nil {
+		return nil, err
+	}
+	if repair && len(fs.loadProblems) > 0 {
+		fs.repairSIT()
+	} else if len(fs.loadProblems) > 0 {
+		return nil, corrupt("file system", "%d inconsistencies, first: %v (run fsck with repair)", len(fs.loadProblems), fs.loadProblems[0])
+	}
+	if err := fs.recover(ctx, zones, ml); err != nil {
+		return nil, err
+	}
+	fs.startTimer()
+	return fs, nil
+}
+
+// loadFS reads the newest checkpoint into a new FS (nothing written).
+func loadFS(ctx context.Context, vol Volume, opts Options) (*FS, []ZoneInfo, *metaLog, error) {
+	if opts.Clock == nil {
+		opts.Clock = clock.Off()
+	}
+	vol = withRetries(vol, opts.Retries, opts.Clock)
+	g := vol.Geometry()
+	if err := checkGeometry(g); err != nil {
+		return nil, nil, nil, err
+	}
+	zones, err := vol.Zones(ctx)
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	var logs []*metaLog
+	var lastErr error = &zerr.NotFoundError{Kind: "file system", Name: "superblock"}
+	for _, z := range zones {
+		if z.WP == 0 {
+			continue
+		}
+		ml, err := readMetaLog(ctx, vol, z)
+		if err != nil {
+			if errors.Is(err, zerr.ErrCorrupt) {
+				if _, _, e2 := readSuper(ctx, vol, z.ID); e2 == nil {
+					lastErr = err
+				}
+				continue
+			}
+			return nil, nil, nil, err
+		}
+		logs = append(logs, ml)
+	}
+	if len(logs) == 0 {
+		return nil, nil, nil, lastErr
+	}
+	sort.Slice(logs, func(i, j int) bool { return logs[i].epoch > logs[j].epoch })
+	ml := logs[0]
+	sb := ml.sb
+	if uint64(sb.BlockSize) != uint64(g.BlockSize) || sb.ZoneBlocks != g.ZoneBlocks {
+		return nil, nil, nil, &zerr.GeometryMismatchError{Field: "block_size/zone_blocks",
+			Have: fmt.Sprintf("%d/%d", sb.BlockSize, sb.ZoneBlocks), Want: fmt.Sprintf("%d/%d", g.BlockSize, g.ZoneBlocks)}
+	}
+	fs := newFS(vol, opts)
+	fs.sb = sb
+	fs.nlogs = int(sb.Logs)
+	fs.logs = make([]*segment, fs.nlogs)
+	fs.metaZone, fs.metaEpoch, fs.hasMeta, fs.metaWP = ml.zone, ml.epoch, true, ml.wp
+	for _, cp := range ml.cps {
+		if err := fs.applyCheckpoint(cp); err != nil {
+			return nil, nil, nil, err
+		}
+	}
+	fs.touched = map[Addr]bool{}
+	fs.natDirty = map[uint64]struct{}{}
+	probs, err := fs.rebuildSSA(ctx)
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	fs.loadProblems = probs
+	return fs, zones, ml, nil
+}
+
+// repairSIT makes the SIT agree with the nodes: a block is valid exactly
+// when a node points at it (first claim wins).
+func (fs *FS) repairSIT() {
+	for _, s := range fs.segs {
+		for off := uint64(0); off < s.cap; off++ {
+			if s.isValid(off) && s.owner[off] == 0 {
+				s.valid[off/64] &^= 1 << (off % 64)
+			}
+		}
+		s.nvalid = s.popcount()
+	}
+	for nid, a := range fs.nat {
+		if s := fs.segOf(a); s != nil && a.Off() < s.wp && !s.isValid(a.Off()) {
+			s.valid[a.Off()/64] |= 1 << (a.Off() % 64)
+			s.nvalid++
+			s.owner[a.Off()], s.ofs[a.Off()] = nid, ofsNode
+		}
+	}
+	fs.sitRepaired = true
+}
+
+// rebuildSSA fills every segment's summary from the nodes (the NAT for node
+// blocks, direct nodes for data blocks) and reports where the SIT disagrees.
+func (fs *FS) rebuildSSA(ctx context.Context) ([]Problem, error) {
+	var probs []Problem
+	add := func(kind, format string, a ...any) {
+		if len(probs) < 1000 {
+			probs = append(probs, Problem{Kind: kind, Msg: fmt.Sprintf(format, a...)})
+		}
+	}
+	own := func(a Addr, owner uint64, ofs uint32) {
+		s := fs.segOf(a)
+		switch {
+		case s == nil || a.Off() >= s.wp:
+			add("nat", "%#x/%d points at %v, which is not written", owner, ofs, a)
+		case !s.isValid(a.Off()):
+			add("sit", "%#x/%d points at %v, which the SIT marks invalid", owner, ofs, a)
+		case s.owner[a.Off()] != 0:
+			add("ssa", "block %v owned by %#x/%d and %#x/%d", a, s.owner[a.Off()], s.ofs[a.Off()], owner, ofs)
+		default:
+			s.owner[a.Off()], s.ofs[a.Off()] = owner, ofs
+		}
+	}
+	nids := make([]uint64, 0, len(fs.nat))
+	for nid := range fs.nat {
+		nids = append(nids, nid)
+	}
+	sort.Slice(nids, func(i, j int) bool { return nids[i] < nids[j] })
+	for _, nid := range nids {
+		own(fs.nat[nid], nid, ofsNode)
+	}
+	b := make([]byte, fs.bs)
+	for _, nid := range nids {
+		if nidIdx(nid) == 0 {
+			continue
+		}
+		if err := fs.readBlocks(ctx, fs.nat[nid], b); err != nil {
+			return nil, err
+		}
+		h, addrs, err := decodeDirect(b)
+		if err != nil || h.Nid != nid {
+			add("nat", "direct node %#x at %v: %v", nid, fs.nat[nid], err)
+			continue
+		}
+		for e, a := range addrs {
+			if a != 0 {
+				own(a, nid, uint32(e))
+			}
+		}
+	}
+	for z, s := range fs.segs {
+		for off := uint64(0); off < s.cap; off++ {
+			if s.isValid(off) && s.owner[off] == 0 {
+				add("sit", "block %v is valid but no node points at it", MakeAddr(z, off))
+			}
+		}
+	}
+	return probs, nil
+}
+
+func (fs *FS) applyCheckpoint(cp *checkpoint) error {
+	if cp.Full {
+		fs.segs = map[ZoneID]*segment{}
+		fs.nat = map[uint64]Addr{}
+	}
+	fs.cpVer, fs.nodeSeq, fs.nextIno = cp.Version, cp.NextSeq, cp.NextIno
+	old := fs.segs
+	fs.segs = map[ZoneID]*segment{}
+	for _, sr := range cp.Segments {
+		s := old[sr.Zone]
+		if s == nil {
+			s = newSegment(sr.Zone, fs.geo.ZoneBlocks)
+		}
+		if sr.WP > s.cap {
+			return corrupt("checkpoint", "segment %d write pointer %d past capacity %d", sr.Zone, sr.WP, s.cap)
+		}
+		s.wp, s.mtime, s.log = sr.WP, sr.Mtime, -1
+		if cp.Full {
+			if len(sr.Bitmap) != int((s.cap+7)/8) {
+				return corrupt("checkpoint", "segment %d bitmap has %d bytes, want %d", sr.Zone, len(sr.Bitmap), (s.cap+7)/8)
+			}
+			for i := range s.valid {
+				s.valid[i] = 0
+			}
+			for i, b := range sr.Bitmap {
+				s.valid[i/8] |= uint64(b) << (8 * (i % 8))
+			}
+			s.nvalid = s.popcount()
+		}
+		fs.segs[sr.Zone] = s
+	}
+	fs.orphans = map[uint64]struct{}{}
+	for _, o := range cp.Orphans {
+		fs.orphans[o] = struct{}{}
+	}
+	for _, e := range cp.NAT {
+		if e[1] == 0 {
+			delete(fs.nat, e[0])
+		} else {
+			fs.nat[e[0]] = Addr(e[1])
+		}
+	}
+	for _, a := range cp.Invalid {
+		fs.invalidate(a)
+	}
+	for _, a := range cp.Valid {
+		s := fs.segOf(a)
+		if s == nil || a.Off() >= s.cap {
+			return corrupt("checkpoint", "SIT delta marks %v valid, in no segment", a)
+		}
+		if !s.isValid(a.Off()) {
+			s.valid[a.Off()/64] |= 1 << (a.Off() % 64)
+			s.nvalid++
+		}
+	}
+	fs.cpLogs, fs.cpLogWP = cp.Logs, cp.LogWP
+	return nil
+}
+
+// checkpoint writes back every dirty page and node, then appends a checkpoint
+// record (a full snapshot in a new metadata zone when needed), then resets the
+// segments that hold no valid block any more.
+func (fs *FS) checkpoint(ctx context.Context, forceSnapshot bool) error {
+	if fs.failed != nil {
+		return fs.failed
+	}
+	if fs.inCP {
+		return nil
+	}
+	fs.inCP = true
+	defer func() { fs.inCP = false }()
+	t0 := fs.now()
+	if err := fs.flushAll(ctx); err != nil {
+		return err
+	}
+	if err := fs.writeDirtyNodes(ctx, nil, false); err != nil {
+		return err
+	}
+	if err := fs.retry(ctx, func() error { return fs.vol.Flush(ctx) }); err != nil {
+		return err
+	}
+	// Segments with no valid block that are not log heads are freed by this checkpoint.
+	var free []ZoneID
+	for z, s := range fs.segs {
+		if s.nvalid == 0 && s.log < 0 {
+			free = append(free, z)
+		}
+	}
+	cp := fs.buildCheckpoint(false, free)
+	payload := cp.encode()
+	need := uint64(metaBlocks(len(payload), fs.bs))
+	snap := forceSnapshot || !fs.hasMeta || fs.sinceSnap >= 256 ||
+		fs.metaWP+need+fs.snapshotReserve() > fs.geo.ZoneBlocks
+	var err error
+	if snap {
+		err = fs.rotateMeta(ctx, fs.buildCheckpoint(true, free))
+	} else {
+		rec := encodeMetaRecord(metaRecord{Type: recCheckpoint, Epoch: fs.metaEpoch, Seq: fs.metaSeq, Payload: payload}, fs.bs)
+		err = fs.retry(ctx, func() error { return fs.vol.Write(ctx, fs.metaZone, fs.metaWP, rec, true) })
+		if err == nil {
+			fs.metaWP += need
+			fs.metaSeq++
+			fs.sinceSnap++
+			fs.blocksWritten += need
+		} else {
+			// The metadata zone's tail is unknown now: continue in a new one.
+			fs.metaWP = fs.geo.ZoneBlocks
+		}
+	}
+	if err != nil {
+		return err
+	}
+	fs.cpVer = cp.Version
+	fs.natDirty = map[uint64]struct{}{}
+	fs.touched = map[Addr]bool{}
+	fs.cpLogs, fs.cpLogWP = cp.Logs, cp.LogWP
+	for _, in := range fs.active {
+		in.needCP = false
+	}
+	fs.active = map[uint64]*inode{}
+	for _, z := range free {
+		delete(fs.segs, z)
+		if err := fs.retry(ctx, func() error { return fs.vol.Reset(ctx, z) }); err != nil {
+			// Not fatal: the zone is free in the checkpoint; mount resets it.
+			continue
+		}
+	}
+	fs.stats.Checkpoints++
+	fs.m.checkpoint(fs.since(t0))
+	return nil
+}
+
+// snapshotReserve is the room kept in the metadata zone for the next snapshot estimate.
+func (fs *FS) snapshotReserve() uint64 { return 2 }
+
+func (fs *FS) buildCheckpoint(full bool, free []ZoneID) *checkpoint {
+	isFree := map[ZoneID]bool{}
+	for _, z := range free {
+		isFree[z] = true
+	}
+	cp := &checkpoint{Full: full, Version: fs.cpVer + 1, NextSeq: fs.nodeSeq, NextIno: fs.nextIno, Used: fs.used}
+	zs := make([]ZoneID, 0, len(fs.segs))
+	for z := range fs.segs {
+		if !isFree[z] {
+			zs = append(zs, z)
+		}
+	}
+	sort.Slice(zs, func(i, j int) bool { return zs[i] < zs[j] })
+	for _, z := range zs {
+		s := fs.segs[z]
+		cp.Segments = append(cp.Segments, segRec{Zone: z, WP: s.wp, Mtime: s.mtime})
+	}
+	for _, s := range fs.logs {
+		if s == nil {
+			cp.Logs = append(cp.Logs, 0)
+			cp.LogWP = append(cp.LogWP, 0)
+		} else {
+			cp.Logs = append(cp.Logs, s.zone+1)
+			cp.LogWP = append(cp.LogWP, s.wp)
+		}
+	}
+	for o := range fs.orphans {
+		cp.Orphans = append(cp.Orphans, o)
+	}
+	sort.Slice(cp.Orphans, func(i, j int) bool { return cp.Orphans[i] < cp.Orphans[j] })
+	if full {
+		for nid, a := range fs.nat {
+			cp.NAT = append(cp.NAT, [2]uint64{nid, uint64(a)})
+		}
+		for i := range cp.Segments {
+			s := fs.segs[cp.Segments[i].Zone]
+			bm := make([]byte, (s.cap+7)/8)
+			for j := range bm {
+				bm[j] = byte(s.valid[j/8] >> (8 * (j % 8)))
+			}
+			cp.Segments[i].Bitmap = bm
+		}
+	} else {
+		for nid := range fs.natDirty {
+			cp.NAT = append(cp.NAT, [2]uint64{nid, uint64(fs.nat[nid])})
+		}
+		for a, was := range fs.touched {
+			s := fs.segOf(a)
+			now := s != nil && s.isValid(a.Off())
+			switch {
+			case now && !was:
+				cp.Valid = append(cp.Valid, a)
+			case !now && was:
+				cp.Invalid = append(cp.Invalid, a)
+			}
+		}
+	}
+	sort.Slice(cp.NAT, func(i, j int) bool { return cp.NAT[i][0] < cp.NAT[j][0] })
+	sort.Slice(cp.Valid, func(i, j int) bool { return cp.Valid[i] < cp.Valid[j] })
+	sort.Slice(cp.Invalid, func(i, j int) bool { return cp.Invalid[i] < cp.Invalid[j] })
+	return cp
+}
+
+// rotateMeta opens a new metadata zone, writes the superblock and a snapshot
+// there, and resets the previous metadata zone.
+func (fs *FS) rotateMeta(ctx context.Context, cp *checkpoint) error {
+	payload := cp.encode()
+	epoch := fs.metaEpoch + 1
+	sup := encodeMetaRecord(metaRecord{Type: recSuper, Epoch: epoch, Seq: 0, Payload: fs.sb.encode()}, fs.bs)
+	snap := encodeMetaRecord(metaRecord{Type: recSnapshot, Epoch: epoch, Seq: 1, Payload: payload}, fs.bs)
+	total := uint64((len(sup) + len(snap)) / fs.bs)
+	if total > fs.geo.ZoneBlocks {
+		return &zerr.NoResourcesError{Resource: "metadata zone blocks (snapshot too large)", Requested: total, Available: fs.geo.ZoneBlocks}
+	}
+	var z ZoneID
+	if err := fs.retry(ctx, func() error {
+		var err error
+		z, err = fs.vol.OpenZone(ctx)
+		return err
+	}); err != nil {
+		return err
+	}
+	buf := append(sup, snap...)
+	if err := fs.retry(ctx, func() error { return fs.vol.Write(ctx, z, 0, buf, true) }); err != nil {
+		_ = fs.vol.Reset(ctx, z)
+		return err
+	}
+	fs.blocksWritten += total
+	old, had := fs.metaZone, fs.hasMeta
+	fs.metaZone, fs.metaWP, fs.metaEpoch, fs.metaSeq, fs.sinceSnap, fs.hasMeta = z, total, epoch, 2, 0, true
+	if had {
+		_ = fs.retry(ctx, func() error { return fs.vol.Reset(ctx, old) })
+	}
+	return nil
+}
+
+// Unmount writes everything back, takes a final checkpoint and stops
+// background work. The FS cannot be used afterwards.
+func (fs *FS) Unmount(ctx context.Context) error {
+	fs.mu.Lock()
+	defer fs.mu.Unlock()
+	if fs.closed {
+		return &zerr.ClosedError{What: "file system"}
+	}
+	// Open files are closed: their orphans can go now.
+	for h, of := range fs.handles {
+		delete(fs.handles, h)
+		if in := fs.inodes[of.ino]; in != nil {
+			in.opens--
+		}
+	}
+	for o := range fs.orphans {
+		if err := fs.maybeDelete(ctx, o); err != nil {
+			return err
+		}
+	}
+	err := fs.checkpoint(ctx, false)
+	if e := fs.shutdown(ctx); err == nil {
+		err = e
+	}
+	return err
+}
+
+func (fs *FS) shutdown(ctx context.Context) error {
+	fs.closed = true
+	if fs.gauges != nil && fs.opts.Registry != nil {
+		fs.opts.Registry.Unregister(fs.gauges)
+		fs.gauges = nil
+	}
+	fs.stopBackground()
+	for i := range fs.logs {
+		fs.logs[i] = nil
+	}
+	return nil
+}
+
+// abandon drops the FS without writing anything (a simulated crash, tests).
+func (fs *FS) abandon() {
+	fs.mu.Lock()
+	defer fs.mu.Unlock()
+	fs.closed = true
+	fs.failed = &zerr.ClosedError{What: "file system"}
+	fs.stopBackground()
+}
+
+func (fs *FS) now() time.Duration {
+	if fs.clk.Kind() == clock.KindOff {
+		return time.Duration(time.Now().UnixNano())
+	}
+	return fs.clk.Now()
+}
+
+func (fs *FS) since(t0 time.Duration) time.Duration { return fs.now() - t0 }

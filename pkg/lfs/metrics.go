@@ -1,0 +1,278 @@
+package lfs
+
+import (
+	"context"
+	"errors"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/zonefleet/zonefleet/pkg/clock"
+)
+
+// metrics are the zonefleet_fs_* Prometheus metrics. Labels are bounded:
+// op names, GC kind and method, block kind and move path.
+type metrics struct {
+	ops        *prometheus.CounterVec
+	opErrors   *prometheus.CounterVec
+	opLatency  *prometheus.HistogramVec
+	bytesC     *prometheus.CounterVec
+	blocksW    *prometheus.CounterVec
+	segOpen    prometheus.Counter
+	gcRuns     *prometheus.CounterVec
+	gcDuration *prometheus.HistogramVec
+	moved      *prometheus.CounterVec
+	cps        prometheus.Counter
+	cpDuration prometheus.Histogram
+}
+
+func newMetrics(reg prometheus.Registerer) *metrics {
+	m := &metrics{
+		ops: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "zonefleet_fs_operations_total",
+			Help: "File system operations by op."}, []string{"op"}),
+		opErrors: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "zonefleet_fs_operation_errors_total",
+			Help: "File system operations that failed, by op and errno."}, []string{"op", "errno"}),
+		opLatency: prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: "zonefleet_fs_operation_duration_seconds",
+			Help: "Latency of file system operations by op.", Buckets: prometheus.ExponentialBuckets(1e-6, 4, 12)}, []string{"op"}),
+		bytesC: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "zonefleet_fs_bytes_total",
+			Help: "Bytes read and written by users."}, []string{"dir"}),
+		blocksW: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "zonefleet_fs_blocks_written_total",
+			Help: "Blocks written to the drives by the file system, by kind (data, node)."}, []string{"kind"}),
+		segOpen: prometheus.NewCounter(prometheus.CounterOpts{Name: "zonefleet_fs_segments_opened_total",
+			Help: "Segments (v-zones) opened for logs."}),
+		gcRuns: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "zonefleet_fs_gc_runs_total",
+			Help: "Segment recycling runs by kind (foreground, background) and method (host_copy, izc)."}, []string{"kind", "method"}),
+		gcDuration: prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: "zonefleet_fs_gc_duration_seconds",
+			Help: "Duration of one recycling run.", Buckets: prometheus.ExponentialBuckets(1e-4, 4, 10)}, []string{"kind", "method"}),
+		moved: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "zonefleet_fs_gc_blocks_moved_total",
+			Help: "Valid blocks moved by recycling, by path (host_copy, izc, host_dirty, host_cached)."}, []string{"path"}),
+		cps: prometheus.NewCounter(prometheus.CounterOpts{Name: "zonefleet_fs_checkpoints_total",
+			Help: "Checkpoints taken."}),
+		cpDuration: prometheus.NewHistogram(prometheus.HistogramOpts{Name: "zonefleet_fs_checkpoint_duration_seconds",
+			Help: "Duration of a checkpoint.", Buckets: prometheus.ExponentialBuckets(1e-4, 4, 10)}),
+	}
+	if reg != nil {
+		// a remount in the same process keeps counting in the registered collectors
+		m.ops = register(reg, m.ops)
+		m.opErrors = register(reg, m.opErrors)
+		m.opLatency = register(reg, m.opLatency)
+		m.bytesC = register(reg, m.bytesC)
+		m.blocksW = register(reg, m.blocksW)
+		m.segOpen = register(reg, m.segOpen)
+		m.gcRuns = register(reg, m.gcRuns)
+		m.gcDuration = register(reg, m.gcDuration)
+		m.moved = register(reg, m.moved)
+		m.cps = register(reg, m.cps)
+		m.cpDuration = register(reg, m.cpDuration)
+	}
+	return m
+}
+
+func register[C prometheus.Collector](reg prometheus.Registerer, c C) C {
+	if err := reg.Register(c); err != nil {
+		var are prometheus.AlreadyRegisteredError
+		if errors.As(err, &are) {
+			if old, ok := are.ExistingCollector.(C); ok {
+				return old
+			}
+		}
+	}
+	return c
+}
+
+func (m *metrics) op(op string, d time.Duration, err error) {
+	m.ops.WithLabelValues(op).Inc()
+	m.opLatency.WithLabelValues(op).Observe(d.Seconds())
+	if err != nil {
+		m.opErrors.WithLabelValues(op, Errno(err).Error()).Inc()
+	}
+}
+func (m *metrics) bytes(dir string, n int) { m.bytesC.WithLabelValues(dir).Add(float64(n)) }
+func (m *metrics) blocks(kind string, n int) {
+	m.blocksW.WithLabelValues(kind).Add(float64(n))
+}
+func (m *metrics) segOpened() { m.segOpen.Inc() }
+func (m *metrics) checkpoint(d time.Duration) {
+	m.cps.Inc()
+	m.cpDuration.Observe(d.Seconds())
+}
+func (m *metrics) gc(kind, method string, d time.Duration, st moveStat) {
+	m.gcRuns.WithLabelValues(kind, method).Inc()
+	m.gcDuration.WithLabelValues(kind, method).Observe(d.Seconds())
+	m.moved.WithLabelValues("host_copy").Add(float64(st.hostCopy))
+	m.moved.WithLabelValues("izc").Add(float64(st.izc))
+	m.moved.WithLabelValues("host_dirty").Add(float64(st.hostDirty))
+	m.moved.WithLabelValues("host_cached").Add(float64(st.hostCached))
+}
+
+// gaugeCollector exports live gauges computed from Stats at scrape time.
+type gaugeCollector struct {
+	fs                        *FS
+	free, dirty, active, used *prometheus.Desc
+	waf, written, user        *prometheus.Desc
+}
+
+func registerGauges(fs *FS, reg prometheus.Registerer) {
+	if reg == nil {
+		return
+	}
+	var g *gaugeCollector
+	defer func() { fs.gauges = g }()
+	g = &gaugeCollector{fs: fs,
+		free:    prometheus.NewDesc("zonefleet_fs_segments_free", "Free segments (v-zones the file system may still open).", nil, nil),
+		dirty:   prometheus.NewDesc("zonefleet_fs_segments_dirty", "In-use segments that are not log heads.", nil, nil),
+		active:  prometheus.NewDesc("zonefleet_fs_segments_active", "Segments that are log heads.", nil, nil),
+		used:    prometheus.NewDesc("zonefleet_fs_used_blocks", "User blocks in use.", nil, nil),
+		waf:     prometheus.NewDesc("zonefleet_fs_write_amplification_ratio", "All blocks written to the drives / user blocks written.", nil, nil),
+		written: prometheus.NewDesc("zonefleet_fs_drive_blocks_written_total", "All blocks written to the drives (data, nodes, metadata, moves).", nil, nil),
+		user:    prometheus.NewDesc("zonefleet_fs_user_blocks_written_total", "Data and node blocks written on behalf of users.", nil, nil),
+	}
+	if err := reg.Register(g); err != nil {
+		g = nil
+	}
+}
+
+func (g *gaugeCollector) Describe(ch chan<- *prometheus.Desc) {
+	for _, d := range []*prometheus.Desc{g.free, g.dirty, g.active, g.used, g.waf, g.written, g.user} {
+		ch <- d
+	}
+}
+
+func (g *gaugeCollector) Collect(ch chan<- prometheus.Metric) {
+	s := g.fs.Stats()
+	ch <- prometheus.MustNewConstMetric(g.free, prometheus.GaugeValue, float64(s.SegmentsFree))
+	ch <- prometheus.MustNewConstMetric(g.dirty, prometheus.GaugeValue, float64(s.SegmentsDirty))
+	ch <- prometheus.MustNewConstMetric(g.active, prometheus.GaugeValue, float64(s.SegmentsActive))
+	ch <- prometheus.MustNewConstMetric(g.used, prometheus.GaugeValue, float64(s.UsedBlocks))
+	ch <- prometheus.MustNewConstMetric(g.waf, prometheus.GaugeValue, s.WAF)
+	ch <- prometheus.MustNewConstMetric(g.written, prometheus.CounterValue, float64(s.DriveBlocksWritten))
+	ch <- prometheus.MustNewConstMetric(g.user, prometheus.CounterValue, float64(s.UserBlocksWritten))
+}
+
+// Stats are the live counters of a mounted file system (zctl fs stat).
+type Stats struct {
+	BlockSize          int
+	ZoneBlocks         uint64
+	UserBlocks         uint64 // capacity users may fill
+	UsedBlocks         uint64
+	Nodes              uint64 // inodes + direct nodes
+	MaxNodes           uint64
+	ValidBlocks        uint64
+	SegmentsTotal      int // data segments (MaxZones - 2 metadata zones)
+	SegmentsFree       int
+	SegmentsDirty      int
+	SegmentsActive     int
+	ReserveSegments    int
+	CachedInodes       int
+	CachedPages        int
+	DirtyPages         int
+	DirtyNodes         int
+	OpenHandles        int
+	Orphans            int
+	CheckpointVersion  uint64
+	Checkpoints        uint64
+	GCForeground       uint64
+	GCBackground       uint64
+	MovedHostCopy      uint64 // read to the host and written back
+	MovedIZC           uint64 // copied inside the drives
+	MovedHostDirty     uint64 // dirty on the host: written from the host
+	MovedHostCached    uint64 // clean-cached: written from the host (IZC-H / host copy)
+	CopybackPlanned    uint64 // blocks placed on the same chip by copyback-aware allocation
+	CompactCopyback    uint64 // blocks the drives moved by copyback (Volume.Compact stats)
+	CompactLocal       uint64 // blocks the drives moved by read and program
+	CompactRemote      uint64 // blocks moved node to node
+	DriveBlocksWritten uint64
+	UserBlocksWritten  uint64
+	WAF                float64
+	MetaZone           ZoneID
+	MetaEpoch          uint64
+}
+
+// Stats returns the live counters.
+func (fs *FS) Stats() Stats {
+	fs.mu.Lock()
+	defer fs.mu.Unlock()
+	s := fs.stats
+	s.BlockSize, s.ZoneBlocks, s.UserBlocks, s.UsedBlocks = fs.bs, fs.geo.ZoneBlocks, fs.sb.UserBlocks, fs.used
+	s.SegmentsTotal = fs.geo.MaxZones - metaZonesReserved
+	s.SegmentsFree = fs.freeSegments()
+	for _, sg := range fs.segs {
+		s.ValidBlocks += sg.nvalid
+		if sg.log >= 0 {
+			s.SegmentsActive++
+		} else {
+			s.SegmentsDirty++
+		}
+	}
+	s.ReserveSegments = int(fs.sb.ReserveSegs)
+	s.Nodes, s.MaxNodes = fs.nodes, fs.sb.MaxNodes
+	s.CachedInodes, s.CachedPages, s.DirtyPages, s.DirtyNodes = len(fs.inodes), fs.cachePages, fs.dirtyPages, fs.dirtyNodes
+	s.OpenHandles, s.Orphans = len(fs.handles), len(fs.orphans)
+	s.CheckpointVersion = fs.cpVer
+	s.DriveBlocksWritten, s.UserBlocksWritten = fs.blocksWritten, fs.userBlocks
+	if fs.userBlocks > 0 {
+		s.WAF = float64(fs.blocksWritten) / float64(fs.userBlocks)
+	}
+	s.MetaZone, s.MetaEpoch = fs.metaZone, fs.metaEpoch
+	return s
+}
+
+// startTimer arms the periodic background work (idle GC, periodic
+// checkpoints). A tick never blocks on the file system lock: a busy file
+// system is not idle, and with the virtual clock a tick may fire inside an
+// operation's own I/O wait (on the same goroutine).
+func (fs *FS) startTimer() {
+	registerGauges(fs, fs.opts.Registry)
+	period := fs.opts.BackgroundGC
+	if p := fs.opts.CheckpointEvery; p > 0 && (period == 0 || p < period) {
+		period = p
+	}
+	if period <= 0 || fs.clk.Kind() == clock.KindOff {
+		return
+	}
+	var lastCP time.Duration
+	var tick func()
+	tick = func() {
+		if fs.down.Load() {
+			return
+		}
+		if fs.mu.TryLock() {
+			if fs.closed || fs.failed != nil {
+				fs.mu.Unlock()
+				return
+			}
+			ctx := context.Background()
+			now := fs.clk.Now()
+			if fs.opts.BackgroundGC > 0 && now-fs.lastOp >= fs.opts.BackgroundGC {
+				_, _ = fs.backgroundGC(ctx)
+			}
+			if fs.opts.CheckpointEvery > 0 && now-lastCP >= fs.opts.CheckpointEvery && (fs.dirtyNodes > 0 || fs.dirtyPages > 0) {
+				_ = fs.checkpoint(ctx, false)
+				lastCP = now
+			}
+			fs.mu.Unlock()
+		}
+		fs.arm(period, tick)
+	}
+	fs.arm(period, tick)
+}
+
+// arm schedules tick; AfterFunc may run it at once, so no lock is held.
+func (fs *FS) arm(period time.Duration, tick func()) {
+	if fs.down.Load() {
+		return
+	}
+	stop := fs.clk.AfterFunc(fs.clk.Now()+period, tick)
+	fs.tmu.Lock()
+	fs.stopTimer = stop
+	fs.tmu.Unlock()
+}
+
+func (fs *FS) stopBackground() {
+	fs.down.Store(true)
+	fs.tmu.Lock()
+	stop := fs.stopTimer
+	fs.tmu.Unlock()
+	if stop != nil {
+		stop()
+	}
+}

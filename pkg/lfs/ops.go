@@ -1,0 +1,971 @@
+package lfs
+
+import (
+	"context"
+	"sort"
+	"strings"
+	"syscall"
+	"time"
+)
+
+// Attr is an inode's attributes (times in nanoseconds since the Unix epoch).
+type Attr struct {
+	Ino     uint64
+	Mode    uint32 // type and permission bits (syscall.S_IF*)
+	Nlink   uint32
+	UID     uint32
+	GID     uint32
+	Size    uint64
+	Blocks  uint64 // 512-byte sectors allocated
+	Blksize uint32
+	Atime   int64
+	Mtime   int64
+	Ctime   int64
+}
+
+// DirEntry is one Readdir entry ("." and ".." included).
+type DirEntry struct {
+	Name string
+	Ino  uint64
+	Mode uint32 // file type bits only
+}
+
+// Handle is an open file.
+type Handle uint64
+
+type handle struct {
+	ino   uint64
+	flags int
+}
+
+// SetattrMask says which fields of SetattrIn apply.
+type SetattrMask uint32
+
+const (
+	SetMode SetattrMask = 1 << iota
+	SetUID
+	SetGID
+	SetSize
+	SetAtime
+	SetMtime
+	SetCtime
+)
+
+// SetattrIn is the argument of Setattr.
+type SetattrIn struct {
+	Valid        SetattrMask
+	Mode         uint32 // permission bits
+	UID, GID     uint32
+	Size         uint64
+	Atime, Mtime int64 // ns since the epoch
+	Ctime        int64
+}
+
+// StatfsOut is the result of Statfs.
+type StatfsOut struct {
+	Bsize   uint32
+	Blocks  uint64 // user-visible capacity
+	Bfree   uint64
+	Bavail  uint64
+	Files   uint64
+	Ffree   uint64
+	NameLen uint32
+}
+
+const maxNameLen = 255
+
+// Xattr flags (as in setxattr(2)).
+const (
+	XattrCreate  = 1
+	XattrReplace = 2
+)
+
+// begin locks the FS and runs housekeeping for a mutating operation.
+func (fs *FS) begin(ctx context.Context, op string, mutating bool) (func(*error), error) {
+	fs.mu.Lock()
+	t0 := fs.now()
+	done := func(errp *error) {
+		var err error
+		if errp != nil {
+			err = *errp
+		}
+		fs.m.op(op, fs.since(t0), err)
+		fs.lastOp = fs.clk.Now()
+		fs.mu.Unlock()
+	}
+	if fs.closed {
+		fs.mu.Unlock()
+		return nil, syscall.EIO
+	}
+	if mutating {
+		if fs.failed != nil {
+			fs.mu.Unlock()
+			return nil, syscall.EIO
+		}
+		if err := fs.housekeep(ctx); err != nil {
+			fs.mu.Unlock()
+			return nil, err
+		}
+	}
+	return done, nil
+}
+
+// housekeep writes back and recycles before a mutating operation so that the
+// operation itself never runs out of segments.
+func (fs *FS) housekeep(ctx context.Context) error {
+	if fs.dirtyPages > fs.opts.CacheBlocks/4 || fs.dirtyPages > int(fs.geo.ZoneBlocks) {
+		if err := fs.flushAll(ctx); err != nil {
+			return err
+		}
+	}
+	fs.evictCache()
+	fs.evictInodes()
+	if fs.dirtyNodes > int(fs.geo.ZoneBlocks) || fs.dirtyNodes > 4096 {
+		if err := fs.checkpoint(ctx, false); err != nil {
+			return err
+		}
+	}
+	if fs.freeSegments() < int(fs.sb.ReserveSegs) {
+		return fs.foregroundGC(ctx)
+	}
+	return nil
+}
+
+func (fs *FS) attr(in *inode) Attr {
+	bs := uint64(fs.bs)
+	return Attr{Ino: in.ino, Mode: in.body.Mode, Nlink: in.body.Nlink, UID: in.body.UID, GID: in.body.GID,
+		Size: in.body.Size, Blocks: (in.body.Size + bs - 1) / bs * (bs / 512), Blksize: uint32(fs.bs),
+		Atime: in.body.Atime, Mtime: in.body.Mtime, Ctime: in.body.Ctime}
+}
+
+func nowNs() int64 { return time.Now().UnixNano() }
+
+// touchInode updates mtime/ctime (mtime too when data changed).
+func (fs *FS) touchInode(in *inode, data bool) {
+	t := nowNs()
+	in.body.Ctime = t
+	if data {
+		in.body.Mtime = t
+	}
+	fs.markDirty(in)
+}
+
+func checkName(name string) error {
+	if name == "" || name == "." || name == ".." || strings.ContainsRune(name, '/') || strings.ContainsRune(name, 0) {
+		return syscall.EINVAL
+	}
+	if len(name) > maxNameLen {
+		return syscall.ENAMETOOLONG
+	}
+	return nil
+}
+
+func (fs *FS) dirOf(ctx context.Context, ino uint64) (*inode, *dirIndex, error) {
+	in, err := fs.getInode(ctx, ino)
+	if err != nil {
+		return nil, nil, err
+	}
+	if !in.isDir() {
+		return nil, nil, syscall.ENOTDIR
+	}
+	d, err := fs.loadDir(ctx, in)
+	return in, d, err
+}
+
+// Lookup finds name in directory parent.
+func (fs *FS) Lookup(ctx context.Context, parent uint64, name string) (a Attr, err error) {
+	done, err := fs.begin(ctx, "lookup", false)
+	if err != nil {
+		return a, err
+	}
+	defer done(&err)
+	pin, d, err := fs.dirOf(ctx, parent)
+	if err != nil {
+		return a, err
+	}
+	switch name {
+	case ".":
+		return fs.attr(pin), nil
+	case "..":
+		in, err := fs.getInode(ctx, pin.body.Parent)
+		if err != nil {
+			return a, err
+		}
+		return fs.attr(in), nil
+	}
+	e, ok := fs.lookupEnt(d, name)
+	if !ok {
+		return a, syscall.ENOENT
+	}
+	in, err := fs.getInode(ctx, e.Ino)
+	if err != nil {
+		return a, err
+	}
+	return fs.attr(in), nil
+}
+
+// Getattr returns an inode's attributes.
+func (fs *FS) Getattr(ctx context.Context, ino uint64) (a Attr, err error) {
+	done, err := fs.begin(ctx, "getattr", false)
+	if err != nil {
+		return a, err
+	}
+	defer done(&err)
+	in, err := fs.getInode(ctx, ino)
+	if err != nil {
+		return a, err
+	}
+	return fs.attr(in), nil
+}
+
+// Setattr changes mode, owner, size (truncate up or down) and times.
+func (fs *FS) Setattr(ctx context.Context, ino uint64, s SetattrIn) (a Attr, err error) {
+	done, err := fs.begin(ctx, "setattr", true)
+	if err != nil {
+		return a, err
+	}
+	defer done(&err)
+	in, err := fs.getInode(ctx, ino)
+	if err != nil {
+		return a, err
+	}
+	if s.Valid&SetSize != 0 {
+		if in.isDir() {
+			return a, syscall.EISDIR
+		}
+		if !in.isReg() {
+			return a, syscall.EINVAL
+		}
+		if err := fs.truncate(ctx, in, s.Size); err != nil {
+			return a, err
+		}
+		fs.touchInode(in, true)
+	}
+	if s.Valid&SetMode != 0 {
+		in.body.Mode = in.body.Mode&syscall.S_IFMT | s.Mode&0o7777
+	}
+	if s.Valid&SetUID != 0 {
+		in.body.UID = s.UID
+	}
+	if s.Valid&SetGID != 0 {
+		in.body.GID = s.GID
+	}
+	if s.Valid&SetAtime != 0 {
+		in.body.Atime = s.Atime
+	}
+	if s.Valid&SetMtime != 0 {
+		in.body.Mtime = s.Mtime
+	}
+	in.body.Ctime = nowNs()
+	if s.Valid&SetCtime != 0 {
+		in.body.Ctime = s.Ctime
+	}
+	fs.markDirty(in)
+	return fs.attr(in), nil
+}
+
+// mknode creates an inode named name in parent.
+func (fs *FS) mknode(ctx context.Context, parent uint64, name string, mode, uid, gid uint32) (*inode, error) {
+	if err := checkName(name); err != nil {
+		return nil, err
+	}
+	pin, d, err := fs.dirOf(ctx, parent)
+	if err != nil {
+		return nil, err
+	}
+	if pin.body.Nlink == 0 {
+		return nil, syscall.ENOENT
+	}
+	if _, ok := d.ents[name]; ok {
+		return nil, syscall.EEXIST
+	}
+	if fs.used+3 > fs.sb.UserBlocks || fs.nodes+2 > fs.sb.MaxNodes {
+		return nil, errNoSpace
+	}
+	if fs.nextIno > maxIno {
+		return nil, syscall.ENOSPC
+	}
+	ino := fs.nextIno
+	fs.nextIno++
+	in := fs.newInode(ino, mode, uid, gid, nowNs())
+	in.body.Parent = parent
+	fs.used++
+	fs.nodes++
+	if err := fs.addEnt(ctx, pin, dentry{Name: name, Ino: ino, Type: modeType(mode)}); err != nil {
+		fs.used--
+		fs.nodes--
+		fs.dirtyNodes--
+		delete(fs.inodes, ino)
+		delete(fs.active, ino)
+		return nil, err
+	}
+	if in.isDir() {
+		in.body.Nlink = 2
+		in.dir = &dirIndex{ents: map[string]int{}}
+		pin.body.Nlink++
+	}
+	return in, nil
+}
+
+// Create creates and opens a regular file (O_EXCL semantics: EEXIST if present).
+func (fs *FS) Create(ctx context.Context, parent uint64, name string, mode, uid, gid uint32, flags int) (a Attr, h Handle, err error) {
+	done, err := fs.begin(ctx, "create", true)
+	if err != nil {
+		return a, 0, err
+	}
+	defer done(&err)
+	in, err := fs.mknode(ctx, parent, name, syscall.S_IFREG|mode&0o7777, uid, gid)
+	if err != nil {
+		return a, 0, err
+	}
+	return fs.attr(in), fs.open(in, flags), nil
+}
+
+// Mkdir creates a directory.
+func (fs *FS) Mkdir(ctx context.Context, parent uint64, name string, mode, uid, gid uint32) (a Attr, err error) {
+	done, err := fs.begin(ctx, "mkdir", true)
+	if err != nil {
+		return a, err
+	}
+	defer done(&err)
+	in, err := fs.mknode(ctx, parent, name, syscall.S_IFDIR|mode&0o7777, uid, gid)
+	if err != nil {
+		return a, err
+	}
+	return fs.attr(in), nil
+}
+
+// Symlink creates a symbolic link to target.
+func (fs *FS) Symlink(ctx context.Context, parent uint64, name, target string, uid, gid uint32) (a Attr, err error) {
+	done, err := fs.begin(ctx, "symlink", true)
+	if err != nil {
+		return a, err
+	}
+	defer done(&err)
+	if len(target) == 0 || len(target) >= 4096 {
+		return a, syscall.ENAMETOOLONG
+	}
+	in, err := fs.mknode(ctx, parent, name, syscall.S_IFLNK|0o777, uid, gid)
+	if err != nil {
+		return a, err
+	}
+	if _, err := fs.writeAt(ctx, in, 0, []byte(target)); err != nil {
+		return a, err
+	}
+	return fs.attr(in), nil
+}
+
+// Readlink returns a symlink's target.
+func (fs *FS) Readlink(ctx context.Context, ino uint64) (s string, err error) {
+	done, err := fs.begin(ctx, "readlink", false)
+	if err != nil {
+		return "", err
+	}
+	defer done(&err)
+	in, err := fs.getInode(ctx, ino)
+	if err != nil {
+		return "", err
+	}
+	if in.body.Mode&syscall.S_IFMT != syscall.S_IFLNK {
+		return "", syscall.EINVAL
+	}
+	buf := make([]byte, in.body.Size)
+	n, err := fs.readAt(ctx, in, 0, buf)
+	return string(buf[:n]), err
+}
+
+// Link adds a hard link newName in newParent to ino.
+func (fs *FS) Link(ctx context.Context, ino, newParent uint64, newName string) (a Attr, err error) {
+	done, err := fs.begin(ctx, "link", true)
+	if err != nil {
+		return a, err
+	}
+	defer done(&err)
+	if err := checkName(newName); err != nil {
+		return a, err
+	}
+	in, err := fs.getInode(ctx, ino)
+	if err != nil {
+		return a, err
+	}
+	if in.isDir() {
+		return a, syscall.EPERM
+	}
+	if in.body.Nlink == 0 {
+		return a, syscall.ENOENT
+	}
+	pin, d, err := fs.dirOf(ctx, newParent)
+	if err != nil {
+		return a, err
+	}
+	if pin.body.Nlink == 0 {
+		return a, syscall.ENOENT
+	}
+	if _, ok := d.ents[newName]; ok {
+		return a, syscall.EEXIST
+	}
+	if err := fs.addEnt(ctx, pin, dentry{Name: newName, Ino: ino, Type: modeType(in.body.Mode)}); err != nil {
+		return a, err
+	}
+	in.body.Nlink++
+	in.needCP = true
+	fs.touchInode(in, false)
+	return fs.attr(in), nil
+}
+
+// dropLink decrements in's link count and deletes it when unused.
+func (fs *FS) dropLink(ctx context.Context, in *inode) error {
+	if in.isDir() {
+		in.body.Nlink = 0
+	} else if in.body.Nlink > 0 {
+		in.body.Nlink--
+	}
+	in.needCP = true
+	fs.touchInode(in, false)
+	if in.body.Nlink == 0 {
+		if in.opens > 0 {
+			fs.orphans[in.ino] = struct{}{}
+			return nil
+		}
+		return fs.maybeDelete(ctx, in.ino)
+	}
+	return nil
+}
+
+// Unlink removes a non-directory name.
+func (fs *FS) Unlink(ctx context.Context, parent uint64, name string) (err error) {
+	done, err := fs.begin(ctx, "unlink", true)
+	if err != nil {
+		return err
+	}
+	defer done(&err)
+	return fs.remove(ctx, parent, name, false)
+}
+
+// Rmdir removes an empty directory.
+func (fs *FS) Rmdir(ctx context.Context, parent uint64, name string) (err error) {
+	done, err := fs.begin(ctx, "rmdir", true)
+	if err != nil {
+		return err
+	}
+	defer done(&err)
+	return fs.remove(ctx, parent, name, true)
+}
+
+func (fs *FS) remove(ctx context.Context, parent uint64, name string, dir bool) error {
+	if name == "." || name == ".." {
+		return syscall.EINVAL
+	}
+	pin, d, err := fs.dirOf(ctx, parent)
+	if err != nil {
+		return err
+	}
+	e, ok := fs.lookupEnt(d, name)
+	if !ok {
+		return syscall.ENOENT
+	}
+	in, err := fs.getInode(ctx, e.Ino)
+	if err != nil {
+		return err
+	}
+	if dir {
+		if !in.isDir() {
+			return syscall.ENOTDIR
+		}
+		cd, err := fs.loadDir(ctx, in)
+		if err != nil {
+			return err
+		}
+		if len(cd.ents) > 0 {
+			return syscall.ENOTEMPTY
+		}
+	} else if in.isDir() {
+		return syscall.EISDIR
+	}
+	if err := fs.removeEnt(ctx, pin, name); err != nil {
+		return err
+	}
+	if in.isDir() {
+		pin.body.Nlink--
+	}
+	return fs.dropLink(ctx, in)
+}
+
+// isAncestor reports whether a is b or an ancestor of b.
+func (fs *FS) isAncestor(ctx context.Context, a, b uint64) (bool, error) {
+	for i := 0; i < 1<<20; i++ {
+		if a == b {
+			return true, nil
+		}
+		if b == RootIno {
+			return false, nil
+		}
+		in, err := fs.getInode(ctx, b)
+		if err != nil {
+			return false, err
+		}
+		b = in.body.Parent
+	}
+	return false, corrupt("directory tree", "parent loop at inode %d", b)
+}
+
+// Rename flags.
+const (
+	RenameNoReplace = 1
+	RenameExchange  = 2
+)
+
+// Rename moves oldName in oldParent to newName in newParent, replacing an
+// existing target (a file, or an empty directory when the source is one).
+func (fs *FS) Rename(ctx context.Context, oldParent uint64, oldName string, newParent uint64, newName string, flags uint32) (err error) {
+	done, err := fs.begin(ctx, "rename", true)
+	if err != nil {
+		return err
+	}
+	defer done(&err)
+	if flags&RenameExchange != 0 {
+		return syscall.EINVAL
+	}
+	if err := checkName(newName); err != nil {
+		return err
+	}
+	if oldName == "." || oldName == ".." {
+		return syscall.EINVAL
+	}
+	op, od, err := fs.dirOf(ctx, oldParent)
+	if err != nil {
+		return err
+	}
+	np, nd, err := fs.dirOf(ctx, newParent)
+	if err != nil {
+		return err
+	}
+	if np.body.Nlink == 0 {
+		return syscall.ENOENT
+	}
+	se, ok := fs.lookupEnt(od, oldName)
+	if !ok {
+		return syscall.ENOENT
+	}
+	src, err := fs.getInode(ctx, se.Ino)
+	if err != nil {
+		return err
+	}
+	if src.isDir() {
+		anc, err := fs.isAncestor(ctx, src.ino, newParent)
+		if err != nil {
+			return err
+		}
+		if anc {
+			return syscall.EINVAL
+		}
+	}
+	te, exists := fs.lookupEnt(nd, newName)
+	if exists {
+		if flags&RenameNoReplace != 0 {
+			return syscall.EEXIST
+		}
+		if te.Ino == se.Ino {
+			return nil // same file: POSIX says do nothing
+		}
+		dst, err := fs.getInode(ctx, te.Ino)
+		if err != nil {
+			return err
+		}
+		if dst.isDir() {
+			if !src.isDir() {
+				return syscall.EISDIR
+			}
+			dd, err := fs.loadDir(ctx, dst)
+			if err != nil {
+				return err
+			}
+			if len(dd.ents) > 0 {
+				return syscall.ENOTEMPTY
+			}
+		} else if src.isDir() {
+			return syscall.ENOTDIR
+		}
+		if err := fs.setEnt(ctx, np, newName, src.ino, modeType(src.body.Mode)); err != nil {
+			return err
+		}
+		if dst.isDir() {
+			np.body.Nlink--
+		}
+		if err := fs.dropLink(ctx, dst); err != nil {
+			return err
+		}
+	} else {
+		if err := fs.addEnt(ctx, np, dentry{Name: newName, Ino: src.ino, Type: modeType(src.body.Mode)}); err != nil {
+			return err
+		}
+	}
+	if err := fs.removeEnt(ctx, op, oldName); err != nil {
+		return err
+	}
+	if src.isDir() && oldParent != newParent {
+		op.body.Nlink--
+		np.body.Nlink++
+		src.body.Parent = newParent
+	} else if !src.isDir() {
+		src.body.Parent = newParent
+	}
+	src.needCP = true
+	fs.touchInode(src, false)
+	return nil
+}
+
+func (fs *FS) open(in *inode, flags int) Handle {
+	h := fs.nextFH
+	fs.nextFH++
+	fs.handles[h] = &handle{ino: in.ino, flags: flags}
+	in.opens++
+	return h
+}
+
+// Open opens an inode; O_TRUNC truncates a regular file.
+func (fs *FS) Open(ctx context.Context, ino uint64, flags int) (h Handle, err error) {
+	done, err := fs.begin(ctx, "open", flags&syscall.O_TRUNC != 0)
+	if err != nil {
+		return 0, err
+	}
+	defer done(&err)
+	in, err := fs.getInode(ctx, ino)
+	if err != nil {
+		return 0, err
+	}
+	if in.body.Nlink == 0 && !fs.isOrphan(ino) {
+		return 0, syscall.ENOENT
+	}
+	if flags&syscall.O_TRUNC != 0 && in.isReg() && flags&(syscall.O_WRONLY|syscall.O_RDWR) != 0 {
+		if err := fs.truncate(ctx, in, 0); err != nil {
+			return 0, err
+		}
+		fs.touchInode(in, true)
+	}
+	return fs.open(in, flags), nil
+}
+
+func (fs *FS) isOrphan(ino uint64) bool { _, ok := fs.orphans[ino]; return ok }
+
+func (fs *FS) handleInode(ctx context.Context, h Handle) (*handle, *inode, error) {
+	of := fs.handles[h]
+	if of == nil {
+		return nil, nil, syscall.EBADF
+	}
+	in, err := fs.getInode(ctx, of.ino)
+	return of, in, err
+}
+
+// Read reads up to len(buf) bytes at off.
+func (fs *FS) Read(ctx context.Context, h Handle, off int64, buf []byte) (n int, err error) {
+	done, err := fs.begin(ctx, "read", false)
+	if err != nil {
+		return 0, err
+	}
+	defer done(&err)
+	_, in, err := fs.handleInode(ctx, h)
+	if err != nil {
+		return 0, err
+	}
+	if in.isDir() {
+		return 0, syscall.EISDIR
+	}
+	if off < 0 {
+		return 0, syscall.EINVAL
+	}
+	n, err = fs.readAt(ctx, in, uint64(off), buf)
+	fs.m.bytes("read", n)
+	return n, err
+}
+
+// Write writes data at off (at the end with O_APPEND) and returns the bytes
+// written; it writes everything or returns an error.
+func (fs *FS) Write(ctx context.Context, h Handle, off int64, data []byte) (n int, err error) {
+	done, err := fs.begin(ctx, "write", true)
+	if err != nil {
+		return 0, err
+	}
+	defer done(&err)
+	of, in, err := fs.handleInode(ctx, h)
+	if err != nil {
+		return 0, err
+	}
+	if in.isDir() {
+		return 0, syscall.EISDIR
+	}
+	if of.flags&(syscall.O_WRONLY|syscall.O_RDWR) == 0 {
+		return 0, syscall.EBADF
+	}
+	if off < 0 {
+		return 0, syscall.EINVAL
+	}
+	if of.flags&syscall.O_APPEND != 0 {
+		off = int64(in.body.Size)
+	}
+	// check space up front so a write is never partial for lack of space
+	bs := uint64(fs.bs)
+	need := uint64(0)
+	for b := uint64(off) / bs; b <= (uint64(off)+uint64(len(data))+bs-1)/bs && len(data) > 0; b++ {
+		if in.pages[b] == nil {
+			a, err := fs.blockAddr(ctx, in, b)
+			if err != nil {
+				return 0, err
+			}
+			if a == 0 {
+				need++
+			}
+		}
+	}
+	if fs.used+need+need/fs.epd()+2 > fs.sb.UserBlocks {
+		return 0, errNoSpace
+	}
+	n, err = fs.writeAt(ctx, in, uint64(off), data)
+	fs.touchInode(in, true)
+	fs.m.bytes("write", n)
+	return n, err
+}
+
+// Fsync persists the file's data and nodes (fdatasync is the same here).
+func (fs *FS) Fsync(ctx context.Context, h Handle, datasync bool) (err error) {
+	done, err := fs.begin(ctx, "fsync", true)
+	if err != nil {
+		return err
+	}
+	defer done(&err)
+	_, in, err := fs.handleInode(ctx, h)
+	if err != nil {
+		return err
+	}
+	return fs.fsync(ctx, in)
+}
+
+// FsyncIno is Fsync by inode number (for callers without a handle).
+func (fs *FS) FsyncIno(ctx context.Context, ino uint64) (err error) {
+	done, err := fs.begin(ctx, "fsync", true)
+	if err != nil {
+		return err
+	}
+	defer done(&err)
+	in, err := fs.getInode(ctx, ino)
+	if err != nil {
+		return err
+	}
+	return fs.fsync(ctx, in)
+}
+
+func (fs *FS) fsync(ctx context.Context, in *inode) error {
+	if in.needCP || in.isDir() || in.body.Nlink == 0 {
+		return fs.checkpoint(ctx, false)
+	}
+	if err := fs.flushInode(ctx, in); err != nil {
+		return err
+	}
+	if err := fs.writeDirtyNodes(ctx, in, true); err != nil {
+		return err
+	}
+	return fs.retry(ctx, func() error { return fs.vol.Flush(ctx) })
+}
+
+// Flush is called on close(2) of a descriptor; data stays cached.
+func (fs *FS) Flush(ctx context.Context, h Handle) (err error) {
+	done, err := fs.begin(ctx, "flush", false)
+	if err != nil {
+		return err
+	}
+	defer done(&err)
+	if fs.handles[h] == nil {
+		return syscall.EBADF
+	}
+	return nil
+}
+
+// Release closes a handle; an unlinked file is deleted at its last close.
+func (fs *FS) Release(ctx context.Context, h Handle) (err error) {
+	done, err := fs.begin(ctx, "release", false)
+	if err != nil {
+		return err
+	}
+	defer done(&err)
+	of := fs.handles[h]
+	if of == nil {
+		return syscall.EBADF
+	}
+	delete(fs.handles, h)
+	in := fs.inodes[of.ino]
+	if in == nil {
+		return nil
+	}
+	in.opens--
+	if in.opens == 0 && in.body.Nlink == 0 && fs.failed == nil {
+		delete(fs.orphans, in.ino)
+		return fs.maybeDelete(ctx, in.ino)
+	}
+	return nil
+}
+
+// Readdir lists a directory, "." and ".." first.
+func (fs *FS) Readdir(ctx context.Context, ino uint64) (out []DirEntry, err error) {
+	done, err := fs.begin(ctx, "readdir", false)
+	if err != nil {
+		return nil, err
+	}
+	defer done(&err)
+	in, d, err := fs.dirOf(ctx, ino)
+	if err != nil {
+		return nil, err
+	}
+	out = append(out, DirEntry{Name: ".", Ino: ino, Mode: syscall.S_IFDIR}, DirEntry{Name: "..", Ino: in.body.Parent, Mode: syscall.S_IFDIR})
+	for _, b := range d.blocks {
+		for _, e := range b.ents {
+			out = append(out, DirEntry{Name: e.Name, Ino: e.Ino, Mode: dtMode(e.Type)})
+		}
+	}
+	return out, nil
+}
+
+func dtMode(t uint8) uint32 {
+	switch t {
+	case dtDir:
+		return syscall.S_IFDIR
+	case dtLnk:
+		return syscall.S_IFLNK
+	case dtReg:
+		return syscall.S_IFREG
+	}
+	return uint32(t) << 12
+}
+
+// Statfs reports the real free space.
+func (fs *FS) Statfs(ctx context.Context) (s StatfsOut, err error) {
+	done, err := fs.begin(ctx, "statfs", false)
+	if err != nil {
+		return s, err
+	}
+	defer done(&err)
+	free := uint64(0)
+	if fs.used < fs.sb.UserBlocks {
+		free = fs.sb.UserBlocks - fs.used
+	}
+	return StatfsOut{Bsize: uint32(fs.bs), Blocks: fs.sb.UserBlocks, Bfree: free, Bavail: free,
+		Files: fs.sb.MaxNodes, Ffree: fs.sb.MaxNodes - min(fs.nodes, fs.sb.MaxNodes), NameLen: maxNameLen}, nil
+}
+
+func (in *inode) xattrIndex(name string) int {
+	for i, x := range in.body.Xattrs {
+		if x.Name == name {
+			return i
+		}
+	}
+	return -1
+}
+
+// Getxattr returns an extended attribute (ENODATA when missing).
+func (fs *FS) Getxattr(ctx context.Context, ino uint64, name string) (v []byte, err error) {
+	done, err := fs.begin(ctx, "getxattr", false)
+	if err != nil {
+		return nil, err
+	}
+	defer done(&err)
+	in, err := fs.getInode(ctx, ino)
+	if err != nil {
+		return nil, err
+	}
+	i := in.xattrIndex(name)
+	if i < 0 {
+		return nil, syscall.ENODATA
+	}
+	return append([]byte(nil), in.body.Xattrs[i].Value...), nil
+}
+
+// Listxattr lists attribute names (sorted).
+func (fs *FS) Listxattr(ctx context.Context, ino uint64) (names []string, err error) {
+	done, err := fs.begin(ctx, "listxattr", false)
+	if err != nil {
+		return nil, err
+	}
+	defer done(&err)
+	in, err := fs.getInode(ctx, ino)
+	if err != nil {
+		return nil, err
+	}
+	for _, x := range in.body.Xattrs {
+		names = append(names, x.Name)
+	}
+	sort.Strings(names)
+	return names, nil
+}
+
+// Setxattr sets an attribute; XattrCreate/XattrReplace as setxattr(2).
+// Attributes live in the inode block: ENOSPC when they do not fit.
+func (fs *FS) Setxattr(ctx context.Context, ino uint64, name string, value []byte, flags int) (err error) {
+	done, err := fs.begin(ctx, "setxattr", true)
+	if err != nil {
+		return err
+	}
+	defer done(&err)
+	if name == "" || len(name) > 255 {
+		return syscall.ERANGE
+	}
+	in, err := fs.getInode(ctx, ino)
+	if err != nil {
+		return err
+	}
+	i := in.xattrIndex(name)
+	if i >= 0 && flags&XattrCreate != 0 {
+		return syscall.EEXIST
+	}
+	if i < 0 && flags&XattrReplace != 0 {
+		return syscall.ENODATA
+	}
+	total := 0
+	for j, x := range in.body.Xattrs {
+		if j != i {
+			total += xattrLen(x.Name, x.Value)
+		}
+	}
+	if total+xattrLen(name, value) > xattrSpace(fs.bs) {
+		return syscall.ENOSPC
+	}
+	v := append([]byte(nil), value...)
+	if i >= 0 {
+		in.body.Xattrs[i].Value = v
+	} else {
+		in.body.Xattrs = append(in.body.Xattrs, xattr{Name: name, Value: v})
+	}
+	if name == "user.lfs.cold" {
+		in.coldFile = true
+	}
+	fs.touchInode(in, false)
+	return nil
+}
+
+// Removexattr removes an attribute.
+func (fs *FS) Removexattr(ctx context.Context, ino uint64, name string) (err error) {
+	done, err := fs.begin(ctx, "removexattr", true)
+	if err != nil {
+		return err
+	}
+	defer done(&err)
+	in, err := fs.getInode(ctx, ino)
+	if err != nil {
+		return err
+	}
+	i := in.xattrIndex(name)
+	if i < 0 {
+		return syscall.ENODATA
+	}
+	in.body.Xattrs = append(in.body.Xattrs[:i:i], in.body.Xattrs[i+1:]...)
+	fs.touchInode(in, false)
+	return nil
+}
+
+// Sync takes a checkpoint (syncfs).
+func (fs *FS) Sync(ctx context.Context) (err error) {
+	done, err := fs.begin(ctx, "sync", true)
+	if err != nil {
+		return err
+	}
+	defer done(&err)
+	return fs.checkpoint(ctx, false)
+}

@@ -1,0 +1,229 @@
+package lfs
+
+import (
+	"context"
+	"errors"
+	"math/bits"
+	"syscall"
+
+	"github.com/zonefleet/zonefleet/pkg/zerr"
+)
+
+// Log indexes (F2FS temperature rules): node logs hold inodes and direct
+// nodes, data logs hold file and dentry blocks.
+//
+//	hot node:  directory inodes and direct nodes
+//	warm node: regular file / symlink inodes and direct nodes
+//	cold node: node blocks moved by recycling
+//	hot data:  dentry blocks (directory data)
+//	warm data: regular file data written by users
+//	cold data: data moved by recycling, files marked cold (user.lfs.cold xattr)
+const (
+	logHotNode = iota
+	logWarmNode
+	logColdNode
+	logHotData
+	logWarmData
+	logColdData
+	numTemps
+)
+
+var logNames = [numTemps]string{"hot_node", "warm_node", "cold_node", "hot_data", "warm_data", "cold_data"}
+
+// segment is one in-use v-zone: its SIT entry (valid bitmap and count) and
+// its SSA (owner of every written block).
+type segment struct {
+	zone   ZoneID
+	wp     uint64 // blocks written
+	cap    uint64
+	valid  []uint64
+	nvalid uint64
+	owner  []uint64 // SSA: owner nid per block
+	ofs    []uint32 // SSA: index in the owner (ofsNode for a node block)
+	mtime  uint64   // node sequence at the last write into it
+	log    int      // active log index, -1 when not a log head
+	closed bool     // no more writes (full, finished or abandoned)
+}
+
+func newSegment(z ZoneID, capBlocks uint64) *segment {
+	return &segment{zone: z, cap: capBlocks, valid: make([]uint64, (capBlocks+63)/64),
+		owner: make([]uint64, capBlocks), ofs: make([]uint32, capBlocks), log: -1}
+}
+
+func (s *segment) isValid(off uint64) bool {
+	return off < s.cap && s.valid[off/64]&(1<<(off%64)) != 0
+}
+
+func (s *segment) popcount() uint64 {
+	var n int
+	for _, w := range s.valid {
+		n += bits.OnesCount64(w)
+	}
+	return uint64(n)
+}
+
+// logFor maps a temperature to a log index given the number of logs.
+func (fs *FS) logFor(t int) int {
+	if fs.nlogs == numTemps {
+		return t
+	}
+	if t <= logColdNode {
+		return 0
+	}
+	return 1
+}
+
+// freeSegments is how many more v-zones the file system may open.
+func (fs *FS) freeSegments() int {
+	return fs.geo.MaxZones - metaZonesReserved - len(fs.segs)
+}
+
+const metaZonesReserved = 2
+
+func (fs *FS) segOf(a Addr) *segment {
+	if a == 0 {
+		return nil
+	}
+	return fs.segs[a.Zone()]
+}
+
+// touch records a validity change of a for the next checkpoint delta.
+func (fs *FS) touch(a Addr, wasValid bool) {
+	if _, ok := fs.touched[a]; !ok {
+		fs.touched[a] = wasValid
+	}
+}
+
+// setValid marks a valid and records its owner (SIT + SSA).
+func (fs *FS) setValid(a Addr, owner uint64, ofs uint32) error {
+	s := fs.segOf(a)
+	if s == nil || a.Off() >= s.cap {
+		return corrupt("SIT", "block %v is in no segment", a)
+	}
+	off := a.Off()
+	if s.isValid(off) {
+		if s.owner[off] == owner && s.ofs[off] == ofs {
+			return nil
+		}
+		return corrupt("SIT", "block %v already owned by %#x/%d, claimed by %#x/%d", a, s.owner[off], s.ofs[off], owner, ofs)
+	}
+	fs.touch(a, false)
+	s.valid[off/64] |= 1 << (off % 64)
+	s.nvalid++
+	s.owner[off] = owner
+	s.ofs[off] = ofs
+	return nil
+}
+
+// invalidate marks a invalid (a no-op for 0 or an already invalid block).
+func (fs *FS) invalidate(a Addr) {
+	s := fs.segOf(a)
+	if s == nil {
+		return
+	}
+	off := a.Off()
+	if !s.isValid(off) {
+		return
+	}
+	fs.touch(a, true)
+	s.valid[off/64] &^= 1 << (off % 64)
+	s.nvalid--
+}
+
+// openSeg starts a new segment for log li.
+func (fs *FS) openSeg(ctx context.Context, li int) (*segment, error) {
+	if fs.freeSegments() <= 0 {
+		return nil, &zerr.NoResourcesError{Resource: "free segments", Requested: 1, Available: 0}
+	}
+	var z ZoneID
+	err := fs.retry(ctx, func() error {
+		var err error
+		z, err = fs.vol.OpenZone(ctx)
+		return err
+	})
+	if err != nil {
+		return nil, err
+	}
+	if old := fs.segs[z]; old != nil {
+		return nil, corrupt("volume", "OpenZone returned zone %d which is in use", z)
+	}
+	s := newSegment(z, fs.geo.ZoneBlocks)
+	s.log = li
+	fs.segs[z] = s
+	fs.logs[li] = s
+	fs.m.segOpened()
+	return s, nil
+}
+
+// closeLog retires the head segment of log li.
+func (fs *FS) closeLog(ctx context.Context, li int) {
+	s := fs.logs[li]
+	if s == nil {
+		return
+	}
+	fs.logs[li] = nil
+	s.log = -1
+	if !s.closed {
+		s.closed = true
+		if s.wp < s.cap {
+			_ = fs.retry(ctx, func() error { return fs.vol.Finish(ctx, s.zone) })
+		}
+	}
+}
+
+// appendBlocks writes n blocks (data holds n*bs bytes) to log li, possibly
+// across segments, calling place(i, addr) for every block written.
+func (fs *FS) appendBlocks(ctx context.Context, li int, data []byte, place func(i int, a Addr) error) error {
+	bs := fs.bs
+	n := len(data) / bs
+	for i := 0; i < n; {
+		s := fs.logs[fs.logFor(li)]
+		if s == nil || s.closed || s.wp >= s.cap {
+			if s != nil {
+				fs.closeLog(ctx, fs.logFor(li))
+			}
+			var err error
+			if s, err = fs.openSeg(ctx, fs.logFor(li)); err != nil {
+				return err
+			}
+		}
+		k := uint64(n - i)
+		if r := s.cap - s.wp; k > r {
+			k = r
+		}
+		off := s.wp
+		err := fs.retry(ctx, func() error { return fs.vol.Write(ctx, s.zone, off, data[i*bs:(i+int(k))*bs], false) })
+		if err != nil {
+			// The zone's write pointer is now unknown: never write it again.
+			var pw *PartialWriteError
+			if errors.As(err, &pw) {
+				s.wp += pw.Written
+			}
+			s.closed = true
+			fs.closeLog(ctx, fs.logFor(li))
+			return err
+		}
+		s.wp += k
+		s.mtime = fs.nodeSeq
+		fs.blocksWritten += k
+		for j := 0; j < int(k); j++ {
+			if err := place(i+j, MakeAddr(s.zone, off+uint64(j))); err != nil {
+				return err
+			}
+		}
+		i += int(k)
+		if s.wp >= s.cap {
+			s.closed = true
+			fs.closeLog(ctx, fs.logFor(li))
+		}
+	}
+	return nil
+}
+
+// readBlocks reads consecutive blocks at a.
+func (fs *FS) readBlocks(ctx context.Context, a Addr, buf []byte) error {
+	return fs.retry(ctx, func() error { return fs.vol.Read(ctx, a.Zone(), a.Off(), buf) })
+}
+
+// errNoSpace is returned when the file system is full.
+var errNoSpace = syscall.ENOSPC

@@ -1,0 +1,154 @@
+package lfs
+
+import (
+	"context"
+	"fmt"
+)
+
+// ZoneID names one v-zone of a namespace. IDs are chosen by the Volume; the
+// file system never invents one. An ID stays valid until the v-zone is Reset.
+type ZoneID uint32
+
+// ZoneState is the state of a v-zone as the file system needs to know it.
+type ZoneState uint8
+
+const (
+	// ZoneEmpty: nothing written, not handed out by OpenZone (or reset).
+	ZoneEmpty ZoneState = iota
+	// ZoneOpen: handed out by OpenZone (possibly with nothing written yet) or
+	// partially written; writable at its write pointer.
+	ZoneOpen
+	// ZoneFull: written to capacity or finished; read-only until Reset.
+	ZoneFull
+)
+
+func (s ZoneState) String() string {
+	switch s {
+	case ZoneEmpty:
+		return "empty"
+	case ZoneOpen:
+		return "open"
+	case ZoneFull:
+		return "full"
+	}
+	return fmt.Sprintf("state(%d)", uint8(s))
+}
+
+// VolumeGeometry describes a namespace's v-zones. It never changes while a
+// Volume is in use.
+type VolumeGeometry struct {
+	BlockSize   int    // bytes per logical block (every offset and count below is in blocks)
+	ZoneBlocks  uint64 // writable capacity of one v-zone, in blocks
+	ChunkBlocks int    // blocks per flash page (the copyback unit); 1 when unknown
+	MaxOpen     int    // v-zones that may be open (written) at once: MAR_logical
+	MaxZones    int    // v-zones the namespace may hold at once (open + full)
+}
+
+// ZoneInfo is one v-zone in Zones.
+type ZoneInfo struct {
+	ID       ZoneID
+	WP       uint64 // write pointer in blocks from the zone's start (0 for an empty zone)
+	Capacity uint64 // writable blocks
+	State    ZoneState
+}
+
+// Copy is one run of a device-side compaction: Blocks blocks from (Src, SrcOff)
+// to (Dst, DstOff).
+type Copy struct {
+	Src    ZoneID
+	SrcOff uint64
+	Dst    ZoneID
+	DstOff uint64
+	Blocks uint64
+}
+
+// CompactStats says how a Compact moved its blocks (all counts in blocks).
+type CompactStats struct {
+	Copyback uint64 // moved by on-chip copyback
+	Local    uint64 // read and programmed inside one drive
+	Remote   uint64 // pushed from one node to a peer node (never through the client)
+}
+
+// Location is where one v-zone block physically lives.
+type Location struct {
+	Node   string // node name ("" for a local device)
+	Device uint32 // device index on that node
+	Zone   uint32 // physical zone index on that device
+	Chip   uint32 // flash chip (die) holding the block, from identify_mapping
+}
+
+// Volume is one namespace's v-zones as the file system sees them. It is the
+// ONLY way pkg/lfs reaches drives; pkg/client implements it over the network
+// and pkg/lfs/devvol over local emulated drives.
+//
+// All offsets and counts are in blocks of Geometry().BlockSize; data lengths
+// are whole blocks. Methods are safe for concurrent use. Errors are the typed
+// errors of pkg/zerr (a transient failure is a zerr.UnavailableError, which
+// the file system retries; anything else it turns into EIO or ENOSPC). A write
+// that returns nil is durable against the loss of the client process; Flush
+// and fua additionally make it durable against power loss of the drives.
+type Volume interface {
+	// Geometry returns the fixed geometry of the namespace.
+	Geometry() VolumeGeometry
+
+	// OpenZone returns a new, empty v-zone, open for writing at offset 0. It
+	// returns a zerr.NoResourcesError when the namespace holds MaxZones
+	// v-zones already, and zerr.TooManyOpenError when MaxOpen are open.
+	OpenZone(ctx context.Context) (ZoneID, error)
+
+	// Zones lists every v-zone the namespace holds that is not empty (open,
+	// including opened-but-unwritten ones, and full), in any order. Mount uses it
+	// to find the metadata zones and the write pointers after a crash.
+	Zones(ctx context.Context) ([]ZoneInfo, error)
+
+	// Write writes len(data)/BlockSize blocks to zone z starting at off, which
+	// must equal the zone's write pointer (zerr.WritePointerError otherwise).
+	// With fua the data is on stable media when Write returns. On failure the
+	// error says how far the write got: it wraps a *PartialWriteError when some
+	// leading blocks were written (the write pointer moved by Written blocks).
+	Write(ctx context.Context, z ZoneID, off uint64, data []byte, fua bool) error
+
+	// Read fills buf (whole blocks) from zone z at off; the range must lie
+	// below the write pointer (zerr.OutOfRangeError otherwise).
+	Read(ctx context.Context, z ZoneID, off uint64, buf []byte) error
+
+	// Finish moves zone z to full (releasing its open resource).
+	Finish(ctx context.Context, z ZoneID) error
+
+	// Reset empties zone z and gives it back to the namespace's pool; its ID
+	// may be returned again by a later OpenZone.
+	Reset(ctx context.Context, z ZoneID) error
+
+	// Compact copies blocks inside the drives (ZNS+ zone_compaction, IZC):
+	// each Copy's source must lie below its zone's write pointer and its
+	// destination at or above its zone's write pointer. Destinations are
+	// written in increasing DstOff order without gaps starting at the write
+	// pointer; on return every destination zone's write pointer has advanced
+	// past its copies. Returns when all copies are durable.
+	Compact(ctx context.Context, copies []Copy) (CompactStats, error)
+
+	// Locate tells where block off of zone z lives (for copyback-aware
+	// allocation): two blocks of the same chunk index on the same Node, Device
+	// and Chip can be moved by copyback.
+	Locate(ctx context.Context, z ZoneID, off uint64) (Location, error)
+
+	// Flush makes every acknowledged write durable against power loss.
+	Flush(ctx context.Context) error
+
+	// TLOpen (threaded logging, ZNS+ §3.2.2) will be added by a later issue as
+	// an optional interface, so existing implementations keep compiling.
+}
+
+// PartialWriteError is wrapped by a Volume.Write error when the first Written
+// blocks of the write reached the zone before the failure.
+type PartialWriteError struct {
+	Zone    ZoneID
+	Off     uint64
+	Written uint64 // blocks written from Off
+	Err     error  // the cause
+}
+
+func (e *PartialWriteError) Error() string {
+	return fmt.Sprintf("zone %d: write at %d stopped after %d blocks: %v", e.Zone, e.Off, e.Written, e.Err)
+}
+func (e *PartialWriteError) Unwrap() error { return e.Err }
