@@ -841,3 +841,38 @@ func (v *VZone) TLOpen(ctx context.Context, valid []byte, mode v1.PlugMode) erro
 	v.mu.Unlock()
 	return nil
 }
+
+// WritePointer returns the v-zone's write pointer (cached, or recovered from
+// the drives).
+func (v *VZone) WritePointer(ctx context.Context) (uint64, error) {
+	if err := v.ensureLayout(ctx); err != nil {
+		return 0, err
+	}
+	return v.writePointer(ctx)
+}
+
+// Flush makes every acknowledged write of the v-zone durable against power
+// loss of its drives (fdatasync on each device it spans).
+func (v *VZone) Flush(ctx context.Context) error {
+	if err := v.ensureLayout(ctx); err != nil {
+		return err
+	}
+	ctx = v.withRev(ctx)
+	_, groups := v.snapshot()
+	seen := map[string]bool{}
+	for _, g := range groups {
+		for _, z := range g.zones {
+			key := fmt.Sprintf("%s/%d", z.addr, z.dev)
+			if seen[key] {
+				continue
+			}
+			seen[key] = true
+			if _, err := nodeCall(ctx, v.c, z.node, z.addr, "flush", func(ctx context.Context, n v1.ZonedDeviceClient) (*v1.FlushResponse, error) {
+				return n.Flush(ctx, &v1.FlushRequest{Device: z.dev})
+			}); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
