@@ -285,7 +285,7 @@ func (g *Grants) CatchUp(ctx context.Context, rev int64) error {
 	}
 	ctx, cancel := context.WithTimeout(ctx, 3*time.Second)
 	defer cancel()
-	_ = g.cli.RequestProgress(ctx)
+	_ = g.cli.RequestProgress(clientv3.WithRequireLeader(ctx)) // the watch stream is keyed by this metadata
 	if err := g.waitRev(ctx, rev); err != nil {
 		return &zerr.UnavailableError{What: "node " + g.node, Reason: fmt.Sprintf("grants not yet at etcd revision %d", rev)}
 	}
@@ -324,7 +324,7 @@ func (g *Grants) catchUp(ns string, device, zone uint32) bool {
 	if err != nil || fresh.Namespace != ns {
 		return false
 	}
-	_ = g.cli.RequestProgress(ctx) // the watch reports its revision even without events
+	_ = g.cli.RequestProgress(clientv3.WithRequireLeader(ctx)) // same stream key as the watch: it reports its revision even without events
 	if g.waitRev(ctx, resp.Kvs[0].ModRevision) != nil {
 		return false
 	}
