@@ -29,6 +29,7 @@ var normalizers = []struct {
 	{regexp.MustCompile(`(go1\.\d+(\.\d+)?|revision [0-9a-f]+|revision unknown|"revision": "[^"]*"|"version": "[^"]*")`), "BUILD"},
 	{regexp.MustCompile(`-\d+-\d+\b`), "-OP"},
 	{regexp.MustCompile(`"uuid": "[0-9a-f]+"`), `"uuid": "UUID"`},
+	{regexp.MustCompile(`"etcd_revision": "?\d+"?`), `"etcd_revision": "REV"`},
 }
 
 func normalize(s string) string {
