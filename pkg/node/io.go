@@ -74,6 +74,11 @@ func (s *Service) Read(ctx context.Context, req *v1.ReadRequest) (*v1.ReadRespon
 	if err := s.authorizeRange(ctx, d, req.GetLba(), n); err != nil {
 		return nil, err
 	}
+	unlock, err := s.hold(ctx, d, req.GetLba(), n)
+	if err != nil {
+		return nil, err
+	}
+	defer unlock()
 	var data []byte
 	res, err := s.io(ctx, d, "read", int(n)*d.geo.bs, func() (zns.IOResult, error) {
 		var r zns.IOResult
@@ -98,6 +103,11 @@ func (s *Service) ReadStream(req *v1.ReadRequest, stream v1.ZonedDevice_ReadStre
 	if err := s.authorizeRange(ctx, d, req.GetLba(), total); err != nil {
 		return err
 	}
+	unlock, err := s.hold(ctx, d, req.GetLba(), total)
+	if err != nil {
+		return err
+	}
+	defer unlock()
 	per := uint64(StreamChunkBytes / d.geo.bs)
 	var lat time.Duration
 	for done := uint64(0); done < total; {
@@ -146,7 +156,12 @@ func (s *Service) Write(ctx context.Context, req *v1.WriteRequest) (*v1.WriteRes
 	if err := s.authorizeRange(ctx, d, req.GetLba(), n); err != nil {
 		return nil, err
 	}
+	unlock, err := s.hold(ctx, d, req.GetLba(), n)
+	if err != nil {
+		return nil, err
+	}
 	res, err := s.write(ctx, d, "write", req.GetLba(), req.GetData(), flagsOf(req))
+	unlock()
 	if err != nil {
 		return nil, err
 	}
@@ -191,7 +206,12 @@ func (s *Service) WriteStream(stream v1.ZonedDevice_WriteStreamServer) error {
 			if err := s.authorizeRange(ctx, d, lba, n); err != nil {
 				return err
 			}
+			unlock, err := s.hold(ctx, d, lba, n)
+			if err != nil {
+				return err
+			}
 			res, err := s.write(ctx, d, "write", lba, piece, fl)
+			unlock()
 			if err != nil {
 				return err
 			}
@@ -241,6 +261,11 @@ func (s *Service) Append(ctx context.Context, req *v1.AppendRequest) (*v1.Append
 		return nil, err
 	}
 	zone := uint64(req.GetZone())
+	unlock, err := s.hold(ctx, d, zone*d.geo.zoneSize, 1)
+	if err != nil {
+		return nil, err
+	}
+	defer unlock()
 	if _, err := d.adm.Admit(ctx, d.idx, zone, int(n)); err != nil {
 		return nil, err
 	}

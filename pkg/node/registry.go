@@ -334,6 +334,14 @@ func (g *Grants) catchUp(ns string, device, zone uint32) bool {
 	return ok && gr.Namespace == ns
 }
 
+// Cached tells whether the cache holds a grant of (device, zone) to ns (no etcd access).
+func (g *Grants) Cached(ns string, device, zone uint32) bool {
+	g.mu.RLock()
+	defer g.mu.RUnlock()
+	gr, ok := g.m[[2]uint32{device, zone}]
+	return ok && ns != "" && gr.Namespace == ns
+}
+
 // Lookup returns the grant of (device, zone).
 func (g *Grants) Lookup(device, zone uint32) (cluster.Grant, bool) {
 	g.mu.RLock()

@@ -55,6 +55,10 @@ type device struct {
 	adm *Admission
 	wrr *WRR
 	geo identity
+	// zl orders a zone's I/O against the reset that follows a revoked grant:
+	// I/O holds the read lock from its last grant check to its end, the reset
+	// the write lock.
+	zl []sync.RWMutex
 }
 
 type identity struct {
@@ -84,6 +88,7 @@ func New(cfg Config, devs []*zns.Device, grants *Grants, log *slog.Logger) (*Ser
 		s.devs = append(s.devs, &device{
 			idx: uint32(i), dev: d, adm: NewAdmission(d.Clock(), cfg.Admission), wrr: NewWRR(slots),
 			geo: identity{zoneSize: id.ZoneSize, zoneCap: id.ZoneCapacity, zones: id.Zones, bs: id.BlockSize},
+			zl:  make([]sync.RWMutex, id.Zones),
 		})
 	}
 	s.m = newMetrics(s)
@@ -97,6 +102,8 @@ func (s *Service) ResetRevoked(device, zone uint32) {
 	if err != nil || uint64(zone) >= d.geo.zones {
 		return
 	}
+	d.zl[zone].Lock() // waits for I/O admitted under the revoked grant
+	defer d.zl[zone].Unlock()
 	zs, err := d.dev.ReportZones(zns.StateAny, uint64(zone), 1)
 	if err != nil || len(zs) == 0 || zs[0].State == zns.StateEmpty || zs[0].State == zns.StateOffline {
 		return
@@ -212,6 +219,36 @@ func (s *Service) authorizeZones(ctx context.Context, d *device, first, last uin
 		}
 	}
 	return nil
+}
+
+// hold read-locks the zones of [lba, lba+n) — already validated and
+// authorized — and checks the grants once more under the locks, from the
+// cache only: a revocation resets its zone under the write lock, so it either
+// happened before (the check fails) or waits until the I/O is done.
+func (s *Service) hold(ctx context.Context, d *device, lba, n uint64) (func(), error) {
+	first, last := lba/d.geo.zoneSize, (lba+n-1)/d.geo.zoneSize
+	if last >= d.geo.zones {
+		last = d.geo.zones - 1
+	}
+	for z := first; z <= last; z++ {
+		d.zl[z].RLock()
+	}
+	unlock := func() {
+		for z := first; z <= last; z++ {
+			d.zl[z].RUnlock()
+		}
+	}
+	if s.grants == nil || s.isAdmin(ctx) && s.cfg.AdminToken != "" {
+		return unlock, nil
+	}
+	ns := wire.Namespace(ctx)
+	for z := first; z <= last; z++ {
+		if !s.grants.Cached(ns, d.idx, uint32(z)) {
+			unlock()
+			return nil, &zerr.NotOwnerError{Zone: cluster.PhysZone{Node: s.cfg.ID, Device: d.idx, Zone: uint32(z)}.String(), Namespace: ns}
+		}
+	}
+	return unlock, nil
 }
 
 // authorizeRange checks blocks [lba, lba+n) after validating the range.

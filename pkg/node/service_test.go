@@ -25,6 +25,7 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 )
 
@@ -519,4 +520,33 @@ func TestRevokedGrantResetsTheZone(t *testing.T) {
 	n.svc.SweepUngranted()
 	assert.Equal(t, uint64(2048), zoneWP(t, n.client, 1))
 	assert.Equal(t, uint64(1), zoneWP(t, n.client, 0), "a granted zone is kept")
+}
+
+// A revocation's reset waits for I/O admitted under the grant, and I/O after
+// the revocation is refused: no read of a half-reset zone returns zeroes, no
+// write lands in a zone that no longer belongs to its writer.
+func TestRevocationIsOrderedWithIO(t *testing.T) {
+	n := startNode(t, "order", true)
+	grant(t, "order", 1, "a")
+	waitGrant(t, n, 1, "a")
+	data := randBlocks(t, 8)
+	_, err := n.client.Write(asNS("a"), &v1.WriteRequest{Lba: 2048, Data: data})
+	require.NoError(t, err)
+
+	d := n.svc.devs[0]
+	ctx := metadata.NewIncomingContext(context.Background(), metadata.Pairs(wire.NamespaceKey, "a"))
+	unlock, err := n.svc.hold(ctx, d, 2048, 8) // an I/O in flight on zone 1
+	require.NoError(t, err)
+	_, err = etcdClient(t).Delete(context.Background(), cluster.GrantKey("order", 0, 1))
+	require.NoError(t, err)
+	require.Eventually(t, func() bool { return !n.svc.grants.Cached("a", 0, 1) }, 5*time.Second, 5*time.Millisecond)
+	time.Sleep(50 * time.Millisecond)
+	assert.Equal(t, uint64(2056), zoneWP(t, n.client, 1), "the reset waits for the I/O in flight")
+	unlock()
+	require.Eventually(t, func() bool { return zoneWP(t, n.client, 1) == 2048 }, 5*time.Second, 5*time.Millisecond, "then the zone is reset")
+
+	_, err = n.svc.hold(ctx, d, 2048, 8)
+	assert.ErrorIs(t, err, zerr.ErrNotOwner)
+	_, err = n.client.Read(asNS("a"), &v1.ReadRequest{Lba: 2048, Blocks: 8})
+	assert.ErrorIs(t, err, zerr.ErrNotOwner, "refused, not zeroes")
 }
