@@ -421,6 +421,13 @@ func loadFS(ctx context.Context, vol Volume, opts Options) (*FS, []ZoneInfo, *me
 	}
 	fs := newFS(vol, opts)
 	fs.sb = sb
+	// The segments are those the file system was formatted with: a volume that
+	// offers more or fewer today (fsvol derives its figure from the cluster)
+	// does not change the space promised to users. If it really holds fewer,
+	// opening a segment fails with NoResources and writes get ENOSPC.
+	if sb.MaxZones > 0 {
+		fs.geo.MaxZones = int(sb.MaxZones)
+	}
 	fs.nlogs = int(sb.Logs)
 	fs.logs = make([]*segment, fs.nlogs)
 	fs.metaZone, fs.metaEpoch, fs.hasMeta, fs.metaWP = ml.zone, ml.epoch, true, ml.wp
