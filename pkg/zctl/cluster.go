@@ -5,6 +5,7 @@ import (
 	"strings"
 
 	"github.com/spf13/cobra"
+	"github.com/zonefleet/zonefleet/pkg/client"
 )
 
 func clusterCmd(g *Globals) *cobra.Command {
@@ -13,12 +14,7 @@ func clusterCmd(g *Globals) *cobra.Command {
 		Use:   "status",
 		Short: "leader, nodes, active-zone pool, namespaces, capacity",
 		Args:  cobra.NoArgs,
-		RunE: func(cmd *cobra.Command, _ []string) error {
-			c, err := g.connect(cmd.Context(), false)
-			if err != nil {
-				return err
-			}
-			defer c.Close()
+		RunE: g.run(false, func(cmd *cobra.Command, c *client.Client, _ []string) error {
 			st, err := c.ClusterStatus(cmd.Context())
 			if err != nil {
 				return err
@@ -46,7 +42,7 @@ func clusterCmd(g *Globals) *cobra.Command {
 				t.row("degraded:\t%s", deg)
 				return t.flush()
 			})
-		},
+		}),
 	})
 	return cmd
 }

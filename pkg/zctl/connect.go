@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/spf13/cobra"
 	"os"
 	"path/filepath"
 	"strings"
@@ -160,3 +161,16 @@ func errorLine(err error) string {
 
 func withNS(ctx context.Context, ns string) context.Context     { return wire.WithNamespace(ctx, ns) }
 func withToken(ctx context.Context, tok string) context.Context { return wire.WithToken(ctx, tok) }
+
+// run returns a cobra RunE that connects (withNamespace: the namespace is
+// required), calls fn with the client and closes it.
+func (g *Globals) run(withNamespace bool, fn func(cmd *cobra.Command, c *client.Client, args []string) error) func(*cobra.Command, []string) error {
+	return func(cmd *cobra.Command, args []string) error {
+		c, err := g.connect(cmd.Context(), withNamespace)
+		if err != nil {
+			return err
+		}
+		defer c.Close()
+		return fn(cmd, c, args)
+	}
+}

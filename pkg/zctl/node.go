@@ -17,12 +17,7 @@ func nodeCmd(g *Globals) *cobra.Command {
 		Use:   "list",
 		Short: "every node with its address, availability and drives",
 		Args:  cobra.NoArgs,
-		RunE: func(cmd *cobra.Command, _ []string) error {
-			c, err := g.connect(cmd.Context(), false)
-			if err != nil {
-				return err
-			}
-			defer c.Close()
+		RunE: g.run(false, func(cmd *cobra.Command, c *client.Client, _ []string) error {
 			nodes, err := c.ListNodes(cmd.Context())
 			if err != nil {
 				return err
@@ -45,17 +40,12 @@ func nodeCmd(g *Globals) *cobra.Command {
 				}
 				return t.flush()
 			})
-		},
+		}),
 	}, &cobra.Command{
 		Use:   "show ID",
 		Short: "one node and its drives",
 		Args:  cobra.ExactArgs(1),
-		RunE: func(cmd *cobra.Command, args []string) error {
-			c, err := g.connect(cmd.Context(), false)
-			if err != nil {
-				return err
-			}
-			defer c.Close()
+		RunE: g.run(false, func(cmd *cobra.Command, c *client.Client, args []string) error {
 			n, err := c.GetNode(cmd.Context(), args[0])
 			if err != nil {
 				return err
@@ -78,7 +68,7 @@ func nodeCmd(g *Globals) *cobra.Command {
 				}
 				return t.flush()
 			})
-		},
+		}),
 	})
 	return cmd
 }

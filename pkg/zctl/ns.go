@@ -5,6 +5,7 @@ import (
 
 	"github.com/spf13/cobra"
 	v1 "github.com/zonefleet/zonefleet/api/zonefleet/v1"
+	"github.com/zonefleet/zonefleet/pkg/client"
 )
 
 func nsCmd(g *Globals) *cobra.Command {
@@ -14,19 +15,14 @@ func nsCmd(g *Globals) *cobra.Command {
 		Use:   "create NAME",
 		Short: "create a namespace (fails if its essentials cannot be provisioned)",
 		Args:  cobra.ExactArgs(1),
-		RunE: func(cmd *cobra.Command, args []string) error {
-			c, err := g.connect(cmd.Context(), false)
-			if err != nil {
-				return err
-			}
-			defer c.Close()
+		RunE: g.run(false, func(cmd *cobra.Command, c *client.Client, args []string) error {
 			req.Name = args[0]
 			n, err := c.Namespaces().Create(cmd.Context(), &req)
 			if err != nil {
 				return err
 			}
 			return g.emit(n, func(w io.Writer) error { return nsTable(w, []*v1.Namespace{n}) })
-		},
+		}),
 	}
 	create.Flags().Uint32Var(&req.MaxActiveVzones, "max-active-vzones", 4, "v-zones open at once (MAR_logical)")
 	create.Flags().Uint32Var(&req.ZonesPerVzone, "zones-per-vzone", 8, "physical zones per v-zone (a power of two)")
@@ -37,12 +33,7 @@ func nsCmd(g *Globals) *cobra.Command {
 		Use:   "delete NAME",
 		Short: "delete a namespace and release its zones",
 		Args:  cobra.ExactArgs(1),
-		RunE: func(cmd *cobra.Command, args []string) error {
-			c, err := g.connect(cmd.Context(), false)
-			if err != nil {
-				return err
-			}
-			defer c.Close()
+		RunE: g.run(false, func(cmd *cobra.Command, c *client.Client, args []string) error {
 			if err := c.Namespaces().Delete(cmd.Context(), args[0], force); err != nil {
 				return err
 			}
@@ -50,7 +41,7 @@ func nsCmd(g *Globals) *cobra.Command {
 				_, err := io.WriteString(w, "deleted namespace "+args[0]+"\n")
 				return err
 			})
-		},
+		}),
 	}
 	del.Flags().BoolVar(&force, "force", false, "delete even with open v-zones (their data is lost)")
 
@@ -58,28 +49,18 @@ func nsCmd(g *Globals) *cobra.Command {
 		Use:   "list",
 		Short: "every namespace with its active-zone shares",
 		Args:  cobra.NoArgs,
-		RunE: func(cmd *cobra.Command, _ []string) error {
-			c, err := g.connect(cmd.Context(), false)
-			if err != nil {
-				return err
-			}
-			defer c.Close()
+		RunE: g.run(false, func(cmd *cobra.Command, c *client.Client, _ []string) error {
 			list, err := c.Namespaces().List(cmd.Context())
 			if err != nil {
 				return err
 			}
 			return g.emit(msgs(list), func(w io.Writer) error { return nsTable(w, list) })
-		},
+		}),
 	}, &cobra.Command{
 		Use:   "show NAME",
 		Short: "one namespace",
 		Args:  cobra.ExactArgs(1),
-		RunE: func(cmd *cobra.Command, args []string) error {
-			c, err := g.connect(cmd.Context(), false)
-			if err != nil {
-				return err
-			}
-			defer c.Close()
+		RunE: g.run(false, func(cmd *cobra.Command, c *client.Client, args []string) error {
 			n, err := c.Namespaces().Get(cmd.Context(), args[0])
 			if err != nil {
 				return err
@@ -97,7 +78,7 @@ func nsCmd(g *Globals) *cobra.Command {
 				t.row("state:\t%s", nsState(n))
 				return t.flush()
 			})
-		},
+		}),
 	})
 	return cmd
 }

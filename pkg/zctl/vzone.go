@@ -81,12 +81,7 @@ func vzoneCmd(g *Globals) *cobra.Command {
 		Use:   "list",
 		Short: "the namespace's v-zones",
 		Args:  cobra.NoArgs,
-		RunE: func(cmd *cobra.Command, _ []string) error {
-			c, err := g.connect(cmd.Context(), true)
-			if err != nil {
-				return err
-			}
-			defer c.Close()
+		RunE: g.run(true, func(cmd *cobra.Command, c *client.Client, _ []string) error {
 			vzs, err := c.ListVZones(cmd.Context())
 			if err != nil {
 				return err
@@ -103,24 +98,19 @@ func vzoneCmd(g *Globals) *cobra.Command {
 				}
 				return t.flush()
 			})
-		},
+		}),
 	}
 	open := &cobra.Command{
 		Use:   "open",
 		Short: "open a new v-zone (the lowest empty id) and allocate its first stripe group",
 		Args:  cobra.NoArgs,
-		RunE: func(cmd *cobra.Command, _ []string) error {
-			c, err := g.connect(cmd.Context(), true)
-			if err != nil {
-				return err
-			}
-			defer c.Close()
+		RunE: g.run(true, func(cmd *cobra.Command, c *client.Client, _ []string) error {
 			vz, err := c.OpenVZone(cmd.Context())
 			if err != nil {
 				return err
 			}
 			return show(cmd, vz)
-		},
+		}),
 	}
 	var offset int64
 	var file, outFile string
