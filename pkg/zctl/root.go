@@ -68,6 +68,7 @@ func NewRoot(out, errOut io.Writer) *cobra.Command {
 	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return usageErr(err) })
 
 	root.AddCommand(versionCmd(g), benchCmd(g))
+	root.AddCommand(healthCmd(g))
 	annotateTree(root)
 	flagenv.Annotate(pf)
 	return root
