@@ -132,6 +132,17 @@ func createNamespace(t testing.TB, name string, maxVZones, zonesPerVZone uint32)
 	defer cancel()
 	_, err := admin.Namespaces().Create(ctx, &v1.CreateNamespaceRequest{Name: name, MaxActiveVzones: maxVZones, ZonesPerVzone: zonesPerVZone})
 	require.NoError(t, err)
+	// The cluster has 56 active-zone slots: give them back for the next test.
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		if cl, err := client.New(ctx, client.Config{Arbiters: arbiters, Etcd: etcd, Token: token, RetryDeadline: 20 * time.Second}); err == nil {
+			defer cl.Close()
+			if err := cl.Namespaces().Delete(ctx, name, true); err != nil {
+				t.Logf("deleting namespace %s: %v", name, err)
+			}
+		}
+	})
 }
 
 // waitReady waits until an arbiter leads and counts n nodes available.
