@@ -152,14 +152,16 @@ arbiter = dashboard("zonefleet-arbiter", "ZoneFleet / Arbiter", [
 ], ["arbiter"])
 
 fs = dashboard("zonefleet-fs", "ZoneFleet / File system", [
-    panel(1, "File system ops", [("sum by (op) (rate(zonefleet_fs_ops_total[1m]))", "{{op}}")], unit="ops"),
-    panel(2, "File system op latency p99", [("histogram_quantile(0.99, sum by (le, op) (rate(zonefleet_fs_op_duration_seconds_bucket[1m])))", "{{op}}")], unit="s"),
-    panel(3, "Free segments", [("zonefleet_fs_free_segments", "free"), ("zonefleet_fs_segments", "total")]),
-    panel(4, "GC time by kind", [("sum by (kind) (rate(zonefleet_fs_gc_seconds_total[1m]))", "{{kind}}")], unit="percentunit",
-          desc="Share of wall time spent in garbage collection: foreground or background."),
-    panel(5, "Blocks moved by GC, by path", [("sum by (path) (rate(zonefleet_fs_gc_moved_blocks_total[1m]))", "{{path}}")], stack=True,
-          desc="copyback, read_program, remote (node to node) or host_copy."),
-    panel(6, "File system WAF", [("zonefleet_fs_waf_ratio", "WAF")]),
+    # zonefleet_fs_* are pkg/lfs's metrics (names as on main), served with the
+    # client's by `zctl mount --metrics-listen 127.0.0.1:7901` (job "client").
+    panel(1, "File system ops", [("sum by (op) (rate(zonefleet_fs_operations_total[1m]))", "{{op}}")], unit="ops"),
+    panel(2, "File system op latency p99", [("histogram_quantile(0.99, sum by (le, op) (rate(zonefleet_fs_operation_duration_seconds_bucket[1m])))", "{{op}}")], unit="s"),
+    panel(3, "Segments: free, dirty, log heads", [("zonefleet_fs_segments_free", "free"), ("zonefleet_fs_segments_dirty", "dirty"), ("zonefleet_fs_segments_active", "log heads")]),
+    panel(4, "GC time by kind", [("sum by (kind) (rate(zonefleet_fs_gc_duration_seconds_sum[1m]))", "{{kind}}")], unit="percentunit",
+          desc="Share of wall time spent recycling segments: foreground or background."),
+    panel(5, "Blocks moved by GC, by path", [("sum by (path) (rate(zonefleet_fs_gc_blocks_moved_total[1m]))", "{{path}}")], stack=True,
+          desc="izc (the drives copy: copyback, read-and-program or node to node), host_copy, host_dirty, host_cached."),
+    panel(6, "File system WAF", [("zonefleet_fs_write_amplification_ratio", "WAF (drive blocks / user blocks)")]),
     panel(7, "Client v-zone ops (the mount's client library)", [("sum by (op) (rate(zonefleet_client_ops_total[1m]))", "{{op}}")], unit="ops"),
     panel(8, "Client v-zone op latency p99", [("histogram_quantile(0.99, sum by (le, op) (rate(zonefleet_client_op_duration_seconds_bucket[1m])))", "{{op}}")], unit="s"),
     panel(9, "Client bytes by op", [("sum by (op) (rate(zonefleet_client_bytes_total[1m]))", "{{op}}")], unit="Bps"),
@@ -168,6 +170,11 @@ fs = dashboard("zonefleet-fs", "ZoneFleet / File system", [
     panel(12, "Read congestion control", [("rate(zonefleet_client_read_window_decreases_total[1m])", "window decreases/s"),
                                           ("rate(zonefleet_client_read_window_waits_total[1m])", "reads waiting/s"),
                                           ("histogram_quantile(0.5, sum by (le) (rate(zonefleet_client_read_window_ratio_bucket[5m])))", "median window / width")]),
+    panel(13, "GC runs by kind and method", [("sum by (kind, method) (rate(zonefleet_fs_gc_runs_total[1m]))", "{{kind}} {{method}}")]),
+    panel(14, "File system errors by op and errno", [("sum by (op, errno) (rate(zonefleet_fs_operation_errors_total[1m]))", "{{op}} {{errno}}")]),
+    panel(15, "User bytes read / written", [("sum by (dir) (rate(zonefleet_fs_bytes_total[1m]))", "{{dir}}")], unit="Bps"),
+    panel(16, "Blocks written by kind, checkpoints", [("sum by (kind) (rate(zonefleet_fs_blocks_written_total[1m]))", "{{kind}} blocks/s"),
+                                                     ("rate(zonefleet_fs_checkpoints_total[1m])", "checkpoints/s")]),
 ], ["fs"])
 
 os.makedirs(OUT, exist_ok=True)
