@@ -173,15 +173,6 @@ func TestDrillSSDNodeKilled(t *testing.T) {
 		require.NoError(t, err)
 		ws = append(ws, newWriter(t, vz, "node", 32, 20*time.Millisecond))
 	}
-	// The victim holds a zone of the first v-zone's first stripe group.
-	require.NoError(t, ws[0].vz.Write(ctx, 0, pattern("node", ws[0].vz.ID(), 0, 32, ws[0].bs)))
-	ws[0].acked = 32
-	l, err := ws[0].vz.Layout(ctx)
-	require.NoError(t, err)
-	victim := l.GetGroups()[0].GetZones()[0]
-	svc := serviceOf[victim.GetAddr()]
-	require.NotEmpty(t, svc, "node address %s", victim.GetAddr())
-
 	lctx, stop := context.WithCancel(ctx)
 	var wg sync.WaitGroup
 	for _, w := range ws {
@@ -189,6 +180,13 @@ func TestDrillSSDNodeKilled(t *testing.T) {
 		go func() { defer wg.Done(); w.run(lctx) }()
 	}
 	time.Sleep(2 * time.Second)
+	// The victim holds a zone of the stripe group writer 0 is filling.
+	l, err := ws[0].vz.Layout(ctx)
+	require.NoError(t, err)
+	groups := l.GetGroups()
+	victim := groups[len(groups)-1].GetZones()[0]
+	svc := serviceOf[victim.GetAddr()]
+	require.NotEmpty(t, svc, "node address %s", victim.GetAddr())
 	killed := time.Now()
 	compose(t, "kill", svc)
 	t.Logf("killed %s (%s)", svc, victim.GetNode())
