@@ -19,7 +19,8 @@
 //     processes (and the client library) export is in README.md;
 //   - the failure drills TestDrill*: arbiter leader killed under load, ssdnode
 //     killed under load and restarted, ssdnode partitioned (docker pause) and
-//     back, whole-cluster restart.
+//     back, whole-cluster restart, etcd quorum lost (the healthchecks fail)
+//     and regained.
 //
 // Needs docker and `docker compose` or docker-compose (ZONEFLEET_COMPOSE names
 // the command), the image zonefleet:dev (`make images`), and free host ports
