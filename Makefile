@@ -13,7 +13,7 @@ TOOLS        := .cache/tools
 # The README's test command runs exactly this.
 TEST_FLAGS   ?= -race -count=1 -timeout 20m
 
-.PHONY: help build test test-short proto proto-check lint run images up down bench clean
+.PHONY: help build test test-short proto proto-check lint run images up down test-deploy bench clean
 
 help: ## this list
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-12s %s\n", $$1, $$2}'
@@ -51,6 +51,29 @@ lint: ## gofmt and go vet
 
 run: build ## a whole local cluster in one process, data under ./.cache/local (Ctrl-C stops it)
 	$(BIN)/zctl local up --data .cache/local
+
+# deploy/: one image FROM scratch with the static binaries and an etcd built
+# from the etcd server module in go.mod; docker compose (v2 plugin or
+# docker-compose 1.29) runs it. See deploy/README.md.
+IMAGE        ?= zonefleet:dev
+COMPOSE      ?= $(shell docker compose version >/dev/null 2>&1 && echo 'docker compose' || echo docker-compose)
+COMPOSE_FILE := deploy/docker-compose.yml
+
+images: build ## the docker image $(IMAGE) (FROM scratch: arbiter, ssdnode, zctl, etcd)
+	CGO_ENABLED=0 $(GO) build -trimpath -ldflags '-s -w' -o $(BIN)/etcd go.etcd.io/etcd/server/v3
+	rm -rf .cache/image && mkdir -p .cache/image/data
+	cp $(addprefix $(BIN)/,$(CMDS) etcd) .cache/image/
+	docker build -q -t $(IMAGE) -f deploy/Dockerfile .cache/image
+
+up: ## start the compose cluster and wait until healthy (PROFILES=monitoring adds Prometheus and Grafana)
+	$(COMPOSE) -f $(COMPOSE_FILE) $(if $(PROFILES),--profile $(PROFILES)) up -d
+	deploy/wait-healthy.sh
+
+down: ## stop the compose cluster (V=1 also deletes its volumes)
+	$(COMPOSE) -f $(COMPOSE_FILE) --profile monitoring down $(if $(V),-v)
+
+test-deploy: images ## failure drills and dashboard checks against the compose cluster (docker; prometheus for the panel test)
+	ZONEFLEET_DEPLOY_TEST=1 ZONEFLEET_COMPOSE='$(COMPOSE)' $(GO) test -tags deploy -count=1 -timeout 30m -v ./test/deploy/
 
 clean:
 	rm -rf $(BIN) $(TOOLS)

@@ -158,6 +158,7 @@ func (s *Service) WaitCompaction(ctx context.Context, req *v1.WaitCompactionRequ
 		return nil, ctx.Err()
 	}
 	out.RemoteBlocks = op.remoteBlocks
+	s.m.copied.WithLabelValues(fmt.Sprint(op.dev.idx), "remote").Add(float64(op.remoteBlocks))
 	if op.remoteErr != nil {
 		errs = append(errs, op.remoteErr)
 	}

@@ -69,6 +69,7 @@ func NewRoot(out, errOut io.Writer) *cobra.Command {
 	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return usageErr(err) })
 
 	root.AddCommand(versionCmd(g), benchCmd(g), localCmd(g), clusterCmd(g), nodeCmd(g), nsCmd(g), vzoneCmd(g), zoneCmd(g))
+	root.AddCommand(healthCmd(g))
 	annotateTree(root)
 	flagenv.Annotate(pf)
 	return root

@@ -1,0 +1,245 @@
+//go:build deploy
+
+package deploy
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"net/url"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"sort"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	v1 "github.com/zonefleet/zonefleet/api/zonefleet/v1"
+	"github.com/zonefleet/zonefleet/pkg/client"
+	"github.com/zonefleet/zonefleet/pkg/zerr"
+)
+
+// clientMetricsAddr is where deploy/prometheus/prometheus.yml scrapes client
+// programs; the dashboard test serves its client library's metrics there.
+const clientMetricsAddr = "127.0.0.1:7901"
+
+// startPrometheus runs a prometheus binary on the host with the deploy
+// config and returns its base URL.
+func startPrometheus(t *testing.T) string {
+	t.Helper()
+	bin := os.Getenv("PROMETHEUS")
+	if bin == "" {
+		bin = "prometheus"
+	}
+	path, err := exec.LookPath(bin)
+	require.NoError(t, err, "the dashboard test needs a prometheus binary (apt-get install prometheus, or $PROMETHEUS)")
+	l := listen(t, "127.0.0.1:0")
+	addr := l.Addr().String()
+	require.NoError(t, l.Close())
+	cmd := exec.Command(path, "--config.file="+filepath.Join(repoRoot(), "deploy", "prometheus", "prometheus.yml"),
+		"--storage.tsdb.path="+t.TempDir(), "--web.listen-address="+addr, "--log.level=warn")
+	logs := &strings.Builder{}
+	cmd.Stdout, cmd.Stderr = logs, logs
+	require.NoError(t, cmd.Start())
+	t.Cleanup(func() {
+		_ = cmd.Process.Kill()
+		_ = cmd.Wait()
+		if t.Failed() {
+			t.Logf("prometheus log:\n%s", logs.String())
+		}
+	})
+	base := "http://" + addr
+	require.Eventually(t, func() bool {
+		resp, err := http.Get(base + "/-/ready")
+		if err != nil {
+			return false
+		}
+		resp.Body.Close()
+		return resp.StatusCode == http.StatusOK
+	}, 30*time.Second, 200*time.Millisecond, "prometheus ready")
+	return base
+}
+
+type promResult struct {
+	Status string `json:"status"`
+	Error  string `json:"error"`
+	Data   struct {
+		Result []json.RawMessage `json:"result"`
+	} `json:"data"`
+}
+
+func promQuery(base, expr string) (int, error) {
+	resp, err := http.Get(base + "/api/v1/query?query=" + url.QueryEscape(expr))
+	if err != nil {
+		return 0, err
+	}
+	defer resp.Body.Close()
+	var r promResult
+	if err := json.NewDecoder(resp.Body).Decode(&r); err != nil {
+		return 0, err
+	}
+	if r.Status != "success" {
+		return 0, errors.New(r.Error)
+	}
+	return len(r.Data.Result), nil
+}
+
+// workload exercises what the dashboards show: namespace create and
+// delete, stripe-group allocations, writes, appends, reads, compactions
+// (in-drive and node to node), a v-zone reset, and a write at a wrong write
+// pointer (a FAILED_PRECONDITION error on a node). It runs for about d.
+func workload(t *testing.T, reg prometheus.Registerer, d time.Duration) {
+	t.Helper()
+	ctx := context.Background()
+	createNamespace(t, "dash", 4, 8)
+	createNamespace(t, "dash-tmp", 1, 4)
+	admin := newClient(t, "", 20*time.Second)
+	require.NoError(t, admin.Namespaces().Delete(ctx, "dash-tmp", true))
+
+	cl := newClient(t, "dash", 20*time.Second, func(c *client.Config) { c.Registerer = reg })
+	src, err := cl.OpenVZone(ctx)
+	require.NoError(t, err)
+	info, err := src.ReportZone(ctx)
+	require.NoError(t, err)
+	bs := info.BlockSize
+
+	end := time.Now().Add(d)
+	var wp uint64
+	round := 0
+	for time.Now().Before(end) && wp+512 < info.Capacity {
+		data := pattern("dash", src.ID(), wp, 128, bs)
+		if round%2 == 0 {
+			require.NoError(t, src.Write(ctx, wp, data))
+		} else {
+			off, err := src.Append(ctx, data)
+			require.NoError(t, err)
+			require.Equal(t, wp, off)
+		}
+		wp += 128
+		got, err := src.Read(ctx, 0, min(wp, 256))
+		require.NoError(t, err)
+		require.Equal(t, pattern("dash", src.ID(), 0, min(wp, 256), bs), got)
+		round++
+		time.Sleep(300 * time.Millisecond)
+	}
+	t.Logf("workload: %d blocks written in %d rounds", wp, round)
+
+	// Compaction into a second v-zone: the nodes copy (copyback or
+	// read-and-program inside a drive, or push to a peer node).
+	dst, err := cl.OpenVZone(ctx)
+	require.NoError(t, err)
+	st, err := src.Compact(ctx, []client.Copy{{Dst: dst.ID(), SrcOff: 0, DstOff: 0, Blocks: wp / 2}})
+	require.NoError(t, err)
+	t.Logf("compaction: %+v", st)
+	got, err := dst.Read(ctx, 0, 64)
+	require.NoError(t, err)
+	require.Equal(t, pattern("dash", src.ID(), 0, 64, bs), got)
+
+	// A raw write past a zone's write pointer: the node refuses it.
+	l, err := src.Layout(ctx)
+	require.NoError(t, err)
+	z := l.GetGroups()[0].GetZones()[0]
+	dev, dctx, err := cl.Device(z.GetAddr())
+	require.NoError(t, err)
+	id, err := dev.Identify(dctx, &v1.IdentifyRequest{Device: z.GetDevice()})
+	require.NoError(t, err)
+	_, err = dev.Write(dctx, &v1.WriteRequest{Device: z.GetDevice(), Lba: uint64(z.GetZone())*id.GetZoneSize() + id.GetZoneSize() - 1, Data: make([]byte, bs)})
+	require.ErrorIs(t, err, zerr.ErrWritePointer)
+
+	// Reset: the arbiter takes the zones back, the nodes reset them.
+	require.NoError(t, src.Reset(ctx))
+}
+
+// Every dashboard panel's queries return series from a real Prometheus
+// scraping the compose cluster after a short workload (exemptPanels lists
+// the panels that cannot yet, and why).
+func TestDashboards(t *testing.T) {
+	waitReady(t, nodeCount, time.Minute)
+	reg := prometheus.NewRegistry()
+	l := listen(t, clientMetricsAddr)
+	srv := &http.Server{Handler: promhttp.HandlerFor(reg, promhttp.HandlerOpts{}), ReadHeaderTimeout: 5 * time.Second}
+	go func() { _ = srv.Serve(l) }()
+	t.Cleanup(func() { _ = srv.Close() })
+
+	base := startPrometheus(t)
+	workload(t, reg, 25*time.Second)
+	time.Sleep(12 * time.Second) // two more scrapes after the last step
+
+	// The client library's metrics (what the mount will export) are documented.
+	doc := readmeMetrics(t)
+	mfs, err := reg.Gather()
+	require.NoError(t, err)
+	require.NotEmpty(t, mfs)
+	for _, mf := range mfs {
+		assert.True(t, doc[mf.GetName()], "client metric %s is documented nowhere (README.md)", mf.GetName())
+	}
+
+	// Every scrape target is up (the client one is this test).
+	n, err := promQuery(base, `up == 1`)
+	require.NoError(t, err)
+	assert.Equal(t, len(metricsAddrs)+1, n, "targets up")
+
+	checked, exempted := 0, 0
+	var empty []string
+
+	for _, d := range loadDashboards(t) {
+		for _, p := range d.Panels {
+			if reason, ok := exempt(d.UID, p.ID); ok {
+				exempted++
+				t.Logf("exempt %s/%d %q: %s", d.UID, p.ID, p.Title, reason)
+				continue
+			}
+			for _, tg := range p.Targets {
+				n, err := promQuery(base, tg.Expr)
+				if !assert.NoError(t, err, "%s/%d %q: %s", d.UID, p.ID, p.Title, tg.Expr) {
+					continue
+				}
+				checked++
+				if n == 0 {
+					empty = append(empty, fmt.Sprintf("%s/%d %q %s: %s", d.UID, p.ID, p.Title, tg.RefID, tg.Expr))
+				}
+			}
+		}
+	}
+	t.Logf("%d panel queries checked, %d panels exempt", checked, exempted)
+	assert.Empty(t, empty, "panel queries with no series")
+}
+
+// Every zonefleet_* metric the running cluster exports (and the client
+// library, as the mount will) is documented in README.md.
+func TestExportedMetricsAreDocumented(t *testing.T) {
+	doc := readmeMetrics(t)
+	fams := map[string]string{}
+	for _, addr := range metricsAddrs {
+		resp, err := http.Get("http://" + addr + "/metrics")
+		require.NoError(t, err)
+		b, err := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		require.NoError(t, err)
+		for _, line := range strings.Split(string(b), "\n") {
+			if f, ok := strings.CutPrefix(line, "# TYPE "); ok {
+				name := strings.Fields(f)[0]
+				if strings.HasPrefix(name, "zonefleet_") {
+					fams[name] = addr
+				}
+			}
+		}
+	}
+	require.Greater(t, len(fams), 30, "exported metric families")
+	var missing []string
+	for name, from := range fams {
+		if !doc[name] {
+			missing = append(missing, name+" (from "+from+")")
+		}
+	}
+	sort.Strings(missing)
+	assert.Empty(t, missing, "exported metrics documented nowhere (add them to README.md's metrics table)")
+}
