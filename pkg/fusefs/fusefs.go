@@ -621,4 +621,3 @@ func LazyUnmount(dir string) error {
 
 // Wait blocks until the mount ends.
 func (s *Server) Wait() { <-s.done }
-
