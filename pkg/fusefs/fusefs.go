@@ -12,6 +12,8 @@
 //   - mknod of regular files (other node types: EPERM, lfs has none);
 //   - fallocate mode 0 (extends the size; a log-structured file system
 //     cannot reserve blocks in place) and FALLOC_FL_KEEP_SIZE (a no-op);
+//   - FOPEN_KEEP_CACHE: the kernel's page cache of a file survives close and
+//     open, as on a local file system (all data changes pass through it);
 //   - the read-only virtual attribute StatsXattr on the root directory,
 //     which returns the mount's live counters as JSON (`zctl fs stat DIR`).
 //
@@ -385,6 +387,7 @@ func (f *FS) Create(_ <-chan struct{}, in *fuse.CreateIn, name string, out *fuse
 	}
 	f.entry(a, &out.EntryOut)
 	out.Fh = uint64(h)
+	out.OpenFlags = fuse.FOPEN_KEEP_CACHE
 	return fuse.OK
 }
 
@@ -395,6 +398,10 @@ func (f *FS) Open(_ <-chan struct{}, in *fuse.OpenIn, out *fuse.OpenOut) fuse.St
 		return status(err)
 	}
 	out.Fh = uint64(h)
+	// Every change of file data passes through this mount's page cache
+	// (lfs never changes data on its own; recycling moves blocks without
+	// changing them), so the cache stays valid from one open to the next.
+	out.OpenFlags = fuse.FOPEN_KEEP_CACHE
 	return fuse.OK
 }
 

@@ -26,6 +26,7 @@ import (
 
 	"github.com/zonefleet/zonefleet/pkg/client"
 	"github.com/zonefleet/zonefleet/pkg/clock"
+	"github.com/zonefleet/zonefleet/pkg/fsbench"
 	"github.com/zonefleet/zonefleet/pkg/fsvol"
 	"github.com/zonefleet/zonefleet/pkg/fusefs"
 	"github.com/zonefleet/zonefleet/pkg/lfs"
@@ -481,4 +482,41 @@ func pct(a, b uint64) float64 {
 		return 0
 	}
 	return 100 * float64(a) / float64(b)
+}
+
+func benchFSCmd(g *Globals) *cobra.Command {
+	var o fsbench.Options
+	c := &cobra.Command{
+		Use:   "fs",
+		Short: "FUSE file system: throughput vs go-fuse loopback; fileserver at 80/90 % utilization, host copy vs IZC (ZNS+ Fig. 6-7)",
+		Long: `Runs in this process against in-process local clusters (needs /dev/fuse).
+
+Throughput: sequential 1 MiB and random 4 KiB writes and reads on the ZoneFleet mount
+and on go-fuse's loopback file system over a plain directory in the same run
+(vs_fuse_loopback = ZoneFleet / loopback; drive clock off: the software path).
+
+Recycling: a fileserver-style workload (whole-file replacement, 16 KiB overwrites,
+stat; --threads threads) at each --util on a small namespace, with host-copy and IZC
+segment compaction, drives on the realtime clock: throughput, WAF, and the average
+compaction time split into read / device copy / write+checkpoint.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			g.progress("zctl bench fs: running (a few minutes)…")
+			res, err := fsbench.Run(cmd.Context(), o)
+			if err != nil {
+				return err
+			}
+			return g.emit(res, res.WriteTable)
+		},
+	}
+	f := c.Flags()
+	f.StringVar(&o.Dir, "dir", "", "directory for the clusters, mount points and the loopback's files (default: a temporary one)")
+	f.IntVar(&o.SeqMiB, "seq-mib", 64, "size of the sequential file in MiB")
+	f.IntVar(&o.RandOps, "rand-ops", 8192, "random 4 KiB operations")
+	f.IntSliceVar(&o.Utils, "util", []int{80, 90}, "utilizations of the fileserver runs (percent)")
+	f.Float64Var(&o.Churn, "churn", 2, "bytes written per fileserver run, in file system capacities")
+	f.IntVar(&o.Threads, "threads", 4, "fileserver threads")
+	f.IntVar(&o.FileKiB, "file-kib", 128, "fileserver file size in KiB")
+	f.Float64Var(&o.TimeScale, "time-scale", 1, "realtime clock scale of the fileserver cluster")
+	return c
 }
