@@ -264,7 +264,7 @@ func throughput(ctx context.Context, o Options, dir string, res *Result) error {
 	if err != nil {
 		return err
 	}
-	zf, err := workloads(m.dir, o)
+	zf, err := workloads(ctx, m.dir, o)
 	if e := m.unmount(ctx); err == nil {
 		err = e
 	}
@@ -273,7 +273,7 @@ func throughput(ctx context.Context, o Options, dir string, res *Result) error {
 	}
 	var lb []Throughput
 	if !o.SkipLoopRef {
-		lb, err = loopback(dir, o)
+		lb, err = loopback(ctx, dir, o)
 		if err != nil {
 			return fmt.Errorf("loopback: %w", err)
 		}
@@ -289,7 +289,7 @@ func throughput(ctx context.Context, o Options, dir string, res *Result) error {
 	return nil
 }
 
-func loopback(dir string, o Options) ([]Throughput, error) {
+func loopback(ctx context.Context, dir string, o Options) ([]Throughput, error) {
 	back, mnt := filepath.Join(dir, "loop-back"), filepath.Join(dir, "loop-mnt")
 	for _, d := range []string{back, mnt} {
 		if err := os.MkdirAll(d, 0o755); err != nil {
@@ -306,7 +306,7 @@ func loopback(dir string, o Options) ([]Throughput, error) {
 	if err != nil {
 		return nil, err
 	}
-	out, err := workloads(mnt, o)
+	out, err := workloads(ctx, mnt, o)
 	if e := srv.Unmount(); err == nil {
 		err = e
 	}
@@ -314,7 +314,7 @@ func loopback(dir string, o Options) ([]Throughput, error) {
 }
 
 // workloads runs the four throughput workloads in dir (one thread).
-func workloads(dir string, o Options) ([]Throughput, error) {
+func workloads(ctx context.Context, dir string, o Options) ([]Throughput, error) {
 	const chunk = 1 << 20
 	size := int64(o.SeqMiB) << 20
 	buf := make([]byte, chunk)
@@ -338,6 +338,10 @@ func workloads(dir string, o Options) ([]Throughput, error) {
 			return err
 		}
 		for off := int64(0); off < size; off += chunk {
+			if err := ctx.Err(); err != nil {
+				f.Close()
+				return err
+			}
 			if _, err := f.Write(buf); err != nil {
 				f.Close()
 				return err
@@ -361,6 +365,9 @@ func workloads(dir string, o Options) ([]Throughput, error) {
 		}
 		defer f.Close()
 		for {
+			if err := ctx.Err(); err != nil {
+				return err
+			}
 			_, err := f.Read(buf)
 			if errors.Is(err, io.EOF) {
 				return nil
@@ -380,7 +387,7 @@ func workloads(dir string, o Options) ([]Throughput, error) {
 		if err != nil {
 			return err
 		}
-		for i := 0; i < o.RandOps; i++ {
+		for i := 0; i < o.RandOps && ctx.Err() == nil; i++ {
 			if _, err := f.WriteAt(small, rng.Int64N(blocks)*4096); err != nil {
 				f.Close()
 				return err
@@ -403,13 +410,16 @@ func workloads(dir string, o Options) ([]Throughput, error) {
 			return err
 		}
 		defer f.Close()
-		for i := 0; i < o.RandOps; i++ {
+		for i := 0; i < o.RandOps && ctx.Err() == nil; i++ {
 			if _, err := f.ReadAt(small, rng.Int64N(blocks)*4096); err != nil {
 				return err
 			}
 		}
 		return nil
 	}); err != nil {
+		return nil, err
+	}
+	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
 	return out, os.Remove(p)
@@ -499,6 +509,9 @@ func fileserver(ctx context.Context, o Options, cl *cluster, mnt string, method 
 	}
 	rng := rand.New(rand.NewPCG(3, uint64(util)))
 	for i := 0; m.fs.Stats().UsedBlocks+uint64(fileSize/4096) < target; i++ {
+		if err := ctx.Err(); err != nil {
+			return r, err
+		}
 		d := filepath.Join(mnt, fmt.Sprintf("d%02d", i%16))
 		if i < 16 {
 			if err := os.Mkdir(d, 0o755); err != nil {
@@ -536,7 +549,7 @@ func fileserver(ctx context.Context, o Options, cl *cluster, mnt string, method 
 				}
 				emu.Unlock()
 			}
-			for written.Load() < budget {
+			for written.Load() < budget && ctx.Err() == nil {
 				i := w + o.Threads*rng.IntN(max(1, len(names)/o.Threads))
 				if i >= len(names) {
 					continue
@@ -581,6 +594,9 @@ func fileserver(ctx context.Context, o Options, cl *cluster, mnt string, method 
 	wg.Wait()
 	if firstErr != nil {
 		return r, firstErr
+	}
+	if err := ctx.Err(); err != nil {
+		return r, err
 	}
 	if err := m.fs.Sync(ctx); err != nil {
 		return r, err

@@ -501,8 +501,11 @@ segment compaction, drives on the realtime clock: throughput, WAF, and the avera
 compaction time split into read / device copy / write+checkpoint.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			// Ctrl-C stops the workloads and unmounts (no mount is left behind).
+			ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
+			defer stop()
 			g.progress("zctl bench fs: running (a few minutes)…")
-			res, err := fsbench.Run(cmd.Context(), o)
+			res, err := fsbench.Run(ctx, o)
 			if err != nil {
 				return err
 			}
