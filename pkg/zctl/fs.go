@@ -341,7 +341,24 @@ func runMount(ctx context.Context, g *Globals, o mountOptions) (err error) {
 	}
 	sigCtx, stop := signal.NotifyContext(ctx, os.Interrupt, syscall.SIGTERM)
 	defer stop()
+	return serveMount(sigCtx, g, o, func(abs, metricsAddr string) {
+		if ready != nil {
+			fmt.Fprintln(ready, "ready")
+			ready.Close()
+			ready = nil
+			return
+		}
+		m := ""
+		if metricsAddr != "" {
+			m = ", metrics on http://" + metricsAddr + "/metrics"
+		}
+		fmt.Fprintf(g.Out, "mounted %s at %s (pid %d%s); Ctrl-C or `fusermount3 -u %s` unmounts\n", g.Namespace, abs, os.Getpid(), m, abs)
+	})
+}
 
+// serveMount mounts, calls mounted, and serves until ctx ends or an outside
+// unmount; then it unmounts lfs (checkpoint) and closes the client.
+func serveMount(sigCtx context.Context, g *Globals, o mountOptions, mounted func(abs, metricsAddr string)) error {
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	c, err := g.fsClient(sigCtx, reg)
@@ -392,14 +409,7 @@ func runMount(ctx context.Context, g *Globals, o mountOptions) (err error) {
 	if err != nil {
 		return err
 	}
-	if ready != nil {
-		fmt.Fprintln(ready, "ready")
-		ready.Close()
-		ready = nil
-	} else {
-		fmt.Fprintf(g.Out, "mounted %s at %s (pid %d%s); Ctrl-C or `fusermount3 -u %s` unmounts\n", g.Namespace, abs, os.Getpid(),
-			map[bool]string{true: ", metrics on http://" + metricsAddr + "/metrics", false: ""}[metricsAddr != ""], abs)
-	}
+	mounted(abs, metricsAddr)
 	select {
 	case <-srv.Done():
 	case <-sigCtx.Done():
@@ -416,6 +426,47 @@ func runMount(ctx context.Context, g *Globals, o mountOptions) (err error) {
 	}
 	fmt.Fprintf(g.Err, "unmounted %s from %s\n", g.Namespace, abs)
 	return nil
+}
+
+// localMount formats the namespace ns of an in-process cluster when it holds
+// no file system yet and mounts it at dir (zctl local up --mount). The
+// returned stop unmounts it.
+func localMount(ctx context.Context, g *Globals, arbiters []string, ns, dir string) (func(), error) {
+	lg := *g
+	lg.Arbiter, lg.Etcd, lg.Namespace = strings.Join(arbiters, ","), "", ns
+	c, err := lg.fsClient(ctx, nil)
+	if err != nil {
+		return nil, err
+	}
+	vol, err := fsvol.New(ctx, c, fsvol.Options{})
+	if err == nil {
+		err = lfs.Mkfs(ctx, vol, lfs.MkfsOptions{})
+		var ae *zerr.AlreadyExistsError
+		if errors.As(err, &ae) && ae.Kind == "file system" {
+			err = nil
+		}
+	}
+	c.Close()
+	if err != nil {
+		return nil, fmt.Errorf("--mount: mkfs %s: %w", ns, err)
+	}
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return nil, err
+	}
+	mctx, cancel := context.WithCancel(context.Background())
+	ready, done := make(chan string, 1), make(chan error, 1)
+	o := mountOptions{dir: dir, gc: "izc", bgGC: 2 * time.Second, cpEvery: 5 * time.Second}
+	go func() {
+		done <- serveMount(mctx, &lg, o, func(abs, _ string) { ready <- abs })
+	}()
+	select {
+	case abs := <-ready:
+		fmt.Fprintf(g.Out, "file system of namespace %s mounted at %s\n", ns, abs)
+		return func() { cancel(); <-done }, nil
+	case err := <-done:
+		cancel()
+		return nil, fmt.Errorf("--mount %s: %w", dir, err)
+	}
 }
 
 func fsCmd(g *Globals) *cobra.Command {

@@ -307,3 +307,66 @@ func TestFSCrash(t *testing.T) {
 	require.NoError(t, up.Process.Signal(syscall.SIGINT))
 	require.NoError(t, <-done)
 }
+
+// localUpMount starts `zctl local up --mount DIR` and waits for "Ready.".
+func localUpMount(t *testing.T, dir, mnt string, env []string) (*exec.Cmd, chan error, func() string) {
+	t.Helper()
+	cmd := exec.Command(filepath.Join(binDir, "zctl"), "local", "up", "--data", dir, "--clock", "off", "--nodes", "2", "--mount", mnt)
+	cmd.Env = append(os.Environ(), env...)
+	out, err := cmd.StdoutPipe()
+	require.NoError(t, err)
+	cmd.Stderr = cmd.Stdout
+	require.NoError(t, cmd.Start())
+	t.Cleanup(func() {
+		_ = cmd.Process.Kill()
+		_ = exec.Command("fusermount3", "-u", "-z", mnt).Run()
+	})
+	ready := make(chan struct{})
+	logs := &strings.Builder{}
+	var mu sync.Mutex
+	done := make(chan error, 1)
+	go func() {
+		sc := bufio.NewScanner(out)
+		for sc.Scan() {
+			mu.Lock()
+			logs.WriteString(sc.Text() + "\n")
+			mu.Unlock()
+			if strings.HasPrefix(sc.Text(), "Ready.") {
+				close(ready)
+			}
+		}
+		done <- cmd.Wait()
+	}()
+	select {
+	case <-ready:
+	case err := <-done:
+		mu.Lock()
+		defer mu.Unlock()
+		t.Fatalf("zctl local up --mount exited: %v\n%s", err, logs.String())
+	case <-time.After(60 * time.Second):
+		t.Fatalf("zctl local up --mount not ready after 60s")
+	}
+	return cmd, done, func() string { mu.Lock(); defer mu.Unlock(); return logs.String() }
+}
+
+// zctl local up --mount formats the default namespace, mounts it before it
+// says Ready, and unmounts it (checkpointed) on Ctrl-C before the cluster
+// stops. (Starting it again on the same data is not tested: a restarted
+// cluster serves no read after v-zone resets, see pkg/fusefs/knownbugs_test.go.)
+func TestLocalUpMount(t *testing.T) {
+	needFuse(t)
+	dir, mnt := t.TempDir(), t.TempDir()
+	env := []string{"ZONEFLEET_CLUSTER=" + filepath.Join(dir, "cluster.json")}
+	up, done, logs := localUpMount(t, dir, mnt, env)
+	require.True(t, isMounted(t, mnt))
+	assert.Contains(t, logs(), "mounted at "+mnt)
+	require.NoError(t, os.WriteFile(filepath.Join(mnt, "kept"), []byte("hello\n"), 0o644))
+	out, code := zctl(t, env, "", "fs", "stat", mnt, "-o", "json")
+	require.Equal(t, 0, code, out)
+	assert.Contains(t, out, `"namespace": "default"`)
+	out, code = zctl(t, env, "", "mkfs")
+	assert.Equal(t, 4, code, "the default namespace holds the file system: %s", out)
+	require.NoError(t, up.Process.Signal(syscall.SIGINT))
+	require.NoError(t, <-done)
+	assert.False(t, isMounted(t, mnt))
+}
