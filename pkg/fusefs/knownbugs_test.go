@@ -62,12 +62,13 @@ func TestLFSBugMountIgnoresSuperblockMaxZones(t *testing.T) {
 		"the space users are promised fits in the segments the mount may use")
 }
 
-// After a v-zone is reset and another opened, a cluster restarted on the
-// same directory (zctl local up again) never serves a read: every node
-// answers "grants not yet at etcd revision N" (pkg/node Grants.CatchUp) and
-// the client retries until its deadline. Without the reset the restart works
-// (test/e2e TestLocalUpSurvivesRestart). The file system resets and opens
-// v-zones all the time, so a restarted local cluster cannot mount it.
+// A cluster restarted on the same directory (zctl local up again) never
+// serves a read of a v-zone written before: every node answers "grants not
+// yet at etcd revision N" (pkg/node Grants.CatchUp) and the client retries
+// until its deadline. The same bug makes test/e2e TestLocalUpSurvivesRestart
+// fail at this branch's base (5dff4a8, from d8d6850 "nodes serve a v-zone only
+// once their grants reach the layout's etcd revision"). A restarted local
+// cluster therefore cannot mount its file system again.
 func TestClusterBugReadAfterResetAndRestart(t *testing.T) {
 	ctx := context.Background()
 	dir := t.TempDir()

@@ -352,7 +352,7 @@ func localUpMount(t *testing.T, dir, mnt string, env []string) (*exec.Cmd, chan 
 // zctl local up --mount formats the default namespace, mounts it before it
 // says Ready, and unmounts it (checkpointed) on Ctrl-C before the cluster
 // stops. (Starting it again on the same data is not tested: a restarted
-// cluster serves no read after v-zone resets, see pkg/fusefs/knownbugs_test.go.)
+// cluster serves no read, see pkg/fusefs/knownbugs_test.go.)
 func TestLocalUpMount(t *testing.T) {
 	needFuse(t)
 	dir, mnt := t.TempDir(), t.TempDir()
