@@ -24,6 +24,7 @@ import (
 	"github.com/spf13/cobra"
 	"golang.org/x/sys/unix"
 
+	"github.com/zonefleet/zonefleet/pkg/buildinfo"
 	"github.com/zonefleet/zonefleet/pkg/client"
 	"github.com/zonefleet/zonefleet/pkg/clock"
 	"github.com/zonefleet/zonefleet/pkg/fsbench"
@@ -360,7 +361,11 @@ func runMount(ctx context.Context, g *Globals, o mountOptions) (err error) {
 // unmount; then it unmounts lfs (checkpoint) and closes the client.
 func serveMount(sigCtx context.Context, g *Globals, o mountOptions, mounted func(abs, metricsAddr string)) error {
 	reg := prometheus.NewRegistry()
-	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	bi := buildinfo.Get()
+	buildInfo := prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "zonefleet_build_info", Help: "Build of the running binary; always 1."},
+		[]string{"version", "revision", "goversion", "component"})
+	buildInfo.WithLabelValues(bi.Version, bi.Revision, bi.GoVersion, "mount").Set(1)
+	reg.MustRegister(buildInfo, collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	c, err := g.fsClient(sigCtx, reg)
 	if err != nil {
 		return err

@@ -157,7 +157,7 @@ func TestFSCommands(t *testing.T) {
 	require.Equal(t, 0, code, out)
 	assert.Contains(t, out, "WAF")
 	metrics := httpGet(t, "http://"+st.Mount.MetricsAddr+"/metrics")
-	for _, m := range []string{"zonefleet_fs_operations_total{", "zonefleet_fs_segments_free", "zonefleet_client_ops_total{", "go_goroutines"} {
+	for _, m := range []string{"zonefleet_fs_operations_total{", "zonefleet_fs_segments_free", "zonefleet_client_ops_total{", "go_goroutines", `component="mount"`} {
 		assert.Contains(t, metrics, m)
 	}
 	_, code = zctl(t, env, "", "fs", "stat", t.TempDir())
@@ -176,6 +176,10 @@ func TestFSCommands(t *testing.T) {
 	out, code = zctl(t, env, "", "fsck", "--ns", "default", "-o", "json")
 	require.Equal(t, 0, code, out)
 	assert.Contains(t, out, `"clean": true`)
+	out, code = zctl(t, env, "", "fsck", "--ns", "default", "--repair")
+	require.Equal(t, 0, code, out)
+	assert.Contains(t, out, "clean;")
+	assert.Contains(t, out, "0 repaired")
 
 	// Foreground, host-copy recycling: the same data; SIGTERM unmounts.
 	p := mountFG(t, env, mnt, "--ns", "default", "--gc", "host-copy")
