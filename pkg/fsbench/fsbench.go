@@ -10,7 +10,7 @@
 //  2. Recycling (ZNS+ Fig. 6-7, ZNS vs IZC): a fileserver-style workload
 //     (files replaced whole, 16 KiB overwrites, stats; 4 threads) at 80 % and
 //     90 % utilization on a small namespace, with host-copy and IZC segment
-//     compaction, the drives on the realtime clock so that flash time is
+//     compaction (and IZC-H with Options.IZCH), the drives on the realtime clock so that flash time is
 //     charged. It reports throughput, write amplification and the average
 //     compaction time split into phases. lfs times a whole recycling run
 //     (zonefleet_fs_gc_duration_seconds: victim move + the checkpoint that
@@ -29,6 +29,7 @@ import (
 	"math/rand/v2"
 	"os"
 	"path/filepath"
+	"sort"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -60,6 +61,7 @@ type Options struct {
 	FileKiB     int     // fileserver file size (default 128)
 	TimeScale   float64 // realtime clock scale of the fileserver cluster (default 1)
 	SkipLoopRef bool    // skip the loopback reference (tests)
+	IZCH        bool    // also run IZC-H (host-cached blocks written from the host)
 }
 
 func (o *Options) defaults() {
@@ -443,11 +445,19 @@ func recycling(ctx context.Context, o Options, dir string, res *Result) error {
 		return err
 	}
 	defer cl.close()
+	type variant struct {
+		move   lfs.MoveMethod
+		cached bool
+	}
+	variants := []variant{{lfs.HostCopy, false}, {lfs.Compact, false}}
+	if o.IZCH {
+		variants = append(variants, variant{lfs.Compact, true})
+	}
 	for _, u := range o.Utils {
-		for _, method := range []lfs.MoveMethod{lfs.HostCopy, lfs.Compact} {
-			r, err := fileserver(ctx, o, cl, filepath.Join(dir, "gc-mnt"), method, u)
+		for _, v := range variants {
+			r, err := fileserver(ctx, o, cl, filepath.Join(dir, "gc-mnt"), v.move, v.cached, u)
 			if err != nil {
-				return fmt.Errorf("%s at %d %%: %w", method, u, err)
+				return fmt.Errorf("%s at %d %%: %w", r.Method, u, err)
 			}
 			res.Recycling = append(res.Recycling, r)
 		}
@@ -472,8 +482,11 @@ func histSum(reg *prometheus.Registry, name string) float64 {
 	return sum
 }
 
-func fileserver(ctx context.Context, o Options, cl *cluster, mnt string, method lfs.MoveMethod, util int) (Recycling, error) {
+func fileserver(ctx context.Context, o Options, cl *cluster, mnt string, method lfs.MoveMethod, cached bool, util int) (Recycling, error) {
 	r := Recycling{Method: method.String(), Util: util}
+	if cached {
+		r.Method = "izc_h"
+	}
 	fv, err := fsvol.New(ctx, cl.c, fsvol.Options{MaxZones: 40})
 	if err != nil {
 		return r, err
@@ -485,7 +498,7 @@ func fileserver(ctx context.Context, o Options, cl *cluster, mnt string, method 
 	reg := prometheus.NewRegistry()
 	clk := clock.Realtime(o.TimeScale)
 	defer clk.Stop()
-	m, err := mountLFS(ctx, vol, mnt, lfs.Options{Clock: clk, Registry: reg, Move: method})
+	m, err := mountLFS(ctx, vol, mnt, lfs.Options{Clock: clk, Registry: reg, Move: method, CachedWrite: cached})
 	if err != nil {
 		return r, err
 	}
@@ -640,8 +653,13 @@ func (r *Result) WriteTable(w io.Writer) error {
 		fmt.Fprintf(tw, "%s\t%d %%\t%.1f\t%.3f\t%d\t%.1f\t%.1f\t%.1f\t%.1f\t%d\t%d (%d)\n", x.Method, x.Util, x.MiBPerSecond, x.WAF, x.GCRuns,
 			x.AvgGCMs, x.AvgReadMs, x.AvgCopyMs, x.AvgWriteCPMs, x.MovedHost, x.MovedIZC, x.Copyback)
 	}
-	for k, v := range r.IZCvsHostCopy {
-		fmt.Fprintf(tw, "izc_vs_host_copy[%s]\t%.2f\n", k, v)
+	keys := make([]string, 0, len(r.IZCvsHostCopy))
+	for k := range r.IZCvsHostCopy {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	for _, k := range keys {
+		fmt.Fprintf(tw, "izc_vs_host_copy[%s]\t%.2f\n", k, r.IZCvsHostCopy[k])
 	}
 	if err := tw.Flush(); err != nil {
 		return err

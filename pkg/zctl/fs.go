@@ -577,5 +577,6 @@ compaction time split into read / device copy / write+checkpoint.`,
 	f.IntVar(&o.Threads, "threads", 4, "fileserver threads")
 	f.IntVar(&o.FileKiB, "file-kib", 128, "fileserver file size in KiB")
 	f.Float64Var(&o.TimeScale, "time-scale", 1, "realtime clock scale of the fileserver cluster")
+	f.BoolVar(&o.IZCH, "izc-h", true, "also run IZC-H (blocks cached on the host written from the host)")
 	return c
 }
