@@ -274,6 +274,9 @@ func (f *FS) Rmdir(_ <-chan struct{}, h *fuse.InHeader, name string) fuse.Status
 
 // Rename implements fuse.RawFileSystem (RENAME_NOREPLACE; RENAME_EXCHANGE is EINVAL in lfs).
 func (f *FS) Rename(_ <-chan struct{}, in *fuse.RenameIn, oldName, newName string) fuse.Status {
+	if in.Flags&^uint32(lfs.RenameNoReplace|lfs.RenameExchange) != 0 {
+		return status(syscall.EINVAL) // RENAME_WHITEOUT: no whiteouts in lfs
+	}
 	return status(f.fs.Rename(bg(), in.NodeId, oldName, in.Newdir, newName, in.Flags))
 }
 

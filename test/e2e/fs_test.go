@@ -227,7 +227,9 @@ func TestFSCrash(t *testing.T) {
 	out, code := zctl(t, env, "", "mkfs", "--ns", "default")
 	require.Equal(t, 0, code, out)
 
-	rng := rand.New(rand.NewPCG(7, uint64(time.Now().UnixNano())))
+	seed := uint64(time.Now().UnixNano())
+	t.Logf("kill times from seed %d", seed)
+	rng := rand.New(rand.NewPCG(7, seed))
 	durable := map[string][]byte{} // every file whose fsync returned
 	var mu sync.Mutex
 	const rounds = 3
