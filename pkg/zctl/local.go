@@ -30,6 +30,7 @@ func localCmd(g *Globals) *cobra.Command {
 func localUpCmd(g *Globals) *cobra.Command {
 	var (
 		dir, clockName, logLevel, ns, media string
+		mountDir                            string
 		nodes, arbiters, devices, basePort  int
 		scale                               float64
 		admission                           bool
@@ -86,6 +87,13 @@ on the same --data brings the same cluster and data back.`,
 			if err := rememberCluster(abs); err != nil {
 				log.Warn("cannot record the current cluster", "err", err)
 			}
+			if mountDir != "" {
+				stopMount, err := localMount(ctx, g, cl.ArbiterAddrs(), ns, mountDir)
+				if err != nil {
+					return err
+				}
+				defer stopMount() // before the cluster stops
+			}
 			printLocal(g, info)
 			<-ctx.Done()
 			return nil
@@ -103,6 +111,7 @@ on the same --data brings the same cluster and data back.`,
 	f.StringVar(&ns, "default-namespace", "default", "namespace created at start (empty: none)")
 	f.BoolVar(&admission, "admission-control", true, "write admission control on the nodes")
 	f.StringVar(&logLevel, "log-level", "warn", "log level of the cluster's processes")
+	f.StringVar(&mountDir, "mount", "", "format the default namespace if needed and mount its file system at this directory")
 	return c
 }
 

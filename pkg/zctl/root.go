@@ -68,7 +68,7 @@ func NewRoot(out, errOut io.Writer) *cobra.Command {
 	pf.StringVarP(&g.Output, "output", "o", "table", "output format: table, json or yaml")
 	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return usageErr(err) })
 
-	root.AddCommand(versionCmd(g), benchCmd(g), localCmd(g), clusterCmd(g), nodeCmd(g), nsCmd(g), vzoneCmd(g), zoneCmd(g))
+	root.AddCommand(versionCmd(g), benchCmd(g), localCmd(g), clusterCmd(g), nodeCmd(g), nsCmd(g), vzoneCmd(g), zoneCmd(g), mkfsCmd(g), mountCmd(g), fsckCmd(g), fsCmd(g))
 	root.AddCommand(healthCmd(g))
 	annotateTree(root)
 	flagenv.Annotate(pf)

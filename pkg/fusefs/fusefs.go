@@ -1,0 +1,633 @@
+// Package fusefs binds the log-structured file system (pkg/lfs) to the kernel
+// through go-fuse's raw API. The kernel's node IDs are lfs inode numbers (the
+// root is 1 on both sides, and lfs never reuses an inode number), so the
+// binding keeps no inode table: every request names its inode and goes
+// straight to the lfs call of the same name. Every error reaches the kernel
+// through lfs.Errno, the one mapping of errors to errno.
+//
+// What the binding adds to lfs:
+//   - directory handles: a listing is taken at opendir (and again at offset 0,
+//     i.e. rewinddir) and served by index, so seekdir/telldir work;
+//   - create of an existing name without O_EXCL opens it (racing creators);
+//   - mknod of regular files (other node types: EPERM, lfs has none);
+//   - fallocate mode 0 (extends the size; a log-structured file system
+//     cannot reserve blocks in place) and FALLOC_FL_KEEP_SIZE (a no-op);
+//   - FOPEN_KEEP_CACHE: the kernel's page cache of a file survives close and
+//     open, as on a local file system (all data changes pass through it);
+//   - the read-only virtual attribute StatsXattr on the root directory,
+//     which returns the mount's live counters as JSON (`zctl fs stat DIR`).
+//
+// Permissions are checked by the kernel: mounts use default_permissions.
+// Requests run with context.Background(): an interrupted system call does
+// not abandon an lfs operation half way.
+package fusefs
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"os"
+	"os/exec"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/hanwen/go-fuse/v2/fuse"
+
+	"github.com/zonefleet/zonefleet/pkg/lfs"
+)
+
+// StatsXattr is the virtual extended attribute of the mount's root directory
+// holding the live counters (a JSON StatsInfo). It is not listed by
+// listxattr and cannot be set.
+const StatsXattr = "user.zonefleet.stats"
+
+// StatsInfo is what StatsXattr returns.
+type StatsInfo struct {
+	Mount MountInfo `json:"mount"`
+	Stats lfs.Stats `json:"stats"`
+}
+
+// MountInfo describes the mount process (filled by the caller of New).
+type MountInfo struct {
+	PID            int    `json:"pid"`
+	Namespace      string `json:"namespace,omitempty"`
+	Dir            string `json:"dir,omitempty"`
+	GC             string `json:"gc,omitempty"`
+	CachedWrite    bool   `json:"izc_cached_write,omitempty"`
+	MetricsAddr    string `json:"metrics_addr,omitempty"`
+	BackgroundGC   string `json:"background_gc,omitempty"`
+	CheckpointEach string `json:"checkpoint_every,omitempty"`
+	Started        string `json:"started,omitempty"`
+}
+
+// Config configures the binding.
+type Config struct {
+	// EntryTimeout and AttrTimeout are the kernel's caching of names and
+	// attributes. All changes pass through this mount, so caching is safe;
+	// 0 means one second.
+	EntryTimeout, AttrTimeout time.Duration
+	Info                      MountInfo
+}
+
+// FS is the raw FUSE file system over an lfs.FS.
+type FS struct {
+	fuse.RawFileSystem
+	fs  *lfs.FS
+	cfg Config
+
+	mu     sync.Mutex
+	dirs   map[uint64]*dirHandle
+	nextDH uint64
+}
+
+type dirHandle struct {
+	mu   sync.Mutex
+	ino  uint64
+	h    lfs.Handle // keeps a directory removed while open alive (fstat works)
+	ents []lfs.DirEntry
+}
+
+// New returns the binding of fs.
+func New(fs *lfs.FS, cfg Config) *FS {
+	if cfg.EntryTimeout == 0 {
+		cfg.EntryTimeout = time.Second
+	}
+	if cfg.AttrTimeout == 0 {
+		cfg.AttrTimeout = time.Second
+	}
+	return &FS{RawFileSystem: fuse.NewDefaultRawFileSystem(), fs: fs, cfg: cfg, dirs: map[uint64]*dirHandle{}, nextDH: 1}
+}
+
+// status maps an error to the kernel's status: through lfs.Errno only.
+func status(err error) fuse.Status {
+	if err == nil {
+		return fuse.OK
+	}
+	return fuse.Status(lfs.Errno(err))
+}
+
+func bg() context.Context { return context.Background() }
+
+func (f *FS) String() string { return "zonefleet" }
+
+func fillAttr(a lfs.Attr, out *fuse.Attr) {
+	out.Ino = a.Ino
+	out.Size = a.Size
+	out.Blocks = a.Blocks
+	out.Atime, out.Atimensec = uint64(a.Atime/1e9), uint32(a.Atime%1e9)
+	out.Mtime, out.Mtimensec = uint64(a.Mtime/1e9), uint32(a.Mtime%1e9)
+	out.Ctime, out.Ctimensec = uint64(a.Ctime/1e9), uint32(a.Ctime%1e9)
+	out.Mode = a.Mode
+	out.Nlink = a.Nlink
+	out.Uid, out.Gid = a.UID, a.GID
+	out.Rdev = 0
+	out.Blksize = a.Blksize
+}
+
+func (f *FS) entry(a lfs.Attr, out *fuse.EntryOut) {
+	out.NodeId = a.Ino
+	out.Generation = 1
+	out.SetEntryTimeout(f.cfg.EntryTimeout)
+	out.SetAttrTimeout(f.cfg.AttrTimeout)
+	fillAttr(a, &out.Attr)
+}
+
+func (f *FS) attrOut(a lfs.Attr, out *fuse.AttrOut) {
+	out.SetTimeout(f.cfg.AttrTimeout)
+	fillAttr(a, &out.Attr)
+}
+
+// owner returns the uid and gid of a new inode in parent: the caller's, with
+// the parent's group when the parent is set-group-ID (and S_ISGID inherited
+// by directories).
+func (f *FS) owner(parent uint64, c fuse.Caller, mode uint32) (uid, gid, m uint32, err error) {
+	pa, err := f.fs.Getattr(bg(), parent)
+	if err != nil {
+		return 0, 0, 0, err
+	}
+	uid, gid, m = c.Uid, c.Gid, mode
+	if pa.Mode&syscall.S_ISGID != 0 {
+		gid = pa.GID
+		if mode&syscall.S_IFMT == syscall.S_IFDIR {
+			m |= syscall.S_ISGID
+		}
+	}
+	return uid, gid, m, nil
+}
+
+// Lookup implements fuse.RawFileSystem.
+func (f *FS) Lookup(_ <-chan struct{}, h *fuse.InHeader, name string, out *fuse.EntryOut) fuse.Status {
+	a, err := f.fs.Lookup(bg(), h.NodeId, name)
+	if err != nil {
+		return status(err)
+	}
+	f.entry(a, out)
+	return fuse.OK
+}
+
+// Forget implements fuse.RawFileSystem: lfs keeps no lookup counts.
+func (f *FS) Forget(nodeid, nlookup uint64) {}
+
+// GetAttr implements fuse.RawFileSystem.
+func (f *FS) GetAttr(_ <-chan struct{}, in *fuse.GetAttrIn, out *fuse.AttrOut) fuse.Status {
+	a, err := f.fs.Getattr(bg(), in.NodeId)
+	if err != nil {
+		return status(err)
+	}
+	f.attrOut(a, out)
+	return fuse.OK
+}
+
+func tsNs(sec uint64, nsec uint32) int64 { return int64(sec)*1e9 + int64(nsec) }
+
+// SetAttr implements fuse.RawFileSystem.
+func (f *FS) SetAttr(_ <-chan struct{}, in *fuse.SetAttrIn, out *fuse.AttrOut) fuse.Status {
+	var s lfs.SetattrIn
+	now := time.Now().UnixNano()
+	if in.Valid&fuse.FATTR_MODE != 0 {
+		s.Valid |= lfs.SetMode
+		s.Mode = in.Mode
+	}
+	if in.Valid&fuse.FATTR_UID != 0 {
+		s.Valid |= lfs.SetUID
+		s.UID = in.Uid
+	}
+	if in.Valid&fuse.FATTR_GID != 0 {
+		s.Valid |= lfs.SetGID
+		s.GID = in.Gid
+	}
+	if in.Valid&fuse.FATTR_SIZE != 0 {
+		s.Valid |= lfs.SetSize
+		s.Size = in.Size
+	}
+	if in.Valid&fuse.FATTR_ATIME != 0 {
+		s.Valid |= lfs.SetAtime
+		s.Atime = tsNs(in.Atime, in.Atimensec)
+		if in.Valid&fuse.FATTR_ATIME_NOW != 0 {
+			s.Atime = now
+		}
+	}
+	if in.Valid&fuse.FATTR_MTIME != 0 {
+		s.Valid |= lfs.SetMtime
+		s.Mtime = tsNs(in.Mtime, in.Mtimensec)
+		if in.Valid&fuse.FATTR_MTIME_NOW != 0 {
+			s.Mtime = now
+		}
+	}
+	if in.Valid&fuse.FATTR_CTIME != 0 {
+		s.Valid |= lfs.SetCtime
+		s.Ctime = tsNs(in.Ctime, in.Ctimensec)
+	}
+	a, err := f.fs.Setattr(bg(), in.NodeId, s)
+	if err != nil {
+		return status(err)
+	}
+	f.attrOut(a, out)
+	return fuse.OK
+}
+
+// Mknod implements fuse.RawFileSystem: regular files only.
+func (f *FS) Mknod(_ <-chan struct{}, in *fuse.MknodIn, name string, out *fuse.EntryOut) fuse.Status {
+	if in.Mode&syscall.S_IFMT != syscall.S_IFREG && in.Mode&syscall.S_IFMT != 0 {
+		return status(syscall.EPERM) // lfs has no device, FIFO or socket nodes
+	}
+	uid, gid, mode, err := f.owner(in.NodeId, in.Caller, in.Mode)
+	if err != nil {
+		return status(err)
+	}
+	a, h, err := f.fs.Create(bg(), in.NodeId, name, mode&0o7777, uid, gid, syscall.O_RDONLY)
+	if err != nil {
+		return status(err)
+	}
+	if err := f.fs.Release(bg(), h); err != nil {
+		return status(err)
+	}
+	f.entry(a, out)
+	return fuse.OK
+}
+
+// Mkdir implements fuse.RawFileSystem.
+func (f *FS) Mkdir(_ <-chan struct{}, in *fuse.MkdirIn, name string, out *fuse.EntryOut) fuse.Status {
+	uid, gid, mode, err := f.owner(in.NodeId, in.Caller, in.Mode|syscall.S_IFDIR)
+	if err != nil {
+		return status(err)
+	}
+	a, err := f.fs.Mkdir(bg(), in.NodeId, name, mode&0o7777, uid, gid)
+	if err != nil {
+		return status(err)
+	}
+	f.entry(a, out)
+	return fuse.OK
+}
+
+// Unlink implements fuse.RawFileSystem.
+func (f *FS) Unlink(_ <-chan struct{}, h *fuse.InHeader, name string) fuse.Status {
+	return status(f.fs.Unlink(bg(), h.NodeId, name))
+}
+
+// Rmdir implements fuse.RawFileSystem.
+func (f *FS) Rmdir(_ <-chan struct{}, h *fuse.InHeader, name string) fuse.Status {
+	return status(f.fs.Rmdir(bg(), h.NodeId, name))
+}
+
+// Rename implements fuse.RawFileSystem (RENAME_NOREPLACE; RENAME_EXCHANGE is EINVAL in lfs).
+func (f *FS) Rename(_ <-chan struct{}, in *fuse.RenameIn, oldName, newName string) fuse.Status {
+	if in.Flags&^uint32(lfs.RenameNoReplace|lfs.RenameExchange) != 0 {
+		return status(syscall.EINVAL) // RENAME_WHITEOUT: no whiteouts in lfs
+	}
+	return status(f.fs.Rename(bg(), in.NodeId, oldName, in.Newdir, newName, in.Flags))
+}
+
+// Link implements fuse.RawFileSystem.
+func (f *FS) Link(_ <-chan struct{}, in *fuse.LinkIn, name string, out *fuse.EntryOut) fuse.Status {
+	a, err := f.fs.Link(bg(), in.Oldnodeid, in.NodeId, name)
+	if err != nil {
+		return status(err)
+	}
+	f.entry(a, out)
+	return fuse.OK
+}
+
+// Symlink implements fuse.RawFileSystem.
+func (f *FS) Symlink(_ <-chan struct{}, h *fuse.InHeader, target, name string, out *fuse.EntryOut) fuse.Status {
+	uid, gid, _, err := f.owner(h.NodeId, h.Caller, syscall.S_IFLNK)
+	if err != nil {
+		return status(err)
+	}
+	a, err := f.fs.Symlink(bg(), h.NodeId, name, target, uid, gid)
+	if err != nil {
+		return status(err)
+	}
+	f.entry(a, out)
+	return fuse.OK
+}
+
+// Readlink implements fuse.RawFileSystem.
+func (f *FS) Readlink(_ <-chan struct{}, h *fuse.InHeader) ([]byte, fuse.Status) {
+	s, err := f.fs.Readlink(bg(), h.NodeId)
+	if err != nil {
+		return nil, status(err)
+	}
+	return []byte(s), fuse.OK
+}
+
+// xattrReply answers getxattr/listxattr size probes and short buffers.
+func xattrReply(v []byte, dest []byte) (uint32, fuse.Status) {
+	if len(dest) == 0 {
+		return uint32(len(v)), fuse.OK
+	}
+	if len(dest) < len(v) {
+		return uint32(len(v)), fuse.ERANGE
+	}
+	return uint32(copy(dest, v)), fuse.OK
+}
+
+// GetXAttr implements fuse.RawFileSystem (and the virtual StatsXattr).
+func (f *FS) GetXAttr(_ <-chan struct{}, h *fuse.InHeader, name string, dest []byte) (uint32, fuse.Status) {
+	if h.NodeId == lfs.RootIno && name == StatsXattr {
+		b, err := json.Marshal(StatsInfo{Mount: f.cfg.Info, Stats: f.fs.Stats()})
+		if err != nil {
+			return 0, status(err)
+		}
+		return xattrReply(b, dest)
+	}
+	v, err := f.fs.Getxattr(bg(), h.NodeId, name)
+	if err != nil {
+		return 0, status(err)
+	}
+	return xattrReply(v, dest)
+}
+
+// ListXAttr implements fuse.RawFileSystem.
+func (f *FS) ListXAttr(_ <-chan struct{}, h *fuse.InHeader, dest []byte) (uint32, fuse.Status) {
+	names, err := f.fs.Listxattr(bg(), h.NodeId)
+	if err != nil {
+		return 0, status(err)
+	}
+	var b []byte
+	for _, n := range names {
+		b = append(append(b, n...), 0)
+	}
+	return xattrReply(b, dest)
+}
+
+// SetXAttr implements fuse.RawFileSystem.
+func (f *FS) SetXAttr(_ <-chan struct{}, in *fuse.SetXAttrIn, name string, data []byte) fuse.Status {
+	if in.NodeId == lfs.RootIno && name == StatsXattr {
+		return status(syscall.EPERM)
+	}
+	return status(f.fs.Setxattr(bg(), in.NodeId, name, data, int(in.Flags)))
+}
+
+// RemoveXAttr implements fuse.RawFileSystem.
+func (f *FS) RemoveXAttr(_ <-chan struct{}, h *fuse.InHeader, name string) fuse.Status {
+	return status(f.fs.Removexattr(bg(), h.NodeId, name))
+}
+
+// Create implements fuse.RawFileSystem. Without O_EXCL an existing name is
+// opened (two creators racing on one name both succeed, as on a local FS).
+func (f *FS) Create(_ <-chan struct{}, in *fuse.CreateIn, name string, out *fuse.CreateOut) fuse.Status {
+	uid, gid, mode, err := f.owner(in.NodeId, in.Caller, in.Mode)
+	if err != nil {
+		return status(err)
+	}
+	flags := int(in.Flags)
+	a, h, err := f.fs.Create(bg(), in.NodeId, name, mode&0o7777, uid, gid, flags)
+	if lfs.Errno(err) == syscall.EEXIST && flags&syscall.O_EXCL == 0 {
+		if a, err = f.fs.Lookup(bg(), in.NodeId, name); err == nil {
+			if a.Mode&syscall.S_IFMT == syscall.S_IFDIR {
+				return status(syscall.EISDIR)
+			}
+			if h, err = f.fs.Open(bg(), a.Ino, flags); err == nil {
+				a, err = f.fs.Getattr(bg(), a.Ino)
+			}
+		}
+	}
+	if err != nil {
+		return status(err)
+	}
+	f.entry(a, &out.EntryOut)
+	out.Fh = uint64(h)
+	out.OpenFlags = fuse.FOPEN_KEEP_CACHE
+	return fuse.OK
+}
+
+// Open implements fuse.RawFileSystem.
+func (f *FS) Open(_ <-chan struct{}, in *fuse.OpenIn, out *fuse.OpenOut) fuse.Status {
+	h, err := f.fs.Open(bg(), in.NodeId, int(in.Flags))
+	if err != nil {
+		return status(err)
+	}
+	out.Fh = uint64(h)
+	// Every change of file data passes through this mount's page cache
+	// (lfs never changes data on its own; recycling moves blocks without
+	// changing them), so the cache stays valid from one open to the next.
+	out.OpenFlags = fuse.FOPEN_KEEP_CACHE
+	return fuse.OK
+}
+
+// Read implements fuse.RawFileSystem.
+func (f *FS) Read(_ <-chan struct{}, in *fuse.ReadIn, buf []byte) (fuse.ReadResult, fuse.Status) {
+	n, err := f.fs.Read(bg(), lfs.Handle(in.Fh), int64(in.Offset), buf[:min(len(buf), int(in.Size))])
+	if err != nil {
+		return nil, status(err)
+	}
+	return fuse.ReadResultData(buf[:n]), fuse.OK
+}
+
+// Write implements fuse.RawFileSystem.
+func (f *FS) Write(_ <-chan struct{}, in *fuse.WriteIn, data []byte) (uint32, fuse.Status) {
+	n, err := f.fs.Write(bg(), lfs.Handle(in.Fh), int64(in.Offset), data)
+	if err != nil {
+		return 0, status(err)
+	}
+	return uint32(n), fuse.OK
+}
+
+// Flush implements fuse.RawFileSystem (close(2) of a descriptor).
+func (f *FS) Flush(_ <-chan struct{}, in *fuse.FlushIn) fuse.Status {
+	return status(f.fs.Flush(bg(), lfs.Handle(in.Fh)))
+}
+
+// Release implements fuse.RawFileSystem (the last close of an open file).
+func (f *FS) Release(_ <-chan struct{}, in *fuse.ReleaseIn) {
+	_ = f.fs.Release(bg(), lfs.Handle(in.Fh))
+}
+
+// Fsync implements fuse.RawFileSystem.
+func (f *FS) Fsync(_ <-chan struct{}, in *fuse.FsyncIn) fuse.Status {
+	if in.Fh == 0 {
+		return status(f.fs.FsyncIno(bg(), in.NodeId))
+	}
+	return status(f.fs.Fsync(bg(), lfs.Handle(in.Fh), in.FsyncFlags&1 != 0))
+}
+
+// Fallocate implements fuse.RawFileSystem: mode 0 extends the file, KEEP_SIZE
+// does nothing (blocks are allocated when written in a log-structured file
+// system), anything else (punching holes, zero ranges) is EOPNOTSUPP.
+func (f *FS) Fallocate(_ <-chan struct{}, in *fuse.FallocateIn) fuse.Status {
+	const keepSize = 1 // FALLOC_FL_KEEP_SIZE
+	switch in.Mode {
+	case 0:
+		a, err := f.fs.Getattr(bg(), in.NodeId)
+		if err != nil {
+			return status(err)
+		}
+		if a.Mode&syscall.S_IFMT != syscall.S_IFREG {
+			return status(syscall.ENODEV)
+		}
+		end := in.Offset + in.Length
+		if end > a.Size {
+			_, err = f.fs.Setattr(bg(), in.NodeId, lfs.SetattrIn{Valid: lfs.SetSize, Size: end})
+		}
+		return status(err)
+	case keepSize:
+		_, err := f.fs.Getattr(bg(), in.NodeId)
+		return status(err)
+	}
+	return status(syscall.EOPNOTSUPP)
+}
+
+// OpenDir implements fuse.RawFileSystem: the listing is taken now.
+func (f *FS) OpenDir(_ <-chan struct{}, in *fuse.OpenIn, out *fuse.OpenOut) fuse.Status {
+	ents, err := f.fs.Readdir(bg(), in.NodeId)
+	if err != nil {
+		return status(err)
+	}
+	h, err := f.fs.Open(bg(), in.NodeId, syscall.O_RDONLY)
+	if err != nil {
+		return status(err)
+	}
+	f.mu.Lock()
+	id := f.nextDH
+	f.nextDH++
+	f.dirs[id] = &dirHandle{ino: in.NodeId, h: h, ents: ents}
+	f.mu.Unlock()
+	out.Fh = id
+	return fuse.OK
+}
+
+func (f *FS) dir(fh uint64) *dirHandle {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.dirs[fh]
+}
+
+// ReadDir implements fuse.RawFileSystem: entry i has offset i+1; offset 0
+// (a new or rewound stream) takes a fresh listing.
+func (f *FS) ReadDir(_ <-chan struct{}, in *fuse.ReadIn, out *fuse.DirEntryList) fuse.Status {
+	d := f.dir(in.Fh)
+	if d == nil {
+		return status(syscall.EBADF)
+	}
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if in.Offset == 0 {
+		ents, err := f.fs.Readdir(bg(), d.ino)
+		if err != nil {
+			return status(err)
+		}
+		d.ents = ents
+	}
+	for i := in.Offset; i < uint64(len(d.ents)); i++ {
+		e := d.ents[i]
+		if !out.AddDirEntry(fuse.DirEntry{Name: e.Name, Ino: e.Ino, Mode: e.Mode, Off: i + 1}) {
+			break
+		}
+	}
+	return fuse.OK
+}
+
+// ReleaseDir implements fuse.RawFileSystem.
+func (f *FS) ReleaseDir(in *fuse.ReleaseIn) {
+	f.mu.Lock()
+	d := f.dirs[in.Fh]
+	delete(f.dirs, in.Fh)
+	f.mu.Unlock()
+	if d != nil {
+		_ = f.fs.Release(bg(), d.h)
+	}
+}
+
+// FsyncDir implements fuse.RawFileSystem.
+func (f *FS) FsyncDir(_ <-chan struct{}, in *fuse.FsyncIn) fuse.Status {
+	return status(f.fs.FsyncIno(bg(), in.NodeId))
+}
+
+// StatFs implements fuse.RawFileSystem.
+func (f *FS) StatFs(_ <-chan struct{}, _ *fuse.InHeader, out *fuse.StatfsOut) fuse.Status {
+	s, err := f.fs.Statfs(bg())
+	if err != nil {
+		return status(err)
+	}
+	*out = fuse.StatfsOut{Blocks: s.Blocks, Bfree: s.Bfree, Bavail: s.Bavail, Files: s.Files, Ffree: s.Ffree,
+		Bsize: s.Bsize, NameLen: s.NameLen, Frsize: s.Bsize}
+	return fuse.OK
+}
+
+// MountOptions are the go-fuse options of a ZoneFleet mount.
+type MountOptions struct {
+	FsName     string // shown by df (e.g. zonefleet:NAMESPACE)
+	AllowOther bool
+	Debug      bool
+	// Direct mounts with mount(2) (root only); otherwise through fusermount3.
+	Direct bool
+}
+
+// Server is a mounted binding.
+type Server struct {
+	srv  *fuse.Server
+	dir  string
+	done chan struct{}
+}
+
+// Mount mounts the binding at dir and serves it in the background until
+// Unmount or an unmount from outside (fusermount3 -u, umount).
+func Mount(f *FS, dir string, o MountOptions) (*Server, error) {
+	opts := &fuse.MountOptions{
+		FsName:             o.FsName,
+		Name:               "zonefleet",
+		AllowOther:         o.AllowOther,
+		Debug:              o.Debug,
+		DirectMount:        o.Direct,
+		MaxWrite:           1 << 20,
+		DisableReadDirPlus: true,
+		Options:            []string{"default_permissions"},
+	}
+	if opts.FsName == "" {
+		opts.FsName = "zonefleet"
+	}
+	srv, err := fuse.NewServer(f, dir, opts)
+	if err != nil {
+		return nil, fmt.Errorf("mount %s: %w", dir, err)
+	}
+	s := &Server{srv: srv, dir: dir, done: make(chan struct{})}
+	go func() {
+		srv.Serve()
+		close(s.done)
+	}()
+	if err := srv.WaitMount(); err != nil {
+		_ = srv.Unmount()
+		return nil, fmt.Errorf("mount %s: %w", dir, err)
+	}
+	return s, nil
+}
+
+// Done is closed when the kernel has ended the mount (after Unmount, or an
+// unmount from outside).
+func (s *Server) Done() <-chan struct{} { return s.done }
+
+// Unmount asks the kernel to unmount and waits until serving stopped. A busy
+// mount (open files, a shell inside it) fails with EBUSY unless lazy, which
+// detaches it now and ends serving when the last user leaves.
+func (s *Server) Unmount(lazy bool) error {
+	err := s.srv.Unmount()
+	if err != nil && lazy {
+		err = LazyUnmount(s.dir)
+	}
+	if err != nil {
+		return err
+	}
+	<-s.done
+	return nil
+}
+
+// LazyUnmount detaches the mount at dir (umount -l / fusermount3 -u -z).
+// It also clears a dead mount whose process was killed.
+func LazyUnmount(dir string) error {
+	if os.Geteuid() == 0 {
+		if err := syscall.Unmount(dir, syscall.MNT_DETACH); err == nil {
+			return nil
+		}
+	}
+	out, err := exec.Command("fusermount3", "-u", "-z", dir).CombinedOutput()
+	if err != nil {
+		return fmt.Errorf("fusermount3 -u -z %s: %v: %s", dir, err, strings.TrimSpace(string(out)))
+	}
+	return nil
+}
+
+// Wait blocks until the mount ends.
+func (s *Server) Wait() { <-s.done }

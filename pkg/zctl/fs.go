@@ -1,0 +1,582 @@
+package zctl
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"os/signal"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"github.com/spf13/cobra"
+	"golang.org/x/sys/unix"
+
+	"github.com/zonefleet/zonefleet/pkg/buildinfo"
+	"github.com/zonefleet/zonefleet/pkg/client"
+	"github.com/zonefleet/zonefleet/pkg/clock"
+	"github.com/zonefleet/zonefleet/pkg/fsbench"
+	"github.com/zonefleet/zonefleet/pkg/fsvol"
+	"github.com/zonefleet/zonefleet/pkg/fusefs"
+	"github.com/zonefleet/zonefleet/pkg/lfs"
+	"github.com/zonefleet/zonefleet/pkg/zerr"
+)
+
+// nsFlag adds --ns, the file-system commands' spelling of -n/--namespace.
+func nsFlag(c *cobra.Command, ns *string) {
+	c.Flags().StringVar(ns, "ns", "", "namespace holding the file system (same as -n/--namespace)")
+}
+
+func (g *Globals) useNS(ns string) {
+	if ns != "" {
+		g.Namespace = ns
+	}
+}
+
+// fsClient connects to the namespace with the client's metrics in reg (nil: none).
+func (g *Globals) fsClient(ctx context.Context, reg prometheus.Registerer) (*client.Client, error) {
+	g.resolve()
+	if g.Arbiter == "" && g.Etcd == "" {
+		return nil, &exitError{code: ExitUnavailable, err: errors.New("no cluster: give --arbiter or --etcd, or start one with `zctl local up`")}
+	}
+	if g.Namespace == "" {
+		return nil, usageErr(errors.New("no namespace: give --ns, --namespace (-n) or ZONEFLEET_NAMESPACE"))
+	}
+	return client.New(ctx, client.Config{Arbiters: split(g.Arbiter), Etcd: split(g.Etcd), Namespace: g.Namespace,
+		Token: g.Token, RetryDeadline: 15 * time.Second, Registerer: reg})
+}
+
+func mkfsCmd(g *Globals) *cobra.Command {
+	var (
+		ns                     string
+		op, segVZones, maxZone int
+		force                  bool
+	)
+	c := &cobra.Command{
+		Use:   "mkfs",
+		Short: "format a namespace with the log-structured file system",
+		Long: `Formats the namespace's v-zones with the log-structured file system: a
+superblock and an empty root directory in a metadata v-zone. A namespace that holds
+a file system (or any data) is refused unless --force, which resets every v-zone.
+
+Segments are v-zones: --segment-vzones is fixed to 1 (lfs maps one segment to one
+v-zone; a v-zone's size is the namespace's --zones-per-vzone times the drives' zone).`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			g.useNS(ns)
+			if segVZones != 1 {
+				return usageErr(fmt.Errorf("--segment-vzones %d: segments are exactly one v-zone (give 1, or size v-zones with `zctl ns create --zones-per-vzone`)", segVZones))
+			}
+			if op < 1 || op > 50 {
+				return usageErr(fmt.Errorf("--overprovision %d: want a percentage in [1, 50]", op))
+			}
+			ctx := cmd.Context()
+			c, err := g.fsClient(ctx, nil)
+			if err != nil {
+				return err
+			}
+			defer c.Close()
+			vol, err := fsvol.New(ctx, c, fsvol.Options{MaxZones: maxZone})
+			if err != nil {
+				return err
+			}
+			if err := lfs.Mkfs(ctx, vol, lfs.MkfsOptions{OPPercent: op, Force: force}); err != nil {
+				if errors.Is(err, zerr.ErrAlreadyExists) {
+					return fmt.Errorf("mkfs %s: %w; --force formats it anyway (everything in it is lost)", g.Namespace, err)
+				}
+				return fmt.Errorf("mkfs %s: %w", g.Namespace, err)
+			}
+			geo := vol.Geometry()
+			out := struct {
+				Namespace     string `json:"namespace"`
+				BlockSize     int    `json:"block_size"`
+				SegmentBlocks uint64 `json:"segment_blocks"`
+				Segments      int    `json:"segments"`
+				MaxOpen       int    `json:"max_open_segments"`
+				Overprovision int    `json:"overprovision_percent"`
+			}{g.Namespace, geo.BlockSize, geo.ZoneBlocks, geo.MaxZones, geo.MaxOpen, op}
+			return g.emit(out, func(w io.Writer) error {
+				_, err := fmt.Fprintf(w, "formatted namespace %s: %d segments (v-zones) of %s, %d open at once, %d %% over-provisioning\n",
+					out.Namespace, out.Segments, bytesHuman(out.SegmentBlocks*uint64(out.BlockSize)), out.MaxOpen, out.Overprovision)
+				return err
+			})
+		},
+	}
+	nsFlag(c, &ns)
+	c.Flags().IntVar(&op, "overprovision", 10, "over-provisioning: percent of the data segments users can never fill")
+	c.Flags().IntVar(&segVZones, "segment-vzones", 1, "v-zones per segment (only 1 is supported)")
+	c.Flags().IntVar(&maxZone, "max-zones", 0, "v-zones the file system may hold (0: the namespace's share of the cluster); give the same to mount")
+	c.Flags().BoolVar(&force, "force", false, "format even when the namespace holds a file system or data")
+	return c
+}
+
+func fsckCmd(g *Globals) *cobra.Command {
+	var (
+		ns      string
+		repair  bool
+		maxZone int
+	)
+	c := &cobra.Command{
+		Use:   "fsck",
+		Short: "check the file system of a namespace (and repair it)",
+		Long: `Checks every invariant of the file system at its last checkpoint: segment
+valid counts against bitmaps, every valid block owned exactly once (SIT, SSA, NAT,
+direct nodes), every node reachable from the root, directory types, parents and
+link counts, no block past EOF, used-space accounting. Prints each problem.
+
+With --repair it mounts (rolling forward fsynced files), fixes what it can (SIT and
+summaries rebuilt from the tree, link counts, dangling names, unreachable inodes
+moved to /lost+found), checkpoints and checks again. Do not repair a mounted file
+system. Exit code 0 when clean, 1 when problems remain.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			g.useNS(ns)
+			ctx := cmd.Context()
+			c, err := g.fsClient(ctx, nil)
+			if err != nil {
+				return err
+			}
+			defer c.Close()
+			vol, err := fsvol.New(ctx, c, fsvol.Options{MaxZones: maxZone})
+			if err != nil {
+				return err
+			}
+			rep, err := lfs.Fsck(ctx, vol, repair)
+			if err != nil {
+				return fmt.Errorf("fsck %s: %w", g.Namespace, err)
+			}
+			type problem struct {
+				Kind string `json:"kind"`
+				Msg  string `json:"msg"`
+			}
+			out := struct {
+				Namespace   string    `json:"namespace"`
+				Clean       bool      `json:"clean"`
+				Problems    []problem `json:"problems"`
+				Inodes      int       `json:"inodes"`
+				Dirs        int       `json:"dirs"`
+				ValidBlocks uint64    `json:"valid_blocks"`
+				Segments    int       `json:"segments"`
+				Repaired    int       `json:"repaired"`
+			}{Namespace: g.Namespace, Clean: len(rep.Problems) == 0, Problems: []problem{}, Inodes: rep.Inodes, Dirs: rep.Dirs,
+				ValidBlocks: rep.ValidBlocks, Segments: rep.Segments, Repaired: rep.Repaired}
+			for _, p := range rep.Problems {
+				out.Problems = append(out.Problems, problem{p.Kind, p.Msg})
+			}
+			if err := g.emit(out, func(w io.Writer) error {
+				for _, p := range rep.Problems {
+					fmt.Fprintf(w, "%s: %s\n", p.Kind, p.Msg)
+				}
+				state := "clean"
+				if !out.Clean {
+					state = fmt.Sprintf("%d problems", len(rep.Problems))
+				}
+				_, err := fmt.Fprintf(w, "%s: %s; %d inodes (%d directories), %d valid blocks in %d segments; %d repaired\n",
+					g.Namespace, state, rep.Inodes, rep.Dirs, rep.ValidBlocks, rep.Segments, rep.Repaired)
+				return err
+			}); err != nil {
+				return err
+			}
+			if !out.Clean {
+				return &exitError{code: ExitFailed, err: fmt.Errorf("fsck %s: %d problems (first: %s)", g.Namespace, len(rep.Problems), rep.Problems[0])}
+			}
+			return nil
+		},
+	}
+	nsFlag(c, &ns)
+	c.Flags().BoolVar(&repair, "repair", false, "fix what can be fixed")
+	c.Flags().IntVar(&maxZone, "max-zones", 0, "v-zones the file system may hold (as given to mkfs)")
+	return c
+}
+
+// mountOptions are zctl mount's flags.
+type mountOptions struct {
+	ns, dir, gc, metrics, logFile string
+	cachedWrite, allowOther       bool
+	daemon, debug                 bool
+	bgGC, cpEvery                 time.Duration
+	cacheBlocks, maxZones         int
+}
+
+// readyFD is the descriptor a daemonized mount reports readiness on.
+const readyEnv = "ZONEFLEET_MOUNT_READY_FD"
+
+func mountCmd(g *Globals) *cobra.Command {
+	var o mountOptions
+	c := &cobra.Command{
+		Use:   "mount DIR",
+		Short: "mount a namespace's file system at DIR (FUSE)",
+		Long: `Mounts the namespace's file system at DIR through FUSE and serves it until
+SIGINT/SIGTERM or an unmount from outside (fusermount3 -u DIR, umount DIR); then it
+writes everything back, takes a checkpoint and closes the connection to the cluster.
+As root it mounts with mount(2), otherwise through fusermount3. The kernel checks
+permissions (default_permissions).
+
+--daemon returns once the file system is mounted and leaves it served by a
+background process (its log in --log). The live counters of a mount are read with
+` + "`zctl fs stat DIR`" + ` (the virtual attribute ` + fusefs.StatsXattr + ` of DIR), its
+Prometheus metrics (zonefleet_fs_*, zonefleet_client_*) on --metrics-listen.`,
+		Args: cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			g.useNS(o.ns)
+			o.dir = args[0]
+			if o.gc != "host-copy" && o.gc != "izc" {
+				return usageErr(fmt.Errorf("--gc %q: want host-copy or izc", o.gc))
+			}
+			if st, err := os.Stat(o.dir); err != nil || !st.IsDir() {
+				return usageErr(fmt.Errorf("mount point %s: not a directory", o.dir))
+			}
+			if o.daemon {
+				return daemonize(g, o)
+			}
+			return runMount(cmd.Context(), g, o)
+		},
+	}
+	f := c.Flags()
+	nsFlag(c, &o.ns)
+	f.StringVar(&o.gc, "gc", "izc", "segment recycling: izc (copy inside the drives, ZNS+ zone_compaction) or host-copy (the ZNS baseline)")
+	f.BoolVar(&o.cachedWrite, "izc-cached-write", false, "IZC-H: write blocks cached on the host from the host instead of copying them on the drives")
+	f.DurationVar(&o.bgGC, "background-gc", 2*time.Second, "recycle one segment after this much idle time (0: off)")
+	f.DurationVar(&o.cpEvery, "checkpoint-every", 5*time.Second, "checkpoint at this period when something changed (0: off)")
+	f.IntVar(&o.cacheBlocks, "cache-blocks", 0, "host page cache in blocks (0: lfs default, 4096)")
+	f.IntVar(&o.maxZones, "max-zones", 0, "v-zones the file system may hold (as given to mkfs)")
+	f.StringVar(&o.metrics, "metrics-listen", "", "serve /metrics on this address (e.g. 127.0.0.1:7901)")
+	f.BoolVar(&o.allowOther, "allow-other", false, "let other users reach the mount (needs user_allow_other for non-root)")
+	f.BoolVar(&o.daemon, "daemon", false, "mount, then serve from a background process and return")
+	f.StringVar(&o.logFile, "log", "", "log file of a --daemon mount (default: $TMPDIR/zonefleet-mount-NAMESPACE.log)")
+	f.BoolVar(&o.debug, "debug", false, "log every FUSE request")
+	return c
+}
+
+// daemonize starts this command again without --daemon in a new session and
+// waits until it reports the mount ready (or failed) on a pipe.
+func daemonize(g *Globals, o mountOptions) error {
+	g.resolve()
+	exe, err := os.Executable()
+	if err != nil {
+		return err
+	}
+	var args []string
+	for _, a := range os.Args[1:] {
+		if a == "--daemon" || strings.HasPrefix(a, "--daemon=") {
+			continue
+		}
+		args = append(args, a)
+	}
+	if g.Namespace != "" {
+		args = append(args, "--namespace", g.Namespace)
+	}
+	logPath := o.logFile
+	if logPath == "" {
+		logPath = filepath.Join(os.TempDir(), "zonefleet-mount-"+g.Namespace+".log")
+	}
+	logf, err := os.OpenFile(logPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+	if err != nil {
+		return err
+	}
+	defer logf.Close()
+	r, w, err := os.Pipe()
+	if err != nil {
+		return err
+	}
+	defer r.Close()
+	cmd := exec.Command(exe, args...)
+	cmd.Env = append(os.Environ(), readyEnv+"=3", "ZONEFLEET_DAEMON=false")
+	cmd.Stdin, cmd.Stdout, cmd.Stderr = nil, logf, logf
+	cmd.ExtraFiles = []*os.File{w}
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
+	if err := cmd.Start(); err != nil {
+		w.Close()
+		return err
+	}
+	w.Close()
+	line, _ := bufio.NewReader(r).ReadString('\n')
+	line = strings.TrimSpace(line)
+	if line != "ready" {
+		_ = cmd.Wait()
+		if line == "" {
+			line = "the mount process exited; see " + logPath
+		}
+		return errors.New(line)
+	}
+	pid := cmd.Process.Pid
+	_ = cmd.Process.Release()
+	abs, _ := filepath.Abs(o.dir)
+	out := struct {
+		Namespace string `json:"namespace"`
+		Dir       string `json:"dir"`
+		PID       int    `json:"pid"`
+		Log       string `json:"log"`
+	}{g.Namespace, abs, pid, logPath}
+	return g.emit(out, func(w io.Writer) error {
+		_, err := fmt.Fprintf(w, "mounted %s at %s (pid %d, log %s); unmount with `fusermount3 -u %s` or kill %d\n",
+			out.Namespace, out.Dir, out.PID, out.Log, out.Dir, out.PID)
+		return err
+	})
+}
+
+// runMount mounts and serves until a signal or an outside unmount.
+func runMount(ctx context.Context, g *Globals, o mountOptions) (err error) {
+	var ready *os.File
+	if fd, e := strconv.Atoi(os.Getenv(readyEnv)); e == nil && fd > 2 {
+		ready = os.NewFile(uintptr(fd), "ready")
+		_ = os.Unsetenv(readyEnv)
+		defer func() {
+			if err != nil {
+				fmt.Fprintf(ready, "%s\n", errorLine(err))
+			}
+			ready.Close()
+		}()
+	}
+	sigCtx, stop := signal.NotifyContext(ctx, os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	return serveMount(sigCtx, g, o, func(abs, metricsAddr string) {
+		if ready != nil {
+			fmt.Fprintln(ready, "ready")
+			ready.Close()
+			ready = nil
+			return
+		}
+		m := ""
+		if metricsAddr != "" {
+			m = ", metrics on http://" + metricsAddr + "/metrics"
+		}
+		fmt.Fprintf(g.Out, "mounted %s at %s (pid %d%s); Ctrl-C or `fusermount3 -u %s` unmounts\n", g.Namespace, abs, os.Getpid(), m, abs)
+	})
+}
+
+// serveMount mounts, calls mounted, and serves until ctx ends or an outside
+// unmount; then it unmounts lfs (checkpoint) and closes the client.
+func serveMount(sigCtx context.Context, g *Globals, o mountOptions, mounted func(abs, metricsAddr string)) error {
+	reg := prometheus.NewRegistry()
+	bi := buildinfo.Get()
+	buildInfo := prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "zonefleet_build_info", Help: "Build of the running binary; always 1."},
+		[]string{"version", "revision", "goversion", "component"})
+	buildInfo.WithLabelValues(bi.Version, bi.Revision, bi.GoVersion, "mount").Set(1)
+	reg.MustRegister(buildInfo, collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	c, err := g.fsClient(sigCtx, reg)
+	if err != nil {
+		return err
+	}
+	defer c.Close()
+	vol, err := fsvol.New(sigCtx, c, fsvol.Options{MaxZones: o.maxZones})
+	if err != nil {
+		return err
+	}
+	clk := clock.Realtime(1)
+	defer clk.Stop()
+	move := lfs.Compact
+	if o.gc == "host-copy" {
+		move = lfs.HostCopy
+	}
+	fs, err := lfs.Mount(sigCtx, vol, lfs.Options{Clock: clk, Registry: reg, Move: move, CachedWrite: o.cachedWrite,
+		BackgroundGC: o.bgGC, CheckpointEvery: o.cpEvery, CacheBlocks: o.cacheBlocks})
+	if err != nil {
+		return fmt.Errorf("mount %s: %w", g.Namespace, err)
+	}
+	unmounted := false
+	defer func() {
+		if !unmounted {
+			_ = fs.Unmount(context.Background())
+		}
+	}()
+	var metricsAddr string
+	if o.metrics != "" {
+		lis, err := net.Listen("tcp", o.metrics)
+		if err != nil {
+			return usageErr(fmt.Errorf("--metrics-listen %s: %w", o.metrics, err))
+		}
+		metricsAddr = lis.Addr().String()
+		mux := http.NewServeMux()
+		mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{Registry: reg}))
+		hs := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
+		go func() { _ = hs.Serve(lis) }()
+		defer hs.Close()
+	}
+	abs, _ := filepath.Abs(o.dir)
+	bfs := fusefs.New(fs, fusefs.Config{Info: fusefs.MountInfo{PID: os.Getpid(), Namespace: g.Namespace, Dir: abs, GC: o.gc,
+		CachedWrite: o.cachedWrite, MetricsAddr: metricsAddr, BackgroundGC: o.bgGC.String(), CheckpointEach: o.cpEvery.String(),
+		Started: time.Now().UTC().Format(time.RFC3339)}})
+	srv, err := fusefs.Mount(bfs, o.dir, fusefs.MountOptions{FsName: "zonefleet:" + g.Namespace, AllowOther: o.allowOther,
+		Debug: o.debug, Direct: os.Geteuid() == 0})
+	if err != nil {
+		return err
+	}
+	mounted(abs, metricsAddr)
+	select {
+	case <-srv.Done():
+	case <-sigCtx.Done():
+		// A busy mount (open files, a shell inside) is detached: serving
+		// ends when its last user leaves.
+		if err := srv.Unmount(true); err != nil {
+			fmt.Fprintf(g.Err, "zctl: unmount %s: %v\n", abs, err)
+			srv.Wait()
+		}
+	}
+	unmounted = true
+	if err := fs.Unmount(context.Background()); err != nil {
+		return fmt.Errorf("unmount %s: %w", g.Namespace, err)
+	}
+	fmt.Fprintf(g.Err, "unmounted %s from %s\n", g.Namespace, abs)
+	return nil
+}
+
+// localMount formats the namespace ns of an in-process cluster when it holds
+// no file system yet and mounts it at dir (zctl local up --mount). The
+// returned stop unmounts it.
+func localMount(ctx context.Context, g *Globals, arbiters []string, ns, dir string) (func(), error) {
+	lg := *g
+	lg.Arbiter, lg.Etcd, lg.Namespace = strings.Join(arbiters, ","), "", ns
+	c, err := lg.fsClient(ctx, nil)
+	if err != nil {
+		return nil, err
+	}
+	vol, err := fsvol.New(ctx, c, fsvol.Options{})
+	if err == nil {
+		err = lfs.Mkfs(ctx, vol, lfs.MkfsOptions{})
+		var ae *zerr.AlreadyExistsError
+		if errors.As(err, &ae) && ae.Kind == "file system" {
+			err = nil
+		}
+	}
+	c.Close()
+	if err != nil {
+		return nil, fmt.Errorf("--mount: mkfs %s: %w", ns, err)
+	}
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return nil, err
+	}
+	mctx, cancel := context.WithCancel(context.Background())
+	ready, done := make(chan string, 1), make(chan error, 1)
+	o := mountOptions{dir: dir, gc: "izc", bgGC: 2 * time.Second, cpEvery: 5 * time.Second}
+	go func() {
+		done <- serveMount(mctx, &lg, o, func(abs, _ string) { ready <- abs })
+	}()
+	select {
+	case abs := <-ready:
+		fmt.Fprintf(g.Out, "file system of namespace %s mounted at %s\n", ns, abs)
+		return func() { cancel(); <-done }, nil
+	case err := <-done:
+		cancel()
+		return nil, fmt.Errorf("--mount %s: %w", dir, err)
+	}
+}
+
+func fsCmd(g *Globals) *cobra.Command {
+	cmd := &cobra.Command{Use: "fs", Short: "mounted file systems"}
+	cmd.AddCommand(fsStatCmd(g))
+	return cmd
+}
+
+// ReadMountStats reads the live counters of the mount at dir.
+func ReadMountStats(dir string) (fusefs.StatsInfo, error) {
+	var si fusefs.StatsInfo
+	buf := make([]byte, 64<<10)
+	n, err := unix.Getxattr(dir, fusefs.StatsXattr, buf)
+	if err != nil {
+		return si, &exitError{code: ExitNotFound, err: fmt.Errorf("%s is not a ZoneFleet mount (%s: %v)", dir, fusefs.StatsXattr, err)}
+	}
+	if err := json.Unmarshal(buf[:n], &si); err != nil {
+		return si, fmt.Errorf("%s: %w", fusefs.StatsXattr, err)
+	}
+	return si, nil
+}
+
+func fsStatCmd(g *Globals) *cobra.Command {
+	return &cobra.Command{
+		Use:   "stat DIR",
+		Short: "live counters of the file system mounted at DIR",
+		Long: `Prints the live counters of the mount at DIR: space, segments (free, dirty,
+log heads), caches, checkpoints, recycling runs and blocks moved by each path (host
+copy, IZC, host-dirty, host-cached), copyback, write amplification. They come from the
+mount process through the virtual attribute ` + fusefs.StatsXattr + ` of DIR
+(getfattr -n ` + fusefs.StatsXattr + ` DIR shows the JSON).`,
+		Args: cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			si, err := ReadMountStats(args[0])
+			if err != nil {
+				return err
+			}
+			return g.emit(si, func(w io.Writer) error {
+				s, m := si.Stats, si.Mount
+				t := newTab(w)
+				bs := uint64(max(s.BlockSize, 1))
+				t.row("mount:\t%s at %s (pid %d, gc %s%s)", m.Namespace, m.Dir, m.PID, m.GC, map[bool]string{true: ", IZC-H", false: ""}[m.CachedWrite])
+				if m.MetricsAddr != "" {
+					t.row("metrics:\thttp://%s/metrics", m.MetricsAddr)
+				}
+				t.row("space:\t%s used of %s (%.1f %%)", bytesHuman(s.UsedBlocks*bs), bytesHuman(s.UserBlocks*bs), pct(s.UsedBlocks, s.UserBlocks))
+				t.row("nodes:\t%d of %d", s.Nodes, s.MaxNodes)
+				t.row("segments:\t%d total, %d free, %d dirty, %d log heads, %d reserved (%s each)", s.SegmentsTotal, s.SegmentsFree, s.SegmentsDirty, s.SegmentsActive, s.ReserveSegments, bytesHuman(s.ZoneBlocks*bs))
+				t.row("valid blocks:\t%d", s.ValidBlocks)
+				t.row("cache:\t%d inodes, %d pages (%d dirty), %d dirty nodes, %d open handles, %d orphans", s.CachedInodes, s.CachedPages, s.DirtyPages, s.DirtyNodes, s.OpenHandles, s.Orphans)
+				t.row("checkpoints:\t%d (version %d, metadata v-zone %d epoch %d)", s.Checkpoints, s.CheckpointVersion, s.MetaZone, s.MetaEpoch)
+				t.row("recycling:\t%d foreground, %d background runs", s.GCForeground, s.GCBackground)
+				t.row("blocks moved:\t%d host copy, %d IZC, %d host dirty, %d host cached", s.MovedHostCopy, s.MovedIZC, s.MovedHostDirty, s.MovedHostCached)
+				t.row("IZC on the drives:\t%d copyback, %d read-and-program, %d node to node (%d placed for copyback)", s.CompactCopyback, s.CompactLocal, s.CompactRemote, s.CopybackPlanned)
+				t.row("written:\t%d user blocks, %d drive blocks, WAF %.3f", s.UserBlocksWritten, s.DriveBlocksWritten, s.WAF)
+				return t.flush()
+			})
+		},
+	}
+}
+
+func pct(a, b uint64) float64 {
+	if b == 0 {
+		return 0
+	}
+	return 100 * float64(a) / float64(b)
+}
+
+func benchFSCmd(g *Globals) *cobra.Command {
+	var o fsbench.Options
+	c := &cobra.Command{
+		Use:   "fs",
+		Short: "FUSE file system: throughput vs go-fuse loopback; fileserver at 80/90 % utilization, host copy vs IZC (ZNS+ Fig. 6-7)",
+		Long: `Runs in this process against in-process local clusters (needs /dev/fuse).
+
+Throughput: sequential 1 MiB and random 4 KiB writes and reads on the ZoneFleet mount
+and on go-fuse's loopback file system over a plain directory in the same run
+(vs_fuse_loopback = ZoneFleet / loopback; drive clock off: the software path).
+
+Recycling: a fileserver-style workload (whole-file replacement, 16 KiB overwrites,
+stat; --threads threads) at each --util on a small namespace, with host-copy and IZC
+segment compaction, drives on the realtime clock: throughput, WAF, and the average
+compaction time split into read / device copy / write+checkpoint.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			// Ctrl-C stops the workloads and unmounts (no mount is left behind).
+			ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
+			defer stop()
+			g.progress("zctl bench fs: running (a few minutes)…")
+			res, err := fsbench.Run(ctx, o)
+			if err != nil {
+				return err
+			}
+			return g.emit(res, res.WriteTable)
+		},
+	}
+	f := c.Flags()
+	f.StringVar(&o.Dir, "dir", "", "directory for the clusters, mount points and the loopback's files (default: a temporary one)")
+	f.IntVar(&o.SeqMiB, "seq-mib", 64, "size of the sequential file in MiB")
+	f.IntVar(&o.RandOps, "rand-ops", 8192, "random 4 KiB operations")
+	f.IntSliceVar(&o.Utils, "util", []int{80, 90}, "utilizations of the fileserver runs (percent)")
+	f.Float64Var(&o.Churn, "churn", 2, "bytes written per fileserver run, in file system capacities")
+	f.IntVar(&o.Threads, "threads", 4, "fileserver threads")
+	f.IntVar(&o.FileKiB, "file-kib", 128, "fileserver file size in KiB")
+	f.Float64Var(&o.TimeScale, "time-scale", 1, "realtime clock scale of the fileserver cluster")
+	f.BoolVar(&o.IZCH, "izc-h", true, "also run IZC-H (blocks cached on the host written from the host)")
+	return c
+}
