@@ -152,6 +152,23 @@ func (g *Grants) setRev(r int64) {
 	}
 }
 
+// waitProgress waits until the cache reflects revision r, asking the watch
+// for a progress notification every 100 ms: a request sent before the watch
+// stream exists (or lost) is simply sent again. The request must carry the
+// watch's own metadata (WithRequireLeader): etcd's client keys watch streams
+// by it, and a request on another key reaches no watch.
+func (g *Grants) waitProgress(ctx context.Context, r int64) error {
+	for {
+		_ = g.cli.RequestProgress(clientv3.WithRequireLeader(ctx))
+		wctx, cancel := context.WithTimeout(ctx, 100*time.Millisecond)
+		err := g.waitRev(wctx, r)
+		cancel()
+		if err == nil || ctx.Err() != nil {
+			return err
+		}
+	}
+}
+
 // waitRev waits until the cache reflects revision r.
 func (g *Grants) waitRev(ctx context.Context, r int64) error {
 	for {
@@ -285,8 +302,7 @@ func (g *Grants) CatchUp(ctx context.Context, rev int64) error {
 	}
 	ctx, cancel := context.WithTimeout(ctx, 3*time.Second)
 	defer cancel()
-	_ = g.cli.RequestProgress(clientv3.WithRequireLeader(ctx)) // the watch stream is keyed by this metadata
-	if err := g.waitRev(ctx, rev); err != nil {
+	if err := g.waitProgress(ctx, rev); err != nil {
 		return &zerr.UnavailableError{What: "node " + g.node, Reason: fmt.Sprintf("grants not yet at etcd revision %d", rev)}
 	}
 	return nil
@@ -324,8 +340,7 @@ func (g *Grants) catchUp(ns string, device, zone uint32) bool {
 	if err != nil || fresh.Namespace != ns {
 		return false
 	}
-	_ = g.cli.RequestProgress(clientv3.WithRequireLeader(ctx)) // same stream key as the watch: it reports its revision even without events
-	if g.waitRev(ctx, resp.Kvs[0].ModRevision) != nil {
+	if g.waitProgress(ctx, resp.Kvs[0].ModRevision) != nil {
 		return false
 	}
 	g.mu.RLock()
