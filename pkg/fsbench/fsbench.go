@@ -91,11 +91,11 @@ func (o *Options) defaults() {
 // Throughput is one workload on both file systems.
 type Throughput struct {
 	Workload     string  `json:"workload"`
-	ZoneFleet    float64 `json:"zonefleet_mib_per_second"`
+	ZoneFleet    float64 `json:"mount_mib_per_second"`
 	Loopback     float64 `json:"loopback_mib_per_second"`
 	VsLoopback   float64 `json:"vs_fuse_loopback"`
 	Bytes        int64   `json:"bytes"`
-	ZoneFleetSec float64 `json:"zonefleet_seconds"`
+	ZoneFleetSec float64 `json:"mount_seconds"`
 }
 
 // Recycling is one fileserver run.
