@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math/rand/v2"
 	"net/http"
 	"net/url"
 	"os"
@@ -24,6 +25,9 @@ import (
 	"github.com/stretchr/testify/require"
 	v1 "github.com/zonefleet/zonefleet/api/zonefleet/v1"
 	"github.com/zonefleet/zonefleet/pkg/client"
+	"github.com/zonefleet/zonefleet/pkg/clock"
+	"github.com/zonefleet/zonefleet/pkg/fsvol"
+	"github.com/zonefleet/zonefleet/pkg/lfs"
 	"github.com/zonefleet/zonefleet/pkg/zerr"
 )
 
@@ -105,6 +109,9 @@ func workload(t *testing.T, reg prometheus.Registerer, d time.Duration) {
 	require.NoError(t, admin.Namespaces().Delete(ctx, "dash-tmp", true))
 
 	cl := newClient(t, "dash", 20*time.Second, func(c *client.Config) { c.Registerer = reg })
+	fsDone := make(chan error, 1)
+	go func() { fsDone <- fsWorkload(t, reg) }()
+	defer func() { require.NoError(t, <-fsDone, "file system workload") }()
 	src, err := cl.OpenVZone(ctx)
 	require.NoError(t, err)
 	info, err := src.ReportZone(ctx)
@@ -242,4 +249,73 @@ func TestExportedMetricsAreDocumented(t *testing.T) {
 	}
 	sort.Strings(missing)
 	assert.Empty(t, missing, "exported metrics documented nowhere (add them to README.md's metrics table)")
+}
+
+// fsWorkload runs the file system in this process on the namespace dash-fs,
+// its metrics on reg (what `zctl mount --metrics-listen` exports): files
+// written and overwritten until segment recycling (IZC) runs, reads, a failed
+// lookup. It stays mounted until the test ends, so its gauges stay scraped.
+func fsWorkload(t *testing.T, reg prometheus.Registerer) error {
+	ctx := context.Background()
+	createNamespace(t, "dash-fs", 8, 1)
+	cl := newClient(t, "dash-fs", 20*time.Second)
+	vol, err := fsvol.New(ctx, cl, fsvol.Options{MaxZones: 16})
+	if err != nil {
+		return err
+	}
+	if err := lfs.Mkfs(ctx, vol, lfs.MkfsOptions{OPPercent: 20}); err != nil {
+		return err
+	}
+	fs, err := lfs.Mount(ctx, vol, lfs.Options{Registry: reg, Move: lfs.Compact, Clock: clock.Realtime(1), CheckpointEvery: 2 * time.Second})
+	if err != nil {
+		return err
+	}
+	t.Cleanup(func() { _ = fs.Unmount(context.Background()) })
+	if _, err := fs.Lookup(ctx, lfs.RootIno, "missing"); err == nil {
+		return fmt.Errorf("lookup of a missing file succeeded")
+	}
+	// Fill 60 % of the space users are promised, then overwrite pieces.
+	const nfiles, piece = 8, 64 << 10
+	st := fs.Stats()
+	size := int(st.UserBlocks) * st.BlockSize * 6 / 10 / nfiles / piece * piece
+	buf := make([]byte, piece)
+	write := func(name string, off int64) error {
+		a, err := fs.Lookup(ctx, lfs.RootIno, name)
+		var h lfs.Handle
+		if err == nil {
+			h, err = fs.Open(ctx, a.Ino, os.O_RDWR)
+		} else {
+			_, h, err = fs.Create(ctx, lfs.RootIno, name, 0o644, 0, 0, os.O_RDWR)
+		}
+		if err != nil {
+			return err
+		}
+		defer fs.Release(ctx, h)
+		if _, err := fs.Write(ctx, h, off, buf); err != nil {
+			return err
+		}
+		if _, err := fs.Read(ctx, h, off, buf); err != nil {
+			return err
+		}
+		return fs.Fsync(ctx, h, false)
+	}
+	for i := 0; i < nfiles; i++ {
+		for off := int64(0); off < int64(size); off += piece {
+			if err := write(fmt.Sprintf("f%d", i), off); err != nil {
+				return fmt.Errorf("fill: %w", err)
+			}
+		}
+	}
+	rng := rand.New(rand.NewPCG(3, 4))
+	deadline := time.Now().Add(40 * time.Second)
+	for fs.Stats().GCForeground+fs.Stats().GCBackground == 0 {
+		if time.Now().After(deadline) {
+			return fmt.Errorf("no segment recycling after 40s of overwrites: %+v", fs.Stats())
+		}
+		if err := write(fmt.Sprintf("f%d", rng.IntN(nfiles)), int64(rng.IntN(size/piece))*piece); err != nil {
+			return fmt.Errorf("overwrite: %w", err)
+		}
+	}
+	t.Logf("file system workload: %+v", fs.Stats())
+	return nil
 }

@@ -135,18 +135,8 @@ type exemptPanel struct {
 }
 
 var exemptPanels = []exemptPanel{
-	// The file system (pkg/lfs, `zctl mount --metrics-listen 127.0.0.1:7901`)
-	// is not on this branch: once it is, give TestDashboards' workload a mount
-	// and delete these (panel 14 also needs a failing operation, e.g. an open
-	// of a missing file).
-	{"zonefleet-fs/1", fsMissing}, {"zonefleet-fs/2", fsMissing}, {"zonefleet-fs/3", fsMissing},
-	{"zonefleet-fs/4", fsMissing}, {"zonefleet-fs/5", fsMissing}, {"zonefleet-fs/6", fsMissing},
-	{"zonefleet-fs/13", fsMissing}, {"zonefleet-fs/14", fsMissing}, {"zonefleet-fs/15", fsMissing},
-	{"zonefleet-fs/16", fsMissing},
 	{"zonefleet-fs/11", "zonefleet_client_retries_total has a series only after a transient failure; the workload has none (the drills do)"},
 }
-
-const fsMissing = "zonefleet_fs_* come with the file system mount, not on this branch yet"
 
 func exempt(uid string, id int) (string, bool) {
 	for _, e := range exemptPanels {
