@@ -164,7 +164,12 @@ func (a *Arbiter) CreateNamespace(ctx context.Context, spec NamespaceSpec) (Name
 			sf := short[0]
 			return nil, &zerr.NoResourcesError{Resource: fmt.Sprintf("essential zones (namespace %s would keep too few)", sf.Namespace), Requested: uint64(sf.Need), Available: uint64(sf.Got)}
 		}
-		return nil, nil
+		// The nodes' round robin learns the weight from this record.
+		rec, err := cluster.EncodeNamespace(cluster.NamespaceRecord{Name: spec.Name, Weight: uint32(st.Namespaces[spec.Name].weight())})
+		if err != nil {
+			return nil, err
+		}
+		return []clientv3.Op{clientv3.OpPut(cluster.NamespaceKey(spec.Name), string(rec))}, nil
 	})
 	if err != nil {
 		return NamespaceInfo{}, err
@@ -252,7 +257,7 @@ func (a *Arbiter) DeleteNamespace(ctx context.Context, name string, force bool) 
 		}
 		delete(st.Namespaces, name)
 		reprovision(st)
-		return ops, nil
+		return append(ops, clientv3.OpDelete(cluster.NamespaceKey(name))), nil
 	})
 	if err != nil {
 		return err

@@ -5,6 +5,7 @@
 //
 //	Prefix+"nodes/"+nodeID                   NodeRecord, written by each ssdnode under an etcd lease
 //	Prefix+"grants/"+nodeID+"/"+dev+"/"+zone Grant, written by the arbiter leader
+//	Prefix+"namespaces/"+name                NamespaceRecord (weight), written by the arbiter with the namespace
 //	Prefix+"arbiter/election"                election prefix; the value is the leader's gRPC address
 //	Prefix+"arbiter/..."                     other arbiter-private state
 //
@@ -260,4 +261,28 @@ func DecodeGrant(key string, data []byte) (Grant, error) {
 		return Grant{}, &zerr.CorruptError{Path: key, Reason: "grant without namespace"}
 	}
 	return g, nil
+}
+
+// NamespacesPrefix holds one NamespaceRecord per namespace, written by the
+// arbiter in the transaction that creates or deletes the namespace; nodes
+// watch it for the weights of their per-namespace round robin.
+func NamespacesPrefix() string { return Prefix + "namespaces/" }
+
+// NamespaceKey is the key of a namespace's record.
+func NamespaceKey(name string) string { return NamespacesPrefix() + name }
+
+// NamespaceRecord is what nodes need to know of a namespace.
+type NamespaceRecord struct {
+	Name   string `json:"name"`
+	Weight uint32 `json:"weight"` // share of a device's request slots (>= 1)
+}
+
+// EncodeNamespace marshals a namespace record.
+func EncodeNamespace(n NamespaceRecord) ([]byte, error) { return Encode(n) }
+
+// DecodeNamespace unmarshals a namespace record.
+func DecodeNamespace(key string, data []byte) (NamespaceRecord, error) {
+	var n NamespaceRecord
+	err := Decode(key, data, &n)
+	return n, err
 }

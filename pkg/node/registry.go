@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"strings"
 	"sync"
 	"time"
 
@@ -370,4 +371,51 @@ func (g *Grants) Len() int {
 	g.mu.RLock()
 	defer g.mu.RUnlock()
 	return len(g.m)
+}
+
+// WatchWeights follows the namespace records (cluster.NamespacesPrefix) until
+// ctx ends and calls set with each namespace's weight (1 when a record goes).
+// It loads the current records before returning.
+func WatchWeights(ctx context.Context, cli *clientv3.Client, log *slog.Logger, set func(ns string, weight int)) error {
+	lctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	resp, err := cli.Get(lctx, cluster.NamespacesPrefix(), clientv3.WithPrefix())
+	cancel()
+	if err != nil {
+		return &zerr.UnavailableError{What: "etcd", Reason: "load namespaces: " + err.Error()}
+	}
+	apply := func(key string, val []byte) {
+		rec, err := cluster.DecodeNamespace(key, val)
+		if err != nil {
+			log.Warn("ignoring malformed namespace record", "key", key, "err", err)
+			return
+		}
+		set(rec.Name, int(max(rec.Weight, 1)))
+	}
+	for _, kv := range resp.Kvs {
+		apply(string(kv.Key), kv.Value)
+	}
+	rev := resp.Header.Revision
+	go func() {
+		for ctx.Err() == nil {
+			for wr := range cli.Watch(clientv3.WithRequireLeader(ctx), cluster.NamespacesPrefix(), clientv3.WithPrefix(), clientv3.WithRev(rev+1)) {
+				if wr.Err() != nil {
+					break
+				}
+				for _, ev := range wr.Events {
+					key := string(ev.Kv.Key)
+					if ev.Type == clientv3.EventTypeDelete {
+						set(strings.TrimPrefix(key, cluster.NamespacesPrefix()), 1)
+						continue
+					}
+					apply(key, ev.Kv.Value)
+				}
+				rev = wr.Header.Revision
+			}
+			select {
+			case <-ctx.Done():
+			case <-time.After(200 * time.Millisecond):
+			}
+		}
+	}()
+	return nil
 }

@@ -181,3 +181,28 @@ func TestGrantCatchUpWithoutGrantEvents(t *testing.T) {
 	}
 	require.NoError(t, g.CatchUp(context.Background(), rev), "a progress notification brings the cache to the revision")
 }
+
+// The nodes' round-robin weights follow the namespace records.
+func TestWatchWeights(t *testing.T) {
+	cli := etcdClient(t)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	put := func(name string, w uint32) {
+		v, err := cluster.EncodeNamespace(cluster.NamespaceRecord{Name: name, Weight: w})
+		require.NoError(t, err)
+		_, err = cli.Put(context.Background(), cluster.NamespaceKey(name), string(v))
+		require.NoError(t, err)
+	}
+	put("before", 4) // present before the watch
+	_, err := cli.Put(context.Background(), cluster.NamespaceKey("garbage"), "{")
+	require.NoError(t, err)
+	w := NewWRR(1)
+	require.NoError(t, WatchWeights(ctx, cli, quiet, w.SetWeight))
+	assert.Equal(t, 4, w.Weight("before"))
+	put("after", 2)
+	require.Eventually(t, func() bool { return w.Weight("after") == 2 }, 5*time.Second, 10*time.Millisecond)
+	_, err = cli.Delete(context.Background(), cluster.NamespaceKey("before"))
+	require.NoError(t, err)
+	require.Eventually(t, func() bool { return w.Weight("before") == 1 }, 5*time.Second, 10*time.Millisecond)
+	assert.Equal(t, 1, w.Weight("garbage"), "a malformed record is ignored")
+}

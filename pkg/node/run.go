@@ -153,6 +153,11 @@ func Run(ctx context.Context, d *daemon.Daemon, o Options, log *slog.Logger) err
 	close(svcReady)
 	defer svc.Close()
 	svc.SweepUngranted()
+	if cli != nil {
+		if err := WatchWeights(gctx, cli, log, svc.SetNamespaceWeight); err != nil {
+			return err
+		}
+	}
 	defer stopGrants()
 	if err := svc.Collector().Register(d.Registry); err != nil {
 		return err

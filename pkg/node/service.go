@@ -147,6 +147,13 @@ func (s *Service) Close() {
 	s.peers.close()
 }
 
+// SetNamespaceWeight sets a namespace's share of every device's request slots.
+func (s *Service) SetNamespaceWeight(ns string, weight int) {
+	for _, d := range s.devs {
+		d.wrr.SetWeight(ns, weight)
+	}
+}
+
 // SetAdmission switches write admission control on or off on every device.
 func (s *Service) SetAdmission(on bool) {
 	for _, d := range s.devs {

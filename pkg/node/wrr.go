@@ -45,6 +45,13 @@ func (w *WRR) SetWeight(ns string, weight int) {
 	w.weights[ns] = weight
 }
 
+// Weight returns a namespace's weight.
+func (w *WRR) Weight(ns string) int {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.weight(ns)
+}
+
 func (w *WRR) weight(ns string) int {
 	if v, ok := w.weights[ns]; ok {
 		return v
