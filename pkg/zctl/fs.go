@@ -47,9 +47,8 @@ func (g *Globals) useNS(ns string) {
 
 // fsClient connects to the namespace with the client's metrics in reg (nil: none).
 func (g *Globals) fsClient(ctx context.Context, reg prometheus.Registerer) (*client.Client, error) {
-	g.resolve()
-	if g.Arbiter == "" && g.Etcd == "" {
-		return nil, &exitError{code: ExitUnavailable, err: errors.New("no cluster: give --arbiter or --etcd, or start one with `zctl local up`")}
+	if err := g.resolved0(); err != nil {
+		return nil, err
 	}
 	if g.Namespace == "" {
 		return nil, usageErr(errors.New("no namespace: give --ns, --namespace (-n) or ZONEFLEET_NAMESPACE"))
