@@ -91,7 +91,16 @@ v-zone; a v-zone's size is the namespace's --zones-per-vzone times the drives' z
 			if err != nil {
 				return err
 			}
-			if err := lfs.Mkfs(ctx, vol, lfs.MkfsOptions{OPPercent: op, Force: force}); err != nil {
+			// The long part of mkfs is --force resetting every v-zone in use.
+			var p *Progress
+			if force {
+				if zones, err := vol.Zones(ctx); err == nil && len(zones) > 0 {
+					p = g.startProgress(fmt.Sprintf("mkfs %s: resetting v-zones", g.Namespace), int64(len(zones)), Unit{Name: "v-zones"})
+				}
+			}
+			err = lfs.Mkfs(ctx, &countingVolume{Volume: vol, resets: p}, lfs.MkfsOptions{OPPercent: op, Force: force})
+			p.Done()
+			if err != nil {
 				if errors.Is(err, zerr.ErrAlreadyExists) {
 					return fmt.Errorf("mkfs %s: %w; --force formats it anyway (everything in it is lost)", g.Namespace, err)
 				}
@@ -152,7 +161,9 @@ system. Exit code 0 when clean, 1 when problems remain.`,
 			if err != nil {
 				return err
 			}
-			rep, err := lfs.Fsck(ctx, vol, repair)
+			p := g.startProgress(fmt.Sprintf("fsck %s: read", g.Namespace), 0, unitBytes)
+			rep, err := lfs.Fsck(ctx, &countingVolume{Volume: vol, read: p}, repair)
+			p.Done()
 			if err != nil {
 				return fmt.Errorf("fsck %s: %w", g.Namespace, err)
 			}
@@ -198,6 +209,31 @@ system. Exit code 0 when clean, 1 when problems remain.`,
 	c.Flags().BoolVar(&repair, "repair", false, "fix what can be fixed")
 	c.Flags().IntVar(&maxZone, "max-zones", 0, "v-zones the file system may hold (as given to mkfs)")
 	return c
+}
+
+// countingVolume counts what mkfs and fsck do on their volume for their
+// progress line: bytes read (read), v-zones reset (resets). A nil Progress
+// counts nothing. It hides optional interfaces of the volume it wraps; mkfs
+// and fsck use none.
+type countingVolume struct {
+	lfs.Volume
+	read, resets *Progress
+}
+
+func (v *countingVolume) Read(ctx context.Context, z lfs.ZoneID, off uint64, buf []byte) error {
+	err := v.Volume.Read(ctx, z, off, buf)
+	if err == nil {
+		v.read.Add(int64(len(buf)))
+	}
+	return err
+}
+
+func (v *countingVolume) Reset(ctx context.Context, z lfs.ZoneID) error {
+	err := v.Volume.Reset(ctx, z)
+	if err == nil {
+		v.resets.Add(1)
+	}
+	return err
 }
 
 // mountOptions are zctl mount's flags.
@@ -559,8 +595,9 @@ compaction time split into read / device copy / write+checkpoint.`,
 			// Ctrl-C stops the workloads and unmounts (no mount is left behind).
 			ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
 			defer stop()
-			g.progress("zctl bench fs: running (a few minutes)…")
+			done := g.timed("zctl bench fs (a few minutes)", 0)
 			res, err := fsbench.Run(ctx, o)
+			done()
 			if err != nil {
 				return err
 			}

@@ -10,6 +10,7 @@ import (
 
 	"github.com/spf13/cobra"
 	"github.com/zonefleet/zonefleet/pkg/buildinfo"
+	"github.com/zonefleet/zonefleet/pkg/clock"
 	"github.com/zonefleet/zonefleet/pkg/flagenv"
 )
 
@@ -46,6 +47,10 @@ type Globals struct {
 	resolveErr    error
 	source        Source
 	tokenFromFile bool
+
+	// Progress test hooks: a terminal without a tty, and the redraw clock.
+	forceTTY bool
+	clock    clock.Clock
 }
 
 // NewRoot builds the zctl command tree.
