@@ -220,6 +220,58 @@ func TestDashboards(t *testing.T) {
 	}
 	t.Logf("%d panel queries checked, %d panels exempt", checked, exempted)
 	assert.Empty(t, empty, "panel queries with no series")
+
+	// The alerting rules (deploy/prometheus/rules) are loaded and evaluate
+	// without error on the cluster's real series.
+	rules := promRules(t, base)
+	require.NotEmpty(t, rules, "prometheus.yml loads the alerting rules")
+	for _, r := range rules {
+		assert.Equal(t, "ok", r.Health, "rule %s: %s", r.Name, r.LastError)
+		if r.State == "firing" {
+			t.Logf("alert firing during the workload: %s", r.Name)
+		}
+	}
+}
+
+type promRule struct {
+	Name      string `json:"name"`
+	Health    string `json:"health"`
+	LastError string `json:"lastError"`
+	State     string `json:"state"`
+}
+
+// promRules lists every rule Prometheus evaluates, once each has run.
+func promRules(t *testing.T, base string) []promRule {
+	t.Helper()
+	var rules []promRule
+	require.Eventually(t, func() bool {
+		resp, err := http.Get(base + "/api/v1/rules")
+		if err != nil {
+			return false
+		}
+		defer resp.Body.Close()
+		var r struct {
+			Data struct {
+				Groups []struct {
+					Rules []promRule `json:"rules"`
+				} `json:"groups"`
+			} `json:"data"`
+		}
+		if json.NewDecoder(resp.Body).Decode(&r) != nil {
+			return false
+		}
+		rules = rules[:0]
+		for _, g := range r.Data.Groups {
+			for _, rl := range g.Rules {
+				if rl.Health == "unknown" { // not evaluated yet
+					return false
+				}
+				rules = append(rules, rl)
+			}
+		}
+		return len(rules) > 0
+	}, 30*time.Second, time.Second, "prometheus evaluates the rules")
+	return rules
 }
 
 // Every zonefleet_* metric the running cluster exports (and the client
