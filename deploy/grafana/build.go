@@ -13,16 +13,17 @@ func variables() []Variable {
 	all := map[string]any{"selected": true, "text": []string{"All"}, "value": []string{"$__all"}}
 	q := func(name, label, metric string) Variable {
 		def := "label_values(" + metric + ", " + name + ")"
+		// A classic label_values() query string: every Grafana since 7
+		// reads it (refresh 2: on each time-range change).
 		return Variable{Name: name, Label: label, Type: "query", Datasource: &ds, Definition: def,
-			Query:   map[string]any{"query": def, "refId": "PrometheusVariableQueryEditor-VariableQuery", "qryType": 1},
-			Current: all, Multi: true, IncludeAll: true, AllValue: ".*", Refresh: 2, Sort: 1, Regex: "", Hide: 0}
+			Query: def, Current: all, Multi: true, IncludeAll: true, AllValue: ".*", Refresh: 2, Sort: 1, Regex: "", Hide: 0}
 	}
 	return []Variable{
 		{Name: "datasource", Label: "Datasource", Type: "datasource", Query: "prometheus",
 			Current: map[string]any{"selected": false, "text": "Prometheus", "value": DatasourceUID}, Refresh: 1},
 		q("namespace", "Namespace", "zonefleet_arbiter_namespace_essential_zones"),
 		q("node", "Node", `up{component="ssdnode"}`),
-		q("device", "Drive", "zonefleet_node_zones"),
+		q("device", "Drive", `zonefleet_node_zones{node=~"$node"}`), // the drives of the chosen nodes
 		q("instance", "Instance", "up"),
 	}
 }
