@@ -98,7 +98,7 @@ v-zone; a v-zone's size is the namespace's --zones-per-vzone times the drives' z
 					p = g.startProgress(fmt.Sprintf("mkfs %s: resetting v-zones", g.Namespace), int64(len(zones)), Unit{Name: "v-zones"})
 				}
 			}
-			err = lfs.Mkfs(ctx, &countingVolume{Volume: vol, resets: p}, lfs.MkfsOptions{OPPercent: op, Force: force})
+			err = lfs.Mkfs(ctx, counting(vol, nil, p), lfs.MkfsOptions{OPPercent: op, Force: force})
 			p.Done()
 			if err != nil {
 				if errors.Is(err, zerr.ErrAlreadyExists) {
@@ -162,7 +162,7 @@ system. Exit code 0 when clean, 1 when problems remain.`,
 				return err
 			}
 			p := g.startProgress(fmt.Sprintf("fsck %s: read", g.Namespace), 0, unitBytes)
-			rep, err := lfs.Fsck(ctx, &countingVolume{Volume: vol, read: p}, repair)
+			rep, err := lfs.Fsck(ctx, counting(vol, p, nil), repair)
 			p.Done()
 			if err != nil {
 				return fmt.Errorf("fsck %s: %w", g.Namespace, err)
@@ -211,10 +211,20 @@ system. Exit code 0 when clean, 1 when problems remain.`,
 	return c
 }
 
+// counting wraps vol to count bytes read and v-zones reset for progress
+// lines; with no progress line (quiet) it returns vol itself, so a quiet run
+// sees the volume exactly as without zctl (the wrapper would hide optional
+// interfaces of the volume, which mkfs and fsck do not use today).
+func counting(vol lfs.Volume, read, resets *Progress) lfs.Volume {
+	if read == nil && resets == nil {
+		return vol
+	}
+	return &countingVolume{Volume: vol, read: read, resets: resets}
+}
+
 // countingVolume counts what mkfs and fsck do on their volume for their
-// progress line: bytes read (read), v-zones reset (resets). A nil Progress
-// counts nothing. It hides optional interfaces of the volume it wraps; mkfs
-// and fsck use none.
+// progress line: bytes read (read), v-zones reset (resets); a nil Progress
+// counts nothing.
 type countingVolume struct {
 	lfs.Volume
 	read, resets *Progress
