@@ -244,3 +244,46 @@ func TestDashboardQueriesParse(t *testing.T) {
 	require.NoError(t, err, "a dashboard query does not parse:\n%s", out)
 	assert.Contains(t, string(out), fmt.Sprintf("%d rules found", len(rules)))
 }
+
+// The compose monitoring profile's Prometheus loads the rules: its config
+// file is prometheus.yml, whose rule_files (relative to it) the mounted
+// rules directory satisfies.
+func TestComposeLoadsRules(t *testing.T) {
+	b, err := os.ReadFile(filepath.Join("..", "docker-compose.yml"))
+	require.NoError(t, err)
+	var compose struct {
+		Services map[string]struct {
+			Profiles []string `json:"profiles"`
+			Command  []string `json:"command"`
+			Volumes  []string `json:"volumes"`
+		} `json:"services"`
+	}
+	require.NoError(t, yaml.Unmarshal(b, &compose))
+	prom, ok := compose.Services["prometheus"]
+	require.True(t, ok, "a prometheus service")
+	assert.Contains(t, prom.Profiles, "monitoring")
+	assert.Contains(t, prom.Command, "--config.file=/etc/prometheus/prometheus.yml")
+	mounts := map[string]string{} // container path -> host path
+	for _, v := range prom.Volumes {
+		parts := strings.Split(v, ":")
+		if len(parts) >= 2 {
+			mounts[parts[1]] = parts[0]
+		}
+	}
+	assert.Equal(t, "./prometheus/prometheus.yml", mounts["/etc/prometheus/prometheus.yml"])
+	assert.Equal(t, "./prometheus/rules", mounts["/etc/prometheus/rules"], "the rules directory is mounted next to the config")
+
+	cfg, err := os.ReadFile("prometheus.yml")
+	require.NoError(t, err)
+	var pc struct {
+		RuleFiles []string `json:"rule_files"`
+	}
+	require.NoError(t, yaml.Unmarshal(cfg, &pc))
+	require.NotEmpty(t, pc.RuleFiles)
+	for _, pattern := range pc.RuleFiles {
+		require.True(t, strings.HasPrefix(pattern, "rules/"), "rule_files %s lies in the mounted rules directory", pattern)
+		matches, err := filepath.Glob(pattern) // relative to the config, as Prometheus resolves it
+		require.NoError(t, err)
+		assert.ElementsMatch(t, ruleFiles(t), matches, "rule_files %s loads every rule file and no test file", pattern)
+	}
+}
