@@ -225,6 +225,7 @@ func TestDashboards(t *testing.T) {
 	// without error on the cluster's real series.
 	rules := promRules(t, base)
 	require.NotEmpty(t, rules, "prometheus.yml loads the alerting rules")
+	t.Logf("%d alerting rules evaluated", len(rules))
 	for _, r := range rules {
 		assert.Equal(t, "ok", r.Health, "rule %s: %s", r.Name, r.LastError)
 		if r.State == "firing" {
