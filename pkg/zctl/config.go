@@ -593,8 +593,11 @@ Relative paths are made absolute. --use makes NAME the current cluster.`,
 			if old, ok := cfg.Find(args[0]); ok {
 				e = *old
 			}
-			if g.Etcd != "" || g.Arbiter != "" {
-				e.Etcd, e.Arbiters = split(g.Etcd), split(g.Arbiter)
+			if g.Etcd != "" {
+				e.Etcd = split(g.Etcd)
+			}
+			if g.Arbiter != "" {
+				e.Arbiters = split(g.Arbiter)
 			}
 			if g.Namespace != "" {
 				e.Namespace = g.Namespace

@@ -195,6 +195,17 @@ func TestConfigCommands(t *testing.T) {
 	assert.Equal(t, ClusterEntry{Name: "compose", Etcd: []string{"127.0.0.1:2379", "127.0.0.1:22379"}, Arbiters: []string{"127.0.0.1:7700"},
 		Namespace: "other-ns", TokenFile: tok, CAFile: filepath.Join(dir, "ca.pem")}, *e)
 
+	// --arbiter alone keeps the etcd endpoints.
+	_, _, errOut, code = runG(t, "config", "set", "compose", "--arbiter", "127.0.0.1:7700,127.0.0.1:7710")
+	require.Equal(t, 0, code, errOut)
+	c, err = LoadConfig(path)
+	require.NoError(t, err)
+	e, _ = c.Find("compose")
+	assert.Equal(t, []string{"127.0.0.1:2379", "127.0.0.1:22379"}, e.Etcd)
+	assert.Equal(t, []string{"127.0.0.1:7700", "127.0.0.1:7710"}, e.Arbiters)
+	_, _, errOut, code = runG(t, "config", "set", "compose", "--arbiter", "127.0.0.1:7700")
+	require.Equal(t, 0, code, errOut)
+
 	// A second cluster; use switches; list marks the current one.
 	_, _, errOut, code = runG(t, "config", "set", "lab", "--etcd", "10.0.0.1:2379")
 	require.Equal(t, 0, code, errOut)
