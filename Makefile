@@ -13,7 +13,7 @@ TOOLS        := .cache/tools
 # The README's test command runs exactly this.
 TEST_FLAGS   ?= -race -count=1 -timeout 20m
 
-.PHONY: help build test test-short proto proto-check lint run images up down test-deploy bench clean
+.PHONY: help build test test-short proto proto-check lint rules dashboards run images up down test-deploy bench clean
 
 help: ## this list
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-12s %s\n", $$1, $$2}'
@@ -48,6 +48,14 @@ proto-check: ## fail when the committed generated code differs from `make proto`
 lint: ## gofmt and go vet
 	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
 	$(GO) vet ./...
+
+# promtool comes with Debian's prometheus package (.ci/run installs it).
+rules: ## check the Prometheus config and alerting rules, run their unit tests (promtool)
+	promtool check config deploy/prometheus/prometheus.yml
+	cd deploy/prometheus/rules && for t in *.test.yml; do promtool test rules $$t || exit 1; done
+
+dashboards: ## regenerate deploy/grafana/dashboards/*.json from deploy/grafana (Go)
+	$(GO) generate ./deploy/grafana
 
 run: build ## a whole local cluster in one process, data under ./.cache/local (Ctrl-C stops it)
 	$(BIN)/zctl local up --data .cache/local

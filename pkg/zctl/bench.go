@@ -27,8 +27,9 @@ func benchDeviceCmd(g *Globals) *cobra.Command {
 		Short: "drive emulator: copyback vs read-and-program, IZC vs host copy, chip utilization, TL plugging, write scaling",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			g.progress("zctl bench device: running (media %s)…", o.Media)
+			done := g.timed("zctl bench device ("+o.Media+")", 0)
 			res, err := devbench.Run(cmd.Context(), o)
+			done()
 			if err != nil {
 				return err
 			}
@@ -49,8 +50,9 @@ func benchNodeCmd(g *Globals) *cobra.Command {
 		Short: "ssdnode data path: gRPC vs raw TCP, client scaling, random reads, write admission (eZNS Fig. 29b)",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			g.progress("zctl bench node: running (about %s)…", 2*o.AdmissionWall+10*time.Second)
+			done := g.timed("zctl bench node", 2*o.AdmissionWall+10*time.Second)
 			res, err := nodebench.Run(cmd.Context(), o)
+			done()
 			if err != nil {
 				return err
 			}
@@ -73,8 +75,9 @@ func benchFairnessCmd(g *Globals) *cobra.Command {
 		Short: "client read congestion control: eZNS Fig. 29a, two readers on co-located dies",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			g.progress("zctl bench fairness: running (about %s)…", 2*o.Duration+5*time.Second)
+			done := g.timed("zctl bench fairness", 2*o.Duration+5*time.Second)
 			res, err := fairbench.Run(cmd.Context(), o)
+			done()
 			if err != nil {
 				return err
 			}
@@ -95,8 +98,9 @@ func benchOverdriveCmd(g *Globals) *cobra.Command {
 		Short: "arbiter: v-zones vs static zones (eZNS Fig. 26) and the global-overdrive timeline (Fig. 27-28)",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			g.progress("zctl bench overdrive: running (about a minute)…")
+			done := g.timed("zctl bench overdrive (about a minute)", 0)
 			res, err := overbench.Run(cmd.Context(), o)
+			done()
 			if err != nil {
 				return err
 			}

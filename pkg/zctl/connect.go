@@ -4,11 +4,12 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"github.com/spf13/cobra"
 	"os"
 	"path/filepath"
 	"strings"
 	"time"
+
+	"github.com/spf13/cobra"
 
 	"github.com/zonefleet/zonefleet/pkg/client"
 	"github.com/zonefleet/zonefleet/pkg/localcluster"
@@ -45,44 +46,23 @@ func rememberCluster(dir string) error {
 	return os.WriteFile(f, []byte(abs+"\n"), 0o644)
 }
 
-// clusterInfo returns the last local cluster's cluster.json, if any.
-func clusterInfo() (localcluster.Info, bool) {
+// clusterInfo returns the cluster.json that ZONEFLEET_CLUSTER or the last
+// `zctl local up` names, and its path, if any.
+func clusterInfo() (localcluster.Info, string, bool) {
 	f := currentFile()
 	path := f
 	if !strings.HasSuffix(f, ".json") {
 		b, err := os.ReadFile(f)
 		if err != nil {
-			return localcluster.Info{}, false
+			return localcluster.Info{}, "", false
 		}
 		path = strings.TrimSpace(string(b))
 	}
 	in, err := localcluster.ReadInfo(path)
 	if err != nil {
-		return localcluster.Info{}, false
+		return localcluster.Info{}, "", false
 	}
-	return in, true
-}
-
-// resolve fills the connection flags from cluster.json where they are empty.
-func (g *Globals) resolve() {
-	in, ok := clusterInfo()
-	if !ok {
-		return
-	}
-	if g.Arbiter == "" && g.Etcd == "" {
-		var addrs []string
-		for _, a := range in.Arbiters {
-			addrs = append(addrs, a.GRPC)
-		}
-		g.Arbiter = strings.Join(addrs, ",")
-		g.Etcd = strings.Join(in.Etcd, ",")
-	}
-	if g.Token == "" {
-		g.Token = in.AdminToken
-	}
-	if g.Namespace == "" {
-		g.Namespace = in.Namespace
-	}
+	return in, path, true
 }
 
 func split(s string) []string {
@@ -97,9 +77,8 @@ func split(s string) []string {
 
 // connect returns a client; withNamespace requires --namespace.
 func (g *Globals) connect(ctx context.Context, withNamespace bool) (*client.Client, error) {
-	g.resolve()
-	if g.Arbiter == "" && g.Etcd == "" {
-		return nil, &exitError{code: ExitUnavailable, err: errors.New("no cluster: give --arbiter or --etcd, or start one with `zctl local up`")}
+	if err := g.resolved0(); err != nil {
+		return nil, err
 	}
 	ns := ""
 	if withNamespace {
@@ -109,6 +88,18 @@ func (g *Globals) connect(ctx context.Context, withNamespace bool) (*client.Clie
 		ns = g.Namespace
 	}
 	return client.New(ctx, client.Config{Arbiters: split(g.Arbiter), Etcd: split(g.Etcd), Namespace: ns, Token: g.Token, RetryDeadline: 5 * time.Second})
+}
+
+// resolved0 resolves the connection settings and fails when they name no cluster.
+func (g *Globals) resolved0() error {
+	g.resolve()
+	if g.resolveErr != nil {
+		return g.resolveErr
+	}
+	if g.Arbiter == "" && g.Etcd == "" {
+		return &exitError{code: ExitUnavailable, err: errors.New("no cluster: give --arbiter or --etcd, pick one with `zctl config use NAME`, or start one with `zctl local up`")}
+	}
+	return nil
 }
 
 // codeFor maps typed errors to exit codes.
@@ -140,7 +131,7 @@ func codeFor(err error) int {
 func hint(err error) string {
 	switch {
 	case errors.Is(err, zerr.ErrUnavailable):
-		return "is the cluster running? (`zctl local up`, or check --arbiter/--etcd)"
+		return "is the cluster running? (`zctl local up`; `zctl config current` shows which one zctl dials)"
 	case errors.Is(err, zerr.ErrNotFound) && strings.Contains(err.Error(), "namespace"):
 		return "create it with `zctl ns create NAME`"
 	case errors.Is(err, zerr.ErrUnauthenticated):

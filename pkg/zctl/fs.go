@@ -47,9 +47,8 @@ func (g *Globals) useNS(ns string) {
 
 // fsClient connects to the namespace with the client's metrics in reg (nil: none).
 func (g *Globals) fsClient(ctx context.Context, reg prometheus.Registerer) (*client.Client, error) {
-	g.resolve()
-	if g.Arbiter == "" && g.Etcd == "" {
-		return nil, &exitError{code: ExitUnavailable, err: errors.New("no cluster: give --arbiter or --etcd, or start one with `zctl local up`")}
+	if err := g.resolved0(); err != nil {
+		return nil, err
 	}
 	if g.Namespace == "" {
 		return nil, usageErr(errors.New("no namespace: give --ns, --namespace (-n) or ZONEFLEET_NAMESPACE"))
@@ -92,7 +91,16 @@ v-zone; a v-zone's size is the namespace's --zones-per-vzone times the drives' z
 			if err != nil {
 				return err
 			}
-			if err := lfs.Mkfs(ctx, vol, lfs.MkfsOptions{OPPercent: op, Force: force}); err != nil {
+			// The long part of mkfs is --force resetting every v-zone in use.
+			var p *Progress
+			if force {
+				if zones, err := vol.Zones(ctx); err == nil && len(zones) > 0 {
+					p = g.startProgress(fmt.Sprintf("mkfs %s: resetting v-zones", g.Namespace), int64(len(zones)), Unit{Name: "v-zones"})
+				}
+			}
+			err = lfs.Mkfs(ctx, counting(vol, nil, p), lfs.MkfsOptions{OPPercent: op, Force: force})
+			p.Done()
+			if err != nil {
 				if errors.Is(err, zerr.ErrAlreadyExists) {
 					return fmt.Errorf("mkfs %s: %w; --force formats it anyway (everything in it is lost)", g.Namespace, err)
 				}
@@ -153,7 +161,9 @@ system. Exit code 0 when clean, 1 when problems remain.`,
 			if err != nil {
 				return err
 			}
-			rep, err := lfs.Fsck(ctx, vol, repair)
+			p := g.startProgress(fmt.Sprintf("fsck %s: read", g.Namespace), 0, unitBytes)
+			rep, err := lfs.Fsck(ctx, counting(vol, p, nil), repair)
+			p.Done()
 			if err != nil {
 				return fmt.Errorf("fsck %s: %w", g.Namespace, err)
 			}
@@ -199,6 +209,41 @@ system. Exit code 0 when clean, 1 when problems remain.`,
 	c.Flags().BoolVar(&repair, "repair", false, "fix what can be fixed")
 	c.Flags().IntVar(&maxZone, "max-zones", 0, "v-zones the file system may hold (as given to mkfs)")
 	return c
+}
+
+// counting wraps vol to count bytes read and v-zones reset for progress
+// lines; with no progress line (quiet) it returns vol itself, so a quiet run
+// sees the volume exactly as without zctl (the wrapper would hide optional
+// interfaces of the volume, which mkfs and fsck do not use today).
+func counting(vol lfs.Volume, read, resets *Progress) lfs.Volume {
+	if read == nil && resets == nil {
+		return vol
+	}
+	return &countingVolume{Volume: vol, read: read, resets: resets}
+}
+
+// countingVolume counts what mkfs and fsck do on their volume for their
+// progress line: bytes read (read), v-zones reset (resets); a nil Progress
+// counts nothing.
+type countingVolume struct {
+	lfs.Volume
+	read, resets *Progress
+}
+
+func (v *countingVolume) Read(ctx context.Context, z lfs.ZoneID, off uint64, buf []byte) error {
+	err := v.Volume.Read(ctx, z, off, buf)
+	if err == nil {
+		v.read.Add(int64(len(buf)))
+	}
+	return err
+}
+
+func (v *countingVolume) Reset(ctx context.Context, z lfs.ZoneID) error {
+	err := v.Volume.Reset(ctx, z)
+	if err == nil {
+		v.resets.Add(1)
+	}
+	return err
 }
 
 // mountOptions are zctl mount's flags.
@@ -560,8 +605,9 @@ compaction time split into read / device copy / write+checkpoint.`,
 			// Ctrl-C stops the workloads and unmounts (no mount is left behind).
 			ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
 			defer stop()
-			g.progress("zctl bench fs: running (a few minutes)…")
+			done := g.timed("zctl bench fs (a few minutes)", 0)
 			res, err := fsbench.Run(ctx, o)
+			done()
 			if err != nil {
 				return err
 			}

@@ -84,6 +84,7 @@ func TestGoldenOutputs(t *testing.T) {
 	info.Namespace = "g"
 	require.NoError(t, localcluster.WriteInfo(info))
 	t.Setenv("ZONEFLEET_CLUSTER", filepath.Join(dir, "cluster.json"))
+	t.Setenv("ZONEFLEET_CONFIG", filepath.Join(dir, "config.yaml")) // never the user's config
 
 	steps := []struct {
 		name  string

@@ -39,9 +39,10 @@ func localUpCmd(g *Globals) *cobra.Command {
 		Use:   "up",
 		Short: "run embedded etcd, arbiters and ssdnodes in this process until Ctrl-C",
 		Long: `Runs a local cluster: an embedded etcd, arbiters and ssdnodes, each a real gRPC
-server on a loopback port, with their files under --data. It writes DATA/cluster.json,
-which every other zctl command reads when no --arbiter is given. Running it again
-on the same --data brings the same cluster and data back.`,
+server on a loopback port, with their files under --data. It writes DATA/cluster.json
+and DATA/admin-token, adds the cluster "local" to zctl's config file (zctl config) and
+makes it current, so every other zctl command finds it. Running it again on the same
+--data brings the same cluster and data back.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
@@ -87,6 +88,17 @@ on the same --data brings the same cluster and data back.`,
 			if err := rememberCluster(abs); err != nil {
 				log.Warn("cannot record the current cluster", "err", err)
 			}
+			if registerLocalWanted(g) {
+				tokenFile, err := writeToken(abs, g.Token)
+				if err == nil {
+					err = registerLocal(g.configPath(), info, tokenFile)
+				}
+				if err != nil {
+					log.Warn("cannot add the cluster to zctl's config", "config", g.configPath(), "err", err)
+				} else {
+					g.progress("cluster %q in %s is the current cluster (zctl config list)", LocalClusterName, g.configPath())
+				}
+			}
 			if mountDir != "" {
 				stopMount, err := localMount(ctx, g, cl.ArbiterAddrs(), ns, mountDir)
 				if err != nil {
@@ -113,6 +125,27 @@ on the same --data brings the same cluster and data back.`,
 	f.StringVar(&logLevel, "log-level", "warn", "log level of the cluster's processes")
 	f.StringVar(&mountDir, "mount", "", "format the default namespace if needed and mount its file system at this directory")
 	return c
+}
+
+// registerLocalWanted: `zctl local up` adds itself to the config file as
+// "local" and makes it current, except when ZONEFLEET_CLUSTER names its
+// cluster.json and no --config / ZONEFLEET_CONFIG is given (scripts and tests
+// that address their cluster explicitly leave the user's config alone).
+func registerLocalWanted(g *Globals) bool {
+	return g.ConfigPath != "" || !strings.HasSuffix(os.Getenv("ZONEFLEET_CLUSTER"), ".json")
+}
+
+// writeToken keeps the admin token the cluster runs with in DIR/admin-token
+// (mode 0600), the file the config's "local" cluster names.
+func writeToken(dir, tok string) (string, error) {
+	p := filepath.Join(dir, "admin-token")
+	if b, err := os.ReadFile(p); err == nil && string(b) == tok {
+		return p, nil
+	}
+	if err := os.WriteFile(p, []byte(tok), 0o600); err != nil {
+		return "", err
+	}
+	return p, os.Chmod(p, 0o600)
 }
 
 // loadOrMakeToken keeps the admin token of a local cluster in DIR/admin-token.

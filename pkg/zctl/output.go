@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
-	"os"
 
 	"google.golang.org/protobuf/encoding/protojson"
 	"google.golang.org/protobuf/proto"
@@ -71,19 +70,6 @@ func protoSlice(v any) ([]proto.Message, bool) {
 		return s, true
 	}
 	return nil, false
-}
-
-// progress prints to stderr only when it is a terminal: long operations show
-// what they do to people and stay quiet in pipes and scripts.
-func (g *Globals) progress(format string, a ...any) {
-	f, ok := g.Err.(*os.File)
-	if !ok {
-		return
-	}
-	if st, err := f.Stat(); err != nil || st.Mode()&os.ModeCharDevice == 0 {
-		return
-	}
-	fmt.Fprintf(f, format+"\n", a...)
 }
 
 func msgs[T proto.Message](in []T) []proto.Message {

@@ -10,6 +10,7 @@ import (
 
 	"github.com/spf13/cobra"
 	"github.com/zonefleet/zonefleet/pkg/buildinfo"
+	"github.com/zonefleet/zonefleet/pkg/clock"
 	"github.com/zonefleet/zonefleet/pkg/flagenv"
 )
 
@@ -27,17 +28,39 @@ const (
 
 // Globals are the flags every command shares.
 type Globals struct {
-	Arbiter   string
-	Etcd      string
-	Namespace string
-	Token     string
-	Output    string
-	Out       io.Writer
-	Err       io.Writer
+	Arbiter     string
+	Etcd        string
+	Namespace   string
+	Token       string
+	TokenFile   string
+	ConfigPath  string // --config: zctl's config file (config.go)
+	ClusterName string // --cluster-name: a cluster of the config file
+	Output      string
+	Out         io.Writer
+	Err         io.Writer
+
+	// TLS files of the chosen cluster (from the config file); unused until
+	// the servers speak TLS.
+	CAFile, CertFile, KeyFile string
+
+	resolved      bool
+	resolveErr    error
+	source        Source
+	tokenFromFile bool
+
+	// Progress test hooks: a terminal without a tty, and the redraw clock.
+	forceTTY bool
+	clock    clock.Clock
 }
 
 // NewRoot builds the zctl command tree.
 func NewRoot(out, errOut io.Writer) *cobra.Command {
+	root, _ := newRoot(out, errOut)
+	return root
+}
+
+// newRoot also returns the globals the commands share (tests inspect them).
+func newRoot(out, errOut io.Writer) (*cobra.Command, *Globals) {
 	g := &Globals{Out: out, Err: errOut}
 	root := &cobra.Command{
 		Use:           "zctl",
@@ -64,15 +87,18 @@ func NewRoot(out, errOut io.Writer) *cobra.Command {
 	pf.StringVar(&g.Arbiter, "arbiter", "", "arbiter address(es), comma-separated")
 	pf.StringVar(&g.Etcd, "etcd", "", "etcd endpoints, comma-separated")
 	pf.StringVarP(&g.Namespace, "namespace", "n", "", "tenant namespace")
-	pf.StringVar(&g.Token, "token", "", "admin token of the nodes")
+	pf.StringVar(&g.Token, "token", "", "admin token of the nodes (visible in ps: prefer --token-file)")
+	pf.StringVar(&g.TokenFile, "token-file", "", "file holding the admin token of the nodes")
+	pf.StringVar(&g.ConfigPath, "config", "", "zctl's config file (default $XDG_CONFIG_HOME/zonefleet/config.yaml)")
+	pf.StringVar(&g.ClusterName, "cluster-name", "", "cluster of the config file to use instead of the current one")
 	pf.StringVarP(&g.Output, "output", "o", "table", "output format: table, json or yaml")
 	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return usageErr(err) })
 
 	root.AddCommand(versionCmd(g), benchCmd(g), localCmd(g), clusterCmd(g), nodeCmd(g), nsCmd(g), vzoneCmd(g), zoneCmd(g), mkfsCmd(g), mountCmd(g), fsckCmd(g), fsCmd(g))
-	root.AddCommand(healthCmd(g))
+	root.AddCommand(healthCmd(g), configCmd(g))
 	annotateTree(root)
 	flagenv.Annotate(pf)
-	return root
+	return root, g
 }
 
 type exitError struct {

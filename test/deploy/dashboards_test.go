@@ -165,9 +165,10 @@ func workload(t *testing.T, reg prometheus.Registerer, d time.Duration) {
 	require.NoError(t, src.Reset(ctx))
 }
 
-// Every dashboard panel's queries return series from a real Prometheus
-// scraping the compose cluster after a short workload (exemptPanels lists
-// the panels that cannot yet, and why).
+// Every dashboard panel's queries, with every template variable at All
+// (substitute: .* and $__rate_interval = 1m), return series from a real
+// Prometheus scraping the compose cluster after a short workload
+// (exemptPanels lists the panels that cannot yet, and why).
 func TestDashboards(t *testing.T) {
 	waitReady(t, nodeCount, time.Minute)
 	reg := prometheus.NewRegistry()
@@ -205,19 +206,73 @@ func TestDashboards(t *testing.T) {
 				continue
 			}
 			for _, tg := range p.Targets {
-				n, err := promQuery(base, tg.Expr)
-				if !assert.NoError(t, err, "%s/%d %q: %s", d.UID, p.ID, p.Title, tg.Expr) {
+				expr := substitute(tg.Expr) // every variable at All
+				n, err := promQuery(base, expr)
+				if !assert.NoError(t, err, "%s/%d %q: %s", d.UID, p.ID, p.Title, expr) {
 					continue
 				}
 				checked++
 				if n == 0 {
-					empty = append(empty, fmt.Sprintf("%s/%d %q %s: %s", d.UID, p.ID, p.Title, tg.RefID, tg.Expr))
+					empty = append(empty, fmt.Sprintf("%s/%d %q %s: %s", d.UID, p.ID, p.Title, tg.RefID, expr))
 				}
 			}
 		}
 	}
 	t.Logf("%d panel queries checked, %d panels exempt", checked, exempted)
 	assert.Empty(t, empty, "panel queries with no series")
+
+	// The alerting rules (deploy/prometheus/rules) are loaded and evaluate
+	// without error on the cluster's real series.
+	rules := promRules(t, base)
+	require.NotEmpty(t, rules, "prometheus.yml loads the alerting rules")
+	t.Logf("%d alerting rules evaluated", len(rules))
+	for _, r := range rules {
+		assert.Equal(t, "ok", r.Health, "rule %s: %s", r.Name, r.LastError)
+		if r.State == "firing" {
+			t.Logf("alert firing during the workload: %s", r.Name)
+		}
+	}
+}
+
+type promRule struct {
+	Name      string `json:"name"`
+	Health    string `json:"health"`
+	LastError string `json:"lastError"`
+	State     string `json:"state"`
+}
+
+// promRules lists every rule Prometheus evaluates, once each has run.
+func promRules(t *testing.T, base string) []promRule {
+	t.Helper()
+	var rules []promRule
+	require.Eventually(t, func() bool {
+		resp, err := http.Get(base + "/api/v1/rules")
+		if err != nil {
+			return false
+		}
+		defer resp.Body.Close()
+		var r struct {
+			Data struct {
+				Groups []struct {
+					Rules []promRule `json:"rules"`
+				} `json:"groups"`
+			} `json:"data"`
+		}
+		if json.NewDecoder(resp.Body).Decode(&r) != nil {
+			return false
+		}
+		rules = rules[:0]
+		for _, g := range r.Data.Groups {
+			for _, rl := range g.Rules {
+				if rl.Health == "unknown" { // not evaluated yet
+					return false
+				}
+				rules = append(rules, rl)
+			}
+		}
+		return len(rules) > 0
+	}, 30*time.Second, time.Second, "prometheus evaluates the rules")
+	return rules
 }
 
 // Every zonefleet_* metric the running cluster exports (and the client
