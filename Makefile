@@ -57,8 +57,10 @@ rules: ## check the Prometheus config and alerting rules, run their unit tests (
 dashboards: ## regenerate deploy/grafana/dashboards/*.json from deploy/grafana (Go)
 	$(GO) generate ./deploy/grafana
 
-run: build ## a whole local cluster in one process, data under ./.cache/local (Ctrl-C stops it)
-	$(BIN)/zctl local up --data .cache/local
+RUN_MOUNT    ?= .cache/local/mnt
+run: build ## a whole local cluster in one process with its file system mounted at .cache/local/mnt (Ctrl-C unmounts and stops)
+	@mkdir -p $(RUN_MOUNT)
+	$(BIN)/zctl local up --data .cache/local --mount $(RUN_MOUNT)
 
 # deploy/: one image FROM scratch with the static binaries and an etcd built
 # from the etcd server module in go.mod; docker compose (v2 plugin or

@@ -97,6 +97,7 @@ type Cluster struct {
 	cfg  Config
 	log  *slog.Logger
 	Etcd *etcdlocal.Server
+	lock *dirLock
 
 	mu       sync.Mutex
 	arbiters []*proc
@@ -153,13 +154,17 @@ func Start(ctx context.Context, cfg Config) (*Cluster, error) {
 	if err := os.MkdirAll(cfg.Dir, 0o755); err != nil {
 		return nil, err
 	}
-	c := &Cluster{cfg: cfg, log: cfg.Logger}
+	lock, err := lockDir(cfg.Dir)
+	if err != nil {
+		return nil, err
+	}
+	c := &Cluster{cfg: cfg, log: cfg.Logger, lock: lock}
 	etcdAddr := net.JoinHostPort(cfg.Host, "0")
 	if cfg.BasePort > 0 {
 		etcdAddr = net.JoinHostPort(cfg.Host, fmt.Sprint(cfg.BasePort))
 	}
-	var err error
 	if c.Etcd, err = etcdlocal.Start(filepath.Join(cfg.Dir, "etcd"), etcdAddr); err != nil {
+		lock.release()
 		return nil, err
 	}
 	port := func(base, i, off int) string {
@@ -398,6 +403,7 @@ func (c *Cluster) Close() error {
 	if c.Etcd != nil {
 		c.Etcd.Close()
 	}
+	c.lock.release()
 	return errors.Join(errs...)
 }
 

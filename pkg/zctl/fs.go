@@ -481,7 +481,7 @@ func serveMount(sigCtx context.Context, g *Globals, o mountOptions, mounted func
 // localMount formats the namespace ns of an in-process cluster when it holds
 // no file system yet and mounts it at dir (zctl local up --mount). The
 // returned stop unmounts it.
-func localMount(ctx context.Context, g *Globals, arbiters []string, ns, dir string) (func(), error) {
+func localMount(ctx context.Context, g *Globals, arbiters []string, ns, dir string, allowOther bool) (func(), error) {
 	lg := *g
 	lg.Arbiter, lg.Etcd, lg.Namespace = strings.Join(arbiters, ","), "", ns
 	c, err := lg.fsClient(ctx, nil)
@@ -505,13 +505,13 @@ func localMount(ctx context.Context, g *Globals, arbiters []string, ns, dir stri
 	}
 	mctx, cancel := context.WithCancel(context.Background())
 	ready, done := make(chan string, 1), make(chan error, 1)
-	o := mountOptions{dir: dir, gc: "izc", bgGC: 2 * time.Second, cpEvery: 5 * time.Second}
+	o := mountOptions{dir: dir, gc: "izc", bgGC: 2 * time.Second, cpEvery: 5 * time.Second, allowOther: allowOther}
 	go func() {
 		done <- serveMount(mctx, &lg, o, func(abs, _ string) { ready <- abs })
 	}()
 	select {
 	case abs := <-ready:
-		fmt.Fprintf(g.Out, "file system of namespace %s mounted at %s\n", ns, abs)
+		fmt.Fprintf(g.Out, "file system of namespace %s mounted at %s (try: ls %s; zctl fs stat %s)\n", ns, abs, abs, abs)
 		return func() { cancel(); <-done }, nil
 	case err := <-done:
 		cancel()

@@ -31,6 +31,7 @@ func localUpCmd(g *Globals) *cobra.Command {
 	var (
 		dir, clockName, logLevel, ns, media string
 		mountDir                            string
+		allowOther                          bool
 		nodes, arbiters, devices, basePort  int
 		scale                               float64
 		admission                           bool
@@ -67,6 +68,10 @@ makes it current, so every other zctl command finds it. Running it again on the 
 			g.progress("starting %d ssdnodes and %d arbiter(s) in %s…", nodes, arbiters, abs)
 			cl, err := localcluster.Start(ctx, cfg)
 			if err != nil {
+				var inUse *localcluster.DirInUseError
+				if errors.As(err, &inUse) {
+					return &exitError{code: ExitConflict, err: err}
+				}
 				return &exitError{code: ExitUnavailable, err: err}
 			}
 			defer func() {
@@ -100,7 +105,7 @@ makes it current, so every other zctl command finds it. Running it again on the 
 				}
 			}
 			if mountDir != "" {
-				stopMount, err := localMount(ctx, g, cl.ArbiterAddrs(), ns, mountDir)
+				stopMount, err := localMount(ctx, g, cl.ArbiterAddrs(), ns, mountDir, allowOther)
 				if err != nil {
 					return err
 				}
@@ -124,6 +129,7 @@ makes it current, so every other zctl command finds it. Running it again on the 
 	f.BoolVar(&admission, "admission-control", true, "write admission control on the nodes")
 	f.StringVar(&logLevel, "log-level", "warn", "log level of the cluster's processes")
 	f.StringVar(&mountDir, "mount", "", "format the default namespace if needed and mount its file system at this directory")
+	f.BoolVar(&allowOther, "allow-other", false, "with --mount: let other users reach the mount (non-root needs user_allow_other in /etc/fuse.conf)")
 	return c
 }
 
