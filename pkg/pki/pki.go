@@ -386,8 +386,9 @@ func WriteFile(path string, data []byte, overwrite bool) error {
 	return nil
 }
 
-// readPrivate reads a key file and refuses one that group or others can read.
-func readPrivate(path string) ([]byte, error) {
+// ReadPrivateFile reads a private-key file and refuses one that group or
+// others can access.
+func ReadPrivateFile(path string) ([]byte, error) {
 	st, err := os.Stat(path)
 	if err != nil {
 		return nil, err
@@ -470,7 +471,7 @@ func LoadCA(certFile, keyFile string) (*CA, error) {
 	if err != nil {
 		return nil, err
 	}
-	kp, err := readPrivate(keyFile)
+	kp, err := ReadPrivateFile(keyFile)
 	if err != nil {
 		return nil, err
 	}
@@ -495,7 +496,7 @@ func LoadKeyPair(certFile, keyFile string) (tls.Certificate, error) {
 	if err != nil {
 		return tls.Certificate{}, err
 	}
-	kp, err := readPrivate(keyFile)
+	kp, err := ReadPrivateFile(keyFile)
 	if err != nil {
 		return tls.Certificate{}, err
 	}
