@@ -2,9 +2,9 @@ package auth
 
 import (
 	"context"
-	"fmt"
-	"crypto/tls"
 	"crypto/ed25519"
+	"crypto/tls"
+	"fmt"
 	"net"
 	"strings"
 	"sync"
@@ -564,7 +564,6 @@ func TestPerRPCCredentials(t *testing.T) {
 	}
 	assert.Equal(t, int64(1), fetches.Load(), "one fetch serves calls until the refresh point")
 }
-
 
 // A registered method the policy does not list is denied to everyone, even
 // the admin; grpc itself answers UNIMPLEMENTED for unregistered methods.
