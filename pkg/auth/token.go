@@ -163,8 +163,14 @@ type Verifier struct {
 	skew   time.Duration
 	maxTTL time.Duration
 	now    func() time.Time
-	cache  *limit.LRU[[32]byte, Claims]
+	// cache is sharded by the token hash so concurrent calls of different
+	// tenants do not share one lock on the data path; nil when disabled.
+	cache []*limit.LRU[[32]byte, Claims]
 }
+
+const cacheShards = 16
+
+func (v *Verifier) shard(h [32]byte) *limit.LRU[[32]byte, Claims] { return v.cache[h[0]%cacheShards] }
 
 // VerifierConfig configures a Verifier. Zero fields take defaults.
 type VerifierConfig struct {
@@ -191,7 +197,10 @@ func NewVerifier(cfg VerifierConfig) (*Verifier, error) {
 		cfg.CacheEntries = 4096
 	}
 	if cfg.CacheEntries > 0 {
-		v.cache = limit.NewLRU[[32]byte, Claims](cfg.CacheEntries, cfg.Now)
+		per := max(1, cfg.CacheEntries/cacheShards)
+		for range cacheShards {
+			v.cache = append(v.cache, limit.NewLRU[[32]byte, Claims](per, cfg.Now))
+		}
 	}
 	if err := v.SetKeys(cfg.Keys...); err != nil {
 		return nil, err
@@ -213,8 +222,8 @@ func (v *Verifier) SetKeys(keys ...ed25519.PublicKey) error {
 	v.mu.Lock()
 	v.keys = m
 	v.mu.Unlock()
-	if v.cache != nil {
-		v.cache.Clear()
+	for _, c := range v.cache {
+		c.Clear()
 	}
 	return nil
 }
@@ -249,9 +258,9 @@ func (v *Verifier) Verify(tok string) (Claims, error) {
 	var h [32]byte
 	if v.cache != nil {
 		h = sha256.Sum256([]byte(tok))
-		if c, ok := v.cache.Get(h); ok {
+		if c, ok := v.shard(h).Get(h); ok {
 			if err := v.checkTimes(c); err != nil {
-				v.cache.Remove(h)
+				v.shard(h).Remove(h)
 				return Claims{}, err
 			}
 			return c, nil
@@ -262,7 +271,7 @@ func (v *Verifier) Verify(tok string) (Claims, error) {
 		return Claims{}, err
 	}
 	if v.cache != nil {
-		v.cache.PutUntil(h, c, c.ExpiresAt.Add(v.skew))
+		v.shard(h).PutUntil(h, c, c.ExpiresAt.Add(v.skew))
 	}
 	return c, nil
 }
