@@ -222,11 +222,12 @@
 // namespace-record watch, Insecure only with --insecure) and put its
 // ServerOptions before rpcerr's; replace isAdmin/requireAdmin by
 // FromContext(ctx).IsAdmin() and wire.Namespace by FromContext(ctx).Namespace;
-// ZoneCompaction: look the peer up by node id in the registered node
-// records, ignore the request's address, dial with pki.ClientConfig{Cert:
-// node cert, WantRole: node:<id>} and no token; bound the peer pool; put
-// every zone-touching RPC through hold with the owner epoch; MissGuard
-// before grant-miss etcd reads; namespace metric labels only from verified
+// ZoneCompaction: replace the peers map by a peerdial.Pool whose Resolver
+// reads the registered node records (the request's address is ignored; it
+// dials with the node certificate, the peer pinned to node:<id>, no token,
+// bounded); put
+// every zone-touching RPC through hold with the owner epoch; a
+// limit.MissGuard before grant-miss etcd reads; namespace metric labels only from verified
 // identities. Arbiter: the same interceptor; redact other tenants from
 // ClusterStatus for non-admins; IssueToken. Client, FUSE mount, zctl: TLS
 // dial options (pki.ClientConfig) and PerRPC(token source) from
