@@ -2,6 +2,8 @@ package auth
 
 import (
 	"crypto/rand"
+	"crypto/sha256"
+	"crypto/subtle"
 	"encoding/base64"
 	"errors"
 	"fmt"
@@ -123,4 +125,16 @@ func LoadSecret(path, env string) (string, error) {
 		return "", fmt.Errorf("%s: %w", from, err)
 	}
 	return s, nil
+}
+
+// CredentialHash is what the arbiter stores for a namespace credential: its
+// SHA-256. Credentials are 32 random bytes, so a plain hash is enough (a
+// slow password hash protects guessable secrets; these are not guessable).
+func CredentialHash(cred string) [32]byte { return sha256.Sum256([]byte(cred)) }
+
+// CredentialMatches compares a presented credential with a stored hash in
+// constant time.
+func CredentialMatches(cred string, stored [32]byte) bool {
+	h := CredentialHash(cred)
+	return subtle.ConstantTimeCompare(h[:], stored[:]) == 1
 }

@@ -84,3 +84,14 @@ func TestNewRefusesWeakOrEmptyConfig(t *testing.T) {
 	_, err = New(Config{})
 	assert.Error(t, err, "nothing could authenticate: refuse to start rather than allow everyone")
 }
+
+func TestCredentialHash(t *testing.T) {
+	cred, err := GenerateSecret(NamespaceCredentialPrefix)
+	require.NoError(t, err)
+	other, _ := GenerateSecret(NamespaceCredentialPrefix)
+	h := CredentialHash(cred)
+	assert.True(t, CredentialMatches(cred, h))
+	assert.False(t, CredentialMatches(other, h))
+	assert.False(t, CredentialMatches("", h))
+	assert.False(t, CredentialMatches(cred+"x", h))
+}

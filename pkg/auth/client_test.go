@@ -1,0 +1,74 @@
+package auth
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+func TestRefreshingSource(t *testing.T) {
+	c := &clk{t: time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC)}
+	var fetches atomic.Int64
+	var fail atomic.Bool
+	block := make(chan struct{})
+	var blocking atomic.Bool
+	src := NewRefreshingSource(func(ctx context.Context) (string, time.Time, error) {
+		n := fetches.Add(1)
+		if blocking.Load() {
+			<-block
+		}
+		if fail.Load() {
+			return "", time.Time{}, errors.New("arbiter unreachable")
+		}
+		return "tok-" + string(rune('0'+n)), c.now().Add(9 * time.Minute), nil
+	}, c.now)
+	ctx := context.Background()
+
+	tok, err := src.Token(ctx)
+	require.NoError(t, err)
+	assert.Equal(t, "tok-1", tok)
+	c.add(5 * time.Minute) // before 2/3 of 9 minutes
+	tok, _ = src.Token(ctx)
+	assert.Equal(t, "tok-1", tok)
+	assert.Equal(t, int64(1), fetches.Load())
+
+	// Past the refresh point: callers keep getting the valid token without
+	// waiting while one background refresh runs.
+	blocking.Store(true)
+	c.add(2 * time.Minute)
+	var wg sync.WaitGroup
+	for i := 0; i < 8; i++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			tok, err := src.Token(ctx)
+			assert.NoError(t, err)
+			assert.Equal(t, "tok-1", tok)
+		}()
+	}
+	wg.Wait()
+	assert.Equal(t, int64(2), fetches.Load(), "exactly one refresh in flight")
+	blocking.Store(false)
+	close(block)
+	require.Eventually(t, func() bool { tok, _ := src.Token(ctx); return tok == "tok-2" }, 5*time.Second, time.Millisecond)
+
+	// Expired and the fetch fails: the caller gets the fetch error.
+	fail.Store(true)
+	c.add(time.Hour)
+	_, err = src.Token(ctx)
+	assert.ErrorContains(t, err, "arbiter unreachable")
+	// Recovers once the arbiter answers.
+	fail.Store(false)
+	tok, err = src.Token(ctx)
+	require.NoError(t, err)
+	assert.NotEqual(t, "tok-2", tok)
+
+	_, err = StaticToken("").Token(ctx)
+	assert.Error(t, err)
+}
