@@ -97,8 +97,8 @@ func Decide(persisted Owner, valid bool, grant Owner, granted bool) Action {
 
 // Store is the owner file of one device.
 type Store struct {
-	f      *os.File
-	path   string
+	f       *os.File
+	path    string
 	zones   uint32
 	owners  []atomic.Pointer[entry]
 	created bool
