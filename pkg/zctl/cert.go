@@ -21,11 +21,11 @@ import (
 
 // Files of a cluster's PKI directory (written by `zctl cert init`).
 const (
-	CertCAFile         = "ca.crt"
-	CertCAKeyFile      = "ca.key"
-	CertAdminToken     = "admin.token"
-	CertSigningKeyFile = "token-signing.key"
-	CertVerifyKeysFile = "token-verify.pub"
+	CertCAFile         = auth.FileCA
+	CertCAKeyFile      = auth.FileCAKey
+	CertAdminToken     = auth.FileAdminToken
+	CertSigningKeyFile = auth.FileSigningKey
+	CertVerifyKeysFile = auth.FileVerifyKeys
 )
 
 // CertFile describes one file written by zctl cert.
@@ -132,12 +132,7 @@ func (w *certWriter) pair(name string, kp *pki.KeyPair, role pki.Role) error {
 	return w.write(name+".key", kp.KeyPEM, CertFile{Kind: "key", Role: role.String()})
 }
 
-func certFileName(r pki.Role) string {
-	if r.Kind == pki.RoleNode {
-		return "node-" + r.Name
-	}
-	return string(r.Kind)
-}
+func certFileName(r pki.Role) string { return auth.ComponentFileName(r) }
 
 func emitCertFiles(g *Globals, files []CertFile) error {
 	return g.emit(files, func(w io.Writer) error {
