@@ -25,7 +25,9 @@ func writeDir(t *testing.T, roles ...pki.Role) (string, ed25519.PrivateKey) {
 	dir := t.TempDir()
 	ca, err := pki.NewCA(pki.CAOptions{})
 	require.NoError(t, err)
-	w := func(name string, data []byte) { require.NoError(t, pki.WriteFile(filepath.Join(dir, name), data, false)) }
+	w := func(name string, data []byte) {
+		require.NoError(t, pki.WriteFile(filepath.Join(dir, name), data, false))
+	}
 	w(FileCA, ca.CertPEM)
 	w(FileCAKey, ca.KeyPEM)
 	for _, r := range roles {
