@@ -181,8 +181,8 @@
 //	grant-miss amplification on etcd           identity first (random namespaces are no longer          limit tests
 //	                                           possible); limit.MissGuard: negative cache + per-
 //	                                           namespace and global token buckets before any etcd read
-//	cross-tenant read after zone reassignment  owner epoch (below), checked on every zone-touching      node tests (next change)
-//	                                           call under the zone lock
+//	cross-tenant read after zone reassignment  owner epoch (below), checked on every zone-touching      zoneowner tests; node end-to-end
+//	                                           call under the zone lock                                 with etcd leader change (next change)
 //
 // Residual risks, accepted: a compromised arbiter can mint tokens for any
 // namespace (it assigns every zone anyway); a compromised node can act for
@@ -201,15 +201,18 @@
 //     of the transaction that gave the zone to this namespace. A repair that
 //     re-writes the same owner keeps the epoch; any new assignment, even to
 //     the same namespace after a release, gets a new one.
-//   - The node persists per zone (owner namespace, owner epoch) in its
-//     device metadata (format version, checksum, fsync before the first
-//     acknowledged I/O of the new owner).
+//   - The node persists per zone (owner namespace, owner epoch) in an
+//     owner file next to the device (pkg/zoneowner: format version, feature
+//     bits, per-record CRC-32C, fdatasync before the first acknowledged I/O
+//     of the new owner; an unreadable record forces a reset).
 //   - Every zone-touching RPC (Read*, Write*, Append, ZoneManagement,
 //     SimpleCopy, TLOpen, ZoneCompaction source and destinations, PeerWrite
 //     destinations) goes through hold: under the zone's read lock it compares
-//     the cached grant (namespace, epoch) with the persisted owner. Equal:
-//     serve. Different: take the zone's write lock, reset the zone, persist
-//     the new owner, then serve. No grant: NOT_OWNER.
+//     the cached grant (namespace, epoch) with the persisted owner
+//     (zoneowner.Decide). Equal: serve. Different: take the zone's write
+//     lock, reset the zone, persist the new owner, then serve. No grant:
+//     NOT_OWNER. Asynchronous work (ZoneCompaction) holds the zones until it
+//     completes.
 //   - After a watch break the grant cache is rebuilt from one consistent
 //     Get before serving, and MissGuard.ForgetAll drops remembered misses.
 //
@@ -218,9 +221,11 @@
 //
 // # Wiring (next change)
 //
-// Node: build an Authenticator (CA pool, verification keys, Revoked from the
-// namespace-record watch, Insecure only with --insecure) and put its
-// ServerOptions before rpcerr's; replace isAdmin/requireAdmin by
+// Every component: Load(DirFiles(dir, role, …)) gives its Bundle (CA,
+// reloading certificate, verification keys, the arbiter's signing key, the
+// admin token) and from it ServerTLS, ClientTLS and the Authenticator.
+// Node: Authenticator with Revoked from the namespace-record watch and
+// Insecure only with --insecure; its ServerOptions go before rpcerr's; replace isAdmin/requireAdmin by
 // FromContext(ctx).IsAdmin() and wire.Namespace by FromContext(ctx).Namespace;
 // ZoneCompaction: replace the peers map by a peerdial.Pool whose Resolver
 // reads the registered node records (the request's address is ignored; it
