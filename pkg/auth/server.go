@@ -11,6 +11,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/zonefleet/zonefleet/pkg/auth/limit"
 	"github.com/zonefleet/zonefleet/pkg/pki"
 	"github.com/zonefleet/zonefleet/pkg/zerr"
 	"google.golang.org/grpc"
@@ -69,6 +70,10 @@ type Authenticator struct {
 	cfg       Config
 	adminHash [32]byte
 	hasAdmin  bool
+	// verified remembers client chains that verified (by the SHA-256 of the
+	// chain, until the earliest NotAfter), so calls on a connection pay a
+	// hash, not an x509 verification. Sharded: no single lock on the data path.
+	verified [cacheShards]*limit.LRU[[32]byte, pki.Role]
 }
 
 // New validates cfg and returns an authenticator. It refuses a weak admin
@@ -84,6 +89,9 @@ func New(cfg Config) (*Authenticator, error) {
 		cfg.Logger = slog.Default()
 	}
 	a := &Authenticator{cfg: cfg}
+	for i := range a.verified {
+		a.verified[i] = limit.NewLRU[[32]byte, pki.Role](256, cfg.Now)
+	}
 	if cfg.AdminToken != "" {
 		if err := CheckSecret(cfg.AdminToken); err != nil {
 			return nil, fmt.Errorf("admin token: %w", err)
@@ -130,7 +138,7 @@ func (a *Authenticator) Authenticate(ctx context.Context, method string, req any
 	var id Identity
 	var have bool
 	if len(chain) > 0 {
-		role, err := pki.VerifyClient(chain, a.cfg.Roots, a.cfg.Now())
+		role, err := a.verifyChain(chain)
 		if err != nil {
 			return ctx, unauth("client certificate refused: %v", err)
 		}
@@ -203,6 +211,29 @@ func (a *Authenticator) Authenticate(ctx context.Context, method string, req any
 	}
 	ctx = metadata.NewIncomingContext(ctx, md)
 	return NewContext(ctx, id), nil
+}
+
+func (a *Authenticator) verifyChain(chain []*x509.Certificate) (pki.Role, error) {
+	h := sha256.New()
+	notAfter := chain[0].NotAfter
+	for _, c := range chain {
+		h.Write(c.Raw)
+		if c.NotAfter.Before(notAfter) {
+			notAfter = c.NotAfter
+		}
+	}
+	var key [32]byte
+	h.Sum(key[:0])
+	shard := a.verified[key[0]%cacheShards]
+	if r, ok := shard.Get(key); ok {
+		return r, nil
+	}
+	r, err := pki.VerifyClient(chain, a.cfg.Roots, a.cfg.Now())
+	if err != nil {
+		return pki.Role{}, err
+	}
+	shard.PutUntil(key, r, notAfter)
+	return r, nil
 }
 
 func identityOfRole(r pki.Role) Identity {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/ed25519"
 	"crypto/tls"
+	"crypto/x509"
 	"fmt"
 	"net"
 	"strings"
@@ -17,6 +18,7 @@ import (
 	v1 "github.com/zonefleet/zonefleet/api/zonefleet/v1"
 	"github.com/zonefleet/zonefleet/pkg/pki"
 	"github.com/zonefleet/zonefleet/pkg/rpcerr"
+	"github.com/zonefleet/zonefleet/pkg/zerr"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials"
@@ -24,6 +26,7 @@ import (
 	"google.golang.org/grpc/health"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/peer"
 	"google.golang.org/grpc/status"
 )
 
@@ -584,4 +587,27 @@ func TestPolicyDeniesUnlistedMethods(t *testing.T) {
 	assert.ErrorIs(t, err, ErrPermissionDenied)
 	_, err = a.Authenticate(ctx, "/zonefleet.v1.ZonedDevice/GetLog", &v1.GetLogRequest{})
 	assert.NoError(t, err, "control: a listed admin method passes")
+}
+
+// A client chain verified once is remembered only until it expires.
+func TestCertVerificationCacheHonoursExpiry(t *testing.T) {
+	ca, err := pki.NewCA(pki.CAOptions{})
+	require.NoError(t, err)
+	now := time.Now()
+	kp, err := ca.Issue(pki.LeafOptions{Role: pki.Role{Kind: pki.RoleAdmin}, Now: now, Validity: time.Hour})
+	require.NoError(t, err)
+	c := &clk{t: now}
+	a, err := New(Config{Roots: ca.Pool(), Now: c.now})
+	require.NoError(t, err)
+	ctx := peer.NewContext(context.Background(), &peer.Peer{AuthInfo: credentials.TLSInfo{
+		State: tls.ConnectionState{PeerCertificates: []*x509.Certificate{kp.Cert}}}})
+	for i := 0; i < 3; i++ {
+		got, err := a.Authenticate(ctx, "/zonefleet.v1.ZonedDevice/GetLog", &v1.GetLogRequest{})
+		require.NoError(t, err)
+		id, _ := FromContext(got)
+		assert.True(t, id.IsAdmin())
+	}
+	c.add(time.Hour + time.Second)
+	_, err = a.Authenticate(ctx, "/zonefleet.v1.ZonedDevice/GetLog", &v1.GetLogRequest{})
+	assert.ErrorIs(t, err, zerr.ErrUnauthenticated, "the cached verification ends with the certificate")
 }
