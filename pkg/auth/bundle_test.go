@@ -13,43 +13,37 @@ import (
 	"github.com/stretchr/testify/require"
 	v1 "github.com/zonefleet/zonefleet/api/zonefleet/v1"
 	"github.com/zonefleet/zonefleet/pkg/pki"
+	"github.com/zonefleet/zonefleet/pkg/zerr"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/status"
 )
 
-// writeDir lays out a PKI directory the way `zctl cert init` does.
-func writeDir(t *testing.T, roles ...pki.Role) (string, ed25519.PrivateKey) {
+// writeDir lays out a PKI directory with InitDir (what `zctl cert init` runs).
+func writeDir(t *testing.T, nodes ...string) string {
 	t.Helper()
-	dir := t.TempDir()
-	ca, err := pki.NewCA(pki.CAOptions{})
+	dir := filepath.Join(t.TempDir(), "pki")
+	files, err := InitDir(InitOptions{Dir: dir, Nodes: nodes, Hosts: []string{"localhost", "127.0.0.1"}})
 	require.NoError(t, err)
-	w := func(name string, data []byte) {
-		require.NoError(t, pki.WriteFile(filepath.Join(dir, name), data, false))
-	}
-	w(FileCA, ca.CertPEM)
-	w(FileCAKey, ca.KeyPEM)
-	for _, r := range roles {
-		kp, err := ca.Issue(pki.LeafOptions{Role: r, DNSNames: []string{"localhost"}, IPs: []net.IP{net.IPv4(127, 0, 0, 1)}})
+	assert.Len(t, files, 2+2*(3+len(nodes))+3)
+	for _, f := range files {
+		st, err := os.Stat(f.Path)
 		require.NoError(t, err)
-		w(ComponentFileName(r)+".crt", kp.CertPEM)
-		w(ComponentFileName(r)+".key", kp.KeyPEM)
+		assert.Equal(t, os.FileMode(0o600), st.Mode().Perm(), f.Path)
 	}
-	sk, err := GenerateSigningKey()
-	require.NoError(t, err)
-	skPEM, _ := MarshalSigningKey(sk)
-	pub, _ := MarshalVerifyKeys(sk.Public().(ed25519.PublicKey))
-	w(FileSigningKey, skPEM)
-	w(FileVerifyKeys, pub)
-	tok, _ := GenerateSecret(AdminTokenPrefix)
-	w(FileAdminToken, []byte(tok+"\n"))
-	return dir, sk
+	_, err = InitDir(InitOptions{Dir: dir, Nodes: nodes})
+	require.ErrorIs(t, err, zerr.ErrAlreadyExists, "no silent re-init")
+	_, err = InitDir(InitOptions{Dir: dir, Nodes: []string{"a/b"}, Force: true})
+	require.ErrorIs(t, err, zerr.ErrInvalidArgument)
+	_, err = InitDir(InitOptions{Dir: dir, Hosts: []string{"a b"}, Force: true})
+	require.ErrorIs(t, err, zerr.ErrInvalidArgument)
+	return dir
 }
 
 func TestBundleWiresServerAndClients(t *testing.T) {
-	n1, n2, arb, adm := pki.Role{Kind: pki.RoleNode, Name: "n1"}, pki.Role{Kind: pki.RoleNode, Name: "n2"}, pki.Role{Kind: pki.RoleArbiter}, pki.Role{Kind: pki.RoleAdmin}
-	dir, _ := writeDir(t, n1, n2, arb, adm)
+	n1, n2, arb := pki.Role{Kind: pki.RoleNode, Name: "n1"}, pki.Role{Kind: pki.RoleNode, Name: "n2"}, pki.Role{Kind: pki.RoleArbiter}
+	dir := writeDir(t, "n1", "n2")
 
 	node, err := Load(DirFiles(dir, n2, false, true))
 	require.NoError(t, err)
@@ -122,4 +116,23 @@ func peerWriteCC(cc *grpc.ClientConn) error {
 	_ = st.Send(&v1.PeerWriteRequest{Namespace: "tenant-a"})
 	_, err = st.CloseAndRecv()
 	return err
+}
+
+func TestIssueInDir(t *testing.T) {
+	dir := writeDir(t)
+	files, err := IssueInDir(dir, pki.Role{Kind: pki.RoleNode, Name: "n7"}, []string{"10.0.0.7"}, time.Hour, false)
+	require.NoError(t, err)
+	require.Len(t, files, 2)
+	b, err := Load(DirFiles(dir, pki.Role{Kind: pki.RoleNode, Name: "n7"}, false, false))
+	require.NoError(t, err)
+	leaf, err := pki.LeafOf(b.Cert.Current())
+	require.NoError(t, err)
+	assert.Contains(t, leaf.DNSNames, "n7")
+	assert.Equal(t, "10.0.0.7", leaf.IPAddresses[0].String())
+	_, err = IssueInDir(dir, pki.Role{Kind: pki.RoleNode, Name: "n7"}, nil, time.Hour, false)
+	assert.ErrorIs(t, err, zerr.ErrAlreadyExists)
+	_, err = IssueInDir(dir, pki.Role{Kind: "root"}, nil, time.Hour, false)
+	assert.ErrorIs(t, err, zerr.ErrInvalidArgument)
+	_, err = IssueInDir(t.TempDir(), pki.Role{Kind: pki.RoleAdmin}, nil, time.Hour, false)
+	assert.Error(t, err, "no CA there")
 }

@@ -1,16 +1,10 @@
 package zctl
 
 import (
-	"crypto/ed25519"
-	"crypto/sha256"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"io"
-	"net"
-	"os"
 	"path/filepath"
-	"strings"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -29,13 +23,7 @@ const (
 )
 
 // CertFile describes one file written by zctl cert.
-type CertFile struct {
-	Path        string    `json:"path"`
-	Kind        string    `json:"kind"`           // ca-cert, ca-key, cert, key, token-signing-key, token-verify-keys, admin-token
-	Role        string    `json:"role,omitempty"` // for certificates and keys
-	NotAfter    time.Time `json:"not_after,omitzero"`
-	Fingerprint string    `json:"fingerprint,omitempty"` // SHA-256 of the certificate (DER) or public key
-}
+type CertFile = auth.WrittenFile
 
 // CertToken is the output of zctl cert token.
 type CertToken struct {
@@ -78,62 +66,6 @@ func certCmd(g *Globals) *cobra.Command {
 	return c
 }
 
-func splitSANs(hosts []string) ([]string, []net.IP, error) {
-	var dns []string
-	var ips []net.IP
-	seen := map[string]bool{}
-	for _, h := range hosts {
-		h = strings.TrimSpace(h)
-		if h == "" || seen[h] {
-			continue
-		}
-		seen[h] = true
-		if ip := net.ParseIP(h); ip != nil {
-			ips = append(ips, ip)
-			continue
-		}
-		if strings.ContainsAny(h, " /:") {
-			return nil, nil, usageErr(fmt.Errorf("host %q is neither an IP address nor a DNS name", h))
-		}
-		dns = append(dns, h)
-	}
-	return dns, ips, nil
-}
-
-func fingerprint(b []byte) string {
-	h := sha256.Sum256(b)
-	return hex.EncodeToString(h[:])
-}
-
-// certWriter writes files into a directory, refusing to replace any unless forced.
-type certWriter struct {
-	dir   string
-	force bool
-	files []CertFile
-}
-
-func (w *certWriter) write(name string, data []byte, f CertFile) error {
-	p := filepath.Join(w.dir, name)
-	if err := pki.WriteFile(p, data, w.force); err != nil {
-		if errors.Is(err, pki.ErrExists) {
-			return &zerr.AlreadyExistsError{Kind: "file", Name: p + " (use --force to replace)"}
-		}
-		return err
-	}
-	f.Path = p
-	w.files = append(w.files, f)
-	return nil
-}
-
-func (w *certWriter) pair(name string, kp *pki.KeyPair, role pki.Role) error {
-	if err := w.write(name+".crt", kp.CertPEM, CertFile{Kind: "cert", Role: role.String(), NotAfter: kp.Cert.NotAfter, Fingerprint: fingerprint(kp.Cert.Raw)}); err != nil {
-		return err
-	}
-	return w.write(name+".key", kp.KeyPEM, CertFile{Kind: "key", Role: role.String()})
-}
-
-func certFileName(r pki.Role) string { return auth.ComponentFileName(r) }
-
 func emitCertFiles(g *Globals, files []CertFile) error {
 	return g.emit(files, func(w io.Writer) error {
 		t := table(w)
@@ -167,100 +99,12 @@ func certInitCmd(g *Globals) *cobra.Command {
 			if dir == "" {
 				return usageErr(errors.New("--dir is required"))
 			}
-			if err := os.MkdirAll(dir, 0o700); err != nil {
-				return err
-			}
-			if err := os.Chmod(dir, 0o700); err != nil {
-				return err
-			}
-			common, commonIPs, err := splitSANs(hosts)
+			files, err := auth.InitDir(auth.InitOptions{Dir: dir, Nodes: nodes, Hosts: hosts, ArbiterHosts: arbHosts,
+				EtcdHosts: etcd, Validity: validity, CAValidity: caValidity, Force: force})
 			if err != nil {
 				return err
 			}
-			var roles []pki.Role
-			roles = append(roles, pki.Role{Kind: pki.RoleAdmin}, pki.Role{Kind: pki.RoleArbiter}, pki.Role{Kind: pki.RoleEtcd})
-			seen := map[string]bool{}
-			for _, n := range nodes {
-				n = strings.TrimSpace(n)
-				if n == "" || seen[n] {
-					continue
-				}
-				seen[n] = true
-				r := pki.Role{Kind: pki.RoleNode, Name: n}
-				if err := r.Validate(); err != nil {
-					return usageErr(err)
-				}
-				roles = append(roles, r)
-			}
-			// Check every target before writing anything: no half-written directory.
-			w := &certWriter{dir: dir, force: force}
-			if !force {
-				names := []string{CertCAFile, CertCAKeyFile, CertAdminToken, CertSigningKeyFile, CertVerifyKeysFile}
-				for _, r := range roles {
-					names = append(names, certFileName(r)+".crt", certFileName(r)+".key")
-				}
-				for _, n := range names {
-					if _, err := os.Lstat(filepath.Join(dir, n)); err == nil {
-						return &zerr.AlreadyExistsError{Kind: "file", Name: filepath.Join(dir, n) + " (use --force to replace)"}
-					}
-				}
-			}
-			now := time.Now()
-			ca, err := pki.NewCA(pki.CAOptions{Validity: caValidity, Now: now})
-			if err != nil {
-				return err
-			}
-			if err := w.write(CertCAFile, ca.CertPEM, CertFile{Kind: "ca-cert", NotAfter: ca.Cert.NotAfter, Fingerprint: fingerprint(ca.Cert.Raw)}); err != nil {
-				return err
-			}
-			if err := w.write(CertCAKeyFile, ca.KeyPEM, CertFile{Kind: "ca-key"}); err != nil {
-				return err
-			}
-			for _, r := range roles {
-				extra, extraIPs, err := splitSANs(map[pki.RoleKind][]string{pki.RoleArbiter: append([]string{"arbiter"}, arbHosts...),
-					pki.RoleEtcd: append([]string{"etcd"}, etcd...), pki.RoleNode: {r.Name}}[r.Kind])
-				if err != nil {
-					return err
-				}
-				dns, ips := append(append([]string{}, common...), extra...), append(append([]net.IP{}, commonIPs...), extraIPs...)
-				if r.Kind == pki.RoleAdmin {
-					dns, ips = nil, nil // a client certificate names no host
-				}
-				kp, err := ca.Issue(pki.LeafOptions{Role: r, DNSNames: dns, IPs: ips, Validity: validity, Now: now})
-				if err != nil {
-					return err
-				}
-				if err := w.pair(certFileName(r), kp, r); err != nil {
-					return err
-				}
-			}
-			sk, err := auth.GenerateSigningKey()
-			if err != nil {
-				return err
-			}
-			skPEM, err := auth.MarshalSigningKey(sk)
-			if err != nil {
-				return err
-			}
-			pub := sk.Public().(ed25519.PublicKey)
-			pubPEM, err := auth.MarshalVerifyKeys(pub)
-			if err != nil {
-				return err
-			}
-			if err := w.write(CertSigningKeyFile, skPEM, CertFile{Kind: "token-signing-key", Fingerprint: auth.KeyID(pub)}); err != nil {
-				return err
-			}
-			if err := w.write(CertVerifyKeysFile, pubPEM, CertFile{Kind: "token-verify-keys", Fingerprint: auth.KeyID(pub)}); err != nil {
-				return err
-			}
-			tok, err := auth.GenerateSecret(auth.AdminTokenPrefix)
-			if err != nil {
-				return err
-			}
-			if err := w.write(CertAdminToken, []byte(tok+"\n"), CertFile{Kind: "admin-token"}); err != nil {
-				return err
-			}
-			return emitCertFiles(g, w.files)
+			return emitCertFiles(g, files)
 		},
 	}
 	f := c.Flags()
@@ -293,26 +137,11 @@ func certIssueCmd(g *Globals) *cobra.Command {
 			if err != nil {
 				return usageErr(err)
 			}
-			ca, err := pki.LoadCA(filepath.Join(dir, CertCAFile), filepath.Join(dir, CertCAKeyFile))
+			files, err := auth.IssueInDir(dir, r, hosts, validity, force)
 			if err != nil {
 				return err
 			}
-			if r.Kind == pki.RoleNode {
-				hosts = append(hosts, r.Name)
-			}
-			dns, ips, err := splitSANs(hosts)
-			if err != nil {
-				return err
-			}
-			kp, err := ca.Issue(pki.LeafOptions{Role: r, DNSNames: dns, IPs: ips, Validity: validity})
-			if err != nil {
-				return err
-			}
-			w := &certWriter{dir: dir, force: force}
-			if err := w.pair(certFileName(r), kp, r); err != nil {
-				return err
-			}
-			return emitCertFiles(g, w.files)
+			return emitCertFiles(g, files)
 		},
 	}
 	f := c.Flags()
