@@ -107,9 +107,10 @@
 // Issuance (to be added to the arbiter API): CreateNamespace returns a
 // namespace credential "zfn_…" once (32 random bytes; the arbiter stores its
 // SHA-256 and a token generation in the namespace record). A new public RPC
-// Arbiter.IssueToken(namespace, credential) compares the hash in constant
-// time, rate-limits failures per namespace (limit.Limiter) and returns a
-// 15-minute token. The client library wraps that call in a
+// Arbiter.IssueToken(namespace, credential) is a thin layer over Exchanger:
+// it compares the hash in constant time, answers an unknown namespace like a
+// wrong credential, rate-limits failures per namespace and in total, and
+// returns a 15-minute token. The client library wraps that call in a
 // RefreshingSource. Until that RPC exists `zctl cert token` mints tokens
 // offline with the signing key.
 //
