@@ -611,3 +611,30 @@ func TestCertVerificationCacheHonoursExpiry(t *testing.T) {
 	_, err = a.Authenticate(ctx, "/zonefleet.v1.ZonedDevice/GetLog", &v1.GetLogRequest{})
 	assert.ErrorIs(t, err, zerr.ErrUnauthenticated, "the cached verification ends with the certificate")
 }
+
+func TestObserveHasBoundedLabels(t *testing.T) {
+	s, _ := GenerateSecret(AdminTokenPrefix)
+	got := map[string]int{}
+	a, err := New(Config{AdminToken: s, Insecure: true, Observe: func(m string, c codes.Code) { got[m+" "+c.String()]++ }})
+	require.NoError(t, err)
+	in := a.UnaryServerInterceptor()
+	h := func(context.Context, any) (any, error) { return "ok", nil }
+	call := func(method, tok string) error {
+		md := metadata.MD{}
+		if tok != "" {
+			md.Set(AuthorizationKey, "Bearer "+tok)
+		}
+		_, err := in(metadata.NewIncomingContext(context.Background(), md), &v1.GetLogRequest{}, &grpc.UnaryServerInfo{FullMethod: method}, h)
+		return err
+	}
+	require.NoError(t, call("/zonefleet.v1.ZonedDevice/GetLog", s))
+	assert.Equal(t, codes.Unauthenticated, status.Code(call("/zonefleet.v1.ZonedDevice/GetLog", "")))
+	for i := 0; i < 3; i++ {
+		assert.Equal(t, codes.PermissionDenied, status.Code(call("/random/method-"+fmt.Sprint(i), s)))
+	}
+	assert.Equal(t, map[string]int{
+		"/zonefleet.v1.ZonedDevice/GetLog OK":              1,
+		"/zonefleet.v1.ZonedDevice/GetLog Unauthenticated": 1,
+		"unknown PermissionDenied":                         3,
+	}, got, "client-chosen method names collapse into one label value")
+}
