@@ -143,3 +143,29 @@ func TestMissGuard(t *testing.T) {
 	g.ForgetAll()
 	assert.Equal(t, 0, g.Remembered())
 }
+
+func TestLabelsAreBounded(t *testing.T) {
+	l := NewLabels(2)
+	assert.Equal(t, "a", l.Value("a"))
+	assert.Equal(t, "b", l.Value("b"))
+	assert.Equal(t, OtherLabel, l.Value("c"))
+	assert.Equal(t, "a", l.Value("a"), "admitted values stay")
+	assert.Equal(t, OtherLabel, l.Value(OtherLabel))
+	l.Forget("a")
+	assert.Equal(t, "c", l.Value("c"), "a freed slot is reused")
+	assert.Equal(t, 2, l.Len())
+
+	big := NewLabels(50)
+	var wg sync.WaitGroup
+	for g := 0; g < 4; g++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := 0; i < 1000; i++ {
+				_ = big.Value(fmt.Sprintf("ns-%d-%d", g, i))
+			}
+		}()
+	}
+	wg.Wait()
+	assert.Equal(t, 50, big.Len())
+}
