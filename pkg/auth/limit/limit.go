@@ -1,7 +1,8 @@
 // Package limit holds the bounded state a server keeps per client-chosen key:
 // an LRU cache with a hard entry limit and optional per-entry expiry, a keyed
-// token-bucket limiter whose set of buckets is itself bounded, and MissGuard,
-// which combines both to protect the node's grant cache.
+// token-bucket limiter whose set of buckets is itself bounded, MissGuard,
+// which combines both to protect the node's grant cache, and Labels, which
+// bounds the values of a metric label that come from callers.
 //
 // Why: every map keyed by something a client controls (a namespace name, a
 // zone address, a token) is a memory-exhaustion and an amplification vector.
