@@ -53,6 +53,12 @@ func TestRefreshingSource(t *testing.T) {
 		}()
 	}
 	wg.Wait()
+	require.Eventually(t, func() bool { return fetches.Load() == 2 }, 5*time.Second, time.Millisecond, "the refresh starts")
+	for i := 0; i < 8; i++ {
+		tok, err := src.Token(ctx)
+		require.NoError(t, err)
+		assert.Equal(t, "tok-1", tok)
+	}
 	assert.Equal(t, int64(2), fetches.Load(), "exactly one refresh in flight")
 	blocking.Store(false)
 	close(block)
