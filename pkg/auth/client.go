@@ -4,6 +4,9 @@ import (
 	"context"
 	"crypto/tls"
 	"errors"
+	"fmt"
+	"os"
+	"strings"
 	"sync"
 	"time"
 
@@ -156,4 +159,78 @@ func DialOptions(tlsConf *tls.Config, src TokenSource, allowInsecure bool) ([]gr
 		opts = append(opts, grpc.WithPerRPCCredentials(PerRPC(src, allowInsecure)))
 	}
 	return opts, nil
+}
+
+// FileToken is a TokenSource that reads a token file (the way Kubernetes
+// projected service-account tokens work): an external agent or `zctl cert
+// token` keeps the file fresh and the source re-reads it at most once per
+// interval, so a long-running FUSE mount follows rotations without a
+// restart. A file others can access is refused.
+type FileToken struct {
+	path     string
+	interval time.Duration
+	now      func() time.Time
+
+	mu      sync.Mutex
+	tok     string
+	readAt  time.Time
+	lastErr error
+}
+
+// NewFileToken returns a source over path (interval <= 0: 30s; now may be nil).
+func NewFileToken(path string, interval time.Duration, now func() time.Time) *FileToken {
+	if interval <= 0 {
+		interval = 30 * time.Second
+	}
+	if now == nil {
+		now = time.Now
+	}
+	return &FileToken{path: path, interval: interval, now: now}
+}
+
+// Token implements TokenSource. A failed re-read keeps serving the last
+// token read; only a source that never read one returns the error.
+func (f *FileToken) Token(context.Context) (string, error) {
+	f.mu.Lock()
+	due := f.tok == "" || f.now().Sub(f.readAt) >= f.interval
+	tok := f.tok
+	if due {
+		f.readAt = f.now()
+	}
+	f.mu.Unlock()
+	if !due {
+		return tok, nil
+	}
+	// File I/O outside the lock.
+	fresh, err := readTokenFile(f.path)
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if err != nil {
+		f.lastErr = err
+		if f.tok == "" {
+			return "", err
+		}
+		return f.tok, nil
+	}
+	f.tok, f.lastErr = fresh, nil
+	return fresh, nil
+}
+
+func readTokenFile(path string) (string, error) {
+	st, err := os.Stat(path)
+	if err != nil {
+		return "", err
+	}
+	if st.Mode().Perm()&0o007 != 0 {
+		return "", fmt.Errorf("%s has mode %v: a token file must not be accessible by others (chmod 600)", path, st.Mode().Perm())
+	}
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return "", err
+	}
+	tok := strings.TrimSpace(string(b))
+	if tok == "" {
+		return "", fmt.Errorf("%s is empty", path)
+	}
+	return tok, nil
 }

@@ -3,6 +3,8 @@ package auth
 import (
 	"context"
 	"errors"
+	"os"
+	"path/filepath"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -76,5 +78,37 @@ func TestRefreshingSource(t *testing.T) {
 	assert.NotEqual(t, "tok-2", tok)
 
 	_, err = StaticToken("").Token(ctx)
+	assert.Error(t, err)
+}
+
+func TestFileToken(t *testing.T) {
+	c := &clk{t: time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC)}
+	p := filepath.Join(t.TempDir(), "tenant.token")
+	src := NewFileToken(p, time.Minute, c.now)
+	_, err := src.Token(context.Background())
+	assert.Error(t, err, "no file yet")
+
+	require.NoError(t, os.WriteFile(p, []byte("zf1.one\n"), 0o600))
+	c.add(time.Minute)
+	tok, err := src.Token(context.Background())
+	require.NoError(t, err)
+	assert.Equal(t, "zf1.one", tok)
+
+	require.NoError(t, os.WriteFile(p, []byte("zf1.two\n"), 0o600))
+	tok, _ = src.Token(context.Background())
+	assert.Equal(t, "zf1.one", tok, "not re-read within the interval")
+	c.add(time.Minute)
+	tok, _ = src.Token(context.Background())
+	assert.Equal(t, "zf1.two", tok, "rotation picked up")
+
+	require.NoError(t, os.Chmod(p, 0o644))
+	c.add(time.Minute)
+	tok, err = src.Token(context.Background())
+	require.NoError(t, err)
+	assert.Equal(t, "zf1.two", tok, "a bad re-read keeps the last token")
+	_, err = NewFileToken(p, 0, nil).Token(context.Background())
+	assert.ErrorContains(t, err, "others", "world-readable token files are refused")
+	require.NoError(t, os.WriteFile(filepath.Join(filepath.Dir(p), "empty"), nil, 0o600))
+	_, err = NewFileToken(filepath.Join(filepath.Dir(p), "empty"), 0, nil).Token(context.Background())
 	assert.Error(t, err)
 }
