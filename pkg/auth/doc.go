@@ -239,7 +239,7 @@
 // limit.MissGuard before grant-miss etcd reads; namespace metric labels only from verified
 // identities. Arbiter: the same interceptor; redact other tenants from
 // ClusterStatus for non-admins; IssueToken. Client, FUSE mount, zctl: TLS
-// dial options (pki.ClientConfig) and PerRPC(token source) from
+// dial options (pki.ClientConfig) and PerRPC(FileToken or RefreshingSource) from
 // --ca-file/--cert-file/--key-file/--token-file and their ZONEFLEET_* twins
 // or a config file. localcluster and compose: InitDir (what `zctl cert
 // init` runs) at first start, TLS on etcd (ClientCertRequire), secrets as
