@@ -1,0 +1,100 @@
+package auth
+
+import (
+	"slices"
+)
+
+// Rule says who may call one gRPC method.
+type Rule struct {
+	// Public methods need no credentials (health checks only).
+	Public bool
+	// Kinds may call the method.
+	Kinds []Kind
+	// NamespaceField names the string field of a unary request that holds
+	// the namespace the call is about ("namespace", or "name" for
+	// GetNamespace). Callers other than admin must act for exactly that
+	// namespace: a tenant asking ListVZones for another tenant is denied
+	// before the handler runs.
+	NamespaceField string
+}
+
+// Policy maps full gRPC method names ("/zonefleet.v1.Arbiter/CreateNamespace")
+// to rules. A method missing from the policy is denied to everyone: a new
+// RPC cannot ship without a decision (TestPolicyCoversEveryMethod).
+type Policy map[string]Rule
+
+func (p Policy) allows(method string, k Kind) (Rule, bool) {
+	r, ok := p[method]
+	if !ok {
+		return Rule{}, false
+	}
+	return r, r.Public || slices.Contains(r.Kinds, k)
+}
+
+var (
+	tenantData   = []Kind{KindAdmin, KindNamespace}
+	tenantCtl    = []Kind{KindAdmin, KindArbiter, KindNamespace}
+	anyComponent = []Kind{KindAdmin, KindArbiter, KindNode, KindNamespace}
+)
+
+// DefaultPolicy is the access table of the ZonedDevice and Arbiter services.
+//
+//	ZonedDevice
+//	  Identify, IdentifyMapping            anyone authenticated
+//	  ReportZones, ZoneManagement,
+//	  ZoneCompaction, WaitCompaction       admin, arbiter (for a namespace), tenant
+//	  Read, ReadStream, Write, WriteStream,
+//	  Append, Flush, SimpleCopy, TLOpen    admin, tenant (the arbiter is never on the byte path)
+//	  GetLog                               admin
+//	  PeerWrite                            node only (never the admin token: issue #15)
+//	Arbiter
+//	  Create/Delete/ListNamespaces         admin
+//	  GetNamespace                         admin, tenant (own namespace, field name)
+//	  v-zone calls, ReportActivity         admin, tenant (own namespace, field namespace)
+//	  ListNodes, GetNode, ClusterStatus    admin, tenant (topology and geometry the
+//	                                       FUSE mount needs; the arbiter must redact
+//	                                       other tenants' names from ClusterStatus)
+//
+// Per-zone ownership stays with the handlers (grants + owner epoch); the
+// policy only decides who may call what.
+func DefaultPolicy() Policy {
+	const dev = "/zonefleet.v1.ZonedDevice/"
+	const arb = "/zonefleet.v1.Arbiter/"
+	p := Policy{
+		dev + "Identify":        {Kinds: anyComponent},
+		dev + "IdentifyMapping": {Kinds: anyComponent},
+		dev + "ReportZones":     {Kinds: tenantCtl},
+		dev + "ZoneManagement":  {Kinds: tenantCtl},
+		dev + "ZoneCompaction":  {Kinds: tenantCtl},
+		dev + "WaitCompaction":  {Kinds: tenantCtl},
+		dev + "Read":            {Kinds: tenantData},
+		dev + "ReadStream":      {Kinds: tenantData},
+		dev + "Write":           {Kinds: tenantData},
+		dev + "WriteStream":     {Kinds: tenantData},
+		dev + "Append":          {Kinds: tenantData},
+		dev + "Flush":           {Kinds: tenantData},
+		dev + "SimpleCopy":      {Kinds: tenantData},
+		dev + "TLOpen":          {Kinds: tenantData},
+		dev + "GetLog":          {Kinds: []Kind{KindAdmin}},
+		dev + "PeerWrite":       {Kinds: []Kind{KindNode}},
+
+		arb + "CreateNamespace": {Kinds: []Kind{KindAdmin}},
+		arb + "DeleteNamespace": {Kinds: []Kind{KindAdmin}},
+		arb + "ListNamespaces":  {Kinds: []Kind{KindAdmin}},
+		arb + "GetNamespace":    {Kinds: tenantData, NamespaceField: "name"},
+		arb + "OpenVZone":       {Kinds: tenantData, NamespaceField: "namespace"},
+		arb + "NextStripeGroup": {Kinds: tenantData, NamespaceField: "namespace"},
+		arb + "FinishVZone":     {Kinds: tenantData, NamespaceField: "namespace"},
+		arb + "ResetVZone":      {Kinds: tenantData, NamespaceField: "namespace"},
+		arb + "GetVZone":        {Kinds: tenantData, NamespaceField: "namespace"},
+		arb + "ListVZones":      {Kinds: tenantData, NamespaceField: "namespace"},
+		arb + "ReportActivity":  {Kinds: tenantData, NamespaceField: "namespace"},
+		arb + "ListNodes":       {Kinds: tenantData},
+		arb + "GetNode":         {Kinds: tenantData},
+		arb + "ClusterStatus":   {Kinds: tenantData},
+
+		"/grpc.health.v1.Health/Check": {Public: true},
+		"/grpc.health.v1.Health/Watch": {Public: true},
+	}
+	return p
+}
