@@ -53,6 +53,18 @@ type testNode struct {
 // devices under a temp dir). withGrants: grants come from the test etcd.
 func startNode(t *testing.T, id string, withGrants bool) *testNode {
 	t.Helper()
+	return startNodeCodec(t, id, withGrants, true)
+}
+
+// startNodeCodec: bulk codec on both ends (wire.Codec) or the standard
+// protobuf codec.
+func startNodeCodec(t *testing.T, id string, withGrants, bulkCodec bool) *testNode {
+	t.Helper()
+	var srvOpts []grpc.ServerOption
+	var callOpts []grpc.CallOption
+	if bulkCodec {
+		srvOpts, callOpts = wire.ServerOptions(), wire.CallOptions()
+	}
 	dir := t.TempDir()
 	var devs []*zns.Device
 	d, err := zns.Create(filepath.Join(dir, "dev0.zns"), testGeometry(), clock.Off())
@@ -72,14 +84,14 @@ func startNode(t *testing.T, id string, withGrants bool) *testNode {
 	svc, err = New(Config{ID: id, AdminToken: token, Standalone: !withGrants, Admission: AdmissionConfig{Enabled: true}}, devs, grants, quiet)
 	require.NoError(t, err)
 	close(svcReady)
-	dm, err := daemon.New(daemon.Config{Name: "ssdnode", GRPCListen: "127.0.0.1:0", HTTPListen: "127.0.0.1:0"}, quiet)
+	dm, err := daemon.New(daemon.Config{Name: "ssdnode", GRPCListen: "127.0.0.1:0", HTTPListen: "127.0.0.1:0"}, quiet, srvOpts...)
 	require.NoError(t, err)
 	require.NoError(t, svc.Collector().Register(dm.Registry))
-	v1.RegisterZonedDeviceServer(dm.GRPC, svc)
+	RegisterGRPC(dm.GRPC, svc)
 	n := &testNode{svc: svc, addr: dm.GRPCAddr(), http: dm.HTTPAddr(), devs: devs, cancel: cancel, done: make(chan error, 1)}
 	go func() { n.done <- dm.Run(ctx) }()
 	conn, err := grpc.NewClient(n.addr, append(rpcerr.DialOptions(), grpc.WithTransportCredentials(insecure.NewCredentials()),
-		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(daemon.MaxMessageBytes), grpc.MaxCallSendMsgSize(daemon.MaxMessageBytes)))...)
+		grpc.WithDefaultCallOptions(append(callOpts, grpc.MaxCallRecvMsgSize(daemon.MaxMessageBytes), grpc.MaxCallSendMsgSize(daemon.MaxMessageBytes))...))...)
 	require.NoError(t, err)
 	n.client = v1.NewZonedDeviceClient(conn)
 	t.Cleanup(func() {
@@ -125,8 +137,18 @@ func zoneWP(t *testing.T, c v1.ZonedDeviceClient, zone uint32) uint64 {
 	return r.GetZones()[0].GetWritePointer()
 }
 
+// The data path with the bulk codec on both ends and with the standard
+// protobuf codec (what grpcurl and other protobuf clients use).
 func TestDataPathUnaryAndStreams(t *testing.T) {
-	n := startNode(t, "dp", false)
+	for _, tt := range []struct {
+		name string
+		bulk bool
+	}{{"bulk codec", true}, {"standard codec", false}} {
+		t.Run(tt.name, func(t *testing.T) { testDataPath(t, startNodeCodec(t, "dp", false, tt.bulk)) })
+	}
+}
+
+func testDataPath(t *testing.T, n *testNode) {
 	ctx := asNS("a")
 	id, err := n.client.Identify(ctx, &v1.IdentifyRequest{})
 	require.NoError(t, err)
