@@ -85,7 +85,15 @@ func BenchmarkDataPathWriteUnaryCodec(b *testing.B) {
 
 // One WriteStream per zone, 1 MiB messages.
 func BenchmarkDataPathWriteStreamCodec(b *testing.B) {
-	cl, id := benchNode(b, wire.ServerOptions(), wire.CallOptions())
+	benchWriteStream(b, wire.ServerOptions(), wire.CallOptions())
+}
+
+func BenchmarkDataPathWriteStreamCodecWindow(b *testing.B) {
+	benchWriteStream(b, append(wire.ServerOptions(), grpc.InitialWindowSize(8<<20), grpc.InitialConnWindowSize(16<<20)), wire.CallOptions())
+}
+
+func benchWriteStream(b *testing.B, srvOpts []grpc.ServerOption, callOpts []grpc.CallOption) {
+	cl, id := benchNode(b, srvOpts, callOpts)
 	ctx := wire.WithNamespace(context.Background(), "bench")
 	buf := make([]byte, 1<<20)
 	_, _ = rand.Read(buf)

@@ -469,9 +469,19 @@ func unaryWriter(c v1.ZonedDeviceClient, payload []byte) zoneWriter {
 	}
 }
 
+const warmupBytes = 64 * mib
+
 // point runs one throughput point Runs times (zones reset, page cache synced
 // before each) and records the median.
 func (b *bench) point(ctx context.Context, o Options, res *Result, name string, admin v1.ZonedDeviceClient, writers []zoneWriter, zoneSize uint64) (float64, error) {
+	// An untimed warm-up of up to 64 MiB: connections, flow-control windows
+	// and buffer pools reach their steady state before the timed runs.
+	if _, err := admin.ZoneManagement(ctx, &v1.ZoneManagementRequest{SelectAll: true, Action: v1.ZoneAction_ZONE_ACTION_RESET}); err != nil {
+		return 0, err
+	}
+	if _, err := runWriters(ctx, writers, min(o.WriteBytes, warmupBytes), zoneSize); err != nil {
+		return 0, fmt.Errorf("%s warm-up: %w", name, err)
+	}
 	for r := 0; r < o.Runs; r++ {
 		if _, err := admin.ZoneManagement(ctx, &v1.ZoneManagementRequest{SelectAll: true, Action: v1.ZoneAction_ZONE_ACTION_RESET}); err != nil {
 			return 0, err
