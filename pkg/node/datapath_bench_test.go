@@ -88,10 +88,6 @@ func BenchmarkDataPathWriteStreamCodec(b *testing.B) {
 	benchWriteStream(b, wire.ServerOptions(), wire.CallOptions())
 }
 
-func BenchmarkDataPathWriteStreamCodecWindow(b *testing.B) {
-	benchWriteStream(b, append(wire.ServerOptions(), grpc.InitialWindowSize(8<<20), grpc.InitialConnWindowSize(16<<20)), wire.CallOptions())
-}
-
 func benchWriteStream(b *testing.B, srvOpts []grpc.ServerOption, callOpts []grpc.CallOption) {
 	cl, id := benchNode(b, srvOpts, callOpts)
 	ctx := wire.WithNamespace(context.Background(), "bench")

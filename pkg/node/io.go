@@ -164,10 +164,9 @@ func gather(p mem.BufferSlice) (data []byte, release func()) {
 	case 1:
 		return p[0].ReadOnlyData(), func() {}
 	}
-	pool := mem.DefaultBufferPool()
-	buf := pool.Get(p.Len())
+	buf := wire.Pool.Get(p.Len())
 	p.CopyTo(*buf)
-	return *buf, func() { pool.Put(buf) }
+	return *buf, func() { wire.Pool.Put(buf) }
 }
 
 // writeUnary writes data with the header fields of req (whose Data is ignored).

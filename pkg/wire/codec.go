@@ -47,6 +47,7 @@ import (
 	"github.com/zonefleet/zonefleet/pkg/zerr"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/encoding"
+	"google.golang.org/grpc/experimental"
 	protoenc "google.golang.org/grpc/encoding/proto"
 	"google.golang.org/grpc/mem"
 	"google.golang.org/protobuf/encoding/protowire"
@@ -61,9 +62,10 @@ var _ encoding.CodecV2 = Codec{}
 // standard is gRPC's protobuf codec, which Codec defers to.
 var standard = encoding.GetCodecV2(protoenc.Name)
 
-// ServerOptions makes a gRPC server use Codec for every call.
+// ServerOptions makes a gRPC server use Codec for every call, and Pool for
+// its receive buffers.
 func ServerOptions() []grpc.ServerOption {
-	return []grpc.ServerOption{grpc.ForceServerCodecV2(Codec{})}
+	return []grpc.ServerOption{grpc.ForceServerCodecV2(Codec{}), experimental.BufferPool(Pool)}
 }
 
 // CallOptions makes a client's calls use Codec (pass to grpc.WithDefaultCallOptions).
