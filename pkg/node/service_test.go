@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"crypto/rand"
+	"fmt"
 	"io"
 	"net/http"
 	"path/filepath"
@@ -571,4 +572,52 @@ func TestRevocationIsOrderedWithIO(t *testing.T) {
 	assert.ErrorIs(t, err, zerr.ErrNotOwner)
 	_, err = n.client.Read(asNS("a"), &v1.ReadRequest{Lba: 2048, Blocks: 8})
 	assert.ErrorIs(t, err, zerr.ErrNotOwner, "refused, not zeroes")
+}
+
+// A write stream that fails part way reports the typed error and leaves
+// exactly what came before it written, with either codec; the receive-ahead
+// goroutine does not hold it up.
+func TestWriteStreamStopsAtTheFirstFailure(t *testing.T) {
+	for _, codec := range []bool{true, false} {
+		n := startNodeCodec(t, "ws", false, codec)
+		ctx := asNS("a")
+		tests := []struct {
+			name   string
+			zone   uint64
+			pieces [][]byte
+			is     error
+			wp     uint64 // blocks written into the zone
+		}{
+			{"past the end of the drive", 3, repeat(randBlocks(t, 256), 10), zerr.ErrOutOfRange, 2048},
+			{"a partial block at the end", 2, [][]byte{append(randBlocks(t, 256), 1, 2, 3)}, zerr.ErrInvalidArgument, 256},
+		}
+		for _, tt := range tests {
+			t.Run(fmt.Sprintf("%s/bulk=%v", tt.name, codec), func(t *testing.T) {
+				s, err := n.client.WriteStream(ctx)
+				require.NoError(t, err)
+				for i, p := range tt.pieces {
+					req := &v1.WriteRequest{Data: p}
+					if i == 0 {
+						req.Lba = tt.zone * 2048
+					}
+					if s.Send(req) != nil {
+						break // the server has given up; CloseAndRecv says why
+					}
+				}
+				_, err = s.CloseAndRecv()
+				err = rpcerr.FromError(err)
+				require.Error(t, err)
+				assert.ErrorIs(t, err, tt.is)
+				assert.Equal(t, tt.zone*2048+tt.wp, zoneWP(t, n.client, uint32(tt.zone)))
+			})
+		}
+	}
+}
+
+func repeat(b []byte, n int) [][]byte {
+	out := make([][]byte, n)
+	for i := range out {
+		out[i] = b
+	}
+	return out
 }
