@@ -10,9 +10,9 @@
 // data is never copied into a protobuf message: the bulk codec leaves it in
 // the transport's receive buffers (wire.WriteChunk) and the node gathers it
 // once into a pooled buffer (wire.Pool) for the drive's pwrite; a single
-// buffer is written in place. WriteStream receives on its own goroutine up
-// to streamDepth messages ahead of the drive, so the next megabytes arrive
-// while the current one is written. Unary writes from one connection run
+// buffer is written in place. While WriteStream writes one piece, the
+// transport keeps receiving the next into the stream's 4 MiB flow-control
+// window (wire.ServerOptions), so the transfer overlaps the drive. Unary writes from one connection run
 // concurrently (one goroutine per call) and are ordered only by the zone
 // write pointer, so a client keeps several in flight on different zones.
 // Read responses are sent without a marshal copy (the codec sends the
