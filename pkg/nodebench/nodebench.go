@@ -3,9 +3,11 @@
 // Throughput points write Options.WriteBytes (default 1 GiB) of 1 MiB
 // messages into 32 MiB zones of a 16-chip drive with the clock off, so the
 // drive costs what its backing-file writes cost. Every point runs Runs
-// times (default 3) and reports the median; connections are dialed and
-// ready before the timer starts; zones are reset and the page cache synced
-// between runs. In the same run it measures two baselines with the same
+// times (default 3) and reports the median; the runs are interleaved (each
+// round runs every point once, after one untimed 64 MiB warm-up of each), so
+// that the shared machine's slow spells do not all land on one point; all
+// connections are dialed and ready before any timing; zones are reset and
+// the page cache synced before every run. In the same run it measures two baselines with the same
 // bytes and message size over loopback TCP: a receiver that discards them,
 // and a receiver that writes them to an identical drive (pkg/zns, the same
 // backing-file writes the node makes). The gRPC figure is one client with
@@ -320,13 +322,6 @@ func Run(ctx context.Context, o Options) (*Result, error) {
 	payload := make([]byte, mib)
 	_, _ = rand.Read(payload)
 
-	var err error
-	if res.TCPDiscardMiBPerSecond, err = tcpPoint(ctx, o, res, payload, false); err != nil {
-		return nil, fmt.Errorf("tcp discard baseline: %w", err)
-	}
-	if res.TCPFileMiBPerSecond, err = tcpPoint(ctx, o, res, payload, true); err != nil {
-		return nil, fmt.Errorf("tcp file baseline: %w", err)
-	}
 	if err := throughput(ctx, o, res, payload); err != nil {
 		return nil, err
 	}
@@ -345,39 +340,10 @@ func Run(ctx context.Context, o Options) (*Result, error) {
 	return res, nil
 }
 
-// tcpPoint measures the raw TCP baseline: one connection, 1 MiB writes; the
-// receiver discards the bytes or writes them, 1 MiB at a time, through the
-// same zone plan into a drive identical to the node's.
-func tcpPoint(ctx context.Context, o Options, res *Result, payload []byte, file bool) (float64, error) {
-	name := "tcp_discard"
-	var dev *zns.Device
-	if file {
-		name = "tcp_file"
-		var err error
-		if dev, err = zns.Create(filepath.Join(o.Dir, "tcp.zns"), throughputDrive(o.WriteBytes, 1), clock.Off()); err != nil {
-			return 0, err
-		}
-		defer func() {
-			_ = dev.Close()
-			removeDrive(dev.Path())
-		}()
-	}
-	for r := 0; r < o.Runs; r++ {
-		if dev != nil {
-			if _, err := dev.ZoneMgmt(ctx, 0, zns.ActionReset, true); err != nil {
-				return 0, err
-			}
-		}
-		syscall.Sync()
-		v, err := tcpRun(ctx, o.WriteBytes, payload, dev)
-		if err != nil {
-			return 0, err
-		}
-		res.Samples[name] = append(res.Samples[name], v)
-	}
-	return median(res.Samples[name]), nil
-}
-
+// tcpRun measures the raw TCP baseline once: one connection, 1 MiB
+// writes; the receiver discards the bytes (dev nil) or writes them, 1 MiB
+// at a time, through the same zone plan into dev, a drive identical to the
+// node's.
 func tcpRun(ctx context.Context, total int64, payload []byte, dev *zns.Device) (float64, error) {
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -471,31 +437,17 @@ func unaryWriter(c v1.ZonedDeviceClient, payload []byte) zoneWriter {
 
 const warmupBytes = 64 * mib
 
-// point runs one throughput point Runs times (zones reset, page cache synced
-// before each) and records the median.
-func (b *bench) point(ctx context.Context, o Options, res *Result, name string, admin v1.ZonedDeviceClient, writers []zoneWriter, zoneSize uint64) (float64, error) {
-	// An untimed warm-up of up to 64 MiB: connections, flow-control windows
-	// and buffer pools reach their steady state before the timed runs.
-	if _, err := admin.ZoneManagement(ctx, &v1.ZoneManagementRequest{SelectAll: true, Action: v1.ZoneAction_ZONE_ACTION_RESET}); err != nil {
-		return 0, err
-	}
-	if _, err := runWriters(ctx, writers, min(o.WriteBytes, warmupBytes), zoneSize); err != nil {
-		return 0, fmt.Errorf("%s warm-up: %w", name, err)
-	}
-	for r := 0; r < o.Runs; r++ {
-		if _, err := admin.ZoneManagement(ctx, &v1.ZoneManagementRequest{SelectAll: true, Action: v1.ZoneAction_ZONE_ACTION_RESET}); err != nil {
-			return 0, err
-		}
-		syscall.Sync()
-		v, err := runWriters(ctx, writers, o.WriteBytes, zoneSize)
-		if err != nil {
-			return 0, fmt.Errorf("%s: %w", name, err)
-		}
-		res.Samples[name] = append(res.Samples[name], v)
-	}
-	return median(res.Samples[name]), nil
+// measure is one throughput point: run runs it once (timed), warm runs it
+// untimed on a small size first.
+type measure struct {
+	name string
+	run  func(bytes int64) (float64, error)
+	out  *float64
 }
 
+// throughput runs every point Runs times in interleaved rounds (round r runs
+// each point once), so that the machine's slow spells spread over all points
+// instead of biasing one, and records each point's median.
 func throughput(ctx context.Context, o Options, res *Result, payload []byte) error {
 	maxClients := o.Clients[len(o.Clients)-1]
 	b, err := start(o.Dir, throughputDrive(o.WriteBytes, maxClients), clock.Off(), false)
@@ -503,6 +455,14 @@ func throughput(ctx context.Context, o Options, res *Result, payload []byte) err
 		return err
 	}
 	defer b.close()
+	tdev, err := zns.Create(filepath.Join(o.Dir, "tcp.zns"), throughputDrive(o.WriteBytes, 1), clock.Off())
+	if err != nil {
+		return err
+	}
+	defer func() {
+		_ = tdev.Close()
+		removeDrive(tdev.Path())
+	}()
 	ctx = wire.WithNamespace(ctx, "bench")
 	var closers []func()
 	defer func() {
@@ -526,28 +486,86 @@ func throughput(ctx context.Context, o Options, res *Result, payload []byte) err
 	if err != nil {
 		return err
 	}
+	// Every client connection is dialed (and ready) before any timing.
+	var pool []v1.ZonedDeviceClient
+	for len(pool) < maxClients {
+		cc, err := dial(false)
+		if err != nil {
+			return err
+		}
+		pool = append(pool, cc)
+	}
 	id, err := c.Identify(ctx, &v1.IdentifyRequest{})
 	if err != nil {
 		return err
 	}
 	zs := id.GetZoneSize()
 
-	if res.GRPCWriteMiBPerSecond, err = b.point(ctx, o, res, "grpc_stream", c, []zoneWriter{streamWriter(c, payload)}, zs); err != nil {
-		return err
+	// grpcPoint resets the node's zones, syncs the page cache (so that one
+	// run's writeback does not slow the next) and times the writers.
+	grpcPoint := func(writers ...zoneWriter) func(int64) (float64, error) {
+		return func(bytes int64) (float64, error) {
+			if _, err := c.ZoneManagement(ctx, &v1.ZoneManagementRequest{SelectAll: true, Action: v1.ZoneAction_ZONE_ACTION_RESET}); err != nil {
+				return 0, err
+			}
+			syscall.Sync()
+			return runWriters(ctx, writers, bytes, zs)
+		}
 	}
-	if res.GRPCStandardCodecStream, err = b.point(ctx, o, res, "grpc_stream_standard_codec", c, []zoneWriter{streamWriter(std, payload)}, zs); err != nil {
-		return err
+	points := []measure{
+		{"tcp_discard", func(bytes int64) (float64, error) {
+			syscall.Sync()
+			return tcpRun(ctx, bytes, payload, nil)
+		}, &res.TCPDiscardMiBPerSecond},
+		{"tcp_file", func(bytes int64) (float64, error) {
+			if _, err := tdev.ZoneMgmt(ctx, 0, zns.ActionReset, true); err != nil {
+				return 0, err
+			}
+			syscall.Sync()
+			return tcpRun(ctx, bytes, payload, tdev)
+		}, &res.TCPFileMiBPerSecond},
+		{"grpc_stream", grpcPoint(streamWriter(c, payload)), &res.GRPCWriteMiBPerSecond},
+		{"grpc_stream_standard_codec", grpcPoint(streamWriter(std, payload)), &res.GRPCStandardCodecStream},
+		{"grpc_unary_qd1", grpcPoint(unaryWriter(c, payload)), &res.GRPCUnaryQD1},
+		{"grpc_unary_qd4", grpcPoint(unaryWriter(c, payload), unaryWriter(c, payload), unaryWriter(c, payload), unaryWriter(c, payload)), &res.GRPCUnaryQD4},
 	}
-	if res.GRPCUnaryQD1, err = b.point(ctx, o, res, "grpc_unary_qd1", c, []zoneWriter{unaryWriter(c, payload)}, zs); err != nil {
-		return err
+	// Client scaling: each client its own connection and zones, one
+	// WriteStream at a time.
+	scaling := map[int]*float64{}
+	for _, n := range o.Clients {
+		ws := make([]zoneWriter, n)
+		for i := range ws {
+			ws[i] = streamWriter(pool[i], payload)
+		}
+		scaling[n] = new(float64)
+		points = append(points, measure{fmt.Sprintf("clients_%d", n), grpcPoint(ws...), scaling[n]})
 	}
-	qd4 := []zoneWriter{unaryWriter(c, payload), unaryWriter(c, payload), unaryWriter(c, payload), unaryWriter(c, payload)}
-	if res.GRPCUnaryQD4, err = b.point(ctx, o, res, "grpc_unary_qd4", c, qd4, zs); err != nil {
-		return err
+	// An untimed warm-up of each point: connections, flow-control windows,
+	// buffer pools and the backing files reach their steady state.
+	for _, p := range points {
+		if _, err := p.run(min(o.WriteBytes, warmupBytes)); err != nil {
+			return fmt.Errorf("%s warm-up: %w", p.name, err)
+		}
+	}
+	for r := 0; r < o.Runs; r++ {
+		for _, p := range points {
+			v, err := p.run(o.WriteBytes)
+			if err != nil {
+				return fmt.Errorf("%s: %w", p.name, err)
+			}
+			res.Samples[p.name] = append(res.Samples[p.name], v)
+		}
+	}
+	for _, p := range points {
+		*p.out = median(res.Samples[p.name])
+	}
+	for n, v := range scaling {
+		res.WriteMiBPerSecond[n] = *v
 	}
 
-	// 4 KiB random reads of what the last point wrote (writer 0's zones), queue depth 1.
-	rzones, rbytes := plan(o.WriteBytes, 0, len(qd4))
+	// 4 KiB random reads of what the last point wrote (client 0's zones),
+	// queue depth 1.
+	rzones, rbytes := plan(o.WriteBytes, 0, maxClients)
 	written := func(k int) uint64 { return uint64(min(rbytes-int64(k)*zoneBytes, zoneBytes)) / 4096 }
 	lats := make([]time.Duration, o.RandomReads)
 	rng := mrand.New(mrand.NewPCG(1, 2))
@@ -565,28 +583,6 @@ func throughput(ctx context.Context, o Options, res *Result, payload []byte) err
 	sort.Slice(lats, func(i, j int) bool { return lats[i] < lats[j] })
 	res.RandomReadP50Micros = float64(lats[len(lats)/2].Microseconds())
 	res.RandomReadP99Micros = float64(lats[len(lats)*99/100].Microseconds())
-
-	// Client scaling: each client its own connection (dialed now, before
-	// timing) and its own zones, one WriteStream at a time.
-	var pool []v1.ZonedDeviceClient
-	for len(pool) < maxClients {
-		cc, err := dial(false)
-		if err != nil {
-			return err
-		}
-		pool = append(pool, cc)
-	}
-	for _, n := range o.Clients {
-		ws := make([]zoneWriter, n)
-		for i := range ws {
-			ws[i] = streamWriter(pool[i], payload)
-		}
-		v, err := b.point(ctx, o, res, fmt.Sprintf("clients_%d", n), c, ws, zs)
-		if err != nil {
-			return err
-		}
-		res.WriteMiBPerSecond[n] = v
-	}
 	return nil
 }
 
