@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/rand"
 	"path/filepath"
+	"sync"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -23,9 +24,11 @@ import (
 //
 //	go test -run '^$' -bench BenchmarkDataPath -benchtime 512x -cpuprofile cpu.out -memprofile mem.out ./pkg/node/
 //	go tool pprof -top pkg/node/node.test cpu.out
+var benchAddr string // of the last benchNode
+
 func benchNode(b *testing.B, srvOpts []grpc.ServerOption, callOpts []grpc.CallOption) (v1.ZonedDeviceClient, *v1.IdentifyResponse) {
 	c := flash.Defaults()
-	c.BlocksPerChip, c.SpareBlocksPerChip = 36, 4
+	c.BlocksPerChip, c.SpareBlocksPerChip = 68, 4 // 64 zones of 32 MiB
 	c.MaxOpenZones, c.MaxActiveZones = 0, 0
 	d, err := zns.Create(filepath.Join(b.TempDir(), "dev0.zns"), c, clock.Off())
 	require.NoError(b, err)
@@ -33,6 +36,7 @@ func benchNode(b *testing.B, srvOpts []grpc.ServerOption, callOpts []grpc.CallOp
 	require.NoError(b, err)
 	dm, err := daemon.New(daemon.Config{Name: "ssdnode", GRPCListen: "127.0.0.1:0"}, quiet, srvOpts...)
 	require.NoError(b, err)
+	benchAddr = dm.GRPCAddr()
 	RegisterGRPC(dm.GRPC, svc)
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
@@ -114,4 +118,58 @@ func benchWriteStream(b *testing.B, srvOpts []grpc.ServerOption, callOpts []grpc
 		_, err = ws.CloseAndRecv()
 		require.NoError(b, err)
 	}
+}
+
+// Eight clients, each on its own connection, streaming 1 MiB messages into
+// its own zones (zone i, i+8, ...); compare with BenchmarkDataPathWriteStreamCodec.
+func BenchmarkDataPathWriteStream8Clients(b *testing.B) {
+	const clients = 8
+	_, id := benchNode(b, wire.ServerOptions(), wire.CallOptions())
+	addr := benchAddr
+	ctx := wire.WithNamespace(context.Background(), "bench")
+	buf := make([]byte, 1<<20)
+	_, _ = rand.Read(buf)
+	var cls []v1.ZonedDeviceClient
+	for range clients {
+		conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()),
+			grpc.WithDefaultCallOptions(append(wire.CallOptions(), grpc.MaxCallSendMsgSize(daemon.MaxMessageBytes))...))
+		require.NoError(b, err)
+		b.Cleanup(func() { _ = conn.Close() })
+		cl := v1.NewZonedDeviceClient(conn)
+		_, err = cl.Identify(ctx, &v1.IdentifyRequest{})
+		require.NoError(b, err)
+		cls = append(cls, cl)
+	}
+	perZone := int(id.GetZoneCapacity() / 256)
+	msgs := min(b.N/clients, perZone*int(id.GetNumZones())/clients)
+	b.SetBytes(int64(len(buf)))
+	b.ResetTimer()
+	var wg sync.WaitGroup
+	for i, cl := range cls {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for k, zone := 0, uint64(i); k < msgs; zone += clients {
+				ws, err := cl.WriteStream(ctx)
+				if err != nil {
+					b.Error(err)
+					return
+				}
+				for j := 0; j < perZone && k < msgs; j, k = j+1, k+1 {
+					req := &v1.WriteRequest{Data: buf}
+					if j == 0 {
+						req.Lba = zone * id.GetZoneSize()
+					}
+					if err := ws.Send(req); err != nil {
+						break
+					}
+				}
+				if _, err := ws.CloseAndRecv(); err != nil {
+					b.Error(err)
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
 }
