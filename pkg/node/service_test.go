@@ -54,17 +54,26 @@ type testNode struct {
 // devices under a temp dir). withGrants: grants come from the test etcd.
 func startNode(t *testing.T, id string, withGrants bool) *testNode {
 	t.Helper()
-	return startNodeCodec(t, id, withGrants, true)
+	return startNodeCodecs(t, id, withGrants, true, true)
 }
 
 // startNodeCodec: bulk codec on both ends (wire.Codec) or the standard
 // protobuf codec.
 func startNodeCodec(t *testing.T, id string, withGrants, bulkCodec bool) *testNode {
 	t.Helper()
+	return startNodeCodecs(t, id, withGrants, bulkCodec, bulkCodec)
+}
+
+// startNodeCodecs: the bulk codec on the server, on the client, both or neither.
+func startNodeCodecs(t *testing.T, id string, withGrants, serverCodec, clientCodec bool) *testNode {
+	t.Helper()
 	var srvOpts []grpc.ServerOption
 	var callOpts []grpc.CallOption
-	if bulkCodec {
-		srvOpts, callOpts = wire.ServerOptions(), wire.CallOptions()
+	if serverCodec {
+		srvOpts = wire.ServerOptions()
+	}
+	if clientCodec {
+		callOpts = wire.CallOptions()
 	}
 	dir := t.TempDir()
 	var devs []*zns.Device
@@ -138,14 +147,19 @@ func zoneWP(t *testing.T, c v1.ZonedDeviceClient, zone uint32) uint64 {
 	return r.GetZones()[0].GetWritePointer()
 }
 
-// The data path with the bulk codec on both ends and with the standard
-// protobuf codec (what grpcurl and other protobuf clients use).
+// The data path with the bulk codec on either end, both or neither (the
+// standard protobuf codec is what grpcurl and other protobuf clients use).
 func TestDataPathUnaryAndStreams(t *testing.T) {
 	for _, tt := range []struct {
-		name string
-		bulk bool
-	}{{"bulk codec", true}, {"standard codec", false}} {
-		t.Run(tt.name, func(t *testing.T) { testDataPath(t, startNodeCodec(t, "dp", false, tt.bulk)) })
+		name           string
+		server, client bool
+	}{
+		{"bulk codec", true, true},
+		{"standard codec", false, false},
+		{"standard client (grpcurl), bulk server", true, false},
+		{"bulk client, standard server", false, true},
+	} {
+		t.Run(tt.name, func(t *testing.T) { testDataPath(t, startNodeCodecs(t, "dp", false, tt.server, tt.client)) })
 	}
 }
 
