@@ -9,6 +9,7 @@ import (
 	"github.com/spf13/cobra"
 	"github.com/zonefleet/zonefleet/pkg/daemon"
 	"github.com/zonefleet/zonefleet/pkg/node"
+	"github.com/zonefleet/zonefleet/pkg/wire"
 )
 
 func main() {
@@ -17,7 +18,7 @@ func main() {
 	cmd := daemon.Command(cfg, "An SSD node: emulated ZNS+ drives served over gRPC.",
 		func(c *cobra.Command) { node.AddFlags(c.Flags(), &opts) },
 		func(ctx context.Context, log *slog.Logger) error {
-			d, err := daemon.New(*cfg, log)
+			d, err := daemon.New(*cfg, log, wire.ServerOptions()...) // bulk codec for the data path
 			if err != nil {
 				return err
 			}

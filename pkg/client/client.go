@@ -173,7 +173,7 @@ func (c *Client) Close() {
 
 func dialOpts() []grpc.DialOption {
 	return append(rpcerr.DialOptions(), grpc.WithTransportCredentials(insecure.NewCredentials()),
-		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(daemon.MaxMessageBytes), grpc.MaxCallSendMsgSize(daemon.MaxMessageBytes)))
+		grpc.WithDefaultCallOptions(append(wire.CallOptions(), grpc.MaxCallRecvMsgSize(daemon.MaxMessageBytes), grpc.MaxCallSendMsgSize(daemon.MaxMessageBytes))...))
 }
 
 func (c *Client) conn(pool map[string]*grpc.ClientConn, addr string) (*grpc.ClientConn, error) {

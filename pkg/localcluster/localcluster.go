@@ -28,6 +28,7 @@ import (
 	"github.com/zonefleet/zonefleet/pkg/flash"
 	"github.com/zonefleet/zonefleet/pkg/node"
 	"github.com/zonefleet/zonefleet/pkg/rpcerr"
+	"github.com/zonefleet/zonefleet/pkg/wire"
 	"github.com/zonefleet/zonefleet/pkg/zerr"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"google.golang.org/grpc"
@@ -265,7 +266,7 @@ func (c *Cluster) startProc(p *proc, name string, run func(ctx context.Context, 
 	var d *daemon.Daemon
 	var err error
 	for try := 0; try < 50; try++ { // a killed process's port may linger briefly
-		d, err = daemon.New(daemon.Config{Name: name, GRPCListen: rpcAddr, HTTPListen: webAddr, ShutdownTimeout: 2 * time.Second}, log)
+		d, err = daemon.New(daemon.Config{Name: name, GRPCListen: rpcAddr, HTTPListen: webAddr, ShutdownTimeout: 2 * time.Second}, log, wire.ServerOptions()...)
 		if err == nil {
 			break
 		}

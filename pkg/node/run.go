@@ -9,7 +9,6 @@ import (
 	"time"
 
 	"github.com/spf13/pflag"
-	v1 "github.com/zonefleet/zonefleet/api/zonefleet/v1"
 	"github.com/zonefleet/zonefleet/pkg/buildinfo"
 	"github.com/zonefleet/zonefleet/pkg/clock"
 	"github.com/zonefleet/zonefleet/pkg/daemon"
@@ -162,7 +161,7 @@ func Run(ctx context.Context, d *daemon.Daemon, o Options, log *slog.Logger) err
 	if err := svc.Collector().Register(d.Registry); err != nil {
 		return err
 	}
-	v1.RegisterZonedDeviceServer(d.GRPC, svc)
+	RegisterGRPC(d.GRPC, svc)
 	d.AddHealthCheck("devices", svc.Healthy)
 	if o.AdminToken == "" {
 		log.Warn("no --admin-token: admin calls are open to every caller")

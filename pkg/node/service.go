@@ -3,6 +3,25 @@
 // per namespace, schedules each device's requests by weighted round robin
 // across namespaces, paces writes with eZNS write admission control, pushes
 // compaction data to peer nodes, and exports per-device metrics.
+//
+// # Data path
+//
+// Served with wire.ServerOptions and registered with RegisterGRPC, a write's
+// data is never copied into a protobuf message: the bulk codec leaves it in
+// the transport's receive buffers (wire.WriteChunk) and the node gathers it
+// once into a pooled buffer (wire.Pool) for the drive's pwrite; a single
+// buffer is written in place. While WriteStream writes one piece, the
+// transport keeps receiving the next into the stream's 4 MiB flow-control
+// window (wire.ServerOptions), so the transfer overlaps the drive. Unary writes from one connection run
+// concurrently (one goroutine per call) and are ordered only by the zone
+// write pointer, so a client keeps several in flight on different zones.
+// Read responses are sent without a marshal copy (the codec sends the
+// drive's buffer as is). What the drive library does not offer yet: a read
+// into a caller's buffer (zns.Device.Read allocates, so read buffers cannot
+// be pooled) and a vectored write (so the gather copy stays; with
+// Device.WriteV(lba, [][]byte) the node could pwritev straight from the
+// receive buffers). With the standard codec everything still works: the
+// chunk then holds the decoded bytes.
 package node
 
 import (

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"crypto/rand"
+	"fmt"
 	"io"
 	"net/http"
 	"path/filepath"
@@ -53,6 +54,27 @@ type testNode struct {
 // devices under a temp dir). withGrants: grants come from the test etcd.
 func startNode(t *testing.T, id string, withGrants bool) *testNode {
 	t.Helper()
+	return startNodeCodecs(t, id, withGrants, true, true)
+}
+
+// startNodeCodec: bulk codec on both ends (wire.Codec) or the standard
+// protobuf codec.
+func startNodeCodec(t *testing.T, id string, withGrants, bulkCodec bool) *testNode {
+	t.Helper()
+	return startNodeCodecs(t, id, withGrants, bulkCodec, bulkCodec)
+}
+
+// startNodeCodecs: the bulk codec on the server, on the client, both or neither.
+func startNodeCodecs(t *testing.T, id string, withGrants, serverCodec, clientCodec bool) *testNode {
+	t.Helper()
+	var srvOpts []grpc.ServerOption
+	var callOpts []grpc.CallOption
+	if serverCodec {
+		srvOpts = wire.ServerOptions()
+	}
+	if clientCodec {
+		callOpts = wire.CallOptions()
+	}
 	dir := t.TempDir()
 	var devs []*zns.Device
 	d, err := zns.Create(filepath.Join(dir, "dev0.zns"), testGeometry(), clock.Off())
@@ -72,14 +94,14 @@ func startNode(t *testing.T, id string, withGrants bool) *testNode {
 	svc, err = New(Config{ID: id, AdminToken: token, Standalone: !withGrants, Admission: AdmissionConfig{Enabled: true}}, devs, grants, quiet)
 	require.NoError(t, err)
 	close(svcReady)
-	dm, err := daemon.New(daemon.Config{Name: "ssdnode", GRPCListen: "127.0.0.1:0", HTTPListen: "127.0.0.1:0"}, quiet)
+	dm, err := daemon.New(daemon.Config{Name: "ssdnode", GRPCListen: "127.0.0.1:0", HTTPListen: "127.0.0.1:0"}, quiet, srvOpts...)
 	require.NoError(t, err)
 	require.NoError(t, svc.Collector().Register(dm.Registry))
-	v1.RegisterZonedDeviceServer(dm.GRPC, svc)
+	RegisterGRPC(dm.GRPC, svc)
 	n := &testNode{svc: svc, addr: dm.GRPCAddr(), http: dm.HTTPAddr(), devs: devs, cancel: cancel, done: make(chan error, 1)}
 	go func() { n.done <- dm.Run(ctx) }()
 	conn, err := grpc.NewClient(n.addr, append(rpcerr.DialOptions(), grpc.WithTransportCredentials(insecure.NewCredentials()),
-		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(daemon.MaxMessageBytes), grpc.MaxCallSendMsgSize(daemon.MaxMessageBytes)))...)
+		grpc.WithDefaultCallOptions(append(callOpts, grpc.MaxCallRecvMsgSize(daemon.MaxMessageBytes), grpc.MaxCallSendMsgSize(daemon.MaxMessageBytes))...))...)
 	require.NoError(t, err)
 	n.client = v1.NewZonedDeviceClient(conn)
 	t.Cleanup(func() {
@@ -125,8 +147,23 @@ func zoneWP(t *testing.T, c v1.ZonedDeviceClient, zone uint32) uint64 {
 	return r.GetZones()[0].GetWritePointer()
 }
 
+// The data path with the bulk codec on either end, both or neither (the
+// standard protobuf codec is what grpcurl and other protobuf clients use).
 func TestDataPathUnaryAndStreams(t *testing.T) {
-	n := startNode(t, "dp", false)
+	for _, tt := range []struct {
+		name           string
+		server, client bool
+	}{
+		{"bulk codec", true, true},
+		{"standard codec", false, false},
+		{"standard client (grpcurl), bulk server", true, false},
+		{"bulk client, standard server", false, true},
+	} {
+		t.Run(tt.name, func(t *testing.T) { testDataPath(t, startNodeCodecs(t, "dp", false, tt.server, tt.client)) })
+	}
+}
+
+func testDataPath(t *testing.T, n *testNode) {
 	ctx := asNS("a")
 	id, err := n.client.Identify(ctx, &v1.IdentifyRequest{})
 	require.NoError(t, err)
@@ -549,4 +586,52 @@ func TestRevocationIsOrderedWithIO(t *testing.T) {
 	assert.ErrorIs(t, err, zerr.ErrNotOwner)
 	_, err = n.client.Read(asNS("a"), &v1.ReadRequest{Lba: 2048, Blocks: 8})
 	assert.ErrorIs(t, err, zerr.ErrNotOwner, "refused, not zeroes")
+}
+
+// A write stream that fails part way reports the typed error and leaves
+// exactly what came before it written, with either codec; the receive-ahead
+// goroutine does not hold it up.
+func TestWriteStreamStopsAtTheFirstFailure(t *testing.T) {
+	for _, codec := range []bool{true, false} {
+		n := startNodeCodec(t, "ws", false, codec)
+		ctx := asNS("a")
+		tests := []struct {
+			name   string
+			zone   uint64
+			pieces [][]byte
+			is     error
+			wp     uint64 // blocks written into the zone
+		}{
+			{"past the end of the drive", 3, repeat(randBlocks(t, 256), 10), zerr.ErrOutOfRange, 2048},
+			{"a partial block at the end", 2, [][]byte{append(randBlocks(t, 256), 1, 2, 3)}, zerr.ErrInvalidArgument, 256},
+		}
+		for _, tt := range tests {
+			t.Run(fmt.Sprintf("%s/bulk=%v", tt.name, codec), func(t *testing.T) {
+				s, err := n.client.WriteStream(ctx)
+				require.NoError(t, err)
+				for i, p := range tt.pieces {
+					req := &v1.WriteRequest{Data: p}
+					if i == 0 {
+						req.Lba = tt.zone * 2048
+					}
+					if s.Send(req) != nil {
+						break // the server has given up; CloseAndRecv says why
+					}
+				}
+				_, err = s.CloseAndRecv()
+				err = rpcerr.FromError(err)
+				require.Error(t, err)
+				assert.ErrorIs(t, err, tt.is)
+				assert.Equal(t, tt.zone*2048+tt.wp, zoneWP(t, n.client, uint32(tt.zone)))
+			})
+		}
+	}
+}
+
+func repeat(b []byte, n int) [][]byte {
+	out := make([][]byte, n)
+	for i := range out {
+		out[i] = b
+	}
+	return out
 }

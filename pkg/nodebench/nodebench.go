@@ -1,7 +1,27 @@
-// Package nodebench measures an ssdnode's data path (`zctl bench node`):
-// loopback gRPC against raw TCP in the same run, write throughput against the
-// number of concurrent clients, 4 KiB random reads, and the write admission
-// scenario of eZNS Fig. 29b on the realtime clock.
+// Package nodebench measures an ssdnode's data path (`zctl bench node`).
+//
+// Throughput points write Options.WriteBytes (default 1 GiB) of 1 MiB
+// messages into 32 MiB zones of a 16-chip drive with the clock off, so the
+// drive costs what its backing-file writes cost. Every point runs Runs
+// times (default 3) and reports the median; the runs are interleaved (each
+// round runs every point once, after one untimed 64 MiB warm-up of each), so
+// that the shared machine's slow spells do not all land on one point; all
+// connections are dialed and ready before any timing; zones are reset and
+// the page cache synced before every run. In the same run it measures two baselines with the same
+// bytes and message size over loopback TCP: a receiver that discards them,
+// and a receiver that writes them to an identical drive (pkg/zns, the same
+// backing-file writes the node makes). The gRPC figure is one client with
+// one WriteStream per zone and the bulk codec (wire.Codec); unary writes at
+// one and four in flight and the stream with the standard protobuf codec
+// are reported beside it. Client scaling runs 1..32 clients, each on its own
+// connection and zones, and reports the aggregate at 8 clients over 1.
+//
+// It also measures 4 KiB random reads at queue depth 1 and the write
+// admission scenario of eZNS Fig. 29b on the realtime clock.
+//
+// Profile: go test -run '^$' -bench BenchmarkDataPath -cpuprofile cpu.out ./pkg/node/
+// (see pkg/node's data path benchmarks), or run `zctl bench node` under
+// perf / pprof.
 package nodebench
 
 import (
@@ -39,10 +59,10 @@ const mib = 1 << 20
 // Options of the benchmark. Zero values take the defaults.
 type Options struct {
 	Dir            string        // backing files; "" = a temporary directory
-	WriteBytes     int64         // bytes per throughput measurement (default 128 MiB)
-	TCPBytes       int64         // bytes of the raw TCP baseline (default 512 MiB)
+	WriteBytes     int64         // bytes per throughput point (default 1 GiB; rounded down to MiB)
+	Runs           int           // runs per throughput point, median reported (default 3)
 	RandomReads    int           // 4 KiB reads (default 4000)
-	Clients        []int         // default 1, 2, 4, 8, 16, 32
+	Clients        []int         // default 1, 2, 4, 8, 16, 32 (1 and 8 are always measured)
 	Admission      bool          // run the admission scenario (default in DefaultOptions)
 	AdmissionWall  time.Duration // wall time of each admission run (default 4s)
 	TimeScale      float64       // realtime clock scale of the admission runs (default 4)
@@ -51,22 +71,32 @@ type Options struct {
 
 // DefaultOptions is what `zctl bench node` runs.
 func DefaultOptions() Options {
-	return Options{WriteBytes: 128 * mib, TCPBytes: 512 * mib, RandomReads: 4000, Clients: []int{1, 2, 4, 8, 16, 32},
+	return Options{WriteBytes: 1 << 30, Runs: 3, RandomReads: 4000, Clients: []int{1, 2, 4, 8, 16, 32},
 		Admission: true, AdmissionWall: 4 * time.Second, TimeScale: 4, RegularWriters: 4}
 }
 
-// Result of the benchmark; JSON keys are stable.
+// Result of the benchmark; JSON keys are stable. Throughputs are medians in MiB/s.
 type Result struct {
-	TCPMiBPerSecond       float64            `json:"tcp_mib_per_second"`
-	GRPCWriteMiBPerSecond float64            `json:"grpc_write_mib_per_second"`
-	GRPCvsTCPRatio        float64            `json:"grpc_vs_tcp_ratio"`
-	RandomReadIOPS        float64            `json:"random_read_4k_iops"`
-	RandomReadP50Micros   float64            `json:"random_read_4k_p50_us"`
-	RandomReadP99Micros   float64            `json:"random_read_4k_p99_us"`
-	WriteMiBPerSecond     map[int]float64    `json:"write_mib_per_second_by_clients"`
-	Admission             *AdmissionScenario `json:"admission,omitempty"`
-	Notes                 []string           `json:"notes,omitempty"`
-	Config                map[string]string  `json:"config"`
+	TCPDiscardMiBPerSecond  float64 `json:"tcp_discard_mib_per_second"`
+	TCPFileMiBPerSecond     float64 `json:"tcp_file_mib_per_second"`
+	GRPCWriteMiBPerSecond   float64 `json:"grpc_write_mib_per_second"` // one client, WriteStream, bulk codec
+	GRPCvsTCPFileRatio      float64 `json:"grpc_vs_tcp_file_ratio"`
+	GRPCvsTCPDiscardRatio   float64 `json:"grpc_vs_tcp_discard_ratio"`
+	GRPCStandardCodecStream float64 `json:"grpc_standard_codec_stream_mib_per_second"`
+	GRPCUnaryQD1            float64 `json:"grpc_unary_qd1_mib_per_second"`
+	GRPCUnaryQD4            float64 `json:"grpc_unary_qd4_mib_per_second"` // four unary writes in flight on one connection
+	RandomReadIOPS          float64 `json:"random_read_4k_iops"`
+	RandomReadP50Micros     float64 `json:"random_read_4k_p50_us"`
+	RandomReadP99Micros     float64 `json:"random_read_4k_p99_us"`
+	// Aggregate write throughput by number of clients (one connection and
+	// one WriteStream at a time each).
+	WriteMiBPerSecond map[int]float64 `json:"write_mib_per_second_by_clients"`
+	ClientScaling     float64         `json:"client_scaling_8_vs_1"`
+	// Every run of every point, in MiB/s, to judge the noise.
+	Samples   map[string][]float64 `json:"samples_mib_per_second"`
+	Admission *AdmissionScenario   `json:"admission,omitempty"`
+	Notes     []string             `json:"notes,omitempty"`
+	Config    map[string]string    `json:"config"`
 }
 
 // AdmissionScenario is eZNS Fig. 29b scaled to one emulated drive: regular
@@ -111,12 +141,12 @@ func start(dir string, cfg flash.Config, clk clock.Clock, admission bool) (*benc
 		d.Close()
 		return nil, err
 	}
-	b.dm, err = daemon.New(daemon.Config{Name: "ssdnode", GRPCListen: "127.0.0.1:0"}, b.log)
+	b.dm, err = daemon.New(daemon.Config{Name: "ssdnode", GRPCListen: "127.0.0.1:0"}, b.log, wire.ServerOptions()...)
 	if err != nil {
 		b.close()
 		return nil, err
 	}
-	v1.RegisterZonedDeviceServer(b.dm.GRPC, b.node)
+	node.RegisterGRPC(b.dm.GRPC, b.node)
 	ctx, cancel := context.WithCancel(context.Background())
 	b.stop = cancel
 	go func() { b.done <- b.dm.Run(ctx) }()
@@ -131,26 +161,107 @@ func (b *bench) close() {
 	b.node.Close()
 	for _, d := range b.devs {
 		_ = d.Close()
-		_ = os.Remove(filepath.Join(b.dir, "dev0.zns"))
-		_ = os.Remove(filepath.Join(b.dir, "dev0.zns.journal"))
+		removeDrive(d.Path())
 	}
 }
 
-func (b *bench) client() (v1.ZonedDeviceClient, func(), error) {
+func removeDrive(path string) {
+	_ = os.Remove(path)
+	_ = os.Remove(path + ".journal")
+}
+
+// client dials a connection and waits until it is ready (an Identify call).
+// standard: the standard protobuf codec instead of the bulk codec.
+func (b *bench) client(ctx context.Context, standard bool) (v1.ZonedDeviceClient, func(), error) {
+	call := []grpc.CallOption{grpc.MaxCallRecvMsgSize(daemon.MaxMessageBytes), grpc.MaxCallSendMsgSize(daemon.MaxMessageBytes)}
+	if !standard {
+		call = append(call, wire.CallOptions()...)
+	}
 	conn, err := grpc.NewClient(b.dm.GRPCAddr(), append(rpcerr.DialOptions(), grpc.WithTransportCredentials(insecure.NewCredentials()),
-		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(daemon.MaxMessageBytes), grpc.MaxCallSendMsgSize(daemon.MaxMessageBytes)))...)
+		grpc.WithDefaultCallOptions(call...))...)
 	if err != nil {
 		return nil, nil, err
 	}
-	return v1.NewZonedDeviceClient(conn), func() { _ = conn.Close() }, nil
+	c := v1.NewZonedDeviceClient(conn)
+	if _, err := c.Identify(ctx, &v1.IdentifyRequest{}); err != nil {
+		_ = conn.Close()
+		return nil, nil, err
+	}
+	return c, func() { _ = conn.Close() }, nil
 }
 
-// throughputDrive: 16 chips, full-stripe 32 MiB zones, 32 zones, no limits.
-func throughputDrive() flash.Config {
+const zoneBytes = 32 * mib
+
+// throughputDrive: 16 chips, full-stripe 32 MiB zones, enough zones for
+// bytes written by up to clients writers (each rounds up to whole zones),
+// no open/active limits.
+func throughputDrive(bytes int64, clients int) flash.Config {
 	c := flash.Defaults()
-	c.BlocksPerChip, c.SpareBlocksPerChip = 36, 4
+	zones := int((bytes+zoneBytes-1)/zoneBytes) + clients + 1
+	c.BlocksPerChip, c.SpareBlocksPerChip = zones+4, 4
 	c.MaxOpenZones, c.MaxActiveZones = 0, 0
 	return c
+}
+
+// plan: which zones writer i of n uses, and how many bytes it writes.
+func plan(total int64, i, n int) (zones []uint64, bytes int64) {
+	bytes = total / int64(n) / mib * mib
+	bytes = max(bytes, mib)
+	for k := int64(0); k*zoneBytes < bytes; k++ {
+		zones = append(zones, uint64(i)+uint64(k)*uint64(n))
+	}
+	return zones, bytes
+}
+
+// zoneWriter writes bytes of payload into one zone, starting at its first LBA.
+type zoneWriter func(ctx context.Context, zoneLBA uint64, bytes int64) error
+
+// runWriters times n writers, each writing its share of total through its
+// zones, and returns the aggregate MiB/s.
+func runWriters(ctx context.Context, writers []zoneWriter, total int64, zoneSize uint64) (float64, error) {
+	n := len(writers)
+	var wg sync.WaitGroup
+	errs := make(chan error, n)
+	var sum int64
+	for i := range writers {
+		_, b := plan(total, i, n)
+		sum += b
+	}
+	t0 := time.Now()
+	for i, w := range writers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			zones, bytes := plan(total, i, n)
+			for _, z := range zones {
+				k := min(bytes, zoneBytes)
+				if err := w(ctx, z*zoneSize, k); err != nil {
+					errs <- fmt.Errorf("writer %d zone %d: %w", i, z, err)
+					return
+				}
+				bytes -= k
+			}
+		}()
+	}
+	wg.Wait()
+	el := time.Since(t0)
+	close(errs)
+	if err := <-errs; err != nil {
+		return 0, err
+	}
+	return float64(sum) / mib / el.Seconds(), nil
+}
+
+func median(xs []float64) float64 {
+	s := append([]float64(nil), xs...)
+	sort.Float64s(s)
+	if len(s) == 0 {
+		return 0
+	}
+	if len(s)%2 == 1 {
+		return s[len(s)/2]
+	}
+	return (s[len(s)/2-1] + s[len(s)/2]) / 2
 }
 
 // Run runs the benchmark.
@@ -159,8 +270,9 @@ func Run(ctx context.Context, o Options) (*Result, error) {
 	if o.WriteBytes <= 0 {
 		o.WriteBytes = def.WriteBytes
 	}
-	if o.TCPBytes <= 0 {
-		o.TCPBytes = def.TCPBytes
+	o.WriteBytes = max(o.WriteBytes/mib*mib, mib)
+	if o.Runs <= 0 {
+		o.Runs = def.Runs
 	}
 	if o.RandomReads <= 0 {
 		o.RandomReads = def.RandomReads
@@ -185,6 +297,15 @@ func Run(ctx context.Context, o Options) (*Result, error) {
 			return nil, &zerr.InvalidArgumentError{Field: "clients", Reason: fmt.Sprintf("%d: want 1 to 32", n)}
 		}
 	}
+	clients := map[int]bool{1: true, 8: true}
+	for _, n := range o.Clients {
+		clients[n] = true
+	}
+	o.Clients = o.Clients[:0:0]
+	for n := range clients {
+		o.Clients = append(o.Clients, n)
+	}
+	sort.Ints(o.Clients)
 	if o.Dir == "" {
 		dir, err := os.MkdirTemp("", "zonefleet-nodebench-")
 		if err != nil {
@@ -193,20 +314,22 @@ func Run(ctx context.Context, o Options) (*Result, error) {
 		defer os.RemoveAll(dir)
 		o.Dir = dir
 	}
-	res := &Result{WriteMiBPerSecond: map[int]float64{}, Config: map[string]string{
-		"write_bytes": fmt.Sprint(o.WriteBytes), "clock": "off (throughput), realtime (admission)",
-		"drive": "16 chips MLC, D_zone 16, 32 MiB zones", "transport": "gRPC over loopback TCP, one connection per client",
+	res := &Result{WriteMiBPerSecond: map[int]float64{}, Samples: map[string][]float64{}, Config: map[string]string{
+		"write_bytes": fmt.Sprint(o.WriteBytes), "runs": fmt.Sprint(o.Runs), "message_bytes": fmt.Sprint(mib),
+		"clock": "off (throughput), realtime (admission)", "drive": "16 chips MLC, D_zone 16, 32 MiB zones",
+		"transport": "loopback TCP; gRPC: one connection per client, dialed before timing",
 	}}
+	payload := make([]byte, mib)
+	_, _ = rand.Read(payload)
 
-	tcp, err := tcpBaseline(o.TCPBytes)
-	if err != nil {
-		return nil, fmt.Errorf("tcp baseline: %w", err)
-	}
-	res.TCPMiBPerSecond = tcp
-	if err := throughput(ctx, o, res); err != nil {
+	if err := throughput(ctx, o, res, payload); err != nil {
 		return nil, err
 	}
-	res.GRPCvsTCPRatio = res.GRPCWriteMiBPerSecond / res.TCPMiBPerSecond
+	res.GRPCvsTCPFileRatio = res.GRPCWriteMiBPerSecond / res.TCPFileMiBPerSecond
+	res.GRPCvsTCPDiscardRatio = res.GRPCWriteMiBPerSecond / res.TCPDiscardMiBPerSecond
+	if one := res.WriteMiBPerSecond[1]; one > 0 {
+		res.ClientScaling = res.WriteMiBPerSecond[8] / one
+	}
 	if o.Admission {
 		adm, err := admission(ctx, o)
 		if err != nil {
@@ -217,90 +340,239 @@ func Run(ctx context.Context, o Options) (*Result, error) {
 	return res, nil
 }
 
-// tcpBaseline streams n bytes in 1 MiB writes over a loopback TCP connection.
-func tcpBaseline(n int64) (float64, error) {
+// tcpRun measures the raw TCP baseline once: one connection, 1 MiB
+// writes; the receiver discards the bytes (dev nil) or writes them, 1 MiB
+// at a time, through the same zone plan into dev, a drive identical to the
+// node's.
+func tcpRun(ctx context.Context, total int64, payload []byte, dev *zns.Device) (float64, error) {
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		return 0, err
 	}
 	defer l.Close()
-	got := make(chan int64, 1)
-	go func() {
-		c, err := l.Accept()
-		if err != nil {
-			got <- 0
-			return
-		}
-		defer c.Close()
-		k, _ := io.Copy(io.Discard, c)
-		got <- k
-	}()
 	c, err := net.Dial("tcp", l.Addr().String())
 	if err != nil {
 		return 0, err
 	}
-	buf := make([]byte, mib)
-	_, _ = rand.Read(buf)
+	defer c.Close()
+	sc, err := l.Accept()
+	if err != nil {
+		return 0, err
+	}
+	defer sc.Close()
+	got := make(chan error, 1)
+	go func() {
+		if dev == nil {
+			k, err := io.Copy(io.Discard, io.LimitReader(sc, total))
+			if err == nil && k != total {
+				err = fmt.Errorf("received %d of %d bytes", k, total)
+			}
+			got <- err
+			return
+		}
+		zs := uint64(dev.Identify().ZoneSize)
+		buf := make([]byte, mib)
+		zones, _ := plan(total, 0, 1)
+		left := total
+		for _, z := range zones {
+			for off := int64(0); off < zoneBytes && left > 0; off += mib {
+				if _, err := io.ReadFull(sc, buf); err != nil {
+					got <- err
+					return
+				}
+				if _, err := dev.Write(ctx, z*zs+uint64(off)/4096, buf, zns.Flags{}); err != nil {
+					got <- err
+					return
+				}
+				left -= mib
+			}
+		}
+		got <- nil
+	}()
 	t0 := time.Now()
-	for sent := int64(0); sent < n; sent += mib {
-		if _, err := c.Write(buf); err != nil {
-			c.Close()
+	for sent := int64(0); sent < total; sent += mib {
+		if _, err := c.Write(payload); err != nil {
 			return 0, err
 		}
 	}
-	c.Close()
-	k := <-got
-	if k != n {
-		return 0, fmt.Errorf("tcp baseline received %d of %d bytes", k, n)
+	if err := <-got; err != nil {
+		return 0, err
 	}
-	return float64(n) / mib / time.Since(t0).Seconds(), nil
+	return float64(total) / mib / time.Since(t0).Seconds(), nil
 }
 
-func throughput(ctx context.Context, o Options, res *Result) error {
-	b, err := start(o.Dir, throughputDrive(), clock.Off(), false)
+// streamWriter writes a zone with one WriteStream of 1 MiB messages.
+func streamWriter(c v1.ZonedDeviceClient, payload []byte) zoneWriter {
+	return func(ctx context.Context, lba uint64, bytes int64) error {
+		ws, err := c.WriteStream(ctx)
+		if err != nil {
+			return err
+		}
+		for off := int64(0); off < bytes; off += mib {
+			req := &v1.WriteRequest{Data: payload}
+			if off == 0 {
+				req.Lba, req.TotalBlocks = lba, uint32(bytes/4096)
+			}
+			if err := ws.Send(req); err != nil {
+				_, err = ws.CloseAndRecv() // the server's error
+				return err
+			}
+		}
+		_, err = ws.CloseAndRecv()
+		return err
+	}
+}
+
+// unaryWriter writes a zone with 1 MiB unary writes, one at a time.
+func unaryWriter(c v1.ZonedDeviceClient, payload []byte) zoneWriter {
+	return func(ctx context.Context, lba uint64, bytes int64) error {
+		for off := int64(0); off < bytes; off += mib {
+			if _, err := c.Write(ctx, &v1.WriteRequest{Lba: lba + uint64(off)/4096, Data: payload}); err != nil {
+				return err
+			}
+		}
+		return nil
+	}
+}
+
+const warmupBytes = 64 * mib
+
+// measure is one throughput point: run runs it once (timed), warm runs it
+// untimed on a small size first.
+type measure struct {
+	name string
+	run  func(bytes int64) (float64, error)
+	out  *float64
+}
+
+// throughput runs every point Runs times in interleaved rounds (round r runs
+// each point once), so that the machine's slow spells spread over all points
+// instead of biasing one, and records each point's median.
+func throughput(ctx context.Context, o Options, res *Result, payload []byte) error {
+	maxClients := o.Clients[len(o.Clients)-1]
+	b, err := start(o.Dir, throughputDrive(o.WriteBytes, maxClients), clock.Off(), false)
 	if err != nil {
 		return err
 	}
 	defer b.close()
-	c, closeC, err := b.client()
+	tdev, err := zns.Create(filepath.Join(o.Dir, "tcp.zns"), throughputDrive(o.WriteBytes, 1), clock.Off())
 	if err != nil {
 		return err
 	}
-	defer closeC()
+	defer func() {
+		_ = tdev.Close()
+		removeDrive(tdev.Path())
+	}()
 	ctx = wire.WithNamespace(ctx, "bench")
+	var closers []func()
+	defer func() {
+		for _, f := range closers {
+			f()
+		}
+	}()
+	dial := func(standard bool) (v1.ZonedDeviceClient, error) {
+		c, closeC, err := b.client(ctx, standard)
+		if err != nil {
+			return nil, err
+		}
+		closers = append(closers, closeC)
+		return c, nil
+	}
+	c, err := dial(false)
+	if err != nil {
+		return err
+	}
+	std, err := dial(true)
+	if err != nil {
+		return err
+	}
+	// Every client connection is dialed (and ready) before any timing.
+	var pool []v1.ZonedDeviceClient
+	for len(pool) < maxClients {
+		cc, err := dial(false)
+		if err != nil {
+			return err
+		}
+		pool = append(pool, cc)
+	}
 	id, err := c.Identify(ctx, &v1.IdentifyRequest{})
 	if err != nil {
 		return err
 	}
-	zoneBytes := int64(id.GetZoneCapacity()) * int64(id.GetBlockSize())
-	buf := make([]byte, mib)
-	_, _ = rand.Read(buf)
+	zs := id.GetZoneSize()
 
-	// One client, 1 MiB sequential unary writes across zones. Before each
-	// measurement the page cache is flushed, so that the writeback of one
-	// measurement does not slow the next.
-	syscall.Sync()
-	t0 := time.Now()
-	written := int64(0)
-	for written < o.WriteBytes {
-		zone := written / zoneBytes
-		off := written % zoneBytes
-		lba := uint64(zone)*id.GetZoneSize() + uint64(off)/uint64(id.GetBlockSize())
-		if _, err := c.Write(ctx, &v1.WriteRequest{Lba: lba, Data: buf}); err != nil {
-			return fmt.Errorf("sequential write at LBA %d: %w", lba, err)
+	// grpcPoint resets the node's zones, syncs the page cache (so that one
+	// run's writeback does not slow the next) and times the writers.
+	grpcPoint := func(writers ...zoneWriter) func(int64) (float64, error) {
+		return func(bytes int64) (float64, error) {
+			if _, err := c.ZoneManagement(ctx, &v1.ZoneManagementRequest{SelectAll: true, Action: v1.ZoneAction_ZONE_ACTION_RESET}); err != nil {
+				return 0, err
+			}
+			syscall.Sync()
+			return runWriters(ctx, writers, bytes, zs)
 		}
-		written += mib
 	}
-	res.GRPCWriteMiBPerSecond = float64(written) / mib / time.Since(t0).Seconds()
+	points := []measure{
+		{"tcp_discard", func(bytes int64) (float64, error) {
+			syscall.Sync()
+			return tcpRun(ctx, bytes, payload, nil)
+		}, &res.TCPDiscardMiBPerSecond},
+		{"tcp_file", func(bytes int64) (float64, error) {
+			if _, err := tdev.ZoneMgmt(ctx, 0, zns.ActionReset, true); err != nil {
+				return 0, err
+			}
+			syscall.Sync()
+			return tcpRun(ctx, bytes, payload, tdev)
+		}, &res.TCPFileMiBPerSecond},
+		{"grpc_stream", grpcPoint(streamWriter(c, payload)), &res.GRPCWriteMiBPerSecond},
+		{"grpc_stream_standard_codec", grpcPoint(streamWriter(std, payload)), &res.GRPCStandardCodecStream},
+		{"grpc_unary_qd1", grpcPoint(unaryWriter(c, payload)), &res.GRPCUnaryQD1},
+		{"grpc_unary_qd4", grpcPoint(unaryWriter(c, payload), unaryWriter(c, payload), unaryWriter(c, payload), unaryWriter(c, payload)), &res.GRPCUnaryQD4},
+	}
+	// Client scaling: each client its own connection and zones, one
+	// WriteStream at a time.
+	scaling := map[int]*float64{}
+	for _, n := range o.Clients {
+		ws := make([]zoneWriter, n)
+		for i := range ws {
+			ws[i] = streamWriter(pool[i], payload)
+		}
+		scaling[n] = new(float64)
+		points = append(points, measure{fmt.Sprintf("clients_%d", n), grpcPoint(ws...), scaling[n]})
+	}
+	// An untimed warm-up of each point: connections, flow-control windows,
+	// buffer pools and the backing files reach their steady state.
+	for _, p := range points {
+		if _, err := p.run(min(o.WriteBytes, warmupBytes)); err != nil {
+			return fmt.Errorf("%s warm-up: %w", p.name, err)
+		}
+	}
+	for r := 0; r < o.Runs; r++ {
+		for _, p := range points {
+			v, err := p.run(o.WriteBytes)
+			if err != nil {
+				return fmt.Errorf("%s: %w", p.name, err)
+			}
+			res.Samples[p.name] = append(res.Samples[p.name], v)
+		}
+	}
+	for _, p := range points {
+		*p.out = median(res.Samples[p.name])
+	}
+	for n, v := range scaling {
+		res.WriteMiBPerSecond[n] = *v
+	}
 
-	// 4 KiB random reads of what was written, queue depth 1.
-	maxLBA := uint64(written) / uint64(id.GetBlockSize())
+	// 4 KiB random reads of what the last point wrote (client 0's zones),
+	// queue depth 1.
+	rzones, rbytes := plan(o.WriteBytes, 0, maxClients)
+	written := func(k int) uint64 { return uint64(min(rbytes-int64(k)*zoneBytes, zoneBytes)) / 4096 }
 	lats := make([]time.Duration, o.RandomReads)
 	rng := mrand.New(mrand.NewPCG(1, 2))
-	t0 = time.Now()
+	t0 := time.Now()
 	for i := range lats {
-		blk := rng.Uint64N(maxLBA)
-		lba := (blk/id.GetZoneCapacity())*id.GetZoneSize() + blk%id.GetZoneCapacity()
+		k := rng.IntN(len(rzones))
+		lba := rzones[k]*zs + rng.Uint64N(written(k))
 		s := time.Now()
 		if _, err := c.Read(ctx, &v1.ReadRequest{Lba: lba, Blocks: 1}); err != nil {
 			return fmt.Errorf("random read at LBA %d: %w", lba, err)
@@ -311,47 +583,6 @@ func throughput(ctx context.Context, o Options, res *Result) error {
 	sort.Slice(lats, func(i, j int) bool { return lats[i] < lats[j] })
 	res.RandomReadP50Micros = float64(lats[len(lats)/2].Microseconds())
 	res.RandomReadP99Micros = float64(lats[len(lats)*99/100].Microseconds())
-
-	// Concurrent clients, each on its own connection and zone.
-	for _, n := range o.Clients {
-		if _, err := c.ZoneManagement(ctx, &v1.ZoneManagementRequest{SelectAll: true, Action: v1.ZoneAction_ZONE_ACTION_RESET}); err != nil {
-			return err
-		}
-		per := o.WriteBytes / int64(n) / mib * mib
-		per = min(per, zoneBytes)
-		if per < mib {
-			per = mib
-		}
-		var wg sync.WaitGroup
-		errs := make(chan error, n)
-		syscall.Sync()
-		t0 := time.Now()
-		for i := 0; i < n; i++ {
-			wg.Add(1)
-			go func(i int) {
-				defer wg.Done()
-				cc, closeCC, err := b.client()
-				if err != nil {
-					errs <- err
-					return
-				}
-				defer closeCC()
-				base := uint64(i) * id.GetZoneSize()
-				for off := int64(0); off < per; off += mib {
-					if _, err := cc.Write(ctx, &v1.WriteRequest{Lba: base + uint64(off)/uint64(id.GetBlockSize()), Data: buf}); err != nil {
-						errs <- err
-						return
-					}
-				}
-			}(i)
-		}
-		wg.Wait()
-		close(errs)
-		if err := <-errs; err != nil {
-			return fmt.Errorf("%d clients: %w", n, err)
-		}
-		res.WriteMiBPerSecond[n] = float64(per*int64(n)) / mib / time.Since(t0).Seconds()
-	}
 	return nil
 }
 
@@ -441,7 +672,7 @@ func admissionRun(ctx context.Context, o Options, on bool) (WriterBandwidth, err
 		wg.Add(1)
 		go func(w *writer) {
 			defer wg.Done()
-			c, closeC, err := b.client()
+			c, closeC, err := b.client(rctx, false)
 			if err != nil {
 				errc <- err
 				return
@@ -535,10 +766,15 @@ func admissionRun(ctx context.Context, o Options, on bool) (WriterBandwidth, err
 // WriteTable prints the result for people.
 func (r *Result) WriteTable(w io.Writer) error {
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
-	fmt.Fprintf(tw, "measure\tvalue\n")
-	fmt.Fprintf(tw, "raw TCP loopback\t%.0f MiB/s\n", r.TCPMiBPerSecond)
-	fmt.Fprintf(tw, "gRPC 1 MiB sequential writes (1 client)\t%.0f MiB/s\n", r.GRPCWriteMiBPerSecond)
-	fmt.Fprintf(tw, "grpc_vs_tcp_ratio\t%.2f\n", r.GRPCvsTCPRatio)
+	fmt.Fprintf(tw, "measure (1 MiB messages, median)\tvalue\n")
+	fmt.Fprintf(tw, "raw TCP, receiver discards\t%.0f MiB/s\n", r.TCPDiscardMiBPerSecond)
+	fmt.Fprintf(tw, "raw TCP, receiver writes the drive\t%.0f MiB/s\n", r.TCPFileMiBPerSecond)
+	fmt.Fprintf(tw, "gRPC WriteStream, bulk codec (1 client)\t%.0f MiB/s\n", r.GRPCWriteMiBPerSecond)
+	fmt.Fprintf(tw, "grpc_vs_tcp_file_ratio\t%.2f\n", r.GRPCvsTCPFileRatio)
+	fmt.Fprintf(tw, "grpc_vs_tcp_discard_ratio\t%.2f\n", r.GRPCvsTCPDiscardRatio)
+	fmt.Fprintf(tw, "gRPC WriteStream, standard protobuf codec\t%.0f MiB/s\n", r.GRPCStandardCodecStream)
+	fmt.Fprintf(tw, "gRPC unary writes, 1 in flight\t%.0f MiB/s\n", r.GRPCUnaryQD1)
+	fmt.Fprintf(tw, "gRPC unary writes, 4 in flight\t%.0f MiB/s\n", r.GRPCUnaryQD4)
 	fmt.Fprintf(tw, "4 KiB random reads, QD1\t%.0f IOPS (p50 %.0f µs, p99 %.0f µs)\n", r.RandomReadIOPS, r.RandomReadP50Micros, r.RandomReadP99Micros)
 	var ns []int
 	for n := range r.WriteMiBPerSecond {
@@ -546,8 +782,9 @@ func (r *Result) WriteTable(w io.Writer) error {
 	}
 	sort.Ints(ns)
 	for _, n := range ns {
-		fmt.Fprintf(tw, "1 MiB writes, %d clients\t%.0f MiB/s\n", n, r.WriteMiBPerSecond[n])
+		fmt.Fprintf(tw, "WriteStream, %d clients (aggregate)\t%.0f MiB/s\n", n, r.WriteMiBPerSecond[n])
 	}
+	fmt.Fprintf(tw, "client_scaling_8_vs_1\t%.2f\n", r.ClientScaling)
 	if a := r.Admission; a != nil {
 		fmt.Fprintf(tw, "\nadmission (eZNS Fig. 29b, time scale %.0f)\tregular writer MiB/s (min)\tbusy writer MiB/s\tcache stalls\tpaced writes\n", a.TimeScale)
 		fmt.Fprintf(tw, "admission control off\t%.1f (%.1f)\t%.1f\t%d\t%d\n", a.Off.Regular, a.Off.RegularMin, a.Off.Busy, a.Off.CacheStalls, a.Off.Paced)

@@ -12,27 +12,77 @@ import (
 	"github.com/zonefleet/zonefleet/pkg/zerr"
 )
 
-// A small run: every figure is produced and the table and JSON carry it.
+// A small run: every figure is produced, from the configured number of runs,
+// and the table and JSON carry it.
 func TestRunSmall(t *testing.T) {
-	res, err := Run(context.Background(), Options{Dir: t.TempDir(), WriteBytes: 8 << 20, TCPBytes: 16 << 20, RandomReads: 50,
-		Clients: []int{1, 2}, Admission: true, AdmissionWall: 300 * time.Millisecond, TimeScale: 4, RegularWriters: 2})
+	res, err := Run(context.Background(), Options{Dir: t.TempDir(), WriteBytes: 40 << 20, Runs: 3, RandomReads: 50,
+		Clients: []int{2}, Admission: true, AdmissionWall: 300 * time.Millisecond, TimeScale: 4, RegularWriters: 2})
 	require.NoError(t, err)
-	assert.Positive(t, res.TCPMiBPerSecond)
-	assert.Positive(t, res.GRPCWriteMiBPerSecond)
-	assert.InDelta(t, res.GRPCWriteMiBPerSecond/res.TCPMiBPerSecond, res.GRPCvsTCPRatio, 1e-9)
-	assert.Positive(t, res.RandomReadIOPS)
-	assert.Len(t, res.WriteMiBPerSecond, 2)
+	for _, v := range []float64{res.TCPDiscardMiBPerSecond, res.TCPFileMiBPerSecond, res.GRPCWriteMiBPerSecond,
+		res.GRPCStandardCodecStream, res.GRPCUnaryQD1, res.GRPCUnaryQD4, res.RandomReadIOPS} {
+		assert.Positive(t, v)
+	}
+	assert.InDelta(t, res.GRPCWriteMiBPerSecond/res.TCPFileMiBPerSecond, res.GRPCvsTCPFileRatio, 1e-9)
+	assert.InDelta(t, res.GRPCWriteMiBPerSecond/res.TCPDiscardMiBPerSecond, res.GRPCvsTCPDiscardRatio, 1e-9)
+	assert.Equal(t, []int{1, 2, 8}, keys(res.WriteMiBPerSecond), "1 and 8 clients are always measured")
+	assert.InDelta(t, res.WriteMiBPerSecond[8]/res.WriteMiBPerSecond[1], res.ClientScaling, 1e-9)
+	for name, xs := range res.Samples {
+		assert.Len(t, xs, 3, name)
+	}
+	assert.Equal(t, median(res.Samples["grpc_stream"]), res.GRPCWriteMiBPerSecond)
+	assert.Equal(t, median(res.Samples["tcp_file"]), res.TCPFileMiBPerSecond)
 	require.NotNil(t, res.Admission)
 	assert.Positive(t, res.Admission.Off.Regular)
 	assert.Positive(t, res.Admission.On.Busy)
 
 	var buf bytes.Buffer
 	require.NoError(t, res.WriteTable(&buf))
-	assert.Contains(t, buf.String(), "grpc_vs_tcp_ratio")
-	assert.Contains(t, buf.String(), "regular_writer_gain")
+	for _, k := range []string{"grpc_vs_tcp_file_ratio", "grpc_vs_tcp_discard_ratio", "client_scaling_8_vs_1", "regular_writer_gain"} {
+		assert.Contains(t, buf.String(), k)
+	}
 	js, err := json.Marshal(res)
 	require.NoError(t, err)
-	assert.Contains(t, string(js), `"grpc_vs_tcp_ratio"`)
+	for _, k := range []string{`"grpc_vs_tcp_file_ratio"`, `"grpc_vs_tcp_discard_ratio"`, `"client_scaling_8_vs_1"`, `"samples_mib_per_second"`} {
+		assert.Contains(t, string(js), k)
+	}
+}
+
+func keys(m map[int]float64) []int {
+	var out []int
+	for k := range m {
+		out = append(out, k)
+	}
+	for i := range out {
+		for j := i + 1; j < len(out); j++ {
+			if out[j] < out[i] {
+				out[i], out[j] = out[j], out[i]
+			}
+		}
+	}
+	return out
+}
+
+func TestMedianAndPlan(t *testing.T) {
+	tests := []struct {
+		xs   []float64
+		want float64
+	}{{[]float64{3, 1, 2}, 2}, {[]float64{5}, 5}, {[]float64{4, 1, 3, 2}, 2.5}, {nil, 0}}
+	for _, tt := range tests {
+		assert.Equal(t, tt.want, median(tt.xs), "%v", tt.xs)
+	}
+	// Writers of a point take disjoint zones and together write the total.
+	seen := map[uint64]bool{}
+	var sum int64
+	for i := 0; i < 3; i++ {
+		zones, b := plan(200<<20, i, 3)
+		sum += b
+		assert.Len(t, zones, int((b+zoneBytes-1)/zoneBytes))
+		for _, z := range zones {
+			assert.False(t, seen[z], "zone %d twice", z)
+			seen[z] = true
+		}
+	}
+	assert.Equal(t, int64(198<<20), sum, "rounded down to MiB per writer")
 }
 
 func TestRunRejectsBadOptions(t *testing.T) {

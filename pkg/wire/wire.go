@@ -1,6 +1,55 @@
 // Package wire holds what callers and servers agree on beside the protobuf
 // API: the gRPC metadata keys that carry the caller's namespace and the admin
-// token, and helpers to set and read them.
+// token, and helpers to set and read them; and the bulk codec and buffer
+// pool of the data path.
+//
+// # The bulk codec
+//
+// gRPC's protobuf codec costs three full copies of every data payload: on
+// send, proto.Marshal copies the bytes field into one contiguous message
+// buffer; on receive, the transport's frame buffers are first concatenated
+// into one buffer (MaterializeToBuffer) and proto.Unmarshal then copies the
+// bytes field out of it into a freshly allocated slice, which for a 1 MiB
+// write is 1 MiB of garbage per message on top of the pooled buffer.
+//
+// Codec is an encoding.CodecV2 that treats the few messages that carry bulk
+// data specially (WriteRequest, AppendRequest, ReadResponse and WriteChunk)
+// and hands every other message to the standard protobuf codec unchanged:
+//
+//   - Marshal encodes the small scalar fields by hand with protowire and
+//     returns the data bytes as their own buffer, referencing the caller's
+//     slice: [fields before data + tag + length] [data] [fields after data].
+//     The concatenation is byte for byte what proto.Marshal produces (fields
+//     in number order, proto3 zero values omitted; a test compares them and
+//     pins the messages' field lists so a .proto change cannot slip by), so
+//     any protobuf peer reads it. The caller must not modify the data until
+//     the call has sent it (the usual gRPC SendMsg rule).
+//   - Unmarshal walks the received buffers in place. Scalars are decoded as
+//     protobuf does (last occurrence wins, uint32 fields truncate); the data
+//     field becomes views of the receive buffers (WriteChunk: zero copies,
+//     the receiver frees them) or one exactly sized copy for the generated
+//     types (one copy instead of two). A field it does not know, or a known
+//     field with an unexpected wire type (both legal protobuf), sends the
+//     whole message to the standard codec, so the result always equals
+//     proto.Unmarshal's; malformed input is an error, never a panic (fuzzed).
+//
+// Name is "proto": a client that forces this codec sends
+// application/grpc+proto, which every gRPC server accepts, and a server
+// using it (ForceServerCodecV2) answers standard clients and tools such as
+// grpcurl, whose messages simply take the generic paths. Nothing is
+// registered globally: servers opt in with ServerOptions, clients with
+// CallOptions.
+//
+// Concurrency: Codec is stateless and safe for concurrent use.
+//
+// # Buffers
+//
+// Pool is the data path's buffer pool: power-of-two classes, not zeroed on
+// Get (gRPC's default pool clears every buffer). ServerOptions makes the
+// server's transport read frames into it; the node gathers payloads into it.
+//
+// Failure behaviour: a malformed message is a typed InvalidArgument error
+// from Unmarshal (gRPC then fails the call); nothing is retained from it.
 package wire
 
 import (
