@@ -71,8 +71,13 @@ type Client struct {
 	nodes   map[string]*grpc.ClientConn
 	closed  bool
 
-	lastActivity time.Time
-	direct       bool // no arbiter: static layouts only
+	lastActivity   time.Time
+	activityBlocks uint64 // written since the last report
+	activityBusy   bool   // a report is in flight
+	direct         bool   // no arbiter: static layouts only
+
+	bg       context.Context // background work (activity reports); cancelled by Close
+	bgCancel context.CancelFunc
 
 	vzMu   sync.Mutex
 	vzones map[uint64]*VZone
@@ -99,6 +104,7 @@ func New(ctx context.Context, cfg Config) (*Client, error) {
 	}
 	c := &Client{cfg: cfg, log: cfg.Logger, m: newMetrics(cfg.Registerer), arbConn: map[string]*grpc.ClientConn{},
 		nodes: map[string]*grpc.ClientConn{}, vzones: map[uint64]*VZone{}}
+	c.bg, c.bgCancel = context.WithCancel(context.Background())
 	if len(cfg.Etcd) > 0 {
 		etc, err := clientv3.New(clientv3.Config{Endpoints: cfg.Etcd, DialTimeout: 5 * time.Second, Logger: zap.NewNop()})
 		if err != nil {
@@ -160,6 +166,9 @@ func (c *Client) Close() {
 		return
 	}
 	c.closed = true
+	if c.bgCancel != nil {
+		c.bgCancel()
+	}
 	for _, cc := range c.arbConn {
 		_ = cc.Close()
 	}
@@ -421,10 +430,7 @@ func (c *Client) OpenVZone(ctx context.Context) (*VZone, error) {
 		return nil, err
 	}
 	vz := c.handle(l.GetId())
-	vz.setLayout(l)
-	vz.mu.Lock()
-	vz.wp, vz.wpKnown = 0, true
-	vz.mu.Unlock()
+	vz.applyLayout(l, func() { vz.wp, vz.wpKnown = 0, true })
 	return vz, nil
 }
 

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	v1 "github.com/zonefleet/zonefleet/api/zonefleet/v1"
@@ -29,6 +30,9 @@ type VZone struct {
 	static  bool  // fixed layout (direct client)
 	rev     int64 // highest etcd revision of a layout seen: nodes must be at least this fresh
 
+	devs       []DeviceRef // distinct drives of the groups, cached by Devices
+	devsGroups int         // len(groups) when devs was computed
+
 	wmu sync.Mutex // serializes writers
 }
 
@@ -47,26 +51,39 @@ type pzone struct {
 	node, addr string
 	dev, zone  uint32
 	available  bool
+	info       *atomic.Pointer[devInfo] // the device's identify, cached on first use
 }
 
 // ID is the v-zone id.
 func (v *VZone) ID() uint64 { return v.id }
 
-func (v *VZone) setLayout(l *v1.VZone) {
+func (v *VZone) setLayout(l *v1.VZone) { v.applyLayout(l, nil) }
+
+// applyLayout installs layout l and then runs then (under v.mu), unless l
+// is older than a layout already installed: each layout carries the etcd
+// revision it was read at, and a handle shared by several callers (two
+// volumes of one client, an open ahead racing a reset) must never go back
+// to a layout a later change replaced. It reports whether l was installed.
+func (v *VZone) applyLayout(l *v1.VZone, then func()) bool {
 	v.mu.Lock()
 	defer v.mu.Unlock()
+	if r := l.GetEtcdRevision(); r > 0 && r < v.rev {
+		return false
+	}
 	old := map[uint32]*congestion{}
 	for _, g := range v.groups {
 		old[g.index] = g.cc
 	}
 	v.layout = l
+	v.devs = nil
 	v.rev = max(v.rev, l.GetEtcdRevision())
-	v.groups = v.groups[:0]
+	v.groups = nil // a fresh slice: snapshots handed out stay valid
 	for _, pg := range l.GetGroups() {
 		g := &group{index: pg.GetIndex(), width: int(pg.GetWidth()), stripe: uint64(max(pg.GetStripeBlocks(), 1)),
 			start: pg.GetStart(), capacity: pg.GetCapacity()}
 		for _, z := range pg.GetZones() {
-			g.zones = append(g.zones, pzone{node: z.GetNode(), addr: z.GetAddr(), dev: z.GetDevice(), zone: z.GetZone(), available: z.GetAvailable()})
+			g.zones = append(g.zones, pzone{node: z.GetNode(), addr: z.GetAddr(), dev: z.GetDevice(), zone: z.GetZone(), available: z.GetAvailable(),
+				info: new(atomic.Pointer[devInfo])})
 		}
 		if g.width != len(g.zones) || g.width == 0 {
 			g.width = len(g.zones)
@@ -81,6 +98,10 @@ func (v *VZone) setLayout(l *v1.VZone) {
 	if l.GetState() == v1.VZoneState_VZONE_STATE_EMPTY {
 		v.wp, v.wpKnown, v.tl = 0, true, false
 	}
+	if then != nil {
+		then()
+	}
+	return true
 }
 
 // withRev asks the nodes to serve this v-zone's I/O only once their grants
@@ -130,7 +151,7 @@ func (v *VZone) Layout(ctx context.Context) (*v1.VZone, error) {
 func (v *VZone) snapshot() (*v1.VZone, []*group) {
 	v.mu.Lock()
 	defer v.mu.Unlock()
-	return v.layout, append([]*group(nil), v.groups...)
+	return v.layout, v.groups // never mutated once published (setLayout makes a new one)
 }
 
 // locate maps a v-zone offset inside g to (leg, zone offset).
@@ -161,15 +182,19 @@ type piece struct {
 
 // legs splits [off, off+n) of group g into one leg per physical zone.
 func (g *group) legs(off, n uint64) []*leg {
-	byIdx := map[int]*leg{}
 	var out []*leg
 	for o := off; o < off+n; {
 		i, zoff := g.locate(o)
 		run := min(g.stripe-(o-g.start)%g.stripe, off+n-o)
-		l, ok := byIdx[i]
-		if !ok {
+		var l *leg
+		for _, x := range out { // at most width legs
+			if x.idx == i {
+				l = x
+				break
+			}
+		}
+		if l == nil {
 			l = &leg{idx: i, zoff: zoff}
-			byIdx[i] = l
 			out = append(out, l)
 		}
 		l.blocks += run
@@ -187,8 +212,16 @@ type devInfo struct {
 }
 
 func (c *Client) device(ctx context.Context, z pzone) (*devInfo, error) {
+	if z.info != nil {
+		if d := z.info.Load(); d != nil {
+			return d, nil
+		}
+	}
 	key := z.node + "/" + fmt.Sprint(z.dev)
 	if d, ok := c.maps.Load(key); ok {
+		if z.info != nil {
+			z.info.Store(d.(*devInfo))
+		}
 		return d.(*devInfo), nil
 	}
 	id, err := nodeCall(ctx, c, z.node, z.addr, "identify", func(ctx context.Context, n v1.ZonedDeviceClient) (*v1.IdentifyResponse, error) {
@@ -205,6 +238,9 @@ func (c *Client) device(ctx context.Context, z pzone) (*devInfo, error) {
 	}
 	d := &devInfo{zoneSize: id.GetZoneSize(), zoneCap: id.GetZoneCapacity(), bs: uint64(id.GetBlockSize()), mapping: m}
 	c.maps.Store(key, d)
+	if z.info != nil {
+		z.info.Store(d)
+	}
 	return d, nil
 }
 
@@ -418,31 +454,55 @@ func (v *VZone) write(ctx context.Context, off uint64, data []byte) error {
 	v.c.m.ops.WithLabelValues("write").Inc()
 	v.c.m.bytes.WithLabelValues("write").Add(float64(len(data)))
 	v.c.m.latency.WithLabelValues("write").Observe(time.Since(start).Seconds())
-	v.reportActivity(ctx, n)
+	v.reportActivity(n)
 	return nil
 }
 
-// reportActivity tells the arbiter the namespace wrote (for reclaim), at most once a second.
-func (v *VZone) reportActivity(ctx context.Context, n uint64) {
+// activityTimeout bounds one activity report: it is advisory (the arbiter
+// uses it to pick v-zones to reclaim), so a failover simply skips reports.
+const activityTimeout = 2 * time.Second
+
+// reportActivity tells the arbiter the namespace wrote (for reclaim), at most
+// once a second and at most one report in flight. It is fire-and-forget: the
+// report runs on its own goroutine with its own deadline, so the write path
+// never waits for the control plane (DESIGN §1), not even during a failover.
+func (v *VZone) reportActivity(n uint64) {
 	c := v.c
-	if c.direct {
+	if c.direct || c.bg == nil {
 		return
 	}
 	c.mu.Lock()
-	due := time.Since(c.lastActivity) > time.Second
+	c.activityBlocks += n
+	due := !c.activityBusy && !c.closed && time.Since(c.lastActivity) > time.Second
+	blocks := c.activityBlocks
 	if due {
-		c.lastActivity = time.Now()
+		c.lastActivity, c.activityBusy, c.activityBlocks = time.Now(), true, 0
 	}
 	c.mu.Unlock()
 	if !due {
 		return
 	}
-	_, err := arbiterCall(ctx, c, "report activity", func(ctx context.Context, a v1.ArbiterClient) (*v1.ReportActivityResponse, error) {
-		return a.ReportActivity(ctx, &v1.ReportActivityRequest{Namespace: c.cfg.Namespace, BlocksWritten: n})
-	})
+	go func() {
+		ctx, cancel := context.WithTimeout(c.bg, activityTimeout)
+		defer cancel()
+		_, err := arbiterCall(ctx, c, "report activity", func(ctx context.Context, a v1.ArbiterClient) (*v1.ReportActivityResponse, error) {
+			return a.ReportActivity(ctx, &v1.ReportActivityRequest{Namespace: c.cfg.Namespace, BlocksWritten: blocks})
+		})
+		c.mu.Lock()
+		c.activityBusy = false
+		c.mu.Unlock()
+		c.m.activity.WithLabelValues(outcome(err)).Inc()
+		if err != nil {
+			c.log.Debug("report activity", "err", err)
+		}
+	}()
+}
+
+func outcome(err error) string {
 	if err != nil {
-		c.log.Debug("report activity", "err", err)
+		return "error"
 	}
+	return "ok"
 }
 
 // groupFor returns the stripe group holding offset off, allocating stripe
@@ -551,129 +611,200 @@ func writeBlocks(ctx context.Context, n v1.ZonedDeviceClient, dev uint32, lba ui
 
 // Read reads n blocks at off. Blocks never written read as zeroes.
 func (v *VZone) Read(ctx context.Context, off, n uint64) ([]byte, error) {
-	start := time.Now()
 	if err := v.ensureLayout(ctx); err != nil {
 		return nil, err
 	}
-	ctx = v.withRev(ctx)
 	bs, err := v.blockSize(ctx)
 	if err != nil {
 		return nil, err
 	}
-	l, groups := v.snapshot()
 	if n == 0 {
 		return nil, &zerr.InvalidArgumentError{Field: "blocks", Reason: "must be at least 1"}
 	}
+	l, _ := v.snapshot()
 	if off >= l.GetCapacity() || n > l.GetCapacity()-off {
 		return nil, &zerr.OutOfRangeError{LBA: off, Count: n, Limit: l.GetCapacity()}
 	}
 	out := make([]byte, n*bs)
-	var wg sync.WaitGroup
-	var emu sync.Mutex
-	var first error
-	for _, g := range groups {
-		lo, hi := max(off, g.start), min(off+n, g.start+g.capacity)
-		if lo >= hi {
-			continue
-		}
-		wg.Add(1)
-		go func(g *group, lo, hi uint64) {
-			defer wg.Done()
-			if err := v.readGroup(ctx, g, lo, hi-lo, out[(lo-off)*bs:(hi-off)*bs], bs); err != nil {
-				emu.Lock()
-				if first == nil {
-					first = err
-				}
-				emu.Unlock()
-			}
-		}(g, lo, hi)
+	if err := v.ReadInto(ctx, off, out); err != nil {
+		return nil, err
 	}
-	wg.Wait()
+	return out, nil
+}
+
+// ReadInto fills buf (whole blocks) from off. The nodes' answers are copied
+// straight to their places in buf; one request goes to each physical zone
+// the range touches (all in parallel, the last one on the caller's
+// goroutine, so a read of one leg starts no goroutine).
+func (v *VZone) ReadInto(ctx context.Context, off uint64, buf []byte) error {
+	start := time.Now()
+	if err := v.ensureLayout(ctx); err != nil {
+		return err
+	}
+	ctx = v.withRev(ctx)
+	bs, err := v.blockSize(ctx)
+	if err != nil {
+		return err
+	}
+	if len(buf) == 0 || uint64(len(buf))%bs != 0 {
+		return &zerr.InvalidArgumentError{Field: "buffer", Reason: fmt.Sprintf("%d bytes is not a positive multiple of the %d-byte block", len(buf), bs)}
+	}
+	n := uint64(len(buf)) / bs
+	l, groups := v.snapshot()
+	if off >= l.GetCapacity() || n > l.GetCapacity()-off {
+		return &zerr.OutOfRangeError{LBA: off, Count: n, Limit: l.GetCapacity()}
+	}
+	var parts []*group
+	covered := uint64(0)
+	for _, g := range groups {
+		if lo, hi := max(off, g.start), min(off+n, g.start+g.capacity); lo < hi {
+			parts = append(parts, g)
+			covered += hi - lo
+		}
+	}
+	if covered < n {
+		clear(buf) // blocks of no stripe group yet were never written: zeroes
+	}
+	readPart := func(g *group) error {
+		lo, hi := max(off, g.start), min(off+n, g.start+g.capacity)
+		return v.readGroup(ctx, g, lo, hi-lo, buf[(lo-off)*bs:(hi-off)*bs], bs)
+	}
+	var first error
+	switch len(parts) {
+	case 0:
+	case 1:
+		first = readPart(parts[0])
+	default:
+		errs := make([]error, len(parts))
+		var wg sync.WaitGroup
+		for i, g := range parts[:len(parts)-1] {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				errs[i] = readPart(g)
+			}()
+		}
+		errs[len(parts)-1] = readPart(parts[len(parts)-1])
+		wg.Wait()
+		for _, e := range errs {
+			if e != nil && first == nil {
+				first = e
+			}
+		}
+	}
 	if first != nil {
 		if errors.Is(first, zerr.ErrNotOwner) || errors.Is(first, zerr.ErrStaleLayout) {
 			_ = v.refresh(ctx) // the layout moved (reclaim): the caller's retry uses the new one
 		}
-		return nil, fmt.Errorf("v-zone %d: read %d blocks at %d: %w", v.id, n, off, first)
+		return fmt.Errorf("v-zone %d: read %d blocks at %d: %w", v.id, n, off, first)
 	}
 	v.c.m.ops.WithLabelValues("read").Inc()
-	v.c.m.bytes.WithLabelValues("read").Add(float64(len(out)))
+	v.c.m.bytes.WithLabelValues("read").Add(float64(len(buf)))
 	v.c.m.latency.WithLabelValues("read").Observe(time.Since(start).Seconds())
-	return out, nil
+	return nil
 }
 
+// readGroup reads [off, off+n) of group g into out: one request per
+// physical zone, each admitted by the group's congestion window.
 func (v *VZone) readGroup(ctx context.Context, g *group, off, n uint64, out []byte, bs uint64) error {
 	legs := g.legs(off, n)
-	errs := make([]error, len(legs))
-	var wg sync.WaitGroup
-	for li, l := range legs {
+	one := func(l *leg) error {
 		units := float64((l.blocks + g.stripe - 1) / g.stripe)
 		if err := g.cc.acquire(ctx, units); err != nil {
 			return err
 		}
-		wg.Add(1)
-		go func(li int, l *leg) {
-			defer wg.Done()
-			buf, lat, err := v.readLeg(ctx, g.zones[l.idx], l.zoff, l.blocks)
-			g.cc.release(units, lat, err == nil)
-			if err != nil {
-				errs[li] = err
-				return
-			}
-			pos := uint64(0)
-			for _, p := range l.pieces {
-				copy(out[(p.voff-off)*bs:(p.voff-off+p.n)*bs], buf[pos*bs:(pos+p.n)*bs])
-				pos += p.n
-			}
-		}(li, l)
+		lat, err := v.readLeg(ctx, g.zones[l.idx], l, off, out, bs)
+		g.cc.release(units, lat, err == nil)
+		return err
 	}
+	if len(legs) == 1 {
+		return one(legs[0])
+	}
+	errs := make([]error, len(legs))
+	var wg sync.WaitGroup
+	for li, l := range legs[:len(legs)-1] {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			errs[li] = one(l)
+		}()
+	}
+	errs[len(legs)-1] = one(legs[len(legs)-1])
 	wg.Wait()
 	return errors.Join(errs...)
 }
 
-func (v *VZone) readLeg(ctx context.Context, z pzone, zoff, blocks uint64) ([]byte, time.Duration, error) {
+// scatter copies a leg's bytes, as they arrive, to the places of its pieces
+// in out (whose first block is v-zone offset base).
+type scatter struct {
+	l      *leg
+	out    []byte
+	base   uint64
+	bs     uint64
+	pi     int    // current piece
+	at     uint64 // bytes of the current piece filled
+	filled uint64 // bytes of the leg filled
+}
+
+func (s *scatter) write(p []byte) {
+	for len(p) > 0 && s.pi < len(s.l.pieces) {
+		pc := s.l.pieces[s.pi]
+		dst := s.out[(pc.voff-s.base)*s.bs+s.at : (pc.voff-s.base+pc.n)*s.bs]
+		k := copy(dst, p)
+		p = p[k:]
+		s.at += uint64(k)
+		s.filled += uint64(k)
+		if s.at == pc.n*s.bs {
+			s.pi, s.at = s.pi+1, 0
+		}
+	}
+	s.filled += uint64(len(p)) // more than asked: counted so the length check fails
+}
+
+// readLeg reads leg l of zone z into its pieces of out; it returns the
+// modelled device latency.
+func (v *VZone) readLeg(ctx context.Context, z pzone, l *leg, base uint64, out []byte, bs uint64) (time.Duration, error) {
 	d, err := v.c.device(ctx, z)
 	if err != nil {
-		return nil, 0, err
+		return 0, err
 	}
-	lba := uint64(z.zone)*d.zoneSize + zoff
-	type res struct {
-		data []byte
-		lat  time.Duration
-	}
-	r, err := nodeCall(ctx, v.c, z.node, z.addr, "read", func(ctx context.Context, n v1.ZonedDeviceClient) (res, error) {
-		if blocks*d.bs <= daemon.MaxUnaryData {
-			r, err := n.Read(ctx, &v1.ReadRequest{Device: z.dev, Lba: lba, Blocks: uint32(blocks)})
+	lba := uint64(z.zone)*d.zoneSize + l.zoff
+	want := l.blocks * d.bs
+	lat, err := nodeCall(ctx, v.c, z.node, z.addr, "read", func(ctx context.Context, n v1.ZonedDeviceClient) (time.Duration, error) {
+		sc := scatter{l: l, out: out, base: base, bs: bs}
+		var lat time.Duration
+		if want <= daemon.MaxUnaryData {
+			r, err := n.Read(ctx, &v1.ReadRequest{Device: z.dev, Lba: lba, Blocks: uint32(l.blocks)})
 			if err != nil {
-				return res{}, err
+				return 0, err
 			}
-			return res{r.GetData(), time.Duration(r.GetLatencyNs())}, nil
-		}
-		sctx, cancel := context.WithCancel(ctx)
-		defer cancel()
-		s, err := n.ReadStream(sctx, &v1.ReadRequest{Device: z.dev, Lba: lba, Blocks: uint32(blocks)})
-		if err != nil {
-			return res{}, err
-		}
-		out := res{data: make([]byte, 0, blocks*d.bs)}
-		for {
-			m, err := s.Recv()
-			if errors.Is(err, io.EOF) {
-				return out, nil
-			}
+			sc.write(r.GetData())
+			lat = time.Duration(r.GetLatencyNs())
+		} else {
+			sctx, cancel := context.WithCancel(ctx)
+			defer cancel()
+			s, err := n.ReadStream(sctx, &v1.ReadRequest{Device: z.dev, Lba: lba, Blocks: uint32(l.blocks)})
 			if err != nil {
-				return res{}, err
+				return 0, err
 			}
-			out.data = append(out.data, m.GetData()...)
-			out.lat += time.Duration(m.GetLatencyNs())
+			for {
+				m, err := s.Recv()
+				if errors.Is(err, io.EOF) {
+					break
+				}
+				if err != nil {
+					return 0, err
+				}
+				sc.write(m.GetData())
+				lat += time.Duration(m.GetLatencyNs())
+			}
 		}
+		if sc.filled != want {
+			return 0, fmt.Errorf("short read: %d of %d bytes", sc.filled, want)
+		}
+		return lat, nil
 	})
-	if err != nil {
-		return nil, 0, err
-	}
-	if uint64(len(r.data)) != blocks*d.bs {
-		return nil, 0, &NodeError{Node: z.node, Addr: z.addr, Op: "read", Err: fmt.Errorf("short read: %d of %d bytes", len(r.data), blocks*d.bs)}
-	}
-	return r.data, r.lat, nil
+	return lat, err
 }
 
 // Finish finishes the v-zone: no more writes; its active resources return.
@@ -687,23 +818,29 @@ func (v *VZone) Finish(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	// Finish the physical zones of the groups that were open on the drives.
+	// Finish the physical zones of the groups that were open on the drives,
+	// all in parallel.
 	ctx = v.withRev(ctx)
-	var errs []error
+	var zones []pzone
 	for _, g := range groups {
-		for _, z := range g.zones {
+		zones = append(zones, g.zones...)
+	}
+	errs := make([]error, len(zones))
+	var wg sync.WaitGroup
+	for i, z := range zones {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
 			_, err := nodeCall(ctx, v.c, z.node, z.addr, "finish zone", func(ctx context.Context, n v1.ZonedDeviceClient) (*v1.ZoneManagementResponse, error) {
 				return n.ZoneManagement(ctx, &v1.ZoneManagementRequest{Device: z.dev, Zone: z.zone, Action: v1.ZoneAction_ZONE_ACTION_FINISH})
 			})
 			if err != nil && !errors.Is(err, zerr.ErrZoneState) && !errors.Is(err, zerr.ErrNotOwner) {
-				errs = append(errs, err)
+				errs[i] = err
 			}
-		}
+		}()
 	}
-	v.setLayout(l)
-	v.mu.Lock()
-	v.wp, v.wpKnown = l.GetCapacity(), true
-	v.mu.Unlock()
+	wg.Wait()
+	v.applyLayout(l, func() { v.wp, v.wpKnown = l.GetCapacity(), true })
 	return errors.Join(errs...)
 }
 
@@ -735,10 +872,7 @@ func (v *VZone) Reset(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	v.setLayout(l)
-	v.mu.Lock()
-	v.wp, v.wpKnown, v.tl = 0, true, false
-	v.mu.Unlock()
+	v.applyLayout(l, func() { v.wp, v.wpKnown, v.tl = 0, true, false })
 	return nil
 }
 
@@ -849,30 +983,4 @@ func (v *VZone) WritePointer(ctx context.Context) (uint64, error) {
 		return 0, err
 	}
 	return v.writePointer(ctx)
-}
-
-// Flush makes every acknowledged write of the v-zone durable against power
-// loss of its drives (fdatasync on each device it spans).
-func (v *VZone) Flush(ctx context.Context) error {
-	if err := v.ensureLayout(ctx); err != nil {
-		return err
-	}
-	ctx = v.withRev(ctx)
-	_, groups := v.snapshot()
-	seen := map[string]bool{}
-	for _, g := range groups {
-		for _, z := range g.zones {
-			key := fmt.Sprintf("%s/%d", z.addr, z.dev)
-			if seen[key] {
-				continue
-			}
-			seen[key] = true
-			if _, err := nodeCall(ctx, v.c, z.node, z.addr, "flush", func(ctx context.Context, n v1.ZonedDeviceClient) (*v1.FlushResponse, error) {
-				return n.Flush(ctx, &v1.FlushRequest{Device: z.dev})
-			}); err != nil {
-				return err
-			}
-		}
-	}
-	return nil
 }
