@@ -430,7 +430,12 @@ func (c *Client) OpenVZone(ctx context.Context) (*VZone, error) {
 		return nil, err
 	}
 	vz := c.handle(l.GetId())
-	vz.applyLayout(l, func() { vz.wp, vz.wpKnown = 0, true })
+	vz.applyLayout(l, func() {
+		vz.wp, vz.wpKnown = 0, true
+		if vz.resetting > 0 {
+			vz.reopened = true // the reset's answer (empty) is older than this layout
+		}
+	})
 	return vz, nil
 }
 

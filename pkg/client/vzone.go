@@ -32,6 +32,8 @@ type VZone struct {
 
 	devs       []DeviceRef // distinct drives of the groups, cached by Devices
 	devsGroups int         // len(groups) when devs was computed
+	resetting  int         // Reset calls in flight
+	reopened   bool        // OpenVZone returned this v-zone while a Reset was in flight
 
 	wmu sync.Mutex // serializes writers
 }
@@ -381,7 +383,16 @@ func (e *WriteError) Unwrap() error { return e.Err }
 func (v *VZone) Write(ctx context.Context, off uint64, data []byte) error {
 	v.wmu.Lock()
 	defer v.wmu.Unlock()
-	return v.write(ctx, off, data)
+	return v.write(ctx, off, data, false)
+}
+
+// WriteFUA is Write with forced unit access: every device request carries
+// the FUA flag, so the data is on stable media when WriteFUA returns without
+// a Flush round trip afterwards.
+func (v *VZone) WriteFUA(ctx context.Context, off uint64, data []byte) error {
+	v.wmu.Lock()
+	defer v.wmu.Unlock()
+	return v.write(ctx, off, data, true)
 }
 
 // Append writes data at the write pointer and returns the offset it wrote at.
@@ -395,10 +406,10 @@ func (v *VZone) Append(ctx context.Context, data []byte) (uint64, error) {
 	if err != nil {
 		return 0, err
 	}
-	return wp, v.write(ctx, wp, data)
+	return wp, v.write(ctx, wp, data, false)
 }
 
-func (v *VZone) write(ctx context.Context, off uint64, data []byte) error {
+func (v *VZone) write(ctx context.Context, off uint64, data []byte, fua bool) error {
 	start := time.Now()
 	if err := v.ensureLayout(ctx); err != nil {
 		return err
@@ -438,7 +449,7 @@ func (v *VZone) write(ctx context.Context, off uint64, data []byte) error {
 			return &WriteError{VZone: v.id, Offset: off, Written: done, Requested: n, Err: err}
 		}
 		chunk := min(n-done, g.start+g.capacity-cur)
-		got, err := v.writeGroup(v.withRev(ctx), g, cur, data[done*bs:(done+chunk)*bs], bs)
+		got, err := v.writeGroup(v.withRev(ctx), g, cur, data[done*bs:(done+chunk)*bs], bs, fua)
 		done += got
 		v.mu.Lock()
 		if err != nil {
@@ -529,24 +540,52 @@ func (v *VZone) groupFor(ctx context.Context, off uint64) (*group, error) {
 	return nil, &zerr.UnavailableError{What: "arbiter", Reason: "no stripe group covers the write after 64 allocations"}
 }
 
+// gatherPool holds the buffers that gather the stripes of a leg with
+// several pieces (a leg of one piece is sent straight from the caller's data).
+var gatherPool sync.Pool
+
+func getGather(n int) *[]byte {
+	if p, ok := gatherPool.Get().(*[]byte); ok && cap(*p) >= n {
+		*p = (*p)[:0]
+		return p
+	}
+	b := make([]byte, 0, n)
+	return &b
+}
+
 // writeGroup writes [off, off+n) of one group: one request per physical zone,
-// all in parallel. It returns the contiguous prefix that landed.
-func (v *VZone) writeGroup(ctx context.Context, g *group, off uint64, data []byte, bs uint64) (uint64, error) {
+// all in parallel (the last on the caller's goroutine, so a write of one leg
+// starts none). It returns the contiguous prefix that landed.
+func (v *VZone) writeGroup(ctx context.Context, g *group, off uint64, data []byte, bs uint64, fua bool) (uint64, error) {
 	n := uint64(len(data)) / bs
 	legs := g.legs(off, n)
 	errs := make([]error, len(legs))
-	var wg sync.WaitGroup
-	for li, l := range legs {
-		buf := make([]byte, 0, l.blocks*bs)
+	one := func(li int, l *leg) {
+		if len(l.pieces) == 1 {
+			p := l.pieces[0]
+			errs[li] = v.writeLeg(ctx, g.zones[l.idx], l.zoff, data[(p.voff-off)*bs:(p.voff-off+p.n)*bs], bs, fua)
+			return
+		}
+		// The request is serialized before the call returns: the buffer can
+		// go back to the pool then.
+		bp := getGather(int(l.blocks * bs))
+		buf := *bp
 		for _, p := range l.pieces {
 			buf = append(buf, data[(p.voff-off)*bs:(p.voff-off+p.n)*bs]...)
 		}
-		wg.Add(1)
-		go func(li int, l *leg, buf []byte) {
-			defer wg.Done()
-			errs[li] = v.writeLeg(ctx, g.zones[l.idx], l.zoff, buf, bs)
-		}(li, l, buf)
+		errs[li] = v.writeLeg(ctx, g.zones[l.idx], l.zoff, buf, bs, fua)
+		*bp = buf
+		gatherPool.Put(bp)
 	}
+	var wg sync.WaitGroup
+	for li, l := range legs[:len(legs)-1] {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			one(li, l)
+		}()
+	}
+	one(len(legs)-1, legs[len(legs)-1])
 	wg.Wait()
 	prefix := off + n
 	var first error
@@ -563,7 +602,7 @@ func (v *VZone) writeGroup(ctx context.Context, g *group, off uint64, data []byt
 
 // writeLeg writes buf at zone offset zoff of z. A retried write whose first
 // attempt landed but whose answer was lost is recognized by the write pointer.
-func (v *VZone) writeLeg(ctx context.Context, z pzone, zoff uint64, buf []byte, bs uint64) error {
+func (v *VZone) writeLeg(ctx context.Context, z pzone, zoff uint64, buf []byte, bs uint64, fua bool) error {
 	d, err := v.c.device(ctx, z)
 	if err != nil {
 		return err
@@ -573,9 +612,13 @@ func (v *VZone) writeLeg(ctx context.Context, z pzone, zoff uint64, buf []byte, 
 	attempt := 0
 	_, err = nodeCall(ctx, v.c, z.node, z.addr, "write", func(ctx context.Context, n v1.ZonedDeviceClient) (struct{}, error) {
 		attempt++
-		err := writeBlocks(ctx, n, z.dev, lba, buf)
+		err := writeBlocks(ctx, n, z.dev, lba, buf, fua)
 		var wp *zerr.WritePointerError
 		if attempt > 1 && errors.As(err, &wp) && wp.Got == lba && wp.Expected == lba+blocks {
+			if fua { // the earlier attempt landed; make it durable as asked
+				_, err = n.Flush(ctx, &v1.FlushRequest{Device: z.dev})
+				return struct{}{}, err
+			}
 			return struct{}{}, nil // the earlier attempt landed
 		}
 		return struct{}{}, err
@@ -584,9 +627,9 @@ func (v *VZone) writeLeg(ctx context.Context, z pzone, zoff uint64, buf []byte, 
 }
 
 // writeBlocks sends one write: unary up to the node's limit, streamed above it.
-func writeBlocks(ctx context.Context, n v1.ZonedDeviceClient, dev uint32, lba uint64, buf []byte) error {
+func writeBlocks(ctx context.Context, n v1.ZonedDeviceClient, dev uint32, lba uint64, buf []byte, fua bool) error {
 	if len(buf) <= daemon.MaxUnaryData {
-		_, err := n.Write(ctx, &v1.WriteRequest{Device: dev, Lba: lba, Data: buf})
+		_, err := n.Write(ctx, &v1.WriteRequest{Device: dev, Lba: lba, Data: buf, Fua: fua})
 		return err
 	}
 	ctx, cancel := context.WithCancel(ctx)
@@ -599,7 +642,7 @@ func writeBlocks(ctx context.Context, n v1.ZonedDeviceClient, dev uint32, lba ui
 	for off := 0; off < len(buf); off += piece {
 		req := &v1.WriteRequest{Data: buf[off:min(off+piece, len(buf))]}
 		if off == 0 {
-			req.Device, req.Lba, req.TotalBlocks = dev, lba, uint32(len(buf)/4096)
+			req.Device, req.Lba, req.TotalBlocks, req.Fua = dev, lba, uint32(len(buf)/4096), fua
 		}
 		if err := s.Send(req); err != nil {
 			break // the status comes from CloseAndRecv
@@ -866,11 +909,27 @@ func (v *VZone) Reset(ctx context.Context) error {
 		v.mu.Unlock()
 		return nil
 	}
+	v.mu.Lock()
+	v.resetting++
+	v.mu.Unlock()
 	l, err := arbiterCall(ctx, v.c, "reset v-zone", func(ctx context.Context, a v1.ArbiterClient) (*v1.VZone, error) {
 		return a.ResetVZone(ctx, &v1.VZoneRequest{Namespace: v.c.cfg.Namespace, Id: v.id})
 	})
+	v.mu.Lock()
+	v.resetting--
+	reopened := v.reopened
+	if v.resetting == 0 {
+		v.reopened = false
+	}
+	v.mu.Unlock()
 	if err != nil {
 		return err
+	}
+	if reopened {
+		// The arbiter hands out only empty v-zones, so an OpenVZone that
+		// returned this one while the reset was in flight ran after the
+		// reset: its open layout is the newer one; keep it.
+		return nil
 	}
 	v.applyLayout(l, func() { v.wp, v.wpKnown, v.tl = 0, true, false })
 	return nil

@@ -40,8 +40,10 @@
 //
 // # Concurrency
 //
-// Every method is safe for concurrent use; no lock is held across a network
-// call. Background work (open ahead, finishes) runs in goroutines bounded by
+// Every method is safe for concurrent use; no lock is held across a data
+// path call. Opens and resets of v-zones are ordered by one lock (opens
+// share it) because the arbiter reuses the id of a v-zone just reset: the
+// layouts of the two must not reach the client's cache out of order. Background work (open ahead, finishes) runs in goroutines bounded by
 // the number of v-zones; Close waits for them.
 package fsvol
 
@@ -69,6 +71,13 @@ type Volume struct {
 	bg     context.Context // background work; cancelled by Close
 	cancel context.CancelFunc
 	wg     sync.WaitGroup
+
+	// lifecycle orders opens (shared) against resets (exclusive): the arbiter
+	// hands out the lowest empty v-zone, often one just reset, and the two
+	// answers carry layouts of the same v-zone id that must reach the
+	// client's cache in the order they happened. Only control-plane calls
+	// take it, never reads or writes.
+	lifecycle sync.RWMutex
 
 	mu        sync.Mutex
 	dirty     map[client.DeviceRef]uint64 // drives written since their last successful flush → mark sequence
@@ -229,6 +238,8 @@ func (v *Volume) OpenZone(ctx context.Context) (lfs.ZoneID, error) {
 }
 
 func (v *Volume) openNow(ctx context.Context) (lfs.ZoneID, error) {
+	v.lifecycle.RLock()
+	defer v.lifecycle.RUnlock()
 	vz, err := v.c.OpenVZone(ctx)
 	if err != nil {
 		return 0, err
@@ -318,22 +329,25 @@ func (v *Volume) Zones(ctx context.Context) ([]lfs.ZoneInfo, error) {
 // Write implements lfs.Volume.
 func (v *Volume) Write(ctx context.Context, z lfs.ZoneID, off uint64, data []byte, fua bool) error {
 	vz := v.vz(z)
-	werr := vz.Write(ctx, off, data)
+	var werr error
+	if fua {
+		werr = vz.WriteFUA(ctx, off, data) // durable when acknowledged: no Flush round trip
+	} else {
+		werr = vz.Write(ctx, off, data)
+	}
 	var we *client.WriteError
 	if werr != nil && !(errors.As(werr, &we) && we.Written > 0) {
 		return werr
 	}
-	// Something landed: its drives need a flush before the next Flush succeeds.
-	if err := v.markDirty(ctx, vz); err != nil {
-		return errors.Join(werr, err)
+	if werr != nil || !fua {
+		// Something landed that is not known durable: its drives need a
+		// flush before the next Flush succeeds.
+		if err := v.markDirty(ctx, vz); err != nil {
+			return errors.Join(werr, err)
+		}
 	}
 	if werr != nil {
 		return &lfs.PartialWriteError{Zone: z, Off: off, Written: we.Written, Err: werr}
-	}
-	if fua {
-		if err := vz.Flush(ctx); err != nil {
-			return err
-		}
 	}
 	v.finishIfFull(z, off+uint64(len(data))/uint64(v.geo.BlockSize))
 	return nil
@@ -479,7 +493,10 @@ func (v *Volume) Reset(ctx context.Context, z lfs.ZoneID) error {
 			return ctx.Err()
 		}
 	}
-	if err := v.vz(z).Reset(ctx); err != nil {
+	v.lifecycle.Lock()
+	err := v.vz(z).Reset(ctx)
+	v.lifecycle.Unlock()
+	if err != nil {
 		return err
 	}
 	v.mu.Lock()
