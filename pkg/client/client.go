@@ -5,6 +5,29 @@
 // per physical zone per user I/O, parallel fan-out, read congestion control
 // per stripe group (eZNS Algorithm 1), and retries of transient failures
 // within a deadline. Bytes go between the client and the nodes only.
+//
+// # Data path
+//
+// A read (ReadInto) sends one request per physical zone it touches and
+// copies each answer straight to its stripes' places in the caller's
+// buffer; the last request runs on the caller's goroutine, so a read within
+// one stripe starts no goroutine. A write sends a leg of one stripe straight
+// from the caller's data and gathers a leg of several stripes into a pooled
+// buffer; WriteFUA sets the FUA flag on every request instead of a Flush
+// round trip afterwards. Durability is per drive: Devices names the drives
+// of a v-zone and FlushDevices flushes several drives in parallel, one
+// result per drive. The device descriptions (block and zone sizes) are
+// cached on the layout, so the hot path takes no map lookups.
+//
+// # Control plane
+//
+// The arbiter is on no byte path: layouts are cached; the write-activity
+// report (for reclaim) is fire-and-forget — at most one in flight, at most
+// one a second, with its own two-second deadline — so writes never wait for
+// it, not even during a leader failover. A layout is never replaced by an
+// older one (each carries the etcd revision it was read at), and a Reset
+// whose v-zone was opened again while the reset was in flight keeps the
+// newer, open layout.
 package client
 
 import (
