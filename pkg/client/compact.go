@@ -106,6 +106,7 @@ func (c *Client) Compact(ctx context.Context, copies []Copy) (CompactStats, erro
 		for _, d := range dsts {
 			d.mu.Lock()
 			d.wpKnown = false
+			d.wpSeq++
 			d.mu.Unlock()
 		}
 	}()

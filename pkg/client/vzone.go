@@ -26,9 +26,10 @@ type VZone struct {
 	groups  []*group
 	wp      uint64 // v-zone write pointer (blocks), valid when wpKnown
 	wpKnown bool
-	tl      bool  // TL_opened: writes may skip ahead over valid blocks
-	static  bool  // fixed layout (direct client)
-	rev     int64 // highest etcd revision of a layout seen: nodes must be at least this fresh
+	wpSeq   uint64 // bumped whenever wp or wpKnown change: a derivation from the devices that raced a change is dropped
+	tl      bool   // TL_opened: writes may skip ahead over valid blocks
+	static  bool   // fixed layout (direct client)
+	rev     int64  // highest etcd revision of a layout seen: nodes must be at least this fresh
 
 	devs       []DeviceRef // distinct drives of the groups, cached by Devices
 	devsGroups int         // len(groups) when devs was computed
@@ -72,6 +73,7 @@ func (v *VZone) applyLayout(l *v1.VZone, then func()) bool {
 	if r := l.GetEtcdRevision(); r > 0 && r < v.rev {
 		return false
 	}
+	v.wpSeq++
 	old := map[uint32]*congestion{}
 	for _, g := range v.groups {
 		old[g.index] = g.cc
@@ -321,6 +323,7 @@ func (v *VZone) writePointer(ctx context.Context) (uint64, error) {
 		v.mu.Unlock()
 		return wp, nil
 	}
+	seq := v.wpSeq
 	v.mu.Unlock()
 	l, groups := v.snapshot()
 	if l == nil {
@@ -357,8 +360,17 @@ func (v *VZone) writePointer(ctx context.Context) (uint64, error) {
 		}
 	}
 	v.mu.Lock()
+	defer v.mu.Unlock()
+	if v.wpSeq != seq {
+		// A write, open, reset or finish changed the write pointer while we
+		// asked the drives: what they said may predate it.
+		if v.wpKnown {
+			return v.wp, nil
+		}
+		return wp, nil
+	}
 	v.wp, v.wpKnown = wp, true
-	v.mu.Unlock()
+	v.wpSeq++
 	return wp, nil
 }
 
@@ -457,6 +469,7 @@ func (v *VZone) write(ctx context.Context, off uint64, data []byte, fua bool) er
 		} else {
 			v.wp = cur + chunk
 		}
+		v.wpSeq++
 		v.mu.Unlock()
 		if err != nil {
 			return &WriteError{VZone: v.id, Offset: off, Written: done, Requested: n, Err: err}
@@ -906,6 +919,7 @@ func (v *VZone) Reset(ctx context.Context) error {
 		}
 		v.mu.Lock()
 		v.wp, v.wpKnown, v.tl = 0, true, false
+		v.wpSeq++
 		v.mu.Unlock()
 		return nil
 	}
@@ -1031,6 +1045,7 @@ func (v *VZone) TLOpen(ctx context.Context, valid []byte, mode v1.PlugMode) erro
 	}
 	v.mu.Lock()
 	v.tl, v.wp, v.wpKnown = true, 0, true
+	v.wpSeq++
 	v.mu.Unlock()
 	return nil
 }

@@ -282,21 +282,28 @@ func (v *Volume) refillLocked() {
 }
 
 // Zones implements lfs.Volume: every non-empty v-zone with its write pointer,
-// spares excepted, once every pending finish has landed.
+// spares excepted, once every pending finish has landed. It lists while no
+// open is in flight (the lifecycle lock), so a spare being opened is never
+// reported as the file system's.
 func (v *Volume) Zones(ctx context.Context) ([]lfs.ZoneInfo, error) {
 	if err := v.drainFinishes(ctx, nil, true); err != nil {
 		return nil, err
 	}
+	// No open in flight while listing: a v-zone being opened ahead is
+	// either a known spare (left out) or not open yet, never listed as the
+	// file system's (Mount would reset it under the spare pool's feet).
+	v.lifecycle.Lock()
 	list, err := v.c.ListVZones(ctx)
-	if err != nil {
-		return nil, err
-	}
 	v.mu.Lock()
 	spare := map[lfs.ZoneID]bool{}
 	for _, z := range v.spares {
 		spare[z] = true
 	}
 	v.mu.Unlock()
+	v.lifecycle.Unlock()
+	if err != nil {
+		return nil, err
+	}
 	var out []lfs.ZoneInfo
 	open := map[lfs.ZoneID]bool{}
 	for _, l := range list {
