@@ -426,6 +426,7 @@ func (v *VZone) write(ctx context.Context, off uint64, data []byte, fua bool) er
 	if err := v.ensureLayout(ctx); err != nil {
 		return err
 	}
+	base := ctx // the revision is added per stripe group: allocating one raises it
 	ctx = v.withRev(ctx)
 	bs, err := v.blockSize(ctx)
 	if err != nil {
@@ -461,7 +462,7 @@ func (v *VZone) write(ctx context.Context, off uint64, data []byte, fua bool) er
 			return &WriteError{VZone: v.id, Offset: off, Written: done, Requested: n, Err: err}
 		}
 		chunk := min(n-done, g.start+g.capacity-cur)
-		got, err := v.writeGroup(v.withRev(ctx), g, cur, data[done*bs:(done+chunk)*bs], bs, fua)
+		got, err := v.writeGroup(v.withRev(base), g, cur, data[done*bs:(done+chunk)*bs], bs, fua)
 		done += got
 		v.mu.Lock()
 		if err != nil {

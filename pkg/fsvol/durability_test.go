@@ -135,8 +135,9 @@ func TestFlushFailsUntilEveryDriveIsDurable(t *testing.T) {
 }
 
 // The next v-zone is opened ahead of need: after an OpenZone, a spare
-// appears at the arbiter (open, empty) that Zones does not list, and the
-// next OpenZone hands out exactly that v-zone. Close gives the spare back.
+// appears at the arbiter (open, empty) that Zones does not list, a stale
+// Reset of its id leaves it alone, and the next OpenZone hands out exactly
+// that v-zone, writable. Close gives the spare back.
 func TestOpenAheadHandsOutTheSpare(t *testing.T) {
 	ctx := context.Background()
 	e := newEnv(t, 5*time.Second)
@@ -162,6 +163,9 @@ func TestOpenAheadHandsOutTheSpare(t *testing.T) {
 	require.Len(t, zs, 1, "the spare is not the file system's")
 	assert.Equal(t, first, zs[0].ID)
 
+	// A repeated Reset of an id that was reset and opened ahead again must
+	// not empty the spare.
+	require.NoError(t, vol.Reset(ctx, spare))
 	second, err := vol.OpenZone(ctx)
 	require.NoError(t, err)
 	assert.Equal(t, spare, second, "OpenZone hands out the v-zone opened ahead")

@@ -489,6 +489,7 @@ func (v *Volume) drainFinishes(ctx context.Context, zones []lfs.ZoneID, retry bo
 }
 
 // Reset implements lfs.Volume. A finish of z still in flight lands first.
+// Resetting a v-zone that is in the spare pool is a no-op (see below).
 func (v *Volume) Reset(ctx context.Context, z lfs.ZoneID) error {
 	v.mu.Lock()
 	op := v.finishing[z]
@@ -501,6 +502,19 @@ func (v *Volume) Reset(ctx context.Context, z lfs.ZoneID) error {
 		}
 	}
 	v.lifecycle.Lock()
+	v.mu.Lock()
+	spare := false
+	for _, sp := range v.spares {
+		spare = spare || sp == z
+	}
+	v.mu.Unlock()
+	if spare {
+		// A spare is never the file system's: this is a repeated Reset of a
+		// v-zone that was reset and then opened ahead again. Resetting it
+		// would leave an empty v-zone in the spare pool.
+		v.lifecycle.Unlock()
+		return nil
+	}
 	err := v.vz(z).Reset(ctx)
 	v.lifecycle.Unlock()
 	if err != nil {
