@@ -171,7 +171,11 @@ func (v *Volume) vz(z lfs.ZoneID) *client.VZone { return v.c.VZone(uint64(z)) }
 
 // Close waits for the background work, gives the spare v-zones back (reset)
 // and stops opening ahead. The Volume must not be used afterwards; the
-// client stays open (it belongs to the caller).
+// client stays open (it belongs to the caller). Close a Volume before
+// another one (in this process) mounts the same namespace: its background
+// opens and finishes would otherwise race that mount's recovery, which
+// resets every v-zone it does not know. (A process that exits takes its
+// background work with it; the next mount resets its spare.)
 func (v *Volume) Close(ctx context.Context) error {
 	v.mu.Lock()
 	v.closed = true
