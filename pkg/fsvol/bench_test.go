@@ -125,4 +125,36 @@ func BenchmarkVolume(b *testing.B) {
 			require.NoError(b, vol.Flush(ctx))
 		}
 	})
+	// fsync after one block in each of four v-zones (as the file system's
+	// logs leave them): the same three drives, however many v-zones.
+	b.Run("fsync4zones", func(b *testing.B) {
+		const k = 4
+		var zs [k]lfs.ZoneID
+		var wps [k]uint64
+		open := func(i int) {
+			b.StopTimer()
+			z, err := vol.OpenZone(ctx)
+			require.NoError(b, err)
+			zs[i], wps[i] = z, 0
+			b.StartTimer()
+		}
+		for i := range zs {
+			open(i)
+		}
+		blk := data[:bs]
+		for n := 0; n < b.N; n++ {
+			for i := range zs {
+				if wps[i] == geo.ZoneBlocks {
+					open(i) // the full one finished by itself
+				}
+				require.NoError(b, vol.Write(ctx, zs[i], wps[i], blk, false))
+				wps[i]++
+			}
+			require.NoError(b, vol.Flush(ctx))
+		}
+		b.StopTimer()
+		for _, z := range zs {
+			require.NoError(b, vol.Reset(ctx, z))
+		}
+	})
 }
