@@ -5,6 +5,29 @@
 // per physical zone per user I/O, parallel fan-out, read congestion control
 // per stripe group (eZNS Algorithm 1), and retries of transient failures
 // within a deadline. Bytes go between the client and the nodes only.
+//
+// # Data path
+//
+// A read (ReadInto) sends one request per physical zone it touches and
+// copies each answer straight to its stripes' places in the caller's
+// buffer; the last request runs on the caller's goroutine, so a read within
+// one stripe starts no goroutine. A write sends a leg of one stripe straight
+// from the caller's data and gathers a leg of several stripes into a pooled
+// buffer; WriteFUA sets the FUA flag on every request instead of a Flush
+// round trip afterwards. Durability is per drive: Devices names the drives
+// of a v-zone and FlushDevices flushes several drives in parallel, one
+// result per drive. The device descriptions (block and zone sizes) are
+// cached on the layout, so the hot path takes no map lookups.
+//
+// # Control plane
+//
+// The arbiter is on no byte path: layouts are cached; the write-activity
+// report (for reclaim) is fire-and-forget — at most one in flight, at most
+// one a second, with its own two-second deadline — so writes never wait for
+// it, not even during a leader failover. A layout is never replaced by an
+// older one (each carries the etcd revision it was read at), and a Reset
+// whose v-zone was opened again while the reset was in flight keeps the
+// newer, open layout.
 package client
 
 import (
@@ -71,8 +94,13 @@ type Client struct {
 	nodes   map[string]*grpc.ClientConn
 	closed  bool
 
-	lastActivity time.Time
-	direct       bool // no arbiter: static layouts only
+	lastActivity   time.Time
+	activityBlocks uint64 // written since the last report
+	activityBusy   bool   // a report is in flight
+	direct         bool   // no arbiter: static layouts only
+
+	bg       context.Context // background work (activity reports); cancelled by Close
+	bgCancel context.CancelFunc
 
 	vzMu   sync.Mutex
 	vzones map[uint64]*VZone
@@ -99,6 +127,7 @@ func New(ctx context.Context, cfg Config) (*Client, error) {
 	}
 	c := &Client{cfg: cfg, log: cfg.Logger, m: newMetrics(cfg.Registerer), arbConn: map[string]*grpc.ClientConn{},
 		nodes: map[string]*grpc.ClientConn{}, vzones: map[uint64]*VZone{}}
+	c.bg, c.bgCancel = context.WithCancel(context.Background())
 	if len(cfg.Etcd) > 0 {
 		etc, err := clientv3.New(clientv3.Config{Endpoints: cfg.Etcd, DialTimeout: 5 * time.Second, Logger: zap.NewNop()})
 		if err != nil {
@@ -160,6 +189,9 @@ func (c *Client) Close() {
 		return
 	}
 	c.closed = true
+	if c.bgCancel != nil {
+		c.bgCancel()
+	}
 	for _, cc := range c.arbConn {
 		_ = cc.Close()
 	}
@@ -421,10 +453,12 @@ func (c *Client) OpenVZone(ctx context.Context) (*VZone, error) {
 		return nil, err
 	}
 	vz := c.handle(l.GetId())
-	vz.setLayout(l)
-	vz.mu.Lock()
-	vz.wp, vz.wpKnown = 0, true
-	vz.mu.Unlock()
+	vz.applyLayout(l, func() {
+		vz.wp, vz.wpKnown = 0, true
+		if vz.resetting > 0 {
+			vz.reopened = true // the reset's answer (empty) is older than this layout
+		}
+	})
 	return vz, nil
 }
 

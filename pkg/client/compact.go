@@ -106,6 +106,7 @@ func (c *Client) Compact(ctx context.Context, copies []Copy) (CompactStats, erro
 		for _, d := range dsts {
 			d.mu.Lock()
 			d.wpKnown = false
+			d.wpSeq++
 			d.mu.Unlock()
 		}
 	}()
@@ -278,12 +279,17 @@ func (c *Client) runBatch(ctx context.Context, b []cpiece) (CompactStats, error)
 		st.Copyback, st.ReadProgram, st.Remote = res.GetCopybackBlocks(), res.GetReadProgramBlocks(), res.GetRemoteBlocks()
 	}
 	for _, p := range host {
-		data, _, err := (&VZone{c: c}).readLeg(ctx, p.src, p.srcLBA-uint64(p.src.zone)*c.mustZoneSize(ctx, p.src), p.n)
+		d, err := c.device(ctx, p.src)
 		if err != nil {
 			return st, err
 		}
+		data := make([]byte, p.n*d.bs)
+		l := &leg{zoff: p.srcLBA - uint64(p.src.zone)*d.zoneSize, blocks: p.n, pieces: []piece{{voff: 0, n: p.n}}}
+		if _, err := (&VZone{c: c}).readLeg(ctx, p.src, l, 0, data, d.bs); err != nil {
+			return st, err
+		}
 		_, err = nodeCall(ctx, c, p.dst.node, p.dst.addr, "host copy write", func(ctx context.Context, n v1.ZonedDeviceClient) (struct{}, error) {
-			return struct{}{}, writeBlocks(ctx, n, p.dst.dev, p.dstLBA, data)
+			return struct{}{}, writeBlocks(ctx, n, p.dst.dev, p.dstLBA, data, false)
 		})
 		if err != nil {
 			return st, err
@@ -291,14 +297,6 @@ func (c *Client) runBatch(ctx context.Context, b []cpiece) (CompactStats, error)
 		st.HostCopy += p.n
 	}
 	return st, nil
-}
-
-func (c *Client) mustZoneSize(ctx context.Context, z pzone) uint64 {
-	d, err := c.device(ctx, z)
-	if err != nil {
-		return 0
-	}
-	return d.zoneSize
 }
 
 // Compact on a handle copies from this v-zone.

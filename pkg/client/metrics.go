@@ -11,6 +11,7 @@ type metrics struct {
 	ccWaits     prometheus.Counter
 	cwnd        prometheus.Histogram
 	compacted   *prometheus.CounterVec
+	activity    *prometheus.CounterVec
 }
 
 func newMetrics(reg prometheus.Registerer) *metrics {
@@ -31,9 +32,11 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 			Help: "Read congestion window over stripe width, observed at each read completion.", Buckets: []float64{0.125, 0.25, 0.5, 1, 1.5, 2, 3, 4}}),
 		compacted: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "zonefleet_client_compaction_blocks_total",
 			Help: "Blocks moved by v-zone compactions, by path (copyback, read_program, remote, host_copy)."}, []string{"path"}),
+		activity: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "zonefleet_client_activity_reports_total",
+			Help: "Background write-activity reports to the arbiter, by outcome (ok, error)."}, []string{"outcome"}),
 	}
 	if reg != nil {
-		for _, c := range []prometheus.Collector{m.ops, m.bytes, m.latency, m.retries, m.ccDecreases, m.ccWaits, m.cwnd, m.compacted} {
+		for _, c := range []prometheus.Collector{m.ops, m.bytes, m.latency, m.retries, m.ccDecreases, m.ccWaits, m.cwnd, m.compacted, m.activity} {
 			_ = reg.Register(c)
 		}
 	}

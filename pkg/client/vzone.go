@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	v1 "github.com/zonefleet/zonefleet/api/zonefleet/v1"
@@ -25,9 +26,15 @@ type VZone struct {
 	groups  []*group
 	wp      uint64 // v-zone write pointer (blocks), valid when wpKnown
 	wpKnown bool
-	tl      bool  // TL_opened: writes may skip ahead over valid blocks
-	static  bool  // fixed layout (direct client)
-	rev     int64 // highest etcd revision of a layout seen: nodes must be at least this fresh
+	wpSeq   uint64 // bumped whenever wp or wpKnown change: a derivation from the devices that raced a change is dropped
+	tl      bool   // TL_opened: writes may skip ahead over valid blocks
+	static  bool   // fixed layout (direct client)
+	rev     int64  // highest etcd revision of a layout seen: nodes must be at least this fresh
+
+	devs       []DeviceRef // distinct drives of the groups, cached by Devices
+	devsGroups int         // len(groups) when devs was computed
+	resetting  int         // Reset calls in flight
+	reopened   bool        // OpenVZone returned this v-zone while a Reset was in flight
 
 	wmu sync.Mutex // serializes writers
 }
@@ -47,26 +54,40 @@ type pzone struct {
 	node, addr string
 	dev, zone  uint32
 	available  bool
+	info       *atomic.Pointer[devInfo] // the device's identify, cached on first use
 }
 
 // ID is the v-zone id.
 func (v *VZone) ID() uint64 { return v.id }
 
-func (v *VZone) setLayout(l *v1.VZone) {
+func (v *VZone) setLayout(l *v1.VZone) { v.applyLayout(l, nil) }
+
+// applyLayout installs layout l and then runs then (under v.mu), unless l
+// is older than a layout already installed: each layout carries the etcd
+// revision it was read at, and a handle shared by several callers (two
+// volumes of one client, an open ahead racing a reset) must never go back
+// to a layout a later change replaced. It reports whether l was installed.
+func (v *VZone) applyLayout(l *v1.VZone, then func()) bool {
 	v.mu.Lock()
 	defer v.mu.Unlock()
+	if r := l.GetEtcdRevision(); r > 0 && r < v.rev {
+		return false
+	}
+	v.wpSeq++
 	old := map[uint32]*congestion{}
 	for _, g := range v.groups {
 		old[g.index] = g.cc
 	}
 	v.layout = l
+	v.devs = nil
 	v.rev = max(v.rev, l.GetEtcdRevision())
-	v.groups = v.groups[:0]
+	v.groups = nil // a fresh slice: snapshots handed out stay valid
 	for _, pg := range l.GetGroups() {
 		g := &group{index: pg.GetIndex(), width: int(pg.GetWidth()), stripe: uint64(max(pg.GetStripeBlocks(), 1)),
 			start: pg.GetStart(), capacity: pg.GetCapacity()}
 		for _, z := range pg.GetZones() {
-			g.zones = append(g.zones, pzone{node: z.GetNode(), addr: z.GetAddr(), dev: z.GetDevice(), zone: z.GetZone(), available: z.GetAvailable()})
+			g.zones = append(g.zones, pzone{node: z.GetNode(), addr: z.GetAddr(), dev: z.GetDevice(), zone: z.GetZone(), available: z.GetAvailable(),
+				info: new(atomic.Pointer[devInfo])})
 		}
 		if g.width != len(g.zones) || g.width == 0 {
 			g.width = len(g.zones)
@@ -81,6 +102,10 @@ func (v *VZone) setLayout(l *v1.VZone) {
 	if l.GetState() == v1.VZoneState_VZONE_STATE_EMPTY {
 		v.wp, v.wpKnown, v.tl = 0, true, false
 	}
+	if then != nil {
+		then()
+	}
+	return true
 }
 
 // withRev asks the nodes to serve this v-zone's I/O only once their grants
@@ -130,7 +155,7 @@ func (v *VZone) Layout(ctx context.Context) (*v1.VZone, error) {
 func (v *VZone) snapshot() (*v1.VZone, []*group) {
 	v.mu.Lock()
 	defer v.mu.Unlock()
-	return v.layout, append([]*group(nil), v.groups...)
+	return v.layout, v.groups // never mutated once published (setLayout makes a new one)
 }
 
 // locate maps a v-zone offset inside g to (leg, zone offset).
@@ -161,15 +186,19 @@ type piece struct {
 
 // legs splits [off, off+n) of group g into one leg per physical zone.
 func (g *group) legs(off, n uint64) []*leg {
-	byIdx := map[int]*leg{}
 	var out []*leg
 	for o := off; o < off+n; {
 		i, zoff := g.locate(o)
 		run := min(g.stripe-(o-g.start)%g.stripe, off+n-o)
-		l, ok := byIdx[i]
-		if !ok {
+		var l *leg
+		for _, x := range out { // at most width legs
+			if x.idx == i {
+				l = x
+				break
+			}
+		}
+		if l == nil {
 			l = &leg{idx: i, zoff: zoff}
-			byIdx[i] = l
 			out = append(out, l)
 		}
 		l.blocks += run
@@ -187,8 +216,16 @@ type devInfo struct {
 }
 
 func (c *Client) device(ctx context.Context, z pzone) (*devInfo, error) {
+	if z.info != nil {
+		if d := z.info.Load(); d != nil {
+			return d, nil
+		}
+	}
 	key := z.node + "/" + fmt.Sprint(z.dev)
 	if d, ok := c.maps.Load(key); ok {
+		if z.info != nil {
+			z.info.Store(d.(*devInfo))
+		}
 		return d.(*devInfo), nil
 	}
 	id, err := nodeCall(ctx, c, z.node, z.addr, "identify", func(ctx context.Context, n v1.ZonedDeviceClient) (*v1.IdentifyResponse, error) {
@@ -205,6 +242,9 @@ func (c *Client) device(ctx context.Context, z pzone) (*devInfo, error) {
 	}
 	d := &devInfo{zoneSize: id.GetZoneSize(), zoneCap: id.GetZoneCapacity(), bs: uint64(id.GetBlockSize()), mapping: m}
 	c.maps.Store(key, d)
+	if z.info != nil {
+		z.info.Store(d)
+	}
 	return d, nil
 }
 
@@ -283,6 +323,7 @@ func (v *VZone) writePointer(ctx context.Context) (uint64, error) {
 		v.mu.Unlock()
 		return wp, nil
 	}
+	seq := v.wpSeq
 	v.mu.Unlock()
 	l, groups := v.snapshot()
 	if l == nil {
@@ -319,8 +360,17 @@ func (v *VZone) writePointer(ctx context.Context) (uint64, error) {
 		}
 	}
 	v.mu.Lock()
+	defer v.mu.Unlock()
+	if v.wpSeq != seq {
+		// A write, open, reset or finish changed the write pointer while we
+		// asked the drives: what they said may predate it.
+		if v.wpKnown {
+			return v.wp, nil
+		}
+		return wp, nil
+	}
 	v.wp, v.wpKnown = wp, true
-	v.mu.Unlock()
+	v.wpSeq++
 	return wp, nil
 }
 
@@ -345,7 +395,16 @@ func (e *WriteError) Unwrap() error { return e.Err }
 func (v *VZone) Write(ctx context.Context, off uint64, data []byte) error {
 	v.wmu.Lock()
 	defer v.wmu.Unlock()
-	return v.write(ctx, off, data)
+	return v.write(ctx, off, data, false)
+}
+
+// WriteFUA is Write with forced unit access: every device request carries
+// the FUA flag, so the data is on stable media when WriteFUA returns without
+// a Flush round trip afterwards.
+func (v *VZone) WriteFUA(ctx context.Context, off uint64, data []byte) error {
+	v.wmu.Lock()
+	defer v.wmu.Unlock()
+	return v.write(ctx, off, data, true)
 }
 
 // Append writes data at the write pointer and returns the offset it wrote at.
@@ -359,14 +418,15 @@ func (v *VZone) Append(ctx context.Context, data []byte) (uint64, error) {
 	if err != nil {
 		return 0, err
 	}
-	return wp, v.write(ctx, wp, data)
+	return wp, v.write(ctx, wp, data, false)
 }
 
-func (v *VZone) write(ctx context.Context, off uint64, data []byte) error {
+func (v *VZone) write(ctx context.Context, off uint64, data []byte, fua bool) error {
 	start := time.Now()
 	if err := v.ensureLayout(ctx); err != nil {
 		return err
 	}
+	base := ctx // the revision is added per stripe group: allocating one raises it
 	ctx = v.withRev(ctx)
 	bs, err := v.blockSize(ctx)
 	if err != nil {
@@ -402,7 +462,7 @@ func (v *VZone) write(ctx context.Context, off uint64, data []byte) error {
 			return &WriteError{VZone: v.id, Offset: off, Written: done, Requested: n, Err: err}
 		}
 		chunk := min(n-done, g.start+g.capacity-cur)
-		got, err := v.writeGroup(v.withRev(ctx), g, cur, data[done*bs:(done+chunk)*bs], bs)
+		got, err := v.writeGroup(v.withRev(base), g, cur, data[done*bs:(done+chunk)*bs], bs, fua)
 		done += got
 		v.mu.Lock()
 		if err != nil {
@@ -410,6 +470,7 @@ func (v *VZone) write(ctx context.Context, off uint64, data []byte) error {
 		} else {
 			v.wp = cur + chunk
 		}
+		v.wpSeq++
 		v.mu.Unlock()
 		if err != nil {
 			return &WriteError{VZone: v.id, Offset: off, Written: done, Requested: n, Err: err}
@@ -418,31 +479,55 @@ func (v *VZone) write(ctx context.Context, off uint64, data []byte) error {
 	v.c.m.ops.WithLabelValues("write").Inc()
 	v.c.m.bytes.WithLabelValues("write").Add(float64(len(data)))
 	v.c.m.latency.WithLabelValues("write").Observe(time.Since(start).Seconds())
-	v.reportActivity(ctx, n)
+	v.reportActivity(n)
 	return nil
 }
 
-// reportActivity tells the arbiter the namespace wrote (for reclaim), at most once a second.
-func (v *VZone) reportActivity(ctx context.Context, n uint64) {
+// activityTimeout bounds one activity report: it is advisory (the arbiter
+// uses it to pick v-zones to reclaim), so a failover simply skips reports.
+const activityTimeout = 2 * time.Second
+
+// reportActivity tells the arbiter the namespace wrote (for reclaim), at most
+// once a second and at most one report in flight. It is fire-and-forget: the
+// report runs on its own goroutine with its own deadline, so the write path
+// never waits for the control plane (DESIGN §1), not even during a failover.
+func (v *VZone) reportActivity(n uint64) {
 	c := v.c
-	if c.direct {
+	if c.direct || c.bg == nil {
 		return
 	}
 	c.mu.Lock()
-	due := time.Since(c.lastActivity) > time.Second
+	c.activityBlocks += n
+	due := !c.activityBusy && !c.closed && time.Since(c.lastActivity) > time.Second
+	blocks := c.activityBlocks
 	if due {
-		c.lastActivity = time.Now()
+		c.lastActivity, c.activityBusy, c.activityBlocks = time.Now(), true, 0
 	}
 	c.mu.Unlock()
 	if !due {
 		return
 	}
-	_, err := arbiterCall(ctx, c, "report activity", func(ctx context.Context, a v1.ArbiterClient) (*v1.ReportActivityResponse, error) {
-		return a.ReportActivity(ctx, &v1.ReportActivityRequest{Namespace: c.cfg.Namespace, BlocksWritten: n})
-	})
+	go func() {
+		ctx, cancel := context.WithTimeout(c.bg, activityTimeout)
+		defer cancel()
+		_, err := arbiterCall(ctx, c, "report activity", func(ctx context.Context, a v1.ArbiterClient) (*v1.ReportActivityResponse, error) {
+			return a.ReportActivity(ctx, &v1.ReportActivityRequest{Namespace: c.cfg.Namespace, BlocksWritten: blocks})
+		})
+		c.mu.Lock()
+		c.activityBusy = false
+		c.mu.Unlock()
+		c.m.activity.WithLabelValues(outcome(err)).Inc()
+		if err != nil {
+			c.log.Debug("report activity", "err", err)
+		}
+	}()
+}
+
+func outcome(err error) string {
 	if err != nil {
-		c.log.Debug("report activity", "err", err)
+		return "error"
 	}
+	return "ok"
 }
 
 // groupFor returns the stripe group holding offset off, allocating stripe
@@ -469,24 +554,52 @@ func (v *VZone) groupFor(ctx context.Context, off uint64) (*group, error) {
 	return nil, &zerr.UnavailableError{What: "arbiter", Reason: "no stripe group covers the write after 64 allocations"}
 }
 
+// gatherPool holds the buffers that gather the stripes of a leg with
+// several pieces (a leg of one piece is sent straight from the caller's data).
+var gatherPool sync.Pool
+
+func getGather(n int) *[]byte {
+	if p, ok := gatherPool.Get().(*[]byte); ok && cap(*p) >= n {
+		*p = (*p)[:0]
+		return p
+	}
+	b := make([]byte, 0, n)
+	return &b
+}
+
 // writeGroup writes [off, off+n) of one group: one request per physical zone,
-// all in parallel. It returns the contiguous prefix that landed.
-func (v *VZone) writeGroup(ctx context.Context, g *group, off uint64, data []byte, bs uint64) (uint64, error) {
+// all in parallel (the last on the caller's goroutine, so a write of one leg
+// starts none). It returns the contiguous prefix that landed.
+func (v *VZone) writeGroup(ctx context.Context, g *group, off uint64, data []byte, bs uint64, fua bool) (uint64, error) {
 	n := uint64(len(data)) / bs
 	legs := g.legs(off, n)
 	errs := make([]error, len(legs))
-	var wg sync.WaitGroup
-	for li, l := range legs {
-		buf := make([]byte, 0, l.blocks*bs)
+	one := func(li int, l *leg) {
+		if len(l.pieces) == 1 {
+			p := l.pieces[0]
+			errs[li] = v.writeLeg(ctx, g.zones[l.idx], l.zoff, data[(p.voff-off)*bs:(p.voff-off+p.n)*bs], bs, fua)
+			return
+		}
+		// The request is serialized before the call returns: the buffer can
+		// go back to the pool then.
+		bp := getGather(int(l.blocks * bs))
+		buf := *bp
 		for _, p := range l.pieces {
 			buf = append(buf, data[(p.voff-off)*bs:(p.voff-off+p.n)*bs]...)
 		}
-		wg.Add(1)
-		go func(li int, l *leg, buf []byte) {
-			defer wg.Done()
-			errs[li] = v.writeLeg(ctx, g.zones[l.idx], l.zoff, buf, bs)
-		}(li, l, buf)
+		errs[li] = v.writeLeg(ctx, g.zones[l.idx], l.zoff, buf, bs, fua)
+		*bp = buf
+		gatherPool.Put(bp)
 	}
+	var wg sync.WaitGroup
+	for li, l := range legs[:len(legs)-1] {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			one(li, l)
+		}()
+	}
+	one(len(legs)-1, legs[len(legs)-1])
 	wg.Wait()
 	prefix := off + n
 	var first error
@@ -503,7 +616,7 @@ func (v *VZone) writeGroup(ctx context.Context, g *group, off uint64, data []byt
 
 // writeLeg writes buf at zone offset zoff of z. A retried write whose first
 // attempt landed but whose answer was lost is recognized by the write pointer.
-func (v *VZone) writeLeg(ctx context.Context, z pzone, zoff uint64, buf []byte, bs uint64) error {
+func (v *VZone) writeLeg(ctx context.Context, z pzone, zoff uint64, buf []byte, bs uint64, fua bool) error {
 	d, err := v.c.device(ctx, z)
 	if err != nil {
 		return err
@@ -513,9 +626,13 @@ func (v *VZone) writeLeg(ctx context.Context, z pzone, zoff uint64, buf []byte, 
 	attempt := 0
 	_, err = nodeCall(ctx, v.c, z.node, z.addr, "write", func(ctx context.Context, n v1.ZonedDeviceClient) (struct{}, error) {
 		attempt++
-		err := writeBlocks(ctx, n, z.dev, lba, buf)
+		err := writeBlocks(ctx, n, z.dev, lba, buf, fua)
 		var wp *zerr.WritePointerError
 		if attempt > 1 && errors.As(err, &wp) && wp.Got == lba && wp.Expected == lba+blocks {
+			if fua { // the earlier attempt landed; make it durable as asked
+				_, err = n.Flush(ctx, &v1.FlushRequest{Device: z.dev})
+				return struct{}{}, err
+			}
 			return struct{}{}, nil // the earlier attempt landed
 		}
 		return struct{}{}, err
@@ -524,9 +641,9 @@ func (v *VZone) writeLeg(ctx context.Context, z pzone, zoff uint64, buf []byte, 
 }
 
 // writeBlocks sends one write: unary up to the node's limit, streamed above it.
-func writeBlocks(ctx context.Context, n v1.ZonedDeviceClient, dev uint32, lba uint64, buf []byte) error {
+func writeBlocks(ctx context.Context, n v1.ZonedDeviceClient, dev uint32, lba uint64, buf []byte, fua bool) error {
 	if len(buf) <= daemon.MaxUnaryData {
-		_, err := n.Write(ctx, &v1.WriteRequest{Device: dev, Lba: lba, Data: buf})
+		_, err := n.Write(ctx, &v1.WriteRequest{Device: dev, Lba: lba, Data: buf, Fua: fua})
 		return err
 	}
 	ctx, cancel := context.WithCancel(ctx)
@@ -539,7 +656,7 @@ func writeBlocks(ctx context.Context, n v1.ZonedDeviceClient, dev uint32, lba ui
 	for off := 0; off < len(buf); off += piece {
 		req := &v1.WriteRequest{Data: buf[off:min(off+piece, len(buf))]}
 		if off == 0 {
-			req.Device, req.Lba, req.TotalBlocks = dev, lba, uint32(len(buf)/4096)
+			req.Device, req.Lba, req.TotalBlocks, req.Fua = dev, lba, uint32(len(buf)/4096), fua
 		}
 		if err := s.Send(req); err != nil {
 			break // the status comes from CloseAndRecv
@@ -551,129 +668,200 @@ func writeBlocks(ctx context.Context, n v1.ZonedDeviceClient, dev uint32, lba ui
 
 // Read reads n blocks at off. Blocks never written read as zeroes.
 func (v *VZone) Read(ctx context.Context, off, n uint64) ([]byte, error) {
-	start := time.Now()
 	if err := v.ensureLayout(ctx); err != nil {
 		return nil, err
 	}
-	ctx = v.withRev(ctx)
 	bs, err := v.blockSize(ctx)
 	if err != nil {
 		return nil, err
 	}
-	l, groups := v.snapshot()
 	if n == 0 {
 		return nil, &zerr.InvalidArgumentError{Field: "blocks", Reason: "must be at least 1"}
 	}
+	l, _ := v.snapshot()
 	if off >= l.GetCapacity() || n > l.GetCapacity()-off {
 		return nil, &zerr.OutOfRangeError{LBA: off, Count: n, Limit: l.GetCapacity()}
 	}
 	out := make([]byte, n*bs)
-	var wg sync.WaitGroup
-	var emu sync.Mutex
-	var first error
-	for _, g := range groups {
-		lo, hi := max(off, g.start), min(off+n, g.start+g.capacity)
-		if lo >= hi {
-			continue
-		}
-		wg.Add(1)
-		go func(g *group, lo, hi uint64) {
-			defer wg.Done()
-			if err := v.readGroup(ctx, g, lo, hi-lo, out[(lo-off)*bs:(hi-off)*bs], bs); err != nil {
-				emu.Lock()
-				if first == nil {
-					first = err
-				}
-				emu.Unlock()
-			}
-		}(g, lo, hi)
+	if err := v.ReadInto(ctx, off, out); err != nil {
+		return nil, err
 	}
-	wg.Wait()
+	return out, nil
+}
+
+// ReadInto fills buf (whole blocks) from off. The nodes' answers are copied
+// straight to their places in buf; one request goes to each physical zone
+// the range touches (all in parallel, the last one on the caller's
+// goroutine, so a read of one leg starts no goroutine).
+func (v *VZone) ReadInto(ctx context.Context, off uint64, buf []byte) error {
+	start := time.Now()
+	if err := v.ensureLayout(ctx); err != nil {
+		return err
+	}
+	ctx = v.withRev(ctx)
+	bs, err := v.blockSize(ctx)
+	if err != nil {
+		return err
+	}
+	if len(buf) == 0 || uint64(len(buf))%bs != 0 {
+		return &zerr.InvalidArgumentError{Field: "buffer", Reason: fmt.Sprintf("%d bytes is not a positive multiple of the %d-byte block", len(buf), bs)}
+	}
+	n := uint64(len(buf)) / bs
+	l, groups := v.snapshot()
+	if off >= l.GetCapacity() || n > l.GetCapacity()-off {
+		return &zerr.OutOfRangeError{LBA: off, Count: n, Limit: l.GetCapacity()}
+	}
+	var parts []*group
+	covered := uint64(0)
+	for _, g := range groups {
+		if lo, hi := max(off, g.start), min(off+n, g.start+g.capacity); lo < hi {
+			parts = append(parts, g)
+			covered += hi - lo
+		}
+	}
+	if covered < n {
+		clear(buf) // blocks of no stripe group yet were never written: zeroes
+	}
+	readPart := func(g *group) error {
+		lo, hi := max(off, g.start), min(off+n, g.start+g.capacity)
+		return v.readGroup(ctx, g, lo, hi-lo, buf[(lo-off)*bs:(hi-off)*bs], bs)
+	}
+	var first error
+	switch len(parts) {
+	case 0:
+	case 1:
+		first = readPart(parts[0])
+	default:
+		errs := make([]error, len(parts))
+		var wg sync.WaitGroup
+		for i, g := range parts[:len(parts)-1] {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				errs[i] = readPart(g)
+			}()
+		}
+		errs[len(parts)-1] = readPart(parts[len(parts)-1])
+		wg.Wait()
+		for _, e := range errs {
+			if e != nil && first == nil {
+				first = e
+			}
+		}
+	}
 	if first != nil {
 		if errors.Is(first, zerr.ErrNotOwner) || errors.Is(first, zerr.ErrStaleLayout) {
 			_ = v.refresh(ctx) // the layout moved (reclaim): the caller's retry uses the new one
 		}
-		return nil, fmt.Errorf("v-zone %d: read %d blocks at %d: %w", v.id, n, off, first)
+		return fmt.Errorf("v-zone %d: read %d blocks at %d: %w", v.id, n, off, first)
 	}
 	v.c.m.ops.WithLabelValues("read").Inc()
-	v.c.m.bytes.WithLabelValues("read").Add(float64(len(out)))
+	v.c.m.bytes.WithLabelValues("read").Add(float64(len(buf)))
 	v.c.m.latency.WithLabelValues("read").Observe(time.Since(start).Seconds())
-	return out, nil
+	return nil
 }
 
+// readGroup reads [off, off+n) of group g into out: one request per
+// physical zone, each admitted by the group's congestion window.
 func (v *VZone) readGroup(ctx context.Context, g *group, off, n uint64, out []byte, bs uint64) error {
 	legs := g.legs(off, n)
-	errs := make([]error, len(legs))
-	var wg sync.WaitGroup
-	for li, l := range legs {
+	one := func(l *leg) error {
 		units := float64((l.blocks + g.stripe - 1) / g.stripe)
 		if err := g.cc.acquire(ctx, units); err != nil {
 			return err
 		}
-		wg.Add(1)
-		go func(li int, l *leg) {
-			defer wg.Done()
-			buf, lat, err := v.readLeg(ctx, g.zones[l.idx], l.zoff, l.blocks)
-			g.cc.release(units, lat, err == nil)
-			if err != nil {
-				errs[li] = err
-				return
-			}
-			pos := uint64(0)
-			for _, p := range l.pieces {
-				copy(out[(p.voff-off)*bs:(p.voff-off+p.n)*bs], buf[pos*bs:(pos+p.n)*bs])
-				pos += p.n
-			}
-		}(li, l)
+		lat, err := v.readLeg(ctx, g.zones[l.idx], l, off, out, bs)
+		g.cc.release(units, lat, err == nil)
+		return err
 	}
+	if len(legs) == 1 {
+		return one(legs[0])
+	}
+	errs := make([]error, len(legs))
+	var wg sync.WaitGroup
+	for li, l := range legs[:len(legs)-1] {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			errs[li] = one(l)
+		}()
+	}
+	errs[len(legs)-1] = one(legs[len(legs)-1])
 	wg.Wait()
 	return errors.Join(errs...)
 }
 
-func (v *VZone) readLeg(ctx context.Context, z pzone, zoff, blocks uint64) ([]byte, time.Duration, error) {
+// scatter copies a leg's bytes, as they arrive, to the places of its pieces
+// in out (whose first block is v-zone offset base).
+type scatter struct {
+	l      *leg
+	out    []byte
+	base   uint64
+	bs     uint64
+	pi     int    // current piece
+	at     uint64 // bytes of the current piece filled
+	filled uint64 // bytes of the leg filled
+}
+
+func (s *scatter) write(p []byte) {
+	for len(p) > 0 && s.pi < len(s.l.pieces) {
+		pc := s.l.pieces[s.pi]
+		dst := s.out[(pc.voff-s.base)*s.bs+s.at : (pc.voff-s.base+pc.n)*s.bs]
+		k := copy(dst, p)
+		p = p[k:]
+		s.at += uint64(k)
+		s.filled += uint64(k)
+		if s.at == pc.n*s.bs {
+			s.pi, s.at = s.pi+1, 0
+		}
+	}
+	s.filled += uint64(len(p)) // more than asked: counted so the length check fails
+}
+
+// readLeg reads leg l of zone z into its pieces of out; it returns the
+// modelled device latency.
+func (v *VZone) readLeg(ctx context.Context, z pzone, l *leg, base uint64, out []byte, bs uint64) (time.Duration, error) {
 	d, err := v.c.device(ctx, z)
 	if err != nil {
-		return nil, 0, err
+		return 0, err
 	}
-	lba := uint64(z.zone)*d.zoneSize + zoff
-	type res struct {
-		data []byte
-		lat  time.Duration
-	}
-	r, err := nodeCall(ctx, v.c, z.node, z.addr, "read", func(ctx context.Context, n v1.ZonedDeviceClient) (res, error) {
-		if blocks*d.bs <= daemon.MaxUnaryData {
-			r, err := n.Read(ctx, &v1.ReadRequest{Device: z.dev, Lba: lba, Blocks: uint32(blocks)})
+	lba := uint64(z.zone)*d.zoneSize + l.zoff
+	want := l.blocks * d.bs
+	lat, err := nodeCall(ctx, v.c, z.node, z.addr, "read", func(ctx context.Context, n v1.ZonedDeviceClient) (time.Duration, error) {
+		sc := scatter{l: l, out: out, base: base, bs: bs}
+		var lat time.Duration
+		if want <= daemon.MaxUnaryData {
+			r, err := n.Read(ctx, &v1.ReadRequest{Device: z.dev, Lba: lba, Blocks: uint32(l.blocks)})
 			if err != nil {
-				return res{}, err
+				return 0, err
 			}
-			return res{r.GetData(), time.Duration(r.GetLatencyNs())}, nil
-		}
-		sctx, cancel := context.WithCancel(ctx)
-		defer cancel()
-		s, err := n.ReadStream(sctx, &v1.ReadRequest{Device: z.dev, Lba: lba, Blocks: uint32(blocks)})
-		if err != nil {
-			return res{}, err
-		}
-		out := res{data: make([]byte, 0, blocks*d.bs)}
-		for {
-			m, err := s.Recv()
-			if errors.Is(err, io.EOF) {
-				return out, nil
-			}
+			sc.write(r.GetData())
+			lat = time.Duration(r.GetLatencyNs())
+		} else {
+			sctx, cancel := context.WithCancel(ctx)
+			defer cancel()
+			s, err := n.ReadStream(sctx, &v1.ReadRequest{Device: z.dev, Lba: lba, Blocks: uint32(l.blocks)})
 			if err != nil {
-				return res{}, err
+				return 0, err
 			}
-			out.data = append(out.data, m.GetData()...)
-			out.lat += time.Duration(m.GetLatencyNs())
+			for {
+				m, err := s.Recv()
+				if errors.Is(err, io.EOF) {
+					break
+				}
+				if err != nil {
+					return 0, err
+				}
+				sc.write(m.GetData())
+				lat += time.Duration(m.GetLatencyNs())
+			}
 		}
+		if sc.filled != want {
+			return 0, fmt.Errorf("short read: %d of %d bytes", sc.filled, want)
+		}
+		return lat, nil
 	})
-	if err != nil {
-		return nil, 0, err
-	}
-	if uint64(len(r.data)) != blocks*d.bs {
-		return nil, 0, &NodeError{Node: z.node, Addr: z.addr, Op: "read", Err: fmt.Errorf("short read: %d of %d bytes", len(r.data), blocks*d.bs)}
-	}
-	return r.data, r.lat, nil
+	return lat, err
 }
 
 // Finish finishes the v-zone: no more writes; its active resources return.
@@ -687,23 +875,29 @@ func (v *VZone) Finish(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	// Finish the physical zones of the groups that were open on the drives.
+	// Finish the physical zones of the groups that were open on the drives,
+	// all in parallel.
 	ctx = v.withRev(ctx)
-	var errs []error
+	var zones []pzone
 	for _, g := range groups {
-		for _, z := range g.zones {
+		zones = append(zones, g.zones...)
+	}
+	errs := make([]error, len(zones))
+	var wg sync.WaitGroup
+	for i, z := range zones {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
 			_, err := nodeCall(ctx, v.c, z.node, z.addr, "finish zone", func(ctx context.Context, n v1.ZonedDeviceClient) (*v1.ZoneManagementResponse, error) {
 				return n.ZoneManagement(ctx, &v1.ZoneManagementRequest{Device: z.dev, Zone: z.zone, Action: v1.ZoneAction_ZONE_ACTION_FINISH})
 			})
 			if err != nil && !errors.Is(err, zerr.ErrZoneState) && !errors.Is(err, zerr.ErrNotOwner) {
-				errs = append(errs, err)
+				errs[i] = err
 			}
-		}
+		}()
 	}
-	v.setLayout(l)
-	v.mu.Lock()
-	v.wp, v.wpKnown = l.GetCapacity(), true
-	v.mu.Unlock()
+	wg.Wait()
+	v.applyLayout(l, func() { v.wp, v.wpKnown = l.GetCapacity(), true })
 	return errors.Join(errs...)
 }
 
@@ -726,19 +920,33 @@ func (v *VZone) Reset(ctx context.Context) error {
 		}
 		v.mu.Lock()
 		v.wp, v.wpKnown, v.tl = 0, true, false
+		v.wpSeq++
 		v.mu.Unlock()
 		return nil
 	}
+	v.mu.Lock()
+	v.resetting++
+	v.mu.Unlock()
 	l, err := arbiterCall(ctx, v.c, "reset v-zone", func(ctx context.Context, a v1.ArbiterClient) (*v1.VZone, error) {
 		return a.ResetVZone(ctx, &v1.VZoneRequest{Namespace: v.c.cfg.Namespace, Id: v.id})
 	})
+	v.mu.Lock()
+	v.resetting--
+	reopened := v.reopened
+	if v.resetting == 0 {
+		v.reopened = false
+	}
+	v.mu.Unlock()
 	if err != nil {
 		return err
 	}
-	v.setLayout(l)
-	v.mu.Lock()
-	v.wp, v.wpKnown, v.tl = 0, true, false
-	v.mu.Unlock()
+	if reopened {
+		// The arbiter hands out only empty v-zones, so an OpenVZone that
+		// returned this one while the reset was in flight ran after the
+		// reset: its open layout is the newer one; keep it.
+		return nil
+	}
+	v.applyLayout(l, func() { v.wp, v.wpKnown, v.tl = 0, true, false })
 	return nil
 }
 
@@ -838,6 +1046,7 @@ func (v *VZone) TLOpen(ctx context.Context, valid []byte, mode v1.PlugMode) erro
 	}
 	v.mu.Lock()
 	v.tl, v.wp, v.wpKnown = true, 0, true
+	v.wpSeq++
 	v.mu.Unlock()
 	return nil
 }
@@ -849,30 +1058,4 @@ func (v *VZone) WritePointer(ctx context.Context) (uint64, error) {
 		return 0, err
 	}
 	return v.writePointer(ctx)
-}
-
-// Flush makes every acknowledged write of the v-zone durable against power
-// loss of its drives (fdatasync on each device it spans).
-func (v *VZone) Flush(ctx context.Context) error {
-	if err := v.ensureLayout(ctx); err != nil {
-		return err
-	}
-	ctx = v.withRev(ctx)
-	_, groups := v.snapshot()
-	seen := map[string]bool{}
-	for _, g := range groups {
-		for _, z := range g.zones {
-			key := fmt.Sprintf("%s/%d", z.addr, z.dev)
-			if seen[key] {
-				continue
-			}
-			seen[key] = true
-			if _, err := nodeCall(ctx, v.c, z.node, z.addr, "flush", func(ctx context.Context, n v1.ZonedDeviceClient) (*v1.FlushResponse, error) {
-				return n.Flush(ctx, &v1.FlushRequest{Device: z.dev})
-			}); err != nil {
-				return err
-			}
-		}
-	}
-	return nil
 }

@@ -1,12 +1,59 @@
 // Package fsvol is the file system's Volume (pkg/lfs) over a ZoneFleet
 // cluster: one namespace's v-zones through pkg/client. Bytes go between this
 // process and the nodes; compaction is offloaded to the drives.
+//
+// # Design: keeping the control plane off the write path
+//
+// Every v-zone costs two arbiter calls (OpenVZone and FinishVZone, an etcd
+// transaction each) plus a FINISH RPC per physical zone. The Volume hides
+// them from the file system's writers:
+//
+//   - Open ahead: OpenZone hands out a v-zone opened in the background
+//     (Options.OpenAhead of them are kept ready) and starts opening the next
+//     one. Spares are never listed by Zones, so Mount, Mkfs and Fsck never see
+//     (or reset) them; a spare left behind by a crashed process is an open,
+//     empty v-zone the next mount's recovery resets. A spare is only opened
+//     while the v-zones held (handed out and not reset) plus the spares stay
+//     below MaxZones, and the open ones plus the spares below MaxOpen.
+//   - Asynchronous finish: Finish (and the finish of a v-zone written to
+//     capacity) returns at once and runs in the background. Ordering: a
+//     finish is complete before anything relies on it — Reset of that
+//     v-zone waits for it; Zones waits for every pending finish (so Mount
+//     sees real states); OpenZone, when the arbiter answers TooManyOpen,
+//     TooManyActive or NoResources, waits for the pending finishes (they return active
+//     resources) and tries once more; Flush waits for the finishes issued
+//     before it; Close waits for all. A finish that failed is retried at each
+//     of those points; Zones, Reset and OpenZone report it if it fails again.
+//     Reads of a finishing v-zone are unaffected (its data is below the write
+//     pointer either way) and the file system never writes a v-zone after
+//     finishing it.
+//
+// # Durability
+//
+// A Flush RPC is an fdatasync of one drive, so the Volume tracks dirty
+// drives, not v-zones: each write marks the drives of its v-zone with a
+// sequence number. Flush sends one Flush per dirty drive, all in parallel,
+// and forgets a drive only if its flush succeeded and no write marked it
+// again meanwhile. A failed Flush returns an error and leaves the failed
+// drives dirty, so a retried Flush flushes them again: fsync never reports
+// success for data that did not reach stable media.
+//
+// # Concurrency
+//
+// Every method is safe for concurrent use; no lock is held across a data
+// path call. Opens and resets of v-zones are ordered by one lock (opens
+// share it) because the arbiter reuses the id of a v-zone just reset: the
+// layouts of the two must not reach the client's cache out of order. Background work (open ahead, finishes) runs in goroutines bounded by
+// the number of v-zones; Close waits for them.
 package fsvol
 
 import (
 	"context"
 	"errors"
+	"fmt"
+	"log/slog"
 	"sync"
+	"time"
 
 	v1 "github.com/zonefleet/zonefleet/api/zonefleet/v1"
 	"github.com/zonefleet/zonefleet/pkg/client"
@@ -16,11 +63,38 @@ import (
 
 // Volume implements lfs.Volume with a client bound to one namespace.
 type Volume struct {
-	c   *client.Client
-	geo lfs.VolumeGeometry
+	c     *client.Client
+	geo   lfs.VolumeGeometry
+	ahead int
+	log   *slog.Logger
 
-	mu      sync.Mutex
-	written map[lfs.ZoneID]bool // v-zones written since the last Flush
+	bg     context.Context // background work; cancelled by Close
+	cancel context.CancelFunc
+	wg     sync.WaitGroup
+
+	// lifecycle orders opens (shared) against resets (exclusive): the arbiter
+	// hands out the lowest empty v-zone, often one just reset, and the two
+	// answers carry layouts of the same v-zone id that must reach the
+	// client's cache in the order they happened. Only control-plane calls
+	// take it, never reads or writes.
+	lifecycle sync.RWMutex
+
+	mu        sync.Mutex
+	dirty     map[client.DeviceRef]uint64 // drives written since their last successful flush → mark sequence
+	seq       uint64                      // last mark sequence
+	spares    []lfs.ZoneID                // opened ahead, not handed out yet
+	opening   chan struct{}               // closed when the open-ahead in flight ends; nil when none
+	aheadErr  error                       // last open-ahead failure (cleared by a successful open)
+	held      int                         // v-zones handed out and not reset (approximate: from Zones, OpenZone, Reset)
+	open      map[lfs.ZoneID]bool         // v-zones handed out and not finished or reset
+	finishing map[lfs.ZoneID]*finishOp    // finishes in flight or failed
+	closed    bool
+}
+
+// finishOp is one background finish of a v-zone.
+type finishOp struct {
+	done chan struct{} // closed when the attempt ends
+	err  error         // its result (read after done)
 }
 
 var _ lfs.Volume = (*Volume)(nil)
@@ -30,6 +104,11 @@ type Options struct {
 	// MaxZones caps the v-zones the file system may hold; 0 derives it from
 	// the cluster's capacity shared equally by its namespaces.
 	MaxZones int
+	// OpenAhead is how many v-zones are kept open ahead of need; 0 means 1,
+	// a negative value opens every v-zone on demand.
+	OpenAhead int
+	// Logger for background failures; default slog.Default().
+	Logger *slog.Logger
 }
 
 // New derives the geometry from the namespace and the nodes' drives.
@@ -68,10 +147,21 @@ func New(ctx context.Context, c *client.Client, o Options) (*Volume, error) {
 	if page > bs && page%bs == 0 {
 		chunk = int(page / bs)
 	}
-	return &Volume{c: c, written: map[lfs.ZoneID]bool{}, geo: lfs.VolumeGeometry{
-		BlockSize: int(bs), ZoneBlocks: zoneBlocks, ChunkBlocks: chunk,
-		MaxOpen: int(ns.GetMaxActiveVzones()), MaxZones: maxZones,
-	}}, nil
+	ahead := o.OpenAhead
+	if ahead == 0 {
+		ahead = 1
+	}
+	log := o.Logger
+	if log == nil {
+		log = slog.Default()
+	}
+	bg, cancel := context.WithCancel(context.Background())
+	return &Volume{c: c, ahead: max(ahead, 0), log: log, bg: bg, cancel: cancel,
+		dirty: map[client.DeviceRef]uint64{}, open: map[lfs.ZoneID]bool{}, finishing: map[lfs.ZoneID]*finishOp{},
+		geo: lfs.VolumeGeometry{
+			BlockSize: int(bs), ZoneBlocks: zoneBlocks, ChunkBlocks: chunk,
+			MaxOpen: int(ns.GetMaxActiveVzones()), MaxZones: maxZones,
+		}}, nil
 }
 
 // Geometry implements lfs.Volume.
@@ -79,8 +169,81 @@ func (v *Volume) Geometry() lfs.VolumeGeometry { return v.geo }
 
 func (v *Volume) vz(z lfs.ZoneID) *client.VZone { return v.c.VZone(uint64(z)) }
 
-// OpenZone implements lfs.Volume.
+// Close waits for the background work, gives the spare v-zones back (reset)
+// and stops opening ahead. The Volume must not be used afterwards; the
+// client stays open (it belongs to the caller). Close a Volume before
+// another one (in this process) mounts the same namespace: its background
+// opens and finishes would otherwise race that mount's recovery, which
+// resets every v-zone it does not know. (A process that exits takes its
+// background work with it; the next mount resets its spare.)
+func (v *Volume) Close(ctx context.Context) error {
+	v.mu.Lock()
+	v.closed = true
+	v.mu.Unlock()
+	v.wg.Wait()
+	v.mu.Lock()
+	spares := v.spares
+	v.spares = nil
+	v.mu.Unlock()
+	var errs []error
+	for _, z := range spares {
+		errs = append(errs, v.vz(z).Reset(ctx))
+	}
+	errs = append(errs, v.drainFinishes(ctx, nil, true))
+	v.cancel()
+	return errors.Join(errs...)
+}
+
+// OpenZone implements lfs.Volume: a v-zone opened ahead when there is one.
 func (v *Volume) OpenZone(ctx context.Context) (lfs.ZoneID, error) {
+	for {
+		v.mu.Lock()
+		if n := len(v.spares); n > 0 {
+			z := v.spares[0]
+			v.spares = v.spares[1:]
+			v.handOut(z)
+			v.refillLocked()
+			v.mu.Unlock()
+			return z, nil
+		}
+		wait := v.opening
+		v.mu.Unlock()
+		if wait == nil {
+			break
+		}
+		select { // an open ahead is in flight: it is nearer than a new one
+		case <-wait:
+		case <-ctx.Done():
+			return 0, ctx.Err()
+		}
+		v.mu.Lock()
+		failed := v.aheadErr != nil
+		v.mu.Unlock()
+		if failed {
+			break
+		}
+	}
+	z, err := v.openNow(ctx)
+	if err != nil && (errors.Is(err, zerr.ErrTooManyOpen) || errors.Is(err, zerr.ErrTooManyActive) || errors.Is(err, zerr.ErrNoResources)) && v.pendingFinishes() {
+		// Finishes in flight give active resources back: let them land.
+		if derr := v.drainFinishes(ctx, nil, true); derr != nil {
+			return 0, errors.Join(err, derr)
+		}
+		z, err = v.openNow(ctx)
+	}
+	if err != nil {
+		return 0, err
+	}
+	v.mu.Lock()
+	v.handOut(z)
+	v.refillLocked()
+	v.mu.Unlock()
+	return z, nil
+}
+
+func (v *Volume) openNow(ctx context.Context) (lfs.ZoneID, error) {
+	v.lifecycle.RLock()
+	defer v.lifecycle.RUnlock()
 	vz, err := v.c.OpenVZone(ctx)
 	if err != nil {
 		return 0, err
@@ -88,65 +251,146 @@ func (v *Volume) OpenZone(ctx context.Context) (lfs.ZoneID, error) {
 	return lfs.ZoneID(vz.ID()), nil
 }
 
-// Zones implements lfs.Volume: every non-empty v-zone with its write pointer.
+// handOut records z as the file system's. v.mu held.
+func (v *Volume) handOut(z lfs.ZoneID) {
+	v.held++
+	v.open[z] = true
+}
+
+// refillLocked starts opening a spare when fewer than v.ahead are ready or
+// in flight and the namespace has room for one more. v.mu held.
+func (v *Volume) refillLocked() {
+	if v.closed || v.opening != nil || len(v.spares) >= v.ahead ||
+		v.held+len(v.spares)+1 > v.geo.MaxZones || len(v.open)+len(v.finishing)+len(v.spares)+1 > v.geo.MaxOpen {
+		return
+	}
+	done := make(chan struct{})
+	v.opening = done
+	v.aheadErr = nil
+	v.wg.Add(1)
+	go func() {
+		defer v.wg.Done()
+		z, err := v.openNow(v.bg)
+		v.mu.Lock()
+		v.opening = nil
+		if err != nil {
+			v.aheadErr = err // the next OpenZone opens on demand (and tries ahead again)
+			v.log.Debug("open a v-zone ahead", "err", err)
+		} else {
+			v.spares = append(v.spares, z)
+			v.refillLocked()
+		}
+		v.mu.Unlock()
+		close(done)
+	}()
+}
+
+// Zones implements lfs.Volume: every non-empty v-zone with its write pointer,
+// spares excepted, once every pending finish has landed. It lists while no
+// open is in flight (the lifecycle lock), so a spare being opened is never
+// reported as the file system's.
 func (v *Volume) Zones(ctx context.Context) ([]lfs.ZoneInfo, error) {
+	if err := v.drainFinishes(ctx, nil, true); err != nil {
+		return nil, err
+	}
+	// No open in flight while listing: a v-zone being opened ahead is
+	// either a known spare (left out) or not open yet, never listed as the
+	// file system's (Mount would reset it under the spare pool's feet).
+	v.lifecycle.Lock()
 	list, err := v.c.ListVZones(ctx)
+	v.mu.Lock()
+	spare := map[lfs.ZoneID]bool{}
+	for _, z := range v.spares {
+		spare[z] = true
+	}
+	v.mu.Unlock()
+	v.lifecycle.Unlock()
 	if err != nil {
 		return nil, err
 	}
 	var out []lfs.ZoneInfo
+	open := map[lfs.ZoneID]bool{}
 	for _, l := range list {
+		id := lfs.ZoneID(l.GetId())
+		if spare[id] {
+			continue
+		}
 		var st lfs.ZoneState
 		switch l.GetState() {
 		case v1.VZoneState_VZONE_STATE_OPEN:
 			st = lfs.ZoneOpen
+			open[id] = true
 		case v1.VZoneState_VZONE_STATE_FULL:
 			st = lfs.ZoneFull
 		default:
 			continue
 		}
-		wp, err := v.vz(lfs.ZoneID(l.GetId())).WritePointer(ctx)
+		wp, err := v.vz(id).WritePointer(ctx)
 		if err != nil {
 			return nil, err
 		}
-		out = append(out, lfs.ZoneInfo{ID: lfs.ZoneID(l.GetId()), WP: wp, Capacity: l.GetCapacity(), State: st})
+		out = append(out, lfs.ZoneInfo{ID: id, WP: wp, Capacity: l.GetCapacity(), State: st})
 	}
+	v.mu.Lock()
+	v.held, v.open = len(out), open
+	v.mu.Unlock()
 	return out, nil
 }
 
 // Write implements lfs.Volume.
 func (v *Volume) Write(ctx context.Context, z lfs.ZoneID, off uint64, data []byte, fua bool) error {
 	vz := v.vz(z)
-	if err := vz.Write(ctx, off, data); err != nil {
-		var we *client.WriteError
-		if errors.As(err, &we) && we.Written > 0 {
-			return &lfs.PartialWriteError{Zone: z, Off: off, Written: we.Written, Err: err}
-		}
-		return err
-	}
+	var werr error
 	if fua {
-		if err := vz.Flush(ctx); err != nil {
-			return err
-		}
+		werr = vz.WriteFUA(ctx, off, data) // durable when acknowledged: no Flush round trip
 	} else {
-		v.mu.Lock()
-		v.written[z] = true
-		v.mu.Unlock()
+		werr = vz.Write(ctx, off, data)
 	}
-	return v.finishIfFull(ctx, z, off+uint64(len(data))/uint64(v.geo.BlockSize))
+	var we *client.WriteError
+	if werr != nil && !(errors.As(werr, &we) && we.Written > 0) {
+		return werr
+	}
+	if werr != nil || !fua {
+		// Something landed that is not known durable: its drives need a
+		// flush before the next Flush succeeds.
+		if err := v.markDirty(ctx, vz); err != nil {
+			return errors.Join(werr, err)
+		}
+	}
+	if werr != nil {
+		return &lfs.PartialWriteError{Zone: z, Off: off, Written: we.Written, Err: werr}
+	}
+	v.finishIfFull(z, off+uint64(len(data))/uint64(v.geo.BlockSize))
+	return nil
 }
 
-// finishIfFull finishes a v-zone written to capacity: a drive's zone becomes
-// full by itself, a v-zone keeps its active resources at the arbiter until
-// finished, and the file system counts a full zone as no longer open.
-func (v *Volume) finishIfFull(ctx context.Context, z lfs.ZoneID, end uint64) error {
-	if end < v.geo.ZoneBlocks {
-		return nil
+// markDirty records the drives of vz as written.
+func (v *Volume) markDirty(ctx context.Context, vz *client.VZone) error {
+	devs, err := vz.Devices(ctx)
+	if err != nil {
+		return err
 	}
-	return v.vz(z).Finish(ctx)
+	v.mu.Lock()
+	v.seq++
+	for _, d := range devs {
+		v.dirty[d] = v.seq
+	}
+	v.mu.Unlock()
+	return nil
+}
+
+// finishIfFull finishes a v-zone written to capacity (in the background): a
+// drive's zone becomes full by itself, a v-zone keeps its active resources at
+// the arbiter until finished, and the file system counts a full zone as no
+// longer open.
+func (v *Volume) finishIfFull(z lfs.ZoneID, end uint64) {
+	if end >= v.geo.ZoneBlocks {
+		v.startFinish(z)
+	}
 }
 
 // Read implements lfs.Volume; the range must lie below the write pointer.
+// The data goes straight from the nodes' answers into buf.
 func (v *Volume) Read(ctx context.Context, z lfs.ZoneID, off uint64, buf []byte) error {
 	bs := uint64(v.geo.BlockSize)
 	if len(buf) == 0 || uint64(len(buf))%bs != 0 {
@@ -161,23 +405,135 @@ func (v *Volume) Read(ctx context.Context, z lfs.ZoneID, off uint64, buf []byte)
 	if off+n > wp {
 		return &zerr.OutOfRangeError{LBA: off, Count: n, Limit: wp}
 	}
-	data, err := vz.Read(ctx, off, n)
-	if err != nil {
-		return err
-	}
-	copy(buf, data)
+	return vz.ReadInto(ctx, off, buf)
+}
+
+// Finish implements lfs.Volume: the finish runs in the background (see the
+// package documentation for what waits for it).
+func (v *Volume) Finish(_ context.Context, z lfs.ZoneID) error {
+	v.startFinish(z)
 	return nil
 }
 
-// Finish implements lfs.Volume.
-func (v *Volume) Finish(ctx context.Context, z lfs.ZoneID) error { return v.vz(z).Finish(ctx) }
+// startFinish starts finishing z unless a finish of z is in flight.
+func (v *Volume) startFinish(z lfs.ZoneID) {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	delete(v.open, z)
+	if op, ok := v.finishing[z]; ok {
+		select {
+		case <-op.done: // failed before: try again
+		default:
+			return
+		}
+	}
+	op := &finishOp{done: make(chan struct{})}
+	v.finishing[z] = op
+	v.wg.Add(1)
+	go func() {
+		defer v.wg.Done()
+		err := v.vz(z).Finish(v.bg)
+		v.mu.Lock()
+		op.err = err
+		if err == nil && v.finishing[z] == op {
+			delete(v.finishing, z)
+		}
+		v.mu.Unlock()
+		if err != nil {
+			v.log.Warn("finish v-zone (retried when next needed)", "vzone", z, "err", err)
+		}
+		close(op.done)
+	}()
+}
 
-// Reset implements lfs.Volume.
+func (v *Volume) pendingFinishes() bool {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	return len(v.finishing) > 0
+}
+
+// drainFinishes waits for the pending finishes of zones (all when nil) and,
+// with retry, retries the failed ones once, synchronously.
+func (v *Volume) drainFinishes(ctx context.Context, zones []lfs.ZoneID, retry bool) error {
+	v.mu.Lock()
+	ops := map[lfs.ZoneID]*finishOp{}
+	if zones == nil {
+		for z, op := range v.finishing {
+			ops[z] = op
+		}
+	} else {
+		for _, z := range zones {
+			if op, ok := v.finishing[z]; ok {
+				ops[z] = op
+			}
+		}
+	}
+	v.mu.Unlock()
+	var errs []error
+	for z, op := range ops {
+		select {
+		case <-op.done:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+		if op.err == nil || !retry {
+			continue
+		}
+		err := v.vz(z).Finish(ctx)
+		v.mu.Lock()
+		if err == nil && v.finishing[z] == op {
+			delete(v.finishing, z)
+		}
+		v.mu.Unlock()
+		if err != nil {
+			errs = append(errs, fmt.Errorf("finish v-zone %d: %w", z, err))
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// Reset implements lfs.Volume. A finish of z still in flight lands first.
+// Resetting a v-zone that is in the spare pool is a no-op (see below).
 func (v *Volume) Reset(ctx context.Context, z lfs.ZoneID) error {
 	v.mu.Lock()
-	delete(v.written, z)
+	op := v.finishing[z]
 	v.mu.Unlock()
-	return v.vz(z).Reset(ctx)
+	if op != nil {
+		select {
+		case <-op.done: // a failed finish does not matter: the reset releases the zone
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+	v.lifecycle.Lock()
+	v.mu.Lock()
+	spare := false
+	for _, sp := range v.spares {
+		spare = spare || sp == z
+	}
+	v.mu.Unlock()
+	if spare {
+		// A spare is never the file system's: this is a repeated Reset of a
+		// v-zone that was reset and then opened ahead again. Resetting it
+		// would leave an empty v-zone in the spare pool.
+		v.lifecycle.Unlock()
+		return nil
+	}
+	err := v.vz(z).Reset(ctx)
+	v.lifecycle.Unlock()
+	if err != nil {
+		return err
+	}
+	v.mu.Lock()
+	if v.finishing[z] == op {
+		delete(v.finishing, z)
+	}
+	if v.held > 0 {
+		v.held--
+	}
+	delete(v.open, z)
+	v.mu.Unlock()
+	return nil
 }
 
 // Compact implements lfs.Volume with the drives' zone_compaction.
@@ -191,19 +547,32 @@ func (v *Volume) Compact(ctx context.Context, copies []lfs.Copy) (lfs.CompactSta
 	if err != nil {
 		return out, err
 	}
-	// The copies must be durable when Compact returns; a destination filled
-	// to capacity is finished.
+	// The copies must be durable when Compact returns: one flush per drive
+	// of the destinations, in parallel. A destination filled to capacity is
+	// finished.
 	end := map[lfs.ZoneID]uint64{}
+	var devs []client.DeviceRef
+	seen := map[client.DeviceRef]bool{}
 	for _, c := range copies {
+		if _, ok := end[c.Dst]; !ok {
+			ds, err := v.vz(c.Dst).Devices(ctx)
+			if err != nil {
+				return out, err
+			}
+			for _, d := range ds {
+				if !seen[d] {
+					seen[d] = true
+					devs = append(devs, d)
+				}
+			}
+		}
 		end[c.Dst] = max(end[c.Dst], c.DstOff+c.Blocks)
 	}
+	if err := errors.Join(v.c.FlushDevices(ctx, devs)...); err != nil {
+		return out, err
+	}
 	for z, e := range end {
-		if err := v.vz(z).Flush(ctx); err != nil {
-			return out, err
-		}
-		if err := v.finishIfFull(ctx, z, e); err != nil {
-			return out, err
-		}
+		v.finishIfFull(z, e)
 	}
 	return out, nil
 }
@@ -217,19 +586,34 @@ func (v *Volume) Locate(ctx context.Context, z lfs.ZoneID, off uint64) (lfs.Loca
 	return lfs.Location{Node: l.Node, Device: l.Device, Zone: l.Zone, Chip: l.Chip}, nil
 }
 
-// Flush implements lfs.Volume: fdatasync on every drive written since the last Flush.
+// Flush implements lfs.Volume: one fdatasync per drive written since its
+// last successful flush, all in parallel. Only the drives whose flush
+// succeeded (and that no write marked again meanwhile) are forgotten, so a
+// failed Flush stays failed until a retry reaches every drive. Finishes
+// issued before Flush have been attempted when it returns (a failure is
+// retried and reported by Zones, Reset and OpenZone, not here: it loses no
+// data).
 func (v *Volume) Flush(ctx context.Context) error {
 	v.mu.Lock()
-	zones := make([]lfs.ZoneID, 0, len(v.written))
-	for z := range v.written {
-		zones = append(zones, z)
+	devs := make([]client.DeviceRef, 0, len(v.dirty))
+	marks := make([]uint64, 0, len(v.dirty))
+	for d, s := range v.dirty {
+		devs = append(devs, d)
+		marks = append(marks, s)
 	}
-	v.written = map[lfs.ZoneID]bool{}
 	v.mu.Unlock()
-	for _, z := range zones {
-		if err := v.vz(z).Flush(ctx); err != nil {
-			return err
+	start := time.Now()
+	errs := v.c.FlushDevices(ctx, devs)
+	v.mu.Lock()
+	for i, d := range devs {
+		if errs[i] == nil && v.dirty[d] == marks[i] {
+			delete(v.dirty, d)
 		}
 	}
+	v.mu.Unlock()
+	if err := errors.Join(errs...); err != nil {
+		return fmt.Errorf("flush %d drives (%s): %w", len(devs), time.Since(start).Round(time.Millisecond), err)
+	}
+	_ = v.drainFinishes(ctx, nil, false) // their failures were logged and are retried when needed
 	return nil
 }
