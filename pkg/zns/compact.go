@@ -24,7 +24,7 @@ type compaction struct {
 // Whole chunks whose source and destination are on the same chip are copied
 // by copyback (subject to the copyback threshold), the rest by read and program.
 func (d *Device) ZoneCompaction(ctx context.Context, copies []Copy) (uint64, error) {
-	if err := d.checkOpen(); err != nil {
+	if err := d.checkWritable(); err != nil {
 		return 0, err
 	}
 	if len(copies) == 0 {
@@ -231,7 +231,9 @@ func (d *Device) runCompaction(cs []Copy, t0 time.Duration, res *CompactionResul
 			var rdDone time.Duration
 			var err error
 			if full {
-				_, err = d.f.ReadAt(buf, l0.off)
+				if _, err = d.f.ReadAt(buf, l0.off); err != nil {
+					err = d.readFail(sz, err)
+				}
 			} else {
 				rdDone, err = d.readZone(sz, soff, soff+k, buf, t0)
 			}
@@ -252,8 +254,7 @@ func (d *Device) runCompaction(cs []Copy, t0 time.Duration, res *CompactionResul
 			useCB := full && d.copybackAllowed(l0, dl)
 			err = d.writePhys(dz, dz.fbg, doff, buf)
 			if err == nil {
-				dz.wp = doff + k
-				err = d.persistWP(dz)
+				err = d.persistWP(dz, doff+k)
 			}
 			dz.mu.Unlock()
 			if err != nil {

@@ -27,7 +27,7 @@ func (t *tlState) valid(off uint64) bool { return t.bitmap[off/8]&(1<<(off%8)) !
 // after each write; PPA-ordered: ahead of the write pointer when the chip is
 // idle). Close, finish or set read-only make the LogFBG the zone's FBG.
 func (d *Device) TLOpen(ctx context.Context, zoneIdx uint64, bitmap []byte, mode TLMode) (IOResult, error) {
-	if err := d.checkOpen(); err != nil {
+	if err := d.checkWritable(); err != nil {
 		return IOResult{}, err
 	}
 	if zoneIdx >= d.g.Zones {
@@ -83,14 +83,14 @@ func (d *Device) TLOpen(ctx context.Context, zoneIdx uint64, bitmap []byte, mode
 	// IPU mappings move to the new generation first: a crash before the
 	// zone record keeps the old generation and its mappings.
 	for _, r := range d.zoneIPURecs(z) {
-		if err := d.j.append(r.encode()); err != nil {
+		if err := d.jappend(r.encode()); err != nil {
 			return IOResult{}, err
 		}
 	}
 	if err := d.journalZone(z); err != nil {
 		return IOResult{}, err
 	}
-	if err := d.persistWP(z); err != nil {
+	if err := d.persistWP(z, z.wp); err != nil {
 		return IOResult{}, err
 	}
 	done := t0
@@ -100,7 +100,7 @@ func (d *Device) TLOpen(ctx context.Context, zoneIdx uint64, bitmap []byte, mode
 			return IOResult{}, err
 		}
 		done = max(done, t)
-		if err := d.persistWP(z); err != nil {
+		if err := d.persistWP(z, z.wp); err != nil {
 			return IOResult{}, err
 		}
 	} else if err := d.ppaPlug(z, t0); err != nil {
@@ -153,7 +153,7 @@ func (d *Device) tlWrite(z *zone, off uint64, data []byte, fl Flags, t0 time.Dur
 		}
 		plugDone = max(plugDone, t)
 	}
-	if err := d.persistWP(z); err != nil {
+	if err := d.persistWP(z, z.wp); err != nil {
 		return IOResult{}, err
 	}
 	if d.model != nil {
@@ -262,10 +262,11 @@ func (d *Device) plugChunk(z *zone, c uint64, offs []uint64, full bool, t0 time.
 		if l.kind == srcZero {
 			clear(buf)
 		} else if _, err := d.f.ReadAt(buf, l.off); err != nil {
+			err = d.readFail(z, err)
 			return 0, err
 		}
 		if _, err := d.f.WriteAt(buf, d.flashLoc(z, z.fbg, o).off); err != nil {
-			return 0, err
+			return 0, d.zoneFail(z, "plug", err)
 		}
 	}
 	d.st.nandProg.Add(1)
@@ -371,7 +372,7 @@ func (d *Device) tlFinalize(z *zone) error {
 	if err := d.journalZone(z); err != nil {
 		return err
 	}
-	if err := d.persistWP(z); err != nil {
+	if err := d.persistWP(z, z.wp); err != nil {
 		return err
 	}
 	return d.releaseFBG(z.fcg, orig, true)
