@@ -282,9 +282,12 @@ func sortedKeys[V any](m map[string]V) []string {
 	return k
 }
 
-// crashImage replays the unsynced changes of ino over its durable image,
-// each one applied, dropped, torn, zeroed or (beyond the durable size)
-// filled with garbage.
+// crashImage replays the unsynced changes of ino over its durable image.
+// Within the durable size (an overwrite of allocated blocks) each aligned
+// 512-byte sector of a write ends up old or new; beyond it (new blocks) a
+// write may also be lost with the file still extended (a zero-filled tail),
+// turn into zeros, or into stale garbage. Truncates and hole punches are
+// applied or not.
 func crashImage(ino *inode, rng *rand.Rand) contents {
 	img := ino.durable.clone()
 	base := img.size
@@ -299,37 +302,58 @@ func crashImage(ino *inode, rng *rand.Rand) contents {
 				img.zero(p.off, p.n)
 			}
 		case opWrite:
-			end := p.off + int64(len(p.data))
-			switch r := rng.IntN(100); {
-			case r < 45: // reached the disk
-				img.writeAt(p.data, p.off)
-			case r < 65: // lost; an extension may survive as zeros
-				if end > img.size && rng.IntN(2) == 0 {
-					img.truncate(end)
-				}
-			case r < 80: // torn: a prefix of sectors survives
-				k := int64(rng.IntN(len(p.data)/sectorSize+1)) * sectorSize
-				img.writeAt(p.data[:min(k, int64(len(p.data)))], p.off)
-				if end > img.size && rng.IntN(2) == 0 {
-					img.truncate(end)
-				}
-			case r < 95: // zeros where the data should be
-				if end > img.size {
-					img.truncate(end)
-				}
-				img.zero(p.off, int64(len(p.data)))
-			default: // stale garbage in blocks that were never durable
-				if p.off >= base {
-					g := make([]byte, len(p.data))
-					for i := range g {
-						g[i] = byte(rng.Uint32())
-					}
-					img.writeAt(g, p.off)
-				}
-			}
+			crashWrite(&img, p, base, rng)
 		}
 	}
 	return img
+}
+
+// crashWrite applies one unsynced write to img with a random fate.
+func crashWrite(img *contents, p pending, base int64, rng *rand.Rand) {
+	end := p.off + int64(len(p.data))
+	fate := rng.IntN(100)
+	if fate < 45 { // reached the disk
+		img.writeAt(p.data, p.off)
+		return
+	}
+	if fate < 60 && end <= base { // lost entirely
+		return
+	}
+	extend := rng.IntN(2) == 0 // a lost extension leaves a zero-filled tail
+	// sector by sector
+	for s := p.off - p.off%sectorSize; s < end; s += sectorSize {
+		lo, hi := max(s, p.off), min(s+sectorSize, end)
+		chunk := p.data[lo-p.off : hi-p.off]
+		if lo < base { // allocated before: old or new
+			if fate >= 60 && rng.IntN(2) == 0 {
+				img.writeAt(chunk, lo)
+			}
+			continue
+		}
+		switch {
+		case fate < 60: // lost; the extension may survive as zeros
+			if extend && hi > img.size {
+				img.truncate(hi)
+			}
+		case fate < 75: // torn
+			if rng.IntN(2) == 0 {
+				img.writeAt(chunk, lo)
+			} else if hi > img.size {
+				img.truncate(hi)
+			}
+		case fate < 95: // zeros
+			if hi > img.size {
+				img.truncate(hi)
+			}
+			img.zero(lo, hi-lo)
+		default: // stale garbage
+			g := make([]byte, len(chunk))
+			for i := range g {
+				g[i] = byte(rng.Uint32())
+			}
+			img.writeAt(g, lo)
+		}
+	}
 }
 
 func (f *memFile) check(write bool) error {

@@ -12,10 +12,12 @@
 //     entries at the last SyncDir of their directory. CrashClone returns the
 //     file system as a machine would find it after a power loss at that
 //     instant: every write, truncate or hole punch not yet synced is, with a
-//     seeded random choice, applied, dropped, torn (a random prefix of 512-byte
-//     sectors survives) or turned into zeros, and an extending write that is
-//     lost may leave the file longer with a zero-filled tail (what ext4/XFS can
-//     leave behind). Names created or renamed since the last SyncDir may
+//     seeded random choice, applied, dropped or torn. An overwrite of blocks
+//     that were already allocated ends up old or new per 512-byte sector (a
+//     file system never turns them into zeros); a write to new blocks (past
+//     the durable size) may also vanish with the file left longer and a
+//     zero-filled tail, become zeros, or become stale garbage (what ext4/XFS
+//     can leave behind). Names created or renamed since the last SyncDir may
 //     vanish or revert. The same seed and the same operation sequence give the
 //     same result.
 //   - WithErrors wraps any FS and fails operations chosen by an Injector

@@ -29,7 +29,8 @@ type zone struct {
 	gen        uint64
 	fbg        int // FBG index in the FCG, -1 when none (for a TL zone: the LogFBG)
 	slotSeq    uint64
-	pend       int64 // write-cache bytes of a partially filled chunk
+	jgen       uint64 // generation whose journal record is known durable
+	pend       int64  // write-cache bytes of a partially filled chunk
 	compacting bool
 	tl         *tlState
 	ipuPages   map[uint32]uint32 // offset -> IPU slot (page map)
@@ -341,6 +342,11 @@ func Open(path string, cfg flash.Config, clk clock.Clock, opts ...Option) (*Devi
 		if z.state.open() {
 			z.state = StateClosed
 		}
+		if z.tl != nil && z.state != StateOffline {
+			if err := d.tlRecover(z); err != nil {
+				return nil, err
+			}
+		}
 		if z.tl != nil && z.state == StateClosed {
 			if err := d.tlFinalize(z); err != nil {
 				return nil, err
@@ -356,6 +362,7 @@ func Open(path string, cfg flash.Config, clk clock.Clock, opts ...Option) (*Devi
 		if z.state.active() {
 			d.nActive++
 		}
+		z.jgen = z.gen // the journal is rewritten and synced below
 	}
 	if version < formatVersion {
 		if _, err := f.WriteAt(encodeHeader(cfg, uuid, knownFeatures), 0); err != nil {
@@ -462,6 +469,7 @@ func (d *Device) rewriteJournal() error {
 		_ = old.Close()
 	}
 	d.j.off, err = jf.Size()
+	d.j.base = d.j.off
 	return err
 }
 
@@ -483,10 +491,19 @@ func (d *Device) checkpoint() {
 	d.bg.Add(1)
 	go func() {
 		defer d.bg.Done()
-		defer d.j.ckptRunning.Store(false)
-		if err := d.runCheckpoint(); err != nil {
+		err := d.runCheckpoint()
+		d.j.ckptRunning.Store(false)
+		if err != nil {
 			d.st.checkpointFailures.Add(1)
 			d.log.Error("zns: journal checkpoint failed; the old journal stays in use", "device", d.path, "err", err)
+			return
+		}
+		// appends made while it ran may have filled the journal again
+		d.j.mu.Lock()
+		again := d.j.due()
+		d.j.mu.Unlock()
+		if again {
+			d.checkpoint()
 		}
 	}()
 }
@@ -496,7 +513,7 @@ func (d *Device) runCheckpoint() error {
 		z.mu.Lock()
 	}
 	d.j.mu.Lock()
-	run := !d.closed.Load() && d.j.off > d.j.limit
+	run := !d.closed.Load() && d.j.due()
 	snapOff, oldEpoch, oldSeq := d.j.off, d.j.epoch, d.j.seq
 	var recs [][]byte
 	if run {
@@ -556,7 +573,7 @@ func (d *Device) runCheckpoint() error {
 		return abort(err)
 	}
 	old := d.j.f
-	d.j.f, d.j.off, d.j.epoch, d.j.seq = f, size, epoch, seq
+	d.j.f, d.j.off, d.j.epoch, d.j.seq, d.j.base = f, size, epoch, seq, size
 	_ = old.Close()
 	if err := d.fs.SyncDir(filepath.Dir(d.j.path)); err != nil {
 		d.deviceFail("journal directory sync", err)

@@ -373,7 +373,19 @@ func (d *Device) writePhys(z *zone, fbg int, off uint64, data []byte) error {
 // persistWP writes write pointer wp to the zone's next A/B slot and, once
 // that succeeded, sets it in memory. On failure the zone goes read-only and
 // keeps its old write pointer. Caller holds z.mu.
+//
+// A slot of a new zone generation (after a reset, TL_open or TL finish) is
+// written only once the journal record of that generation is durable: the
+// slots would otherwise overwrite the last durable slot of the generation
+// the journal still describes, and a power loss would take the write
+// pointer back past flushed data.
 func (d *Device) persistWP(z *zone, wp uint64) error {
+	if z.jgen != z.gen {
+		if err := d.j.sync(); err != nil {
+			return d.deviceFail("fdatasync journal", err)
+		}
+		z.jgen = z.gen
+	}
 	seq := z.slotSeq + 1
 	b := encodeSlot(slot{gen: z.gen, wp: wp, seq: seq})
 	if _, err := d.f.WriteAt(b, d.lay.slotBase+int64(z.idx*2+seq%2)*slotSize); err != nil {

@@ -283,7 +283,8 @@ type journal struct {
 	off         int64
 	epoch       uint64
 	seq         uint64 // of the last record written
-	limit       int64  // checkpoint once the journal is larger
+	limit       int64  // checkpoint once the journal is larger (and twice base)
+	base        int64  // size right after the last rewrite
 	checkpoint  func() // starts a background checkpoint
 	ckptRunning atomic.Bool
 }
@@ -328,11 +329,14 @@ func (j *journal) append(payload []byte) error {
 	}
 	j.seq++
 	j.off += int64(len(fr))
-	if j.off > j.limit && j.checkpoint != nil {
+	if j.due() && j.checkpoint != nil {
 		j.checkpoint()
 	}
 	return nil
 }
+
+// due reports whether a checkpoint should run. Caller holds j.mu.
+func (j *journal) due() bool { return j.off > j.limit && j.off > 2*j.base }
 
 func (j *journal) sync() error {
 	j.mu.Lock()

@@ -349,6 +349,19 @@ func (d *Device) ppaPlug(z *zone, t time.Duration) error {
 	return nil
 }
 
+// tlRecover re-plugs, after a restart, every valid block below the
+// persisted write pointer of a TL zone: the slot may have reached the disk
+// while the plugged copies did not (they are not synced before it), and the
+// original FBG still holds them. Host-written (invalid) blocks are left
+// alone. Caller holds z.mu; Open only.
+func (d *Device) tlRecover(z *zone) error {
+	hw := z.wp
+	z.wp = 0 // locate now reads valid blocks from the original FBG (or IPU)
+	_, err := d.plugRange(z, 0, hw, d.now(), false, false)
+	z.wp = hw
+	return err
+}
+
 // tlFinalize ends threaded logging: every valid block not yet in the LogFBG
 // is plugged, the LogFBG becomes the zone's FBG and the original FBG is
 // erased. The write pointer moves past the last valid block; skipped invalid
@@ -363,6 +376,11 @@ func (d *Device) tlFinalize(z *zone) error {
 	}
 	if _, err := d.plugRange(z, z.wp, last, t, false, true); err != nil {
 		return err
+	}
+	// The plugged copies must be durable before the journal says the
+	// original FBG is gone.
+	if err := d.f.Datasync(); err != nil {
+		return d.deviceFail("fdatasync data file", err)
 	}
 	orig := z.tl.orig
 	z.tl = nil
