@@ -1,6 +1,7 @@
 package zns
 
 import (
+	"io"
 	"bytes"
 	"context"
 	"encoding/binary"
@@ -120,6 +121,11 @@ func getOptions(opts []Option) options {
 // Create makes a new device at path (data file path, journal path+".journal").
 // It fails if path exists.
 func Create(path string, cfg flash.Config, clk clock.Clock, opts ...Option) (*Device, error) {
+	d, err := create(path, cfg, clk, opts)
+	return d, typedOpenErr(path, "create", err)
+}
+
+func create(path string, cfg flash.Config, clk clock.Clock, opts []Option) (*Device, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
@@ -155,7 +161,7 @@ func Create(path string, cfg flash.Config, clk clock.Clock, opts ...Option) (*De
 	}
 	jf.Close()
 	f.Close()
-	return Open(path, cfg, clk, opts...)
+	return open(path, cfg, clk, opts)
 }
 
 // OpenOrCreate opens path if it exists, else creates it.
@@ -172,6 +178,11 @@ func OpenOrCreate(path string, cfg flash.Config, clk clock.Clock, opts ...Option
 // pointers, and rewrites a compacted journal. Zones that were open come back
 // closed. A version 1 device is upgraded to the current format.
 func Open(path string, cfg flash.Config, clk clock.Clock, opts ...Option) (*Device, error) {
+	d, err := open(path, cfg, clk, opts)
+	return d, typedOpenErr(path, "open", err)
+}
+
+func open(path string, cfg flash.Config, clk clock.Clock, opts []Option) (*Device, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
@@ -197,13 +208,18 @@ func Open(path string, cfg flash.Config, clk clock.Clock, opts ...Option) (*Devi
 	}()
 	hdr := make([]byte, headerSize)
 	if _, err := f.ReadAt(hdr, 0); err != nil {
+		if !errors.Is(err, io.EOF) {
+			return nil, err // an I/O error, not a short file
+		}
 		return nil, &zerr.CorruptError{Path: path, Reason: "cannot read header: " + err.Error()}
 	}
 	uuid, version, err := checkHeader(path, hdr, cfg)
 	if err != nil {
 		return nil, err
 	}
-	if sz, err := f.Size(); err != nil || sz < lay.size {
+	if sz, err := f.Size(); err != nil {
+		return nil, err
+	} else if sz < lay.size {
 		return nil, &zerr.CorruptError{Path: path, Reason: fmt.Sprintf("file is shorter than the geometry needs (%d bytes)", lay.size)}
 	}
 	jb, err := vfs.ReadFile(o.fs, path+".journal")
@@ -593,7 +609,7 @@ func (d *Device) Close() error {
 	e2 := d.j.sync()
 	e3 := d.f.Close()
 	e4 := d.j.f.Close()
-	return errors.Join(e1, e2, e3, e4)
+	return typedOpenErr(d.path, "close", errors.Join(e1, e2, e3, e4))
 }
 
 // abandon closes the file descriptors without syncing or waiting, like a
@@ -1073,6 +1089,10 @@ func (d *Device) mgmtLocked(z *zone, action Action) error {
 
 // resetLocked drops the zone's flash (lazily erased) and IPU blocks.
 func (d *Device) resetLocked(z *zone, to ZoneState) error {
+	// Journal first: a failed append leaves the zone (and its data) as it was.
+	if err := d.jappend(zoneRec{zone: z.idx, state: to, gen: z.gen + 1, fbg: -1, logFBG: -1}.encode()); err != nil {
+		return err
+	}
 	_ = d.setState(z, to)
 	oldFBG, oldOrig := z.fbg, z.origFBG()
 	z.fbg, z.tl, z.wp = -1, nil, 0
@@ -1082,9 +1102,6 @@ func (d *Device) resetLocked(z *zone, to ZoneState) error {
 	z.gen++
 	d.dropIPU(z)
 	d.releasePend(z)
-	if err := d.journalZone(z); err != nil {
-		return err
-	}
 	if err := d.releaseFBG(z.fcg, oldFBG, true); err != nil {
 		return err
 	}

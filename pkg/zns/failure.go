@@ -1,6 +1,7 @@
 package zns
 
 import (
+	"errors"
 	"fmt"
 
 	"github.com/zonefleet/zonefleet/pkg/zerr"
@@ -92,6 +93,20 @@ func (d *Device) jappend(payload []byte) error {
 		return d.deviceFail("journal append", err)
 	}
 	return nil
+}
+
+// typedOpenErr turns an untyped file error of Create or Open into an
+// IOError; typed errors pass through.
+func typedOpenErr(path, op string, err error) error {
+	if err == nil {
+		return nil
+	}
+	for _, s := range []error{zerr.ErrCorrupt, zerr.ErrNotFound, zerr.ErrAlreadyExists, zerr.ErrGeometryMismatch, zerr.ErrInvalidArgument, zerr.ErrClosed, zerr.ErrNoResources, zerr.ErrUnavailable} {
+		if errors.Is(err, s) {
+			return err
+		}
+	}
+	return &IOError{Path: path, Zone: -1, Op: op, Err: err}
 }
 
 // checkWritable refuses mutating calls on a closed or failed device.
