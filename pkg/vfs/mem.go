@@ -449,3 +449,24 @@ func (f *memFile) Close() error {
 	f.closed = true
 	return nil
 }
+
+// Clone returns the file system as a restarted process would find it after
+// a kill (the page cache survives): every write, synced or not, and every
+// directory entry. m is unchanged.
+func (m *MemFS) Clone() *MemFS {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	out := NewCrashableMem()
+	done := map[*inode]*inode{}
+	for n, ino := range m.names {
+		c, ok := done[ino]
+		if !ok {
+			img := ino.cur.clone()
+			c = &inode{cur: img, durable: img.clone()}
+			done[ino] = c
+		}
+		out.names[n] = c
+		out.durable[n] = c
+	}
+	return out
+}

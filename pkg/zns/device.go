@@ -42,6 +42,7 @@ type fcgAlloc struct {
 	mu     sync.Mutex
 	erases []uint64
 	used   []bool
+	clean  []bool // known to hold no data (punched and synced, or never written)
 }
 
 type stats struct {
@@ -98,8 +99,9 @@ func (d *Device) conf() flash.Config { return *d.live.Load() }
 type Option func(*options)
 
 type options struct {
-	fs  vfs.FS
-	log *slog.Logger
+	fs    vfs.FS
+	log   *slog.Logger
+	fresh bool // Create: every FBG is known to be empty
 }
 
 // WithFS runs the device on fs instead of the operating system's file
@@ -161,7 +163,7 @@ func create(path string, cfg flash.Config, clk clock.Clock, opts []Option) (*Dev
 	}
 	jf.Close()
 	f.Close()
-	return open(path, cfg, clk, opts)
+	return open(path, cfg, clk, append(opts, func(o *options) { o.fresh = true }))
 }
 
 // OpenOrCreate opens path if it exists, else creates it.
@@ -250,7 +252,10 @@ func open(path string, cfg flash.Config, clk clock.Clock, opts []Option) (*Devic
 	d.cbCount = make([]atomic.Uint32, g.Chips*cfg.BlocksPerChip*cfg.PagesPerBlock)
 	d.fcgs = make([]*fcgAlloc, g.NFCG)
 	for i := range d.fcgs {
-		d.fcgs[i] = &fcgAlloc{erases: make([]uint64, g.FBGsPerFCG), used: make([]bool, g.FBGsPerFCG)}
+		d.fcgs[i] = &fcgAlloc{erases: make([]uint64, g.FBGsPerFCG), used: make([]bool, g.FBGsPerFCG), clean: make([]bool, g.FBGsPerFCG)}
+		for b := range d.fcgs[i].clean {
+			d.fcgs[i].clean[b] = o.fresh // after a restart any free FBG may hold old data
+		}
 	}
 	d.zones = make([]*zone, g.Zones)
 	for i := range d.zones {
@@ -813,7 +818,36 @@ func (d *Device) allocFBG(fcg int) (int, error) {
 		return -1, &zerr.NoResourcesError{Resource: fmt.Sprintf("free flash block groups in chip group %d", fcg), Requested: 1}
 	}
 	a.used[best] = true
+	clean := a.clean[best]
+	a.mu.Unlock()
+	if !clean {
+		if err := d.scrubFBG(fcg, best); err != nil {
+			a.mu.Lock()
+			a.used[best] = false
+			return -1, err
+		}
+	}
+	a.mu.Lock()
+	a.clean[best] = false // about to be written
 	return best, nil
+}
+
+// scrubFBG punches the flash blocks of an FBG and syncs, so that no block
+// of a new zone can ever read data of the FBG's earlier life: after a power
+// loss the write pointer may be ahead of data that never reached the disk,
+// and those blocks must read as zeros, not as old (possibly well-formed)
+// blocks. One fdatasync per FBG allocation that may hold old data.
+func (d *Device) scrubFBG(fcg, b int) error {
+	for c := 0; c < d.g.DZone; c++ {
+		chip := fcg*d.g.DZone + c
+		if err := d.f.PunchHole(d.lay.off(chip, b, 0, 0), d.lay.blockBytes()); err != nil {
+			return d.deviceFail("punch flash block", err)
+		}
+	}
+	if err := d.f.Datasync(); err != nil {
+		return d.deviceFail("fdatasync data file", err)
+	}
+	return nil
 }
 
 // releaseFBG erases an FBG lazily: the host does not wait and the chips are
@@ -1089,6 +1123,12 @@ func (d *Device) mgmtLocked(z *zone, action Action) error {
 
 // resetLocked drops the zone's flash (lazily erased) and IPU blocks.
 func (d *Device) resetLocked(z *zone, to ZoneState) error {
+	// Every write acknowledged before the reset is made durable first: a
+	// power loss that keeps the reset then keeps the data the host moved
+	// out of the zone before resetting it (segment cleaning).
+	if err := d.f.Datasync(); err != nil {
+		return d.deviceFail("fdatasync data file", err)
+	}
 	// Journal first: a failed append leaves the zone (and its data) as it was.
 	if err := d.jappend(zoneRec{zone: z.idx, state: to, gen: z.gen + 1, fbg: -1, logFBG: -1}.encode()); err != nil {
 		return err
