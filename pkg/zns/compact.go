@@ -89,7 +89,7 @@ func (d *Device) ZoneCompaction(ctx context.Context, copies []Copy) (uint64, err
 					_ = d.releaseFBG(z.fcg, z.fbg, false)
 					z.fbg = -1
 				}
-				_ = d.journalZone(z)
+				_ = d.journalZone(z) // best effort: a failure made the device read-only
 			}
 			z.mu.Unlock()
 		}
@@ -193,22 +193,25 @@ func (d *Device) runCompaction(cs []Copy, t0 time.Duration, res *CompactionResul
 		pendChunk = -1
 		pendReady = t0
 	}
-	finishZone := func() {
+	finishZone := func() error {
 		flushProg()
 		if dz == nil {
-			return
+			return nil
 		}
 		dz.mu.Lock()
+		defer dz.mu.Unlock()
 		if dz.wp == d.g.ZoneCap {
 			_ = d.setState(dz, StateFull)
-			_ = d.journalZone(dz)
+			return d.journalZone(dz) // a failure made the device read-only
 		}
-		dz.mu.Unlock()
+		return nil
 	}
 	for _, c := range cs {
 		z := d.zones[c.Dst/d.g.ZoneSize]
 		if z != dz {
-			finishZone()
+			if err := finishZone(); err != nil {
+				return err
+			}
 			dz = z
 		}
 		for i := uint64(0); i < c.Count; {
@@ -291,8 +294,7 @@ func (d *Device) runCompaction(cs []Copy, t0 time.Duration, res *CompactionResul
 			i += k
 		}
 	}
-	finishZone()
-	return nil
+	return finishZone()
 }
 
 var _ = context.Background

@@ -325,7 +325,7 @@ func TestPowerLossDrive(t *testing.T) {
 		seeds = 10
 	}
 	if *longPowerLoss {
-		seeds, nOps, every = 1000, 150, 2
+		seeds, nOps, every = 300, 150, 2
 	}
 	base := uint64(os.Getpid())
 	list := make([]uint64, seeds)
