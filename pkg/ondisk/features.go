@@ -12,8 +12,10 @@
 // A header stores the three sets as little-endian uint64s (Encode/Decode);
 // Check compares the stored sets against what the running build knows and
 // returns a *FeatureError naming the unknown bits. FeatureError unwraps to a
-// *zerr.CorruptError (a version check failed), so it travels over gRPC as
-// CORRUPT through pkg/rpcerr without a table change. The package has no
+// *zerr.GeometryMismatchError (the image was made by a build with another
+// format than this one supports: a precondition, not corruption), so it
+// travels over gRPC as FAILED_PRECONDITION through pkg/rpcerr without a
+// table change, and callers that skip corrupt records do not skip it. The package has no
 // state and is safe for concurrent use.
 package ondisk
 
@@ -69,9 +71,11 @@ func (e *FeatureError) reason() string {
 
 func (e *FeatureError) Error() string { return e.Path + ": " + e.reason() }
 
-// Unwrap makes errors.As(err, **zerr.CorruptError) and errors.Is(err,
-// zerr.ErrCorrupt) hold.
-func (e *FeatureError) Unwrap() error { return &zerr.CorruptError{Path: e.Path, Reason: e.reason()} }
+// Unwrap makes errors.As(err, **zerr.GeometryMismatchError) and
+// errors.Is(err, zerr.ErrGeometryMismatch) hold.
+func (e *FeatureError) Unwrap() error {
+	return &zerr.GeometryMismatchError{Field: e.Path + " " + string(e.Class) + " features", Have: fmt.Sprintf("%#x (unknown bits)", e.Unknown), Want: "none unknown to this build"}
+}
 
 // Check compares the features of an image (have) with those this build
 // knows. Unknown compat bits are fine. Unknown incompat bits give a

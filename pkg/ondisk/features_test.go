@@ -35,9 +35,10 @@ func TestCheck(t *testing.T) {
 			require.ErrorAs(t, err, &fe)
 			require.Equal(t, tc.class, fe.Class)
 			require.NotZero(t, fe.Unknown)
-			require.ErrorIs(t, err, zerr.ErrCorrupt)
-			var ce *zerr.CorruptError
-			require.True(t, errors.As(err, &ce))
+			require.ErrorIs(t, err, zerr.ErrGeometryMismatch)
+			require.False(t, errors.Is(err, zerr.ErrCorrupt), "not corruption: callers skipping corrupt records must not skip it")
+			var ge *zerr.GeometryMismatchError
+			require.True(t, errors.As(err, &ge))
 			require.Contains(t, err.Error(), map[Class]string{ClassROCompat: "read-only", ClassIncompat: "refusing"}[tc.class])
 		})
 	}

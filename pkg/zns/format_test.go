@@ -130,7 +130,7 @@ func TestFeatureBits(t *testing.T) {
 			var fe *ondisk.FeatureError
 			require.ErrorAs(t, err, &fe)
 			require.Equal(t, tc.class, fe.Class)
-			require.ErrorIs(t, err, zerr.ErrCorrupt)
+			require.ErrorIs(t, err, zerr.ErrGeometryMismatch)
 			require.Contains(t, err.Error(), "newer build")
 			after, _ := os.ReadFile(p)
 			require.Equal(t, before, after, "a refused open changes nothing")
