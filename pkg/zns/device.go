@@ -42,7 +42,10 @@ type fcgAlloc struct {
 	mu     sync.Mutex
 	erases []uint64
 	used   []bool
-	clean  []bool // known to hold no data (punched and synced, or never written)
+	// cleanAt[b]: the FBG holds no old data once the data file's synced
+	// write count reaches this value (it was hole-punched before); dirtyFBG:
+	// it may hold old data and has not been punched.
+	cleanAt []uint64
 }
 
 type stats struct {
@@ -69,7 +72,7 @@ type Device struct {
 	model *flash.Model // nil with the off clock
 	fs    vfs.FS
 	log   *slog.Logger
-	f     vfs.File
+	f     *syncFile
 	j     *journal
 	uuid  [16]byte
 
@@ -239,7 +242,7 @@ func open(path string, cfg flash.Config, clk clock.Clock, opts []Option) (*Devic
 	if err != nil {
 		return nil, err
 	}
-	d := &Device{path: path, cfg: cfg, g: g, lay: lay, clk: clk, f: f, fs: o.fs, log: o.log, uuid: uuid, comps: map[uint64]*compaction{}}
+	d := &Device{path: path, cfg: cfg, g: g, lay: lay, clk: clk, f: newSyncFile(f), fs: o.fs, log: o.log, uuid: uuid, comps: map[uint64]*compaction{}}
 	if jc.dropped > 0 {
 		d.st.tailDropped.Add(1)
 		d.log.Warn("zns: journal tail dropped (torn, zeroed or garbage: writes after the last flush)",
@@ -252,9 +255,11 @@ func open(path string, cfg flash.Config, clk clock.Clock, opts []Option) (*Devic
 	d.cbCount = make([]atomic.Uint32, g.Chips*cfg.BlocksPerChip*cfg.PagesPerBlock)
 	d.fcgs = make([]*fcgAlloc, g.NFCG)
 	for i := range d.fcgs {
-		d.fcgs[i] = &fcgAlloc{erases: make([]uint64, g.FBGsPerFCG), used: make([]bool, g.FBGsPerFCG), clean: make([]bool, g.FBGsPerFCG)}
-		for b := range d.fcgs[i].clean {
-			d.fcgs[i].clean[b] = o.fresh // after a restart any free FBG may hold old data
+		d.fcgs[i] = &fcgAlloc{erases: make([]uint64, g.FBGsPerFCG), used: make([]bool, g.FBGsPerFCG), cleanAt: make([]uint64, g.FBGsPerFCG)}
+		for b := range d.fcgs[i].cleanAt {
+			if !o.fresh {
+				d.fcgs[i].cleanAt[b] = dirtyFBG // after a restart any free FBG may hold old data
+			}
 		}
 	}
 	d.zones = make([]*zone, g.Zones)
@@ -357,7 +362,7 @@ func open(path string, cfg flash.Config, clk clock.Clock, opts []Option) (*Devic
 	if err != nil {
 		return nil, err
 	}
-	d.j = &journal{path: path + ".journal", f: jf0, off: jc.end, epoch: jc.epoch, seq: jc.seq, limit: journalLimit}
+	d.j = &journal{path: path + ".journal", f: newSyncFile(jf0), off: jc.end, epoch: jc.epoch, seq: jc.seq, limit: journalLimit}
 	// Open zones come back closed (or empty); TL zones are finalized.
 	for _, z := range d.zones {
 		if z.state.open() {
@@ -485,7 +490,7 @@ func (d *Device) rewriteJournal() error {
 		return err
 	}
 	old := d.j.f
-	d.j.f, d.j.epoch, d.j.seq = jf, epoch, uint64(len(recs))
+	d.j.f, d.j.epoch, d.j.seq = newSyncFile(jf), epoch, uint64(len(recs))
 	if old != nil {
 		_ = old.Close()
 	}
@@ -594,7 +599,7 @@ func (d *Device) runCheckpoint() error {
 		return abort(err)
 	}
 	old := d.j.f
-	d.j.f, d.j.off, d.j.epoch, d.j.seq, d.j.base = f, size, epoch, seq, size
+	d.j.f, d.j.off, d.j.epoch, d.j.seq, d.j.base = newSyncFile(f), size, epoch, seq, size
 	_ = old.Close()
 	if err := d.fs.SyncDir(filepath.Dir(d.j.path)); err != nil {
 		d.deviceFail("journal directory sync", err)
@@ -818,31 +823,34 @@ func (d *Device) allocFBG(fcg int) (int, error) {
 		return -1, &zerr.NoResourcesError{Resource: fmt.Sprintf("free flash block groups in chip group %d", fcg), Requested: 1}
 	}
 	a.used[best] = true
-	clean := a.clean[best]
+	at := a.cleanAt[best]
+	a.cleanAt[best] = dirtyFBG // about to be written
 	a.mu.Unlock()
-	if !clean {
-		if err := d.scrubFBG(fcg, best); err != nil {
-			a.mu.Lock()
-			a.used[best] = false
-			return -1, err
-		}
-	}
+	err := d.scrubFBG(fcg, best, at)
 	a.mu.Lock()
-	a.clean[best] = false // about to be written
+	if err != nil {
+		a.used[best] = false
+		return -1, err
+	}
 	return best, nil
 }
 
-// scrubFBG punches the flash blocks of an FBG and syncs, so that no block
-// of a new zone can ever read data of the FBG's earlier life: after a power
+const dirtyFBG = ^uint64(0)
+
+// scrubFBG makes sure a newly allocated FBG holds no data of its earlier
+// life, durably, before any block of the new zone is written: after a power
 // loss the write pointer may be ahead of data that never reached the disk,
 // and those blocks must read as zeros, not as old (possibly well-formed)
-// blocks. One fdatasync per FBG allocation that may hold old data.
-func (d *Device) scrubFBG(fcg, b int) error {
-	for c := 0; c < d.g.DZone; c++ {
-		chip := fcg*d.g.DZone + c
-		if err := d.f.PunchHole(d.lay.off(chip, b, 0, 0), d.lay.blockBytes()); err != nil {
-			return d.deviceFail("punch flash block", err)
+// blocks. A released FBG is hole-punched at release; a sync since then
+// (any Flush) makes it clean for free, else one fdatasync here. An FBG of
+// unknown content (after a restart) is punched and synced here.
+func (d *Device) scrubFBG(fcg, b int, cleanAt uint64) error {
+	if cleanAt == dirtyFBG {
+		if err := d.punchFBG(fcg, b); err != nil {
+			return err
 		}
+	} else if d.f.synced.Load() >= cleanAt {
+		return nil
 	}
 	if err := d.f.Datasync(); err != nil {
 		return d.deviceFail("fdatasync data file", err)
@@ -850,26 +858,47 @@ func (d *Device) scrubFBG(fcg, b int) error {
 	return nil
 }
 
+func (d *Device) punchFBG(fcg, b int) error {
+	for c := 0; c < d.g.DZone; c++ {
+		chip := fcg*d.g.DZone + c
+		if err := d.f.PunchHole(d.lay.off(chip, b, 0, 0), d.lay.blockBytes()); err != nil {
+			return d.deviceFail("punch flash block", err)
+		}
+	}
+	return nil
+}
+
 // releaseFBG erases an FBG lazily: the host does not wait and the chips are
-// booked for the erase in the background. The file keeps the old bytes: the
-// device never lets a read reach a page not programmed since the FBG was
-// allocated (reads at or above the write pointer return zeros, and every gap
-// the device leaves below a write pointer is zero-filled by zeroRange).
+// booked for the erase in the background. The file's blocks are hole-punched
+// (no sync); see scrubFBG for when that becomes durable.
 func (d *Device) releaseFBG(fcg, b int, written bool) error {
 	if b < 0 {
 		return nil
 	}
 	a := d.fcgs[fcg]
+	// Erase: punch the FBG while it is still marked used (no other zone can
+	// take it meanwhile); it is clean once a later sync covers the punch.
+	at := dirtyFBG
+	var perr error
+	if written {
+		if perr = d.punchFBG(fcg, b); perr == nil {
+			at = d.f.wseq.Load()
+		}
+	}
 	a.mu.Lock()
 	a.used[b] = false
 	var e uint64
 	if written {
 		a.erases[b]++
 		e = a.erases[b]
+		a.cleanAt[b] = at
 	}
 	a.mu.Unlock()
 	if !written {
 		return nil
+	}
+	if perr != nil {
+		return perr
 	}
 	if err := d.jappend(fbgRec{uint32(fcg), uint32(b), e}.encode()); err != nil {
 		return err

@@ -3,7 +3,9 @@ package zns
 import (
 	"errors"
 	"fmt"
+	"sync/atomic"
 
+	"github.com/zonefleet/zonefleet/pkg/vfs"
 	"github.com/zonefleet/zonefleet/pkg/zerr"
 )
 
@@ -118,4 +120,49 @@ func (d *Device) checkWritable() error {
 		return &IOError{Path: d.path, Zone: -1, Op: "write", Err: fmt.Errorf("device is read-only after an earlier I/O error: %w", *p)}
 	}
 	return nil
+}
+
+// syncFile skips an fdatasync when no write, punch or truncate completed
+// since the last one did (Flush with nothing new, a reset right after a
+// Flush): a sync covers every operation that completed before it started.
+type syncFile struct {
+	vfs.File
+	wseq   atomic.Uint64 // completed modifications
+	synced atomic.Uint64 // wseq covered by the last completed sync
+}
+
+func newSyncFile(f vfs.File) *syncFile { return &syncFile{File: f} }
+
+func (f *syncFile) WriteAt(p []byte, off int64) (int, error) {
+	n, err := f.File.WriteAt(p, off)
+	f.wseq.Add(1)
+	return n, err
+}
+
+func (f *syncFile) PunchHole(off, n int64) error {
+	err := f.File.PunchHole(off, n)
+	f.wseq.Add(1)
+	return err
+}
+
+func (f *syncFile) Truncate(size int64) error {
+	err := f.File.Truncate(size)
+	f.wseq.Add(1)
+	return err
+}
+
+func (f *syncFile) Datasync() error {
+	w := f.wseq.Load()
+	if f.synced.Load() >= w {
+		return nil
+	}
+	if err := f.File.Datasync(); err != nil {
+		return err
+	}
+	for {
+		s := f.synced.Load()
+		if s >= w || f.synced.CompareAndSwap(s, w) {
+			return nil
+		}
+	}
 }
