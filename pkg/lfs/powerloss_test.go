@@ -378,7 +378,7 @@ func checkFSCrashPoint(t *testing.T, seed int64, cp fsCrashPoint) (full bool) {
 // crashable file system; power is lost at random file operations of the
 // drive (unsynced writes vanish, tear or turn to zeros).
 func TestPowerLossFS(t *testing.T) {
-	seeds, nOps, every := 12, 80, 4
+	seeds, nOps, every := 30, 80, 4
 	if testing.Short() {
 		seeds = 1
 	}
