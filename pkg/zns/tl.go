@@ -144,18 +144,21 @@ func (d *Device) tlWrite(z *zone, off uint64, data []byte, fl Flags, t0 time.Dur
 		d.dropIPUAt(z, o)
 	}
 	res := d.writeTiming(z, off, n, t0, fl.FUA, false)
+	oldWP := z.wp
 	z.wp = off + n
-	d.st.hostW.Add(n)
 	if z.tl.mode == LBAOrdered {
 		t, err := d.plugForward(z, t0)
 		if err != nil {
+			z.wp = oldWP
 			return IOResult{}, err
 		}
 		plugDone = max(plugDone, t)
 	}
 	if err := d.persistWP(z, z.wp); err != nil {
+		z.wp = oldWP // the zone is read-only now, at the old write pointer
 		return IOResult{}, err
 	}
+	d.st.hostW.Add(n)
 	if d.model != nil {
 		res.Completed = max(res.Completed, plugDone)
 	}
