@@ -40,6 +40,7 @@ type plModel struct {
 }
 
 type plExpect struct {
+	cur        map[uint64][]byte // acknowledged: what a process kill must keep
 	dur        map[uint64][]byte
 	unsure     map[uint64]bool
 	zoneUnsure map[uint64]bool
@@ -55,7 +56,7 @@ func cloneMap[K comparable, V any](m map[K]V) map[K]V {
 }
 
 func (m *plModel) expect() plExpect {
-	return plExpect{cloneMap(m.dur), cloneMap(m.unsure), cloneMap(m.zoneUnsure), cloneMap(m.maxWP)}
+	return plExpect{cloneMap(m.cur), cloneMap(m.dur), cloneMap(m.unsure), cloneMap(m.zoneUnsure), cloneMap(m.maxWP)}
 }
 
 func (m *plModel) ack(lba uint64, blk []byte) {
@@ -75,6 +76,7 @@ func (m *plModel) flushed() {
 // operation, and what the host may expect then.
 type crashPoint struct {
 	fs     *vfs.MemFS
+	kill   bool // a killed process (the page cache survives), not a power loss
 	exp    plExpect
 	opIdx  int
 	fileOp int
@@ -95,6 +97,9 @@ func runPowerLossWorkload(t *testing.T, seed uint64, nOps, every int) ([]crashPo
 		fileOps++
 		if crng.IntN(every) == 0 {
 			points = append(points, crashPoint{fs: mem.CrashClone(crng.Uint64()), exp: exp, opIdx: opIdx, fileOp: fileOps})
+		}
+		if crng.IntN(every*4) == 0 {
+			points = append(points, crashPoint{fs: mem.Clone(), kill: true, exp: exp, opIdx: opIdx, fileOp: fileOps})
 		}
 		return nil
 	})
@@ -148,9 +153,7 @@ func runPowerLossWorkload(t *testing.T, seed uint64, nOps, every int) ([]crashPo
 			data := blocks(zs+off, k)
 			// in flight: each block may end up old or new
 			for i := uint64(0); i < k; i++ {
-				if _, ok := m.dur[zs+off+i]; ok {
-					m.unsure[zs+off+i] = true
-				}
+				m.unsure[zs+off+i] = true
 			}
 			exp = m.expect()
 			if _, err = d.Write(bg, zs+off, data, Flags{Overwrite: true}); err == nil {
@@ -288,7 +291,12 @@ func checkCrashPoint(t *testing.T, seed uint64, cp crashPoint) {
 	defer d.Close()
 	rep := checkInvariants(t, d)
 	g := d.g
-	for lba, want := range cp.exp.dur {
+	want := cp.exp.dur
+	if cp.kill {
+		want = cp.exp.cur // a kill loses nothing acknowledged
+		where = "process kill: " + where
+	}
+	for lba, want := range want {
 		zi := lba / g.ZoneSize
 		if cp.exp.unsure[lba] || cp.exp.zoneUnsure[zi] {
 			continue
@@ -318,7 +326,9 @@ func checkCrashPoint(t *testing.T, seed uint64, cp crashPoint) {
 // TestPowerLossDrive: random commands (writes, appends, FUA, Flush, IPU,
 // resets, finish, close, zone_compaction, TL_open + sparse writes) on the
 // crashable file system, power lost at random file operations (unsynced
-// writes vanish, tear or turn to zeros), the drive reopened each time.
+// writes vanish, tear or turn to zeros), the drive reopened each time; at
+// some points a killed process instead (every acknowledged block must read
+// back).
 func TestPowerLossDrive(t *testing.T) {
 	seeds, nOps, every := 40, 70, 3
 	if testing.Short() {
