@@ -6,14 +6,25 @@ import (
 	"hash/crc32"
 	"math"
 
+	"github.com/zonefleet/zonefleet/pkg/ondisk"
 	"github.com/zonefleet/zonefleet/pkg/zerr"
 )
 
 // On-disk formats. Every structure is little endian and checksummed with
 // CRC32C. Decoders never panic: bad input gives a *zerr.CorruptError.
 
-// FormatVersion is written in the superblock; Mount refuses other versions.
-const FormatVersion = 1
+// FormatVersion is written in the superblock. Version 2 adds the feature
+// bit sets; Mount reads version 1 (no features) and upgrades it: the
+// decoded superblock says version 2, so the next superblock written (at the
+// next metadata zone switch) is version 2. Other versions are refused.
+const FormatVersion = 2
+
+// KnownFeatures are the superblock feature bits this build understands
+// (none yet). An unknown compat bit is ignored; an unknown ro_compat bit
+// refuses a writable mount (*ondisk.FeatureError, class ro_compat: the image
+// could only be mounted read-only); an unknown incompat bit refuses the
+// mount. Threaded logging or in-place update state will add bits here.
+var KnownFeatures = ondisk.Features{}
 
 const (
 	magicMeta   = 0x524d465a // "ZFMR" metadata record
@@ -220,10 +231,11 @@ type superblock struct {
 	ZoneBlocks  uint64
 	MaxZones    uint32
 	OPPercent   uint32
-	Logs        uint32 // number of active logs (6, or 2 when few zones may be open)
-	UserBlocks  uint64 // blocks users may fill (statfs total)
-	ReserveSegs uint32 // foreground GC keeps at least this many free segments
-	MaxNodes    uint64 // inodes + direct nodes the NAT may hold (a snapshot fits one metadata zone)
+	Logs        uint32          // number of active logs (6, or 2 when few zones may be open)
+	UserBlocks  uint64          // blocks users may fill (statfs total)
+	ReserveSegs uint32          // foreground GC keeps at least this many free segments
+	MaxNodes    uint64          // inodes + direct nodes the NAT may hold (a snapshot fits one metadata zone)
+	Features    ondisk.Features // version 2: compat / ro_compat / incompat bits
 }
 
 func (s superblock) encode() []byte {
@@ -238,6 +250,11 @@ func (s superblock) encode() []byte {
 	w.u64(s.UserBlocks)
 	w.u32(s.ReserveSegs)
 	w.u64(s.MaxNodes)
+	if s.Version >= 2 {
+		var f [ondisk.Size]byte
+		s.Features.Encode(f[:])
+		w.b = append(w.b, f[:]...)
+	}
 	return w.b
 }
 
@@ -254,12 +271,21 @@ func decodeSuperblock(p []byte) (superblock, error) {
 	s.UserBlocks = r.u64()
 	s.ReserveSegs = r.u32()
 	s.MaxNodes = r.u64()
+	if s.Version >= 2 {
+		if f := r.take(ondisk.Size); f != nil {
+			s.Features = ondisk.Decode(f)
+		}
+	}
 	if r.bad {
 		return s, corrupt("superblock", "truncated")
 	}
-	if s.Version != FormatVersion {
-		return s, corrupt("superblock", "format version %d, this build reads %d", s.Version, FormatVersion)
+	if s.Version != 1 && s.Version != FormatVersion {
+		return s, corrupt("superblock", "format version %d, this build reads 1..%d", s.Version, FormatVersion)
 	}
+	if _, err := ondisk.Check("superblock", s.Features, KnownFeatures); err != nil {
+		return s, err // mounts are writable: unknown ro_compat bits refuse too
+	}
+	s.Version = FormatVersion // upgrade: written back as version 2
 	if s.BlockSize < 512 || s.BlockSize > 1<<20 || s.ZoneBlocks == 0 || s.ZoneBlocks > 1<<32 || (s.Logs != 6 && s.Logs != 2) || s.OPPercent >= 100 {
 		return s, corrupt("superblock", "bad geometry (block %d, zone %d blocks, %d logs, op %d%%)", s.BlockSize, s.ZoneBlocks, s.Logs, s.OPPercent)
 	}

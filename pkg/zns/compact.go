@@ -24,7 +24,7 @@ type compaction struct {
 // Whole chunks whose source and destination are on the same chip are copied
 // by copyback (subject to the copyback threshold), the rest by read and program.
 func (d *Device) ZoneCompaction(ctx context.Context, copies []Copy) (uint64, error) {
-	if err := d.checkOpen(); err != nil {
+	if err := d.checkWritable(); err != nil {
 		return 0, err
 	}
 	if len(copies) == 0 {
@@ -89,7 +89,7 @@ func (d *Device) ZoneCompaction(ctx context.Context, copies []Copy) (uint64, err
 					_ = d.releaseFBG(z.fcg, z.fbg, false)
 					z.fbg = -1
 				}
-				_ = d.journalZone(z)
+				_ = d.journalZone(z) // best effort: a failure made the device read-only
 			}
 			z.mu.Unlock()
 		}
@@ -193,22 +193,25 @@ func (d *Device) runCompaction(cs []Copy, t0 time.Duration, res *CompactionResul
 		pendChunk = -1
 		pendReady = t0
 	}
-	finishZone := func() {
+	finishZone := func() error {
 		flushProg()
 		if dz == nil {
-			return
+			return nil
 		}
 		dz.mu.Lock()
+		defer dz.mu.Unlock()
 		if dz.wp == d.g.ZoneCap {
 			_ = d.setState(dz, StateFull)
-			_ = d.journalZone(dz)
+			return d.journalZone(dz) // a failure made the device read-only
 		}
-		dz.mu.Unlock()
+		return nil
 	}
 	for _, c := range cs {
 		z := d.zones[c.Dst/d.g.ZoneSize]
 		if z != dz {
-			finishZone()
+			if err := finishZone(); err != nil {
+				return err
+			}
 			dz = z
 		}
 		for i := uint64(0); i < c.Count; {
@@ -231,7 +234,9 @@ func (d *Device) runCompaction(cs []Copy, t0 time.Duration, res *CompactionResul
 			var rdDone time.Duration
 			var err error
 			if full {
-				_, err = d.f.ReadAt(buf, l0.off)
+				if _, err = d.f.ReadAt(buf, l0.off); err != nil {
+					err = d.readFail(sz, err)
+				}
 			} else {
 				rdDone, err = d.readZone(sz, soff, soff+k, buf, t0)
 			}
@@ -252,8 +257,7 @@ func (d *Device) runCompaction(cs []Copy, t0 time.Duration, res *CompactionResul
 			useCB := full && d.copybackAllowed(l0, dl)
 			err = d.writePhys(dz, dz.fbg, doff, buf)
 			if err == nil {
-				dz.wp = doff + k
-				err = d.persistWP(dz)
+				err = d.persistWP(dz, doff+k)
 			}
 			dz.mu.Unlock()
 			if err != nil {
@@ -290,8 +294,7 @@ func (d *Device) runCompaction(cs []Copy, t0 time.Duration, res *CompactionResul
 			i += k
 		}
 	}
-	finishZone()
-	return nil
+	return finishZone()
 }
 
 var _ = context.Background

@@ -1,19 +1,23 @@
 package zns
 
 import (
+	"bytes"
 	"context"
+	"encoding/binary"
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"io"
+	"log/slog"
 	"os"
+	"path/filepath"
 	"sync"
 	"sync/atomic"
 	"time"
 
-	"golang.org/x/sys/unix"
-
 	"github.com/zonefleet/zonefleet/pkg/clock"
 	"github.com/zonefleet/zonefleet/pkg/flash"
+	"github.com/zonefleet/zonefleet/pkg/vfs"
 	"github.com/zonefleet/zonefleet/pkg/zerr"
 )
 
@@ -26,7 +30,8 @@ type zone struct {
 	gen        uint64
 	fbg        int // FBG index in the FCG, -1 when none (for a TL zone: the LogFBG)
 	slotSeq    uint64
-	pend       int64 // write-cache bytes of a partially filled chunk
+	jgen       uint64 // generation whose journal record is known durable
+	pend       int64  // write-cache bytes of a partially filled chunk
 	compacting bool
 	tl         *tlState
 	ipuPages   map[uint32]uint32 // offset -> IPU slot (page map)
@@ -37,6 +42,10 @@ type fcgAlloc struct {
 	mu     sync.Mutex
 	erases []uint64
 	used   []bool
+	// cleanAt[b]: the FBG holds no old data once the data file's synced
+	// write count reaches this value (it was hole-punched before); dirtyFBG:
+	// it may hold old data and has not been punched.
+	cleanAt []uint64
 }
 
 type stats struct {
@@ -45,6 +54,10 @@ type stats struct {
 	plugDemand, plugBG               atomic.Uint64
 	erases                           atomic.Uint64
 	checkpoints                      atomic.Uint64
+	checkpointFailures               atomic.Uint64
+	ioErrors                         atomic.Uint64
+	zonesFailed                      atomic.Uint64
+	tailDropped                      atomic.Uint64
 }
 
 // Device is an emulated ZNS+ SSD backed by a file. All methods are safe for
@@ -57,7 +70,9 @@ type Device struct {
 	lay   layout
 	clk   clock.Clock
 	model *flash.Model // nil with the off clock
-	f     *os.File
+	fs    vfs.FS
+	log   *slog.Logger
+	f     *syncFile
 	j     *journal
 	uuid  [16]byte
 
@@ -78,19 +93,51 @@ type Device struct {
 	bg       sync.WaitGroup
 
 	closed atomic.Bool
+	failed atomic.Pointer[error] // set after an I/O error that leaves the device read-only
 }
 
 func (d *Device) conf() flash.Config { return *d.live.Load() }
 
+// Option configures Create and Open.
+type Option func(*options)
+
+type options struct {
+	fs    vfs.FS
+	log   *slog.Logger
+	fresh bool // Create: every FBG is known to be empty
+}
+
+// WithFS runs the device on fs instead of the operating system's file
+// system (tests: vfs.NewCrashableMem, vfs.WithErrors).
+func WithFS(fs vfs.FS) Option { return func(o *options) { o.fs = fs } }
+
+// WithLogger sets the logger for I/O errors and recovery notes
+// (slog.Default() otherwise).
+func WithLogger(l *slog.Logger) Option { return func(o *options) { o.log = l } }
+
+func getOptions(opts []Option) options {
+	o := options{fs: vfs.Default, log: slog.Default()}
+	for _, f := range opts {
+		f(&o)
+	}
+	return o
+}
+
 // Create makes a new device at path (data file path, journal path+".journal").
 // It fails if path exists.
-func Create(path string, cfg flash.Config, clk clock.Clock) (*Device, error) {
+func Create(path string, cfg flash.Config, clk clock.Clock, opts ...Option) (*Device, error) {
+	d, err := create(path, cfg, clk, opts)
+	return d, typedOpenErr(path, "create", err)
+}
+
+func create(path string, cfg flash.Config, clk clock.Clock, opts []Option) (*Device, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
+	o := getOptions(opts)
 	cfg = cfg.Resolved()
 	lay := newLayout(cfg)
-	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE|os.O_EXCL, 0o644)
+	f, err := o.fs.OpenFile(path, os.O_RDWR|os.O_CREATE|os.O_EXCL, 0o644)
 	if err != nil {
 		if errors.Is(err, os.ErrExist) {
 			return nil, &zerr.AlreadyExistsError{Kind: "device file", Name: path}
@@ -100,48 +147,58 @@ func Create(path string, cfg flash.Config, clk clock.Clock) (*Device, error) {
 	uuid := newUUID()
 	fail := func(err error) (*Device, error) {
 		f.Close()
-		os.Remove(path)
-		os.Remove(path + ".journal")
+		o.fs.Remove(path)
+		o.fs.Remove(path + ".journal")
 		return nil, err
 	}
 	if err := f.Truncate(lay.size); err != nil {
 		return fail(err)
 	}
-	if _, err := f.WriteAt(encodeHeader(cfg, uuid), 0); err != nil {
+	if _, err := f.WriteAt(encodeHeader(cfg, uuid, knownFeatures), 0); err != nil {
 		return fail(err)
 	}
 	if err := f.Sync(); err != nil {
 		return fail(err)
 	}
-	if err := writeJournalFile(path+".journal", uuid, nil); err != nil {
+	jf, err := writeJournalFile(o.fs, path+".journal", uuid, 1, nil)
+	if err != nil {
 		return fail(err)
 	}
+	jf.Close()
 	f.Close()
-	return Open(path, cfg, clk)
+	return open(path, cfg, clk, append(opts, func(o *options) { o.fresh = true }))
 }
 
 // OpenOrCreate opens path if it exists, else creates it.
-func OpenOrCreate(path string, cfg flash.Config, clk clock.Clock) (*Device, error) {
-	if _, err := os.Stat(path); err == nil {
-		return Open(path, cfg, clk)
+func OpenOrCreate(path string, cfg flash.Config, clk clock.Clock, opts ...Option) (*Device, error) {
+	if _, err := getOptions(opts).fs.Stat(path); err == nil {
+		return Open(path, cfg, clk, opts...)
 	}
-	return Create(path, cfg, clk)
+	return Create(path, cfg, clk, opts...)
 }
 
-// Open reopens a device: checks the header (foreign file or other geometry is
-// refused), replays the journal, verifies the write pointers, and rewrites a
-// compacted journal. Zones that were open come back closed.
-func Open(path string, cfg flash.Config, clk clock.Clock) (*Device, error) {
+// Open reopens a device: checks the header (foreign file, other geometry or
+// unknown ro_compat/incompat feature bits are refused), replays the journal
+// (its torn, zeroed or garbage tail is dropped), verifies the write
+// pointers, and rewrites a compacted journal. Zones that were open come back
+// closed. A version 1 device is upgraded to the current format.
+func Open(path string, cfg flash.Config, clk clock.Clock, opts ...Option) (*Device, error) {
+	d, err := open(path, cfg, clk, opts)
+	return d, typedOpenErr(path, "open", err)
+}
+
+func open(path string, cfg flash.Config, clk clock.Clock, opts []Option) (*Device, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
+	o := getOptions(opts)
 	if clk == nil {
 		clk = clock.Off()
 	}
 	cfg = cfg.Resolved()
 	lay := newLayout(cfg)
 	g := lay.g
-	f, err := os.OpenFile(path, os.O_RDWR, 0)
+	f, err := o.fs.OpenFile(path, os.O_RDWR, 0)
 	if err != nil {
 		if errors.Is(err, os.ErrNotExist) {
 			return nil, &zerr.NotFoundError{Kind: "device file", Name: path}
@@ -156,23 +213,41 @@ func Open(path string, cfg flash.Config, clk clock.Clock) (*Device, error) {
 	}()
 	hdr := make([]byte, headerSize)
 	if _, err := f.ReadAt(hdr, 0); err != nil {
+		if !errors.Is(err, io.EOF) {
+			return nil, err // an I/O error, not a short file
+		}
 		return nil, &zerr.CorruptError{Path: path, Reason: "cannot read header: " + err.Error()}
 	}
-	uuid, err := checkHeader(path, hdr, cfg)
+	uuid, version, err := checkHeader(path, hdr, cfg)
 	if err != nil {
 		return nil, err
 	}
-	if st, err := f.Stat(); err != nil || st.Size() < lay.size {
+	if sz, err := f.Size(); err != nil {
+		return nil, err
+	} else if sz < lay.size {
 		return nil, &zerr.CorruptError{Path: path, Reason: fmt.Sprintf("file is shorter than the geometry needs (%d bytes)", lay.size)}
 	}
-	recs, jend, err := readJournal(path+".journal", uuid)
+	jb, err := vfs.ReadFile(o.fs, path+".journal")
 	if err != nil {
 		if errors.Is(err, os.ErrNotExist) {
 			return nil, &zerr.CorruptError{Path: path + ".journal", Reason: "journal missing"}
 		}
 		return nil, err
 	}
-	d := &Device{path: path, cfg: cfg, g: g, lay: lay, clk: clk, f: f, uuid: uuid, comps: map[uint64]*compaction{}}
+	jc, err := parseJournal(path+".journal", jb, uuid)
+	if err != nil {
+		return nil, err
+	}
+	recs, err := decodeAll(path+".journal", jc)
+	if err != nil {
+		return nil, err
+	}
+	d := &Device{path: path, cfg: cfg, g: g, lay: lay, clk: clk, f: newSyncFile(f), fs: o.fs, log: o.log, uuid: uuid, comps: map[uint64]*compaction{}}
+	if jc.dropped > 0 {
+		d.st.tailDropped.Add(1)
+		d.log.Warn("zns: journal tail dropped (torn, zeroed or garbage: writes after the last flush)",
+			"device", path, "records", len(jc.recs), "dropped_bytes", jc.dropped)
+	}
 	d.live.Store(&cfg)
 	if clk.Kind() != clock.KindOff {
 		d.model = flash.NewModel(cfg)
@@ -180,7 +255,12 @@ func Open(path string, cfg flash.Config, clk clock.Clock) (*Device, error) {
 	d.cbCount = make([]atomic.Uint32, g.Chips*cfg.BlocksPerChip*cfg.PagesPerBlock)
 	d.fcgs = make([]*fcgAlloc, g.NFCG)
 	for i := range d.fcgs {
-		d.fcgs[i] = &fcgAlloc{erases: make([]uint64, g.FBGsPerFCG), used: make([]bool, g.FBGsPerFCG)}
+		d.fcgs[i] = &fcgAlloc{erases: make([]uint64, g.FBGsPerFCG), used: make([]bool, g.FBGsPerFCG), cleanAt: make([]uint64, g.FBGsPerFCG)}
+		for b := range d.fcgs[i].cleanAt {
+			if !o.fresh {
+				d.fcgs[i].cleanAt[b] = dirtyFBG // after a restart any free FBG may hold old data
+			}
+		}
 	}
 	d.zones = make([]*zone, g.Zones)
 	for i := range d.zones {
@@ -256,9 +336,14 @@ func Open(path string, cfg flash.Config, clk clock.Clock) (*Device, error) {
 			}
 			if best.wp > z.wp {
 				if z.state == StateEmpty || z.state == StateOffline || z.fbg < 0 {
-					return nil, &zerr.CorruptError{Path: path, Reason: fmt.Sprintf("zone %d: write pointer %d but zone is %s without flash", z.idx, best.wp, z.state)}
+					// The journal record that opened the zone was not flushed
+					// (a power loss), so neither was the data: not acknowledged
+					// as durable, dropped.
+					d.log.Warn("zns: write pointer slot ahead of an unflushed zone open, ignored",
+						"device", path, "zone", z.idx, "slot_wp", best.wp, "state", z.state.String())
+				} else {
+					z.wp = best.wp
 				}
-				z.wp = best.wp
 			}
 		}
 		if z.state == StateEmpty && z.wp != 0 {
@@ -271,15 +356,22 @@ func Open(path string, cfg flash.Config, clk clock.Clock) (*Device, error) {
 	for _, r := range ipus {
 		d.replayIPU(r)
 	}
-	jf0, err := os.OpenFile(path+".journal", os.O_RDWR, 0)
+	// Records written while finishing the open (TL finalization) go to the
+	// old journal after its last valid record; the rewrite below replaces it.
+	jf0, err := o.fs.OpenFile(path+".journal", os.O_RDWR, 0)
 	if err != nil {
 		return nil, err
 	}
-	d.j = &journal{path: path + ".journal", f: jf0, off: jend, limit: journalLimit}
+	d.j = &journal{path: path + ".journal", f: newSyncFile(jf0), off: jc.end, epoch: jc.epoch, seq: jc.seq, limit: journalLimit}
 	// Open zones come back closed (or empty); TL zones are finalized.
 	for _, z := range d.zones {
 		if z.state.open() {
 			z.state = StateClosed
+		}
+		if z.tl != nil && z.state != StateOffline {
+			if err := d.tlRecover(z); err != nil {
+				return nil, err
+			}
 		}
 		if z.tl != nil && z.state == StateClosed {
 			if err := d.tlFinalize(z); err != nil {
@@ -296,9 +388,22 @@ func Open(path string, cfg flash.Config, clk clock.Clock) (*Device, error) {
 		if z.state.active() {
 			d.nActive++
 		}
+		z.jgen = z.gen // the journal is rewritten and synced below
+	}
+	if version < formatVersion {
+		if _, err := f.WriteAt(encodeHeader(cfg, uuid, knownFeatures), 0); err != nil {
+			return nil, err
+		}
+		if err := f.Sync(); err != nil {
+			return nil, err
+		}
+		d.log.Info("zns: device upgraded", "device", path, "from_version", version, "to_version", formatVersion)
 	}
 	// Compacted journal.
 	if err := d.rewriteJournal(); err != nil {
+		if d.j.f != nil {
+			d.j.f.Close()
+		}
 		return nil, err
 	}
 	d.j.checkpoint = d.checkpoint
@@ -330,57 +435,178 @@ func (d *Device) snapshot() [][]byte {
 	return out
 }
 
-// rewriteJournal atomically replaces the journal with a snapshot and reopens
-// it for appending. The caller excludes every journal writer.
+// writeJournalFile writes a fresh journal holding recs to path+".tmp",
+// fdatasyncs it and returns it open (not yet renamed).
+func writeJournalTmp(fs vfs.FS, path string, uuid [16]byte, epoch uint64, recs [][]byte) (vfs.File, int64, error) {
+	f, err := fs.OpenFile(path+".tmp", os.O_CREATE|os.O_TRUNC|os.O_RDWR, 0o644)
+	if err != nil {
+		return nil, 0, err
+	}
+	var buf bytes.Buffer
+	buf.Write(journalHeader(uuid, epoch))
+	for i, r := range recs {
+		buf.Write(frame(epoch, uint64(i+1), r))
+	}
+	if _, err := f.WriteAt(buf.Bytes(), 0); err != nil {
+		f.Close()
+		return nil, 0, err
+	}
+	if err := f.Datasync(); err != nil {
+		f.Close()
+		return nil, 0, err
+	}
+	return f, int64(buf.Len()), nil
+}
+
+// installJournal renames path+".tmp" over path and syncs the directory.
+func installJournal(fs vfs.FS, path string) error {
+	if err := fs.Rename(path+".tmp", path); err != nil {
+		return err
+	}
+	return fs.SyncDir(filepath.Dir(path))
+}
+
+// writeJournalFile atomically replaces path with a journal holding recs and
+// returns it open for appending.
+func writeJournalFile(fs vfs.FS, path string, uuid [16]byte, epoch uint64, recs [][]byte) (vfs.File, error) {
+	f, _, err := writeJournalTmp(fs, path, uuid, epoch, recs)
+	if err != nil {
+		return nil, err
+	}
+	if err := installJournal(fs, path); err != nil {
+		f.Close()
+		return nil, err
+	}
+	return f, nil
+}
+
+// rewriteJournal atomically replaces the journal with a snapshot (the next
+// epoch) and reopens it for appending. Open only: no journal writer runs.
 func (d *Device) rewriteJournal() error {
-	if err := writeJournalFile(d.j.path, d.uuid, d.snapshot()); err != nil {
-		return err
-	}
-	jf, err := os.OpenFile(d.j.path, os.O_RDWR, 0)
+	recs := d.snapshot()
+	epoch := d.j.epoch + 1
+	jf, err := writeJournalFile(d.fs, d.j.path, d.uuid, epoch, recs)
 	if err != nil {
-		return err
-	}
-	st, err := jf.Stat()
-	if err != nil {
-		jf.Close()
 		return err
 	}
 	old := d.j.f
-	d.j.f, d.j.off = jf, st.Size()
+	d.j.f, d.j.epoch, d.j.seq = newSyncFile(jf), epoch, uint64(len(recs))
 	if old != nil {
 		_ = old.Close()
 	}
-	return nil
+	d.j.off, err = jf.Size()
+	d.j.base = d.j.off
+	return err
 }
 
 // checkpoint compacts the journal in the background once it outgrows its
-// limit: with every zone locked (in index order) no record can be appended.
+// limit. The snapshot is taken with every zone locked (in index order, so no
+// record can be appended meanwhile) and the journal offset noted; the locks
+// are then dropped and the new file is written and fdatasynced while writers
+// go on appending to the old journal. Only the final step holds the journal
+// lock: the records appended since the snapshot are copied over, the file is
+// synced, renamed over the journal and the directory synced. Any failure
+// before the rename leaves the old journal in use (logged, counted in
+// checkpointFailures, not in checkpoints); a failure after it (directory
+// sync) fails the device read-only, since the rename may not survive a power
+// loss.
 func (d *Device) checkpoint() {
-	if d.closed.Load() || !d.j.ckptRunning.CompareAndSwap(false, true) {
+	if d.closed.Load() || d.failed.Load() != nil || !d.j.ckptRunning.CompareAndSwap(false, true) {
 		return
 	}
 	d.bg.Add(1)
 	go func() {
 		defer d.bg.Done()
-		defer d.j.ckptRunning.Store(false)
-		for _, z := range d.zones {
-			z.mu.Lock()
-		}
-		defer func() {
-			for _, z := range d.zones {
-				z.mu.Unlock()
-			}
-		}()
-		if d.closed.Load() {
+		err := d.runCheckpoint()
+		d.j.ckptRunning.Store(false)
+		if err != nil {
+			d.st.checkpointFailures.Add(1)
+			d.log.Error("zns: journal checkpoint failed; the old journal stays in use", "device", d.path, "err", err)
 			return
 		}
+		// appends made while it ran may have filled the journal again
 		d.j.mu.Lock()
-		defer d.j.mu.Unlock()
-		if d.j.off > d.j.limit {
-			_ = d.rewriteJournal() // on failure the old journal stays valid
-			d.st.checkpoints.Add(1)
+		again := d.j.due()
+		d.j.mu.Unlock()
+		if again {
+			d.checkpoint()
 		}
 	}()
+}
+
+func (d *Device) runCheckpoint() error {
+	for _, z := range d.zones {
+		z.mu.Lock()
+	}
+	d.j.mu.Lock()
+	run := !d.closed.Load() && d.j.due()
+	snapOff, oldEpoch, oldSeq := d.j.off, d.j.epoch, d.j.seq
+	var recs [][]byte
+	if run {
+		recs = d.snapshot()
+	}
+	d.j.mu.Unlock()
+	for _, z := range d.zones {
+		z.mu.Unlock()
+	}
+	if !run {
+		return nil
+	}
+	epoch := oldEpoch + 1
+	f, size, err := writeJournalTmp(d.fs, d.j.path, d.uuid, epoch, recs)
+	if err != nil {
+		d.fs.Remove(d.j.path + ".tmp")
+		return err
+	}
+	abort := func(err error) error {
+		f.Close()
+		d.fs.Remove(d.j.path + ".tmp")
+		return err
+	}
+	d.j.mu.Lock()
+	defer d.j.mu.Unlock()
+	if d.closed.Load() {
+		return abort(nil)
+	}
+	// Records appended since the snapshot, renumbered into the new epoch.
+	seq := uint64(len(recs))
+	if n := d.j.off - snapOff; n > 0 {
+		tail := make([]byte, n)
+		if _, err := d.j.f.ReadAt(tail, snapOff); err != nil {
+			return abort(err)
+		}
+		var buf bytes.Buffer
+		want := oldSeq
+		for p := 0; p < len(tail); {
+			l := int(binary.LittleEndian.Uint32(tail[p:]))
+			want++
+			if p+frameHdr+l > len(tail) || binary.LittleEndian.Uint64(tail[p+4:]) != want {
+				return abort(fmt.Errorf("journal tail since the snapshot does not parse at %d", snapOff+int64(p)))
+			}
+			seq++
+			buf.Write(frame(epoch, seq, tail[p+frameHdr:p+frameHdr+l]))
+			p += frameHdr + l
+		}
+		if _, err := f.WriteAt(buf.Bytes(), size); err != nil {
+			return abort(err)
+		}
+		size += int64(buf.Len())
+		if err := f.Datasync(); err != nil {
+			return abort(err)
+		}
+	}
+	if err := d.fs.Rename(d.j.path+".tmp", d.j.path); err != nil {
+		return abort(err)
+	}
+	old := d.j.f
+	d.j.f, d.j.off, d.j.epoch, d.j.seq, d.j.base = newSyncFile(f), size, epoch, seq, size
+	_ = old.Close()
+	if err := d.fs.SyncDir(filepath.Dir(d.j.path)); err != nil {
+		d.deviceFail("journal directory sync", err)
+		return err
+	}
+	d.st.checkpoints.Add(1)
+	return nil
 }
 
 // Close stops the device: waits for compactions, syncs and closes the files.
@@ -389,11 +615,11 @@ func (d *Device) Close() error {
 		return &zerr.ClosedError{What: "device " + d.path}
 	}
 	d.bg.Wait()
-	e1 := unix.Fdatasync(int(d.f.Fd()))
+	e1 := d.f.Datasync()
 	e2 := d.j.sync()
 	e3 := d.f.Close()
 	e4 := d.j.f.Close()
-	return errors.Join(e1, e2, e3, e4)
+	return typedOpenErr(d.path, "close", errors.Join(e1, e2, e3, e4))
 }
 
 // abandon closes the file descriptors without syncing or waiting, like a
@@ -580,7 +806,7 @@ func (d *Device) zoneRecord(z *zone) zoneRec {
 	return r
 }
 
-func (d *Device) journalZone(z *zone) error { return d.j.append(d.zoneRecord(z).encode()) }
+func (d *Device) journalZone(z *zone) error { return d.jappend(d.zoneRecord(z).encode()) }
 
 // allocFBG takes the least-erased free FBG of an FCG (wear levelling).
 func (d *Device) allocFBG(fcg int) (int, error) {
@@ -597,31 +823,84 @@ func (d *Device) allocFBG(fcg int) (int, error) {
 		return -1, &zerr.NoResourcesError{Resource: fmt.Sprintf("free flash block groups in chip group %d", fcg), Requested: 1}
 	}
 	a.used[best] = true
+	at := a.cleanAt[best]
+	a.cleanAt[best] = dirtyFBG // about to be written
+	a.mu.Unlock()
+	err := d.scrubFBG(fcg, best, at)
+	a.mu.Lock()
+	if err != nil {
+		a.used[best] = false
+		return -1, err
+	}
 	return best, nil
 }
 
+const dirtyFBG = ^uint64(0)
+
+// scrubFBG makes sure a newly allocated FBG holds no data of its earlier
+// life, durably, before any block of the new zone is written: after a power
+// loss the write pointer may be ahead of data that never reached the disk,
+// and those blocks must read as zeros, not as old (possibly well-formed)
+// blocks. A released FBG is hole-punched at release; a sync since then
+// (any Flush) makes it clean for free, else one fdatasync here. An FBG of
+// unknown content (after a restart) is punched and synced here.
+func (d *Device) scrubFBG(fcg, b int, cleanAt uint64) error {
+	if cleanAt == dirtyFBG {
+		if err := d.punchFBG(fcg, b); err != nil {
+			return err
+		}
+	} else if d.f.synced.Load() >= cleanAt {
+		return nil
+	}
+	if err := d.f.Datasync(); err != nil {
+		return d.deviceFail("fdatasync data file", err)
+	}
+	return nil
+}
+
+func (d *Device) punchFBG(fcg, b int) error {
+	for c := 0; c < d.g.DZone; c++ {
+		chip := fcg*d.g.DZone + c
+		if err := d.f.PunchHole(d.lay.off(chip, b, 0, 0), d.lay.blockBytes()); err != nil {
+			return d.deviceFail("punch flash block", err)
+		}
+	}
+	return nil
+}
+
 // releaseFBG erases an FBG lazily: the host does not wait and the chips are
-// booked for the erase in the background. The file keeps the old bytes: the
-// device never lets a read reach a page not programmed since the FBG was
-// allocated (reads at or above the write pointer return zeros, and every gap
-// the device leaves below a write pointer is zero-filled by zeroRange).
+// booked for the erase in the background. The file's blocks are hole-punched
+// (no sync); see scrubFBG for when that becomes durable.
 func (d *Device) releaseFBG(fcg, b int, written bool) error {
 	if b < 0 {
 		return nil
 	}
 	a := d.fcgs[fcg]
+	// Erase: punch the FBG while it is still marked used (no other zone can
+	// take it meanwhile); it is clean once a later sync covers the punch.
+	at := dirtyFBG
+	var perr error
+	if written {
+		if perr = d.punchFBG(fcg, b); perr == nil {
+			at = d.f.wseq.Load()
+		}
+	}
 	a.mu.Lock()
 	a.used[b] = false
 	var e uint64
 	if written {
 		a.erases[b]++
 		e = a.erases[b]
+		a.cleanAt[b] = at
 	}
 	a.mu.Unlock()
 	if !written {
 		return nil
 	}
-	if err := d.j.append(fbgRec{uint32(fcg), uint32(b), e}.encode()); err != nil {
+	if perr != nil {
+		return perr
+	}
+	if err := d.jappend(fbgRec{uint32(fcg), uint32(b), e}.encode()); err != nil {
 		return err
 	}
 	now := d.now()
@@ -648,14 +927,14 @@ func (d *Device) zeroRange(z *zone, fbg int, a, b uint64) error {
 	zero := make([]byte, d.g.BlockSize)
 	for a < b && a%cb != 0 {
 		if _, err := d.f.WriteAt(zero, d.flashLoc(z, fbg, a).off); err != nil {
-			return err
+			return d.zoneFail(z, "zero-fill", err)
 		}
 		a++
 	}
 	for b > a && b%cb != 0 {
 		b--
 		if _, err := d.f.WriteAt(zero, d.flashLoc(z, fbg, b).off); err != nil {
-			return err
+			return d.zoneFail(z, "zero-fill", err)
 		}
 	}
 	if a >= b {
@@ -671,8 +950,8 @@ func (d *Device) zeroRange(z *zone, fbg int, a, b uint64) error {
 		last := jb - 1 - (jb-1+D-ch)%D
 		l := d.g.Locate(z.fcg, first*cb)
 		pages := int64(last/D-first/D) + 1
-		if err := punch(d.f, d.lay.off(l.Chip, fbg, l.Page, 0), pages*int64(d.g.PageSize)); err != nil {
-			return err
+		if err := d.f.PunchHole(d.lay.off(l.Chip, fbg, l.Page, 0), pages*int64(d.g.PageSize)); err != nil {
+			return d.zoneFail(z, "punch", err)
 		}
 	}
 	return nil
@@ -733,7 +1012,7 @@ func (d *Device) undoState(from, to ZoneState) {
 // ZoneMgmt applies a zone management action to one zone, or with selectAll
 // to every zone in a state the action applies to (zone is then ignored).
 func (d *Device) ZoneMgmt(ctx context.Context, zoneIdx uint64, action Action, selectAll bool) (IOResult, error) {
-	if err := d.checkOpen(); err != nil {
+	if err := d.checkWritable(); err != nil {
 		return IOResult{}, err
 	}
 	if action > ActionReadOnly {
@@ -873,6 +1152,16 @@ func (d *Device) mgmtLocked(z *zone, action Action) error {
 
 // resetLocked drops the zone's flash (lazily erased) and IPU blocks.
 func (d *Device) resetLocked(z *zone, to ZoneState) error {
+	// Every write acknowledged before the reset is made durable first: a
+	// power loss that keeps the reset then keeps the data the host moved
+	// out of the zone before resetting it (segment cleaning).
+	if err := d.f.Datasync(); err != nil {
+		return d.deviceFail("fdatasync data file", err)
+	}
+	// Journal first: a failed append leaves the zone (and its data) as it was.
+	if err := d.jappend(zoneRec{zone: z.idx, state: to, gen: z.gen + 1, fbg: -1, logFBG: -1}.encode()); err != nil {
+		return err
+	}
 	_ = d.setState(z, to)
 	oldFBG, oldOrig := z.fbg, z.origFBG()
 	z.fbg, z.tl, z.wp = -1, nil, 0
@@ -882,9 +1171,6 @@ func (d *Device) resetLocked(z *zone, to ZoneState) error {
 	z.gen++
 	d.dropIPU(z)
 	d.releasePend(z)
-	if err := d.journalZone(z); err != nil {
-		return err
-	}
 	if err := d.releaseFBG(z.fcg, oldFBG, true); err != nil {
 		return err
 	}
@@ -906,8 +1192,10 @@ func (d *Device) Log() Log {
 		NANDPagesProgrammed: d.st.nandProg.Load(), NANDPagesRead: d.st.nandRead.Load(),
 		CopybackChunks: d.st.cbChunks.Load(), ReadProgramBlocks: d.st.rpBlocks.Load(),
 		PluggedOnDemand: d.st.plugDemand.Load(), PluggedBackground: d.st.plugBG.Load(), Erases: d.st.erases.Load(),
-		JournalCheckpoints: d.st.checkpoints.Load(),
-		CacheCapacity:      c.WriteCacheBytes, ZonesPerState: map[string]int{}, IPUBudget: uint64(c.IPUBudgetBlocks)}
+		JournalCheckpoints: d.st.checkpoints.Load(), JournalCheckpointFailures: d.st.checkpointFailures.Load(),
+		JournalTailsDropped: d.st.tailDropped.Load(), IOErrors: d.st.ioErrors.Load(), ZonesFailed: d.st.zonesFailed.Load(),
+		ReadOnly:      d.failed.Load() != nil,
+		CacheCapacity: c.WriteCacheBytes, ZonesPerState: map[string]int{}, IPUBudget: uint64(c.IPUBudgetBlocks)}
 	if l.HostBlocksWritten > 0 {
 		l.WAF = float64(l.NANDPagesProgrammed*uint64(d.g.ChunkBlocks)) / float64(l.HostBlocksWritten)
 	}

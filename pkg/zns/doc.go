@@ -76,21 +76,54 @@
 //
 // # Persistence
 //
-// path holds a 4 KiB header (magic, format version, device UUID, geometry,
-// CRC32C), a write-pointer table (two CRC32C slots per zone, written after the
-// data of every write: the acknowledgement point), the IPU region and the
-// flash blocks at fixed offsets (sparse; an erase does not touch the file: no
-// read can reach a page not programmed since its FBG was allocated, and the
-// gaps the device leaves below a write pointer are zero-filled or punched).
-// path.journal holds CRC32C-framed, versioned records of zone state changes,
-// FBG erase counts and IPU mappings. Open checks the header (a foreign file or
+// The store reaches its files only through a vfs.FS (WithFS; the operating
+// system by default, vfs.NewCrashableMem and vfs.WithErrors in tests). path
+// holds a 4 KiB header (magic, format version, device UUID, geometry,
+// compat/ro_compat/incompat feature bits, CRC32C), a write-pointer table (two
+// CRC32C slots per zone, written after the data of every write: the
+// acknowledgement point; the in-memory write pointer moves only once its
+// slot is written), the IPU region and the flash blocks at fixed offsets
+// (sparse; an FBG that may hold data of an earlier life is hole-punched and
+// synced when it is allocated, so a block below a write pointer never reads
+// as another zone's old data, even after a power loss). path.journal holds
+// records of zone state changes, FBG erase counts and IPU mappings in frames
+// carrying a length, a sequence number and a CRC32C over the journal's epoch,
+// the sequence number and the payload; its header has the format version,
+// UUID, feature bits and epoch. Open checks the header (a foreign file or
 // bad checksum is a zerr.CorruptError, other geometry a
-// zerr.GeometryMismatchError), replays the journal (a torn trailing record is
-// dropped; a bad record followed by more is corruption), verifies the write
-// pointers against the journal (generation, capacity, state), closes zones
-// that were open, and rewrites a compacted journal. Acknowledged writes survive
-// a killed process; Flush and FUA fdatasync both files against machine crashes.
-// Copyback chain counts and PPA-plugged-ahead chunks are not persisted.
+// zerr.GeometryMismatchError, unknown incompat or ro_compat feature bits an
+// ondisk.FeatureError; unknown compat bits are ignored), replays the journal
+// up to its first short, mis-sequenced or mis-checksummed frame (a torn,
+// zero-filled or garbage tail is the end of the log, logged and counted in
+// Log.JournalTailsDropped; a frame that checks but does not decode is
+// corruption), verifies the write pointers against the journal (generation,
+// capacity, state; a slot ahead of an open record that never reached the
+// disk is ignored), re-plugs the valid blocks of TL zones, closes zones that
+// were open, and rewrites a compacted journal (a new epoch). Version 1
+// devices (no feature bits, unsequenced frames) are read and upgraded.
+//
+// Durability: an acknowledged write is in the page cache (it survives a
+// killed process). Flush, and Write/Append with FUA, fdatasync the data file
+// then the journal: everything acknowledged before survives a power loss.
+// Without them a power loss may keep any subset of the unflushed writes; the
+// device still opens, with write pointers no further than data of the
+// current zone generation. Some commands sync on their own: the first write
+// of a new zone generation (after a reset, TL_open or TL finish) waits for
+// the journal record of the generation, a reset first syncs the data file,
+// TL finish syncs the plugged copies before dropping the original FBG.
+// Journal checkpoints snapshot the state with every zone locked (memory
+// only), write and sync the new file with no lock held, then, under the
+// journal lock, copy the records appended meanwhile, rename and sync the
+// directory. Copyback chain counts and PPA-plugged-ahead chunks are not
+// persisted.
+//
+// Failures: see IOError. A failed write of a zone's data, slot or IPU block
+// makes that zone read-only at its old write pointer; a failed journal
+// append, fsync or journal directory sync makes the device read-only; a
+// failed read changes nothing. The caller gets an *IOError (errors.As finds
+// a *zerr.UnavailableError), Log counts io_errors, zones_failed,
+// journal_checkpoint_failures and read_only, and one slog error line is
+// written.
 //
 // # Knobs
 //

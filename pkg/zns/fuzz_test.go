@@ -127,8 +127,8 @@ func FuzzCommands(f *testing.F) {
 // opens or fails with a typed error.
 func FuzzOpenJournal(f *testing.F) {
 	f.Add([]byte{1, 2, 3})
-	f.Add(frame(zoneRec{zone: 1, state: StateFull, wp: 60, fbg: 2, logFBG: -1}.encode()))
-	f.Add(frame(ipuRec{1, 0, 3, 4}.encode()))
+	f.Add(frame(2, 1, zoneRec{zone: 1, state: StateFull, wp: 60, fbg: 2, logFBG: -1}.encode()))
+	f.Add(frame(2, 1, ipuRec{1, 0, 3, 4}.encode()))
 	f.Fuzz(func(t *testing.T, tail []byte) {
 		cfg := testCfg()
 		p := filepath.Join(t.TempDir(), "dev")

@@ -5,8 +5,6 @@ import (
 	"fmt"
 	"time"
 
-	"golang.org/x/sys/unix"
-
 	"github.com/zonefleet/zonefleet/pkg/zerr"
 )
 
@@ -112,7 +110,7 @@ func (d *Device) readZone(z *zone, a, b uint64, out []byte, t0 time.Duration) (t
 		if run.kind == srcZero {
 			clear(dst)
 		} else if _, err := d.f.ReadAt(dst, run.off); err != nil {
-			return err
+			return d.readFail(z, err)
 		}
 		runLen = 0
 		return nil
@@ -218,7 +216,7 @@ func (d *Device) zoneFor(lba, n uint64) (*zone, error) {
 // into the IPU region; or, in a TL_opened zone, invalid blocks at or above the
 // write pointer).
 func (d *Device) Write(ctx context.Context, lba uint64, data []byte, fl Flags) (IOResult, error) {
-	if err := d.checkOpen(); err != nil {
+	if err := d.checkWritable(); err != nil {
 		return IOResult{}, err
 	}
 	n, err := d.checkData(data)
@@ -247,7 +245,7 @@ func (d *Device) Write(ctx context.Context, lba uint64, data []byte, fl Flags) (
 // Append writes data at the write pointer of the zone starting at zoneStart
 // and returns the first LBA written.
 func (d *Device) Append(ctx context.Context, zoneStart uint64, data []byte, fl Flags) (uint64, IOResult, error) {
-	if err := d.checkOpen(); err != nil {
+	if err := d.checkWritable(); err != nil {
 		return 0, IOResult{}, err
 	}
 	n, err := d.checkData(data)
@@ -282,16 +280,22 @@ func (d *Device) Append(ctx context.Context, zoneStart uint64, data []byte, fl F
 	return z.start + off, res, d.wait(ctx, res.Completed)
 }
 
+// syncAll fdatasyncs the data file, then the journal. A failed sync leaves
+// the page cache state unknown (the kernel may have dropped the dirty pages),
+// so the device goes read-only.
 func (d *Device) syncAll() error {
-	if err := unix.Fdatasync(int(d.f.Fd())); err != nil {
-		return err
+	if err := d.f.Datasync(); err != nil {
+		return d.ioErr(d.deviceFail("fdatasync data file", err))
 	}
-	return d.j.sync()
+	if err := d.j.sync(); err != nil {
+		return d.ioErr(d.deviceFail("fdatasync journal", err))
+	}
+	return nil
 }
 
 // Flush makes every acknowledged write durable against a machine crash.
 func (d *Device) Flush(ctx context.Context) (IOResult, error) {
-	if err := d.checkOpen(); err != nil {
+	if err := d.checkWritable(); err != nil {
 		return IOResult{}, err
 	}
 	t := d.now()
@@ -330,11 +334,12 @@ func (d *Device) writeLocked(z *zone, off uint64, data []byte, fl Flags, t0 time
 	if err := d.writePhys(z, z.fbg, off, data); err != nil {
 		return IOResult{}, err
 	}
-	res := d.writeTiming(z, off, n, t0, fl.FUA, internal)
-	z.wp += n
-	if err := d.persistWP(z); err != nil {
+	// The write pointer moves in memory only once its slot is written (the
+	// acknowledgement point); on failure the zone is read-only at the old one.
+	if err := d.persistWP(z, z.wp+n); err != nil {
 		return IOResult{}, err
 	}
+	res := d.writeTiming(z, off, n, t0, fl.FUA, internal)
 	if !internal {
 		d.st.hostW.Add(n)
 	}
@@ -358,19 +363,36 @@ func (d *Device) writePhys(z *zone, fbg int, off uint64, data []byte) error {
 		k := min(n-i, cb-o%cb)
 		l := d.flashLoc(z, fbg, o)
 		if _, err := d.f.WriteAt(data[i*bs:(i+k)*bs], l.off); err != nil {
-			return err
+			return d.zoneFail(z, "write data", err)
 		}
 		i += k
 	}
 	return nil
 }
 
-// persistWP writes the zone's write pointer to its A/B slot.
-func (d *Device) persistWP(z *zone) error {
-	z.slotSeq++
-	b := encodeSlot(slot{gen: z.gen, wp: z.wp, seq: z.slotSeq})
-	_, err := d.f.WriteAt(b, d.lay.slotBase+int64(z.idx*2+z.slotSeq%2)*slotSize)
-	return err
+// persistWP writes write pointer wp to the zone's next A/B slot and, once
+// that succeeded, sets it in memory. On failure the zone goes read-only and
+// keeps its old write pointer. Caller holds z.mu.
+//
+// A slot of a new zone generation (after a reset, TL_open or TL finish) is
+// written only once the journal record of that generation is durable: the
+// slots would otherwise overwrite the last durable slot of the generation
+// the journal still describes, and a power loss would take the write
+// pointer back past flushed data.
+func (d *Device) persistWP(z *zone, wp uint64) error {
+	if z.jgen != z.gen {
+		if err := d.j.sync(); err != nil {
+			return d.deviceFail("fdatasync journal", err)
+		}
+		z.jgen = z.gen
+	}
+	seq := z.slotSeq + 1
+	b := encodeSlot(slot{gen: z.gen, wp: wp, seq: seq})
+	if _, err := d.f.WriteAt(b, d.lay.slotBase+int64(z.idx*2+seq%2)*slotSize); err != nil {
+		return d.zoneFail(z, "write pointer slot", err)
+	}
+	z.slotSeq, z.wp = seq, wp
+	return nil
 }
 
 // writeTiming models a sequential write of n blocks at off: host link, write
@@ -424,7 +446,7 @@ func (d *Device) writeTiming(z *zone, off, n uint64, t0 time.Duration, fua, inte
 // destination starting at dst, which must be its zone's write pointer. The
 // data moves inside the device (read and program, no host link).
 func (d *Device) SimpleCopy(ctx context.Context, src []Range, dst uint64) (IOResult, error) {
-	if err := d.checkOpen(); err != nil {
+	if err := d.checkWritable(); err != nil {
 		return IOResult{}, err
 	}
 	if len(src) == 0 {

@@ -240,13 +240,25 @@ func (d *Device) ipuWrite(z *zone, off uint64, data []byte, t0 time.Duration) (I
 		return IOResult{}, &zerr.IPUBudgetError{Budget: budget, Used: used}
 	}
 	d.ipu.mu.Unlock()
+	release := func() {
+		d.ipu.mu.Lock()
+		for _, s := range slots {
+			d.ipu.free(s)
+		}
+		d.ipu.mu.Unlock()
+	}
 	for i := uint64(0); i < n; i++ {
 		if _, err := d.f.WriteAt(data[i*bs:(i+1)*bs], d.lay.ipuBase+int64(slots[i])*int64(bs)); err != nil {
-			return IOResult{}, err
+			release()
+			return IOResult{}, d.zoneFail(z, "write IPU block", err)
 		}
 	}
 	for i := uint64(0); i < n; i++ {
-		if err := d.j.append(ipuRec{z.idx, z.gen, off + i, slots[i]}.encode()); err != nil {
+		if err := d.jappend(ipuRec{z.idx, z.gen, off + i, slots[i]}.encode()); err != nil {
+			// The device is read-only now; records already appended may
+			// replay after a restart, which is fine: this write was not
+			// acknowledged and the slots hold its data.
+			release()
 			return IOResult{}, err
 		}
 	}

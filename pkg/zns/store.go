@@ -8,26 +8,35 @@ import (
 	"errors"
 	"fmt"
 	"hash/crc32"
-	"io"
-	"os"
 	"strconv"
 	"sync"
 	"sync/atomic"
 
-	"golang.org/x/sys/unix"
-
 	"github.com/zonefleet/zonefleet/pkg/flash"
+	"github.com/zonefleet/zonefleet/pkg/ondisk"
+	"github.com/zonefleet/zonefleet/pkg/vfs"
 	"github.com/zonefleet/zonefleet/pkg/zerr"
 )
 
 const (
-	formatVersion = 1
+	formatVersion = 2 // v2: feature bits in both headers, sequenced journal frames
 	headerSize    = 4096
 	slotSize      = 32
 	jHeaderSize   = 64
 	dataMagic     = "ZFZNSDEV"
 	journalMagic  = "ZFZNSJNL"
+	featOff       = 68 // offset of the feature sets in the device header (v2)
+	jFeatOff      = 28 // offset of the feature sets in the journal header (v2)
+	jEpochOff     = 52 // offset of the journal epoch (v2)
+	frameHdr      = 16 // v2 frame: len u32 | seq u64 | crc u32
+	frameHdrV1    = 8  // v1 frame: len u32 | crc u32
+	maxRecord     = 1 << 24
 )
+
+// knownFeatures are the feature bits this build understands (none yet: the
+// sets exist so that threaded logging or in-place update state can be added
+// as compat, ro_compat or incompat features without a version bump).
+var knownFeatures = ondisk.Features{}
 
 var castagnoli = crc32.MakeTable(crc32.Castagnoli)
 
@@ -76,7 +85,9 @@ func geomFields(c flash.Config) []struct {
 	}
 }
 
-func encodeHeader(c flash.Config, uuid [16]byte) []byte {
+// encodeHeader builds the device header: magic | version | UUID | geometry
+// (10 x u32) | features (3 x u64, v2) | ... | CRC32C.
+func encodeHeader(c flash.Config, uuid [16]byte, feat ondisk.Features) []byte {
 	b := make([]byte, headerSize)
 	copy(b, dataMagic)
 	binary.LittleEndian.PutUint32(b[8:], formatVersion)
@@ -86,31 +97,41 @@ func encodeHeader(c flash.Config, uuid [16]byte) []byte {
 		binary.LittleEndian.PutUint32(b[p:], f.v)
 		p += 4
 	}
+	feat.Encode(b[featOff:])
 	binary.LittleEndian.PutUint32(b[headerSize-4:], crc(b[:headerSize-4]))
 	return b
 }
 
-func checkHeader(path string, b []byte, c flash.Config) ([16]byte, error) {
+// checkHeader validates a device header and returns its UUID and format
+// version. Version 1 (no feature bits) is read; Open upgrades it.
+func checkHeader(path string, b []byte, c flash.Config) ([16]byte, uint32, error) {
 	var uuid [16]byte
 	if len(b) < headerSize || string(b[:8]) != dataMagic {
-		return uuid, &zerr.CorruptError{Path: path, Reason: "not a ZoneFleet device file (bad magic)"}
+		return uuid, 0, &zerr.CorruptError{Path: path, Reason: "not a ZoneFleet device file (bad magic)"}
 	}
 	if crc(b[:headerSize-4]) != binary.LittleEndian.Uint32(b[headerSize-4:]) {
-		return uuid, &zerr.CorruptError{Path: path, Reason: "header checksum mismatch"}
+		return uuid, 0, &zerr.CorruptError{Path: path, Reason: "header checksum mismatch"}
 	}
-	if v := binary.LittleEndian.Uint32(b[8:]); v != formatVersion {
-		return uuid, &zerr.CorruptError{Path: path, Reason: fmt.Sprintf("format version %d, this build reads %d", v, formatVersion)}
+	v := binary.LittleEndian.Uint32(b[8:])
+	if v != 1 && v != formatVersion {
+		return uuid, 0, &zerr.CorruptError{Path: path, Reason: fmt.Sprintf("format version %d, this build reads 1..%d", v, formatVersion)}
+	}
+	if v >= 2 {
+		// The drive is always opened for writing: unknown ro_compat bits refuse too.
+		if _, err := ondisk.Check(path, ondisk.Decode(b[featOff:]), knownFeatures); err != nil {
+			return uuid, 0, err
+		}
 	}
 	copy(uuid[:], b[12:28])
 	p := 28
 	for _, f := range geomFields(c) {
 		have := binary.LittleEndian.Uint32(b[p:])
 		if have != f.v {
-			return uuid, &zerr.GeometryMismatchError{Field: f.name, Have: strconv.Itoa(int(have)), Want: strconv.Itoa(int(f.v))}
+			return uuid, 0, &zerr.GeometryMismatchError{Field: f.name, Have: strconv.Itoa(int(have)), Want: strconv.Itoa(int(f.v))}
 		}
 		p += 4
 	}
-	return uuid, nil
+	return uuid, v, nil
 }
 
 // ---- write pointer slots ----
@@ -246,13 +267,24 @@ func decodeRec(p []byte) (any, error) {
 	return nil, fmt.Errorf("unknown record type %d", p[0])
 }
 
-// journal is an append-only file of checksummed records.
+// journal is an append-only file of checksummed, sequenced records.
+//
+// v2 frame: len u32 | seq u64 | crc u32 | payload, where crc is CRC32C over
+// epoch, len, seq and payload. Each journal file has an epoch (in its
+// header; a checkpoint's new file has the next one) and its records are
+// numbered 1, 2, ... A reader stops at the first frame that is short, has a
+// bad checksum or the wrong sequence number: a zero-filled tail (len 0, seq
+// 0), a torn frame or stale garbage (even a frame of an earlier journal file,
+// whose epoch differs) is the end of the log, never a valid record.
 type journal struct {
 	mu          sync.Mutex
-	f           *os.File
+	f           vfs.File
 	path        string
 	off         int64
-	limit       int64  // checkpoint once the journal is larger
+	epoch       uint64
+	seq         uint64 // of the last record written
+	limit       int64  // checkpoint once the journal is larger (and twice base)
+	base        int64  // size right after the last rewrite
 	checkpoint  func() // starts a background checkpoint
 	ckptRunning atomic.Bool
 }
@@ -260,19 +292,30 @@ type journal struct {
 // journalLimit is the journal size that triggers a background checkpoint.
 const journalLimit = 8 << 20
 
-func journalHeader(uuid [16]byte) []byte {
+func journalHeader(uuid [16]byte, epoch uint64) []byte {
 	b := make([]byte, jHeaderSize)
 	copy(b, journalMagic)
 	binary.LittleEndian.PutUint32(b[8:], formatVersion)
 	copy(b[12:28], uuid[:])
+	knownFeatures.Encode(b[jFeatOff:])
+	binary.LittleEndian.PutUint64(b[jEpochOff:], epoch)
 	binary.LittleEndian.PutUint32(b[jHeaderSize-4:], crc(b[:jHeaderSize-4]))
 	return b
 }
 
-func frame(payload []byte) []byte {
-	b := make([]byte, 8, 8+len(payload))
+func frameCRC(epoch uint64, hdr, payload []byte) uint32 {
+	var e [8]byte
+	binary.LittleEndian.PutUint64(e[:], epoch)
+	c := crc32.Update(0, castagnoli, e[:])
+	c = crc32.Update(c, castagnoli, hdr[:12])
+	return crc32.Update(c, castagnoli, payload)
+}
+
+func frame(epoch, seq uint64, payload []byte) []byte {
+	b := make([]byte, frameHdr, frameHdr+len(payload))
 	binary.LittleEndian.PutUint32(b[0:], uint32(len(payload)))
-	binary.LittleEndian.PutUint32(b[4:], crc(payload))
+	binary.LittleEndian.PutUint64(b[4:], seq)
+	binary.LittleEndian.PutUint32(b[12:], frameCRC(epoch, b, payload))
 	return append(b, payload...)
 }
 
@@ -280,142 +323,117 @@ func frame(payload []byte) []byte {
 func (j *journal) append(payload []byte) error {
 	j.mu.Lock()
 	defer j.mu.Unlock()
-	fr := frame(payload)
+	fr := frame(j.epoch, j.seq+1, payload)
 	if _, err := j.f.WriteAt(fr, j.off); err != nil {
 		return err
 	}
+	j.seq++
 	j.off += int64(len(fr))
-	if j.off > j.limit && j.checkpoint != nil {
+	if j.due() && j.checkpoint != nil {
 		j.checkpoint()
 	}
 	return nil
 }
 
+// due reports whether a checkpoint should run. Caller holds j.mu.
+func (j *journal) due() bool { return j.off > j.limit && j.off > 2*j.base }
+
 func (j *journal) sync() error {
 	j.mu.Lock()
 	defer j.mu.Unlock()
-	return unix.Fdatasync(int(j.f.Fd()))
+	return j.f.Datasync()
 }
 
-// readJournal returns the records of a journal file; a torn trailing record is
-// dropped (and its offset returned as the end), a bad record followed by more
-// data is corruption.
-func readJournal(path string, uuid [16]byte) ([]any, int64, error) {
-	b, err := os.ReadFile(path)
-	if err != nil {
-		return nil, 0, err
-	}
+// jcontent is a parsed journal file.
+type jcontent struct {
+	recs    [][]byte // raw payloads, in order
+	end     int64    // offset after the last valid record
+	epoch   uint64
+	seq     uint64 // of the last valid record
+	version uint32
+	dropped int64 // bytes after end (a torn, zeroed or garbage tail)
+}
+
+// parseJournal checks a journal file's header and returns its valid
+// records: the log ends at the first short, mis-sequenced or mis-checksummed
+// frame (see journal).
+func parseJournal(path string, b []byte, uuid [16]byte) (jcontent, error) {
+	var jc jcontent
 	if len(b) < jHeaderSize || string(b[:8]) != journalMagic {
-		return nil, 0, &zerr.CorruptError{Path: path, Reason: "not a ZoneFleet journal (bad magic)"}
+		return jc, &zerr.CorruptError{Path: path, Reason: "not a ZoneFleet journal (bad magic)"}
 	}
 	if crc(b[:jHeaderSize-4]) != binary.LittleEndian.Uint32(b[jHeaderSize-4:]) {
-		return nil, 0, &zerr.CorruptError{Path: path, Reason: "journal header checksum mismatch"}
+		return jc, &zerr.CorruptError{Path: path, Reason: "journal header checksum mismatch"}
 	}
-	if v := binary.LittleEndian.Uint32(b[8:]); v != formatVersion {
-		return nil, 0, &zerr.CorruptError{Path: path, Reason: fmt.Sprintf("journal format version %d, this build reads %d", v, formatVersion)}
+	jc.version = binary.LittleEndian.Uint32(b[8:])
+	if jc.version != 1 && jc.version != formatVersion {
+		return jc, &zerr.CorruptError{Path: path, Reason: fmt.Sprintf("journal format version %d, this build reads 1..%d", jc.version, formatVersion)}
 	}
 	if !bytes.Equal(b[12:28], uuid[:]) {
-		return nil, 0, &zerr.CorruptError{Path: path, Reason: "journal belongs to device " + hex.EncodeToString(b[12:28]) + ", not " + hex.EncodeToString(uuid[:])}
+		return jc, &zerr.CorruptError{Path: path, Reason: "journal belongs to device " + hex.EncodeToString(b[12:28]) + ", not " + hex.EncodeToString(uuid[:])}
 	}
-	var recs []any
+	if jc.version >= 2 {
+		if _, err := ondisk.Check(path, ondisk.Decode(b[jFeatOff:]), knownFeatures); err != nil {
+			return jc, err
+		}
+		jc.epoch = binary.LittleEndian.Uint64(b[jEpochOff:])
+	}
 	p := int64(jHeaderSize)
-	n := 0
 	for p < int64(len(b)) {
 		rest := b[p:]
-		if len(rest) < 8 {
-			break // torn frame header at the tail
-		}
-		l := int64(binary.LittleEndian.Uint32(rest))
-		if 8+l > int64(len(rest)) {
-			break // torn payload at the tail
-		}
-		payload := rest[8 : 8+l]
-		tail := 8+l == int64(len(rest))
-		if crc(payload) != binary.LittleEndian.Uint32(rest[4:]) {
-			if tail {
+		if jc.version == 1 {
+			if len(rest) < frameHdrV1 {
 				break
 			}
-			return nil, 0, &zerr.CorruptError{Path: path, Reason: fmt.Sprintf("checksum mismatch in record %d at offset %d", n, p)}
+			l := int64(binary.LittleEndian.Uint32(rest))
+			// a v1 zero tail has len 0 and crc 0 (= CRC32C of nothing): stop
+			if l == 0 || frameHdrV1+l > int64(len(rest)) || crc(rest[frameHdrV1:frameHdrV1+l]) != binary.LittleEndian.Uint32(rest[4:]) {
+				break
+			}
+			jc.recs = append(jc.recs, rest[frameHdrV1:frameHdrV1+l])
+			p += frameHdrV1 + l
+			jc.seq++
+			continue
 		}
-		r, err := decodeRec(payload)
+		if len(rest) < frameHdr {
+			break
+		}
+		l := int64(binary.LittleEndian.Uint32(rest))
+		if l == 0 || l > maxRecord || frameHdr+l > int64(len(rest)) {
+			break
+		}
+		if binary.LittleEndian.Uint64(rest[4:]) != jc.seq+1 {
+			break
+		}
+		payload := rest[frameHdr : frameHdr+l]
+		if frameCRC(jc.epoch, rest, payload) != binary.LittleEndian.Uint32(rest[12:]) {
+			break
+		}
+		jc.recs = append(jc.recs, payload)
+		jc.seq++
+		p += frameHdr + l
+	}
+	jc.end = p
+	jc.dropped = int64(len(b)) - p
+	return jc, nil
+}
+
+// decodeAll decodes the payloads of a parsed journal. A payload that passed
+// its checksum but does not decode is corruption.
+func decodeAll(path string, jc jcontent) ([]any, error) {
+	out := make([]any, 0, len(jc.recs))
+	for i, p := range jc.recs {
+		r, err := decodeRec(p)
 		if err != nil {
-			return nil, 0, &zerr.CorruptError{Path: path, Reason: fmt.Sprintf("record %d at offset %d: %v", n, p, err)}
+			return nil, &zerr.CorruptError{Path: path, Reason: fmt.Sprintf("record %d: %v", i+1, err)}
 		}
-		recs = append(recs, r)
-		p += 8 + l
-		n++
+		out = append(out, r)
 	}
-	return recs, p, nil
-}
-
-// writeJournalFile atomically replaces path with a fresh journal holding recs.
-func writeJournalFile(path string, uuid [16]byte, recs [][]byte) error {
-	tmp := path + ".tmp"
-	f, err := os.OpenFile(tmp, os.O_CREATE|os.O_TRUNC|os.O_WRONLY, 0o644)
-	if err != nil {
-		return err
-	}
-	var buf bytes.Buffer
-	buf.Write(journalHeader(uuid))
-	for _, r := range recs {
-		buf.Write(frame(r))
-	}
-	if _, err := io.Copy(f, &buf); err != nil {
-		f.Close()
-		return err
-	}
-	if err := f.Sync(); err != nil {
-		f.Close()
-		return err
-	}
-	if err := f.Close(); err != nil {
-		return err
-	}
-	if err := os.Rename(tmp, path); err != nil {
-		return err
-	}
-	return syncDir(path)
-}
-
-func syncDir(path string) error {
-	dir := "."
-	if i := bytes.LastIndexByte([]byte(path), '/'); i >= 0 {
-		dir = path[:i]
-		if dir == "" {
-			dir = "/"
-		}
-	}
-	d, err := os.Open(dir)
-	if err != nil {
-		return err
-	}
-	defer d.Close()
-	return d.Sync()
+	return out, nil
 }
 
 func newUUID() [16]byte {
 	var u [16]byte
 	_, _ = rand.Read(u[:])
 	return u
-}
-
-// punch deallocates [off, off+n) so it reads back as zeros (erase).
-func punch(f *os.File, off, n int64) error {
-	err := unix.Fallocate(int(f.Fd()), unix.FALLOC_FL_PUNCH_HOLE|unix.FALLOC_FL_KEEP_SIZE, off, n)
-	if err == nil {
-		return nil
-	}
-	z := make([]byte, 64<<10)
-	for n > 0 {
-		c := int64(len(z))
-		if c > n {
-			c = n
-		}
-		if _, err := f.WriteAt(z[:c], off); err != nil {
-			return err
-		}
-		off += c
-		n -= c
-	}
-	return nil
 }

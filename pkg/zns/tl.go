@@ -27,7 +27,7 @@ func (t *tlState) valid(off uint64) bool { return t.bitmap[off/8]&(1<<(off%8)) !
 // after each write; PPA-ordered: ahead of the write pointer when the chip is
 // idle). Close, finish or set read-only make the LogFBG the zone's FBG.
 func (d *Device) TLOpen(ctx context.Context, zoneIdx uint64, bitmap []byte, mode TLMode) (IOResult, error) {
-	if err := d.checkOpen(); err != nil {
+	if err := d.checkWritable(); err != nil {
 		return IOResult{}, err
 	}
 	if zoneIdx >= d.g.Zones {
@@ -83,14 +83,14 @@ func (d *Device) TLOpen(ctx context.Context, zoneIdx uint64, bitmap []byte, mode
 	// IPU mappings move to the new generation first: a crash before the
 	// zone record keeps the old generation and its mappings.
 	for _, r := range d.zoneIPURecs(z) {
-		if err := d.j.append(r.encode()); err != nil {
+		if err := d.jappend(r.encode()); err != nil {
 			return IOResult{}, err
 		}
 	}
 	if err := d.journalZone(z); err != nil {
 		return IOResult{}, err
 	}
-	if err := d.persistWP(z); err != nil {
+	if err := d.persistWP(z, z.wp); err != nil {
 		return IOResult{}, err
 	}
 	done := t0
@@ -100,7 +100,7 @@ func (d *Device) TLOpen(ctx context.Context, zoneIdx uint64, bitmap []byte, mode
 			return IOResult{}, err
 		}
 		done = max(done, t)
-		if err := d.persistWP(z); err != nil {
+		if err := d.persistWP(z, z.wp); err != nil {
 			return IOResult{}, err
 		}
 	} else if err := d.ppaPlug(z, t0); err != nil {
@@ -144,18 +144,21 @@ func (d *Device) tlWrite(z *zone, off uint64, data []byte, fl Flags, t0 time.Dur
 		d.dropIPUAt(z, o)
 	}
 	res := d.writeTiming(z, off, n, t0, fl.FUA, false)
+	oldWP := z.wp
 	z.wp = off + n
-	d.st.hostW.Add(n)
 	if z.tl.mode == LBAOrdered {
 		t, err := d.plugForward(z, t0)
 		if err != nil {
+			z.wp = oldWP
 			return IOResult{}, err
 		}
 		plugDone = max(plugDone, t)
 	}
-	if err := d.persistWP(z); err != nil {
+	if err := d.persistWP(z, z.wp); err != nil {
+		z.wp = oldWP // the zone is read-only now, at the old write pointer
 		return IOResult{}, err
 	}
+	d.st.hostW.Add(n)
 	if d.model != nil {
 		res.Completed = max(res.Completed, plugDone)
 	}
@@ -262,10 +265,11 @@ func (d *Device) plugChunk(z *zone, c uint64, offs []uint64, full bool, t0 time.
 		if l.kind == srcZero {
 			clear(buf)
 		} else if _, err := d.f.ReadAt(buf, l.off); err != nil {
+			err = d.readFail(z, err)
 			return 0, err
 		}
 		if _, err := d.f.WriteAt(buf, d.flashLoc(z, z.fbg, o).off); err != nil {
-			return 0, err
+			return 0, d.zoneFail(z, "plug", err)
 		}
 	}
 	d.st.nandProg.Add(1)
@@ -348,6 +352,19 @@ func (d *Device) ppaPlug(z *zone, t time.Duration) error {
 	return nil
 }
 
+// tlRecover re-plugs, after a restart, every valid block below the
+// persisted write pointer of a TL zone: the slot may have reached the disk
+// while the plugged copies did not (they are not synced before it), and the
+// original FBG still holds them. Host-written (invalid) blocks are left
+// alone. Caller holds z.mu; Open only.
+func (d *Device) tlRecover(z *zone) error {
+	hw := z.wp
+	z.wp = 0 // locate now reads valid blocks from the original FBG (or IPU)
+	_, err := d.plugRange(z, 0, hw, d.now(), false, false)
+	z.wp = hw
+	return err
+}
+
 // tlFinalize ends threaded logging: every valid block not yet in the LogFBG
 // is plugged, the LogFBG becomes the zone's FBG and the original FBG is
 // erased. The write pointer moves past the last valid block; skipped invalid
@@ -363,6 +380,11 @@ func (d *Device) tlFinalize(z *zone) error {
 	if _, err := d.plugRange(z, z.wp, last, t, false, true); err != nil {
 		return err
 	}
+	// The plugged copies must be durable before the journal says the
+	// original FBG is gone.
+	if err := d.f.Datasync(); err != nil {
+		return d.deviceFail("fdatasync data file", err)
+	}
 	orig := z.tl.orig
 	z.tl = nil
 	z.wp = last
@@ -371,7 +393,7 @@ func (d *Device) tlFinalize(z *zone) error {
 	if err := d.journalZone(z); err != nil {
 		return err
 	}
-	if err := d.persistWP(z); err != nil {
+	if err := d.persistWP(z, z.wp); err != nil {
 		return err
 	}
 	return d.releaseFBG(z.fcg, orig, true)

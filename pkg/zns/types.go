@@ -186,6 +186,18 @@ type Log struct {
 	EraseCountMin       uint64          `json:"erase_count_min"`
 	EraseCountMax       uint64          `json:"erase_count_max"`
 	JournalCheckpoints  uint64          `json:"journal_checkpoints"`
+	// JournalCheckpointFailures counts checkpoints that failed (the old
+	// journal stayed in use).
+	JournalCheckpointFailures uint64 `json:"journal_checkpoint_failures"`
+	// JournalTailsDropped is 1 when Open dropped a torn, zeroed or garbage
+	// journal tail (unflushed records lost at a power loss).
+	JournalTailsDropped uint64 `json:"journal_tails_dropped"`
+	// IOErrors counts failed reads, writes and syncs of the backing files.
+	IOErrors uint64 `json:"io_errors"`
+	// ZonesFailed counts zones made read-only by a write I/O error.
+	ZonesFailed uint64 `json:"zones_failed"`
+	// ReadOnly is true once an I/O error made the whole device read-only.
+	ReadOnly bool `json:"read_only"`
 }
 
 // ParseZoneState accepts the String form of a state (and "any").

@@ -179,6 +179,7 @@ func (v *Volume) Reset(ctx context.Context, z lfs.ZoneID) error {
 func (v *Volume) Compact(ctx context.Context, copies []lfs.Copy) (lfs.CompactStats, error) {
 	var st lfs.CompactStats
 	per := map[int][]zns.Copy{}
+	touched := map[int]bool{}
 	var order []int
 	for _, c := range copies {
 		sd, si, ss, err := v.split(c.Src)
@@ -189,6 +190,7 @@ func (v *Volume) Compact(ctx context.Context, copies []lfs.Copy) (lfs.CompactSta
 		if err != nil {
 			return st, err
 		}
+		touched[di] = true
 		if si != di {
 			b, _, err := sd.Read(ctx, ss+c.SrcOff, c.Blocks)
 			if err != nil {
@@ -216,6 +218,15 @@ func (v *Volume) Compact(ctx context.Context, copies []lfs.Copy) (lfs.CompactSta
 		}
 		st.Copyback += res.CopybackBlocks
 		st.Local += res.ReadProgBlocks
+	}
+	// The contract: copies are durable on return (the caller resets the
+	// sources once its checkpoint names the destinations).
+	for i, d := range v.devs {
+		if touched[i] {
+			if _, err := d.Flush(ctx); err != nil {
+				return st, err
+			}
+		}
 	}
 	return st, nil
 }

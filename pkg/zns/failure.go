@@ -1,0 +1,168 @@
+package zns
+
+import (
+	"errors"
+	"fmt"
+	"sync/atomic"
+
+	"github.com/zonefleet/zonefleet/pkg/vfs"
+	"github.com/zonefleet/zonefleet/pkg/zerr"
+)
+
+// IOError is a failed read, write or sync of the backing files. It unwraps
+// to a *zerr.UnavailableError (the typed error the node maps to gRPC) and to
+// the underlying cause (errors.Is(err, vfs.ErrInjected) in tests).
+//
+// Failure behaviour: a failed write of a zone's data, write-pointer slot or
+// IPU block makes that zone read-only (state read-only, journaled when the
+// journal still works) at its old write pointer: the failed write is never
+// acknowledged and the zone never behaves as if it had landed. A failed
+// journal append, fsync or journal directory sync makes the whole device
+// read-only (an fsync error leaves the page cache state unknown): every later
+// mutating call fails with an IOError; reads keep working. A failed read
+// returns an IOError and changes nothing. Each case bumps a counter in Log
+// (io_errors, zones_failed, read_only) and logs one slog error line.
+type IOError struct {
+	Path string
+	Zone int64 // -1: the whole device
+	Op   string
+	Err  error
+}
+
+func (e *IOError) what() string {
+	if e.Zone < 0 {
+		return "device " + e.Path
+	}
+	return fmt.Sprintf("zone %d of device %s", e.Zone, e.Path)
+}
+
+func (e *IOError) Error() string {
+	return fmt.Sprintf("%s: I/O error in %s: %v", e.what(), e.Op, e.Err)
+}
+
+// Unwrap returns the typed domain error and the cause.
+func (e *IOError) Unwrap() []error {
+	return []error{&zerr.UnavailableError{What: e.what(), Reason: fmt.Sprintf("I/O error in %s (%v); read-only", e.Op, e.Err)}, e.Err}
+}
+
+// zoneFail records an I/O error that hit zone z's writes: the zone goes
+// read-only. Caller holds z.mu.
+func (d *Device) zoneFail(z *zone, op string, err error) error {
+	if d.closed.Load() {
+		return &zerr.ClosedError{What: "device " + d.path}
+	}
+	d.st.ioErrors.Add(1)
+	if z.state != StateReadOnly && z.state != StateOffline {
+		_ = d.setState(z, StateReadOnly)
+		d.releasePend(z)
+		d.st.zonesFailed.Add(1)
+		d.log.Error("zns: I/O error, zone set read-only", "device", d.path, "zone", z.idx, "op", op, "wp", z.wp, "err", err)
+		if jerr := d.j.append(d.zoneRecord(z).encode()); jerr != nil {
+			d.deviceFail("journal append", jerr)
+		}
+	} else {
+		d.log.Error("zns: I/O error", "device", d.path, "zone", z.idx, "op", op, "err", err)
+	}
+	return &IOError{Path: d.path, Zone: int64(z.idx), Op: op, Err: err}
+}
+
+// deviceFail records an I/O error that leaves the device read-only.
+func (d *Device) deviceFail(op string, err error) error {
+	if d.closed.Load() {
+		return &zerr.ClosedError{What: "device " + d.path}
+	}
+	d.st.ioErrors.Add(1)
+	e := fmt.Errorf("%s: %w", op, err)
+	if d.failed.CompareAndSwap(nil, &e) {
+		d.log.Error("zns: I/O error, device is read-only", "device", d.path, "op", op, "err", err)
+	}
+	return &IOError{Path: d.path, Zone: -1, Op: op, Err: err}
+}
+
+// readFail records a failed read; nothing changes state.
+func (d *Device) readFail(z *zone, err error) error {
+	if d.closed.Load() {
+		return &zerr.ClosedError{What: "device " + d.path}
+	}
+	d.st.ioErrors.Add(1)
+	d.log.Error("zns: read I/O error", "device", d.path, "zone", z.idx, "err", err)
+	return &IOError{Path: d.path, Zone: int64(z.idx), Op: "read", Err: err}
+}
+
+// jappend appends a journal record; a failure makes the device read-only.
+func (d *Device) jappend(payload []byte) error {
+	if err := d.j.append(payload); err != nil {
+		return d.deviceFail("journal append", err)
+	}
+	return nil
+}
+
+// typedOpenErr turns an untyped file error of Create or Open into an
+// IOError; typed errors pass through.
+func typedOpenErr(path, op string, err error) error {
+	if err == nil {
+		return nil
+	}
+	for _, s := range []error{zerr.ErrCorrupt, zerr.ErrNotFound, zerr.ErrAlreadyExists, zerr.ErrGeometryMismatch, zerr.ErrInvalidArgument, zerr.ErrClosed, zerr.ErrNoResources, zerr.ErrUnavailable} {
+		if errors.Is(err, s) {
+			return err
+		}
+	}
+	return &IOError{Path: path, Zone: -1, Op: op, Err: err}
+}
+
+// checkWritable refuses mutating calls on a closed or failed device.
+func (d *Device) checkWritable() error {
+	if err := d.checkOpen(); err != nil {
+		return err
+	}
+	if p := d.failed.Load(); p != nil {
+		return &IOError{Path: d.path, Zone: -1, Op: "write", Err: fmt.Errorf("device is read-only after an earlier I/O error: %w", *p)}
+	}
+	return nil
+}
+
+// syncFile skips an fdatasync when no write, punch or truncate completed
+// since the last one did (Flush with nothing new, a reset right after a
+// Flush): a sync covers every operation that completed before it started.
+type syncFile struct {
+	vfs.File
+	wseq   atomic.Uint64 // completed modifications
+	synced atomic.Uint64 // wseq covered by the last completed sync
+}
+
+func newSyncFile(f vfs.File) *syncFile { return &syncFile{File: f} }
+
+func (f *syncFile) WriteAt(p []byte, off int64) (int, error) {
+	n, err := f.File.WriteAt(p, off)
+	f.wseq.Add(1)
+	return n, err
+}
+
+func (f *syncFile) PunchHole(off, n int64) error {
+	err := f.File.PunchHole(off, n)
+	f.wseq.Add(1)
+	return err
+}
+
+func (f *syncFile) Truncate(size int64) error {
+	err := f.File.Truncate(size)
+	f.wseq.Add(1)
+	return err
+}
+
+func (f *syncFile) Datasync() error {
+	w := f.wseq.Load()
+	if f.synced.Load() >= w {
+		return nil
+	}
+	if err := f.File.Datasync(); err != nil {
+		return err
+	}
+	for {
+		s := f.synced.Load()
+		if s >= w || f.synced.CompareAndSwap(s, w) {
+			return nil
+		}
+	}
+}
