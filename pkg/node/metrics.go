@@ -25,6 +25,7 @@ type metrics struct {
 
 	zones, activeZones, openZones, maxActive, maxOpen, cacheBytes, cacheCap, waf, chipUtil, ipuUsed, ipuBudget *prometheus.Desc
 	cacheStalls, cacheStallSec, admStalls, admStallSec, hostBlocks, nandPages, erases, plugged, devCopied      *prometheus.Desc
+	ioErrors, zonesFailed, devReadOnly, cpFailures, tailsDropped                                               *prometheus.Desc
 }
 
 func newMetrics(s *Service) *metrics {
@@ -69,6 +70,11 @@ func newMetrics(s *Service) *metrics {
 		erases:        d("erases_total", "Flash block erases."),
 		plugged:       d("plugged_blocks_total", "Blocks plugged by threaded logging, by when (on_demand, background).", "when"),
 		devCopied:     d("device_copied_blocks_total", "Blocks copied inside the device, by path (copyback, read_program).", "path"),
+		ioErrors:      d("device_io_errors_total", "Failed reads, writes and syncs of the device's backing files."),
+		zonesFailed:   d("device_failed_zones_total", "Zones made read-only by a write I/O error."),
+		devReadOnly:   d("device_read_only", "1 once an I/O error of the journal made the whole device read-only."),
+		cpFailures:    d("journal_checkpoint_failures_total", "Device journal checkpoints that failed (the old journal stayed in use)."),
+		tailsDropped:  d("journal_tails_dropped", "1 when the device's last open dropped a torn, zeroed or garbage journal tail."),
 	}
 }
 
@@ -97,7 +103,7 @@ func (m *metrics) observe(dev uint32, ns, op string, bytes int, lat time.Duratio
 func (m *metrics) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{m.zones, m.activeZones, m.openZones, m.maxActive, m.maxOpen, m.cacheBytes, m.cacheCap,
 		m.waf, m.chipUtil, m.ipuUsed, m.ipuBudget, m.cacheStalls, m.cacheStallSec, m.admStalls, m.admStallSec, m.hostBlocks,
-		m.nandPages, m.erases, m.plugged, m.devCopied} {
+		m.nandPages, m.erases, m.plugged, m.devCopied, m.ioErrors, m.zonesFailed, m.devReadOnly, m.cpFailures, m.tailsDropped} {
 		ch <- d
 	}
 }
@@ -142,5 +148,14 @@ func (m *metrics) Collect(ch chan<- prometheus.Metric) {
 		chunk := float64(dv.dev.Geometry().ChunkBlocks)
 		c(m.devCopied, float64(l.CopybackChunks)*chunk, dl, "copyback")
 		c(m.devCopied, float64(l.ReadProgramBlocks), dl, "read_program")
+		c(m.ioErrors, float64(l.IOErrors), dl)
+		c(m.zonesFailed, float64(l.ZonesFailed), dl)
+		ro := 0.0
+		if l.ReadOnly {
+			ro = 1
+		}
+		g(m.devReadOnly, ro, dl)
+		c(m.cpFailures, float64(l.JournalCheckpointFailures), dl)
+		g(m.tailsDropped, float64(l.JournalTailsDropped), dl)
 	}
 }
