@@ -3,11 +3,18 @@ package lfs
 import (
 	"context"
 	"sort"
+	"sync"
 	"syscall"
 )
 
-// inode is an in-memory inode with its direct nodes and cached pages.
+// inode is an in-memory inode with its direct nodes and cached pages. Its
+// fields are guarded by fs.mu; mu serializes the operations that change it
+// (held across their I/O, see doc.go), busy keeps it in the inode cache while
+// an operation holds or waits for mu, gone says it was deleted.
 type inode struct {
+	mu       sync.Mutex
+	busy     int
+	gone     bool
 	ino      uint64
 	body     inodeBody
 	dirty    bool // inode node must be written
@@ -74,17 +81,43 @@ func (fs *FS) readNode(ctx context.Context, nid uint64) ([]byte, error) {
 }
 
 // getInode returns the inode, loading it through the NAT.
+//
+// A miss reads the node with fs.mu released; afterwards the inode another
+// goroutine loaded meanwhile wins, and a NAT entry that moved (the node was
+// rewritten or recycled) means reading again.
 func (fs *FS) getInode(ctx context.Context, ino uint64) (*inode, error) {
+	for {
+		in, again, err := fs.loadInode(ctx, ino)
+		if !again {
+			return in, err
+		}
+	}
+}
+
+func (fs *FS) loadInode(ctx context.Context, ino uint64) (*inode, bool, error) {
 	if in := fs.inodes[ino]; in != nil {
-		return in, nil
+		return in, false, nil
 	}
 	if ino == 0 || ino > maxIno {
-		return nil, syscall.ENOENT
+		return nil, false, syscall.ENOENT
 	}
-	b, err := fs.readNode(ctx, mkNid(ino, 0))
+	nid := mkNid(ino, 0)
+	a := fs.nat[nid]
+	b, err := fs.readNode(ctx, nid)
 	if err != nil {
-		return nil, err
+		return nil, false, err
 	}
+	if in := fs.inodes[ino]; in != nil {
+		return in, false, nil
+	}
+	if fs.nat[nid] != a {
+		return nil, true, nil
+	}
+	in, err := fs.decodeLoaded(ino, b)
+	return in, false, err
+}
+
+func (fs *FS) decodeLoaded(ino uint64, b []byte) (*inode, error) {
 	h, body, err := decodeInode(b)
 	if err != nil {
 		return nil, err
@@ -100,38 +133,53 @@ func (fs *FS) getInode(ctx context.Context, ino uint64) (*inode, error) {
 
 // getDnode returns direct node idx of in; with create it makes an empty one.
 func (fs *FS) getDnode(ctx context.Context, in *inode, idx uint32, create bool) (*dnode, error) {
+	for {
+		d, again, err := fs.loadDnode(ctx, in, idx, create)
+		if !again {
+			return d, err
+		}
+	}
+}
+
+func (fs *FS) loadDnode(ctx context.Context, in *inode, idx uint32, create bool) (*dnode, bool, error) {
 	if d := in.dn[idx]; d != nil {
-		return d, nil
+		return d, false, nil
 	}
 	nid := mkNid(in.ino, idx)
-	if _, ok := fs.nat[nid]; ok {
+	if a, ok := fs.nat[nid]; ok {
 		b, err := fs.readNode(ctx, nid)
 		if err != nil {
-			return nil, err
+			return nil, false, err
+		}
+		if d := in.dn[idx]; d != nil {
+			return d, false, nil
+		}
+		if fs.nat[nid] != a {
+			return nil, true, nil
 		}
 		h, addrs, err := decodeDirect(b)
 		if err != nil {
-			return nil, err
+			return nil, false, err
 		}
 		if h.Nid != nid {
-			return nil, corrupt("direct node", "NAT entry of %#x points at node %#x", nid, h.Nid)
+			return nil, false, corrupt("direct node", "NAT entry of %#x points at node %#x", nid, h.Nid)
 		}
 		d := &dnode{addrs: addrs}
 		in.dn[idx] = d
-		return d, nil
+		return d, false, nil
 	}
 	if !create {
-		return nil, nil
+		return nil, false, nil
 	}
 	if fs.used+1 > fs.sb.UserBlocks || fs.nodes+1 > fs.sb.MaxNodes {
-		return nil, errNoSpace
+		return nil, false, errNoSpace
 	}
 	fs.used++
 	fs.nodes++
 	d := &dnode{addrs: make([]Addr, directEntries(fs.bs))}
 	in.dn[idx] = d
 	fs.markDnDirty(in, d)
-	return d, nil
+	return d, false, nil
 }
 
 func (fs *FS) epd() uint64 { return uint64(directEntries(fs.bs)) }
@@ -164,6 +212,9 @@ func (fs *FS) getPage(ctx context.Context, in *inode, blk uint64, create bool) (
 	if a != 0 {
 		if err := fs.readBlocks(ctx, a, p.b); err != nil {
 			return nil, err
+		}
+		if q := in.pages[blk]; q != nil {
+			return q, nil
 		}
 	} else if create {
 		if _, err := fs.getDnode(ctx, in, uint32(blk/fs.epd()+1), true); err != nil {
@@ -264,7 +315,59 @@ func (fs *FS) flushInode(ctx context.Context, in *inode) error {
 	return nil
 }
 
-// flushAll writes back every dirty page.
+// lockIn takes in.mu (fs.mu held on entry and return; no other inode lock
+// of the caller may come after in in the lock order). It reports false, with
+// nothing held, when the inode was deleted or dropped from the cache meanwhile.
+func (fs *FS) lockIn(in *inode) bool {
+	in.busy++
+	if !in.mu.TryLock() {
+		fs.mu.Unlock()
+		in.mu.Lock()
+		fs.mu.Lock()
+	}
+	if in.gone || fs.inodes[in.ino] != in {
+		in.busy--
+		in.mu.Unlock()
+		return false
+	}
+	return true
+}
+
+// unlockIn releases what lockIn took (fs.mu held).
+func (fs *FS) unlockIn(in *inode) {
+	in.busy--
+	in.mu.Unlock()
+}
+
+// writeBack writes back every dirty page, taking each inode's lock (the
+// caller holds the checkpoint lock shared and no inode lock).
+func (fs *FS) writeBack(ctx context.Context) error {
+	inos := make([]uint64, 0)
+	for ino, in := range fs.active {
+		for _, p := range in.pages {
+			if p.dirty {
+				inos = append(inos, ino)
+				break
+			}
+		}
+	}
+	sort.Slice(inos, func(i, j int) bool { return inos[i] < inos[j] })
+	for _, ino := range inos {
+		in := fs.inodes[ino]
+		if in == nil || !fs.lockIn(in) {
+			continue
+		}
+		err := fs.flushInode(ctx, in)
+		fs.unlockIn(in)
+		if err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// flushAll writes back every dirty page (checkpoint lock held exclusively:
+// no operation holds an inode lock).
 func (fs *FS) flushAll(ctx context.Context) error {
 	inos := make([]uint64, 0)
 	for ino, in := range fs.active {
@@ -628,6 +731,7 @@ func (fs *FS) maybeDelete(ctx context.Context, ino uint64) error {
 	}
 	fs.used--
 	fs.nodes--
+	in.gone = true
 	delete(fs.inodes, ino)
 	delete(fs.active, ino)
 	delete(fs.orphans, ino)
@@ -668,7 +772,7 @@ func (fs *FS) evictInodes() {
 	// files first: a directory's index is costly to reload
 	for pass := 0; pass < 2; pass++ {
 		for ino, in := range fs.inodes {
-			if _, busy := fs.active[ino]; busy || in.opens > 0 || ino == RootIno || in.dirty || (pass == 0 && in.isDir()) {
+			if _, busy := fs.active[ino]; busy || in.busy > 0 || in.opens > 0 || ino == RootIno || in.dirty || (pass == 0 && in.isDir()) {
 				continue
 			}
 			fs.cachePages -= len(in.pages)
