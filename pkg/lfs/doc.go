@@ -74,10 +74,22 @@
 //     a segment waits for its pins to drop before resetting the zone, so a
 //     reader that resolved a block address and then lost the race with a
 //     writer or with recycling reads the old, still intact block.
-//   - Pages being written back are "in flight" under their inode's lock:
-//     flushInode copies them into one buffer, writes it with the table lock
-//     released, and commits the new addresses afterwards. Readers see the
-//     dirty page in the cache until then.
+//   - Write-back. A write copies into the page cache and returns. Past the
+//     dirty budget (a quarter of Options.CacheBlocks, at most one zone) the
+//     write-back goroutine is woken; past twice the budget a writer writes
+//     back itself (so dirty pages stay bounded). Write-back takes an inode's
+//     lock only to copy its dirty pages into one buffer per log and mark them
+//     in flight (page.inflight, version page.gen), writes with no inode lock
+//     (the log's lock and the checkpoint lock shared only), then retakes the
+//     inode lock to commit: a page still cached is repointed at its new
+//     block and is clean unless it changed since the copy; a page truncated
+//     or deleted meanwhile leaves its block invalid. Until the commit the
+//     written blocks' segment counts them as pending and is no recycling
+//     candidate, and readers read the dirty page from the cache. fsync
+//     waits for the write-backs of its inode in flight (inode.flights), then
+//     writes what is still dirty and the nodes with the fsync mark: it
+//     returns once everything it covers is on the drives. On the virtual
+//     clock there is no write-back goroutine (reproducible runs).
 //   - Cache misses (inodes, direct nodes, directory indexes) read with the
 //     table lock released and then revalidate: what another goroutine loaded
 //     meanwhile wins, and a NAT entry that moved means reading again.

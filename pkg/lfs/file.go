@@ -15,6 +15,7 @@ type inode struct {
 	mu       sync.Mutex
 	busy     int
 	gone     bool
+	flights  int // write-backs in flight (their pages marked inflight)
 	ino      uint64
 	body     inodeBody
 	dirty    bool // inode node must be written
@@ -34,9 +35,11 @@ type dnode struct {
 }
 
 type page struct {
-	b     []byte
-	dirty bool
-	cold  bool // moved by recycling: write to the cold data log
+	b        []byte
+	gen      uint64 // bumped at every change (a write-back in flight compares it)
+	inflight bool   // being written back with the inode lock released
+	dirty    bool
+	cold     bool // moved by recycling: write to the cold data log
 }
 
 func (in *inode) isDir() bool { return in.body.Mode&syscall.S_IFMT == syscall.S_IFDIR }
@@ -236,6 +239,7 @@ func (fs *FS) getPage(ctx context.Context, in *inode, blk uint64, create bool) (
 }
 
 func (fs *FS) dirtyPage(in *inode, p *page) {
+	p.gen++
 	fs.active[in.ino] = in
 	if !p.dirty {
 		p.dirty = true
@@ -243,11 +247,29 @@ func (fs *FS) dirtyPage(in *inode, p *page) {
 	}
 }
 
-// flushInode writes in's dirty pages to the data logs.
-func (fs *FS) flushInode(ctx context.Context, in *inode) error {
+// flushPlan is one write-back of an inode's dirty pages: the pages (marked
+// in flight), their contents copied into one buffer per log, their versions
+// at the copy, and the addresses they got.
+type flushPlan struct {
+	in     *inode
+	groups []flushGroup
+}
+
+type flushGroup struct {
+	log   int
+	blks  []uint64
+	pages []*page
+	gens  []uint64
+	buf   []byte
+	addrs []Addr
+}
+
+// prepareFlush copies in's dirty pages that are not already in flight into
+// per-log buffers and marks them in flight (in.mu and fs.mu held).
+func (fs *FS) prepareFlush(in *inode) *flushPlan {
 	var blks []uint64
 	for b, p := range in.pages {
-		if p.dirty {
+		if p.dirty && !p.inflight {
 			blks = append(blks, b)
 		}
 	}
@@ -261,58 +283,147 @@ func (fs *FS) flushInode(ctx context.Context, in *inode) error {
 	} else if in.coldFile {
 		temp = logColdData
 	}
-	// cold (GC-moved) pages go to the cold log
-	groups := map[int][]uint64{}
+	plan := &flushPlan{in: in}
+	idx := map[int]int{}
 	for _, b := range blks {
 		t := temp
-		if in.pages[b].cold {
-			t = logColdData
+		p := in.pages[b]
+		if p.cold {
+			t = logColdData // moved by recycling
 		}
-		groups[t] = append(groups[t], b)
+		gi, ok := idx[t]
+		if !ok {
+			gi = len(plan.groups)
+			idx[t] = gi
+			plan.groups = append(plan.groups, flushGroup{log: t})
+		}
+		g := &plan.groups[gi]
+		g.blks = append(g.blks, b)
+		g.pages = append(g.pages, p)
+		g.gens = append(g.gens, p.gen)
+		g.buf = append(g.buf, p.b...)
+		p.inflight = true
 	}
-	for _, t := range []int{logHotData, logWarmData, logColdData} {
-		g := groups[t]
-		if len(g) == 0 {
-			continue
+	sort.Slice(plan.groups, func(i, j int) bool { return plan.groups[i].log < plan.groups[j].log })
+	in.flights++
+	return plan
+}
+
+// writePlan appends the plan's buffers to their logs (fs.mu held, released
+// for the writes). The blocks are not valid yet: their segments count them
+// as pending, so recycling leaves those segments alone until commitFlush.
+func (fs *FS) writePlan(ctx context.Context, plan *flushPlan) error {
+	for gi := range plan.groups {
+		g := &plan.groups[gi]
+		err := fs.appendBlocks(ctx, g.log, g.buf, func(i int, a Addr) error {
+			g.addrs = append(g.addrs, a)
+			if s := fs.segOf(a); s != nil {
+				s.pending++
+			}
+			return nil
+		})
+		if err != nil {
+			return err
 		}
-		buf := make([]byte, len(g)*fs.bs)
-		for i, b := range g {
-			copy(buf[i*fs.bs:], in.pages[b].b)
+	}
+	return nil
+}
+
+// commitFlush maps the written blocks (in.mu and fs.mu held): a page still
+// cached at its block is repointed at its new address, and is clean unless it
+// changed since the copy (then it stays dirty and is written again); a page
+// truncated or deleted meanwhile leaves its block invalid. With failed, the
+// pages just stop being in flight.
+func (fs *FS) commitFlush(ctx context.Context, plan *flushPlan, failed bool) error {
+	in := plan.in
+	defer func() {
+		in.flights--
+		fs.flightCond.Broadcast()
+	}()
+	var firstErr error
+	for gi := range plan.groups {
+		g := &plan.groups[gi]
+		for _, a := range g.addrs {
+			if s := fs.segOf(a); s != nil {
+				s.pending--
+			}
 		}
-		err := fs.appendBlocks(ctx, t, buf, func(i int, a Addr) error {
-			blk := g[i]
-			d, err := fs.getDnode(ctx, in, uint32(blk/fs.epd()+1), false)
+		committed := 0
+		for i, blk := range g.blks {
+			p := g.pages[i]
+			if in.pages[blk] == p {
+				p.inflight = false
+			}
+			if failed || i >= len(g.addrs) || in.gone || in.pages[blk] != p || firstErr != nil {
+				continue
+			}
+			a := g.addrs[i]
+			di := uint32(blk/fs.epd() + 1)
+			d, err := fs.getDnode(ctx, in, di, false)
 			if err != nil {
-				return err
+				firstErr = err
+				continue
+			}
+			if in.pages[blk] != p { // truncated while the node loaded
+				continue
 			}
 			if d == nil {
 				// dnode counted already at page creation; make it without recounting
 				d = &dnode{addrs: make([]Addr, directEntries(fs.bs))}
-				in.dn[uint32(blk/fs.epd()+1)] = d
+				in.dn[di] = d
 			}
 			e := blk % fs.epd()
 			fs.invalidate(d.addrs[e])
 			d.addrs[e] = a
 			fs.markDnDirty(in, d)
-			if t == logColdData {
+			if g.log == logColdData {
 				d.cold = true
 			}
-			p := in.pages[blk]
 			gcMoved := p.cold
-			p.dirty = false
-			p.cold = false
-			fs.dirtyPages--
+			if p.gen == g.gens[i] {
+				p.dirty = false
+				p.cold = false
+				fs.dirtyPages--
+			}
 			if !gcMoved {
 				fs.userBlocks++
 			}
-			return fs.setValid(a, mkNid(in.ino, uint32(blk/fs.epd()+1)), uint32(e))
-		})
-		if err != nil {
-			return err
+			if err := fs.setValid(a, mkNid(in.ino, di), uint32(e)); err != nil && firstErr == nil {
+				firstErr = err
+			}
+			committed++
 		}
-		fs.m.blocks("data", len(g))
+		fs.m.blocks("data", committed)
 	}
-	return nil
+	return firstErr
+}
+
+// flushInode writes in's dirty pages to the data logs, holding in.mu
+// throughout (fsync, checkpoints); it first waits for write-backs of in that
+// are in flight, releasing in.mu meanwhile (the caller holds in.busy).
+func (fs *FS) flushInode(ctx context.Context, in *inode) error {
+	fs.waitFlights(in)
+	plan := fs.prepareFlush(in)
+	if plan == nil {
+		return nil
+	}
+	err := fs.writePlan(ctx, plan)
+	if e := fs.commitFlush(ctx, plan, err != nil); err == nil {
+		err = e
+	}
+	return err
+}
+
+// waitFlights waits until no write-back of in is in flight. The caller holds
+// in.mu (released while waiting: the write-back needs it to commit) and fs.mu.
+func (fs *FS) waitFlights(in *inode) {
+	for in.flights > 0 {
+		in.mu.Unlock()
+		fs.flightCond.Wait()
+		fs.mu.Unlock()
+		in.mu.Lock()
+		fs.mu.Lock()
+	}
 }
 
 // lockIn takes in.mu (fs.mu held on entry and return; no other inode lock
@@ -357,13 +468,37 @@ func (fs *FS) writeBack(ctx context.Context) error {
 		if in == nil || !fs.lockIn(in) {
 			continue
 		}
-		err := fs.flushInode(ctx, in)
+		plan := fs.prepareFlush(in)
+		in.busy++ // stays cached (dirty anyway) while unlocked
+		fs.unlockIn(in)
+		if plan == nil {
+			in.busy--
+			continue
+		}
+		// the pages are in flight: writers of the file go on meanwhile
+		err := fs.writePlan(ctx, plan)
+		fs.lockInHeld(in)
+		in.busy--
+		if e := fs.commitFlush(ctx, plan, err != nil); err == nil {
+			err = e
+		}
 		fs.unlockIn(in)
 		if err != nil {
 			return err
 		}
 	}
 	return nil
+}
+
+// lockInHeld takes in.mu of an inode the caller keeps cached (in.busy) even
+// when it was deleted meanwhile (fs.mu held on entry and return).
+func (fs *FS) lockInHeld(in *inode) {
+	in.busy++
+	if !in.mu.TryLock() {
+		fs.mu.Unlock()
+		in.mu.Lock()
+		fs.mu.Lock()
+	}
 }
 
 // flushAll writes back every dirty page (checkpoint lock held exclusively:

@@ -78,23 +78,27 @@ type Options struct {
 // FS is a mounted file system. All methods are safe for concurrent use.
 type FS struct {
 	// Locks, in the order they are taken (see doc.go):
-	gcMu     sync.Mutex           // one recycling round at a time
-	cpMu     sync.RWMutex         // checkpoint lock: mutating ops R, checkpoints W; readers never
-	renameMu sync.Mutex           // renames (the directory tree's shape)
-	logMu    [numTemps]sync.Mutex // appends to one log (a zone takes writes only at its write pointer)
-	mu       sync.Mutex           // the tables (leaf lock): never held across a Volume call
-	pinCond  *sync.Cond           // on mu: a segment's readers left (pins 0)
-	opening  int                  // OpenZone calls in flight (counted as used segments)
-	inflight atomic.Int64         // operations running (the virtual clock's tick skips a busy FS)
-	bgWG     sync.WaitGroup
-	vol      Volume
-	geo      VolumeGeometry
-	bs       int
-	sb       superblock
-	opts     Options
-	clk      clock.Clock
-	pol      RecyclePolicy
-	m        *metrics
+	gcMu       sync.Mutex           // one recycling round at a time
+	cpMu       sync.RWMutex         // checkpoint lock: mutating ops R, checkpoints W; readers never
+	renameMu   sync.Mutex           // renames (the directory tree's shape)
+	logMu      [numTemps]sync.Mutex // appends to one log (a zone takes writes only at its write pointer)
+	mu         sync.Mutex           // the tables (leaf lock): never held across a Volume call
+	pinCond    *sync.Cond           // on mu: a segment's readers left (pins 0)
+	flightCond *sync.Cond           // on mu: a write-back in flight committed
+	opening    int                  // OpenZone calls in flight (counted as used segments)
+	inflight   atomic.Int64         // operations running (the virtual clock's tick skips a busy FS)
+	bgWG       sync.WaitGroup
+	wbKick     chan struct{} // wakes the write-back goroutine (nil: none, writers flush)
+	wbStop     chan struct{}
+	wbOnce     sync.Once
+	vol        Volume
+	geo        VolumeGeometry
+	bs         int
+	sb         superblock
+	opts       Options
+	clk        clock.Clock
+	pol        RecyclePolicy
+	m          *metrics
 
 	nlogs int
 	segs  map[ZoneID]*segment
@@ -168,6 +172,7 @@ func newFS(vol Volume, opts Options) *FS {
 		orphans: map[uint64]struct{}{}, nextFH: 1}
 	fs.bs = fs.geo.BlockSize
 	fs.pinCond = sync.NewCond(&fs.mu)
+	fs.flightCond = sync.NewCond(&fs.mu)
 	fs.pol = opts.Policy
 	if fs.pol == nil {
 		fs.pol = DefaultPolicy(opts.Move)

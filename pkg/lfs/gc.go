@@ -84,7 +84,7 @@ func (p Policy) Method(SegmentInfo, bool) MoveMethod { return p.Move }
 func (fs *FS) candidates() []SegmentInfo {
 	var out []SegmentInfo
 	for z, s := range fs.segs {
-		if s.log >= 0 || !s.closed {
+		if s.log >= 0 || !s.closed || s.pending > 0 {
 			continue
 		}
 		out = append(out, SegmentInfo{Zone: z, Valid: s.nvalid, Written: s.wp, Capacity: s.cap, Age: fs.nodeSeq - min(s.mtime, fs.nodeSeq)})

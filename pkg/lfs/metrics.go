@@ -171,6 +171,7 @@ type Stats struct {
 	Orphans            int
 	CheckpointVersion  uint64
 	Checkpoints        uint64
+	WriteBacks         uint64 // background write-back rounds
 	GCForeground       uint64
 	GCBackground       uint64
 	MovedHostCopy      uint64 // read to the host and written back
@@ -226,6 +227,7 @@ func (fs *FS) Stats() Stats {
 // readers and writers. Neither ever waits for or blocks a reader.
 func (fs *FS) startTimer() {
 	registerGauges(fs, fs.opts.Registry)
+	fs.startFlusher()
 	period := fs.opts.BackgroundGC
 	if p := fs.opts.CheckpointEvery; p > 0 && (period == 0 || p < period) {
 		period = p
@@ -328,6 +330,40 @@ func (fs *FS) arm(period time.Duration, tick func()) {
 	fs.tmu.Unlock()
 }
 
+// startFlusher starts the write-back goroutine: woken when the dirty pages
+// pass the budget, it writes them back (per inode, under each inode's lock
+// and the checkpoint lock shared), so writers do not wait for the drives.
+//
+// Not on the virtual clock: there a run must be reproducible, so writers
+// write back themselves, in the operation that crosses the budget.
+func (fs *FS) startFlusher() {
+	if fs.clk.Kind() == clock.KindVirtual {
+		return
+	}
+	fs.wbKick = make(chan struct{}, 1)
+	fs.wbStop = make(chan struct{})
+	fs.bgWG.Add(1)
+	go func() {
+		defer fs.bgWG.Done()
+		for {
+			select {
+			case <-fs.wbStop:
+				return
+			case <-fs.wbKick:
+			}
+			fs.cpMu.RLock()
+			fs.mu.Lock()
+			if !fs.closed && fs.failed == nil {
+				if err := fs.writeBack(context.Background()); err == nil {
+					fs.stats.WriteBacks++
+				}
+			}
+			fs.mu.Unlock()
+			fs.cpMu.RUnlock()
+		}
+	}()
+}
+
 // stopBackground stops the ticks and waits for the background goroutine
 // (no lock of the FS may be held).
 func (fs *FS) stopBackground() {
@@ -337,6 +373,9 @@ func (fs *FS) stopBackground() {
 	fs.tmu.Unlock()
 	if stop != nil {
 		stop()
+	}
+	if fs.wbStop != nil {
+		fs.wbOnce.Do(func() { close(fs.wbStop) })
 	}
 	fs.bgWG.Wait()
 }

@@ -130,10 +130,23 @@ func (fs *FS) begin1(ctx context.Context, name string, kind opKind) (*op, error)
 		return nil, syscall.EIO
 	}
 	o := &op{fs: fs, name: name, t0: fs.now(), kind: kind}
-	if kind == opWrite && (fs.dirtyPages > fs.opts.CacheBlocks/4 || fs.dirtyPages > int(fs.geo.ZoneBlocks)) {
-		if err := fs.writeBack(ctx); err != nil {
-			o.done(&err)
-			return nil, err
+	if kind == opWrite {
+		// Write-back: past the dirty budget the background flusher is
+		// kicked (the operation goes on: a WRITE returns after its copy);
+		// past twice the budget, or without a flusher, the writer flushes
+		// itself (throttling, so the dirty pages stay bounded).
+		soft := min(fs.opts.CacheBlocks/4, int(fs.geo.ZoneBlocks))
+		if fs.dirtyPages > soft && fs.wbKick != nil {
+			select {
+			case fs.wbKick <- struct{}{}:
+			default:
+			}
+		}
+		if fs.dirtyPages > 2*soft || fs.wbKick == nil && fs.dirtyPages > soft {
+			if err := fs.writeBack(ctx); err != nil {
+				o.done(&err)
+				return nil, err
+			}
 		}
 	}
 	return o, nil
@@ -939,6 +952,12 @@ func (fs *FS) FsyncIno(ctx context.Context, ino uint64) (err error) {
 // asks for a checkpoint (run when the operation has released its locks) when
 // names changed.
 func (fs *FS) fsync(ctx context.Context, o *op, in *inode) error {
+	// a background write-back of in in flight commits first (fsync waits for
+	// it: its blocks must be in the nodes written below)
+	fs.waitFlights(in)
+	if in.gone {
+		return nil
+	}
 	if in.needCP || in.isDir() || in.body.Nlink == 0 {
 		o.after = func() error { return fs.exclusiveCheckpoint(ctx, false) }
 		return nil

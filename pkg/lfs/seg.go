@@ -33,17 +33,18 @@ var logNames = [numTemps]string{"hot_node", "warm_node", "cold_node", "hot_data"
 // segment is one in-use v-zone: its SIT entry (valid bitmap and count) and
 // its SSA (owner of every written block).
 type segment struct {
-	zone   ZoneID
-	wp     uint64 // blocks written
-	cap    uint64
-	valid  []uint64
-	nvalid uint64
-	pins   int      // readers reading blocks of it with fs.mu released (no Reset meanwhile)
-	owner  []uint64 // SSA: owner nid per block
-	ofs    []uint32 // SSA: index in the owner (ofsNode for a node block)
-	mtime  uint64   // node sequence at the last write into it
-	log    int      // active log index, -1 when not a log head
-	closed bool     // no more writes (full, finished or abandoned)
+	zone    ZoneID
+	wp      uint64 // blocks written
+	cap     uint64
+	valid   []uint64
+	nvalid  uint64
+	pending int      // blocks written but not yet committed (a write-back in flight): not a recycling candidate
+	pins    int      // readers reading blocks of it with fs.mu released (no Reset meanwhile)
+	owner   []uint64 // SSA: owner nid per block
+	ofs     []uint32 // SSA: index in the owner (ofsNode for a node block)
+	mtime   uint64   // node sequence at the last write into it
+	log     int      // active log index, -1 when not a log head
+	closed  bool     // no more writes (full, finished or abandoned)
 }
 
 func newSegment(z ZoneID, capBlocks uint64) *segment {
