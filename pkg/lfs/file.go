@@ -265,7 +265,8 @@ type flushGroup struct {
 }
 
 // prepareFlush copies in's dirty pages that are not already in flight into
-// per-log buffers and marks them in flight (in.mu and fs.mu held).
+// per-log buffers and marks them in flight (in.mu and fs.mu held; fs.mu is
+// released for the copy).
 func (fs *FS) prepareFlush(in *inode) *flushPlan {
 	var blks []uint64
 	for b, p := range in.pages {
@@ -301,11 +302,21 @@ func (fs *FS) prepareFlush(in *inode) *flushPlan {
 		g.blks = append(g.blks, b)
 		g.pages = append(g.pages, p)
 		g.gens = append(g.gens, p.gen)
-		g.buf = append(g.buf, p.b...)
 		p.inflight = true
 	}
 	sort.Slice(plan.groups, func(i, j int) bool { return plan.groups[i].log < plan.groups[j].log })
 	in.flights++
+	// The copy runs without the table lock: page contents change only under
+	// the inode lock, which the caller holds (or no operation runs at all).
+	fs.mu.Unlock()
+	for gi := range plan.groups {
+		g := &plan.groups[gi]
+		g.buf = make([]byte, len(g.pages)*fs.bs)
+		for i, p := range g.pages {
+			copy(g.buf[i*fs.bs:], p.b)
+		}
+	}
+	fs.mu.Lock()
 	return plan
 }
 
