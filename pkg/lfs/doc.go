@@ -90,6 +90,11 @@
 //     writes what is still dirty and the nodes with the fsync mark: it
 //     returns once everything it covers is on the drives. On the virtual
 //     clock there is no write-back goroutine (reproducible runs).
+//   - Read-ahead (readahead.go): a sequential read starts one goroutine per
+//     inode that reads the next window (Options.ReadAheadBlocks, 1 MiB by
+//     default) with no lock held and inserts clean pages only where no page
+//     is cached and the file still maps the block read; the page cache
+//     stays bounded (clean pages are dropped first).
 //   - Cache misses (inodes, direct nodes, directory indexes) read with the
 //     table lock released and then revalidate: what another goroutine loaded
 //     meanwhile wins, and a NAT entry that moved means reading again.

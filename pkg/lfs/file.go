@@ -15,7 +15,10 @@ type inode struct {
 	mu       sync.Mutex
 	busy     int
 	gone     bool
-	flights  int // write-backs in flight (their pages marked inflight)
+	flights  int    // write-backs in flight (their pages marked inflight)
+	raLast   uint64 // end of the last read (sequential detection)
+	raUntil  uint64 // blocks prefetched up to here
+	raBusy   bool   // a read-ahead of this inode runs
 	ino      uint64
 	body     inodeBody
 	dirty    bool // inode node must be written
@@ -719,7 +722,9 @@ func (fs *FS) writeAt(ctx context.Context, in *inode, off uint64, data []byte) (
 				if err != nil {
 					return n, err
 				}
-				if a == 0 {
+				if q := in.pages[blk]; q != nil {
+					p = q // read-ahead cached it meanwhile
+				} else if a == 0 {
 					p, err = fs.getPage(ctx, in, blk, true)
 				} else {
 					p = &page{b: make([]byte, bs)}

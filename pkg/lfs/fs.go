@@ -71,6 +71,9 @@ type Options struct {
 	CacheBlocks int
 	// CacheInodes bounds the inode cache (0: 65536); clean closed inodes are dropped.
 	CacheInodes int
+	// ReadAheadBlocks is the read-ahead window on sequential reads (0: 256
+	// blocks; negative: none). Prefetched blocks are clean cached pages.
+	ReadAheadBlocks int
 	// Retries of a Volume call failing with zerr.ErrUnavailable (0: 3).
 	Retries int
 }

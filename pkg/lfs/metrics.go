@@ -172,6 +172,7 @@ type Stats struct {
 	CheckpointVersion  uint64
 	Checkpoints        uint64
 	WriteBacks         uint64 // background write-back rounds
+	ReadAheadBlocks    uint64 // blocks prefetched into the page cache by read-ahead
 	GCForeground       uint64
 	GCBackground       uint64
 	MovedHostCopy      uint64 // read to the host and written back

@@ -862,6 +862,9 @@ func (fs *FS) Read(ctx context.Context, h Handle, off int64, buf []byte) (n int,
 	}
 	n, err = fs.readAt(ctx, in, uint64(off), buf)
 	fs.m.bytes("read", n)
+	if err == nil {
+		fs.noteRead(in, uint64(off), n)
+	}
 	return n, err
 }
 
