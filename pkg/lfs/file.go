@@ -688,6 +688,14 @@ func (fs *FS) readAt(ctx context.Context, in *inode, off uint64, buf []byte) (in
 			}
 			run++
 		}
+		if bo == 0 && uint64(len(buf)-n) >= run*bs {
+			// whole blocks: straight into the caller's buffer
+			if err := fs.readBlocks(ctx, a, buf[n:n+int(run*bs)]); err != nil {
+				return n, err
+			}
+			n += int(run * bs)
+			continue
+		}
 		tmp := make([]byte, run*bs)
 		if err := fs.readBlocks(ctx, a, tmp); err != nil {
 			return n, err
