@@ -30,6 +30,7 @@ import (
 	"os"
 	"path/filepath"
 	"sort"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -47,7 +48,9 @@ import (
 	"github.com/zonefleet/zonefleet/pkg/fsvol"
 	"github.com/zonefleet/zonefleet/pkg/fusefs"
 	"github.com/zonefleet/zonefleet/pkg/lfs"
+	"github.com/zonefleet/zonefleet/pkg/lfs/devvol"
 	"github.com/zonefleet/zonefleet/pkg/localcluster"
+	"github.com/zonefleet/zonefleet/pkg/zns"
 )
 
 // Options of the benchmark.
@@ -62,6 +65,15 @@ type Options struct {
 	TimeScale   float64 // realtime clock scale of the fileserver cluster (default 1)
 	SkipLoopRef bool    // skip the loopback reference (tests)
 	IZCH        bool    // also run IZC-H (host-cached blocks written from the host)
+	Runs        int     // repetitions of the throughput part; medians are reported (default 3)
+	Parallel    int     // threads of the parallel scaling workloads, one file each (default 4)
+	// ScalingThreads are the fileserver thread counts compared at ScalingUtil
+	// (default 1 and 16; nil with NoThreadScaling).
+	ScalingThreads  []int
+	ScalingUtil     int  // utilization of the thread-scaling fileserver runs (default 80)
+	NoThreadScaling bool // skip the thread-scaling fileserver runs
+	NoDevvol        bool // skip the same throughput workloads over local drives (devvol, no network)
+	NoRecycling     bool // skip the recycling (host copy vs IZC) fileserver runs
 }
 
 func (o *Options) defaults() {
@@ -86,6 +98,18 @@ func (o *Options) defaults() {
 	if o.TimeScale <= 0 {
 		o.TimeScale = 1
 	}
+	if o.Runs <= 0 {
+		o.Runs = 3
+	}
+	if o.Parallel <= 0 {
+		o.Parallel = 4
+	}
+	if len(o.ScalingThreads) == 0 && !o.NoThreadScaling {
+		o.ScalingThreads = []int{1, 16}
+	}
+	if o.ScalingUtil <= 0 {
+		o.ScalingUtil = 80
+	}
 }
 
 // Throughput is one workload on both file systems.
@@ -102,6 +126,7 @@ type Throughput struct {
 type Recycling struct {
 	Method        string  `json:"method"`
 	Util          int     `json:"utilization_percent"`
+	Threads       int     `json:"threads,omitempty"`
 	MiBPerSecond  float64 `json:"mib_per_second"`
 	Ops           int64   `json:"ops"`
 	WrittenMiB    float64 `json:"written_mib"`
@@ -123,7 +148,25 @@ type Result struct {
 	VsFuseLoopback map[string]float64 `json:"vs_fuse_loopback"`
 	Recycling      []Recycling        `json:"recycling"`
 	IZCvsHostCopy  map[string]float64 `json:"izc_vs_host_copy_throughput"`
-	Notes          []string           `json:"notes"`
+	// ParallelReadScaling is the aggregate read throughput of Parallel
+	// threads reading one file each over one thread reading one file on the
+	// mount (median of Runs); ParallelWriteScaling the same for writes
+	// (each file written and fsynced). LoopbackScaling holds the loopback's.
+	ParallelReadScaling  float64            `json:"parallel_read_scaling"`
+	ParallelWriteScaling float64            `json:"parallel_write_scaling"`
+	LoopbackScaling      map[string]float64 `json:"loopback_scaling,omitempty"`
+	// Devvol is the same workloads on lfs over local drives (devvol, no
+	// network, drive clock off) through the same FUSE binding, in the same
+	// run: the file system's own cost. DevvolVsFuseLoopback its ratios.
+	Devvol               []Throughput       `json:"devvol_throughput,omitempty"`
+	DevvolVsFuseLoopback map[string]float64 `json:"devvol_vs_fuse_loopback,omitempty"`
+	DevvolScaling        map[string]float64 `json:"devvol_scaling,omitempty"`
+	// FileserverThreads are the fileserver runs at ScalingUtil with
+	// ScalingThreads threads; FileserverThreadScaling is the last one's
+	// throughput over the first one's (16 vs 1 threads by default).
+	FileserverThreads       []Recycling `json:"fileserver_threads,omitempty"`
+	FileserverThreadScaling float64     `json:"fileserver_16_vs_1_threads,omitempty"`
+	Notes                   []string    `json:"notes"`
 }
 
 // Run runs both parts.
@@ -145,8 +188,15 @@ func Run(ctx context.Context, o Options) (*Result, error) {
 	if err := throughput(ctx, o, dir, res); err != nil {
 		return nil, fmt.Errorf("throughput: %w", err)
 	}
-	if err := recycling(ctx, o, dir, res); err != nil {
-		return nil, fmt.Errorf("recycling: %w", err)
+	if !o.NoRecycling {
+		if err := recycling(ctx, o, dir, res); err != nil {
+			return nil, fmt.Errorf("recycling: %w", err)
+		}
+	}
+	if len(o.ScalingThreads) > 1 {
+		if err := threadScaling(ctx, o, dir, res); err != nil {
+			return nil, fmt.Errorf("fileserver thread scaling: %w", err)
+		}
 	}
 	byKey := map[string]float64{}
 	for _, r := range res.Recycling {
@@ -158,6 +208,7 @@ func Run(ctx context.Context, o Options) (*Result, error) {
 		}
 	}
 	res.Notes = append(res.Notes,
+		fmt.Sprintf("throughput: medians of %d runs, the mounts alternating within each run; parallel_*_scaling: %d threads on one file each (%d MiB) over one thread on one file; fileserver_16_vs_1_threads: fileserver at %d %% with IZC", o.Runs, o.Parallel, max(1, o.SeqMiB/o.Parallel), o.ScalingUtil),
 		"throughput: drive clock off (software path); one thread; loopback = go-fuse fs.NewLoopbackRoot over a host directory, FUSE passthrough disabled; the kernel's FUSE page cache of the file is dropped (fadvise DONTNEED) before each read workload, the host file system under the loopback keeps its own",
 		"recycling: drives on the realtime clock; phases from timing lfs's Volume calls (lfs does not time GC phases itself)")
 	return res, nil
@@ -249,6 +300,14 @@ func (m *mounted) unmount(ctx context.Context) error {
 	return err
 }
 
+// target is one file system under test in the throughput part.
+type target struct {
+	name    string
+	dir     string
+	close   func() error
+	results [][]Throughput // per run
+}
+
 func throughput(ctx context.Context, o Options, dir string, res *Result) error {
 	cl, err := startCluster(ctx, filepath.Join(dir, "tp-cluster"), "off", 1, nil)
 	if err != nil {
@@ -266,32 +325,124 @@ func throughput(ctx context.Context, o Options, dir string, res *Result) error {
 	if err != nil {
 		return err
 	}
-	zf, err := workloads(ctx, m.dir, o)
-	if e := m.unmount(ctx); err == nil {
-		err = e
-	}
-	if err != nil {
-		return err
-	}
-	var lb []Throughput
+	targets := []*target{{name: "mount", dir: m.dir, close: func() error { return m.unmount(ctx) }}}
+	defer func() {
+		for _, t := range targets {
+			_ = t.close()
+		}
+	}()
 	if !o.SkipLoopRef {
-		lb, err = loopback(ctx, dir, o)
+		t, err := loopbackTarget(dir)
 		if err != nil {
 			return fmt.Errorf("loopback: %w", err)
 		}
+		targets = append(targets, t)
 	}
-	for i, t := range zf {
-		if i < len(lb) && lb[i].ZoneFleet > 0 {
-			t.Loopback = lb[i].ZoneFleet
-			t.VsLoopback = t.ZoneFleet / t.Loopback
-			res.VsFuseLoopback[t.Workload] = t.VsLoopback
+	if !o.NoDevvol {
+		t, err := devvolTarget(ctx, dir, o)
+		if err != nil {
+			return fmt.Errorf("devvol: %w", err)
+		}
+		targets = append(targets, t)
+	}
+	for r := 0; r < o.Runs; r++ {
+		for _, t := range targets {
+			tp, err := workloads(ctx, t.dir, o)
+			if err != nil {
+				return fmt.Errorf("%s: %w", t.name, err)
+			}
+			t.results = append(t.results, tp)
+		}
+	}
+	med := func(t *target) []Throughput {
+		var out []Throughput
+		for i := range t.results[0] {
+			var xs, secs []float64
+			for _, run := range t.results {
+				xs = append(xs, run[i].ZoneFleet)
+				secs = append(secs, run[i].ZoneFleetSec)
+			}
+			x := t.results[0][i]
+			x.ZoneFleet, x.ZoneFleetSec = median(xs), median(secs)
+			out = append(out, x)
+		}
+		return out
+	}
+	byName := map[string][]Throughput{}
+	for _, t := range targets {
+		byName[t.name] = med(t)
+	}
+	ratios := func(name string) ([]Throughput, map[string]float64) {
+		var out []Throughput
+		rat := map[string]float64{}
+		lb := byName["loopback"]
+		for i, t := range byName[name] {
+			if i < len(lb) && lb[i].ZoneFleet > 0 {
+				t.Loopback = lb[i].ZoneFleet
+				t.VsLoopback = t.ZoneFleet / t.Loopback
+				rat[t.Workload] = t.VsLoopback
+			}
+			out = append(out, t)
+		}
+		return out, rat
+	}
+	scaling := func(name string) map[string]float64 {
+		sc := map[string]float64{}
+		for _, t := range byName[name] {
+			switch t.Workload {
+			case "parallel_read_scaling", "parallel_write_scaling":
+				sc[t.Workload] = t.ZoneFleet
+			}
+		}
+		return sc
+	}
+	all, rat := ratios("mount")
+	for _, t := range all {
+		if strings.HasPrefix(t.Workload, "parallel_") {
+			continue
 		}
 		res.Throughput = append(res.Throughput, t)
+		if v, ok := rat[t.Workload]; ok {
+			res.VsFuseLoopback[t.Workload] = v
+		}
+	}
+	sc := scaling("mount")
+	res.ParallelReadScaling, res.ParallelWriteScaling = sc["parallel_read_scaling"], sc["parallel_write_scaling"]
+	if !o.SkipLoopRef {
+		res.LoopbackScaling = scaling("loopback")
+	}
+	if !o.NoDevvol {
+		dv, drat := ratios("devvol")
+		for _, t := range dv {
+			if !strings.HasPrefix(t.Workload, "parallel_") {
+				res.Devvol = append(res.Devvol, t)
+			}
+		}
+		res.DevvolVsFuseLoopback = map[string]float64{}
+		for k, v := range drat {
+			if !strings.HasPrefix(k, "parallel_") {
+				res.DevvolVsFuseLoopback[k] = v
+			}
+		}
+		res.DevvolScaling = scaling("devvol")
 	}
 	return nil
 }
 
-func loopback(ctx context.Context, dir string, o Options) ([]Throughput, error) {
+func median(xs []float64) float64 {
+	if len(xs) == 0 {
+		return 0
+	}
+	s := append([]float64(nil), xs...)
+	sort.Float64s(s)
+	if len(s)%2 == 1 {
+		return s[len(s)/2]
+	}
+	return (s[len(s)/2-1] + s[len(s)/2]) / 2
+}
+
+// loopbackTarget mounts go-fuse's loopback file system over a host directory.
+func loopbackTarget(dir string) (*target, error) {
 	back, mnt := filepath.Join(dir, "loop-back"), filepath.Join(dir, "loop-mnt")
 	for _, d := range []string{back, mnt} {
 		if err := os.MkdirAll(d, 0o755); err != nil {
@@ -303,16 +454,46 @@ func loopback(ctx context.Context, dir string, o Options) ([]Throughput, error) 
 		return nil, err
 	}
 	srv, err := gofs.Mount(mnt, root, &gofs.Options{MountOptions: fuse.MountOptions{DirectMount: os.Geteuid() == 0, MaxWrite: 1 << 20, FsName: "loopback",
+		MaxBackground: 64,
 		// every byte through the FUSE daemon, as on the ZoneFleet mount: no kernel passthrough to the backing file
 		DisabledCapabilities: fuse.CAP_PASSTHROUGH}})
 	if err != nil {
 		return nil, err
 	}
-	out, err := workloads(ctx, mnt, o)
-	if e := srv.Unmount(); err == nil {
-		err = e
+	// the same kernel read-ahead as the ZoneFleet mount
+	_ = fusefs.SetReadAhead(mnt, 1024)
+	return &target{name: "loopback", dir: mnt, close: srv.Unmount}, nil
+}
+
+// devvolTarget mounts lfs over one local emulated drive (devvol, drive clock
+// off) through the same FUSE binding: the file system without the network.
+func devvolTarget(ctx context.Context, dir string, o Options) (*target, error) {
+	zones := 2 * (o.SeqMiB*3/2 + 48) // 2 MiB zones: room for the big file, the parallel files and churn
+	d, err := zns.Create(filepath.Join(dir, "devvol-dev0"), devvol.TestConfig(zones, 64), clock.Off())
+	if err != nil {
+		return nil, err
 	}
-	return out, err
+	vol, err := devvol.New(d)
+	if err != nil {
+		_ = d.Close()
+		return nil, err
+	}
+	if err := lfs.Mkfs(ctx, vol, lfs.MkfsOptions{}); err != nil {
+		_ = d.Close()
+		return nil, err
+	}
+	m, err := mountLFS(ctx, vol, filepath.Join(dir, "devvol-mnt"), lfs.Options{Move: lfs.Compact})
+	if err != nil {
+		_ = d.Close()
+		return nil, err
+	}
+	return &target{name: "devvol", dir: m.dir, close: func() error {
+		err := m.unmount(ctx)
+		if e := d.Close(); err == nil {
+			err = e
+		}
+		return err
+	}}, nil
 }
 
 // workloads runs the four throughput workloads in dir (one thread).
@@ -424,7 +605,121 @@ func workloads(ctx context.Context, dir string, o Options) ([]Throughput, error)
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
-	return out, os.Remove(p)
+	if err := os.Remove(p); err != nil {
+		return nil, err
+	}
+	par, err := parallel(ctx, dir, o)
+	return append(out, par...), err
+}
+
+// parallel measures the aggregate throughput of o.Parallel threads on one
+// file each against one thread on one file, for writes (each file written
+// and fsynced) and reads (the kernel's cache of the files dropped first).
+// The results are the two ratios, as Throughput rows named
+// parallel_write_scaling and parallel_read_scaling (MiB/s fields hold the
+// ratio).
+func parallel(ctx context.Context, dir string, o Options) ([]Throughput, error) {
+	const chunk = 1 << 20
+	size := int64(max(1, o.SeqMiB/o.Parallel)) << 20
+	names := make([]string, o.Parallel)
+	for i := range names {
+		names[i] = filepath.Join(dir, fmt.Sprintf("par%d.dat", i))
+	}
+	write := func(p string) error {
+		buf := make([]byte, chunk)
+		for i := range buf {
+			buf[i] = byte(i * 13)
+		}
+		f, err := os.Create(p)
+		if err != nil {
+			return err
+		}
+		for off := int64(0); off < size && ctx.Err() == nil; off += chunk {
+			if _, err := f.Write(buf); err != nil {
+				f.Close()
+				return err
+			}
+		}
+		if err := f.Sync(); err != nil {
+			f.Close()
+			return err
+		}
+		return f.Close()
+	}
+	read := func(p string) error {
+		buf := make([]byte, chunk)
+		f, err := os.Open(p)
+		if err != nil {
+			return err
+		}
+		defer f.Close()
+		for ctx.Err() == nil {
+			_, err := f.Read(buf)
+			if errors.Is(err, io.EOF) {
+				return nil
+			}
+			if err != nil {
+				return err
+			}
+		}
+		return ctx.Err()
+	}
+	run := func(n int, f func(string) error) (float64, error) {
+		for _, p := range names[:n] {
+			if _, err := os.Stat(p); err == nil {
+				if err := dropCache(p); err != nil {
+					return 0, err
+				}
+			}
+		}
+		errs := make([]error, n)
+		var wg sync.WaitGroup
+		t0 := time.Now()
+		for i := 0; i < n; i++ {
+			wg.Add(1)
+			go func(i int) {
+				defer wg.Done()
+				errs[i] = f(names[i])
+			}(i)
+		}
+		wg.Wait()
+		d := time.Since(t0).Seconds()
+		for _, err := range errs {
+			if err != nil {
+				return 0, err
+			}
+		}
+		return float64(n) * float64(size) / (1 << 20) / d, nil
+	}
+	var out []Throughput
+	for _, w := range []struct {
+		name string
+		f    func(string) error
+	}{{"parallel_write_scaling", write}, {"parallel_read_scaling", read}} {
+		one, err := run(1, w.f)
+		if err != nil {
+			return nil, fmt.Errorf("%s (1 thread): %w", w.name, err)
+		}
+		if w.name == "parallel_write_scaling" {
+			// all files exist before the timed parallel write (same work as the single one: rewrite)
+			for _, p := range names[1:] {
+				if err := write(p); err != nil {
+					return nil, err
+				}
+			}
+		}
+		many, err := run(o.Parallel, w.f)
+		if err != nil {
+			return nil, fmt.Errorf("%s (%d threads): %w", w.name, o.Parallel, err)
+		}
+		out = append(out, Throughput{Workload: w.name, ZoneFleet: many / one, Bytes: size * int64(o.Parallel)})
+	}
+	for _, p := range names {
+		if err := os.Remove(p); err != nil {
+			return nil, err
+		}
+	}
+	return out, ctx.Err()
 }
 
 // dropCache drops the kernel's page cache of the FUSE file at p, so that
@@ -480,6 +775,30 @@ func histSum(reg *prometheus.Registry, name string) float64 {
 		}
 	}
 	return sum
+}
+
+// threadScaling runs the fileserver at o.ScalingUtil with each of
+// o.ScalingThreads thread counts (IZC) on the realtime clock.
+func threadScaling(ctx context.Context, o Options, dir string, res *Result) error {
+	cl, err := startCluster(ctx, filepath.Join(dir, "ts-cluster"), "realtime", o.TimeScale, nil)
+	if err != nil {
+		return err
+	}
+	defer cl.close()
+	for _, n := range o.ScalingThreads {
+		oo := o
+		oo.Threads = n
+		r, err := fileserver(ctx, oo, cl, filepath.Join(dir, "ts-mnt"), lfs.Compact, false, o.ScalingUtil)
+		if err != nil {
+			return fmt.Errorf("%d threads: %w", n, err)
+		}
+		r.Threads = n
+		res.FileserverThreads = append(res.FileserverThreads, r)
+	}
+	if first := res.FileserverThreads[0].MiBPerSecond; first > 0 {
+		res.FileserverThreadScaling = res.FileserverThreads[len(res.FileserverThreads)-1].MiBPerSecond / first
+	}
+	return nil
 }
 
 func fileserver(ctx context.Context, o Options, cl *cluster, mnt string, method lfs.MoveMethod, cached bool, util int) (Recycling, error) {
@@ -652,6 +971,25 @@ func (r *Result) WriteTable(w io.Writer) error {
 	for _, x := range r.Recycling {
 		fmt.Fprintf(tw, "%s\t%d %%\t%.1f\t%.3f\t%d\t%.1f\t%.1f\t%.1f\t%.1f\t%d\t%d (%d)\n", x.Method, x.Util, x.MiBPerSecond, x.WAF, x.GCRuns,
 			x.AvgGCMs, x.AvgReadMs, x.AvgCopyMs, x.AvgWriteCPMs, x.MovedHost, x.MovedIZC, x.Copyback)
+	}
+	fmt.Fprintf(tw, "parallel_read_scaling\t%.2f\n", r.ParallelReadScaling)
+	fmt.Fprintf(tw, "parallel_write_scaling\t%.2f\n", r.ParallelWriteScaling)
+	for _, k := range []string{"parallel_read_scaling", "parallel_write_scaling"} {
+		if v, ok := r.LoopbackScaling[k]; ok {
+			fmt.Fprintf(tw, "loopback %s\t%.2f\n", k, v)
+		}
+		if v, ok := r.DevvolScaling[k]; ok {
+			fmt.Fprintf(tw, "devvol %s\t%.2f\n", k, v)
+		}
+	}
+	for _, t := range r.Devvol {
+		fmt.Fprintf(tw, "devvol %s\t%.1f\t%.1f\t%.2f\n", t.Workload, t.ZoneFleet, t.Loopback, t.VsLoopback)
+	}
+	for _, x := range r.FileserverThreads {
+		fmt.Fprintf(tw, "fileserver %d threads at %d %%\t%.1f MiB/s\n", x.Threads, x.Util, x.MiBPerSecond)
+	}
+	if r.FileserverThreadScaling > 0 {
+		fmt.Fprintf(tw, "fileserver_16_vs_1_threads\t%.2f\n", r.FileserverThreadScaling)
 	}
 	keys := make([]string, 0, len(r.IZCvsHostCopy))
 	for k := range r.IZCvsHostCopy {

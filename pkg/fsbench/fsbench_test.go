@@ -18,9 +18,21 @@ func TestRunSmall(t *testing.T) {
 	if _, err := os.Stat("/dev/fuse"); err != nil {
 		t.Skipf("no /dev/fuse: %v", err)
 	}
-	res, err := fsbench.Run(context.Background(), fsbench.Options{Dir: t.TempDir(), SeqMiB: 4, RandOps: 256, Utils: []int{80}, Churn: 0.3, Threads: 2, TimeScale: 0.25})
+	res, err := fsbench.Run(context.Background(), fsbench.Options{Dir: t.TempDir(), SeqMiB: 4, RandOps: 256, Utils: []int{80}, Churn: 0.3, Threads: 2, TimeScale: 0.25,
+		Runs: 1, Parallel: 2, ScalingThreads: []int{1, 4}})
 	require.NoError(t, err)
 	require.Len(t, res.Throughput, 4)
+	assert.Positive(t, res.ParallelReadScaling)
+	assert.Positive(t, res.ParallelWriteScaling)
+	assert.Contains(t, res.LoopbackScaling, "parallel_read_scaling")
+	require.Len(t, res.Devvol, 4, "the same workloads over devvol")
+	for _, tp := range res.Devvol {
+		assert.Positive(t, tp.ZoneFleet, tp.Workload)
+		assert.InDelta(t, tp.ZoneFleet/tp.Loopback, res.DevvolVsFuseLoopback[tp.Workload], 1e-9)
+	}
+	require.Len(t, res.FileserverThreads, 2)
+	assert.Equal(t, 4, res.FileserverThreads[1].Threads)
+	assert.InDelta(t, res.FileserverThreads[1].MiBPerSecond/res.FileserverThreads[0].MiBPerSecond, res.FileserverThreadScaling, 1e-9)
 	for _, tp := range res.Throughput {
 		assert.Positive(t, tp.ZoneFleet, tp.Workload)
 		assert.Positive(t, tp.Loopback, tp.Workload)
@@ -41,4 +53,28 @@ func TestRunSmall(t *testing.T) {
 	js, err := json.Marshal(res)
 	require.NoError(t, err)
 	assert.Contains(t, string(js), `"vs_fuse_loopback":{`)
+	assert.Contains(t, string(js), `"parallel_read_scaling":`)
+	assert.Contains(t, string(js), `"parallel_write_scaling":`)
+	assert.Contains(t, string(js), `"fileserver_16_vs_1_threads":`)
+}
+
+// BenchmarkThroughput is the throughput part alone (mount over the cluster,
+// loopback, devvol; one run each), for profiles:
+//
+//	go test ./pkg/fsbench -run '^$' -bench Throughput -benchtime 1x \
+//	  -cpuprofile cpu.out -mutexprofile mutex.out -blockprofile block.out
+//	go tool pprof -top -nodecount 40 pkg/fsbench/fsbench.test cpu.out
+func BenchmarkThroughput(b *testing.B) {
+	if _, err := os.Stat("/dev/fuse"); err != nil {
+		b.Skipf("no /dev/fuse: %v", err)
+	}
+	for i := 0; i < b.N; i++ {
+		res, err := fsbench.Run(context.Background(), fsbench.Options{Dir: b.TempDir(), Runs: 1, NoRecycling: true, NoThreadScaling: true})
+		require.NoError(b, err)
+		for _, t := range res.Throughput {
+			b.ReportMetric(t.VsLoopback, t.Workload+"_vs_loopback")
+		}
+		b.ReportMetric(res.ParallelReadScaling, "parallel_read_scaling")
+		b.ReportMetric(res.ParallelWriteScaling, "parallel_write_scaling")
+	}
 }

@@ -17,6 +17,16 @@
 //   - the read-only virtual attribute StatsXattr on the root directory,
 //     which returns the mount's live counters as JSON (`zctl fs stat DIR`).
 //
+// Data path: WRITE returns once lfs copied the data into its page cache
+// (lfs writes it back per log in the background of later operations, and
+// fsync waits for it); requests of up to 1 MiB (MaxWrite); the kernel keeps
+// up to 64 asynchronous requests in flight (MaxBackground) and reads ahead
+// 1 MiB (MountOptions.ReadAheadKiB, set on the mount's backing device after
+// INIT, which can only lower the kernel's 128 KiB default). lfs serves
+// requests of different files in parallel (see the lfs package doc for its
+// locks); go-fuse runs every request on its own goroutine. The kernel
+// write-back cache is optional (MountOptions.WritebackCache), off by default.
+//
 // Permissions are checked by the kernel: mounts use default_permissions.
 // Requests run with context.Background(): an interrupted system call does
 // not abandon an lfs operation half way.
@@ -26,6 +36,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"log/slog"
 	"os"
 	"os/exec"
 	"strings"
@@ -34,6 +45,7 @@ import (
 	"time"
 
 	"github.com/hanwen/go-fuse/v2/fuse"
+	"golang.org/x/sys/unix"
 
 	"github.com/zonefleet/zonefleet/pkg/lfs"
 )
@@ -554,7 +566,23 @@ type MountOptions struct {
 	Debug      bool
 	// Direct mounts with mount(2) (root only); otherwise through fusermount3.
 	Direct bool
+	// ReadAheadKiB is the kernel read-ahead of the mount (0: 1024). FUSE
+	// negotiates at most the kernel's default (128 KiB) in INIT, so Mount
+	// raises it afterwards through the mount's backing device
+	// (/sys/class/bdi/MAJOR:MINOR/read_ahead_kb, root only; without root the
+	// kernel default stays and Mount says so in the log). Negative: leave it.
+	ReadAheadKiB int
+	// WritebackCache enables the kernel write-back cache (FUSE
+	// CAP_WRITEBACK_CACHE). Off by default: with it the kernel owns the file
+	// size and times between flushes and reads write-only handles to fill
+	// partial pages, and the file system's own page cache already gives
+	// WRITE-returns-after-the-copy; it is kept as an option for measurement.
+	WritebackCache bool
 }
+
+// maxBackground is the number of asynchronous requests (read-ahead, write-
+// back) the kernel keeps in flight: enough for several 1 MiB read-aheads.
+const maxBackground = 64
 
 // Server is a mounted binding.
 type Server struct {
@@ -573,8 +601,13 @@ func Mount(f *FS, dir string, o MountOptions) (*Server, error) {
 		Debug:              o.Debug,
 		DirectMount:        o.Direct,
 		MaxWrite:           1 << 20,
+		MaxReadAhead:       1 << 20,
+		MaxBackground:      maxBackground,
 		DisableReadDirPlus: true,
 		Options:            []string{"default_permissions"},
+	}
+	if o.WritebackCache {
+		opts.ExtraCapabilities |= fuse.CAP_WRITEBACK_CACHE
 	}
 	if opts.FsName == "" {
 		opts.FsName = "zonefleet"
@@ -592,7 +625,40 @@ func Mount(f *FS, dir string, o MountOptions) (*Server, error) {
 		_ = srv.Unmount()
 		return nil, fmt.Errorf("mount %s: %w", dir, err)
 	}
+	if ra := o.ReadAheadKiB; ra >= 0 {
+		if ra == 0 {
+			ra = 1024
+		}
+		if err := SetReadAhead(dir, ra); err != nil {
+			slog.Warn("fusefs: kernel read-ahead stays at its default", "dir", dir, "err", err)
+		}
+	}
 	return s, nil
+}
+
+// SetReadAhead sets the kernel read-ahead of the mount at dir in KiB.
+func SetReadAhead(dir string, kib int) error {
+	var st syscall.Stat_t
+	if err := syscall.Stat(dir, &st); err != nil {
+		return err
+	}
+	p := fmt.Sprintf("/sys/class/bdi/%d:%d/read_ahead_kb", unix.Major(st.Dev), unix.Minor(st.Dev))
+	return os.WriteFile(p, []byte(fmt.Sprintf("%d\n", kib)), 0o644)
+}
+
+// ReadAhead returns the kernel read-ahead of the mount at dir in KiB.
+func ReadAhead(dir string) (int, error) {
+	var st syscall.Stat_t
+	if err := syscall.Stat(dir, &st); err != nil {
+		return 0, err
+	}
+	b, err := os.ReadFile(fmt.Sprintf("/sys/class/bdi/%d:%d/read_ahead_kb", unix.Major(st.Dev), unix.Minor(st.Dev)))
+	if err != nil {
+		return 0, err
+	}
+	var kib int
+	_, err = fmt.Sscanf(string(b), "%d", &kib)
+	return kib, err
 }
 
 // Done is closed when the kernel has ended the mount (after Unmount, or an

@@ -13,6 +13,8 @@ func (fs *FS) Abandon() { fs.abandon() }
 // file's link count off by one), dangling (a name pointing at no inode),
 // unreachable (a file's only name removed, the inode kept).
 func (fs *FS) Corrupt(kind string, ino uint64) error {
+	fs.cpMu.Lock()
+	defer fs.cpMu.Unlock()
 	fs.mu.Lock()
 	defer fs.mu.Unlock()
 	ctx := context.Background()

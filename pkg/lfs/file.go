@@ -3,11 +3,22 @@ package lfs
 import (
 	"context"
 	"sort"
+	"sync"
 	"syscall"
 )
 
-// inode is an in-memory inode with its direct nodes and cached pages.
+// inode is an in-memory inode with its direct nodes and cached pages. Its
+// fields are guarded by fs.mu; mu serializes the operations that change it
+// (held across their I/O, see doc.go), busy keeps it in the inode cache while
+// an operation holds or waits for mu, gone says it was deleted.
 type inode struct {
+	mu       sync.Mutex
+	busy     int
+	gone     bool
+	flights  int    // write-backs in flight (their pages marked inflight)
+	raLast   uint64 // end of the last read (sequential detection)
+	raUntil  uint64 // blocks prefetched up to here
+	raBusy   bool   // a read-ahead of this inode runs
 	ino      uint64
 	body     inodeBody
 	dirty    bool // inode node must be written
@@ -27,9 +38,11 @@ type dnode struct {
 }
 
 type page struct {
-	b     []byte
-	dirty bool
-	cold  bool // moved by recycling: write to the cold data log
+	b        []byte
+	gen      uint64 // bumped at every change (a write-back in flight compares it)
+	inflight bool   // being written back with the inode lock released
+	dirty    bool
+	cold     bool // moved by recycling: write to the cold data log
 }
 
 func (in *inode) isDir() bool { return in.body.Mode&syscall.S_IFMT == syscall.S_IFDIR }
@@ -74,17 +87,43 @@ func (fs *FS) readNode(ctx context.Context, nid uint64) ([]byte, error) {
 }
 
 // getInode returns the inode, loading it through the NAT.
+//
+// A miss reads the node with fs.mu released; afterwards the inode another
+// goroutine loaded meanwhile wins, and a NAT entry that moved (the node was
+// rewritten or recycled) means reading again.
 func (fs *FS) getInode(ctx context.Context, ino uint64) (*inode, error) {
+	for {
+		in, again, err := fs.loadInode(ctx, ino)
+		if !again {
+			return in, err
+		}
+	}
+}
+
+func (fs *FS) loadInode(ctx context.Context, ino uint64) (*inode, bool, error) {
 	if in := fs.inodes[ino]; in != nil {
-		return in, nil
+		return in, false, nil
 	}
 	if ino == 0 || ino > maxIno {
-		return nil, syscall.ENOENT
+		return nil, false, syscall.ENOENT
 	}
-	b, err := fs.readNode(ctx, mkNid(ino, 0))
+	nid := mkNid(ino, 0)
+	a := fs.nat[nid]
+	b, err := fs.readNode(ctx, nid)
 	if err != nil {
-		return nil, err
+		return nil, false, err
 	}
+	if in := fs.inodes[ino]; in != nil {
+		return in, false, nil
+	}
+	if fs.nat[nid] != a {
+		return nil, true, nil
+	}
+	in, err := fs.decodeLoaded(ino, b)
+	return in, false, err
+}
+
+func (fs *FS) decodeLoaded(ino uint64, b []byte) (*inode, error) {
 	h, body, err := decodeInode(b)
 	if err != nil {
 		return nil, err
@@ -100,38 +139,53 @@ func (fs *FS) getInode(ctx context.Context, ino uint64) (*inode, error) {
 
 // getDnode returns direct node idx of in; with create it makes an empty one.
 func (fs *FS) getDnode(ctx context.Context, in *inode, idx uint32, create bool) (*dnode, error) {
+	for {
+		d, again, err := fs.loadDnode(ctx, in, idx, create)
+		if !again {
+			return d, err
+		}
+	}
+}
+
+func (fs *FS) loadDnode(ctx context.Context, in *inode, idx uint32, create bool) (*dnode, bool, error) {
 	if d := in.dn[idx]; d != nil {
-		return d, nil
+		return d, false, nil
 	}
 	nid := mkNid(in.ino, idx)
-	if _, ok := fs.nat[nid]; ok {
+	if a, ok := fs.nat[nid]; ok {
 		b, err := fs.readNode(ctx, nid)
 		if err != nil {
-			return nil, err
+			return nil, false, err
+		}
+		if d := in.dn[idx]; d != nil {
+			return d, false, nil
+		}
+		if fs.nat[nid] != a {
+			return nil, true, nil
 		}
 		h, addrs, err := decodeDirect(b)
 		if err != nil {
-			return nil, err
+			return nil, false, err
 		}
 		if h.Nid != nid {
-			return nil, corrupt("direct node", "NAT entry of %#x points at node %#x", nid, h.Nid)
+			return nil, false, corrupt("direct node", "NAT entry of %#x points at node %#x", nid, h.Nid)
 		}
 		d := &dnode{addrs: addrs}
 		in.dn[idx] = d
-		return d, nil
+		return d, false, nil
 	}
 	if !create {
-		return nil, nil
+		return nil, false, nil
 	}
 	if fs.used+1 > fs.sb.UserBlocks || fs.nodes+1 > fs.sb.MaxNodes {
-		return nil, errNoSpace
+		return nil, false, errNoSpace
 	}
 	fs.used++
 	fs.nodes++
 	d := &dnode{addrs: make([]Addr, directEntries(fs.bs))}
 	in.dn[idx] = d
 	fs.markDnDirty(in, d)
-	return d, nil
+	return d, false, nil
 }
 
 func (fs *FS) epd() uint64 { return uint64(directEntries(fs.bs)) }
@@ -165,6 +219,9 @@ func (fs *FS) getPage(ctx context.Context, in *inode, blk uint64, create bool) (
 		if err := fs.readBlocks(ctx, a, p.b); err != nil {
 			return nil, err
 		}
+		if q := in.pages[blk]; q != nil {
+			return q, nil
+		}
 	} else if create {
 		if _, err := fs.getDnode(ctx, in, uint32(blk/fs.epd()+1), true); err != nil {
 			return nil, err
@@ -185,6 +242,7 @@ func (fs *FS) getPage(ctx context.Context, in *inode, blk uint64, create bool) (
 }
 
 func (fs *FS) dirtyPage(in *inode, p *page) {
+	p.gen++
 	fs.active[in.ino] = in
 	if !p.dirty {
 		p.dirty = true
@@ -192,11 +250,30 @@ func (fs *FS) dirtyPage(in *inode, p *page) {
 	}
 }
 
-// flushInode writes in's dirty pages to the data logs.
-func (fs *FS) flushInode(ctx context.Context, in *inode) error {
+// flushPlan is one write-back of an inode's dirty pages: the pages (marked
+// in flight), their contents copied into one buffer per log, their versions
+// at the copy, and the addresses they got.
+type flushPlan struct {
+	in     *inode
+	groups []flushGroup
+}
+
+type flushGroup struct {
+	log   int
+	blks  []uint64
+	pages []*page
+	gens  []uint64
+	buf   []byte
+	addrs []Addr
+}
+
+// prepareFlush copies in's dirty pages that are not already in flight into
+// per-log buffers and marks them in flight (in.mu and fs.mu held; fs.mu is
+// released for the copy).
+func (fs *FS) prepareFlush(in *inode) *flushPlan {
 	var blks []uint64
 	for b, p := range in.pages {
-		if p.dirty {
+		if p.dirty && !p.inflight {
 			blks = append(blks, b)
 		}
 	}
@@ -210,61 +287,236 @@ func (fs *FS) flushInode(ctx context.Context, in *inode) error {
 	} else if in.coldFile {
 		temp = logColdData
 	}
-	// cold (GC-moved) pages go to the cold log
-	groups := map[int][]uint64{}
+	plan := &flushPlan{in: in}
+	idx := map[int]int{}
 	for _, b := range blks {
 		t := temp
-		if in.pages[b].cold {
-			t = logColdData
+		p := in.pages[b]
+		if p.cold {
+			t = logColdData // moved by recycling
 		}
-		groups[t] = append(groups[t], b)
+		gi, ok := idx[t]
+		if !ok {
+			gi = len(plan.groups)
+			idx[t] = gi
+			plan.groups = append(plan.groups, flushGroup{log: t})
+		}
+		g := &plan.groups[gi]
+		g.blks = append(g.blks, b)
+		g.pages = append(g.pages, p)
+		g.gens = append(g.gens, p.gen)
+		p.inflight = true
 	}
-	for _, t := range []int{logHotData, logWarmData, logColdData} {
-		g := groups[t]
-		if len(g) == 0 {
-			continue
+	sort.Slice(plan.groups, func(i, j int) bool { return plan.groups[i].log < plan.groups[j].log })
+	in.flights++
+	// The copy runs without the table lock: page contents change only under
+	// the inode lock, which the caller holds (or no operation runs at all).
+	fs.mu.Unlock()
+	for gi := range plan.groups {
+		g := &plan.groups[gi]
+		g.buf = make([]byte, len(g.pages)*fs.bs)
+		for i, p := range g.pages {
+			copy(g.buf[i*fs.bs:], p.b)
 		}
-		buf := make([]byte, len(g)*fs.bs)
-		for i, b := range g {
-			copy(buf[i*fs.bs:], in.pages[b].b)
+	}
+	fs.mu.Lock()
+	return plan
+}
+
+// writePlan appends the plan's buffers to their logs (fs.mu held, released
+// for the writes). The blocks are not valid yet: their segments count them
+// as pending, so recycling leaves those segments alone until commitFlush.
+func (fs *FS) writePlan(ctx context.Context, plan *flushPlan) error {
+	for gi := range plan.groups {
+		g := &plan.groups[gi]
+		err := fs.appendBlocks(ctx, g.log, g.buf, func(i int, a Addr) error {
+			g.addrs = append(g.addrs, a)
+			if s := fs.segOf(a); s != nil {
+				s.pending++
+			}
+			return nil
+		})
+		if err != nil {
+			return err
 		}
-		err := fs.appendBlocks(ctx, t, buf, func(i int, a Addr) error {
-			blk := g[i]
-			d, err := fs.getDnode(ctx, in, uint32(blk/fs.epd()+1), false)
+	}
+	return nil
+}
+
+// commitFlush maps the written blocks (in.mu and fs.mu held): a page still
+// cached at its block is repointed at its new address, and is clean unless it
+// changed since the copy (then it stays dirty and is written again); a page
+// truncated or deleted meanwhile leaves its block invalid. With failed, the
+// pages just stop being in flight.
+func (fs *FS) commitFlush(ctx context.Context, plan *flushPlan, failed bool) error {
+	in := plan.in
+	defer func() {
+		in.flights--
+		fs.flightCond.Broadcast()
+	}()
+	var firstErr error
+	for gi := range plan.groups {
+		g := &plan.groups[gi]
+		for _, a := range g.addrs {
+			if s := fs.segOf(a); s != nil {
+				s.pending--
+			}
+		}
+		committed := 0
+		for i, blk := range g.blks {
+			p := g.pages[i]
+			if in.pages[blk] == p {
+				p.inflight = false
+			}
+			if failed || i >= len(g.addrs) || in.gone || in.pages[blk] != p || firstErr != nil {
+				continue
+			}
+			a := g.addrs[i]
+			di := uint32(blk/fs.epd() + 1)
+			d, err := fs.getDnode(ctx, in, di, false)
 			if err != nil {
-				return err
+				firstErr = err
+				continue
+			}
+			if in.pages[blk] != p { // truncated while the node loaded
+				continue
 			}
 			if d == nil {
 				// dnode counted already at page creation; make it without recounting
 				d = &dnode{addrs: make([]Addr, directEntries(fs.bs))}
-				in.dn[uint32(blk/fs.epd()+1)] = d
+				in.dn[di] = d
 			}
 			e := blk % fs.epd()
 			fs.invalidate(d.addrs[e])
 			d.addrs[e] = a
 			fs.markDnDirty(in, d)
-			if t == logColdData {
+			if g.log == logColdData {
 				d.cold = true
 			}
-			p := in.pages[blk]
 			gcMoved := p.cold
-			p.dirty = false
-			p.cold = false
-			fs.dirtyPages--
+			if p.gen == g.gens[i] {
+				p.dirty = false
+				p.cold = false
+				fs.dirtyPages--
+			}
 			if !gcMoved {
 				fs.userBlocks++
 			}
-			return fs.setValid(a, mkNid(in.ino, uint32(blk/fs.epd()+1)), uint32(e))
-		})
+			if err := fs.setValid(a, mkNid(in.ino, di), uint32(e)); err != nil && firstErr == nil {
+				firstErr = err
+			}
+			committed++
+		}
+		fs.m.blocks("data", committed)
+	}
+	return firstErr
+}
+
+// flushInode writes in's dirty pages to the data logs, holding in.mu
+// throughout (fsync, checkpoints); it first waits for write-backs of in that
+// are in flight, releasing in.mu meanwhile (the caller holds in.busy).
+func (fs *FS) flushInode(ctx context.Context, in *inode) error {
+	fs.waitFlights(in)
+	plan := fs.prepareFlush(in)
+	if plan == nil {
+		return nil
+	}
+	err := fs.writePlan(ctx, plan)
+	if e := fs.commitFlush(ctx, plan, err != nil); err == nil {
+		err = e
+	}
+	return err
+}
+
+// waitFlights waits until no write-back of in is in flight. The caller holds
+// in.mu (released while waiting: the write-back needs it to commit) and fs.mu.
+func (fs *FS) waitFlights(in *inode) {
+	for in.flights > 0 {
+		in.mu.Unlock()
+		fs.flightCond.Wait()
+		fs.mu.Unlock()
+		in.mu.Lock()
+		fs.mu.Lock()
+	}
+}
+
+// lockIn takes in.mu (fs.mu held on entry and return; no other inode lock
+// of the caller may come after in in the lock order). It reports false, with
+// nothing held, when the inode was deleted or dropped from the cache meanwhile.
+func (fs *FS) lockIn(in *inode) bool {
+	in.busy++
+	if !in.mu.TryLock() {
+		fs.mu.Unlock()
+		in.mu.Lock()
+		fs.mu.Lock()
+	}
+	if in.gone || fs.inodes[in.ino] != in {
+		in.busy--
+		in.mu.Unlock()
+		return false
+	}
+	return true
+}
+
+// unlockIn releases what lockIn took (fs.mu held).
+func (fs *FS) unlockIn(in *inode) {
+	in.busy--
+	in.mu.Unlock()
+}
+
+// writeBack writes back every dirty page, taking each inode's lock (the
+// caller holds the checkpoint lock shared and no inode lock).
+func (fs *FS) writeBack(ctx context.Context) error {
+	inos := make([]uint64, 0)
+	for ino, in := range fs.active {
+		for _, p := range in.pages {
+			if p.dirty {
+				inos = append(inos, ino)
+				break
+			}
+		}
+	}
+	sort.Slice(inos, func(i, j int) bool { return inos[i] < inos[j] })
+	for _, ino := range inos {
+		in := fs.inodes[ino]
+		if in == nil || !fs.lockIn(in) {
+			continue
+		}
+		plan := fs.prepareFlush(in)
+		in.busy++ // stays cached (dirty anyway) while unlocked
+		fs.unlockIn(in)
+		if plan == nil {
+			in.busy--
+			continue
+		}
+		// the pages are in flight: writers of the file go on meanwhile
+		err := fs.writePlan(ctx, plan)
+		fs.lockInHeld(in)
+		in.busy--
+		if e := fs.commitFlush(ctx, plan, err != nil); err == nil {
+			err = e
+		}
+		fs.unlockIn(in)
 		if err != nil {
 			return err
 		}
-		fs.m.blocks("data", len(g))
 	}
 	return nil
 }
 
-// flushAll writes back every dirty page.
+// lockInHeld takes in.mu of an inode the caller keeps cached (in.busy) even
+// when it was deleted meanwhile (fs.mu held on entry and return).
+func (fs *FS) lockInHeld(in *inode) {
+	in.busy++
+	if !in.mu.TryLock() {
+		fs.mu.Unlock()
+		in.mu.Lock()
+		fs.mu.Lock()
+	}
+}
+
+// flushAll writes back every dirty page (checkpoint lock held exclusively:
+// no operation holds an inode lock).
 func (fs *FS) flushAll(ctx context.Context) error {
 	inos := make([]uint64, 0)
 	for ino, in := range fs.active {
@@ -436,6 +688,14 @@ func (fs *FS) readAt(ctx context.Context, in *inode, off uint64, buf []byte) (in
 			}
 			run++
 		}
+		if bo == 0 && uint64(len(buf)-n) >= run*bs {
+			// whole blocks: straight into the caller's buffer
+			if err := fs.readBlocks(ctx, a, buf[n:n+int(run*bs)]); err != nil {
+				return n, err
+			}
+			n += int(run * bs)
+			continue
+		}
 		tmp := make([]byte, run*bs)
 		if err := fs.readBlocks(ctx, a, tmp); err != nil {
 			return n, err
@@ -470,7 +730,9 @@ func (fs *FS) writeAt(ctx context.Context, in *inode, off uint64, data []byte) (
 				if err != nil {
 					return n, err
 				}
-				if a == 0 {
+				if q := in.pages[blk]; q != nil {
+					p = q // read-ahead cached it meanwhile
+				} else if a == 0 {
 					p, err = fs.getPage(ctx, in, blk, true)
 				} else {
 					p = &page{b: make([]byte, bs)}
@@ -628,6 +890,7 @@ func (fs *FS) maybeDelete(ctx context.Context, ino uint64) error {
 	}
 	fs.used--
 	fs.nodes--
+	in.gone = true
 	delete(fs.inodes, ino)
 	delete(fs.active, ino)
 	delete(fs.orphans, ino)
@@ -668,7 +931,7 @@ func (fs *FS) evictInodes() {
 	// files first: a directory's index is costly to reload
 	for pass := 0; pass < 2; pass++ {
 		for ino, in := range fs.inodes {
-			if _, busy := fs.active[ino]; busy || in.opens > 0 || ino == RootIno || in.dirty || (pass == 0 && in.isDir()) {
+			if _, busy := fs.active[ino]; busy || in.busy > 0 || in.opens > 0 || ino == RootIno || in.dirty || (pass == 0 && in.isDir()) {
 				continue
 			}
 			fs.cachePages -= len(in.pages)

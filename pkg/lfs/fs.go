@@ -1,37 +1,3 @@
-// Package lfs is ZoneFleet's log-structured file system: an F2FS-like LFS over
-// one namespace's v-zones, reached only through the Volume interface. It knows
-// nothing about FUSE or gRPC; its FS API (inode numbers, Lookup/Getattr/...,
-// errors as syscall.Errno via Errno) is shaped for a go-fuse binding.
-//
-// Layout. Segments are v-zones. Six active logs (hot/warm/cold x node/data,
-// F2FS temperature rules; two logs when fewer than 8 zones may be open).
-// Block addresses are (zone, offset) (Addr; 0 = hole). Node ids are
-// ino<<24 | idx: idx 0 is the inode block (attributes, inline xattrs),
-// idx k the k-th direct node (a block of addresses), so a file maps up to
-// 2^24 direct nodes (32 TiB with 4 KiB blocks) without indirect nodes. The NAT
-// maps node id -> address; the SIT keeps each segment's valid bitmap; the SSA
-// (owner of each block) is kept in memory and rebuilt at mount from the nodes.
-// Directories are dentry blocks (the directory's data) with an in-memory
-// name index: one entry change rewrites one block.
-//
-// Metadata is only ever appended: every metadata zone starts with the
-// superblock record (format version, geometry, over-provisioning) and a full
-// snapshot (NAT, SIT bitmaps, segments, log heads, orphans), followed by
-// checkpoint records carrying NAT and SIT deltas; each record is checksummed
-// (CRC32C) and written with FUA. When the zone fills (or every 256
-// checkpoints, and at every mount) a new metadata zone is opened with a fresh
-// snapshot and the previous one reset: two zones are reserved for this
-// rotation. Mount takes the newest zone whose snapshot is complete, replays
-// its deltas up to the first torn record, rolls forward the node blocks
-// written after that checkpoint by fsync (fsync mark, checkpoint version and
-// sequence in every node header), deletes orphans and checkpoints.
-//
-// Recycling (gc.go) is a RecyclePolicy: victim selection (greedy, cost-benefit)
-// and the move method (HostCopy or Compact = IZC, with copyback-aware
-// destination allocation); host-cached dirty blocks are always written from
-// the host, clean cached ones per Options.CachedWrite (IZC-H) or copied on the
-// device (IZC-D). Every recycling round ends with a checkpoint, after which the
-// emptied victims are reset.
 package lfs
 
 import (
@@ -105,21 +71,37 @@ type Options struct {
 	CacheBlocks int
 	// CacheInodes bounds the inode cache (0: 65536); clean closed inodes are dropped.
 	CacheInodes int
+	// ReadAheadBlocks is the read-ahead window on sequential reads (0: 256
+	// blocks; negative: none). Prefetched blocks are clean cached pages.
+	ReadAheadBlocks int
 	// Retries of a Volume call failing with zerr.ErrUnavailable (0: 3).
 	Retries int
 }
 
 // FS is a mounted file system. All methods are safe for concurrent use.
 type FS struct {
-	mu   sync.Mutex
-	vol  Volume
-	geo  VolumeGeometry
-	bs   int
-	sb   superblock
-	opts Options
-	clk  clock.Clock
-	pol  RecyclePolicy
-	m    *metrics
+	// Locks, in the order they are taken (see doc.go):
+	gcMu       sync.Mutex           // one recycling round at a time
+	cpMu       sync.RWMutex         // checkpoint lock: mutating ops R, checkpoints W; readers never
+	renameMu   sync.Mutex           // renames (the directory tree's shape)
+	logMu      [numTemps]sync.Mutex // appends to one log (a zone takes writes only at its write pointer)
+	mu         sync.Mutex           // the tables (leaf lock): never held across a Volume call
+	pinCond    *sync.Cond           // on mu: a segment's readers left (pins 0)
+	flightCond *sync.Cond           // on mu: a write-back in flight committed
+	opening    int                  // OpenZone calls in flight (counted as used segments)
+	inflight   atomic.Int64         // operations running (the virtual clock's tick skips a busy FS)
+	bgWG       sync.WaitGroup
+	wbKick     chan struct{} // wakes the write-back goroutine (nil: none, writers flush)
+	wbStop     chan struct{}
+	wbOnce     sync.Once
+	vol        Volume
+	geo        VolumeGeometry
+	bs         int
+	sb         superblock
+	opts       Options
+	clk        clock.Clock
+	pol        RecyclePolicy
+	m          *metrics
 
 	nlogs int
 	segs  map[ZoneID]*segment
@@ -164,9 +146,17 @@ type FS struct {
 	sitRepaired        bool
 }
 
-// retry runs one Volume call. Retrying zerr.ErrUnavailable is done once, in
-// the retrying wrapper every entry point puts around the Volume.
-func (fs *FS) retry(ctx context.Context, f func() error) error { return f() }
+// unlocked runs f (one Volume call) with fs.mu released: the table lock is
+// never held across I/O. The caller holds fs.mu; it holds it again on return,
+// and must not rely on table state it did not protect otherwise (an inode
+// lock, a log lock, the checkpoint lock, a pin). Retrying
+// zerr.ErrUnavailable is done once, in the retrying wrapper every entry point
+// puts around the Volume.
+func (fs *FS) unlocked(f func() error) error {
+	fs.mu.Unlock()
+	defer fs.mu.Lock()
+	return f()
+}
 
 func newFS(vol Volume, opts Options) *FS {
 	if opts.Clock == nil {
@@ -184,6 +174,8 @@ func newFS(vol Volume, opts Options) *FS {
 		touched: map[Addr]bool{}, inodes: map[uint64]*inode{}, active: map[uint64]*inode{}, handles: map[Handle]*handle{},
 		orphans: map[uint64]struct{}{}, nextFH: 1}
 	fs.bs = fs.geo.BlockSize
+	fs.pinCond = sync.NewCond(&fs.mu)
+	fs.flightCond = sync.NewCond(&fs.mu)
 	fs.pol = opts.Policy
 	if fs.pol == nil {
 		fs.pol = DefaultPolicy(opts.Move)
@@ -271,7 +263,12 @@ func Mkfs(ctx context.Context, vol Volume, opts MkfsOptions) error {
 	root.dir = &dirIndex{ents: map[string]int{}}
 	fs.used++
 	fs.nodes++
-	if err := fs.checkpoint(ctx, true); err != nil {
+	fs.cpMu.Lock()
+	fs.mu.Lock()
+	err = fs.checkpoint(ctx, true)
+	fs.mu.Unlock()
+	fs.cpMu.Unlock()
+	if err != nil {
 		return err
 	}
 	return fs.shutdown(ctx)
@@ -370,7 +367,12 @@ func mount(ctx context.Context, vol Volume, opts Options, repair bool) (*FS, err
 	} else if len(fs.loadProblems) > 0 {
 		return nil, corrupt("file system", "%d inconsistencies, first: %v (run fsck with repair)", len(fs.loadProblems), fs.loadProblems[0])
 	}
-	if err := fs.recover(ctx, zones, ml); err != nil {
+	fs.cpMu.Lock()
+	fs.mu.Lock()
+	err = fs.recover(ctx, zones, ml)
+	fs.mu.Unlock()
+	fs.cpMu.Unlock()
+	if err != nil {
 		return nil, err
 	}
 	fs.startTimer()
@@ -438,7 +440,9 @@ func loadFS(ctx context.Context, vol Volume, opts Options) (*FS, []ZoneInfo, *me
 	}
 	fs.touched = map[Addr]bool{}
 	fs.natDirty = map[uint64]struct{}{}
+	fs.mu.Lock()
 	probs, err := fs.rebuildSSA(ctx)
+	fs.mu.Unlock()
 	if err != nil {
 		return nil, nil, nil, err
 	}
@@ -604,7 +608,7 @@ func (fs *FS) checkpoint(ctx context.Context, forceSnapshot bool) error {
 	if err := fs.writeDirtyNodes(ctx, nil, false); err != nil {
 		return err
 	}
-	if err := fs.retry(ctx, func() error { return fs.vol.Flush(ctx) }); err != nil {
+	if err := fs.unlocked(func() error { return fs.vol.Flush(ctx) }); err != nil {
 		return err
 	}
 	// Segments with no valid block that are not log heads are freed by this checkpoint.
@@ -624,7 +628,8 @@ func (fs *FS) checkpoint(ctx context.Context, forceSnapshot bool) error {
 		err = fs.rotateMeta(ctx, fs.buildCheckpoint(true, free))
 	} else {
 		rec := encodeMetaRecord(metaRecord{Type: recCheckpoint, Epoch: fs.metaEpoch, Seq: fs.metaSeq, Payload: payload}, fs.bs)
-		err = fs.retry(ctx, func() error { return fs.vol.Write(ctx, fs.metaZone, fs.metaWP, rec, true) })
+		mz, mwp := fs.metaZone, fs.metaWP
+		err = fs.unlocked(func() error { return fs.vol.Write(ctx, mz, mwp, rec, true) })
 		if err == nil {
 			fs.metaWP += need
 			fs.metaSeq++
@@ -647,8 +652,12 @@ func (fs *FS) checkpoint(ctx context.Context, forceSnapshot bool) error {
 	}
 	fs.active = map[uint64]*inode{}
 	for _, z := range free {
+		s := fs.segs[z]
 		delete(fs.segs, z)
-		if err := fs.retry(ctx, func() error { return fs.vol.Reset(ctx, z) }); err != nil {
+		for s != nil && s.pins > 0 {
+			fs.pinCond.Wait() // a reader still reads a block it resolved before
+		}
+		if err := fs.unlocked(func() error { return fs.vol.Reset(ctx, z) }); err != nil {
 			// Not fatal: the zone is free in the checkpoint; mount resets it.
 			continue
 		}
@@ -736,7 +745,7 @@ func (fs *FS) rotateMeta(ctx context.Context, cp *checkpoint) error {
 		return &zerr.NoResourcesError{Resource: "metadata zone blocks (snapshot too large)", Requested: total, Available: fs.geo.ZoneBlocks}
 	}
 	var z ZoneID
-	if err := fs.retry(ctx, func() error {
+	if err := fs.unlocked(func() error {
 		var err error
 		z, err = fs.vol.OpenZone(ctx)
 		return err
@@ -744,15 +753,15 @@ func (fs *FS) rotateMeta(ctx context.Context, cp *checkpoint) error {
 		return err
 	}
 	buf := append(sup, snap...)
-	if err := fs.retry(ctx, func() error { return fs.vol.Write(ctx, z, 0, buf, true) }); err != nil {
-		_ = fs.vol.Reset(ctx, z)
+	if err := fs.unlocked(func() error { return fs.vol.Write(ctx, z, 0, buf, true) }); err != nil {
+		_ = fs.unlocked(func() error { return fs.vol.Reset(ctx, z) })
 		return err
 	}
 	fs.blocksWritten += total
 	old, had := fs.metaZone, fs.hasMeta
 	fs.metaZone, fs.metaWP, fs.metaEpoch, fs.metaSeq, fs.sinceSnap, fs.hasMeta = z, total, epoch, 2, 0, true
 	if had {
-		_ = fs.retry(ctx, func() error { return fs.vol.Reset(ctx, old) })
+		_ = fs.unlocked(func() error { return fs.vol.Reset(ctx, old) })
 	}
 	return nil
 }
@@ -760,6 +769,9 @@ func (fs *FS) rotateMeta(ctx context.Context, cp *checkpoint) error {
 // Unmount writes everything back, takes a final checkpoint and stops
 // background work. The FS cannot be used afterwards.
 func (fs *FS) Unmount(ctx context.Context) error {
+	fs.stopBackground()
+	fs.cpMu.Lock()
+	defer fs.cpMu.Unlock()
 	fs.mu.Lock()
 	defer fs.mu.Unlock()
 	if fs.closed {
@@ -799,11 +811,11 @@ func (fs *FS) shutdown(ctx context.Context) error {
 
 // abandon drops the FS without writing anything (a simulated crash, tests).
 func (fs *FS) abandon() {
+	fs.stopBackground()
 	fs.mu.Lock()
 	defer fs.mu.Unlock()
 	fs.closed = true
 	fs.failed = &zerr.ClosedError{What: "file system"}
-	fs.stopBackground()
 }
 
 func (fs *FS) now() time.Duration {

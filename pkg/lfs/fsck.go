@@ -45,7 +45,9 @@ func Fsck(ctx context.Context, vol Volume, repair bool) (Report, error) {
 		for _, s := range fs.segs {
 			fs.used += s.nvalid
 		}
+		fs.mu.Lock()
 		rep, err := fs.check(ctx, false)
+		fs.mu.Unlock()
 		rep.Problems = append(fs.loadProblems, rep.Problems...)
 		return rep, err
 	}
@@ -53,6 +55,7 @@ func Fsck(ctx context.Context, vol Volume, repair bool) (Report, error) {
 	if err != nil {
 		return Report{}, err
 	}
+	fs.cpMu.Lock()
 	fs.mu.Lock()
 	rep, err := fs.check(ctx, true)
 	rep.Problems = append(fs.loadProblems, rep.Problems...)
@@ -66,6 +69,7 @@ func Fsck(ctx context.Context, vol Volume, repair bool) (Report, error) {
 		}
 	}
 	fs.mu.Unlock()
+	fs.cpMu.Unlock()
 	if e := fs.Unmount(ctx); err == nil {
 		err = e
 	}
@@ -74,6 +78,8 @@ func Fsck(ctx context.Context, vol Volume, repair bool) (Report, error) {
 
 // Fsck checkpoints a mounted file system and checks every invariant.
 func (fs *FS) Fsck(ctx context.Context) (Report, error) {
+	fs.cpMu.Lock()
+	defer fs.cpMu.Unlock()
 	fs.mu.Lock()
 	defer fs.mu.Unlock()
 	if err := fs.checkpoint(ctx, false); err != nil {
@@ -351,7 +357,10 @@ func (fs *FS) toLostFound(ctx context.Context, inos []uint64) error {
 			return err
 		}
 	} else {
-		if lf, err = fs.mknode(ctx, RootIno, "lost+found", syscall.S_IFDIR|0o700, 0, 0); err != nil {
+		o := &op{fs: fs} // the checkpoint lock is held exclusively: nothing contends
+		lf, err = fs.mknode(ctx, o, RootIno, "lost+found", syscall.S_IFDIR|0o700, 0, 0)
+		o.unlockAll()
+		if err != nil {
 			return err
 		}
 	}

@@ -84,7 +84,7 @@ func (p Policy) Method(SegmentInfo, bool) MoveMethod { return p.Move }
 func (fs *FS) candidates() []SegmentInfo {
 	var out []SegmentInfo
 	for z, s := range fs.segs {
-		if s.log >= 0 || !s.closed {
+		if s.log >= 0 || !s.closed || s.pending > 0 {
 			continue
 		}
 		out = append(out, SegmentInfo{Zone: z, Valid: s.nvalid, Written: s.wp, Capacity: s.cap, Age: fs.nodeSeq - min(s.mtime, fs.nodeSeq)})
@@ -93,45 +93,82 @@ func (fs *FS) candidates() []SegmentInfo {
 	return out
 }
 
-// foregroundGC recycles until the reserve of free segments is back.
+// foregroundGC recycles until the reserve of free segments is back. It runs
+// with no lock held (housekeeping before an operation) and takes the GC lock:
+// a writer that finds the reserve short waits for the round in progress.
 func (fs *FS) foregroundGC(ctx context.Context) error {
-	for i := 0; fs.freeSegments() < int(fs.sb.ReserveSegs); i++ {
-		before := fs.freeSegments()
-		ok, err := fs.gcOnce(ctx, true)
+	fs.gcMu.Lock()
+	defer fs.gcMu.Unlock()
+	for i := 0; ; i++ {
+		fs.mu.Lock()
+		before, bad := fs.freeSegments(), fs.closed || fs.failed != nil
+		fs.mu.Unlock()
+		if bad {
+			return &zerr.ClosedError{What: "file system"}
+		}
+		if before >= int(fs.sb.ReserveSegs) {
+			return nil
+		}
+		ok, err := fs.gcOnce(ctx, true, false)
 		if err != nil {
 			return err
 		}
-		if !ok || (fs.freeSegments() <= before && i > 4) {
+		fs.mu.Lock()
+		after := fs.freeSegments()
+		fs.mu.Unlock()
+		if !ok || (after <= before && i > 4) {
 			// nothing reclaimable: writes get ENOSPC from the space accounting
 			return nil
 		}
 	}
-	return nil
 }
 
 // gcOnce recycles one victim (or just checkpoints when empty segments wait
-// to be freed). It reports whether it did anything.
-func (fs *FS) gcOnce(ctx context.Context, foreground bool) (bool, error) {
-	if fs.inGC || fs.inCP {
-		return false, nil
+// to be freed). It reports whether it did anything. The caller holds the GC
+// lock; with excl it also holds the checkpoint lock exclusively and fs.mu
+// (the virtual clock's synchronous tick), otherwise nothing else: the move
+// then runs under the checkpoint lock shared, concurrently with readers and
+// writers, and the closing checkpoint takes it exclusively.
+func (fs *FS) gcOnce(ctx context.Context, foreground, excl bool) (bool, error) {
+	if !excl {
+		fs.cpMu.RLock()
+		fs.mu.Lock()
 	}
-	fs.inGC = true
-	defer func() { fs.inGC = false }()
+	release := func() {
+		if !excl {
+			fs.mu.Unlock()
+			fs.cpMu.RUnlock()
+		}
+	}
+	cp := func() error {
+		if excl {
+			return fs.checkpoint(ctx, false)
+		}
+		return fs.exclusiveCheckpoint(ctx, false)
+	}
+	if fs.closed || fs.failed != nil {
+		release()
+		return false, &zerr.ClosedError{What: "file system"}
+	}
 	cands := fs.candidates()
 	for _, c := range cands {
 		if c.Valid == 0 {
-			return true, fs.checkpoint(ctx, false)
+			release()
+			return true, cp()
 		}
 	}
 	if len(cands) == 0 {
+		release()
 		return false, nil
 	}
 	z, ok := fs.pol.SelectVictim(cands, foreground)
 	if !ok {
+		release()
 		return false, nil
 	}
 	s := fs.segs[z]
 	if s == nil || s.log >= 0 {
+		release()
 		return false, fmt.Errorf("lfs: policy chose segment %d which is not a candidate", z)
 	}
 	var info SegmentInfo
@@ -143,13 +180,19 @@ func (fs *FS) gcOnce(ctx context.Context, foreground bool) (bool, error) {
 	method := fs.pol.Method(info, foreground)
 	t0 := fs.now()
 	moved, err := fs.moveSegment(ctx, s, method)
+	release()
 	if err != nil {
 		return false, err
 	}
-	if err := fs.checkpoint(ctx, false); err != nil {
+	if err := cp(); err != nil {
 		return false, err
 	}
-	if left := fs.segs[z]; left != nil && left.nvalid > 0 {
+	if !excl {
+		fs.mu.Lock()
+		defer fs.mu.Unlock()
+	}
+	// (the zone may have been reset and reopened as a new segment meanwhile)
+	if left := fs.segs[z]; left == s && left.nvalid > 0 {
 		return false, corrupt("recycling", "segment %d still has %d valid blocks after moving", z, left.nvalid)
 	}
 	kind := "background"
@@ -165,8 +208,42 @@ func (fs *FS) gcOnce(ctx context.Context, foreground bool) (bool, error) {
 
 type moveStat struct{ hostCopy, izc, hostDirty, hostCached uint64 }
 
+// gcLock locks the inode owning a victim block (fs.mu held on entry and
+// return). It returns nil when the block is no longer valid with that owner
+// (overwritten, truncated, deleted meanwhile): nothing to move.
+func (fs *FS) gcLock(ctx context.Context, s *segment, off, owner uint64, ofs uint32) (*inode, error) {
+	still := func() bool { return s.isValid(off) && s.owner[off] == owner && s.ofs[off] == ofs }
+	for i := 0; i < 100; i++ {
+		if !still() {
+			return nil, nil
+		}
+		in, err := fs.getInode(ctx, nidIno(owner))
+		if err != nil {
+			if !still() {
+				return nil, nil
+			}
+			return nil, err
+		}
+		if !fs.lockIn(in) {
+			continue
+		}
+		if !still() {
+			fs.unlockIn(in)
+			return nil, nil
+		}
+		return in, nil
+	}
+	return nil, fmt.Errorf("lfs: inode %d of block %v keeps changing", nidIno(owner), MakeAddr(s.zone, off))
+}
+
 // moveSegment moves every valid block of s out of it (the checkpoint that
-// follows writes what was marked dirty and frees s).
+// follows writes what was marked dirty and frees s). The caller holds the GC
+// lock, the checkpoint lock (shared or exclusive) and fs.mu. Victim blocks
+// are read with fs.mu released and no inode lock; every block is then
+// committed under its inode's lock after revalidating that the block is still
+// valid, still owned by the same node entry, and still mapped at the victim:
+// a block a writer overwrote or truncated meanwhile is simply not moved (an
+// IZC copy of it stays an invalid block in the destination).
 func (fs *FS) moveSegment(ctx context.Context, s *segment, method MoveMethod) (moveStat, error) {
 	var st moveStat
 	type dev struct {
@@ -174,66 +251,63 @@ func (fs *FS) moveSegment(ctx context.Context, s *segment, method MoveMethod) (m
 		owner uint64
 		ofs   uint32
 	}
-	var devData, devNode []dev
-	epd := fs.epd()
+	var devData, devNode, items []dev
 	for off := uint64(0); off < s.wp; off++ {
-		if !s.isValid(off) {
+		if s.isValid(off) {
+			items = append(items, dev{off, s.owner[off], s.ofs[off]})
+		}
+	}
+	epd := fs.epd()
+	for _, it := range items {
+		off, owner, ofs := it.off, it.owner, it.ofs
+		if !s.isValid(off) || s.owner[off] != owner || s.ofs[off] != ofs {
 			continue
 		}
-		owner, ofs := s.owner[off], s.ofs[off]
 		ino, idx := nidIno(owner), nidIdx(owner)
 		a := MakeAddr(s.zone, off)
 		if ofs == ofsNode {
-			if fs.nat[owner] != a {
-				return st, corrupt("SSA", "block %v claims node %#x, NAT says %v", a, owner, fs.nat[owner])
-			}
-			in := fs.inodes[ino]
-			var cached, dirty bool
-			if in != nil {
-				if idx == 0 {
-					cached, dirty = true, in.dirty
-				} else if d := in.dn[idx]; d != nil {
-					cached, dirty = true, d.dirty
-				}
-			}
-			switch {
-			case dirty:
-				st.hostDirty++ // written by the checkpoint anyway
-			case method == Compact && !(cached && fs.opts.CachedWrite):
-				devNode = append(devNode, dev{off, owner, ofs})
-			default:
-				in, err := fs.getInode(ctx, ino)
+			in, err := fs.gcLock(ctx, s, off, owner, ofs)
+			if err != nil || in == nil {
 				if err != nil {
 					return st, err
 				}
-				if idx == 0 {
-					in.cold = true
-					fs.markDirty(in)
-				} else {
-					d, err := fs.getDnode(ctx, in, idx, false)
-					if err != nil || d == nil {
-						return st, fmt.Errorf("lfs: load node %#x: %w", owner, err)
-					}
-					d.cold = true
-					fs.markDnDirty(in, d)
-				}
-				if cached {
-					st.hostCached++
-				} else {
-					st.hostCopy++
-				}
+				continue
+			}
+			err = fs.moveNode(ctx, in, idx, owner, a, method, &st, func() { devNode = append(devNode, it) })
+			fs.unlockIn(in)
+			if err != nil {
+				return st, err
 			}
 			continue
 		}
-		in, err := fs.getInode(ctx, ino)
+		// data: read the block first, with no lock, when it will be host-copied
+		var data []byte
+		if method != Compact {
+			if in := fs.inodes[ino]; in == nil || in.pages[uint64(idx-1)*epd+uint64(ofs)] == nil {
+				data = make([]byte, fs.bs)
+				if err := fs.readBlocks(ctx, a, data); err != nil {
+					return st, err
+				}
+			}
+		}
+		in, err := fs.gcLock(ctx, s, off, owner, ofs)
 		if err != nil {
 			return st, err
+		}
+		if in == nil {
+			continue
 		}
 		d, err := fs.getDnode(ctx, in, idx, false)
 		if err != nil {
+			fs.unlockIn(in)
 			return st, err
 		}
+		if !s.isValid(off) || s.owner[off] != owner || s.ofs[off] != ofs {
+			fs.unlockIn(in)
+			continue
+		}
 		if d == nil || uint64(ofs) >= epd || d.addrs[ofs] != a {
+			fs.unlockIn(in)
 			return st, corrupt("SSA", "block %v claims %#x[%d] which does not point at it", a, owner, ofs)
 		}
 		blk := uint64(idx-1)*epd + uint64(ofs)
@@ -242,15 +316,21 @@ func (fs *FS) moveSegment(ctx context.Context, s *segment, method MoveMethod) (m
 		case p != nil && p.dirty:
 			st.hostDirty++
 		case method == Compact && !(p != nil && fs.opts.CachedWrite):
-			devData = append(devData, dev{off, owner, ofs})
+			devData = append(devData, it)
 		default:
 			if p == nil {
-				p = &page{b: make([]byte, fs.bs)}
-				if err := fs.readBlocks(ctx, a, p.b); err != nil {
-					return st, err
+				if data == nil {
+					data = make([]byte, fs.bs)
+					if err := fs.readBlocks(ctx, a, data); err != nil {
+						fs.unlockIn(in)
+						return st, err
+					}
 				}
-				in.pages[blk] = p
-				fs.cachePages++
+				if p = in.pages[blk]; p == nil {
+					p = &page{b: data}
+					in.pages[blk] = p
+					fs.cachePages++
+				}
 				st.hostCopy++
 			} else {
 				st.hostCached++
@@ -258,6 +338,7 @@ func (fs *FS) moveSegment(ctx context.Context, s *segment, method MoveMethod) (m
 			p.cold = true
 			fs.dirtyPage(in, p)
 		}
+		fs.unlockIn(in)
 	}
 	// device-side copies (IZC)
 	for _, grp := range []struct {
@@ -267,11 +348,19 @@ func (fs *FS) moveSegment(ctx context.Context, s *segment, method MoveMethod) (m
 		if len(grp.list) == 0 {
 			continue
 		}
+		l := fs.logFor(grp.log)
+		fs.lockLog(l)
 		dsts, copies, err := fs.allocCopies(ctx, grp.log, s.zone, func(i int) uint64 { return grp.list[i].off }, len(grp.list))
 		if err != nil {
+			fs.logMu[l].Unlock()
 			return st, err
 		}
-		cst, err := fs.vol.Compact(ctx, copies)
+		var cst CompactStats
+		err = fs.unlocked(func() error {
+			var err error
+			cst, err = fs.vol.Compact(ctx, copies)
+			return err
+		})
 		fs.stats.CompactCopyback += cst.Copyback
 		fs.stats.CompactLocal += cst.Local
 		fs.stats.CompactRemote += cst.Remote
@@ -281,34 +370,49 @@ func (fs *FS) moveSegment(ctx context.Context, s *segment, method MoveMethod) (m
 					ds.closed = true
 				}
 			}
-			for i := range fs.logs {
-				if fs.logs[i] != nil && fs.logs[i].closed {
-					fs.closeLog(ctx, i)
-				}
+			if fs.logs[l] != nil && fs.logs[l].closed {
+				fs.closeLog(ctx, l)
 			}
+			fs.logMu[l].Unlock()
 			return st, err
 		}
+		fs.logMu[l].Unlock()
 		fs.blocksWritten += uint64(len(grp.list))
 		for i, dv := range grp.list {
 			na, old := dsts[i], MakeAddr(s.zone, dv.off)
+			in, err := fs.gcLock(ctx, s, dv.off, dv.owner, dv.ofs)
+			if err != nil {
+				return st, err
+			}
+			if in == nil {
+				continue // changed meanwhile: the copy at na stays invalid
+			}
 			if dv.ofs == ofsNode {
+				if fs.nat[dv.owner] != old || fs.nodeDirty(in, nidIdx(dv.owner)) {
+					fs.unlockIn(in)
+					continue
+				}
 				fs.invalidate(old)
 				fs.nat[dv.owner] = na
 				fs.natDirty[dv.owner] = struct{}{}
 			} else {
-				in, err := fs.getInode(ctx, nidIno(dv.owner))
-				if err != nil {
-					return st, err
-				}
 				d, err := fs.getDnode(ctx, in, nidIdx(dv.owner), false)
 				if err != nil || d == nil {
+					fs.unlockIn(in)
 					return st, fmt.Errorf("lfs: load node %#x: %w", dv.owner, err)
+				}
+				blk := uint64(nidIdx(dv.owner)-1)*epd + uint64(dv.ofs)
+				if d.addrs[dv.ofs] != old || !s.isValid(dv.off) || in.pages[blk] != nil && in.pages[blk].dirty {
+					fs.unlockIn(in)
+					continue
 				}
 				fs.invalidate(old)
 				d.addrs[dv.ofs] = na
 				fs.markDnDirty(in, d)
 			}
-			if err := fs.setValid(na, dv.owner, dv.ofs); err != nil {
+			err = fs.setValid(na, dv.owner, dv.ofs)
+			fs.unlockIn(in)
+			if err != nil {
 				return st, err
 			}
 			st.izc++
@@ -319,6 +423,52 @@ func (fs *FS) moveSegment(ctx context.Context, s *segment, method MoveMethod) (m
 	fs.stats.MovedHostDirty += st.hostDirty
 	fs.stats.MovedHostCached += st.hostCached
 	return st, nil
+}
+
+// nodeDirty reports whether node idx of in is cached dirty.
+func (fs *FS) nodeDirty(in *inode, idx uint32) bool {
+	if idx == 0 {
+		return in.dirty
+	}
+	d := in.dn[idx]
+	return d != nil && d.dirty
+}
+
+// moveNode moves one valid node block a of in (in locked, revalidated).
+func (fs *FS) moveNode(ctx context.Context, in *inode, idx uint32, owner uint64, a Addr, method MoveMethod, st *moveStat, device func()) error {
+	if fs.nat[owner] != a {
+		return corrupt("SSA", "block %v claims node %#x, NAT says %v", a, owner, fs.nat[owner])
+	}
+	var cached, dirty bool
+	if idx == 0 {
+		cached, dirty = true, in.dirty
+	} else if d := in.dn[idx]; d != nil {
+		cached, dirty = true, d.dirty
+	}
+	switch {
+	case dirty:
+		st.hostDirty++ // written by the checkpoint anyway
+	case method == Compact && !(cached && fs.opts.CachedWrite):
+		device()
+	default:
+		if idx == 0 {
+			in.cold = true
+			fs.markDirty(in)
+		} else {
+			d, err := fs.getDnode(ctx, in, idx, false)
+			if err != nil || d == nil {
+				return fmt.Errorf("lfs: load node %#x: %w", owner, err)
+			}
+			d.cold = true
+			fs.markDnDirty(in, d)
+		}
+		if cached {
+			st.hostCached++
+		} else {
+			st.hostCopy++
+		}
+	}
+	return nil
 }
 
 // allocCopies reserves n destination blocks in log li for device-side copies
@@ -402,7 +552,12 @@ func (fs *FS) copybackPlace(ctx context.Context, dst ZoneID, base, k uint64, fro
 	}
 	free := map[chip][]uint64{} // chip -> free destination chunk slots (region offsets)
 	for c := (base + cb - 1) / cb * cb; c+cb <= base+k; c += cb {
-		loc, err := fs.vol.Locate(ctx, dst, c)
+		var loc Location
+		err := fs.unlocked(func() error {
+			var err error
+			loc, err = fs.vol.Locate(ctx, dst, c)
+			return err
+		})
 		if err != nil {
 			return
 		}
@@ -414,7 +569,12 @@ func (fs *FS) copybackPlace(ctx context.Context, dst ZoneID, base, k uint64, fro
 		if so%cb != 0 || src(j+int(cb)-1) != so+cb-1 {
 			continue
 		}
-		loc, err := fs.vol.Locate(ctx, from, so)
+		var loc Location
+		err := fs.unlocked(func() error {
+			var err error
+			loc, err = fs.vol.Locate(ctx, from, so)
+			return err
+		})
 		if err != nil {
 			return
 		}
@@ -430,12 +590,4 @@ func (fs *FS) copybackPlace(ctx context.Context, dst ZoneID, base, k uint64, fro
 		fs.stats.CopybackPlanned += cb
 		j += int(cb) - 1
 	}
-}
-
-// backgroundGC runs one recycling round when the file system is idle.
-func (fs *FS) backgroundGC(ctx context.Context) (bool, error) {
-	if fs.closed || fs.failed != nil {
-		return false, &zerr.ClosedError{What: "file system"}
-	}
-	return fs.gcOnce(ctx, false)
 }

@@ -3,6 +3,7 @@ package lfs
 import (
 	"context"
 	"errors"
+	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -170,6 +171,8 @@ type Stats struct {
 	Orphans            int
 	CheckpointVersion  uint64
 	Checkpoints        uint64
+	WriteBacks         uint64 // background write-back rounds
+	ReadAheadBlocks    uint64 // blocks prefetched into the page cache by read-ahead
 	GCForeground       uint64
 	GCBackground       uint64
 	MovedHostCopy      uint64 // read to the host and written back
@@ -217,11 +220,15 @@ func (fs *FS) Stats() Stats {
 }
 
 // startTimer arms the periodic background work (idle GC, periodic
-// checkpoints). A tick never blocks on the file system lock: a busy file
-// system is not idle, and with the virtual clock a tick may fire inside an
-// operation's own I/O wait (on the same goroutine).
+// checkpoints). A tick never blocks: on the virtual clock it may fire inside
+// an operation's own I/O wait (on the same goroutine), so it runs the work
+// synchronously only when it gets the GC and checkpoint locks at once
+// (TryLock; readers never hold them); on a real clock it hands the work to
+// one background goroutine, where recycling moves blocks concurrently with
+// readers and writers. Neither ever waits for or blocks a reader.
 func (fs *FS) startTimer() {
 	registerGauges(fs, fs.opts.Registry)
+	fs.startFlusher()
 	period := fs.opts.BackgroundGC
 	if p := fs.opts.CheckpointEvery; p > 0 && (period == 0 || p < period) {
 		period = p
@@ -229,31 +236,88 @@ func (fs *FS) startTimer() {
 	if period <= 0 || fs.clk.Kind() == clock.KindOff {
 		return
 	}
-	var lastCP time.Duration
+	var lastCP atomic.Int64
+	var running atomic.Bool
 	var tick func()
 	tick = func() {
 		if fs.down.Load() {
 			return
 		}
-		if fs.mu.TryLock() {
-			if fs.closed || fs.failed != nil {
-				fs.mu.Unlock()
-				return
+		if fs.clk.Kind() == clock.KindVirtual {
+			fs.backgroundSync(&lastCP)
+		} else if running.CompareAndSwap(false, true) {
+			fs.tmu.Lock()
+			if !fs.down.Load() {
+				fs.bgWG.Add(1)
+				go func() {
+					defer fs.bgWG.Done()
+					defer running.Store(false)
+					fs.backgroundAsync(&lastCP)
+				}()
+			} else {
+				running.Store(false)
 			}
-			ctx := context.Background()
-			now := fs.clk.Now()
-			if fs.opts.BackgroundGC > 0 && now-fs.lastOp >= fs.opts.BackgroundGC {
-				_, _ = fs.backgroundGC(ctx)
-			}
-			if fs.opts.CheckpointEvery > 0 && now-lastCP >= fs.opts.CheckpointEvery && (fs.dirtyNodes > 0 || fs.dirtyPages > 0) {
-				_ = fs.checkpoint(ctx, false)
-				lastCP = now
-			}
-			fs.mu.Unlock()
+			fs.tmu.Unlock()
 		}
 		fs.arm(period, tick)
 	}
 	fs.arm(period, tick)
+}
+
+// backgroundSync is one tick's work done in place, when the locks are free.
+func (fs *FS) backgroundSync(lastCP *atomic.Int64) {
+	if fs.inflight.Load() > 0 {
+		return // fired inside an operation's I/O wait: the FS is not idle
+	}
+	if !fs.gcMu.TryLock() {
+		return
+	}
+	defer fs.gcMu.Unlock()
+	if !fs.cpMu.TryLock() {
+		return
+	}
+	defer fs.cpMu.Unlock()
+	fs.mu.Lock()
+	defer fs.mu.Unlock()
+	if fs.closed || fs.failed != nil {
+		return
+	}
+	ctx := context.Background()
+	now := fs.clk.Now()
+	if fs.opts.BackgroundGC > 0 && now-fs.lastOp >= fs.opts.BackgroundGC {
+		_, _ = fs.gcOnce(ctx, false, true)
+	}
+	if fs.opts.CheckpointEvery > 0 && now-time.Duration(lastCP.Load()) >= fs.opts.CheckpointEvery && (fs.dirtyNodes > 0 || fs.dirtyPages > 0) {
+		_ = fs.checkpoint(ctx, false)
+		lastCP.Store(int64(now))
+	}
+}
+
+// backgroundAsync is one tick's work on the background goroutine.
+func (fs *FS) backgroundAsync(lastCP *atomic.Int64) {
+	ctx := context.Background()
+	fs.mu.Lock()
+	if fs.closed || fs.failed != nil {
+		fs.mu.Unlock()
+		return
+	}
+	now := fs.clk.Now()
+	idle := fs.opts.BackgroundGC > 0 && now-fs.lastOp >= fs.opts.BackgroundGC
+	fs.mu.Unlock()
+	if idle && fs.gcMu.TryLock() {
+		_, _ = fs.gcOnce(ctx, false, false)
+		fs.gcMu.Unlock()
+	}
+	if fs.opts.CheckpointEvery > 0 && now-time.Duration(lastCP.Load()) >= fs.opts.CheckpointEvery {
+		fs.cpMu.Lock()
+		fs.mu.Lock()
+		if !fs.closed && fs.failed == nil && (fs.dirtyNodes > 0 || fs.dirtyPages > 0) {
+			_ = fs.checkpoint(ctx, false)
+			lastCP.Store(int64(now))
+		}
+		fs.mu.Unlock()
+		fs.cpMu.Unlock()
+	}
 }
 
 // arm schedules tick; AfterFunc may run it at once, so no lock is held.
@@ -267,12 +331,52 @@ func (fs *FS) arm(period time.Duration, tick func()) {
 	fs.tmu.Unlock()
 }
 
+// startFlusher starts the write-back goroutine: woken when the dirty pages
+// pass the budget, it writes them back (per inode, under each inode's lock
+// and the checkpoint lock shared), so writers do not wait for the drives.
+//
+// Not on the virtual clock: there a run must be reproducible, so writers
+// write back themselves, in the operation that crosses the budget.
+func (fs *FS) startFlusher() {
+	if fs.clk.Kind() == clock.KindVirtual {
+		return
+	}
+	fs.wbKick = make(chan struct{}, 1)
+	fs.wbStop = make(chan struct{})
+	fs.bgWG.Add(1)
+	go func() {
+		defer fs.bgWG.Done()
+		for {
+			select {
+			case <-fs.wbStop:
+				return
+			case <-fs.wbKick:
+			}
+			fs.cpMu.RLock()
+			fs.mu.Lock()
+			if !fs.closed && fs.failed == nil {
+				if err := fs.writeBack(context.Background()); err == nil {
+					fs.stats.WriteBacks++
+				}
+			}
+			fs.mu.Unlock()
+			fs.cpMu.RUnlock()
+		}
+	}()
+}
+
+// stopBackground stops the ticks and waits for the background goroutine
+// (no lock of the FS may be held).
 func (fs *FS) stopBackground() {
-	fs.down.Store(true)
 	fs.tmu.Lock()
+	fs.down.Store(true)
 	stop := fs.stopTimer
 	fs.tmu.Unlock()
 	if stop != nil {
 		stop()
 	}
+	if fs.wbStop != nil {
+		fs.wbOnce.Do(func() { close(fs.wbStop) })
+	}
+	fs.bgWG.Wait()
 }

@@ -80,55 +80,186 @@ const (
 	XattrReplace = 2
 )
 
-// begin locks the FS and runs housekeeping for a mutating operation.
-func (fs *FS) begin(ctx context.Context, op string, mutating bool) (func(*error), error) {
-	fs.mu.Lock()
-	t0 := fs.now()
-	done := func(errp *error) {
-		var err error
-		if errp != nil {
-			err = *errp
-		}
-		fs.m.op(op, fs.since(t0), err)
-		fs.lastOp = fs.clk.Now()
-		fs.mu.Unlock()
+// opKind says which locks an operation takes.
+type opKind int
+
+const (
+	opRead    opKind = iota // fs.mu only, released for I/O: never waits for writers, GC or checkpoints
+	opWrite                 // housekeeping first, then the checkpoint lock shared and inode locks
+	opRelease               // like opWrite without housekeeping and on a failed FS (close must work)
+)
+
+// op is one running operation: what it holds, for done to release.
+type op struct {
+	fs       *FS
+	name     string
+	t0       time.Duration
+	kind     opKind
+	locked   []*inode
+	renaming bool
+	after    func() error // runs with nothing held (a checkpoint fsync asked for)
+}
+
+// begin starts an operation. It returns with fs.mu held (and, for mutating
+// kinds, the checkpoint lock shared); the operation takes inode locks with
+// op.lock in the documented order and calls done at the end.
+func (fs *FS) begin(ctx context.Context, name string, kind opKind) (*op, error) {
+	fs.inflight.Add(1)
+	o, err := fs.begin1(ctx, name, kind)
+	if err != nil {
+		fs.inflight.Add(-1)
 	}
-	if fs.closed {
-		fs.mu.Unlock()
-		return nil, syscall.EIO
-	}
-	if mutating {
-		if fs.failed != nil {
-			fs.mu.Unlock()
-			return nil, syscall.EIO
-		}
+	return o, err
+}
+
+func (fs *FS) begin1(ctx context.Context, name string, kind opKind) (*op, error) {
+	if kind == opWrite {
 		if err := fs.housekeep(ctx); err != nil {
-			fs.mu.Unlock()
 			return nil, err
 		}
 	}
-	return done, nil
+	if kind != opRead {
+		fs.cpMu.RLock()
+	}
+	fs.mu.Lock()
+	if fs.closed || kind == opWrite && fs.failed != nil {
+		fs.mu.Unlock()
+		if kind != opRead {
+			fs.cpMu.RUnlock()
+		}
+		return nil, syscall.EIO
+	}
+	o := &op{fs: fs, name: name, t0: fs.now(), kind: kind}
+	if kind == opWrite {
+		// Write-back: past the dirty budget the background flusher is
+		// kicked (the operation goes on: a WRITE returns after its copy);
+		// past twice the budget, or without a flusher, the writer flushes
+		// itself (throttling, so the dirty pages stay bounded).
+		soft := min(fs.opts.CacheBlocks/4, int(fs.geo.ZoneBlocks))
+		if fs.dirtyPages > soft && fs.wbKick != nil {
+			select {
+			case fs.wbKick <- struct{}{}:
+			default:
+			}
+		}
+		if fs.dirtyPages > 2*soft || fs.wbKick == nil && fs.dirtyPages > soft {
+			if err := fs.writeBack(ctx); err != nil {
+				o.done(&err)
+				return nil, err
+			}
+		}
+	}
+	return o, nil
 }
 
-// housekeep writes back and recycles before a mutating operation so that the
-// operation itself never runs out of segments.
-func (fs *FS) housekeep(ctx context.Context) error {
-	if fs.dirtyPages > fs.opts.CacheBlocks/4 || fs.dirtyPages > int(fs.geo.ZoneBlocks) {
-		if err := fs.flushAll(ctx); err != nil {
-			return err
+// done ends the operation: metrics, then every lock it took.
+func (o *op) done(errp *error) {
+	fs := o.fs
+	var err error
+	if errp != nil {
+		err = *errp
+	}
+	fs.m.op(o.name, fs.since(o.t0), err)
+	fs.lastOp = fs.clk.Now()
+	for _, in := range o.locked {
+		in.busy--
+	}
+	fs.mu.Unlock()
+	for i := len(o.locked) - 1; i >= 0; i-- {
+		o.locked[i].mu.Unlock()
+	}
+	if o.renaming {
+		fs.renameMu.Unlock()
+	}
+	if o.kind != opRead {
+		fs.cpMu.RUnlock()
+	}
+	if o.after != nil && err == nil {
+		if e := o.after(); e != nil && errp != nil {
+			*errp = e
 		}
+	}
+	fs.inflight.Add(-1)
+}
+
+// unlockAll releases the inode locks of o (fs.mu held).
+func (o *op) unlockAll() {
+	for i := len(o.locked) - 1; i >= 0; i-- {
+		o.fs.unlockIn(o.locked[i])
+	}
+	o.locked = nil
+}
+
+// lock returns inode ino with its lock held until done (fs.mu held on entry
+// and return; it may be released while waiting, so the caller revalidates
+// what other inode locks do not protect).
+func (o *op) lock(ctx context.Context, ino uint64) (*inode, error) {
+	fs := o.fs
+	for {
+		in, err := fs.getInode(ctx, ino)
+		if err != nil {
+			return nil, err
+		}
+		for _, l := range o.locked {
+			if l == in {
+				return in, nil
+			}
+		}
+		if fs.lockIn(in) {
+			o.locked = append(o.locked, in)
+			return in, nil
+		}
+	}
+}
+
+// lockDir locks directory ino and loads its index.
+func (o *op) lockDir(ctx context.Context, ino uint64) (*inode, *dirIndex, error) {
+	in, err := o.lock(ctx, ino)
+	if err != nil {
+		return nil, nil, err
+	}
+	if !in.isDir() {
+		return nil, nil, syscall.ENOTDIR
+	}
+	d, err := o.fs.loadDir(ctx, in)
+	return in, d, err
+}
+
+// housekeep checkpoints and recycles before a mutating operation so that the
+// operation itself never runs out of segments. It runs with no lock held.
+func (fs *FS) housekeep(ctx context.Context) error {
+	fs.mu.Lock()
+	if fs.closed || fs.failed != nil {
+		fs.mu.Unlock()
+		return syscall.EIO
 	}
 	fs.evictCache()
 	fs.evictInodes()
-	if fs.dirtyNodes > int(fs.geo.ZoneBlocks) || fs.dirtyNodes > 4096 {
-		if err := fs.checkpoint(ctx, false); err != nil {
+	needCP := fs.dirtyNodes > int(fs.geo.ZoneBlocks) || fs.dirtyNodes > 4096
+	needGC := fs.freeSegments() < int(fs.sb.ReserveSegs)
+	fs.mu.Unlock()
+	if needCP {
+		if err := fs.exclusiveCheckpoint(ctx, false); err != nil {
 			return err
 		}
 	}
-	if fs.freeSegments() < int(fs.sb.ReserveSegs) {
+	if needGC {
 		return fs.foregroundGC(ctx)
 	}
 	return nil
+}
+
+// exclusiveCheckpoint takes a checkpoint under the checkpoint lock held
+// exclusively (no mutating operation runs; readers do).
+func (fs *FS) exclusiveCheckpoint(ctx context.Context, force bool) error {
+	fs.cpMu.Lock()
+	defer fs.cpMu.Unlock()
+	fs.mu.Lock()
+	defer fs.mu.Unlock()
+	if fs.closed {
+		return syscall.EIO
+	}
+	return fs.checkpoint(ctx, force)
 }
 
 func (fs *FS) attr(in *inode) Attr {
@@ -174,11 +305,11 @@ func (fs *FS) dirOf(ctx context.Context, ino uint64) (*inode, *dirIndex, error) 
 
 // Lookup finds name in directory parent.
 func (fs *FS) Lookup(ctx context.Context, parent uint64, name string) (a Attr, err error) {
-	done, err := fs.begin(ctx, "lookup", false)
+	o, err := fs.begin(ctx, "lookup", opRead)
 	if err != nil {
 		return a, err
 	}
-	defer done(&err)
+	defer o.done(&err)
 	pin, d, err := fs.dirOf(ctx, parent)
 	if err != nil {
 		return a, err
@@ -206,11 +337,11 @@ func (fs *FS) Lookup(ctx context.Context, parent uint64, name string) (a Attr, e
 
 // Getattr returns an inode's attributes.
 func (fs *FS) Getattr(ctx context.Context, ino uint64) (a Attr, err error) {
-	done, err := fs.begin(ctx, "getattr", false)
+	o, err := fs.begin(ctx, "getattr", opRead)
 	if err != nil {
 		return a, err
 	}
-	defer done(&err)
+	defer o.done(&err)
 	in, err := fs.getInode(ctx, ino)
 	if err != nil {
 		return a, err
@@ -220,12 +351,12 @@ func (fs *FS) Getattr(ctx context.Context, ino uint64) (a Attr, err error) {
 
 // Setattr changes mode, owner, size (truncate up or down) and times.
 func (fs *FS) Setattr(ctx context.Context, ino uint64, s SetattrIn) (a Attr, err error) {
-	done, err := fs.begin(ctx, "setattr", true)
+	o, err := fs.begin(ctx, "setattr", opWrite)
 	if err != nil {
 		return a, err
 	}
-	defer done(&err)
-	in, err := fs.getInode(ctx, ino)
+	defer o.done(&err)
+	in, err := o.lock(ctx, ino)
 	if err != nil {
 		return a, err
 	}
@@ -265,11 +396,11 @@ func (fs *FS) Setattr(ctx context.Context, ino uint64, s SetattrIn) (a Attr, err
 }
 
 // mknode creates an inode named name in parent.
-func (fs *FS) mknode(ctx context.Context, parent uint64, name string, mode, uid, gid uint32) (*inode, error) {
+func (fs *FS) mknode(ctx context.Context, o *op, parent uint64, name string, mode, uid, gid uint32) (*inode, error) {
 	if err := checkName(name); err != nil {
 		return nil, err
 	}
-	pin, d, err := fs.dirOf(ctx, parent)
+	pin, d, err := o.lockDir(ctx, parent)
 	if err != nil {
 		return nil, err
 	}
@@ -289,12 +420,15 @@ func (fs *FS) mknode(ctx context.Context, parent uint64, name string, mode, uid,
 	fs.nextIno++
 	in := fs.newInode(ino, mode, uid, gid, nowNs())
 	in.body.Parent = parent
+	fs.lockIn(in) // new: never contended
+	o.locked = append(o.locked, in)
 	fs.used++
 	fs.nodes++
 	if err := fs.addEnt(ctx, pin, dentry{Name: name, Ino: ino, Type: modeType(mode)}); err != nil {
 		fs.used--
 		fs.nodes--
 		fs.dirtyNodes--
+		in.gone = true
 		delete(fs.inodes, ino)
 		delete(fs.active, ino)
 		return nil, err
@@ -309,12 +443,12 @@ func (fs *FS) mknode(ctx context.Context, parent uint64, name string, mode, uid,
 
 // Create creates and opens a regular file (O_EXCL semantics: EEXIST if present).
 func (fs *FS) Create(ctx context.Context, parent uint64, name string, mode, uid, gid uint32, flags int) (a Attr, h Handle, err error) {
-	done, err := fs.begin(ctx, "create", true)
+	o, err := fs.begin(ctx, "create", opWrite)
 	if err != nil {
 		return a, 0, err
 	}
-	defer done(&err)
-	in, err := fs.mknode(ctx, parent, name, syscall.S_IFREG|mode&0o7777, uid, gid)
+	defer o.done(&err)
+	in, err := fs.mknode(ctx, o, parent, name, syscall.S_IFREG|mode&0o7777, uid, gid)
 	if err != nil {
 		return a, 0, err
 	}
@@ -323,12 +457,12 @@ func (fs *FS) Create(ctx context.Context, parent uint64, name string, mode, uid,
 
 // Mkdir creates a directory.
 func (fs *FS) Mkdir(ctx context.Context, parent uint64, name string, mode, uid, gid uint32) (a Attr, err error) {
-	done, err := fs.begin(ctx, "mkdir", true)
+	o, err := fs.begin(ctx, "mkdir", opWrite)
 	if err != nil {
 		return a, err
 	}
-	defer done(&err)
-	in, err := fs.mknode(ctx, parent, name, syscall.S_IFDIR|mode&0o7777, uid, gid)
+	defer o.done(&err)
+	in, err := fs.mknode(ctx, o, parent, name, syscall.S_IFDIR|mode&0o7777, uid, gid)
 	if err != nil {
 		return a, err
 	}
@@ -337,15 +471,15 @@ func (fs *FS) Mkdir(ctx context.Context, parent uint64, name string, mode, uid, 
 
 // Symlink creates a symbolic link to target.
 func (fs *FS) Symlink(ctx context.Context, parent uint64, name, target string, uid, gid uint32) (a Attr, err error) {
-	done, err := fs.begin(ctx, "symlink", true)
+	o, err := fs.begin(ctx, "symlink", opWrite)
 	if err != nil {
 		return a, err
 	}
-	defer done(&err)
+	defer o.done(&err)
 	if len(target) == 0 || len(target) >= 4096 {
 		return a, syscall.ENAMETOOLONG
 	}
-	in, err := fs.mknode(ctx, parent, name, syscall.S_IFLNK|0o777, uid, gid)
+	in, err := fs.mknode(ctx, o, parent, name, syscall.S_IFLNK|0o777, uid, gid)
 	if err != nil {
 		return a, err
 	}
@@ -357,11 +491,11 @@ func (fs *FS) Symlink(ctx context.Context, parent uint64, name, target string, u
 
 // Readlink returns a symlink's target.
 func (fs *FS) Readlink(ctx context.Context, ino uint64) (s string, err error) {
-	done, err := fs.begin(ctx, "readlink", false)
+	o, err := fs.begin(ctx, "readlink", opRead)
 	if err != nil {
 		return "", err
 	}
-	defer done(&err)
+	defer o.done(&err)
 	in, err := fs.getInode(ctx, ino)
 	if err != nil {
 		return "", err
@@ -376,15 +510,19 @@ func (fs *FS) Readlink(ctx context.Context, ino uint64) (s string, err error) {
 
 // Link adds a hard link newName in newParent to ino.
 func (fs *FS) Link(ctx context.Context, ino, newParent uint64, newName string) (a Attr, err error) {
-	done, err := fs.begin(ctx, "link", true)
+	o, err := fs.begin(ctx, "link", opWrite)
 	if err != nil {
 		return a, err
 	}
-	defer done(&err)
+	defer o.done(&err)
 	if err := checkName(newName); err != nil {
 		return a, err
 	}
-	in, err := fs.getInode(ctx, ino)
+	pin, d, err := o.lockDir(ctx, newParent)
+	if err != nil {
+		return a, err
+	}
+	in, err := o.lock(ctx, ino)
 	if err != nil {
 		return a, err
 	}
@@ -393,10 +531,6 @@ func (fs *FS) Link(ctx context.Context, ino, newParent uint64, newName string) (
 	}
 	if in.body.Nlink == 0 {
 		return a, syscall.ENOENT
-	}
-	pin, d, err := fs.dirOf(ctx, newParent)
-	if err != nil {
-		return a, err
 	}
 	if pin.body.Nlink == 0 {
 		return a, syscall.ENOENT
@@ -434,29 +568,29 @@ func (fs *FS) dropLink(ctx context.Context, in *inode) error {
 
 // Unlink removes a non-directory name.
 func (fs *FS) Unlink(ctx context.Context, parent uint64, name string) (err error) {
-	done, err := fs.begin(ctx, "unlink", true)
+	o, err := fs.begin(ctx, "unlink", opWrite)
 	if err != nil {
 		return err
 	}
-	defer done(&err)
-	return fs.remove(ctx, parent, name, false)
+	defer o.done(&err)
+	return fs.remove(ctx, o, parent, name, false)
 }
 
 // Rmdir removes an empty directory.
 func (fs *FS) Rmdir(ctx context.Context, parent uint64, name string) (err error) {
-	done, err := fs.begin(ctx, "rmdir", true)
+	o, err := fs.begin(ctx, "rmdir", opWrite)
 	if err != nil {
 		return err
 	}
-	defer done(&err)
-	return fs.remove(ctx, parent, name, true)
+	defer o.done(&err)
+	return fs.remove(ctx, o, parent, name, true)
 }
 
-func (fs *FS) remove(ctx context.Context, parent uint64, name string, dir bool) error {
+func (fs *FS) remove(ctx context.Context, o *op, parent uint64, name string, dir bool) error {
 	if name == "." || name == ".." {
 		return syscall.EINVAL
 	}
-	pin, d, err := fs.dirOf(ctx, parent)
+	pin, d, err := o.lockDir(ctx, parent)
 	if err != nil {
 		return err
 	}
@@ -464,7 +598,7 @@ func (fs *FS) remove(ctx context.Context, parent uint64, name string, dir bool) 
 	if !ok {
 		return syscall.ENOENT
 	}
-	in, err := fs.getInode(ctx, e.Ino)
+	in, err := o.lock(ctx, e.Ino)
 	if err != nil {
 		return err
 	}
@@ -518,11 +652,11 @@ const (
 // Rename moves oldName in oldParent to newName in newParent, replacing an
 // existing target (a file, or an empty directory when the source is one).
 func (fs *FS) Rename(ctx context.Context, oldParent uint64, oldName string, newParent uint64, newName string, flags uint32) (err error) {
-	done, err := fs.begin(ctx, "rename", true)
+	o, err := fs.begin(ctx, "rename", opWrite)
 	if err != nil {
 		return err
 	}
-	defer done(&err)
+	defer o.done(&err)
 	if flags&RenameExchange != 0 {
 		return syscall.EINVAL
 	}
@@ -532,6 +666,35 @@ func (fs *FS) Rename(ctx context.Context, oldParent uint64, oldName string, newP
 	if oldName == "." || oldName == ".." {
 		return syscall.EINVAL
 	}
+	// Lock order for rename: the rename lock (the tree's shape cannot change
+	// meanwhile), then the two parents, an ancestor before its descendant and
+	// otherwise by inode number, then the source and target by inode number.
+	o.renaming = true
+	if !fs.renameMu.TryLock() {
+		fs.mu.Unlock()
+		fs.renameMu.Lock()
+		fs.mu.Lock()
+	}
+	first, second := oldParent, newParent
+	if oldParent != newParent {
+		up, err := fs.isAncestor(ctx, newParent, oldParent)
+		if err != nil {
+			return err
+		}
+		down, err := fs.isAncestor(ctx, oldParent, newParent)
+		if err != nil {
+			return err
+		}
+		if up || !down && newParent < oldParent {
+			first, second = newParent, oldParent
+		}
+	}
+	if _, _, err := o.lockDir(ctx, first); err != nil {
+		return err
+	}
+	if _, _, err := o.lockDir(ctx, second); err != nil {
+		return err
+	}
 	op, od, err := fs.dirOf(ctx, oldParent)
 	if err != nil {
 		return err
@@ -539,6 +702,20 @@ func (fs *FS) Rename(ctx context.Context, oldParent uint64, oldName string, newP
 	np, nd, err := fs.dirOf(ctx, newParent)
 	if err != nil {
 		return err
+	}
+	if se, ok := fs.lookupEnt(od, oldName); ok {
+		kids := []uint64{se.Ino}
+		if te, ok := fs.lookupEnt(nd, newName); ok {
+			kids = append(kids, te.Ino)
+			if te.Ino < se.Ino {
+				kids[0], kids[1] = kids[1], kids[0]
+			}
+		}
+		for _, k := range kids {
+			if _, err := o.lock(ctx, k); err != nil {
+				return err
+			}
+		}
 	}
 	if np.body.Nlink == 0 {
 		return syscall.ENOENT
@@ -625,12 +802,21 @@ func (fs *FS) open(in *inode, flags int) Handle {
 
 // Open opens an inode; O_TRUNC truncates a regular file.
 func (fs *FS) Open(ctx context.Context, ino uint64, flags int) (h Handle, err error) {
-	done, err := fs.begin(ctx, "open", flags&syscall.O_TRUNC != 0)
+	kind := opRead
+	if flags&syscall.O_TRUNC != 0 {
+		kind = opWrite
+	}
+	o, err := fs.begin(ctx, "open", kind)
 	if err != nil {
 		return 0, err
 	}
-	defer done(&err)
-	in, err := fs.getInode(ctx, ino)
+	defer o.done(&err)
+	var in *inode
+	if kind == opWrite {
+		in, err = o.lock(ctx, ino)
+	} else {
+		in, err = fs.getInode(ctx, ino)
+	}
 	if err != nil {
 		return 0, err
 	}
@@ -659,11 +845,11 @@ func (fs *FS) handleInode(ctx context.Context, h Handle) (*handle, *inode, error
 
 // Read reads up to len(buf) bytes at off.
 func (fs *FS) Read(ctx context.Context, h Handle, off int64, buf []byte) (n int, err error) {
-	done, err := fs.begin(ctx, "read", false)
+	o, err := fs.begin(ctx, "read", opRead)
 	if err != nil {
 		return 0, err
 	}
-	defer done(&err)
+	defer o.done(&err)
 	_, in, err := fs.handleInode(ctx, h)
 	if err != nil {
 		return 0, err
@@ -676,18 +862,25 @@ func (fs *FS) Read(ctx context.Context, h Handle, off int64, buf []byte) (n int,
 	}
 	n, err = fs.readAt(ctx, in, uint64(off), buf)
 	fs.m.bytes("read", n)
+	if err == nil {
+		fs.noteRead(in, uint64(off), n)
+	}
 	return n, err
 }
 
 // Write writes data at off (at the end with O_APPEND) and returns the bytes
 // written; it writes everything or returns an error.
 func (fs *FS) Write(ctx context.Context, h Handle, off int64, data []byte) (n int, err error) {
-	done, err := fs.begin(ctx, "write", true)
+	o, err := fs.begin(ctx, "write", opWrite)
 	if err != nil {
 		return 0, err
 	}
-	defer done(&err)
-	of, in, err := fs.handleInode(ctx, h)
+	defer o.done(&err)
+	of := fs.handles[h]
+	if of == nil {
+		return 0, syscall.EBADF
+	}
+	in, err := o.lock(ctx, of.ino)
 	if err != nil {
 		return 0, err
 	}
@@ -728,35 +921,49 @@ func (fs *FS) Write(ctx context.Context, h Handle, off int64, data []byte) (n in
 
 // Fsync persists the file's data and nodes (fdatasync is the same here).
 func (fs *FS) Fsync(ctx context.Context, h Handle, datasync bool) (err error) {
-	done, err := fs.begin(ctx, "fsync", true)
+	o, err := fs.begin(ctx, "fsync", opWrite)
 	if err != nil {
 		return err
 	}
-	defer done(&err)
-	_, in, err := fs.handleInode(ctx, h)
+	defer o.done(&err)
+	of := fs.handles[h]
+	if of == nil {
+		return syscall.EBADF
+	}
+	in, err := o.lock(ctx, of.ino)
 	if err != nil {
 		return err
 	}
-	return fs.fsync(ctx, in)
+	return fs.fsync(ctx, o, in)
 }
 
 // FsyncIno is Fsync by inode number (for callers without a handle).
 func (fs *FS) FsyncIno(ctx context.Context, ino uint64) (err error) {
-	done, err := fs.begin(ctx, "fsync", true)
+	o, err := fs.begin(ctx, "fsync", opWrite)
 	if err != nil {
 		return err
 	}
-	defer done(&err)
-	in, err := fs.getInode(ctx, ino)
+	defer o.done(&err)
+	in, err := o.lock(ctx, ino)
 	if err != nil {
 		return err
 	}
-	return fs.fsync(ctx, in)
+	return fs.fsync(ctx, o, in)
 }
 
-func (fs *FS) fsync(ctx context.Context, in *inode) error {
+// fsync writes in's pages and nodes with the fsync mark (roll-forward), or
+// asks for a checkpoint (run when the operation has released its locks) when
+// names changed.
+func (fs *FS) fsync(ctx context.Context, o *op, in *inode) error {
+	// a background write-back of in in flight commits first (fsync waits for
+	// it: its blocks must be in the nodes written below)
+	fs.waitFlights(in)
+	if in.gone {
+		return nil
+	}
 	if in.needCP || in.isDir() || in.body.Nlink == 0 {
-		return fs.checkpoint(ctx, false)
+		o.after = func() error { return fs.exclusiveCheckpoint(ctx, false) }
+		return nil
 	}
 	if err := fs.flushInode(ctx, in); err != nil {
 		return err
@@ -764,16 +971,16 @@ func (fs *FS) fsync(ctx context.Context, in *inode) error {
 	if err := fs.writeDirtyNodes(ctx, in, true); err != nil {
 		return err
 	}
-	return fs.retry(ctx, func() error { return fs.vol.Flush(ctx) })
+	return fs.unlocked(func() error { return fs.vol.Flush(ctx) })
 }
 
 // Flush is called on close(2) of a descriptor; data stays cached.
 func (fs *FS) Flush(ctx context.Context, h Handle) (err error) {
-	done, err := fs.begin(ctx, "flush", false)
+	o, err := fs.begin(ctx, "flush", opRead)
 	if err != nil {
 		return err
 	}
-	defer done(&err)
+	defer o.done(&err)
 	if fs.handles[h] == nil {
 		return syscall.EBADF
 	}
@@ -782,17 +989,25 @@ func (fs *FS) Flush(ctx context.Context, h Handle) (err error) {
 
 // Release closes a handle; an unlinked file is deleted at its last close.
 func (fs *FS) Release(ctx context.Context, h Handle) (err error) {
-	done, err := fs.begin(ctx, "release", false)
+	o, err := fs.begin(ctx, "release", opRelease)
 	if err != nil {
 		return err
 	}
-	defer done(&err)
+	defer o.done(&err)
 	of := fs.handles[h]
 	if of == nil {
 		return syscall.EBADF
 	}
-	delete(fs.handles, h)
 	in := fs.inodes[of.ino]
+	if in != nil && !fs.lockIn(in) {
+		in = nil
+	} else if in != nil {
+		o.locked = append(o.locked, in)
+	}
+	if fs.handles[h] != of {
+		return syscall.EBADF
+	}
+	delete(fs.handles, h)
 	if in == nil {
 		return nil
 	}
@@ -806,11 +1021,11 @@ func (fs *FS) Release(ctx context.Context, h Handle) (err error) {
 
 // Readdir lists a directory, "." and ".." first.
 func (fs *FS) Readdir(ctx context.Context, ino uint64) (out []DirEntry, err error) {
-	done, err := fs.begin(ctx, "readdir", false)
+	o, err := fs.begin(ctx, "readdir", opRead)
 	if err != nil {
 		return nil, err
 	}
-	defer done(&err)
+	defer o.done(&err)
 	in, d, err := fs.dirOf(ctx, ino)
 	if err != nil {
 		return nil, err
@@ -838,11 +1053,11 @@ func dtMode(t uint8) uint32 {
 
 // Statfs reports the real free space.
 func (fs *FS) Statfs(ctx context.Context) (s StatfsOut, err error) {
-	done, err := fs.begin(ctx, "statfs", false)
+	o, err := fs.begin(ctx, "statfs", opRead)
 	if err != nil {
 		return s, err
 	}
-	defer done(&err)
+	defer o.done(&err)
 	free := uint64(0)
 	if fs.used < fs.sb.UserBlocks {
 		free = fs.sb.UserBlocks - fs.used
@@ -862,11 +1077,11 @@ func (in *inode) xattrIndex(name string) int {
 
 // Getxattr returns an extended attribute (ENODATA when missing).
 func (fs *FS) Getxattr(ctx context.Context, ino uint64, name string) (v []byte, err error) {
-	done, err := fs.begin(ctx, "getxattr", false)
+	o, err := fs.begin(ctx, "getxattr", opRead)
 	if err != nil {
 		return nil, err
 	}
-	defer done(&err)
+	defer o.done(&err)
 	in, err := fs.getInode(ctx, ino)
 	if err != nil {
 		return nil, err
@@ -880,11 +1095,11 @@ func (fs *FS) Getxattr(ctx context.Context, ino uint64, name string) (v []byte, 
 
 // Listxattr lists attribute names (sorted).
 func (fs *FS) Listxattr(ctx context.Context, ino uint64) (names []string, err error) {
-	done, err := fs.begin(ctx, "listxattr", false)
+	o, err := fs.begin(ctx, "listxattr", opRead)
 	if err != nil {
 		return nil, err
 	}
-	defer done(&err)
+	defer o.done(&err)
 	in, err := fs.getInode(ctx, ino)
 	if err != nil {
 		return nil, err
@@ -899,15 +1114,15 @@ func (fs *FS) Listxattr(ctx context.Context, ino uint64) (names []string, err er
 // Setxattr sets an attribute; XattrCreate/XattrReplace as setxattr(2).
 // Attributes live in the inode block: ENOSPC when they do not fit.
 func (fs *FS) Setxattr(ctx context.Context, ino uint64, name string, value []byte, flags int) (err error) {
-	done, err := fs.begin(ctx, "setxattr", true)
+	o, err := fs.begin(ctx, "setxattr", opWrite)
 	if err != nil {
 		return err
 	}
-	defer done(&err)
+	defer o.done(&err)
 	if name == "" || len(name) > 255 {
 		return syscall.ERANGE
 	}
-	in, err := fs.getInode(ctx, ino)
+	in, err := o.lock(ctx, ino)
 	if err != nil {
 		return err
 	}
@@ -942,12 +1157,12 @@ func (fs *FS) Setxattr(ctx context.Context, ino uint64, name string, value []byt
 
 // Removexattr removes an attribute.
 func (fs *FS) Removexattr(ctx context.Context, ino uint64, name string) (err error) {
-	done, err := fs.begin(ctx, "removexattr", true)
+	o, err := fs.begin(ctx, "removexattr", opWrite)
 	if err != nil {
 		return err
 	}
-	defer done(&err)
-	in, err := fs.getInode(ctx, ino)
+	defer o.done(&err)
+	in, err := o.lock(ctx, ino)
 	if err != nil {
 		return err
 	}
@@ -962,10 +1177,11 @@ func (fs *FS) Removexattr(ctx context.Context, ino uint64, name string) (err err
 
 // Sync takes a checkpoint (syncfs).
 func (fs *FS) Sync(ctx context.Context) (err error) {
-	done, err := fs.begin(ctx, "sync", true)
+	o, err := fs.begin(ctx, "sync", opWrite)
 	if err != nil {
 		return err
 	}
-	defer done(&err)
-	return fs.checkpoint(ctx, false)
+	defer o.done(&err)
+	o.after = func() error { return fs.exclusiveCheckpoint(ctx, false) }
+	return nil
 }

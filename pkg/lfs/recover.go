@@ -27,7 +27,7 @@ func (fs *FS) scanNodes(ctx context.Context, z ZoneID, from, to uint64) ([]found
 	buf := make([]byte, chunk*fs.bs)
 	for off := from; off < to; off += chunk {
 		n := min(uint64(chunk), to-off)
-		if err := fs.retry(ctx, func() error { return fs.vol.Read(ctx, z, off, buf[:n*uint64(fs.bs)]) }); err != nil {
+		if err := fs.unlocked(func() error { return fs.vol.Read(ctx, z, off, buf[:n*uint64(fs.bs)]) }); err != nil {
 			return nil, err
 		}
 		for i := uint64(0); i < n; i++ {
@@ -203,7 +203,7 @@ func (fs *FS) recover(ctx context.Context, zones []ZoneInfo, ml *metaLog) error 
 		}
 		s := fs.segs[id]
 		if s == nil {
-			if err := fs.retry(ctx, func() error { return fs.vol.Reset(ctx, id) }); err != nil {
+			if err := fs.unlocked(func() error { return fs.vol.Reset(ctx, id) }); err != nil {
 				return err
 			}
 			continue
@@ -211,7 +211,7 @@ func (fs *FS) recover(ctx context.Context, zones []ZoneInfo, ml *metaLog) error 
 		s.wp = zi.WP
 		s.closed = true
 		if zi.State != ZoneFull {
-			if err := fs.retry(ctx, func() error { return fs.vol.Finish(ctx, id) }); err != nil {
+			if err := fs.unlocked(func() error { return fs.vol.Finish(ctx, id) }); err != nil {
 				return err
 			}
 		}

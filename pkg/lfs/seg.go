@@ -33,16 +33,18 @@ var logNames = [numTemps]string{"hot_node", "warm_node", "cold_node", "hot_data"
 // segment is one in-use v-zone: its SIT entry (valid bitmap and count) and
 // its SSA (owner of every written block).
 type segment struct {
-	zone   ZoneID
-	wp     uint64 // blocks written
-	cap    uint64
-	valid  []uint64
-	nvalid uint64
-	owner  []uint64 // SSA: owner nid per block
-	ofs    []uint32 // SSA: index in the owner (ofsNode for a node block)
-	mtime  uint64   // node sequence at the last write into it
-	log    int      // active log index, -1 when not a log head
-	closed bool     // no more writes (full, finished or abandoned)
+	zone    ZoneID
+	wp      uint64 // blocks written
+	cap     uint64
+	valid   []uint64
+	nvalid  uint64
+	pending int      // blocks written but not yet committed (a write-back in flight): not a recycling candidate
+	pins    int      // readers reading blocks of it with fs.mu released (no Reset meanwhile)
+	owner   []uint64 // SSA: owner nid per block
+	ofs     []uint32 // SSA: index in the owner (ofsNode for a node block)
+	mtime   uint64   // node sequence at the last write into it
+	log     int      // active log index, -1 when not a log head
+	closed  bool     // no more writes (full, finished or abandoned)
 }
 
 func newSegment(z ZoneID, capBlocks uint64) *segment {
@@ -75,7 +77,7 @@ func (fs *FS) logFor(t int) int {
 
 // freeSegments is how many more v-zones the file system may open.
 func (fs *FS) freeSegments() int {
-	return fs.geo.MaxZones - metaZonesReserved - len(fs.segs)
+	return fs.geo.MaxZones - metaZonesReserved - len(fs.segs) - fs.opening
 }
 
 const metaZonesReserved = 2
@@ -136,11 +138,13 @@ func (fs *FS) openSeg(ctx context.Context, li int) (*segment, error) {
 		return nil, &zerr.NoResourcesError{Resource: "free segments", Requested: 1, Available: 0}
 	}
 	var z ZoneID
-	err := fs.retry(ctx, func() error {
+	fs.opening++
+	err := fs.unlocked(func() error {
 		var err error
 		z, err = fs.vol.OpenZone(ctx)
 		return err
 	})
+	fs.opening--
 	if err != nil {
 		return nil, err
 	}
@@ -166,14 +170,31 @@ func (fs *FS) closeLog(ctx context.Context, li int) {
 	if !s.closed {
 		s.closed = true
 		if s.wp < s.cap {
-			_ = fs.retry(ctx, func() error { return fs.vol.Finish(ctx, s.zone) })
+			_ = fs.unlocked(func() error { return fs.vol.Finish(ctx, s.zone) })
 		}
 	}
 }
 
+// lockLog takes the log lock of log l (fs.mu held on entry and return).
+func (fs *FS) lockLog(l int) {
+	if fs.logMu[l].TryLock() {
+		return
+	}
+	fs.mu.Unlock()
+	fs.logMu[l].Lock()
+	fs.mu.Lock()
+}
+
 // appendBlocks writes n blocks (data holds n*bs bytes) to log li, possibly
-// across segments, calling place(i, addr) for every block written.
+// across segments, calling place(i, addr) for every block written. It holds
+// the log's lock across the Write (appends to a zone are ordered by its write
+// pointer) and releases fs.mu for it; place runs under fs.mu after the write.
+// data must not change meanwhile (the caller copied it, or holds the lock of
+// the inode whose pages it is).
 func (fs *FS) appendBlocks(ctx context.Context, li int, data []byte, place func(i int, a Addr) error) error {
+	l := fs.logFor(li)
+	fs.lockLog(l)
+	defer fs.logMu[l].Unlock()
 	bs := fs.bs
 	n := len(data) / bs
 	for i := 0; i < n; {
@@ -192,7 +213,7 @@ func (fs *FS) appendBlocks(ctx context.Context, li int, data []byte, place func(
 			k = r
 		}
 		off := s.wp
-		err := fs.retry(ctx, func() error { return fs.vol.Write(ctx, s.zone, off, data[i*bs:(i+int(k))*bs], false) })
+		err := fs.unlocked(func() error { return fs.vol.Write(ctx, s.zone, off, data[i*bs:(i+int(k))*bs], false) })
 		if err != nil {
 			// The zone's write pointer is now unknown: never write it again.
 			var pw *PartialWriteError
@@ -220,9 +241,23 @@ func (fs *FS) appendBlocks(ctx context.Context, li int, data []byte, place func(
 	return nil
 }
 
-// readBlocks reads consecutive blocks at a.
+// readBlocks reads consecutive blocks at a with fs.mu released (held on
+// entry and return). The segment is pinned meanwhile: a checkpoint that frees
+// it waits for the pin before resetting the zone, so a reader that resolved a
+// block before it was moved or overwritten still reads what it resolved.
 func (fs *FS) readBlocks(ctx context.Context, a Addr, buf []byte) error {
-	return fs.retry(ctx, func() error { return fs.vol.Read(ctx, a.Zone(), a.Off(), buf) })
+	s := fs.segOf(a)
+	if s != nil {
+		s.pins++
+	}
+	err := fs.unlocked(func() error { return fs.vol.Read(ctx, a.Zone(), a.Off(), buf) })
+	if s != nil {
+		s.pins--
+		if s.pins == 0 {
+			fs.pinCond.Broadcast()
+		}
+	}
+	return err
 }
 
 // errNoSpace is returned when the file system is full.
