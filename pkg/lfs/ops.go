@@ -968,6 +968,12 @@ func (fs *FS) fsync(ctx context.Context, o *op, in *inode) error {
 	if err := fs.flushInode(ctx, in); err != nil {
 		return err
 	}
+	// The data must be durable before the node that carries the fsync mark:
+	// roll-forward trusts a marked node's block addresses, so a power loss
+	// between the two flushes must not leave the node without its data.
+	if err := fs.unlocked(func() error { return fs.vol.Flush(ctx) }); err != nil {
+		return err
+	}
 	if err := fs.writeDirtyNodes(ctx, in, true); err != nil {
 		return err
 	}
