@@ -65,36 +65,37 @@ func (r *retrying) do(ctx context.Context, op string, f func(ctx context.Context
 		return err
 	}
 	cctx := ctx
+	start := r.clk.Now()
+	var st *stall // made at the first failure, or at once with a realtime clock (slow-call warning)
 	if r.scale > 0 {
 		var cancel context.CancelFunc
 		cctx, cancel = context.WithTimeout(ctx, time.Duration(float64(r.deadline)*r.scale))
 		defer cancel()
+		st = &stall{m: r.st, op: op, start: start}
+		// An attempt may wait long inside the volume (pkg/client retries an
+		// unavailable node itself): say so while it waits, not only after.
+		stopSlow := r.clk.AfterFunc(start+slowCall, func() { st.slow(r.clk.Now() - start) })
+		defer stopSlow()
 	}
-	start := r.clk.Now()
-	var st *stall
 	backoff := time.Millisecond
 	for attempt := 0; ; attempt++ {
 		err := f(cctx)
 		waited := r.clk.Now() - start
 		if err == nil {
-			if st != nil {
-				st.end(false, waited, nil)
-			}
+			st.end(resumed, waited, nil)
 			return nil
 		}
 		giveUp := func(last error) error {
 			if st == nil {
-				st = r.st.begin(op, start)
-				st.attempt(last, waited)
+				st = &stall{m: r.st, op: op, start: start}
 			}
-			st.end(true, waited, last)
-			return &StalledError{Op: op, Node: st.node, Waited: waited, Attempts: st.tries, Err: last}
+			st.failed(last, waited)
+			node, tries := st.end(gaveUp, waited, last)
+			return &StalledError{Op: op, Node: node, Waited: waited, Attempts: tries, Err: last}
 		}
 		switch {
 		case ctx.Err() != nil: // the caller gave up (interrupted request, unmount)
-			if st != nil {
-				st.end(true, waited, err)
-			}
+			st.end(abandoned, waited, err)
 			if !errors.Is(err, ctx.Err()) {
 				err = &canceledError{ctx: ctx.Err(), last: err}
 			}
@@ -102,32 +103,28 @@ func (r *retrying) do(ctx context.Context, op string, f func(ctx context.Context
 		case cctx.Err() != nil: // our deadline cut the attempt
 			return giveUp(err)
 		case !errors.Is(err, zerr.ErrUnavailable):
-			if st != nil {
-				st.end(true, waited, err)
-			}
+			st.end(answered, waited, err)
 			return err
 		}
 		var pw *PartialWriteError
 		if errors.As(err, &pw) && pw.Written > 0 {
-			if st != nil {
-				st.end(true, waited, err)
-			}
+			st.end(answered, waited, err)
 			return err
 		}
-		if st == nil {
-			st = r.st.begin(op, start)
-		}
-		st.attempt(err, waited)
 		if r.clk.Kind() == clock.KindOff && attempt >= r.n || r.clk.Kind() != clock.KindOff && waited >= r.deadline {
 			return giveUp(err)
 		}
+		if st == nil {
+			st = &stall{m: r.st, op: op, start: start}
+		}
+		st.failed(err, waited)
 		wait := backoff
 		if left := r.deadline - waited; r.clk.Kind() != clock.KindOff && wait > left {
 			wait = left
 		}
 		if serr := clock.Sleep(cctx, r.clk, wait); serr != nil {
 			if ctx.Err() != nil {
-				st.end(true, r.clk.Now()-start, err)
+				st.end(abandoned, r.clk.Now()-start, err)
 				return &canceledError{ctx: ctx.Err(), last: err}
 			}
 			waited = r.clk.Now() - start

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"sync"
 	"sync/atomic"
 	"syscall"
 	"time"
@@ -77,10 +78,11 @@ type stallMetrics struct {
 	stalled prometheus.Gauge
 	failed  prometheus.Counter
 	// the same figures, kept by this mount whatever the registry
-	nStalled atomic.Int64
-	nFailed  atomic.Uint64
-	logLimit rateLimit
-	failLog  rateLimit
+	nStalled   atomic.Int64
+	nFailed    atomic.Uint64
+	logLimit   rateLimit
+	failLog    rateLimit
+	resumedLog rateLimit
 }
 
 func newStallMetrics(reg prometheus.Registerer) *stallMetrics {
@@ -91,6 +93,8 @@ func newStallMetrics(reg prometheus.Registerer) *stallMetrics {
 			Help: "Volume operations that failed (EIO) because a node stayed unavailable past the retry deadline."}),
 		logLimit: rateLimit{every: stallLogEvery},
 		failLog:  rateLimit{every: stallLogEvery},
+		// a node's return resumes many calls at once: one line per interval
+		resumedLog: rateLimit{every: stallLogEvery},
 	}
 	if reg != nil {
 		m.stalled = register(reg, m.stalled)
@@ -99,24 +103,67 @@ func newStallMetrics(reg prometheus.Registerer) *stallMetrics {
 	return m
 }
 
-// stall tracks one Volume call from its first ErrUnavailable to its end.
+// slowCall is how long (clock time, realtime clock only) a Volume call may
+// go without an answer before it counts as stalled and is warned about.
+const slowCall = 2 * time.Second
+
+// outcome is how a tracked Volume call ended.
+type outcome int
+
+const (
+	resumed   outcome = iota // succeeded
+	gaveUp                   // failed after the retry deadline
+	answered                 // failed with an error that is not retried
+	abandoned                // its ctx ended
+)
+
+// stall tracks one Volume call: it counts in zonefleet_fs_stalled_operations
+// from its first ErrUnavailable (or from slowCall without an answer) to its
+// end. A nil *stall is a call that never failed: every method is a no-op.
 type stall struct {
 	m     *stallMetrics
 	op    string
-	since time.Time // wall time of the first failure, for the log
 	start time.Duration
-	node  string
-	tries int
+
+	mu     sync.Mutex // the slow-call timer runs on another goroutine
+	active bool       // counted in the gauge
+	done   bool
+	since  time.Time // wall time the stall began, for the log
+	node   string
+	tries  int
 }
 
-func (m *stallMetrics) begin(op string, start time.Duration) *stall {
-	m.nStalled.Add(1)
-	m.stalled.Inc()
-	return &stall{m: m, op: op, since: time.Now(), start: start}
+// begin counts the call as stalled. Called with s.mu held.
+func (s *stall) begin() {
+	if s.active || s.done {
+		return
+	}
+	s.active = true
+	s.since = time.Now()
+	s.m.nStalled.Add(1)
+	s.m.stalled.Inc()
 }
 
-// attempt records a failed attempt and warns, rate-limited, what is awaited.
-func (s *stall) attempt(err error, waited time.Duration) {
+// slow: the call has had no answer for slowCall.
+func (s *stall) slow(waited time.Duration) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.done {
+		return
+	}
+	s.begin()
+	if ok, skipped := s.m.logLimit.allow(); ok {
+		slog.Warn("file system operation stalled: no answer from the volume yet",
+			"op", s.op, "node", s.node, "since", s.since.UTC().Format(time.RFC3339Nano), "waited", waited,
+			"stalled_ops", s.m.nStalled.Load(), "suppressed_warnings", skipped)
+	}
+}
+
+// failed records a failed attempt and warns, rate-limited, what is awaited.
+func (s *stall) failed(err error, waited time.Duration) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.begin()
 	s.tries++
 	if n := failedNode(err); n != "" {
 		s.node = n
@@ -128,21 +175,36 @@ func (s *stall) attempt(err error, waited time.Duration) {
 	}
 }
 
-// end closes the stall: failed says whether the call gave up.
-func (s *stall) end(failed bool, waited time.Duration, err error) {
+// end closes the call and returns the node it waited for and its attempts.
+func (s *stall) end(o outcome, waited time.Duration, err error) (node string, tries int) {
+	if s == nil {
+		return "", 0
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.done = true
+	if !s.active {
+		return s.node, s.tries
+	}
+	s.active = false
 	s.m.nStalled.Add(-1)
 	s.m.stalled.Dec()
-	if !failed {
-		slog.Info("file system operation resumed", "op", s.op, "node", s.node, "waited", waited, "attempts", s.tries)
-		return
+	switch o {
+	case resumed:
+		if ok, skipped := s.m.resumedLog.allow(); ok {
+			slog.Info("file system operation resumed", "op", s.op, "node", s.node, "waited", waited, "attempts", s.tries,
+				"suppressed", skipped)
+		}
+	case gaveUp:
+		s.m.nFailed.Add(1)
+		s.m.failed.Inc()
+		if ok, skipped := s.m.failLog.allow(); ok {
+			slog.Warn("file system operation failed: node still unavailable after the retry deadline (EIO)",
+				"op", s.op, "node", s.node, "since", s.since.UTC().Format(time.RFC3339Nano), "waited", waited,
+				"attempts", s.tries, "suppressed_warnings", skipped, "err", err)
+		}
 	}
-	s.m.nFailed.Add(1)
-	s.m.failed.Inc()
-	if ok, skipped := s.m.failLog.allow(); ok {
-		slog.Warn("file system operation failed: node still unavailable after the retry deadline (EIO)",
-			"op", s.op, "node", s.node, "since", s.since.UTC().Format(time.RFC3339Nano), "waited", waited,
-			"attempts", s.tries, "suppressed_warnings", skipped, "err", err)
-	}
+	return s.node, s.tries
 }
 
 // rateLimit lets one event through per interval (wall time) and counts the rest.

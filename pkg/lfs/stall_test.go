@@ -98,6 +98,9 @@ func captureLog(t *testing.T) *logBuffer {
 	return lb
 }
 
+// hang bounds a wait that only a deadlock could make long.
+const hang = 30 * time.Second
+
 // returnsWithin runs f and fails the test if it has not returned after
 // limit: a bound on a hang, generous for a loaded machine, not a speed test.
 func returnsWithin(t *testing.T, limit time.Duration, what string, f func() error) error {
@@ -265,4 +268,46 @@ func TestRetryDeadline(t *testing.T) {
 			require.NoError(t, fs.Unmount(bg))
 		})
 	}
+}
+
+// TestSlowCallCountsAsStalled: with a realtime clock a Volume call that gets
+// no answer (the client retrying a dead node inside one attempt) counts as
+// stalled and is warned about while it waits, before any error arrives; an
+// interrupted request then returns at once.
+func TestSlowCallCountsAsStalled(t *testing.T) {
+	logs := captureLog(t)
+	clk := clock.Realtime(1)
+	defer clk.Stop()
+	v := newVol(t, 32, 8)
+	require.NoError(t, lfs.Mkfs(bg, v, lfs.MkfsOptions{}))
+	ov := &outageVol{Volume: v}
+	fs, err := lfs.Mount(bg, ov, lfs.Options{Clock: clk, RetryDeadline: time.Hour})
+	require.NoError(t, err)
+	_, h, err := fs.Create(bg, 1, "f", 0o644, 0, 0, syscall.O_RDWR)
+	require.NoError(t, err)
+	_, err = fs.Write(bg, h, 0, make([]byte, 4096))
+	require.NoError(t, err)
+	ov.hang.Store(true)
+	ov.down.Store(true)
+	ctx, cancel := context.WithCancel(bg)
+	errc := make(chan error, 1)
+	go func() { errc <- fs.Fsync(ctx, h, false) }()
+	require.Eventually(t, func() bool { n, _ := fs.Stalls(); return n == 1 }, time.Minute, 10*time.Millisecond,
+		"a call without an answer counts as stalled")
+	require.Contains(t, logs.String(), "no answer from the volume yet")
+	require.Contains(t, logs.String(), "op=")
+	cancel()
+	select {
+	case err := <-errc:
+		require.Equal(t, syscall.EINTR, lfs.Errno(err), "%v", err)
+	case <-time.After(hang):
+		t.Fatal("an interrupted fsync did not return")
+	}
+	n, failed := fs.Stalls()
+	require.Zero(t, n)
+	require.Zero(t, failed, "an interrupted call is not a deadline failure")
+	ov.down.Store(false)
+	require.NoError(t, fs.Fsync(bg, h, false))
+	require.NoError(t, fs.Release(bg, h))
+	require.NoError(t, fs.Unmount(bg))
 }
