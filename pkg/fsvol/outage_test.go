@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
 	v1 "github.com/zonefleet/zonefleet/api/zonefleet/v1"
@@ -65,9 +66,12 @@ func (w *watchdog) check() {
 	defer w.mu.Unlock()
 	for id, op := range w.running {
 		if d := time.Since(op.start); d > w.limit {
-			buf := make([]byte, 1<<20)
-			buf = buf[:runtime.Stack(buf, true)]
-			w.hung = append(w.hung, fmt.Sprintf("%s blocked %s (> %s)\n%s", op.what, d, w.limit, buf))
+			msg := fmt.Sprintf("%s blocked %s (> %s)", op.what, d, w.limit)
+			if len(w.hung) == 0 { // one goroutine dump is enough
+				buf := make([]byte, 4<<20)
+				msg += "\n" + string(buf[:runtime.Stack(buf, true)])
+			}
+			w.hung = append(w.hung, msg)
 			delete(w.running, id)
 		}
 	}
@@ -93,7 +97,7 @@ func (o fsOps) lookup(name string) (lfs.Attr, error) {
 	return o.fs.Lookup(context.Background(), 1, name)
 }
 
-func (o fsOps) write(ctx context.Context, name string, data []byte) error {
+func (o fsOps) write(ctx context.Context, name string, data []byte, fsync bool) error {
 	_, h, err := o.fs.Create(ctx, 1, name, 0o644, 0, 0, syscall.O_RDWR|syscall.O_TRUNC)
 	if err != nil {
 		return err
@@ -101,6 +105,9 @@ func (o fsOps) write(ctx context.Context, name string, data []byte) error {
 	defer o.fs.Release(context.Background(), h)
 	if _, err := o.fs.Write(ctx, h, 0, data); err != nil {
 		return err
+	}
+	if !fsync {
+		return nil // left to the periodic checkpoint
 	}
 	return o.fs.Fsync(ctx, h, false)
 }
@@ -140,6 +147,29 @@ func TestNodeOutageUnderMountedFS(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts a cluster and stops a node for seconds")
 	}
+	for _, tc := range []struct {
+		name string
+		// victim picks the node to stop: perNode counts the file system's
+		// v-zones by node, meta is the node of the metadata log's zone
+		victim func(perNode map[string]int, meta string) string
+	}{
+		{"node holding most data segments", func(perNode map[string]int, meta string) string {
+			victim, most := "", 0
+			for n, k := range perNode {
+				if n != meta && (k > most || k == most && n < victim) {
+					victim, most = n, k
+				}
+			}
+			return victim
+		}},
+		// every checkpoint, the periodic ones included, needs this node
+		{"node holding the metadata log", func(_ map[string]int, meta string) string { return meta }},
+	} {
+		t.Run(tc.name, func(t *testing.T) { nodeOutage(t, tc.victim) })
+	}
+}
+
+func nodeOutage(t *testing.T, pick func(perNode map[string]int, meta string) string) {
 	const retryDeadline = 2 * time.Second
 	const outage = 3 * retryDeadline
 	ctx := context.Background()
@@ -172,7 +202,7 @@ func TestNodeOutageUnderMountedFS(t *testing.T) {
 	for i := 0; i < 24; i++ {
 		name := fmt.Sprintf("before-%02d", i)
 		data := content(name, 0, 24<<10+i*512)
-		require.NoError(t, ops.write(ctx, name, data))
+		require.NoError(t, ops.write(ctx, name, data, true))
 		synced[name] = data
 	}
 
@@ -181,7 +211,7 @@ func TestNodeOutageUnderMountedFS(t *testing.T) {
 		before[k] = v
 	}
 
-	// stop the node that holds the most zones, while others hold some too
+	// the node to stop, while others hold segments too
 	zones, err := vol.Zones(ctx)
 	require.NoError(t, err)
 	perNode := map[string]int{}
@@ -191,13 +221,17 @@ func TestNodeOutageUnderMountedFS(t *testing.T) {
 		perNode[l.Node]++
 	}
 	require.GreaterOrEqual(t, len(perNode), 2, "the file system spans several nodes: %v", perNode)
-	victim, most := -1, 0
+	ml, err := vol.Locate(ctx, fs.Stats().MetaZone, 0)
+	require.NoError(t, err)
+	victimID := pick(perNode, ml.Node)
+	victim := -1
 	for i, n := range cl.Info().Nodes {
-		if perNode[n.ID] > most {
-			victim, most = i, perNode[n.ID]
+		if n.ID == victimID {
+			victim = i
 		}
 	}
-	t.Logf("zones per node %v; stopping %s", perNode, cl.Info().Nodes[victim].ID)
+	require.GreaterOrEqual(t, victim, 0, "node %q", victimID)
+	t.Logf("zones per node %v, metadata log on %s; stopping %s", perNode, ml.Node, victimID)
 
 	wd := newWatchdog(retryDeadline + 13*time.Second)
 	stopWD := make(chan struct{})
@@ -226,9 +260,12 @@ func TestNodeOutageUnderMountedFS(t *testing.T) {
 			defer wg.Done()
 			for i := 0; workCtx.Err() == nil; i++ {
 				p := phase.Load()
+				// every other file is left dirty for the periodic checkpoint,
+				// which so meets the outage on the clock's timer
+				fsync := i%2 == 0
 				name := fmt.Sprintf("w%d-%03d", w, i)
 				data := content(name, int(p), 12<<10)
-				err := wd.do("write+fsync "+name, func() error { return ops.write(ctx, name, data) })
+				err := wd.do("write "+name, func() error { return ops.write(ctx, name, data, fsync) })
 				p = max(p, phase.Load()) // an operation that saw the outage counts in it
 				errsMu.Lock()
 				if err == nil {
@@ -239,7 +276,7 @@ func TestNodeOutageUnderMountedFS(t *testing.T) {
 				errsMu.Unlock()
 				if e := eioOrNil(err); e != nil {
 					fail("write %s in phase %d: %v", name, p, e)
-				} else if err == nil {
+				} else if err == nil && fsync {
 					mu.Lock()
 					synced[name] = data
 					mu.Unlock()
@@ -270,6 +307,7 @@ func TestNodeOutageUnderMountedFS(t *testing.T) {
 			} else if err == nil && !bytes.Equal(got, before[name]) {
 				fail("read %s in phase %d: wrong content", name, p)
 			}
+			time.Sleep(5 * time.Millisecond)
 		}
 	}()
 	// stat and readdir must keep working throughout
@@ -303,11 +341,15 @@ func TestNodeOutageUnderMountedFS(t *testing.T) {
 	phase.Store(2)
 	require.NoError(t, cl.WaitReady(ctx))
 	// the workload goes on against the returned node until writes succeed again
-	require.Eventually(t, func() bool {
+	recovered := assert.Eventually(t, func() bool {
 		errsMu.Lock()
 		defer errsMu.Unlock()
 		return writeOK[2] >= 10 && readOK[2] >= 24
 	}, 60*time.Second, 50*time.Millisecond, "the mount recovers by itself")
+	wd.check()
+	// a wedged mount: report the blocked operations (workers cannot be joined)
+	require.Empty(t, wd.hung, "no operation may block longer than the retry deadline plus slack")
+	require.True(t, recovered)
 	stopWork()
 	wg.Wait()
 	close(stopWD)
