@@ -117,14 +117,23 @@ func TestVirtualCallbacksDeterministic(t *testing.T) {
 func TestVirtualParkedWaiterCancel(t *testing.T) {
 	v := NewVirtual()
 	release := make(chan struct{})
+	woke := make(chan struct{})
+	// c1 parks on the clock until 1000, then blocks (not on the clock);
+	// c2 blocks at once: the driver then waits for them, with time at 1000
+	v.AfterFunc(5, func() {
+		_ = v.WaitUntil(context.Background(), 1000)
+		close(woke)
+		<-release
+	})
 	started := make(chan struct{})
-	v.AfterFunc(5, func() { close(started); <-release }) // not settled until released
+	v.AfterFunc(6, func() { close(started); <-release })
 	advanced := make(chan struct{})
 	go func() { v.Advance(10); close(advanced) }()
-	waitClosed(t, started, "callback start")
+	waitClosed(t, started, "second callback start")
 	ctx, cancel := context.WithCancel(context.Background())
 	errc := make(chan error, 1)
-	go func() { errc <- v.WaitUntil(ctx, 50) }()
+	go func() { errc <- v.WaitUntil(ctx, 2000) }() // parks: a driver is active
+	waitClosed(t, woke, "first callback woken at its time")
 	cancel()
 	select {
 	case err := <-errc:
@@ -133,8 +142,8 @@ func TestVirtualParkedWaiterCancel(t *testing.T) {
 		t.Fatal("parked waiter ignored cancellation")
 	}
 	close(release)
-	waitClosed(t, advanced, "driver after the callback returned")
-	require.Equal(t, time.Duration(10), v.Now())
+	waitClosed(t, advanced, "driver after the callbacks returned")
+	require.Equal(t, time.Duration(1000), v.Now(), "the cancelled waiter's time was never reached")
 }
 
 // TestVirtualConcurrentWaiters: many goroutines waiting and arming callbacks

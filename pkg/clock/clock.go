@@ -123,7 +123,7 @@ type timer struct {
 	at    time.Duration
 	seq   uint64
 	f     func()
-	wake  chan struct{} // virtual clock: a parked waiter instead of f
+	wake  chan struct{} // a waiter of WaitUntil, closed instead of calling f
 	index int           // -1 once removed
 }
 
@@ -169,6 +169,17 @@ func (h *timerHeap) Pop() any {
 // events stays the same from run to run. While callbacks it started are still
 // parked, the driver keeps advancing past its own target until they return,
 // as if they had advanced the clock themselves.
+//
+// The driver cannot tell a callback's goroutine from another one, so it counts
+// every goroutine parked on the clock toward "settled": with goroutines other
+// than callbacks waiting at the same time it may fire the next timer before a
+// running callback parks or returns (modelled times then depend on
+// scheduling, as for any concurrent waiters), and it never deadlocks on a
+// callback that hands its clock wait to another goroutine (an RPC whose
+// handler waits on the same clock). A single goroutine driving the clock gets
+// the same order of events, and the same modelled times, on every run. A
+// callback blocked on anything but the clock (a lock the driver holds, a
+// channel filled by After) still blocks the driver: don't.
 type Virtual struct {
 	now atomic.Int64
 	mu  sync.Mutex // guards everything below
@@ -402,8 +413,13 @@ func (r *RealtimeClock) loop() {
 		r.mu.Unlock()
 		// Each callback runs on its own goroutine: a callback that waits on
 		// this clock (or on I/O) must not stop the loop that would wake it.
+		// A waiter of WaitUntil is only woken (closing a channel never blocks).
 		for _, t := range due {
-			go t.f()
+			if t.wake != nil {
+				close(t.wake)
+			} else {
+				go t.f()
+			}
 		}
 		if len(due) > 0 {
 			continue
@@ -426,9 +442,15 @@ func (r *RealtimeClock) loop() {
 }
 
 func (r *RealtimeClock) AfterFunc(t time.Duration, f func()) func() bool {
+	return r.add(&timer{at: t, f: f})
+}
+
+// add pushes tm on the heap (kicking the loop if it is the new first) and
+// returns its stop function.
+func (r *RealtimeClock) add(tm *timer) func() bool {
 	r.mu.Lock()
 	r.seq++
-	tm := &timer{at: t, seq: r.seq, f: f}
+	tm.seq = r.seq
 	heap.Push(&r.h, tm)
 	first := tm.index == 0
 	r.mu.Unlock()
@@ -454,7 +476,7 @@ func (r *RealtimeClock) WaitUntil(ctx context.Context, t time.Duration) error {
 		return ctx.Err()
 	}
 	done := make(chan struct{})
-	stop := r.AfterFunc(t, func() { close(done) })
+	stop := r.add(&timer{at: t, wake: done})
 	select {
 	case <-done:
 		return nil
