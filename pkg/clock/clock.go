@@ -9,17 +9,28 @@
 //     scale (scale 2 means the model runs at half speed, so a slow machine can
 //     keep up). WaitUntil blocks until the modelled time is reached; all
 //     waiters and timers are served by ONE goroutine with a timer heap (no
-//     time.Sleep per request).
+//     time.Sleep per request); every due callback is started on its own
+//     goroutine, so a callback that blocks (on the clock, a lock, I/O) never
+//     stops the clock.
 //   - Virtual: Now only moves when someone advances it. WaitUntil(t) never
 //     blocks: it moves the clock forward to t (monotonic max) and returns, so a
 //     single-threaded driver gets bit-identical modelled times for identical
-//     inputs. AfterFunc callbacks run synchronously inside Advance/AdvanceTo/
-//     WaitUntil, in deadline order. With several goroutines waiting at once
-//     the clock follows whichever waits first, so modelled times then depend
-//     on scheduling; for deterministic parallel submissions, submit without
-//     waiting (zns.NoWait) and advance the clock explicitly.
+//     inputs. AfterFunc callbacks run on their own goroutines, one at a time
+//     in deadline order: the goroutine advancing the clock waits until a
+//     callback has returned or parked in a wait on the clock before firing
+//     the next timer, so a callback may sleep on the clock and runs stay
+//     deterministic. One goroutine advances at a time; others calling
+//     WaitUntil meanwhile park until the clock reaches their time or the
+//     driver stops. With several goroutines waiting at once, modelled times
+//     depend on scheduling; for deterministic parallel submissions, submit
+//     without waiting (zns.NoWait) and advance the clock explicitly.
 //   - Off: Now is always 0, WaitUntil returns at once, AfterFunc runs the
 //     callback at once (in a new goroutine). Components skip their timing models.
+//
+// The rule for every clock: nothing that runs as a clock callback can block
+// the clock. A callback may sleep on the clock that called it; with the
+// virtual clock it must wait with WaitUntil/Sleep (tracked), not by receiving
+// from a channel made by After (the clock cannot see that wait).
 package clock
 
 import (
@@ -112,7 +123,8 @@ type timer struct {
 	at    time.Duration
 	seq   uint64
 	f     func()
-	index int // -1 once removed
+	wake  chan struct{} // a waiter of WaitUntil, closed instead of calling f
+	index int           // -1 once removed
 }
 
 type timerHeap []*timer
@@ -146,69 +158,189 @@ func (h *timerHeap) Pop() any {
 // ---- virtual ----
 
 // Virtual is a deterministic clock that moves only when advanced.
+//
+// Advancing (Advance, AdvanceTo, WaitUntil) is done by one goroutine at a
+// time, the driver. The driver fires due timers in deadline order; each
+// AfterFunc callback runs on its own goroutine and sees Now() equal to its
+// deadline, and the driver waits until that callback has settled — returned,
+// or parked in a wait on this clock — before it fires the next timer. So a
+// callback may itself wait on the clock (Sleep, WaitUntil: the driver moves
+// time on and wakes it at its deadline) without deadlocking, and the order of
+// events stays the same from run to run. While callbacks it started are still
+// parked, the driver keeps advancing past its own target until they return,
+// as if they had advanced the clock themselves.
+//
+// The driver cannot tell a callback's goroutine from another one, so it counts
+// every goroutine parked on the clock toward "settled": with goroutines other
+// than callbacks waiting at the same time it may fire the next timer before a
+// running callback parks or returns (modelled times then depend on
+// scheduling, as for any concurrent waiters), and it never deadlocks on a
+// callback that hands its clock wait to another goroutine (an RPC whose
+// handler waits on the same clock). A single goroutine driving the clock gets
+// the same order of events, and the same modelled times, on every run. A
+// callback blocked on anything but the clock (a lock the driver holds, a
+// channel filled by After) still blocks the driver: don't.
 type Virtual struct {
 	now atomic.Int64
-	mu  sync.Mutex // guards timers and serializes advancing
+	mu  sync.Mutex // guards everything below
 	h   timerHeap
 	seq uint64
+
+	driving bool          // a goroutine is advancing the clock
+	running int           // callbacks started and not returned
+	parked  int           // goroutines blocked in WaitUntil while another drives
+	settle  chan struct{} // cap 1: a callback returned or a waiter parked
+	idle    chan struct{} // closed (and replaced) whenever a driver stops
 }
 
 // NewVirtual returns a virtual clock at time 0.
-func NewVirtual() *Virtual { return &Virtual{} }
+func NewVirtual() *Virtual {
+	return &Virtual{settle: make(chan struct{}, 1), idle: make(chan struct{})}
+}
 
 func (v *Virtual) Now() time.Duration { return time.Duration(v.now.Load()) }
 func (v *Virtual) Kind() Kind         { return KindVirtual }
 
-// WaitUntil moves the clock forward to t (if it is behind) and returns.
+// setNow moves now forward to t (never back). Called with v.mu held.
+func (v *Virtual) setNow(t time.Duration) {
+	if int64(t) > v.now.Load() {
+		v.now.Store(int64(t))
+	}
+}
+
+func (v *Virtual) signalSettle() {
+	select {
+	case v.settle <- struct{}{}:
+	default:
+	}
+}
+
+// WaitUntil moves the clock forward to t (if it is behind) and returns. If
+// another goroutine is advancing the clock at the time (for example because
+// the caller is an AfterFunc callback), the caller parks until that driver
+// reaches t, or until the driver stops and the caller can advance the clock
+// itself; ctx cancels the wait.
 func (v *Virtual) WaitUntil(ctx context.Context, t time.Duration) error {
 	if err := ctx.Err(); err != nil {
 		return err
 	}
-	v.AdvanceTo(t)
-	return nil
+	v.mu.Lock()
+	var w *timer // our wake-up timer while parked
+	for {
+		if t <= v.Now() {
+			v.mu.Unlock()
+			return nil
+		}
+		if !v.driving {
+			v.driveLocked(t)
+			v.mu.Unlock()
+			return nil
+		}
+		// Park: the driver fires w at t (decrementing parked) and waits for us
+		// to settle again.
+		v.seq++
+		w = &timer{at: t, seq: v.seq, wake: make(chan struct{})}
+		heap.Push(&v.h, w)
+		v.parked++
+		idle := v.idle
+		v.signalSettle()
+		v.mu.Unlock()
+		select {
+		case <-w.wake:
+			v.mu.Lock()
+		case <-idle:
+			v.mu.Lock()
+			v.unpark(w)
+		case <-ctx.Done():
+			v.mu.Lock()
+			v.unpark(w)
+			v.mu.Unlock()
+			return ctx.Err()
+		}
+	}
+}
+
+// unpark removes a parked waiter that was not fired. Called with v.mu held.
+func (v *Virtual) unpark(w *timer) {
+	if w.index >= 0 {
+		heap.Remove(&v.h, w.index)
+		v.parked--
+	}
+}
+
+// driveLocked makes the caller the driver and advances to t. Called with v.mu
+// held and no driver; returns with v.mu held.
+func (v *Virtual) driveLocked(t time.Duration) {
+	v.driving = true
+	for {
+		for v.running > v.parked {
+			v.mu.Unlock()
+			<-v.settle
+			v.mu.Lock()
+		}
+		limit := t
+		if now := v.Now(); now > limit {
+			limit = now
+		}
+		if v.running > 0 {
+			limit = time.Duration(1<<63 - 1) // callbacks still parked: go on until they return
+		}
+		if len(v.h) == 0 || v.h[0].at > limit {
+			if v.running > 0 {
+				// only reachable if parked counts a waiter that left: wait for news
+				v.mu.Unlock()
+				<-v.settle
+				v.mu.Lock()
+				continue
+			}
+			v.setNow(t)
+			break
+		}
+		tm := heap.Pop(&v.h).(*timer)
+		v.setNow(tm.at)
+		if tm.wake != nil {
+			v.parked--
+			close(tm.wake)
+			continue
+		}
+		v.running++
+		go v.run(tm.f)
+	}
+	v.driving = false
+	close(v.idle)
+	v.idle = make(chan struct{})
+}
+
+func (v *Virtual) run(f func()) {
+	defer func() {
+		v.mu.Lock()
+		v.running--
+		v.mu.Unlock()
+		v.signalSettle()
+	}()
+	f()
 }
 
 // Advance moves the clock forward by d.
 func (v *Virtual) Advance(d time.Duration) { v.AdvanceTo(v.Now() + d) }
 
 // AdvanceTo moves the clock to t if t is later than now, firing due timers in
-// deadline order (each callback sees Now() equal to its deadline).
-func (v *Virtual) AdvanceTo(t time.Duration) {
-	for {
-		v.mu.Lock()
-		if len(v.h) == 0 || v.h[0].at > t {
-			for {
-				cur := v.now.Load()
-				if int64(t) <= cur || v.now.CompareAndSwap(cur, int64(t)) {
-					break
-				}
-			}
-			v.mu.Unlock()
-			return
-		}
-		tm := heap.Pop(&v.h).(*timer)
-		for {
-			cur := v.now.Load()
-			if int64(tm.at) <= cur || v.now.CompareAndSwap(cur, int64(tm.at)) {
-				break
-			}
-		}
-		v.mu.Unlock()
-		tm.f()
-	}
-}
+// deadline order (each callback sees Now() equal to its deadline). It returns
+// once every callback it started has returned.
+func (v *Virtual) AdvanceTo(t time.Duration) { _ = v.WaitUntil(context.Background(), t) }
 
-// AfterFunc registers f to run when the clock reaches t; if t is not in the
-// future, f runs before AfterFunc returns.
+// AfterFunc registers f to run on its own goroutine when the clock reaches t.
+// If t is not in the future and nobody is advancing the clock, f runs (and
+// returns, or parks on the clock) before AfterFunc returns; if a driver is
+// active, that driver runs it.
 func (v *Virtual) AfterFunc(t time.Duration, f func()) func() bool {
-	if t <= v.Now() {
-		f()
-		return func() bool { return false }
-	}
 	v.mu.Lock()
 	v.seq++
 	tm := &timer{at: t, seq: v.seq, f: f}
 	heap.Push(&v.h, tm)
+	if t <= v.Now() && !v.driving {
+		v.driveLocked(v.Now())
+	}
 	v.mu.Unlock()
 	return func() bool {
 		v.mu.Lock()
@@ -279,8 +411,15 @@ func (r *RealtimeClock) loop() {
 			}
 		}
 		r.mu.Unlock()
+		// Each callback runs on its own goroutine: a callback that waits on
+		// this clock (or on I/O) must not stop the loop that would wake it.
+		// A waiter of WaitUntil is only woken (closing a channel never blocks).
 		for _, t := range due {
-			t.f()
+			if t.wake != nil {
+				close(t.wake)
+			} else {
+				go t.f()
+			}
 		}
 		if len(due) > 0 {
 			continue
@@ -303,9 +442,15 @@ func (r *RealtimeClock) loop() {
 }
 
 func (r *RealtimeClock) AfterFunc(t time.Duration, f func()) func() bool {
+	return r.add(&timer{at: t, f: f})
+}
+
+// add pushes tm on the heap (kicking the loop if it is the new first) and
+// returns its stop function.
+func (r *RealtimeClock) add(tm *timer) func() bool {
 	r.mu.Lock()
 	r.seq++
-	tm := &timer{at: t, seq: r.seq, f: f}
+	tm.seq = r.seq
 	heap.Push(&r.h, tm)
 	first := tm.index == 0
 	r.mu.Unlock()
@@ -331,7 +476,7 @@ func (r *RealtimeClock) WaitUntil(ctx context.Context, t time.Duration) error {
 		return ctx.Err()
 	}
 	done := make(chan struct{})
-	stop := r.AfterFunc(t, func() { close(done) })
+	stop := r.add(&timer{at: t, wake: done})
 	select {
 	case <-done:
 		return nil

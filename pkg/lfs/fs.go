@@ -74,8 +74,12 @@ type Options struct {
 	// ReadAheadBlocks is the read-ahead window on sequential reads (0: 256
 	// blocks; negative: none). Prefetched blocks are clean cached pages.
 	ReadAheadBlocks int
-	// Retries of a Volume call failing with zerr.ErrUnavailable (0: 3).
+	// Retries of a Volume call failing with zerr.ErrUnavailable with the off
+	// clock (0: 3); other clocks retry until RetryDeadline.
 	Retries int
+	// RetryDeadline bounds how long one Volume call is retried while a node is
+	// unavailable (clock time; 0: DefaultRetryDeadline); then it fails (EIO).
+	RetryDeadline time.Duration
 }
 
 // FS is a mounted file system. All methods are safe for concurrent use.
@@ -162,7 +166,7 @@ func newFS(vol Volume, opts Options) *FS {
 	if opts.Clock == nil {
 		opts.Clock = clock.Off()
 	}
-	vol = withRetries(vol, opts.Retries, opts.Clock)
+	vol = withRetries(vol, opts)
 	if opts.CacheBlocks <= 0 {
 		opts.CacheBlocks = 4096
 	}
@@ -199,7 +203,7 @@ func checkGeometry(g VolumeGeometry) error {
 // Mkfs formats vol. It refuses a namespace that holds a file system or any
 // data (zerr.AlreadyExistsError) unless opts.Force.
 func Mkfs(ctx context.Context, vol Volume, opts MkfsOptions) error {
-	vol = withRetries(vol, 0, clock.Off())
+	vol = withRetries(vol, Options{})
 	g := vol.Geometry()
 	if err := checkGeometry(g); err != nil {
 		return err
@@ -384,7 +388,7 @@ func loadFS(ctx context.Context, vol Volume, opts Options) (*FS, []ZoneInfo, *me
 	if opts.Clock == nil {
 		opts.Clock = clock.Off()
 	}
-	vol = withRetries(vol, opts.Retries, opts.Clock)
+	vol = withRetries(vol, opts)
 	g := vol.Geometry()
 	if err := checkGeometry(g); err != nil {
 		return nil, nil, nil, err

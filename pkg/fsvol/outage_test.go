@@ -1,0 +1,392 @@
+package fsvol_test
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"runtime"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	v1 "github.com/zonefleet/zonefleet/api/zonefleet/v1"
+	"github.com/zonefleet/zonefleet/pkg/client"
+	"github.com/zonefleet/zonefleet/pkg/clock"
+	"github.com/zonefleet/zonefleet/pkg/fsvol"
+	"github.com/zonefleet/zonefleet/pkg/lfs"
+	"github.com/zonefleet/zonefleet/pkg/localcluster"
+)
+
+// watchdog tracks operations in flight and reports any that runs longer
+// than limit (a hang, not a slow operation: limit is the retry deadline
+// plus generous slack), with a goroutine dump.
+type watchdog struct {
+	mu      sync.Mutex
+	next    int
+	running map[int]opInFlight
+	limit   time.Duration
+	hung    []string
+	longest time.Duration
+}
+
+type opInFlight struct {
+	what  string
+	start time.Time
+}
+
+func newWatchdog(limit time.Duration) *watchdog {
+	return &watchdog{running: map[int]opInFlight{}, limit: limit}
+}
+
+// do runs one operation under the watchdog; it returns the operation's error.
+func (w *watchdog) do(what string, f func() error) error {
+	w.mu.Lock()
+	id := w.next
+	w.next++
+	w.running[id] = opInFlight{what, time.Now()}
+	w.mu.Unlock()
+	err := f()
+	w.mu.Lock()
+	if d := time.Since(w.running[id].start); d > w.longest {
+		w.longest = d
+	}
+	delete(w.running, id)
+	w.mu.Unlock()
+	return err
+}
+
+// check records every operation running longer than the limit.
+func (w *watchdog) check() {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	for id, op := range w.running {
+		if d := time.Since(op.start); d > w.limit {
+			msg := fmt.Sprintf("%s blocked %s (> %s)", op.what, d, w.limit)
+			if len(w.hung) == 0 { // one goroutine dump is enough
+				buf := make([]byte, 4<<20)
+				msg += "\n" + string(buf[:runtime.Stack(buf, true)])
+			}
+			w.hung = append(w.hung, msg)
+			delete(w.running, id)
+		}
+	}
+}
+
+func (w *watchdog) run(stop <-chan struct{}) {
+	t := time.NewTicker(100 * time.Millisecond)
+	defer t.Stop()
+	for {
+		select {
+		case <-stop:
+			return
+		case <-t.C:
+			w.check()
+		}
+	}
+}
+
+// fsOps wraps the lfs API as a shell would use it.
+type fsOps struct{ fs *lfs.FS }
+
+func (o fsOps) lookup(name string) (lfs.Attr, error) {
+	return o.fs.Lookup(context.Background(), 1, name)
+}
+
+func (o fsOps) write(ctx context.Context, name string, data []byte, fsync bool) error {
+	_, h, err := o.fs.Create(ctx, 1, name, 0o644, 0, 0, syscall.O_RDWR|syscall.O_TRUNC)
+	if err != nil {
+		return err
+	}
+	defer o.fs.Release(context.Background(), h)
+	if _, err := o.fs.Write(ctx, h, 0, data); err != nil {
+		return err
+	}
+	if !fsync {
+		return nil // left to the periodic checkpoint
+	}
+	return o.fs.Fsync(ctx, h, false)
+}
+
+func (o fsOps) read(ctx context.Context, name string) ([]byte, error) {
+	a, err := o.lookup(name)
+	if err != nil {
+		return nil, err
+	}
+	h, err := o.fs.Open(ctx, a.Ino, syscall.O_RDONLY)
+	if err != nil {
+		return nil, err
+	}
+	defer o.fs.Release(context.Background(), h)
+	buf := make([]byte, a.Size)
+	n, err := o.fs.Read(ctx, h, 0, buf)
+	return buf[:n], err
+}
+
+// eioOrNil fails unless err is nil or EIO (the two answers allowed while a
+// node is down).
+func eioOrNil(err error) error {
+	if err == nil || lfs.Errno(err) == syscall.EIO {
+		return nil
+	}
+	return fmt.Errorf("want success or EIO, got %v (errno %v)", err, lfs.Errno(err))
+}
+
+// TestNodeOutageUnderMountedFS is issue 21 in process: real etcd, arbiter and
+// nodes over gRPC, the file system over fsvol with periodic checkpoints on a
+// realtime clock and a mixed workload. One node's gRPC server stops and comes
+// back. Every operation returns (success or EIO) within the retry deadline
+// plus slack, stat/readdir and reads of data on live nodes keep working, the
+// workload completes after the node returns without a remount, fsck is clean
+// and every fsynced file is intact.
+func TestNodeOutageUnderMountedFS(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts a cluster and stops a node for seconds")
+	}
+	for _, tc := range []struct {
+		name string
+		// victim picks the node to stop: perNode counts the file system's
+		// v-zones by node, meta is the node of the metadata log's zone
+		victim func(perNode map[string]int, meta string) string
+	}{
+		{"node holding most data segments", func(perNode map[string]int, meta string) string {
+			victim, most := "", 0
+			for n, k := range perNode {
+				if n != meta && (k > most || k == most && n < victim) {
+					victim, most = n, k
+				}
+			}
+			return victim
+		}},
+		// every checkpoint, the periodic ones included, needs this node
+		{"node holding the metadata log", func(_ map[string]int, meta string) string { return meta }},
+	} {
+		t.Run(tc.name, func(t *testing.T) { nodeOutage(t, tc.victim) })
+	}
+}
+
+func nodeOutage(t *testing.T, pick func(perNode map[string]int, meta string) string) {
+	const retryDeadline = 2 * time.Second
+	const outage = 3 * retryDeadline
+	ctx := context.Background()
+	cl, err := localcluster.Start(ctx, localcluster.Config{Dir: t.TempDir(), Nodes: 3, Clock: "off", Device: localcluster.TinyDevice(), AdminToken: "tok"})
+	require.NoError(t, err)
+	defer cl.Close()
+	admin, err := client.New(ctx, client.Config{Arbiters: cl.ArbiterAddrs(), Token: "tok"})
+	require.NoError(t, err)
+	defer admin.Close()
+	// one zone per v-zone: each segment lives on one node, so a node outage
+	// leaves the other nodes' data readable
+	_, err = admin.Namespaces().Create(ctx, &v1.CreateNamespaceRequest{Name: "fs", MaxActiveVzones: 8, ZonesPerVzone: 1})
+	require.NoError(t, err)
+	c, err := client.New(ctx, client.Config{Arbiters: cl.ArbiterAddrs(), Namespace: "fs", RetryDeadline: retryDeadline / 2})
+	require.NoError(t, err)
+	defer c.Close()
+	vol, err := fsvol.New(ctx, c, fsvol.Options{MaxZones: 60})
+	require.NoError(t, err)
+	require.NoError(t, lfs.Mkfs(ctx, vol, lfs.MkfsOptions{OPPercent: 20}))
+	clk := clock.Realtime(1)
+	defer clk.Stop()
+	fs, err := lfs.Mount(ctx, vol, lfs.Options{Clock: clk, Move: lfs.Compact, CheckpointEvery: 50 * time.Millisecond,
+		RetryDeadline: retryDeadline, CacheBlocks: 96})
+	require.NoError(t, err)
+	ops := fsOps{fs}
+
+	// fsynced files before the outage
+	var mu sync.Mutex
+	synced := map[string][]byte{}
+	for i := 0; i < 24; i++ {
+		name := fmt.Sprintf("before-%02d", i)
+		data := content(name, 0, 24<<10+i*512)
+		require.NoError(t, ops.write(ctx, name, data, true))
+		synced[name] = data
+	}
+
+	before := make(map[string][]byte, len(synced))
+	for k, v := range synced {
+		before[k] = v
+	}
+
+	// the node to stop, while others hold segments too
+	zones, err := vol.Zones(ctx)
+	require.NoError(t, err)
+	perNode := map[string]int{}
+	for _, z := range zones {
+		l, err := vol.Locate(ctx, z.ID, 0)
+		require.NoError(t, err)
+		perNode[l.Node]++
+	}
+	require.GreaterOrEqual(t, len(perNode), 2, "the file system spans several nodes: %v", perNode)
+	ml, err := vol.Locate(ctx, fs.Stats().MetaZone, 0)
+	require.NoError(t, err)
+	victimID := pick(perNode, ml.Node)
+	victim := -1
+	for i, n := range cl.Info().Nodes {
+		if n.ID == victimID {
+			victim = i
+		}
+	}
+	require.GreaterOrEqual(t, victim, 0, "node %q", victimID)
+	t.Logf("zones per node %v, metadata log on %s; stopping %s", perNode, ml.Node, victimID)
+
+	wd := newWatchdog(retryDeadline + 13*time.Second)
+	stopWD := make(chan struct{})
+	go wd.run(stopWD)
+	var phase atomic.Int32 // 0 before, 1 node down, 2 node back
+	var (
+		errsMu    sync.Mutex
+		bad       []string
+		readOK    [3]int
+		readEIO   [3]int
+		writeOK   [3]int
+		writeEIO  [3]int
+		statFails [3]int
+	)
+	fail := func(format string, a ...any) {
+		errsMu.Lock()
+		bad = append(bad, fmt.Sprintf(format, a...))
+		errsMu.Unlock()
+	}
+	workCtx, stopWork := context.WithCancel(ctx)
+	var wg sync.WaitGroup
+	// writers: new files, fsynced; the acknowledged ones must survive
+	for w := 0; w < 2; w++ {
+		wg.Add(1)
+		go func(w int) {
+			defer wg.Done()
+			for i := 0; workCtx.Err() == nil; i++ {
+				p := phase.Load()
+				// every other file is left dirty for the periodic checkpoint,
+				// which so meets the outage on the clock's timer
+				fsync := i%2 == 0
+				name := fmt.Sprintf("w%d-%03d", w, i)
+				data := content(name, int(p), 12<<10)
+				err := wd.do("write "+name, func() error { return ops.write(ctx, name, data, fsync) })
+				p = max(p, phase.Load()) // an operation that saw the outage counts in it
+				errsMu.Lock()
+				if err == nil {
+					writeOK[p]++
+				} else {
+					writeEIO[p]++
+				}
+				errsMu.Unlock()
+				if e := eioOrNil(err); e != nil {
+					fail("write %s in phase %d: %v", name, p, e)
+				} else if err == nil && fsync {
+					mu.Lock()
+					synced[name] = data
+					mu.Unlock()
+				}
+				time.Sleep(20 * time.Millisecond)
+			}
+		}(w)
+	}
+	// a reader of the files written before
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		for i := 0; workCtx.Err() == nil; i++ {
+			p := phase.Load()
+			name := fmt.Sprintf("before-%02d", i%24)
+			var got []byte
+			err := wd.do("read "+name, func() (err error) { got, err = ops.read(ctx, name); return err })
+			p = max(p, phase.Load())
+			errsMu.Lock()
+			if err == nil {
+				readOK[p]++
+			} else {
+				readEIO[p]++
+			}
+			errsMu.Unlock()
+			if e := eioOrNil(err); e != nil {
+				fail("read %s in phase %d: %v", name, p, e)
+			} else if err == nil && !bytes.Equal(got, before[name]) {
+				fail("read %s in phase %d: wrong content", name, p)
+			}
+			time.Sleep(5 * time.Millisecond)
+		}
+	}()
+	// stat and readdir must keep working throughout
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		for i := 0; workCtx.Err() == nil; i++ {
+			p := phase.Load()
+			name := fmt.Sprintf("before-%02d", i%24)
+			err := wd.do("stat "+name, func() error { _, err := ops.lookup(name); return err })
+			if err == nil {
+				err = wd.do("readdir /", func() error { _, err := fs.Readdir(ctx, 1); return err })
+			}
+			if err != nil {
+				errsMu.Lock()
+				statFails[p]++
+				errsMu.Unlock()
+				fail("stat/readdir in phase %d: %v", p, err)
+			}
+			time.Sleep(5 * time.Millisecond)
+		}
+	}()
+
+	time.Sleep(300 * time.Millisecond)
+	phase.Store(1)
+	require.NoError(t, cl.StopNode(victim))
+	time.Sleep(outage)
+	stalled, failedOps := fs.Stalls()
+	t.Logf("during the outage: %d operations retrying, %d gave up after the deadline", stalled, failedOps)
+	require.NoError(t, cl.StartNode(ctx, victim))
+	phase.Store(2)
+	require.NoError(t, cl.WaitReady(ctx))
+	// the workload goes on against the returned node until writes succeed again
+	recovered := assert.Eventually(t, func() bool {
+		errsMu.Lock()
+		defer errsMu.Unlock()
+		return writeOK[2] >= 10 && readOK[2] >= 24
+	}, 60*time.Second, 50*time.Millisecond, "the mount recovers by itself")
+	wd.check()
+	// a wedged mount: report the blocked operations (workers cannot be joined)
+	require.Empty(t, wd.hung, "no operation may block longer than the retry deadline plus slack")
+	require.True(t, recovered)
+	stopWork()
+	wg.Wait()
+	close(stopWD)
+	wd.check()
+
+	t.Logf("reads ok/EIO before %d/%d, down %d/%d, after %d/%d; writes ok/EIO before %d/%d, down %d/%d, after %d/%d; longest op %s",
+		readOK[0], readEIO[0], readOK[1], readEIO[1], readOK[2], readEIO[2], writeOK[0], writeEIO[0], writeOK[1], writeEIO[1], writeOK[2], writeEIO[2], wd.longest)
+	require.Empty(t, wd.hung, "no operation may block longer than the retry deadline plus slack")
+	require.Empty(t, bad)
+	require.Zero(t, readEIO[0]+writeEIO[0], "nothing fails before the outage")
+	require.Positive(t, readOK[1], "reads of data on live nodes work during the outage")
+	require.Positive(t, readEIO[1]+writeEIO[1], "operations needing the dead node fail with EIO")
+	require.Zero(t, readEIO[2], "reads work again after the node returns")
+
+	// nothing is left retrying (a call backing off counts as stalled; calls
+	// in flight without trouble are not)
+	stalled, failedOps = fs.Stalls()
+	require.Zero(t, stalled)
+	require.Positive(t, failedOps)
+
+	check := func(fs *lfs.FS) {
+		t.Helper()
+		ops := fsOps{fs}
+		for name, want := range synced {
+			got, err := ops.read(ctx, name)
+			require.NoError(t, err, name)
+			require.True(t, bytes.Equal(want, got), "%s intact", name)
+		}
+		rep, err := fs.Fsck(ctx)
+		require.NoError(t, err)
+		require.Empty(t, rep.Problems)
+	}
+	require.NoError(t, fs.Sync(ctx))
+	check(fs) // no remount needed
+	require.NoError(t, fs.Unmount(ctx))
+	fs, err = lfs.Mount(ctx, vol, lfs.Options{Move: lfs.Compact})
+	require.NoError(t, err)
+	check(fs)
+	require.NoError(t, fs.Unmount(ctx))
+}
