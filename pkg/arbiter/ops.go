@@ -347,7 +347,7 @@ func (a *Arbiter) allocOpID(ctx context.Context, name string, id uint64, open, p
 				return nil, &zerr.TooManyActiveError{Limit: ns.Spec.MARLogical}
 			}
 			vz = &VZone{ID: id, State: VZoneOpen}
-			ns.VZones[id] = vz
+			st.putVZ(name, vz)
 		} else {
 			if vz == nil || vz.openGroup() == nil {
 				st := VZoneEmpty
@@ -362,6 +362,7 @@ func (a *Arbiter) allocOpID(ctx context.Context, name string, id uint64, open, p
 			if vz.zoneCount() >= ns.Spec.ZonesPerVZone {
 				return nil, &zerr.ZoneFullError{Zone: id, Capacity: uint64(vz.zoneCount()) * layoutOf(st, name, vz).ZoneCapacity}
 			}
+			vz = st.mutVZ(name, id)
 			vz.openGroup().Open = false
 			ev.returned += settleRecalls(st, name)
 		}
@@ -567,6 +568,7 @@ func (a *Arbiter) FinishVZone(ctx context.Context, namespace string, vzone uint6
 		case vz.Reclaiming:
 			return nil, &zerr.ZoneStateError{Zone: vzone, State: "reclaiming", Op: "finish"}
 		case vz.State == VZoneOpen:
+			vz = st.mutVZ(namespace, vzone)
 			if g := vz.openGroup(); g != nil {
 				g.Open = false
 			}
@@ -612,7 +614,7 @@ func (a *Arbiter) ResetVZone(ctx context.Context, namespace string, vzone uint64
 				ops = append(ops, grantDel(z))
 			}
 		}
-		delete(ns.VZones, vzone)
+		st.delVZ(namespace, vzone)
 		ev.returned += settleRecalls(st, namespace)
 		ev.lent += globalOverdrive(st)
 		return ops, nil

@@ -147,7 +147,13 @@ func (a *Arbiter) reclaimVZone(ctx context.Context, name string, id uint64) (Rec
 	var pending []StripeGroup
 	err = a.mutateLocked(ctx, func(st *State, ix *index) ([]clientv3.Op, error) {
 		ns := st.Namespaces[name]
-		vz := ns.VZones[id]
+		if ns == nil {
+			return nil, &zerr.NotFoundError{Kind: "namespace", Name: name}
+		}
+		vz := st.mutVZ(name, id)
+		if vz == nil {
+			return nil, &zerr.ZoneStateError{Zone: id, State: string(VZoneEmpty), Op: "reclaim"}
+		}
 		if g := vz.openGroup(); g == nil || g.Generation != src.Generation {
 			return nil, &zerr.ZoneStateError{Zone: id, State: "changed", Op: "reclaim"}
 		}
@@ -190,7 +196,10 @@ func (a *Arbiter) reclaimVZone(ctx context.Context, name string, id uint64) (Rec
 	if err != nil {
 		// Roll back: drop the targets and their grants.
 		rerr := a.mutateLocked(ctx, func(st *State, ix *index) ([]clientv3.Op, error) {
-			vz := st.Namespaces[name].VZones[id]
+			vz := st.mutVZ(name, id)
+			if vz == nil {
+				return nil, nil
+			}
 			var ops []clientv3.Op
 			for _, g := range vz.Pending {
 				for _, z := range g.Zones {
@@ -209,7 +218,7 @@ func (a *Arbiter) reclaimVZone(ctx context.Context, name string, id uint64) (Rec
 		if ns == nil {
 			return nil, &zerr.NotFoundError{Kind: "namespace", Name: name}
 		}
-		vz := ns.VZones[id]
+		vz := st.mutVZ(name, id)
 		if vz == nil || len(vz.Pending) == 0 {
 			return nil, &zerr.ZoneStateError{Zone: id, State: "changed", Op: "reclaim"}
 		}
@@ -261,10 +270,10 @@ func (a *Arbiter) abortReclaims(ctx context.Context) error {
 		for _, name := range sortedKeys(st.Namespaces) {
 			ns := st.Namespaces[name]
 			for _, id := range sortedKeys(ns.VZones) {
-				vz := ns.VZones[id]
-				if !vz.Reclaiming && len(vz.Pending) == 0 {
+				if vz := ns.VZones[id]; !vz.Reclaiming && len(vz.Pending) == 0 {
 					continue
 				}
+				vz := st.mutVZ(name, id)
 				for _, g := range vz.Pending {
 					for _, z := range g.Zones {
 						ops = append(ops, grantDel(z))

@@ -10,10 +10,10 @@ import (
 	"github.com/zonefleet/zonefleet/pkg/cluster"
 )
 
-// The arbiter's whole control state is one JSON document in etcd (stateKey),
-// changed only by the leader in transactions that compare its mod revision and
-// the leader's election key. Grants are separate keys (cluster.GrantKey) written
-// in the same transactions, so nodes can watch them.
+// The arbiter's control state is kept in memory by the leader and persisted
+// as one etcd record per node, namespace and v-zone plus one key of global
+// counters (store.go); grants are separate keys (cluster.GrantKey) written in
+// the same transactions, so nodes can watch them.
 
 // VZoneState is the state of a v-zone. A v-zone that was never opened (or was
 // reset) has no record and is empty.
@@ -148,6 +148,8 @@ type State struct {
 	Spares     uint32 `json:"spares"`
 	// AllocSeq counts physical zones allocated to stripe groups (the allocation history clock).
 	AllocSeq uint64 `json:"alloc_seq"`
+
+	ch *changes // non-nil on a fork being mutated (copy on write)
 }
 
 func newState() *State {
