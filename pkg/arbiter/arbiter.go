@@ -125,6 +125,14 @@ type Config struct {
 	BaseStripeSize uint32
 	// MaxTxnOps bounds operations per etcd transaction (etcd's --max-txn-ops). Default 128.
 	MaxTxnOps int
+	// CompactInterval: the leader compacts etcd's history every interval at
+	// the revision of the previous tick and polls etcd's alarms. Default 5m;
+	// negative disables (etcd's own auto-compaction may then do it).
+	CompactInterval time.Duration
+	// NodeDownAfter: a node whose registration is gone this long is marked
+	// down and its records are removed once it holds no allocated zone.
+	// Default 10m; negative disables.
+	NodeDownAfter time.Duration
 	// Registerer receives the arbiter's metrics; nil means none are registered.
 	Registerer prometheus.Registerer
 	// Logger; nil means slog.Default().
@@ -152,6 +160,12 @@ func (c *Config) setDefaults() error {
 	}
 	if c.BaseStripeSize == 0 {
 		c.BaseStripeSize = 32 << 10
+	}
+	if c.CompactInterval == 0 {
+		c.CompactInterval = 5 * time.Minute
+	}
+	if c.NodeDownAfter == 0 {
+		c.NodeDownAfter = 10 * time.Minute
 	}
 	if c.MaxTxnOps <= 0 {
 		c.MaxTxnOps = 128
@@ -339,6 +353,16 @@ func (a *Arbiter) runTerm(ctx context.Context) error {
 		defer tk.Stop()
 		tick = tk.C
 	}
+	var compact <-chan time.Time
+	hist := &historyKeeper{}
+	if a.cfg.CompactInterval > 0 {
+		tk := time.NewTicker(a.cfg.CompactInterval)
+		defer tk.Stop()
+		compact = tk.C
+		if err := a.historyTick(cctx, hist); err != nil {
+			a.log.Warn("etcd compaction failed", "err", err)
+		}
+	}
 	for {
 		select {
 		case <-cctx.Done():
@@ -373,6 +397,13 @@ func (a *Arbiter) runTerm(ctx context.Context) error {
 		case <-tick:
 			if _, err := a.CheckReclaim(cctx); err != nil && !errors.Is(err, zerr.ErrNotLeader) && cctx.Err() == nil {
 				a.log.Warn("reclaim check failed", "err", err)
+			}
+			if err := a.CheckNodes(cctx); err != nil && !errors.Is(err, zerr.ErrNotLeader) && cctx.Err() == nil {
+				a.log.Warn("dead node check failed", "err", err)
+			}
+		case <-compact:
+			if err := a.historyTick(cctx, hist); err != nil && cctx.Err() == nil {
+				a.log.Warn("etcd compaction failed", "err", err)
 			}
 		}
 	}

@@ -45,7 +45,7 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 		openGroups: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "zonefleet_arbiter_open_stripe_groups",
 			Help: "Open stripe groups by stripe width."}, []string{"width"}),
 		nodes: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "zonefleet_arbiter_nodes",
-			Help: "Nodes in the shadow view by availability."}, []string{"state"}),
+			Help: "Nodes in the shadow view by state (available, unavailable, down: gone longer than the down timeout)."}, []string{"state"}),
 		allocations: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "zonefleet_arbiter_allocations_total",
 			Help: "Stripe groups allocated."}, []string{"namespace"}),
 		allocatedZones: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "zonefleet_arbiter_allocated_zones_total",
@@ -147,16 +147,20 @@ func (m *metrics) refresh(st *State, ix *index) {
 	for l, v := range groups {
 		m.openGroups.WithLabelValues(l).Set(v)
 	}
-	var up, down float64
+	var up, unavail, down float64
 	for _, n := range st.Nodes {
-		if n.Available {
+		switch {
+		case n.Available:
 			up++
-		} else {
+		case n.Down:
 			down++
+		default:
+			unavail++
 		}
 	}
 	m.nodes.WithLabelValues("available").Set(up)
-	m.nodes.WithLabelValues("unavailable").Set(down)
+	m.nodes.WithLabelValues("unavailable").Set(unavail)
+	m.nodes.WithLabelValues("down").Set(down)
 }
 
 func (m *metrics) forget(name string) {

@@ -62,6 +62,7 @@ type NodeInfo struct {
 	Record         cluster.NodeRecord
 	Available      bool
 	LostAt         time.Time
+	Down           bool // gone longer than Config.NodeDownAfter, kept while it holds zones
 	ActiveZones    uint32
 	AllocatedZones uint32
 	DeviceActive   map[uint32]uint32 // active zones per device index
@@ -747,7 +748,7 @@ func (a *Arbiter) Nodes(ctx context.Context) ([]NodeInfo, error) {
 	var out []NodeInfo
 	for _, id := range sortedKeys(st.Nodes) {
 		n := st.Nodes[id]
-		info := NodeInfo{Record: n.Record, Available: n.Available, LostAt: n.LostAt, DeviceActive: map[uint32]uint32{}}
+		info := NodeInfo{Record: n.Record, Available: n.Available, LostAt: n.LostAt, Down: n.Down, DeviceActive: map[uint32]uint32{}}
 		for dk, c := range ix.devActive {
 			if dk.Node == id {
 				info.ActiveZones += c

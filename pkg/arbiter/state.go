@@ -136,6 +136,8 @@ type nodeState struct {
 	Record    cluster.NodeRecord `json:"record"`
 	Available bool               `json:"available"`
 	LostAt    time.Time          `json:"lost_at,omitempty"`
+	// Down: unavailable for longer than Config.NodeDownAfter; kept while it holds zones.
+	Down bool `json:"down,omitempty"`
 }
 
 // State is the arbiter's persisted control state.
@@ -417,33 +419,58 @@ func pickZones(st *State, ix *index, cands []candidate, width uint32) []cluster.
 		return nil
 	}
 	rot := int(st.AllocSeq % uint64(max(total, 1)))
-	perNode := map[string]int{}
-	devUse := map[devKey]uint32{}
-	used := make([]bool, len(cands))
+	// Per-candidate facts are looked up once; the loop below compares integers.
+	type fact struct {
+		dieAct uint32
+		node   int // index into perNode
+		dev    int // index into devUse/devAct/devMAR
+	}
+	facts := make([]fact, total)
+	nodeIdx := map[string]int{}
+	devIdx := map[devKey]int{}
+	var devAct, devMAR []uint32
+	for i, c := range cands {
+		ni, ok := nodeIdx[c.die.Node]
+		if !ok {
+			ni = len(nodeIdx)
+			nodeIdx[c.die.Node] = ni
+		}
+		dk := devKey{c.die.Node, c.die.Device}
+		di, ok := devIdx[dk]
+		if !ok {
+			di = len(devAct)
+			devIdx[dk] = di
+			d, _ := st.device(dk.Node, dk.Device)
+			devAct = append(devAct, ix.devActive[dk])
+			devMAR = append(devMAR, d.MAR)
+		}
+		facts[i] = fact{dieAct: ix.dieActive[c.die], node: ni, dev: di}
+	}
+	perNode := make([]int, len(nodeIdx))
+	devUse := make([]uint32, len(devAct))
+	used := make([]bool, total)
 	var out []cluster.PhysZone
 	for uint32(len(out)) < width {
 		best := -1
 		better := func(i, j int) bool { // is cands[i] better than cands[j]
-			a, b := cands[i], cands[j]
-			if da, db := ix.dieActive[a.die], ix.dieActive[b.die]; da != db {
-				return da < db
+			a, b := facts[i], facts[j]
+			if a.dieAct != b.dieAct {
+				return a.dieAct < b.dieAct
 			}
-			if na, nb := perNode[a.die.Node], perNode[b.die.Node]; na != nb {
+			if na, nb := perNode[a.node], perNode[b.node]; na != nb {
 				return na < nb
 			}
-			ka, kb := devKey{a.die.Node, a.die.Device}, devKey{b.die.Node, b.die.Device}
-			if va, vb := ix.devActive[ka]+devUse[ka], ix.devActive[kb]+devUse[kb]; va != vb {
+			if va, vb := devAct[a.dev]+devUse[a.dev], devAct[b.dev]+devUse[b.dev]; va != vb {
 				return va < vb
 			}
 			return (i-rot+total)%total < (j-rot+total)%total
 		}
-		for i, c := range cands {
+		for i := range cands {
 			if used[i] {
 				continue
 			}
-			dk := devKey{c.die.Node, c.die.Device}
-			d, _ := st.device(dk.Node, dk.Device)
-			if ix.devActive[dk]+devUse[dk] >= d.MAR {
+			f := facts[i]
+			if devAct[f.dev]+devUse[f.dev] >= devMAR[f.dev] {
 				continue
 			}
 			if best < 0 || better(i, best) {
@@ -455,8 +482,8 @@ func pickZones(st *State, ix *index, cands []candidate, width uint32) []cluster.
 		}
 		used[best] = true
 		c := cands[best]
-		perNode[c.die.Node]++
-		devUse[devKey{c.die.Node, c.die.Device}]++
+		perNode[facts[best].node]++
+		devUse[facts[best].dev]++
 		out = append(out, cluster.PhysZone{Node: c.die.Node, Device: c.die.Device, Zone: c.zone})
 	}
 	return out

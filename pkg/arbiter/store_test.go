@@ -232,3 +232,11 @@ func counterOf(c prometheus.Counter) float64 {
 	}
 	return m.GetCounter().GetValue()
 }
+
+func gaugeOf(g prometheus.Gauge) float64 {
+	var m dto.Metric
+	if err := g.Write(&m); err != nil {
+		return -1
+	}
+	return m.GetGauge().GetValue()
+}
