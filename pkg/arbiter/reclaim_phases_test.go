@@ -1,0 +1,109 @@
+package arbiter
+
+import (
+	"context"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/zonefleet/zonefleet/pkg/cluster"
+	"github.com/zonefleet/zonefleet/pkg/zerr"
+)
+
+// gateCompactor blocks every Compact until release is closed.
+type gateCompactor struct {
+	*memCompactor
+	started chan struct{}
+	once    sync.Once
+	release chan struct{}
+}
+
+func (g *gateCompactor) Compact(ctx context.Context, ns string, dst cluster.PhysZone, ranges []CopyRange) error {
+	g.once.Do(func() { close(g.started) })
+	select {
+	case <-g.release:
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+	return g.memCompactor.Compact(ctx, ns, dst, ranges)
+}
+
+// TestReclaimCopyOutsideTheQueue: while a reclaim copies data, other
+// namespaces allocate, finish and reset without waiting for it; the
+// reclaiming v-zone itself refuses changes; the commit then swaps the layout.
+func TestReclaimCopyOutsideTheQueue(t *testing.T) {
+	tc := newTestCluster(t)
+	gc := &gateCompactor{memCompactor: newMemCompactor(), started: make(chan struct{}), release: make(chan struct{})}
+	tc.comp = gc
+	tc.addNode("n0", []cluster.DeviceInfo{testDevice(0)}, false)
+	tc.addNode("n1", []cluster.DeviceInfo{testDevice(0)}, false)
+	a := tc.start("arb-0:9000")
+	tc.leader(a)
+	tc.waitNodes(a, 2)
+	ctx := context.Background()
+	for _, n := range []string{"f", "g"} {
+		_, err := a.CreateNamespace(ctx, NamespaceSpec{Name: n, MARLogical: 2, ZonesPerVZone: 1024})
+		require.NoError(t, err)
+	}
+	l, err := a.OpenVZone(ctx, "f", 0)
+	require.NoError(t, err)
+	fi, err := a.GetNamespace(ctx, "f")
+	require.NoError(t, err)
+	require.Greater(t, l.Groups[0].Width, fi.MinWidth, "overdriven")
+	gc.write(l.Groups[0], l.BlockSize, 50)
+
+	tc.clock.Advance(2 * time.Minute)
+	require.NoError(t, a.ReportWrite(ctx, "g"))
+	type out struct {
+		res []ReclaimResult
+		err error
+	}
+	done := make(chan out, 1)
+	go func() {
+		res, err := a.CheckReclaim(ctx)
+		done <- out{res, err}
+	}()
+	select {
+	case <-gc.started:
+	case <-time.After(60 * time.Second):
+		t.Fatal("reclaim never started copying")
+	}
+	// The copy is in progress: the queue is free for everyone else.
+	octx, cancel := context.WithTimeout(ctx, 20*time.Second)
+	defer cancel()
+	lg, err := a.OpenVZone(octx, "g", 0)
+	require.NoError(t, err, "another namespace's OpenVZone waits for no reclaim copy")
+	_, err = a.NextStripeGroup(octx, "g", 0)
+	require.NoError(t, err)
+	_, err = a.FinishVZone(octx, "g", 0)
+	require.NoError(t, err)
+	require.NoError(t, a.ResetVZone(octx, "g", 0))
+	require.ErrorIs(t, a.ResetVZone(octx, "f", 0), zerr.ErrZoneState, "the reclaiming v-zone refuses changes")
+	st, _ := leaderState(t, a)
+	require.True(t, st.Namespaces["f"].VZones[0].Reclaiming)
+	require.NotEmpty(t, lg.Groups)
+	select {
+	case o := <-done:
+		t.Fatalf("reclaim finished before its copy was released: %+v", o)
+	default:
+	}
+
+	close(gc.release)
+	var o out
+	select {
+	case o = <-done:
+	case <-time.After(60 * time.Second):
+		t.Fatal("reclaim did not finish")
+	}
+	require.NoError(t, o.err)
+	require.Len(t, o.res, 1)
+	assert.Equal(t, uint64(50), o.res[0].MovedBlocks)
+	got, err := a.Layout(ctx, "f", 0)
+	require.NoError(t, err)
+	require.Len(t, got.Groups, 1)
+	assert.Equal(t, fi.MinWidth, got.Groups[0].Width)
+	checkInvariants(t, tc, a, "after a phased reclaim")
+}
