@@ -90,6 +90,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+	"unsafe"
 
 	"github.com/prometheus/client_golang/prometheus"
 	clientv3 "go.etcd.io/etcd/client/v3"
@@ -200,6 +201,9 @@ type Arbiter struct {
 
 	crashed atomic.Bool  // test hook: stop like a crash (no lease revocation)
 	lastRev atomic.Int64 // etcd revision of the last commit (compaction)
+
+	order   []string       // sorted node ids of the Nodes map at orderOf (op lock)
+	orderOf unsafe.Pointer // identity of that map
 }
 
 // term is one leadership term.

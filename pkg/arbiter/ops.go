@@ -455,6 +455,7 @@ func (a *Arbiter) planGroup(st *State, name string, ns *nsState, vz *VZone, recl
 	if want == 0 {
 		return StripeGroup{}, &zerr.NoResourcesError{Resource: "active zones of namespace " + name, Requested: uint64(m), Available: 0}
 	}
+	ix.order = a.nodeOrder(st)
 	cands := candidates(st, ix)
 	width := pow2Floor(min(want, remaining, distinctUsableDies(st, ix, cands)))
 	if width == 0 {

@@ -228,6 +228,8 @@ type index struct {
 	devActive map[devKey]uint32
 	dieActive map[dieKey]uint32
 	usage     map[string]*nsUsage
+	busy      map[string]bool // nodes with an allocated zone
+	order     []string        // sorted node ids when known (set by the allocator)
 }
 
 func buildIndex(st *State) *index {
@@ -236,6 +238,7 @@ func buildIndex(st *State) *index {
 		devActive: map[devKey]uint32{},
 		dieActive: map[dieKey]uint32{},
 		usage:     map[string]*nsUsage{},
+		busy:      map[string]bool{},
 	}
 	for name, ns := range st.Namespaces {
 		u := &nsUsage{}
@@ -251,6 +254,7 @@ func buildIndex(st *State) *index {
 				}
 				for _, z := range g.Zones {
 					ix.owner[z] = zoneOwner{Namespace: name, VZone: vz.ID, Group: g.Index, Open: g.Open}
+					ix.busy[z.Node] = true
 					if g.Open {
 						ix.devActive[devKey{z.Node, z.Device}]++
 						ix.dieActive[st.dieOf(z)]++
@@ -372,37 +376,74 @@ func reprovision(st *State) []shortfall {
 // ---- serialized die-aware allocation (eZNS §4.2/4.3) ---------------------
 
 type candidate struct {
-	die   dieKey
-	zone  uint32 // lowest free zone of the die group
-	order int    // position in the cluster's serial order
+	die    dieKey
+	zone   uint32 // lowest free zone of the die group
+	order  int    // position in the cluster's serial order
+	node   int    // ordinal of its node among the candidates' nodes
+	dev    int    // ordinal of its device among the candidates' devices
+	mar    uint32 // its device's MAR
+	devAct uint32 // active zones of its device
+	dieAct uint32 // active zones of its die group
 }
 
 // candidates returns, for every die group (node, device, FCG) of an available
 // node whose device is below MAR and which has a free zone, that free zone.
+// Nodes without any allocated zone (most of a large cluster) cost no lookup.
 func candidates(st *State, ix *index) []candidate {
 	var out []candidate
-	order := 0
-	for _, nodeID := range sortedKeys(st.Nodes) {
+	order, nodeN, devN := 0, 0, 0
+	byIndex := func(a, b cluster.DeviceInfo) int { return cmp.Compare(a.Index, b.Index) }
+	ids := ix.order
+	if ids == nil {
+		ids = sortedKeys(st.Nodes)
+	}
+	for _, nodeID := range ids {
 		n := st.Nodes[nodeID]
-		devs := slices.Clone(n.Record.Devices)
-		slices.SortFunc(devs, func(a, b cluster.DeviceInfo) int { return cmp.Compare(a.Index, b.Index) })
+		devs := n.Record.Devices
+		if !slices.IsSortedFunc(devs, byIndex) {
+			devs = slices.Clone(devs)
+			slices.SortFunc(devs, byIndex)
+		}
+		busy := ix.busy[nodeID]
+		added := false
 		for _, d := range devs {
 			if d.FCGs == 0 {
 				continue
 			}
-			full := !n.Available || ix.devActive[devKey{nodeID, d.Index}] >= d.MAR
+			var devAct uint32
+			if busy {
+				devAct = ix.devActive[devKey{nodeID, d.Index}]
+			}
+			full := !n.Available || devAct >= d.MAR
+			devAdded := false
 			for g := uint32(0); g < d.FCGs; g++ {
 				order++
 				if full {
 					continue
 				}
 				for z := g; z < d.NumZones; z += d.FCGs {
-					if _, used := ix.owner[cluster.PhysZone{Node: nodeID, Device: d.Index, Zone: z}]; !used {
-						out = append(out, candidate{die: dieKey{nodeID, d.Index, g}, zone: z, order: order})
-						break
+					if busy {
+						if _, used := ix.owner[cluster.PhysZone{Node: nodeID, Device: d.Index, Zone: z}]; used {
+							continue
+						}
 					}
+					dk := dieKey{nodeID, d.Index, g}
+					var dieAct uint32
+					if busy {
+						dieAct = ix.dieActive[dk]
+					}
+					out = append(out, candidate{die: dk, zone: z, order: order, node: nodeN, dev: devN,
+						mar: d.MAR, devAct: devAct, dieAct: dieAct})
+					added, devAdded = true, true
+					break
 				}
 			}
+			if devAdded {
+				devN++
+			}
+		}
+		if added {
+			nodeN++
 		}
 	}
 	return out
@@ -419,48 +460,22 @@ func pickZones(st *State, ix *index, cands []candidate, width uint32) []cluster.
 		return nil
 	}
 	rot := int(st.AllocSeq % uint64(max(total, 1)))
-	// Per-candidate facts are looked up once; the loop below compares integers.
-	type fact struct {
-		dieAct uint32
-		node   int // index into perNode
-		dev    int // index into devUse/devAct/devMAR
-	}
-	facts := make([]fact, total)
-	nodeIdx := map[string]int{}
-	devIdx := map[devKey]int{}
-	var devAct, devMAR []uint32
-	for i, c := range cands {
-		ni, ok := nodeIdx[c.die.Node]
-		if !ok {
-			ni = len(nodeIdx)
-			nodeIdx[c.die.Node] = ni
-		}
-		dk := devKey{c.die.Node, c.die.Device}
-		di, ok := devIdx[dk]
-		if !ok {
-			di = len(devAct)
-			devIdx[dk] = di
-			d, _ := st.device(dk.Node, dk.Device)
-			devAct = append(devAct, ix.devActive[dk])
-			devMAR = append(devMAR, d.MAR)
-		}
-		facts[i] = fact{dieAct: ix.dieActive[c.die], node: ni, dev: di}
-	}
-	perNode := make([]int, len(nodeIdx))
-	devUse := make([]uint32, len(devAct))
+	last := cands[total-1]
+	perNode := make([]int, last.node+1)
+	devUse := make([]uint32, last.dev+1)
 	used := make([]bool, total)
 	var out []cluster.PhysZone
 	for uint32(len(out)) < width {
 		best := -1
 		better := func(i, j int) bool { // is cands[i] better than cands[j]
-			a, b := facts[i], facts[j]
+			a, b := &cands[i], &cands[j]
 			if a.dieAct != b.dieAct {
 				return a.dieAct < b.dieAct
 			}
 			if na, nb := perNode[a.node], perNode[b.node]; na != nb {
 				return na < nb
 			}
-			if va, vb := devAct[a.dev]+devUse[a.dev], devAct[b.dev]+devUse[b.dev]; va != vb {
+			if va, vb := a.devAct+devUse[a.dev], b.devAct+devUse[b.dev]; va != vb {
 				return va < vb
 			}
 			return (i-rot+total)%total < (j-rot+total)%total
@@ -469,8 +484,8 @@ func pickZones(st *State, ix *index, cands []candidate, width uint32) []cluster.
 			if used[i] {
 				continue
 			}
-			f := facts[i]
-			if devAct[f.dev]+devUse[f.dev] >= devMAR[f.dev] {
+			c := &cands[i]
+			if c.devAct+devUse[c.dev] >= c.mar {
 				continue
 			}
 			if best < 0 || better(i, best) {
@@ -482,8 +497,8 @@ func pickZones(st *State, ix *index, cands []candidate, width uint32) []cluster.
 		}
 		used[best] = true
 		c := cands[best]
-		perNode[facts[best].node]++
-		devUse[facts[best].dev]++
+		perNode[c.node]++
+		devUse[c.dev]++
 		out = append(out, cluster.PhysZone{Node: c.die.Node, Device: c.die.Device, Zone: c.zone})
 	}
 	return out
@@ -492,14 +507,15 @@ func pickZones(st *State, ix *index, cands []candidate, width uint32) []cluster.
 // distinctUsableDies is how many die groups could go into one stripe group
 // now (bounded by each device's remaining MAR).
 func distinctUsableDies(st *State, ix *index, cands []candidate) uint32 {
-	perDev := map[devKey]uint32{}
-	for _, c := range cands {
-		perDev[devKey{c.die.Node, c.die.Device}]++
-	}
+	// candidates lists the die groups device by device: count each run.
 	var n uint32
-	for dk, cnt := range perDev {
-		d, _ := st.device(dk.Node, dk.Device)
-		n += min(cnt, d.MAR-ix.devActive[dk])
+	for i := 0; i < len(cands); {
+		j := i
+		for j < len(cands) && cands[j].dev == cands[i].dev {
+			j++
+		}
+		n += min(uint32(j-i), sub(cands[i].mar, cands[i].devAct))
+		i = j
 	}
 	return n
 }

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"maps"
+	"reflect"
 	"slices"
 	"strconv"
 	"strings"
@@ -82,6 +83,8 @@ type changes struct {
 	nodes  map[string]bool
 	vzones map[vzRef]bool
 	ownMap map[string]bool // namespaces whose VZones map is private to the fork
+	// ownNodes: the Nodes map is private to the fork
+	ownNodes bool
 }
 
 // fork returns a State sharing everything with st; mutations must go through
@@ -90,7 +93,7 @@ type changes struct {
 // small) and compared by value at commit.
 func (st *State) fork() *State {
 	c := &State{Essentials: st.Essentials, Spares: st.Spares, AllocSeq: st.AllocSeq, Loans: slices.Clone(st.Loans),
-		Nodes: maps.Clone(st.Nodes), Namespaces: make(map[string]*nsState, len(st.Namespaces)),
+		Nodes: st.Nodes, Namespaces: make(map[string]*nsState, len(st.Namespaces)),
 		ch: &changes{nodes: map[string]bool{}, vzones: map[vzRef]bool{}, ownMap: map[string]bool{}}}
 	for name, ns := range st.Namespaces {
 		cp := *ns
@@ -143,8 +146,20 @@ func (st *State) delVZ(name string, id uint64) {
 	}
 }
 
+// ownNodes makes the Nodes map private to the fork (copy on first write).
+func (st *State) ownNodes() {
+	if st.ch != nil && !st.ch.ownNodes {
+		st.Nodes = maps.Clone(st.Nodes)
+		if st.Nodes == nil {
+			st.Nodes = map[string]*nodeState{}
+		}
+		st.ch.ownNodes = true
+	}
+}
+
 // putNode stores a node's shadow record; delNode forgets a node.
 func (st *State) putNode(id string, n *nodeState) {
+	st.ownNodes()
 	st.Nodes[id] = n
 	if st.ch != nil {
 		st.ch.nodes[id] = true
@@ -152,10 +167,22 @@ func (st *State) putNode(id string, n *nodeState) {
 }
 
 func (st *State) delNode(id string) {
+	st.ownNodes()
 	delete(st.Nodes, id)
 	if st.ch != nil {
 		st.ch.nodes[id] = true
 	}
+}
+
+// nodeOrder returns st's node ids in order, cached while the Nodes map is
+// the same (maps are copied on write, never changed once committed). Only
+// mutations call it (under the op lock).
+func (a *Arbiter) nodeOrder(st *State) []string {
+	p := reflect.ValueOf(st.Nodes).UnsafePointer()
+	if p != a.orderOf || a.order == nil {
+		a.order, a.orderOf = sortedKeys(st.Nodes), p
+	}
+	return a.order
 }
 
 func (v *VZone) clone() *VZone {
