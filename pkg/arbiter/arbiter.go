@@ -72,7 +72,9 @@
 // allocations to the active ones; a lender that allocates again recalls them
 // and they return at the borrower's next stripe-group finish or reset.
 // Reclaim compacts the overdriven open stripe groups of a namespace without
-// writes for T_ReadOnly into minimum-width groups through a Compactor.
+// writes for T_ReadOnly into minimum-width groups through a Compactor, in
+// phases: only the state transitions take the queue; the copy runs outside
+// it (bounded by ReclaimTimeout) and commits with a generation check.
 //
 // # Activity
 //
@@ -126,6 +128,9 @@ type Config struct {
 	BaseStripeSize uint32
 	// MaxTxnOps bounds operations per etcd transaction (etcd's --max-txn-ops). Default 128.
 	MaxTxnOps int
+	// ReclaimTimeout bounds the node I/O of one v-zone's reclaim (write
+	// pointers and copies); past it the reclaim is rolled back. Default 10m.
+	ReclaimTimeout time.Duration
 	// CompactInterval: the leader compacts etcd's history every interval at
 	// the revision of the previous tick and polls etcd's alarms. Default 5m;
 	// negative disables (etcd's own auto-compaction may then do it).
@@ -161,6 +166,9 @@ func (c *Config) setDefaults() error {
 	}
 	if c.BaseStripeSize == 0 {
 		c.BaseStripeSize = 32 << 10
+	}
+	if c.ReclaimTimeout <= 0 {
+		c.ReclaimTimeout = 10 * time.Minute
 	}
 	if c.CompactInterval == 0 {
 		c.CompactInterval = 5 * time.Minute

@@ -140,8 +140,12 @@ func (a *Arbiter) reclaimVZone(ctx context.Context, name string, id uint64) (Rec
 	block := st.blockSize(src.Zones)
 	zoneCap := layoutOf(st, name, &VZone{Groups: []StripeGroup{src}}).ZoneCapacity
 
+	// Node I/O is bounded: a stuck node rolls the reclaim back.
+	ioctx, cancel := context.WithTimeout(ctx, a.cfg.ReclaimTimeout)
+	defer cancel()
+
 	// Phase 1: write pointers (node I/O, no lock).
-	written, err := a.comp.WrittenBlocks(ctx, name, src.Zones)
+	written, err := a.comp.WrittenBlocks(ioctx, name, src.Zones)
 	if err == nil && len(written) != len(src.Zones) {
 		err = &zerr.UnavailableError{What: "compactor", Reason: "wrong number of write pointers"}
 	}
@@ -211,7 +215,7 @@ func (a *Arbiter) reclaimVZone(ctx context.Context, name string, id uint64) (Rec
 				if len(plan[dst]) == 0 {
 					continue
 				}
-				if err = a.comp.Compact(ctx, name, dst, plan[dst]); err != nil {
+				if err = a.comp.Compact(ioctx, name, dst, plan[dst]); err != nil {
 					break copying
 				}
 			}

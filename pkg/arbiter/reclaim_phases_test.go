@@ -107,3 +107,35 @@ func TestReclaimCopyOutsideTheQueue(t *testing.T) {
 	assert.Equal(t, fi.MinWidth, got.Groups[0].Width)
 	checkInvariants(t, tc, a, "after a phased reclaim")
 }
+
+// TestReclaimCopyDeadline: a copy that never finishes (a stuck node) is
+// abandoned after ReclaimTimeout and the reclaim is rolled back.
+func TestReclaimCopyDeadline(t *testing.T) {
+	tc := newTestCluster(t)
+	gc := &gateCompactor{memCompactor: newMemCompactor(), started: make(chan struct{}), release: make(chan struct{})}
+	tc.comp = gc
+	tc.cfg = func(c *Config) { c.ReclaimTimeout = 300 * time.Millisecond }
+	tc.addNode("n0", []cluster.DeviceInfo{testDevice(0)}, false)
+	tc.addNode("n1", []cluster.DeviceInfo{testDevice(0)}, false)
+	a := tc.start("arb-0:9000")
+	tc.leader(a)
+	tc.waitNodes(a, 2)
+	ctx := context.Background()
+	_, err := a.CreateNamespace(ctx, NamespaceSpec{Name: "f", MARLogical: 2, ZonesPerVZone: 1024})
+	require.NoError(t, err)
+	l, err := a.OpenVZone(ctx, "f", 0)
+	require.NoError(t, err)
+	gc.write(l.Groups[0], l.BlockSize, 50)
+	grants := tc.grants()
+	tc.clock.Advance(2 * time.Minute)
+	res, err := a.CheckReclaim(ctx)
+	require.ErrorIs(t, err, context.DeadlineExceeded)
+	assert.Empty(t, res)
+	st, _ := leaderState(t, a)
+	vz := st.Namespaces["f"].VZones[0]
+	assert.False(t, vz.Reclaiming)
+	assert.Empty(t, vz.Pending)
+	assert.Equal(t, l.Groups, vz.Groups, "layout unchanged")
+	assert.Equal(t, grants, tc.grants(), "the targets' grants are gone")
+	checkInvariants(t, tc, a, "after an abandoned reclaim")
+}
