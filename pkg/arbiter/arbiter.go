@@ -210,8 +210,9 @@ type Arbiter struct {
 	crashed atomic.Bool  // test hook: stop like a crash (no lease revocation)
 	lastRev atomic.Int64 // etcd revision of the last commit (compaction)
 
-	order   []string       // sorted node ids of the Nodes map at orderOf (op lock)
-	orderOf unsafe.Pointer // identity of that map
+	slots    *dieSlots      // die groups of the Nodes map at slotsFor (op lock)
+	slotsFor unsafe.Pointer // identity of that map
+	candBuf  []candidate    // reused by the allocator (op lock)
 }
 
 // term is one leadership term.

@@ -455,8 +455,8 @@ func (a *Arbiter) planGroup(st *State, name string, ns *nsState, vz *VZone, recl
 	if want == 0 {
 		return StripeGroup{}, &zerr.NoResourcesError{Resource: "active zones of namespace " + name, Requested: uint64(m), Available: 0}
 	}
-	ix.order = a.nodeOrder(st)
-	cands := candidates(st, ix)
+	cands := candidatesOf(a.dieSlotsOf(st), ix, a.candBuf)
+	a.candBuf = cands
 	width := pow2Floor(min(want, remaining, distinctUsableDies(st, ix, cands)))
 	if width == 0 {
 		return StripeGroup{}, &zerr.NoResourcesError{Resource: "free physical zones on available dies", Requested: uint64(min(want, remaining)), Available: 0}

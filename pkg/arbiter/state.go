@@ -229,7 +229,6 @@ type index struct {
 	dieActive map[dieKey]uint32
 	usage     map[string]*nsUsage
 	busy      map[string]bool // nodes with an allocated zone
-	order     []string        // sorted node ids when known (set by the allocator)
 }
 
 func buildIndex(st *State) *index {
@@ -379,72 +378,124 @@ type candidate struct {
 	die    dieKey
 	zone   uint32 // lowest free zone of the die group
 	order  int    // position in the cluster's serial order
-	node   int    // ordinal of its node among the candidates' nodes
-	dev    int    // ordinal of its device among the candidates' devices
+	node   int    // ordinal of its node in the cluster's serial order
+	dev    int    // ordinal of its device in the cluster's serial order
 	mar    uint32 // its device's MAR
 	devAct uint32 // active zones of its device
 	dieAct uint32 // active zones of its die group
 }
 
-// candidates returns, for every die group (node, device, FCG) of an available
-// node whose device is below MAR and which has a free zone, that free zone.
-// Nodes without any allocated zone (most of a large cluster) cost no lookup.
-func candidates(st *State, ix *index) []candidate {
-	var out []candidate
-	order, nodeN, devN := 0, 0, 0
-	byIndex := func(a, b cluster.DeviceInfo) int { return cmp.Compare(a.Index, b.Index) }
-	ids := ix.order
+// dieSlot is the static part of a die group: what candidates needs of the
+// node records, flattened once per Nodes map (slotsOf).
+type dieSlot struct {
+	node     string
+	nodeOrd  int
+	dev      uint32
+	devOrd   int
+	fcg      uint32
+	fcgs     uint32
+	numZones uint32
+	mar      uint32
+	order    int
+	avail    bool
+}
+
+// dieSlots are every die group of the cluster in serial order.
+type dieSlots struct {
+	slots   []dieSlot
+	nodeOrd map[string]int
+	nodes   int
+	devs    int
+}
+
+// slotsOf flattens st's node records (sorted node ids, devices by index).
+func slotsOf(st *State, ids []string) *dieSlots {
 	if ids == nil {
 		ids = sortedKeys(st.Nodes)
 	}
-	for _, nodeID := range ids {
+	ds := &dieSlots{nodeOrd: make(map[string]int, len(ids)), nodes: len(ids)}
+	byIndex := func(a, b cluster.DeviceInfo) int { return cmp.Compare(a.Index, b.Index) }
+	order := 0
+	for ni, nodeID := range ids {
+		ds.nodeOrd[nodeID] = ni
 		n := st.Nodes[nodeID]
 		devs := n.Record.Devices
 		if !slices.IsSortedFunc(devs, byIndex) {
 			devs = slices.Clone(devs)
 			slices.SortFunc(devs, byIndex)
 		}
-		busy := ix.busy[nodeID]
-		added := false
 		for _, d := range devs {
 			if d.FCGs == 0 {
 				continue
 			}
-			var devAct uint32
-			if busy {
-				devAct = ix.devActive[devKey{nodeID, d.Index}]
-			}
-			full := !n.Available || devAct >= d.MAR
-			devAdded := false
 			for g := uint32(0); g < d.FCGs; g++ {
 				order++
-				if full {
-					continue
+				ds.slots = append(ds.slots, dieSlot{node: nodeID, nodeOrd: ni, dev: d.Index, devOrd: ds.devs, fcg: g, fcgs: d.FCGs,
+					numZones: d.NumZones, mar: d.MAR, order: order, avail: n.Available})
+			}
+			ds.devs++
+		}
+	}
+	return ds
+}
+
+// candidates returns, for every die group (node, device, FCG) of an available
+// node whose device is below MAR and which has a free zone, that free zone.
+func candidates(st *State, ix *index) []candidate {
+	return candidatesOf(slotsOf(st, nil), ix, nil)
+}
+
+// candidatesOf is candidates over flattened slots, appended to buf. Nodes
+// without any allocated zone (most of a large cluster) cost no lookup.
+func candidatesOf(ds *dieSlots, ix *index, buf []candidate) []candidate {
+	out := buf[:0]
+	busy := make([]bool, ds.nodes)
+	for id := range ix.busy {
+		if o, ok := ds.nodeOrd[id]; ok {
+			busy[o] = true
+		}
+	}
+	for i := 0; i < len(ds.slots); {
+		// one device: its slots are consecutive
+		s0 := &ds.slots[i]
+		j := i
+		for j < len(ds.slots) && ds.slots[j].devOrd == s0.devOrd {
+			j++
+		}
+		b := busy[s0.nodeOrd]
+		var devAct uint32
+		if b {
+			devAct = ix.devActive[devKey{s0.node, s0.dev}]
+		}
+		if s0.avail && devAct < s0.mar {
+			for k := i; k < j; k++ {
+				sl := &ds.slots[k]
+				if sl.fcg >= sl.numZones {
+					continue // no zone in this chip group
 				}
-				for z := g; z < d.NumZones; z += d.FCGs {
-					if busy {
-						if _, used := ix.owner[cluster.PhysZone{Node: nodeID, Device: d.Index, Zone: z}]; used {
-							continue
+				zone := sl.fcg
+				if b {
+					found := false
+					for z := sl.fcg; z < sl.numZones; z += sl.fcgs {
+						if _, used := ix.owner[cluster.PhysZone{Node: sl.node, Device: sl.dev, Zone: z}]; !used {
+							zone, found = z, true
+							break
 						}
 					}
-					dk := dieKey{nodeID, d.Index, g}
-					var dieAct uint32
-					if busy {
-						dieAct = ix.dieActive[dk]
+					if !found {
+						continue
 					}
-					out = append(out, candidate{die: dk, zone: z, order: order, node: nodeN, dev: devN,
-						mar: d.MAR, devAct: devAct, dieAct: dieAct})
-					added, devAdded = true, true
-					break
 				}
-			}
-			if devAdded {
-				devN++
+				dk := dieKey{sl.node, sl.dev, sl.fcg}
+				var dieAct uint32
+				if b {
+					dieAct = ix.dieActive[dk]
+				}
+				out = append(out, candidate{die: dk, zone: zone, order: sl.order, node: sl.nodeOrd, dev: sl.devOrd,
+					mar: sl.mar, devAct: devAct, dieAct: dieAct})
 			}
 		}
-		if added {
-			nodeN++
-		}
+		i = j
 	}
 	return out
 }
@@ -460,9 +511,12 @@ func pickZones(st *State, ix *index, cands []candidate, width uint32) []cluster.
 		return nil
 	}
 	rot := int(st.AllocSeq % uint64(max(total, 1)))
-	last := cands[total-1]
-	perNode := make([]int, last.node+1)
-	devUse := make([]uint32, last.dev+1)
+	var nodes, devs int
+	for i := range cands {
+		nodes, devs = max(nodes, cands[i].node+1), max(devs, cands[i].dev+1)
+	}
+	perNode := make([]int, nodes)
+	devUse := make([]uint32, devs)
 	used := make([]bool, total)
 	var out []cluster.PhysZone
 	for uint32(len(out)) < width {

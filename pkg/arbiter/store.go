@@ -174,15 +174,15 @@ func (st *State) delNode(id string) {
 	}
 }
 
-// nodeOrder returns st's node ids in order, cached while the Nodes map is
-// the same (maps are copied on write, never changed once committed). Only
-// mutations call it (under the op lock).
-func (a *Arbiter) nodeOrder(st *State) []string {
+// dieSlotsOf returns st's flattened die groups, cached while the Nodes map
+// is the same (maps are copied on write, never changed once committed).
+// Only mutations call it (under the op lock).
+func (a *Arbiter) dieSlotsOf(st *State) *dieSlots {
 	p := reflect.ValueOf(st.Nodes).UnsafePointer()
-	if p != a.orderOf || a.order == nil {
-		a.order, a.orderOf = sortedKeys(st.Nodes), p
+	if p != a.slotsFor || a.slots == nil {
+		a.slots, a.slotsFor = slotsOf(st, nil), p
 	}
-	return a.order
+	return a.slots
 }
 
 func (v *VZone) clone() *VZone {
