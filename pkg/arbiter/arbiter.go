@@ -42,9 +42,9 @@
 // with the grant ops of the change: a zone's layout and its grant change
 // atomically. When a change exceeds MaxTxnOps (etcd --max-txn-ops) it is
 // split in this order, under the queue, every batch fenced: first node and
-// v-zone records beyond the budget, then one transaction with the global and
-// namespace records and as many grant ops as fit (revocations first), then
-// the remaining grant ops. A zone is never exposed to two owners: a free zone
+// v-zone and namespace records beyond the budget, then one transaction with
+// the rest (the global record) and as many grant ops as fit (revocations
+// first), then the remaining grant ops. A zone is never exposed to two owners: a free zone
 // has no grant key, a new grant is written only after the state owns the
 // zone, and a released zone is reused only after its revocation completed
 // (the queue) or after the next leader's reconcileGrants, which runs before
@@ -653,7 +653,7 @@ func (a *Arbiter) syncNodes(ctx context.Context, up map[string]cluster.NodeRecor
 				a.log.Warn("node lost; its zones are unavailable", "node", id)
 			}
 		}
-		if e, s := clusterResources(st); e != e0 || s != s0 {
+		if e, s := clusterResources(st); e != e0 || s != s0 || (full && !sharesConsistent(st)) {
 			for _, sf := range reprovision(st) {
 				a.log.Warn("namespace under-provisioned", "namespace", sf.Namespace, "need", sf.Need, "essentials", sf.Got)
 			}

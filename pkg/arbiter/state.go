@@ -347,6 +347,28 @@ type shortfall struct {
 	Need, Got uint32
 }
 
+// sharesConsistent tells whether the namespaces' provisioned essentials and
+// spares are what reprovision would give them (false after a crash between
+// the batches of a change too large for one transaction).
+func sharesConsistent(st *State) bool {
+	e, sp := clusterResources(st)
+	if e != st.Essentials || sp != st.Spares {
+		return false
+	}
+	names := sortedKeys(st.Namespaces)
+	weights := map[string]uint64{}
+	for _, n := range names {
+		weights[n] = st.Namespaces[n].weight()
+	}
+	ess, spa := split(e, names, weights), split(sp, names, weights)
+	for _, n := range names {
+		if ns := st.Namespaces[n]; ns.Essentials != ess[n] || ns.Spares != spa[n] {
+			return false
+		}
+	}
+	return true
+}
+
 // reprovision recomputes N_essential/N_spare and every namespace's share.
 // Open stripe groups are left as they are; loans are cancelled (global
 // overdrive lends again from the new shares). It returns the namespaces whose

@@ -217,6 +217,7 @@ type stateOp struct {
 const (
 	opNode = iota
 	opVZ
+	opNS
 	opMain
 )
 
@@ -249,7 +250,7 @@ func diff(old, st *State) ([]stateOp, error) {
 				return nil, err
 			}
 			if !eq {
-				ops = append(ops, stateOp{key: nsKey(name), val: b, kind: opMain})
+				ops = append(ops, stateOp{key: nsKey(name), val: b, kind: opNS})
 			}
 			continue
 		}
@@ -257,7 +258,7 @@ func diff(old, st *State) ([]stateOp, error) {
 		if err != nil {
 			return nil, err
 		}
-		ops = append(ops, stateOp{key: nsKey(name), val: b, kind: opMain})
+		ops = append(ops, stateOp{key: nsKey(name), val: b, kind: opNS})
 	}
 	for _, name := range sortedKeys(old.Namespaces) {
 		if st.Namespaces[name] == nil {
@@ -378,12 +379,13 @@ var errConflict = errors.New("arbiter state changed under the leader")
 
 // commit writes state ops and extra ops (grants, namespace records) with the
 // leader fence. When everything fits MaxTxnOps it is one transaction.
-// Otherwise (documented order, all under the serialized queue): node and
-// v-zone records beyond the budget go first in fenced batches, then one
-// transaction with the global and namespace records plus as many extra ops
-// as fit (grant deletes before grant puts), then the remaining extra ops in
-// fenced batches. A crash between batches is repaired by the next leader
-// before it serves (reprovision from the node records, reconcileGrants).
+// Otherwise (documented order, all under the serialized queue): node,
+// v-zone and then namespace records beyond the budget go first in fenced
+// batches, then one transaction with the rest (always the global record)
+// plus as many extra ops as fit (grant deletes before grant puts), then the
+// remaining extra ops in fenced batches. A crash between batches is repaired
+// by the next leader before it serves (reprovisioning when the namespaces'
+// shares do not match the nodes, reconcileGrants).
 func (a *Arbiter) commit(ctx context.Context, t *term, sops []stateOp, extra []clientv3.Op) (commitResult, error) {
 	var res commitResult
 	if len(sops) == 0 && len(extra) == 0 {

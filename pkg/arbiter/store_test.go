@@ -240,3 +240,90 @@ func gaugeOf(g prometheus.Gauge) float64 {
 	}
 	return m.GetGauge().GetValue()
 }
+
+// TestManyRecordsSmallTxns: a change of more records than a transaction
+// holds (20 nodes joining, a migration) is written in fenced batches and
+// loads back complete.
+func TestManyRecordsSmallTxns(t *testing.T) {
+	tc := newTestCluster(t)
+	tc.cfg = func(c *Config) { c.MaxTxnOps = 8 }
+	for i := 0; i < 20; i++ {
+		tc.addNode(fmt.Sprintf("n%02d", i), []cluster.DeviceInfo{testDevice(0)}, false)
+	}
+	a := tc.start("arb-0:9000")
+	tc.leader(a)
+	tc.waitNodes(a, 20)
+	ctx := context.Background()
+	_, err := a.CreateNamespace(ctx, NamespaceSpec{Name: "a", MARLogical: 4, ZonesPerVZone: 64})
+	require.NoError(t, err)
+	for i := uint64(0); i < 4; i++ {
+		_, err = a.OpenVZone(ctx, "a", i)
+		require.NoError(t, err)
+	}
+	for i := 0; i < 10; i++ { // each reprovisions every namespace: more records than a transaction holds
+		_, err = a.CreateNamespace(ctx, NamespaceSpec{Name: fmt.Sprintf("x%d", i), MARLogical: 1, ZonesPerVZone: 8})
+		require.NoError(t, err)
+	}
+	wantNS, err := a.ListNamespaces(ctx)
+	require.NoError(t, err)
+	st0, _, err := a.snapshot(ctx)
+	require.NoError(t, err)
+	require.True(t, sharesConsistent(st0))
+	for i := 0; i < 20; i++ {
+		assert.Contains(t, tc.storeKeys(), nodeKey(fmt.Sprintf("n%02d", i)))
+	}
+	st, _, err := a.snapshot(ctx)
+	require.NoError(t, err)
+	doc, err := cluster.Encode(st)
+	require.NoError(t, err)
+	want, err := a.ListVZones(ctx, "a")
+	require.NoError(t, err)
+	a.stop()
+
+	// A restart loads every record; a migration of the same state in batches too.
+	b := tc.start("arb-1:9000")
+	tc.leader(b)
+	tc.waitNodes(b, 20)
+	got, err := b.ListVZones(ctx, "a")
+	require.NoError(t, err)
+	assert.Equal(t, want, got)
+	gotNS, err := b.ListNamespaces(ctx)
+	require.NoError(t, err)
+	for i := range gotNS {
+		gotNS[i].LastWrite, wantNS[i].LastWrite = time.Time{}, time.Time{}
+	}
+	assert.Equal(t, wantNS, gotNS)
+	b.stop()
+
+	// A crash between the batches of a reprovisioning left a namespace's
+	// share stale: the next leader reprovisions before it serves.
+	resp, err := tc.cli.Get(ctx, nsKey("x0"))
+	require.NoError(t, err)
+	var rec nsRecord
+	require.NoError(t, cluster.Decode(nsKey("x0"), resp.Kvs[0].Value, &rec))
+	rec.Essentials += 7
+	bad, err := cluster.Encode(rec)
+	require.NoError(t, err)
+	_, err = tc.cli.Put(ctx, nsKey("x0"), string(bad))
+	require.NoError(t, err)
+	b2 := tc.start("arb-3:9000")
+	tc.leader(b2)
+	x0, err := b2.GetNamespace(ctx, "x0")
+	require.NoError(t, err)
+	assert.Equal(t, rec.Essentials-7, x0.Essentials, "reprovisioned at start")
+	st2, _, err := b2.snapshot(ctx)
+	require.NoError(t, err)
+	assert.True(t, sharesConsistent(st2))
+	b2.stop()
+	_, err = tc.cli.Delete(ctx, storePrefix, clientv3.WithPrefix())
+	require.NoError(t, err)
+	_, err = tc.cli.Put(ctx, stateKey, string(doc))
+	require.NoError(t, err)
+	c := tc.start("arb-2:9000")
+	tc.leader(c)
+	tc.waitNodes(c, 20)
+	got, err = c.ListVZones(ctx, "a")
+	require.NoError(t, err)
+	assert.Equal(t, want, got)
+	checkInvariants(t, tc, c, "after a batched migration")
+}
