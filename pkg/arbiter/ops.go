@@ -399,7 +399,7 @@ func (a *Arbiter) allocGroup(st *State, name string, ns *nsState, vz *VZone, now
 		ns.Frozen = false
 		ns.LastWrite = now
 	}
-	g, err := a.planGroup(st, name, ns, vz, reclaim)
+	g, err := a.planGroup(st, name, ns, vz, reclaim, nil)
 	if err != nil {
 		return nil, err
 	}
@@ -427,7 +427,7 @@ func grantOps(name string, vzone uint64, g StripeGroup) []clientv3.Op {
 // planGroup chooses the width and the zones of a new open stripe group. With
 // reclaim the width is the minimum width from essentials, outside the
 // namespace's budget (the group it replaces gives them back).
-func (a *Arbiter) planGroup(st *State, name string, ns *nsState, vz *VZone, reclaim bool) (StripeGroup, error) {
+func (a *Arbiter) planGroup(st *State, name string, ns *nsState, vz *VZone, reclaim bool, srcZones []cluster.PhysZone) (StripeGroup, error) {
 	ix := buildIndex(st)
 	u := ix.usage[name]
 	m := ns.minWidth()
@@ -457,7 +457,13 @@ func (a *Arbiter) planGroup(st *State, name string, ns *nsState, vz *VZone, recl
 	}
 	cands := candidatesOf(a.dieSlotsOf(st), ix, a.candBuf)
 	a.candBuf = cands
+	if len(srcZones) > 0 {
+		cands = nodeToNodeOnly(cands, srcZones)
+	}
 	width := pow2Floor(min(want, remaining, distinctUsableDies(st, ix, cands)))
+	if reclaim && width < m {
+		return StripeGroup{}, &zerr.NoResourcesError{Resource: "die groups for a minimum-width reclaim target", Requested: uint64(m), Available: uint64(width)}
+	}
 	if width == 0 {
 		return StripeGroup{}, &zerr.NoResourcesError{Resource: "free physical zones on available dies", Requested: uint64(min(want, remaining)), Available: 0}
 	}
@@ -472,6 +478,26 @@ func (a *Arbiter) planGroup(st *State, name string, ns *nsState, vz *VZone, recl
 		Essentials: essUsed, Spares: width - essUsed, Open: true,
 	}, nil
 }
+
+// nodeToNodeOnly drops the candidates a reclaim copy could only reach by a
+// copy between two devices of one node (which would move the data through
+// the arbiter): a target may sit on a node holding source zones only on the
+// device that holds all of them there; zone_compaction then copies within
+// the device or pushes node to node.
+func nodeToNodeOnly(cands []candidate, src []cluster.PhysZone) []candidate {
+	devs := map[string]map[uint32]bool{}
+	for _, z := range src {
+		if devs[z.Node] == nil {
+			devs[z.Node] = map[uint32]bool{}
+		}
+		devs[z.Node][z.Device] = true
+	}
+	return slices.DeleteFunc(cands, func(c candidate) bool {
+		d := devs[c.die.Node]
+		return d != nil && (len(d) > 1 || !d[c.die.Device])
+	})
+}
+
 func sub(a, b uint32) uint32 {
 	if a > b {
 		return a - b

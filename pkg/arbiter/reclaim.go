@@ -177,7 +177,7 @@ func (a *Arbiter) reclaimVZone(ctx context.Context, name string, id uint64) (Rec
 		vz.Pending = nil
 		var ops []clientv3.Op
 		for i := 0; i < targets; i++ {
-			g, err := a.planGroup(st, name, ns, vz, true)
+			g, err := a.planGroup(st, name, ns, vz, true, src.Zones)
 			if err != nil {
 				return nil, err
 			}
