@@ -366,6 +366,12 @@ func (a *Arbiter) runTerm(ctx context.Context) error {
 		defer tk.Stop()
 		tick = tk.C
 	}
+	var downTick <-chan time.Time
+	if a.cfg.NodeDownAfter > 0 {
+		tk := time.NewTicker(max(a.cfg.NodeDownAfter/4, time.Second))
+		defer tk.Stop()
+		downTick = tk.C
+	}
 	var compact <-chan time.Time
 	hist := &historyKeeper{}
 	if a.cfg.CompactInterval > 0 {
@@ -411,6 +417,7 @@ func (a *Arbiter) runTerm(ctx context.Context) error {
 			if _, err := a.CheckReclaim(cctx); err != nil && !errors.Is(err, zerr.ErrNotLeader) && cctx.Err() == nil {
 				a.log.Warn("reclaim check failed", "err", err)
 			}
+		case <-downTick:
 			if err := a.CheckNodes(cctx); err != nil && !errors.Is(err, zerr.ErrNotLeader) && cctx.Err() == nil {
 				a.log.Warn("dead node check failed", "err", err)
 			}

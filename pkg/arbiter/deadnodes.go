@@ -22,7 +22,7 @@ func nodeZones(ix *index) map[string]int {
 // Config.NodeDownAfter (by Config.Now) as down, and removes the shadow record
 // of every down node that holds no allocated zone (its zones were reset or
 // its namespaces deleted). A node that registers again later joins afresh.
-// The leader runs it with the reclaim check; tests call it directly.
+// The leader runs it every NodeDownAfter/4 (real time); tests call it directly.
 func (a *Arbiter) CheckNodes(ctx context.Context) error {
 	if a.cfg.NodeDownAfter < 0 {
 		return nil
