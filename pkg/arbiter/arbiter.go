@@ -85,6 +85,7 @@
 package arbiter
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -559,7 +560,16 @@ func (a *Arbiter) mutateTerm(ctx context.Context, internal bool, fn mutation) er
 		}
 		old := t.state
 		st := old.fork()
+		var before []byte
+		if cowCheck {
+			before, _ = cluster.Encode(old)
+		}
 		ops, err := fn(st, t.ix)
+		if cowCheck {
+			if after, _ := cluster.Encode(old); !bytes.Equal(before, after) {
+				return fmt.Errorf("internal error: a mutation changed the committed state in place")
+			}
+		}
 		if err != nil {
 			return err
 		}
@@ -587,6 +597,10 @@ func (a *Arbiter) mutateTerm(ctx context.Context, internal bool, fn mutation) er
 		return err
 	}
 }
+
+// cowCheck (tests) verifies that no mutation changes the committed state in
+// place (copy on write), at the price of encoding it twice per mutation.
+var cowCheck bool
 
 // stepDown stops serving at once after this arbiter found its election key
 // gone; ending the session makes runTerm end the term and campaign again.
