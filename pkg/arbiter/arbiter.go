@@ -90,6 +90,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"reflect"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -560,6 +561,7 @@ func (a *Arbiter) mutateTerm(ctx context.Context, internal bool, fn mutation) er
 		}
 		old := t.state
 		st := old.fork()
+		st.ch.base, st.ch.baseIx = old, t.ix
 		var before []byte
 		if cowCheck {
 			before, _ = cluster.Encode(old)
@@ -589,8 +591,12 @@ func (a *Arbiter) mutateTerm(ctx context.Context, internal bool, fn mutation) er
 			a.m.txnBytes.Add(float64(res.bytes))
 			a.m.mutations.Inc()
 			a.lastRev.Store(res.rev)
+			ix, err := checkedIndex(st)
+			if err != nil {
+				return err
+			}
 			st.ch = nil
-			a.publish(t, st, buildIndex(st))
+			a.publish(t, st, ix)
 		} else {
 			a.m.noops.Inc()
 		}
@@ -599,8 +605,18 @@ func (a *Arbiter) mutateTerm(ctx context.Context, internal bool, fn mutation) er
 }
 
 // cowCheck (tests) verifies that no mutation changes the committed state in
-// place (copy on write), at the price of encoding it twice per mutation.
+// place (copy on write), at the price of encoding it twice per mutation,
+// and that every derived index equals a full rebuild.
 var cowCheck bool
+
+// checkedIndex is deriveIndex, compared with buildIndex under cowCheck.
+func checkedIndex(st *State) (*index, error) {
+	ix := deriveIndex(st)
+	if cowCheck && !reflect.DeepEqual(ix, buildIndex(st)) {
+		return nil, fmt.Errorf("internal error: the derived index differs from a rebuild")
+	}
+	return ix, nil
+}
 
 // stepDown stops serving at once after this arbiter found its election key
 // gone; ending the session makes runTerm end the term and campaign again.

@@ -428,7 +428,10 @@ func grantOps(name string, vzone uint64, g StripeGroup) []clientv3.Op {
 // reclaim the width is the minimum width from essentials, outside the
 // namespace's budget (the group it replaces gives them back).
 func (a *Arbiter) planGroup(st *State, name string, ns *nsState, vz *VZone, reclaim bool, srcZones []cluster.PhysZone) (StripeGroup, error) {
-	ix := buildIndex(st)
+	ix, err := checkedIndex(st)
+	if err != nil {
+		return StripeGroup{}, err
+	}
 	u := ix.usage[name]
 	m := ns.minWidth()
 	remaining := sub(ns.Spec.ZonesPerVZone, vz.zoneCount())

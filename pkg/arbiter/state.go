@@ -228,7 +228,7 @@ type index struct {
 	devActive map[devKey]uint32
 	dieActive map[dieKey]uint32
 	usage     map[string]*nsUsage
-	busy      map[string]bool // nodes with an allocated zone
+	busy      map[string]int // allocated zones per node (nodes without any are absent)
 }
 
 func buildIndex(st *State) *index {
@@ -237,7 +237,7 @@ func buildIndex(st *State) *index {
 		devActive: map[devKey]uint32{},
 		dieActive: map[dieKey]uint32{},
 		usage:     map[string]*nsUsage{},
-		busy:      map[string]bool{},
+		busy:      map[string]int{},
 	}
 	for name, ns := range st.Namespaces {
 		u := &nsUsage{}
@@ -253,7 +253,7 @@ func buildIndex(st *State) *index {
 				}
 				for _, z := range g.Zones {
 					ix.owner[z] = zoneOwner{Namespace: name, VZone: vz.ID, Group: g.Index, Open: g.Open}
-					ix.busy[z.Node] = true
+					ix.busy[z.Node]++
 					if g.Open {
 						ix.devActive[devKey{z.Node, z.Device}]++
 						ix.dieActive[st.dieOf(z)]++
@@ -262,6 +262,12 @@ func buildIndex(st *State) *index {
 			}
 		}
 	}
+	ix.accountLoans(st)
+	return ix
+}
+
+// accountLoans adds the loans to the usage of their namespaces.
+func (ix *index) accountLoans(st *State) {
 	for _, l := range st.Loans {
 		if u := ix.usage[l.Lender]; u != nil {
 			u.Lent += l.Count
@@ -276,7 +282,6 @@ func buildIndex(st *State) *index {
 			}
 		}
 	}
-	return ix
 }
 
 func (st *State) device(node string, dev uint32) (cluster.DeviceInfo, bool) {

@@ -85,6 +85,10 @@ type changes struct {
 	ownMap map[string]bool // namespaces whose VZones map is private to the fork
 	// ownNodes: the Nodes map is private to the fork
 	ownNodes bool
+	// base and baseIx are the committed state the fork started from and its
+	// index (deriveIndex updates a copy of baseIx by the changed v-zones).
+	base   *State
+	baseIx *index
 }
 
 // fork returns a State sharing everything with st; mutations must go through
@@ -706,4 +710,96 @@ func cloneState(st *State) (*State, error) {
 	}
 	c.normalize()
 	return c, nil
+}
+
+// deriveIndex is buildIndex(st) for a fork: a copy of the committed index
+// updated by the v-zones the fork changed, so a mutation costs what it
+// touches rather than every allocated zone (profiled: rebuilding the index
+// was 40% of the CPU with 8k zones allocated). Changes of the node set or of
+// the namespace set, and states that are not forks, are rebuilt in full.
+func deriveIndex(st *State) *index {
+	ch := st.ch
+	if ch == nil || ch.base == nil || ch.baseIx == nil || ch.ownNodes || len(ch.base.Namespaces) != len(st.Namespaces) {
+		return buildIndex(st)
+	}
+	for name := range st.Namespaces {
+		if ch.base.Namespaces[name] == nil {
+			return buildIndex(st)
+		}
+	}
+	b := ch.baseIx
+	ix := &index{owner: maps.Clone(b.owner), devActive: maps.Clone(b.devActive), dieActive: maps.Clone(b.dieActive),
+		usage: make(map[string]*nsUsage, len(b.usage)), busy: maps.Clone(b.busy)}
+	for name, u := range b.usage {
+		c := *u
+		c.Lent, c.Borrowed, c.BorrowedLive, c.Recalled = 0, 0, 0, 0
+		ix.usage[name] = &c
+	}
+	for r := range ch.vzones {
+		var ov, nv *VZone
+		if ns := ch.base.Namespaces[r.NS]; ns != nil {
+			ov = ns.VZones[r.ID]
+		}
+		if ns := st.Namespaces[r.NS]; ns != nil {
+			nv = ns.VZones[r.ID]
+		}
+		if ov != nil {
+			ix.account(ch.base, r.NS, ov, false)
+		}
+		if nv != nil {
+			ix.account(st, r.NS, nv, true)
+		}
+	}
+	ix.accountLoans(st)
+	return ix
+}
+
+// account adds (or removes) a v-zone's zones and resource use.
+func (ix *index) account(st *State, name string, vz *VZone, add bool) {
+	u := ix.usage[name]
+	if u == nil {
+		u = &nsUsage{}
+		ix.usage[name] = u
+	}
+	step := func(v *uint32, d uint32) {
+		if add {
+			*v += d
+		} else {
+			*v -= d
+		}
+	}
+	if vz.openGroup() != nil {
+		step(&u.ActiveVZones, 1)
+	}
+	for _, g := range vz.allGroups() {
+		if g.Open {
+			step(&u.EssentialsInUse, g.Essentials)
+			step(&u.SparesInUse, g.Spares)
+		}
+		for _, z := range g.Zones {
+			if add {
+				ix.owner[z] = zoneOwner{Namespace: name, VZone: vz.ID, Group: g.Index, Open: g.Open}
+				ix.busy[z.Node]++
+			} else {
+				delete(ix.owner, z)
+				if ix.busy[z.Node]--; ix.busy[z.Node] <= 0 {
+					delete(ix.busy, z.Node)
+				}
+			}
+			if g.Open {
+				dk, die := devKey{z.Node, z.Device}, st.dieOf(z)
+				if add {
+					ix.devActive[dk]++
+					ix.dieActive[die]++
+				} else {
+					if ix.devActive[dk]--; ix.devActive[dk] == 0 {
+						delete(ix.devActive, dk)
+					}
+					if ix.dieActive[die]--; ix.dieActive[die] == 0 {
+						delete(ix.dieActive, die)
+					}
+				}
+			}
+		}
+	}
 }
