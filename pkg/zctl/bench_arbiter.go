@@ -30,6 +30,7 @@ func benchArbiterCmd(g *Globals) *cobra.Command {
 	c.Flags().IntVar(&o.Cycles, "cycles", 300, "measured allocation cycles (open + stripe group + finish + reset) per run")
 	c.Flags().IntVar(&o.Repeats, "repeats", 3, "runs per size (the median is reported)")
 	c.Flags().IntVar(&o.Workers, "workers", 4, "concurrent workers (distinct v-zones)")
+	c.Flags().IntVar(&o.FillVZones, "fill-vzones", 0, "full v-zones (16 zones each) allocated before the measured cycles")
 	c.Flags().IntVar(&o.DBMutations, "db-mutations", 0, "mutations of the etcd database-size run on the largest cluster (0 skips)")
 	c.Flags().DurationVar(&o.CompactInterval, "compact-interval", 5*time.Second, "arbiter compaction interval in the database-size run")
 	return c

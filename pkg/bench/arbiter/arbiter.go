@@ -60,6 +60,9 @@ type Options struct {
 	Repeats int
 	// Workers run cycles concurrently on distinct v-zones. Default 4.
 	Workers int
+	// FillVZones full v-zones (16 zones each) are allocated before the
+	// measured cycles, so that they run against an occupied cluster.
+	FillVZones int
 	// DBMutations for the database-size scenario (0 skips it).
 	DBMutations int
 	// CompactInterval of the arbiter in the database-size scenario. Default 5s.
@@ -93,8 +96,8 @@ func (o *Options) defaults() error {
 			return &zerr.InvalidArgumentError{Field: "nodes", Reason: fmt.Sprintf("%d is not in [1, 100000]", n)}
 		}
 	}
-	if o.ZonesPerNode < 8 || len(o.Nodes) == 0 || o.Cycles < 1 || o.Repeats < 1 || o.Workers < 1 || o.Workers > 64 || o.DBMutations < 0 {
-		return &zerr.InvalidArgumentError{Field: "options", Reason: "zones per node >= 8, cycles >= 1, repeats >= 1, workers in [1, 64], db mutations >= 0"}
+	if o.ZonesPerNode < 8 || len(o.Nodes) == 0 || o.Cycles < 1 || o.Repeats < 1 || o.Workers < 1 || o.Workers > 64 || o.DBMutations < 0 || o.FillVZones < 0 {
+		return &zerr.InvalidArgumentError{Field: "options", Reason: "zones per node >= 8, cycles >= 1, repeats >= 1, workers in [1, 64], db mutations and fill v-zones >= 0"}
 	}
 	return nil
 }
@@ -103,6 +106,7 @@ func (o *Options) defaults() error {
 type Row struct {
 	Nodes                int       `json:"nodes"`
 	ZonesPerNode         int       `json:"zones_per_node"`
+	AllocatedZones       int       `json:"allocated_zones_before"`
 	Cycles               int       `json:"cycles"`
 	Mutations            int64     `json:"mutations"`
 	BytesPerMutation     float64   `json:"bytes_per_mutation"`
@@ -148,7 +152,7 @@ func Run(ctx context.Context, o Options) (*Result, error) {
 	type acc struct{ bytes, txns, muts int64 }
 	accs := make([]acc, len(o.Nodes))
 	for _, n := range o.Nodes {
-		res.Rows = append(res.Rows, Row{Nodes: n, ZonesPerNode: o.ZonesPerNode, Cycles: o.Cycles})
+		res.Rows = append(res.Rows, Row{Nodes: n, ZonesPerNode: o.ZonesPerNode, Cycles: o.Cycles, AllocatedZones: o.FillVZones * 2 * benchWidth})
 	}
 	// Repeats are interleaved (every size once per round) so that the
 	// machine's noise hits every size alike.
@@ -288,6 +292,18 @@ func runOnce(ctx context.Context, dir string, nodes int, o Options, cycles int, 
 		}
 		wg.Wait()
 		return errors.Join(errs...)
+	}
+	for i := 0; i < o.FillVZones; i++ {
+		id := uint64(o.Workers + i)
+		if _, err := a.OpenVZone(ctx, "bench", id); err != nil {
+			return m, fmt.Errorf("fill: %w", err)
+		}
+		if _, err := a.NextStripeGroup(ctx, "bench", id); err != nil {
+			return m, fmt.Errorf("fill: %w", err)
+		}
+		if _, err := a.FinishVZone(ctx, "bench", id); err != nil {
+			return m, fmt.Errorf("fill: %w", err)
+		}
 	}
 	if err := run(o.Warmup); err != nil {
 		return m, err
@@ -438,9 +454,9 @@ func (t *countingTxn) Commit() (*clientv3.TxnResponse, error) {
 // WriteTable prints the result.
 func (r *Result) WriteTable(w io.Writer) error {
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(tw, "NODES\tZONES/NODE\tCYCLES/S (median)\tRATIO\tSTRIPE GROUPS/S\tBYTES/MUTATION\tTXNS/MUTATION\tRUNS")
+	fmt.Fprintln(tw, "NODES\tZONES/NODE\tALLOCATED\tCYCLES/S (median)\tRATIO\tSTRIPE GROUPS/S\tBYTES/MUTATION\tTXNS/MUTATION\tRUNS")
 	for _, x := range r.Rows {
-		fmt.Fprintf(tw, "%d\t%d\t%.0f\t%.2f\t%.0f\t%.0f\t%.2f\t%v\n", x.Nodes, x.ZonesPerNode, x.AllocationsPerSecond, x.RatioVsSmallest,
+		fmt.Fprintf(tw, "%d\t%d\t%d\t%.0f\t%.2f\t%.0f\t%.0f\t%.2f\t%v\n", x.Nodes, x.ZonesPerNode, x.AllocatedZones, x.AllocationsPerSecond, x.RatioVsSmallest,
 			x.StripeGroupsPerSec, x.BytesPerMutation, x.TxnsPerMutation, roundAll(x.Runs))
 	}
 	if r.DB != nil {

@@ -11,7 +11,7 @@ import (
 )
 
 func TestOptionsRejected(t *testing.T) {
-	for _, o := range []Options{{Nodes: []int{0}}, {Workers: 100}, {ZonesPerNode: 4}, {DBMutations: -1}} {
+	for _, o := range []Options{{Nodes: []int{0}}, {Workers: 100}, {ZonesPerNode: 4}, {DBMutations: -1}, {FillVZones: -1}} {
 		_, err := Run(context.Background(), o)
 		require.ErrorIs(t, err, zerr.ErrInvalidArgument, "%+v", o)
 	}
@@ -20,7 +20,7 @@ func TestOptionsRejected(t *testing.T) {
 // TestSmallRun runs the benchmark on two small clusters: every figure is
 // measured (non-zero) and bytes per mutation do not depend on the size.
 func TestSmallRun(t *testing.T) {
-	res, err := Run(context.Background(), Options{Dir: t.TempDir(), Nodes: []int{4, 32}, Cycles: 20, Warmup: 2, Repeats: 1, Workers: 2, DBMutations: 80})
+	res, err := Run(context.Background(), Options{Dir: t.TempDir(), Nodes: []int{4, 32}, Cycles: 20, Warmup: 2, Repeats: 1, Workers: 2, DBMutations: 80, FillVZones: 3})
 	require.NoError(t, err)
 	require.Len(t, res.Rows, 2)
 	for _, r := range res.Rows {
