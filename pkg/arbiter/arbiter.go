@@ -591,7 +591,7 @@ func (a *Arbiter) mutateTerm(ctx context.Context, internal bool, fn mutation) er
 			a.m.txnBytes.Add(float64(res.bytes))
 			a.m.mutations.Inc()
 			a.lastRev.Store(res.rev)
-			ix, err := checkedIndex(st)
+			ix, err := checkedIndex(st, false)
 			if err != nil {
 				return err
 			}
@@ -610,10 +610,14 @@ func (a *Arbiter) mutateTerm(ctx context.Context, internal bool, fn mutation) er
 var cowCheck bool
 
 // checkedIndex is deriveIndex, compared with buildIndex under cowCheck.
-func checkedIndex(st *State) (*index, error) {
-	ix := deriveIndex(st)
-	if cowCheck && !reflect.DeepEqual(ix, buildIndex(st)) {
-		return nil, fmt.Errorf("internal error: the derived index differs from a rebuild")
+func checkedIndex(st *State, overlay bool) (*index, error) {
+	ix := deriveIndex(st, overlay)
+	if cowCheck {
+		cp := *ix
+		cp.materialize()
+		if !reflect.DeepEqual(&cp, buildIndex(st)) {
+			return nil, fmt.Errorf("internal error: the derived index differs from a rebuild")
+		}
 	}
 	return ix, nil
 }

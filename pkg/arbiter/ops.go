@@ -428,7 +428,7 @@ func grantOps(name string, vzone uint64, g StripeGroup) []clientv3.Op {
 // reclaim the width is the minimum width from essentials, outside the
 // namespace's budget (the group it replaces gives them back).
 func (a *Arbiter) planGroup(st *State, name string, ns *nsState, vz *VZone, reclaim bool, srcZones []cluster.PhysZone) (StripeGroup, error) {
-	ix, err := checkedIndex(st)
+	ix, err := checkedIndex(st, true)
 	if err != nil {
 		return StripeGroup{}, err
 	}

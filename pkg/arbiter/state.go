@@ -3,6 +3,7 @@ package arbiter
 import (
 	"cmp"
 	"fmt"
+	"maps"
 	"math/bits"
 	"slices"
 	"time"
@@ -229,6 +230,39 @@ type index struct {
 	dieActive map[dieKey]uint32
 	usage     map[string]*nsUsage
 	busy      map[string]int // allocated zones per node (nodes without any are absent)
+	// ownerAdd/ownerDel overlay owner when it is shared with the committed
+	// index (a derived index inside a mutation, see deriveIndex).
+	ownerAdd map[cluster.PhysZone]zoneOwner
+	ownerDel map[cluster.PhysZone]bool
+}
+
+// owned tells whether a zone is allocated.
+func (ix *index) owned(z cluster.PhysZone) bool {
+	if ix.ownerAdd != nil {
+		if _, ok := ix.ownerAdd[z]; ok {
+			return true
+		}
+		if ix.ownerDel[z] {
+			return false
+		}
+	}
+	_, ok := ix.owner[z]
+	return ok
+}
+
+// materialize turns an overlaid owner map into a private one.
+func (ix *index) materialize() {
+	if ix.ownerAdd == nil {
+		return
+	}
+	owner := maps.Clone(ix.owner)
+	for z := range ix.ownerDel {
+		delete(owner, z)
+	}
+	for z, o := range ix.ownerAdd {
+		owner[z] = o
+	}
+	ix.owner, ix.ownerAdd, ix.ownerDel = owner, nil, nil
 }
 
 func buildIndex(st *State) *index {
@@ -504,7 +538,7 @@ func candidatesOf(ds *dieSlots, ix *index, buf []candidate) []candidate {
 				if b {
 					found := false
 					for z := sl.fcg; z < sl.numZones; z += sl.fcgs {
-						if _, used := ix.owner[cluster.PhysZone{Node: sl.node, Device: sl.dev, Zone: z}]; !used {
+						if !ix.owned(cluster.PhysZone{Node: sl.node, Device: sl.dev, Zone: z}) {
 							zone, found = z, true
 							break
 						}

@@ -717,7 +717,11 @@ func cloneState(st *State) (*State, error) {
 // touches rather than every allocated zone (profiled: rebuilding the index
 // was 40% of the CPU with 8k zones allocated). Changes of the node set or of
 // the namespace set, and states that are not forks, are rebuilt in full.
-func deriveIndex(st *State) *index {
+//
+// With overlay, the owner map is shared with the committed index (read
+// only) and the changes go to an overlay: for the allocator, which only
+// looks zones up; a published index is materialized.
+func deriveIndex(st *State, overlay bool) *index {
 	ch := st.ch
 	if ch == nil || ch.base == nil || ch.baseIx == nil || ch.ownNodes || len(ch.base.Namespaces) != len(st.Namespaces) {
 		return buildIndex(st)
@@ -728,8 +732,12 @@ func deriveIndex(st *State) *index {
 		}
 	}
 	b := ch.baseIx
-	ix := &index{owner: maps.Clone(b.owner), devActive: maps.Clone(b.devActive), dieActive: maps.Clone(b.dieActive),
-		usage: make(map[string]*nsUsage, len(b.usage)), busy: maps.Clone(b.busy)}
+	ix := &index{owner: b.owner, devActive: maps.Clone(b.devActive), dieActive: maps.Clone(b.dieActive),
+		usage: make(map[string]*nsUsage, len(b.usage)), busy: maps.Clone(b.busy),
+		ownerAdd: map[cluster.PhysZone]zoneOwner{}, ownerDel: map[cluster.PhysZone]bool{}}
+	if b.ownerAdd != nil { // never: committed indexes are materialized
+		return buildIndex(st)
+	}
 	for name, u := range b.usage {
 		c := *u
 		c.Lent, c.Borrowed, c.BorrowedLive, c.Recalled = 0, 0, 0, 0
@@ -751,6 +759,9 @@ func deriveIndex(st *State) *index {
 		}
 	}
 	ix.accountLoans(st)
+	if !overlay {
+		ix.materialize()
+	}
 	return ix
 }
 
@@ -778,10 +789,21 @@ func (ix *index) account(st *State, name string, vz *VZone, add bool) {
 		}
 		for _, z := range g.Zones {
 			if add {
-				ix.owner[z] = zoneOwner{Namespace: name, VZone: vz.ID, Group: g.Index, Open: g.Open}
+				o := zoneOwner{Namespace: name, VZone: vz.ID, Group: g.Index, Open: g.Open}
+				if ix.ownerAdd != nil {
+					ix.ownerAdd[z] = o
+					delete(ix.ownerDel, z)
+				} else {
+					ix.owner[z] = o
+				}
 				ix.busy[z.Node]++
 			} else {
-				delete(ix.owner, z)
+				if ix.ownerAdd != nil {
+					delete(ix.ownerAdd, z)
+					ix.ownerDel[z] = true
+				} else {
+					delete(ix.owner, z)
+				}
 				if ix.busy[z.Node]--; ix.busy[z.Node] <= 0 {
 					delete(ix.busy, z.Node)
 				}
