@@ -69,8 +69,10 @@
 // link, admission into the shared write cache (a write waits when the cache
 // is full until enough earlier data has been programmed), then one program
 // per completed chunk on its chip; the write completes at admission (at the
-// last program with FUA or without a cache). Copyback costs copyback_ratio x
-// (read + 2 DMA + program) on the chip only. Each call returns an IOResult
+// last program with FUA or without a cache). Copyback holds the chip for
+// copyback_ratio x (read + program) and never uses the channel; read and
+// program is chip read, channel DMA out, channel DMA in, chip program (see
+// pkg/flash). disable_copyback copies every chunk by read and program. Each call returns an IOResult
 // (modelled submit/complete) and waits on the Clock until the completion,
 // except under NoWait(ctx). The off clock skips the model entirely.
 //

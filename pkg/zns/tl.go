@@ -292,7 +292,7 @@ func (d *Device) plugChunk(z *zone, c uint64, offs []uint64, full bool, t0 time.
 // copybackAllowed applies the chip rule and the consecutive-copyback
 // threshold, and updates the destination page's chain count.
 func (d *Device) copybackAllowed(src, dst bloc) bool {
-	if src.chip != dst.chip {
+	if src.chip != dst.chip || d.conf().DisableCopyback {
 		return false
 	}
 	si := d.pageIndex(src.chip, src.fbg, src.page)
