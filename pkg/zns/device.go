@@ -90,6 +90,7 @@ type Device struct {
 	cmu      sync.Mutex
 	comps    map[uint64]*compaction
 	nextComp uint64
+	jobs     map[*job]struct{} // long operations still being booked (sched.go)
 	bg       sync.WaitGroup
 
 	closed atomic.Bool
@@ -242,7 +243,7 @@ func open(path string, cfg flash.Config, clk clock.Clock, opts []Option) (*Devic
 	if err != nil {
 		return nil, err
 	}
-	d := &Device{path: path, cfg: cfg, g: g, lay: lay, clk: clk, f: newSyncFile(f), fs: o.fs, log: o.log, uuid: uuid, comps: map[uint64]*compaction{}}
+	d := &Device{path: path, cfg: cfg, g: g, lay: lay, clk: clk, f: newSyncFile(f), fs: o.fs, log: o.log, uuid: uuid, comps: map[uint64]*compaction{}, jobs: map[*job]struct{}{}}
 	if jc.dropped > 0 {
 		d.st.tailDropped.Add(1)
 		d.log.Warn("zns: journal tail dropped (torn, zeroed or garbage: writes after the last flush)",
@@ -615,6 +616,7 @@ func (d *Device) Close() error {
 		return &zerr.ClosedError{What: "device " + d.path}
 	}
 	d.bg.Wait()
+	d.flushJobs()
 	e1 := d.f.Datasync()
 	e2 := d.j.sync()
 	e3 := d.f.Close()
@@ -627,6 +629,7 @@ func (d *Device) Close() error {
 func (d *Device) abandon() {
 	d.closed.Store(true)
 	d.bg.Wait()
+	d.flushJobs()
 	d.f.Close()
 	d.j.f.Close()
 }

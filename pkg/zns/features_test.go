@@ -372,3 +372,81 @@ func TestRefusedCompactionChangesNothing(t *testing.T) {
 	require.Equal(t, before, after)
 	require.Equal(t, 2, d.Log().OpenZones)
 }
+
+// A compaction is booked piece by piece on the clock: a user read on one of
+// its chips, submitted in the middle, waits at most for the piece in
+// progress, not for the whole compaction (ZNS+ §3.2.1), and the compaction
+// ends later by about the read's chip time. Copyback makes the chip-bound
+// compaction faster than read-and-program by 1/copyback_ratio.
+func TestCompactionInterleavesUserReads(t *testing.T) {
+	type out struct {
+		comp        CompactionResult
+		read        IOResult
+		idleRead    time.Duration
+		copybackLat time.Duration
+	}
+	run := func(t *testing.T, noCopyback, userRead bool) out {
+		cfg := flash.Small()
+		cfg.MaxOpenZones, cfg.MaxActiveZones = 0, 0
+		cfg.DisableCopyback = noCopyback
+		v := clock.NewVirtual()
+		d, _ := newDev(t, cfg, v)
+		zs := d.g.ZoneSize
+		for _, z := range []uint64{0, 2, 4} { // FCG 0: chips 0 and 1
+			fill(t, d, z, int(zs), byte(z))
+		}
+		v.AdvanceTo(d.Drained() + time.Millisecond)
+		var o out
+		_, r, err := d.Read(bg, 0, 1)
+		require.NoError(t, err)
+		o.idleRead = r.Latency()
+		o.copybackLat = d.model.CopybackLatency()
+		v.Advance(time.Millisecond)
+		var copies []Copy
+		for k, z := range []uint64{0, 2, 4} {
+			copies = append(copies, Copy{Src: z * zs, Dst: (6 + 2*uint64(k)) * zs, Count: zs})
+		}
+		t0 := v.Now()
+		id, err := d.ZoneCompaction(bg, copies)
+		require.NoError(t, err)
+		if userRead {
+			v.AdvanceTo(t0 + 2*time.Millisecond)
+			_, o.read, err = d.Read(bg, 0, 1) // chunk 0: chip 0, busy compacting
+			require.NoError(t, err)
+		}
+		o.comp, err = d.WaitCompaction(bg, id)
+		require.NoError(t, err)
+		require.Equal(t, 3*zs, o.comp.Blocks)
+		if noCopyback {
+			require.Equal(t, 3*zs, o.comp.ReadProgBlocks)
+		} else {
+			require.Equal(t, 3*zs, o.comp.CopybackBlocks)
+		}
+		got, _, err := d.Read(bg, 6*zs, zs)
+		require.NoError(t, err)
+		require.Equal(t, pattern(d.g.BlockSize, 0, int(zs), 0)[:64], got[:64])
+		return o
+	}
+	idle := run(t, false, false)
+	busy := run(t, false, true)
+	// the read waits at most one copyback (the piece in progress), the
+	// compaction had far more left
+	require.Greater(t, busy.read.Latency(), busy.idleRead)
+	require.LessOrEqual(t, busy.read.Latency(), busy.idleRead+busy.copybackLat)
+	left := busy.comp.Completed - busy.read.Submitted
+	require.Greater(t, left, 10*busy.read.Latency(), "a convoy would have made the read wait %v", left)
+	// the compaction yields the chip for the read: it ends later, by the read's chip time
+	p := flash.Presets["MLC"]
+	require.Greater(t, busy.comp.Duration(), idle.comp.Duration())
+	require.LessOrEqual(t, busy.comp.Duration(), idle.comp.Duration()+p.Read+p.DMA)
+	// 24 chunks per chip: chip-bound, copyback saves 1 - ratio of the chip time
+	require.InDelta(t, 24*busy.copybackLat, idle.comp.Duration(), float64(p.Read+p.DMA))
+	rp := run(t, true, false)
+	t.Logf("idle read %v, read during compaction %v (compaction had %v left); compaction %v alone, %v with the read, %v without copyback",
+		busy.idleRead, busy.read.Latency(), left, idle.comp.Duration(), busy.comp.Duration(), rp.comp.Duration())
+	require.InDelta(t, 24*(p.Read+p.Program), rp.comp.Duration(), float64(2*(p.Read+2*p.DMA)))
+	require.InDelta(t, 1/p.CopybackRatio, float64(rp.comp.Duration())/float64(idle.comp.Duration()), 0.02)
+	// deterministic on the virtual clock
+	again := run(t, false, true)
+	require.Equal(t, busy, again)
+}
