@@ -678,8 +678,10 @@ func (d *Device) SetConfig(cfg flash.Config) error {
 }
 
 // Drained is the modelled time at which every chip finishes the work booked
-// so far (0 with the off clock).
+// so far (0 with the off clock). Long operations still being booked piece by
+// piece (compactions, TL-finish plugging) are booked to their end first.
 func (d *Device) Drained() time.Duration {
+	d.flushJobs() // long operations still being booked: book the rest now
 	var t time.Duration
 	if d.model != nil {
 		for c := 0; c < d.g.Chips; c++ {
@@ -875,6 +877,12 @@ func (d *Device) punchFBG(fcg, b int) error {
 // booked for the erase in the background. The file's blocks are hole-punched
 // (no sync); see scrubFBG for when that becomes durable.
 func (d *Device) releaseFBG(fcg, b int, written bool) error {
+	return d.releaseFBGAt(fcg, b, written, -1)
+}
+
+// releaseFBGAt is releaseFBG with the erase booked from eraseAt (-1: now;
+// -2: not booked, the caller books it with bookErase).
+func (d *Device) releaseFBGAt(fcg, b int, written bool, eraseAt time.Duration) error {
 	if b < 0 {
 		return nil
 	}
@@ -906,18 +914,27 @@ func (d *Device) releaseFBG(fcg, b int, written bool) error {
 	if err := d.jappend(fbgRec{uint32(fcg), uint32(b), e}.encode()); err != nil {
 		return err
 	}
-	now := d.now()
+	if eraseAt == -1 {
+		d.bookErase(fcg, d.now())
+	}
 	for c := 0; c < d.g.DZone; c++ {
 		chip := fcg*d.g.DZone + c
-		if d.model != nil {
-			d.model.Erase(now, chip)
-		}
 		for p := 0; p < d.cfg.PagesPerBlock; p++ {
 			d.cbCount[d.pageIndex(chip, b, p)].Store(0)
 		}
 	}
 	d.st.erases.Add(uint64(d.g.DZone))
 	return nil
+}
+
+// bookErase books the erase of one FBG of fcg on its chips from t.
+func (d *Device) bookErase(fcg int, t time.Duration) {
+	if d.model == nil {
+		return
+	}
+	for c := 0; c < d.g.DZone; c++ {
+		d.model.Erase(t, fcg*d.g.DZone+c)
+	}
 }
 
 // zeroRange makes blocks [a, b) of an FBG of z read as zeros: partial chunks

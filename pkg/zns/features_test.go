@@ -450,3 +450,110 @@ func TestCompactionInterleavesUserReads(t *testing.T) {
 	again := run(t, false, true)
 	require.Equal(t, busy, again)
 }
+
+// The ways a compaction's pieces get booked: driven by WaitCompaction on the
+// virtual clock, at once under NoWait, by the realtime clock's timers, and
+// at Close for a compaction nobody waits for.
+func TestCompactionJobCompletion(t *testing.T) {
+	setup := func(t *testing.T, clk clock.Clock) (*Device, []Copy) {
+		cfg := flash.Small()
+		cfg.MaxOpenZones, cfg.MaxActiveZones = 0, 0
+		d, _ := newDev(t, cfg, clk)
+		zs := d.g.ZoneSize
+		fill(t, d, 0, 16, 3)
+		// chunks 0,1 by copyback, 2,3 by read and program (other chips)
+		return d, []Copy{{Src: 0, Dst: 2 * zs, Count: 8}, {Src: 8, Dst: 2*zs + 12, Count: 8}}
+	}
+	var driven, nowait CompactionResult
+	for _, noWait := range []bool{false, true} {
+		v := clock.NewVirtual()
+		d, copies := setup(t, v)
+		v.AdvanceTo(d.Drained() + time.Millisecond)
+		id, err := d.ZoneCompaction(bg, copies)
+		require.NoError(t, err)
+		ctx := bg
+		if noWait {
+			ctx = NoWait(bg)
+		}
+		res, err := d.WaitCompaction(ctx, id)
+		require.NoError(t, err)
+		require.Equal(t, uint64(8), res.CopybackBlocks)
+		require.Equal(t, uint64(8), res.ReadProgBlocks)
+		if noWait {
+			nowait = res
+			require.Less(t, v.Now(), res.Completed, "NoWait does not move the clock")
+		} else {
+			driven = res
+			require.Equal(t, res.Completed, v.Now())
+		}
+	}
+	require.Equal(t, driven.Duration(), nowait.Duration())
+	require.Greater(t, driven.Duration(), time.Duration(0))
+
+	t.Run("realtime", func(t *testing.T) {
+		rt := clock.Realtime(1)
+		defer rt.Stop()
+		d, copies := setup(t, rt)
+		id, err := d.ZoneCompaction(bg, copies)
+		require.NoError(t, err)
+		res, err := d.WaitCompaction(bg, id)
+		require.NoError(t, err)
+		require.Greater(t, res.Duration(), time.Duration(0))
+		require.GreaterOrEqual(t, rt.Now(), res.Completed)
+	})
+	t.Run("close while booking", func(t *testing.T) {
+		v := clock.NewVirtual()
+		d, copies := setup(t, v)
+		_, err := d.ZoneCompaction(bg, copies)
+		require.NoError(t, err)
+		require.NoError(t, d.Close()) // books the rest, does not hang
+	})
+	t.Run("destination refuses writes until the job ends", func(t *testing.T) {
+		v := clock.NewVirtual()
+		d, copies := setup(t, v)
+		id, err := d.ZoneCompaction(bg, copies)
+		require.NoError(t, err)
+		_, err = d.Write(NoWait(bg), 2*d.g.ZoneSize+20, pattern(d.g.BlockSize, 0, 1, 1), Flags{})
+		require.ErrorIs(t, err, zerr.ErrZoneState)
+		_, err = d.WaitCompaction(bg, id)
+		require.NoError(t, err)
+		_, err = d.Write(bg, 2*d.g.ZoneSize+20, pattern(d.g.BlockSize, 0, 1, 1), Flags{})
+		require.NoError(t, err)
+	})
+}
+
+// Finishing a TL zone plugs its remaining valid blocks in the background,
+// piece by piece: a read on its chips right after the finish does not wait
+// for all of it.
+func TestTLFinishPlugsInBackground(t *testing.T) {
+	cfg := flash.Small()
+	cfg.MaxOpenZones, cfg.MaxActiveZones = 0, 0
+	v := clock.NewVirtual()
+	d, _ := newDev(t, cfg, v)
+	zs := d.g.ZoneSize
+	fill(t, d, 0, int(zs), 5)
+	fill(t, d, 2, 8, 6)
+	v.AdvanceTo(d.Drained() + time.Millisecond)
+	bm := make([]byte, (d.g.ZoneCap+7)/8)
+	for i := 1; i < len(bm); i++ { // all valid but the first 8 blocks
+		bm[i] = 0xff
+	}
+	_, err := d.TLOpen(bg, 0, bm, PPAOrdered)
+	require.NoError(t, err)
+	_, err = d.Write(bg, 0, pattern(d.g.BlockSize, 0, 8, 9), Flags{})
+	require.NoError(t, err)
+	v.AdvanceTo(d.Drained() + time.Millisecond)
+	t0 := v.Now()
+	_, err = d.ZoneMgmt(bg, 0, ActionFinish, false)
+	require.NoError(t, err)
+	_, r, err := d.Read(bg, 2*zs, 1) // zone 2 chunk 0: chip 0, where the plugging runs
+	require.NoError(t, err)
+	// it waited for one copyback at most, not for the 7 per chip of the
+	// plugging, nor for the erase of the original FBG (booked after it)
+	require.LessOrEqual(t, r.Latency(), d.model.CopybackLatency()+100*time.Microsecond)
+	end := d.Drained()
+	require.Greater(t, end-t0, 7*d.model.CopybackLatency()+d.conf().EraseLatency)
+	got, _, err := d.Read(bg, 8, 8)
+	require.NoError(t, err)
+	require.Equal(t, pattern(d.g.BlockSize, 8, 8, 5), got)
+}

@@ -390,7 +390,16 @@ func (d *Device) tlFinalize(z *zone) error {
 	if _, err := d.plugRange(z, z.wp, last, t, false, true, &pieces); err != nil {
 		return err
 	}
-	defer d.startJob(t, pieces, nil)
+	// The original FBG is erased once the plugging that reads it has ended.
+	fcg := z.fcg
+	eraseOrig := false
+	defer func() {
+		d.startJob(t, pieces, func(end time.Duration) {
+			if eraseOrig {
+				d.bookErase(fcg, end)
+			}
+		})
+	}()
 	// The plugged copies must be durable before the journal says the
 	// original FBG is gone.
 	if err := d.f.Datasync(); err != nil {
@@ -407,5 +416,9 @@ func (d *Device) tlFinalize(z *zone) error {
 	if err := d.persistWP(z, z.wp); err != nil {
 		return err
 	}
-	return d.releaseFBG(z.fcg, orig, true)
+	if err := d.releaseFBGAt(z.fcg, orig, true, -2); err != nil {
+		return err
+	}
+	eraseOrig = true
+	return nil
 }
