@@ -50,12 +50,18 @@ type Result struct {
 	// would wait if the compaction held its chips until its end (convoy)
 	CompactionLeftAtReadMicros float64 `json:"compaction_left_at_read_us"`
 
-	IZCVsHostCopy           float64         `json:"izc_vs_host_copy"`
-	IZCMillis               float64         `json:"izc_ms"`
-	HostCopyMillis          float64         `json:"host_copy_ms"`
-	SeqWriteChipUtilization float64         `json:"seq_write_chip_utilization"`
-	TLBackgroundPlugRatio   float64         `json:"tl_background_plug_ratio"`
-	WriteMiBPerSecond       map[int]float64 `json:"write_mib_per_second"`
+	IZCVsHostCopy float64 `json:"izc_vs_host_copy"`
+	// host copy with one 4 KiB read per valid block: all submitted at once
+	// (F2FS, ZNS+ Fig. 3a) vs one synchronous read at a time
+	HostCopyParallel4KMillis float64         `json:"host_copy_parallel_4k_ms"`
+	HostCopySync4KMillis     float64         `json:"host_copy_sync_4k_ms"`
+	IZCVsHostCopyParallel4K  float64         `json:"izc_vs_host_copy_parallel_4k"`
+	IZCVsHostCopySync4K      float64         `json:"izc_vs_host_copy_sync_4k"`
+	IZCMillis                float64         `json:"izc_ms"`
+	HostCopyMillis           float64         `json:"host_copy_ms"`
+	SeqWriteChipUtilization  float64         `json:"seq_write_chip_utilization"`
+	TLBackgroundPlugRatio    float64         `json:"tl_background_plug_ratio"`
+	WriteMiBPerSecond        map[int]float64 `json:"write_mib_per_second"`
 }
 
 func (o *Options) defaults() {
@@ -125,6 +131,18 @@ func Run(ctx context.Context, o Options) (Result, error) {
 		return r, err
 	}
 	r.IZCVsHostCopy = r.IZCMillis / r.HostCopyMillis
+	for _, h := range []struct {
+		mode int
+		ms   *float64
+		vs   *float64
+	}{{hostBlocks, &r.HostCopyParallel4KMillis, &r.IZCVsHostCopyParallel4K}, {hostBlocksSync, &r.HostCopySync4KMillis, &r.IZCVsHostCopySync4K}} {
+		t, err := b.hostCopy(ctx, o, h.mode)
+		if err != nil {
+			return r, err
+		}
+		*h.ms = float64(t) / 1e6
+		*h.vs = r.IZCMillis / *h.ms
+	}
 	if r.SeqWriteChipUtilization, err = b.seqUtil(ctx, o); err != nil {
 		return r, err
 	}
@@ -308,67 +326,110 @@ func halfValid(ctx context.Context, d *zns.Device) ([]uint64, error) {
 
 // izc: compact a half-valid zone with zone_compaction vs host read + write back.
 func (b *bench) izc(ctx context.Context, o Options) (float64, float64, error) {
-	cfg := o.cfg()
-	var izc, host time.Duration
-	for pass := 0; pass < 2; pass++ {
-		v := clock.NewVirtual()
-		d, err := b.open(cfg, v)
-		if err != nil {
-			return 0, 0, err
-		}
-		g := d.Geometry()
-		cb := uint64(g.ChunkBlocks)
-		valid, err := halfValid(ctx, d)
-		if err != nil {
-			b.done(d)
-			return 0, 0, err
-		}
-		v.AdvanceTo(d.Drained() + time.Millisecond)
-		t0 := v.Now()
-		dst := g.ZoneSize
-		if pass == 0 {
-			var copies []zns.Copy
-			for k, c := range valid {
-				copies = append(copies, zns.Copy{Src: c * cb, Dst: dst + uint64(k)*cb, Count: cb})
-			}
-			id, err := d.ZoneCompaction(ctx, copies)
-			if err == nil {
-				_, err = d.WaitCompaction(ctx, id)
-			}
-			if err != nil {
-				b.done(d)
-				return 0, 0, err
-			}
-			izc = d.Drained() - t0
-		} else {
-			// host: read every valid chunk (all submitted at once), then write them back.
-			nw := zns.NoWait(ctx)
-			var data [][]byte
-			readDone := t0
-			for _, c := range valid {
-				buf, res, err := d.Read(nw, c*cb, cb)
-				if err != nil {
-					b.done(d)
-					return 0, 0, err
-				}
-				data = append(data, buf)
-				readDone = max(readDone, res.Completed)
-			}
-			v.AdvanceTo(readDone)
-			end := readDone
-			for k, buf := range data {
-				res, err := d.Write(nw, dst+uint64(k)*cb, buf, zns.Flags{})
-				if err != nil {
-					b.done(d)
-					return 0, 0, err
-				}
-				end = max(end, res.Completed)
-			}
-			host = max(end, d.Drained()) - t0
-		}
-		b.done(d)
+	izc, err := b.compactHalfIZC(ctx, o)
+	if err != nil {
+		return 0, 0, err
+	}
+	host, err := b.hostCopy(ctx, o, hostChunks)
+	if err != nil {
+		return 0, 0, err
 	}
 	return float64(izc) / 1e6, float64(host) / 1e6, nil
+}
+
+func (b *bench) compactHalfIZC(ctx context.Context, o Options) (time.Duration, error) {
+	v := clock.NewVirtual()
+	d, err := b.open(o.cfg(), v)
+	if err != nil {
+		return 0, err
+	}
+	defer b.done(d)
+	g := d.Geometry()
+	cb := uint64(g.ChunkBlocks)
+	valid, err := halfValid(ctx, d)
+	if err != nil {
+		return 0, err
+	}
+	v.AdvanceTo(d.Drained() + time.Millisecond)
+	t0 := v.Now()
+	var copies []zns.Copy
+	for k, c := range valid {
+		copies = append(copies, zns.Copy{Src: c * cb, Dst: g.ZoneSize + uint64(k)*cb, Count: cb})
+	}
+	id, err := d.ZoneCompaction(ctx, copies)
+	if err == nil {
+		_, err = d.WaitCompaction(ctx, id)
+	}
+	if err != nil {
+		return 0, err
+	}
+	return d.Drained() - t0, nil
+}
+
+// Host-copy baselines (ZNS: the file system reads the valid blocks and
+// writes them back).
+const (
+	hostChunks     = iota // one read per valid chunk, all submitted at once
+	hostBlocks            // one 4 KiB read per valid block, all submitted at once (F2FS, ZNS+ Fig. 3a)
+	hostBlocksSync        // one synchronous 4 KiB read per valid block (QD1)
+)
+
+// hostCopy: read the valid data of the half-valid zone, then, once every read
+// is done (the write phase waits for the read phase, Fig. 3a), write it
+// back to zone 1 in chunk-sized writes submitted at once.
+func (b *bench) hostCopy(ctx context.Context, o Options, mode int) (time.Duration, error) {
+	v := clock.NewVirtual()
+	d, err := b.open(o.cfg(), v)
+	if err != nil {
+		return 0, err
+	}
+	defer b.done(d)
+	g := d.Geometry()
+	cb := uint64(g.ChunkBlocks)
+	valid, err := halfValid(ctx, d)
+	if err != nil {
+		return 0, err
+	}
+	v.AdvanceTo(d.Drained() + time.Millisecond)
+	t0 := v.Now()
+	nw := zns.NoWait(ctx)
+	var data [][]byte
+	readDone := t0
+	for _, c := range valid {
+		if mode == hostChunks {
+			buf, res, err := d.Read(nw, c*cb, cb)
+			if err != nil {
+				return 0, err
+			}
+			data = append(data, buf)
+			readDone = max(readDone, res.Completed)
+			continue
+		}
+		var chunk []byte
+		for i := uint64(0); i < cb; i++ {
+			rctx := nw
+			if mode == hostBlocksSync {
+				rctx = ctx // waits: the clock moves to the completion
+			}
+			buf, res, err := d.Read(rctx, c*cb+i, 1)
+			if err != nil {
+				return 0, err
+			}
+			chunk = append(chunk, buf...)
+			readDone = max(readDone, res.Completed)
+		}
+		data = append(data, chunk)
+	}
+	v.AdvanceTo(readDone)
+	end := readDone
+	for k, buf := range data {
+		res, err := d.Write(nw, g.ZoneSize+uint64(k)*cb, buf, zns.Flags{})
+		if err != nil {
+			return 0, err
+		}
+		end = max(end, res.Completed)
+	}
+	return max(end, d.Drained()) - t0, nil
 }
 
 // seqUtil: one QD1 sequential writer over a full-stripe zone; mean chip busy
@@ -515,6 +576,8 @@ func (r Result) WriteTable(w io.Writer) error {
 		{"copyback_compaction_speedup", fmt.Sprintf("%.3f", r.CopybackCompactionSpeedup), fmt.Sprintf("chip-bound compaction of a half-valid zone: read-and-program %.2f ms / copyback %.2f ms", r.ReadProgramCompactionMillis, r.CopybackCompactionMillis)},
 		{"read_during_compaction_vs_idle", fmt.Sprintf("%.2f", r.ReadDuringCompactionVsIdle), fmt.Sprintf("QD1 4 KiB reads on compacting chips %.1f us vs idle %.1f us (compaction left at submission: %.0f us)", r.ReadDuringCompactionMicros, r.ReadIdleMicros, r.CompactionLeftAtReadMicros)},
 		{"izc_vs_host_copy", fmt.Sprintf("%.3f", r.IZCVsHostCopy), fmt.Sprintf("zone_compaction %.2f ms vs host copy %.2f ms of a half-valid zone", r.IZCMillis, r.HostCopyMillis)},
+		{"izc_vs_host_copy_parallel_4k", fmt.Sprintf("%.3f", r.IZCVsHostCopyParallel4K), fmt.Sprintf("host copy by 4 KiB reads all submitted at once (F2FS): %.2f ms", r.HostCopyParallel4KMillis)},
+		{"izc_vs_host_copy_sync_4k", fmt.Sprintf("%.3f", r.IZCVsHostCopySync4K), fmt.Sprintf("host copy by synchronous 4 KiB reads (weak baseline): %.2f ms", r.HostCopySync4KMillis)},
 		{"seq_write_chip_utilization", fmt.Sprintf("%.3f", r.SeqWriteChipUtilization), "mean chip busy share, QD1 sequential writer"},
 		{"tl_background_plug_ratio", fmt.Sprintf("%.3f", r.TLBackgroundPlugRatio), "PPA-ordered plugging done in the background"},
 	}

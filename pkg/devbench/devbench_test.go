@@ -24,6 +24,11 @@ func TestRunDeterministicKeys(t *testing.T) {
 	require.Greater(t, r.ReadDuringCompactionVsIdle, 1.0)
 	require.Less(t, 10*r.ReadDuringCompactionMicros, r.CompactionLeftAtReadMicros)
 	require.Less(t, r.IZCVsHostCopy, 1.0)
+	// a host copy that reads block by block synchronously is a much weaker
+	// baseline than one that issues all reads at once (F2FS)
+	require.Less(t, r.IZCVsHostCopyParallel4K, 1.0)
+	require.Greater(t, r.HostCopySync4KMillis, 2*r.HostCopyParallel4KMillis)
+	require.Less(t, r.IZCVsHostCopySync4K, r.IZCVsHostCopyParallel4K)
 	require.Greater(t, r.SeqWriteChipUtilization, 0.9)
 	require.LessOrEqual(t, r.SeqWriteChipUtilization, 1.0)
 	require.Greater(t, r.TLBackgroundPlugRatio, 0.0)
@@ -37,7 +42,7 @@ func TestRunDeterministicKeys(t *testing.T) {
 	require.NoError(t, err)
 	for _, k := range []string{"copyback_compaction_speedup", "copyback_compaction_ms", "read_program_compaction_ms",
 		"read_idle_us", "read_during_compaction_us", "read_during_compaction_vs_idle", "compaction_left_at_read_us",
-		"izc_vs_host_copy", "seq_write_chip_utilization", "tl_background_plug_ratio", "write_mib_per_second"} {
+		"izc_vs_host_copy", "host_copy_parallel_4k_ms", "host_copy_sync_4k_ms", "izc_vs_host_copy_parallel_4k", "izc_vs_host_copy_sync_4k", "seq_write_chip_utilization", "tl_background_plug_ratio", "write_mib_per_second"} {
 		require.Contains(t, string(b), `"`+k+`"`)
 	}
 	require.NotContains(t, string(b), "copyback_vs_read_program")
