@@ -703,6 +703,21 @@ func (d *Device) Identify() Identify {
 		UUID: hex.EncodeToString(d.uuid[:])}
 }
 
+// CopyCosts returns the current model's copy costs (zero with the off clock).
+func (d *Device) CopyCosts() CopyCosts {
+	c := CopyCosts{ChunkBlocks: d.g.ChunkBlocks}
+	if d.model == nil {
+		return c
+	}
+	cf := d.conf()
+	c.FlashReadBlock = cf.ReadLatency + cf.DMALatency/time.Duration(d.g.ChunkBlocks)
+	c.HostTransferBlock = time.Duration(float64(d.g.BlockSize) / float64(cf.HostLinkBytesPerSec) * 1e9)
+	c.CopybackChunk = d.model.CopybackLatency()
+	c.ReadProgramChunk = d.model.ReadProgramLatency()
+	c.ReadProgramChipChunk = d.model.ReadProgramChipTime()
+	return c
+}
+
 // IdentifyMapping returns the chunk-address bit fields (ZNS+ identify_mapping).
 func (d *Device) IdentifyMapping() flash.Mapping { return d.g.Mapping() }
 

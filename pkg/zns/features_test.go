@@ -58,6 +58,12 @@ func TestGoldenTiming(t *testing.T) {
 			// (read + program), no DMA: less chip time than read-and-program
 			require.Equal(t, time.Duration(float64(m.Read+m.Program)*m.CopybackRatio), cb.Duration())
 			require.Less(t, cb.Duration(), m.Read+m.Program)
+			cc := d.CopyCosts()
+			require.Equal(t, cb.Duration(), cc.CopybackChunk)
+			require.Equal(t, rp.Duration(), cc.ReadProgramChunk)
+			require.Equal(t, m.Read+m.Program, cc.ReadProgramChipChunk)
+			require.Equal(t, res.Latency()-link, cc.FlashReadBlock)
+			require.Equal(t, link, cc.HostTransferBlock)
 		})
 	}
 }
