@@ -1,8 +1,15 @@
-// Package devbench measures the emulated ZNS+ drive (pkg/zns): copyback vs
-// read-and-program, in-device zone compaction vs host copy, chip utilization
-// of sequential writes, background share of PPA-ordered plugging (all on the
-// virtual clock, deterministic), and write throughput with 1-8 concurrent
-// writers with the clock off (wall time, machine dependent).
+// Package devbench measures the emulated ZNS+ drive (pkg/zns): chip-bound
+// compaction with and without copyback, the latency of user reads during a
+// compaction vs idle, in-device zone compaction vs host copy, chip
+// utilization of sequential writes, background share of PPA-ordered
+// plugging (all on the virtual clock, deterministic: the same numbers on
+// every run), and write throughput with 1-8 concurrent writers with the
+// clock off (wall time, machine dependent).
+//
+// None of the virtual-clock figures is a model constant read back: each is
+// the outcome of a simulated run (e.g. copyback_compaction_speedup compacts
+// the same half-valid zone on the same chips once with copyback and once
+// with disable_copyback and divides the two compaction times).
 package devbench
 
 import (
@@ -30,14 +37,31 @@ type Options struct {
 
 // Result holds the benchmark keys.
 type Result struct {
-	Media                   string          `json:"media"`
-	CopybackVsReadProgram   float64         `json:"copyback_vs_read_program"`
-	IZCVsHostCopy           float64         `json:"izc_vs_host_copy"`
-	IZCMillis               float64         `json:"izc_ms"`
-	HostCopyMillis          float64         `json:"host_copy_ms"`
-	SeqWriteChipUtilization float64         `json:"seq_write_chip_utilization"`
-	TLBackgroundPlugRatio   float64         `json:"tl_background_plug_ratio"`
-	WriteMiBPerSecond       map[int]float64 `json:"write_mib_per_second"`
+	Media string `json:"media"`
+	// chip-bound compaction of the same half-valid zone onto the same chips
+	CopybackCompactionMillis    float64 `json:"copyback_compaction_ms"`
+	ReadProgramCompactionMillis float64 `json:"read_program_compaction_ms"` // disable_copyback
+	CopybackCompactionSpeedup   float64 `json:"copyback_compaction_speedup"`
+	// QD1 4 KiB reads on the compacting chips vs the same reads on an idle drive
+	ReadIdleMicros             float64 `json:"read_idle_us"`
+	ReadDuringCompactionMicros float64 `json:"read_during_compaction_us"`
+	ReadDuringCompactionVsIdle float64 `json:"read_during_compaction_vs_idle"`
+	// mean compaction time left when a read was submitted: what each read
+	// would wait if the compaction held its chips until its end (convoy)
+	CompactionLeftAtReadMicros float64 `json:"compaction_left_at_read_us"`
+
+	IZCVsHostCopy float64 `json:"izc_vs_host_copy"`
+	// host copy with one 4 KiB read per valid block: all submitted at once
+	// (F2FS, ZNS+ Fig. 3a) vs one synchronous read at a time
+	HostCopyParallel4KMillis float64         `json:"host_copy_parallel_4k_ms"`
+	HostCopySync4KMillis     float64         `json:"host_copy_sync_4k_ms"`
+	IZCVsHostCopyParallel4K  float64         `json:"izc_vs_host_copy_parallel_4k"`
+	IZCVsHostCopySync4K      float64         `json:"izc_vs_host_copy_sync_4k"`
+	IZCMillis                float64         `json:"izc_ms"`
+	HostCopyMillis           float64         `json:"host_copy_ms"`
+	SeqWriteChipUtilization  float64         `json:"seq_write_chip_utilization"`
+	TLBackgroundPlugRatio    float64         `json:"tl_background_plug_ratio"`
+	WriteMiBPerSecond        map[int]float64 `json:"write_mib_per_second"`
 }
 
 func (o *Options) defaults() {
@@ -97,13 +121,28 @@ func Run(ctx context.Context, o Options) (Result, error) {
 	b := &bench{dir: dir}
 	r := Result{Media: o.Media, WriteMiBPerSecond: map[int]float64{}}
 	var err error
-	if r.CopybackVsReadProgram, err = b.copyback(ctx, o); err != nil {
+	if err = b.copyback(ctx, o, &r); err != nil {
+		return r, err
+	}
+	if err = b.readsDuring(ctx, o, &r); err != nil {
 		return r, err
 	}
 	if r.IZCMillis, r.HostCopyMillis, err = b.izc(ctx, o); err != nil {
 		return r, err
 	}
 	r.IZCVsHostCopy = r.IZCMillis / r.HostCopyMillis
+	for _, h := range []struct {
+		mode int
+		ms   *float64
+		vs   *float64
+	}{{hostBlocks, &r.HostCopyParallel4KMillis, &r.IZCVsHostCopyParallel4K}, {hostBlocksSync, &r.HostCopySync4KMillis, &r.IZCVsHostCopySync4K}} {
+		t, err := b.hostCopy(ctx, o, h.mode)
+		if err != nil {
+			return r, err
+		}
+		*h.ms = float64(t) / 1e6
+		*h.vs = r.IZCMillis / *h.ms
+	}
 	if r.SeqWriteChipUtilization, err = b.seqUtil(ctx, o); err != nil {
 		return r, err
 	}
@@ -144,43 +183,130 @@ func writeN(ctx context.Context, d *zns.Device, lba uint64, n int, chunk int) (z
 	return last, nil
 }
 
-// copyback: latency of one chunk copy by copyback over one by read-and-program.
-func (b *bench) copyback(ctx context.Context, o Options) (float64, error) {
+// compactHalf compacts the half-valid zone 0 into zone 1 (same chips: the
+// chunks keep their chip) and returns the compaction's start and end; during
+// it, if reads > 0, a QD1 reader issues that many 4 KiB reads of zone 0
+// spread over all chips from 'from' on, and their mean latency and the mean
+// compaction time left at their submission are returned.
+func (b *bench) compactHalf(ctx context.Context, o Options, noCopyback bool, reads int, from time.Duration) (comp zns.CompactionResult, readLat, left time.Duration, err error) {
 	cfg := o.cfg()
+	cfg.DisableCopyback = noCopyback
 	v := clock.NewVirtual()
 	d, err := b.open(cfg, v)
+	if err != nil {
+		return comp, 0, 0, err
+	}
+	defer b.done(d)
+	g := d.Geometry()
+	cb := uint64(g.ChunkBlocks)
+	valid, err := halfValid(ctx, d)
+	if err != nil {
+		return comp, 0, 0, err
+	}
+	v.AdvanceTo(d.Drained() + time.Millisecond)
+	t0 := v.Now()
+	var copies []zns.Copy
+	for k, c := range valid {
+		copies = append(copies, zns.Copy{Src: c * cb, Dst: g.ZoneSize + uint64(k)*cb, Count: cb})
+	}
+	id, err := d.ZoneCompaction(ctx, copies)
+	if err != nil {
+		return comp, 0, 0, err
+	}
+	var subs []time.Duration
+	if reads > 0 {
+		v.AdvanceTo(t0 + from)
+		var sum time.Duration
+		for i := 0; i < reads; i++ {
+			// chunk valid[i*7 % n]: a valid chunk, a different chip each time
+			c := valid[(i*7)%len(valid)]
+			_, res, err := d.Read(ctx, c*cb, 1)
+			if err != nil {
+				return comp, 0, 0, err
+			}
+			sum += res.Latency()
+			subs = append(subs, res.Submitted)
+		}
+		readLat = sum / time.Duration(reads)
+	}
+	comp, err = d.WaitCompaction(ctx, id)
+	if err != nil {
+		return comp, 0, 0, err
+	}
+	if len(subs) > 0 {
+		var l time.Duration
+		for _, s := range subs {
+			l += comp.Completed - s
+		}
+		left = l / time.Duration(len(subs))
+	}
+	return comp, readLat, left, nil
+}
+
+// idleReads issues the reads of compactHalf on a drive that does nothing else.
+func (b *bench) idleReads(ctx context.Context, o Options, reads int) (time.Duration, error) {
+	v := clock.NewVirtual()
+	d, err := b.open(o.cfg(), v)
 	if err != nil {
 		return 0, err
 	}
 	defer b.done(d)
-	g := d.Geometry()
-	if _, err := writeN(ctx, d, 0, g.ChunkBlocks*g.DZone, g.ChunkBlocks); err != nil {
-		return 0, err
-	}
-	v.AdvanceTo(d.Drained() + time.Millisecond)
-	// chunk 0 -> zone 1 chunk 0 (same chip): copyback
-	id, err := d.ZoneCompaction(ctx, []zns.Copy{{Src: 0, Dst: g.ZoneSize, Count: uint64(g.ChunkBlocks)}})
-	if err != nil {
-		return 0, err
-	}
-	cb, err := d.WaitCompaction(ctx, id)
+	cb := uint64(d.Geometry().ChunkBlocks)
+	valid, err := halfValid(ctx, d)
 	if err != nil {
 		return 0, err
 	}
 	v.AdvanceTo(d.Drained() + time.Millisecond)
-	// chunk 1 -> zone 2 chunk 0 (other chip): read and program
-	id, err = d.ZoneCompaction(ctx, []zns.Copy{{Src: uint64(g.ChunkBlocks), Dst: 2 * g.ZoneSize, Count: uint64(g.ChunkBlocks)}})
+	var sum time.Duration
+	for i := 0; i < reads; i++ {
+		_, res, err := d.Read(ctx, valid[(i*7)%len(valid)]*cb, 1)
+		if err != nil {
+			return 0, err
+		}
+		sum += res.Latency()
+	}
+	return sum / time.Duration(reads), nil
+}
+
+// copyback: the same chip-bound compaction with copyback and with every
+// chunk copied by read and program.
+func (b *bench) copyback(ctx context.Context, o Options, r *Result) error {
+	cb, _, _, err := b.compactHalf(ctx, o, false, 0, 0)
 	if err != nil {
-		return 0, err
+		return err
 	}
-	rp, err := d.WaitCompaction(ctx, id)
+	rp, _, _, err := b.compactHalf(ctx, o, true, 0, 0)
 	if err != nil {
-		return 0, err
+		return err
 	}
-	if cb.CopybackChunks != 1 || rp.ReadProgBlocks != uint64(g.ChunkBlocks) {
-		return 0, fmt.Errorf("copyback bench: unexpected copy paths %+v %+v", cb, rp)
+	if cb.CopybackChunks == 0 || rp.CopybackChunks != 0 || rp.ReadProgBlocks != cb.Blocks {
+		return fmt.Errorf("copyback bench: unexpected copy paths %+v %+v", cb, rp)
 	}
-	return float64(cb.Duration()) / float64(rp.Duration()), nil
+	r.CopybackCompactionMillis = float64(cb.Duration()) / 1e6
+	r.ReadProgramCompactionMillis = float64(rp.Duration()) / 1e6
+	r.CopybackCompactionSpeedup = float64(rp.Duration()) / float64(cb.Duration())
+	return nil
+}
+
+const benchReads = 16
+
+// readsDuring: QD1 reads on the compacting chips, from a quarter into the
+// compaction on, vs the same reads on an idle drive.
+func (b *bench) readsDuring(ctx context.Context, o Options, r *Result) error {
+	idle, err := b.idleReads(ctx, o, benchReads)
+	if err != nil {
+		return err
+	}
+	from := time.Duration(r.CopybackCompactionMillis*1e6) / 4
+	_, lat, left, err := b.compactHalf(ctx, o, false, benchReads, from)
+	if err != nil {
+		return err
+	}
+	r.ReadIdleMicros = float64(idle) / 1e3
+	r.ReadDuringCompactionMicros = float64(lat) / 1e3
+	r.ReadDuringCompactionVsIdle = float64(lat) / float64(idle)
+	r.CompactionLeftAtReadMicros = float64(left) / 1e3
+	return nil
 }
 
 // halfValid fills zone 0 and returns its valid chunks: every other stripe.
@@ -200,67 +326,110 @@ func halfValid(ctx context.Context, d *zns.Device) ([]uint64, error) {
 
 // izc: compact a half-valid zone with zone_compaction vs host read + write back.
 func (b *bench) izc(ctx context.Context, o Options) (float64, float64, error) {
-	cfg := o.cfg()
-	var izc, host time.Duration
-	for pass := 0; pass < 2; pass++ {
-		v := clock.NewVirtual()
-		d, err := b.open(cfg, v)
-		if err != nil {
-			return 0, 0, err
-		}
-		g := d.Geometry()
-		cb := uint64(g.ChunkBlocks)
-		valid, err := halfValid(ctx, d)
-		if err != nil {
-			b.done(d)
-			return 0, 0, err
-		}
-		v.AdvanceTo(d.Drained() + time.Millisecond)
-		t0 := v.Now()
-		dst := g.ZoneSize
-		if pass == 0 {
-			var copies []zns.Copy
-			for k, c := range valid {
-				copies = append(copies, zns.Copy{Src: c * cb, Dst: dst + uint64(k)*cb, Count: cb})
-			}
-			id, err := d.ZoneCompaction(ctx, copies)
-			if err == nil {
-				_, err = d.WaitCompaction(ctx, id)
-			}
-			if err != nil {
-				b.done(d)
-				return 0, 0, err
-			}
-			izc = d.Drained() - t0
-		} else {
-			// host: read every valid chunk (all submitted at once), then write them back.
-			nw := zns.NoWait(ctx)
-			var data [][]byte
-			readDone := t0
-			for _, c := range valid {
-				buf, res, err := d.Read(nw, c*cb, cb)
-				if err != nil {
-					b.done(d)
-					return 0, 0, err
-				}
-				data = append(data, buf)
-				readDone = max(readDone, res.Completed)
-			}
-			v.AdvanceTo(readDone)
-			end := readDone
-			for k, buf := range data {
-				res, err := d.Write(nw, dst+uint64(k)*cb, buf, zns.Flags{})
-				if err != nil {
-					b.done(d)
-					return 0, 0, err
-				}
-				end = max(end, res.Completed)
-			}
-			host = max(end, d.Drained()) - t0
-		}
-		b.done(d)
+	izc, err := b.compactHalfIZC(ctx, o)
+	if err != nil {
+		return 0, 0, err
+	}
+	host, err := b.hostCopy(ctx, o, hostChunks)
+	if err != nil {
+		return 0, 0, err
 	}
 	return float64(izc) / 1e6, float64(host) / 1e6, nil
+}
+
+func (b *bench) compactHalfIZC(ctx context.Context, o Options) (time.Duration, error) {
+	v := clock.NewVirtual()
+	d, err := b.open(o.cfg(), v)
+	if err != nil {
+		return 0, err
+	}
+	defer b.done(d)
+	g := d.Geometry()
+	cb := uint64(g.ChunkBlocks)
+	valid, err := halfValid(ctx, d)
+	if err != nil {
+		return 0, err
+	}
+	v.AdvanceTo(d.Drained() + time.Millisecond)
+	t0 := v.Now()
+	var copies []zns.Copy
+	for k, c := range valid {
+		copies = append(copies, zns.Copy{Src: c * cb, Dst: g.ZoneSize + uint64(k)*cb, Count: cb})
+	}
+	id, err := d.ZoneCompaction(ctx, copies)
+	if err == nil {
+		_, err = d.WaitCompaction(ctx, id)
+	}
+	if err != nil {
+		return 0, err
+	}
+	return d.Drained() - t0, nil
+}
+
+// Host-copy baselines (ZNS: the file system reads the valid blocks and
+// writes them back).
+const (
+	hostChunks     = iota // one read per valid chunk, all submitted at once
+	hostBlocks            // one 4 KiB read per valid block, all submitted at once (F2FS, ZNS+ Fig. 3a)
+	hostBlocksSync        // one synchronous 4 KiB read per valid block (QD1)
+)
+
+// hostCopy: read the valid data of the half-valid zone, then, once every read
+// is done (the write phase waits for the read phase, Fig. 3a), write it
+// back to zone 1 in chunk-sized writes submitted at once.
+func (b *bench) hostCopy(ctx context.Context, o Options, mode int) (time.Duration, error) {
+	v := clock.NewVirtual()
+	d, err := b.open(o.cfg(), v)
+	if err != nil {
+		return 0, err
+	}
+	defer b.done(d)
+	g := d.Geometry()
+	cb := uint64(g.ChunkBlocks)
+	valid, err := halfValid(ctx, d)
+	if err != nil {
+		return 0, err
+	}
+	v.AdvanceTo(d.Drained() + time.Millisecond)
+	t0 := v.Now()
+	nw := zns.NoWait(ctx)
+	var data [][]byte
+	readDone := t0
+	for _, c := range valid {
+		if mode == hostChunks {
+			buf, res, err := d.Read(nw, c*cb, cb)
+			if err != nil {
+				return 0, err
+			}
+			data = append(data, buf)
+			readDone = max(readDone, res.Completed)
+			continue
+		}
+		var chunk []byte
+		for i := uint64(0); i < cb; i++ {
+			rctx := nw
+			if mode == hostBlocksSync {
+				rctx = ctx // waits: the clock moves to the completion
+			}
+			buf, res, err := d.Read(rctx, c*cb+i, 1)
+			if err != nil {
+				return 0, err
+			}
+			chunk = append(chunk, buf...)
+			readDone = max(readDone, res.Completed)
+		}
+		data = append(data, chunk)
+	}
+	v.AdvanceTo(readDone)
+	end := readDone
+	for k, buf := range data {
+		res, err := d.Write(nw, g.ZoneSize+uint64(k)*cb, buf, zns.Flags{})
+		if err != nil {
+			return 0, err
+		}
+		end = max(end, res.Completed)
+	}
+	return max(end, d.Drained()) - t0, nil
 }
 
 // seqUtil: one QD1 sequential writer over a full-stripe zone; mean chip busy
@@ -404,8 +573,11 @@ func (b *bench) writers(ctx context.Context, o Options, w int) (float64, error) 
 func (r Result) WriteTable(w io.Writer) error {
 	rows := []struct{ k, v, note string }{
 		{"media", r.Media, ""},
-		{"copyback_vs_read_program", fmt.Sprintf("%.3f", r.CopybackVsReadProgram), "chunk copy latency ratio (virtual clock)"},
+		{"copyback_compaction_speedup", fmt.Sprintf("%.3f", r.CopybackCompactionSpeedup), fmt.Sprintf("chip-bound compaction of a half-valid zone: read-and-program %.2f ms / copyback %.2f ms", r.ReadProgramCompactionMillis, r.CopybackCompactionMillis)},
+		{"read_during_compaction_vs_idle", fmt.Sprintf("%.2f", r.ReadDuringCompactionVsIdle), fmt.Sprintf("QD1 4 KiB reads on compacting chips %.1f us vs idle %.1f us (compaction left at submission: %.0f us)", r.ReadDuringCompactionMicros, r.ReadIdleMicros, r.CompactionLeftAtReadMicros)},
 		{"izc_vs_host_copy", fmt.Sprintf("%.3f", r.IZCVsHostCopy), fmt.Sprintf("zone_compaction %.2f ms vs host copy %.2f ms of a half-valid zone", r.IZCMillis, r.HostCopyMillis)},
+		{"izc_vs_host_copy_parallel_4k", fmt.Sprintf("%.3f", r.IZCVsHostCopyParallel4K), fmt.Sprintf("host copy by 4 KiB reads all submitted at once (F2FS): %.2f ms", r.HostCopyParallel4KMillis)},
+		{"izc_vs_host_copy_sync_4k", fmt.Sprintf("%.3f", r.IZCVsHostCopySync4K), fmt.Sprintf("host copy by synchronous 4 KiB reads (weak baseline): %.2f ms", r.HostCopySync4KMillis)},
 		{"seq_write_chip_utilization", fmt.Sprintf("%.3f", r.SeqWriteChipUtilization), "mean chip busy share, QD1 sequential writer"},
 		{"tl_background_plug_ratio", fmt.Sprintf("%.3f", r.TLBackgroundPlugRatio), "PPA-ordered plugging done in the background"},
 	}

@@ -49,7 +49,37 @@ func TestModelQueuesAndCache(t *testing.T) {
 	require.Equal(t, int64(1), m.CacheStalls.Load())
 	require.Equal(t, int64(2*16384), m.CacheUsed(600))
 	require.Equal(t, int64(16384), m.CacheUsed(1000))
-	require.InDelta(t, 0.9, float64(m.CopybackLatency())/float64(m.ReadProgramLatency()), 1e-6)
+	require.InDelta(t, 0.9, float64(m.CopybackLatency())/float64(m.ReadProgramChipTime()), 1e-6)
+}
+
+// A copyback holds its chip for ratio x (read + program), less than the read
+// and program it replaces, and never touches the channel; read-and-program
+// is chip read, DMA out, DMA in, chip program.
+func TestCopybackChipTime(t *testing.T) {
+	for _, media := range []string{"TLC", "MLC", "ZNAND"} {
+		t.Run(media, func(t *testing.T) {
+			c := Small()
+			c.Media = media
+			m := NewModel(c)
+			p := Presets[media]
+			cb := m.CopybackLatency()
+			require.Equal(t, time.Duration(float64(p.Read+p.Program)*p.CopybackRatio), cb)
+			require.Less(t, cb, p.Read+p.Program)
+			// chip 0 and chip 2 share channel 0: a copyback on chip 0 leaves
+			// the channel free for chip 2's DMA
+			require.Equal(t, cb, m.Copyback(0, 0))
+			require.Equal(t, p.Read+p.DMA, m.Read(0, 2, c.PageSize/c.BlockSize))
+			// read-and-program on chip 1: array read, DMA out, DMA in, program
+			r := m.ReadArray(0, 1)
+			x := m.Transfer(r, 1, 4)
+			y := m.Transfer(x, 1, 4)
+			e := m.ProgramArray(y, 1)
+			require.Equal(t, p.Read+2*p.DMA+p.Program, e)
+			require.Equal(t, m.ReadProgramLatency(), e)
+			require.Equal(t, p.Read+p.Program, m.ChipBusy(1))
+			require.Equal(t, cb, m.ChipBusy(0))
+		})
+	}
 }
 
 func TestConfigJSONFlat(t *testing.T) {

@@ -74,19 +74,36 @@ func (m *Model) Link(at time.Duration, n int) time.Duration {
 	return end
 }
 
+// ReadArray books a flash page read (array sensing) on chip only; returns
+// when the data is in the chip's page register.
+func (m *Model) ReadArray(at time.Duration, chip int) time.Duration {
+	_, r := m.chips[chip].reserve(at, m.conf().ReadLatency)
+	return r
+}
+
+// Transfer books the DMA of nblocks between chip's page register and the
+// controller on the chip's channel (either direction); returns its end.
+func (m *Model) Transfer(at time.Duration, chip, nblocks int) time.Duration {
+	_, d := m.channels[chip%m.g.Channels].reserve(at, m.dma(nblocks))
+	return d
+}
+
+// ProgramArray books a page program on chip only (the data is already in
+// the chip's page register); returns its end.
+func (m *Model) ProgramArray(at time.Duration, chip int) time.Duration {
+	_, p := m.chips[chip].reserve(at, m.conf().ProgramLatency)
+	return p
+}
+
 // Read models reading nblocks of one page on chip: page read, then DMA on the
 // chip's channel. Returns the time the data is at the controller.
 func (m *Model) Read(at time.Duration, chip, nblocks int) time.Duration {
-	_, r := m.chips[chip].reserve(at, m.conf().ReadLatency)
-	_, d := m.channels[chip%m.g.Channels].reserve(r, m.dma(nblocks))
-	return d
+	return m.Transfer(m.ReadArray(at, chip), chip, nblocks)
 }
 
 // Program models DMA of a page to chip then its program.
 func (m *Model) Program(at time.Duration, chip int) time.Duration {
-	_, d := m.channels[chip%m.g.Channels].reserve(at, m.dma(m.g.ChunkBlocks))
-	_, p := m.chips[chip].reserve(d, m.conf().ProgramLatency)
-	return p
+	return m.ProgramArray(m.Transfer(at, chip, m.g.ChunkBlocks), chip)
 }
 
 // SLCProgram models a program into the SLC in-place-update region of chip.
@@ -96,18 +113,29 @@ func (m *Model) SLCProgram(at time.Duration, chip, nblocks int) time.Duration {
 	return p
 }
 
-// ReadProgramLatency is the unloaded latency of copying one chunk by read and program.
+// ReadProgramLatency is the unloaded latency of copying one chunk by read
+// and program: chip read + DMA out + DMA in (channel) + chip program.
 func (m *Model) ReadProgramLatency() time.Duration {
 	c := m.conf()
 	return c.ReadLatency + 2*c.DMALatency + c.ProgramLatency
 }
 
-// CopybackLatency is the normalized copyback latency (ZNS+ Table 2).
-func (m *Model) CopybackLatency() time.Duration {
-	return time.Duration(float64(m.ReadProgramLatency()) * m.conf().CopybackRatio)
+// ReadProgramChipTime is the time a read-and-program copy holds the chips
+// (the DMAs are on the channel): read + program.
+func (m *Model) ReadProgramChipTime() time.Duration {
+	c := m.conf()
+	return c.ReadLatency + c.ProgramLatency
 }
 
-// Copyback models an on-chip page copy.
+// CopybackLatency is the time one copyback holds its chip, which is also
+// its unloaded latency (it never uses the channel): copyback_ratio x (read +
+// program), the normalized copyback latency of ZNS+ Table 2 applied to the
+// chip-side cost of a read-and-program copy.
+func (m *Model) CopybackLatency() time.Duration {
+	return time.Duration(float64(m.ReadProgramChipTime()) * m.conf().CopybackRatio)
+}
+
+// Copyback models an on-chip page copy: the chip only, no channel.
 func (m *Model) Copyback(at time.Duration, chip int) time.Duration {
 	_, e := m.chips[chip].reserve(at, m.CopybackLatency())
 	return e

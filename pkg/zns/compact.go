@@ -11,8 +11,8 @@ import (
 )
 
 type compaction struct {
-	done chan struct{}
-	res  CompactionResult
+	job *job
+	res CompactionResult
 }
 
 // ZoneCompaction starts an in-device copy (ZNS+ zone_compaction) and returns
@@ -131,25 +131,24 @@ func (d *Device) ZoneCompaction(ctx context.Context, copies []Copy) (uint64, err
 	d.cmu.Lock()
 	d.nextComp++
 	id := d.nextComp
-	cp := &compaction{done: make(chan struct{})}
+	cp := &compaction{}
 	cp.res.ID = id
 	d.comps[id] = cp
 	d.cmu.Unlock()
+	// The data moves now; the flash work is replayed on the clock piece by
+	// piece (sched.go), and the destination zones refuse host writes until
+	// the last piece is booked.
 	t0 := d.now()
 	cp.res.Submitted = t0
-	d.bg.Add(1)
-	go func() {
-		defer d.bg.Done()
-		defer close(cp.done)
-		cp.res.Completed = t0
-		if err := d.runCompaction(cs, t0, &cp.res); err != nil {
-			cp.res.Err = err
-		}
+	pieces, err := d.runCompaction(cs, &cp.res)
+	cp.res.Err = err
+	cp.job = d.startJob(t0, pieces, func(end time.Duration) {
+		cp.res.Completed = end
 		if d.model == nil {
 			cp.res.Submitted, cp.res.Completed = 0, 0
 		}
 		undo()
-	}()
+	})
 	return id, nil
 }
 
@@ -162,10 +161,8 @@ func (d *Device) WaitCompaction(ctx context.Context, id uint64) (CompactionResul
 	if cp == nil {
 		return CompactionResult{}, &zerr.NotFoundError{Kind: "compaction", Name: strconv.FormatUint(id, 10)}
 	}
-	select {
-	case <-cp.done:
-	case <-ctx.Done():
-		return CompactionResult{}, ctx.Err()
+	if err := cp.job.wait(ctx); err != nil {
+		return CompactionResult{}, err
 	}
 	d.cmu.Lock()
 	delete(d.comps, id)
@@ -176,22 +173,20 @@ func (d *Device) WaitCompaction(ctx context.Context, id uint64) (CompactionResul
 	return cp.res, d.wait(ctx, cp.res.Completed)
 }
 
-func (d *Device) runCompaction(cs []Copy, t0 time.Duration, res *CompactionResult) error {
+func (d *Device) runCompaction(cs []Copy, res *CompactionResult) ([]piece, error) {
 	cb := uint64(d.g.ChunkBlocks)
 	bs := uint64(d.g.BlockSize)
 	var dz *zone
+	var pieces []piece
 	pendChunk := int64(-1)
-	pendReady := t0
-	pendChip := 0
+	var pend piece
 	flushProg := func() {
 		if pendChunk >= 0 {
 			d.st.nandProg.Add(1)
-			if d.model != nil {
-				res.Completed = max(res.Completed, d.model.Program(pendReady, pendChip))
-			}
+			pieces = append(pieces, pend)
 		}
 		pendChunk = -1
-		pendReady = t0
+		pend = piece{}
 	}
 	finishZone := func() error {
 		flushProg()
@@ -210,7 +205,7 @@ func (d *Device) runCompaction(cs []Copy, t0 time.Duration, res *CompactionResul
 		z := d.zones[c.Dst/d.g.ZoneSize]
 		if z != dz {
 			if err := finishZone(); err != nil {
-				return err
+				return pieces, err
 			}
 			dz = z
 		}
@@ -231,25 +226,25 @@ func (d *Device) runCompaction(cs []Copy, t0 time.Duration, res *CompactionResul
 					}
 				}
 			}
-			var rdDone time.Duration
+			var reads []pread
 			var err error
 			if full {
 				if _, err = d.f.ReadAt(buf, l0.off); err != nil {
 					err = d.readFail(sz, err)
 				}
 			} else {
-				rdDone, err = d.readZone(sz, soff, soff+k, buf, t0)
+				_, err = d.readZoneTo(sz, soff, soff+k, buf, 0, &reads)
 			}
 			sz.mu.RUnlock()
 			if err != nil {
-				return err
+				return pieces, err
 			}
 			dz.mu.Lock()
 			if doff > dz.wp { // gap in the destination: zero-filled
 				flushProg()
 				if err := d.zeroRange(dz, dz.fbg, dz.wp, doff); err != nil {
 					dz.mu.Unlock()
-					return err
+					return pieces, err
 				}
 				dz.wp = doff
 			}
@@ -261,22 +256,18 @@ func (d *Device) runCompaction(cs []Copy, t0 time.Duration, res *CompactionResul
 			}
 			dz.mu.Unlock()
 			if err != nil {
-				return err
+				return pieces, err
 			}
 			if useCB {
 				res.CopybackBlocks += k
 				res.CopybackChunks++
 				d.st.cbChunks.Add(1)
 				d.st.nandProg.Add(1)
-				if d.model != nil {
-					res.Completed = max(res.Completed, d.model.Copyback(t0, dl.chip))
-				}
+				pieces = append(pieces, piece{cb: true, dst: dl.chip})
 			} else {
 				if full {
 					d.st.nandRead.Add(1)
-					if d.model != nil {
-						rdDone = d.model.Read(t0, l0.chip, int(k))
-					}
+					reads = []pread{{l0.chip, int(k)}}
 				}
 				res.ReadProgBlocks += k
 				d.st.rpBlocks.Add(k)
@@ -284,8 +275,9 @@ func (d *Device) runCompaction(cs []Copy, t0 time.Duration, res *CompactionResul
 				if pendChunk >= 0 && pendChunk != ch {
 					flushProg()
 				}
-				pendChunk, pendChip = ch, dl.chip
-				pendReady = max(pendReady, rdDone)
+				pendChunk = ch
+				pend.dst = dl.chip
+				pend.reads = append(pend.reads, reads...)
 				if (doff+k)%cb == 0 || doff+k == d.g.ZoneCap {
 					flushProg()
 				}
@@ -294,7 +286,5 @@ func (d *Device) runCompaction(cs []Copy, t0 time.Duration, res *CompactionResul
 			i += k
 		}
 	}
-	return finishZone()
+	return pieces, finishZone()
 }
-
-var _ = context.Background

@@ -90,6 +90,7 @@ type Device struct {
 	cmu      sync.Mutex
 	comps    map[uint64]*compaction
 	nextComp uint64
+	jobs     map[*job]struct{} // long operations still being booked (sched.go)
 	bg       sync.WaitGroup
 
 	closed atomic.Bool
@@ -242,7 +243,7 @@ func open(path string, cfg flash.Config, clk clock.Clock, opts []Option) (*Devic
 	if err != nil {
 		return nil, err
 	}
-	d := &Device{path: path, cfg: cfg, g: g, lay: lay, clk: clk, f: newSyncFile(f), fs: o.fs, log: o.log, uuid: uuid, comps: map[uint64]*compaction{}}
+	d := &Device{path: path, cfg: cfg, g: g, lay: lay, clk: clk, f: newSyncFile(f), fs: o.fs, log: o.log, uuid: uuid, comps: map[uint64]*compaction{}, jobs: map[*job]struct{}{}}
 	if jc.dropped > 0 {
 		d.st.tailDropped.Add(1)
 		d.log.Warn("zns: journal tail dropped (torn, zeroed or garbage: writes after the last flush)",
@@ -615,6 +616,7 @@ func (d *Device) Close() error {
 		return &zerr.ClosedError{What: "device " + d.path}
 	}
 	d.bg.Wait()
+	d.flushJobs()
 	e1 := d.f.Datasync()
 	e2 := d.j.sync()
 	e3 := d.f.Close()
@@ -627,6 +629,7 @@ func (d *Device) Close() error {
 func (d *Device) abandon() {
 	d.closed.Store(true)
 	d.bg.Wait()
+	d.flushJobs()
 	d.f.Close()
 	d.j.f.Close()
 }
@@ -675,8 +678,10 @@ func (d *Device) SetConfig(cfg flash.Config) error {
 }
 
 // Drained is the modelled time at which every chip finishes the work booked
-// so far (0 with the off clock).
+// so far (0 with the off clock). Long operations still being booked piece by
+// piece (compactions, TL-finish plugging) are booked to their end first.
 func (d *Device) Drained() time.Duration {
+	d.flushJobs() // long operations still being booked: book the rest now
 	var t time.Duration
 	if d.model != nil {
 		for c := 0; c < d.g.Chips; c++ {
@@ -696,6 +701,21 @@ func (d *Device) Identify() Identify {
 		TotalLBAs: d.g.TotalLBAs, MaxOpen: c.MaxOpenZones, MaxActive: c.MaxActiveZones, Chips: d.g.Chips,
 		Channels: d.g.Channels, DZone: d.g.DZone, PageSize: d.g.PageSize, Media: c.Media, IPUBudget: c.IPUBudgetBlocks,
 		UUID: hex.EncodeToString(d.uuid[:])}
+}
+
+// CopyCosts returns the current model's copy costs (zero with the off clock).
+func (d *Device) CopyCosts() CopyCosts {
+	c := CopyCosts{ChunkBlocks: d.g.ChunkBlocks}
+	if d.model == nil {
+		return c
+	}
+	cf := d.conf()
+	c.FlashReadBlock = cf.ReadLatency + cf.DMALatency/time.Duration(d.g.ChunkBlocks)
+	c.HostTransferBlock = time.Duration(float64(d.g.BlockSize) / float64(cf.HostLinkBytesPerSec) * 1e9)
+	c.CopybackChunk = d.model.CopybackLatency()
+	c.ReadProgramChunk = d.model.ReadProgramLatency()
+	c.ReadProgramChipChunk = d.model.ReadProgramChipTime()
+	return c
 }
 
 // IdentifyMapping returns the chunk-address bit fields (ZNS+ identify_mapping).
@@ -872,6 +892,12 @@ func (d *Device) punchFBG(fcg, b int) error {
 // booked for the erase in the background. The file's blocks are hole-punched
 // (no sync); see scrubFBG for when that becomes durable.
 func (d *Device) releaseFBG(fcg, b int, written bool) error {
+	return d.releaseFBGAt(fcg, b, written, -1)
+}
+
+// releaseFBGAt is releaseFBG with the erase booked from eraseAt (-1: now;
+// -2: not booked, the caller books it with bookErase).
+func (d *Device) releaseFBGAt(fcg, b int, written bool, eraseAt time.Duration) error {
 	if b < 0 {
 		return nil
 	}
@@ -903,18 +929,27 @@ func (d *Device) releaseFBG(fcg, b int, written bool) error {
 	if err := d.jappend(fbgRec{uint32(fcg), uint32(b), e}.encode()); err != nil {
 		return err
 	}
-	now := d.now()
+	if eraseAt == -1 {
+		d.bookErase(fcg, d.now())
+	}
 	for c := 0; c < d.g.DZone; c++ {
 		chip := fcg*d.g.DZone + c
-		if d.model != nil {
-			d.model.Erase(now, chip)
-		}
 		for p := 0; p < d.cfg.PagesPerBlock; p++ {
 			d.cbCount[d.pageIndex(chip, b, p)].Store(0)
 		}
 	}
 	d.st.erases.Add(uint64(d.g.DZone))
 	return nil
+}
+
+// bookErase books the erase of one FBG of fcg on its chips from t.
+func (d *Device) bookErase(fcg int, t time.Duration) {
+	if d.model == nil {
+		return
+	}
+	for c := 0; c < d.g.DZone; c++ {
+		d.model.Erase(t, fcg*d.g.DZone+c)
+	}
 }
 
 // zeroRange makes blocks [a, b) of an FBG of z read as zeros: partial chunks

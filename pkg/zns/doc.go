@@ -34,12 +34,21 @@
 // by zone_compaction), read as ZEROES, not an error. In a TL_opened zone the
 // blocks at or above the write pointer still read from the original FBG.
 //
-// zone_compaction (ZoneCompaction/WaitCompaction) runs in a goroutine; whole
-// chunks whose source and destination are on the same chip are copied by
-// copyback unless the page's consecutive-copyback count reached
-// copyback_threshold, everything else by read and program. The destination
-// zones refuse host writes while it runs (ZoneStateError) but serve reads
-// below their advancing write pointer; other zones are unaffected.
+// zone_compaction (ZoneCompaction/WaitCompaction): whole chunks whose source
+// and destination are on the same chip are copied by copyback unless the
+// page's consecutive-copyback count reached copyback_threshold (or
+// disable_copyback is set), everything else by read and program. The data
+// moves when the command is submitted; its flash work is an asynchronous job
+// booked on the clock one destination chunk at a time per destination chip
+// (sched.go), so user requests to the same chips are served between the
+// pieces instead of waiting for the whole compaction, and the compaction's
+// completion includes the time it yielded to them. The destination zones
+// refuse host writes until the job ends (ZoneStateError) but serve reads;
+// other zones are unaffected. WaitCompaction drives the virtual clock to
+// the job's end; under NoWait the rest of the job is booked at once. The
+// plugging that ends threaded logging (close, finish, a full TL zone) is
+// such a background job too; on-demand plugging inside a host write is
+// booked with the write, which completes after it.
 //
 // TL_open (ZNS+ §3.2.2): a LogFBG is allocated and the write pointer goes back
 // to the zone start. Host writes must be at or above the write pointer and
@@ -69,8 +78,10 @@
 // link, admission into the shared write cache (a write waits when the cache
 // is full until enough earlier data has been programmed), then one program
 // per completed chunk on its chip; the write completes at admission (at the
-// last program with FUA or without a cache). Copyback costs copyback_ratio x
-// (read + 2 DMA + program) on the chip only. Each call returns an IOResult
+// last program with FUA or without a cache). Copyback holds the chip for
+// copyback_ratio x (read + program) and never uses the channel; read and
+// program is chip read, channel DMA out, channel DMA in, chip program (see
+// pkg/flash). disable_copyback copies every chunk by read and program. Each call returns an IOResult
 // (modelled submit/complete) and waits on the Clock until the completion,
 // except under NoWait(ctx). The off clock skips the model entirely.
 //

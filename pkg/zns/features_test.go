@@ -54,7 +54,16 @@ func TestGoldenTiming(t *testing.T) {
 			require.NoError(t, err)
 			require.Equal(t, uint64(4), rp.ReadProgBlocks)
 			require.Equal(t, m.Read+2*m.DMA+m.Program, rp.Duration())
-			require.Equal(t, time.Duration(float64(rp.Duration())*m.CopybackRatio), cb.Duration())
+			// copyback: the normalized latency applied to the chip-side cost
+			// (read + program), no DMA: less chip time than read-and-program
+			require.Equal(t, time.Duration(float64(m.Read+m.Program)*m.CopybackRatio), cb.Duration())
+			require.Less(t, cb.Duration(), m.Read+m.Program)
+			cc := d.CopyCosts()
+			require.Equal(t, cb.Duration(), cc.CopybackChunk)
+			require.Equal(t, rp.Duration(), cc.ReadProgramChunk)
+			require.Equal(t, m.Read+m.Program, cc.ReadProgramChipChunk)
+			require.Equal(t, res.Latency()-link, cc.FlashReadBlock)
+			require.Equal(t, link, cc.HostTransferBlock)
 		})
 	}
 }
@@ -368,4 +377,189 @@ func TestRefusedCompactionChangesNothing(t *testing.T) {
 	after, _ := d.ReportZones(StateAny, 0, 0)
 	require.Equal(t, before, after)
 	require.Equal(t, 2, d.Log().OpenZones)
+}
+
+// A compaction is booked piece by piece on the clock: a user read on one of
+// its chips, submitted in the middle, waits at most for the piece in
+// progress, not for the whole compaction (ZNS+ §3.2.1), and the compaction
+// ends later by about the read's chip time. Copyback makes the chip-bound
+// compaction faster than read-and-program by 1/copyback_ratio.
+func TestCompactionInterleavesUserReads(t *testing.T) {
+	type out struct {
+		comp        CompactionResult
+		read        IOResult
+		idleRead    time.Duration
+		copybackLat time.Duration
+	}
+	run := func(t *testing.T, noCopyback, userRead bool) out {
+		cfg := flash.Small()
+		cfg.MaxOpenZones, cfg.MaxActiveZones = 0, 0
+		cfg.DisableCopyback = noCopyback
+		v := clock.NewVirtual()
+		d, _ := newDev(t, cfg, v)
+		zs := d.g.ZoneSize
+		for _, z := range []uint64{0, 2, 4} { // FCG 0: chips 0 and 1
+			fill(t, d, z, int(zs), byte(z))
+		}
+		v.AdvanceTo(d.Drained() + time.Millisecond)
+		var o out
+		_, r, err := d.Read(bg, 0, 1)
+		require.NoError(t, err)
+		o.idleRead = r.Latency()
+		o.copybackLat = d.model.CopybackLatency()
+		v.Advance(time.Millisecond)
+		var copies []Copy
+		for k, z := range []uint64{0, 2, 4} {
+			copies = append(copies, Copy{Src: z * zs, Dst: (6 + 2*uint64(k)) * zs, Count: zs})
+		}
+		t0 := v.Now()
+		id, err := d.ZoneCompaction(bg, copies)
+		require.NoError(t, err)
+		if userRead {
+			v.AdvanceTo(t0 + 2*time.Millisecond)
+			_, o.read, err = d.Read(bg, 0, 1) // chunk 0: chip 0, busy compacting
+			require.NoError(t, err)
+		}
+		o.comp, err = d.WaitCompaction(bg, id)
+		require.NoError(t, err)
+		require.Equal(t, 3*zs, o.comp.Blocks)
+		if noCopyback {
+			require.Equal(t, 3*zs, o.comp.ReadProgBlocks)
+		} else {
+			require.Equal(t, 3*zs, o.comp.CopybackBlocks)
+		}
+		got, _, err := d.Read(bg, 6*zs, zs)
+		require.NoError(t, err)
+		require.Equal(t, pattern(d.g.BlockSize, 0, int(zs), 0)[:64], got[:64])
+		return o
+	}
+	idle := run(t, false, false)
+	busy := run(t, false, true)
+	// the read waits at most one copyback (the piece in progress), the
+	// compaction had far more left
+	require.Greater(t, busy.read.Latency(), busy.idleRead)
+	require.LessOrEqual(t, busy.read.Latency(), busy.idleRead+busy.copybackLat)
+	left := busy.comp.Completed - busy.read.Submitted
+	require.Greater(t, left, 10*busy.read.Latency(), "a convoy would have made the read wait %v", left)
+	// the compaction yields the chip for the read: it ends later, by the read's chip time
+	p := flash.Presets["MLC"]
+	require.Greater(t, busy.comp.Duration(), idle.comp.Duration())
+	require.LessOrEqual(t, busy.comp.Duration(), idle.comp.Duration()+p.Read+p.DMA)
+	// 24 chunks per chip: chip-bound, copyback saves 1 - ratio of the chip time
+	require.InDelta(t, 24*busy.copybackLat, idle.comp.Duration(), float64(p.Read+p.DMA))
+	rp := run(t, true, false)
+	t.Logf("idle read %v, read during compaction %v (compaction had %v left); compaction %v alone, %v with the read, %v without copyback",
+		busy.idleRead, busy.read.Latency(), left, idle.comp.Duration(), busy.comp.Duration(), rp.comp.Duration())
+	require.InDelta(t, 24*(p.Read+p.Program), rp.comp.Duration(), float64(2*(p.Read+2*p.DMA)))
+	require.InDelta(t, 1/p.CopybackRatio, float64(rp.comp.Duration())/float64(idle.comp.Duration()), 0.02)
+	// deterministic on the virtual clock
+	again := run(t, false, true)
+	require.Equal(t, busy, again)
+}
+
+// The ways a compaction's pieces get booked: driven by WaitCompaction on the
+// virtual clock, at once under NoWait, by the realtime clock's timers, and
+// at Close for a compaction nobody waits for.
+func TestCompactionJobCompletion(t *testing.T) {
+	setup := func(t *testing.T, clk clock.Clock) (*Device, []Copy) {
+		cfg := flash.Small()
+		cfg.MaxOpenZones, cfg.MaxActiveZones = 0, 0
+		d, _ := newDev(t, cfg, clk)
+		zs := d.g.ZoneSize
+		fill(t, d, 0, 16, 3)
+		// chunks 0,1 by copyback, 2,3 by read and program (other chips)
+		return d, []Copy{{Src: 0, Dst: 2 * zs, Count: 8}, {Src: 8, Dst: 2*zs + 12, Count: 8}}
+	}
+	var driven, nowait CompactionResult
+	for _, noWait := range []bool{false, true} {
+		v := clock.NewVirtual()
+		d, copies := setup(t, v)
+		v.AdvanceTo(d.Drained() + time.Millisecond)
+		id, err := d.ZoneCompaction(bg, copies)
+		require.NoError(t, err)
+		ctx := bg
+		if noWait {
+			ctx = NoWait(bg)
+		}
+		res, err := d.WaitCompaction(ctx, id)
+		require.NoError(t, err)
+		require.Equal(t, uint64(8), res.CopybackBlocks)
+		require.Equal(t, uint64(8), res.ReadProgBlocks)
+		if noWait {
+			nowait = res
+			require.Less(t, v.Now(), res.Completed, "NoWait does not move the clock")
+		} else {
+			driven = res
+			require.Equal(t, res.Completed, v.Now())
+		}
+	}
+	require.Equal(t, driven.Duration(), nowait.Duration())
+	require.Greater(t, driven.Duration(), time.Duration(0))
+
+	t.Run("realtime", func(t *testing.T) {
+		rt := clock.Realtime(1)
+		defer rt.Stop()
+		d, copies := setup(t, rt)
+		id, err := d.ZoneCompaction(bg, copies)
+		require.NoError(t, err)
+		res, err := d.WaitCompaction(bg, id)
+		require.NoError(t, err)
+		require.Greater(t, res.Duration(), time.Duration(0))
+		require.GreaterOrEqual(t, rt.Now(), res.Completed)
+	})
+	t.Run("close while booking", func(t *testing.T) {
+		v := clock.NewVirtual()
+		d, copies := setup(t, v)
+		_, err := d.ZoneCompaction(bg, copies)
+		require.NoError(t, err)
+		require.NoError(t, d.Close()) // books the rest, does not hang
+	})
+	t.Run("destination refuses writes until the job ends", func(t *testing.T) {
+		v := clock.NewVirtual()
+		d, copies := setup(t, v)
+		id, err := d.ZoneCompaction(bg, copies)
+		require.NoError(t, err)
+		_, err = d.Write(NoWait(bg), 2*d.g.ZoneSize+20, pattern(d.g.BlockSize, 0, 1, 1), Flags{})
+		require.ErrorIs(t, err, zerr.ErrZoneState)
+		_, err = d.WaitCompaction(bg, id)
+		require.NoError(t, err)
+		_, err = d.Write(bg, 2*d.g.ZoneSize+20, pattern(d.g.BlockSize, 0, 1, 1), Flags{})
+		require.NoError(t, err)
+	})
+}
+
+// Finishing a TL zone plugs its remaining valid blocks in the background,
+// piece by piece: a read on its chips right after the finish does not wait
+// for all of it.
+func TestTLFinishPlugsInBackground(t *testing.T) {
+	cfg := flash.Small()
+	cfg.MaxOpenZones, cfg.MaxActiveZones = 0, 0
+	v := clock.NewVirtual()
+	d, _ := newDev(t, cfg, v)
+	zs := d.g.ZoneSize
+	fill(t, d, 0, int(zs), 5)
+	fill(t, d, 2, 8, 6)
+	v.AdvanceTo(d.Drained() + time.Millisecond)
+	bm := make([]byte, (d.g.ZoneCap+7)/8)
+	for i := 1; i < len(bm); i++ { // all valid but the first 8 blocks
+		bm[i] = 0xff
+	}
+	_, err := d.TLOpen(bg, 0, bm, PPAOrdered)
+	require.NoError(t, err)
+	_, err = d.Write(bg, 0, pattern(d.g.BlockSize, 0, 8, 9), Flags{})
+	require.NoError(t, err)
+	v.AdvanceTo(d.Drained() + time.Millisecond)
+	t0 := v.Now()
+	_, err = d.ZoneMgmt(bg, 0, ActionFinish, false)
+	require.NoError(t, err)
+	_, r, err := d.Read(bg, 2*zs, 1) // zone 2 chunk 0: chip 0, where the plugging runs
+	require.NoError(t, err)
+	// it waited for one copyback at most, not for the 7 per chip of the
+	// plugging, nor for the erase of the original FBG (booked after it)
+	require.LessOrEqual(t, r.Latency(), d.model.CopybackLatency()+100*time.Microsecond)
+	end := d.Drained()
+	require.Greater(t, end-t0, 7*d.model.CopybackLatency()+d.conf().EraseLatency)
+	got, _, err := d.Read(bg, 8, 8)
+	require.NoError(t, err)
+	require.Equal(t, pattern(d.g.BlockSize, 8, 8, 5), got)
 }

@@ -84,6 +84,12 @@ func (d *Device) checkRange(lba, n uint64) error {
 // readZone copies blocks [a, b) of z into out and models the flash reads from
 // t0. Caller holds z.mu (read). Returns the time the data is at the controller.
 func (d *Device) readZone(z *zone, a, b uint64, out []byte, t0 time.Duration) (time.Duration, error) {
+	return d.readZoneTo(z, a, b, out, t0, nil)
+}
+
+// readZoneTo is readZone; with col != nil the page reads are appended to
+// *col instead of being booked (a long operation books them later).
+func (d *Device) readZoneTo(z *zone, a, b uint64, out []byte, t0 time.Duration, col *[]pread) (time.Duration, error) {
 	bs := uint64(d.g.BlockSize)
 	done := t0
 	var run bloc
@@ -94,7 +100,9 @@ func (d *Device) readZone(z *zone, a, b uint64, out []byte, t0 time.Duration) (t
 	flushPage := func() {
 		if curN > 0 {
 			d.st.nandRead.Add(1)
-			if d.model != nil {
+			if col != nil {
+				*col = append(*col, pread{cur.chip, curN})
+			} else if d.model != nil {
 				if t := d.model.Read(t0, cur.chip, curN); t > done {
 					done = t
 				}

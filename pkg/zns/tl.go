@@ -200,8 +200,13 @@ func (d *Device) plugForward(z *zone, t0 time.Duration) (time.Duration, error) {
 // chunks already plugged ahead), chunk by chunk: a fully valid chunk by
 // copyback, otherwise read and program. background selects the statistic;
 // zeroInvalid zero-fills the skipped invalid blocks (they end up below the
-// write pointer).
-func (d *Device) plugRange(z *zone, a, b uint64, t0 time.Duration, background, zeroInvalid bool) (time.Duration, error) {
+// write pointer). With sink != nil the flash work is appended to *sink
+// instead of being booked from t0.
+func (d *Device) plugRange(z *zone, a, b uint64, t0 time.Duration, background, zeroInvalid bool, sink ...*[]piece) (time.Duration, error) {
+	var sk *[]piece
+	if len(sink) > 0 {
+		sk = sink[0]
+	}
 	cb := uint64(d.g.ChunkBlocks)
 	done := t0
 	for c := a / cb; c*cb < b; c++ {
@@ -223,7 +228,7 @@ func (d *Device) plugRange(z *zone, a, b uint64, t0 time.Duration, background, z
 			continue
 		}
 		full := lo == c*cb && hi == (c+1)*cb && uint64(len(offs)) == cb
-		t, err := d.plugChunk(z, c, offs, full, t0)
+		t, err := d.plugChunk(z, c, offs, full, t0, sk)
 		if err != nil {
 			return 0, err
 		}
@@ -242,7 +247,7 @@ func (d *Device) plugRange(z *zone, a, b uint64, t0 time.Duration, background, z
 
 // plugChunk copies the listed valid blocks of chunk c from their current
 // place into the LogFBG. Caller holds z.mu.
-func (d *Device) plugChunk(z *zone, c uint64, offs []uint64, full bool, t0 time.Duration) (time.Duration, error) {
+func (d *Device) plugChunk(z *zone, c uint64, offs []uint64, full bool, t0 time.Duration, sink *[]piece) (time.Duration, error) {
 	bs := d.g.BlockSize
 	buf := make([]byte, bs)
 	src0 := d.locate(z, offs[0])
@@ -273,26 +278,28 @@ func (d *Device) plugChunk(z *zone, c uint64, offs []uint64, full bool, t0 time.
 		}
 	}
 	d.st.nandProg.Add(1)
+	p := piece{cb: useCB, dst: dst0.chip}
 	if useCB {
 		d.st.cbChunks.Add(1)
-		if d.model == nil {
-			return 0, nil
-		}
-		return d.model.Copyback(t0, dst0.chip), nil
+	} else {
+		d.st.rpBlocks.Add(uint64(len(offs)))
+		d.st.nandRead.Add(1)
+		p.reads = []pread{{src0.chip, len(offs)}}
 	}
-	d.st.rpBlocks.Add(uint64(len(offs)))
-	d.st.nandRead.Add(1)
 	if d.model == nil {
 		return 0, nil
 	}
-	r := d.model.Read(t0, src0.chip, len(offs))
-	return d.model.Program(r, dst0.chip), nil
+	if sink != nil {
+		*sink = append(*sink, p)
+		return t0, nil
+	}
+	return d.bookPiece(t0, p), nil
 }
 
 // copybackAllowed applies the chip rule and the consecutive-copyback
 // threshold, and updates the destination page's chain count.
 func (d *Device) copybackAllowed(src, dst bloc) bool {
-	if src.chip != dst.chip {
+	if src.chip != dst.chip || d.conf().DisableCopyback {
 		return false
 	}
 	si := d.pageIndex(src.chip, src.fbg, src.page)
@@ -377,9 +384,22 @@ func (d *Device) tlFinalize(z *zone) error {
 			last = o + 1
 		}
 	}
-	if _, err := d.plugRange(z, z.wp, last, t, false, true); err != nil {
+	// The plugging is booked piece by piece in the background (sched.go):
+	// nobody waits for it, and user I/O on its chips interleaves with it.
+	var pieces []piece
+	if _, err := d.plugRange(z, z.wp, last, t, false, true, &pieces); err != nil {
 		return err
 	}
+	// The original FBG is erased once the plugging that reads it has ended.
+	fcg := z.fcg
+	eraseOrig := false
+	defer func() {
+		d.startJob(t, pieces, func(end time.Duration) {
+			if eraseOrig {
+				d.bookErase(fcg, end)
+			}
+		})
+	}()
 	// The plugged copies must be durable before the journal says the
 	// original FBG is gone.
 	if err := d.f.Datasync(); err != nil {
@@ -396,5 +416,9 @@ func (d *Device) tlFinalize(z *zone) error {
 	if err := d.persistWP(z, z.wp); err != nil {
 		return err
 	}
-	return d.releaseFBG(z.fcg, orig, true)
+	if err := d.releaseFBGAt(z.fcg, orig, true, -2); err != nil {
+		return err
+	}
+	eraseOrig = true
+	return nil
 }

@@ -242,3 +242,21 @@ func ParseTLMode(s string) (TLMode, error) {
 
 // FormatName names the backing-file format this build writes and reads.
 var FormatName = fmt.Sprintf("zns-%d", formatVersion)
+
+// CopyCosts are the modelled unloaded costs a host's copy policies compare
+// (ZNS+ §3.2.1: write a cached block from the host (IZC-H) or copy it in
+// the device (IZC-D); §3.3.2: f_copy, f_plugging). All zero with the off
+// clock.
+type CopyCosts struct {
+	ChunkBlocks int // blocks per chunk (the copyback unit)
+	// FlashReadBlock is a flash page read and the DMA of one block.
+	FlashReadBlock time.Duration
+	// HostTransferBlock is one block over the host link.
+	HostTransferBlock time.Duration
+	// CopybackChunk is the chip time of one copyback (no channel).
+	CopybackChunk time.Duration
+	// ReadProgramChunk is the unloaded latency of a read-and-program copy
+	// of one chunk; ReadProgramChipChunk the chip time it holds.
+	ReadProgramChunk     time.Duration
+	ReadProgramChipChunk time.Duration
+}
