@@ -50,6 +50,7 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/backoff"
 	"google.golang.org/grpc/credentials/insecure"
 )
 
@@ -203,8 +204,17 @@ func (c *Client) Close() {
 	}
 }
 
+// reconnect is how fast a connection to a node or arbiter that went away is
+// tried again: gRPC's default backs off to 120 s, so after an outage of a few
+// seconds a returned node would stay unreachable for longer than the mount's
+// retry deadline. Nodes are on the cluster's network; a try a second is cheap.
+var reconnect = grpc.ConnectParams{
+	Backoff:           backoff.Config{BaseDelay: 50 * time.Millisecond, Multiplier: 1.6, Jitter: 0.2, MaxDelay: time.Second},
+	MinConnectTimeout: 2 * time.Second,
+}
+
 func dialOpts() []grpc.DialOption {
-	return append(rpcerr.DialOptions(), grpc.WithTransportCredentials(insecure.NewCredentials()),
+	return append(rpcerr.DialOptions(), grpc.WithTransportCredentials(insecure.NewCredentials()), grpc.WithConnectParams(reconnect),
 		grpc.WithDefaultCallOptions(append(wire.CallOptions(), grpc.MaxCallRecvMsgSize(daemon.MaxMessageBytes), grpc.MaxCallSendMsgSize(daemon.MaxMessageBytes))...))
 }
 

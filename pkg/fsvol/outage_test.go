@@ -338,8 +338,11 @@ func nodeOutage(t *testing.T, pick func(perNode map[string]int, meta string) str
 	stalled, failedOps := fs.Stalls()
 	t.Logf("during the outage: %d operations retrying, %d gave up after the deadline", stalled, failedOps)
 	require.NoError(t, cl.StartNode(ctx, victim))
-	phase.Store(2)
 	require.NoError(t, cl.WaitReady(ctx))
+	// operations that began before the node was serving again may still
+	// exhaust their deadline; "after" counts from here
+	time.Sleep(time.Second)
+	phase.Store(2)
 	// the workload goes on against the returned node until writes succeed again
 	recovered := assert.Eventually(t, func() bool {
 		errsMu.Lock()
