@@ -39,7 +39,7 @@ func Fig26Drive() flash.Config {
 // DefaultFig26 is the paper's configuration at a length that runs in seconds.
 func DefaultFig26() Fig26Config {
 	return Fig26Config{Writers: []int{4, 8, 16}, IOBytes: 512 << 10, StaticWidth: 4, StaticStripe: 16 << 10,
-		VZoneWidth: 8, VZoneStripe: 8 << 10, Warmup: 20 * time.Millisecond, Run: 100 * time.Millisecond, Drive: Fig26Drive()}
+		VZoneWidth: 8, VZoneStripe: 8 << 10, Warmup: 50 * time.Millisecond, Run: 100 * time.Millisecond, Drive: Fig26Drive()}
 }
 
 // Fig26Row is one writer count.

@@ -122,7 +122,7 @@ func lookup(id string) (Figure, bool) {
 func runFig26(ctx context.Context, dir string, o Options) (any, []Line, error) {
 	c := DefaultFig26()
 	if o.Short {
-		c.Writers, c.Warmup, c.Run = []int{4, 8}, 5*time.Millisecond, 20*time.Millisecond
+		c.Writers, c.Run = []int{4, 8}, 10*time.Millisecond
 	}
 	r, err := RunFig26(ctx, dir, c)
 	if err != nil {
