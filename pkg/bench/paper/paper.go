@@ -59,6 +59,7 @@ type Line struct {
 
 var figures = []Figure{
 	{ID: "fig26", Title: "Fig. 26 local overdrive: v-zones (width 8) over static (width 4)", Paper: "2.0x at 4 writers, ~1.0x at 8 and 16", run: runFig26},
+	{ID: "fig29a", Title: "Fig. 29a read-read fairness: congestion control", Paper: "A/B: CC off 0.06 (sc. 1), CC on 1.0", run: runFig29a},
 	{ID: "fig29b", Title: "Fig. 29b write-write fairness: admission control", Paper: "regular writer +35.7% (sc. 1); device +6.6% (sc. 2), +24.7% (sc. 3)", run: runFig29b},
 }
 
@@ -135,6 +136,27 @@ func runFig26(ctx context.Context, dir string, o Options) (any, []Line, error) {
 			p = "2.0"
 		}
 		lines = append(lines, Line{Label: fmt.Sprintf("vzone_over_static, %d writers", row.Writers), Ours: row.VZoneOverStatic, Paper: p})
+	}
+	return r, lines, nil
+}
+
+func runFig29a(ctx context.Context, dir string, o Options) (any, []Line, error) {
+	c := DefaultFig29a()
+	if o.Short {
+		c.Scenarios, c.Warmup, c.Run = c.Scenarios[:2], 2*time.Millisecond, 5*time.Millisecond
+	}
+	r, err := RunFig29a(ctx, dir, c)
+	if err != nil {
+		return nil, nil, err
+	}
+	var lines []Line
+	for _, row := range r.Rows {
+		off := "-"
+		if row.Scenario.AWidth == 2 {
+			off = "0.059" // 76 / 1,287 MB/s
+		}
+		lines = append(lines, Line{Label: "a_over_b cc_off, " + row.Scenario.Name, Ours: row.Off.AOverB, Paper: off})
+		lines = append(lines, Line{Label: "a_over_b cc_on, " + row.Scenario.Name, Ours: row.On.AOverB, Paper: "1.0"})
 	}
 	return r, lines, nil
 }

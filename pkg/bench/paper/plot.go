@@ -60,6 +60,17 @@ func plotFigure(id string, v any, path string) error {
 			b.values[1] = append(b.values[1], row.VZoneMBps)
 		}
 		return b.save(path)
+	case *Fig29aResult:
+		b := bars{title: "Fig. 29a: read congestion control", ylabel: "per-zone read MB/s",
+			series: []string{"A, CC off", "B, CC off", "A, CC on", "B, CC on"}, values: make([][]float64, 4)}
+		for _, row := range r.Rows {
+			b.labels = append(b.labels, row.Scenario.Name)
+			b.values[0] = append(b.values[0], row.Off.AMBps)
+			b.values[1] = append(b.values[1], row.Off.BMBps)
+			b.values[2] = append(b.values[2], row.On.AMBps)
+			b.values[3] = append(b.values[3], row.On.BMBps)
+		}
+		return b.save(path)
 	case *Fig29bResult:
 		b := bars{title: "Fig. 29b: write admission control", ylabel: "per-thread write MB/s",
 			series: []string{"regular, AC off", "regular, AC on", "busy, AC off", "busy, AC on"}, values: make([][]float64, 4)}
