@@ -3,14 +3,12 @@ package paper
 import (
 	"context"
 	"testing"
-	"time"
 
 	"github.com/stretchr/testify/require"
 )
 
 func TestFig29b(t *testing.T) {
 	c := DefaultFig29b()
-	c.Warmup, c.Run = 50*time.Millisecond, 150*time.Millisecond
 	res, err := RunFig29b(context.Background(), t.TempDir(), c)
 	require.NoError(t, err)
 	for _, row := range res.Rows {
