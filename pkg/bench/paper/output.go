@@ -64,6 +64,8 @@ func (r *Result) WriteOut(dir string, o Options) (*Manifest, error) {
 			m.Config[id] = v.Config
 		case *Fig29bResult:
 			m.Config[id] = v.Config
+		case *Fig29cResult:
+			m.Config[id] = v.Config
 		}
 		name := id + ".png"
 		if err := plotFigure(id, r.Figures[id], filepath.Join(dir, name)); err != nil {

@@ -61,6 +61,7 @@ var figures = []Figure{
 	{ID: "fig26", Title: "Fig. 26 local overdrive: v-zones (width 8) over static (width 4)", Paper: "2.0x at 4 writers, ~1.0x at 8 and 16", run: runFig26},
 	{ID: "fig29a", Title: "Fig. 29a read-read fairness: congestion control", Paper: "A/B: CC off 0.06 (sc. 1), CC on 1.0", run: runFig29a},
 	{ID: "fig29b", Title: "Fig. 29b write-write fairness: admission control", Paper: "regular writer +35.7% (sc. 1); device +6.6% (sc. 2), +24.7% (sc. 3)", run: runFig29b},
+	{ID: "fig29c", Title: "Fig. 29c read-write fairness: CC, AC, CC+AC", Paper: "CC+AC: readers 71.6 %, busy 57.5 %, regular 70.1 % of max (none: 19.3 % and 27.3 % for the writers)", run: runFig29c},
 }
 
 // Figures lists the figures in order.
@@ -157,6 +158,30 @@ func runFig29a(ctx context.Context, dir string, o Options) (any, []Line, error) 
 		}
 		lines = append(lines, Line{Label: "a_over_b cc_off, " + row.Scenario.Name, Ours: row.Off.AOverB, Paper: off})
 		lines = append(lines, Line{Label: "a_over_b cc_on, " + row.Scenario.Name, Ours: row.On.AOverB, Paper: "1.0"})
+	}
+	return r, lines, nil
+}
+
+func runFig29c(ctx context.Context, dir string, o Options) (any, []Line, error) {
+	c := DefaultFig29c()
+	if o.Short {
+		c.Readers, c.Regular, c.Warmup, c.Run = 4, 4, 2*time.Millisecond, 5*time.Millisecond
+	}
+	r, err := RunFig29c(ctx, dir, c)
+	if err != nil {
+		return nil, nil, err
+	}
+	paperGain := map[string]string{"busy": "2.98", "regular": "2.57"} // CC+AC over none, from % of max
+	var lines []Line
+	for _, m := range []string{"cc", "ac", "cc+ac"} {
+		pb, pr := "-", "-"
+		if m == "cc+ac" {
+			pb, pr = paperGain["busy"], paperGain["regular"]
+		}
+		lines = append(lines,
+			Line{Label: "reader_gain, " + m, Ours: r.ReaderGain[m], Paper: "<1"},
+			Line{Label: "busy_gain, " + m, Ours: r.BusyGain[m], Paper: pb},
+			Line{Label: "regular_gain, " + m, Ours: r.RegularGain[m], Paper: pr})
 	}
 	return r, lines, nil
 }

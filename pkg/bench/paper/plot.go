@@ -71,6 +71,16 @@ func plotFigure(id string, v any, path string) error {
 			b.values[3] = append(b.values[3], row.On.BMBps)
 		}
 		return b.save(path)
+	case *Fig29cResult:
+		b := bars{title: "Fig. 29c: read-write fairness", ylabel: "per-thread MB/s",
+			series: []string{"reader (A)", "busy writer (B)", "regular writer (C)"}, values: make([][]float64, 3)}
+		for _, run := range r.Runs {
+			b.labels = append(b.labels, run.Mode)
+			b.values[0] = append(b.values[0], run.ReaderMBps)
+			b.values[1] = append(b.values[1], run.BusyMBps)
+			b.values[2] = append(b.values[2], run.RegularMBps)
+		}
+		return b.save(path)
 	case *Fig29bResult:
 		b := bars{title: "Fig. 29b: write admission control", ylabel: "per-thread write MB/s",
 			series: []string{"regular, AC off", "regular, AC on", "busy, AC off", "busy, AC on"}, values: make([][]float64, 4)}
