@@ -30,10 +30,14 @@ type Fig29cConfig struct {
 	WriteBytes    int           `json:"write_bytes"`
 	LatThreshold  time.Duration `json:"lat_threshold_ns"`
 	QueueSlots    int           `json:"queue_slots"`
-	Prefill       int           `json:"prefill_bytes_per_zone"`
-	Warmup        time.Duration `json:"warmup_ns"`
-	Run           time.Duration `json:"run_ns"`
-	Drive         flash.Config  `json:"drive"`
+	// DeepQueueSlots reruns every mode with this many device slots (an
+	// NVMe-deep queue like the paper's SPDK setup; 0: skip), to separate the
+	// node's queue-slot limit from the schedulers.
+	DeepQueueSlots int           `json:"deep_queue_slots"`
+	Prefill        int           `json:"prefill_bytes_per_zone"`
+	Warmup         time.Duration `json:"warmup_ns"`
+	Run            time.Duration `json:"run_ns"`
+	Drive          flash.Config  `json:"drive"`
 }
 
 // Fig29cDrive has 32 single-die chip groups (8 channels x 4 ways, MLC), a
@@ -53,7 +57,7 @@ func DefaultFig29c() Fig29cConfig {
 		Readers: 16, ReaderWidth: 2, ReaderStripe: 32 << 10, ReaderQD: 32, ReadBytes: 128 << 10,
 		BusyWidth: 2, BusyStripe: 32 << 10, Regular: 16, RegularWidth: 8, RegularStripe: 32 << 10,
 		Interval: 5 * time.Millisecond, WriteBytes: 512 << 10, LatThreshold: 500 * time.Microsecond,
-		QueueSlots: 64, Prefill: 1 << 20, Warmup: 30 * time.Millisecond, Run: 100 * time.Millisecond, Drive: Fig29cDrive(),
+		QueueSlots: 64, DeepQueueSlots: 1024, Prefill: 1 << 20, Warmup: 30 * time.Millisecond, Run: 100 * time.Millisecond, Drive: Fig29cDrive(),
 	}
 }
 
@@ -73,6 +77,8 @@ type Fig29cResult struct {
 	ReaderGain  map[string]float64 `json:"reader_gain"`
 	BusyGain    map[string]float64 `json:"busy_gain"`
 	RegularGain map[string]float64 `json:"regular_gain"`
+	// The same with DeepQueueSlots device slots.
+	DeepQueue *Fig29cResult `json:"deep_queue,omitempty"`
 }
 
 var fig29cModes = []struct {
@@ -80,8 +86,22 @@ var fig29cModes = []struct {
 	cc, ac bool
 }{{"none", false, false}, {"cc", true, false}, {"ac", false, true}, {"cc+ac", true, true}}
 
-// RunFig29c runs the four modes.
+// RunFig29c runs the four modes with the node's queue slots, and again with
+// DeepQueueSlots if set.
 func RunFig29c(ctx context.Context, dir string, c Fig29cConfig) (*Fig29cResult, error) {
+	res, err := runFig29cModes(ctx, dir, c)
+	if err != nil || c.DeepQueueSlots <= 0 {
+		return res, err
+	}
+	dc := c
+	dc.QueueSlots, dc.DeepQueueSlots = c.DeepQueueSlots, 0
+	if res.DeepQueue, err = runFig29cModes(ctx, dir, dc); err != nil {
+		return nil, err
+	}
+	return res, nil
+}
+
+func runFig29cModes(ctx context.Context, dir string, c Fig29cConfig) (*Fig29cResult, error) {
 	res := &Fig29cResult{Config: c, ReaderGain: map[string]float64{}, BusyGain: map[string]float64{}, RegularGain: map[string]float64{}}
 	for _, m := range fig29cModes {
 		r, err := fig29cRun(ctx, dir, c, m.cc, m.ac)
@@ -176,12 +196,14 @@ func fig29cRun(ctx context.Context, dir string, c Fig29cConfig, cc, ac bool) (Fi
 			}
 		}
 	}
-	busy, err := r.newLZone(c.BusyWidth, c.BusyStripe)
-	if err != nil {
-		return Fig29cRun{}, err
-	}
 	bm := &meter{from: from, to: to}
-	r.s.Go(writer(busy, bm, 0))
+	if c.BusyWidth > 0 {
+		busy, err := r.newLZone(c.BusyWidth, c.BusyStripe)
+		if err != nil {
+			return Fig29cRun{}, err
+		}
+		r.s.Go(writer(busy, bm, 0))
+	}
 	wm := make([]*meter, c.Regular)
 	for i := range wm {
 		lz, err := r.newLZone(c.RegularWidth, c.RegularStripe)

@@ -173,15 +173,24 @@ func runFig29c(ctx context.Context, dir string, o Options) (any, []Line, error) 
 	}
 	paperGain := map[string]string{"busy": "2.98", "regular": "2.57"} // CC+AC over none, from % of max
 	var lines []Line
-	for _, m := range []string{"cc", "ac", "cc+ac"} {
-		pb, pr := "-", "-"
-		if m == "cc+ac" {
-			pb, pr = paperGain["busy"], paperGain["regular"]
+	add := func(res *Fig29cResult, suffix string) {
+		for _, m := range []string{"cc", "ac", "cc+ac"} {
+			pa, pb, pr := "-", "-", "-"
+			if m != "ac" {
+				pa = "<1"
+			}
+			if m == "cc+ac" {
+				pb, pr = paperGain["busy"], paperGain["regular"]
+			}
+			lines = append(lines,
+				Line{Label: "reader_gain, " + m + suffix, Ours: res.ReaderGain[m], Paper: pa},
+				Line{Label: "busy_gain, " + m + suffix, Ours: res.BusyGain[m], Paper: pb},
+				Line{Label: "regular_gain, " + m + suffix, Ours: res.RegularGain[m], Paper: pr})
 		}
-		lines = append(lines,
-			Line{Label: "reader_gain, " + m, Ours: r.ReaderGain[m], Paper: "<1"},
-			Line{Label: "busy_gain, " + m, Ours: r.BusyGain[m], Paper: pb},
-			Line{Label: "regular_gain, " + m, Ours: r.RegularGain[m], Paper: pr})
+	}
+	add(r, fmt.Sprintf(" (%d slots)", c.QueueSlots))
+	if r.DeepQueue != nil {
+		add(r.DeepQueue, fmt.Sprintf(" (%d slots)", c.DeepQueueSlots))
 	}
 	return r, lines, nil
 }

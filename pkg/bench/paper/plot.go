@@ -72,13 +72,19 @@ func plotFigure(id string, v any, path string) error {
 		}
 		return b.save(path)
 	case *Fig29cResult:
-		b := bars{title: "Fig. 29c: read-write fairness", ylabel: "per-thread MB/s",
+		b := bars{title: "Fig. 29c: read-write fairness (node slots | deep queue)", ylabel: "per-thread MB/s",
 			series: []string{"reader (A)", "busy writer (B)", "regular writer (C)"}, values: make([][]float64, 3)}
-		for _, run := range r.Runs {
-			b.labels = append(b.labels, run.Mode)
-			b.values[0] = append(b.values[0], run.ReaderMBps)
-			b.values[1] = append(b.values[1], run.BusyMBps)
-			b.values[2] = append(b.values[2], run.RegularMBps)
+		add := func(res *Fig29cResult, tag string) {
+			for _, run := range res.Runs {
+				b.labels = append(b.labels, run.Mode+tag)
+				b.values[0] = append(b.values[0], run.ReaderMBps)
+				b.values[1] = append(b.values[1], run.BusyMBps)
+				b.values[2] = append(b.values[2], run.RegularMBps)
+			}
+		}
+		add(r, "")
+		if r.DeepQueue != nil {
+			add(r.DeepQueue, " deep")
 		}
 		return b.save(path)
 	case *Fig29bResult:
