@@ -29,6 +29,13 @@ func (b bars) save(path string) error {
 	p.Title.Text = b.title
 	p.Y.Label.Text = b.ylabel
 	p.Y.Min = 0
+	top := 0.0
+	for _, vs := range b.values {
+		for _, v := range vs {
+			top = max(top, v)
+		}
+	}
+	p.Y.Max = top * 1.35 // room for the legend
 	w := vg.Points(18)
 	n := len(b.series)
 	for i, s := range b.series {
