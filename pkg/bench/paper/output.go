@@ -1,11 +1,14 @@
 package paper
 
 import (
+	"bytes"
 	"encoding/json"
 	"fmt"
 	"io"
 	"os"
+	"os/exec"
 	"path/filepath"
+	"strings"
 	"text/tabwriter"
 
 	"github.com/zonefleet/zonefleet/pkg/buildinfo"
@@ -54,7 +57,7 @@ func (r *Result) WriteOut(dir string, o Options) (*Manifest, error) {
 		return nil, err
 	}
 	bi := buildinfo.Get()
-	m := &Manifest{Commit: bi.Revision, Version: bi.Version, GoVersion: bi.GoVersion, Figures: r.Order, Options: o,
+	m := &Manifest{Commit: commit(bi.Revision), Version: bi.Version, GoVersion: bi.GoVersion, Figures: r.Order, Options: o,
 		Seed: Seed, Clock: "sim (deterministic virtual clock)", Config: map[string]any{}}
 	for _, id := range r.Order {
 		switch v := r.Figures[id].(type) {
@@ -83,4 +86,21 @@ func (r *Result) WriteOut(dir string, o Options) (*Manifest, error) {
 		return nil, err
 	}
 	return m, os.WriteFile(filepath.Join(dir, "manifest.json"), append(b, '\n'), 0o644)
+}
+
+// commit is the build's VCS revision, or else the working directory's git
+// HEAD (binaries built without VCS stamping, e.g. in a git worktree).
+func commit(rev string) string {
+	if rev != "" && rev != "unknown" {
+		return rev
+	}
+	out, err := exec.Command("git", "rev-parse", "--short=12", "HEAD").Output()
+	if err != nil {
+		return "unknown"
+	}
+	c := strings.TrimSpace(string(out))
+	if st, err := exec.Command("git", "status", "--porcelain", "--untracked-files=no").Output(); err == nil && len(bytes.TrimSpace(st)) > 0 {
+		c += "-dirty"
+	}
+	return c
 }
