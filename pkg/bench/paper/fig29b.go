@@ -1,0 +1,193 @@
+package paper
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/zonefleet/zonefleet/pkg/flash"
+)
+
+// Fig29bScenario is one write-write fairness scenario of eZNS Fig. 29(b).
+type Fig29bScenario struct {
+	Name string `json:"name"`
+	// Regular writers: width 8, 8 KiB stripes, one 512 KiB write every
+	// Interval (0: back to back, i.e. busy writers, scenario 2).
+	Regular  int           `json:"regular"`
+	Interval time.Duration `json:"interval_ns"`
+}
+
+// Fig29bConfig is eZNS Fig. 29(b): regular writers and one busy writer
+// (width 2, 32 KiB stripes, writes back to back) on co-located dies, 512 KiB
+// sequential writes at QD 1, admission control off and on.
+type Fig29bConfig struct {
+	Scenarios     []Fig29bScenario `json:"scenarios"`
+	IOBytes       int              `json:"io_bytes"`
+	RegularWidth  int              `json:"regular_width"`
+	RegularStripe int              `json:"regular_stripe_bytes"`
+	BusyWidth     int              `json:"busy_width"`
+	BusyStripe    int              `json:"busy_stripe_bytes"`
+	Warmup        time.Duration    `json:"warmup_ns"`
+	Run           time.Duration    `json:"run_ns"`
+	Drive         flash.Config     `json:"drive"`
+}
+
+// Fig29bDrive has 128 single-die chip groups (16 channels x 8 ways, MLC:
+// ~42 MB/s per die, as the paper's 42.6 MB/s physical zone), a 16 MiB write
+// cache and an 8 GB/s link so that the dies, not the link, are the limit.
+func Fig29bDrive() flash.Config {
+	c := flash.Defaults()
+	c.Channels, c.Ways, c.DZone = 16, 8, 1
+	c.PagesPerBlock, c.BlocksPerChip, c.SpareBlocksPerChip = 1024, 4, 1
+	c.MaxOpenZones, c.MaxActiveZones = 0, 0
+	c.HostLinkBytesPerSec = 8_000_000_000
+	return c
+}
+
+// DefaultFig29b is the paper's three scenarios.
+func DefaultFig29b() Fig29bConfig {
+	return Fig29bConfig{
+		Scenarios: []Fig29bScenario{
+			{Name: "1-regular", Regular: 16, Interval: 5 * time.Millisecond},
+			{Name: "2-all-busy", Regular: 16, Interval: 0},
+			{Name: "3-collision-free", Regular: 15, Interval: 5 * time.Millisecond},
+		},
+		IOBytes: 512 << 10, RegularWidth: 8, RegularStripe: 8 << 10, BusyWidth: 2, BusyStripe: 32 << 10,
+		Warmup: 50 * time.Millisecond, Run: 200 * time.Millisecond, Drive: Fig29bDrive(),
+	}
+}
+
+// Fig29bRun is one scenario with admission control off or on.
+type Fig29bRun struct {
+	AC bool `json:"admission_control"`
+	// Per-thread MB/s: mean of the regular writers, the regular writer that
+	// shares dies with the busy writer (Zone A of the figure), the busy writer.
+	RegularMBps float64 `json:"regular_mb_per_second"`
+	ColocMBps   float64 `json:"colocated_regular_mb_per_second"`
+	BusyMBps    float64 `json:"busy_mb_per_second"`
+	TotalMBps   float64 `json:"total_mb_per_second"`
+	Stalls      uint64  `json:"admission_stalls"`
+	AdmissionNs int64   `json:"admission_rate_ns_per_block"`
+}
+
+// Fig29bRow is one scenario.
+type Fig29bRow struct {
+	Scenario Fig29bScenario `json:"scenario"`
+	Off      Fig29bRun      `json:"ac_off"`
+	On       Fig29bRun      `json:"ac_on"`
+	// RegularGain is the regular writers' per-thread bandwidth with AC over without.
+	RegularGain float64 `json:"regular_gain"`
+	ColocGain   float64 `json:"colocated_regular_gain"`
+	TotalGain   float64 `json:"total_gain"`
+}
+
+// Fig29bResult is the figure.
+type Fig29bResult struct {
+	Config      Fig29bConfig       `json:"config"`
+	Rows        []Fig29bRow        `json:"rows"`
+	RegularGain map[string]float64 `json:"regular_gain"`
+	TotalGain   map[string]float64 `json:"total_gain"`
+}
+
+// RunFig29b runs every scenario with AC off and on.
+func RunFig29b(ctx context.Context, dir string, c Fig29bConfig) (*Fig29bResult, error) {
+	res := &Fig29bResult{Config: c, RegularGain: map[string]float64{}, TotalGain: map[string]float64{}}
+	for _, sc := range c.Scenarios {
+		off, err := fig29bRun(ctx, dir, c, sc, false)
+		if err != nil {
+			return nil, fmt.Errorf("fig29b %s, AC off: %w", sc.Name, err)
+		}
+		on, err := fig29bRun(ctx, dir, c, sc, true)
+		if err != nil {
+			return nil, fmt.Errorf("fig29b %s, AC on: %w", sc.Name, err)
+		}
+		row := Fig29bRow{Scenario: sc, Off: off, On: on, RegularGain: ratio(on.RegularMBps, off.RegularMBps),
+			ColocGain: ratio(on.ColocMBps, off.ColocMBps), TotalGain: ratio(on.TotalMBps, off.TotalMBps)}
+		res.Rows = append(res.Rows, row)
+		res.RegularGain[sc.Name] = row.RegularGain
+		res.TotalGain[sc.Name] = row.TotalGain
+	}
+	return res, nil
+}
+
+func fig29bRun(ctx context.Context, dir string, c Fig29bConfig, sc Fig29bScenario, ac bool) (Fig29bRun, error) {
+	d, err := subdir(dir)
+	if err != nil {
+		return Fig29bRun{}, err
+	}
+	defer removeAll(d)
+	r, err := newRig(d, c.Drive, ac)
+	if err != nil {
+		return Fig29bRun{}, err
+	}
+	defer r.close()
+	from, to := c.Warmup, c.Warmup+c.Run
+	// The busy writer is placed first (dies 0..w-1); the regular writers fill
+	// the dies after it, the last ones wrapping onto the busy writer's dies
+	// when there are more zones than dies.
+	busy, err := r.newLZone(c.BusyWidth, c.BusyStripe)
+	if err != nil {
+		return Fig29bRun{}, err
+	}
+	busyM := &meter{from: from, to: to}
+	var firstErr error
+	writer := func(lz *lzone, m *meter, every time.Duration) func(ctx context.Context) {
+		return func(ctx context.Context) {
+			next := r.s.Now()
+			for r.s.Now() < to {
+				if every > 0 {
+					if err := r.s.WaitUntil(ctx, next); err != nil {
+						return
+					}
+					next = max(next, r.s.Now()) + every // an interval, no catching up
+				}
+				if err := lz.write(ctx, c.IOBytes); err != nil {
+					if firstErr == nil && ctx.Err() == nil {
+						firstErr = err
+					}
+					return
+				}
+				m.add(r.s.Now(), c.IOBytes)
+			}
+		}
+	}
+	busyZones := map[int]bool{}
+	for _, z := range busy.zones {
+		busyZones[r.geo.FCG(z)] = true
+	}
+	regs := make([]*meter, sc.Regular)
+	coloc := -1
+	for i := range regs {
+		lz, err := r.newLZone(c.RegularWidth, c.RegularStripe)
+		if err != nil {
+			return Fig29bRun{}, err
+		}
+		for _, z := range lz.zones {
+			if busyZones[r.geo.FCG(z)] && coloc < 0 {
+				coloc = i
+			}
+		}
+		regs[i] = &meter{from: from, to: to}
+		r.s.Go(writer(lz, regs[i], sc.Interval))
+	}
+	r.s.Go(writer(busy, busyM, 0))
+	r.s.Run(to)
+	if firstErr != nil {
+		return Fig29bRun{}, firstErr
+	}
+	out := Fig29bRun{AC: ac, BusyMBps: round(busyM.mbps())}
+	var sum float64
+	for _, m := range regs {
+		sum += m.mbps()
+	}
+	if len(regs) > 0 {
+		out.RegularMBps = round(sum / float64(len(regs)))
+	}
+	if coloc >= 0 {
+		out.ColocMBps = round(regs[coloc].mbps())
+	}
+	out.TotalMBps = round(sum + busyM.mbps())
+	out.Stalls, _ = r.adm.Stalls()
+	out.AdmissionNs = int64(r.adm.Rate())
+	return out, nil
+}

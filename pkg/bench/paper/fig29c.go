@@ -1,0 +1,232 @@
+package paper
+
+import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"time"
+
+	"github.com/zonefleet/zonefleet/pkg/flash"
+	"github.com/zonefleet/zonefleet/pkg/zns"
+)
+
+// Fig29cConfig is eZNS Fig. 29(c), read-write fairness: readers (zone A:
+// width 2, 32 KiB stripes, 128 KiB random reads at QD 32, together covering
+// every die), one busy writer (zone B: width 2, 32 KiB, 512 KiB writes back
+// to back) and regular writers (zone C: width 8, 32 KiB, one 512 KiB write
+// per interval), with neither scheduler, CC, AC, and CC+AC.
+type Fig29cConfig struct {
+	Readers       int           `json:"readers"`
+	ReaderWidth   int           `json:"reader_width"`
+	ReaderStripe  int           `json:"reader_stripe_bytes"`
+	ReaderQD      int           `json:"reader_queue_depth"`
+	ReadBytes     int           `json:"read_bytes"`
+	BusyWidth     int           `json:"busy_width"`
+	BusyStripe    int           `json:"busy_stripe_bytes"`
+	Regular       int           `json:"regular"`
+	RegularWidth  int           `json:"regular_width"`
+	RegularStripe int           `json:"regular_stripe_bytes"`
+	Interval      time.Duration `json:"interval_ns"`
+	WriteBytes    int           `json:"write_bytes"`
+	LatThreshold  time.Duration `json:"lat_threshold_ns"`
+	QueueSlots    int           `json:"queue_slots"`
+	// DeepQueueSlots reruns every mode with this many device slots (an
+	// NVMe-deep queue like the paper's SPDK setup; 0: skip), to separate the
+	// node's queue-slot limit from the schedulers.
+	DeepQueueSlots int           `json:"deep_queue_slots"`
+	Prefill        int           `json:"prefill_bytes_per_zone"`
+	Warmup         time.Duration `json:"warmup_ns"`
+	Run            time.Duration `json:"run_ns"`
+	Drive          flash.Config  `json:"drive"`
+}
+
+// Fig29cDrive has 32 single-die chip groups (8 channels x 4 ways, MLC), a
+// 16 MiB write cache and a 3.2 GB/s link.
+func Fig29cDrive() flash.Config {
+	c := flash.Defaults()
+	c.Channels, c.Ways, c.DZone = 8, 4, 1
+	c.PagesPerBlock, c.BlocksPerChip, c.SpareBlocksPerChip = 1024, 8, 1
+	c.MaxOpenZones, c.MaxActiveZones = 0, 0
+	c.HostLinkBytesPerSec = 3_200_000_000
+	return c
+}
+
+// DefaultFig29c is the paper's setup.
+func DefaultFig29c() Fig29cConfig {
+	return Fig29cConfig{
+		Readers: 16, ReaderWidth: 2, ReaderStripe: 32 << 10, ReaderQD: 32, ReadBytes: 128 << 10,
+		BusyWidth: 2, BusyStripe: 32 << 10, Regular: 16, RegularWidth: 8, RegularStripe: 32 << 10,
+		Interval: 5 * time.Millisecond, WriteBytes: 512 << 10, LatThreshold: 500 * time.Microsecond,
+		QueueSlots: 64, DeepQueueSlots: 1024, Prefill: 1 << 20, Warmup: 30 * time.Millisecond, Run: 100 * time.Millisecond, Drive: Fig29cDrive(),
+	}
+}
+
+// Fig29cRun is one mode.
+type Fig29cRun struct {
+	Mode        string  `json:"mode"`
+	ReaderMBps  float64 `json:"reader_mb_per_second"`
+	BusyMBps    float64 `json:"busy_mb_per_second"`
+	RegularMBps float64 `json:"regular_mb_per_second"`
+}
+
+// Fig29cResult is the figure. Gains are per-thread bandwidth of a mode over
+// neither scheduler.
+type Fig29cResult struct {
+	Config      Fig29cConfig       `json:"config"`
+	Runs        []Fig29cRun        `json:"runs"`
+	ReaderGain  map[string]float64 `json:"reader_gain"`
+	BusyGain    map[string]float64 `json:"busy_gain"`
+	RegularGain map[string]float64 `json:"regular_gain"`
+	// The same with DeepQueueSlots device slots.
+	DeepQueue *Fig29cResult `json:"deep_queue,omitempty"`
+}
+
+var fig29cModes = []struct {
+	name   string
+	cc, ac bool
+}{{"none", false, false}, {"cc", true, false}, {"ac", false, true}, {"cc+ac", true, true}}
+
+// RunFig29c runs the four modes with the node's queue slots, and again with
+// DeepQueueSlots if set.
+func RunFig29c(ctx context.Context, dir string, c Fig29cConfig) (*Fig29cResult, error) {
+	res, err := runFig29cModes(ctx, dir, c)
+	if err != nil || c.DeepQueueSlots <= 0 {
+		return res, err
+	}
+	dc := c
+	dc.QueueSlots, dc.DeepQueueSlots = c.DeepQueueSlots, 0
+	if res.DeepQueue, err = runFig29cModes(ctx, dir, dc); err != nil {
+		return nil, err
+	}
+	return res, nil
+}
+
+func runFig29cModes(ctx context.Context, dir string, c Fig29cConfig) (*Fig29cResult, error) {
+	res := &Fig29cResult{Config: c, ReaderGain: map[string]float64{}, BusyGain: map[string]float64{}, RegularGain: map[string]float64{}}
+	for _, m := range fig29cModes {
+		r, err := fig29cRun(ctx, dir, c, m.cc, m.ac)
+		if err != nil {
+			return nil, fmt.Errorf("fig29c %s: %w", m.name, err)
+		}
+		r.Mode = m.name
+		res.Runs = append(res.Runs, r)
+	}
+	base := res.Runs[0]
+	for _, r := range res.Runs[1:] {
+		res.ReaderGain[r.Mode] = ratio(r.ReaderMBps, base.ReaderMBps)
+		res.BusyGain[r.Mode] = ratio(r.BusyMBps, base.BusyMBps)
+		res.RegularGain[r.Mode] = ratio(r.RegularMBps, base.RegularMBps)
+	}
+	return res, nil
+}
+
+func fig29cRun(ctx context.Context, dir string, c Fig29cConfig, cc, ac bool) (Fig29cRun, error) {
+	d, err := subdir(dir)
+	if err != nil {
+		return Fig29cRun{}, err
+	}
+	defer removeAll(d)
+	r, err := newRig(d, c.Drive, ac)
+	if err != nil {
+		return Fig29cRun{}, err
+	}
+	defer r.close()
+	// Readers first (they cover the dies), prefilled during set-up.
+	buf := make([]byte, c.Prefill)
+	readers := make([]*readZone, c.Readers)
+	for i := range readers {
+		zs, err := r.alloc(c.ReaderWidth)
+		if err != nil {
+			return Fig29cRun{}, err
+		}
+		for _, z := range zs {
+			if _, err := r.dev.Write(zns.NoWait(ctx), z*r.geo.ZoneSize, buf, zns.Flags{}); err != nil {
+				return Fig29cRun{}, err
+			}
+			r.wp[z] = uint64(c.Prefill / r.geo.BlockSize)
+		}
+		readers[i] = &readZone{zones: zs, stripe: c.ReaderStripe, size: uint64(c.Prefill) * uint64(c.ReaderWidth),
+			cc: newCCWindow(r.s, c.ReaderWidth, cc, c.LatThreshold)}
+	}
+	start := max(r.s.Now(), r.dev.Drained())
+	if err := r.s.WaitUntil(ctx, start); err != nil {
+		return Fig29cRun{}, err
+	}
+	from, to := start+c.Warmup, start+c.Warmup+c.Run
+	slots := newSlots(r.s, c.QueueSlots)
+	var firstErr error
+	fail := func(ctx context.Context, err error) {
+		if firstErr == nil && ctx.Err() == nil {
+			firstErr = err
+		}
+	}
+	rm := make([]*meter, c.Readers)
+	for i, rz := range readers {
+		rm[i] = &meter{from: from, to: to}
+		rng := rand.New(rand.NewPCG(uint64(Seed), uint64(i)))
+		ios := rz.size / uint64(c.ReadBytes)
+		for q := 0; q < c.ReaderQD; q++ {
+			r.s.Go(func(ctx context.Context) {
+				for r.s.Now() < to {
+					off := rng.Uint64N(ios) * uint64(c.ReadBytes)
+					if err := r.readIO(ctx, rz, off, c.ReadBytes, slots); err != nil {
+						fail(ctx, err)
+						return
+					}
+					rm[i].add(r.s.Now(), c.ReadBytes)
+				}
+			})
+		}
+	}
+	writer := func(lz *lzone, m *meter, every time.Duration) func(ctx context.Context) {
+		return func(ctx context.Context) {
+			next := r.s.Now()
+			for r.s.Now() < to {
+				if every > 0 {
+					if err := r.s.WaitUntil(ctx, next); err != nil {
+						return
+					}
+					next = max(next, r.s.Now()) + every
+				}
+				if err := lz.write(ctx, c.WriteBytes); err != nil {
+					fail(ctx, err)
+					return
+				}
+				m.add(r.s.Now(), c.WriteBytes)
+			}
+		}
+	}
+	bm := &meter{from: from, to: to}
+	if c.BusyWidth > 0 {
+		busy, err := r.newLZone(c.BusyWidth, c.BusyStripe)
+		if err != nil {
+			return Fig29cRun{}, err
+		}
+		r.s.Go(writer(busy, bm, 0))
+	}
+	wm := make([]*meter, c.Regular)
+	for i := range wm {
+		lz, err := r.newLZone(c.RegularWidth, c.RegularStripe)
+		if err != nil {
+			return Fig29cRun{}, err
+		}
+		wm[i] = &meter{from: from, to: to}
+		r.s.Go(writer(lz, wm[i], c.Interval))
+	}
+	r.s.Run(to)
+	if firstErr != nil {
+		return Fig29cRun{}, firstErr
+	}
+	return Fig29cRun{ReaderMBps: round(meanMBps(rm)), BusyMBps: round(bm.mbps()), RegularMBps: round(meanMBps(wm))}, nil
+}
+
+func meanMBps(ms []*meter) float64 {
+	if len(ms) == 0 {
+		return 0
+	}
+	var s float64
+	for _, m := range ms {
+		s += m.mbps()
+	}
+	return s / float64(len(ms))
+}

@@ -1,0 +1,38 @@
+package paper
+
+import (
+	"context"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+)
+
+// TestFig29c: with the node's default queue slots (two per chip) only the
+// readers' side of the paper's effect shows (CC gives up read bandwidth);
+// the writers' gains need a deep device queue as in the paper, where
+// they appear (README, "Paper vs ZoneFleet").
+func TestFig29c(t *testing.T) {
+	res, err := RunFig29c(context.Background(), t.TempDir(), DefaultFig29c())
+	require.NoError(t, err)
+	for _, r := range res.Runs {
+		t.Logf("%+v", r)
+	}
+	t.Logf("gains over no scheduler: reader %v busy %v regular %v", res.ReaderGain, res.BusyGain, res.RegularGain)
+	require.Less(t, res.ReaderGain["cc"], 0.8)
+	require.Less(t, res.ReaderGain["cc+ac"], 0.8)
+	require.Less(t, res.BusyGain["ac"], 1.0, "AC paces the busy writer")
+	for _, r := range res.Runs {
+		require.Positive(t, r.ReaderMBps, r.Mode)
+		require.Positive(t, r.RegularMBps, r.Mode)
+	}
+	deep := res.DeepQueue
+	require.NotNil(t, deep)
+	for _, r := range deep.Runs {
+		t.Logf("deep queue: %+v", r)
+	}
+	none := deep.Runs[0]
+	require.Greater(t, none.ReaderMBps, 5*none.RegularMBps, "no scheduler: readers dominate, writers starve")
+	require.Less(t, deep.ReaderGain["cc+ac"], 0.8)
+	require.GreaterOrEqual(t, deep.BusyGain["cc+ac"], 1.5, "paper: x2.98")
+	require.GreaterOrEqual(t, deep.RegularGain["cc+ac"], 1.5, "paper: x2.57")
+}

@@ -1,0 +1,220 @@
+// Package paper is `zctl bench paper`: the eZNS figures reproduced
+// deterministically on a simulated clock.
+//
+// # What runs
+//
+// Each figure runs the code the cluster runs on its data path — the pkg/zns
+// drive model (chips, channels, host link, shared write cache) and the node's
+// write admission control (node.Admission, Algorithm 1 lines 11–27) — with
+// in-process calls instead of gRPC, on ONE clock: a sim.Sim (package sim).
+// Writers and readers are goroutines that block only on that clock; exactly
+// one runs at a time and time advances only when all of them wait, so two
+// runs give byte-identical results. Nothing reads the wall clock.
+//
+// Logical zones are placed by the arbiter's rule (distinct chip groups, least
+// populated first, collisions only once every die is populated) and written
+// like the client writes them (the stripes of one I/O coalesced per physical
+// zone, submitted in parallel, the I/O completing with the last). Stripe
+// widths are the experiment's variable, set as in the paper's figure; the
+// arbiter itself (etcd-backed) is not in the loop (see the README section
+// "Paper vs ZoneFleet").
+//
+// # Concurrency and failure
+//
+// A figure's runs are sequential; each builds its own drive (a sparse file
+// under the given directory, removed afterwards) and simulation, which it
+// stops before returning. An error of the drive stops the run and is
+// returned; nothing is retried.
+package paper
+
+import (
+	"context"
+	"fmt"
+	"sort"
+	"time"
+
+	"github.com/zonefleet/zonefleet/pkg/zerr"
+)
+
+// Options select the scale.
+type Options struct {
+	// Short runs a reduced configuration (for the determinism test).
+	Short bool `json:"short"`
+}
+
+// Figure is one reproducible figure.
+type Figure struct {
+	ID    string
+	Title string
+	Paper string // the paper's number, for the table and README
+	run   func(ctx context.Context, dir string, o Options) (any, []Line, error)
+}
+
+// Line is one row of the terminal table: a label and the ratio the paper quotes.
+type Line struct {
+	Label string  `json:"label"`
+	Ours  float64 `json:"ours"`
+	Paper string  `json:"paper"`
+}
+
+var figures = []Figure{
+	{ID: "fig26", Title: "Fig. 26 local overdrive: v-zones (width 8) over static (width 4)", Paper: "2.0x at 4 writers, ~1.0x at 8 and 16", run: runFig26},
+	{ID: "fig29a", Title: "Fig. 29a read-read fairness: congestion control", Paper: "A/B: CC off 0.06 (sc. 1), CC on 1.0", run: runFig29a},
+	{ID: "fig29b", Title: "Fig. 29b write-write fairness: admission control", Paper: "regular writer +35.7% (sc. 1); device +6.6% (sc. 2), +24.7% (sc. 3)", run: runFig29b},
+	{ID: "fig29c", Title: "Fig. 29c read-write fairness: CC, AC, CC+AC", Paper: "CC+AC: readers 71.6 %, busy 57.5 %, regular 70.1 % of max (none: 19.3 % and 27.3 % for the writers)", run: runFig29c},
+}
+
+// Figures lists the figures in order.
+func Figures() []Figure { return append([]Figure(nil), figures...) }
+
+// IDs lists the figure ids.
+func IDs() []string {
+	var out []string
+	for _, f := range figures {
+		out = append(out, f.ID)
+	}
+	return out
+}
+
+// Result is the output of Run.
+type Result struct {
+	Figures map[string]any    `json:"figures"`
+	Lines   map[string][]Line `json:"-"`
+	Order   []string          `json:"-"`
+}
+
+// Run runs the figures with the given ids (all if none).
+func Run(ctx context.Context, dir string, ids []string, o Options) (*Result, error) {
+	if len(ids) == 0 {
+		ids = IDs()
+	}
+	sel := map[string]Figure{}
+	for _, id := range ids {
+		f, ok := lookup(id)
+		if !ok {
+			return nil, &zerr.InvalidArgumentError{Field: "figure", Reason: fmt.Sprintf("unknown figure %q (have %v)", id, IDs())}
+		}
+		sel[id] = f
+	}
+	res := &Result{Figures: map[string]any{}, Lines: map[string][]Line{}}
+	for _, f := range figures { // in the registry's order
+		if _, ok := sel[f.ID]; !ok {
+			continue
+		}
+		v, lines, err := f.run(ctx, dir, o)
+		if err != nil {
+			return nil, err
+		}
+		res.Figures[f.ID] = v
+		res.Lines[f.ID] = lines
+		res.Order = append(res.Order, f.ID)
+	}
+	return res, nil
+}
+
+func lookup(id string) (Figure, bool) {
+	for _, f := range figures {
+		if f.ID == id {
+			return f, true
+		}
+	}
+	return Figure{}, false
+}
+
+func runFig26(ctx context.Context, dir string, o Options) (any, []Line, error) {
+	c := DefaultFig26()
+	if o.Short {
+		c.Writers, c.Run = []int{4, 8}, 10*time.Millisecond
+	}
+	r, err := RunFig26(ctx, dir, c)
+	if err != nil {
+		return nil, nil, err
+	}
+	var lines []Line
+	for _, row := range r.Rows {
+		p := "~1.0"
+		if row.Writers == 4 {
+			p = "2.0"
+		}
+		lines = append(lines, Line{Label: fmt.Sprintf("vzone_over_static, %d writers", row.Writers), Ours: row.VZoneOverStatic, Paper: p})
+	}
+	return r, lines, nil
+}
+
+func runFig29a(ctx context.Context, dir string, o Options) (any, []Line, error) {
+	c := DefaultFig29a()
+	if o.Short {
+		c.Scenarios, c.Warmup, c.Run = c.Scenarios[:2], 2*time.Millisecond, 5*time.Millisecond
+	}
+	r, err := RunFig29a(ctx, dir, c)
+	if err != nil {
+		return nil, nil, err
+	}
+	var lines []Line
+	for _, row := range r.Rows {
+		off := "-"
+		if row.Scenario.AWidth == 2 {
+			off = "0.059" // 76 / 1,287 MB/s
+		}
+		lines = append(lines, Line{Label: "a_over_b cc_off, " + row.Scenario.Name, Ours: row.Off.AOverB, Paper: off})
+		lines = append(lines, Line{Label: "a_over_b cc_on, " + row.Scenario.Name, Ours: row.On.AOverB, Paper: "1.0"})
+	}
+	return r, lines, nil
+}
+
+func runFig29c(ctx context.Context, dir string, o Options) (any, []Line, error) {
+	c := DefaultFig29c()
+	if o.Short {
+		c.Readers, c.Regular, c.Warmup, c.Run = 4, 4, 2*time.Millisecond, 5*time.Millisecond
+	}
+	r, err := RunFig29c(ctx, dir, c)
+	if err != nil {
+		return nil, nil, err
+	}
+	paperGain := map[string]string{"busy": "2.98", "regular": "2.57"} // CC+AC over none, from % of max
+	var lines []Line
+	add := func(res *Fig29cResult, suffix string) {
+		for _, m := range []string{"cc", "ac", "cc+ac"} {
+			pa, pb, pr := "-", "-", "-"
+			if m != "ac" {
+				pa = "<1"
+			}
+			if m == "cc+ac" {
+				pb, pr = paperGain["busy"], paperGain["regular"]
+			}
+			lines = append(lines,
+				Line{Label: "reader_gain, " + m + suffix, Ours: res.ReaderGain[m], Paper: pa},
+				Line{Label: "busy_gain, " + m + suffix, Ours: res.BusyGain[m], Paper: pb},
+				Line{Label: "regular_gain, " + m + suffix, Ours: res.RegularGain[m], Paper: pr})
+		}
+	}
+	add(r, fmt.Sprintf(" (%d slots)", c.QueueSlots))
+	if r.DeepQueue != nil {
+		add(r.DeepQueue, fmt.Sprintf(" (%d slots)", c.DeepQueueSlots))
+	}
+	return r, lines, nil
+}
+
+func runFig29b(ctx context.Context, dir string, o Options) (any, []Line, error) {
+	c := DefaultFig29b()
+	if o.Short {
+		c.Scenarios, c.Warmup, c.Run = c.Scenarios[:1], 10*time.Millisecond, 20*time.Millisecond
+	}
+	r, err := RunFig29b(ctx, dir, c)
+	if err != nil {
+		return nil, nil, err
+	}
+	paperRegular := map[string]string{"1-regular": "1.357", "2-all-busy": "1.076 (zone A)", "3-collision-free": "-"}
+	paperTotal := map[string]string{"1-regular": "-", "2-all-busy": "1.066", "3-collision-free": "1.247"}
+	var lines []Line
+	names := make([]string, 0, len(r.Rows))
+	for _, row := range r.Rows {
+		names = append(names, row.Scenario.Name)
+	}
+	sort.Strings(names)
+	for _, n := range names {
+		lines = append(lines, Line{Label: "regular_gain, " + n, Ours: r.RegularGain[n], Paper: paperRegular[n]})
+		lines = append(lines, Line{Label: "total_gain, " + n, Ours: r.TotalGain[n], Paper: paperTotal[n]})
+	}
+	return r, lines, nil
+}

@@ -1,0 +1,46 @@
+package zctl
+
+import (
+	"bytes"
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+)
+
+func runPaper(t *testing.T, args ...string) (string, error) {
+	t.Helper()
+	t.Setenv("ZONEFLEET_CONFIG", filepath.Join(t.TempDir(), "none.yaml")) // never the user's config
+	var out, errOut bytes.Buffer
+	root := NewRoot(&out, &errOut)
+	root.SetArgs(append([]string{"bench", "paper"}, args...))
+	err := root.Execute()
+	return out.String(), err
+}
+
+func TestBenchPaperCmd(t *testing.T) {
+	out, err := runPaper(t, "--list")
+	require.NoError(t, err)
+	for _, id := range []string{"fig26", "fig29a", "fig29b", "fig29c"} {
+		require.Contains(t, out, id)
+	}
+
+	dir := t.TempDir()
+	out, err = runPaper(t, "fig26", "--short", "-o", "json", "--dir", t.TempDir(), "--out", dir)
+	require.NoError(t, err)
+	var figs map[string]struct {
+		VZoneOverStatic map[string]float64 `json:"vzone_over_static"`
+	}
+	require.NoError(t, json.Unmarshal([]byte(out), &figs))
+	require.Contains(t, figs, "fig26")
+	require.Contains(t, figs["fig26"].VZoneOverStatic, "4")
+	_, err = os.Stat(filepath.Join(dir, "fig26.png"))
+	require.NoError(t, err)
+	_, err = os.Stat(filepath.Join(dir, "manifest.json"))
+	require.NoError(t, err)
+
+	_, err = runPaper(t, "fig99")
+	require.Error(t, err)
+}
