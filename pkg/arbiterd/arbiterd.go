@@ -53,7 +53,7 @@ func Run(ctx context.Context, d *daemon.Daemon, o Options, log *slog.Logger) err
 	if addr == "" {
 		addr = d.GRPCAddr()
 	}
-	comp := arbiter.NewNodeCompactor(cli, o.AdminToken)
+	comp := arbiter.NewNodeCompactor(cli, o.AdminToken, d.PeerDialOptions()...)
 	a, err := arbiter.New(arbiter.Config{Addr: addr, ID: o.ID, SessionTTL: o.SessionTTL, TReadOnly: o.TReadOnly,
 		BaseStripeSize: o.StripeSize, Registerer: d.Registry, Logger: log}, cli, comp)
 	if err != nil {

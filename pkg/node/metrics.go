@@ -22,6 +22,9 @@ type metrics struct {
 	peerPushed *prometheus.CounterVec
 	// revokedResets counts zones reset because their grant went away.
 	revokedResets *prometheus.CounterVec
+	// grantMissRefused counts grant-cache misses answered without an etcd
+	// read (remembered miss or rate limit: limit.MissGuard).
+	grantMissRefused prometheus.Counter
 
 	zones, activeZones, openZones, maxActive, maxOpen, cacheBytes, cacheCap, waf, chipUtil, ipuUsed, ipuBudget *prometheus.Desc
 	cacheStalls, cacheStallSec, admStalls, admStallSec, hostBlocks, nandPages, erases, plugged, devCopied      *prometheus.Desc
@@ -47,6 +50,8 @@ func newMetrics(s *Service) *metrics {
 			Help: "Blocks moved by zone compactions served here, by path (copyback, read_program, remote)."}, []string{"device", "path"}),
 		peerPushed: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "zonefleet_node_peer_pushed_blocks_total",
 			Help: "Blocks this node pushed to peer nodes for cross-node compaction."}, []string{"device"}),
+		grantMissRefused: prometheus.NewCounter(prometheus.CounterOpts{Name: "zonefleet_node_grant_miss_refused_total",
+			Help: "Grant-cache misses refused without an etcd read (recently absent, or over the per-namespace/global lookup rate)."}),
 		revokedResets: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "zonefleet_node_revoked_zone_resets_total",
 			Help: "Zones reset because the arbiter revoked their grant."}, []string{"device"}),
 
@@ -80,7 +85,7 @@ func newMetrics(s *Service) *metrics {
 
 // Register adds the node's metrics to reg.
 func (m *metrics) Register(reg prometheus.Registerer) error {
-	for _, c := range []prometheus.Collector{m.ops, m.bytes, m.latency, m.errors, m.copied, m.peerPushed, m.revokedResets, m} {
+	for _, c := range []prometheus.Collector{m.ops, m.bytes, m.latency, m.errors, m.copied, m.peerPushed, m.revokedResets, m.grantMissRefused, m} {
 		if err := reg.Register(c); err != nil {
 			return err
 		}
