@@ -8,8 +8,10 @@ import (
 	"io"
 	"os"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/spf13/cobra"
 	"github.com/zonefleet/zonefleet/pkg/buildinfo"
+	"github.com/zonefleet/zonefleet/pkg/client"
 	"github.com/zonefleet/zonefleet/pkg/clock"
 	"github.com/zonefleet/zonefleet/pkg/flagenv"
 )
@@ -39,9 +41,16 @@ type Globals struct {
 	Out         io.Writer
 	Err         io.Writer
 
-	// TLS files of the chosen cluster (from the config file); unused until
-	// the servers speak TLS.
+	// TLS files: --ca-file/--cert-file/--key-file (ZONEFLEET_CA_FILE, …),
+	// else the chosen cluster's (config file entry or cluster.json).
+	// Insecure (--insecure) dials plaintext: clusters started with
+	// --insecure only.
 	CAFile, CertFile, KeyFile string
+	Insecure                  bool
+
+	// newClient replaces the resolved settings' client (zctl local up
+	// --mount: the tenant's refreshing token from the cluster's key).
+	newClient func(ctx context.Context, reg prometheus.Registerer) (*client.Client, error)
 
 	resolved      bool
 	resolveErr    error
@@ -87,8 +96,12 @@ func newRoot(out, errOut io.Writer) (*cobra.Command, *Globals) {
 	pf.StringVar(&g.Arbiter, "arbiter", "", "arbiter address(es), comma-separated")
 	pf.StringVar(&g.Etcd, "etcd", "", "etcd endpoints, comma-separated")
 	pf.StringVarP(&g.Namespace, "namespace", "n", "", "tenant namespace")
-	pf.StringVar(&g.Token, "token", "", "admin token of the nodes (visible in ps: prefer --token-file)")
-	pf.StringVar(&g.TokenFile, "token-file", "", "file holding the admin token of the nodes")
+	pf.StringVar(&g.Token, "token", "", "bearer token: the admin token or a namespace token (deprecated on the command line, visible in ps: use --token-file or ZONEFLEET_TOKEN)")
+	pf.StringVar(&g.TokenFile, "token-file", "", "file (0600) holding the admin token or a namespace token (zctl cert token)")
+	pf.StringVar(&g.CAFile, "ca-file", "", "cluster CA certificate (zctl cert init's ca.crt)")
+	pf.StringVar(&g.CertFile, "cert-file", "", "client certificate (the operator's admin.crt)")
+	pf.StringVar(&g.KeyFile, "key-file", "", "client certificate's key")
+	pf.BoolVar(&g.Insecure, "insecure", false, "dial plaintext (only for clusters started with --insecure)")
 	pf.StringVar(&g.ConfigPath, "config", "", "zctl's config file (default $XDG_CONFIG_HOME/zonefleet/config.yaml)")
 	pf.StringVar(&g.ClusterName, "cluster-name", "", "cluster of the config file to use instead of the current one")
 	pf.StringVarP(&g.Output, "output", "o", "table", "output format: table, json or yaml")
