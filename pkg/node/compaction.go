@@ -216,7 +216,7 @@ func (s *Service) PeerWrite(stream v1.ZonedDevice_PeerWriteServer) error {
 	id, verified := auth.FromContext(ctx)
 	if verified {
 		if id.Kind != auth.KindNode {
-			return &auth.PermissionDeniedError{Identity: id.String(), Method: "PeerWrite", Reason: "only nodes push compaction data"}
+			return auth.Status(&auth.PermissionDeniedError{Identity: id.String(), Method: "PeerWrite", Reason: "only nodes push compaction data"})
 		}
 	} else if err := s.requireAdmin(ctx, "PeerWrite"); err != nil {
 		return err
@@ -241,7 +241,7 @@ func (s *Service) PeerWrite(stream v1.ZonedDevice_PeerWriteServer) error {
 			}
 			ns := req.GetNamespace()
 			if verified && ns != id.Namespace {
-				return &auth.PermissionDeniedError{Identity: id.String(), Method: "PeerWrite", Reason: "request namespace differs from the call's"}
+				return auth.Status(&auth.PermissionDeniedError{Identity: id.String(), Method: "PeerWrite", Reason: "request namespace differs from the call's"})
 			}
 			end := d.geo.zones * d.geo.zoneSize
 			if ext.GetDstLba() >= end || n > end-ext.GetDstLba() {

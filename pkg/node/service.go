@@ -278,7 +278,7 @@ func (s *Service) requireAdmin(ctx context.Context, what string) error {
 		return nil
 	}
 	if id, ok := auth.FromContext(ctx); ok {
-		return &auth.PermissionDeniedError{Identity: id.String(), Method: what, Reason: "needs the operator (admin)"}
+		return auth.Status(&auth.PermissionDeniedError{Identity: id.String(), Method: what, Reason: "needs the operator (admin)"})
 	}
 	return &zerr.UnauthenticatedError{Reason: what + " needs the node's admin token (metadata " + wire.TokenKey + ")"}
 }
