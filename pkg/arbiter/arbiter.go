@@ -6,14 +6,57 @@
 // Several arbiters run against one etcd; one is elected leader
 // (cluster.ElectionPrefix, the campaign value is the leader's address) and
 // serves every request; the others answer *zerr.NotLeaderError{Leader}. The
-// leader keeps the whole control state as one JSON document in etcd
-// (cluster.ArbiterPrefix+"state") and changes it only through transactions
-// that compare the document's mod revision and the leader's election key,
-// writing the grants nodes enforce (cluster.GrantKey) in the same
-// transaction. Mutations are serialized by one queue (the op lock), which is
-// also the eZNS serialized allocation queue. A new leader reloads the
-// document, reconciles the node registrations and the grant keys, rolls back
-// a reclaim its predecessor left half done, and only then serves.
+// leader holds the control state in memory and persists it in etcd as many
+// small records, so that a change writes only what it touches (bytes per
+// change do not grow with the cluster). Mutations are serialized by one queue
+// (the op lock), which is also the eZNS serialized allocation queue; reads
+// use the last committed state without waiting for it. A new leader reloads
+// the records, reconciles the node registrations and the grant keys, rolls
+// back a reclaim its predecessor left half done, and only then serves.
+//
+// # Key layout (format 2)
+//
+// Under cluster.ArbiterPrefix+"s/" (store.go):
+//
+//	format               {"version":2,"features":0}; other versions or unknown feature bits refuse to load
+//	meta                 N_essential, N_spare, the allocation clock and the overdrive loans (small, global)
+//	ns/<name>            a namespace: spec, provisioned essentials/spares, EWMA, activity, frozen
+//	vz/<name>/<%020d id> a non-empty v-zone: state, generation, stripe groups, reclaim targets
+//	node/<id>            the shadow view of a node: its last registration, availability, when lost
+//
+// Nodes' grants stay at cluster.GrantKey and namespace records at
+// cluster.NamespaceKey. Format 1 was one JSON document at
+// cluster.ArbiterPrefix+"state"; a leader that finds no format key migrates
+// it: it writes the records in fenced batches and, in its last transaction
+// (comparing the document's mod revision), the format key and the
+// document's deletion, so an interrupted migration starts over.
+//
+// # Transaction rules
+//
+// A mutation runs on a copy-on-write fork of the state; the records it
+// changed are found by comparing their encodings with the committed ones (a
+// mutation that changes nothing writes nothing). They are written in one
+// transaction that compares the leader's election key (the fence) and the
+// ModRevision of every written key with the revision this leader last wrote
+// or read (a mismatch reloads and retries; a lost fence steps down), together
+// with the grant ops of the change: a zone's layout and its grant change
+// atomically. When a change exceeds MaxTxnOps (etcd --max-txn-ops) it is
+// split in this order, under the queue, every batch fenced: first node and
+// v-zone and namespace records beyond the budget, then one transaction with
+// the rest (the global record) and as many grant ops as fit (revocations
+// first), then the remaining grant ops. A zone is never exposed to two owners: a free zone
+// has no grant key, a new grant is written only after the state owns the
+// zone, and a released zone is reused only after its revocation completed
+// (the queue) or after the next leader's reconcileGrants, which runs before
+// it serves; a failed trailing batch ends the term for that reason.
+//
+// # Compaction
+//
+// The leader compacts etcd's history every CompactInterval at the revision it
+// observed one interval earlier (history newer than that stays for watchers
+// and the election), and polls etcd's alarms: NOSPACE turns every mutation
+// into an *zerr.UnavailableError naming the alarm and sets the
+// zonefleet_arbiter_etcd_alarm gauge; it never stalls silently.
 //
 // # Resources (eZNS §4.4)
 //
@@ -29,7 +72,9 @@
 // allocations to the active ones; a lender that allocates again recalls them
 // and they return at the borrower's next stripe-group finish or reset.
 // Reclaim compacts the overdriven open stripe groups of a namespace without
-// writes for T_ReadOnly into minimum-width groups through a Compactor.
+// writes for T_ReadOnly into minimum-width groups through a Compactor, in
+// phases: only the state transitions take the queue; the copy runs outside
+// it (bounded by ReclaimTimeout) and commits with a generation check.
 //
 // # Activity
 //
@@ -40,13 +85,16 @@
 package arbiter
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
 	"log/slog"
+	"reflect"
 	"sync"
 	"sync/atomic"
 	"time"
+	"unsafe"
 
 	"github.com/prometheus/client_golang/prometheus"
 	clientv3 "go.etcd.io/etcd/client/v3"
@@ -56,7 +104,8 @@ import (
 	"github.com/zonefleet/zonefleet/pkg/zerr"
 )
 
-// stateKey holds the arbiter's State document.
+// stateKey held the whole State as one JSON document (format 1); it is
+// migrated to the per-record keys of store.go and deleted.
 const stateKey = cluster.ArbiterPrefix + "state"
 
 // Config configures an arbiter.
@@ -81,6 +130,17 @@ type Config struct {
 	BaseStripeSize uint32
 	// MaxTxnOps bounds operations per etcd transaction (etcd's --max-txn-ops). Default 128.
 	MaxTxnOps int
+	// ReclaimTimeout bounds the node I/O of one v-zone's reclaim (write
+	// pointers and copies); past it the reclaim is rolled back. Default 10m.
+	ReclaimTimeout time.Duration
+	// CompactInterval: the leader compacts etcd's history every interval at
+	// the revision of the previous tick and polls etcd's alarms. Default 5m;
+	// negative disables (etcd's own auto-compaction may then do it).
+	CompactInterval time.Duration
+	// NodeDownAfter: a node whose registration is gone this long is marked
+	// down and its records are removed once it holds no allocated zone.
+	// Default 10m; negative disables.
+	NodeDownAfter time.Duration
 	// Registerer receives the arbiter's metrics; nil means none are registered.
 	Registerer prometheus.Registerer
 	// Logger; nil means slog.Default().
@@ -108,6 +168,15 @@ func (c *Config) setDefaults() error {
 	}
 	if c.BaseStripeSize == 0 {
 		c.BaseStripeSize = 32 << 10
+	}
+	if c.ReclaimTimeout <= 0 {
+		c.ReclaimTimeout = 10 * time.Minute
+	}
+	if c.CompactInterval == 0 {
+		c.CompactInterval = 5 * time.Minute
+	}
+	if c.NodeDownAfter == 0 {
+		c.NodeDownAfter = 10 * time.Minute
 	}
 	if c.MaxTxnOps <= 0 {
 		c.MaxTxnOps = 128
@@ -140,7 +209,12 @@ type Arbiter struct {
 	runMu   sync.Mutex
 	running bool
 
-	crashed atomic.Bool // test hook: stop like a crash (no lease revocation)
+	crashed atomic.Bool  // test hook: stop like a crash (no lease revocation)
+	lastRev atomic.Int64 // etcd revision of the last commit (compaction)
+
+	slots    *dieSlots      // die groups of the Nodes map at slotsFor (op lock)
+	slotsFor unsafe.Pointer // identity of that map
+	candBuf  []candidate    // reused by the allocator (op lock)
 }
 
 // term is one leadership term.
@@ -149,9 +223,9 @@ type term struct {
 	election *concurrency.Election
 	state    *State // committed state; never mutated in place
 	ix       *index
-	rev      int64 // mod revision of stateKey (0: absent)
-	stale    bool  // an etcd call had an unknown outcome; reload before the next op
-	ready    bool  // startup reconciliation done: serving requests
+	revs     map[string]int64 // mod revision of every state key (absent: 0)
+	stale    bool             // an etcd call had an unknown outcome; reload before the next op
+	ready    bool             // startup reconciliation done: serving requests
 }
 
 // New makes an arbiter; it does nothing until Run. comp may be nil, in which
@@ -294,6 +368,22 @@ func (a *Arbiter) runTerm(ctx context.Context) error {
 		defer tk.Stop()
 		tick = tk.C
 	}
+	var downTick <-chan time.Time
+	if a.cfg.NodeDownAfter > 0 {
+		tk := time.NewTicker(max(a.cfg.NodeDownAfter/4, time.Second))
+		defer tk.Stop()
+		downTick = tk.C
+	}
+	var compact <-chan time.Time
+	hist := &historyKeeper{}
+	if a.cfg.CompactInterval > 0 {
+		tk := time.NewTicker(a.cfg.CompactInterval)
+		defer tk.Stop()
+		compact = tk.C
+		if err := a.historyTick(cctx, hist); err != nil {
+			a.log.Warn("etcd compaction failed", "err", err)
+		}
+	}
 	for {
 		select {
 		case <-cctx.Done():
@@ -329,6 +419,14 @@ func (a *Arbiter) runTerm(ctx context.Context) error {
 			if _, err := a.CheckReclaim(cctx); err != nil && !errors.Is(err, zerr.ErrNotLeader) && cctx.Err() == nil {
 				a.log.Warn("reclaim check failed", "err", err)
 			}
+		case <-downTick:
+			if err := a.CheckNodes(cctx); err != nil && !errors.Is(err, zerr.ErrNotLeader) && cctx.Err() == nil {
+				a.log.Warn("dead node check failed", "err", err)
+			}
+		case <-compact:
+			if err := a.historyTick(cctx, hist); err != nil && cctx.Err() == nil {
+				a.log.Warn("etcd compaction failed", "err", err)
+			}
 		}
 	}
 }
@@ -357,36 +455,18 @@ func (a *Arbiter) decodeNodeKV(k, v []byte) (cluster.NodeRecord, error) {
 	return rec, nil
 }
 
-// load reads the state document and publishes it in t.
+// load reads the state records (migrating a format-1 document) and
+// publishes them in t.
 func (a *Arbiter) load(ctx context.Context, t *term) error {
-	resp, err := a.cli.Get(ctx, stateKey)
+	st, revs, err := a.loadStore(ctx, t)
 	if err != nil {
-		return &zerr.UnavailableError{What: "etcd", Reason: err.Error()}
+		return err
 	}
-	st := newState()
-	var rev int64
-	if len(resp.Kvs) == 1 {
-		if err := cluster.Decode(stateKey, resp.Kvs[0].Value, st); err != nil {
-			return err
-		}
-		rev = resp.Kvs[0].ModRevision
-	}
-	st.normalize()
-	a.publish(t, st, buildIndex(st), rev)
+	a.mu.Lock()
+	t.revs = revs
+	a.mu.Unlock()
+	a.publish(t, st, buildIndex(st))
 	return nil
-}
-
-func cloneState(st *State) (*State, error) {
-	b, err := cluster.Encode(st)
-	if err != nil {
-		return nil, err
-	}
-	c := newState()
-	if err := cluster.Decode(stateKey, b, c); err != nil {
-		return nil, err
-	}
-	c.normalize()
-	return c, nil
 }
 
 // notLeader builds the NotLeaderError with the current leader's address.
@@ -441,10 +521,11 @@ func (a *Arbiter) snapshot(ctx context.Context) (*State, *index, error) {
 // it (grants). An error leaves nothing changed.
 type mutation func(st *State, ix *index) ([]clientv3.Op, error)
 
-// mutate runs fn on a copy of the state and commits it in one transaction
-// guarded by the state's mod revision and this arbiter's leadership. Ops
-// beyond MaxTxnOps-2 are committed right after in further leader-guarded
-// transactions (a crash in between is repaired by reconcileGrants).
+// mutate runs fn on a fork of the state (copy on write) and commits the
+// records it changed, with its extra ops (grants), through commit: one
+// transaction guarded by the changed keys' mod revisions and this arbiter's
+// leadership whenever it fits MaxTxnOps. A mutation that changes nothing
+// writes nothing.
 func (a *Arbiter) mutate(ctx context.Context, fn mutation) error {
 	a.opMu.Lock()
 	defer a.opMu.Unlock()
@@ -478,55 +559,67 @@ func (a *Arbiter) mutateTerm(ctx context.Context, internal bool, fn mutation) er
 				return err
 			}
 		}
-		st, err := cloneState(t.state)
-		if err != nil {
-			return err
+		old := t.state
+		st := old.fork()
+		st.ch.base, st.ch.baseIx = old, t.ix
+		var before []byte
+		if cowCheck {
+			before, _ = cluster.Encode(old)
 		}
-		ops, err := fn(st, buildIndex(st))
-		if err != nil {
-			return err
-		}
-		data, err := cluster.Encode(st)
-		if err != nil {
-			return err
-		}
-		leaderCmp := clientv3.Compare(clientv3.CreateRevision(t.election.Key()), "=", t.election.Rev())
-		stateCmp := clientv3.Compare(clientv3.ModRevision(stateKey), "=", t.rev)
-		first := min(len(ops), a.cfg.MaxTxnOps-2)
-		thenOps := append([]clientv3.Op{clientv3.OpPut(stateKey, string(data))}, ops[:first]...)
-		resp, err := a.cli.Txn(ctx).If(leaderCmp, stateCmp).Then(thenOps...).
-			Else(clientv3.OpGet(t.election.Key())).Commit()
-		if err != nil {
-			a.setStale(t)
-			return &zerr.UnavailableError{What: "etcd", Reason: "commit outcome unknown: " + err.Error()}
-		}
-		if !resp.Succeeded {
-			gr := resp.Responses[0].GetResponseRange()
-			if gr == nil || len(gr.Kvs) == 0 || gr.Kvs[0].CreateRevision != t.election.Rev() {
-				a.stepDown(t)
-				return a.notLeader(ctx)
+		ops, err := fn(st, t.ix)
+		if cowCheck {
+			if after, _ := cluster.Encode(old); !bytes.Equal(before, after) {
+				return fmt.Errorf("internal error: a mutation changed the committed state in place")
 			}
+		}
+		if err != nil {
+			return err
+		}
+		sops, err := diff(old, st)
+		if err != nil {
+			return err
+		}
+		res, err := a.commit(ctx, t, sops, ops)
+		if errors.Is(err, errConflict) {
 			if attempt >= 2 {
 				return &zerr.UnavailableError{What: "arbiter state", Reason: "concurrent modification"}
 			}
-			a.setStale(t)
 			continue
 		}
-		a.publish(t, st, buildIndex(st), resp.Header.Revision)
-		for rest := ops[first:]; len(rest) > 0; {
-			n := min(len(rest), a.cfg.MaxTxnOps-1)
-			r, err := a.cli.Txn(ctx).If(leaderCmp).Then(rest[:n]...).Commit()
-			if err != nil || !r.Succeeded {
-				a.log.Warn("grant batch not committed; reconciling at next leadership", "err", err)
-				if err == nil {
-					a.stepDown(t)
-				}
-				break
+		if res.txns > 0 {
+			a.m.txns.Add(float64(res.txns))
+			a.m.txnBytes.Add(float64(res.bytes))
+			a.m.mutations.Inc()
+			a.lastRev.Store(res.rev)
+			ix, err := checkedIndex(st, false)
+			if err != nil {
+				return err
 			}
-			rest = rest[n:]
+			st.ch = nil
+			a.publish(t, st, ix)
+		} else {
+			a.m.noops.Inc()
 		}
-		return nil
+		return err
 	}
+}
+
+// cowCheck (tests) verifies that no mutation changes the committed state in
+// place (copy on write), at the price of encoding it twice per mutation,
+// and that every derived index equals a full rebuild.
+var cowCheck bool
+
+// checkedIndex is deriveIndex, compared with buildIndex under cowCheck.
+func checkedIndex(st *State, overlay bool) (*index, error) {
+	ix := deriveIndex(st, overlay)
+	if cowCheck {
+		cp := *ix
+		cp.materialize()
+		if !reflect.DeepEqual(&cp, buildIndex(st)) {
+			return nil, fmt.Errorf("internal error: the derived index differs from a rebuild")
+		}
+	}
+	return ix, nil
 }
 
 // stepDown stops serving at once after this arbiter found its election key
@@ -546,9 +639,9 @@ func (a *Arbiter) setStale(t *term) {
 	a.mu.Unlock()
 }
 
-func (a *Arbiter) publish(t *term, st *State, ix *index, rev int64) {
+func (a *Arbiter) publish(t *term, st *State, ix *index) {
 	a.mu.Lock()
-	t.state, t.ix, t.rev, t.stale = st, ix, rev, false
+	t.state, t.ix, t.stale = st, ix, false
 	a.mu.Unlock()
 	a.m.refresh(st, ix)
 }
@@ -578,14 +671,14 @@ func (a *Arbiter) syncNodes(ctx context.Context, up map[string]cluster.NodeRecor
 		for id, rec := range up {
 			n := st.Nodes[id]
 			if n == nil {
-				st.Nodes[id] = &nodeState{Record: rec, Available: true}
+				st.putNode(id, &nodeState{Record: rec, Available: true})
 				a.log.Info("node joined", "node", id, "devices", len(rec.Devices))
 				continue
 			}
 			if !n.Available {
 				a.log.Info("node back", "node", id)
 			}
-			n.Record, n.Available, n.LostAt = rec, true, time.Time{}
+			st.putNode(id, &nodeState{Record: rec, Available: true})
 		}
 		lost := gone
 		if full {
@@ -597,11 +690,11 @@ func (a *Arbiter) syncNodes(ctx context.Context, up map[string]cluster.NodeRecor
 		}
 		for _, id := range lost {
 			if n := st.Nodes[id]; n != nil && n.Available {
-				n.Available, n.LostAt = false, now
+				st.putNode(id, &nodeState{Record: n.Record, Available: false, LostAt: now})
 				a.log.Warn("node lost; its zones are unavailable", "node", id)
 			}
 		}
-		if e, s := clusterResources(st); e != e0 || s != s0 {
+		if e, s := clusterResources(st); e != e0 || s != s0 || (full && !sharesConsistent(st)) {
 			for _, sf := range reprovision(st) {
 				a.log.Warn("namespace under-provisioned", "namespace", sf.Namespace, "need", sf.Need, "essentials", sf.Got)
 			}

@@ -21,8 +21,9 @@ import (
 // NodeCompactor is the Compactor over the ssdnodes' ZonedDevice gRPC
 // service: ReportZones for write pointers, ZoneCompaction + WaitCompaction
 // for the copies (the source node pushes to a destination on another node).
-// A copy between two devices of one node, which the node service does not
-// offer, falls back to Read + Write through the arbiter.
+// Data never passes through the arbiter: reclaim never plans a copy between
+// two devices of one node (the node service does not offer it), and such a
+// request fails with *zerr.InvalidArgumentError.
 type NodeCompactor struct {
 	cli   *clientv3.Client
 	token string
@@ -143,11 +144,7 @@ func (c *NodeCompactor) Compact(ctx context.Context, ns string, dst cluster.Phys
 			return &zerr.NotFoundError{Kind: "device", Name: fmt.Sprintf("%s/%d", src.Node, src.Device)}
 		}
 		if src.Node == dst.Node && src.Device != dst.Device {
-			if next, err = c.hostCopy(ctx, ns, sn, sd, ranges[i:j], dst.Device, next); err != nil {
-				return err
-			}
-			i = j
-			continue
+			return &zerr.InvalidArgumentError{Field: "copy", Reason: fmt.Sprintf("%s/%d to %s: a copy between two devices of one node is not offered by the nodes", src.Node, src.Device, dst)}
 		}
 		var copies []*v1.CompactionCopy
 		for _, r := range ranges[i:j] {
@@ -172,25 +169,4 @@ func (c *NodeCompactor) Compact(ctx context.Context, ns string, dst cluster.Phys
 		i = j
 	}
 	return nil
-}
-
-// hostCopy reads ranges from one device and writes them to another device of
-// the same node, starting at LBA next; it returns the LBA after the copy.
-func (c *NodeCompactor) hostCopy(ctx context.Context, ns string, n nodeRef, sd cluster.DeviceInfo, ranges []CopyRange, dstDev uint32, next uint64) (uint64, error) {
-	per := uint64(daemon.MaxUnaryData) / uint64(max(sd.BlockSize, 1))
-	for _, r := range ranges {
-		lba := uint64(r.Src.Zone)*sd.ZoneSize + r.SrcBlock
-		for left := r.Blocks; left > 0; {
-			k := min(left, per)
-			rd, err := n.client.Read(c.auth(ctx, ns), &v1.ReadRequest{Device: r.Src.Device, Lba: lba, Blocks: uint32(k)})
-			if err != nil {
-				return next, fmt.Errorf("copy read %s/%d@%d: %w", r.Src.Node, r.Src.Device, lba, err)
-			}
-			if _, err := n.client.Write(c.auth(ctx, ns), &v1.WriteRequest{Device: dstDev, Lba: next, Data: rd.GetData()}); err != nil {
-				return next, fmt.Errorf("copy write %s/%d@%d: %w", r.Src.Node, dstDev, next, err)
-			}
-			lba, next, left = lba+k, next+k, left-k
-		}
-	}
-	return next, nil
 }

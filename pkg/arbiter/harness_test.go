@@ -38,6 +38,7 @@ func freePort() (int, error) {
 }
 
 func TestMain(m *testing.M) {
+	cowCheck = true
 	dir, err := os.MkdirTemp("", "arbiter-etcd-")
 	if err != nil {
 		panic(err)

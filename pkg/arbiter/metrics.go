@@ -20,6 +20,13 @@ type metrics struct {
 	namespaceEvents *prometheus.CounterVec // {op=create|delete}
 	width           prometheus.Histogram
 	allocLatency    prometheus.Histogram
+	mutations       prometheus.Counter   // state changes committed
+	noops           prometheus.Counter   // mutations that changed nothing (nothing written)
+	txns            prometheus.Counter   // etcd transactions of committed mutations
+	txnBytes        prometheus.Counter   // key+value bytes written by them
+	alarm           *prometheus.GaugeVec // {alarm=nospace|corrupt}
+	compactions     prometheus.Counter
+	dbSize          prometheus.Gauge
 
 	mu    sync.Mutex
 	known map[string]bool
@@ -38,7 +45,7 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 		openGroups: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "zonefleet_arbiter_open_stripe_groups",
 			Help: "Open stripe groups by stripe width."}, []string{"width"}),
 		nodes: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "zonefleet_arbiter_nodes",
-			Help: "Nodes in the shadow view by availability."}, []string{"state"}),
+			Help: "Nodes in the shadow view by state (available, unavailable, down: gone longer than the down timeout)."}, []string{"state"}),
 		allocations: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "zonefleet_arbiter_allocations_total",
 			Help: "Stripe groups allocated."}, []string{"namespace"}),
 		allocatedZones: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "zonefleet_arbiter_allocated_zones_total",
@@ -51,15 +58,33 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 			Help: "Width of allocated stripe groups.", Buckets: []float64{1, 2, 4, 8, 16, 32, 64, 128}}),
 		allocLatency: prometheus.NewHistogram(prometheus.HistogramOpts{Name: "zonefleet_arbiter_allocation_duration_seconds",
 			Help: "Latency of stripe-group allocations (queue + etcd commit).", Buckets: prometheus.ExponentialBuckets(0.0005, 2, 14)}),
+		mutations: prometheus.NewCounter(prometheus.CounterOpts{Name: "zonefleet_arbiter_state_mutations_total",
+			Help: "State changes committed to etcd."}),
+		noops: prometheus.NewCounter(prometheus.CounterOpts{Name: "zonefleet_arbiter_state_noop_mutations_total",
+			Help: "Mutations that changed nothing and wrote nothing to etcd."}),
+		txns: prometheus.NewCounter(prometheus.CounterOpts{Name: "zonefleet_arbiter_etcd_transactions_total",
+			Help: "etcd transactions written by committed state changes."}),
+		txnBytes: prometheus.NewCounter(prometheus.CounterOpts{Name: "zonefleet_arbiter_etcd_written_bytes_total",
+			Help: "Key and value bytes the arbiter wrote to etcd in state transactions."}),
+		alarm: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "zonefleet_arbiter_etcd_alarm",
+			Help: "1 while etcd reports the alarm (nospace: database quota exceeded, state changes fail; corrupt)."}, []string{"alarm"}),
+		compactions: prometheus.NewCounter(prometheus.CounterOpts{Name: "zonefleet_arbiter_etcd_compactions_total",
+			Help: "etcd history compactions requested by the leader."}),
+		dbSize: prometheus.NewGauge(prometheus.GaugeOpts{Name: "zonefleet_arbiter_etcd_db_size_bytes",
+			Help: "Size of the etcd database file as last reported to the leader."}),
 		known: map[string]bool{},
 	}
 	if reg != nil {
 		for _, c := range []prometheus.Collector{m.leader, m.essentials, m.spares, m.activeVZones, m.openGroups, m.nodes,
-			m.allocations, m.allocatedZones, m.overdrive, m.namespaceEvents, m.width, m.allocLatency} {
+			m.allocations, m.allocatedZones, m.overdrive, m.namespaceEvents, m.width, m.allocLatency,
+			m.mutations, m.noops, m.txns, m.txnBytes, m.alarm, m.compactions, m.dbSize} {
 			if err := reg.Register(c); err != nil {
 				return nil, err
 			}
 		}
+	}
+	for _, k := range []string{"nospace", "corrupt"} {
+		m.alarm.WithLabelValues(k)
 	}
 	for _, k := range []string{"local", "lend", "recall", "return", "reclaim"} {
 		m.overdrive.WithLabelValues(k)
@@ -122,16 +147,20 @@ func (m *metrics) refresh(st *State, ix *index) {
 	for l, v := range groups {
 		m.openGroups.WithLabelValues(l).Set(v)
 	}
-	var up, down float64
+	var up, unavail, down float64
 	for _, n := range st.Nodes {
-		if n.Available {
+		switch {
+		case n.Available:
 			up++
-		} else {
+		case n.Down:
 			down++
+		default:
+			unavail++
 		}
 	}
 	m.nodes.WithLabelValues("available").Set(up)
-	m.nodes.WithLabelValues("unavailable").Set(down)
+	m.nodes.WithLabelValues("unavailable").Set(unavail)
+	m.nodes.WithLabelValues("down").Set(down)
 }
 
 func (m *metrics) forget(name string) {

@@ -62,6 +62,7 @@ type NodeInfo struct {
 	Record         cluster.NodeRecord
 	Available      bool
 	LostAt         time.Time
+	Down           bool // gone longer than Config.NodeDownAfter, kept while it holds zones
 	ActiveZones    uint32
 	AllocatedZones uint32
 	DeviceActive   map[uint32]uint32 // active zones per device index
@@ -347,7 +348,7 @@ func (a *Arbiter) allocOpID(ctx context.Context, name string, id uint64, open, p
 				return nil, &zerr.TooManyActiveError{Limit: ns.Spec.MARLogical}
 			}
 			vz = &VZone{ID: id, State: VZoneOpen}
-			ns.VZones[id] = vz
+			st.putVZ(name, vz)
 		} else {
 			if vz == nil || vz.openGroup() == nil {
 				st := VZoneEmpty
@@ -362,6 +363,7 @@ func (a *Arbiter) allocOpID(ctx context.Context, name string, id uint64, open, p
 			if vz.zoneCount() >= ns.Spec.ZonesPerVZone {
 				return nil, &zerr.ZoneFullError{Zone: id, Capacity: uint64(vz.zoneCount()) * layoutOf(st, name, vz).ZoneCapacity}
 			}
+			vz = st.mutVZ(name, id)
 			vz.openGroup().Open = false
 			ev.returned += settleRecalls(st, name)
 		}
@@ -397,7 +399,7 @@ func (a *Arbiter) allocGroup(st *State, name string, ns *nsState, vz *VZone, now
 		ns.Frozen = false
 		ns.LastWrite = now
 	}
-	g, err := a.planGroup(st, name, ns, vz, reclaim)
+	g, err := a.planGroup(st, name, ns, vz, reclaim, nil)
 	if err != nil {
 		return nil, err
 	}
@@ -425,8 +427,11 @@ func grantOps(name string, vzone uint64, g StripeGroup) []clientv3.Op {
 // planGroup chooses the width and the zones of a new open stripe group. With
 // reclaim the width is the minimum width from essentials, outside the
 // namespace's budget (the group it replaces gives them back).
-func (a *Arbiter) planGroup(st *State, name string, ns *nsState, vz *VZone, reclaim bool) (StripeGroup, error) {
-	ix := buildIndex(st)
+func (a *Arbiter) planGroup(st *State, name string, ns *nsState, vz *VZone, reclaim bool, srcZones []cluster.PhysZone) (StripeGroup, error) {
+	ix, err := checkedIndex(st, true)
+	if err != nil {
+		return StripeGroup{}, err
+	}
 	u := ix.usage[name]
 	m := ns.minWidth()
 	remaining := sub(ns.Spec.ZonesPerVZone, vz.zoneCount())
@@ -453,8 +458,15 @@ func (a *Arbiter) planGroup(st *State, name string, ns *nsState, vz *VZone, recl
 	if want == 0 {
 		return StripeGroup{}, &zerr.NoResourcesError{Resource: "active zones of namespace " + name, Requested: uint64(m), Available: 0}
 	}
-	cands := candidates(st, ix)
+	cands := candidatesOf(a.dieSlotsOf(st), ix, a.candBuf)
+	a.candBuf = cands
+	if len(srcZones) > 0 {
+		cands = nodeToNodeOnly(cands, srcZones)
+	}
 	width := pow2Floor(min(want, remaining, distinctUsableDies(st, ix, cands)))
+	if reclaim && width < m {
+		return StripeGroup{}, &zerr.NoResourcesError{Resource: "die groups for a minimum-width reclaim target", Requested: uint64(m), Available: uint64(width)}
+	}
 	if width == 0 {
 		return StripeGroup{}, &zerr.NoResourcesError{Resource: "free physical zones on available dies", Requested: uint64(min(want, remaining)), Available: 0}
 	}
@@ -469,6 +481,26 @@ func (a *Arbiter) planGroup(st *State, name string, ns *nsState, vz *VZone, recl
 		Essentials: essUsed, Spares: width - essUsed, Open: true,
 	}, nil
 }
+
+// nodeToNodeOnly drops the candidates a reclaim copy could only reach by a
+// copy between two devices of one node (which would move the data through
+// the arbiter): a target may sit on a node holding source zones only on the
+// device that holds all of them there; zone_compaction then copies within
+// the device or pushes node to node.
+func nodeToNodeOnly(cands []candidate, src []cluster.PhysZone) []candidate {
+	devs := map[string]map[uint32]bool{}
+	for _, z := range src {
+		if devs[z.Node] == nil {
+			devs[z.Node] = map[uint32]bool{}
+		}
+		devs[z.Node][z.Device] = true
+	}
+	return slices.DeleteFunc(cands, func(c candidate) bool {
+		d := devs[c.die.Node]
+		return d != nil && (len(d) > 1 || !d[c.die.Device])
+	})
+}
+
 func sub(a, b uint32) uint32 {
 	if a > b {
 		return a - b
@@ -567,6 +599,7 @@ func (a *Arbiter) FinishVZone(ctx context.Context, namespace string, vzone uint6
 		case vz.Reclaiming:
 			return nil, &zerr.ZoneStateError{Zone: vzone, State: "reclaiming", Op: "finish"}
 		case vz.State == VZoneOpen:
+			vz = st.mutVZ(namespace, vzone)
 			if g := vz.openGroup(); g != nil {
 				g.Open = false
 			}
@@ -612,7 +645,7 @@ func (a *Arbiter) ResetVZone(ctx context.Context, namespace string, vzone uint64
 				ops = append(ops, grantDel(z))
 			}
 		}
-		delete(ns.VZones, vzone)
+		st.delVZ(namespace, vzone)
 		ev.returned += settleRecalls(st, namespace)
 		ev.lent += globalOverdrive(st)
 		return ops, nil
@@ -745,7 +778,7 @@ func (a *Arbiter) Nodes(ctx context.Context) ([]NodeInfo, error) {
 	var out []NodeInfo
 	for _, id := range sortedKeys(st.Nodes) {
 		n := st.Nodes[id]
-		info := NodeInfo{Record: n.Record, Available: n.Available, LostAt: n.LostAt, DeviceActive: map[uint32]uint32{}}
+		info := NodeInfo{Record: n.Record, Available: n.Available, LostAt: n.LostAt, Down: n.Down, DeviceActive: map[uint32]uint32{}}
 		for dk, c := range ix.devActive {
 			if dk.Node == id {
 				info.ActiveZones += c

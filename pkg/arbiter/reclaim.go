@@ -104,50 +104,72 @@ func (a *Arbiter) CheckReclaim(ctx context.Context) ([]ReclaimResult, error) {
 }
 
 // reclaimVZone shrinks the open stripe group of a frozen namespace's v-zone
-// to minimum width. It holds the serialized queue for the whole reclaim.
+// to minimum width, in phases so that the serialized queue is held only for
+// state transitions, never across node I/O:
+//
+//  1. (no lock) read the source zones' write pointers from the nodes;
+//  2. (one mutation) check the source group's generation, mark the v-zone
+//     reclaiming and allocate and grant the target groups (pending, not in
+//     the layout: clients keep reading the source);
+//  3. (no lock) zone_compaction copies the data into the targets, node to
+//     node; other tenants' and this namespace's other v-zones' operations
+//     run meanwhile (this v-zone's NextStripeGroup/Finish/Reset are refused
+//     while it is reclaiming);
+//  4. (one mutation) commit if the v-zone is still reclaiming the same
+//     source generation into the same pending groups: swap the layout and
+//     release the source zones and their grants; otherwise, or if the copy
+//     failed, roll the targets back. A leader lost in between leaves the
+//     flag for the next leader, whose abortReclaims rolls it back.
 func (a *Arbiter) reclaimVZone(ctx context.Context, name string, id uint64) (ReclaimResult, error) {
-	a.opMu.Lock()
-	defer a.opMu.Unlock()
 	st, _, err := a.snapshot(ctx)
 	if err != nil {
 		return ReclaimResult{}, err
 	}
 	ns := st.Namespaces[name]
-	if ns == nil || !ns.Frozen || ns.VZones[id] == nil || ns.VZones[id].openGroup() == nil {
+	if ns == nil || !ns.Frozen || ns.VZones[id] == nil || ns.VZones[id].openGroup() == nil || ns.VZones[id].Reclaiming {
 		return ReclaimResult{}, &zerr.ZoneStateError{Zone: id, State: "not frozen and open", Op: "reclaim"}
 	}
 	src := *ns.VZones[id].openGroup()
+	src.Zones = slices.Clone(src.Zones)
 	m := ns.minWidth()
 	res := ReclaimResult{Namespace: name, VZone: id, FromWidth: src.Width, ToWidth: m, SparesFreed: src.Spares,
 		ReleasedZones: slices.Clone(src.Zones)}
-
-	var written []uint64
-	var total uint64
-	if a.comp != nil {
-		written, err = a.comp.WrittenBlocks(ctx, name, src.Zones)
-		if err == nil && len(written) != len(src.Zones) {
-			err = &zerr.UnavailableError{What: "compactor", Reason: "wrong number of write pointers"}
-		}
-		if err != nil {
-			return res, err
-		}
-		total = writtenPrefix(src, written, uint64(st.blockSize(src.Zones)), layoutOf(st, name, &VZone{Groups: []StripeGroup{src}}).ZoneCapacity)
-	} else {
+	if a.comp == nil {
 		return res, &zerr.UnavailableError{What: "compactor", Reason: "none configured"}
 	}
 	block := st.blockSize(src.Zones)
 	zoneCap := layoutOf(st, name, &VZone{Groups: []StripeGroup{src}}).ZoneCapacity
+
+	// Node I/O is bounded: a stuck node rolls the reclaim back.
+	ioctx, cancel := context.WithTimeout(ctx, a.cfg.ReclaimTimeout)
+	defer cancel()
+
+	// Phase 1: write pointers (node I/O, no lock).
+	written, err := a.comp.WrittenBlocks(ioctx, name, src.Zones)
+	if err == nil && len(written) != len(src.Zones) {
+		err = &zerr.UnavailableError{What: "compactor", Reason: "wrong number of write pointers"}
+	}
+	if err != nil {
+		return res, err
+	}
+	total := writtenPrefix(src, written, uint64(block), zoneCap)
 	targets := 1
 	if total > 0 {
 		targets = int((total + uint64(m)*zoneCap - 1) / (uint64(m) * zoneCap))
 	}
 	res.TargetGroups, res.MovedBlocks = targets, total
 
-	// Phase 1: allocate and grant the target groups (pending, not in the layout).
+	// Phase 2: transition under the queue: allocate and grant the targets.
 	var pending []StripeGroup
-	err = a.mutateLocked(ctx, func(st *State, ix *index) ([]clientv3.Op, error) {
+	err = a.mutate(ctx, func(st *State, ix *index) ([]clientv3.Op, error) {
 		ns := st.Namespaces[name]
-		vz := ns.VZones[id]
+		if ns == nil || !ns.Frozen {
+			return nil, &zerr.ZoneStateError{Zone: id, State: "not frozen", Op: "reclaim"}
+		}
+		if cur := ns.VZones[id]; cur == nil || cur.Reclaiming {
+			return nil, &zerr.ZoneStateError{Zone: id, State: "changed", Op: "reclaim"}
+		}
+		vz := st.mutVZ(name, id)
 		if g := vz.openGroup(); g == nil || g.Generation != src.Generation {
 			return nil, &zerr.ZoneStateError{Zone: id, State: "changed", Op: "reclaim"}
 		}
@@ -155,7 +177,7 @@ func (a *Arbiter) reclaimVZone(ctx context.Context, name string, id uint64) (Rec
 		vz.Pending = nil
 		var ops []clientv3.Op
 		for i := 0; i < targets; i++ {
-			g, err := a.planGroup(st, name, ns, vz, true)
+			g, err := a.planGroup(st, name, ns, vz, true, src.Zones)
 			if err != nil {
 				return nil, err
 			}
@@ -163,34 +185,50 @@ func (a *Arbiter) reclaimVZone(ctx context.Context, name string, id uint64) (Rec
 			vz.Pending = append(vz.Pending, g)
 			ops = append(ops, grantOps(name, id, g)...)
 		}
-		pending = slices.Clone(vz.Pending)
+		pending = cloneGroups(vz.Pending)
 		return ops, nil
 	})
 	if err != nil {
 		return res, err
 	}
+	samePending := func(vz *VZone) bool {
+		if vz == nil || !vz.Reclaiming || len(vz.Pending) != len(pending) {
+			return false
+		}
+		if g := vz.openGroup(); g == nil || g.Generation != src.Generation {
+			return false
+		}
+		for i := range pending {
+			if vz.Pending[i].Generation != pending[i].Generation || !slices.Equal(vz.Pending[i].Zones, pending[i].Zones) {
+				return false
+			}
+		}
+		return true
+	}
 
-	// Phase 2: zone_compaction of the written data into the targets.
+	// Phase 3: zone_compaction of the written data into the targets (no lock).
 	if total > 0 {
 		plan := copyPlan(src, total, pending, uint64(block), zoneCap)
+	copying:
 		for _, g := range pending {
 			for _, dst := range g.Zones {
 				if len(plan[dst]) == 0 {
 					continue
 				}
-				if err = a.comp.Compact(ctx, name, dst, plan[dst]); err != nil {
-					break
+				if err = a.comp.Compact(ioctx, name, dst, plan[dst]); err != nil {
+					break copying
 				}
-			}
-			if err != nil {
-				break
 			}
 		}
 	}
 	if err != nil {
-		// Roll back: drop the targets and their grants.
-		rerr := a.mutateLocked(ctx, func(st *State, ix *index) ([]clientv3.Op, error) {
-			vz := st.Namespaces[name].VZones[id]
+		// Roll back: drop the targets and their grants (if still ours).
+		rerr := a.mutate(ctx, func(st *State, ix *index) ([]clientv3.Op, error) {
+			ns := st.Namespaces[name]
+			if ns == nil || !samePending(ns.VZones[id]) {
+				return nil, nil
+			}
+			vz := st.mutVZ(name, id)
 			var ops []clientv3.Op
 			for _, g := range vz.Pending {
 				for _, z := range g.Zones {
@@ -203,16 +241,17 @@ func (a *Arbiter) reclaimVZone(ctx context.Context, name string, id uint64) (Rec
 		return res, errors.Join(err, rerr)
 	}
 
-	// Phase 3: swap the layout, release the source zones and their spares.
-	err = a.mutateLocked(ctx, func(st *State, ix *index) ([]clientv3.Op, error) {
+	// Phase 4: commit with the generation check: swap the layout, release
+	// the source zones and their spares.
+	err = a.mutate(ctx, func(st *State, ix *index) ([]clientv3.Op, error) {
 		ns := st.Namespaces[name]
 		if ns == nil {
 			return nil, &zerr.NotFoundError{Kind: "namespace", Name: name}
 		}
-		vz := ns.VZones[id]
-		if vz == nil || len(vz.Pending) == 0 {
-			return nil, &zerr.ZoneStateError{Zone: id, State: "changed", Op: "reclaim"}
+		if !samePending(ns.VZones[id]) {
+			return nil, &zerr.ZoneStateError{Zone: id, State: "changed during the reclaim copy", Op: "reclaim"}
 		}
+		vz := st.mutVZ(name, id)
 		var ops []clientv3.Op
 		for _, z := range src.Zones {
 			ops = append(ops, grantDel(z))
@@ -261,10 +300,10 @@ func (a *Arbiter) abortReclaims(ctx context.Context) error {
 		for _, name := range sortedKeys(st.Namespaces) {
 			ns := st.Namespaces[name]
 			for _, id := range sortedKeys(ns.VZones) {
-				vz := ns.VZones[id]
-				if !vz.Reclaiming && len(vz.Pending) == 0 {
+				if vz := ns.VZones[id]; !vz.Reclaiming && len(vz.Pending) == 0 {
 					continue
 				}
+				vz := st.mutVZ(name, id)
 				for _, g := range vz.Pending {
 					for _, z := range g.Zones {
 						ops = append(ops, grantDel(z))

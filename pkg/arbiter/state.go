@@ -3,6 +3,7 @@ package arbiter
 import (
 	"cmp"
 	"fmt"
+	"maps"
 	"math/bits"
 	"slices"
 	"time"
@@ -10,10 +11,10 @@ import (
 	"github.com/zonefleet/zonefleet/pkg/cluster"
 )
 
-// The arbiter's whole control state is one JSON document in etcd (stateKey),
-// changed only by the leader in transactions that compare its mod revision and
-// the leader's election key. Grants are separate keys (cluster.GrantKey) written
-// in the same transactions, so nodes can watch them.
+// The arbiter's control state is kept in memory by the leader and persisted
+// as one etcd record per node, namespace and v-zone plus one key of global
+// counters (store.go); grants are separate keys (cluster.GrantKey) written in
+// the same transactions, so nodes can watch them.
 
 // VZoneState is the state of a v-zone. A v-zone that was never opened (or was
 // reset) has no record and is empty.
@@ -136,6 +137,8 @@ type nodeState struct {
 	Record    cluster.NodeRecord `json:"record"`
 	Available bool               `json:"available"`
 	LostAt    time.Time          `json:"lost_at,omitempty"`
+	// Down: unavailable for longer than Config.NodeDownAfter; kept while it holds zones.
+	Down bool `json:"down,omitempty"`
 }
 
 // State is the arbiter's persisted control state.
@@ -148,6 +151,8 @@ type State struct {
 	Spares     uint32 `json:"spares"`
 	// AllocSeq counts physical zones allocated to stripe groups (the allocation history clock).
 	AllocSeq uint64 `json:"alloc_seq"`
+
+	ch *changes // non-nil on a fork being mutated (copy on write)
 }
 
 func newState() *State {
@@ -224,6 +229,40 @@ type index struct {
 	devActive map[devKey]uint32
 	dieActive map[dieKey]uint32
 	usage     map[string]*nsUsage
+	busy      map[string]int // allocated zones per node (nodes without any are absent)
+	// ownerAdd/ownerDel overlay owner when it is shared with the committed
+	// index (a derived index inside a mutation, see deriveIndex).
+	ownerAdd map[cluster.PhysZone]zoneOwner
+	ownerDel map[cluster.PhysZone]bool
+}
+
+// owned tells whether a zone is allocated.
+func (ix *index) owned(z cluster.PhysZone) bool {
+	if ix.ownerAdd != nil {
+		if _, ok := ix.ownerAdd[z]; ok {
+			return true
+		}
+		if ix.ownerDel[z] {
+			return false
+		}
+	}
+	_, ok := ix.owner[z]
+	return ok
+}
+
+// materialize turns an overlaid owner map into a private one.
+func (ix *index) materialize() {
+	if ix.ownerAdd == nil {
+		return
+	}
+	owner := maps.Clone(ix.owner)
+	for z := range ix.ownerDel {
+		delete(owner, z)
+	}
+	for z, o := range ix.ownerAdd {
+		owner[z] = o
+	}
+	ix.owner, ix.ownerAdd, ix.ownerDel = owner, nil, nil
 }
 
 func buildIndex(st *State) *index {
@@ -232,6 +271,7 @@ func buildIndex(st *State) *index {
 		devActive: map[devKey]uint32{},
 		dieActive: map[dieKey]uint32{},
 		usage:     map[string]*nsUsage{},
+		busy:      map[string]int{},
 	}
 	for name, ns := range st.Namespaces {
 		u := &nsUsage{}
@@ -247,6 +287,7 @@ func buildIndex(st *State) *index {
 				}
 				for _, z := range g.Zones {
 					ix.owner[z] = zoneOwner{Namespace: name, VZone: vz.ID, Group: g.Index, Open: g.Open}
+					ix.busy[z.Node]++
 					if g.Open {
 						ix.devActive[devKey{z.Node, z.Device}]++
 						ix.dieActive[st.dieOf(z)]++
@@ -255,6 +296,12 @@ func buildIndex(st *State) *index {
 			}
 		}
 	}
+	ix.accountLoans(st)
+	return ix
+}
+
+// accountLoans adds the loans to the usage of their namespaces.
+func (ix *index) accountLoans(st *State) {
 	for _, l := range st.Loans {
 		if u := ix.usage[l.Lender]; u != nil {
 			u.Lent += l.Count
@@ -269,7 +316,6 @@ func buildIndex(st *State) *index {
 			}
 		}
 	}
-	return ix
 }
 
 func (st *State) device(node string, dev uint32) (cluster.DeviceInfo, bool) {
@@ -340,6 +386,28 @@ type shortfall struct {
 	Need, Got uint32
 }
 
+// sharesConsistent tells whether the namespaces' provisioned essentials and
+// spares are what reprovision would give them (false after a crash between
+// the batches of a change too large for one transaction).
+func sharesConsistent(st *State) bool {
+	e, sp := clusterResources(st)
+	if e != st.Essentials || sp != st.Spares {
+		return false
+	}
+	names := sortedKeys(st.Namespaces)
+	weights := map[string]uint64{}
+	for _, n := range names {
+		weights[n] = st.Namespaces[n].weight()
+	}
+	ess, spa := split(e, names, weights), split(sp, names, weights)
+	for _, n := range names {
+		if ns := st.Namespaces[n]; ns.Essentials != ess[n] || ns.Spares != spa[n] {
+			return false
+		}
+	}
+	return true
+}
+
 // reprovision recomputes N_essential/N_spare and every namespace's share.
 // Open stripe groups are left as they are; loans are cancelled (global
 // overdrive lends again from the new shares). It returns the namespaces whose
@@ -368,38 +436,127 @@ func reprovision(st *State) []shortfall {
 // ---- serialized die-aware allocation (eZNS §4.2/4.3) ---------------------
 
 type candidate struct {
-	die   dieKey
-	zone  uint32 // lowest free zone of the die group
-	order int    // position in the cluster's serial order
+	die    dieKey
+	zone   uint32 // lowest free zone of the die group
+	order  int    // position in the cluster's serial order
+	node   int    // ordinal of its node in the cluster's serial order
+	dev    int    // ordinal of its device in the cluster's serial order
+	mar    uint32 // its device's MAR
+	devAct uint32 // active zones of its device
+	dieAct uint32 // active zones of its die group
+}
+
+// dieSlot is the static part of a die group: what candidates needs of the
+// node records, flattened once per Nodes map (slotsOf).
+type dieSlot struct {
+	node     string
+	nodeOrd  int
+	dev      uint32
+	devOrd   int
+	fcg      uint32
+	fcgs     uint32
+	numZones uint32
+	mar      uint32
+	order    int
+	avail    bool
+}
+
+// dieSlots are every die group of the cluster in serial order.
+type dieSlots struct {
+	slots   []dieSlot
+	nodeOrd map[string]int
+	nodes   int
+	devs    int
+}
+
+// slotsOf flattens st's node records (sorted node ids, devices by index).
+func slotsOf(st *State, ids []string) *dieSlots {
+	if ids == nil {
+		ids = sortedKeys(st.Nodes)
+	}
+	ds := &dieSlots{nodeOrd: make(map[string]int, len(ids)), nodes: len(ids)}
+	byIndex := func(a, b cluster.DeviceInfo) int { return cmp.Compare(a.Index, b.Index) }
+	order := 0
+	for ni, nodeID := range ids {
+		ds.nodeOrd[nodeID] = ni
+		n := st.Nodes[nodeID]
+		devs := n.Record.Devices
+		if !slices.IsSortedFunc(devs, byIndex) {
+			devs = slices.Clone(devs)
+			slices.SortFunc(devs, byIndex)
+		}
+		for _, d := range devs {
+			if d.FCGs == 0 {
+				continue
+			}
+			for g := uint32(0); g < d.FCGs; g++ {
+				order++
+				ds.slots = append(ds.slots, dieSlot{node: nodeID, nodeOrd: ni, dev: d.Index, devOrd: ds.devs, fcg: g, fcgs: d.FCGs,
+					numZones: d.NumZones, mar: d.MAR, order: order, avail: n.Available})
+			}
+			ds.devs++
+		}
+	}
+	return ds
 }
 
 // candidates returns, for every die group (node, device, FCG) of an available
 // node whose device is below MAR and which has a free zone, that free zone.
 func candidates(st *State, ix *index) []candidate {
-	var out []candidate
-	order := 0
-	for _, nodeID := range sortedKeys(st.Nodes) {
-		n := st.Nodes[nodeID]
-		devs := slices.Clone(n.Record.Devices)
-		slices.SortFunc(devs, func(a, b cluster.DeviceInfo) int { return cmp.Compare(a.Index, b.Index) })
-		for _, d := range devs {
-			if d.FCGs == 0 {
-				continue
-			}
-			full := !n.Available || ix.devActive[devKey{nodeID, d.Index}] >= d.MAR
-			for g := uint32(0); g < d.FCGs; g++ {
-				order++
-				if full {
-					continue
+	return candidatesOf(slotsOf(st, nil), ix, nil)
+}
+
+// candidatesOf is candidates over flattened slots, appended to buf. Nodes
+// without any allocated zone (most of a large cluster) cost no lookup.
+func candidatesOf(ds *dieSlots, ix *index, buf []candidate) []candidate {
+	out := buf[:0]
+	busy := make([]bool, ds.nodes)
+	for id := range ix.busy {
+		if o, ok := ds.nodeOrd[id]; ok {
+			busy[o] = true
+		}
+	}
+	for i := 0; i < len(ds.slots); {
+		// one device: its slots are consecutive
+		s0 := &ds.slots[i]
+		j := i
+		for j < len(ds.slots) && ds.slots[j].devOrd == s0.devOrd {
+			j++
+		}
+		b := busy[s0.nodeOrd]
+		var devAct uint32
+		if b {
+			devAct = ix.devActive[devKey{s0.node, s0.dev}]
+		}
+		if s0.avail && devAct < s0.mar {
+			for k := i; k < j; k++ {
+				sl := &ds.slots[k]
+				if sl.fcg >= sl.numZones {
+					continue // no zone in this chip group
 				}
-				for z := g; z < d.NumZones; z += d.FCGs {
-					if _, used := ix.owner[cluster.PhysZone{Node: nodeID, Device: d.Index, Zone: z}]; !used {
-						out = append(out, candidate{die: dieKey{nodeID, d.Index, g}, zone: z, order: order})
-						break
+				zone := sl.fcg
+				if b {
+					found := false
+					for z := sl.fcg; z < sl.numZones; z += sl.fcgs {
+						if !ix.owned(cluster.PhysZone{Node: sl.node, Device: sl.dev, Zone: z}) {
+							zone, found = z, true
+							break
+						}
+					}
+					if !found {
+						continue
 					}
 				}
+				dk := dieKey{sl.node, sl.dev, sl.fcg}
+				var dieAct uint32
+				if b {
+					dieAct = ix.dieActive[dk]
+				}
+				out = append(out, candidate{die: dk, zone: zone, order: sl.order, node: sl.nodeOrd, dev: sl.devOrd,
+					mar: sl.mar, devAct: devAct, dieAct: dieAct})
 			}
 		}
+		i = j
 	}
 	return out
 }
@@ -415,33 +572,35 @@ func pickZones(st *State, ix *index, cands []candidate, width uint32) []cluster.
 		return nil
 	}
 	rot := int(st.AllocSeq % uint64(max(total, 1)))
-	perNode := map[string]int{}
-	devUse := map[devKey]uint32{}
-	used := make([]bool, len(cands))
+	var nodes, devs int
+	for i := range cands {
+		nodes, devs = max(nodes, cands[i].node+1), max(devs, cands[i].dev+1)
+	}
+	perNode := make([]int, nodes)
+	devUse := make([]uint32, devs)
+	used := make([]bool, total)
 	var out []cluster.PhysZone
 	for uint32(len(out)) < width {
 		best := -1
 		better := func(i, j int) bool { // is cands[i] better than cands[j]
-			a, b := cands[i], cands[j]
-			if da, db := ix.dieActive[a.die], ix.dieActive[b.die]; da != db {
-				return da < db
+			a, b := &cands[i], &cands[j]
+			if a.dieAct != b.dieAct {
+				return a.dieAct < b.dieAct
 			}
-			if na, nb := perNode[a.die.Node], perNode[b.die.Node]; na != nb {
+			if na, nb := perNode[a.node], perNode[b.node]; na != nb {
 				return na < nb
 			}
-			ka, kb := devKey{a.die.Node, a.die.Device}, devKey{b.die.Node, b.die.Device}
-			if va, vb := ix.devActive[ka]+devUse[ka], ix.devActive[kb]+devUse[kb]; va != vb {
+			if va, vb := a.devAct+devUse[a.dev], b.devAct+devUse[b.dev]; va != vb {
 				return va < vb
 			}
 			return (i-rot+total)%total < (j-rot+total)%total
 		}
-		for i, c := range cands {
+		for i := range cands {
 			if used[i] {
 				continue
 			}
-			dk := devKey{c.die.Node, c.die.Device}
-			d, _ := st.device(dk.Node, dk.Device)
-			if ix.devActive[dk]+devUse[dk] >= d.MAR {
+			c := &cands[i]
+			if c.devAct+devUse[c.dev] >= c.mar {
 				continue
 			}
 			if best < 0 || better(i, best) {
@@ -453,8 +612,8 @@ func pickZones(st *State, ix *index, cands []candidate, width uint32) []cluster.
 		}
 		used[best] = true
 		c := cands[best]
-		perNode[c.die.Node]++
-		devUse[devKey{c.die.Node, c.die.Device}]++
+		perNode[c.node]++
+		devUse[c.dev]++
 		out = append(out, cluster.PhysZone{Node: c.die.Node, Device: c.die.Device, Zone: c.zone})
 	}
 	return out
@@ -463,14 +622,15 @@ func pickZones(st *State, ix *index, cands []candidate, width uint32) []cluster.
 // distinctUsableDies is how many die groups could go into one stripe group
 // now (bounded by each device's remaining MAR).
 func distinctUsableDies(st *State, ix *index, cands []candidate) uint32 {
-	perDev := map[devKey]uint32{}
-	for _, c := range cands {
-		perDev[devKey{c.die.Node, c.die.Device}]++
-	}
+	// candidates lists the die groups device by device: count each run.
 	var n uint32
-	for dk, cnt := range perDev {
-		d, _ := st.device(dk.Node, dk.Device)
-		n += min(cnt, d.MAR-ix.devActive[dk])
+	for i := 0; i < len(cands); {
+		j := i
+		for j < len(cands) && cands[j].dev == cands[i].dev {
+			j++
+		}
+		n += min(uint32(j-i), sub(cands[i].mar, cands[i].devAct))
+		i = j
 	}
 	return n
 }

@@ -24,11 +24,18 @@ type Options struct {
 	SessionTTL time.Duration
 	TReadOnly  time.Duration
 	StripeSize uint32 // bytes at minimum width
+	// CompactInterval: etcd history compaction by the leader (negative: off).
+	CompactInterval time.Duration
+	// NodeDownAfter: a node gone this long is down; its records go once it holds no zone (negative: never).
+	NodeDownAfter time.Duration
+	// ReclaimTimeout bounds one v-zone's reclaim copy.
+	ReclaimTimeout time.Duration
 }
 
 // DefaultOptions are the flag defaults.
 func DefaultOptions() Options {
-	return Options{ID: "arbiter-1", Etcd: "127.0.0.1:2379", SessionTTL: 5 * time.Second, TReadOnly: 5 * time.Minute, StripeSize: 32 << 10}
+	return Options{ID: "arbiter-1", Etcd: "127.0.0.1:2379", SessionTTL: 5 * time.Second, TReadOnly: 5 * time.Minute, StripeSize: 32 << 10,
+		CompactInterval: 5 * time.Minute, NodeDownAfter: 10 * time.Minute, ReclaimTimeout: 10 * time.Minute}
 }
 
 // AddFlags registers the arbiter's flags.
@@ -39,6 +46,9 @@ func AddFlags(fs *pflag.FlagSet, o *Options) {
 	fs.StringVar(&o.AdminToken, "admin-token", o.AdminToken, "the nodes' admin token, for reclaim's zone compactions")
 	fs.DurationVar(&o.SessionTTL, "session-ttl", o.SessionTTL, "leadership lease: a crashed leader is replaced after about this long")
 	fs.DurationVar(&o.TReadOnly, "t-readonly", o.TReadOnly, "a namespace with no writes for this long is frozen and its spares reclaimed (eZNS T_ReadOnly)")
+	fs.DurationVar(&o.CompactInterval, "compact-interval", o.CompactInterval, "the leader compacts etcd's history this often, one interval behind, and polls etcd's alarms (negative: off)")
+	fs.DurationVar(&o.NodeDownAfter, "node-down-after", o.NodeDownAfter, "a node whose registration is gone this long is marked down; its records are removed once it holds no zone (negative: never)")
+	fs.DurationVar(&o.ReclaimTimeout, "reclaim-timeout", o.ReclaimTimeout, "a reclaim whose node I/O (write pointers, zone_compaction) takes longer is rolled back")
 	fs.Uint32Var(&o.StripeSize, "stripe-size", o.StripeSize, "stripe size in bytes at minimum stripe width (halved per doubling of the width)")
 }
 
@@ -55,7 +65,7 @@ func Run(ctx context.Context, d *daemon.Daemon, o Options, log *slog.Logger) err
 	}
 	comp := arbiter.NewNodeCompactor(cli, o.AdminToken, d.PeerDialOptions()...)
 	a, err := arbiter.New(arbiter.Config{Addr: addr, ID: o.ID, SessionTTL: o.SessionTTL, TReadOnly: o.TReadOnly,
-		BaseStripeSize: o.StripeSize, Registerer: d.Registry, Logger: log}, cli, comp)
+		BaseStripeSize: o.StripeSize, CompactInterval: o.CompactInterval, NodeDownAfter: o.NodeDownAfter, ReclaimTimeout: o.ReclaimTimeout, Registerer: d.Registry, Logger: log}, cli, comp)
 	if err != nil {
 		return err
 	}

@@ -1,5 +1,13 @@
 // Package etcdlocal runs an embedded single-member etcd server: for tests and
 // for `zctl local up`, which runs a whole cluster in one process.
+//
+// History never fills the database: the server compacts its MVCC history
+// by itself (periodic auto-compaction keeping AutoCompactionRetention, 5
+// minutes by default) on top of the arbiter's own compaction, and bbolt
+// reuses the freed pages, so the file stays bounded under a steady write
+// rate. The space quota (QuotaBackendBytes, 2 GiB) still applies: when it
+// is exceeded etcd raises the NOSPACE alarm and refuses writes, which the
+// arbiter reports as an error and the zonefleet_arbiter_etcd_alarm gauge.
 package etcdlocal
 
 import (
@@ -22,9 +30,23 @@ type Server struct {
 	endpoints []string
 }
 
+// Options tune an embedded server; the zero value means the defaults.
+type Options struct {
+	// AutoCompactionRetention is the history etcd keeps (periodic
+	// auto-compaction). Default 5m; negative disables auto-compaction.
+	AutoCompactionRetention time.Duration
+	// QuotaBackendBytes is the database quota (NOSPACE above it). Default 2 GiB.
+	QuotaBackendBytes int64
+}
+
 // Start runs etcd with its data in dir. clientAddr is host:port for clients;
 // an empty string or port 0 picks a free loopback port.
 func Start(dir, clientAddr string) (*Server, error) {
+	return StartWith(dir, clientAddr, Options{})
+}
+
+// StartWith is Start with options.
+func StartWith(dir, clientAddr string, o Options) (*Server, error) {
 	if clientAddr == "" {
 		clientAddr = "127.0.0.1:0"
 	}
@@ -45,6 +67,16 @@ func Start(dir, clientAddr string) (*Server, error) {
 	cfg.ListenPeerUrls, cfg.AdvertisePeerUrls = []url.URL{*pu}, []url.URL{*pu}
 	cfg.InitialCluster = cfg.Name + "=" + pu.String()
 	cfg.LogLevel = "error"
+	if o.AutoCompactionRetention == 0 {
+		o.AutoCompactionRetention = 5 * time.Minute
+	}
+	if o.AutoCompactionRetention > 0 {
+		cfg.AutoCompactionMode = embed.CompactorModePeriodic
+		cfg.AutoCompactionRetention = o.AutoCompactionRetention.String()
+	}
+	if o.QuotaBackendBytes > 0 {
+		cfg.QuotaBackendBytes = o.QuotaBackendBytes
+	}
 	cfg.ZapLoggerBuilder = embed.NewZapLoggerBuilder(zap.NewNop())
 	e, err := embed.StartEtcd(cfg)
 	if err != nil {
@@ -83,6 +115,9 @@ func (s *Server) Endpoints() []string { return s.endpoints }
 func (s *Server) Client() (*clientv3.Client, error) {
 	return clientv3.New(clientv3.Config{Endpoints: s.endpoints, DialTimeout: 5 * time.Second, Logger: zap.NewNop()})
 }
+
+// DBSize is the size of the server's database file in bytes.
+func (s *Server) DBSize() int64 { return s.e.Server.Backend().Size() }
 
 // Close stops the server.
 func (s *Server) Close() {

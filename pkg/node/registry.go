@@ -137,10 +137,78 @@ type Grants struct {
 	log      *slog.Logger
 	node     string
 	onRevoke func(device, zone uint32)
+	resets   map[[2]uint32]*zoneReset // zones whose revocation reset is pending (under mu)
 
 	revMu sync.Mutex
 	rev   int64         // etcd revision the cache reflects (every event up to it applied)
 	revCh chan struct{} // closed when rev advances
+}
+
+// zoneReset is the per-zone worker of revocation resets: n resets are
+// still to run for the zone; done closes when none is left.
+type zoneReset struct {
+	n    int
+	done chan struct{}
+}
+
+// revokeLocked drops a grant from the cache and queues the zone's reset on
+// its worker (g.mu held). The watch loop never waits for a reset: it goes
+// on applying later events, while a pending reset keeps the zone out of
+// reach (Cached is false, Check waits for it), so a new owner's I/O lands
+// only after the zone was reset.
+func (g *Grants) revokeLocked(k [2]uint32) {
+	delete(g.m, k)
+	if g.onRevoke == nil {
+		return
+	}
+	if zr := g.resets[k]; zr != nil {
+		zr.n++ // revoked again after a re-grant: reset once more after the current one
+		return
+	}
+	zr := &zoneReset{n: 1, done: make(chan struct{})}
+	if g.resets == nil {
+		g.resets = map[[2]uint32]*zoneReset{}
+	}
+	g.resets[k] = zr
+	go g.resetWorker(k, zr)
+}
+
+func (g *Grants) resetWorker(k [2]uint32, zr *zoneReset) {
+	for {
+		g.onRevoke(k[0], k[1])
+		g.mu.Lock()
+		zr.n--
+		if zr.n == 0 {
+			delete(g.resets, k)
+			close(zr.done)
+			g.mu.Unlock()
+			return
+		}
+		g.mu.Unlock()
+	}
+}
+
+// waitReset waits (up to the context) until no reset of the zone is pending.
+func (g *Grants) waitReset(ctx context.Context, k [2]uint32) error {
+	g.mu.RLock()
+	zr := g.resets[k]
+	g.mu.RUnlock()
+	if zr == nil {
+		return nil
+	}
+	select {
+	case <-zr.done:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// PendingResets is the number of zones whose revocation reset has not run yet.
+func (g *Grants) PendingResets() int {
+	g.mu.RLock()
+	defer g.mu.RUnlock()
+	return len(g.resets)
 }
 
 func (g *Grants) setRev(r int64) {
@@ -195,8 +263,11 @@ func WatchGrants(ctx context.Context, cli *clientv3.Client, nodeID string, log *
 
 // WatchGrantsFunc is WatchGrants with a callback for every grant that goes
 // away (the arbiter returned the zone to the free pool): the node resets the
-// zone so that its next owner finds it empty. The callback runs in the watch
-// loop before later events apply, so a re-grant of the zone waits for it.
+// zone so that its next owner finds it empty. The callback runs on a
+// per-zone worker, never in the watch loop (a reset waits for the zone's
+// I/O, and one slow reader must not stall every grant update of the node);
+// until it has run, the zone counts as not granted to anyone (Cached) and
+// Check waits for it, so a re-grant's I/O lands after the reset.
 func WatchGrantsFunc(ctx context.Context, cli *clientv3.Client, nodeID string, log *slog.Logger, onRevoke func(device, zone uint32)) (*Grants, error) {
 	g := &Grants{cli: cli, m: map[[2]uint32]cluster.Grant{}, synced: make(chan struct{}), log: log, node: nodeID, onRevoke: onRevoke, revCh: make(chan struct{})}
 	rev, err := g.load(ctx, cli)
@@ -227,14 +298,12 @@ func (g *Grants) load(ctx context.Context, cli *clientv3.Client) (int64, error) 
 	g.mu.Lock()
 	old := g.m
 	g.m = m
-	g.mu.Unlock()
-	if g.onRevoke != nil {
-		for k := range old {
-			if _, ok := m[k]; !ok {
-				g.onRevoke(k[0], k[1])
-			}
+	for k := range old {
+		if _, ok := m[k]; !ok {
+			g.revokeLocked(k)
 		}
 	}
+	g.mu.Unlock()
 	g.setRev(resp.Header.Revision)
 	return resp.Header.Revision, nil
 }
@@ -264,12 +333,10 @@ func (g *Grants) follow(ctx context.Context, cli *clientv3.Client, rev int64) {
 				k := [2]uint32{pz.Device, pz.Zone}
 				if ev.Type == clientv3.EventTypeDelete {
 					g.mu.Lock()
-					_, had := g.m[k]
-					delete(g.m, k)
-					g.mu.Unlock()
-					if had && g.onRevoke != nil {
-						g.onRevoke(k[0], k[1]) // before any later event of this zone applies
+					if _, had := g.m[k]; had {
+						g.revokeLocked(k) // marked pending before any later event of this zone applies
 					}
+					g.mu.Unlock()
 					continue
 				}
 				if gr, err := cluster.DecodeGrant(string(ev.Kv.Key), ev.Kv.Value); err == nil {
@@ -314,8 +381,14 @@ func (g *Grants) CatchUp(ctx context.Context, rev int64) error {
 // grant's key: a grant the arbiter has just written may not have reached the
 // watch yet, and a client that got it from the arbiter must not be refused.
 func (g *Grants) Check(ns string, device, zone uint32) error {
+	k := [2]uint32{device, zone}
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
+	defer cancel()
+	if err := g.waitReset(ctx, k); err != nil {
+		return &zerr.UnavailableError{What: "node " + g.node, Reason: fmt.Sprintf("zone %d/%d is still being reset after its revocation", device, zone)}
+	}
 	g.mu.RLock()
-	gr, ok := g.m[[2]uint32{device, zone}]
+	gr, ok := g.m[k]
 	g.mu.RUnlock()
 	if ok && gr.Namespace == ns && ns != "" {
 		return nil
@@ -344,18 +417,23 @@ func (g *Grants) catchUp(ns string, device, zone uint32) bool {
 	if g.waitProgress(ctx, resp.Kvs[0].ModRevision) != nil {
 		return false
 	}
+	if g.waitReset(ctx, [2]uint32{device, zone}) != nil {
+		return false
+	}
 	g.mu.RLock()
 	gr, ok := g.m[[2]uint32{device, zone}]
 	g.mu.RUnlock()
 	return ok && gr.Namespace == ns
 }
 
-// Cached tells whether the cache holds a grant of (device, zone) to ns (no etcd access).
+// Cached tells whether the cache holds a grant of (device, zone) to ns and
+// no revocation reset of the zone is pending (no etcd access, no wait).
 func (g *Grants) Cached(ns string, device, zone uint32) bool {
 	g.mu.RLock()
 	defer g.mu.RUnlock()
-	gr, ok := g.m[[2]uint32{device, zone}]
-	return ok && ns != "" && gr.Namespace == ns
+	k := [2]uint32{device, zone}
+	gr, ok := g.m[k]
+	return ok && ns != "" && gr.Namespace == ns && g.resets[k] == nil
 }
 
 // Lookup returns the grant of (device, zone).

@@ -1,0 +1,91 @@
+package arbiter
+
+import (
+	"context"
+	"fmt"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/zonefleet/zonefleet/pkg/zerr"
+)
+
+// nodeZones counts the zones allocated on each node.
+func nodeZones(ix *index) map[string]int {
+	out := map[string]int{}
+	for z := range ix.owner {
+		out[z.Node]++
+	}
+	return out
+}
+
+// CheckNodes marks every node whose registration has been gone for at least
+// Config.NodeDownAfter (by Config.Now) as down, and removes the shadow record
+// of every down node that holds no allocated zone (its zones were reset or
+// its namespaces deleted). A node that registers again later joins afresh.
+// The leader runs it every NodeDownAfter/4 (real time); tests call it directly.
+func (a *Arbiter) CheckNodes(ctx context.Context) error {
+	if a.cfg.NodeDownAfter < 0 {
+		return nil
+	}
+	st, _, err := a.snapshot(ctx)
+	if err != nil {
+		return err
+	}
+	now := a.cfg.Now()
+	due := func(n *nodeState) bool {
+		return !n.Available && !n.LostAt.IsZero() && now.Sub(n.LostAt) >= a.cfg.NodeDownAfter
+	}
+	found := false
+	for _, n := range st.Nodes {
+		found = found || due(n)
+	}
+	if !found {
+		return nil
+	}
+	return a.mutate(ctx, func(st *State, ix *index) ([]clientv3.Op, error) {
+		held := nodeZones(ix)
+		for _, id := range sortedKeys(st.Nodes) {
+			n := st.Nodes[id]
+			if !due(n) {
+				continue
+			}
+			if held[id] == 0 {
+				st.delNode(id)
+				a.log.Info("removed a dead node without data", "node", id, "lost_at", n.LostAt)
+				continue
+			}
+			if !n.Down {
+				c := *n
+				c.Down = true
+				st.putNode(id, &c)
+				a.log.Warn("node down: its lease is gone for too long; its records stay while it holds data", "node", id, "zones", held[id])
+			}
+		}
+		return nil, nil
+	})
+}
+
+// RemoveNode forgets a node for an operator: the node must not be registered
+// (no live lease) and must hold no allocated zone (reset or delete what it
+// holds first); otherwise it fails with *zerr.InvalidArgumentError and changes
+// nothing. Unknown nodes are *zerr.NotFoundError.
+func (a *Arbiter) RemoveNode(ctx context.Context, id string) error {
+	if err := validName("node id", id); err != nil {
+		return err
+	}
+	return a.mutate(ctx, func(st *State, ix *index) ([]clientv3.Op, error) {
+		n := st.Nodes[id]
+		if n == nil {
+			return nil, &zerr.NotFoundError{Kind: "node", Name: id}
+		}
+		if n.Available {
+			return nil, &zerr.InvalidArgumentError{Field: "node", Reason: "node " + id + " is registered (stop it first)"}
+		}
+		if held := nodeZones(ix)[id]; held > 0 {
+			return nil, &zerr.InvalidArgumentError{Field: "node", Reason: fmt.Sprintf("node %s holds %d allocated zones (reset them first)", id, held)}
+		}
+		st.delNode(id)
+		a.log.Info("node removed by an operator", "node", id)
+		return nil, nil
+	})
+}
