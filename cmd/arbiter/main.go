@@ -18,9 +18,6 @@ func main() {
 	cmd := daemon.Command(cfg, "The eZNS zone arbiter: hands out active zones to tenant namespaces.",
 		func(c *cobra.Command) { arbiterd.AddFlags(c.Flags(), &opts) },
 		func(ctx context.Context, log *slog.Logger) error {
-			if daemon.SecretInArgv(os.Args[1:], "admin-token") {
-				return daemon.UsageError(daemon.ErrSecretInArgv("admin-token"))
-			}
 			sec, err := daemon.LoadSecurity(cfg.Trust, pki.Role{Kind: pki.RoleArbiter}, true, nil, log)
 			if err != nil {
 				return err

@@ -19,9 +19,6 @@ func main() {
 	cmd := daemon.Command(cfg, "An SSD node: emulated ZNS+ drives served over gRPC.",
 		func(c *cobra.Command) { node.AddFlags(c.Flags(), &opts) },
 		func(ctx context.Context, log *slog.Logger) error {
-			if daemon.SecretInArgv(os.Args[1:], "admin-token") {
-				return daemon.UsageError(daemon.ErrSecretInArgv("admin-token"))
-			}
 			sec, err := daemon.LoadSecurity(cfg.Trust, pki.Role{Kind: pki.RoleNode, Name: opts.ID}, false, nil, log)
 			if err != nil {
 				return err

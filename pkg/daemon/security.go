@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
-	"strings"
 
 	"github.com/spf13/pflag"
 	"github.com/zonefleet/zonefleet/pkg/auth"
@@ -177,24 +176,4 @@ func (s *Security) PeerDialOptions() []grpc.DialOption {
 		return []grpc.DialOption{grpc.WithTransportCredentials(insecure.NewCredentials())}
 	}
 	return []grpc.DialOption{grpc.WithTransportCredentials(credentials.NewTLS(c))}
-}
-
-// ErrSecretInArgv is the error of a secret given as a flag value: argv is
-// visible to every local user (ps, /proc).
-func ErrSecretInArgv(flag string) error {
-	return fmt.Errorf("--%s takes no value any more: secrets in argv are visible in ps; put it in a 0600 file and use --admin-token-file (or $%s)", flag, AdminTokenEnv)
-}
-
-// SecretInArgv reports whether args set the flag --name (a secret that must
-// come from a file or the environment instead).
-func SecretInArgv(args []string, name string) bool {
-	for _, a := range args {
-		if a == "--" {
-			return false
-		}
-		if a == "--"+name || strings.HasPrefix(a, "--"+name+"=") || a == "-"+name || strings.HasPrefix(a, "-"+name+"=") {
-			return true
-		}
-	}
-	return false
 }
