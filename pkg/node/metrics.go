@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/zonefleet/zonefleet/pkg/auth/limit"
 	"github.com/zonefleet/zonefleet/pkg/rpcerr"
 )
 
@@ -13,7 +14,11 @@ import (
 // time. Labels are bounded: device index, namespace, operation, zone state,
 // chip index (at most a few dozen per device), copy path.
 type metrics struct {
-	s          *Service
+	s *Service
+	// nsLabels bounds the namespace label values (at most MaxNamespaceLabels,
+	// later ones are "other"): even an operator or a plaintext --insecure
+	// client naming namespaces at will cannot grow the series without bound.
+	nsLabels   *limit.Labels
 	ops        *prometheus.CounterVec
 	bytes      *prometheus.CounterVec
 	latency    *prometheus.HistogramVec
@@ -31,12 +36,17 @@ type metrics struct {
 	ioErrors, zonesFailed, devReadOnly, cpFailures, tailsDropped                                               *prometheus.Desc
 }
 
+// MaxNamespaceLabels is how many distinct namespace label values a node's
+// metrics carry; further namespaces are counted under "other".
+const MaxNamespaceLabels = 256
+
 func newMetrics(s *Service) *metrics {
 	d := func(name, help string, labels ...string) *prometheus.Desc {
 		return prometheus.NewDesc("zonefleet_node_"+name, help, append([]string{"device"}, labels...), nil)
 	}
 	return &metrics{
-		s: s,
+		nsLabels: limit.NewLabels(MaxNamespaceLabels),
+		s:        s,
 		ops: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "zonefleet_node_io_total",
 			Help: "I/O requests served, by device, namespace and operation."}, []string{"device", "namespace", "op"}),
 		bytes: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "zonefleet_node_io_bytes_total",
@@ -99,6 +109,7 @@ func (m *metrics) observe(dev uint32, ns, op string, bytes int, lat time.Duratio
 		m.errors.WithLabelValues(dl, op, rpcerr.Code(err).String()).Inc()
 		return
 	}
+	ns = m.nsLabels.Value(ns)
 	m.ops.WithLabelValues(dl, ns, op).Inc()
 	m.bytes.WithLabelValues(dl, ns, op).Add(float64(bytes))
 	m.latency.WithLabelValues(dl, ns, op).Observe(lat.Seconds())
