@@ -4,6 +4,7 @@ package zctl
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -79,6 +80,10 @@ func newRoot(out, errOut io.Writer) (*cobra.Command, *Globals) {
 		SilenceUsage:  true,
 		SilenceErrors: true,
 		PersistentPreRunE: func(cmd *cobra.Command, _ []string) error {
+			// Before the environment is applied: Changed means the command line.
+			if f := cmd.Flags().Lookup("token"); f != nil && f.Changed {
+				return usageErr(errors.New("--token puts the secret on the command line, visible in ps: use --token-file (mode 0600) or $ZONEFLEET_TOKEN"))
+			}
 			if err := flagenv.Apply(cmd.Flags()); err != nil {
 				return usageErr(err)
 			}
@@ -96,7 +101,7 @@ func newRoot(out, errOut io.Writer) (*cobra.Command, *Globals) {
 	pf.StringVar(&g.Arbiter, "arbiter", "", "arbiter address(es), comma-separated")
 	pf.StringVar(&g.Etcd, "etcd", "", "etcd endpoints, comma-separated")
 	pf.StringVarP(&g.Namespace, "namespace", "n", "", "tenant namespace")
-	pf.StringVar(&g.Token, "token", "", "bearer token: the admin token or a namespace token (deprecated on the command line, visible in ps: use --token-file or ZONEFLEET_TOKEN)")
+	pf.StringVar(&g.Token, "token", "", "bearer token (admin or namespace token) — from $ZONEFLEET_TOKEN only: refused on the command line, where ps shows it; see --token-file")
 	pf.StringVar(&g.TokenFile, "token-file", "", "file (0600) holding the admin token or a namespace token (zctl cert token)")
 	pf.StringVar(&g.CAFile, "ca-file", "", "cluster CA certificate (zctl cert init's ca.crt)")
 	pf.StringVar(&g.CertFile, "cert-file", "", "client certificate (the operator's admin.crt)")
