@@ -7,8 +7,9 @@ end=$(( $(date +%s) + timeout ))
 while :; do
   ids=$(docker ps -aq --filter "label=com.docker.compose.project=$project")
   if [ -n "$ids" ]; then
-    bad=$(docker inspect -f '{{.Name}} {{.State.Status}} {{if .State.Health}}{{.State.Health.Status}}{{else}}none{{end}}' $ids |
-      awk '$2 != "running" || ($3 != "healthy" && $3 != "none")')
+    # one-shot init steps (the pki service) count once they exited 0
+    bad=$(docker inspect -f '{{.Name}} {{.State.Status}} {{if .State.Health}}{{.State.Health.Status}}{{else}}none{{end}} {{.State.ExitCode}}' $ids |
+      awk '!($2 == "exited" && $4 == 0 && $3 == "none") && ($2 != "running" || ($3 != "healthy" && $3 != "none"))')
     [ -z "$bad" ] && { echo "all $(echo "$ids" | wc -w) containers of $project are up"; exit 0; }
   else
     bad="no containers"

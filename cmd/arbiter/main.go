@@ -9,6 +9,7 @@ import (
 	"github.com/spf13/cobra"
 	"github.com/zonefleet/zonefleet/pkg/arbiterd"
 	"github.com/zonefleet/zonefleet/pkg/daemon"
+	"github.com/zonefleet/zonefleet/pkg/pki"
 )
 
 func main() {
@@ -17,6 +18,11 @@ func main() {
 	cmd := daemon.Command(cfg, "The eZNS zone arbiter: hands out active zones to tenant namespaces.",
 		func(c *cobra.Command) { arbiterd.AddFlags(c.Flags(), &opts) },
 		func(ctx context.Context, log *slog.Logger) error {
+			sec, err := daemon.LoadSecurity(cfg.Trust, pki.Role{Kind: pki.RoleArbiter}, true, nil, log)
+			if err != nil {
+				return err
+			}
+			cfg.Security = sec
 			d, err := daemon.New(*cfg, log)
 			if err != nil {
 				return err

@@ -7,6 +7,7 @@ import (
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	v1 "github.com/zonefleet/zonefleet/api/zonefleet/v1"
+	"github.com/zonefleet/zonefleet/pkg/auth"
 	"github.com/zonefleet/zonefleet/pkg/cluster"
 	"github.com/zonefleet/zonefleet/pkg/rpcerr"
 )
@@ -256,5 +257,24 @@ func (s *Server) ClusterStatus(ctx context.Context, _ *v1.ClusterStatusRequest) 
 		}
 		out.Arbiters = append(out.Arbiters, &v1.ArbiterMember{Id: id, Addr: m.Addr, Leader: m.Leader})
 	}
+	redactStatus(ctx, out)
 	return out, nil
+}
+
+// redactStatus keeps other tenants out of a tenant's ClusterStatus: a
+// namespace caller sees only its own namespace among the degraded ones
+// (issue #15). The operator and the components see everything; so does a
+// server without the authenticator (in-process tests).
+func redactStatus(ctx context.Context, out *v1.ClusterStatusResponse) {
+	id, ok := auth.FromContext(ctx)
+	if !ok || id.Kind != auth.KindNamespace {
+		return
+	}
+	var own []string
+	for _, ns := range out.DegradedNamespaces {
+		if ns == id.Namespace {
+			own = append(own, ns)
+		}
+	}
+	out.DegradedNamespaces = own
 }

@@ -17,10 +17,15 @@ import (
 
 // Options of an arbiter process.
 type Options struct {
-	ID         string
-	Etcd       string // comma-separated endpoints
-	Advertise  string // address clients and followers use; default the listen address
-	AdminToken string // the nodes' admin token (reclaim pushes compactions)
+	ID        string
+	Etcd      string // comma-separated endpoints
+	Advertise string // address clients and followers use; default the listen address
+	// AdminToken is the legacy token the compactor attaches for servers
+	// without the authenticator (in-process tests). A real arbiter reaches
+	// the nodes with its certificate (daemon PeerDialOptions), or with the
+	// admin token from --admin-token-file on an --insecure cluster; there is
+	// no flag: secrets never come from argv.
+	AdminToken string
 	SessionTTL time.Duration
 	TReadOnly  time.Duration
 	StripeSize uint32 // bytes at minimum width
@@ -43,7 +48,6 @@ func AddFlags(fs *pflag.FlagSet, o *Options) {
 	fs.StringVar(&o.ID, "id", o.ID, "arbiter id, unique in the cluster")
 	fs.StringVar(&o.Etcd, "etcd-endpoints", o.Etcd, "comma-separated etcd endpoints")
 	fs.StringVar(&o.Advertise, "advertise-addr", o.Advertise, "address clients use to reach this arbiter (default: the listen address)")
-	fs.StringVar(&o.AdminToken, "admin-token", o.AdminToken, "the nodes' admin token, for reclaim's zone compactions")
 	fs.DurationVar(&o.SessionTTL, "session-ttl", o.SessionTTL, "leadership lease: a crashed leader is replaced after about this long")
 	fs.DurationVar(&o.TReadOnly, "t-readonly", o.TReadOnly, "a namespace with no writes for this long is frozen and its spares reclaimed (eZNS T_ReadOnly)")
 	fs.DurationVar(&o.CompactInterval, "compact-interval", o.CompactInterval, "the leader compacts etcd's history this often, one interval behind, and polls etcd's alarms (negative: off)")
@@ -63,7 +67,7 @@ func Run(ctx context.Context, d *daemon.Daemon, o Options, log *slog.Logger) err
 	if addr == "" {
 		addr = d.GRPCAddr()
 	}
-	comp := arbiter.NewNodeCompactor(cli, o.AdminToken)
+	comp := arbiter.NewNodeCompactor(cli, o.AdminToken, d.PeerDialOptions()...)
 	a, err := arbiter.New(arbiter.Config{Addr: addr, ID: o.ID, SessionTTL: o.SessionTTL, TReadOnly: o.TReadOnly,
 		BaseStripeSize: o.StripeSize, CompactInterval: o.CompactInterval, NodeDownAfter: o.NodeDownAfter, ReclaimTimeout: o.ReclaimTimeout, Registerer: d.Registry, Logger: log}, cli, comp)
 	if err != nil {

@@ -223,25 +223,38 @@
 // An overwrite the watch never delivered is still caught: the first call of
 // the new owner sees an epoch the zone does not carry, and resets first.
 //
-// # Wiring (next change)
+// # Wiring
 //
-// Every component: Load(DirFiles(dir, role, …)) gives its Bundle (CA,
-// reloading certificate, verification keys, the arbiter's signing key, the
-// admin token) and from it ServerTLS, ClientTLS and the Authenticator.
-// Node: Authenticator with Revoked from the namespace-record watch and
-// Insecure only with --insecure; its ServerOptions go before rpcerr's; replace isAdmin/requireAdmin by
-// FromContext(ctx).IsAdmin() and wire.Namespace by FromContext(ctx).Namespace;
-// ZoneCompaction: replace the peers map by a peerdial.Pool whose Resolver
-// reads the registered node records (the request's address is ignored; it
-// dials with the node certificate, the peer pinned to node:<id>, no token,
-// bounded); put
-// every zone-touching RPC through hold with the owner epoch; a
-// limit.MissGuard before grant-miss etcd reads; namespace metric labels only from verified
-// identities. Arbiter: the same interceptor; redact other tenants from
-// ClusterStatus for non-admins; IssueToken. Client, FUSE mount, zctl: TLS
-// dial options (pki.ClientConfig) and PerRPC(FileToken or RefreshingSource) from
-// --ca-file/--cert-file/--key-file/--token-file and their ZONEFLEET_* twins
-// or a config file. localcluster and compose: InitDir (what `zctl cert
-// init` runs) at first start, TLS on etcd (ClientCertRequire), secrets as
-// files.
+// Done (issue #15, branch trust-wire): pkg/daemon.LoadSecurity turns the
+// trust flags (--pki-dir or --ca-file/--cert-file/--key-file,
+// --token-verify-keys-file, --token-signing-key-file, --admin-token-file or
+// $ZONEFLEET_ADMIN_TOKEN, --insecure) into a Bundle, ServerTLS and the
+// Authenticator, installed by daemon.New before the error table's
+// interceptors on every server (arbiter and ssdnode). Servers refuse to start
+// without credentials unless --insecure, and with a weak admin token; there
+// is no token value flag. Reflection is off on secure servers. Node: the
+// verified identity decides admin calls (operator or arbiter) and the
+// namespace (the metadata the handlers read is the verified one);
+// ZoneCompaction dials peers through a peerdial.Pool resolving node ids from
+// the etcd node records (TLS, node certificate, no token; on --insecure a
+// node token minted with the signing key when present); PeerWrite only from
+// nodes; SimpleCopy, TLOpen, ZoneCompaction (submission and each pushed
+// chunk) and PeerWrite destinations go through the zone fencing; grant-cache
+// misses pass a limit.MissGuard before the etcd read; WRR queues are dropped
+// when idle and namespace metric labels are bounded. Arbiter: the same
+// interceptor; the compactor dials nodes with the arbiter certificate
+// (daemon.PeerDialOptions); ClusterStatus shows a tenant only its own
+// namespace among the degraded ones. Client: Config.TLS, Config.Credentials
+// (a TokenSource on every call), Config.Token (the admin token, on
+// administrative calls only); client.Credentials loads them from files.
+// zctl: --ca-file/--cert-file/--key-file/--token-file/--insecure, their
+// ZONEFLEET_* twins, the config file's cluster entry, cluster.json.
+// localcluster and `zctl local up`: InitDir into DATA/pki at the first start,
+// TLS everywhere. Compose: a `pki` init service (zctl cert init
+// --keep-existing) and TLS on gRPC.
+//
+// Not yet: Arbiter.IssueToken (tenants use `zctl cert token` or a
+// localcluster-minted token), Config.Revoked from the namespace records
+// (needs the token generation in them), the owner epoch (pkg/zoneowner) in
+// the node's hold, TLS on etcd.
 package auth

@@ -94,3 +94,8 @@ func statusOf(err error) error {
 	}
 	return st.Err()
 }
+
+// Status converts a refusal (PermissionDeniedError, an unauthenticated
+// error) into the gRPC status the interceptor sends, for handlers that refuse
+// a call themselves (a node's admin-only options, PeerWrite).
+func Status(err error) error { return statusOf(err) }

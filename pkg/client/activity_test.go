@@ -37,8 +37,9 @@ func TestActivityReportsNeverBlockWrites(t *testing.T) {
 	createNS(t, c, "a", 4)
 	ctx := context.Background()
 	reg := prometheus.NewRegistry()
-	cl, err := client.New(ctx, client.Config{Arbiters: c.ArbiterAddrs(), Namespace: "a", Token: token,
-		RetryDeadline: time.Hour, Registerer: reg}) // a synchronous report would retry for an hour
+	cfg := c.ClientConfig("a")
+	cfg.RetryDeadline, cfg.Registerer = time.Hour, reg // a synchronous report would retry for an hour
+	cl, err := client.New(ctx, cfg)
 	require.NoError(t, err)
 	t.Cleanup(cl.Close)
 	vz, err := cl.OpenVZone(ctx)

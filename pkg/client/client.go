@@ -32,6 +32,7 @@ package client
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -41,6 +42,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	v1 "github.com/zonefleet/zonefleet/api/zonefleet/v1"
+	"github.com/zonefleet/zonefleet/pkg/auth"
 	"github.com/zonefleet/zonefleet/pkg/clock"
 	"github.com/zonefleet/zonefleet/pkg/cluster"
 	"github.com/zonefleet/zonefleet/pkg/daemon"
@@ -51,7 +53,9 @@ import (
 	"go.uber.org/zap"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/backoff"
+	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/metadata"
 )
 
 // Config of a client.
@@ -63,9 +67,18 @@ type Config struct {
 	Etcd []string
 	// Namespace the client works in.
 	Namespace string
-	// Token is the nodes' admin token (needed for cross-node compaction only
-	// by the nodes themselves; admin reads such as GetLog use it).
+	// Token is the admin token. It is sent (as "authorization: Bearer")
+	// only on the administrative calls (namespace management, GetLog, …)
+	// and on a direct client's calls, never on a tenant's data path.
 	Token string
+	// TLS secures every connection (auth.Bundle.ClientTLS, Credentials.Load).
+	// A client certificate in it (the admin's) identifies the client on every
+	// call. nil dials plaintext, which a secure cluster refuses.
+	TLS *tls.Config
+	// Credentials is the tenant's namespace token (a file, a refreshing
+	// source); it is attached to every call and refused over plaintext
+	// unless TLS is nil (an explicit --insecure cluster).
+	Credentials auth.TokenSource
 	// RetryDeadline bounds retries of transient failures (node unavailable,
 	// leader change) of one operation. Default 15s.
 	RetryDeadline time.Duration
@@ -213,8 +226,17 @@ var reconnect = grpc.ConnectParams{
 	MinConnectTimeout: 2 * time.Second,
 }
 
-func dialOpts() []grpc.DialOption {
-	return append(rpcerr.DialOptions(), grpc.WithTransportCredentials(insecure.NewCredentials()), grpc.WithConnectParams(reconnect),
+func (c *Client) dialOpts() []grpc.DialOption {
+	opts := append(rpcerr.DialOptions(), grpc.WithConnectParams(reconnect))
+	if c.cfg.TLS != nil {
+		opts = append(opts, grpc.WithTransportCredentials(credentials.NewTLS(c.cfg.TLS)))
+	} else {
+		opts = append(opts, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	}
+	if c.cfg.Credentials != nil {
+		opts = append(opts, grpc.WithPerRPCCredentials(auth.PerRPC(c.cfg.Credentials, c.cfg.TLS == nil)))
+	}
+	return append(opts,
 		grpc.WithDefaultCallOptions(append(wire.CallOptions(), grpc.MaxCallRecvMsgSize(daemon.MaxMessageBytes), grpc.MaxCallSendMsgSize(daemon.MaxMessageBytes))...))
 }
 
@@ -227,7 +249,7 @@ func (c *Client) conn(pool map[string]*grpc.ClientConn, addr string) (*grpc.Clie
 	if cc, ok := pool[addr]; ok {
 		return cc, nil
 	}
-	cc, err := grpc.NewClient(addr, dialOpts()...)
+	cc, err := grpc.NewClient(addr, c.dialOpts()...)
 	if err != nil {
 		return nil, &zerr.UnavailableError{What: addr, Reason: err.Error()}
 	}
@@ -250,14 +272,31 @@ func (c *Client) nodeClient(addr string) (v1.ZonedDeviceClient, error) {
 // sends the token it was given.
 func (c *Client) ctx(ctx context.Context) context.Context {
 	if c.direct {
-		return wire.WithToken(wire.WithNamespace(ctx, c.cfg.Namespace), c.cfg.Token)
+		return c.withAdminToken(wire.WithNamespace(ctx, c.cfg.Namespace))
 	}
 	return wire.WithNamespace(ctx, c.cfg.Namespace)
 }
 
 // adminCtx adds the namespace and the admin token.
 func (c *Client) adminCtx(ctx context.Context) context.Context {
-	return wire.WithToken(c.ctx(ctx), c.cfg.Token)
+	if c.direct {
+		return c.ctx(ctx)
+	}
+	return c.withAdminToken(c.ctx(ctx))
+}
+
+// withAdminToken attaches the admin token as a bearer token (and in the
+// legacy metadata key for servers without the authenticator). A tenant
+// credential, when configured, is the call's only authorization.
+func (c *Client) withAdminToken(ctx context.Context) context.Context {
+	if c.cfg.Token == "" {
+		return ctx
+	}
+	ctx = wire.WithToken(ctx, c.cfg.Token)
+	if c.cfg.Credentials != nil {
+		return ctx
+	}
+	return metadata.AppendToOutgoingContext(ctx, auth.AuthorizationKey, "Bearer "+c.cfg.Token)
 }
 
 // leaderFromEtcd reads the election: the leader's address is the value of

@@ -17,12 +17,10 @@ import (
 	"github.com/zonefleet/zonefleet/pkg/zerr"
 )
 
-const token = "t0k"
-
 func startCluster(t *testing.T, nodes, arbiters int) *localcluster.Cluster {
 	t.Helper()
 	c, err := localcluster.Start(context.Background(), localcluster.Config{Dir: t.TempDir(), Nodes: nodes, Arbiters: arbiters,
-		Clock: "off", AdminToken: token, SessionTTL: time.Second, Device: localcluster.TinyDevice()})
+		Clock: "off", SessionTTL: time.Second, Device: localcluster.TinyDevice()})
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = c.Close() })
 	return c
@@ -30,7 +28,9 @@ func startCluster(t *testing.T, nodes, arbiters int) *localcluster.Cluster {
 
 func newClient(t *testing.T, c *localcluster.Cluster, ns string) *client.Client {
 	t.Helper()
-	cl, err := client.New(context.Background(), client.Config{Arbiters: c.ArbiterAddrs(), Etcd: c.Etcd.Endpoints(), Namespace: ns, Token: token, RetryDeadline: 20 * time.Second})
+	cfg := c.ClientConfig(ns) // TLS; the admin certificate, or a namespace token
+	cfg.Etcd, cfg.RetryDeadline = c.Etcd.Endpoints(), 20*time.Second
+	cl, err := client.New(context.Background(), cfg)
 	require.NoError(t, err)
 	t.Cleanup(cl.Close)
 	return cl
@@ -136,8 +136,8 @@ func TestNamespacesAreIsolated(t *testing.T) {
 	createNS(t, c, "a", 4)
 	createNS(t, c, "b", 4)
 	ctx := context.Background()
-	tenant := func(ns string) *client.Client { // tenants have no admin token
-		cl, err := client.New(ctx, client.Config{Arbiters: c.ArbiterAddrs(), Namespace: ns})
+	tenant := func(ns string) *client.Client { // tenants hold their namespace token only
+		cl, err := client.New(ctx, c.ClientConfig(ns))
 		require.NoError(t, err)
 		t.Cleanup(cl.Close)
 		return cl

@@ -25,7 +25,7 @@ func Example() {
 	defer cluster.Close()
 
 	// An administrator creates a namespace...
-	admin, err := client.New(ctx, client.Config{Arbiters: cluster.ArbiterAddrs()})
+	admin, err := client.New(ctx, cluster.AdminClientConfig()) // TLS, admin certificate
 	if err != nil {
 		fmt.Println(err)
 		return
@@ -37,7 +37,7 @@ func Example() {
 	}
 
 	// ...and a tenant writes to a v-zone and reads it back.
-	c, err := client.New(ctx, client.Config{Arbiters: cluster.ArbiterAddrs(), Namespace: "tenant-a"})
+	c, err := client.New(ctx, cluster.ClientConfig("tenant-a")) // TLS, namespace token
 	if err != nil {
 		fmt.Println(err)
 		return

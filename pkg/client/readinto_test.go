@@ -28,7 +28,9 @@ func TestReadFanOutMatchesReference(t *testing.T) {
 	zoneCap := nodes[0].GetDevices()[0].GetZoneCapacity()
 	const bs = 4096
 
-	direct := client.NewDirect(client.Config{Namespace: "static", Token: token})
+	dcfg := c.AdminClientConfig() // static layouts: the operator places the zones
+	dcfg.Namespace = "static"
+	direct := client.NewDirect(dcfg)
 	t.Cleanup(direct.Close)
 	nextZone := map[string]uint32{}
 	type grp struct{ width, stripe uint32 }

@@ -45,6 +45,13 @@ type Config struct {
 	LogFormat       string        // text | json
 	LogLevel        string        // debug | info | warn | error
 	ShutdownTimeout time.Duration // graceful stop, then hard stop
+	// Security: TLS and authentication (LoadSecurity). nil serves plaintext
+	// without authentication; only in-process test servers do that — every
+	// binary and the local cluster set it (TLS, or an explicit --insecure).
+	Security *Security
+	// Trust holds the trust flags (AddFlags registers them); the binaries
+	// turn them into Security with LoadSecurity.
+	Trust SecurityFlags
 }
 
 // AddFlags registers the skeleton's flags with the given defaults.
@@ -54,6 +61,7 @@ func AddFlags(fs *pflag.FlagSet, c *Config) {
 	fs.StringVar(&c.LogFormat, "log-format", "text", "log format: text or json")
 	fs.StringVar(&c.LogLevel, "log-level", "info", "log level: debug, info, warn or error")
 	fs.DurationVar(&c.ShutdownTimeout, "shutdown-timeout", 4*time.Second, "how long a graceful shutdown may drain requests")
+	AddSecurityFlags(fs, &c.Trust)
 }
 
 // NewLogger builds the slog logger of a process.
@@ -71,6 +79,13 @@ func NewLogger(w io.Writer, format, level string) (*slog.Logger, error) {
 	}
 	return nil, fmt.Errorf("log format %q: want text or json", format)
 }
+
+// PeerDialOptions are the transport options towards other components (see
+// Security.PeerDialOptions).
+func (d *Daemon) PeerDialOptions() []grpc.DialOption { return d.cfg.Security.PeerDialOptions() }
+
+// SecurityConfig is the security the daemon runs with (nil: none).
+func (d *Daemon) SecurityConfig() *Security { return d.cfg.Security }
 
 // Daemon is a running process skeleton. Register services on GRPC before Run.
 type Daemon struct {
@@ -103,14 +118,19 @@ func New(cfg Config, logger *slog.Logger, extra ...grpc.ServerOption) (*Daemon, 
 	d.Registry.MustRegister(buildInfo, collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 
 	m := newRPCMetrics(d.Registry)
-	opts := append(rpcerr.ServerOptions(),
+	// The authenticator runs first: a refused call reaches neither the
+	// error table nor a handler.
+	opts := append(cfg.Security.serverOptions(), rpcerr.ServerOptions()...)
+	opts = append(opts,
 		grpc.MaxRecvMsgSize(MaxMessageBytes), grpc.MaxSendMsgSize(MaxMessageBytes),
 		grpc.ChainUnaryInterceptor(m.unary), grpc.ChainStreamInterceptor(m.stream))
 	d.GRPC = grpc.NewServer(append(opts, extra...)...)
 	d.Health = health.NewServer()
 	d.Health.SetServingStatus("", healthpb.HealthCheckResponse_NOT_SERVING)
 	healthpb.RegisterHealthServer(d.GRPC, d.Health)
-	reflection.Register(d.GRPC)
+	if cfg.Security == nil || cfg.Security.Insecure {
+		reflection.Register(d.GRPC) // not on secure servers: no API map for strangers
+	}
 
 	var err error
 	if d.grpcLis, err = net.Listen("tcp", cfg.GRPCListen); err != nil {

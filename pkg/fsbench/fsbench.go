@@ -221,11 +221,11 @@ type cluster struct {
 }
 
 func startCluster(ctx context.Context, dir, clk string, scale float64, reg prometheus.Registerer) (*cluster, error) {
-	cl, err := localcluster.Start(ctx, localcluster.Config{Dir: dir, Nodes: 3, Clock: clk, TimeScale: scale, Device: localcluster.TinyDevice(), AdminToken: "bench"})
+	cl, err := localcluster.Start(ctx, localcluster.Config{Dir: dir, Nodes: 3, Clock: clk, TimeScale: scale, Device: localcluster.TinyDevice()})
 	if err != nil {
 		return nil, err
 	}
-	admin, err := client.New(ctx, client.Config{Arbiters: cl.ArbiterAddrs(), Token: "bench"})
+	admin, err := client.New(ctx, cl.AdminClientConfig())
 	if err != nil {
 		cl.Close()
 		return nil, err
@@ -236,7 +236,9 @@ func startCluster(ctx context.Context, dir, clk string, scale float64, reg prome
 		cl.Close()
 		return nil, err
 	}
-	c, err := client.New(ctx, client.Config{Arbiters: cl.ArbiterAddrs(), Namespace: "bench", Registerer: reg})
+	ccfg := cl.ClientConfig("bench")
+	ccfg.Registerer = reg
+	c, err := client.New(ctx, ccfg)
 	if err != nil {
 		cl.Close()
 		return nil, err

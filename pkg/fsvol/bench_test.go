@@ -23,15 +23,15 @@ import (
 //	go test -run '^$' -bench Volume -benchtime 2s -cpuprofile cpu.out ./pkg/fsvol/
 func BenchmarkVolume(b *testing.B) {
 	ctx := context.Background()
-	cl, err := localcluster.Start(ctx, localcluster.Config{Dir: b.TempDir(), Nodes: 3, Clock: "off", Device: localcluster.TinyDevice(), AdminToken: "tok"})
+	cl, err := localcluster.Start(ctx, localcluster.Config{Dir: b.TempDir(), Nodes: 3, Clock: "off", Device: localcluster.TinyDevice()})
 	require.NoError(b, err)
 	defer cl.Close()
-	admin, err := client.New(ctx, client.Config{Arbiters: cl.ArbiterAddrs(), Token: "tok"})
+	admin, err := client.New(ctx, cl.AdminClientConfig())
 	require.NoError(b, err)
 	_, err = admin.Namespaces().Create(ctx, &v1.CreateNamespaceRequest{Name: "bench", MaxActiveVzones: 8, ZonesPerVzone: 4})
 	require.NoError(b, err)
 	admin.Close()
-	c, err := client.New(ctx, client.Config{Arbiters: cl.ArbiterAddrs(), Namespace: "bench"})
+	c, err := client.New(ctx, cl.ClientConfig("bench"))
 	require.NoError(b, err)
 	defer c.Close()
 	vol, err := fsvol.New(ctx, c, fsvol.Options{})

@@ -29,16 +29,18 @@ type env struct {
 func newEnv(t *testing.T, retryDeadline time.Duration) env {
 	t.Helper()
 	ctx := context.Background()
-	cl, err := localcluster.Start(ctx, localcluster.Config{Dir: t.TempDir(), Nodes: 3, Clock: "off", Device: localcluster.TinyDevice(), AdminToken: "tok"})
+	cl, err := localcluster.Start(ctx, localcluster.Config{Dir: t.TempDir(), Nodes: 3, Clock: "off", Device: localcluster.TinyDevice()})
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = cl.Close() })
-	admin, err := client.New(ctx, client.Config{Arbiters: cl.ArbiterAddrs(), Token: "tok"})
+	admin, err := client.New(ctx, cl.AdminClientConfig())
 	require.NoError(t, err)
 	defer admin.Close()
 	_, err = admin.Namespaces().Create(ctx, &v1.CreateNamespaceRequest{Name: "fs", MaxActiveVzones: 8, ZonesPerVzone: 4})
 	require.NoError(t, err)
 	reg := prometheus.NewRegistry()
-	c, err := client.New(ctx, client.Config{Arbiters: cl.ArbiterAddrs(), Namespace: "fs", RetryDeadline: retryDeadline, Registerer: reg})
+	ccfg := cl.ClientConfig("fs")
+	ccfg.RetryDeadline, ccfg.Registerer = retryDeadline, reg
+	c, err := client.New(ctx, ccfg)
 	require.NoError(t, err)
 	t.Cleanup(c.Close)
 	return env{cl: cl, c: c, reg: reg}

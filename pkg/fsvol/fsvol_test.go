@@ -32,16 +32,16 @@ func content(name string, pass, n int) []byte {
 // recycling that offloads compaction to the drives through the nodes.
 func TestFileSystemOverTheCluster(t *testing.T) {
 	ctx := context.Background()
-	cl, err := localcluster.Start(ctx, localcluster.Config{Dir: t.TempDir(), Nodes: 3, Clock: "off", Device: localcluster.TinyDevice(), AdminToken: "tok"})
+	cl, err := localcluster.Start(ctx, localcluster.Config{Dir: t.TempDir(), Nodes: 3, Clock: "off", Device: localcluster.TinyDevice()})
 	require.NoError(t, err)
 	defer cl.Close()
-	admin, err := client.New(ctx, client.Config{Arbiters: cl.ArbiterAddrs(), Token: "tok"})
+	admin, err := client.New(ctx, cl.AdminClientConfig())
 	require.NoError(t, err)
 	defer admin.Close()
 	_, err = admin.Namespaces().Create(ctx, &v1.CreateNamespaceRequest{Name: "fs", MaxActiveVzones: 8, ZonesPerVzone: 4})
 	require.NoError(t, err)
 
-	c, err := client.New(ctx, client.Config{Arbiters: cl.ArbiterAddrs(), Namespace: "fs"})
+	c, err := client.New(ctx, cl.ClientConfig("fs"))
 	require.NoError(t, err)
 	defer c.Close()
 	vol, err := fsvol.New(ctx, c, fsvol.Options{MaxZones: 28})

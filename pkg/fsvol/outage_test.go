@@ -173,17 +173,19 @@ func nodeOutage(t *testing.T, pick func(perNode map[string]int, meta string) str
 	const retryDeadline = 2 * time.Second
 	const outage = 3 * retryDeadline
 	ctx := context.Background()
-	cl, err := localcluster.Start(ctx, localcluster.Config{Dir: t.TempDir(), Nodes: 3, Clock: "off", Device: localcluster.TinyDevice(), AdminToken: "tok"})
+	cl, err := localcluster.Start(ctx, localcluster.Config{Dir: t.TempDir(), Nodes: 3, Clock: "off", Device: localcluster.TinyDevice()})
 	require.NoError(t, err)
 	defer cl.Close()
-	admin, err := client.New(ctx, client.Config{Arbiters: cl.ArbiterAddrs(), Token: "tok"})
+	admin, err := client.New(ctx, cl.AdminClientConfig())
 	require.NoError(t, err)
 	defer admin.Close()
 	// one zone per v-zone: each segment lives on one node, so a node outage
 	// leaves the other nodes' data readable
 	_, err = admin.Namespaces().Create(ctx, &v1.CreateNamespaceRequest{Name: "fs", MaxActiveVzones: 8, ZonesPerVzone: 1})
 	require.NoError(t, err)
-	c, err := client.New(ctx, client.Config{Arbiters: cl.ArbiterAddrs(), Namespace: "fs", RetryDeadline: retryDeadline / 2})
+	ccfg := cl.ClientConfig("fs")
+	ccfg.RetryDeadline = retryDeadline / 2
+	c, err := client.New(ctx, ccfg)
 	require.NoError(t, err)
 	defer c.Close()
 	vol, err := fsvol.New(ctx, c, fsvol.Options{MaxZones: 60})

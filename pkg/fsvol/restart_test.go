@@ -21,15 +21,15 @@ import (
 func TestReadAfterResetAndRestart(t *testing.T) {
 	ctx := context.Background()
 	dir := t.TempDir()
-	cfg := localcluster.Config{Dir: dir, Nodes: 2, Clock: "off", Device: localcluster.TinyDevice(), AdminToken: "tok", BasePort: 27400}
+	cfg := localcluster.Config{Dir: dir, Nodes: 2, Clock: "off", Device: localcluster.TinyDevice(), BasePort: 27400}
 	cl, err := localcluster.Start(ctx, cfg)
 	require.NoError(t, err)
-	admin, err := client.New(ctx, client.Config{Arbiters: cl.ArbiterAddrs(), Token: "tok"})
+	admin, err := client.New(ctx, cl.AdminClientConfig())
 	require.NoError(t, err)
 	_, err = admin.Namespaces().Create(ctx, &v1.CreateNamespaceRequest{Name: "ns", MaxActiveVzones: 4, ZonesPerVzone: 4})
 	require.NoError(t, err)
 	admin.Close()
-	c, err := client.New(ctx, client.Config{Arbiters: cl.ArbiterAddrs(), Namespace: "ns"})
+	c, err := client.New(ctx, cl.ClientConfig("ns"))
 	require.NoError(t, err)
 	block := make([]byte, 4096)
 	a, err := c.OpenVZone(ctx)
@@ -48,7 +48,9 @@ func TestReadAfterResetAndRestart(t *testing.T) {
 	cl, err = localcluster.Start(ctx, cfg)
 	require.NoError(t, err)
 	defer cl.Close()
-	c, err = client.New(ctx, client.Config{Arbiters: cl.ArbiterAddrs(), Namespace: "ns", RetryDeadline: 10 * time.Second})
+	ccfg := cl.ClientConfig("ns")
+	ccfg.RetryDeadline = 10 * time.Second
+	c, err = client.New(ctx, ccfg)
 	require.NoError(t, err)
 	defer c.Close()
 	_, err = c.VZone(b.ID()).Read(ctx, 0, 1)

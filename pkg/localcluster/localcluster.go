@@ -22,29 +22,40 @@ import (
 
 	v1 "github.com/zonefleet/zonefleet/api/zonefleet/v1"
 	"github.com/zonefleet/zonefleet/pkg/arbiterd"
+	"github.com/zonefleet/zonefleet/pkg/auth"
 	"github.com/zonefleet/zonefleet/pkg/cluster"
 	"github.com/zonefleet/zonefleet/pkg/daemon"
 	"github.com/zonefleet/zonefleet/pkg/etcdlocal"
 	"github.com/zonefleet/zonefleet/pkg/flash"
 	"github.com/zonefleet/zonefleet/pkg/node"
+	"github.com/zonefleet/zonefleet/pkg/pki"
 	"github.com/zonefleet/zonefleet/pkg/rpcerr"
 	"github.com/zonefleet/zonefleet/pkg/wire"
 	"github.com/zonefleet/zonefleet/pkg/zerr"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"google.golang.org/grpc"
-	"google.golang.org/grpc/credentials/insecure"
 )
 
 // Config of a local cluster.
 type Config struct {
-	Dir        string // everything lives here: etcd/, node-N/, cluster.json
-	Nodes      int    // default 3
-	Arbiters   int    // default 1
-	Devices    int    // per node, default 1
-	Device     flash.Config
-	Clock      string  // realtime, virtual, off (default realtime)
-	TimeScale  float64 // default 1
+	Dir       string // everything lives here: etcd/, node-N/, cluster.json
+	Nodes     int    // default 3
+	Arbiters  int    // default 1
+	Devices   int    // per node, default 1
+	Device    flash.Config
+	Clock     string  // realtime, virtual, off (default realtime)
+	TimeScale float64 // default 1
+	// AdminToken is ignored: the cluster is secure by default and generates
+	// its own admin token (crypto/rand) into Dir/pki/admin.token at first
+	// start, with the CA and the certificates (what `zctl cert init` does).
+	// Use AdminTokenFile, ClientConfig or AdminClientConfig.
+	//
+	// Deprecated: kept so that old callers compile.
 	AdminToken string
+	// Insecure serves plaintext gRPC. Calls are still authenticated (admin
+	// token, namespace and node tokens). For tests and benchmarks where TLS
+	// is irrelevant only.
+	Insecure bool
 	// BasePort: 0 picks free ports; otherwise etcd BasePort, arbiter i at
 	// BasePort+10+2i (metrics +1), node i at BasePort+30+2i (metrics +1), so a
 	// cluster started again on the same Dir comes back on the same addresses.
@@ -80,10 +91,18 @@ type Info struct {
 	Etcd       []string   `json:"etcd"`
 	Arbiters   []Endpoint `json:"arbiters"`
 	Nodes      []Endpoint `json:"nodes"`
-	AdminToken string     `json:"admin_token,omitempty"`
-	Namespace  string     `json:"namespace,omitempty"`
-	Mount      string     `json:"mount,omitempty"`
-	PID        int        `json:"pid"`
+	AdminToken string     `json:"admin_token,omitempty"` // no longer written: see AdminTokenFile
+	// What a local user needs to connect (paths; the secrets stay in their
+	// 0600 files).
+	PKIDir         string `json:"pki_dir,omitempty"`
+	CAFile         string `json:"ca_file,omitempty"`
+	AdminCertFile  string `json:"admin_cert_file,omitempty"`
+	AdminKeyFile   string `json:"admin_key_file,omitempty"`
+	AdminTokenFile string `json:"admin_token_file,omitempty"`
+	Insecure       bool   `json:"insecure,omitempty"`
+	Namespace      string `json:"namespace,omitempty"`
+	Mount          string `json:"mount,omitempty"`
+	PID            int    `json:"pid"`
 }
 
 // Endpoint is one process of the cluster.
@@ -99,6 +118,8 @@ type Cluster struct {
 	log  *slog.Logger
 	Etcd *etcdlocal.Server
 	lock *dirLock
+	pki  string       // Dir/pki
+	adm  *auth.Bundle // the operator's credentials (admin certificate, admin token, signing key)
 
 	mu       sync.Mutex
 	arbiters []*proc
@@ -159,7 +180,11 @@ func Start(ctx context.Context, cfg Config) (*Cluster, error) {
 	if err != nil {
 		return nil, err
 	}
-	c := &Cluster{cfg: cfg, log: cfg.Logger, lock: lock}
+	c := &Cluster{cfg: cfg, log: cfg.Logger, lock: lock, pki: filepath.Join(cfg.Dir, "pki")}
+	if err := c.initPKI(); err != nil {
+		lock.release()
+		return nil, err
+	}
 	etcdAddr := net.JoinHostPort(cfg.Host, "0")
 	if cfg.BasePort > 0 {
 		etcdAddr = net.JoinHostPort(cfg.Host, fmt.Sprint(cfg.BasePort))
@@ -227,7 +252,7 @@ func (c *Cluster) waitReady(ctx context.Context) error {
 
 // leaderSees asks the leader how many nodes it counts as available.
 func (c *Cluster) leaderSees(ctx context.Context, addr string) int {
-	conn, err := grpc.NewClient(addr, append(rpcerr.DialOptions(), grpc.WithTransportCredentials(insecure.NewCredentials()))...)
+	conn, err := grpc.NewClient(addr, append(rpcerr.DialOptions(), c.adminDialOptions()...)...)
 	if err != nil {
 		return 0
 	}
@@ -257,16 +282,24 @@ func (c *Cluster) runningNodes() int {
 	return n
 }
 
-func (c *Cluster) startProc(p *proc, name string, run func(ctx context.Context, d *daemon.Daemon) error) error {
+func (c *Cluster) startProc(p *proc, name string, role pki.Role, run func(ctx context.Context, d *daemon.Daemon) error) error {
 	log := c.log.With("proc", p.id)
+	flags := daemon.SecurityFlags{PKIDir: c.pki, Insecure: c.cfg.Insecure}
+	withSigning := role.Kind == pki.RoleArbiter
+	if c.cfg.Insecure && role.Kind == pki.RoleNode {
+		withSigning = true // node tokens towards peers on a plaintext cluster
+	}
+	sec, err := daemon.LoadSecurity(flags, role, withSigning, nil, log)
+	if err != nil {
+		return err
+	}
 	rpcAddr, webAddr := p.fixedRPC, p.fixedWeb
 	if p.grpc != "" && strings.HasSuffix(rpcAddr, ":0") {
 		rpcAddr, webAddr = p.grpc, p.http // a restart keeps its addresses
 	}
 	var d *daemon.Daemon
-	var err error
 	for try := 0; try < 50; try++ { // a killed process's port may linger briefly
-		d, err = daemon.New(daemon.Config{Name: name, GRPCListen: rpcAddr, HTTPListen: webAddr, ShutdownTimeout: 2 * time.Second}, log, wire.ServerOptions()...)
+		d, err = daemon.New(daemon.Config{Name: name, GRPCListen: rpcAddr, HTTPListen: webAddr, ShutdownTimeout: 2 * time.Second, Security: sec}, log, wire.ServerOptions()...)
 		if err == nil {
 			break
 		}
@@ -291,9 +324,9 @@ func (c *Cluster) StartNode(ctx context.Context, i int) error {
 	}
 	o := node.DefaultOptions()
 	o.ID, o.DataDir, o.Devices, o.Device = p.id, filepath.Join(c.cfg.Dir, p.id), c.cfg.Devices, c.cfg.Device
-	o.Clock, o.TimeScale, o.Etcd, o.AdminToken, o.LeaseTTL = c.cfg.Clock, c.cfg.TimeScale, c.Etcd.Endpoints()[0], c.cfg.AdminToken, 2*time.Second
+	o.Clock, o.TimeScale, o.Etcd, o.LeaseTTL = c.cfg.Clock, c.cfg.TimeScale, c.Etcd.Endpoints()[0], 2*time.Second
 	o.Admission.Enabled = c.cfg.Admission
-	return c.startProc(p, "ssdnode", func(ctx context.Context, d *daemon.Daemon) error {
+	return c.startProc(p, "ssdnode", pki.Role{Kind: pki.RoleNode, Name: p.id}, func(ctx context.Context, d *daemon.Daemon) error {
 		err := node.Run(ctx, d, o, c.log.With("node", p.id))
 		if err != nil && ctx.Err() == nil {
 			c.log.Error("node stopped", "node", p.id, "err", err)
@@ -311,8 +344,8 @@ func (c *Cluster) StartArbiter(ctx context.Context, i int) error {
 		return nil
 	}
 	o := arbiterd.DefaultOptions()
-	o.ID, o.Etcd, o.AdminToken, o.SessionTTL, o.TReadOnly = p.id, c.Etcd.Endpoints()[0], c.cfg.AdminToken, c.cfg.SessionTTL, c.cfg.TReadOnly
-	return c.startProc(p, "arbiter", func(ctx context.Context, d *daemon.Daemon) error {
+	o.ID, o.Etcd, o.SessionTTL, o.TReadOnly = p.id, c.Etcd.Endpoints()[0], c.cfg.SessionTTL, c.cfg.TReadOnly
+	return c.startProc(p, "arbiter", pki.Role{Kind: pki.RoleArbiter}, func(ctx context.Context, d *daemon.Daemon) error {
 		return arbiterd.Run(ctx, d, o, c.log.With("arbiter", p.id))
 	})
 }
@@ -347,7 +380,10 @@ func (c *Cluster) StopArbiter(i int) error { return c.stop(c.arbiters[i]) }
 func (c *Cluster) Info() Info {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	in := Info{Dir: c.cfg.Dir, Etcd: c.Etcd.Endpoints(), AdminToken: c.cfg.AdminToken, PID: os.Getpid()}
+	in := Info{Dir: c.cfg.Dir, Etcd: c.Etcd.Endpoints(), PID: os.Getpid(), PKIDir: c.pki, Insecure: c.cfg.Insecure,
+		CAFile: filepath.Join(c.pki, auth.FileCA), AdminTokenFile: c.AdminTokenFile()}
+	f := auth.DirFiles(c.pki, pki.Role{Kind: pki.RoleAdmin}, false, false)
+	in.AdminCertFile, in.AdminKeyFile = f.Cert, f.Key
 	for _, p := range c.arbiters {
 		in.Arbiters = append(in.Arbiters, Endpoint{ID: p.id, GRPC: p.grpc, Metrics: "http://" + p.http + "/metrics"})
 	}

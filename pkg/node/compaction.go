@@ -8,6 +8,8 @@ import (
 	"sync"
 
 	v1 "github.com/zonefleet/zonefleet/api/zonefleet/v1"
+	"github.com/zonefleet/zonefleet/pkg/auth"
+	"github.com/zonefleet/zonefleet/pkg/cluster"
 	"github.com/zonefleet/zonefleet/pkg/daemon"
 	"github.com/zonefleet/zonefleet/pkg/rpcerr"
 	"github.com/zonefleet/zonefleet/pkg/wire"
@@ -51,8 +53,13 @@ func (s *Service) ZoneCompaction(ctx context.Context, req *v1.ZoneCompactionRequ
 			if p.GetNodeId() == s.cfg.ID {
 				return nil, &zerr.InvalidArgumentError{Field: fmt.Sprintf("copies[%d].peer", i), Reason: "a copy between two devices of one node is not supported; copy within a device or to another node"}
 			}
-			if p.GetAddr() == "" {
-				return nil, &zerr.InvalidArgumentError{Field: fmt.Sprintf("copies[%d].peer.addr", i), Reason: "is empty"}
+			// The peer is resolved from its registered node record by id
+			// (peerdial); the request's address is never dialled.
+			if p.GetNodeId() == "" {
+				return nil, &zerr.InvalidArgumentError{Field: fmt.Sprintf("copies[%d].peer.node_id", i), Reason: "is empty"}
+			}
+			if _, verified := auth.FromContext(ctx); s.cfg.Peers == nil && (verified || s.legacyPeers == nil) {
+				return nil, &zerr.UnavailableError{What: "peer " + p.GetNodeId(), Reason: "this node has no peer pool"}
 			}
 			remote = append(remote, c)
 			continue
@@ -62,9 +69,20 @@ func (s *Service) ZoneCompaction(ctx context.Context, req *v1.ZoneCompactionRequ
 		}
 		local = append(local, zns.Copy{Src: c.GetSrcLba(), Dst: c.GetDstLba(), Count: n})
 	}
-	op := &compactionOp{ns: wire.Namespace(ctx), dev: d, remoteDone: make(chan struct{})}
+	op := &compactionOp{ns: s.namespace(ctx), dev: d, remoteDone: make(chan struct{})}
 	if len(local) > 0 {
+		// Submission goes through the zone fencing: a revocation reset
+		// cannot run between the grant check and the start of the copy.
+		var held [][2]uint64
+		for _, c := range local {
+			held = append(held, [2]uint64{c.Src, c.Count}, [2]uint64{c.Dst, c.Count})
+		}
+		unlock, err := s.holdRanges(ctx, d, held)
+		if err != nil {
+			return nil, err
+		}
 		id, err := d.dev.ZoneCompaction(ctx, local)
+		unlock()
 		if err != nil {
 			return nil, err
 		}
@@ -89,12 +107,21 @@ func (s *Service) pushRemote(ctx context.Context, op *compactionOp, copies []*v1
 	d := op.dev
 	per := uint64(StreamChunkBytes / d.geo.bs)
 	for _, c := range copies {
-		conn, err := s.peers.get(c.GetPeer().GetAddr())
+		var conn *grpc.ClientConn
+		var err error
+		pctx := wire.WithNamespace(ctx, op.ns) // the node certificate is the credential: no token
+		if s.cfg.Peers != nil {
+			conn, err = s.cfg.Peers.Get(ctx, c.GetPeer().GetNodeId())
+		} else {
+			// In-process servers without an authenticator only (see
+			// Config.AdminToken): the old address-based dial.
+			conn, err = s.legacyPeers.get(c.GetPeer().GetAddr())
+			pctx = wire.WithToken(pctx, s.cfg.AdminToken)
+		}
 		if err != nil {
 			op.remoteErr = err
 			return
 		}
-		pctx := wire.WithToken(wire.WithNamespace(ctx, op.ns), s.cfg.AdminToken)
 		stream, err := v1.NewZonedDeviceClient(conn).PeerWrite(pctx)
 		if err != nil {
 			op.remoteErr = rpcerr.FromError(err)
@@ -103,7 +130,14 @@ func (s *Service) pushRemote(ctx context.Context, op *compactionOp, copies []*v1
 		total := uint64(c.GetBlocks())
 		for done := uint64(0); done < total; {
 			n := min(per, total-done)
+			unlock, err := s.hold(ctx, d, c.GetSrcLba()+done, n)
+			if err != nil {
+				op.remoteErr = fmt.Errorf("peer copy: source LBA %d: %w", c.GetSrcLba()+done, err)
+				_ = stream.CloseSend()
+				return
+			}
 			data, _, err := d.dev.Read(ctx, c.GetSrcLba()+done, n)
+			unlock()
 			if err != nil {
 				op.remoteErr = fmt.Errorf("peer copy: read source LBA %d: %w", c.GetSrcLba()+done, err)
 				_ = stream.CloseSend()
@@ -134,7 +168,7 @@ func (s *Service) WaitCompaction(ctx context.Context, req *v1.WaitCompactionRequ
 	if !ok || op.dev.idx != req.GetDevice() {
 		return nil, &zerr.NotFoundError{Kind: "compaction", Name: req.GetOperationId()}
 	}
-	if op.ns != wire.Namespace(ctx) && !(s.cfg.AdminToken != "" && s.isAdmin(ctx)) {
+	if op.ns != s.namespace(ctx) && !(s.grants != nil && s.bypassGrants(ctx)) {
 		return nil, &zerr.NotFoundError{Kind: "compaction", Name: req.GetOperationId()}
 	}
 	out := &v1.CompactionResult{OperationId: req.GetOperationId()}
@@ -172,11 +206,19 @@ func (s *Service) WaitCompaction(ctx context.Context, req *v1.WaitCompactionRequ
 	return out, nil
 }
 
-// PeerWrite receives compaction data pushed by another node. It needs the
-// admin token (nodes share it) and a destination granted to the namespace.
+// PeerWrite receives compaction data pushed by another node. The caller
+// must be a node (its certificate; the policy admits nobody else) acting for
+// the namespace in its metadata, and the destination must be granted to that
+// namespace. Without an authenticator (in-process tests) the legacy admin
+// token is required.
 func (s *Service) PeerWrite(stream v1.ZonedDevice_PeerWriteServer) error {
 	ctx := stream.Context()
-	if err := s.requireAdmin(ctx, "PeerWrite"); err != nil {
+	id, verified := auth.FromContext(ctx)
+	if verified {
+		if id.Kind != auth.KindNode {
+			return auth.Status(&auth.PermissionDeniedError{Identity: id.String(), Method: "PeerWrite", Reason: "only nodes push compaction data"})
+		}
+	} else if err := s.requireAdmin(ctx, "PeerWrite"); err != nil {
 		return err
 	}
 	var blocks uint64
@@ -197,15 +239,37 @@ func (s *Service) PeerWrite(stream v1.ZonedDevice_PeerWriteServer) error {
 			if err != nil {
 				return err
 			}
+			ns := req.GetNamespace()
+			if verified && ns != id.Namespace {
+				return auth.Status(&auth.PermissionDeniedError{Identity: id.String(), Method: "PeerWrite", Reason: "request namespace differs from the call's"})
+			}
+			end := d.geo.zones * d.geo.zoneSize
+			if ext.GetDstLba() >= end || n > end-ext.GetDstLba() {
+				return &zerr.OutOfRangeError{LBA: ext.GetDstLba(), Count: n, Limit: end}
+			}
 			if s.grants != nil {
+				if ns == "" {
+					return &zerr.NotOwnerError{Zone: cluster.PhysZone{Node: s.cfg.ID, Device: d.idx, Zone: uint32(ext.GetDstLba() / d.geo.zoneSize)}.String()}
+				}
 				for z := ext.GetDstLba() / d.geo.zoneSize; z <= (ext.GetDstLba()+n-1)/d.geo.zoneSize; z++ {
-					if err := s.grants.Check(req.GetNamespace(), d.idx, uint32(z)); err != nil {
+					if err := s.checkGrant(ns, d.idx, uint32(z)); err != nil {
 						return err
 					}
 				}
 			}
-			wctx := wire.WithNamespace(ctx, req.GetNamespace())
-			if _, err := s.write(wctx, d, "peer_write", ext.GetDstLba(), ext.GetData(), zns.Flags{}); err != nil {
+			// The destination goes through the fencing as the namespace (a
+			// node's identity acts for it; grants are checked, not bypassed).
+			wctx := auth.NewContext(wire.WithNamespace(ctx, ns), auth.Identity{Kind: auth.KindNamespace, Name: ns, Namespace: ns, Via: "peer"})
+			if !verified || s.grants == nil {
+				wctx = wire.WithNamespace(ctx, ns)
+			}
+			unlock, err := s.hold(wctx, d, ext.GetDstLba(), n)
+			if err != nil {
+				return err
+			}
+			_, err = s.write(wctx, d, "peer_write", ext.GetDstLba(), ext.GetData(), zns.Flags{})
+			unlock()
+			if err != nil {
 				return fmt.Errorf("peer write stopped after %d blocks: %w", blocks, err)
 			}
 			blocks += n
@@ -219,7 +283,7 @@ type peers struct {
 	conns map[string]*grpc.ClientConn
 }
 
-func newPeers(string) *peers { return &peers{conns: map[string]*grpc.ClientConn{}} }
+func newPeers() *peers { return &peers{conns: map[string]*grpc.ClientConn{}} }
 
 func (p *peers) get(addr string) (*grpc.ClientConn, error) {
 	p.mu.Lock()

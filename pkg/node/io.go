@@ -32,7 +32,7 @@ func (d *device) blocksOf(field string, data []byte) (uint64, error) {
 
 // io runs one device operation for namespace ns in a WRR slot and records it.
 func (s *Service) io(ctx context.Context, d *device, op string, bytes int, fn func() (zns.IOResult, error)) (zns.IOResult, error) {
-	ns := wire.Namespace(ctx)
+	ns := s.namespace(ctx)
 	if err := d.wrr.Acquire(ctx, ns); err != nil {
 		return zns.IOResult{}, err
 	}
@@ -377,17 +377,24 @@ func (s *Service) SimpleCopy(ctx context.Context, req *v1.SimpleCopyRequest) (*v
 		return nil, &zerr.InvalidArgumentError{Field: "sources", Reason: "is empty"}
 	}
 	var ranges []zns.Range
+	var held [][2]uint64
 	var total uint64
 	for _, r := range req.GetSources() {
 		if err := s.authorizeRange(ctx, d, r.GetLba(), uint64(r.GetBlocks())); err != nil {
 			return nil, err
 		}
 		ranges = append(ranges, zns.Range{LBA: r.GetLba(), Count: uint64(r.GetBlocks())})
+		held = append(held, [2]uint64{r.GetLba(), uint64(r.GetBlocks())})
 		total += uint64(r.GetBlocks())
 	}
 	if err := s.authorizeRange(ctx, d, req.GetDestLba(), total); err != nil {
 		return nil, err
 	}
+	unlock, err := s.holdRanges(ctx, d, append(held, [2]uint64{req.GetDestLba(), total}))
+	if err != nil {
+		return nil, err
+	}
+	defer unlock()
 	res, err := s.io(ctx, d, "copy", int(total)*d.geo.bs, func() (zns.IOResult, error) {
 		return d.dev.SimpleCopy(ctx, ranges, req.GetDestLba())
 	})
@@ -406,6 +413,11 @@ func (s *Service) TLOpen(ctx context.Context, req *v1.TLOpenRequest) (*v1.TLOpen
 	if err := s.authorizeZone(ctx, d, req.GetZone()); err != nil {
 		return nil, err
 	}
+	unlock, err := s.hold(ctx, d, uint64(req.GetZone())*d.geo.zoneSize, 1)
+	if err != nil {
+		return nil, err
+	}
+	defer unlock()
 	var mode zns.TLMode
 	switch req.GetMode() {
 	case v1.PlugMode_PLUG_MODE_LBA_ORDERED, v1.PlugMode_PLUG_MODE_UNSPECIFIED:

@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/zonefleet/zonefleet/pkg/auth/limit"
 	"github.com/zonefleet/zonefleet/pkg/rpcerr"
 )
 
@@ -13,7 +14,11 @@ import (
 // time. Labels are bounded: device index, namespace, operation, zone state,
 // chip index (at most a few dozen per device), copy path.
 type metrics struct {
-	s          *Service
+	s *Service
+	// nsLabels bounds the namespace label values (at most MaxNamespaceLabels,
+	// later ones are "other"): even an operator or a plaintext --insecure
+	// client naming namespaces at will cannot grow the series without bound.
+	nsLabels   *limit.Labels
 	ops        *prometheus.CounterVec
 	bytes      *prometheus.CounterVec
 	latency    *prometheus.HistogramVec
@@ -22,18 +27,26 @@ type metrics struct {
 	peerPushed *prometheus.CounterVec
 	// revokedResets counts zones reset because their grant went away.
 	revokedResets *prometheus.CounterVec
+	// grantMissRefused counts grant-cache misses answered without an etcd
+	// read (remembered miss or rate limit: limit.MissGuard).
+	grantMissRefused prometheus.Counter
 
 	zones, activeZones, openZones, maxActive, maxOpen, cacheBytes, cacheCap, waf, chipUtil, ipuUsed, ipuBudget *prometheus.Desc
 	cacheStalls, cacheStallSec, admStalls, admStallSec, hostBlocks, nandPages, erases, plugged, devCopied      *prometheus.Desc
 	ioErrors, zonesFailed, devReadOnly, cpFailures, tailsDropped                                               *prometheus.Desc
 }
 
+// MaxNamespaceLabels is how many distinct namespace label values a node's
+// metrics carry; further namespaces are counted under "other".
+const MaxNamespaceLabels = 256
+
 func newMetrics(s *Service) *metrics {
 	d := func(name, help string, labels ...string) *prometheus.Desc {
 		return prometheus.NewDesc("zonefleet_node_"+name, help, append([]string{"device"}, labels...), nil)
 	}
 	return &metrics{
-		s: s,
+		nsLabels: limit.NewLabels(MaxNamespaceLabels),
+		s:        s,
 		ops: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "zonefleet_node_io_total",
 			Help: "I/O requests served, by device, namespace and operation."}, []string{"device", "namespace", "op"}),
 		bytes: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "zonefleet_node_io_bytes_total",
@@ -47,6 +60,8 @@ func newMetrics(s *Service) *metrics {
 			Help: "Blocks moved by zone compactions served here, by path (copyback, read_program, remote)."}, []string{"device", "path"}),
 		peerPushed: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "zonefleet_node_peer_pushed_blocks_total",
 			Help: "Blocks this node pushed to peer nodes for cross-node compaction."}, []string{"device"}),
+		grantMissRefused: prometheus.NewCounter(prometheus.CounterOpts{Name: "zonefleet_node_grant_miss_refused_total",
+			Help: "Grant-cache misses refused without an etcd read (recently absent, or over the per-namespace/global lookup rate)."}),
 		revokedResets: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "zonefleet_node_revoked_zone_resets_total",
 			Help: "Zones reset because the arbiter revoked their grant."}, []string{"device"}),
 
@@ -80,7 +95,7 @@ func newMetrics(s *Service) *metrics {
 
 // Register adds the node's metrics to reg.
 func (m *metrics) Register(reg prometheus.Registerer) error {
-	for _, c := range []prometheus.Collector{m.ops, m.bytes, m.latency, m.errors, m.copied, m.peerPushed, m.revokedResets, m} {
+	for _, c := range []prometheus.Collector{m.ops, m.bytes, m.latency, m.errors, m.copied, m.peerPushed, m.revokedResets, m.grantMissRefused, m} {
 		if err := reg.Register(c); err != nil {
 			return err
 		}
@@ -94,6 +109,7 @@ func (m *metrics) observe(dev uint32, ns, op string, bytes int, lat time.Duratio
 		m.errors.WithLabelValues(dl, op, rpcerr.Code(err).String()).Inc()
 		return
 	}
+	ns = m.nsLabels.Value(ns)
 	m.ops.WithLabelValues(dl, ns, op).Inc()
 	m.bytes.WithLabelValues(dl, ns, op).Add(float64(bytes))
 	m.latency.WithLabelValues(dl, ns, op).Observe(lat.Seconds())

@@ -9,14 +9,20 @@ import (
 	"time"
 
 	"github.com/spf13/pflag"
+	"github.com/zonefleet/zonefleet/pkg/auth"
+	"github.com/zonefleet/zonefleet/pkg/auth/peerdial"
 	"github.com/zonefleet/zonefleet/pkg/buildinfo"
 	"github.com/zonefleet/zonefleet/pkg/clock"
+	"github.com/zonefleet/zonefleet/pkg/cluster"
 	"github.com/zonefleet/zonefleet/pkg/daemon"
 	"github.com/zonefleet/zonefleet/pkg/etcdlocal"
 	"github.com/zonefleet/zonefleet/pkg/flash"
+	"github.com/zonefleet/zonefleet/pkg/pki"
+	"github.com/zonefleet/zonefleet/pkg/rpcerr"
 	"github.com/zonefleet/zonefleet/pkg/zerr"
 	"github.com/zonefleet/zonefleet/pkg/zns"
 	clientv3 "go.etcd.io/etcd/client/v3"
+	"google.golang.org/grpc"
 )
 
 // Options of a node process.
@@ -48,7 +54,6 @@ func AddFlags(fs *pflag.FlagSet, o *Options) {
 	fs.IntVar(&o.Devices, "devices", o.Devices, "number of emulated drives")
 	fs.StringVar(&o.Etcd, "etcd-endpoints", o.Etcd, "comma-separated etcd endpoints")
 	fs.BoolVar(&o.Standalone, "standalone", o.Standalone, "run without etcd and arbiter: no registration, every namespace may use every zone")
-	fs.StringVar(&o.AdminToken, "admin-token", o.AdminToken, "token for admin calls (ReportZones of all zones, select-all, GetLog, peer copy); empty = no check")
 	fs.StringVar(&o.Advertise, "advertise-addr", o.Advertise, "address other processes use to reach this node (default: the listen address)")
 	fs.DurationVar(&o.LeaseTTL, "lease-ttl", o.LeaseTTL, "etcd lease of the node's registration")
 	fs.BoolVar(&o.Admission.Enabled, "admission-control", o.Admission.Enabled, "eZNS write admission control (pace busy writers by the write-cache latency)")
@@ -145,6 +150,14 @@ func Run(ctx context.Context, d *daemon.Daemon, o Options, log *slog.Logger) err
 			return err
 		}
 	}
+	if cli != nil && o.Peers == nil {
+		pool, err := PeerPool(d.SecurityConfig(), cli)
+		if err != nil {
+			return err
+		}
+		defer pool.Close()
+		o.Peers = pool
+	}
 	svc, err = New(o.Config, devs, grants, log)
 	if err != nil {
 		return err
@@ -163,9 +176,6 @@ func Run(ctx context.Context, d *daemon.Daemon, o Options, log *slog.Logger) err
 	}
 	RegisterGRPC(d.GRPC, svc)
 	d.AddHealthCheck("devices", svc.Healthy)
-	if o.AdminToken == "" {
-		log.Warn("no --admin-token: admin calls are open to every caller")
-	}
 
 	var reg *Registration
 	if !o.Standalone {
@@ -185,4 +195,49 @@ func Run(ctx context.Context, d *daemon.Daemon, o Options, log *slog.Logger) err
 		}
 	}
 	return runErr
+}
+
+// PeerPool is the node's pool of connections to other nodes: resolved by
+// node id from the registered node records in etcd (never from a request),
+// TLS with this node's certificate, the peer pinned to node:<id>, no bearer
+// token. With --insecure it dials plaintext and, when the signing key is at
+// hand, presents a short-lived node token (plaintext servers accept those).
+func PeerPool(sec *daemon.Security, cli *clientv3.Client) (*peerdial.Pool, error) {
+	resolve := func(ctx context.Context, id string) (string, error) {
+		resp, err := cli.Get(ctx, cluster.NodeKey(id))
+		if err != nil {
+			return "", &zerr.UnavailableError{What: "etcd", Reason: err.Error()}
+		}
+		if len(resp.Kvs) == 0 {
+			return "", &zerr.NotFoundError{Kind: "node", Name: id}
+		}
+		rec, err := cluster.DecodeNode(string(resp.Kvs[0].Key), resp.Kvs[0].Value)
+		if err != nil {
+			return "", err
+		}
+		if rec.ID != id {
+			return "", &zerr.NotFoundError{Kind: "node", Name: id}
+		}
+		return rec.Addr, nil
+	}
+	opts := append(rpcerr.DialOptions(), grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(daemon.MaxMessageBytes), grpc.MaxCallSendMsgSize(daemon.MaxMessageBytes)))
+	cfg := peerdial.Config{Resolve: resolve, Options: opts}
+	switch {
+	case sec == nil || sec.Insecure:
+		cfg.Insecure = true
+		if sec != nil && sec.Bundle != nil && sec.Bundle.Issuer != nil && sec.Role.Kind == pki.RoleNode {
+			iss, name := sec.Bundle.Issuer, sec.Role.Name
+			src := auth.NewRefreshingSource(func(context.Context) (string, time.Time, error) {
+				tok, c, err := iss.Issue(auth.TokenRoleNode, name, 0, auth.DefaultTokenTTL)
+				return tok, c.ExpiresAt, err
+			}, nil)
+			cfg.Options = append(cfg.Options, grpc.WithPerRPCCredentials(auth.PerRPC(src, true)))
+		}
+	default:
+		if sec.Bundle == nil || sec.Bundle.Cert == nil {
+			return nil, fmt.Errorf("node: TLS peers need this node's certificate")
+		}
+		cfg.Roots, cfg.Cert = sec.Bundle.Roots, sec.Bundle.Cert.Current()
+	}
+	return peerdial.New(cfg)
 }

@@ -29,10 +29,14 @@ import (
 	"crypto/subtle"
 	"fmt"
 	"log/slog"
+	"slices"
 	"sync"
 	"time"
 
 	v1 "github.com/zonefleet/zonefleet/api/zonefleet/v1"
+	"github.com/zonefleet/zonefleet/pkg/auth"
+	"github.com/zonefleet/zonefleet/pkg/auth/limit"
+	"github.com/zonefleet/zonefleet/pkg/auth/peerdial"
 	"github.com/zonefleet/zonefleet/pkg/clock"
 	"github.com/zonefleet/zonefleet/pkg/cluster"
 	"github.com/zonefleet/zonefleet/pkg/daemon"
@@ -43,8 +47,16 @@ import (
 
 // Config of the service.
 type Config struct {
-	ID         string
-	AdminToken string // "" = admin calls need no token (say so in the logs)
+	ID string
+	// AdminToken is checked only on a server without the authenticator
+	// (in-process tests: daemon.Config.Security nil). Every binary and the
+	// local cluster run pkg/auth in front, and then the verified identity
+	// decides (auth.FromContext); "" there means admin calls are open.
+	AdminToken string
+	// Peers reaches other nodes for ZoneCompaction's PeerWrite: by node id,
+	// resolved from the registered node records, TLS pinned to node:<id>,
+	// no bearer token (peerdial). nil: remote copies fail.
+	Peers *peerdial.Pool
 	// Standalone: no arbiter; any namespace may use any zone.
 	Standalone bool
 	Admission  AdmissionConfig
@@ -60,8 +72,11 @@ type Service struct {
 	log    *slog.Logger
 	devs   []*device
 	grants *Grants // nil when standalone
-	peers  *peers
-	m      *metrics
+	misses *limit.MissGuard
+	// legacyPeers: address-based peer dialling, only for servers without
+	// an authenticator and without a peer pool (in-process tests).
+	legacyPeers *peers
+	m           *metrics
 
 	opsMu sync.Mutex
 	ops   map[string]*compactionOp
@@ -97,7 +112,10 @@ func New(cfg Config, devs []*zns.Device, grants *Grants, log *slog.Logger) (*Ser
 		return nil, &zerr.InvalidArgumentError{Field: "grants", Reason: "a node in a cluster needs the arbiter's grants (or run standalone)"}
 	}
 	s := &Service{cfg: cfg, log: log, grants: grants, ops: map[string]*compactionOp{}}
-	s.peers = newPeers(cfg.AdminToken)
+	if cfg.Peers == nil {
+		s.legacyPeers = newPeers()
+	}
+	s.misses = limit.NewMissGuard(limit.MissGuardConfig{NegativeTTL: 250 * time.Millisecond})
 	for i, d := range devs {
 		id := d.Identify()
 		slots := cfg.QueueSlots
@@ -163,7 +181,9 @@ func (s *Service) Close() {
 	for _, d := range s.devs {
 		d.adm.Close()
 	}
-	s.peers.close()
+	if s.legacyPeers != nil {
+		s.legacyPeers.close()
+	}
 }
 
 // SetNamespaceWeight sets a namespace's share of every device's request slots.
@@ -216,33 +236,89 @@ func (s *Service) device(idx uint32) (*device, error) {
 	return s.devs[idx], nil
 }
 
+// isAdmin: may the caller manage the node (select-all, offline, GetLog)?
+// The verified identity decides: the operator or the arbiter. Without an
+// authenticator in front (in-process test servers only) the legacy admin
+// token decides, and an empty one opens admin calls.
 func (s *Service) isAdmin(ctx context.Context) bool {
+	if id, ok := auth.FromContext(ctx); ok {
+		return id.IsAdmin() || id.Kind == auth.KindArbiter
+	}
 	if s.cfg.AdminToken == "" {
 		return true
 	}
 	return subtle.ConstantTimeCompare([]byte(wire.Token(ctx)), []byte(s.cfg.AdminToken)) == 1
 }
 
+// bypassGrants: does the caller act on zones regardless of grants? Only a
+// verified operator or arbiter (or, without an authenticator, the legacy
+// admin token when one is configured).
+func (s *Service) bypassGrants(ctx context.Context) bool {
+	if s.grants == nil {
+		return true
+	}
+	if id, ok := auth.FromContext(ctx); ok {
+		return id.IsAdmin() || id.Kind == auth.KindArbiter
+	}
+	return s.cfg.AdminToken != "" && s.isAdmin(ctx)
+}
+
+// namespace is the namespace the caller acts for: the verified one (the
+// authenticator replaced the metadata with it), never a bare claim when an
+// authenticator runs.
+func (s *Service) namespace(ctx context.Context) string {
+	if id, ok := auth.FromContext(ctx); ok {
+		return id.Namespace
+	}
+	return wire.Namespace(ctx)
+}
+
 func (s *Service) requireAdmin(ctx context.Context, what string) error {
 	if s.isAdmin(ctx) {
 		return nil
+	}
+	if id, ok := auth.FromContext(ctx); ok {
+		return auth.Status(&auth.PermissionDeniedError{Identity: id.String(), Method: what, Reason: "needs the operator (admin)"})
 	}
 	return &zerr.UnauthenticatedError{Reason: what + " needs the node's admin token (metadata " + wire.TokenKey + ")"}
 }
 
 // authorizeZones checks that the caller may do I/O on every zone in [first, last].
 func (s *Service) authorizeZones(ctx context.Context, d *device, first, last uint64) error {
-	if s.grants == nil || s.isAdmin(ctx) && s.cfg.AdminToken != "" {
+	if s.bypassGrants(ctx) {
 		return nil
+	}
+	ns := s.namespace(ctx)
+	if ns == "" {
+		return &zerr.NotOwnerError{Zone: cluster.PhysZone{Node: s.cfg.ID, Device: d.idx, Zone: uint32(first)}.String(), Namespace: ns}
 	}
 	if err := s.grants.CatchUp(ctx, wire.MinRevision(ctx)); err != nil {
 		return err
 	}
-	ns := wire.Namespace(ctx)
 	for z := first; z <= last && z < d.geo.zones; z++ {
-		if err := s.grants.Check(ns, d.idx, uint32(z)); err != nil {
+		if err := s.checkGrant(ns, d.idx, uint32(z)); err != nil {
 			return err
 		}
+	}
+	return nil
+}
+
+// checkGrant checks one zone's grant: the cache first; a miss costs an etcd
+// read only when the MissGuard admits it (remembered misses and a rate per
+// namespace and in total), so random calls cannot load etcd.
+func (s *Service) checkGrant(ns string, dev, zone uint32) error {
+	if s.grants.Cached(ns, dev, zone) {
+		return nil
+	}
+	notOwner := &zerr.NotOwnerError{Zone: cluster.PhysZone{Node: s.cfg.ID, Device: dev, Zone: zone}.String(), Namespace: ns}
+	key := fmt.Sprintf("%d/%d/%s", dev, zone, ns)
+	if err := s.misses.Admit(ns, key); err != nil {
+		s.m.grantMissRefused.Inc()
+		return notOwner
+	}
+	if err := s.grants.Check(ns, dev, zone); err != nil {
+		s.misses.RecordMiss(key)
+		return err
 	}
 	return nil
 }
@@ -264,11 +340,53 @@ func (s *Service) hold(ctx context.Context, d *device, lba, n uint64) (func(), e
 			d.zl[z].RUnlock()
 		}
 	}
-	if s.grants == nil || s.isAdmin(ctx) && s.cfg.AdminToken != "" {
+	if s.bypassGrants(ctx) {
 		return unlock, nil
 	}
-	ns := wire.Namespace(ctx)
+	ns := s.namespace(ctx)
 	for z := first; z <= last; z++ {
+		if !s.grants.Cached(ns, d.idx, uint32(z)) {
+			unlock()
+			return nil, &zerr.NotOwnerError{Zone: cluster.PhysZone{Node: s.cfg.ID, Device: d.idx, Zone: uint32(z)}.String(), Namespace: ns}
+		}
+	}
+	return unlock, nil
+}
+
+// holdRanges is hold for several ranges of one device (SimpleCopy,
+// ZoneCompaction, PeerWrite): every zone they touch is read-locked once, in
+// zone order (a read lock taken twice by one goroutine can deadlock against
+// a waiting reset), and its grant is checked under the lock. Ranges are
+// already validated and authorized.
+func (s *Service) holdRanges(ctx context.Context, d *device, ranges [][2]uint64) (func(), error) {
+	set := map[uint64]bool{}
+	for _, r := range ranges {
+		if r[1] == 0 {
+			continue
+		}
+		first, last := r[0]/d.geo.zoneSize, (r[0]+r[1]-1)/d.geo.zoneSize
+		for z := first; z <= last && z < d.geo.zones; z++ {
+			set[z] = true
+		}
+	}
+	zones := make([]uint64, 0, len(set))
+	for z := range set {
+		zones = append(zones, z)
+	}
+	slices.Sort(zones)
+	for _, z := range zones {
+		d.zl[z].RLock()
+	}
+	unlock := func() {
+		for _, z := range zones {
+			d.zl[z].RUnlock()
+		}
+	}
+	if s.bypassGrants(ctx) {
+		return unlock, nil
+	}
+	ns := s.namespace(ctx)
+	for _, z := range zones {
 		if !s.grants.Cached(ns, d.idx, uint32(z)) {
 			unlock()
 			return nil, &zerr.NotOwnerError{Zone: cluster.PhysZone{Node: s.cfg.ID, Device: d.idx, Zone: uint32(z)}.String(), Namespace: ns}
@@ -405,8 +523,16 @@ func (s *Service) ReportZones(ctx context.Context, req *v1.ReportZonesRequest) (
 	if max <= 0 || max > 65536 {
 		max = 65536
 	}
-	admin := s.grants == nil || s.isAdmin(ctx) && s.cfg.AdminToken != ""
-	ns := wire.Namespace(ctx)
+	admin := s.bypassGrants(ctx)
+	ns := s.namespace(ctx)
+	if !admin {
+		// Cache only (one etcd read per ungranted zone would let one call
+		// load etcd); the client's minimum revision brings the cache up to
+		// date with the grants it has seen.
+		if err := s.grants.CatchUp(ctx, wire.MinRevision(ctx)); err != nil {
+			return nil, err
+		}
+	}
 	resp := &v1.ReportZonesResponse{}
 	start := uint64(req.GetStartZone())
 	for start < d.geo.zones && len(resp.Zones) < max {
@@ -420,7 +546,7 @@ func (s *Service) ReportZones(ctx context.Context, req *v1.ReportZonesRequest) (
 		}
 		for _, z := range zones {
 			start = z.Index + 1
-			if !admin && s.grants.Check(ns, d.idx, uint32(z.Index)) != nil {
+			if !admin && !s.grants.Cached(ns, d.idx, uint32(z.Index)) {
 				continue
 			}
 			resp.Zones = append(resp.Zones, &v1.ZoneDescriptor{

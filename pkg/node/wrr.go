@@ -123,6 +123,7 @@ func (w *WRR) dispatch() {
 		close(ch)
 		if len(q.waiters) == 0 {
 			w.order = append(w.order[:w.cursor], w.order[w.cursor+1:]...)
+			delete(w.queues, ns) // an idle namespace keeps no queue: the map stays bounded by the waiters
 			w.credit = 0
 			continue // cursor now points at the next namespace
 		}
@@ -141,6 +142,7 @@ func (w *WRR) remove(ns string, ch chan struct{}) {
 		}
 	}
 	if len(q.waiters) == 0 {
+		delete(w.queues, ns)
 		for i, n := range w.order {
 			if n == ns {
 				w.order = append(w.order[:i], w.order[i+1:]...)

@@ -138,17 +138,15 @@ func Run(ctx context.Context, o Options) (*Result, error) {
 	return res, nil
 }
 
-const token = "overbench"
-
 func startCluster(ctx context.Context, o Options, name string) (*localcluster.Cluster, error) {
 	dir := fmt.Sprintf("%s/%s", o.Dir, name)
 	_ = os.RemoveAll(dir)
 	return localcluster.Start(ctx, localcluster.Config{Dir: dir, Nodes: 2, Clock: "realtime", TimeScale: o.TimeScale,
-		Device: drive(), AdminToken: token, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+		Device: drive(), Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
 }
 
 func newClient(ctx context.Context, cl *localcluster.Cluster, ns string) (*client.Client, error) {
-	return client.New(ctx, client.Config{Arbiters: cl.ArbiterAddrs(), Namespace: ns, Token: token})
+	return client.New(ctx, cl.ClientConfig(ns)) // "" = the operator (admin certificate)
 }
 
 // writer writes 256 KiB at a time to v-zones of its namespace, opening a new
@@ -348,7 +346,9 @@ func staticRun(ctx context.Context, o Options, writers int) (float64, error) {
 		}
 	}
 	used := map[string]int{}
-	direct := client.NewDirect(client.Config{Namespace: "static", Token: token})
+	dcfg := cl.AdminClientConfig() // static layouts: the operator places the zones
+	dcfg.Namespace = "static"
+	direct := client.NewDirect(dcfg)
 	defer direct.Close()
 	ws := make([]*writer, writers)
 	for i := range ws {

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"os"
 	"path/filepath"
 	"time"
 
@@ -86,7 +87,7 @@ func certInitCmd(g *Globals) *cobra.Command {
 		dir                          string
 		nodes, hosts, arbHosts, etcd []string
 		validity, caValidity         time.Duration
-		force                        bool
+		force, keep                  bool
 	)
 	c := &cobra.Command{
 		Use:   "init",
@@ -98,6 +99,13 @@ func certInitCmd(g *Globals) *cobra.Command {
 			g := certGlobals(g, cmd)
 			if dir == "" {
 				return usageErr(errors.New("--dir is required"))
+			}
+			if keep && !force {
+				if _, err := os.Stat(filepath.Join(dir, auth.FileCA)); err == nil {
+					// An init step that runs at every start (compose):
+					// the existing CA and secrets stay.
+					return emitCertFiles(g, nil)
+				}
 			}
 			files, err := auth.InitDir(auth.InitOptions{Dir: dir, Nodes: nodes, Hosts: hosts, ArbiterHosts: arbHosts,
 				EtcdHosts: etcd, Validity: validity, CAValidity: caValidity, Force: force})
@@ -116,6 +124,7 @@ func certInitCmd(g *Globals) *cobra.Command {
 	f.DurationVar(&validity, "validity", pki.DefaultLeafValidity, "lifetime of component certificates")
 	f.DurationVar(&caValidity, "ca-validity", pki.DefaultCAValidity, "lifetime of the CA")
 	f.BoolVar(&force, "force", false, "replace existing files (creates a NEW CA: every component needs the new files)")
+	f.BoolVar(&keep, "keep-existing", false, "do nothing (exit 0) when DIR already holds a CA: for init steps that run at every start")
 	return c
 }
 

@@ -175,3 +175,26 @@ func TestCertFilesServeTLSAndTokens(t *testing.T) {
 	assert.Equal(t, codes.PermissionDenied, call(nil, &nodeCert), "issued node certificate is a node, not a tenant")
 	assert.Equal(t, codes.Unauthenticated, call(nil, nil), "no credentials")
 }
+
+// --keep-existing makes `cert init` an idempotent init step (compose): a
+// second run leaves the CA and the admin token alone; without it a second
+// run is refused.
+func TestCertInitKeepExisting(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "pki")
+	out, err := runCert(t, "init", "--dir", dir, "--nodes", "n1", "--keep-existing")
+	require.NoError(t, err, out)
+	ca1, err := os.ReadFile(filepath.Join(dir, "ca.crt"))
+	require.NoError(t, err)
+	tok1, err := os.ReadFile(filepath.Join(dir, CertAdminToken))
+	require.NoError(t, err)
+	_, err = runCert(t, "init", "--dir", dir, "--nodes", "n1")
+	require.Error(t, err, "without --keep-existing an existing CA is not replaced silently")
+	out, err = runCert(t, "init", "--dir", dir, "--nodes", "n1", "--keep-existing")
+	require.NoError(t, err, out)
+	ca2, err := os.ReadFile(filepath.Join(dir, "ca.crt"))
+	require.NoError(t, err)
+	tok2, err := os.ReadFile(filepath.Join(dir, CertAdminToken))
+	require.NoError(t, err)
+	assert.Equal(t, ca1, ca2)
+	assert.Equal(t, tok1, tok2)
+}

@@ -296,7 +296,9 @@ func (g *Globals) doResolve() error {
 		if g.Token == "" && g.TokenFile == "" {
 			g.TokenFile = e.TokenFile
 		}
-		g.CAFile, g.CertFile, g.KeyFile = e.CAFile, e.CertFile, e.KeyFile
+		if g.CAFile == "" && g.CertFile == "" && g.KeyFile == "" {
+			g.CAFile, g.CertFile, g.KeyFile = e.CAFile, e.CertFile, e.KeyFile
+		}
 	}
 	applyInfo := func(in localcluster.Info, path string) {
 		if !endpointsGiven {
@@ -309,8 +311,18 @@ func (g *Globals) doResolve() error {
 		if g.Namespace == "" {
 			g.Namespace = in.Namespace
 		}
-		if g.Token == "" && g.TokenFile == "" {
-			g.Token = in.AdminToken
+		if g.CAFile == "" && g.CertFile == "" && g.KeyFile == "" {
+			// A local user is the cluster's operator: the admin certificate.
+			g.CAFile, g.CertFile, g.KeyFile = in.CAFile, in.AdminCertFile, in.AdminKeyFile
+		}
+		if in.Insecure {
+			g.Insecure = true
+			if g.Token == "" && g.TokenFile == "" {
+				g.TokenFile = in.AdminTokenFile
+			}
+		}
+		if g.Token == "" && g.TokenFile == "" && in.AdminToken != "" {
+			g.Token = in.AdminToken // cluster.json of an older zctl
 		}
 		g.source = Source{Kind: "cluster.json", Path: path}
 	}
@@ -665,7 +677,8 @@ func registerLocal(path string, in localcluster.Info, tokenFile string) error {
 	if err != nil {
 		return err
 	}
-	e := ClusterEntry{Name: LocalClusterName, Etcd: in.Etcd, Namespace: in.Namespace, TokenFile: tokenFile}
+	e := ClusterEntry{Name: LocalClusterName, Etcd: in.Etcd, Namespace: in.Namespace, TokenFile: tokenFile,
+		CAFile: in.CAFile, CertFile: in.AdminCertFile, KeyFile: in.AdminKeyFile}
 	for _, a := range in.Arbiters {
 		e.Arbiters = append(e.Arbiters, a.GRPC)
 	}

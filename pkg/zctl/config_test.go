@@ -93,10 +93,10 @@ func TestConfigPrecedence(t *testing.T) {
 		{"namespace flag beats the config", nil, []string{"-n", "x"}, want{"e1:1,e2:2", "a1:1", "x", "tok-compose", "config:compose", 0}},
 		{"namespace env beats the config", map[string]string{"ZONEFLEET_NAMESPACE": "y"}, nil, want{"e1:1,e2:2", "a1:1", "y", "tok-compose", "config:compose", 0}},
 		{"namespace flag beats env", map[string]string{"ZONEFLEET_NAMESPACE": "y"}, []string{"-n", "z"}, want{"e1:1,e2:2", "a1:1", "z", "tok-compose", "config:compose", 0}},
-		{"token flag beats the config's token file", nil, []string{"--token", "tok-inline"}, want{"e1:1,e2:2", "a1:1", "cns", "tok-inline", "config:compose", 0}},
+		{"a token on the command line is refused (ps shows argv)", nil, []string{"--token", "tok-inline"}, want{code: ExitUsage}},
 		{"token env beats the config's token file", map[string]string{"ZONEFLEET_TOKEN": "tok-env"}, nil, want{"e1:1,e2:2", "a1:1", "cns", "tok-env", "config:compose", 0}},
 		{"--token-file beats the config's", nil, []string{"--token-file", tokFlag}, want{"e1:1,e2:2", "a1:1", "cns", "tok-flagfile", "config:compose", 0}},
-		{"--token beats --token-file", nil, []string{"--token-file", tokFlag, "--token", "tok-inline"}, want{"e1:1,e2:2", "a1:1", "cns", "tok-inline", "config:compose", 0}},
+		{"$ZONEFLEET_TOKEN beats --token-file", map[string]string{"ZONEFLEET_TOKEN": "tok-env"}, []string{"--token-file", tokFlag}, want{"e1:1,e2:2", "a1:1", "cns", "tok-env", "config:compose", 0}},
 		{"--cluster-name picks another cluster (nothing from the current one)", nil, []string{"--cluster-name", "other"}, want{"o:1", "", "ons", "", "config:other", 0}},
 		{"ZONEFLEET_CLUSTER_NAME picks another cluster", map[string]string{"ZONEFLEET_CLUSTER_NAME": "other"}, nil, want{"o:1", "", "ons", "", "config:other", 0}},
 		{"--cluster-name beats ZONEFLEET_CLUSTER", map[string]string{"ZONEFLEET_CLUSTER": filepath.Join(local, "cluster.json")}, []string{"--cluster-name", "other"}, want{"o:1", "", "ons", "", "config:other", 0}},
@@ -342,7 +342,16 @@ func TestLocalUpRegistersCluster(t *testing.T) {
 	e, ok := c.Find(LocalClusterName)
 	require.True(t, ok)
 	assert.Equal(t, "lns", e.Namespace)
-	assert.Equal(t, filepath.Join(data, "admin-token"), e.TokenFile)
+	assert.Equal(t, filepath.Join(data, "pki", "admin.token"), e.TokenFile)
+	assert.Equal(t, filepath.Join(data, "pki", "ca.crt"), e.CAFile, "the entry names the local CA")
+	assert.Equal(t, filepath.Join(data, "pki", "admin.crt"), e.CertFile)
+	js, err := os.Stat(filepath.Join(data, "cluster.json"))
+	require.NoError(t, err)
+	assert.Equal(t, os.FileMode(0o600), js.Mode().Perm(), "cluster.json is private")
+	in, err := localcluster.ReadInfo(filepath.Join(data, "cluster.json"))
+	require.NoError(t, err)
+	assert.Empty(t, in.AdminToken, "no secret in cluster.json, only paths")
+	assert.Equal(t, e.TokenFile, in.AdminTokenFile)
 	require.Len(t, e.Arbiters, 1)
 	require.NotEmpty(t, e.Etcd)
 	_, ok = c.Find("compose")
@@ -361,7 +370,8 @@ func TestLocalUpRegistersCluster(t *testing.T) {
 	assert.Equal(t, strings.Join(e.Arbiters, ","), g.Arbiter)
 	tok, err := os.ReadFile(e.TokenFile)
 	require.NoError(t, err)
-	assert.Equal(t, string(tok), g.Token)
+	assert.Equal(t, strings.TrimSpace(string(tok)), g.Token)
+	assert.True(t, strings.HasPrefix(g.Token, "zfa_"), "a random admin token, not local-<time>")
 
 	cancel()
 	select {

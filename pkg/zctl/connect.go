@@ -11,10 +11,12 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/zonefleet/zonefleet/pkg/auth"
 	"github.com/zonefleet/zonefleet/pkg/client"
 	"github.com/zonefleet/zonefleet/pkg/localcluster"
 	"github.com/zonefleet/zonefleet/pkg/wire"
 	"github.com/zonefleet/zonefleet/pkg/zerr"
+	"google.golang.org/grpc/metadata"
 )
 
 // currentFile records where the last `zctl local up` keeps its cluster.json,
@@ -87,7 +89,34 @@ func (g *Globals) connect(ctx context.Context, withNamespace bool) (*client.Clie
 		}
 		ns = g.Namespace
 	}
-	return client.New(ctx, client.Config{Arbiters: split(g.Arbiter), Etcd: split(g.Etcd), Namespace: ns, Token: g.Token, RetryDeadline: 5 * time.Second})
+	cfg, err := g.clientConfig(ns)
+	if err != nil {
+		return nil, err
+	}
+	cfg.RetryDeadline = 5 * time.Second
+	return client.New(ctx, cfg)
+}
+
+// clientConfig is the client configuration of the resolved settings: TLS
+// from the CA (and the client certificate, if any) unless --insecure, and the
+// bearer token: a namespace token ("zf1.…") is the tenant's credential on
+// every call, anything else is the admin token (administrative calls only).
+func (g *Globals) clientConfig(ns string) (client.Config, error) {
+	cfg := client.Config{Arbiters: split(g.Arbiter), Etcd: split(g.Etcd), Namespace: ns}
+	cr := client.Credentials{CAFile: g.CAFile, CertFile: g.CertFile, KeyFile: g.KeyFile, Insecure: g.Insecure}
+	if err := cr.Apply(&cfg); err != nil {
+		return cfg, usageErr(err)
+	}
+	switch {
+	case g.Token == "":
+	case strings.HasPrefix(g.Token, auth.TokenPrefix) && g.tokenFromFile:
+		cfg.Credentials = auth.NewFileToken(g.TokenFile, 0, nil) // re-read: a rotated token is picked up
+	case strings.HasPrefix(g.Token, auth.TokenPrefix):
+		cfg.Credentials = auth.StaticToken(g.Token)
+	default:
+		cfg.Token = g.Token
+	}
+	return cfg, nil
 }
 
 // resolved0 resolves the connection settings and fails when they name no cluster.
@@ -135,7 +164,7 @@ func hint(err error) string {
 	case errors.Is(err, zerr.ErrNotFound) && strings.Contains(err.Error(), "namespace"):
 		return "create it with `zctl ns create NAME`"
 	case errors.Is(err, zerr.ErrUnauthenticated):
-		return "give the nodes' admin token with --token"
+		return "give credentials: --ca-file with --cert-file/--key-file, or --token-file (zctl cert init writes them)"
 	case errors.Is(err, zerr.ErrWritePointer):
 		return "`zctl vzone show ID` tells the write pointer"
 	}
@@ -150,8 +179,16 @@ func errorLine(err error) string {
 	return fmt.Sprintf("zctl: %s", msg)
 }
 
-func withNS(ctx context.Context, ns string) context.Context     { return wire.WithNamespace(ctx, ns) }
-func withToken(ctx context.Context, tok string) context.Context { return wire.WithToken(ctx, tok) }
+func withNS(ctx context.Context, ns string) context.Context { return wire.WithNamespace(ctx, ns) }
+
+// withAdminToken attaches the admin token to a direct node call (a namespace
+// token travels as the connection's per-call credential instead).
+func withAdminToken(ctx context.Context, tok string) context.Context {
+	if tok == "" || strings.HasPrefix(tok, auth.TokenPrefix) {
+		return ctx
+	}
+	return metadata.AppendToOutgoingContext(wire.WithToken(ctx, tok), auth.AuthorizationKey, "Bearer "+tok)
+}
 
 // run returns a cobra RunE that connects (withNamespace: the namespace is
 // required), calls fn with the client and closes it.

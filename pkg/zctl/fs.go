@@ -31,6 +31,7 @@ import (
 	"github.com/zonefleet/zonefleet/pkg/fsvol"
 	"github.com/zonefleet/zonefleet/pkg/fusefs"
 	"github.com/zonefleet/zonefleet/pkg/lfs"
+	"github.com/zonefleet/zonefleet/pkg/localcluster"
 	"github.com/zonefleet/zonefleet/pkg/zerr"
 )
 
@@ -53,8 +54,15 @@ func (g *Globals) fsClient(ctx context.Context, reg prometheus.Registerer) (*cli
 	if g.Namespace == "" {
 		return nil, usageErr(errors.New("no namespace: give --ns, --namespace (-n) or ZONEFLEET_NAMESPACE"))
 	}
-	return client.New(ctx, client.Config{Arbiters: split(g.Arbiter), Etcd: split(g.Etcd), Namespace: g.Namespace,
-		Token: g.Token, RetryDeadline: 15 * time.Second, Registerer: reg})
+	if g.newClient != nil {
+		return g.newClient(ctx, reg)
+	}
+	cfg, err := g.clientConfig(g.Namespace)
+	if err != nil {
+		return nil, err
+	}
+	cfg.RetryDeadline, cfg.Registerer = 15*time.Second, reg
+	return client.New(ctx, cfg)
 }
 
 func mkfsCmd(g *Globals) *cobra.Command {
@@ -481,9 +489,17 @@ func serveMount(sigCtx context.Context, g *Globals, o mountOptions, mounted func
 // localMount formats the namespace ns of an in-process cluster when it holds
 // no file system yet and mounts it at dir (zctl local up --mount). The
 // returned stop unmounts it.
-func localMount(ctx context.Context, g *Globals, arbiters []string, ns, dir string, allowOther bool) (func(), error) {
+func localMount(ctx context.Context, g *Globals, cl *localcluster.Cluster, ns, dir string, allowOther bool) (func(), error) {
+	// The mount is the namespace's tenant: TLS and a namespace token the
+	// cluster's signing key renews (never the operator's credentials on the
+	// data path).
 	lg := *g
-	lg.Arbiter, lg.Etcd, lg.Namespace = strings.Join(arbiters, ","), "", ns
+	lg.Arbiter, lg.Etcd, lg.Namespace = strings.Join(cl.ArbiterAddrs(), ","), "", ns
+	lg.newClient = func(ctx context.Context, reg prometheus.Registerer) (*client.Client, error) {
+		cfg := cl.ClientConfig(ns)
+		cfg.RetryDeadline, cfg.Registerer = 15*time.Second, reg
+		return client.New(ctx, cfg)
+	}
 	c, err := lg.fsClient(ctx, nil)
 	if err != nil {
 		return nil, err

@@ -77,7 +77,7 @@ func golden(t *testing.T, name, got string) {
 // Every command's table and JSON output against a local cluster.
 func TestGoldenOutputs(t *testing.T) {
 	dir := t.TempDir()
-	cl, err := localcluster.Start(context.Background(), localcluster.Config{Dir: dir, Nodes: 2, Clock: "off", Device: localcluster.TinyDevice(), AdminToken: "golden"})
+	cl, err := localcluster.Start(context.Background(), localcluster.Config{Dir: dir, Nodes: 2, Clock: "off", Device: localcluster.TinyDevice()})
 	require.NoError(t, err)
 	defer cl.Close()
 	info := cl.Info()

@@ -2,6 +2,7 @@ package zctl
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"io"
@@ -10,7 +11,9 @@ import (
 	"time"
 
 	"github.com/spf13/cobra"
+	"github.com/zonefleet/zonefleet/pkg/pki"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/credentials/insecure"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 )
@@ -49,7 +52,7 @@ func healthCmd(g *Globals) *cobra.Command {
 			if useHTTP {
 				status, err = httpHealth(ctx, args[0])
 			} else {
-				status, err = grpcHealth(ctx, args[0], service)
+				status, err = grpcHealth(ctx, g, args[0], service)
 			}
 			if err != nil {
 				return &exitError{code: ExitFailed, err: fmt.Errorf("%s: %w", args[0], err)}
@@ -66,8 +69,25 @@ func healthCmd(g *Globals) *cobra.Command {
 	return c
 }
 
-func grpcHealth(ctx context.Context, addr, service string) (string, error) {
-	conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+// grpcHealth asks the standard health service, which every server answers
+// without credentials. Over TLS unless --insecure; the server certificate is
+// verified when a CA is known (--ca-file, the config), otherwise not: a
+// probe sends nothing secret and only reads a status.
+func grpcHealth(ctx context.Context, g *Globals, addr, service string) (string, error) {
+	g.resolve()
+	creds := insecure.NewCredentials()
+	if !g.Insecure {
+		conf := &tls.Config{MinVersion: tls.VersionTLS13, InsecureSkipVerify: true} //nolint:gosec // see above
+		if g.CAFile != "" {
+			pool, err := pki.LoadCertPool(g.CAFile)
+			if err != nil {
+				return "", err
+			}
+			conf = pki.ClientConfig(pki.ClientOptions{Roots: pool})
+		}
+		creds = credentials.NewTLS(conf)
+	}
+	conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(creds))
 	if err != nil {
 		return "", err
 	}

@@ -49,7 +49,7 @@ func TestHealth(t *testing.T) {
 	go func() { done <- d.Run(ctx) }()
 	t.Cleanup(func() { cancel(); <-done })
 
-	require.Eventually(t, func() bool { _, code := runZctl("health", d.GRPCAddr()); return code == ExitOK }, 5*time.Second, 50*time.Millisecond)
+	require.Eventually(t, func() bool { _, code := runZctl("health", "--insecure", d.GRPCAddr()); return code == ExitOK }, 5*time.Second, 50*time.Millisecond)
 	out, code := runZctl("health", "--http", d.HTTPAddr())
 	assert.Equal(t, ExitOK, code, out)
 	assert.Contains(t, out, "SERVING")
@@ -58,8 +58,8 @@ func TestHealth(t *testing.T) {
 	out, code = runZctl("health", "--http", d.HTTPAddr())
 	assert.Equal(t, ExitFailed, code, out)
 	assert.Contains(t, out, "broken on purpose")
-	require.Eventually(t, func() bool { _, code := runZctl("health", d.GRPCAddr()); return code == ExitFailed }, 5*time.Second, 50*time.Millisecond)
-	out, _ = runZctl("health", d.GRPCAddr())
+	require.Eventually(t, func() bool { _, code := runZctl("health", "--insecure", d.GRPCAddr()); return code == ExitFailed }, 5*time.Second, 50*time.Millisecond)
+	out, _ = runZctl("health", "--insecure", d.GRPCAddr())
 	assert.Contains(t, out, "NOT_SERVING")
 
 	// Nothing listening: exit 1 quickly, not a hang.

@@ -11,7 +11,6 @@ import (
 	"strings"
 	"syscall"
 	"text/tabwriter"
-	"time"
 
 	"github.com/spf13/cobra"
 	v1 "github.com/zonefleet/zonefleet/api/zonefleet/v1"
@@ -60,11 +59,10 @@ makes it current, so every other zctl command finds it. Running it again on the 
 			if media != "" {
 				dev.Media = media
 			}
-			if g.Token == "" {
-				g.Token = loadOrMakeToken(abs)
-			}
+			// Secure by default: the cluster creates DATA/pki at its first
+			// start (CA, certificates, a random admin token; zctl cert init).
 			cfg := localcluster.Config{Dir: abs, Nodes: nodes, Arbiters: arbiters, Devices: devices, Device: dev, Clock: clockName,
-				TimeScale: scale, AdminToken: g.Token, BasePort: basePort, Admission: admission, Logger: log}
+				TimeScale: scale, BasePort: basePort, Admission: admission, Logger: log, Insecure: g.Insecure}
 			g.progress("starting %d ssdnodes and %d arbiter(s) in %s…", nodes, arbiters, abs)
 			cl, err := localcluster.Start(ctx, cfg)
 			if err != nil {
@@ -83,7 +81,7 @@ makes it current, so every other zctl command finds it. Running it again on the 
 			info := cl.Info()
 			info.Namespace = ns
 			if ns != "" {
-				if err := ensureNamespace(ctx, cl, ns, g.Token); err != nil {
+				if err := ensureNamespace(ctx, cl, ns); err != nil {
 					return err
 				}
 			}
@@ -94,10 +92,7 @@ makes it current, so every other zctl command finds it. Running it again on the 
 				log.Warn("cannot record the current cluster", "err", err)
 			}
 			if registerLocalWanted(g) {
-				tokenFile, err := writeToken(abs, g.Token)
-				if err == nil {
-					err = registerLocal(g.configPath(), info, tokenFile)
-				}
+				err := registerLocal(g.configPath(), info, cl.AdminTokenFile())
 				if err != nil {
 					log.Warn("cannot add the cluster to zctl's config", "config", g.configPath(), "err", err)
 				} else {
@@ -105,7 +100,7 @@ makes it current, so every other zctl command finds it. Running it again on the 
 				}
 			}
 			if mountDir != "" {
-				stopMount, err := localMount(ctx, g, cl.ArbiterAddrs(), ns, mountDir, allowOther)
+				stopMount, err := localMount(ctx, g, cl, ns, mountDir, allowOther)
 				if err != nil {
 					return err
 				}
@@ -141,33 +136,8 @@ func registerLocalWanted(g *Globals) bool {
 	return g.ConfigPath != "" || !strings.HasSuffix(os.Getenv("ZONEFLEET_CLUSTER"), ".json")
 }
 
-// writeToken keeps the admin token the cluster runs with in DIR/admin-token
-// (mode 0600), the file the config's "local" cluster names.
-func writeToken(dir, tok string) (string, error) {
-	p := filepath.Join(dir, "admin-token")
-	if b, err := os.ReadFile(p); err == nil && string(b) == tok {
-		return p, nil
-	}
-	if err := os.WriteFile(p, []byte(tok), 0o600); err != nil {
-		return "", err
-	}
-	return p, os.Chmod(p, 0o600)
-}
-
-// loadOrMakeToken keeps the admin token of a local cluster in DIR/admin-token.
-func loadOrMakeToken(dir string) string {
-	p := filepath.Join(dir, "admin-token")
-	if b, err := os.ReadFile(p); err == nil && len(b) > 0 {
-		return string(b)
-	}
-	tok := fmt.Sprintf("local-%d", time.Now().UnixNano())
-	_ = os.MkdirAll(dir, 0o755)
-	_ = os.WriteFile(p, []byte(tok), 0o600)
-	return tok
-}
-
-func ensureNamespace(ctx context.Context, cl *localcluster.Cluster, ns, token string) error {
-	c, err := client.New(ctx, client.Config{Arbiters: cl.ArbiterAddrs(), Token: token})
+func ensureNamespace(ctx context.Context, cl *localcluster.Cluster, ns string) error {
+	c, err := client.New(ctx, cl.AdminClientConfig())
 	if err != nil {
 		return err
 	}

@@ -152,7 +152,7 @@ func TestMkfsFsckProgress(t *testing.T) {
 	}
 	dir := t.TempDir()
 	isolate(t, dir)
-	cl, err := localcluster.Start(context.Background(), localcluster.Config{Dir: dir, Nodes: 2, Clock: "off", Device: localcluster.TinyDevice(), AdminToken: "p"})
+	cl, err := localcluster.Start(context.Background(), localcluster.Config{Dir: dir, Nodes: 2, Clock: "off", Device: localcluster.TinyDevice()})
 	require.NoError(t, err)
 	defer cl.Close()
 	info := cl.Info()

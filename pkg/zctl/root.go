@@ -4,12 +4,15 @@ package zctl
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"os"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/spf13/cobra"
 	"github.com/zonefleet/zonefleet/pkg/buildinfo"
+	"github.com/zonefleet/zonefleet/pkg/client"
 	"github.com/zonefleet/zonefleet/pkg/clock"
 	"github.com/zonefleet/zonefleet/pkg/flagenv"
 )
@@ -39,9 +42,16 @@ type Globals struct {
 	Out         io.Writer
 	Err         io.Writer
 
-	// TLS files of the chosen cluster (from the config file); unused until
-	// the servers speak TLS.
+	// TLS files: --ca-file/--cert-file/--key-file (ZONEFLEET_CA_FILE, …),
+	// else the chosen cluster's (config file entry or cluster.json).
+	// Insecure (--insecure) dials plaintext: clusters started with
+	// --insecure only.
 	CAFile, CertFile, KeyFile string
+	Insecure                  bool
+
+	// newClient replaces the resolved settings' client (zctl local up
+	// --mount: the tenant's refreshing token from the cluster's key).
+	newClient func(ctx context.Context, reg prometheus.Registerer) (*client.Client, error)
 
 	resolved      bool
 	resolveErr    error
@@ -70,6 +80,10 @@ func newRoot(out, errOut io.Writer) (*cobra.Command, *Globals) {
 		SilenceUsage:  true,
 		SilenceErrors: true,
 		PersistentPreRunE: func(cmd *cobra.Command, _ []string) error {
+			// Before the environment is applied: Changed means the command line.
+			if f := cmd.Flags().Lookup("token"); f != nil && f.Changed {
+				return usageErr(errors.New("--token puts the secret on the command line, visible in ps: use --token-file (mode 0600) or $ZONEFLEET_TOKEN"))
+			}
 			if err := flagenv.Apply(cmd.Flags()); err != nil {
 				return usageErr(err)
 			}
@@ -87,8 +101,12 @@ func newRoot(out, errOut io.Writer) (*cobra.Command, *Globals) {
 	pf.StringVar(&g.Arbiter, "arbiter", "", "arbiter address(es), comma-separated")
 	pf.StringVar(&g.Etcd, "etcd", "", "etcd endpoints, comma-separated")
 	pf.StringVarP(&g.Namespace, "namespace", "n", "", "tenant namespace")
-	pf.StringVar(&g.Token, "token", "", "admin token of the nodes (visible in ps: prefer --token-file)")
-	pf.StringVar(&g.TokenFile, "token-file", "", "file holding the admin token of the nodes")
+	pf.StringVar(&g.Token, "token", "", "bearer token (admin or namespace token) — from $ZONEFLEET_TOKEN only: refused on the command line, where ps shows it; see --token-file")
+	pf.StringVar(&g.TokenFile, "token-file", "", "file (0600) holding the admin token or a namespace token (zctl cert token)")
+	pf.StringVar(&g.CAFile, "ca-file", "", "cluster CA certificate (zctl cert init's ca.crt)")
+	pf.StringVar(&g.CertFile, "cert-file", "", "client certificate (the operator's admin.crt)")
+	pf.StringVar(&g.KeyFile, "key-file", "", "client certificate's key")
+	pf.BoolVar(&g.Insecure, "insecure", false, "dial plaintext (only for clusters started with --insecure)")
 	pf.StringVar(&g.ConfigPath, "config", "", "zctl's config file (default $XDG_CONFIG_HOME/zonefleet/config.yaml)")
 	pf.StringVar(&g.ClusterName, "cluster-name", "", "cluster of the config file to use instead of the current one")
 	pf.StringVarP(&g.Output, "output", "o", "table", "output format: table, json or yaml")

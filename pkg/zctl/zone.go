@@ -41,7 +41,11 @@ func (zt *zoneTarget) dial(ctx context.Context, g *Globals) (v1.ZonedDeviceClien
 			return nil, nil, nil, err
 		}
 	} else {
-		c = client.NewDirect(client.Config{Namespace: g.Namespace, Token: g.Token})
+		cfg, err := g.clientConfig(g.Namespace)
+		if err != nil {
+			return nil, nil, nil, err
+		}
+		c = client.NewDirect(cfg)
 	}
 	dev, _, err := c.Device(addr)
 	if err != nil {
@@ -52,7 +56,7 @@ func (zt *zoneTarget) dial(ctx context.Context, g *Globals) (v1.ZonedDeviceClien
 	if g.Namespace != "" {
 		cctx = withNS(cctx, g.Namespace)
 	}
-	cctx = withToken(cctx, g.Token)
+	cctx = withAdminToken(cctx, g.Token)
 	return dev, cctx, c.Close, nil
 }
 

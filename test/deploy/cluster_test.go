@@ -18,14 +18,17 @@ import (
 
 	"github.com/stretchr/testify/require"
 	v1 "github.com/zonefleet/zonefleet/api/zonefleet/v1"
+	"github.com/zonefleet/zonefleet/pkg/auth"
 	"github.com/zonefleet/zonefleet/pkg/client"
 )
 
 // The compose cluster's addresses (deploy/docker-compose.yml, host network).
 var (
-	arbiters  = []string{"127.0.0.1:7700", "127.0.0.1:7710"}
-	etcd      = []string{"127.0.0.1:2379", "127.0.0.1:22379", "127.0.0.1:32379"}
-	token     = "zonefleet"
+	arbiters = []string{"127.0.0.1:7700", "127.0.0.1:7710"}
+	etcd     = []string{"127.0.0.1:2379", "127.0.0.1:22379", "127.0.0.1:32379"}
+	// pkiDir holds the cluster's CA, the admin certificate and the token
+	// signing key, copied out of the compose volume `pki` (TestMain).
+	pkiDir    string
 	nodeCount = 4
 	// service of each process by its gRPC address
 	serviceOf = map[string]string{
@@ -97,6 +100,13 @@ func TestMain(m *testing.M) {
 		os.Exit(1)
 	}
 	fmt.Printf("test/deploy: compose cluster up and healthy in %s\n", time.Since(start).Round(time.Second))
+	dir, err := fetchPKI()
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "copying the cluster's PKI:", err)
+		os.Exit(1)
+	}
+	pkiDir = dir
+	defer os.RemoveAll(dir)
 	code := m.Run()
 	if code != 0 {
 		out, _ := runCompose("ps")
@@ -107,13 +117,72 @@ func TestMain(m *testing.M) {
 			fmt.Fprintln(os.Stderr, out, err)
 		}
 	}
+	_ = os.RemoveAll(pkiDir)
 	os.Exit(code)
+}
+
+// fetchPKI copies the compose volume `pki` (what `zctl cert init` wrote in
+// the pki service) out of arbiter-1's container: the host's clients need the
+// CA, the operator's certificate and the token signing key.
+func fetchPKI() (string, error) {
+	id, err := runCompose("ps", "-q", "arbiter-1")
+	if err != nil {
+		return "", err
+	}
+	dir, err := os.MkdirTemp("", "zonefleet-deploy-pki-")
+	if err != nil {
+		return "", err
+	}
+	if out, err := exec.Command("docker", "cp", strings.TrimSpace(id)+":/pki/.", dir).CombinedOutput(); err != nil {
+		return "", fmt.Errorf("docker cp: %w: %s", err, out)
+	}
+	return dir, nil
+}
+
+// adminCreds are the operator's: TLS with the admin certificate.
+func adminCreds() client.Credentials {
+	return client.Credentials{CAFile: filepath.Join(pkiDir, auth.FileCA), CertFile: filepath.Join(pkiDir, "admin.crt"), KeyFile: filepath.Join(pkiDir, "admin.key")}
+}
+
+// namespaceToken mints a namespace token with the cluster's signing key
+// (what `zctl cert token` does).
+func namespaceToken(t testing.TB, ns string, ttl time.Duration) string {
+	t.Helper()
+	sk, err := auth.LoadSigningKey(filepath.Join(pkiDir, auth.FileSigningKey))
+	require.NoError(t, err)
+	iss, err := auth.NewIssuer(sk, nil)
+	require.NoError(t, err)
+	tok, _, err := iss.Issue(auth.TokenRoleNamespace, ns, 0, ttl)
+	require.NoError(t, err)
+	return tok
+}
+
+// tenantEnv is the environment of a host zctl acting as tenant ns: the CA
+// and a namespace token file (12 h: longer than any drill).
+func tenantEnv(t testing.TB, ns string) []string {
+	p := filepath.Join(t.TempDir(), ns+".token")
+	require.NoError(t, os.WriteFile(p, []byte(namespaceToken(t, ns, 12*time.Hour)+"\n"), 0o600))
+	return []string{"ZONEFLEET_CA_FILE=" + filepath.Join(pkiDir, auth.FileCA), "ZONEFLEET_TOKEN_FILE=" + p}
+}
+
+// adminEnv is the environment of a host zctl acting as the operator.
+func adminEnv() []string {
+	c := adminCreds()
+	return []string{"ZONEFLEET_CA_FILE=" + c.CAFile, "ZONEFLEET_CERT_FILE=" + c.CertFile, "ZONEFLEET_KEY_FILE=" + c.KeyFile}
 }
 
 // newClient connects to the compose cluster from the host.
 func newClient(t testing.TB, ns string, retry time.Duration, opts ...func(*client.Config)) *client.Client {
 	t.Helper()
-	cfg := client.Config{Arbiters: arbiters, Etcd: etcd, Namespace: ns, Token: token, RetryDeadline: retry}
+	cfg := client.Config{Arbiters: arbiters, Etcd: etcd, Namespace: ns, RetryDeadline: retry}
+	if ns == "" {
+		require.NoError(t, adminCreds().Apply(&cfg))
+	} else { // a tenant: TLS and a refreshing namespace token
+		require.NoError(t, client.Credentials{CAFile: adminCreds().CAFile}.Apply(&cfg))
+		cfg.Credentials = auth.NewRefreshingSource(func(context.Context) (string, time.Time, error) {
+			return namespaceToken(t, ns, auth.DefaultTokenTTL), time.Now().Add(auth.DefaultTokenTTL), nil
+		}, nil)
+	}
 	for _, o := range opts {
 		o(&cfg)
 	}
@@ -136,7 +205,12 @@ func createNamespace(t testing.TB, name string, maxVZones, zonesPerVZone uint32)
 	t.Cleanup(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 		defer cancel()
-		if cl, err := client.New(ctx, client.Config{Arbiters: arbiters, Etcd: etcd, Token: token, RetryDeadline: 20 * time.Second}); err == nil {
+		cfg := client.Config{Arbiters: arbiters, Etcd: etcd, RetryDeadline: 20 * time.Second}
+		if err := adminCreds().Apply(&cfg); err != nil {
+			t.Logf("deleting namespace %s: %v", name, err)
+			return
+		}
+		if cl, err := client.New(ctx, cfg); err == nil {
 			defer cl.Close()
 			if err := cl.Namespaces().Delete(ctx, name, true); err != nil {
 				t.Logf("deleting namespace %s: %v", name, err)

@@ -23,8 +23,8 @@ import (
 func zctlFS(t *testing.T, args ...string) (string, error) {
 	t.Helper()
 	cmd := exec.Command(filepath.Join(repoRoot(), "bin", "zctl"), args...)
-	cmd.Env = append(os.Environ(), "ZONEFLEET_ARBITER="+strings.Join(arbiters, ","), "ZONEFLEET_TOKEN="+token,
-		"ZONEFLEET_CLUSTER=/nonexistent/cluster.json")
+	cmd.Env = append(append(os.Environ(), "ZONEFLEET_ARBITER="+strings.Join(arbiters, ","),
+		"ZONEFLEET_CLUSTER=/nonexistent/cluster.json"), adminEnv()...)
 	out, err := cmd.CombinedOutput()
 	return string(out), err
 }
@@ -38,7 +38,7 @@ func mounted(dir string) bool {
 func mountFS(t *testing.T, ns, dir string) *exec.Cmd {
 	t.Helper()
 	cmd := exec.Command(filepath.Join(repoRoot(), "bin", "zctl"), "mount", "-n", ns, dir)
-	cmd.Env = append(os.Environ(), "ZONEFLEET_ARBITER="+strings.Join(arbiters, ","), "ZONEFLEET_CLUSTER=/nonexistent/cluster.json")
+	cmd.Env = append(append(os.Environ(), "ZONEFLEET_ARBITER="+strings.Join(arbiters, ","), "ZONEFLEET_CLUSTER=/nonexistent/cluster.json"), tenantEnv(t, ns)...)
 	out, err := cmd.StderrPipe()
 	require.NoError(t, err)
 	require.NoError(t, cmd.Start())

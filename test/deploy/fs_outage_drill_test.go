@@ -42,7 +42,7 @@ func (l *syncLog) String() string {
 func mountFSWith(t *testing.T, ns, dir string, args ...string) (*exec.Cmd, *syncLog) {
 	t.Helper()
 	cmd := exec.Command(filepath.Join(repoRoot(), "bin", "zctl"), append([]string{"mount", "-n", ns, dir}, args...)...)
-	cmd.Env = append(os.Environ(), "ZONEFLEET_ARBITER="+strings.Join(arbiters, ","), "ZONEFLEET_CLUSTER=/nonexistent/cluster.json")
+	cmd.Env = append(append(os.Environ(), "ZONEFLEET_ARBITER="+strings.Join(arbiters, ","), "ZONEFLEET_CLUSTER=/nonexistent/cluster.json"), tenantEnv(t, ns)...)
 	out, err := cmd.StderrPipe()
 	require.NoError(t, err)
 	require.NoError(t, cmd.Start())

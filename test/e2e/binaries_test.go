@@ -13,6 +13,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"syscall"
 	"testing"
@@ -61,7 +62,11 @@ type proc struct {
 
 func start(t *testing.T, name string, args ...string) *proc {
 	t.Helper()
-	cmd := exec.Command(filepath.Join(binDir, name), append([]string{"--log-format=json", "--listen=127.0.0.1:0", "--http-listen=127.0.0.1:0"}, args...)...)
+	base := []string{"--log-format=json", "--listen=127.0.0.1:0", "--http-listen=127.0.0.1:0"}
+	if !slices.ContainsFunc(args, func(a string) bool { return strings.HasPrefix(a, "--pki-dir") }) {
+		base = append(base, "--insecure") // these tests are about other things; secure_test.go covers TLS
+	}
+	cmd := exec.Command(filepath.Join(binDir, name), append(base, args...)...)
 	stderr, err := cmd.StderrPipe()
 	require.NoError(t, err)
 	require.NoError(t, cmd.Start())

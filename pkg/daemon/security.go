@@ -1,0 +1,179 @@
+package daemon
+
+import (
+	"crypto/tls"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+
+	"github.com/spf13/pflag"
+	"github.com/zonefleet/zonefleet/pkg/auth"
+	"github.com/zonefleet/zonefleet/pkg/pki"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials"
+	"google.golang.org/grpc/credentials/insecure"
+)
+
+// SecurityFlags are the trust flags every server binary shares (issue #15).
+// Secrets are named by file (or come from the environment), never given as
+// values in argv, where `ps` shows them.
+//
+// By default a server is TLS-only (TLS 1.3, certificates from `zctl cert
+// init`) and authenticates every call through pkg/auth. --insecure serves
+// plaintext; calls must still carry a credential (the admin token, a
+// namespace or node token) unless no credential is configured at all, which
+// is allowed with --insecure only.
+type SecurityFlags struct {
+	Insecure       bool
+	PKIDir         string // DirFiles(dir, role, …) unless the single-file flags say otherwise
+	CAFile         string
+	CertFile       string
+	KeyFile        string
+	VerifyKeysFile string
+	SigningKeyFile string // arbiter only: mints namespace tokens
+	AdminTokenFile string
+}
+
+// AddSecurityFlags registers the trust flags.
+func AddSecurityFlags(fs *pflag.FlagSet, f *SecurityFlags) {
+	fs.BoolVar(&f.Insecure, "insecure", f.Insecure, "serve plaintext gRPC (development only); by default the server is TLS-only")
+	fs.StringVar(&f.PKIDir, "pki-dir", f.PKIDir, "directory written by `zctl cert init` (ca.crt, <component>.crt/.key, token-verify.pub, admin.token)")
+	fs.StringVar(&f.CAFile, "ca-file", f.CAFile, "cluster CA certificate (default PKI-DIR/ca.crt)")
+	fs.StringVar(&f.CertFile, "cert-file", f.CertFile, "this component's certificate (default PKI-DIR/<component>.crt)")
+	fs.StringVar(&f.KeyFile, "key-file", f.KeyFile, "this component's private key (default PKI-DIR/<component>.key)")
+	fs.StringVar(&f.VerifyKeysFile, "token-verify-keys-file", f.VerifyKeysFile, "namespace token verification keys (default PKI-DIR/token-verify.pub)")
+	fs.StringVar(&f.SigningKeyFile, "token-signing-key-file", f.SigningKeyFile, "namespace token signing key (arbiter; default PKI-DIR/token-signing.key when present)")
+	fs.StringVar(&f.AdminTokenFile, "admin-token-file", f.AdminTokenFile, "file holding the admin token, mode 0600 (default PKI-DIR/admin.token when present; or $ZONEFLEET_ADMIN_TOKEN)")
+}
+
+// AdminTokenEnv is the environment variable a server reads the admin token
+// from when no file is named.
+const AdminTokenEnv = "ZONEFLEET_ADMIN_TOKEN"
+
+// Security is what a server (and its outgoing peer calls) runs with.
+type Security struct {
+	Insecure bool
+	Bundle   *auth.Bundle        // nil only for --insecure without any credential
+	Auth     *auth.Authenticator // nil only for --insecure without any credential
+	TLS      *tls.Config         // server TLS; nil with --insecure
+	Role     pki.Role            // the component's certificate role
+}
+
+// Files resolves the flags to file names for role.
+func (f SecurityFlags) Files(role pki.Role, withSigning bool) auth.Files {
+	var out auth.Files
+	if f.PKIDir != "" {
+		out = auth.DirFiles(f.PKIDir, role, withSigning, true)
+		if !exists(out.SigningKey) {
+			out.SigningKey = ""
+		}
+		if !exists(out.AdminToken) {
+			out.AdminToken = ""
+		}
+	}
+	set := func(dst *string, v string) {
+		if v != "" {
+			*dst = v
+		}
+	}
+	set(&out.CA, f.CAFile)
+	set(&out.Cert, f.CertFile)
+	set(&out.Key, f.KeyFile)
+	set(&out.VerifyKeys, f.VerifyKeysFile)
+	set(&out.SigningKey, f.SigningKeyFile)
+	set(&out.AdminToken, f.AdminTokenFile)
+	return out
+}
+
+// LoadSecurity loads the credentials of a server with the given role.
+// Without --insecure it needs the CA and the component's certificate, and a
+// server refuses to start with a weak admin token (auth.CheckSecret). revoked
+// (may be nil) answers whether a namespace token generation is revoked.
+func LoadSecurity(f SecurityFlags, role pki.Role, withSigning bool, revoked func(string, uint64) error, log *slog.Logger) (*Security, error) {
+	files := f.Files(role, withSigning)
+	for _, p := range []*string{&files.CA, &files.Cert, &files.Key, &files.VerifyKeys} {
+		if *p != "" && !exists(*p) && f.Insecure {
+			*p = "" // an insecure server takes whatever is there
+		}
+	}
+	if files.Cert == "" || files.Key == "" {
+		files.Cert, files.Key = "", ""
+	}
+	b, err := auth.Load(files)
+	if err != nil {
+		return nil, err
+	}
+	if b.AdminToken == "" && os.Getenv(AdminTokenEnv) != "" {
+		if b.AdminToken, err = auth.LoadSecret("", AdminTokenEnv); err != nil {
+			return nil, fmt.Errorf("admin token: %w", err)
+		}
+	}
+	s := &Security{Insecure: f.Insecure, Bundle: b, Role: role}
+	if !f.Insecure {
+		if s.TLS, err = b.ServerTLS(); err != nil {
+			return nil, fmt.Errorf("%w (or start with --insecure for a plaintext development cluster)", err)
+		}
+	}
+	if b.Roots == nil && b.Verifier == nil && b.AdminToken == "" {
+		if !f.Insecure {
+			return nil, errors.New("no credentials configured: give --pki-dir (zctl cert init) or --insecure")
+		}
+		log.Warn("--insecure without any credential: every caller is trusted (development only)")
+		s.Bundle = nil
+		return s, nil
+	}
+	if s.Auth, err = b.Authenticator(auth.Config{Insecure: f.Insecure, Revoked: revoked, Logger: log}); err != nil {
+		return nil, err
+	}
+	if f.Insecure {
+		log.Warn("--insecure: gRPC is plaintext; credentials cross the network in clear")
+	}
+	return s, nil
+}
+
+func exists(p string) bool {
+	if p == "" {
+		return false
+	}
+	_, err := os.Stat(p)
+	return err == nil
+}
+
+// serverOptions are the gRPC options of the security: TLS transport and the
+// authenticator's interceptors, which run before everything else.
+func (s *Security) serverOptions() []grpc.ServerOption {
+	if s == nil {
+		return nil
+	}
+	var opts []grpc.ServerOption
+	if s.TLS != nil {
+		opts = append(opts, grpc.Creds(credentials.NewTLS(s.TLS)))
+	}
+	if s.Auth != nil {
+		opts = append(opts, s.Auth.ServerOptions()...)
+	}
+	return opts
+}
+
+// PeerDialOptions are the dial options of this component towards other
+// components (the arbiter's compactor towards nodes): TLS with the
+// component's own certificate and no bearer token, or plaintext with the
+// admin token when --insecure.
+func (s *Security) PeerDialOptions() []grpc.DialOption {
+	if s == nil || s.Bundle == nil {
+		return []grpc.DialOption{grpc.WithTransportCredentials(insecure.NewCredentials())}
+	}
+	if s.Insecure {
+		opts := []grpc.DialOption{grpc.WithTransportCredentials(insecure.NewCredentials())}
+		if s.Bundle.AdminToken != "" {
+			opts = append(opts, grpc.WithPerRPCCredentials(auth.PerRPC(auth.StaticToken(s.Bundle.AdminToken), true)))
+		}
+		return opts
+	}
+	c, err := s.Bundle.ClientTLS(nil, "")
+	if err != nil {
+		return []grpc.DialOption{grpc.WithTransportCredentials(insecure.NewCredentials())}
+	}
+	return []grpc.DialOption{grpc.WithTransportCredentials(credentials.NewTLS(c))}
+}

@@ -1,0 +1,247 @@
+package e2e
+
+import (
+	"bytes"
+	"context"
+	"crypto/tls"
+	"net"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	v1 "github.com/zonefleet/zonefleet/api/zonefleet/v1"
+	"github.com/zonefleet/zonefleet/pkg/auth"
+	"github.com/zonefleet/zonefleet/pkg/client"
+	"github.com/zonefleet/zonefleet/pkg/localcluster"
+	"github.com/zonefleet/zonefleet/pkg/pki"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/status"
+)
+
+// TestAttacks runs what a tenant with a valid account (mallory) would try
+// against a running secure local cluster (real gRPC over TLS, real etcd),
+// issue #15. Every attack must fail with UNAUTHENTICATED or
+// PERMISSION_DENIED (UNAVAILABLE for a plaintext client: the TLS listener
+// never lets its preface reach gRPC) and change nothing: the victim's data
+// and namespace are intact afterwards.
+func TestAttacks(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	cl, err := localcluster.Start(ctx, localcluster.Config{Dir: t.TempDir(), Nodes: 2, Clock: "off", Device: localcluster.TinyDevice()})
+	require.NoError(t, err)
+	defer cl.Close()
+
+	admin, err := client.New(ctx, cl.AdminClientConfig())
+	require.NoError(t, err)
+	defer admin.Close()
+	for _, ns := range []string{"victim", "mallory"} {
+		_, err := admin.Namespaces().Create(ctx, &v1.CreateNamespaceRequest{Name: ns, MaxActiveVzones: 2, ZonesPerVzone: 2})
+		require.NoError(t, err)
+	}
+	tenant := func(ns string) *client.Client {
+		c, err := client.New(ctx, cl.ClientConfig(ns))
+		require.NoError(t, err)
+		t.Cleanup(c.Close)
+		return c
+	}
+	victim, mallory := tenant("victim"), tenant("mallory")
+	secret := bytes.Repeat([]byte("victim-secret-"), 4096*4/14+1)[:4096*4]
+	vvz, err := victim.OpenVZone(ctx)
+	require.NoError(t, err)
+	require.NoError(t, vvz.Write(ctx, 0, secret))
+	mvz, err := mallory.OpenVZone(ctx)
+	require.NoError(t, err)
+	require.NoError(t, mvz.Write(ctx, 0, bytes.Repeat([]byte("m"), 4096*4)))
+	vlay, err := vvz.Layout(ctx)
+	require.NoError(t, err)
+	mlay, err := mvz.Layout(ctx)
+	require.NoError(t, err)
+	nodes, err := admin.ListNodes(ctx)
+	require.NoError(t, err)
+	zoneSize := nodes[0].GetDevices()[0].GetZoneSize()
+	vz0 := vlay.GetGroups()[0].GetZones()[0] // a zone holding the victim's data
+	mz0 := mlay.GetGroups()[0].GetZones()[0] // mallory's own zone
+	arbiter := cl.ArbiterAddrs()[0]
+
+	// Credentials.
+	malTok, err := cl.MintToken("mallory", 10*time.Minute)
+	require.NoError(t, err)
+	sk, err := auth.LoadSigningKey(cl.PKIDir() + "/" + auth.FileSigningKey)
+	require.NoError(t, err)
+	past, err := auth.NewIssuer(sk, func() time.Time { return time.Now().Add(-2 * time.Hour) })
+	require.NoError(t, err)
+	expired, _, err := past.Issue(auth.TokenRoleNamespace, "victim", 0, 15*time.Minute)
+	require.NoError(t, err)
+	victimTok, err := cl.MintToken("victim", 10*time.Minute)
+	require.NoError(t, err)
+	tampered := []byte(victimTok)
+	tampered[len(tampered)-3] ^= 1 // the signature
+	otherKey, err := auth.GenerateSigningKey()
+	require.NoError(t, err)
+	otherIss, err := auth.NewIssuer(otherKey, nil)
+	require.NoError(t, err)
+	forgedTok, _, err := otherIss.Issue(auth.TokenRoleNamespace, "victim", 0, 10*time.Minute)
+	require.NoError(t, err)
+	nodeTok, _, err := mustIssuer(t, cl).Issue(auth.TokenRoleNode, "node-1", 0, 10*time.Minute)
+	require.NoError(t, err)
+	foreignCA, err := pki.NewCA(pki.CAOptions{})
+	require.NoError(t, err)
+	foreignAdmin, err := foreignCA.Issue(pki.LeafOptions{Role: pki.Role{Kind: pki.RoleAdmin}})
+	require.NoError(t, err)
+
+	tlsNoCert := cl.ClientTLS()
+	foreignTLS := cl.ClientTLS().Clone()
+	fc := foreignAdmin.TLSCertificate()
+	foreignTLS.GetClientCertificate = func(*tls.CertificateRequestInfo) (*tls.Certificate, error) { return &fc, nil }
+
+	type conn struct {
+		tls   *tls.Config // nil: plaintext
+		token string
+	}
+	dial := func(addr string, c conn) *grpc.ClientConn {
+		opts := []grpc.DialOption{grpc.WithTransportCredentials(insecure.NewCredentials())}
+		if c.tls != nil {
+			opts = []grpc.DialOption{grpc.WithTransportCredentials(credentials.NewTLS(c.tls))}
+		}
+		if c.token != "" {
+			opts = append(opts, grpc.WithPerRPCCredentials(auth.PerRPC(auth.StaticToken(c.token), c.tls == nil)))
+		}
+		cc, err := grpc.NewClient(addr, opts...)
+		require.NoError(t, err)
+		t.Cleanup(func() { _ = cc.Close() })
+		return cc
+	}
+	asMallory := conn{tls: tlsNoCert, token: malTok}
+	readVictim := func(c conn, md ...string) error {
+		cctx := metadata.AppendToOutgoingContext(ctx, md...)
+		_, err := v1.NewZonedDeviceClient(dial(vz0.GetAddr(), c)).Read(cctx, &v1.ReadRequest{Device: vz0.GetDevice(), Lba: uint64(vz0.GetZone()) * zoneSize, Blocks: 1})
+		return err
+	}
+	arb := func(c conn) v1.ArbiterClient { return v1.NewArbiterClient(dial(arbiter, c)) }
+	node := func(c conn) v1.ZonedDeviceClient { return v1.NewZonedDeviceClient(dial(vz0.GetAddr(), c)) }
+
+	for _, tc := range []struct {
+		name   string
+		attack func() error
+		want   codes.Code
+	}{
+		{"forged namespace metadata on a node", func() error { return readVictim(asMallory, auth.NamespaceKey, "victim") }, codes.PermissionDenied},
+		{"forged namespace metadata on the arbiter", func() error {
+			_, err := arb(asMallory).ListVZones(metadata.AppendToOutgoingContext(ctx, auth.NamespaceKey, "victim"), &v1.ListVZonesRequest{Namespace: "victim"})
+			return err
+		}, codes.PermissionDenied},
+		{"metadata only, no token", func() error { return readVictim(conn{tls: tlsNoCert}, auth.NamespaceKey, "victim") }, codes.Unauthenticated},
+		{"another tenant's token reads the victim's zone", func() error { return readVictim(asMallory) }, codes.PermissionDenied},
+		{"another tenant's token lists the victim's v-zones", func() error {
+			_, err := arb(asMallory).ListVZones(ctx, &v1.ListVZonesRequest{Namespace: "victim"})
+			return err
+		}, codes.PermissionDenied},
+		{"another tenant's token resets the victim's v-zone", func() error {
+			_, err := arb(asMallory).ResetVZone(ctx, &v1.VZoneRequest{Namespace: "victim", Id: vvz.ID()})
+			return err
+		}, codes.PermissionDenied},
+		{"expired token", func() error { return readVictim(conn{tls: tlsNoCert, token: expired}) }, codes.Unauthenticated},
+		{"tampered token", func() error { return readVictim(conn{tls: tlsNoCert, token: string(tampered)}) }, codes.Unauthenticated},
+		{"token signed by another key", func() error { return readVictim(conn{tls: tlsNoCert, token: forgedTok}) }, codes.Unauthenticated},
+		{"node token on a TLS cluster", func() error { return readVictim(conn{tls: tlsNoCert, token: nodeTok}) }, codes.Unauthenticated},
+		{"tenant deletes a namespace", func() error {
+			_, err := arb(asMallory).DeleteNamespace(ctx, &v1.DeleteNamespaceRequest{Name: "victim", Force: true})
+			return err
+		}, codes.PermissionDenied},
+		{"tenant creates a namespace", func() error {
+			_, err := arb(asMallory).CreateNamespace(ctx, &v1.CreateNamespaceRequest{Name: "evil", MaxActiveVzones: 1, ZonesPerVzone: 1})
+			return err
+		}, codes.PermissionDenied},
+		{"tenant resets every zone of a node", func() error {
+			_, err := node(asMallory).ZoneManagement(ctx, &v1.ZoneManagementRequest{Device: vz0.GetDevice(), Action: v1.ZoneAction_ZONE_ACTION_RESET, SelectAll: true})
+			return err
+		}, codes.PermissionDenied},
+		{"tenant resets the victim's zone", func() error {
+			_, err := node(asMallory).ZoneManagement(ctx, &v1.ZoneManagementRequest{Device: vz0.GetDevice(), Zone: vz0.GetZone(), Action: v1.ZoneAction_ZONE_ACTION_RESET})
+			return err
+		}, codes.PermissionDenied},
+		{"tenant reads a node's log", func() error {
+			_, err := node(asMallory).GetLog(ctx, &v1.GetLogRequest{Device: vz0.GetDevice()})
+			return err
+		}, codes.PermissionDenied},
+		{"tenant pushes PeerWrite into the victim's zone", func() error {
+			s, err := node(asMallory).PeerWrite(ctx)
+			if err != nil {
+				return err
+			}
+			_ = s.Send(&v1.PeerWriteRequest{Device: vz0.GetDevice(), Namespace: "victim", Extents: []*v1.PeerExtent{{DstLba: uint64(vz0.GetZone()) * zoneSize, Data: make([]byte, 4096)}}})
+			_, err = s.CloseAndRecv()
+			return err
+		}, codes.PermissionDenied},
+		{"client certificate from another CA", func() error { return readVictim(conn{tls: foreignTLS}) }, codes.Unauthenticated},
+		{"plaintext client against the TLS server", func() error { return readVictim(conn{token: victimTok}) }, codes.Unavailable},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			err := tc.attack()
+			require.Error(t, err)
+			assert.Equal(t, tc.want, status.Code(err), "%v", err)
+		})
+	}
+
+	t.Run("ZoneCompaction peer address does not leak anything", func(t *testing.T) {
+		lis, err := net.Listen("tcp", "127.0.0.1:0")
+		require.NoError(t, err)
+		defer lis.Close()
+		var accepted atomic.Int64
+		go func() {
+			for {
+				c, err := lis.Accept()
+				if err != nil {
+					return
+				}
+				accepted.Add(1)
+				_ = c.Close()
+			}
+		}()
+		other := "node-1"
+		if mz0.GetNode() == "node-1" {
+			other = "node-2"
+		}
+		dev := v1.NewZonedDeviceClient(dial(mz0.GetAddr(), asMallory))
+		for _, peer := range []*v1.PeerTarget{
+			{NodeId: other, Addr: lis.Addr().String()},      // a registered node, the attacker's address
+			{NodeId: "attacker", Addr: lis.Addr().String()}, // an unregistered id
+		} {
+			r, err := dev.ZoneCompaction(ctx, &v1.ZoneCompactionRequest{Device: mz0.GetDevice(), Copies: []*v1.CompactionCopy{
+				{SrcLba: uint64(mz0.GetZone()) * zoneSize, Blocks: 1, DstLba: 0, Peer: peer}}})
+			if err == nil {
+				_, err = dev.WaitCompaction(ctx, &v1.WaitCompactionRequest{Device: mz0.GetDevice(), OperationId: r.GetOperationId()})
+			}
+			assert.Error(t, err, "a copy into a zone mallory does not own fails")
+		}
+		time.Sleep(200 * time.Millisecond)
+		assert.Zero(t, accepted.Load(), "the node never dials the address from the request")
+	})
+
+	// Nothing changed: the victim's data and both namespaces are intact, no
+	// namespace "evil" exists.
+	got, err := victim.VZone(vvz.ID()).Read(ctx, 0, uint64(len(secret)/4096))
+	require.NoError(t, err)
+	assert.Equal(t, secret, got)
+	nss, err := admin.Namespaces().List(ctx)
+	require.NoError(t, err)
+	var names []string
+	for _, n := range nss {
+		names = append(names, n.GetName())
+	}
+	assert.ElementsMatch(t, []string{"victim", "mallory"}, names)
+}
+
+func mustIssuer(t *testing.T, cl *localcluster.Cluster) *auth.Issuer {
+	sk, err := auth.LoadSigningKey(cl.PKIDir() + "/" + auth.FileSigningKey)
+	require.NoError(t, err)
+	iss, err := auth.NewIssuer(sk, nil)
+	require.NoError(t, err)
+	return iss
+}
