@@ -72,3 +72,20 @@ func (fs *FS) Corrupt(kind string, ino uint64) error {
 	}
 	return fs.checkpoint(ctx, true)
 }
+
+// ForgetBlockCount makes ino's block count unknown, as on an inode written
+// by a build without the field, and writes it so (a checkpoint).
+func (fs *FS) ForgetBlockCount(ino uint64) error {
+	fs.cpMu.Lock()
+	defer fs.cpMu.Unlock()
+	fs.mu.Lock()
+	defer fs.mu.Unlock()
+	ctx := context.Background()
+	in, err := fs.getInode(ctx, ino)
+	if err != nil {
+		return err
+	}
+	in.body.Blocks, in.body.BlocksKnown = 0, false
+	fs.markDirty(in)
+	return fs.checkpoint(ctx, false)
+}

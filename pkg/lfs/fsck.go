@@ -279,6 +279,7 @@ func (fs *FS) check(ctx context.Context, repair bool) (Report, error) {
 		for idx := range in.dn {
 			maxIdx = max(maxIdx, idx)
 		}
+		var nmapped uint64
 		for idx := uint32(1); idx <= maxIdx; idx++ {
 			d, err := fs.getDnode(ctx, in, idx, false)
 			if err != nil {
@@ -292,11 +293,21 @@ func (fs *FS) check(ctx context.Context, repair bool) (Report, error) {
 				if a == 0 {
 					continue
 				}
+				nmapped++
 				blk := uint64(idx-1)*epd + uint64(e)
 				claim(a, mkNid(ino, idx), uint32(e), fmt.Sprintf("inode %d block %d", ino, blk))
 				if blk >= end {
 					r.add("size", "inode %d: block %d mapped past the end (size %d)", ino, blk, in.body.Size)
 				}
+			}
+		}
+		// the block count (st_blocks) matches the mapping
+		if in.body.BlocksKnown && in.holes == 0 && in.body.Blocks != nmapped {
+			r.add("blocks", "inode %d: block count %d, %d blocks mapped", ino, in.body.Blocks, nmapped)
+			if repair {
+				in.body.Blocks = nmapped
+				fs.markDirty(in)
+				r.Repaired++
 			}
 		}
 	}
