@@ -2,9 +2,13 @@ package fusefs_test
 
 import (
 	"bytes"
+	"encoding/json"
 	"errors"
+	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
+	"strings"
 	"syscall"
 	"testing"
 
@@ -12,6 +16,67 @@ import (
 	"github.com/stretchr/testify/require"
 	"golang.org/x/sys/unix"
 )
+
+type mmapResult struct {
+	Durable          []int  // chunks whose fsync returned 0
+	FailedAt         int    // first chunk whose fsync failed (-1: none)
+	SyncAfterFailure []int  // chunks whose fsync returned 0 after a failure (must be none)
+	Err              string // setup failure
+}
+
+// TestMmapWriterChild is the mmap writer of TestMmapWriterAtENOSPC, run in
+// a child process (ZF_MMAP_CHILD=path,chunk bytes,chunks); it prints RESULT
+// and a JSON mmapResult.
+func TestMmapWriterChild(t *testing.T) {
+	arg := os.Getenv("ZF_MMAP_CHILD")
+	if arg == "" {
+		t.Skip("child process of TestMmapWriterAtENOSPC")
+	}
+	var p string
+	var csize, nchunks int
+	parts := strings.Split(arg, ",")
+	p = parts[0]
+	_, _ = fmt.Sscan(parts[1], &csize)
+	_, _ = fmt.Sscan(parts[2], &nchunks)
+	res := mmapResult{FailedAt: -1}
+	defer func() {
+		b, _ := json.Marshal(res)
+		fmt.Printf("RESULT %s\n", b)
+	}()
+	f, err := os.OpenFile(p, os.O_CREATE|os.O_RDWR, 0o644)
+	if err != nil {
+		res.Err = err.Error()
+		return
+	}
+	defer f.Close()
+	if err := f.Truncate(int64(nchunks * csize)); err != nil {
+		res.Err = err.Error()
+		return
+	}
+	mem, err := unix.Mmap(int(f.Fd()), 0, nchunks*csize, unix.PROT_READ|unix.PROT_WRITE, unix.MAP_SHARED)
+	if err != nil {
+		res.Err = err.Error()
+		return
+	}
+	defer func() { _ = unix.Munmap(mem) }()
+	for i := 0; i < nchunks; i++ {
+		copy(mem[i*csize:], chunkPattern(i, csize))
+		_ = unix.Msync(mem[i*csize:(i+1)*csize], unix.MS_SYNC) // reports the failure once, like the kernel's errseq
+		err := f.Sync()
+		switch {
+		case err == nil && res.FailedAt >= 0:
+			res.SyncAfterFailure = append(res.SyncAfterFailure, i)
+		case err == nil:
+			res.Durable = append(res.Durable, i)
+		case res.FailedAt < 0:
+			if !errors.Is(err, syscall.ENOSPC) && !errors.Is(err, syscall.EIO) {
+				res.Err = fmt.Sprintf("chunk %d: %v", i, err)
+				return
+			}
+			res.FailedAt = i
+		}
+	}
+}
 
 func chunkPattern(i, n int) []byte {
 	b := make([]byte, n)
@@ -47,33 +112,28 @@ func TestMmapWriterAtENOSPC(t *testing.T) {
 	t.Logf("full for write(2): bfree %d, bavail %d blocks (reserve %d)", sfs.Bfree, sfs.Bavail, reserve)
 	require.Greater(t, reserve, int64(8), "a write-back reserve is kept")
 
-	// 2. an mmap writer stores into holes past what the reserve holds
+	// 2. an mmap writer stores into holes past what the reserve holds. It
+	// runs in a child process: a page fault on a mapping served by this
+	// process would stall the Go runtime's stop-the-world (the faulting
+	// thread cannot be preempted while the FUSE server is stopped).
 	p := filepath.Join(m.dir, "mapped")
-	f, err := os.OpenFile(p, os.O_CREATE|os.O_RDWR, 0o644)
-	require.NoError(t, err)
 	const pagesPerChunk = 4
 	csize := int(pagesPerChunk * bs)
 	nchunks := int(2*reserve/pagesPerChunk) + 8
-	require.NoError(t, f.Truncate(int64(nchunks*csize)))
-	mem, err := unix.Mmap(int(f.Fd()), 0, nchunks*csize, unix.PROT_READ|unix.PROT_WRITE, unix.MAP_SHARED)
-	require.NoError(t, err)
-	durable := map[int]bool{}
-	failedAt := -1
-	for i := 0; i < nchunks; i++ {
-		copy(mem[i*csize:], chunkPattern(i, csize))
-		_ = unix.Msync(mem[i*csize:(i+1)*csize], unix.MS_SYNC) // reports the failure once, like the kernel's errseq
-		err := f.Sync()
-		switch {
-		case err == nil:
-			require.Equal(t, -1, failedAt, "chunk %d: fsync succeeded after a failed write-back (chunk %d)", i, failedAt)
-			durable[i] = true
-		case failedAt < 0:
-			require.True(t, errors.Is(err, syscall.ENOSPC) || errors.Is(err, syscall.EIO), "chunk %d: %v", i, err)
-			failedAt = i
-		}
+	cmd := exec.Command(os.Args[0], "-test.run=^TestMmapWriterChild$", "-test.v")
+	cmd.Env = append(os.Environ(), fmt.Sprintf("ZF_MMAP_CHILD=%s,%d,%d", p, csize, nchunks))
+	out, err := cmd.CombinedOutput()
+	require.NoError(t, err, "%s", out)
+	var res mmapResult
+	i := bytes.Index(out, []byte("RESULT "))
+	require.GreaterOrEqual(t, i, 0, "%s", out)
+	require.NoError(t, json.NewDecoder(bytes.NewReader(out[i+len("RESULT "):])).Decode(&res))
+	require.Empty(t, res.Err, "%s", out)
+	durable, failedAt := map[int]bool{}, res.FailedAt
+	for _, c := range res.Durable {
+		durable[c] = true
 	}
-	require.NoError(t, unix.Munmap(mem))
-	_ = f.Close()
+	require.Empty(t, res.SyncAfterFailure, "fsync succeeded after a failed write-back")
 	t.Logf("%d chunks of %d pages durable, write-back failed at chunk %d", len(durable), pagesPerChunk, failedAt)
 
 	// 3. after a remount (no page cache) every acknowledged chunk is there
@@ -87,7 +147,7 @@ func TestMmapWriterAtENOSPC(t *testing.T) {
 	require.Greater(t, len(durable), int(reserve/pagesPerChunk)/2, "the reserve took the mapped pages")
 	// the file is usable again once space is freed
 	require.NoError(t, os.Remove(filepath.Join(m.dir, "filler")))
-	f, err = os.OpenFile(p, os.O_RDWR, 0)
+	f, err := os.OpenFile(p, os.O_RDWR, 0)
 	require.NoError(t, err)
 	_, err = f.WriteAt(chunkPattern(1, csize), int64(failedAt*csize))
 	require.NoError(t, err)
