@@ -9,9 +9,10 @@
 //   - directory handles: a listing is taken at opendir (and again at offset 0,
 //     i.e. rewinddir) and served by index, so seekdir/telldir work;
 //   - create of an existing name without O_EXCL opens it (racing creators);
-//   - mknod of regular files (other node types: EPERM, lfs has none);
-//   - fallocate mode 0 (extends the size; a log-structured file system
-//     cannot reserve blocks in place) and FALLOC_FL_KEEP_SIZE (a no-op);
+//   - mknod of regular files, FIFOs, sockets and device nodes (lfs.Mknod);
+//   - O_TMPFILE (lfs.CreateTmp) and renameat2 RENAME_EXCHANGE;
+//   - fallocate (lfs.Fallocate: size extension, punch hole, zero range)
+//     and lseek SEEK_DATA/SEEK_HOLE (lfs.Lseek);
 //   - FOPEN_KEEP_CACHE: the kernel's page cache of a file survives close and
 //     open, as on a local file system (all data changes pass through it);
 //   - the read-only virtual attribute StatsXattr on the root directory,
@@ -134,7 +135,7 @@ func fillAttr(a lfs.Attr, out *fuse.Attr) {
 	out.Mode = a.Mode
 	out.Nlink = a.Nlink
 	out.Uid, out.Gid = a.UID, a.GID
-	out.Rdev = 0
+	out.Rdev = uint32(a.Rdev)
 	out.Blksize = a.Blksize
 }
 
@@ -240,20 +241,17 @@ func (f *FS) SetAttr(_ <-chan struct{}, in *fuse.SetAttrIn, out *fuse.AttrOut) f
 	return fuse.OK
 }
 
-// Mknod implements fuse.RawFileSystem: regular files only.
+// Mknod implements fuse.RawFileSystem: regular files, FIFOs, Unix sockets
+// (bind(2)), character and block devices (the device number is stored; the
+// kernel opens FIFOs, sockets and devices itself, devices only on a mount
+// without nodev).
 func (f *FS) Mknod(_ <-chan struct{}, in *fuse.MknodIn, name string, out *fuse.EntryOut) fuse.Status {
-	if in.Mode&syscall.S_IFMT != syscall.S_IFREG && in.Mode&syscall.S_IFMT != 0 {
-		return status(syscall.EPERM) // lfs has no device, FIFO or socket nodes
-	}
 	uid, gid, mode, err := f.owner(in.NodeId, in.Caller, in.Mode)
 	if err != nil {
 		return status(err)
 	}
-	a, h, err := f.fs.Create(bg(), in.NodeId, name, mode&0o7777, uid, gid, syscall.O_RDONLY)
+	a, err := f.fs.Mknod(bg(), in.NodeId, name, mode&(syscall.S_IFMT|0o7777), uint64(in.Rdev), uid, gid)
 	if err != nil {
-		return status(err)
-	}
-	if err := f.fs.Release(bg(), h); err != nil {
 		return status(err)
 	}
 	f.entry(a, out)
@@ -284,7 +282,9 @@ func (f *FS) Rmdir(_ <-chan struct{}, h *fuse.InHeader, name string) fuse.Status
 	return status(f.fs.Rmdir(bg(), h.NodeId, name))
 }
 
-// Rename implements fuse.RawFileSystem (RENAME_NOREPLACE; RENAME_EXCHANGE is EINVAL in lfs).
+// Rename implements fuse.RawFileSystem (RENAME_NOREPLACE and
+// RENAME_EXCHANGE; RENAME_WHITEOUT is EINVAL: lfs has no whiteouts, which
+// only overlay file systems need on their upper layer).
 func (f *FS) Rename(_ <-chan struct{}, in *fuse.RenameIn, oldName, newName string) fuse.Status {
 	if in.Flags&^uint32(lfs.RenameNoReplace|lfs.RenameExchange) != 0 {
 		return status(syscall.EINVAL) // RENAME_WHITEOUT: no whiteouts in lfs
@@ -406,6 +406,24 @@ func (f *FS) Create(_ <-chan struct{}, in *fuse.CreateIn, name string, out *fuse
 	return fuse.OK
 }
 
+// Tmpfile implements fuse.RawFileSystem: open(2) with O_TMPFILE makes an
+// unnamed file in the directory (lfs.CreateTmp); linkat(2) with
+// AT_EMPTY_PATH names it unless it was opened with O_EXCL.
+func (f *FS) Tmpfile(_ <-chan struct{}, in *fuse.CreateIn, out *fuse.CreateOut) fuse.Status {
+	uid, gid, mode, err := f.owner(in.NodeId, in.Caller, in.Mode)
+	if err != nil {
+		return status(err)
+	}
+	a, h, err := f.fs.CreateTmp(bg(), in.NodeId, mode&0o7777, uid, gid, int(in.Flags))
+	if err != nil {
+		return status(err)
+	}
+	f.entry(a, &out.EntryOut)
+	out.Fh = uint64(h)
+	out.OpenFlags = fuse.FOPEN_KEEP_CACHE
+	return fuse.OK
+}
+
 // Open implements fuse.RawFileSystem.
 func (f *FS) Open(_ <-chan struct{}, in *fuse.OpenIn, out *fuse.OpenOut) fuse.Status {
 	h, err := f.fs.Open(bg(), in.NodeId, int(in.Flags))
@@ -415,8 +433,12 @@ func (f *FS) Open(_ <-chan struct{}, in *fuse.OpenIn, out *fuse.OpenOut) fuse.St
 	out.Fh = uint64(h)
 	// Every change of file data passes through this mount's page cache
 	// (lfs never changes data on its own; recycling moves blocks without
-	// changing them), so the cache stays valid from one open to the next.
-	out.OpenFlags = fuse.FOPEN_KEEP_CACHE
+	// changing them), so the cache stays valid from one open to the next,
+	// except after a failed write-back: the kernel still shows the pages
+	// that could not be written, so this open drops them.
+	if !f.fs.StaleCache(in.NodeId) {
+		out.OpenFlags = fuse.FOPEN_KEEP_CACHE
+	}
 	return fuse.OK
 }
 
@@ -429,9 +451,17 @@ func (f *FS) Read(_ <-chan struct{}, in *fuse.ReadIn, buf []byte) (fuse.ReadResu
 	return fuse.ReadResultData(buf[:n]), fuse.OK
 }
 
-// Write implements fuse.RawFileSystem.
+// Write implements fuse.RawFileSystem. The kernel's write-back of cached
+// pages (FUSE_WRITE_CACHE: pages dirtied through a shared mapping, whose
+// stores cannot be refused) goes to lfs.WriteBack, which may use the space
+// reserve and makes later fsyncs fail when it fails; write(2) goes to
+// lfs.Write, which gets ENOSPC before the reserve.
 func (f *FS) Write(_ <-chan struct{}, in *fuse.WriteIn, data []byte) (uint32, fuse.Status) {
-	n, err := f.fs.Write(bg(), lfs.Handle(in.Fh), int64(in.Offset), data)
+	write := f.fs.Write
+	if in.WriteFlags&fuse.WRITE_CACHE != 0 {
+		write = f.fs.WriteBack
+	}
+	n, err := write(bg(), lfs.Handle(in.Fh), int64(in.Offset), data)
 	if err != nil {
 		return 0, status(err)
 	}
@@ -456,30 +486,23 @@ func (f *FS) Fsync(_ <-chan struct{}, in *fuse.FsyncIn) fuse.Status {
 	return status(f.fs.Fsync(bg(), lfs.Handle(in.Fh), in.FsyncFlags&1 != 0))
 }
 
-// Fallocate implements fuse.RawFileSystem: mode 0 extends the file, KEEP_SIZE
-// does nothing (blocks are allocated when written in a log-structured file
-// system), anything else (punching holes, zero ranges) is EOPNOTSUPP.
+// Fallocate implements fuse.RawFileSystem through lfs.Fallocate: mode 0
+// extends the size, KEEP_SIZE alone does nothing, PUNCH_HOLE (with
+// KEEP_SIZE) and ZERO_RANGE deallocate the range; collapse, insert and
+// unshare are EOPNOTSUPP.
 func (f *FS) Fallocate(_ <-chan struct{}, in *fuse.FallocateIn) fuse.Status {
-	const keepSize = 1 // FALLOC_FL_KEEP_SIZE
-	switch in.Mode {
-	case 0:
-		a, err := f.fs.Getattr(bg(), in.NodeId)
-		if err != nil {
-			return status(err)
-		}
-		if a.Mode&syscall.S_IFMT != syscall.S_IFREG {
-			return status(syscall.ENODEV)
-		}
-		end := in.Offset + in.Length
-		if end > a.Size {
-			_, err = f.fs.Setattr(bg(), in.NodeId, lfs.SetattrIn{Valid: lfs.SetSize, Size: end})
-		}
-		return status(err)
-	case keepSize:
-		_, err := f.fs.Getattr(bg(), in.NodeId)
+	return status(f.fs.Fallocate(bg(), in.NodeId, in.Mode, in.Offset, in.Length))
+}
+
+// Lseek implements fuse.RawFileSystem: SEEK_DATA and SEEK_HOLE (the kernel
+// handles SEEK_SET, SEEK_CUR and SEEK_END itself).
+func (f *FS) Lseek(_ <-chan struct{}, in *fuse.LseekIn, out *fuse.LseekOut) fuse.Status {
+	pos, err := f.fs.Lseek(bg(), in.NodeId, in.Offset, int(in.Whence))
+	if err != nil {
 		return status(err)
 	}
-	return status(syscall.EOPNOTSUPP)
+	out.Offset = pos
+	return fuse.OK
 }
 
 // OpenDir implements fuse.RawFileSystem: the listing is taken now.

@@ -26,6 +26,33 @@
 // written after that checkpoint by fsync (fsync mark, checkpoint version and
 // sequence in every node header), deletes orphans and checkpoints.
 //
+// Files. Regular files, directories, symlinks and special files: FIFOs,
+// sockets, character and block devices (Mknod; a device's number is a u64
+// after the inode's xattrs, flagged in the inode and announced by the
+// compat superblock bit FeatureInodeRdev, so older images read as rdev 0 and
+// older builds can still mount). The inode also keeps the count of its
+// mapped data blocks (st_blocks; same trailer scheme): it changes where a
+// direct-node entry goes from hole to block and back (write-back commit,
+// truncate, punch hole), dirty pages over holes are added when reported
+// (delayed allocation), an inode written without the count (older builds)
+// is counted from its direct nodes when first stat'ed, and roll-forward
+// recounts the inodes it recovered (their nodes may come from a torn
+// fsync). Holes are simply unmapped entries: SEEK_DATA/SEEK_HOLE walk the
+// direct nodes (skipping a missing node's whole reach), and fallocate's
+// PUNCH_HOLE and ZERO_RANGE unmap whole blocks (invalidating them in the
+// SIT, so recycling reclaims their segments) and zero the partial edge
+// blocks in the page cache. O_TMPFILE files are orphan inodes without a
+// name until Link gives them one.
+//
+// Space. Users may fill sb.UserBlocks (over-provisioning and the GC reserve
+// segments are outside it). Write keeps a write-back reserve
+// (Options.WriteReserveBlocks) free: it is for WriteBack, the kernel's
+// write-back of pages dirtied through shared mappings, whose stores could
+// not be refused (FUSE has no page_mkwrite). A WriteBack that fails anyway
+// sets a sticky error on the inode that every fsync returns until the last
+// close (no fsync ever acknowledges a lost page), and StaleCache tells the
+// binding to drop the kernel's cached pages at the next open.
+//
 // Recycling (gc.go) is a RecyclePolicy: victim selection (greedy, cost-benefit)
 // and the move method (HostCopy or Compact = IZC, with copyback-aware
 // destination allocation); host-cached dirty blocks are always written from

@@ -10,7 +10,8 @@ func (fs *FS) Abandon() { fs.abandon() }
 
 // Corrupt damages a mounted file system on purpose and checkpoints the damage
 // (tests of fsck). kind: sit (a valid data block marked invalid), nlink (a
-// file's link count off by one), dangling (a name pointing at no inode),
+// file's link count off by one), blocks (its block count off), rdev (a
+// device number on a regular file), dangling (a name pointing at no inode),
 // unreachable (a file's only name removed, the inode kept).
 func (fs *FS) Corrupt(kind string, ino uint64) error {
 	fs.cpMu.Lock()
@@ -39,6 +40,12 @@ func (fs *FS) Corrupt(kind string, ino uint64) error {
 		fs.touch(d.addrs[0], true)
 	case "nlink":
 		in.body.Nlink++
+		fs.markDirty(in)
+	case "blocks":
+		in.body.Blocks += 3
+		fs.markDirty(in)
+	case "rdev":
+		in.body.Rdev = 0x0103
 		fs.markDirty(in)
 	case "dangling":
 		root, err := fs.getInode(ctx, RootIno)
@@ -71,4 +78,21 @@ func (fs *FS) Corrupt(kind string, ino uint64) error {
 		}
 	}
 	return fs.checkpoint(ctx, true)
+}
+
+// ForgetBlockCount makes ino's block count unknown, as on an inode written
+// by a build without the field, and writes it so (a checkpoint).
+func (fs *FS) ForgetBlockCount(ino uint64) error {
+	fs.cpMu.Lock()
+	defer fs.cpMu.Unlock()
+	fs.mu.Lock()
+	defer fs.mu.Unlock()
+	ctx := context.Background()
+	in, err := fs.getInode(ctx, ino)
+	if err != nil {
+		return err
+	}
+	in.body.Blocks, in.body.BlocksKnown = 0, false
+	fs.markDirty(in)
+	return fs.checkpoint(ctx, false)
 }

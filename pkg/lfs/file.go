@@ -12,23 +12,27 @@ import (
 // (held across their I/O, see doc.go), busy keeps it in the inode cache while
 // an operation holds or waits for mu, gone says it was deleted.
 type inode struct {
-	mu       sync.Mutex
-	busy     int
-	gone     bool
-	flights  int    // write-backs in flight (their pages marked inflight)
-	raLast   uint64 // end of the last read (sequential detection)
-	raUntil  uint64 // blocks prefetched up to here
-	raBusy   bool   // a read-ahead of this inode runs
-	ino      uint64
-	body     inodeBody
-	dirty    bool // inode node must be written
-	dn       map[uint32]*dnode
-	pages    map[uint64]*page
-	dir      *dirIndex // loaded directory index (directories only)
-	opens    int
-	needCP   bool // created/linked/renamed/unlinked since the last checkpoint: fsync checkpoints
-	cold     bool // GC moved it: write its node to the cold node log
-	coldFile bool // user.lfs.cold set: its data goes to the cold data log
+	mu         sync.Mutex
+	busy       int
+	gone       bool
+	flights    int    // write-backs in flight (their pages marked inflight)
+	raLast     uint64 // end of the last read (sequential detection)
+	raUntil    uint64 // blocks prefetched up to here
+	raBusy     bool   // a read-ahead of this inode runs
+	ino        uint64
+	body       inodeBody
+	dirty      bool // inode node must be written
+	dn         map[uint32]*dnode
+	pages      map[uint64]*page
+	dir        *dirIndex // loaded directory index (directories only)
+	opens      int
+	wbErr      error  // a write-back (WriteBack) failed: fsync returns it until the last close
+	staleCache bool   // a write-back failed: the kernel's cached pages are stale (StaleCache)
+	tmpfile    bool   // O_TMPFILE without O_EXCL: no link yet, but Link may give it one
+	holes      uint64 // dirty pages over holes: blocks charged, not mapped yet (st_blocks counts them)
+	needCP     bool   // created/linked/renamed/unlinked since the last checkpoint: fsync checkpoints
+	cold       bool   // GC moved it: write its node to the cold node log
+	coldFile   bool   // user.lfs.cold set: its data goes to the cold data log
 }
 
 type dnode struct {
@@ -49,7 +53,7 @@ func (in *inode) isDir() bool { return in.body.Mode&syscall.S_IFMT == syscall.S_
 func (in *inode) isReg() bool { return in.body.Mode&syscall.S_IFMT == syscall.S_IFREG }
 
 func (fs *FS) newInode(ino uint64, mode, uid, gid uint32, now int64) *inode {
-	in := &inode{ino: ino, body: inodeBody{Mode: mode, UID: uid, GID: gid, Nlink: 1, Atime: now, Mtime: now, Ctime: now},
+	in := &inode{ino: ino, body: inodeBody{Mode: mode, UID: uid, GID: gid, Nlink: 1, Atime: now, Mtime: now, Ctime: now, BlocksKnown: true},
 		dirty: true, dn: map[uint32]*dnode{}, pages: map[uint64]*page{}, needCP: true}
 	fs.inodes[ino] = in
 	fs.active[ino] = in
@@ -230,6 +234,7 @@ func (fs *FS) getPage(ctx context.Context, in *inode, blk uint64, create bool) (
 			return nil, errNoSpace
 		}
 		fs.used++
+		in.holes++
 		p.dirty = true
 		fs.dirtyPages++
 		fs.active[in.ino] = in
@@ -387,6 +392,10 @@ func (fs *FS) commitFlush(ctx context.Context, plan *flushPlan, failed bool) err
 				in.dn[di] = d
 			}
 			e := blk % fs.epd()
+			if d.addrs[e] == 0 {
+				fs.mapped(in, 1)
+				in.holes = max(in.holes, 1) - 1
+			}
 			fs.invalidate(d.addrs[e])
 			d.addrs[e] = a
 			fs.markDnDirty(in, d)
@@ -803,6 +812,7 @@ func (fs *FS) freeFrom(ctx context.Context, in *inode, from, to uint64) error {
 				}
 				if a == 0 {
 					fs.used-- // a dirty hole page counted a block
+					in.holes = max(in.holes, 1) - 1
 				}
 			}
 			delete(in.pages, b)
@@ -825,11 +835,76 @@ func (fs *FS) freeFrom(ctx context.Context, in *inode, from, to uint64) error {
 				fs.invalidate(d.addrs[e])
 				d.addrs[e] = 0
 				fs.used--
+				fs.mapped(in, -1)
 				fs.markDnDirty(in, d)
 			}
 		}
 		if base >= from {
 			fs.dropDnode(in, idx)
+		}
+	}
+	return nil
+}
+
+// mapped changes in's count of mapped data blocks by n (when it is known;
+// an unknown count is taken from the direct nodes by countBlocks) and marks
+// the inode dirty: the count is written with the direct nodes that changed,
+// by the same fsync or checkpoint.
+func (fs *FS) mapped(in *inode, n int64) {
+	if !in.body.BlocksKnown {
+		return
+	}
+	in.body.Blocks = uint64(max(int64(in.body.Blocks)+n, 0))
+	fs.markDirty(in)
+}
+
+// countBlocks makes in's block count known (inodes written by builds without
+// the field): it loads every direct node that may exist (fs.mu released for
+// the reads) and counts their mapped entries in one pass under fs.mu, so the
+// count agrees with the mapping at that instant; later changes keep it
+// current through mapped. Readers call it (fs.mu held). A cache eviction between the loads and the count
+// means loading again.
+func (fs *FS) countBlocks(ctx context.Context, in *inode) error {
+	for try := 0; !in.body.BlocksKnown && try < 8; try++ {
+		bs := uint64(fs.bs)
+		end := (in.body.Size + bs - 1) / bs
+		if in.isDir() {
+			end = max(end, uint64(len(in.dirBlocksOrNil())))
+		}
+		last := uint32(min(end/fs.epd()+1, maxDirect))
+		for idx := uint32(1); idx <= last; idx++ {
+			if _, err := fs.getDnode(ctx, in, idx, false); err != nil {
+				return err
+			}
+		}
+		if in.body.BlocksKnown {
+			return nil
+		}
+		complete := true
+		var n uint64
+		for idx := uint32(1); idx <= last; idx++ {
+			d, ok := in.dn[idx]
+			if !ok {
+				if _, onDisk := fs.nat[mkNid(in.ino, idx)]; onDisk {
+					complete = false
+					break
+				}
+				continue
+			}
+			if d == nil {
+				continue
+			}
+			for _, a := range d.addrs {
+				if a != 0 {
+					n++
+				}
+			}
+		}
+		if complete {
+			// not marked dirty (a reader must not dirty an inode): the
+			// count is written with the inode's next change
+			in.body.Blocks = n
+			in.body.BlocksKnown = true
 		}
 	}
 	return nil

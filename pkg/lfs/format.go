@@ -19,12 +19,22 @@ import (
 // next metadata zone switch) is version 2. Other versions are refused.
 const FormatVersion = 2
 
-// KnownFeatures are the superblock feature bits this build understands
-// (none yet). An unknown compat bit is ignored; an unknown ro_compat bit
-// refuses a writable mount (*ondisk.FeatureError, class ro_compat: the image
-// could only be mounted read-only); an unknown incompat bit refuses the
-// mount. Threaded logging or in-place update state will add bits here.
-var KnownFeatures = ondisk.Features{}
+// KnownFeatures are the superblock feature bits this build understands. An
+// unknown compat bit is ignored; an unknown ro_compat bit refuses a writable
+// mount (*ondisk.FeatureError, class ro_compat: the image could only be
+// mounted read-only); an unknown incompat bit refuses the mount. Threaded
+// logging or in-place update state will add bits here.
+var KnownFeatures = ondisk.Features{Compat: FeatureInodeRdev}
+
+// FeatureInodeRdev (compat) says inodes may carry a device number: an inode
+// whose Flags has inodeFlagRdev stores a u64 rdev after its xattrs. Images
+// without the bit have no such inodes (mknod of devices, FIFOs and sockets
+// was refused) and read as rdev 0. An older build ignores the flag and the
+// trailing field (it decodes the fixed part and the xattrs only), so the bit
+// is compat: it may mount the image; rewriting such an inode drops the
+// device number (the node becomes rdev 0), never the file. Set by Mkfs and
+// by every writable mount (the next superblock written carries it).
+const FeatureInodeRdev = 1 << 0
 
 const (
 	magicMeta   = 0x524d465a // "ZFMR" metadata record
@@ -463,6 +473,33 @@ type inodeBody struct {
 	Parent uint64
 	Flags  uint32
 	Xattrs []xattr
+	Rdev   uint64 // device number (inodeFlagRdev, FeatureInodeRdev): character and block devices
+	// Blocks is the number of data blocks mapped (space used; holes and
+	// punched ranges not counted), valid when BlocksKnown (inodeFlagBlocks):
+	// inodes written by builds before the field read as unknown and have it
+	// counted from their direct nodes when first needed.
+	Blocks      uint64
+	BlocksKnown bool
+}
+
+// Inode flags (inodeBody.Flags). Each flag says that a u64 field follows the
+// xattrs, in this order.
+const (
+	inodeFlagRdev   = 1 << 0 // the device number
+	inodeFlagBlocks = 1 << 1 // the mapped data block count
+	inodeFlagsExt   = inodeFlagRdev | inodeFlagBlocks
+)
+
+// extLen is the room the fields after the xattrs take in the inode block.
+func (in *inodeBody) extLen() int {
+	n := 0
+	if in.Rdev != 0 {
+		n += 8
+	}
+	if in.BlocksKnown {
+		n += 8
+	}
+	return n
 }
 
 type xattr struct {
@@ -475,7 +512,8 @@ func directEntries(bs int) int { return (bs - nodeHdrLen) / 8 }
 // inodeFixedLen is the inode body size without xattrs.
 const inodeFixedLen = 4*4 + 8 + 8*3 + 8 + 4 + 2
 
-// xattrSpace is the room for xattrs in an inode block.
+// xattrSpace is the room for xattrs in an inode block (the device number,
+// when an inode has one, takes rdevLen of it).
 func xattrSpace(bs int) int { return bs - nodeHdrLen - inodeFixedLen }
 
 func encodeNode(h nodeHeader, body []byte, bs int) []byte {
@@ -528,11 +566,24 @@ func (in *inodeBody) encode() []byte {
 	w.u64(uint64(in.Mtime))
 	w.u64(uint64(in.Ctime))
 	w.u64(in.Parent)
-	w.u32(in.Flags)
+	flags := in.Flags &^ inodeFlagsExt
+	if in.Rdev != 0 {
+		flags |= inodeFlagRdev
+	}
+	if in.BlocksKnown {
+		flags |= inodeFlagBlocks
+	}
+	w.u32(flags)
 	w.u16(uint16(len(in.Xattrs)))
 	for _, x := range in.Xattrs {
 		w.bytes16([]byte(x.Name))
 		w.bytes16(x.Value)
+	}
+	if in.Rdev != 0 {
+		w.u64(in.Rdev)
+	}
+	if in.BlocksKnown {
+		w.u64(in.Blocks)
 	}
 	return w.b
 }
@@ -559,6 +610,18 @@ func decodeInode(b []byte) (nodeHeader, *inodeBody, error) {
 	if r.bad {
 		return h, nil, corrupt("inode", "ino %d: truncated", h.Ino)
 	}
+	// An older build that rewrote the inode kept the flags but not the
+	// fields: the block's zero padding reads as rdev 0 and a block count of
+	// 0. So a count of 0 with a non-zero size is recounted, and an inode
+	// whose xattrs fill the block has no room left: rdev 0, count unknown.
+	if in.Flags&inodeFlagRdev != 0 && len(r.b) >= 8 {
+		in.Rdev = r.u64()
+	}
+	if in.Flags&inodeFlagBlocks != 0 && len(r.b) >= 8 {
+		in.Blocks = r.u64()
+		in.BlocksKnown = in.Blocks != 0 || in.Size == 0
+	}
+	in.Flags &^= inodeFlagsExt
 	return h, in, nil
 }
 

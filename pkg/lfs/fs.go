@@ -14,6 +14,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/zonefleet/zonefleet/pkg/clock"
+	"github.com/zonefleet/zonefleet/pkg/ondisk"
 	"github.com/zonefleet/zonefleet/pkg/zerr"
 )
 
@@ -80,6 +81,31 @@ type Options struct {
 	// RetryDeadline bounds how long one Volume call is retried while a node is
 	// unavailable (clock time; 0: DefaultRetryDeadline); then it fails (EIO).
 	RetryDeadline time.Duration
+	// WriteReserveBlocks is the space kept for write-back of pages dirtied
+	// through shared mappings (WriteBack), which cannot be refused at the
+	// store (FUSE has no page_mkwrite): Write gets ENOSPC when it would dip
+	// into it. 0: DefaultWriteReserve; negative: none.
+	WriteReserveBlocks int
+}
+
+// DefaultWriteReserve returns the default write-back reserve of a file
+// system of userBlocks blocks of bs bytes: 1/32 of it, at most 64 MiB (the
+// kernel keeps a FUSE mount's dirty pages to a small share of its dirty
+// limit, so this covers the pages that can be dirty at once on usual
+// machines; past it a write-back fails and fsync reports it).
+func DefaultWriteReserve(userBlocks uint64, bs int) uint64 {
+	return min(userBlocks/32, uint64(64<<20)/uint64(bs))
+}
+
+// writeReserve is the reserve in blocks.
+func (fs *FS) writeReserve() uint64 {
+	switch r := fs.opts.WriteReserveBlocks; {
+	case r < 0:
+		return 0
+	case r > 0:
+		return min(uint64(r), fs.sb.UserBlocks)
+	}
+	return DefaultWriteReserve(fs.sb.UserBlocks, fs.bs)
 }
 
 // FS is a mounted file system. All methods are safe for concurrent use.
@@ -236,7 +262,8 @@ func Mkfs(ctx context.Context, vol Volume, opts MkfsOptions) error {
 		}
 	}
 	sb := superblock{Version: FormatVersion, BlockSize: uint32(g.BlockSize), ZoneBlocks: g.ZoneBlocks,
-		MaxZones: uint32(g.MaxZones), OPPercent: uint32(op), Logs: 6}
+		MaxZones: uint32(g.MaxZones), OPPercent: uint32(op), Logs: 6,
+		Features: ondisk.Features{Compat: FeatureInodeRdev}}
 	_, _ = rand.Read(sb.UUID[:])
 	if g.MaxOpen < numTemps+2 {
 		sb.Logs = 2
@@ -257,6 +284,7 @@ func Mkfs(ctx context.Context, vol Volume, opts MkfsOptions) error {
 	sb.MaxNodes = uint64(room / 24)
 	fs := newFS(vol, Options{})
 	fs.sb = sb
+	fs.sb.Features.Compat |= FeatureInodeRdev // written with the next superblock
 	fs.nlogs = int(sb.Logs)
 	fs.logs = make([]*segment, fs.nlogs)
 	fs.nextIno = RootIno + 1
@@ -427,6 +455,7 @@ func loadFS(ctx context.Context, vol Volume, opts Options) (*FS, []ZoneInfo, *me
 	}
 	fs := newFS(vol, opts)
 	fs.sb = sb
+	fs.sb.Features.Compat |= FeatureInodeRdev // written with the next superblock
 	// The segments are those the file system was formatted with: a volume that
 	// offers more or fewer today (fsvol derives its figure from the cluster)
 	// does not change the space promised to users. If it really holds fewer,

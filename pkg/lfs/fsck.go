@@ -9,7 +9,7 @@ import (
 
 // Problem is one violated invariant.
 type Problem struct {
-	Kind string // sit, ssa, nat, tree, nlink, dir, size, space
+	Kind string // sit, ssa, nat, tree, nlink, dir, size, space, blocks, mode
 	Msg  string
 }
 
@@ -279,6 +279,7 @@ func (fs *FS) check(ctx context.Context, repair bool) (Report, error) {
 		for idx := range in.dn {
 			maxIdx = max(maxIdx, idx)
 		}
+		var nmapped uint64
 		for idx := uint32(1); idx <= maxIdx; idx++ {
 			d, err := fs.getDnode(ctx, in, idx, false)
 			if err != nil {
@@ -292,11 +293,43 @@ func (fs *FS) check(ctx context.Context, repair bool) (Report, error) {
 				if a == 0 {
 					continue
 				}
+				nmapped++
 				blk := uint64(idx-1)*epd + uint64(e)
 				claim(a, mkNid(ino, idx), uint32(e), fmt.Sprintf("inode %d block %d", ino, blk))
 				if blk >= end {
 					r.add("size", "inode %d: block %d mapped past the end (size %d)", ino, blk, in.body.Size)
 				}
+			}
+		}
+		// the file type is one lfs makes; only devices carry a device number
+		switch in.body.Mode & syscall.S_IFMT {
+		case syscall.S_IFREG, syscall.S_IFDIR, syscall.S_IFLNK, syscall.S_IFIFO, syscall.S_IFSOCK:
+			if in.body.Rdev != 0 {
+				r.add("mode", "inode %d: mode %o with device number %#x", ino, in.body.Mode, in.body.Rdev)
+				if repair {
+					in.body.Rdev = 0
+					fs.markDirty(in)
+					r.Repaired++
+				}
+			}
+			if in.body.Mode&syscall.S_IFMT != syscall.S_IFREG && in.body.Mode&syscall.S_IFMT != syscall.S_IFDIR &&
+				in.body.Mode&syscall.S_IFMT != syscall.S_IFLNK && nmapped > 0 {
+				r.add("size", "inode %d: special file (mode %o) maps %d data blocks", ino, in.body.Mode, nmapped)
+			}
+		case syscall.S_IFCHR, syscall.S_IFBLK:
+			if nmapped > 0 {
+				r.add("size", "inode %d: device (mode %o) maps %d data blocks", ino, in.body.Mode, nmapped)
+			}
+		default:
+			r.add("mode", "inode %d: unknown file type in mode %o", ino, in.body.Mode)
+		}
+		// the block count (st_blocks) matches the mapping
+		if in.body.BlocksKnown && in.holes == 0 && in.body.Blocks != nmapped {
+			r.add("blocks", "inode %d: block count %d, %d blocks mapped", ino, in.body.Blocks, nmapped)
+			if repair {
+				in.body.Blocks = nmapped
+				fs.markDirty(in)
+				r.Repaired++
 			}
 		}
 	}

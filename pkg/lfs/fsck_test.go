@@ -15,6 +15,8 @@ func TestFsckFindsAndRepairs(t *testing.T) {
 	}{
 		{"sit", "sit"},
 		{"nlink", "nlink"},
+		{"blocks", "blocks"},
+		{"rdev", "mode"},
 		{"dangling", "dir"},
 		{"unreachable", "nat"},
 	} {

@@ -18,6 +18,7 @@ type Attr struct {
 	Size    uint64
 	Blocks  uint64 // 512-byte sectors allocated
 	Blksize uint32
+	Rdev    uint64 // device number of character and block devices
 	Atime   int64
 	Mtime   int64
 	Ctime   int64
@@ -264,9 +265,16 @@ func (fs *FS) exclusiveCheckpoint(ctx context.Context, force bool) error {
 
 func (fs *FS) attr(in *inode) Attr {
 	bs := uint64(fs.bs)
+	// space used: the data blocks mapped plus the dirty pages over holes
+	// (charged against the free space already, as delayed allocation);
+	// a count not known yet (see countBlocks) is estimated from the size
+	blocks := in.body.Blocks + in.holes
+	if !in.body.BlocksKnown {
+		blocks = (in.body.Size + bs - 1) / bs
+	}
 	return Attr{Ino: in.ino, Mode: in.body.Mode, Nlink: in.body.Nlink, UID: in.body.UID, GID: in.body.GID,
-		Size: in.body.Size, Blocks: (in.body.Size + bs - 1) / bs * (bs / 512), Blksize: uint32(fs.bs),
-		Atime: in.body.Atime, Mtime: in.body.Mtime, Ctime: in.body.Ctime}
+		Size: in.body.Size, Blocks: blocks * (bs / 512), Blksize: uint32(fs.bs),
+		Atime: in.body.Atime, Mtime: in.body.Mtime, Ctime: in.body.Ctime, Rdev: in.body.Rdev}
 }
 
 func nowNs() int64 { return time.Now().UnixNano() }
@@ -310,6 +318,9 @@ func (fs *FS) Lookup(ctx context.Context, parent uint64, name string) (a Attr, e
 		return a, err
 	}
 	defer o.done(&err)
+	if len(name) > maxNameLen {
+		return a, syscall.ENAMETOOLONG
+	}
 	pin, d, err := fs.dirOf(ctx, parent)
 	if err != nil {
 		return a, err
@@ -332,6 +343,9 @@ func (fs *FS) Lookup(ctx context.Context, parent uint64, name string) (a Attr, e
 	if err != nil {
 		return a, err
 	}
+	if err := fs.countBlocks(ctx, in); err != nil {
+		return a, err
+	}
 	return fs.attr(in), nil
 }
 
@@ -344,6 +358,9 @@ func (fs *FS) Getattr(ctx context.Context, ino uint64) (a Attr, err error) {
 	defer o.done(&err)
 	in, err := fs.getInode(ctx, ino)
 	if err != nil {
+		return a, err
+	}
+	if err := fs.countBlocks(ctx, in); err != nil {
 		return a, err
 	}
 	return fs.attr(in), nil
@@ -455,6 +472,73 @@ func (fs *FS) Create(ctx context.Context, parent uint64, name string, mode, uid,
 	return fs.attr(in), fs.open(in, flags), nil
 }
 
+// Mknod creates a special file: a FIFO, a Unix socket, a character or a block
+// device (rdev is its device number, kept for devices only), or an empty
+// regular file. Its permissions and ownership are those of a regular file;
+// it has no data (the kernel serves FIFOs, sockets and devices itself).
+func (fs *FS) Mknod(ctx context.Context, parent uint64, name string, mode uint32, rdev uint64, uid, gid uint32) (a Attr, err error) {
+	o, err := fs.begin(ctx, "mknod", opWrite)
+	if err != nil {
+		return a, err
+	}
+	defer o.done(&err)
+	switch mode & syscall.S_IFMT {
+	case 0:
+		mode |= syscall.S_IFREG
+		rdev = 0
+	case syscall.S_IFREG, syscall.S_IFIFO, syscall.S_IFSOCK:
+		rdev = 0
+	case syscall.S_IFCHR, syscall.S_IFBLK:
+	case syscall.S_IFDIR:
+		return a, syscall.EPERM // mkdir(2), not mknod
+	default:
+		return a, syscall.EINVAL
+	}
+	in, err := fs.mknode(ctx, o, parent, name, mode&(syscall.S_IFMT|0o7777), uid, gid)
+	if err != nil {
+		return a, err
+	}
+	in.body.Rdev = rdev
+	return fs.attr(in), nil
+}
+
+// CreateTmp creates and opens an unnamed regular file in directory parent
+// (open(2) O_TMPFILE): it has no link and is an orphan (deleted at its last
+// close, or at the next mount after a crash) until Link gives it a name,
+// which O_EXCL forbids.
+func (fs *FS) CreateTmp(ctx context.Context, parent uint64, mode, uid, gid uint32, flags int) (a Attr, h Handle, err error) {
+	o, err := fs.begin(ctx, "create", opWrite)
+	if err != nil {
+		return a, 0, err
+	}
+	defer o.done(&err)
+	pin, _, err := o.lockDir(ctx, parent)
+	if err != nil {
+		return a, 0, err
+	}
+	if pin.body.Nlink == 0 {
+		return a, 0, syscall.ENOENT
+	}
+	if fs.used+3 > fs.sb.UserBlocks || fs.nodes+2 > fs.sb.MaxNodes {
+		return a, 0, errNoSpace
+	}
+	if fs.nextIno > maxIno {
+		return a, 0, syscall.ENOSPC
+	}
+	ino := fs.nextIno
+	fs.nextIno++
+	in := fs.newInode(ino, syscall.S_IFREG|mode&0o7777, uid, gid, nowNs())
+	in.body.Parent = parent
+	in.body.Nlink = 0
+	in.tmpfile = flags&syscall.O_EXCL == 0
+	fs.lockIn(in) // new: never contended
+	o.locked = append(o.locked, in)
+	fs.used++
+	fs.nodes++
+	fs.orphans[ino] = struct{}{}
+	return fs.attr(in), fs.open(in, flags), nil
+}
+
 // Mkdir creates a directory.
 func (fs *FS) Mkdir(ctx context.Context, parent uint64, name string, mode, uid, gid uint32) (a Attr, err error) {
 	o, err := fs.begin(ctx, "mkdir", opWrite)
@@ -529,7 +613,7 @@ func (fs *FS) Link(ctx context.Context, ino, newParent uint64, newName string) (
 	if in.isDir() {
 		return a, syscall.EPERM
 	}
-	if in.body.Nlink == 0 {
+	if in.body.Nlink == 0 && !in.tmpfile {
 		return a, syscall.ENOENT
 	}
 	if pin.body.Nlink == 0 {
@@ -540,6 +624,11 @@ func (fs *FS) Link(ctx context.Context, ino, newParent uint64, newName string) (
 	}
 	if err := fs.addEnt(ctx, pin, dentry{Name: newName, Ino: ino, Type: modeType(in.body.Mode)}); err != nil {
 		return a, err
+	}
+	if in.body.Nlink == 0 { // an O_TMPFILE file gets its first name
+		delete(fs.orphans, in.ino)
+		in.tmpfile = false
+		in.body.Parent = newParent
 	}
 	in.body.Nlink++
 	in.needCP = true
@@ -589,6 +678,9 @@ func (fs *FS) Rmdir(ctx context.Context, parent uint64, name string) (err error)
 func (fs *FS) remove(ctx context.Context, o *op, parent uint64, name string, dir bool) error {
 	if name == "." || name == ".." {
 		return syscall.EINVAL
+	}
+	if len(name) > maxNameLen {
+		return syscall.ENAMETOOLONG
 	}
 	pin, d, err := o.lockDir(ctx, parent)
 	if err != nil {
@@ -657,8 +749,11 @@ func (fs *FS) Rename(ctx context.Context, oldParent uint64, oldName string, newP
 		return err
 	}
 	defer o.done(&err)
-	if flags&RenameExchange != 0 {
+	if flags&^(RenameNoReplace|RenameExchange) != 0 || flags == RenameNoReplace|RenameExchange {
 		return syscall.EINVAL
+	}
+	if len(oldName) > maxNameLen {
+		return syscall.ENAMETOOLONG
 	}
 	if err := checkName(newName); err != nil {
 		return err
@@ -738,6 +833,12 @@ func (fs *FS) Rename(ctx context.Context, oldParent uint64, oldName string, newP
 		}
 	}
 	te, exists := fs.lookupEnt(nd, newName)
+	if flags&RenameExchange != 0 {
+		if !exists {
+			return syscall.ENOENT
+		}
+		return fs.exchange(ctx, op, np, oldName, newName, src, te.Ino)
+	}
 	if exists {
 		if flags&RenameNoReplace != 0 {
 			return syscall.EEXIST
@@ -789,6 +890,54 @@ func (fs *FS) Rename(ctx context.Context, oldParent uint64, oldName string, newP
 	}
 	src.needCP = true
 	fs.touchInode(src, false)
+	return nil
+}
+
+// exchange swaps oldName in op (naming src) and newName in np (naming dst)
+// atomically (renameat2 RENAME_EXCHANGE): both names stay, each naming the
+// other inode. The caller holds the rename lock and both parents', src's and
+// dst's inode locks.
+func (fs *FS) exchange(ctx context.Context, op, np *inode, oldName, newName string, src *inode, dstIno uint64) error {
+	if dstIno == src.ino {
+		return nil
+	}
+	dst, err := fs.getInode(ctx, dstIno)
+	if err != nil {
+		return err
+	}
+	if op != np {
+		// a directory cannot move below itself
+		if dst.isDir() {
+			anc, err := fs.isAncestor(ctx, dst.ino, op.ino)
+			if err != nil {
+				return err
+			}
+			if anc {
+				return syscall.EINVAL
+			}
+		}
+	}
+	if err := fs.setEnt(ctx, np, newName, src.ino, modeType(src.body.Mode)); err != nil {
+		return err
+	}
+	if err := fs.setEnt(ctx, op, oldName, dst.ino, modeType(dst.body.Mode)); err != nil {
+		return err
+	}
+	if op != np {
+		if src.isDir() {
+			op.body.Nlink--
+			np.body.Nlink++
+		}
+		if dst.isDir() {
+			np.body.Nlink--
+			op.body.Nlink++
+		}
+		src.body.Parent, dst.body.Parent = np.ino, op.ino
+	}
+	for _, in := range []*inode{src, dst, op, np} {
+		in.needCP = true
+		fs.touchInode(in, false)
+	}
 	return nil
 }
 
@@ -869,8 +1018,38 @@ func (fs *FS) Read(ctx context.Context, h Handle, off int64, buf []byte) (n int,
 }
 
 // Write writes data at off (at the end with O_APPEND) and returns the bytes
-// written; it writes everything or returns an error.
+// written; it writes everything or returns an error. It gets ENOSPC before
+// the write-back reserve (Options.WriteReserveBlocks) is touched.
 func (fs *FS) Write(ctx context.Context, h Handle, off int64, data []byte) (n int, err error) {
+	return fs.write(ctx, h, off, data, false)
+}
+
+// WriteBack is Write for the kernel's write-back of cached pages (pages
+// dirtied through a shared mapping, FUSE_WRITE_CACHE): it may use the
+// reserve, since the program's stores already succeeded. When it fails
+// anyway, the error is kept on the inode (like the kernel's errseq): every
+// later fsync of the file returns it until the file's last close, so a
+// lost page is never acknowledged by fsync; StaleCache tells the binding
+// that the kernel's page cache of the file shows data that was lost.
+func (fs *FS) WriteBack(ctx context.Context, h Handle, off int64, data []byte) (n int, err error) {
+	return fs.write(ctx, h, off, data, true)
+}
+
+// StaleCache reports (once) whether a write-back of ino failed since the
+// last call: the kernel's cached pages of the file hold data that is not in
+// the file, so the next open must not keep them.
+func (fs *FS) StaleCache(ino uint64) bool {
+	fs.mu.Lock()
+	defer fs.mu.Unlock()
+	in := fs.inodes[ino]
+	if in == nil || !in.staleCache {
+		return false
+	}
+	in.staleCache = false
+	return true
+}
+
+func (fs *FS) write(ctx context.Context, h Handle, off int64, data []byte, writeBack bool) (n int, err error) {
 	o, err := fs.begin(ctx, "write", opWrite)
 	if err != nil {
 		return 0, err
@@ -910,13 +1089,31 @@ func (fs *FS) Write(ctx context.Context, h Handle, off int64, data []byte) (n in
 			}
 		}
 	}
-	if fs.used+need+need/fs.epd()+2 > fs.sb.UserBlocks {
+	limit := fs.sb.UserBlocks
+	if !writeBack {
+		limit -= fs.writeReserve()
+	}
+	if fs.used+need+need/fs.epd()+2 > limit {
+		if writeBack {
+			fs.writeBackFailed(in, errNoSpace)
+		}
 		return 0, errNoSpace
 	}
 	n, err = fs.writeAt(ctx, in, uint64(off), data)
+	if err != nil && writeBack {
+		fs.writeBackFailed(in, err)
+	}
 	fs.touchInode(in, true)
 	fs.m.bytes("write", n)
 	return n, err
+}
+
+// writeBackFailed records a failed write-back of in (fs.mu held).
+func (fs *FS) writeBackFailed(in *inode, err error) {
+	if in.wbErr == nil {
+		in.wbErr = err
+	}
+	in.staleCache = true
 }
 
 // Fsync persists the file's data and nodes (fdatasync is the same here).
@@ -955,6 +1152,9 @@ func (fs *FS) FsyncIno(ctx context.Context, ino uint64) (err error) {
 // asks for a checkpoint (run when the operation has released its locks) when
 // names changed.
 func (fs *FS) fsync(ctx context.Context, o *op, in *inode) error {
+	if in.wbErr != nil {
+		return in.wbErr // a write-back of this file failed: its data is not all there
+	}
 	// a background write-back of in in flight commits first (fsync waits for
 	// it: its blocks must be in the nodes written below)
 	fs.waitFlights(in)
@@ -1018,6 +1218,9 @@ func (fs *FS) Release(ctx context.Context, h Handle) (err error) {
 		return nil
 	}
 	in.opens--
+	if in.opens == 0 {
+		in.wbErr = nil // reported to every fsync until the last close
+	}
 	if in.opens == 0 && in.body.Nlink == 0 && fs.failed == nil {
 		delete(fs.orphans, in.ino)
 		return fs.maybeDelete(ctx, in.ino)
@@ -1068,7 +1271,8 @@ func (fs *FS) Statfs(ctx context.Context) (s StatfsOut, err error) {
 	if fs.used < fs.sb.UserBlocks {
 		free = fs.sb.UserBlocks - fs.used
 	}
-	return StatfsOut{Bsize: uint32(fs.bs), Blocks: fs.sb.UserBlocks, Bfree: free, Bavail: free,
+	avail := free - min(free, fs.writeReserve()) // the write-back reserve is not for write(2)
+	return StatfsOut{Bsize: uint32(fs.bs), Blocks: fs.sb.UserBlocks, Bfree: free, Bavail: avail,
 		Files: fs.sb.MaxNodes, Ffree: fs.sb.MaxNodes - min(fs.nodes, fs.sb.MaxNodes), NameLen: maxNameLen}, nil
 }
 
@@ -1145,6 +1349,7 @@ func (fs *FS) Setxattr(ctx context.Context, ino uint64, name string, value []byt
 			total += xattrLen(x.Name, x.Value)
 		}
 	}
+	total += in.body.extLen()
 	if total+xattrLen(name, value) > xattrSpace(fs.bs) {
 		return syscall.ENOSPC
 	}

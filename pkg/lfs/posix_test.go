@@ -227,7 +227,11 @@ func TestPOSIX(t *testing.T) {
 			require.Equal(t, syscall.ENOSPC, lfs.Errno(err))
 			st, err := fs.Statfs(bg)
 			require.NoError(t, err)
-			require.Less(t, st.Bfree, uint64(32))
+			require.Less(t, st.Bavail, uint64(32), "write(2) filled what it may")
+			reserve := lfs.DefaultWriteReserve(st.Blocks, int(st.Bsize))
+			require.Greater(t, reserve, uint64(0))
+			require.GreaterOrEqual(t, st.Bfree, reserve, "the write-back reserve stays free")
+			require.Less(t, st.Bfree, reserve+32)
 			ents, err := fs.Readdir(bg, lfs.RootIno)
 			require.NoError(t, err)
 			for _, e := range ents[2:] {
@@ -333,7 +337,21 @@ func TestBadInputIsAnErrnoNeverAPanic(t *testing.T) {
 		{"remove missing xattr", func() error { return fs.Removexattr(bg, a.Ino, "user.none") }, syscall.ENODATA},
 		{"readlink of a dir", func() error { _, err := fs.Readlink(bg, lfs.RootIno); return err }, syscall.EINVAL},
 		{"rename missing", func() error { return fs.Rename(bg, lfs.RootIno, "none", lfs.RootIno, "x", 0) }, syscall.ENOENT},
-		{"rename exchange", func() error { return fs.Rename(bg, lfs.RootIno, "f", lfs.RootIno, "x", lfs.RenameExchange) }, syscall.EINVAL},
+		{"rename exchange with no target", func() error { return fs.Rename(bg, lfs.RootIno, "f", lfs.RootIno, "x", lfs.RenameExchange) }, syscall.ENOENT},
+		{"rename exchange and noreplace", func() error {
+			return fs.Rename(bg, lfs.RootIno, "f", lfs.RootIno, "f", lfs.RenameExchange|lfs.RenameNoReplace)
+		}, syscall.EINVAL},
+		{"rename whiteout", func() error { return fs.Rename(bg, lfs.RootIno, "f", lfs.RootIno, "x", 4) }, syscall.EINVAL},
+		{"mknod of a directory", func() error {
+			_, err := fs.Mknod(bg, lfs.RootIno, "d", syscall.S_IFDIR|0o755, 0, 0, 0)
+			return err
+		}, syscall.EPERM},
+		{"lookup of a long name", func() error { _, err := fs.Lookup(bg, lfs.RootIno, string(bytes.Repeat([]byte("n"), 256))); return err }, syscall.ENAMETOOLONG},
+		{"punch a directory", func() error {
+			return fs.Fallocate(bg, lfs.RootIno, lfs.FallocPunchHole|lfs.FallocKeepSize, 0, 1)
+		}, syscall.EISDIR},
+		{"collapse range", func() error { return fs.Fallocate(bg, a.Ino, 0x08, 0, 4096) }, syscall.EOPNOTSUPP},
+		{"seek data past the end", func() error { _, err := fs.Lseek(bg, a.Ino, 1<<40, lfs.SeekData); return err }, syscall.ENXIO},
 		{"huge symlink", func() error {
 			_, err := fs.Symlink(bg, lfs.RootIno, "s", string(bytes.Repeat([]byte("x"), 5000)), 0, 0)
 			return err

@@ -182,9 +182,17 @@ func (fs *FS) recover(ctx context.Context, zones []ZoneInfo, ml *metaLog) error 
 				return err
 			}
 			bs := uint64(fs.bs)
+			// the inode and its direct nodes may come from different
+			// points of an fsync torn by the crash (nodes go to up to
+			// three logs): the block count is counted again
+			in.body.Blocks, in.body.BlocksKnown = 0, false
 			if err := fs.freeFrom(ctx, in, (in.body.Size+bs-1)/bs, uint64(maxIdx[ino])*fs.epd()); err != nil {
 				return err
 			}
+			if err := fs.countBlocks(ctx, in); err != nil {
+				return err
+			}
+			fs.markDirty(in)
 			if in.body.Nlink == 0 {
 				fs.orphans[ino] = struct{}{}
 			}
