@@ -259,7 +259,7 @@ type mountOptions struct {
 	ns, dir, gc, metrics, logFile string
 	cachedWrite, allowOther       bool
 	daemon, debug                 bool
-	bgGC, cpEvery                 time.Duration
+	bgGC, cpEvery, retryDeadline  time.Duration
 	cacheBlocks, maxZones         int
 }
 
@@ -304,6 +304,7 @@ Prometheus metrics (zonefleet_fs_*, zonefleet_client_*) on --metrics-listen.`,
 	f.DurationVar(&o.bgGC, "background-gc", 2*time.Second, "recycle one segment after this much idle time (0: off)")
 	f.DurationVar(&o.cpEvery, "checkpoint-every", 5*time.Second, "checkpoint at this period when something changed (0: off)")
 	f.IntVar(&o.cacheBlocks, "cache-blocks", 0, "host page cache in blocks (0: lfs default, 4096)")
+	f.DurationVar(&o.retryDeadline, "retry-deadline", lfs.DefaultRetryDeadline, "how long a file system operation waits for an unavailable node before it fails with EIO")
 	f.IntVar(&o.maxZones, "max-zones", 0, "v-zones the file system may hold (as given to mkfs)")
 	f.StringVar(&o.metrics, "metrics-listen", "", "serve /metrics on this address (e.g. 127.0.0.1:7901)")
 	f.BoolVar(&o.allowOther, "allow-other", false, "let other users reach the mount (needs user_allow_other for non-root)")
@@ -435,7 +436,7 @@ func serveMount(sigCtx context.Context, g *Globals, o mountOptions, mounted func
 		move = lfs.HostCopy
 	}
 	fs, err := lfs.Mount(sigCtx, vol, lfs.Options{Clock: clk, Registry: reg, Move: move, CachedWrite: o.cachedWrite,
-		BackgroundGC: o.bgGC, CheckpointEvery: o.cpEvery, CacheBlocks: o.cacheBlocks})
+		BackgroundGC: o.bgGC, CheckpointEvery: o.cpEvery, CacheBlocks: o.cacheBlocks, RetryDeadline: o.retryDeadline})
 	if err != nil {
 		return fmt.Errorf("mount %s: %w", g.Namespace, err)
 	}
@@ -481,6 +482,11 @@ func serveMount(sigCtx context.Context, g *Globals, o mountOptions, mounted func
 	unmounted = true
 	if err := fs.Unmount(context.Background()); err != nil {
 		return fmt.Errorf("unmount %s: %w", g.Namespace, err)
+	}
+	// give back the v-zone opened ahead of need and wait for background
+	// finishes (the next mount would otherwise reset the spare itself)
+	if err := vol.Close(context.Background()); err != nil {
+		fmt.Fprintf(g.Err, "zctl: closing the volume of %s: %v\n", g.Namespace, err)
 	}
 	fmt.Fprintf(g.Err, "unmounted %s from %s\n", g.Namespace, abs)
 	return nil
