@@ -221,7 +221,7 @@ type cluster struct {
 }
 
 func startCluster(ctx context.Context, dir, clk string, scale float64, reg prometheus.Registerer) (*cluster, error) {
-	cl, err := localcluster.Start(ctx, localcluster.Config{Dir: dir, Nodes: 3, Clock: clk, TimeScale: scale, Device: localcluster.TinyDevice()})
+	cl, err := localcluster.Start(ctx, localcluster.Config{Dir: dir, Nodes: 3, Clock: clk, TimeScale: scale, Device: localcluster.TinyDevice(), Admission: true}) // as ssdnode and `zctl local up` run
 	if err != nil {
 		return nil, err
 	}

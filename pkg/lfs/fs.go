@@ -165,6 +165,8 @@ type FS struct {
 	userBlocks         uint64 // blocks written on behalf of users (data + nodes)
 	inGC, inCP         bool
 	failed             error
+	bgErr              *prometheus.CounterVec // background errors by task (health.go)
+	bgLog              bgLog
 	closed             bool
 	lastOp             time.Duration
 	stopTimer          func() bool // guarded by tmu
@@ -211,6 +213,7 @@ func newFS(vol Volume, opts Options) *FS {
 		fs.pol = DefaultPolicy(opts.Move)
 	}
 	fs.m = newMetrics(opts.Registry)
+	fs.bgErr = bgCounter(opts.Registry)
 	return fs
 }
 
@@ -787,14 +790,16 @@ func (fs *FS) rotateMeta(ctx context.Context, cp *checkpoint) error {
 	}
 	buf := append(sup, snap...)
 	if err := fs.unlocked(func() error { return fs.vol.Write(ctx, z, 0, buf, true) }); err != nil {
-		_ = fs.unlocked(func() error { return fs.vol.Reset(ctx, z) })
+		fs.noteBackground(bgReset, fs.unlocked(func() error { return fs.vol.Reset(ctx, z) }))
 		return err
 	}
 	fs.blocksWritten += total
 	old, had := fs.metaZone, fs.hasMeta
 	fs.metaZone, fs.metaWP, fs.metaEpoch, fs.metaSeq, fs.sinceSnap, fs.hasMeta = z, total, epoch, 2, 0, true
 	if had {
-		_ = fs.unlocked(func() error { return fs.vol.Reset(ctx, old) })
+		// the old metadata zone is no longer referenced; a failed reset
+		// leaves it for the next mount's sweep of unreferenced zones
+		fs.noteBackground(bgReset, fs.unlocked(func() error { return fs.vol.Reset(ctx, old) }))
 	}
 	return nil
 }

@@ -285,10 +285,11 @@ func (fs *FS) backgroundSync(lastCP *atomic.Int64) {
 	ctx := context.Background()
 	now := fs.clk.Now()
 	if fs.opts.BackgroundGC > 0 && now-fs.lastOp >= fs.opts.BackgroundGC {
-		_, _ = fs.gcOnce(ctx, false, true)
+		_, err := fs.gcOnce(ctx, false, true)
+		fs.noteBackground(bgGC, err)
 	}
 	if fs.opts.CheckpointEvery > 0 && now-time.Duration(lastCP.Load()) >= fs.opts.CheckpointEvery && (fs.dirtyNodes > 0 || fs.dirtyPages > 0) {
-		_ = fs.checkpoint(ctx, false)
+		fs.noteBackground(bgCheckpoint, fs.checkpoint(ctx, false))
 		lastCP.Store(int64(now))
 	}
 }
@@ -305,14 +306,15 @@ func (fs *FS) backgroundAsync(lastCP *atomic.Int64) {
 	idle := fs.opts.BackgroundGC > 0 && now-fs.lastOp >= fs.opts.BackgroundGC
 	fs.mu.Unlock()
 	if idle && fs.gcMu.TryLock() {
-		_, _ = fs.gcOnce(ctx, false, false)
+		_, err := fs.gcOnce(ctx, false, false)
+		fs.noteBackground(bgGC, err)
 		fs.gcMu.Unlock()
 	}
 	if fs.opts.CheckpointEvery > 0 && now-time.Duration(lastCP.Load()) >= fs.opts.CheckpointEvery {
 		fs.cpMu.Lock()
 		fs.mu.Lock()
 		if !fs.closed && fs.failed == nil && (fs.dirtyNodes > 0 || fs.dirtyPages > 0) {
-			_ = fs.checkpoint(ctx, false)
+			fs.noteBackground(bgCheckpoint, fs.checkpoint(ctx, false))
 			lastCP.Store(int64(now))
 		}
 		fs.mu.Unlock()

@@ -170,7 +170,7 @@ func (fs *FS) closeLog(ctx context.Context, li int) {
 	if !s.closed {
 		s.closed = true
 		if s.wp < s.cap {
-			_ = fs.unlocked(func() error { return fs.vol.Finish(ctx, s.zone) })
+			fs.noteBackground(bgFinish, fs.unlocked(func() error { return fs.vol.Finish(ctx, s.zone) }))
 		}
 	}
 }

@@ -142,7 +142,7 @@ func startCluster(ctx context.Context, o Options, name string) (*localcluster.Cl
 	dir := fmt.Sprintf("%s/%s", o.Dir, name)
 	_ = os.RemoveAll(dir)
 	return localcluster.Start(ctx, localcluster.Config{Dir: dir, Nodes: 2, Clock: "realtime", TimeScale: o.TimeScale,
-		Device: drive(), Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+		Device: drive(), Admission: true, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))}) // as ssdnode and `zctl local up` run
 }
 
 func newClient(ctx context.Context, cl *localcluster.Cluster, ns string) (*client.Client, error) {
