@@ -67,8 +67,9 @@ func (a *Arbiter) CheckNodes(ctx context.Context) error {
 
 // RemoveNode forgets a node for an operator: the node must not be registered
 // (no live lease) and must hold no allocated zone (reset or delete what it
-// holds first); otherwise it fails with *zerr.InvalidArgumentError and changes
-// nothing. Unknown nodes are *zerr.NotFoundError.
+// holds first). A registered node is *zerr.InvalidArgumentError, a node that
+// holds zones *zerr.ZoneStateError (one of its zones; FAILED_PRECONDITION on
+// the wire), an unknown node *zerr.NotFoundError; a refusal changes nothing.
 func (a *Arbiter) RemoveNode(ctx context.Context, id string) error {
 	if err := validName("node id", id); err != nil {
 		return err
@@ -82,7 +83,17 @@ func (a *Arbiter) RemoveNode(ctx context.Context, id string) error {
 			return nil, &zerr.InvalidArgumentError{Field: "node", Reason: "node " + id + " is registered (stop it first)"}
 		}
 		if held := nodeZones(ix)[id]; held > 0 {
-			return nil, &zerr.InvalidArgumentError{Field: "node", Reason: fmt.Sprintf("node %s holds %d allocated zones (reset them first)", id, held)}
+			// A conflict with the node's zones, not a bad argument: the same
+			// kind as deleting a namespace with open v-zones.
+			first := uint64(0)
+			found := false
+			for z := range ix.owner {
+				if z.Node == id && (!found || uint64(z.Zone) < first) {
+					first, found = uint64(z.Zone), true
+				}
+			}
+			return nil, &zerr.ZoneStateError{Zone: first, State: "allocated",
+				Op: fmt.Sprintf("remove node %s (it holds %d allocated zones: reset or delete their v-zones first)", id, held)}
 		}
 		st.delNode(id)
 		a.log.Info("node removed by an operator", "node", id)

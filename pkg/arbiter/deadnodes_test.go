@@ -59,7 +59,7 @@ func TestDeadNodes(t *testing.T) {
 	assert.True(t, nodes[1].Down)
 	assert.True(t, nodes[2].Down)
 	assert.Contains(t, tc.storeKeys(), nodeKey("n1"))
-	require.ErrorIs(t, a.RemoveNode(ctx, "n1"), zerr.ErrInvalidArgument, "holds zones")
+	require.ErrorIs(t, a.RemoveNode(ctx, "n1"), zerr.ErrZoneState, "holds zones")
 
 	// Once its zones are gone the records go: automatically or by an operator.
 	require.NoError(t, a.ResetVZone(ctx, "a", 1))

@@ -233,6 +233,15 @@ func (s *Server) GetNode(ctx context.Context, r *v1.GetNodeRequest) (*v1.Node, e
 	return toNode(n), nil
 }
 
+// RemoveNode implements v1.ArbiterServer (admin only, by pkg/auth's policy):
+// it forgets a node that is not registered and holds no allocated zone.
+func (s *Server) RemoveNode(ctx context.Context, r *v1.RemoveNodeRequest) (*v1.RemoveNodeResponse, error) {
+	if err := s.a.RemoveNode(ctx, r.GetId()); err != nil {
+		return nil, rpcerr.ToError(err)
+	}
+	return &v1.RemoveNodeResponse{}, nil
+}
+
 // ClusterStatus implements v1.ArbiterServer (leader only, like every call).
 func (s *Server) ClusterStatus(ctx context.Context, _ *v1.ClusterStatusRequest) (*v1.ClusterStatusResponse, error) {
 	if !s.a.IsLeader() {

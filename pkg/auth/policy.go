@@ -53,6 +53,7 @@ var (
 //	  PeerWrite                            node only (never the admin token: issue #15)
 //	Arbiter
 //	  Create/Delete/ListNamespaces         admin
+//	  RemoveNode                           admin (an operator forgets a dead node)
 //	  GetNamespace                         admin, tenant (own namespace, field name)
 //	  v-zone calls, ReportActivity         admin, tenant (own namespace, field namespace)
 //	  ListNodes, GetNode, ClusterStatus    admin, tenant (topology and geometry the
@@ -96,6 +97,7 @@ func DefaultPolicy() Policy {
 		arb + "ListNodes":       {Kinds: tenantData},
 		arb + "GetNode":         {Kinds: tenantData},
 		arb + "ClusterStatus":   {Kinds: tenantData},
+		arb + "RemoveNode":      {Kinds: []Kind{KindAdmin}},
 
 		"/grpc.health.v1.Health/Check": {Public: true},
 		"/grpc.health.v1.Health/Watch": {Public: true},

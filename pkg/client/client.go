@@ -468,6 +468,17 @@ func (c *Client) GetNode(ctx context.Context, id string) (*v1.Node, error) {
 	})
 }
 
+// RemoveNode makes the arbiter forget a node (admin only): the node must not
+// be registered and must hold no allocated zone. Unknown nodes are
+// *zerr.NotFoundError, a node holding zones *zerr.ZoneStateError, a
+// registered node *zerr.InvalidArgumentError.
+func (c *Client) RemoveNode(ctx context.Context, id string) error {
+	_, err := arbiterCall(ctx, c, "remove node", func(ctx context.Context, a v1.ArbiterClient) (*v1.RemoveNodeResponse, error) {
+		return a.RemoveNode(ctx, &v1.RemoveNodeRequest{Id: id})
+	})
+	return err
+}
+
 // Device returns a client of a node's ZonedDevice service (calls carry the
 // client's namespace and token).
 func (c *Client) Device(addr string) (v1.ZonedDeviceClient, context.Context, error) {

@@ -16,7 +16,9 @@ import (
 	"github.com/zonefleet/zonefleet/pkg/localcluster"
 	"github.com/zonefleet/zonefleet/pkg/wire"
 	"github.com/zonefleet/zonefleet/pkg/zerr"
+	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/status"
 )
 
 // currentFile records where the last `zctl local up` keeps its cluster.json,
@@ -145,7 +147,8 @@ func codeFor(err error) int {
 	case errors.Is(err, zerr.ErrUnavailable), errors.Is(err, zerr.ErrNotLeader), errors.Is(err, zerr.ErrClosed),
 		errors.Is(err, context.DeadlineExceeded):
 		return ExitUnavailable
-	case errors.Is(err, zerr.ErrNotOwner), errors.Is(err, zerr.ErrUnauthenticated):
+	case errors.Is(err, zerr.ErrNotOwner), errors.Is(err, zerr.ErrUnauthenticated), errors.Is(err, auth.ErrPermissionDenied),
+		status.Code(err) == codes.PermissionDenied: // the auth policy refused the call (e.g. a tenant's admin call)
 		return ExitDenied
 	case errors.Is(err, zerr.ErrNoResources), errors.Is(err, zerr.ErrTooManyActive), errors.Is(err, zerr.ErrTooManyOpen),
 		errors.Is(err, zerr.ErrIPUBudget):

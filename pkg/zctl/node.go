@@ -69,6 +69,19 @@ func nodeCmd(g *Globals) *cobra.Command {
 				return t.flush()
 			})
 		}),
+	}, &cobra.Command{
+		Use:   "remove ID",
+		Short: "forget a stopped node that holds no allocated zone (admin)",
+		Args:  cobra.ExactArgs(1),
+		RunE: g.run(false, func(cmd *cobra.Command, c *client.Client, args []string) error {
+			if err := c.RemoveNode(cmd.Context(), args[0]); err != nil {
+				return err
+			}
+			return g.emit(map[string]string{"removed": args[0]}, func(w io.Writer) error {
+				_, err := io.WriteString(w, "removed node "+args[0]+"\n")
+				return err
+			})
+		}),
 	})
 	return cmd
 }

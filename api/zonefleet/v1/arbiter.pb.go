@@ -1422,6 +1422,86 @@ func (x *GetNodeRequest) GetId() string {
 	return ""
 }
 
+type RemoveNodeRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Id            string                 `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RemoveNodeRequest) Reset() {
+	*x = RemoveNodeRequest{}
+	mi := &file_zonefleet_v1_arbiter_proto_msgTypes[21]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RemoveNodeRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RemoveNodeRequest) ProtoMessage() {}
+
+func (x *RemoveNodeRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_zonefleet_v1_arbiter_proto_msgTypes[21]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RemoveNodeRequest.ProtoReflect.Descriptor instead.
+func (*RemoveNodeRequest) Descriptor() ([]byte, []int) {
+	return file_zonefleet_v1_arbiter_proto_rawDescGZIP(), []int{21}
+}
+
+func (x *RemoveNodeRequest) GetId() string {
+	if x != nil {
+		return x.Id
+	}
+	return ""
+}
+
+type RemoveNodeResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RemoveNodeResponse) Reset() {
+	*x = RemoveNodeResponse{}
+	mi := &file_zonefleet_v1_arbiter_proto_msgTypes[22]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RemoveNodeResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RemoveNodeResponse) ProtoMessage() {}
+
+func (x *RemoveNodeResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_zonefleet_v1_arbiter_proto_msgTypes[22]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RemoveNodeResponse.ProtoReflect.Descriptor instead.
+func (*RemoveNodeResponse) Descriptor() ([]byte, []int) {
+	return file_zonefleet_v1_arbiter_proto_rawDescGZIP(), []int{22}
+}
+
 type ArbiterMember struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Id            string                 `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
@@ -1433,7 +1513,7 @@ type ArbiterMember struct {
 
 func (x *ArbiterMember) Reset() {
 	*x = ArbiterMember{}
-	mi := &file_zonefleet_v1_arbiter_proto_msgTypes[21]
+	mi := &file_zonefleet_v1_arbiter_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1445,7 +1525,7 @@ func (x *ArbiterMember) String() string {
 func (*ArbiterMember) ProtoMessage() {}
 
 func (x *ArbiterMember) ProtoReflect() protoreflect.Message {
-	mi := &file_zonefleet_v1_arbiter_proto_msgTypes[21]
+	mi := &file_zonefleet_v1_arbiter_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1458,7 +1538,7 @@ func (x *ArbiterMember) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ArbiterMember.ProtoReflect.Descriptor instead.
 func (*ArbiterMember) Descriptor() ([]byte, []int) {
-	return file_zonefleet_v1_arbiter_proto_rawDescGZIP(), []int{21}
+	return file_zonefleet_v1_arbiter_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *ArbiterMember) GetId() string {
@@ -1505,7 +1585,7 @@ type ClusterStatusResponse struct {
 
 func (x *ClusterStatusResponse) Reset() {
 	*x = ClusterStatusResponse{}
-	mi := &file_zonefleet_v1_arbiter_proto_msgTypes[22]
+	mi := &file_zonefleet_v1_arbiter_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1517,7 +1597,7 @@ func (x *ClusterStatusResponse) String() string {
 func (*ClusterStatusResponse) ProtoMessage() {}
 
 func (x *ClusterStatusResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_zonefleet_v1_arbiter_proto_msgTypes[22]
+	mi := &file_zonefleet_v1_arbiter_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1530,7 +1610,7 @@ func (x *ClusterStatusResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ClusterStatusResponse.ProtoReflect.Descriptor instead.
 func (*ClusterStatusResponse) Descriptor() ([]byte, []int) {
-	return file_zonefleet_v1_arbiter_proto_rawDescGZIP(), []int{22}
+	return file_zonefleet_v1_arbiter_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *ClusterStatusResponse) GetLeader() string {
@@ -1646,7 +1726,7 @@ type ClusterStatusRequest struct {
 
 func (x *ClusterStatusRequest) Reset() {
 	*x = ClusterStatusRequest{}
-	mi := &file_zonefleet_v1_arbiter_proto_msgTypes[23]
+	mi := &file_zonefleet_v1_arbiter_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1658,7 +1738,7 @@ func (x *ClusterStatusRequest) String() string {
 func (*ClusterStatusRequest) ProtoMessage() {}
 
 func (x *ClusterStatusRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_zonefleet_v1_arbiter_proto_msgTypes[23]
+	mi := &file_zonefleet_v1_arbiter_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1671,7 +1751,7 @@ func (x *ClusterStatusRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ClusterStatusRequest.ProtoReflect.Descriptor instead.
 func (*ClusterStatusRequest) Descriptor() ([]byte, []int) {
-	return file_zonefleet_v1_arbiter_proto_rawDescGZIP(), []int{23}
+	return file_zonefleet_v1_arbiter_proto_rawDescGZIP(), []int{25}
 }
 
 var File_zonefleet_v1_arbiter_proto protoreflect.FileDescriptor
@@ -1785,7 +1865,10 @@ const file_zonefleet_v1_arbiter_proto_rawDesc = "" +
 	"\x11ListNodesResponse\x12(\n" +
 	"\x05nodes\x18\x01 \x03(\v2\x12.zonefleet.v1.NodeR\x05nodes\" \n" +
 	"\x0eGetNodeRequest\x12\x0e\n" +
-	"\x02id\x18\x01 \x01(\tR\x02id\"K\n" +
+	"\x02id\x18\x01 \x01(\tR\x02id\"#\n" +
+	"\x11RemoveNodeRequest\x12\x0e\n" +
+	"\x02id\x18\x01 \x01(\tR\x02id\"\x14\n" +
+	"\x12RemoveNodeResponse\"K\n" +
 	"\rArbiterMember\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x12\n" +
 	"\x04addr\x18\x02 \x01(\tR\x04addr\x12\x16\n" +
@@ -1819,7 +1902,7 @@ const file_zonefleet_v1_arbiter_proto_rawDesc = "" +
 	"\x17VZONE_STATE_UNSPECIFIED\x10\x00\x12\x14\n" +
 	"\x10VZONE_STATE_OPEN\x10\x01\x12\x14\n" +
 	"\x10VZONE_STATE_FULL\x10\x02\x12\x15\n" +
-	"\x11VZONE_STATE_EMPTY\x10\x032\xb9\b\n" +
+	"\x11VZONE_STATE_EMPTY\x10\x032\x8a\t\n" +
 	"\aArbiter\x12P\n" +
 	"\x0fCreateNamespace\x12$.zonefleet.v1.CreateNamespaceRequest\x1a\x17.zonefleet.v1.Namespace\x12J\n" +
 	"\fGetNamespace\x12!.zonefleet.v1.GetNamespaceRequest\x1a\x17.zonefleet.v1.Namespace\x12[\n" +
@@ -1835,7 +1918,9 @@ const file_zonefleet_v1_arbiter_proto_rawDesc = "" +
 	"ListVZones\x12\x1f.zonefleet.v1.ListVZonesRequest\x1a .zonefleet.v1.ListVZonesResponse\x12[\n" +
 	"\x0eReportActivity\x12#.zonefleet.v1.ReportActivityRequest\x1a$.zonefleet.v1.ReportActivityResponse\x12L\n" +
 	"\tListNodes\x12\x1e.zonefleet.v1.ListNodesRequest\x1a\x1f.zonefleet.v1.ListNodesResponse\x12;\n" +
-	"\aGetNode\x12\x1c.zonefleet.v1.GetNodeRequest\x1a\x12.zonefleet.v1.Node\x12X\n" +
+	"\aGetNode\x12\x1c.zonefleet.v1.GetNodeRequest\x1a\x12.zonefleet.v1.Node\x12O\n" +
+	"\n" +
+	"RemoveNode\x12\x1f.zonefleet.v1.RemoveNodeRequest\x1a .zonefleet.v1.RemoveNodeResponse\x12X\n" +
 	"\rClusterStatus\x12\".zonefleet.v1.ClusterStatusRequest\x1a#.zonefleet.v1.ClusterStatusResponseB=Z;github.com/zonefleet/zonefleet/api/zonefleet/v1;zonefleetv1b\x06proto3"
 
 var (
@@ -1851,7 +1936,7 @@ func file_zonefleet_v1_arbiter_proto_rawDescGZIP() []byte {
 }
 
 var file_zonefleet_v1_arbiter_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_zonefleet_v1_arbiter_proto_msgTypes = make([]protoimpl.MessageInfo, 24)
+var file_zonefleet_v1_arbiter_proto_msgTypes = make([]protoimpl.MessageInfo, 26)
 var file_zonefleet_v1_arbiter_proto_goTypes = []any{
 	(VZoneState)(0),                 // 0: zonefleet.v1.VZoneState
 	(*Namespace)(nil),               // 1: zonefleet.v1.Namespace
@@ -1875,23 +1960,25 @@ var file_zonefleet_v1_arbiter_proto_goTypes = []any{
 	(*ListNodesRequest)(nil),        // 19: zonefleet.v1.ListNodesRequest
 	(*ListNodesResponse)(nil),       // 20: zonefleet.v1.ListNodesResponse
 	(*GetNodeRequest)(nil),          // 21: zonefleet.v1.GetNodeRequest
-	(*ArbiterMember)(nil),           // 22: zonefleet.v1.ArbiterMember
-	(*ClusterStatusResponse)(nil),   // 23: zonefleet.v1.ClusterStatusResponse
-	(*ClusterStatusRequest)(nil),    // 24: zonefleet.v1.ClusterStatusRequest
-	(*timestamppb.Timestamp)(nil),   // 25: google.protobuf.Timestamp
+	(*RemoveNodeRequest)(nil),       // 22: zonefleet.v1.RemoveNodeRequest
+	(*RemoveNodeResponse)(nil),      // 23: zonefleet.v1.RemoveNodeResponse
+	(*ArbiterMember)(nil),           // 24: zonefleet.v1.ArbiterMember
+	(*ClusterStatusResponse)(nil),   // 25: zonefleet.v1.ClusterStatusResponse
+	(*ClusterStatusRequest)(nil),    // 26: zonefleet.v1.ClusterStatusRequest
+	(*timestamppb.Timestamp)(nil),   // 27: google.protobuf.Timestamp
 }
 var file_zonefleet_v1_arbiter_proto_depIdxs = []int32{
-	25, // 0: zonefleet.v1.Namespace.created:type_name -> google.protobuf.Timestamp
-	25, // 1: zonefleet.v1.Namespace.last_write:type_name -> google.protobuf.Timestamp
+	27, // 0: zonefleet.v1.Namespace.created:type_name -> google.protobuf.Timestamp
+	27, // 1: zonefleet.v1.Namespace.last_write:type_name -> google.protobuf.Timestamp
 	1,  // 2: zonefleet.v1.ListNamespacesResponse.namespaces:type_name -> zonefleet.v1.Namespace
 	8,  // 3: zonefleet.v1.StripeGroup.zones:type_name -> zonefleet.v1.PhysicalZone
 	0,  // 4: zonefleet.v1.VZone.state:type_name -> zonefleet.v1.VZoneState
 	9,  // 5: zonefleet.v1.VZone.groups:type_name -> zonefleet.v1.StripeGroup
 	10, // 6: zonefleet.v1.ListVZonesResponse.vzones:type_name -> zonefleet.v1.VZone
-	25, // 7: zonefleet.v1.Node.started:type_name -> google.protobuf.Timestamp
+	27, // 7: zonefleet.v1.Node.started:type_name -> google.protobuf.Timestamp
 	17, // 8: zonefleet.v1.Node.devices:type_name -> zonefleet.v1.DeviceInfo
 	18, // 9: zonefleet.v1.ListNodesResponse.nodes:type_name -> zonefleet.v1.Node
-	22, // 10: zonefleet.v1.ClusterStatusResponse.arbiters:type_name -> zonefleet.v1.ArbiterMember
+	24, // 10: zonefleet.v1.ClusterStatusResponse.arbiters:type_name -> zonefleet.v1.ArbiterMember
 	2,  // 11: zonefleet.v1.Arbiter.CreateNamespace:input_type -> zonefleet.v1.CreateNamespaceRequest
 	3,  // 12: zonefleet.v1.Arbiter.GetNamespace:input_type -> zonefleet.v1.GetNamespaceRequest
 	4,  // 13: zonefleet.v1.Arbiter.ListNamespaces:input_type -> zonefleet.v1.ListNamespacesRequest
@@ -1905,23 +1992,25 @@ var file_zonefleet_v1_arbiter_proto_depIdxs = []int32{
 	15, // 21: zonefleet.v1.Arbiter.ReportActivity:input_type -> zonefleet.v1.ReportActivityRequest
 	19, // 22: zonefleet.v1.Arbiter.ListNodes:input_type -> zonefleet.v1.ListNodesRequest
 	21, // 23: zonefleet.v1.Arbiter.GetNode:input_type -> zonefleet.v1.GetNodeRequest
-	24, // 24: zonefleet.v1.Arbiter.ClusterStatus:input_type -> zonefleet.v1.ClusterStatusRequest
-	1,  // 25: zonefleet.v1.Arbiter.CreateNamespace:output_type -> zonefleet.v1.Namespace
-	1,  // 26: zonefleet.v1.Arbiter.GetNamespace:output_type -> zonefleet.v1.Namespace
-	5,  // 27: zonefleet.v1.Arbiter.ListNamespaces:output_type -> zonefleet.v1.ListNamespacesResponse
-	7,  // 28: zonefleet.v1.Arbiter.DeleteNamespace:output_type -> zonefleet.v1.DeleteNamespaceResponse
-	10, // 29: zonefleet.v1.Arbiter.OpenVZone:output_type -> zonefleet.v1.VZone
-	10, // 30: zonefleet.v1.Arbiter.NextStripeGroup:output_type -> zonefleet.v1.VZone
-	10, // 31: zonefleet.v1.Arbiter.FinishVZone:output_type -> zonefleet.v1.VZone
-	10, // 32: zonefleet.v1.Arbiter.ResetVZone:output_type -> zonefleet.v1.VZone
-	10, // 33: zonefleet.v1.Arbiter.GetVZone:output_type -> zonefleet.v1.VZone
-	14, // 34: zonefleet.v1.Arbiter.ListVZones:output_type -> zonefleet.v1.ListVZonesResponse
-	16, // 35: zonefleet.v1.Arbiter.ReportActivity:output_type -> zonefleet.v1.ReportActivityResponse
-	20, // 36: zonefleet.v1.Arbiter.ListNodes:output_type -> zonefleet.v1.ListNodesResponse
-	18, // 37: zonefleet.v1.Arbiter.GetNode:output_type -> zonefleet.v1.Node
-	23, // 38: zonefleet.v1.Arbiter.ClusterStatus:output_type -> zonefleet.v1.ClusterStatusResponse
-	25, // [25:39] is the sub-list for method output_type
-	11, // [11:25] is the sub-list for method input_type
+	22, // 24: zonefleet.v1.Arbiter.RemoveNode:input_type -> zonefleet.v1.RemoveNodeRequest
+	26, // 25: zonefleet.v1.Arbiter.ClusterStatus:input_type -> zonefleet.v1.ClusterStatusRequest
+	1,  // 26: zonefleet.v1.Arbiter.CreateNamespace:output_type -> zonefleet.v1.Namespace
+	1,  // 27: zonefleet.v1.Arbiter.GetNamespace:output_type -> zonefleet.v1.Namespace
+	5,  // 28: zonefleet.v1.Arbiter.ListNamespaces:output_type -> zonefleet.v1.ListNamespacesResponse
+	7,  // 29: zonefleet.v1.Arbiter.DeleteNamespace:output_type -> zonefleet.v1.DeleteNamespaceResponse
+	10, // 30: zonefleet.v1.Arbiter.OpenVZone:output_type -> zonefleet.v1.VZone
+	10, // 31: zonefleet.v1.Arbiter.NextStripeGroup:output_type -> zonefleet.v1.VZone
+	10, // 32: zonefleet.v1.Arbiter.FinishVZone:output_type -> zonefleet.v1.VZone
+	10, // 33: zonefleet.v1.Arbiter.ResetVZone:output_type -> zonefleet.v1.VZone
+	10, // 34: zonefleet.v1.Arbiter.GetVZone:output_type -> zonefleet.v1.VZone
+	14, // 35: zonefleet.v1.Arbiter.ListVZones:output_type -> zonefleet.v1.ListVZonesResponse
+	16, // 36: zonefleet.v1.Arbiter.ReportActivity:output_type -> zonefleet.v1.ReportActivityResponse
+	20, // 37: zonefleet.v1.Arbiter.ListNodes:output_type -> zonefleet.v1.ListNodesResponse
+	18, // 38: zonefleet.v1.Arbiter.GetNode:output_type -> zonefleet.v1.Node
+	23, // 39: zonefleet.v1.Arbiter.RemoveNode:output_type -> zonefleet.v1.RemoveNodeResponse
+	25, // 40: zonefleet.v1.Arbiter.ClusterStatus:output_type -> zonefleet.v1.ClusterStatusResponse
+	26, // [26:41] is the sub-list for method output_type
+	11, // [11:26] is the sub-list for method input_type
 	11, // [11:11] is the sub-list for extension type_name
 	11, // [11:11] is the sub-list for extension extendee
 	0,  // [0:11] is the sub-list for field type_name
@@ -1938,7 +2027,7 @@ func file_zonefleet_v1_arbiter_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_zonefleet_v1_arbiter_proto_rawDesc), len(file_zonefleet_v1_arbiter_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   24,
+			NumMessages:   26,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

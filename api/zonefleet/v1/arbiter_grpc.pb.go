@@ -37,6 +37,7 @@ const (
 	Arbiter_ReportActivity_FullMethodName  = "/zonefleet.v1.Arbiter/ReportActivity"
 	Arbiter_ListNodes_FullMethodName       = "/zonefleet.v1.Arbiter/ListNodes"
 	Arbiter_GetNode_FullMethodName         = "/zonefleet.v1.Arbiter/GetNode"
+	Arbiter_RemoveNode_FullMethodName      = "/zonefleet.v1.Arbiter/RemoveNode"
 	Arbiter_ClusterStatus_FullMethodName   = "/zonefleet.v1.Arbiter/ClusterStatus"
 )
 
@@ -62,6 +63,10 @@ type ArbiterClient interface {
 	ReportActivity(ctx context.Context, in *ReportActivityRequest, opts ...grpc.CallOption) (*ReportActivityResponse, error)
 	ListNodes(ctx context.Context, in *ListNodesRequest, opts ...grpc.CallOption) (*ListNodesResponse, error)
 	GetNode(ctx context.Context, in *GetNodeRequest, opts ...grpc.CallOption) (*Node, error)
+	// Forgets a node that is not registered and holds no allocated zones
+	// (admin only). NOT_FOUND for an unknown node, INVALID_ARGUMENT while it is
+	// registered, FAILED_PRECONDITION (reason ZONE_STATE) while it holds zones.
+	RemoveNode(ctx context.Context, in *RemoveNodeRequest, opts ...grpc.CallOption) (*RemoveNodeResponse, error)
 	ClusterStatus(ctx context.Context, in *ClusterStatusRequest, opts ...grpc.CallOption) (*ClusterStatusResponse, error)
 }
 
@@ -203,6 +208,16 @@ func (c *arbiterClient) GetNode(ctx context.Context, in *GetNodeRequest, opts ..
 	return out, nil
 }
 
+func (c *arbiterClient) RemoveNode(ctx context.Context, in *RemoveNodeRequest, opts ...grpc.CallOption) (*RemoveNodeResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(RemoveNodeResponse)
+	err := c.cc.Invoke(ctx, Arbiter_RemoveNode_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 func (c *arbiterClient) ClusterStatus(ctx context.Context, in *ClusterStatusRequest, opts ...grpc.CallOption) (*ClusterStatusResponse, error) {
 	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
 	out := new(ClusterStatusResponse)
@@ -235,6 +250,10 @@ type ArbiterServer interface {
 	ReportActivity(context.Context, *ReportActivityRequest) (*ReportActivityResponse, error)
 	ListNodes(context.Context, *ListNodesRequest) (*ListNodesResponse, error)
 	GetNode(context.Context, *GetNodeRequest) (*Node, error)
+	// Forgets a node that is not registered and holds no allocated zones
+	// (admin only). NOT_FOUND for an unknown node, INVALID_ARGUMENT while it is
+	// registered, FAILED_PRECONDITION (reason ZONE_STATE) while it holds zones.
+	RemoveNode(context.Context, *RemoveNodeRequest) (*RemoveNodeResponse, error)
 	ClusterStatus(context.Context, *ClusterStatusRequest) (*ClusterStatusResponse, error)
 	mustEmbedUnimplementedArbiterServer()
 }
@@ -284,6 +303,9 @@ func (UnimplementedArbiterServer) ListNodes(context.Context, *ListNodesRequest) 
 }
 func (UnimplementedArbiterServer) GetNode(context.Context, *GetNodeRequest) (*Node, error) {
 	return nil, status.Error(codes.Unimplemented, "method GetNode not implemented")
+}
+func (UnimplementedArbiterServer) RemoveNode(context.Context, *RemoveNodeRequest) (*RemoveNodeResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method RemoveNode not implemented")
 }
 func (UnimplementedArbiterServer) ClusterStatus(context.Context, *ClusterStatusRequest) (*ClusterStatusResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method ClusterStatus not implemented")
@@ -543,6 +565,24 @@ func _Arbiter_GetNode_Handler(srv interface{}, ctx context.Context, dec func(int
 	return interceptor(ctx, in, info, handler)
 }
 
+func _Arbiter_RemoveNode_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(RemoveNodeRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(ArbiterServer).RemoveNode(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Arbiter_RemoveNode_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(ArbiterServer).RemoveNode(ctx, req.(*RemoveNodeRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 func _Arbiter_ClusterStatus_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
 	in := new(ClusterStatusRequest)
 	if err := dec(in); err != nil {
@@ -619,6 +659,10 @@ var Arbiter_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "GetNode",
 			Handler:    _Arbiter_GetNode_Handler,
+		},
+		{
+			MethodName: "RemoveNode",
+			Handler:    _Arbiter_RemoveNode_Handler,
 		},
 		{
 			MethodName: "ClusterStatus",
