@@ -545,26 +545,49 @@ func (fs *FS) flushAll(ctx context.Context) error {
 	return nil
 }
 
+// nodeWrite says which dirty nodes writeDirtyNodes writes.
+type nodeWrite int
+
+const (
+	// nodesCheckpoint: every dirty node, no fsync mark (a checkpoint follows).
+	nodesCheckpoint nodeWrite = iota
+	// nodesFsyncDirect: fsync's first step, the inode's dirty direct nodes,
+	// unmarked (roll-forward ignores them until a later marked inode).
+	nodesFsyncDirect
+	// nodesFsyncInode: fsync's last step, the inode with the fsync mark,
+	// written only after its direct nodes are durable.
+	nodesFsyncInode
+)
+
 // writeDirtyNodes writes dirty nodes (of one inode when only != nil) to the
-// node logs; with fsync the last node carries the fsync mark.
-func (fs *FS) writeDirtyNodes(ctx context.Context, only *inode, fsync bool) error {
+// node logs, per mode. It returns how many nodes it wrote.
+//
+// An fsync writes its nodes in two steps with a Flush between them (F2FS
+// writes its last, marked node with PREFLUSH): roll-forward trusts every
+// node of an inode up to its last fsync-marked one, and a power loss may
+// keep any subset of the blocks written since the last Flush (a later block
+// of one append can survive an earlier one), so the marked inode must not
+// reach the disk before the direct nodes it covers.
+func (fs *FS) writeDirtyNodes(ctx context.Context, only *inode, mode nodeWrite, fsyncDirect int) (int, error) {
 	type item struct {
 		in  *inode
 		idx uint32
 	}
 	var items []item
 	add := func(in *inode) {
-		idxs := make([]uint32, 0, len(in.dn))
-		for idx, d := range in.dn {
-			if d.dirty {
-				idxs = append(idxs, idx)
+		if mode != nodesFsyncInode {
+			idxs := make([]uint32, 0, len(in.dn))
+			for idx, d := range in.dn {
+				if d.dirty {
+					idxs = append(idxs, idx)
+				}
+			}
+			sort.Slice(idxs, func(i, j int) bool { return idxs[i] < idxs[j] })
+			for _, idx := range idxs {
+				items = append(items, item{in, idx})
 			}
 		}
-		sort.Slice(idxs, func(i, j int) bool { return idxs[i] < idxs[j] })
-		for _, idx := range idxs {
-			items = append(items, item{in, idx})
-		}
-		if in.dirty || (fsync && len(idxs) > 0) {
+		if mode == nodesCheckpoint && in.dirty || mode == nodesFsyncInode && (in.dirty || fsyncDirect > 0) {
 			items = append(items, item{in, 0})
 		}
 	}
@@ -581,7 +604,7 @@ func (fs *FS) writeDirtyNodes(ctx context.Context, only *inode, fsync bool) erro
 		}
 	}
 	if len(items) == 0 {
-		return nil
+		return 0, nil
 	}
 	// group by log
 	groups := map[int][]item{}
@@ -608,7 +631,7 @@ func (fs *FS) writeDirtyNodes(ctx context.Context, only *inode, fsync bool) erro
 			h := nodeHeader{Nid: mkNid(it.in.ino, it.idx), Ino: it.in.ino, CPVer: fs.cpVer, Seq: fs.nodeSeq}
 			seqs[i] = fs.nodeSeq
 			fs.nodeSeq++
-			if fsync && t == logWarmNode && i == len(g)-1 || fsync && it.idx == 0 {
+			if mode == nodesFsyncInode {
 				h.Flags |= nodeFlagFsync
 			}
 			var body []byte
@@ -647,11 +670,11 @@ func (fs *FS) writeDirtyNodes(ctx context.Context, only *inode, fsync bool) erro
 			return fs.setValid(a, nid, ofsNode)
 		})
 		if err != nil {
-			return err
+			return 0, err
 		}
 		fs.m.blocks("node", len(g))
 	}
-	return nil
+	return len(items), nil
 }
 
 // readAt reads from in at off into buf; returns the bytes read (short at EOF).
