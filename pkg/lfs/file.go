@@ -552,15 +552,16 @@ const (
 	// nodesCheckpoint: every dirty node, no fsync mark (a checkpoint follows).
 	nodesCheckpoint nodeWrite = iota
 	// nodesFsyncDirect: fsync's first step, the inode's dirty direct nodes,
-	// unmarked (roll-forward ignores them until a later marked inode).
+	// unmarked (roll-forward ignores them until a later marked inode); the
+	// inode is marked dirty when there are any.
 	nodesFsyncDirect
-	// nodesFsyncInode: fsync's last step, the inode with the fsync mark,
-	// written only after its direct nodes are durable.
+	// nodesFsyncInode: fsync's last step, the dirty inode with the fsync
+	// mark, written only after its direct nodes are durable.
 	nodesFsyncInode
 )
 
 // writeDirtyNodes writes dirty nodes (of one inode when only != nil) to the
-// node logs, per mode. It returns how many nodes it wrote.
+// node logs, per mode.
 //
 // An fsync writes its nodes in two steps with a Flush between them (F2FS
 // writes its last, marked node with PREFLUSH): roll-forward trusts every
@@ -568,7 +569,7 @@ const (
 // keep any subset of the blocks written since the last Flush (a later block
 // of one append can survive an earlier one), so the marked inode must not
 // reach the disk before the direct nodes it covers.
-func (fs *FS) writeDirtyNodes(ctx context.Context, only *inode, mode nodeWrite, fsyncDirect int) (int, error) {
+func (fs *FS) writeDirtyNodes(ctx context.Context, only *inode, mode nodeWrite) error {
 	type item struct {
 		in  *inode
 		idx uint32
@@ -586,8 +587,15 @@ func (fs *FS) writeDirtyNodes(ctx context.Context, only *inode, mode nodeWrite, 
 			for _, idx := range idxs {
 				items = append(items, item{in, idx})
 			}
+			if mode == nodesFsyncDirect && len(idxs) > 0 {
+				// the marked inode written next covers these nodes: it
+				// stays due (dirty) until it is written, also if this
+				// write or the Flush after it fails and a later fsync
+				// finds them clean
+				fs.markDirty(in)
+			}
 		}
-		if mode == nodesCheckpoint && in.dirty || mode == nodesFsyncInode && (in.dirty || fsyncDirect > 0) {
+		if mode != nodesFsyncDirect && in.dirty {
 			items = append(items, item{in, 0})
 		}
 	}
@@ -604,7 +612,7 @@ func (fs *FS) writeDirtyNodes(ctx context.Context, only *inode, mode nodeWrite, 
 		}
 	}
 	if len(items) == 0 {
-		return 0, nil
+		return nil
 	}
 	// group by log
 	groups := map[int][]item{}
@@ -670,11 +678,11 @@ func (fs *FS) writeDirtyNodes(ctx context.Context, only *inode, mode nodeWrite, 
 			return fs.setValid(a, nid, ofsNode)
 		})
 		if err != nil {
-			return 0, err
+			return err
 		}
 		fs.m.blocks("node", len(g))
 	}
-	return len(items), nil
+	return nil
 }
 
 // readAt reads from in at off into buf; returns the bytes read (short at EOF).

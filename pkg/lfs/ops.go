@@ -1173,14 +1173,13 @@ func (fs *FS) fsync(ctx context.Context, o *op, in *inode) error {
 	// to the marked one and their block addresses, and a power loss may keep
 	// any subset of the blocks written since the last Flush (even a later
 	// block of the same append without an earlier one).
-	n, err := fs.writeDirtyNodes(ctx, in, nodesFsyncDirect, 0)
-	if err != nil {
+	if err := fs.writeDirtyNodes(ctx, in, nodesFsyncDirect); err != nil {
 		return err
 	}
 	if err := fs.unlocked(func() error { return fs.vol.Flush(ctx) }); err != nil {
 		return err
 	}
-	if _, err := fs.writeDirtyNodes(ctx, in, nodesFsyncInode, n); err != nil {
+	if err := fs.writeDirtyNodes(ctx, in, nodesFsyncInode); err != nil {
 		return err
 	}
 	return fs.unlocked(func() error { return fs.vol.Flush(ctx) })
