@@ -38,8 +38,9 @@ var (
 	fsStrictFsync = flag.Bool("powerloss.strict-fsync", true, "power-loss tests: also check the file whose fsync is in flight at the crash")
 )
 
-// plRegressionSeeds are seeds that once failed; TestPowerLossFS always runs
-// them too (the workload replays exactly without background goroutines).
+// plRegressionSeeds are seeds that once failed with -long;
+// TestPowerLossFSRegression replays them (without background goroutines a
+// seed replays exactly).
 var plRegressionSeeds = []int64{
 	2514019, // a torn fsync append kept the marked inode, not its direct node
 }
@@ -397,7 +398,11 @@ func blockwiseVersion(got []byte, vs [][]byte) error {
 // consistent, it mounts (rolling forward), every fsynced file holds one of
 // its versions since its last fsync, and fsck after roll-forward is clean.
 func checkFSCrashPoint(t *testing.T, seed int64, cp fsCrashPoint) (full bool) {
-	where := fmt.Sprintf("seed %d, crash before drive file op %d (reads not counted; during fs op %d); rerun: go test ./pkg/lfs -run '%s$' -powerloss.seed=%d", seed, cp.fileOp, cp.op, t.Name(), seed)
+	long := ""
+	if *fsPowerLong {
+		long = " -long"
+	}
+	where := fmt.Sprintf("seed %d, crash before drive file op %d (reads not counted; during fs op %d); rerun: go test ./pkg/lfs -run '%s$' -args -powerloss.seed=%d%s", seed, cp.fileOp, cp.op, t.Name(), seed, long)
 	d, err := zns.Open(plDev, devvol.TestConfig(plZones, plPPB), clock.Off(), zns.WithFS(cp.mem), zns.WithLogger(plQuiet))
 	require.NoError(t, err, where)
 	defer d.Close()
@@ -479,12 +484,19 @@ func testPowerLossFS(t *testing.T, writeBack bool) {
 	for i := range list {
 		list[i] = int64(os.Getpid())*100 + int64(i)
 	}
-	if !writeBack {
-		list = append(list, plRegressionSeeds...)
-	}
 	if *fsPowerSeed != 0 {
 		list = []int64{*fsPowerSeed}
 	}
+	runPowerLossSeeds(t, list, nOps, every, writeBack)
+}
+
+// TestPowerLossFSRegression replays the seeds that once failed, with the
+// workload they failed with (-long's).
+func TestPowerLossFSRegression(t *testing.T) {
+	runPowerLossSeeds(t, plRegressionSeeds, 200, 3, false)
+}
+
+func runPowerLossSeeds(t *testing.T, list []int64, nOps, every int, writeBack bool) {
 	total, full := 0, 0
 	for _, seed := range list {
 		points := runFSPowerLoss(t, seed, nOps, every, writeBack)
