@@ -114,9 +114,14 @@
 //     written blocks' segment counts them as pending and is no recycling
 //     candidate, and readers read the dirty page from the cache. fsync
 //     waits for the write-backs of its inode in flight (inode.flights), then
-//     writes what is still dirty and the nodes with the fsync mark: it
-//     returns once everything it covers is on the drives. On the virtual
-//     clock there is no write-back goroutine (reproducible runs).
+//     writes what is still dirty and the dirty direct nodes, flushes the
+//     volume, and only then writes the inode with the fsync mark and
+//     flushes again (F2FS's PREFLUSH on the last node): a power loss may
+//     keep any subset of the blocks written since the last Flush, and
+//     roll-forward trusts every node up to the marked one. It returns once
+//     everything it covers is on the drives. On the virtual clock there is
+//     no write-back goroutine and no read-ahead (reproducible runs: the
+//     power-loss tests replay a seed's crash points exactly).
 //   - Read-ahead (readahead.go): a sequential read starts one goroutine per
 //     inode that reads the next window (Options.ReadAheadBlocks, 1 MiB by
 //     default) with no lock held and inserts clean pages only where no page

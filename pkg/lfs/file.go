@@ -545,26 +545,57 @@ func (fs *FS) flushAll(ctx context.Context) error {
 	return nil
 }
 
+// nodeWrite says which dirty nodes writeDirtyNodes writes.
+type nodeWrite int
+
+const (
+	// nodesCheckpoint: every dirty node, no fsync mark (a checkpoint follows).
+	nodesCheckpoint nodeWrite = iota
+	// nodesFsyncDirect: fsync's first step, the inode's dirty direct nodes,
+	// unmarked (roll-forward ignores them until a later marked inode); the
+	// inode is marked dirty when there are any.
+	nodesFsyncDirect
+	// nodesFsyncInode: fsync's last step, the dirty inode with the fsync
+	// mark, written only after its direct nodes are durable.
+	nodesFsyncInode
+)
+
 // writeDirtyNodes writes dirty nodes (of one inode when only != nil) to the
-// node logs; with fsync the last node carries the fsync mark.
-func (fs *FS) writeDirtyNodes(ctx context.Context, only *inode, fsync bool) error {
+// node logs, per mode.
+//
+// An fsync writes its nodes in two steps with a Flush between them (F2FS
+// writes its last, marked node with PREFLUSH): roll-forward trusts every
+// node of an inode up to its last fsync-marked one, and a power loss may
+// keep any subset of the blocks written since the last Flush (a later block
+// of one append can survive an earlier one), so the marked inode must not
+// reach the disk before the direct nodes it covers.
+func (fs *FS) writeDirtyNodes(ctx context.Context, only *inode, mode nodeWrite) error {
 	type item struct {
 		in  *inode
 		idx uint32
 	}
 	var items []item
 	add := func(in *inode) {
-		idxs := make([]uint32, 0, len(in.dn))
-		for idx, d := range in.dn {
-			if d.dirty {
-				idxs = append(idxs, idx)
+		if mode != nodesFsyncInode {
+			idxs := make([]uint32, 0, len(in.dn))
+			for idx, d := range in.dn {
+				if d.dirty {
+					idxs = append(idxs, idx)
+				}
+			}
+			sort.Slice(idxs, func(i, j int) bool { return idxs[i] < idxs[j] })
+			for _, idx := range idxs {
+				items = append(items, item{in, idx})
+			}
+			if mode == nodesFsyncDirect && len(idxs) > 0 {
+				// the marked inode written next covers these nodes: it
+				// stays due (dirty) until it is written, also if this
+				// write or the Flush after it fails and a later fsync
+				// finds them clean
+				fs.markDirty(in)
 			}
 		}
-		sort.Slice(idxs, func(i, j int) bool { return idxs[i] < idxs[j] })
-		for _, idx := range idxs {
-			items = append(items, item{in, idx})
-		}
-		if in.dirty || (fsync && len(idxs) > 0) {
+		if mode != nodesFsyncDirect && in.dirty {
 			items = append(items, item{in, 0})
 		}
 	}
@@ -608,7 +639,7 @@ func (fs *FS) writeDirtyNodes(ctx context.Context, only *inode, fsync bool) erro
 			h := nodeHeader{Nid: mkNid(it.in.ino, it.idx), Ino: it.in.ino, CPVer: fs.cpVer, Seq: fs.nodeSeq}
 			seqs[i] = fs.nodeSeq
 			fs.nodeSeq++
-			if fsync && t == logWarmNode && i == len(g)-1 || fsync && it.idx == 0 {
+			if mode == nodesFsyncInode {
 				h.Flags |= nodeFlagFsync
 			}
 			var body []byte

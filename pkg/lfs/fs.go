@@ -641,7 +641,7 @@ func (fs *FS) checkpoint(ctx context.Context, forceSnapshot bool) error {
 	if err := fs.flushAll(ctx); err != nil {
 		return err
 	}
-	if err := fs.writeDirtyNodes(ctx, nil, false); err != nil {
+	if err := fs.writeDirtyNodes(ctx, nil, nodesCheckpoint); err != nil {
 		return err
 	}
 	if err := fs.unlocked(func() error { return fs.vol.Flush(ctx) }); err != nil {

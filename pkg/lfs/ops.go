@@ -1168,13 +1168,18 @@ func (fs *FS) fsync(ctx context.Context, o *op, in *inode) error {
 	if err := fs.flushInode(ctx, in); err != nil {
 		return err
 	}
-	// The data must be durable before the node that carries the fsync mark:
-	// roll-forward trusts a marked node's block addresses, so a power loss
-	// between the two flushes must not leave the node without its data.
+	// The data and the direct nodes must be durable before the inode that
+	// carries the fsync mark: roll-forward trusts every node of the inode up
+	// to the marked one and their block addresses, and a power loss may keep
+	// any subset of the blocks written since the last Flush (even a later
+	// block of the same append without an earlier one).
+	if err := fs.writeDirtyNodes(ctx, in, nodesFsyncDirect); err != nil {
+		return err
+	}
 	if err := fs.unlocked(func() error { return fs.vol.Flush(ctx) }); err != nil {
 		return err
 	}
-	if err := fs.writeDirtyNodes(ctx, in, true); err != nil {
+	if err := fs.writeDirtyNodes(ctx, in, nodesFsyncInode); err != nil {
 		return err
 	}
 	return fs.unlocked(func() error { return fs.vol.Flush(ctx) })

@@ -23,19 +23,27 @@ import (
 )
 
 var (
-	fsPowerLong = flag.Bool("long", false, "power-loss tests: many more seeds and crash points")
-	fsPowerSeed = flag.Int64("powerloss.seed", 0, "power-loss tests: run only this seed (as printed by a failure)")
-	// fsync flushes the file's data before it writes the fsync-marked node
-	// (F2FS's PREFLUSH). Known gap: with the concurrent file system (write-
-	// back in the background), `-long -powerloss.strict-fsync` still finds
-	// rare crash points during an fsync where the file being fsynced holds a
-	// block of none of its versions after roll-forward (about one seed in
-	// 200; not reproducible from the seed because write-back runs on its own
-	// goroutine). Until that is found, the file whose fsync is in flight at
-	// the crash is checked only up to the drive contract and the last
-	// checkpoint unless this flag is set; every completed fsync is checked.
-	fsStrictFsync = flag.Bool("powerloss.strict-fsync", false, "power-loss tests: also check the file whose fsync is in flight at the crash")
+	fsPowerLong  = flag.Bool("long", false, "power-loss tests: many more seeds and crash points")
+	fsPowerTrace = flag.Bool("powerloss.trace", false, "power-loss tests: log every drive file operation that can be a crash point (to stderr)")
+	fsPowerSeed  = flag.Int64("powerloss.seed", 0, "power-loss tests: run only this seed (as printed by a failure)")
+	// The file whose fsync is in flight at the crash is checked like every
+	// fsynced file: it holds, block by block, one of its versions since its
+	// last completed fsync. fsync makes its data and direct nodes durable
+	// (Flush) before it writes the fsync-marked inode, so roll-forward never
+	// finds a marked inode without the nodes and blocks it covers (before
+	// that, seed 2514019 kept the marked inode of one append and lost the
+	// direct node written just before it). -powerloss.strict-fsync=false
+	// checks such crash points only up to the drive contract and the last
+	// checkpoint (to tell a roll-forward failure from another).
+	fsStrictFsync = flag.Bool("powerloss.strict-fsync", true, "power-loss tests: also check the file whose fsync is in flight at the crash")
 )
+
+// plRegressionSeeds are seeds that once failed with -long;
+// TestPowerLossFSRegression replays them (without background goroutines a
+// seed replays exactly).
+var plRegressionSeeds = []int64{
+	2514019, // a torn fsync append kept the marked inode, not its direct node
+}
 
 const (
 	plZones = 40
@@ -198,7 +206,15 @@ func (h *history) expect() fsExpect {
 // runFSPowerLoss runs a file workload on lfs over devvol over a drive on the
 // crashable file system and clones the drive's files at random file
 // operations.
-func runFSPowerLoss(t *testing.T, seed int64, nOps, every int) []fsCrashPoint {
+//
+// With writeBack false the file system runs on a virtual clock, which has no
+// background goroutine (no write-back flusher, no read-ahead, no ticks):
+// writers write back themselves when they cross the dirty budget, so a seed
+// replays the same drive file operations and the same crash points. With
+// writeBack true it runs on the off clock with the background write-back
+// goroutine (the concurrent configuration a mount uses); crash points then
+// depend on scheduling and a seed does not replay exactly.
+func runFSPowerLoss(t *testing.T, seed int64, nOps, every int, writeBack bool) []fsCrashPoint {
 	rng := rand.New(rand.NewSource(seed))
 	crng := rand.New(rand.NewSource(seed + 1))
 	mem := vfs.NewCrashableMem()
@@ -210,10 +226,20 @@ func runFSPowerLoss(t *testing.T, seed int64, nOps, every int) []fsCrashPoint {
 	var ov *oracleVol
 	armed := false
 	op, fileOps := 0, 0
-	hook := vfs.InjectorFunc(func(vfs.Op) error {
+	hook := vfs.InjectorFunc(func(fo vfs.Op) error {
+		if fo.Kind == vfs.OpRead {
+			// Reads change nothing on the disk, and which blocks the file
+			// system reads depends on which clean pages and nodes its caches
+			// dropped (map order): they are no crash points, so the crash
+			// points of a seed do not depend on them.
+			return nil
+		}
 		mu.Lock()
 		defer mu.Unlock()
 		fileOps++
+		if *fsPowerTrace {
+			fmt.Fprintf(os.Stderr, "powerloss: seed %d fs op %d drive file op %d: %+v\n", seed, op, fileOps, fo)
+		}
 		if armed && crng.Intn(every) == 0 {
 			// The disk image and the oracle's expectation are taken together:
 			// with background write-back a Flush can complete in another
@@ -243,7 +269,11 @@ func runFSPowerLoss(t *testing.T, seed int64, nOps, every int) []fsCrashPoint {
 	ov = &oracleVol{Volume: dv, bs: dv.Geometry().BlockSize, cur: map[zblk][]byte{}, dur: map[zblk][]byte{}, unsure: map[lfs.ZoneID]int{}}
 	v := lfs.Volume(ov)
 	require.NoError(t, lfs.Mkfs(bg, v, lfs.MkfsOptions{}))
-	fs, err := lfs.Mount(bg, v, lfs.Options{CacheBlocks: 64})
+	opts := lfs.Options{CacheBlocks: 64}
+	if !writeBack {
+		opts.Clock = clock.NewVirtual()
+	}
+	fs, err := lfs.Mount(bg, v, opts)
 	require.NoError(t, err)
 	_, err = fs.Mkdir(bg, lfs.RootIno, "d", 0o755, 0, 0)
 	require.NoError(t, err)
@@ -368,7 +398,11 @@ func blockwiseVersion(got []byte, vs [][]byte) error {
 // consistent, it mounts (rolling forward), every fsynced file holds one of
 // its versions since its last fsync, and fsck after roll-forward is clean.
 func checkFSCrashPoint(t *testing.T, seed int64, cp fsCrashPoint) (full bool) {
-	where := fmt.Sprintf("seed %d, crash before drive file op %d (during fs op %d); rerun: go test ./pkg/lfs -run TestPowerLossFS -powerloss.seed=%d", seed, cp.fileOp, cp.op, seed)
+	long := ""
+	if *fsPowerLong {
+		long = " -long"
+	}
+	where := fmt.Sprintf("seed %d, crash before drive file op %d (reads not counted; during fs op %d); rerun: go test ./pkg/lfs -run '%s$' -args -powerloss.seed=%d%s", seed, cp.fileOp, cp.op, t.Name(), seed, long)
 	d, err := zns.Open(plDev, devvol.TestConfig(plZones, plPPB), clock.Off(), zns.WithFS(cp.mem), zns.WithLogger(plQuiet))
 	require.NoError(t, err, where)
 	defer d.Close()
@@ -405,9 +439,41 @@ func checkFSCrashPoint(t *testing.T, seed int64, cp fsCrashPoint) (full bool) {
 
 // TestPowerLossFS: lfs over devvol over a drive whose files live on the
 // crashable file system; power is lost at random file operations of the
-// drive (unsynced writes vanish, tear or turn to zeros).
+// drive (unsynced writes vanish, tear or turn to zeros). No background
+// goroutines: a failing seed reruns the same crash points.
 func TestPowerLossFS(t *testing.T) {
+	testPowerLossFS(t, false)
+}
+
+// TestPowerLossFSWriteBack is TestPowerLossFS with the background write-back
+// goroutine on, which writes back concurrently with the operations and their
+// fsyncs. Its crash points depend on scheduling: a seed narrows a failure
+// down but does not replay it exactly.
+func TestPowerLossFSWriteBack(t *testing.T) {
+	testPowerLossFS(t, true)
+}
+
+// TestPowerLossFSReproducible: without background goroutines, a seed replays
+// the same drive file operations and takes the same crash points.
+func TestPowerLossFSReproducible(t *testing.T) {
+	seed := int64(os.Getpid())
+	crashAt := func() []int {
+		var at []int
+		for _, cp := range runFSPowerLoss(t, seed, 200, 3, false) {
+			at = append(at, cp.fileOp)
+		}
+		return at
+	}
+	first := crashAt()
+	require.NotEmpty(t, first)
+	require.Equal(t, first, crashAt(), "seed %d", seed)
+}
+
+func testPowerLossFS(t *testing.T, writeBack bool) {
 	seeds, nOps, every := 30, 80, 4
+	if writeBack {
+		seeds = 10
+	}
 	if testing.Short() {
 		seeds = 1
 	}
@@ -421,9 +487,19 @@ func TestPowerLossFS(t *testing.T) {
 	if *fsPowerSeed != 0 {
 		list = []int64{*fsPowerSeed}
 	}
+	runPowerLossSeeds(t, list, nOps, every, writeBack)
+}
+
+// TestPowerLossFSRegression replays the seeds that once failed, with the
+// workload they failed with (-long's).
+func TestPowerLossFSRegression(t *testing.T) {
+	runPowerLossSeeds(t, plRegressionSeeds, 200, 3, false)
+}
+
+func runPowerLossSeeds(t *testing.T, list []int64, nOps, every int, writeBack bool) {
 	total, full := 0, 0
 	for _, seed := range list {
-		points := runFSPowerLoss(t, seed, nOps, every)
+		points := runFSPowerLoss(t, seed, nOps, every, writeBack)
 		for _, cp := range points {
 			if checkFSCrashPoint(t, seed, cp) {
 				full++
@@ -434,6 +510,6 @@ func TestPowerLossFS(t *testing.T) {
 		}
 		total += len(points)
 	}
-	t.Logf("%d seeds, %d crash points (%d mounted, rolled forward and fscked; the rest interrupted an fsync)", len(list), total, full)
+	t.Logf("%d seeds, %d crash points (%d mounted, rolled forward and fscked; the rest interrupted an fsync and -powerloss.strict-fsync=false)", len(list), total, full)
 	require.Greater(t, full, len(list)*5)
 }

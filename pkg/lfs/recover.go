@@ -96,14 +96,18 @@ func (fs *FS) recover(ctx context.Context, zones []ZoneInfo, ml *metaLog) error 
 			fs.nodeSeq = f.h.Seq + 1
 		}
 	}
+	// ensureSeg checks that a block a rolled-forward node names is written
+	// (below its zone's write pointer, also in a segment the checkpoint
+	// knows: such a segment may have been written past its checkpointed
+	// write pointer, but never past the zone's) and makes its segment known.
 	ensureSeg := func(a Addr) error {
 		z := a.Zone()
-		if fs.segs[z] != nil {
-			return nil
-		}
 		zi, ok := zinfo[z]
 		if !ok || a.Off() >= zi.WP || z == ml.zone {
 			return corrupt("roll-forward", "block %v is not written", a)
+		}
+		if fs.segs[z] != nil {
+			return nil
 		}
 		s := newSegment(z, fs.geo.ZoneBlocks)
 		s.wp = zi.WP
