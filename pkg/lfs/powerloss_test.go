@@ -281,8 +281,9 @@ func runFSPowerLoss(t *testing.T, seed int64, nOps, every int, writeBack bool) [
 	mu.Lock()
 	armed = true // crash points from here on: Mkfs and the first Sync have completed
 	mu.Unlock()
-	for op = 0; op < nOps; op++ {
+	for i := 0; i < nOps; i++ {
 		mu.Lock()
+		op = i // read by the hook, which write-back goroutines also run
 		mu.Unlock()
 		p := fmt.Sprintf("d/f%d", rng.Intn(6))
 		h.mu.Lock()
