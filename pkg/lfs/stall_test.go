@@ -294,7 +294,9 @@ func TestSlowCallCountsAsStalled(t *testing.T) {
 	go func() { errc <- fs.Fsync(ctx, h, false) }()
 	require.Eventually(t, func() bool { n, _ := fs.Stalls(); return n == 1 }, time.Minute, 10*time.Millisecond,
 		"a call without an answer counts as stalled")
-	require.Contains(t, logs.String(), "no answer from the volume yet")
+	// the warning is written just after the call counts as stalled
+	require.Eventually(t, func() bool { return strings.Contains(logs.String(), "no answer from the volume yet") }, hang, 10*time.Millisecond,
+		"a stalled call is warned about: %s", logs.String())
 	require.Contains(t, logs.String(), "op=")
 	cancel()
 	select {
