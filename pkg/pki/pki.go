@@ -253,19 +253,29 @@ func NewCA(o CAOptions) (*CA, error) {
 		MaxPathLenZero:        true,
 		SubjectKeyId:          ski[:20],
 	}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
+	cert, cp, kp, err := sign(tmpl, tmpl, key, key)
 	if err != nil {
 		return nil, err
+	}
+	return &CA{Cert: cert, Key: key, CertPEM: cp, KeyPEM: kp}, nil
+}
+
+// sign creates the certificate tmpl for key, signed by parent's signer, and
+// returns it parsed and PEM-encoded with key's PEM.
+func sign(tmpl, parent *x509.Certificate, key *ecdsa.PrivateKey, signer crypto.Signer) (*x509.Certificate, []byte, []byte, error) {
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, parent, &key.PublicKey, signer)
+	if err != nil {
+		return nil, nil, nil, err
 	}
 	cert, err := x509.ParseCertificate(der)
 	if err != nil {
-		return nil, err
+		return nil, nil, nil, err
 	}
 	kp, err := keyPEM(key)
 	if err != nil {
-		return nil, err
+		return nil, nil, nil, err
 	}
-	return &CA{Cert: cert, Key: key, CertPEM: certPEM(der), KeyPEM: kp}, nil
+	return cert, certPEM(der), kp, nil
 }
 
 // LeafOptions configure CA.Issue.
@@ -319,19 +329,11 @@ func (ca *CA) Issue(o LeafOptions) (*KeyPair, error) {
 		URIs:                  []*url.URL{o.Role.URI()},
 		AuthorityKeyId:        ca.Cert.SubjectKeyId,
 	}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, ca.Cert, &key.PublicKey, ca.Key)
+	cert, cp, kp, err := sign(tmpl, ca.Cert, key, ca.Key)
 	if err != nil {
 		return nil, err
 	}
-	cert, err := x509.ParseCertificate(der)
-	if err != nil {
-		return nil, err
-	}
-	kp, err := keyPEM(key)
-	if err != nil {
-		return nil, err
-	}
-	return &KeyPair{Cert: cert, Key: key, CertPEM: certPEM(der), KeyPEM: kp}, nil
+	return &KeyPair{Cert: cert, Key: key, CertPEM: cp, KeyPEM: kp}, nil
 }
 
 // Pool returns a pool holding only this CA.
