@@ -21,6 +21,7 @@ import (
 	"github.com/zonefleet/zonefleet/pkg/rpcerr"
 	"github.com/zonefleet/zonefleet/pkg/zerr"
 	"github.com/zonefleet/zonefleet/pkg/zns"
+	"github.com/zonefleet/zonefleet/pkg/zoneowner"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"google.golang.org/grpc"
 )
@@ -108,6 +109,23 @@ func OpenDevices(o Options, clk clock.Clock) ([]*zns.Device, error) {
 	return devs, nil
 }
 
+// OpenOwners opens (or creates) the owner file of every device:
+// DIR/devN.owners next to DIR/devN.zns.
+func OpenOwners(dir string, devs []*zns.Device) ([]*zoneowner.Store, error) {
+	var out []*zoneowner.Store
+	for i, d := range devs {
+		st, err := zoneowner.Open(filepath.Join(dir, fmt.Sprintf("dev%d.owners", i)), uint32(d.Identify().Zones))
+		if err != nil {
+			for _, o := range out {
+				_ = o.Close()
+			}
+			return nil, fmt.Errorf("device %d owner file: %w", i, err)
+		}
+		out = append(out, st)
+	}
+	return out, nil
+}
+
 // Run serves the node on d until ctx ends, then unregisters and closes the devices.
 func Run(ctx context.Context, d *daemon.Daemon, o Options, log *slog.Logger) error {
 	clk, ok := clock.Parse(o.Clock, o.TimeScale)
@@ -135,7 +153,11 @@ func Run(ctx context.Context, d *daemon.Daemon, o Options, log *slog.Logger) err
 	var svc *Service
 	svcReady := make(chan struct{})
 	if !o.Standalone {
-		if cli, err = etcdlocal.Connect(ctx, o.Etcd, 30*time.Second); err != nil {
+		etcdTLS, err := d.SecurityConfig().EtcdClientTLS()
+		if err != nil {
+			return err
+		}
+		if cli, err = etcdlocal.ConnectWith(ctx, o.Etcd, etcdTLS, 30*time.Second); err != nil {
 			return err
 		}
 		defer cli.Close()
@@ -149,6 +171,9 @@ func Run(ctx context.Context, d *daemon.Daemon, o Options, log *slog.Logger) err
 		if grants, err = WatchGrantsFunc(gctx, cli, o.ID, log, onRevoke); err != nil {
 			return err
 		}
+		if err := d.SecurityConfig().FollowTokenGenerations(gctx, cli, log); err != nil {
+			return err
+		}
 	}
 	if cli != nil && o.Peers == nil {
 		pool, err := PeerPool(d.SecurityConfig(), cli)
@@ -158,9 +183,24 @@ func Run(ctx context.Context, d *daemon.Daemon, o Options, log *slog.Logger) err
 		defer pool.Close()
 		o.Peers = pool
 	}
+	if !o.Standalone {
+		owners, err := OpenOwners(o.DataDir, devs)
+		if err != nil {
+			return err
+		}
+		defer func() {
+			for _, st := range owners {
+				_ = st.Close()
+			}
+		}()
+		o.Config.Owners = owners
+	}
 	svc, err = New(o.Config, devs, grants, log)
 	if err != nil {
 		return err
+	}
+	if err := svc.SeedOwners(); err != nil {
+		return fmt.Errorf("seeding new owner files: %w", err)
 	}
 	close(svcReady)
 	defer svc.Close()

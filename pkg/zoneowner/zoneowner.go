@@ -8,10 +8,10 @@
 // grant key deleted. Owner changes that are overwrites (a watch reconnect
 // after an etcd leader change, the arbiter's grant repair, grants split over
 // transactions) never produce that event, and the next tenant read the
-// previous tenant's blocks. With an owner epoch written by the arbiter into
-// every grant (the etcd revision of the assignment; unchanged by repairs of
-// the same assignment) and the epoch persisted here, the node decides from
-// what is, not from what it happened to hear:
+// previous tenant's blocks. With an owner epoch for every grant (the etcd
+// create revision of the grant key: new for every assignment, unchanged by
+// the arbiter's repairs, which overwrite) and the epoch persisted here, the
+// node decides from what is, not from what it happened to hear:
 //
 //	Decide(persisted, grant)
 //	  grant absent                        -> Deny      (NOT_OWNER)
@@ -42,6 +42,7 @@ import (
 	"hash/crc32"
 	"io"
 	"os"
+	"sync"
 	"sync/atomic"
 
 	"github.com/zonefleet/zonefleet/pkg/zerr"
@@ -97,6 +98,12 @@ func Decide(persisted Owner, valid bool, grant Owner, granted bool) Action {
 
 // Store is the owner file of one device.
 type Store struct {
+	// closeMu orders Close after every Set in flight: Sets of different
+	// zones share it (RLock: their writes and fdatasyncs run in parallel),
+	// Close takes it alone, and a Set after Close fails with os.ErrClosed
+	// (a revocation reset still running while the node shuts down).
+	closeMu sync.RWMutex
+	closed  bool
 	f       *os.File
 	path    string
 	zones   uint32
@@ -221,6 +228,18 @@ func parse(zone uint32, r []byte) (Owner, bool) {
 	return Owner{Namespace: string(r[1 : 1+n]), Epoch: binary.LittleEndian.Uint64(r[1+MaxNSLen:])}, true
 }
 
+// NewMemory is a Store without a file, for in-process test nodes that run
+// without a data directory: the owner check works the same, but the owners
+// are forgotten with the process (a restarted node resets every granted zone
+// on first use, which fails closed). Every ssdnode keeps a file (Open).
+func NewMemory(zones uint32) *Store {
+	s := &Store{zones: zones, owners: make([]atomic.Pointer[entry], zones), created: true}
+	for z := range s.owners {
+		s.owners[z].Store(&entry{valid: true})
+	}
+	return s
+}
+
 // Created reports whether Open created the file. A node that creates it
 // for a device which already holds data (an upgrade from a version without
 // owner files) seeds it from its current grant snapshot before serving;
@@ -248,6 +267,16 @@ func (s *Store) Set(zone uint32, o Owner) error {
 	if len(o.Namespace) > MaxNSLen {
 		return &zerr.InvalidArgumentError{Field: "namespace", Reason: fmt.Sprintf("longer than %d bytes", MaxNSLen)}
 	}
+	if s.f == nil { // NewMemory
+		s.owners[zone].Store(&entry{o: o, valid: true})
+		return nil
+	}
+	s.closeMu.RLock()
+	defer s.closeMu.RUnlock()
+	if s.closed {
+		s.owners[zone].Store(&entry{}) // not recorded: fail closed
+		return fmt.Errorf("zone owner file %s: %w", s.path, os.ErrClosed)
+	}
 	if _, err := s.f.WriteAt(record(zone, o), HeaderSize+int64(zone)*RecordSize); err != nil {
 		s.owners[zone].Store(&entry{}) // unknown now: fail closed
 		return err
@@ -261,4 +290,15 @@ func (s *Store) Set(zone uint32, o Owner) error {
 }
 
 // Close closes the file.
-func (s *Store) Close() error { return s.f.Close() }
+func (s *Store) Close() error {
+	if s.f == nil {
+		return nil
+	}
+	s.closeMu.Lock()
+	defer s.closeMu.Unlock()
+	if s.closed {
+		return nil
+	}
+	s.closed = true
+	return s.f.Close()
+}

@@ -173,6 +173,34 @@ func TestConcurrentSetsOfDifferentZones(t *testing.T) {
 	}
 }
 
+// TestSetDuringClose: a Set racing Close (a revocation reset still running
+// while the node shuts down) either lands or fails with os.ErrClosed and
+// leaves the zone unknown; never a write to a closed descriptor.
+func TestSetDuringClose(t *testing.T) {
+	p := filepath.Join(t.TempDir(), "close.owners")
+	s, err := Open(p, 16)
+	require.NoError(t, err)
+	var wg sync.WaitGroup
+	for z := uint32(0); z < 16; z++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for e := uint64(1); e <= 20; e++ {
+				if err := s.Set(z, Owner{Namespace: "ns", Epoch: e}); err != nil {
+					assert.ErrorIs(t, err, os.ErrClosed)
+					_, ok := s.Get(z)
+					assert.False(t, ok, "a Set that failed leaves the zone unknown")
+					return
+				}
+			}
+		}()
+	}
+	require.NoError(t, s.Close())
+	wg.Wait()
+	require.NoError(t, s.Close(), "a second Close is harmless")
+	assert.ErrorIs(t, s.Set(0, Owner{Namespace: "late", Epoch: 99}), os.ErrClosed)
+}
+
 // FuzzOpen: any file content opens with a typed error or gives records that
 // are either valid or marked invalid; never a panic.
 func FuzzOpen(f *testing.F) {
@@ -204,4 +232,31 @@ func FuzzOpen(f *testing.F) {
 			}
 		}
 	})
+}
+
+// TestMemoryStore: the file-less store (in-process test nodes) decides the
+// same way and starts with every zone free.
+func TestMemoryStore(t *testing.T) {
+	s := NewMemory(4)
+	defer s.Close()
+	o, ok := s.Get(2)
+	if !ok || o != (Owner{}) {
+		t.Fatalf("zone 2: %+v %v, want free", o, ok)
+	}
+	if got := Decide(o, ok, Owner{Namespace: "a", Epoch: 1}, true); got != Reset {
+		t.Fatalf("free zone for a: %v, want reset", got)
+	}
+	if err := s.Set(2, Owner{Namespace: "a", Epoch: 1}); err != nil {
+		t.Fatal(err)
+	}
+	o, ok = s.Get(2)
+	if got := Decide(o, ok, Owner{Namespace: "a", Epoch: 1}, true); got != Serve {
+		t.Fatalf("after Set: %v, want serve", got)
+	}
+	if err := s.Set(9, Owner{}); err == nil {
+		t.Fatal("zone out of range accepted")
+	}
+	if _, ok := s.Get(9); ok {
+		t.Fatal("zone out of range readable")
+	}
 }
