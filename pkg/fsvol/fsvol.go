@@ -28,6 +28,21 @@
 //     pointer either way) and the file system never writes a v-zone after
 //     finishing it.
 //
+// # Threaded logging
+//
+// TLOpen (lfs.TLOpener) reopens a v-zone holding data for ZNS+ threaded
+// logging: a finish of it still in flight lands first (it would end threaded
+// logging behind the file system's back); then client.VZone.TLOpen asks the
+// arbiter (the v-zone counts as open: zerr.TooManyOpenError, after letting
+// pending finishes return their slots once) and TL_opens every physical
+// zone in parallel. Writes then go to invalid blocks at or above the write
+// pointer; a write over a valid block is a zerr.TLViolationError that
+// changes nothing. Read allows the whole v-zone while threaded logging is on
+// (the drives serve valid blocks from the original flash blocks until they
+// are plugged). Finish, or a write reaching the zone's end, ends threaded
+// logging on the drives and then at the arbiter, in the background like
+// any finish. Options.TLMode selects the plugging (PPA-ordered by default).
+//
 // # Durability
 //
 // A Flush RPC is an fdatasync of one drive, so the Volume tracks dirty
@@ -67,6 +82,7 @@ type Volume struct {
 	geo   lfs.VolumeGeometry
 	ahead int
 	log   *slog.Logger
+	tlm   v1.PlugMode
 
 	bg     context.Context // background work; cancelled by Close
 	cancel context.CancelFunc
@@ -82,7 +98,7 @@ type Volume struct {
 	mu        sync.Mutex
 	dirty     map[client.DeviceRef]uint64 // drives written since their last successful flush → mark sequence
 	seq       uint64                      // last mark sequence
-	spares    []lfs.ZoneID                // opened ahead, not handed out yet
+	spares    []spare                     // opened ahead, not handed out yet
 	opening   chan struct{}               // closed when the open-ahead in flight ends; nil when none
 	aheadErr  error                       // last open-ahead failure (cleared by a successful open)
 	held      int                         // v-zones handed out and not reset (approximate: from Zones, OpenZone, Reset)
@@ -91,13 +107,23 @@ type Volume struct {
 	closed    bool
 }
 
+// spare is a v-zone opened ahead: its id and the incarnation of that
+// opening (what Close gives back, and only that).
+type spare struct {
+	id  lfs.ZoneID
+	inc uint64
+}
+
 // finishOp is one background finish of a v-zone.
 type finishOp struct {
 	done chan struct{} // closed when the attempt ends
 	err  error         // its result (read after done)
 }
 
-var _ lfs.Volume = (*Volume)(nil)
+var (
+	_ lfs.Volume   = (*Volume)(nil)
+	_ lfs.TLOpener = (*Volume)(nil)
+)
 
 // Options of a volume.
 type Options struct {
@@ -109,6 +135,10 @@ type Options struct {
 	OpenAhead int
 	// Logger for background failures; default slog.Default().
 	Logger *slog.Logger
+	// TLMode is how the drives plug the valid blocks a threaded-logging
+	// write skips; unspecified means PPA-ordered (ZNS+ §3.2.2: plugging
+	// ahead of the write pointer while the chip is idle).
+	TLMode v1.PlugMode
 }
 
 // New derives the geometry from the namespace and the nodes' drives.
@@ -156,7 +186,11 @@ func New(ctx context.Context, c *client.Client, o Options) (*Volume, error) {
 		log = slog.Default()
 	}
 	bg, cancel := context.WithCancel(context.Background())
-	return &Volume{c: c, ahead: max(ahead, 0), log: log, bg: bg, cancel: cancel,
+	tlm := o.TLMode
+	if tlm == v1.PlugMode_PLUG_MODE_UNSPECIFIED {
+		tlm = v1.PlugMode_PLUG_MODE_PPA_ORDERED
+	}
+	return &Volume{c: c, ahead: max(ahead, 0), log: log, bg: bg, cancel: cancel, tlm: tlm,
 		dirty: map[client.DeviceRef]uint64{}, open: map[lfs.ZoneID]bool{}, finishing: map[lfs.ZoneID]*finishOp{},
 		geo: lfs.VolumeGeometry{
 			BlockSize: int(bs), ZoneBlocks: zoneBlocks, ChunkBlocks: chunk,
@@ -171,11 +205,15 @@ func (v *Volume) vz(z lfs.ZoneID) *client.VZone { return v.c.VZone(uint64(z)) }
 
 // Close waits for the background work, gives the spare v-zones back (reset)
 // and stops opening ahead. The Volume must not be used afterwards; the
-// client stays open (it belongs to the caller). Close a Volume before
-// another one (in this process) mounts the same namespace: its background
-// opens and finishes would otherwise race that mount's recovery, which
-// resets every v-zone it does not know. (A process that exits takes its
-// background work with it; the next mount resets its spare.)
+// client stays open (it belongs to the caller). A spare is given back by
+// its incarnation (client.VZone.ResetIncarnation), never by id alone: a
+// mount of the same namespace that started meanwhile has reset it (its
+// recovery resets every v-zone it does not know) and may have opened the
+// same id again for its own log, which the arbiter then refuses to reset
+// (StaleLayout, ignored here). Close a Volume before another one (in this
+// process) mounts the same namespace anyway: its background opens and
+// finishes would otherwise race that mount's recovery. (A process that
+// exits takes its background work with it; the next mount resets its spare.)
 func (v *Volume) Close(ctx context.Context) error {
 	v.mu.Lock()
 	v.closed = true
@@ -186,8 +224,20 @@ func (v *Volume) Close(ctx context.Context) error {
 	v.spares = nil
 	v.mu.Unlock()
 	var errs []error
-	for _, z := range spares {
-		errs = append(errs, v.vz(z).Reset(ctx))
+	for _, sp := range spares {
+		if sp.inc == 0 {
+			continue // an arbiter without incarnations: the next mount's recovery resets it
+		}
+		// Only this opening: if another mount of the namespace already
+		// reset the spare (its recovery resets v-zones it does not know)
+		// and opened the id again, the arbiter refuses and that mount's
+		// v-zone is left alone.
+		err := v.vz(sp.id).ResetIncarnation(ctx, sp.inc)
+		if errors.Is(err, zerr.ErrStaleLayout) {
+			v.log.Debug("spare v-zone reused by another mount; not reset", "vzone", sp.id)
+			err = nil
+		}
+		errs = append(errs, err)
 	}
 	errs = append(errs, v.drainFinishes(ctx, nil, true))
 	v.cancel()
@@ -199,7 +249,7 @@ func (v *Volume) OpenZone(ctx context.Context) (lfs.ZoneID, error) {
 	for {
 		v.mu.Lock()
 		if n := len(v.spares); n > 0 {
-			z := v.spares[0]
+			z := v.spares[0].id
 			v.spares = v.spares[1:]
 			v.handOut(z)
 			v.refillLocked()
@@ -223,13 +273,13 @@ func (v *Volume) OpenZone(ctx context.Context) (lfs.ZoneID, error) {
 			break
 		}
 	}
-	z, err := v.openNow(ctx)
+	z, _, err := v.openNow(ctx)
 	if err != nil && (errors.Is(err, zerr.ErrTooManyOpen) || errors.Is(err, zerr.ErrTooManyActive) || errors.Is(err, zerr.ErrNoResources)) && v.pendingFinishes() {
 		// Finishes in flight give active resources back: let them land.
 		if derr := v.drainFinishes(ctx, nil, true); derr != nil {
 			return 0, errors.Join(err, derr)
 		}
-		z, err = v.openNow(ctx)
+		z, _, err = v.openNow(ctx)
 	}
 	if err != nil {
 		return 0, err
@@ -241,14 +291,52 @@ func (v *Volume) OpenZone(ctx context.Context) (lfs.ZoneID, error) {
 	return z, nil
 }
 
-func (v *Volume) openNow(ctx context.Context) (lfs.ZoneID, error) {
-	v.lifecycle.RLock()
-	defer v.lifecycle.RUnlock()
-	vz, err := v.c.OpenVZone(ctx)
+// OpenZoneLike is OpenZone with a copyback-aware layout hint: the new
+// v-zone's stripe groups sit on the dies of zone like's where the cluster
+// has room, so a compaction of like into it finds same-chip destinations
+// (client.Client.OpenVZoneLike). It never hands out a spare (a spare's
+// layout was chosen without the hint) unless the namespace's active
+// resources are all in use, when it falls back to OpenZone; like is
+// typically the victim of a segment cleaning.
+func (v *Volume) OpenZoneLike(ctx context.Context, like lfs.ZoneID) (lfs.ZoneID, error) {
+	open := func() (lfs.ZoneID, error) {
+		v.lifecycle.RLock()
+		defer v.lifecycle.RUnlock()
+		vz, _, err := v.c.OpenVZoneLike(ctx, uint64(like))
+		if err != nil {
+			return 0, err
+		}
+		return lfs.ZoneID(vz.ID()), nil
+	}
+	z, err := open()
+	if err != nil && (errors.Is(err, zerr.ErrTooManyOpen) || errors.Is(err, zerr.ErrTooManyActive) || errors.Is(err, zerr.ErrNoResources)) && v.pendingFinishes() {
+		if derr := v.drainFinishes(ctx, nil, true); derr != nil {
+			return 0, errors.Join(err, derr)
+		}
+		z, err = open()
+	}
+	if err != nil && (errors.Is(err, zerr.ErrTooManyOpen) || errors.Is(err, zerr.ErrTooManyActive) || errors.Is(err, zerr.ErrNoResources)) {
+		// The spare opened ahead holds the last active resource: the hint is
+		// only a hint, hand out the spare (or whatever OpenZone finds).
+		return v.OpenZone(ctx)
+	}
 	if err != nil {
 		return 0, err
 	}
-	return lfs.ZoneID(vz.ID()), nil
+	v.mu.Lock()
+	v.handOut(z)
+	v.mu.Unlock()
+	return z, nil
+}
+
+func (v *Volume) openNow(ctx context.Context) (lfs.ZoneID, uint64, error) {
+	v.lifecycle.RLock()
+	defer v.lifecycle.RUnlock()
+	vz, inc, err := v.c.OpenVZoneIncarnation(ctx)
+	if err != nil {
+		return 0, 0, err
+	}
+	return lfs.ZoneID(vz.ID()), inc, nil
 }
 
 // handOut records z as the file system's. v.mu held.
@@ -270,14 +358,14 @@ func (v *Volume) refillLocked() {
 	v.wg.Add(1)
 	go func() {
 		defer v.wg.Done()
-		z, err := v.openNow(v.bg)
+		z, inc, err := v.openNow(v.bg)
 		v.mu.Lock()
 		v.opening = nil
 		if err != nil {
 			v.aheadErr = err // the next OpenZone opens on demand (and tries ahead again)
 			v.log.Debug("open a v-zone ahead", "err", err)
 		} else {
-			v.spares = append(v.spares, z)
+			v.spares = append(v.spares, spare{id: z, inc: inc})
 			v.refillLocked()
 		}
 		v.mu.Unlock()
@@ -300,8 +388,8 @@ func (v *Volume) Zones(ctx context.Context) ([]lfs.ZoneInfo, error) {
 	list, err := v.c.ListVZones(ctx)
 	v.mu.Lock()
 	spare := map[lfs.ZoneID]bool{}
-	for _, z := range v.spares {
-		spare[z] = true
+	for _, sp := range v.spares {
+		spare[sp.id] = true
 	}
 	v.mu.Unlock()
 	v.lifecycle.Unlock()
@@ -401,6 +489,13 @@ func (v *Volume) Read(ctx context.Context, z lfs.ZoneID, off uint64, buf []byte)
 	wp, err := vz.WritePointer(ctx)
 	if err != nil {
 		return err
+	}
+	if vz.ThreadedLogging() {
+		// Below the old write pointer every block reads right at every
+		// moment (valid: its data, plugged or not yet; overwritten: the new
+		// data); the drives serve it. The file system only reads blocks it
+		// holds, so the whole v-zone is allowed.
+		wp = v.geo.ZoneBlocks
 	}
 	if off+n > wp {
 		return &zerr.OutOfRangeError{LBA: off, Count: n, Limit: wp}
@@ -509,7 +604,7 @@ func (v *Volume) Reset(ctx context.Context, z lfs.ZoneID) error {
 	v.mu.Lock()
 	spare := false
 	for _, sp := range v.spares {
-		spare = spare || sp == z
+		spare = spare || sp.id == z
 	}
 	v.mu.Unlock()
 	if spare {
@@ -532,6 +627,36 @@ func (v *Volume) Reset(ctx context.Context, z lfs.ZoneID) error {
 		v.held--
 	}
 	delete(v.open, z)
+	v.mu.Unlock()
+	return nil
+}
+
+// TLOpen implements lfs.TLOpener: the arbiter moves v-zone z to threaded
+// logging (counted as an open v-zone: zerr.TooManyOpenError over MaxOpen),
+// then every physical zone is TL_opened in parallel (client.VZone.TLOpen).
+// A finish of z still in flight lands first (it would end threaded logging
+// behind our back). When the arbiter refuses for lack of open slots and
+// finishes are pending, they land (they give slots back) and TLOpen tries
+// once more.
+func (v *Volume) TLOpen(ctx context.Context, z lfs.ZoneID, valid []byte) error {
+	if want := (v.geo.ZoneBlocks + 7) / 8; uint64(len(valid)) != want {
+		return &zerr.InvalidBitmapError{Zone: uint64(z), Reason: fmt.Sprintf("has %d bytes, the zone needs %d", len(valid), want)}
+	}
+	if err := v.drainFinishes(ctx, []lfs.ZoneID{z}, true); err != nil {
+		return err
+	}
+	err := v.vz(z).TLOpen(ctx, valid, v.tlm)
+	if err != nil && (errors.Is(err, zerr.ErrTooManyOpen) || errors.Is(err, zerr.ErrTooManyActive)) && v.pendingFinishes() {
+		if derr := v.drainFinishes(ctx, nil, true); derr != nil {
+			return errors.Join(err, derr)
+		}
+		err = v.vz(z).TLOpen(ctx, valid, v.tlm)
+	}
+	if err != nil {
+		return err
+	}
+	v.mu.Lock()
+	v.open[z] = true
 	v.mu.Unlock()
 	return nil
 }

@@ -7,11 +7,8 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	v1 "github.com/zonefleet/zonefleet/api/zonefleet/v1"
-	"github.com/zonefleet/zonefleet/pkg/client"
 	"github.com/zonefleet/zonefleet/pkg/fsvol"
 	"github.com/zonefleet/zonefleet/pkg/lfs"
-	"github.com/zonefleet/zonefleet/pkg/localcluster"
 )
 
 // The superblock records MaxZones at mkfs (and the user space derived from
@@ -21,17 +18,7 @@ import (
 // (Found by the FUSE binding's engineer.)
 func TestMountKeepsTheSuperblocksSegments(t *testing.T) {
 	ctx := context.Background()
-	cl, err := localcluster.Start(ctx, localcluster.Config{Dir: t.TempDir(), Nodes: 3, Clock: "off", Device: localcluster.TinyDevice()})
-	require.NoError(t, err)
-	defer cl.Close()
-	admin, err := client.New(ctx, cl.AdminClientConfig())
-	require.NoError(t, err)
-	defer admin.Close()
-	_, err = admin.Namespaces().Create(ctx, &v1.CreateNamespaceRequest{Name: "fs", MaxActiveVzones: 8, ZonesPerVzone: 4})
-	require.NoError(t, err)
-	c, err := client.New(ctx, cl.ClientConfig("fs"))
-	require.NoError(t, err)
-	defer c.Close()
+	_, c := tenantCluster(t, 3, "fs", 8, 4)
 	vol40, err := fsvol.New(ctx, c, fsvol.Options{MaxZones: 40})
 	require.NoError(t, err)
 	require.NoError(t, lfs.Mkfs(ctx, vol40, lfs.MkfsOptions{OPPercent: 20}))

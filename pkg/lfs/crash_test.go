@@ -53,6 +53,12 @@ func (c *crashVol) Reset(ctx context.Context, z lfs.ZoneID) error {
 	}
 	return c.Volume.Reset(ctx, z)
 }
+func (c *crashVol) TLOpen(ctx context.Context, z lfs.ZoneID, valid []byte) error {
+	if err := c.dead(); err != nil {
+		return err
+	}
+	return c.Volume.(lfs.TLOpener).TLOpen(ctx, z, valid)
+}
 func (c *crashVol) Compact(ctx context.Context, cs []lfs.Copy) (lfs.CompactStats, error) {
 	if err := c.dead(); err != nil {
 		return lfs.CompactStats{}, err
@@ -140,7 +146,8 @@ func TestCrashRecovery(t *testing.T) {
 		name string
 		move lfs.MoveMethod
 		seed int64
-	}{{"host-copy", lfs.HostCopy, 7}, {"izc", lfs.Compact, 8}} {
+		mode lfs.Mode
+	}{{"host-copy", lfs.HostCopy, 7, lfs.ModeZNS}, {"izc", lfs.Compact, 8, lfs.ModeIZC}, {"zns+", lfs.Compact, 9, lfs.ModeZNSPlus}} {
 		t.Run(tc.name, func(t *testing.T) {
 			v := newVol(t, 48, 8)
 			require.NoError(t, lfs.Mkfs(bg, v, lfs.MkfsOptions{}))
@@ -149,7 +156,7 @@ func TestCrashRecovery(t *testing.T) {
 			for round := 0; round < 12; round++ {
 				cv := &crashVol{Volume: v}
 				cv.left.Store(1 << 40)
-				fs, err := lfs.Mount(bg, cv, lfs.Options{Move: tc.move, CacheBlocks: 128})
+				fs, err := lfs.Mount(bg, cv, lfs.Options{Mode: tc.mode, CacheBlocks: 128})
 				require.NoError(t, err, "round %d", round)
 				if round == 0 {
 					_, err := fs.Mkdir(bg, lfs.RootIno, "d", 0o755, 0, 0)
@@ -185,7 +192,7 @@ func TestCrashRecovery(t *testing.T) {
 				rep, err := lfs.Fsck(bg, v, false)
 				require.NoError(t, err, "round %d", round)
 				require.Empty(t, rep.Problems, "round %d: checkpoint not consistent", round)
-				fs, err = lfs.Mount(bg, v, lfs.Options{Move: tc.move})
+				fs, err = lfs.Mount(bg, v, lfs.Options{Mode: tc.mode})
 				require.NoError(t, err, "round %d", round)
 				for p, vs := range h.versions {
 					got, err := readFile(fs, p)

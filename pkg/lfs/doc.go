@@ -57,8 +57,68 @@
 // and the move method (HostCopy or Compact = IZC, with copyback-aware
 // destination allocation); host-cached dirty blocks are always written from
 // the host, clean cached ones per Options.CachedWrite (IZC-H) or copied on the
-// device (IZC-D). Every recycling round ends with a checkpoint, after which the
-// emptied victims are reset.
+// device (IZC-D), or per block by cost (Options.FlashReadCost and
+// HostWriteCost: from the host when the block's whole chunk is cached and a
+// host write costs less than the chip read). Every recycling round ends with
+// a checkpoint, after which the emptied victims are reset. Volume.Compact may
+// return before the drives finished the copies (zone_compaction is
+// asynchronous, ZNS+ §3.2.1): the checkpoint's node writes overlap them, and
+// its Flush, before the record, waits for them. Stats.CompactionPhases splits
+// compaction time as ZNS+ Fig. 6 does: init (selection, bitmaps, nodes), read
+// (host copy's victim reads), copy (IZC: submission plus the checkpoint
+// Flush's wait for the copies), write (the checkpoint's data write-back) and
+// checkpoint (nodes, metadata, record).
+//
+// Modes (Options.Mode, tl.go): zns (host copy), izc (zone_compaction) and
+// zns+ (threaded logging + hybrid segment recycling + IZC, ZNS+ §3.2.2,
+// §3.3.2). zns+ needs a Volume that implements TLOpener and falls back to
+// izc (with a log line) otherwise; `zctl mount --gc` defaults to zns+.
+//
+// Threaded logging. When a log needs a new segment and free segments run
+// short (at most the GC reserve plus one per log), hybrid segment recycling
+// takes the dirty segment that keeps the fewest blocks and compares C_TL =
+// f_plug·(N_pre-invalid + N_valid) with C_SC = f_copy·N_valid +
+// f_write·α·N_valid − f_plug·β·N_cold (per-block costs normalized to one
+// on-demand in-storage copy; f_plug = 0.9; f_write = 1 or, with
+// Options.HSRCopyCost and HSRWriteCost, the drive's host-write to copy cost
+// ratio; N_cold, the valid blocks unchanged since the segment's previous
+// TL_open; α, the node and metadata blocks a compaction's checkpoint writes
+// per valid block moved, and β, the share of a segment's cold set at its
+// last TL_open still valid at the next one, are profiled at run time as
+// moving averages). Stats count why TL was not used: the cost model chose
+// compaction (HSRCompaction), the volume refused TL_open (TLRefused), the
+// open-zone budget until the next checkpoint was used up (TLNoBudget), no
+// segment had enough holes (TLNoCandidate). If TL is
+// cheaper the segment is TL-opened with the bitmap of the blocks the drives
+// must keep — valid now, or valid at the last checkpoint (pre-invalid: a
+// crash would bring their owners back) — and becomes the log's head: the log
+// writes runs of the other blocks (holes) in increasing order, the drives
+// plug the kept blocks they skip. Only segments closed at the last checkpoint
+// and unwritten since ("stable") are candidates, so every kept block is older
+// than the checkpoint. Otherwise a fresh v-zone is opened, and compaction
+// (the foreground GC, which in zns+ keeps only half the reserve) recycles.
+// Pre-invalid blocks are counted; a checkpoint is taken when they reach
+// θ_PI (the paper's 128 MiB of 16 GiB, i.e. 1/128 of the user blocks, at
+// least a quarter zone) — periodic checkpointing. Compaction destinations
+// (IZC) never go to a TL segment (zone_compaction writes at the write
+// pointer).
+//
+// TL crash safety. A TL segment keeps wp = capacity in the tables (every block
+// below reads back: valid data or what the log wrote since). A checkpoint
+// record lists the TL-opened log heads (a trailing list under the incompat
+// superblock bit FeatureThreadedLog, set by every zns+ mount before it writes;
+// old builds refuse the image); the head's log position is its cursor, and
+// roll-forward scans from it (kept blocks are older than the checkpoint and
+// fail the node header's version check). A segment TL-opened after the last
+// checkpoint keeps its last hole unwritten until a record names it, so its
+// zone can never turn full: the mount recognizes it as an open zone whose
+// write pointer is below the segment's written range and scans it whole.
+// When a TL head runs out of holes it is finished at once if a record named
+// it; otherwise it stays open until the next checkpoint (which writers then
+// take) — at most MaxOpen − logs − 2 such segments exist, and TL_open is
+// not tried beyond that. A TL_open the volume refuses before changing
+// anything (no open zone, no spare flash block group) falls back to a fresh
+// zone; any other TL_open error turns the file system read-only.
 //
 // # Concurrency
 //
@@ -89,8 +149,11 @@
 //     node, a read-modify-write of a partial page, its fsync): that waits
 //     only for operations on the same inodes, never readers.
 //  5. FS.logMu, per log: appends to one log's zone, which takes writes only
-//     at its write pointer. Held across that log's Write or Compact (and the
-//     OpenZone/Finish of its segments), never by readers.
+//     at its write pointer (or, threaded logging, into its holes in
+//     order). Held across that log's Write or Compact (and the
+//     OpenZone/Finish of its segments, or the TL_open of a dirty segment
+//     the log takes over: it is claimed as the head under fs.mu first, so
+//     recycling, freeing and other logs keep off it), never by readers.
 //  6. FS.mu, the table lock (inode cache, NAT, SIT/SSA, segments, log heads,
 //     handles, counters, page cache maps and contents). Short, CPU-only
 //     critical sections: FS.unlocked releases it around EVERY Volume call.
@@ -149,6 +212,28 @@
 // checkpoint locks without waiting, and skips the tick otherwise.
 //
 // # Failure behaviour
+//
+// Read-only fallback (readonly.go): when a write or metadata call fails in a
+// way that would let the tables diverge from the drives — a checkpoint or
+// snapshot record that cannot be written, the reset of the previous
+// metadata zone or of a freed segment, the Finish of a segment (or of a TL
+// segment), a TL_open in an unknown state, a roll-forward that finds the
+// drives disagreeing with the checkpoint (the newest checkpoint is then
+// mounted read-only) — the file system goes read-only: every mutating
+// operation returns a *ReadOnlyError (EROFS), reads keep working, background
+// work stops, zonefleet_fs_read_only is 1 and one ERROR line says why
+// (Stats.ReadOnly, `zctl fs stat`). Nothing acknowledged is lost; unmount
+// and mount again once the fault is fixed. Cancellation and a closed volume
+// are not reasons (the process is going away), and neither is a node that
+// stays unavailable past the retry deadline (zerr.ErrUnavailable, a
+// deadline): such a checkpoint record write fails the fsync or checkpoint
+// that asked for it and the next checkpoint starts a new metadata zone with
+// a full snapshot (the record may or may not have landed; both are
+// checkpoints of states that existed, and the segments it frees are kept
+// away from threaded logging until a checkpoint succeeds); such a Finish or
+// Reset is deferred and retried at every checkpoint, a zone waiting for its
+// reset counted as used (ENOSPC rather than EROFS when an outage lasts).
+// The file system then recovers by itself when the node returns (issue 21).
 //
 // A Volume error in a write-back or checkpoint leaves the pages dirty and
 // the old mapping in place: the operation returns EIO and nothing that was

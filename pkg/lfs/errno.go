@@ -11,10 +11,15 @@ import (
 // Errno maps any error of this package to the errno a POSIX caller sees. It is
 // the only place that does so. Volume errors reach it after the file system
 // has retried zerr.ErrUnavailable; what is left is EIO, except space (ENOSPC),
-// damaged metadata (EUCLEAN) and cancellation.
+// damaged metadata (EUCLEAN), a file system that went read-only
+// (EROFS, ReadOnlyError) and cancellation.
 func Errno(err error) syscall.Errno {
 	if err == nil {
 		return 0
+	}
+	var ro *ReadOnlyError
+	if errors.As(err, &ro) {
+		return syscall.EROFS
 	}
 	var e syscall.Errno
 	if errors.As(err, &e) {

@@ -3,6 +3,8 @@ package lfs
 import (
 	"context"
 	"fmt"
+
+	"github.com/zonefleet/zonefleet/pkg/ondisk"
 )
 
 // Abandon drops the FS without writing anything: a simulated crash.
@@ -95,4 +97,24 @@ func (fs *FS) ForgetBlockCount(ino uint64) error {
 	in.body.Blocks, in.body.BlocksKnown = 0, false
 	fs.markDirty(in)
 	return fs.checkpoint(ctx, false)
+}
+
+// SuperFeatures returns the feature bits of the newest superblock on vol.
+func SuperFeatures(ctx context.Context, vol Volume) (ondisk.Features, error) {
+	zs, err := vol.Zones(ctx)
+	if err != nil {
+		return ondisk.Features{}, err
+	}
+	var best superblock
+	var epoch uint64
+	for _, z := range zs {
+		if z.WP == 0 {
+			continue
+		}
+		sb, rec, err := readSuper(ctx, vol, z.ID)
+		if err == nil && rec.Epoch >= epoch {
+			best, epoch = sb, rec.Epoch
+		}
+	}
+	return best.Features, nil
 }

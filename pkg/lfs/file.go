@@ -1016,7 +1016,10 @@ func (fs *FS) evictCache() {
 		return
 	}
 	target := fs.opts.CacheBlocks / 2
-	for _, in := range fs.inodes {
+	// in inode order: which pages go does not depend on map order, so runs
+	// on the virtual clock are reproducible
+	for _, ino := range fs.sortedInodes() {
+		in := fs.inodes[ino]
 		for b, p := range in.pages {
 			if !p.dirty {
 				delete(in.pages, b)
@@ -1029,14 +1032,29 @@ func (fs *FS) evictCache() {
 	}
 }
 
+// sortedInodes returns the cached inode numbers in increasing order.
+func (fs *FS) sortedInodes() []uint64 {
+	inos := make([]uint64, 0, len(fs.inodes))
+	for ino := range fs.inodes {
+		inos = append(inos, ino)
+	}
+	sort.Slice(inos, func(i, j int) bool { return inos[i] < inos[j] })
+	return inos
+}
+
 // evictInodes drops clean, closed inodes when the inode cache is over its bound.
 func (fs *FS) evictInodes() {
 	if len(fs.inodes) <= fs.opts.CacheInodes {
 		return
 	}
 	// files first: a directory's index is costly to reload
+	inos := fs.sortedInodes()
 	for pass := 0; pass < 2; pass++ {
-		for ino, in := range fs.inodes {
+		for _, ino := range inos {
+			in := fs.inodes[ino]
+			if in == nil {
+				continue
+			}
 			if _, busy := fs.active[ino]; busy || in.busy > 0 || in.opens > 0 || ino == RootIno || in.dirty || (pass == 0 && in.isDir()) {
 				continue
 			}

@@ -22,9 +22,9 @@ const FormatVersion = 2
 // KnownFeatures are the superblock feature bits this build understands. An
 // unknown compat bit is ignored; an unknown ro_compat bit refuses a writable
 // mount (*ondisk.FeatureError, class ro_compat: the image could only be
-// mounted read-only); an unknown incompat bit refuses the mount. Threaded
-// logging or in-place update state will add bits here.
-var KnownFeatures = ondisk.Features{Compat: FeatureInodeRdev}
+// mounted read-only); an unknown incompat bit refuses the mount.
+// FeatureThreadedLog (tl.go) is incompat.
+var KnownFeatures = ondisk.Features{Compat: FeatureInodeRdev, Incompat: FeatureThreadedLog}
 
 // FeatureInodeRdev (compat) says inodes may carry a device number: an inode
 // whose Flags has inodeFlagRdev stores a u64 rdev after its xattrs. Images
@@ -330,6 +330,10 @@ type checkpoint struct {
 	NAT      [][2]uint64 // nid, addr (addr 0 = deleted)
 	Valid    []Addr      // delta only: blocks that became valid (SIT delta)
 	Invalid  []Addr      // delta only: blocks that became invalid (SIT delta)
+	// HasTL (FeatureThreadedLog): a trailing list of the TL-opened log heads
+	// follows (their LogWP is the log's cursor in the segment's holes).
+	HasTL bool
+	TL    []ZoneID
 }
 
 func (c *checkpoint) encode() []byte {
@@ -374,6 +378,12 @@ func (c *checkpoint) encode() []byte {
 	w.u32(uint32(len(c.Invalid)))
 	for _, a := range c.Invalid {
 		w.u64(uint64(a))
+	}
+	if c.HasTL {
+		w.u32(uint32(len(c.TL)))
+		for _, z := range c.TL {
+			w.u32(uint32(z))
+		}
 	}
 	return w.b
 }
@@ -430,6 +440,18 @@ func decodeCheckpoint(p []byte) (*checkpoint, error) {
 	c.Invalid = make([]Addr, n)
 	for i := range c.Invalid {
 		c.Invalid[i] = Addr(r.u64())
+	}
+	if len(r.b) > 0 && !r.bad {
+		// FeatureThreadedLog: the TL-opened log heads
+		c.HasTL = true
+		n = r.count(4)
+		if n > 16 {
+			return nil, corrupt("checkpoint", "%d threaded-logging heads", n)
+		}
+		c.TL = make([]ZoneID, n)
+		for i := range c.TL {
+			c.TL[i] = ZoneID(r.u32())
+		}
 	}
 	if r.bad {
 		return nil, corrupt("checkpoint", "truncated")

@@ -55,10 +55,30 @@ type Options struct {
 	Policy RecyclePolicy
 	// Move is the default policy's method: HostCopy or Compact (IZC).
 	Move MoveMethod
+	// Mode selects the recycling mode (zns, izc, zns+; tl.go). The zero
+	// value, ModeMove, keeps Move and never uses threaded logging; ModeZNS
+	// and ModeIZC set Move; ModeZNSPlus adds threaded logging and hybrid
+	// segment recycling when the Volume implements TLOpener (else izc).
+	Mode Mode
 	// CachedWrite (IZC-H) writes blocks cached clean on the host from the host
 	// instead of copying them on the device (IZC-D, the default). Dirty cached
 	// blocks are always written from the host.
 	CachedWrite bool
+	// FlashReadCost and HostWriteCost, when both are set and CachedWrite is
+	// not, choose per block between IZC-H and IZC-D (ZNS+ §3.2.1, Table 4):
+	// a clean cached block whose chunk's valid blocks are all cached is
+	// written from the host when that costs less than the flash read a
+	// device copy needs (FlashReadCost: the chip read of the chunk, with its
+	// transfer when copyback is impossible; HostWriteCost: the host's
+	// request handling and the link transfer of one chunk); a block of a
+	// chunk the device reads anyway is copied on the device.
+	FlashReadCost, HostWriteCost time.Duration
+	// HSRCopyCost and HSRWriteCost, when both are set, calibrate the
+	// hybrid segment recycling cost model (zns+, tl.go): the cost of one
+	// block copied inside the drives (f_copy; plugging is 90 % of it) and of
+	// one node or metadata block written by the host (f_write). Unset, both
+	// count one program each (f_write = f_copy).
+	HSRCopyCost, HSRWriteCost time.Duration
 	// NoCopybackAware turns off ZNS+ copyback-aware allocation of IZC destinations.
 	NoCopybackAware bool
 	// BackgroundGC runs one recycling round after this much idle (modelled)
@@ -150,6 +170,7 @@ type FS struct {
 	cpVer   uint64
 	cpLogs  []ZoneID // log heads (zone+1) of the last checkpoint
 	cpLogWP []uint64
+	cpTL    []ZoneID // TL-opened log heads of the loaded checkpoint (recover)
 	nodeSeq uint64
 	nextIno uint64
 	used    uint64 // user blocks in use: data blocks (mapped or dirty holes) + nodes
@@ -165,6 +186,7 @@ type FS struct {
 	userBlocks         uint64 // blocks written on behalf of users (data + nodes)
 	inGC, inCP         bool
 	failed             error
+	deferred           []deferredOp           // Finish/Reset calls that failed while a node was unavailable (retried)
 	bgErr              *prometheus.CounterVec // background errors by task (health.go)
 	bgLog              bgLog
 	closed             bool
@@ -173,9 +195,14 @@ type FS struct {
 	tmu                sync.Mutex
 	down               atomic.Bool // unmounted or abandoned: no more ticks
 	stats              Stats
-	loadProblems       []Problem // SIT/SSA disagreements found at load
+	lastCPWrite        time.Duration // the last checkpoint's data write-back (compaction phases)
+	lastCPFlush        time.Duration // the last checkpoint's Flush (waits for the drives' copies and writes)
+	lastCPData         uint64        // data blocks the last checkpoint's write-back wrote (α excludes them)
+	loadProblems       []Problem     // SIT/SSA disagreements found at load
 	gauges             *gaugeCollector
 	sitRepaired        bool
+	tl                 tlState // threaded logging (tl.go)
+	cpCause            string  // why the next checkpoint is taken (metrics; "" = other)
 }
 
 // unlocked runs f (one Volume call) with fs.mu released: the table lock is
@@ -214,6 +241,7 @@ func newFS(vol Volume, opts Options) *FS {
 	}
 	fs.m = newMetrics(opts.Registry)
 	fs.bgErr = bgCounter(opts.Registry)
+	fs.setupMode(vol)
 	return fs
 }
 
@@ -300,6 +328,7 @@ func Mkfs(ctx context.Context, vol Volume, opts MkfsOptions) error {
 	fs.nodes++
 	fs.cpMu.Lock()
 	fs.mu.Lock()
+	fs.cpCause = "mkfs"
 	err = fs.checkpoint(ctx, true)
 	fs.mu.Unlock()
 	fs.cpMu.Unlock()
@@ -405,8 +434,24 @@ func mount(ctx context.Context, vol Volume, opts Options, repair bool) (*FS, err
 	fs.cpMu.Lock()
 	fs.mu.Lock()
 	err = fs.recover(ctx, zones, ml)
+	// threaded logging only once the mount's snapshot, under a superblock
+	// with FeatureThreadedLog, is on the drives
+	fs.tl.ready = err == nil
 	fs.mu.Unlock()
 	fs.cpMu.Unlock()
+	if err != nil && errors.Is(err, zerr.ErrCorrupt) && !repair {
+		// The drives disagree with the checkpoint (roll-forward found a
+		// block missing, a write pointer behind the data): mount the newest
+		// checkpoint read-only, so what it holds can be read and copied
+		// off, rather than refuse the whole file system.
+		if ro, _, _, e := loadFS(ctx, vol, opts); e == nil && len(ro.loadProblems) == 0 {
+			ro.mu.Lock()
+			_ = ro.goReadOnly("roll-forward", err)
+			ro.mu.Unlock()
+			ro.startTimer()
+			return ro, nil
+		}
+	}
 	if err != nil {
 		return nil, err
 	}
@@ -459,6 +504,12 @@ func loadFS(ctx context.Context, vol Volume, opts Options) (*FS, []ZoneInfo, *me
 	fs := newFS(vol, opts)
 	fs.sb = sb
 	fs.sb.Features.Compat |= FeatureInodeRdev // written with the next superblock
+	if fs.tlOn() {
+		// before anything is written: the mount's checkpoint rotates the
+		// metadata zone, so every record from here on is under the bit
+		fs.sb.Features.Incompat |= FeatureThreadedLog
+	}
+	fs.setThetaPI()
 	// The segments are those the file system was formatted with: a volume that
 	// offers more or fewer today (fsvol derives its figure from the cluster)
 	// does not change the space promised to users. If it really holds fewer,
@@ -476,6 +527,7 @@ func loadFS(ctx context.Context, vol Volume, opts Options) (*FS, []ZoneInfo, *me
 	}
 	fs.touched = map[Addr]bool{}
 	fs.natDirty = map[uint64]struct{}{}
+	fs.tl.preInvalid = 0
 	fs.mu.Lock()
 	probs, err := fs.rebuildSSA(ctx)
 	fs.mu.Unlock()
@@ -621,7 +673,7 @@ func (fs *FS) applyCheckpoint(cp *checkpoint) error {
 			s.nvalid++
 		}
 	}
-	fs.cpLogs, fs.cpLogWP = cp.Logs, cp.LogWP
+	fs.cpLogs, fs.cpLogWP, fs.cpTL = cp.Logs, cp.LogWP, cp.TL
 	return nil
 }
 
@@ -637,16 +689,20 @@ func (fs *FS) checkpoint(ctx context.Context, forceSnapshot bool) error {
 	}
 	fs.inCP = true
 	defer func() { fs.inCP = false }()
-	t0 := fs.now()
+	fs.retryDeferred(ctx)
+	t0, b0 := fs.now(), fs.blocksWritten
 	if err := fs.flushAll(ctx); err != nil {
 		return err
 	}
+	fs.lastCPWrite, fs.lastCPData = fs.now()-t0, fs.blocksWritten-b0
 	if err := fs.writeDirtyNodes(ctx, nil, nodesCheckpoint); err != nil {
 		return err
 	}
+	tf := fs.now()
 	if err := fs.unlocked(func() error { return fs.vol.Flush(ctx) }); err != nil {
 		return err
 	}
+	fs.lastCPFlush = fs.now() - tf
 	// Segments with no valid block that are not log heads are freed by this checkpoint.
 	var free []ZoneID
 	for z, s := range fs.segs {
@@ -654,6 +710,7 @@ func (fs *FS) checkpoint(ctx context.Context, forceSnapshot bool) error {
 			free = append(free, z)
 		}
 	}
+	sort.Slice(free, func(i, j int) bool { return free[i] < free[j] }) // resets in a reproducible order
 	cp := fs.buildCheckpoint(false, free)
 	payload := cp.encode()
 	need := uint64(metaBlocks(len(payload), fs.bs))
@@ -677,11 +734,34 @@ func (fs *FS) checkpoint(ctx context.Context, forceSnapshot bool) error {
 		}
 	}
 	if err != nil {
-		return err
+		if transient(err) {
+			// A node is unavailable: the record may or may not be on the
+			// drives. Both are checkpoints of states that existed, and the
+			// next checkpoint starts a new metadata zone with a full
+			// snapshot (metaWP was set past the end). Until then the
+			// segments this record frees must stay untouched (a mount from
+			// it resets them): no threaded logging into them.
+			for _, z := range free {
+				if s := fs.segs[z]; s != nil {
+					s.stable = false
+				}
+			}
+			return err
+		}
+		// The record may or may not be on the drives and the drive is
+		// failing: the tables cannot tell which checkpoint a mount would find.
+		return fs.goReadOnly("checkpoint record write", err)
 	}
 	fs.cpVer = cp.Version
 	fs.natDirty = map[uint64]struct{}{}
 	fs.touched = map[Addr]bool{}
+	cause := fs.cpCause
+	if cause == "" {
+		cause = "other"
+	}
+	fs.cpCause = ""
+	fs.stats.checkpointBy(cause)
+	fs.tlAfterCheckpoint(ctx)
 	fs.cpLogs, fs.cpLogWP = cp.Logs, cp.LogWP
 	for _, in := range fs.active {
 		in.needCP = false
@@ -693,13 +773,17 @@ func (fs *FS) checkpoint(ctx context.Context, forceSnapshot bool) error {
 		for s != nil && s.pins > 0 {
 			fs.pinCond.Wait() // a reader still reads a block it resolved before
 		}
-		if err := fs.unlocked(func() error { return fs.vol.Reset(ctx, z) }); err != nil {
-			// Not fatal: the zone is free in the checkpoint; mount resets it.
-			continue
-		}
+		// The zone is free in the checkpoint (a mount resets it); a reset
+		// that fails while a node is unavailable is retried (zoneOp).
+		fs.zoneOp(ctx, true, z, "reset of a freed segment")
+	}
+	// closed segments are stable now: threaded logging may reuse their
+	// holes (every block in them is older than this record)
+	for _, s := range fs.segs {
+		s.stable = s.closed && s.log < 0 && !s.tl
 	}
 	fs.stats.Checkpoints++
-	fs.m.checkpoint(fs.since(t0))
+	fs.m.checkpoint(fs.since(t0), cause)
 	return nil
 }
 
@@ -711,7 +795,8 @@ func (fs *FS) buildCheckpoint(full bool, free []ZoneID) *checkpoint {
 	for _, z := range free {
 		isFree[z] = true
 	}
-	cp := &checkpoint{Full: full, Version: fs.cpVer + 1, NextSeq: fs.nodeSeq, NextIno: fs.nextIno, Used: fs.used}
+	cp := &checkpoint{Full: full, Version: fs.cpVer + 1, NextSeq: fs.nodeSeq, NextIno: fs.nextIno, Used: fs.used,
+		HasTL: fs.sb.Features.Incompat&FeatureThreadedLog != 0, TL: fs.tlZones()}
 	zs := make([]ZoneID, 0, len(fs.segs))
 	for z := range fs.segs {
 		if !isFree[z] {
@@ -727,6 +812,9 @@ func (fs *FS) buildCheckpoint(full bool, free []ZoneID) *checkpoint {
 		if s == nil {
 			cp.Logs = append(cp.Logs, 0)
 			cp.LogWP = append(cp.LogWP, 0)
+		} else if s.tl {
+			cp.Logs = append(cp.Logs, s.zone+1)
+			cp.LogWP = append(cp.LogWP, s.tlCur) // roll-forward scans from the log's cursor
 		} else {
 			cp.Logs = append(cp.Logs, s.zone+1)
 			cp.LogWP = append(cp.LogWP, s.wp)
@@ -797,9 +885,11 @@ func (fs *FS) rotateMeta(ctx context.Context, cp *checkpoint) error {
 	old, had := fs.metaZone, fs.hasMeta
 	fs.metaZone, fs.metaWP, fs.metaEpoch, fs.metaSeq, fs.sinceSnap, fs.hasMeta = z, total, epoch, 2, 0, true
 	if had {
-		// the old metadata zone is no longer referenced; a failed reset
-		// leaves it for the next mount's sweep of unreferenced zones
-		fs.noteBackground(bgReset, fs.unlocked(func() error { return fs.vol.Reset(ctx, old) }))
+		// The old metadata zone is no longer referenced (the checkpoint is
+		// complete, so this call succeeds); a failed reset leaves it for the
+		// next mount's sweep of unreferenced zones, but the volume still
+		// counts it: go read-only rather than run on with a wrong count.
+		fs.zoneOp(ctx, true, old, "reset of the previous metadata zone")
 	}
 	return nil
 }
@@ -827,6 +917,7 @@ func (fs *FS) Unmount(ctx context.Context) error {
 			return err
 		}
 	}
+	fs.cpCause = "unmount"
 	err := fs.checkpoint(ctx, false)
 	if e := fs.shutdown(ctx); err == nil {
 		err = e

@@ -61,6 +61,7 @@ func Fsck(ctx context.Context, vol Volume, repair bool) (Report, error) {
 	rep.Problems = append(fs.loadProblems, rep.Problems...)
 	rep.Repaired += len(fs.loadProblems)
 	if err == nil && rep.Repaired > 0 {
+		fs.cpCause = "fsck"
 		if err = fs.checkpoint(ctx, true); err == nil {
 			var again Report
 			again, err = fs.check(ctx, false)
@@ -82,6 +83,7 @@ func (fs *FS) Fsck(ctx context.Context) (Report, error) {
 	defer fs.cpMu.Unlock()
 	fs.mu.Lock()
 	defer fs.mu.Unlock()
+	fs.cpCause = "fsck"
 	if err := fs.checkpoint(ctx, false); err != nil {
 		return Report{}, err
 	}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"sort"
+	"time"
 
 	"github.com/zonefleet/zonefleet/pkg/zerr"
 )
@@ -18,8 +19,9 @@ type SegmentInfo struct {
 }
 
 // RecyclePolicy is the replaceable part of segment recycling: which segment
-// to recycle and how to move its valid blocks. (Threaded logging will add a
-// method; hybrid recycling is a policy choosing per victim.)
+// to recycle and how to move its valid blocks by compaction. Threaded
+// logging (zns+ mode) is chosen per victim by hybrid segment recycling when a
+// log needs a segment (tl.go), outside the policy.
 type RecyclePolicy interface {
 	// SelectVictim picks one of cands (never empty); ok false means none is worth it.
 	SelectVictim(cands []SegmentInfo, foreground bool) (z ZoneID, ok bool)
@@ -84,7 +86,7 @@ func (p Policy) Method(SegmentInfo, bool) MoveMethod { return p.Move }
 func (fs *FS) candidates() []SegmentInfo {
 	var out []SegmentInfo
 	for z, s := range fs.segs {
-		if s.log >= 0 || !s.closed || s.pending > 0 {
+		if s.log >= 0 || !s.closed || s.pending > 0 || s.tl {
 			continue
 		}
 		out = append(out, SegmentInfo{Zone: z, Valid: s.nvalid, Written: s.wp, Capacity: s.cap, Age: fs.nodeSeq - min(s.mtime, fs.nodeSeq)})
@@ -106,7 +108,7 @@ func (fs *FS) foregroundGC(ctx context.Context) error {
 		if bad {
 			return &zerr.ClosedError{What: "file system"}
 		}
-		if before >= int(fs.sb.ReserveSegs) {
+		if before >= fs.gcReserve() {
 			return nil
 		}
 		ok, err := fs.gcOnce(ctx, true, false)
@@ -142,14 +144,16 @@ func (fs *FS) gcOnce(ctx context.Context, foreground, excl bool) (bool, error) {
 	}
 	cp := func() error {
 		if excl {
+			fs.cpCause = "gc"
 			return fs.checkpoint(ctx, false)
 		}
-		return fs.exclusiveCheckpoint(ctx, false)
+		return fs.exclusiveCheckpoint(ctx, false, "gc")
 	}
 	if fs.closed || fs.failed != nil {
 		release()
 		return false, &zerr.ClosedError{What: "file system"}
 	}
+	t0 := fs.now()
 	cands := fs.candidates()
 	for _, c := range cands {
 		if c.Valid == 0 {
@@ -178,18 +182,64 @@ func (fs *FS) gcOnce(ctx context.Context, foreground, excl bool) (bool, error) {
 		}
 	}
 	method := fs.pol.Method(info, foreground)
-	t0 := fs.now()
+	// Threaded logging keeps off the victim until the closing checkpoint has
+	// written its dirty blocks elsewhere and freed it.
+	s.victim = true
 	moved, err := fs.moveSegment(ctx, s, method)
+	w0 := fs.blocksWritten
 	release()
 	if err != nil {
+		if excl {
+			s.victim = false // (fs.mu held by the caller)
+		} else {
+			fs.mu.Lock()
+			s.victim = false
+			fs.mu.Unlock()
+		}
 		return false, err
 	}
-	if err := cp(); err != nil {
-		return false, err
+	if excl {
+		fs.cpCause = "gc"
 	}
+	tMoved := fs.now()
+	err = cp()
 	if !excl {
 		fs.mu.Lock()
 		defer fs.mu.Unlock()
+	}
+	s.victim = false
+	if err != nil {
+		return false, err
+	}
+	fs.stats.CompactedSegments++
+	// phases (Fig. 6): what moveSegment did not spend reading or copying
+	// was init; the checkpoint's data write-back is the write phase
+	ph := &fs.stats.CompactionPhases
+	ph.Read += moved.read
+	ph.Copy += moved.copy
+	ph.Init += max(tMoved-t0-moved.read-moved.copy, 0)
+	cpd := fs.now() - tMoved
+	w := min(fs.lastCPWrite, cpd)
+	ph.Write += w
+	cpd -= w
+	if moved.izc > 0 {
+		// zone_compaction is asynchronous: the checkpoint's Flush waits for
+		// the copies still running on the drives (copy phase)
+		f := min(fs.lastCPFlush, cpd)
+		ph.Copy += f
+		cpd -= f
+	}
+	ph.Checkpoint += cpd
+	fs.m.recycled.WithLabelValues("compaction").Inc()
+	// α (§3.3.2: (N_node + N_meta) / N_valid): node and metadata blocks the
+	// closing checkpoint wrote per valid block moved; the data blocks its
+	// write-back wrote (moved by host copy, or users' dirty pages) and the
+	// moved node blocks it rewrote from the host are not counted
+	if n := moved.izc + moved.hostCopy + moved.hostCached; n > 0 {
+		w := fs.blocksWritten - w0
+		w -= min(w, fs.lastCPData)
+		w -= min(w, moved.hostNodes)
+		fs.profileAlpha(n, w)
 	}
 	// (the zone may have been reset and reopened as a new segment meanwhile)
 	if left := fs.segs[z]; left == s && left.nvalid > 0 {
@@ -206,7 +256,11 @@ func (fs *FS) gcOnce(ctx context.Context, foreground, excl bool) (bool, error) {
 	return true, nil
 }
 
-type moveStat struct{ hostCopy, izc, hostDirty, hostCached uint64 }
+type moveStat struct {
+	hostCopy, izc, hostDirty, hostCached uint64
+	hostNodes                            uint64        // node blocks among hostCopy and hostCached
+	read, copy                           time.Duration // host copy's victim reads; IZC's zone_compaction
+}
 
 // gcLock locks the inode owning a victim block (fs.mu held on entry and
 // return). It returns nil when the block is no longer valid with that owner
@@ -258,6 +312,28 @@ func (fs *FS) moveSegment(ctx context.Context, s *segment, method MoveMethod) (m
 		}
 	}
 	epd := fs.epd()
+	// Host copy reads the victim's valid data blocks up front, one read per
+	// run of consecutive blocks (F2FS issues all reads of a victim at once,
+	// overlapped across chips), not one 4 KiB call per block.
+	var pre map[uint64][]byte
+	if method != Compact {
+		var err error
+		var need []uint64 // valid data blocks not cached on the host
+		for _, it := range items {
+			if it.ofs == ofsNode {
+				continue
+			}
+			if in := fs.inodes[nidIno(it.owner)]; in == nil || in.pages[uint64(nidIdx(it.owner)-1)*epd+uint64(it.ofs)] == nil {
+				need = append(need, it.off)
+			}
+		}
+		tr := fs.now()
+		if pre, err = fs.readVictim(ctx, s, need); err != nil {
+			return st, err
+		}
+		st.read += fs.now() - tr
+	}
+	hostChunk := fs.cachedChunks(s, len(items), func(i int) (uint64, uint64, uint32) { return items[i].off, items[i].owner, items[i].ofs })
 	for _, it := range items {
 		off, owner, ofs := it.off, it.owner, it.ofs
 		if !s.isValid(off) || s.owner[off] != owner || s.ofs[off] != ofs {
@@ -273,7 +349,7 @@ func (fs *FS) moveSegment(ctx context.Context, s *segment, method MoveMethod) (m
 				}
 				continue
 			}
-			err = fs.moveNode(ctx, in, idx, owner, a, method, &st, func() { devNode = append(devNode, it) })
+			err = fs.moveNode(ctx, in, idx, owner, a, method, fs.opts.CachedWrite || hostChunk(off), &st, func() { devNode = append(devNode, it) })
 			fs.unlockIn(in)
 			if err != nil {
 				return st, err
@@ -284,9 +360,11 @@ func (fs *FS) moveSegment(ctx context.Context, s *segment, method MoveMethod) (m
 		var data []byte
 		if method != Compact {
 			if in := fs.inodes[ino]; in == nil || in.pages[uint64(idx-1)*epd+uint64(ofs)] == nil {
-				data = make([]byte, fs.bs)
-				if err := fs.readBlocks(ctx, a, data); err != nil {
-					return st, err
+				if data = pre[off]; data == nil {
+					data = make([]byte, fs.bs)
+					if err := fs.readBlocks(ctx, a, data); err != nil {
+						return st, err
+					}
 				}
 			}
 		}
@@ -315,7 +393,7 @@ func (fs *FS) moveSegment(ctx context.Context, s *segment, method MoveMethod) (m
 		switch {
 		case p != nil && p.dirty:
 			st.hostDirty++
-		case method == Compact && !(p != nil && fs.opts.CachedWrite):
+		case method == Compact && !(p != nil && (fs.opts.CachedWrite || hostChunk(off))):
 			devData = append(devData, it)
 		default:
 			if p == nil {
@@ -356,11 +434,13 @@ func (fs *FS) moveSegment(ctx context.Context, s *segment, method MoveMethod) (m
 			return st, err
 		}
 		var cst CompactStats
+		tc := fs.now()
 		err = fs.unlocked(func() error {
 			var err error
 			cst, err = fs.vol.Compact(ctx, copies)
 			return err
 		})
+		st.copy += fs.now() - tc
 		fs.stats.CompactCopyback += cst.Copyback
 		fs.stats.CompactLocal += cst.Local
 		fs.stats.CompactRemote += cst.Remote
@@ -435,7 +515,7 @@ func (fs *FS) nodeDirty(in *inode, idx uint32) bool {
 }
 
 // moveNode moves one valid node block a of in (in locked, revalidated).
-func (fs *FS) moveNode(ctx context.Context, in *inode, idx uint32, owner uint64, a Addr, method MoveMethod, st *moveStat, device func()) error {
+func (fs *FS) moveNode(ctx context.Context, in *inode, idx uint32, owner uint64, a Addr, method MoveMethod, hostCached bool, st *moveStat, device func()) error {
 	if fs.nat[owner] != a {
 		return corrupt("SSA", "block %v claims node %#x, NAT says %v", a, owner, fs.nat[owner])
 	}
@@ -448,7 +528,7 @@ func (fs *FS) moveNode(ctx context.Context, in *inode, idx uint32, owner uint64,
 	switch {
 	case dirty:
 		st.hostDirty++ // written by the checkpoint anyway
-	case method == Compact && !(cached && fs.opts.CachedWrite):
+	case method == Compact && !(cached && hostCached):
 		device()
 	default:
 		if idx == 0 {
@@ -467,6 +547,7 @@ func (fs *FS) moveNode(ctx context.Context, in *inode, idx uint32, owner uint64,
 		} else {
 			st.hostCopy++
 		}
+		st.hostNodes++
 	}
 	return nil
 }
@@ -484,12 +565,14 @@ func (fs *FS) allocCopies(ctx context.Context, li int, from ZoneID, src func(int
 	for i := 0; i < n; {
 		l := fs.logFor(li)
 		s := fs.logs[l]
-		if s == nil || s.closed || s.wp >= s.cap {
+		if s == nil || s.closed || s.wp >= s.cap || s.tl {
+			// (zone_compaction writes sequentially from the write
+			// pointer: never into a threaded-logging segment)
 			if s != nil {
 				fs.closeLog(ctx, l)
 			}
 			var err error
-			if s, err = fs.openSeg(ctx, l); err != nil {
+			if s, err = fs.openSeg(ctx, l, false, from); err != nil {
 				return nil, nil, err
 			}
 		}
@@ -590,4 +673,64 @@ func (fs *FS) copybackPlace(ctx context.Context, dst ZoneID, base, k uint64, fro
 		fs.stats.CopybackPlanned += cb
 		j += int(cb) - 1
 	}
+}
+
+// cachedChunks returns, for the per-block IZC-H / IZC-D choice
+// (Options.FlashReadCost, HostWriteCost), whether the block at off of victim
+// s goes from the host when it is cached clean: when writing a chunk from
+// the host costs less than reading it on the chip and every valid block of
+// its chunk is cached on the host (fs.mu held; the answer is a hint: the
+// block is revalidated when it is moved).
+func (fs *FS) cachedChunks(s *segment, n int, at func(i int) (off, owner uint64, ofs uint32)) func(off uint64) bool {
+	no := func(uint64) bool { return false }
+	if fs.opts.CachedWrite || fs.opts.FlashReadCost <= 0 || fs.opts.HostWriteCost <= 0 || fs.opts.HostWriteCost >= fs.opts.FlashReadCost {
+		return no
+	}
+	cb := uint64(max(fs.geo.ChunkBlocks, 1))
+	epd := fs.epd()
+	all := map[uint64]bool{} // chunk -> every valid block cached so far
+	for i := 0; i < n; i++ {
+		off, owner, ofs := at(i)
+		c := off / cb
+		if ok, seen := all[c]; seen && !ok {
+			continue
+		}
+		in := fs.inodes[nidIno(owner)]
+		cached := false
+		switch {
+		case in == nil:
+		case ofs == ofsNode:
+			idx := nidIdx(owner)
+			cached = idx == 0 || in.dn[idx] != nil
+		default:
+			cached = in.pages[uint64(nidIdx(owner)-1)*epd+uint64(ofs)] != nil
+		}
+		all[c] = cached
+	}
+	return func(off uint64) bool { return all[off/cb] }
+}
+
+// readVictim reads blocks offs (increasing) of victim s in runs of consecutive blocks, with fs.mu released for
+// each read (the segment is pinned). Blocks invalidated meanwhile are
+// revalidated by the caller before they are used.
+func (fs *FS) readVictim(ctx context.Context, s *segment, offs []uint64) (map[uint64][]byte, error) {
+	out := map[uint64][]byte{}
+	const maxRun = 64
+	n := len(offs)
+	for i := 0; i < n; {
+		off := offs[i]
+		j := i + 1
+		for j < n && j-i < maxRun && offs[j] == off+uint64(j-i) {
+			j++
+		}
+		buf := make([]byte, (j-i)*fs.bs)
+		if err := fs.readBlocks(ctx, MakeAddr(s.zone, off), buf); err != nil {
+			return nil, err
+		}
+		for k := 0; k < j-i; k++ {
+			out[off+uint64(k)] = buf[k*fs.bs : (k+1)*fs.bs]
+		}
+		i = j
+	}
+	return out, nil
 }

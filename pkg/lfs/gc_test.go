@@ -60,6 +60,8 @@ func TestGCFillAndOverwrite(t *testing.T) {
 		{"izc-d", lfs.Options{Move: lfs.Compact}, 2},
 		{"izc-h", lfs.Options{Move: lfs.Compact, CachedWrite: true, CacheBlocks: 1024}, 3},
 		{"izc-d without copyback-aware allocation", lfs.Options{Move: lfs.Compact, NoCopybackAware: true}, 2},
+		// per block by cost: MLC chip read + transfer vs a host write of a chunk
+		{"izc-h/d by cost", lfs.Options{Move: lfs.Compact, CacheBlocks: 1024, FlashReadCost: 59 * time.Microsecond, HostWriteCost: 14 * time.Microsecond}, 3},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			v := newVol(t, 64, 8)
@@ -135,8 +137,8 @@ func TestGCFillAndOverwrite(t *testing.T) {
 				require.Zero(t, s.MovedIZC)
 				require.Positive(t, s.MovedHostCopy)
 			}
-			if tc.opts.CachedWrite {
-				require.Positive(t, s.MovedHostCached)
+			if tc.opts.CachedWrite || tc.opts.HostWriteCost > 0 {
+				require.Positive(t, s.MovedHostCached, "clean cached blocks written from the host")
 			}
 			require.Greater(t, s.WAF, 1.0)
 			require.Positive(t, metricSum(t, reg, "zonefleet_fs_gc_runs_total"))

@@ -3,6 +3,7 @@ package lfs
 import (
 	"context"
 	"errors"
+	"strings"
 	"sync/atomic"
 	"time"
 
@@ -22,8 +23,10 @@ type metrics struct {
 	gcRuns     *prometheus.CounterVec
 	gcDuration *prometheus.HistogramVec
 	moved      *prometheus.CounterVec
-	cps        prometheus.Counter
+	cps        *prometheus.CounterVec
 	cpDuration prometheus.Histogram
+	recycled   *prometheus.CounterVec
+	plugged    *prometheus.CounterVec
 }
 
 func newMetrics(reg prometheus.Registerer) *metrics {
@@ -46,8 +49,12 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 			Help: "Duration of one recycling run.", Buckets: prometheus.ExponentialBuckets(1e-4, 4, 10)}, []string{"kind", "method"}),
 		moved: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "zonefleet_fs_gc_blocks_moved_total",
 			Help: "Valid blocks moved by recycling, by path (host_copy, izc, host_dirty, host_cached)."}, []string{"path"}),
-		cps: prometheus.NewCounter(prometheus.CounterOpts{Name: "zonefleet_fs_checkpoints_total",
-			Help: "Checkpoints taken."}),
+		cps: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "zonefleet_fs_checkpoints_total",
+			Help: "Checkpoints taken, by cause (" + strings.Join(checkpointCauses, ", ") + ")."}, []string{"cause"}),
+		recycled: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "zonefleet_fs_recycled_segments_total",
+			Help: "Segments recycled, by method (tl: threaded logging reuses its holes; compaction: its valid blocks moved)."}, []string{"method"}),
+		plugged: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "zonefleet_fs_tl_plugged_blocks_total",
+			Help: "Blocks the drives plugged (copied) for threaded logging, by when (on_demand: with a write; background: at the end of threaded logging)."}, []string{"when"}),
 		cpDuration: prometheus.NewHistogram(prometheus.HistogramOpts{Name: "zonefleet_fs_checkpoint_duration_seconds",
 			Help: "Duration of a checkpoint.", Buckets: prometheus.ExponentialBuckets(1e-4, 4, 10)}),
 	}
@@ -63,7 +70,15 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 		m.gcDuration = register(reg, m.gcDuration)
 		m.moved = register(reg, m.moved)
 		m.cps = register(reg, m.cps)
+		m.recycled = register(reg, m.recycled)
+		m.plugged = register(reg, m.plugged)
 		m.cpDuration = register(reg, m.cpDuration)
+	}
+	for _, l := range []string{"tl", "compaction"} {
+		m.recycled.WithLabelValues(l)
+	}
+	for _, l := range []string{"on_demand", "background"} {
+		m.plugged.WithLabelValues(l)
 	}
 	return m
 }
@@ -92,8 +107,12 @@ func (m *metrics) blocks(kind string, n int) {
 	m.blocksW.WithLabelValues(kind).Add(float64(n))
 }
 func (m *metrics) segOpened() { m.segOpen.Inc() }
-func (m *metrics) checkpoint(d time.Duration) {
-	m.cps.Inc()
+
+// checkpointCauses are the bounded values of the cause label.
+var checkpointCauses = []string{"mount", "unmount", "mkfs", "fsck", "sync", "fsync", "timer", "dirty_nodes", "gc", "pre_invalid", "tl", "other"}
+
+func (m *metrics) checkpoint(d time.Duration, cause string) {
+	m.cps.WithLabelValues(cause).Inc()
 	m.cpDuration.Observe(d.Seconds())
 }
 func (m *metrics) gc(kind, method string, d time.Duration, st moveStat) {
@@ -107,9 +126,11 @@ func (m *metrics) gc(kind, method string, d time.Duration, st moveStat) {
 
 // gaugeCollector exports live gauges computed from Stats at scrape time.
 type gaugeCollector struct {
-	fs                        *FS
-	free, dirty, active, used *prometheus.Desc
-	waf, written, user        *prometheus.Desc
+	fs                           *FS
+	free, dirty, active, used    *prometheus.Desc
+	waf, written, user           *prometheus.Desc
+	readOnly                     *prometheus.Desc
+	preInvalid, tlShare, cbShare *prometheus.Desc
 }
 
 func registerGauges(fs *FS, reg prometheus.Registerer) {
@@ -119,13 +140,17 @@ func registerGauges(fs *FS, reg prometheus.Registerer) {
 	var g *gaugeCollector
 	defer func() { fs.gauges = g }()
 	g = &gaugeCollector{fs: fs,
-		free:    prometheus.NewDesc("zonefleet_fs_segments_free", "Free segments (v-zones the file system may still open).", nil, nil),
-		dirty:   prometheus.NewDesc("zonefleet_fs_segments_dirty", "In-use segments that are not log heads.", nil, nil),
-		active:  prometheus.NewDesc("zonefleet_fs_segments_active", "Segments that are log heads.", nil, nil),
-		used:    prometheus.NewDesc("zonefleet_fs_used_blocks", "User blocks in use.", nil, nil),
-		waf:     prometheus.NewDesc("zonefleet_fs_write_amplification_ratio", "All blocks written to the drives / user blocks written.", nil, nil),
-		written: prometheus.NewDesc("zonefleet_fs_drive_blocks_written_total", "All blocks written to the drives (data, nodes, metadata, moves).", nil, nil),
-		user:    prometheus.NewDesc("zonefleet_fs_user_blocks_written_total", "Data and node blocks written on behalf of users.", nil, nil),
+		free:       prometheus.NewDesc("zonefleet_fs_segments_free", "Free segments (v-zones the file system may still open).", nil, nil),
+		dirty:      prometheus.NewDesc("zonefleet_fs_segments_dirty", "In-use segments that are not log heads.", nil, nil),
+		active:     prometheus.NewDesc("zonefleet_fs_segments_active", "Segments that are log heads.", nil, nil),
+		used:       prometheus.NewDesc("zonefleet_fs_used_blocks", "User blocks in use.", nil, nil),
+		waf:        prometheus.NewDesc("zonefleet_fs_write_amplification_ratio", "All blocks written to the drives / user blocks written.", nil, nil),
+		written:    prometheus.NewDesc("zonefleet_fs_drive_blocks_written_total", "All blocks written to the drives (data, nodes, metadata, moves).", nil, nil),
+		user:       prometheus.NewDesc("zonefleet_fs_user_blocks_written_total", "Data and node blocks written on behalf of users.", nil, nil),
+		preInvalid: prometheus.NewDesc("zonefleet_fs_pre_invalid_blocks", "Blocks valid at the last checkpoint and invalid now (threaded logging cannot reuse them before the next checkpoint).", nil, nil),
+		tlShare:    prometheus.NewDesc("zonefleet_fs_tl_share_ratio", "Share of recycled segments reused by threaded logging (vs compaction).", nil, nil),
+		cbShare:    prometheus.NewDesc("zonefleet_fs_copyback_share_ratio", "Share of the blocks the drives copied (IZC) that moved by on-chip copyback.", nil, nil),
+		readOnly:   prometheus.NewDesc("zonefleet_fs_read_only", "1 when the file system went read-only after an I/O error it could not reconcile, else 0.", nil, nil),
 	}
 	if err := reg.Register(g); err != nil {
 		g = nil
@@ -133,7 +158,7 @@ func registerGauges(fs *FS, reg prometheus.Registerer) {
 }
 
 func (g *gaugeCollector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{g.free, g.dirty, g.active, g.used, g.waf, g.written, g.user} {
+	for _, d := range []*prometheus.Desc{g.free, g.dirty, g.active, g.used, g.waf, g.written, g.user, g.readOnly, g.preInvalid, g.tlShare, g.cbShare} {
 		ch <- d
 	}
 }
@@ -147,6 +172,14 @@ func (g *gaugeCollector) Collect(ch chan<- prometheus.Metric) {
 	ch <- prometheus.MustNewConstMetric(g.waf, prometheus.GaugeValue, s.WAF)
 	ch <- prometheus.MustNewConstMetric(g.written, prometheus.CounterValue, float64(s.DriveBlocksWritten))
 	ch <- prometheus.MustNewConstMetric(g.user, prometheus.CounterValue, float64(s.UserBlocksWritten))
+	ro := 0.0
+	if s.ReadOnly {
+		ro = 1
+	}
+	ch <- prometheus.MustNewConstMetric(g.readOnly, prometheus.GaugeValue, ro)
+	ch <- prometheus.MustNewConstMetric(g.preInvalid, prometheus.GaugeValue, float64(s.PreInvalidBlocks))
+	ch <- prometheus.MustNewConstMetric(g.tlShare, prometheus.GaugeValue, s.TLShare)
+	ch <- prometheus.MustNewConstMetric(g.cbShare, prometheus.GaugeValue, s.CopybackShare)
 }
 
 // Stats are the live counters of a mounted file system (zctl fs stat).
@@ -188,6 +221,43 @@ type Stats struct {
 	WAF                float64
 	MetaZone           ZoneID
 	MetaEpoch          uint64
+	// Recycling modes (tl.go): the mode in effect and what hybrid segment
+	// recycling did.
+	Mode                string            `json:"mode"`
+	TLRecycledSegments  uint64            `json:"tl_recycled_segments"` // victims reused by threaded logging
+	CompactedSegments   uint64            `json:"compacted_segments"`   // victims emptied by compaction (host copy or IZC)
+	TLShare             float64           `json:"tl_share"`             // TL / (TL + compacted)
+	HSRCompaction       uint64            `json:"hsr_chose_compaction"` // HSR found compaction cheaper for the best TL victim
+	TLRefused           uint64            `json:"tl_open_refused"`      // TL_open refused by the volume (no open zone or spare flash block group)
+	TLNoBudget          uint64            `json:"tl_open_no_budget"`    // no TL_open: the open zones left for TL segments until the next checkpoint were used up
+	TLNoCandidate       uint64            `json:"tl_no_candidate"`      // no TL_open: no closed segment had enough writable blocks
+	PluggedOnDemand     uint64            `json:"plugged_blocks_on_demand"`
+	PluggedBackground   uint64            `json:"plugged_blocks_background"`
+	PreInvalidBlocks    uint64            `json:"pre_invalid_blocks"` // valid at the last checkpoint, invalid now
+	PreInvalidThreshold uint64            `json:"pre_invalid_threshold"`
+	Alpha               float64           `json:"hsr_alpha"` // profiled (N_node + N_meta) / N_valid of compaction
+	Beta                float64           `json:"hsr_beta"`  // profiled share of cold blocks still valid at the next TL_open
+	CheckpointsByCause  map[string]uint64 `json:"checkpoints_by_cause"`
+	CopybackShare       float64           `json:"copyback_share"`             // blocks moved by copyback / all blocks the drives copied
+	ReadOnly            bool              `json:"read_only"`                  // the file system went read-only (readonly.go)
+	ReadOnlyReason      string            `json:"read_only_reason,omitempty"` // why
+	// Compaction phases (ZNS+ Fig. 6), summed over CompactedSegments on the
+	// file system's clock: init (victim selection, the victim's valid
+	// bitmap and the nodes of its blocks), read (host copy: the victim's
+	// valid blocks read to the host), copy (IZC: zone_compaction until its
+	// copies are done), write (the moved and other dirty data blocks written
+	// by the closing checkpoint) and checkpoint (its node and metadata
+	// writes, the flush and the record).
+	CompactionPhases CompactionPhases `json:"compaction_phases"`
+}
+
+// CompactionPhases is the time compaction spent per phase (see Stats).
+type CompactionPhases struct {
+	Init       time.Duration `json:"init_ns"`
+	Read       time.Duration `json:"read_ns"`
+	Copy       time.Duration `json:"copy_ns"`
+	Write      time.Duration `json:"write_ns"`
+	Checkpoint time.Duration `json:"checkpoint_ns"`
 }
 
 // Stats returns the live counters.
@@ -216,6 +286,18 @@ func (fs *FS) Stats() Stats {
 		s.WAF = float64(fs.blocksWritten) / float64(fs.userBlocks)
 	}
 	s.MetaZone, s.MetaEpoch = fs.metaZone, fs.metaEpoch
+	s.Mode = fs.opts.Mode.String()
+	if n := s.TLRecycledSegments + s.CompactedSegments; n > 0 {
+		s.TLShare = float64(s.TLRecycledSegments) / float64(n)
+	}
+	s.PreInvalidBlocks, s.PreInvalidThreshold, s.Alpha, s.Beta = fs.tl.preInvalid, fs.tl.thetaPI, fs.tl.alpha, fs.tl.beta
+	s.CheckpointsByCause = make(map[string]uint64, len(fs.stats.CheckpointsByCause))
+	for k, v := range fs.stats.CheckpointsByCause {
+		s.CheckpointsByCause[k] = v
+	}
+	if n := s.CompactCopyback + s.CompactLocal + s.CompactRemote; n > 0 {
+		s.CopybackShare = float64(s.CompactCopyback) / float64(n)
+	}
 	return s
 }
 
@@ -289,6 +371,7 @@ func (fs *FS) backgroundSync(lastCP *atomic.Int64) {
 		fs.noteBackground(bgGC, err)
 	}
 	if fs.opts.CheckpointEvery > 0 && now-time.Duration(lastCP.Load()) >= fs.opts.CheckpointEvery && (fs.dirtyNodes > 0 || fs.dirtyPages > 0) {
+		fs.cpCause = "timer"
 		fs.noteBackground(bgCheckpoint, fs.checkpoint(ctx, false))
 		lastCP.Store(int64(now))
 	}
@@ -314,6 +397,7 @@ func (fs *FS) backgroundAsync(lastCP *atomic.Int64) {
 		fs.cpMu.Lock()
 		fs.mu.Lock()
 		if !fs.closed && fs.failed == nil && (fs.dirtyNodes > 0 || fs.dirtyPages > 0) {
+			fs.cpCause = "timer"
 			fs.noteBackground(bgCheckpoint, fs.checkpoint(ctx, false))
 			lastCP.Store(int64(now))
 		}
@@ -381,4 +465,12 @@ func (fs *FS) stopBackground() {
 		fs.wbOnce.Do(func() { close(fs.wbStop) })
 	}
 	fs.bgWG.Wait()
+}
+
+// checkpointBy counts one checkpoint of cause.
+func (s *Stats) checkpointBy(cause string) {
+	if s.CheckpointsByCause == nil {
+		s.CheckpointsByCause = map[string]uint64{}
+	}
+	s.CheckpointsByCause[cause]++
 }

@@ -335,14 +335,15 @@ func TestModelRandom(t *testing.T) {
 		workers int
 		ops     int
 		seed    int64
-		move    lfs.MoveMethod
+		mode    lfs.Mode
 	}{
-		{"host-copy", 4, 1500, 1, lfs.HostCopy},
-		{"izc", 4, 1500, 2, lfs.Compact},
+		{"host-copy", 4, 1500, 1, lfs.ModeZNS},
+		{"izc", 4, 1500, 2, lfs.ModeIZC},
+		{"zns+", 4, 1500, 3, lfs.ModeZNSPlus},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			v := newVol(t, 64, 8)
-			fs := mkfsMount(t, v, lfs.Options{Move: tc.move, CacheBlocks: 256})
+			fs := mkfsMount(t, v, lfs.Options{Mode: tc.mode, CacheBlocks: 256})
 			shared := []string{"a", "b", "c"}
 			for _, s := range shared {
 				_, err := fs.Mkdir(bg, lfs.RootIno, s, 0o755, 0, 0)
@@ -374,7 +375,7 @@ func TestModelRandom(t *testing.T) {
 			rep, err = lfs.Fsck(bg, v, false)
 			require.NoError(t, err)
 			require.Empty(t, rep.Problems)
-			fs, err = lfs.Mount(bg, v, lfs.Options{Move: tc.move})
+			fs, err = lfs.Mount(bg, v, lfs.Options{Mode: tc.mode})
 			require.NoError(t, err)
 			compareTree(t, fs, models)
 			require.NoError(t, fs.Unmount(bg))

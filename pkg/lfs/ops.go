@@ -124,11 +124,12 @@ func (fs *FS) begin1(ctx context.Context, name string, kind opKind) (*op, error)
 	}
 	fs.mu.Lock()
 	if fs.closed || kind == opWrite && fs.failed != nil {
+		err := fs.refuse()
 		fs.mu.Unlock()
 		if kind != opRead {
 			fs.cpMu.RUnlock()
 		}
-		return nil, syscall.EIO
+		return nil, err
 	}
 	o := &op{fs: fs, name: name, t0: fs.now(), kind: kind}
 	if kind == opWrite {
@@ -231,16 +232,25 @@ func (o *op) lockDir(ctx context.Context, ino uint64) (*inode, *dirIndex, error)
 func (fs *FS) housekeep(ctx context.Context) error {
 	fs.mu.Lock()
 	if fs.closed || fs.failed != nil {
+		err := fs.refuse()
 		fs.mu.Unlock()
-		return syscall.EIO
+		return err
 	}
 	fs.evictCache()
 	fs.evictInodes()
-	needCP := fs.dirtyNodes > int(fs.geo.ZoneBlocks) || fs.dirtyNodes > 4096
-	needGC := fs.freeSegments() < int(fs.sb.ReserveSegs)
+	cause := ""
+	switch {
+	case fs.dirtyNodes > int(fs.geo.ZoneBlocks) || fs.dirtyNodes > 4096:
+		cause = "dirty_nodes"
+	case fs.tlOn() && fs.tl.wantCP:
+		cause = "tl" // exhausted threaded-logging segments wait to be finished
+	case fs.tlOn() && fs.tl.preInvalid >= fs.tl.thetaPI:
+		cause = "pre_invalid" // periodic checkpointing (ZNS+ §3.3.2)
+	}
+	needGC := fs.freeSegments() < fs.gcReserve()
 	fs.mu.Unlock()
-	if needCP {
-		if err := fs.exclusiveCheckpoint(ctx, false); err != nil {
+	if cause != "" {
+		if err := fs.exclusiveCheckpoint(ctx, false, cause); err != nil {
 			return err
 		}
 	}
@@ -252,7 +262,7 @@ func (fs *FS) housekeep(ctx context.Context) error {
 
 // exclusiveCheckpoint takes a checkpoint under the checkpoint lock held
 // exclusively (no mutating operation runs; readers do).
-func (fs *FS) exclusiveCheckpoint(ctx context.Context, force bool) error {
+func (fs *FS) exclusiveCheckpoint(ctx context.Context, force bool, cause string) error {
 	fs.cpMu.Lock()
 	defer fs.cpMu.Unlock()
 	fs.mu.Lock()
@@ -260,6 +270,7 @@ func (fs *FS) exclusiveCheckpoint(ctx context.Context, force bool) error {
 	if fs.closed {
 		return syscall.EIO
 	}
+	fs.cpCause = cause
 	return fs.checkpoint(ctx, force)
 }
 
@@ -1162,7 +1173,7 @@ func (fs *FS) fsync(ctx context.Context, o *op, in *inode) error {
 		return nil
 	}
 	if in.needCP || in.isDir() || in.body.Nlink == 0 {
-		o.after = func() error { return fs.exclusiveCheckpoint(ctx, false) }
+		o.after = func() error { return fs.exclusiveCheckpoint(ctx, false, "fsync") }
 		return nil
 	}
 	if err := fs.flushInode(ctx, in); err != nil {
@@ -1398,6 +1409,6 @@ func (fs *FS) Sync(ctx context.Context) (err error) {
 		return err
 	}
 	defer o.done(&err)
-	o.after = func() error { return fs.exclusiveCheckpoint(ctx, false) }
+	o.after = func() error { return fs.exclusiveCheckpoint(ctx, false, "sync") }
 	return nil
 }

@@ -50,8 +50,31 @@ func (fs *FS) recover(ctx context.Context, zones []ZoneInfo, ml *metaLog) error 
 	for _, z := range zones {
 		zinfo[z.ID] = z
 	}
+	// Threaded logging: a zone TL-opened by the last mount has its write
+	// pointer below the segment's written range, or, when the drive ended
+	// threaded logging on its reopen and plugged the valid blocks after the
+	// last hole, at capacity but not full (a segment the checkpoint knew
+	// fully written whose zone is not full was TL-opened since). The
+	// checkpoint names the TL log heads it knew; one TL-opened after it is
+	// still open (its last hole was kept unwritten until a record named it,
+	// see tlTry).
+	recTL := map[ZoneID]bool{}
+	for _, z := range fs.cpTL {
+		recTL[z] = true
+	}
+	tlZone := map[ZoneID]bool{}
+	if fs.sb.Features.Incompat&FeatureThreadedLog != 0 {
+		for z, s := range fs.segs {
+			if zi, ok := zinfo[z]; ok && (recTL[z] || zi.State == ZoneOpen && (zi.WP < s.wp || s.wp == s.cap)) {
+				tlZone[z] = true
+			}
+		}
+	}
 	for z, s := range fs.segs {
 		zi, ok := zinfo[z]
+		if tlZone[z] {
+			continue
+		}
 		if !ok || zi.WP < s.wp {
 			if s.nvalid > 0 {
 				return corrupt("volume", "segment %d holds %d valid blocks up to %d but the zone's write pointer is %d", z, s.nvalid, s.wp, zi.WP)
@@ -71,6 +94,19 @@ func (fs *FS) recover(ctx context.Context, zones []ZoneInfo, ml *metaLog) error 
 			continue
 		}
 		f, err := fs.scanNodes(ctx, z, fs.cpLogWP[i], zi.WP)
+		if err != nil {
+			return err
+		}
+		found = append(found, f...)
+	}
+	for z := range tlZone {
+		if recTL[z] {
+			continue // a log head: scanned from its cursor above
+		}
+		// TL-opened after the checkpoint: every node the log wrote is in a
+		// hole below the write pointer; the plugged blocks are older than
+		// the checkpoint (the segment was stable) and are skipped by version
+		f, err := fs.scanNodes(ctx, z, 0, zinfo[z].WP)
 		if err != nil {
 			return err
 		}
@@ -220,7 +256,9 @@ func (fs *FS) recover(ctx context.Context, zones []ZoneInfo, ml *metaLog) error 
 			}
 			continue
 		}
-		s.wp = zi.WP
+		if !tlZone[id] {
+			s.wp = zi.WP // (a TL zone keeps its written range: finish plugs the rest)
+		}
 		s.closed = true
 		if zi.State != ZoneFull {
 			if err := fs.unlocked(func() error { return fs.vol.Finish(ctx, id) }); err != nil {
@@ -233,5 +271,6 @@ func (fs *FS) recover(ctx context.Context, zones []ZoneInfo, ml *metaLog) error 
 			return err
 		}
 	}
+	fs.cpCause = "mount"
 	return fs.checkpoint(ctx, true)
 }

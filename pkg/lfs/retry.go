@@ -145,6 +145,17 @@ func (e *canceledError) Error() string {
 }
 func (e *canceledError) Unwrap() error { return e.ctx }
 
+// OpenZoneLike retries the inner volume's OpenZoneLike, or is OpenZone when
+// the inner volume has no layout hint (LikeOpener).
+func (r *retrying) OpenZoneLike(ctx context.Context, like ZoneID) (z ZoneID, err error) {
+	lo, ok := r.Volume.(LikeOpener)
+	if !ok {
+		return r.OpenZone(ctx)
+	}
+	err = r.do(ctx, "open_zone", func(ctx context.Context) error { z, err = lo.OpenZoneLike(ctx, like); return err })
+	return z, err
+}
+
 func (r *retrying) OpenZone(ctx context.Context) (z ZoneID, err error) {
 	err = r.do(ctx, "open_zone", func(ctx context.Context) error { z, err = r.Volume.OpenZone(ctx); return err })
 	return z, err

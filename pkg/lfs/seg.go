@@ -45,6 +45,18 @@ type segment struct {
 	mtime   uint64   // node sequence at the last write into it
 	log     int      // active log index, -1 when not a log head
 	closed  bool     // no more writes (full, finished or abandoned)
+	stable  bool     // closed at the last checkpoint and not written since (a threaded-logging candidate)
+	victim  bool     // being moved by recycling (no threaded logging into it)
+	// Threaded logging (tl.go): the segment was TL-opened and its log writes
+	// into its holes; wp stays at cap (every block below it reads back).
+	tl     bool
+	tlRec  bool     // a checkpoint record names it as TL-opened
+	tlCur  uint64   // next block the log considers
+	tlEnd  uint64   // the log writes below this
+	tlKeep []uint64 // blocks the drives preserve (valid or pre-invalid at TL_open)
+	tlPlug uint64   // blocks kept (plugged by the drives) at TL_open
+	tlPrev []uint64 // valid bitmap at its last TL_open (N_cold, β)
+	tlCold []uint64 // its cold blocks at its last TL_open (valid then and at the one before; β)
 }
 
 func newSegment(z ZoneID, capBlocks uint64) *segment {
@@ -77,7 +89,7 @@ func (fs *FS) logFor(t int) int {
 
 // freeSegments is how many more v-zones the file system may open.
 func (fs *FS) freeSegments() int {
-	return fs.geo.MaxZones - metaZonesReserved - len(fs.segs) - fs.opening
+	return fs.geo.MaxZones - metaZonesReserved - len(fs.segs) - fs.opening - fs.deferredResets()
 }
 
 const metaZonesReserved = 2
@@ -109,6 +121,9 @@ func (fs *FS) setValid(a Addr, owner uint64, ofs uint32) error {
 		}
 		return corrupt("SIT", "block %v already owned by %#x/%d, claimed by %#x/%d", a, s.owner[off], s.ofs[off], owner, ofs)
 	}
+	if was, ok := fs.touched[a]; ok && was && fs.tl.preInvalid > 0 {
+		fs.tl.preInvalid-- // valid again (roll-forward)
+	}
 	fs.touch(a, false)
 	s.valid[off/64] |= 1 << (off % 64)
 	s.nvalid++
@@ -127,13 +142,28 @@ func (fs *FS) invalidate(a Addr) {
 	if !s.isValid(off) {
 		return
 	}
+	if was, ok := fs.touched[a]; !ok || was {
+		fs.tl.preInvalid++ // valid at the last checkpoint: pre-invalid until the next
+	}
 	fs.touch(a, true)
 	s.valid[off/64] &^= 1 << (off % 64)
 	s.nvalid--
 }
 
-// openSeg starts a new segment for log li.
-func (fs *FS) openSeg(ctx context.Context, li int) (*segment, error) {
+// openSeg starts a new segment for log li: with threaded logging, a dirty
+// segment TL-opened when hybrid segment recycling prefers it (tlOK: the
+// caller can write into holes), else a new v-zone; like (at most one) is the
+// zone whose blocks the segment will receive by compaction, a layout hint
+// for a Volume that implements LikeOpener (copyback-aware allocation).
+func (fs *FS) openSeg(ctx context.Context, li int, tlOK bool, like ...ZoneID) (*segment, error) {
+	if tlOK {
+		if s := fs.tlTry(ctx, li); s != nil {
+			return s, nil
+		}
+		if fs.failed != nil {
+			return nil, fs.failed
+		}
+	}
 	if fs.freeSegments() <= 0 {
 		return nil, &zerr.NoResourcesError{Resource: "free segments", Requested: 1, Available: 0}
 	}
@@ -141,7 +171,11 @@ func (fs *FS) openSeg(ctx context.Context, li int) (*segment, error) {
 	fs.opening++
 	err := fs.unlocked(func() error {
 		var err error
-		z, err = fs.vol.OpenZone(ctx)
+		if lo, ok := fs.vol.(LikeOpener); ok && len(like) > 0 && !fs.opts.NoCopybackAware {
+			z, err = lo.OpenZoneLike(ctx, like[0])
+		} else {
+			z, err = fs.vol.OpenZone(ctx)
+		}
 		return err
 	})
 	fs.opening--
@@ -167,10 +201,17 @@ func (fs *FS) closeLog(ctx context.Context, li int) {
 	}
 	fs.logs[li] = nil
 	s.log = -1
+	if s.tl {
+		s.closed = true
+		fs.tlRetire(ctx, s)
+		return
+	}
 	if !s.closed {
 		s.closed = true
 		if s.wp < s.cap {
-			fs.noteBackground(bgFinish, fs.unlocked(func() error { return fs.vol.Finish(ctx, s.zone) }))
+			// A zone left open counts against the volume's open zones
+			// while the tables think it closed: read-only.
+			fs.zoneOp(ctx, false, s.zone, "finish of a segment")
 		}
 	}
 }
@@ -199,32 +240,47 @@ func (fs *FS) appendBlocks(ctx context.Context, li int, data []byte, place func(
 	n := len(data) / bs
 	for i := 0; i < n; {
 		s := fs.logs[fs.logFor(li)]
-		if s == nil || s.closed || s.wp >= s.cap {
+		if s != nil && s.tl && !s.closed {
+			if _, run := s.tlNextRun(1); run == 0 {
+				s.closed = true // no hole left
+			}
+		}
+		if s == nil || s.closed || s.wp >= s.cap && !s.tl {
 			if s != nil {
 				fs.closeLog(ctx, fs.logFor(li))
 			}
 			var err error
-			if s, err = fs.openSeg(ctx, fs.logFor(li)); err != nil {
+			if s, err = fs.openSeg(ctx, fs.logFor(li), true); err != nil {
 				return err
 			}
+			continue
 		}
 		k := uint64(n - i)
-		if r := s.cap - s.wp; k > r {
-			k = r
+		var off uint64
+		if s.tl {
+			off, k = s.tlNextRun(k)
+		} else {
+			if r := s.cap - s.wp; k > r {
+				k = r
+			}
+			off = s.wp
 		}
-		off := s.wp
 		err := fs.unlocked(func() error { return fs.vol.Write(ctx, s.zone, off, data[i*bs:(i+int(k))*bs], false) })
 		if err != nil {
 			// The zone's write pointer is now unknown: never write it again.
 			var pw *PartialWriteError
-			if errors.As(err, &pw) {
+			if errors.As(err, &pw) && !s.tl {
 				s.wp += pw.Written
 			}
 			s.closed = true
 			fs.closeLog(ctx, fs.logFor(li))
 			return err
 		}
-		s.wp += k
+		if s.tl {
+			s.tlCur = off + k
+		} else {
+			s.wp += k
+		}
 		s.mtime = fs.nodeSeq
 		fs.blocksWritten += k
 		for j := 0; j < int(k); j++ {
@@ -233,7 +289,7 @@ func (fs *FS) appendBlocks(ctx context.Context, li int, data []byte, place func(
 			}
 		}
 		i += int(k)
-		if s.wp >= s.cap {
+		if !s.tl && s.wp >= s.cap {
 			s.closed = true
 			fs.closeLog(ctx, fs.logFor(li))
 		}

@@ -124,7 +124,10 @@ type Volume interface {
 	// destination at or above its zone's write pointer. Destinations are
 	// written in increasing DstOff order without gaps starting at the write
 	// pointer; on return every destination zone's write pointer has advanced
-	// past its copies. Returns when all copies are durable.
+	// past its copies and the copies read back. The copies may still be in
+	// progress on the drives (zone_compaction is asynchronous, ZNS+ §3.2.1):
+	// they are durable once a later Flush returns, which the checkpoint that
+	// names them (and every fsync) issues before its record.
 	Compact(ctx context.Context, copies []Copy) (CompactStats, error)
 
 	// Locate tells where block off of zone z lives (for copyback-aware
@@ -135,8 +138,37 @@ type Volume interface {
 	// Flush makes every acknowledged write durable against power loss.
 	Flush(ctx context.Context) error
 
-	// TLOpen (threaded logging, ZNS+ §3.2.2) will be added by a later issue as
-	// an optional interface, so existing implementations keep compiling.
+	// Threaded logging (ZNS+ §3.2.2) is the optional TLOpener interface.
+}
+
+// TLOpener is implemented by a Volume whose drives support ZNS+ threaded
+// logging (TL_open). It is optional: the file system checks for it with a type
+// assertion and falls back to compaction when it is missing.
+type TLOpener interface {
+	// TLOpen reopens v-zone z, which holds data (open or full; a full v-zone
+	// the file system recycles is allowed), for threaded logging. valid has one
+	// bit per block of the zone's capacity (bit i%8 of byte i/8 is block i);
+	// a set bit is a block that must be preserved. The write pointer goes back
+	// to 0; afterwards Write(z, off, ...) accepts any off at or above the write
+	// pointer whose blocks are all not valid (zerr.TLViolationError otherwise)
+	// and the drives plug the valid blocks it skips. Read returns, for every
+	// block below the zone's old write pointer, its valid data or what was
+	// written to it since. Zones reports the zone Open with the write pointer
+	// past the last block written or plugged. Finish ends threaded logging
+	// (the rest is plugged) and makes the zone full. The open counts against
+	// MaxOpen like OpenZone (zerr.TooManyOpenError).
+	TLOpen(ctx context.Context, z ZoneID, valid []byte) error
+}
+
+// LikeOpener is implemented by a Volume that can place a new v-zone near an
+// existing one (ZNS+ copyback-aware allocation across a cluster: the new
+// zone's stripes on the same drives and dies as like's, so a compaction of
+// like into it can move chunks by on-chip copyback). It is optional and a
+// hint: the zone returned is a normal new open zone (as OpenZone), wherever
+// the volume could place it. The file system uses it for the destination
+// segments of IZC when copyback-aware allocation is on.
+type LikeOpener interface {
+	OpenZoneLike(ctx context.Context, like ZoneID) (ZoneID, error)
 }
 
 // PartialWriteError is wrapped by a Volume.Write error when the first Written

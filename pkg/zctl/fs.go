@@ -13,6 +13,7 @@ import (
 	"os/exec"
 	"os/signal"
 	"path/filepath"
+	"sort"
 	"strconv"
 	"strings"
 	"syscall"
@@ -24,10 +25,10 @@ import (
 	"github.com/spf13/cobra"
 	"golang.org/x/sys/unix"
 
+	fsbench "github.com/zonefleet/zonefleet/pkg/bench/fs"
 	"github.com/zonefleet/zonefleet/pkg/buildinfo"
 	"github.com/zonefleet/zonefleet/pkg/client"
 	"github.com/zonefleet/zonefleet/pkg/clock"
-	"github.com/zonefleet/zonefleet/pkg/fsbench"
 	"github.com/zonefleet/zonefleet/pkg/fsvol"
 	"github.com/zonefleet/zonefleet/pkg/fusefs"
 	"github.com/zonefleet/zonefleet/pkg/lfs"
@@ -285,8 +286,8 @@ Prometheus metrics (zonefleet_fs_*, zonefleet_client_*) on --metrics-listen.`,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			g.useNS(o.ns)
 			o.dir = args[0]
-			if o.gc != "host-copy" && o.gc != "izc" {
-				return usageErr(fmt.Errorf("--gc %q: want host-copy or izc", o.gc))
+			if _, err := lfs.ParseMode(o.gc); err != nil {
+				return usageErr(fmt.Errorf("--gc %q: want zns+, izc or host-copy (zns)", o.gc))
 			}
 			if st, err := os.Stat(o.dir); err != nil || !st.IsDir() {
 				return usageErr(fmt.Errorf("mount point %s: not a directory", o.dir))
@@ -299,7 +300,7 @@ Prometheus metrics (zonefleet_fs_*, zonefleet_client_*) on --metrics-listen.`,
 	}
 	f := c.Flags()
 	nsFlag(c, &o.ns)
-	f.StringVar(&o.gc, "gc", "izc", "segment recycling: izc (copy inside the drives, ZNS+ zone_compaction) or host-copy (the ZNS baseline)")
+	f.StringVar(&o.gc, "gc", "zns+", "segment recycling: zns+ (threaded logging and hybrid segment recycling with IZC; izc when the volume has no TL_open), izc (copy inside the drives, ZNS+ zone_compaction) or host-copy/zns (the ZNS baseline)")
 	f.BoolVar(&o.cachedWrite, "izc-cached-write", false, "IZC-H: write blocks cached on the host from the host instead of copying them on the drives")
 	f.DurationVar(&o.bgGC, "background-gc", 2*time.Second, "recycle one segment after this much idle time (0: off)")
 	f.DurationVar(&o.cpEvery, "checkpoint-every", 5*time.Second, "checkpoint at this period when something changed (0: off)")
@@ -431,11 +432,11 @@ func serveMount(sigCtx context.Context, g *Globals, o mountOptions, mounted func
 	}
 	clk := clock.Realtime(1)
 	defer clk.Stop()
-	move := lfs.Compact
-	if o.gc == "host-copy" {
-		move = lfs.HostCopy
+	mode, err := lfs.ParseMode(o.gc)
+	if err != nil {
+		return usageErr(err)
 	}
-	fs, err := lfs.Mount(sigCtx, vol, lfs.Options{Clock: clk, Registry: reg, Move: move, CachedWrite: o.cachedWrite,
+	fs, err := lfs.Mount(sigCtx, vol, lfs.Options{Clock: clk, Registry: reg, Mode: mode, CachedWrite: o.cachedWrite,
 		BackgroundGC: o.bgGC, CheckpointEvery: o.cpEvery, CacheBlocks: o.cacheBlocks, RetryDeadline: o.retryDeadline})
 	if err != nil {
 		return fmt.Errorf("mount %s: %w", g.Namespace, err)
@@ -483,10 +484,13 @@ func serveMount(sigCtx context.Context, g *Globals, o mountOptions, mounted func
 	if err := fs.Unmount(context.Background()); err != nil {
 		return fmt.Errorf("unmount %s: %w", g.Namespace, err)
 	}
-	// The v-zone fsvol opened ahead of need is left to the next mount, which
-	// resets unreferenced v-zones itself. Closing the volume here (giving it
-	// back by id) raced a next mount that had already reset and reopened that
-	// id, and reset the new mount's log under it (e2e TestFSCommands).
+	// Give back the v-zone opened ahead of need and wait for background
+	// finishes. The spare is reset only if it is still this mount's opening
+	// (its incarnation): a next mount that already reset and reopened the
+	// id keeps it (fsvol.Volume.Close).
+	if err := vol.Close(context.Background()); err != nil {
+		fmt.Fprintf(g.Err, "zctl: closing the volume of %s: %v\n", g.Namespace, err)
+	}
 	fmt.Fprintf(g.Err, "unmounted %s from %s\n", g.Namespace, abs)
 	return nil
 }
@@ -526,7 +530,7 @@ func localMount(ctx context.Context, g *Globals, cl *localcluster.Cluster, ns, d
 	}
 	mctx, cancel := context.WithCancel(context.Background())
 	ready, done := make(chan string, 1), make(chan error, 1)
-	o := mountOptions{dir: dir, gc: "izc", bgGC: 2 * time.Second, cpEvery: 5 * time.Second, allowOther: allowOther}
+	o := mountOptions{dir: dir, gc: "zns+", bgGC: 2 * time.Second, cpEvery: 5 * time.Second, allowOther: allowOther}
 	go func() {
 		done <- serveMount(mctx, &lg, o, func(abs, _ string) { ready <- abs })
 	}()
@@ -566,7 +570,11 @@ func fsStatCmd(g *Globals) *cobra.Command {
 		Short: "live counters of the file system mounted at DIR",
 		Long: `Prints the live counters of the mount at DIR: space, segments (free, dirty,
 log heads), caches, checkpoints, recycling runs and blocks moved by each path (host
-copy, IZC, host-dirty, host-cached), copyback, write amplification. They come from the
+copy, IZC, host-dirty, host-cached), copyback, write amplification, the recycling mode
+in effect and what hybrid segment recycling did (segments recycled by threaded logging vs
+compaction, TL share, plugged blocks on demand and in the background, pre-invalid
+blocks, checkpoints by cause), and whether the file system went read-only (and why);
+-o json has them as tl_recycled_segments, compacted_segments, tl_share, ... They come from the
 mount process through the virtual attribute ` + fusefs.StatsXattr + ` of DIR
 (getfattr -n ` + fusefs.StatsXattr + ` DIR shows the JSON).`,
 		Args: cobra.ExactArgs(1),
@@ -579,7 +587,7 @@ mount process through the virtual attribute ` + fusefs.StatsXattr + ` of DIR
 				s, m := si.Stats, si.Mount
 				t := newTab(w)
 				bs := uint64(max(s.BlockSize, 1))
-				t.row("mount:\t%s at %s (pid %d, gc %s%s)", m.Namespace, m.Dir, m.PID, m.GC, map[bool]string{true: ", IZC-H", false: ""}[m.CachedWrite])
+				t.row("mount:\t%s at %s (pid %d, gc %s, in effect %s%s)", m.Namespace, m.Dir, m.PID, m.GC, s.Mode, map[bool]string{true: ", IZC-H", false: ""}[m.CachedWrite])
 				if m.MetricsAddr != "" {
 					t.row("metrics:\thttp://%s/metrics", m.MetricsAddr)
 				}
@@ -593,10 +601,39 @@ mount process through the virtual attribute ` + fusefs.StatsXattr + ` of DIR
 				t.row("blocks moved:\t%d host copy, %d IZC, %d host dirty, %d host cached", s.MovedHostCopy, s.MovedIZC, s.MovedHostDirty, s.MovedHostCached)
 				t.row("IZC on the drives:\t%d copyback, %d read-and-program, %d node to node (%d placed for copyback)", s.CompactCopyback, s.CompactLocal, s.CompactRemote, s.CopybackPlanned)
 				t.row("written:\t%d user blocks, %d drive blocks, WAF %.3f", s.UserBlocksWritten, s.DriveBlocksWritten, s.WAF)
+				t.row("recycled segments:\t%d by threaded logging, %d by compaction (TL share %.1f %%; HSR chose compaction %d times)", s.TLRecycledSegments, s.CompactedSegments, 100*s.TLShare, s.HSRCompaction)
+				t.row("threaded logging:\t%d blocks plugged on demand, %d in the background; %d pre-invalid blocks (checkpoint at %d); alpha %.2f, beta %.2f", s.PluggedOnDemand, s.PluggedBackground, s.PreInvalidBlocks, s.PreInvalidThreshold, s.Alpha, s.Beta)
+				t.row("checkpoints by cause:\t%s", causes(s.CheckpointsByCause))
+				t.row("copyback share:\t%.1f %% of the blocks the drives copied", 100*s.CopybackShare)
+				if s.ReadOnly {
+					t.row("state:\tREAD-ONLY (%s); reads work, unmount and mount again once the fault is fixed", s.ReadOnlyReason)
+				} else {
+					t.row("state:\tread-write")
+				}
 				return t.flush()
 			})
 		},
 	}
+}
+
+// causes prints checkpoint counts by cause, sorted by cause.
+func causes(m map[string]uint64) string {
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	var b strings.Builder
+	for i, k := range keys {
+		if i > 0 {
+			b.WriteString(", ")
+		}
+		fmt.Fprintf(&b, "%s %d", k, m[k])
+	}
+	if b.Len() == 0 {
+		return "none"
+	}
+	return b.String()
 }
 
 func pct(a, b uint64) float64 {

@@ -288,3 +288,17 @@ func (d *Device) runCompaction(cs []Copy, res *CompactionResult) ([]piece, error
 	}
 	return pieces, finishZone()
 }
+
+// CompactionCounts returns how compaction id moves its blocks (copyback and
+// read-and-program) without waiting for it: the data moves at submission,
+// so the counts are final once ZoneCompaction returns; only its modelled
+// completion is later. ok is false for an unknown (or already waited) id.
+func (d *Device) CompactionCounts(id uint64) (copyback, readProg uint64, ok bool) {
+	d.cmu.Lock()
+	defer d.cmu.Unlock()
+	cp := d.comps[id]
+	if cp == nil {
+		return 0, 0, false
+	}
+	return cp.res.CopybackBlocks, cp.res.ReadProgBlocks, true
+}

@@ -33,6 +33,10 @@
 // write pointer, or never programmed below it (after a finish, or a gap left
 // by zone_compaction), read as ZEROES, not an error. In a TL_opened zone the
 // blocks at or above the write pointer still read from the original FBG.
+// ReadInto reads into the caller's buffer (a server's pooled buffers);
+// ReadV reads several ranges into one buffer as one command with a scatter
+// list: their flash reads are modelled from one submission time and the
+// call waits once, for the slowest.
 //
 // zone_compaction (ZoneCompaction/WaitCompaction): whole chunks whose source
 // and destination are on the same chip are copied by copyback unless the
@@ -59,7 +63,23 @@
 // their chip is idle and the lower pages of that flash block are programmed.
 // Close, finish, set read-only (and a reopen after a crash) finish the TL
 // zone: remaining valid blocks are plugged, the LogFBG becomes the zone's FBG
-// and the write pointer moves past the last valid block.
+// and the write pointer moves past the last valid block (or stays at the
+// last acknowledged write, if that is further); invalid blocks never
+// written since TL_open read as zeros from then on.
+//
+// Reopen: a zone whose threaded logging the host ended (finish, or a write
+// filling it), durably (a later Flush or FUA write) or before a process
+// kill, reopens full with the LogFBG's data. One still TL_opened when the
+// process died or the power went out reopens closed and no longer
+// TL_opened, its write pointer past the last valid block and every write
+// that survived (after a kill every acknowledged one, after a power loss at
+// least the durable ones). It stays closed even when that is the capacity
+// (only a finish, or a host write reaching the capacity, makes a zone
+// full), so a host can tell a zone whose threaded logging the reopen ended
+// from one it finished itself (pkg/lfs's mount relies on it). Every valid
+// block and every hole write made durable (FUA or a Flush) reads back;
+// TestTLReopen and the seeded crash-point test TestTLCrashPoints check this
+// at random file operations (power loss and kill).
 //
 // IPU blocks of a TL_opened zone stay counted until the host overwrites them
 // or threaded logging ends.
@@ -109,8 +129,18 @@
 // Log.JournalTailsDropped; a frame that checks but does not decode is
 // corruption), verifies the write pointers against the journal (generation,
 // capacity, state; a slot ahead of an open record that never reached the
-// disk is ignored), re-plugs the valid blocks of TL zones, closes zones that
-// were open, and rewrites a compacted journal (a new epoch). Version 1
+// disk is ignored), re-plugs the valid blocks of TL zones below their write
+// pointer from the original FBG (the slot may have reached the disk before
+// the plugged copies), ends their threaded logging (see Reopen above),
+// closes zones that were open, and rewrites a compacted journal (a new
+// epoch). TL crash safety rests on three orderings: the journal record of
+// TL_open (the new generation, LogFBG and original FBG, bitmap) is durable
+// before the first write-pointer slot of that generation; ending threaded
+// logging fdatasyncs the plugged copies, then journals (and syncs, through
+// the new generation's first slot) the zone without its original FBG, and
+// only then hole-punches that FBG; a freshly allocated LogFBG is scrubbed
+// (see below), so a hole that was never written reads as zeros, not as data
+// of the FBG's earlier life. Version 1
 // devices (no feature bits, unsequenced frames) are read and upgraded.
 //
 // Durability: an acknowledged write is in the page cache (it survives a

@@ -5,6 +5,7 @@ import (
 	"context"
 	"path/filepath"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 
@@ -84,4 +85,112 @@ func TestVolume(t *testing.T) {
 	}
 	_, err = v.OpenZone(bg)
 	require.ErrorIs(t, err, zerr.ErrNoResources)
+}
+
+// TLOpen over the drive: a full zone is reopened for threaded logging with
+// its valid bitmap; writes go into the holes (a write over a valid block is
+// refused), every block reads back its valid data or what was written since,
+// at every moment, and finish plugs the rest.
+func TestTLOpen(t *testing.T) {
+	for _, mode := range []zns.TLMode{zns.LBAOrdered, zns.PPAOrdered} {
+		t.Run(mode.String(), func(t *testing.T) {
+			v, err := devvol.New(newDevs(t, 1, 8)...)
+			require.NoError(t, err)
+			v.SetTLMode(mode)
+			var tl lfs.TLOpener = v
+			g := v.Geometry()
+			bs := g.BlockSize
+			blk := func(tag, i int) []byte { return bytes.Repeat([]byte{byte(tag), byte(i)}, bs/2) }
+			z, err := v.OpenZone(bg)
+			require.NoError(t, err)
+			want := make([][]byte, g.ZoneBlocks)
+			for i := range want {
+				want[i] = blk(1, i)
+				require.NoError(t, v.Write(bg, z, uint64(i), want[i], false))
+			}
+			zs, err := v.Zones(bg)
+			require.NoError(t, err)
+			require.Equal(t, lfs.ZoneFull, zs[0].State)
+			// every third block stays valid
+			valid := make([]byte, (g.ZoneBlocks+7)/8)
+			for i := uint64(0); i < g.ZoneBlocks; i += 3 {
+				valid[i/8] |= 1 << (i % 8)
+			}
+			require.ErrorIs(t, tl.TLOpen(bg, z, valid[:1]), zerr.ErrInvalidBitmap)
+			require.NoError(t, tl.TLOpen(bg, z, valid))
+			check := func() {
+				buf := make([]byte, bs)
+				for i := range want {
+					if valid[i/8]&(1<<(i%8)) == 0 && !bytes.Equal(want[i], blk(1, i)) || valid[i/8]&(1<<(i%8)) != 0 {
+						require.NoError(t, v.Read(bg, z, uint64(i), buf))
+						require.Equal(t, want[i], buf, "block %d", i)
+					}
+				}
+			}
+			check()
+			require.ErrorIs(t, v.Write(bg, z, 3, blk(2, 3), false), zerr.ErrTLViolation, "block 3 is valid")
+			for i := uint64(1); i < g.ZoneBlocks/2; i++ {
+				if i%3 == 0 {
+					continue
+				}
+				want[i] = blk(2, int(i))
+				require.NoError(t, v.Write(bg, z, i, want[i], false))
+				check()
+			}
+			zs, err = v.Zones(bg)
+			require.NoError(t, err)
+			require.Equal(t, lfs.ZoneOpen, zs[0].State)
+			require.Less(t, zs[0].WP, g.ZoneBlocks)
+			require.NoError(t, v.Finish(bg, z))
+			check()
+			zs, err = v.Zones(bg)
+			require.NoError(t, err)
+			require.Equal(t, lfs.ZoneFull, zs[0].State)
+		})
+	}
+}
+
+// Compact on the virtual clock returns at submission (zone_compaction is
+// asynchronous): the copies read back at once, a host write into the
+// destination zone waits for the compaction instead of failing on the busy
+// zone, and Flush waits for whatever is still running.
+func TestCompactAsync(t *testing.T) {
+	for _, next := range []string{"write", "flush"} {
+		t.Run(next, func(t *testing.T) {
+			clk := clock.NewVirtual()
+			d, err := zns.Create(filepath.Join(t.TempDir(), "dev"), devvol.TestConfig(8, 8), clk)
+			require.NoError(t, err)
+			t.Cleanup(func() { _ = d.Close() })
+			v, err := devvol.New(d)
+			require.NoError(t, err)
+			a, err := v.OpenZone(bg)
+			require.NoError(t, err)
+			b, err := v.OpenZone(bg)
+			require.NoError(t, err)
+			data := make([]byte, 32*4096)
+			for i := range data {
+				data[i] = byte(i / 4096)
+			}
+			require.NoError(t, v.Write(bg, a, 0, data, true))
+			require.NoError(t, v.Flush(bg))
+			t0 := clk.Now()
+			st, err := v.Compact(bg, []lfs.Copy{{Src: a, SrcOff: 0, Dst: b, DstOff: 0, Blocks: 32}})
+			require.NoError(t, err)
+			require.Equal(t, uint64(32), st.Copyback+st.Local)
+			submitted := clk.Now() - t0
+			// 8 chunks on 2 chips: at least 4 programs (or copybacks) per chip
+			chip := time.Duration(float64(d.Config().Resolved().ProgramLatency) * 0.8)
+			require.Less(t, submitted, chip, "Compact waited for the copies")
+			buf := make([]byte, len(data))
+			require.NoError(t, v.Read(bg, b, 0, buf))
+			require.Equal(t, data, buf)
+			if next == "write" {
+				require.NoError(t, v.Write(bg, b, 32, data[:4096], false), "a write into the destination waits for the compaction")
+			} else {
+				require.NoError(t, v.Flush(bg))
+			}
+			require.GreaterOrEqual(t, clk.Now()-t0, 4*chip, "the copies' flash work is on the clock")
+			require.NoError(t, v.Flush(bg))
+		})
+	}
 }

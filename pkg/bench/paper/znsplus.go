@@ -1,0 +1,64 @@
+package paper
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/zonefleet/zonefleet/pkg/bench/znsplus"
+)
+
+// ZNSPlusResult is the ZNS+ figure (ZNS+ §4, Fig. 7-8 and Table 5): the
+// file system over emulated ZNS+ drives in the three recycling modes, per
+// workload, run by package znsplus (its own deterministic single-goroutine
+// harness on the virtual clock; see its doc for what is modelled).
+type ZNSPlusResult struct {
+	Workloads []znsplus.Result `json:"workloads"`
+}
+
+func znsplusConfig(workload string, o Options) znsplus.Config {
+	// znsplus.Small: 4 chips, all four utilizations (minutes); Default's
+	// larger drive takes over half an hour on this machine.
+	c := znsplus.Small()
+	if o.Short {
+		c.Utilizations, c.Overwrite, c.NoCABRun = []float64{0.85}, 0.6, true
+	}
+	c.Workload = workload
+	return c
+}
+
+func runZNSPlus(ctx context.Context, dir string, o Options) (any, []Line, error) {
+	res := &ZNSPlusResult{}
+	var lines []Line
+	for _, wl := range []string{znsplus.Fileserver, znsplus.Varmail} {
+		c := znsplusConfig(wl, o)
+		c.Dir = dir
+		r, err := znsplus.Run(ctx, c)
+		if err != nil {
+			return nil, nil, err
+		}
+		res.Workloads = append(res.Workloads, r)
+		for _, u := range r.Utils {
+			tag := fmt.Sprintf("%s %.0f%%", wl, u.Utilization*100)
+			lines = append(lines,
+				Line{Label: "izc_vs_zns, " + tag, Ours: u.IZCvsZNS, Paper: "1.21-1.77"},
+				Line{Label: "zns_plus_vs_zns, " + tag, Ours: u.ZNSPlusVsZNS, Paper: "1.33-2.91"},
+				Line{Label: "tl_share, " + tag, Ours: u.TLShare, Paper: "0.858-0.948"})
+		}
+	}
+	return res, lines, nil
+}
+
+func znsplusPlot(r *ZNSPlusResult, path string) error {
+	b := bars{title: "ZNS+ Fig. 7: throughput normalized to ZNS (fs = fileserver, mail = varmail; utilization %)", ylabel: "throughput / ZNS",
+		series: []string{"ZNS", "IZC", "ZNS+"}, values: make([][]float64, 3)}
+	for _, w := range r.Workloads {
+		for _, u := range w.Utils {
+			short := map[string]string{"fileserver": "fs", "varmail": "mail"}[w.Workload]
+			b.labels = append(b.labels, fmt.Sprintf("%s %.0f", short, u.Utilization*100))
+			b.values[0] = append(b.values[0], 1)
+			b.values[1] = append(b.values[1], u.IZCvsZNS)
+			b.values[2] = append(b.values[2], u.ZNSPlusVsZNS)
+		}
+	}
+	return b.save(path)
+}

@@ -1,0 +1,542 @@
+// Package znsplus is the deterministic ZNS+ benchmark (ZNS+ §4, Fig. 7-8,
+// Table 5): the log-structured file system (pkg/lfs) over local emulated
+// ZNS+ drives (pkg/lfs/devvol, pkg/zns) on the virtual clock, run in the
+// three recycling modes — zns (host copy), izc (in-storage zone compaction)
+// and zns+ (threaded logging + hybrid segment recycling + IZC) — on a
+// fileserver-like and a varmail-like workload at several file system
+// utilizations.
+//
+// Determinism. Everything runs on one goroutine: the logical threads of a
+// workload (Config.Threads) take turns, one operation each, in a fixed order,
+// and every drive operation advances the virtual clock to its modelled
+// completion, so a run's throughput is user bytes per modelled second and
+// the same Config prints the same numbers on every run. The file system runs
+// without background work (no idle recycling, no timer checkpoints): every
+// recycling is foreground, every checkpoint caused by an operation, a
+// pre-invalid threshold or recycling.
+//
+// What is modelled and what is not. The drives model chips, channels, the
+// host link, copyback and plugging (pkg/zns). The host's I/O stack costs
+// Config.HostIOOverhead of modelled time per read or write request the file
+// system sends (40 us by default: ZNS+ Table 4 finds the host-level request
+// handling cost between the MLC and the TLC flash read latency, 35-60 us);
+// the rest of the host's software path costs nothing. Host copy reads a
+// victim's valid blocks in runs (one request per run, as F2FS issues them
+// all at once) and writes them back through the page cache. Threads do not overlap their I/O
+// (one goroutine): the paper's gains from overlapping plugging with host
+// writes on idle chips appear only as far as the drive's background jobs
+// (plugging at the end of threaded logging) run while the next operations'
+// I/O waits.
+//
+// Besides throughput, WAF and the TL share, every mode reports its average
+// compaction time split into the phases of ZNS+ Fig. 6
+// (compaction_phases_ms: init, read, copy, write, checkpoint; zone_compaction
+// is asynchronous, so IZC's copy phase is its submission plus the wait of
+// the closing checkpoint's Flush for the copies), and each utilization the
+// copyback share of izc with copyback-aware allocation and, from an extra
+// izc run without it, copyback_share_no_cab (Fig. 11; Config.NoCABRun skips
+// that run). Hybrid segment recycling is calibrated with the drive's costs:
+// f_copy the copyback chip time per block, f_write a host write of a node
+// block (its share of a request, the link transfer, its share of a program).
+package znsplus
+
+import (
+	"context"
+	"fmt"
+	"math/rand"
+	"os"
+	"path/filepath"
+	"slices"
+	"syscall"
+	"time"
+
+	"github.com/zonefleet/zonefleet/pkg/clock"
+	"github.com/zonefleet/zonefleet/pkg/flash"
+	"github.com/zonefleet/zonefleet/pkg/lfs"
+	"github.com/zonefleet/zonefleet/pkg/lfs/devvol"
+	"github.com/zonefleet/zonefleet/pkg/zerr"
+	"github.com/zonefleet/zonefleet/pkg/zns"
+)
+
+// Workload names.
+const (
+	Fileserver = "fileserver" // 128 KiB files: whole-file rewrites, 16 KiB overwrites, reads (Table 3 scaled)
+	Varmail    = "varmail"    // 28 KiB files: delete + create + fsync, append + fsync, reads
+)
+
+// Config is one benchmark run.
+type Config struct {
+	Workload     string    // Fileserver or Varmail
+	Utilizations []float64 // file system utilization to fill to (0.80, 0.85, 0.90, 0.95)
+	Threads      int       // logical threads taking turns (paper: fileserver 50, varmail 16)
+	// Overwrite is how much is written in the measured phase, as a multiple
+	// of the file system's user capacity.
+	Overwrite float64
+	Seed      int64
+	Dir       string // where the drive files go ("" = a temporary directory)
+	// Drive: Chips chips (channels x 2 ways), D_zone = Chips, ZoneMiB-sized
+	// zones, Zones zones, MLC media (ZNS+ Table 3: 16 chips, 32 MiB zones).
+	Chips         int
+	PagesPerBlock int
+	Zones         int
+	// Modes to run (nil: zns, izc and zns+; the ratios need zns).
+	Modes []lfs.Mode
+	// HostIOOverhead is the modelled host I/O stack cost of one read or
+	// write request (0: 40 us; negative: none).
+	HostIOOverhead time.Duration
+	// NoCABRun skips the extra izc run without copyback-aware allocation
+	// (lfs.Options.NoCopybackAware) that copyback_share_no_cab comes from.
+	NoCABRun bool
+}
+
+// Small is a configuration that runs in seconds (tests, CI).
+func Small() Config {
+	return Config{Workload: Fileserver, Utilizations: []float64{0.80, 0.85, 0.90, 0.95}, Threads: 8, Overwrite: 1.5,
+		Seed: 1, Chips: 4, PagesPerBlock: 8, Zones: 48}
+}
+
+// Default is the configuration of `zctl bench paper` (minutes).
+func Default() Config {
+	return Config{Workload: Fileserver, Utilizations: []float64{0.80, 0.85, 0.90, 0.95}, Threads: 16, Overwrite: 2,
+		Seed: 1, Chips: 8, PagesPerBlock: 32, Zones: 64}
+}
+
+// ModeResult is one mode at one utilization.
+type ModeResult struct {
+	Mode               string  `json:"mode"`
+	ThroughputMBps     float64 `json:"throughput_mb_per_s"` // user bytes written / modelled seconds of the measured phase
+	ModelledMillis     float64 `json:"modelled_millis"`
+	UserMiB            float64 `json:"user_mib"`
+	WAF                float64 `json:"waf"` // drive blocks written by the file system / user blocks
+	TLRecycledSegments uint64  `json:"tl_recycled_segments"`
+	CompactedSegments  uint64  `json:"compacted_segments"`
+	TLShare            float64 `json:"tl_share"`
+	CopybackShare      float64 `json:"copyback_share"` // blocks moved by copyback / blocks the drives copied
+	PluggedBlocks      uint64  `json:"plugged_blocks"`
+	HSRCompaction      uint64  `json:"hsr_chose_compaction"` // zns+: the cost model preferred compaction for the best TL victim
+	TLOpenRefused      uint64  `json:"tl_open_refused"`      // zns+: the drives had no open zone or spare flash block group
+	TLNoBudget         uint64  `json:"tl_open_no_budget"`    // zns+: no TL_open, the open zones for TL segments until the next checkpoint were used up
+	TLNoCandidate      uint64  `json:"tl_no_candidate"`      // zns+: no TL_open, no segment had enough writable blocks
+	Checkpoints        uint64  `json:"checkpoints"`
+	MovedHostCopy      uint64  `json:"moved_host_copy"`
+	MovedIZC           uint64  `json:"moved_izc"`
+	// CompactionPhasesMs is the modelled time of one compaction on average
+	// per phase (ZNS+ Fig. 6: init, read, write, checkpoint for host copy;
+	// init, copy, checkpoint for IZC), in milliseconds.
+	CompactionPhasesMs map[string]float64 `json:"compaction_phases_ms"`
+	CompactionMs       float64            `json:"compaction_ms"` // their sum
+	Alpha              float64            `json:"hsr_alpha"`     // zns+: profiled α at the end
+	Beta               float64            `json:"hsr_beta"`      // zns+: profiled β at the end
+}
+
+// UtilResult is the three modes at one utilization.
+type UtilResult struct {
+	Utilization   float64            `json:"utilization"`
+	ZNS           ModeResult         `json:"zns"`
+	IZC           ModeResult         `json:"izc"`
+	ZNSPlus       ModeResult         `json:"zns_plus"`
+	IZCvsZNS      float64            `json:"izc_vs_zns"`      // throughput ratio (paper Fig. 7: 1.21-1.77)
+	ZNSPlusVsZNS  float64            `json:"zns_plus_vs_zns"` // throughput ratio (paper Fig. 7: 1.33-2.91)
+	TLShare       float64            `json:"tl_share"`        // zns+ segments recycled by threaded logging (paper Table 5: 85.8-94.8 %)
+	CopybackShare float64            `json:"copyback_share"`  // izc
+	WAF           map[string]float64 `json:"waf"`
+	// Copyback share of the blocks izc copies inside the drives with
+	// copyback-aware allocation (ZNS+ §3.3.1, the default) and without it
+	// (an extra izc run; paper Fig. 11: > 80 % with CAB).
+	CopybackShareCAB   float64  `json:"copyback_share_cab"`
+	CopybackShareNoCAB *float64 `json:"copyback_share_no_cab,omitempty"`
+	IZCNoCABvsZNS      *float64 `json:"izc_no_cab_vs_zns,omitempty"` // throughput ratio of that run
+}
+
+// Result is a whole run.
+type Result struct {
+	Workload string       `json:"workload"`
+	Threads  int          `json:"threads"`
+	Chips    int          `json:"chips"`
+	ZoneMiB  float64      `json:"zone_mib"`
+	FSMiB    float64      `json:"fs_mib"`
+	Utils    []UtilResult `json:"utilizations"`
+}
+
+func (c Config) check() error {
+	switch {
+	case c.Workload != Fileserver && c.Workload != Varmail:
+		return &zerr.InvalidArgumentError{Field: "workload", Reason: fmt.Sprintf("%q is not %s or %s", c.Workload, Fileserver, Varmail)}
+	case len(c.Utilizations) == 0:
+		return &zerr.InvalidArgumentError{Field: "utilizations", Reason: "none given"}
+	case c.Threads < 1 || c.Threads > 1024:
+		return &zerr.InvalidArgumentError{Field: "threads", Reason: fmt.Sprintf("%d is not in [1, 1024]", c.Threads)}
+	case c.Overwrite <= 0 || c.Overwrite > 100:
+		return &zerr.InvalidArgumentError{Field: "overwrite", Reason: fmt.Sprintf("%g is not in (0, 100]", c.Overwrite)}
+	case c.Chips < 2 || c.Chips%2 != 0 || c.Chips > 64:
+		return &zerr.InvalidArgumentError{Field: "chips", Reason: fmt.Sprintf("%d is not an even number in [2, 64]", c.Chips)}
+	case c.PagesPerBlock < 4 || c.PagesPerBlock > 512:
+		return &zerr.InvalidArgumentError{Field: "pages_per_block", Reason: fmt.Sprintf("%d is not in [4, 512]", c.PagesPerBlock)}
+	case c.Zones < 24 || c.Zones > 4096:
+		return &zerr.InvalidArgumentError{Field: "zones", Reason: fmt.Sprintf("%d is not in [24, 4096]", c.Zones)}
+	}
+	for _, u := range c.Utilizations {
+		if u < 0.1 || u > 0.97 {
+			return &zerr.InvalidArgumentError{Field: "utilizations", Reason: fmt.Sprintf("%g is not in [0.10, 0.97]", u)}
+		}
+	}
+	return nil
+}
+
+// flashConfig is the drive: Chips chips (Chips/2 channels x 2 ways), one
+// chip group (D_zone = Chips), MLC, 16 KiB pages of four 4 KiB blocks.
+func (c Config) flashConfig() flash.Config {
+	f := flash.Defaults()
+	f.Channels, f.Ways, f.DZone = c.Chips/2, 2, c.Chips
+	f.PagesPerBlock = c.PagesPerBlock
+	f.SpareBlocksPerChip = 8
+	f.BlocksPerChip = c.Zones + f.SpareBlocksPerChip
+	f.MaxOpenZones, f.MaxActiveZones = 16, 16
+	f.WriteCacheBytes = int64(c.Chips) * 2 * int64(f.PageSize)
+	f.ZoneCapacity = 0
+	return f
+}
+
+// Run runs cfg: for each utilization, the three modes on fresh drives.
+func Run(ctx context.Context, cfg Config) (Result, error) {
+	if err := cfg.check(); err != nil {
+		return Result{}, err
+	}
+	dir := cfg.Dir
+	if dir == "" {
+		d, err := os.MkdirTemp("", "zonefleet-znsplus-")
+		if err != nil {
+			return Result{}, err
+		}
+		defer os.RemoveAll(d)
+		dir = d
+	}
+	fc := cfg.flashConfig()
+	g := fc.Resolved()
+	res := Result{Workload: cfg.Workload, Threads: cfg.Threads, Chips: cfg.Chips,
+		ZoneMiB: float64(g.DZone*g.PagesPerBlock*g.PageSize) / (1 << 20)}
+	n := 0
+	for _, u := range cfg.Utilizations {
+		ur := UtilResult{Utilization: u, WAF: map[string]float64{}}
+		modes := cfg.Modes
+		if modes == nil {
+			modes = []lfs.Mode{lfs.ModeZNS, lfs.ModeIZC, lfs.ModeZNSPlus}
+		}
+		for _, m := range modes {
+			n++
+			mr, fsMiB, err := runOne(ctx, cfg, fc, filepath.Join(dir, fmt.Sprintf("drive%d", n)), u, m, false)
+			if err != nil {
+				return res, fmt.Errorf("%s at %.0f %% in mode %s: %w", cfg.Workload, 100*u, m, err)
+			}
+			res.FSMiB = fsMiB
+			ur.WAF[mr.Mode] = mr.WAF
+			switch m {
+			case lfs.ModeZNS:
+				ur.ZNS = mr
+			case lfs.ModeIZC:
+				ur.IZC = mr
+			default:
+				ur.ZNSPlus = mr
+			}
+		}
+		if ur.ZNS.ThroughputMBps > 0 {
+			ur.IZCvsZNS = round3(ur.IZC.ThroughputMBps / ur.ZNS.ThroughputMBps)
+			ur.ZNSPlusVsZNS = round3(ur.ZNSPlus.ThroughputMBps / ur.ZNS.ThroughputMBps)
+		}
+		ur.TLShare, ur.CopybackShare, ur.CopybackShareCAB = ur.ZNSPlus.TLShare, ur.IZC.CopybackShare, ur.IZC.CopybackShare
+		if !cfg.NoCABRun && slices.Contains(modes, lfs.ModeIZC) {
+			n++
+			mr, _, err := runOne(ctx, cfg, fc, filepath.Join(dir, fmt.Sprintf("drive%d", n)), u, lfs.ModeIZC, true)
+			if err != nil {
+				return res, fmt.Errorf("%s at %.0f %% in mode izc without copyback-aware allocation: %w", cfg.Workload, 100*u, err)
+			}
+			cb := mr.CopybackShare
+			ur.CopybackShareNoCAB = &cb
+			if ur.ZNS.ThroughputMBps > 0 {
+				r := round3(mr.ThroughputMBps / ur.ZNS.ThroughputMBps)
+				ur.IZCNoCABvsZNS = &r
+			}
+		}
+		res.Utils = append(res.Utils, ur)
+	}
+	return res, nil
+}
+
+func round3(x float64) float64 { return float64(int64(x*1000+0.5)) / 1000 }
+
+// runOne fills a fresh file system to util and runs the measured phase in mode m.
+func runOne(ctx context.Context, cfg Config, fc flash.Config, path string, util float64, m lfs.Mode, noCAB bool) (ModeResult, float64, error) {
+	clk := clock.NewVirtual()
+	d, err := zns.Create(path, fc, clk)
+	if err != nil {
+		return ModeResult{}, 0, err
+	}
+	defer func() {
+		_ = d.Close()
+		_ = os.Remove(path)
+		_ = os.Remove(path + ".journal")
+	}()
+	dv, err := devvol.New(d)
+	if err != nil {
+		return ModeResult{}, 0, err
+	}
+	ov := cfg.HostIOOverhead
+	if ov == 0 {
+		ov = DefaultHostIOOverhead
+	}
+	vol := &hostVol{Volume: dv, tl: dv, clk: clk, cost: max(ov, 0)}
+	if err := lfs.Mkfs(ctx, vol, lfs.MkfsOptions{}); err != nil {
+		return ModeResult{}, 0, err
+	}
+	// IZC-H / IZC-D per block by cost (the paper's MLC default is IZC-H):
+	// a chunk's chip read and transfer vs a host write of it over the link
+	r := fc.Resolved()
+	readCost := r.ReadLatency + r.DMALatency
+	hostCost := vol.cost + time.Duration(float64(r.PageSize)/float64(r.HostLinkBytesPerSec)*float64(time.Second))
+	// HSR costs per block (§3.3.2): f_copy an in-storage copy (copyback
+	// chip time of a chunk, per block: the paper assumes copies run inside
+	// the drive, most by copyback); f_write a node or metadata block from
+	// the host (its request handling, shared by a chunk's blocks, the link
+	// transfer and its share of a page program).
+	cb := time.Duration(max(r.PageSize/r.BlockSize, 1))
+	hsrCopy := time.Duration(float64(r.ReadLatency+r.ProgramLatency)*r.CopybackRatio) / cb
+	hsrWrite := vol.cost/cb + time.Duration(float64(r.BlockSize)/float64(r.HostLinkBytesPerSec)*float64(time.Second)) + r.ProgramLatency/cb
+	fs, err := lfs.Mount(ctx, vol, lfs.Options{Mode: m, Clock: clk, CacheBlocks: 1024, ReadAheadBlocks: -1,
+		FlashReadCost: readCost, HostWriteCost: hostCost, NoCopybackAware: noCAB,
+		HSRCopyCost: hsrCopy, HSRWriteCost: hsrWrite})
+	if err != nil {
+		return ModeResult{}, 0, err
+	}
+	defer func() { _ = fs.Unmount(ctx) }()
+	st, err := fs.Statfs(ctx)
+	if err != nil {
+		return ModeResult{}, 0, err
+	}
+	fsMiB := float64(st.Blocks) * float64(st.Bsize) / (1 << 20)
+	w := newWorkload(cfg, fs, st)
+	if err := w.fill(ctx, util); err != nil {
+		return ModeResult{}, 0, fmt.Errorf("fill: %w", err)
+	}
+	s0 := fs.Stats()
+	t0 := clk.Now()
+	budget := uint64(cfg.Overwrite * float64(st.Blocks) * float64(st.Bsize))
+	var written uint64
+	for written < budget {
+		n, err := w.step(ctx)
+		if err != nil {
+			return ModeResult{}, 0, fmt.Errorf("measured phase after %d bytes: %w", written, err)
+		}
+		written += n
+	}
+	if err := fs.Sync(ctx); err != nil {
+		return ModeResult{}, 0, err
+	}
+	el := clk.Now() - t0
+	s := fs.Stats()
+	mr := ModeResult{Mode: m.String(), ModelledMillis: round3(float64(el) / float64(time.Millisecond)), UserMiB: round3(float64(written) / (1 << 20)),
+		TLRecycledSegments: s.TLRecycledSegments - s0.TLRecycledSegments, CompactedSegments: s.CompactedSegments - s0.CompactedSegments,
+		PluggedBlocks: s.PluggedOnDemand + s.PluggedBackground - s0.PluggedOnDemand - s0.PluggedBackground,
+		HSRCompaction: s.HSRCompaction - s0.HSRCompaction, TLOpenRefused: s.TLRefused - s0.TLRefused,
+		TLNoBudget: s.TLNoBudget - s0.TLNoBudget, TLNoCandidate: s.TLNoCandidate - s0.TLNoCandidate,
+		Checkpoints: s.Checkpoints - s0.Checkpoints, MovedHostCopy: s.MovedHostCopy - s0.MovedHostCopy, MovedIZC: s.MovedIZC - s0.MovedIZC}
+	if n := mr.CompactedSegments; n > 0 {
+		p, p0 := s.CompactionPhases, s0.CompactionPhases
+		ms := func(d, d0 time.Duration) float64 {
+			return round3(float64(d-d0) / float64(n) / float64(time.Millisecond))
+		}
+		mr.CompactionPhasesMs = map[string]float64{"init": ms(p.Init, p0.Init), "read": ms(p.Read, p0.Read),
+			"copy": ms(p.Copy, p0.Copy), "write": ms(p.Write, p0.Write), "checkpoint": ms(p.Checkpoint, p0.Checkpoint)}
+		tot := (p.Init + p.Read + p.Copy + p.Write + p.Checkpoint) - (p0.Init + p0.Read + p0.Copy + p0.Write + p0.Checkpoint)
+		mr.CompactionMs = round3(float64(tot) / float64(n) / float64(time.Millisecond))
+	}
+	mr.Alpha, mr.Beta = round3(s.Alpha), round3(s.Beta)
+	if el > 0 {
+		mr.ThroughputMBps = round3(float64(written) / (1 << 20) / el.Seconds())
+	}
+	if u := s.UserBlocksWritten - s0.UserBlocksWritten; u > 0 {
+		mr.WAF = round3(float64(s.DriveBlocksWritten-s0.DriveBlocksWritten) / float64(u))
+	}
+	if n := mr.TLRecycledSegments + mr.CompactedSegments; n > 0 {
+		mr.TLShare = round3(float64(mr.TLRecycledSegments) / float64(n))
+	}
+	if n := (s.CompactCopyback + s.CompactLocal + s.CompactRemote) - (s0.CompactCopyback + s0.CompactLocal + s0.CompactRemote); n > 0 {
+		mr.CopybackShare = round3(float64(s.CompactCopyback-s0.CompactCopyback) / float64(n))
+	}
+	return mr, fsMiB, nil
+}
+
+// workload is a set of logical threads, each with its own directory of
+// files, taking turns.
+type workload struct {
+	cfg      Config
+	fs       *lfs.FS
+	rng      *rand.Rand
+	fileSize int
+	blocks   uint64 // user blocks of the file system
+	threads  []*thread
+	turn     int
+	buf      []byte
+}
+
+type thread struct {
+	dir   uint64
+	files []string
+	next  int
+}
+
+func newWorkload(cfg Config, fs *lfs.FS, st lfs.StatfsOut) *workload {
+	w := &workload{cfg: cfg, fs: fs, rng: rand.New(rand.NewSource(cfg.Seed)), blocks: st.Blocks}
+	w.fileSize = 128 << 10
+	if cfg.Workload == Varmail {
+		w.fileSize = 28 << 10
+	}
+	w.buf = make([]byte, w.fileSize+16<<10)
+	return w
+}
+
+// fill creates the threads' directories and files until util of the user
+// blocks is used.
+func (w *workload) fill(ctx context.Context, util float64) error {
+	for i := 0; i < w.cfg.Threads; i++ {
+		a, err := w.fs.Mkdir(ctx, lfs.RootIno, fmt.Sprintf("t%03d", i), 0o755, 0, 0)
+		if err != nil {
+			return err
+		}
+		w.threads = append(w.threads, &thread{dir: a.Ino})
+	}
+	// per file: its blocks, an inode and a direct node
+	per := uint64(w.fileSize/4096 + 2)
+	n := int(util * float64(w.blocks) / float64(per))
+	for i := 0; i < n; i++ {
+		t := w.threads[i%len(w.threads)]
+		name := fmt.Sprintf("f%06d", t.next)
+		t.next++
+		if err := w.create(ctx, t, name, w.fileSize); err != nil {
+			return err
+		}
+		t.files = append(t.files, name)
+	}
+	return w.fs.Sync(ctx)
+}
+
+func (w *workload) create(ctx context.Context, t *thread, name string, size int) error {
+	_, h, err := w.fs.Create(ctx, t.dir, name, 0o644, 0, 0, syscall.O_RDWR)
+	if err != nil {
+		return err
+	}
+	defer w.fs.Release(ctx, h)
+	w.rng.Read(w.buf[:size])
+	_, err = w.fs.Write(ctx, h, 0, w.buf[:size])
+	return err
+}
+
+// step runs one operation of the next thread and returns the bytes it wrote.
+func (w *workload) step(ctx context.Context) (uint64, error) {
+	t := w.threads[w.turn%len(w.threads)]
+	w.turn++
+	if len(t.files) == 0 {
+		return 0, nil
+	}
+	i := w.rng.Intn(len(t.files))
+	name := t.files[i]
+	r := w.rng.Intn(10)
+	if w.cfg.Workload == Varmail {
+		switch {
+		case r < 4: // delete a mail, deliver a new one (fsync)
+			if err := w.fs.Unlink(ctx, t.dir, name); err != nil {
+				return 0, err
+			}
+			nn := fmt.Sprintf("f%06d", t.next)
+			t.next++
+			if err := w.create(ctx, t, nn, w.fileSize); err != nil {
+				return 0, err
+			}
+			t.files[i] = nn
+			return uint64(w.fileSize), w.fsync(ctx, t, nn)
+		case r < 8: // rewrite the tail of a mailbox file (fsync)
+			off := w.fileSize - 8<<10
+			return 8 << 10, w.overwrite(ctx, t, name, off, 8<<10, true)
+		default:
+			return 0, w.read(ctx, t, name)
+		}
+	}
+	switch {
+	case r < 3: // whole-file rewrite
+		return uint64(w.fileSize), w.overwrite(ctx, t, name, 0, w.fileSize, false)
+	case r < 8: // 16 KiB overwrite at a random place
+		off := w.rng.Intn(w.fileSize/(16<<10)) * (16 << 10)
+		return 16 << 10, w.overwrite(ctx, t, name, off, 16<<10, false)
+	default:
+		return 0, w.read(ctx, t, name)
+	}
+}
+
+func (w *workload) open(ctx context.Context, t *thread, name string, flags int) (lfs.Handle, error) {
+	a, err := w.fs.Lookup(ctx, t.dir, name)
+	if err != nil {
+		return 0, err
+	}
+	return w.fs.Open(ctx, a.Ino, flags)
+}
+
+func (w *workload) overwrite(ctx context.Context, t *thread, name string, off, n int, fsync bool) error {
+	h, err := w.open(ctx, t, name, syscall.O_RDWR)
+	if err != nil {
+		return err
+	}
+	defer w.fs.Release(ctx, h)
+	w.rng.Read(w.buf[:n])
+	if _, err := w.fs.Write(ctx, h, int64(off), w.buf[:n]); err != nil {
+		return err
+	}
+	if fsync {
+		return w.fs.Fsync(ctx, h, false)
+	}
+	return nil
+}
+
+func (w *workload) fsync(ctx context.Context, t *thread, name string) error {
+	h, err := w.open(ctx, t, name, syscall.O_RDWR)
+	if err != nil {
+		return err
+	}
+	defer w.fs.Release(ctx, h)
+	return w.fs.Fsync(ctx, h, false)
+}
+
+func (w *workload) read(ctx context.Context, t *thread, name string) error {
+	h, err := w.open(ctx, t, name, syscall.O_RDONLY)
+	if err != nil {
+		return err
+	}
+	defer w.fs.Release(ctx, h)
+	_, err = w.fs.Read(ctx, h, 0, w.buf[:w.fileSize])
+	return err
+}
+
+// DefaultHostIOOverhead is Config.HostIOOverhead's default.
+const DefaultHostIOOverhead = 40 * time.Microsecond
+
+// hostVol charges the host I/O stack's cost of every read and write request
+// on the virtual clock before passing it to the drives.
+type hostVol struct {
+	lfs.Volume
+	tl   lfs.TLOpener
+	clk  *clock.Virtual
+	cost time.Duration
+}
+
+func (h *hostVol) Read(ctx context.Context, z lfs.ZoneID, off uint64, buf []byte) error {
+	h.clk.Advance(h.cost)
+	return h.Volume.Read(ctx, z, off, buf)
+}
+
+func (h *hostVol) Write(ctx context.Context, z lfs.ZoneID, off uint64, data []byte, fua bool) error {
+	h.clk.Advance(h.cost)
+	return h.Volume.Write(ctx, z, off, data, fua)
+}
+
+// TLOpen passes threaded logging through (a command, no data transfer).
+func (h *hostVol) TLOpen(ctx context.Context, z lfs.ZoneID, valid []byte) error {
+	return h.tl.TLOpen(ctx, z, valid)
+}

@@ -1,0 +1,32 @@
+package fsvol_test
+
+import (
+	"context"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	v1 "github.com/zonefleet/zonefleet/api/zonefleet/v1"
+	"github.com/zonefleet/zonefleet/pkg/client"
+	"github.com/zonefleet/zonefleet/pkg/localcluster"
+)
+
+// tenantCluster starts an in-process cluster of nodes (tiny drives, no drive
+// clock) with namespace ns, and returns it with a client of ns. Both close
+// when the test ends.
+func tenantCluster(t testing.TB, nodes int, ns string, maxActive, zonesPerVZone uint32) (*localcluster.Cluster, *client.Client) {
+	t.Helper()
+	ctx := context.Background()
+	cl, err := localcluster.Start(ctx, localcluster.Config{Dir: t.TempDir(), Nodes: nodes, Clock: "off", Device: localcluster.TinyDevice()})
+	require.NoError(t, err)
+	t.Cleanup(func() { cl.Close() })
+	admin, err := client.New(ctx, cl.AdminClientConfig())
+	require.NoError(t, err)
+	defer admin.Close()
+	_, err = admin.Namespaces().Create(ctx, &v1.CreateNamespaceRequest{Name: ns, MaxActiveVzones: maxActive, ZonesPerVzone: zonesPerVZone})
+	require.NoError(t, err)
+	c, err := client.New(ctx, cl.ClientConfig(ns))
+	require.NoError(t, err)
+	t.Cleanup(func() { c.Close() })
+	return cl, c
+}
