@@ -3,7 +3,11 @@ package client_test
 import (
 	"bytes"
 	"context"
+	"io"
 	mrand "math/rand/v2"
+	"net/http"
+	"strconv"
+	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
@@ -94,5 +98,68 @@ func TestReadFanOutMatchesReference(t *testing.T) {
 			assert.Error(t, vz.ReadInto(ctx, 0, make([]byte, 100)), "not whole blocks")
 			assert.Error(t, vz.ReadInto(ctx, l.GetCapacity()-1, make([]byte, 2*bs)), "past the capacity")
 		})
+	}
+}
+
+// A read sends one call per node, not one per stripe leg: a width-4 group
+// on 2 nodes puts two legs on each, and one read of a full row costs each
+// node one device read (ReadV), with the data in place.
+func TestReadOneCallPerNode(t *testing.T) {
+	c := startCluster(t, 2, 1)
+	ctx := context.Background()
+	admin := newClient(t, c, "")
+	nodes, err := admin.ListNodes(ctx)
+	require.NoError(t, err)
+	require.Len(t, nodes, 2)
+	zoneCap := nodes[0].GetDevices()[0].GetZoneCapacity()
+	dcfg := c.AdminClientConfig()
+	dcfg.Namespace = "static"
+	direct := client.NewDirect(dcfg)
+	t.Cleanup(direct.Close)
+	g := &v1.StripeGroup{Width: 4, StripeBlocks: 8, Capacity: 4 * zoneCap}
+	for k := 0; k < 4; k++ {
+		n := nodes[k%2]
+		g.Zones = append(g.Zones, &v1.PhysicalZone{Node: n.GetId(), Addr: n.GetAddr(), Zone: uint32(k / 2), Available: true})
+	}
+	vz := direct.StaticVZone(&v1.VZone{Id: 1, State: v1.VZoneState_VZONE_STATE_OPEN, Groups: []*v1.StripeGroup{g}, Capacity: g.Capacity})
+	const bs = 4096
+	data := random(64 * bs)
+	require.NoError(t, vz.Write(ctx, 0, data))
+
+	reads := func() []int {
+		var out []int
+		for _, n := range c.Info().Nodes {
+			resp, err := http.Get(n.Metrics)
+			require.NoError(t, err)
+			body, err := io.ReadAll(resp.Body)
+			_ = resp.Body.Close()
+			require.NoError(t, err)
+			sum := 0
+			for _, line := range strings.Split(string(body), "\n") {
+				if strings.HasPrefix(line, "zonefleet_node_io_total{") && strings.Contains(line, `op="read"`) {
+					f := strings.Fields(line)
+					v, err := strconv.ParseFloat(f[len(f)-1], 64)
+					require.NoError(t, err)
+					sum += int(v)
+				}
+			}
+			out = append(out, sum)
+		}
+		return out
+	}
+	before := reads()
+	buf := make([]byte, 32*bs) // one row: 4 legs, 2 per node
+	require.NoError(t, vz.ReadInto(ctx, 0, buf))
+	assert.True(t, bytes.Equal(data[:32*bs], buf))
+	after := reads()
+	for i := range after {
+		assert.Equal(t, before[i]+1, after[i], "node %d: one device read for its two legs", i)
+	}
+	buf = make([]byte, 64*bs) // two rows: still one call per node
+	require.NoError(t, vz.ReadInto(ctx, 0, buf))
+	assert.True(t, bytes.Equal(data, buf))
+	again := reads()
+	for i := range again {
+		assert.Equal(t, after[i]+1, again[i], "node %d", i)
 	}
 }

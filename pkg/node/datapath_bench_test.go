@@ -173,3 +173,41 @@ func BenchmarkDataPathWriteStream8Clients(b *testing.B) {
 	}
 	wg.Wait()
 }
+
+// benchRead reads size bytes per call from a written zone: Read (size up
+// to the unary limit) or, with ranges > 1, ReadV of that many ranges of
+// size/ranges bytes in different zones (a client's stripe legs on one node).
+func benchRead(b *testing.B, size, ranges int) {
+	cl, id := benchNode(b, wire.ServerOptions(), wire.CallOptions())
+	ctx := wire.WithNamespace(context.Background(), "bench")
+	bs := uint64(id.GetBlockSize())
+	buf := make([]byte, 4<<20)
+	_, _ = rand.Read(buf)
+	for z := uint64(0); z < 4; z++ {
+		_, err := cl.Write(ctx, &v1.WriteRequest{Lba: z * id.GetZoneSize(), Data: buf})
+		require.NoError(b, err)
+	}
+	blocks := uint64(size) / bs / uint64(ranges)
+	span := uint64(len(buf))/bs - blocks
+	b.SetBytes(int64(size))
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		off := (uint64(i) * 7919 * blocks) % span
+		if ranges == 1 {
+			_, err := cl.Read(ctx, &v1.ReadRequest{Lba: off, Blocks: uint32(blocks)})
+			require.NoError(b, err)
+			continue
+		}
+		req := &v1.ReadVRequest{}
+		for r := 0; r < ranges; r++ {
+			req.Ranges = append(req.Ranges, &v1.ReadRange{Lba: uint64(r%4)*id.GetZoneSize() + off, Blocks: uint32(blocks)})
+		}
+		_, err := cl.ReadV(ctx, req)
+		require.NoError(b, err)
+	}
+}
+
+func BenchmarkDataPathRead4K(b *testing.B)      { benchRead(b, 4096, 1) }
+func BenchmarkDataPathRead128K(b *testing.B)    { benchRead(b, 128<<10, 1) }
+func BenchmarkDataPathReadV128Kx4(b *testing.B) { benchRead(b, 128<<10, 4) }
+func BenchmarkDataPathRead1M(b *testing.B)      { benchRead(b, 1<<20, 1) }

@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"slices"
+	"sync"
 	"time"
 
 	v1 "github.com/zonefleet/zonefleet/api/zonefleet/v1"
@@ -63,8 +65,34 @@ func (s *Service) zoneWP(d *device, lba uint64) uint64 {
 	return zones[0].WP
 }
 
-// Read serves up to the unary limit.
+// readBuf reads n blocks at lba into a pooled buffer (wire.Pool), in a WRR
+// slot. The buffer goes back to the pool when its last reference is freed:
+// after gRPC sent it (wire.ReadChunk).
+func (s *Service) readBuf(ctx context.Context, d *device, lba, n uint64) (mem.Buffer, zns.IOResult, error) {
+	bp := wire.Pool.Get(int(n) * d.geo.bs)
+	res, err := s.io(ctx, d, "read", len(*bp), func() (zns.IOResult, error) { return d.dev.ReadInto(ctx, lba, *bp) })
+	if err != nil {
+		wire.Pool.Put(bp)
+		return nil, res, err
+	}
+	return mem.NewBuffer(bp, wire.Pool), res, nil
+}
+
+// Read serves up to the unary limit. Registered with RegisterGRPC, the
+// server answers with readChunk instead (no copy of the pooled buffer).
 func (s *Service) Read(ctx context.Context, req *v1.ReadRequest) (*v1.ReadResponse, error) {
+	c, err := s.readChunk(ctx, req)
+	if err != nil {
+		return nil, err
+	}
+	c.Resp.Data = c.Payload.Materialize()
+	c.Payload.Free()
+	return c.Resp, nil
+}
+
+// readChunk reads the unary request req into a pooled buffer. The zone
+// locks are held only for the drive read, never while the answer is sent.
+func (s *Service) readChunk(ctx context.Context, req *v1.ReadRequest) (*wire.ReadChunk, error) {
 	d, err := s.device(req.GetDevice())
 	if err != nil {
 		return nil, err
@@ -80,21 +108,154 @@ func (s *Service) Read(ctx context.Context, req *v1.ReadRequest) (*v1.ReadRespon
 	if err != nil {
 		return nil, err
 	}
-	defer unlock()
-	var data []byte
-	res, err := s.io(ctx, d, "read", int(n)*d.geo.bs, func() (zns.IOResult, error) {
-		var r zns.IOResult
-		var e error
-		data, r, e = d.dev.Read(ctx, req.GetLba(), n)
-		return r, e
-	})
+	buf, res, err := s.readBuf(ctx, d, req.GetLba(), n)
+	unlock()
 	if err != nil {
 		return nil, err
 	}
-	return &v1.ReadResponse{Data: data, Lba: req.GetLba(), LatencyNs: uint64(res.Latency())}, nil
+	return &wire.ReadChunk{Resp: &v1.ReadResponse{Lba: req.GetLba(), LatencyNs: uint64(res.Latency())}, Payload: mem.BufferSlice{buf}}, nil
 }
 
-// ReadStream serves reads of any size in pieces of StreamChunkBytes.
+// MaxReadRanges bounds the ranges of one ReadV.
+const MaxReadRanges = 256
+
+// ReadV serves several ranges of this node's devices in one call (a
+// client's stripe legs on this node): per device, one drive command with a
+// scatter list into one pooled buffer (zns.Device.ReadV: one modelled wait
+// for the slowest range), the devices in parallel; the answer is their data
+// in request order. Registered with RegisterGRPC the server answers with
+// readVChunk (no copy of the buffer).
+func (s *Service) ReadV(ctx context.Context, req *v1.ReadVRequest) (*v1.ReadResponse, error) {
+	c, err := s.readVChunk(ctx, req)
+	if err != nil {
+		return nil, err
+	}
+	c.Resp.Data = c.Payload.Materialize()
+	c.Payload.Free()
+	return c.Resp, nil
+}
+
+// devRanges is one device's part of a ReadV: its ranges and where each
+// goes in the answer.
+type devRanges struct {
+	d      *device
+	rs     []zns.Range
+	at     []uint64 // byte offset of each range in the answer
+	blocks uint64
+}
+
+func (s *Service) readVChunk(ctx context.Context, req *v1.ReadVRequest) (*wire.ReadChunk, error) {
+	if len(req.GetRanges()) == 0 {
+		return nil, &zerr.InvalidArgumentError{Field: "ranges", Reason: "is empty"}
+	}
+	if len(req.GetRanges()) > MaxReadRanges {
+		return nil, &zerr.InvalidArgumentError{Field: "ranges", Reason: fmt.Sprintf("%d ranges, at most %d", len(req.GetRanges()), MaxReadRanges)}
+	}
+	var parts []*devRanges
+	var total uint64 // bytes
+	for i, r := range req.GetRanges() {
+		d, err := s.device(r.GetDevice())
+		if err != nil {
+			return nil, fmt.Errorf("range %d: %w", i, err)
+		}
+		n := uint64(r.GetBlocks())
+		if err := s.authorizeRange(ctx, d, r.GetLba(), n); err != nil {
+			return nil, fmt.Errorf("range %d: %w", i, err)
+		}
+		if total+n*uint64(d.geo.bs) > daemon.MaxUnaryData {
+			return nil, &zerr.InvalidArgumentError{Field: "ranges", Reason: fmt.Sprintf("more than the %d-byte unary limit in total; use ReadStream", daemon.MaxUnaryData)}
+		}
+		var p *devRanges
+		for _, x := range parts {
+			if x.d == d {
+				p = x
+			}
+		}
+		if p == nil {
+			p = &devRanges{d: d}
+			parts = append(parts, p)
+		}
+		p.rs = append(p.rs, zns.Range{LBA: r.GetLba(), Count: n})
+		p.at = append(p.at, total)
+		p.blocks += n
+		total += n * uint64(d.geo.bs)
+	}
+	bp := wire.Pool.Get(int(total))
+	out := *bp
+	lats := make([]time.Duration, len(parts))
+	one := func(i int) error {
+		p := parts[i]
+		held := make([][2]uint64, len(p.rs))
+		for j, r := range p.rs {
+			held[j] = [2]uint64{r.LBA, r.Count}
+		}
+		unlock, err := s.holdRanges(ctx, p.d, held)
+		if err != nil {
+			return err
+		}
+		defer unlock()
+		// One contiguous buffer per device: the answer's order interleaves
+		// devices only when the request does; then the device reads into a
+		// buffer of its own and the pieces are copied to their places.
+		dst, contiguous := out[p.at[0]:p.at[0]+p.blocks*uint64(p.d.geo.bs)], true
+		for j := range p.rs {
+			if j > 0 && p.at[j] != p.at[j-1]+p.rs[j-1].Count*uint64(p.d.geo.bs) {
+				contiguous = false
+			}
+		}
+		var tmp *[]byte
+		if !contiguous {
+			tmp = wire.Pool.Get(int(p.blocks) * p.d.geo.bs)
+			defer wire.Pool.Put(tmp)
+			dst = *tmp
+		}
+		res, err := s.io(ctx, p.d, "read", len(dst), func() (zns.IOResult, error) { return p.d.dev.ReadV(ctx, p.rs, dst) })
+		if err != nil {
+			return err
+		}
+		if !contiguous {
+			off := uint64(0)
+			for j, r := range p.rs {
+				k := r.Count * uint64(p.d.geo.bs)
+				copy(out[p.at[j]:p.at[j]+k], dst[off:off+k])
+				off += k
+			}
+		}
+		lats[i] = res.Latency()
+		return nil
+	}
+	var err error
+	if len(parts) == 1 {
+		err = one(0)
+	} else {
+		errs := make([]error, len(parts))
+		var wg sync.WaitGroup
+		for i := range parts[:len(parts)-1] {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				errs[i] = one(i)
+			}()
+		}
+		errs[len(parts)-1] = one(len(parts) - 1)
+		wg.Wait()
+		err = errors.Join(errs...)
+	}
+	if err != nil {
+		wire.Pool.Put(bp)
+		return nil, err
+	}
+	first := req.GetRanges()[0]
+	return &wire.ReadChunk{Resp: &v1.ReadResponse{Lba: first.GetLba(), LatencyNs: uint64(slices.Max(lats))},
+		Payload: mem.BufferSlice{mem.NewBuffer(bp, wire.Pool)}}, nil
+}
+
+// ReadStream serves reads of any size in pieces of StreamChunkBytes. Each
+// piece is read under its zones' locks (and grant check) and sent after
+// they are released, on a sender goroutine while the next piece is read:
+// a client that stops reading holds no lock (a revocation reset or any
+// other I/O on those zones goes on), and a piece it does not take within
+// Config.SendTimeout ends the call.
 func (s *Service) ReadStream(req *v1.ReadRequest, stream v1.ZonedDevice_ReadStreamServer) error {
 	ctx := stream.Context()
 	d, err := s.device(req.GetDevice())
@@ -105,37 +266,35 @@ func (s *Service) ReadStream(req *v1.ReadRequest, stream v1.ZonedDevice_ReadStre
 	if err := s.authorizeRange(ctx, d, req.GetLba(), total); err != nil {
 		return err
 	}
-	unlock, err := s.hold(ctx, d, req.GetLba(), total)
-	if err != nil {
-		return err
-	}
-	defer unlock()
 	per := uint64(StreamChunkBytes / d.geo.bs)
+	snd := asyncSender{s: s, op: "read_stream"}
 	var lat time.Duration
 	for done := uint64(0); done < total; {
 		n := min(per, total-done)
 		lba := req.GetLba() + done
-		var data []byte
-		res, err := s.io(ctx, d, "read", int(n)*d.geo.bs, func() (zns.IOResult, error) {
-			var r zns.IOResult
-			var e error
-			data, r, e = d.dev.Read(ctx, lba, n)
-			return r, e
-		})
+		unlock, err := s.hold(ctx, d, lba, n)
 		if err != nil {
+			_ = snd.wait(ctx) // the handler returns only once the send in flight ended (or timed out)
+			return fmt.Errorf("read stream stopped at LBA %d after %d of %d blocks: %w", lba, done, total, err)
+		}
+		buf, res, err := s.readBuf(ctx, d, lba, n)
+		unlock()
+		if err != nil {
+			_ = snd.wait(ctx)
 			return fmt.Errorf("read stream stopped at LBA %d after %d of %d blocks: %w", lba, done, total, err)
 		}
 		lat += res.Latency()
 		done += n
-		msg := &v1.ReadResponse{Data: data, Lba: lba}
+		msg := &wire.ReadChunk{Resp: &v1.ReadResponse{Lba: lba}, Payload: mem.BufferSlice{buf}}
 		if done == total {
-			msg.LatencyNs = uint64(lat)
+			msg.Resp.LatencyNs = uint64(lat)
 		}
-		if err := stream.Send(msg); err != nil {
+		if err := snd.send(ctx, func() error { return stream.SendMsg(msg) }); err != nil {
+			msg.Free()
 			return err
 		}
 	}
-	return nil
+	return snd.wait(ctx)
 }
 
 func flagsOf(req *v1.WriteRequest) zns.Flags {

@@ -89,6 +89,50 @@ func (c *WriteChunk) Free() {
 	}
 }
 
+// ReadChunk is a ReadResponse whose data is a reference-counted buffer: a
+// pooled read buffer on the node (mem.NewBuffer over wire.Pool), views of
+// the receive buffers on a client that receives with RecvMsg/Invoke into a
+// ReadChunk. Marshal with Codec hands the payload's references to gRPC,
+// which frees them once the bytes are on the wire (the pooled buffer goes
+// back to the pool then, never earlier); the chunk is empty afterwards, so
+// a handler may return it or Send it and forget it. With the standard
+// codec (ReadChunk is a proto.Message reflecting Resp) the payload is
+// copied into Resp.Data.
+type ReadChunk struct {
+	Resp    *v1.ReadResponse
+	Payload mem.BufferSlice
+}
+
+// ProtoReflect makes ReadChunk a proto.Message that reads and writes Resp.
+func (c *ReadChunk) ProtoReflect() protoreflect.Message {
+	if c.Resp == nil {
+		c.Resp = new(v1.ReadResponse)
+	}
+	if c.Payload.Len() > 0 && len(c.Resp.Data) == 0 {
+		c.Resp.Data = c.Payload.Materialize() // the standard codec's path
+		c.Payload.Free()
+		c.Payload = nil
+	}
+	return c.Resp.ProtoReflect()
+}
+
+// Data is the chunk's payload, whichever codec decoded it.
+func (c *ReadChunk) Data() mem.BufferSlice {
+	if c.Payload == nil && c.Resp != nil && len(c.Resp.GetData()) > 0 {
+		return mem.BufferSlice{mem.SliceBuffer(c.Resp.GetData())}
+	}
+	return c.Payload
+}
+
+// Free releases the payload; the chunk is empty afterwards.
+func (c *ReadChunk) Free() {
+	c.Payload.Free()
+	c.Payload = nil
+	if c.Resp != nil {
+		c.Resp.Data = nil
+	}
+}
+
 type kind uint8
 
 const (
@@ -147,6 +191,18 @@ func (c Codec) Marshal(v any) (mem.BufferSlice, error) {
 		if len(m.GetData()) >= zeroCopyMin && len(m.ProtoReflect().GetUnknown()) == 0 {
 			return readSpec.marshal(vals{2: m.Lba, 3: m.LatencyNs}, mem.BufferSlice{mem.SliceBuffer(m.Data)}), nil
 		}
+	case *ReadChunk:
+		r := m.Resp
+		if r == nil {
+			r = &v1.ReadResponse{}
+		}
+		if p := m.Payload; p.Len() >= zeroCopyMin && len(r.GetData()) == 0 && len(r.ProtoReflect().GetUnknown()) == 0 {
+			m.Payload = nil // gRPC owns the references now and frees them once sent
+			return readSpec.marshal(vals{2: r.Lba, 3: r.LatencyNs}, p), nil
+		}
+		out, err := standard.Marshal(m) // ProtoReflect copies the payload in
+		m.Free()
+		return out, err
 	case *WriteChunk:
 		if m.Payload.Len() > 0 && (m.Req == nil || len(m.Req.GetData()) == 0) {
 			r := m.Req
@@ -214,6 +270,14 @@ func (c Codec) Unmarshal(data mem.BufferSlice, v any) error {
 		if x, d, err = readSpec.decodeCopy(data); err == nil {
 			m.Reset()
 			m.Data, m.Lba, m.LatencyNs = d, x[2], x[3]
+		}
+	case *ReadChunk:
+		var x vals
+		var p mem.BufferSlice
+		if x, p, err = readSpec.decode(data); err == nil {
+			m.Free()
+			m.Resp = &v1.ReadResponse{Lba: x[2], LatencyNs: x[3]}
+			m.Payload = p
 		}
 	case *WriteChunk:
 		var x vals

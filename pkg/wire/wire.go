@@ -13,7 +13,8 @@
 // write is 1 MiB of garbage per message on top of the pooled buffer.
 //
 // Codec is an encoding.CodecV2 that treats the few messages that carry bulk
-// data specially (WriteRequest, AppendRequest, ReadResponse and WriteChunk)
+// data specially (WriteRequest, AppendRequest, ReadResponse, WriteChunk and
+// ReadChunk)
 // and hands every other message to the standard protobuf codec unchanged:
 //
 //   - Marshal encodes the small scalar fields by hand with protowire and
@@ -26,8 +27,8 @@
 //     the call has sent it (the usual gRPC SendMsg rule).
 //   - Unmarshal walks the received buffers in place. Scalars are decoded as
 //     protobuf does (last occurrence wins, uint32 fields truncate); the data
-//     field becomes views of the receive buffers (WriteChunk: zero copies,
-//     the receiver frees them) or one exactly sized copy for the generated
+//     field becomes views of the receive buffers (WriteChunk, ReadChunk:
+//     zero copies, the receiver frees them) or one exactly sized copy for the generated
 //     types (one copy instead of two). A field it does not know, or a known
 //     field with an unexpected wire type (both legal protobuf), sends the
 //     whole message to the standard codec, so the result always equals
@@ -46,7 +47,10 @@
 //
 // Pool is the data path's buffer pool: power-of-two classes, not zeroed on
 // Get (gRPC's default pool clears every buffer). ServerOptions makes the
-// server's transport read frames into it; the node gathers payloads into it.
+// server's transport read frames into it; the node gathers payloads into it
+// and reads the drive into it. A ReadChunk carries such a read buffer as a
+// reference-counted mem.Buffer: Marshal hands the reference to gRPC, which
+// frees it (back to Pool) once the frames are written, never earlier.
 //
 // Failure behaviour: a malformed message is a typed InvalidArgument error
 // from Unmarshal (gRPC then fails the call); nothing is retained from it.

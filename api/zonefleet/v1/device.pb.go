@@ -1268,6 +1268,110 @@ func (x *ReadRequest) GetBlocks() uint32 {
 	return 0
 }
 
+type ReadRange struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Device        uint32                 `protobuf:"varint,1,opt,name=device,proto3" json:"device,omitempty"`
+	Lba           uint64                 `protobuf:"varint,2,opt,name=lba,proto3" json:"lba,omitempty"`
+	Blocks        uint32                 `protobuf:"varint,3,opt,name=blocks,proto3" json:"blocks,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ReadRange) Reset() {
+	*x = ReadRange{}
+	mi := &file_zonefleet_v1_device_proto_msgTypes[12]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ReadRange) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ReadRange) ProtoMessage() {}
+
+func (x *ReadRange) ProtoReflect() protoreflect.Message {
+	mi := &file_zonefleet_v1_device_proto_msgTypes[12]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ReadRange.ProtoReflect.Descriptor instead.
+func (*ReadRange) Descriptor() ([]byte, []int) {
+	return file_zonefleet_v1_device_proto_rawDescGZIP(), []int{12}
+}
+
+func (x *ReadRange) GetDevice() uint32 {
+	if x != nil {
+		return x.Device
+	}
+	return 0
+}
+
+func (x *ReadRange) GetLba() uint64 {
+	if x != nil {
+		return x.Lba
+	}
+	return 0
+}
+
+func (x *ReadRange) GetBlocks() uint32 {
+	if x != nil {
+		return x.Blocks
+	}
+	return 0
+}
+
+type ReadVRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Ranges        []*ReadRange           `protobuf:"bytes,1,rep,name=ranges,proto3" json:"ranges,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ReadVRequest) Reset() {
+	*x = ReadVRequest{}
+	mi := &file_zonefleet_v1_device_proto_msgTypes[13]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ReadVRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ReadVRequest) ProtoMessage() {}
+
+func (x *ReadVRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_zonefleet_v1_device_proto_msgTypes[13]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ReadVRequest.ProtoReflect.Descriptor instead.
+func (*ReadVRequest) Descriptor() ([]byte, []int) {
+	return file_zonefleet_v1_device_proto_rawDescGZIP(), []int{13}
+}
+
+func (x *ReadVRequest) GetRanges() []*ReadRange {
+	if x != nil {
+		return x.Ranges
+	}
+	return nil
+}
+
 type ReadResponse struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Data          []byte                 `protobuf:"bytes,1,opt,name=data,proto3" json:"data,omitempty"`
@@ -1279,7 +1383,7 @@ type ReadResponse struct {
 
 func (x *ReadResponse) Reset() {
 	*x = ReadResponse{}
-	mi := &file_zonefleet_v1_device_proto_msgTypes[12]
+	mi := &file_zonefleet_v1_device_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1291,7 +1395,7 @@ func (x *ReadResponse) String() string {
 func (*ReadResponse) ProtoMessage() {}
 
 func (x *ReadResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_zonefleet_v1_device_proto_msgTypes[12]
+	mi := &file_zonefleet_v1_device_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1304,7 +1408,7 @@ func (x *ReadResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReadResponse.ProtoReflect.Descriptor instead.
 func (*ReadResponse) Descriptor() ([]byte, []int) {
-	return file_zonefleet_v1_device_proto_rawDescGZIP(), []int{12}
+	return file_zonefleet_v1_device_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *ReadResponse) GetData() []byte {
@@ -1342,7 +1446,7 @@ type WriteRequest struct {
 
 func (x *WriteRequest) Reset() {
 	*x = WriteRequest{}
-	mi := &file_zonefleet_v1_device_proto_msgTypes[13]
+	mi := &file_zonefleet_v1_device_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1354,7 +1458,7 @@ func (x *WriteRequest) String() string {
 func (*WriteRequest) ProtoMessage() {}
 
 func (x *WriteRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_zonefleet_v1_device_proto_msgTypes[13]
+	mi := &file_zonefleet_v1_device_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1367,7 +1471,7 @@ func (x *WriteRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WriteRequest.ProtoReflect.Descriptor instead.
 func (*WriteRequest) Descriptor() ([]byte, []int) {
-	return file_zonefleet_v1_device_proto_rawDescGZIP(), []int{13}
+	return file_zonefleet_v1_device_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *WriteRequest) GetDevice() uint32 {
@@ -1423,7 +1527,7 @@ type WriteResponse struct {
 
 func (x *WriteResponse) Reset() {
 	*x = WriteResponse{}
-	mi := &file_zonefleet_v1_device_proto_msgTypes[14]
+	mi := &file_zonefleet_v1_device_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1435,7 +1539,7 @@ func (x *WriteResponse) String() string {
 func (*WriteResponse) ProtoMessage() {}
 
 func (x *WriteResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_zonefleet_v1_device_proto_msgTypes[14]
+	mi := &file_zonefleet_v1_device_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1448,7 +1552,7 @@ func (x *WriteResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WriteResponse.ProtoReflect.Descriptor instead.
 func (*WriteResponse) Descriptor() ([]byte, []int) {
-	return file_zonefleet_v1_device_proto_rawDescGZIP(), []int{14}
+	return file_zonefleet_v1_device_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *WriteResponse) GetBlocks() uint64 {
@@ -1484,7 +1588,7 @@ type AppendRequest struct {
 
 func (x *AppendRequest) Reset() {
 	*x = AppendRequest{}
-	mi := &file_zonefleet_v1_device_proto_msgTypes[15]
+	mi := &file_zonefleet_v1_device_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1496,7 +1600,7 @@ func (x *AppendRequest) String() string {
 func (*AppendRequest) ProtoMessage() {}
 
 func (x *AppendRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_zonefleet_v1_device_proto_msgTypes[15]
+	mi := &file_zonefleet_v1_device_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1509,7 +1613,7 @@ func (x *AppendRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AppendRequest.ProtoReflect.Descriptor instead.
 func (*AppendRequest) Descriptor() ([]byte, []int) {
-	return file_zonefleet_v1_device_proto_rawDescGZIP(), []int{15}
+	return file_zonefleet_v1_device_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *AppendRequest) GetDevice() uint32 {
@@ -1550,7 +1654,7 @@ type AppendResponse struct {
 
 func (x *AppendResponse) Reset() {
 	*x = AppendResponse{}
-	mi := &file_zonefleet_v1_device_proto_msgTypes[16]
+	mi := &file_zonefleet_v1_device_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1562,7 +1666,7 @@ func (x *AppendResponse) String() string {
 func (*AppendResponse) ProtoMessage() {}
 
 func (x *AppendResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_zonefleet_v1_device_proto_msgTypes[16]
+	mi := &file_zonefleet_v1_device_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1575,7 +1679,7 @@ func (x *AppendResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AppendResponse.ProtoReflect.Descriptor instead.
 func (*AppendResponse) Descriptor() ([]byte, []int) {
-	return file_zonefleet_v1_device_proto_rawDescGZIP(), []int{16}
+	return file_zonefleet_v1_device_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *AppendResponse) GetLba() uint64 {
@@ -1601,7 +1705,7 @@ type FlushRequest struct {
 
 func (x *FlushRequest) Reset() {
 	*x = FlushRequest{}
-	mi := &file_zonefleet_v1_device_proto_msgTypes[17]
+	mi := &file_zonefleet_v1_device_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1613,7 +1717,7 @@ func (x *FlushRequest) String() string {
 func (*FlushRequest) ProtoMessage() {}
 
 func (x *FlushRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_zonefleet_v1_device_proto_msgTypes[17]
+	mi := &file_zonefleet_v1_device_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1626,7 +1730,7 @@ func (x *FlushRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FlushRequest.ProtoReflect.Descriptor instead.
 func (*FlushRequest) Descriptor() ([]byte, []int) {
-	return file_zonefleet_v1_device_proto_rawDescGZIP(), []int{17}
+	return file_zonefleet_v1_device_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *FlushRequest) GetDevice() uint32 {
@@ -1644,7 +1748,7 @@ type FlushResponse struct {
 
 func (x *FlushResponse) Reset() {
 	*x = FlushResponse{}
-	mi := &file_zonefleet_v1_device_proto_msgTypes[18]
+	mi := &file_zonefleet_v1_device_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1656,7 +1760,7 @@ func (x *FlushResponse) String() string {
 func (*FlushResponse) ProtoMessage() {}
 
 func (x *FlushResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_zonefleet_v1_device_proto_msgTypes[18]
+	mi := &file_zonefleet_v1_device_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1669,7 +1773,7 @@ func (x *FlushResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FlushResponse.ProtoReflect.Descriptor instead.
 func (*FlushResponse) Descriptor() ([]byte, []int) {
-	return file_zonefleet_v1_device_proto_rawDescGZIP(), []int{18}
+	return file_zonefleet_v1_device_proto_rawDescGZIP(), []int{20}
 }
 
 type LBARange struct {
@@ -1682,7 +1786,7 @@ type LBARange struct {
 
 func (x *LBARange) Reset() {
 	*x = LBARange{}
-	mi := &file_zonefleet_v1_device_proto_msgTypes[19]
+	mi := &file_zonefleet_v1_device_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1694,7 +1798,7 @@ func (x *LBARange) String() string {
 func (*LBARange) ProtoMessage() {}
 
 func (x *LBARange) ProtoReflect() protoreflect.Message {
-	mi := &file_zonefleet_v1_device_proto_msgTypes[19]
+	mi := &file_zonefleet_v1_device_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1707,7 +1811,7 @@ func (x *LBARange) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LBARange.ProtoReflect.Descriptor instead.
 func (*LBARange) Descriptor() ([]byte, []int) {
-	return file_zonefleet_v1_device_proto_rawDescGZIP(), []int{19}
+	return file_zonefleet_v1_device_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *LBARange) GetLba() uint64 {
@@ -1735,7 +1839,7 @@ type SimpleCopyRequest struct {
 
 func (x *SimpleCopyRequest) Reset() {
 	*x = SimpleCopyRequest{}
-	mi := &file_zonefleet_v1_device_proto_msgTypes[20]
+	mi := &file_zonefleet_v1_device_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1747,7 +1851,7 @@ func (x *SimpleCopyRequest) String() string {
 func (*SimpleCopyRequest) ProtoMessage() {}
 
 func (x *SimpleCopyRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_zonefleet_v1_device_proto_msgTypes[20]
+	mi := &file_zonefleet_v1_device_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1760,7 +1864,7 @@ func (x *SimpleCopyRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SimpleCopyRequest.ProtoReflect.Descriptor instead.
 func (*SimpleCopyRequest) Descriptor() ([]byte, []int) {
-	return file_zonefleet_v1_device_proto_rawDescGZIP(), []int{20}
+	return file_zonefleet_v1_device_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *SimpleCopyRequest) GetDevice() uint32 {
@@ -1794,7 +1898,7 @@ type SimpleCopyResponse struct {
 
 func (x *SimpleCopyResponse) Reset() {
 	*x = SimpleCopyResponse{}
-	mi := &file_zonefleet_v1_device_proto_msgTypes[21]
+	mi := &file_zonefleet_v1_device_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1806,7 +1910,7 @@ func (x *SimpleCopyResponse) String() string {
 func (*SimpleCopyResponse) ProtoMessage() {}
 
 func (x *SimpleCopyResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_zonefleet_v1_device_proto_msgTypes[21]
+	mi := &file_zonefleet_v1_device_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1819,7 +1923,7 @@ func (x *SimpleCopyResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SimpleCopyResponse.ProtoReflect.Descriptor instead.
 func (*SimpleCopyResponse) Descriptor() ([]byte, []int) {
-	return file_zonefleet_v1_device_proto_rawDescGZIP(), []int{21}
+	return file_zonefleet_v1_device_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *SimpleCopyResponse) GetBlocks() uint64 {
@@ -1848,7 +1952,7 @@ type PeerTarget struct {
 
 func (x *PeerTarget) Reset() {
 	*x = PeerTarget{}
-	mi := &file_zonefleet_v1_device_proto_msgTypes[22]
+	mi := &file_zonefleet_v1_device_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1860,7 +1964,7 @@ func (x *PeerTarget) String() string {
 func (*PeerTarget) ProtoMessage() {}
 
 func (x *PeerTarget) ProtoReflect() protoreflect.Message {
-	mi := &file_zonefleet_v1_device_proto_msgTypes[22]
+	mi := &file_zonefleet_v1_device_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1873,7 +1977,7 @@ func (x *PeerTarget) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PeerTarget.ProtoReflect.Descriptor instead.
 func (*PeerTarget) Descriptor() ([]byte, []int) {
-	return file_zonefleet_v1_device_proto_rawDescGZIP(), []int{22}
+	return file_zonefleet_v1_device_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *PeerTarget) GetNodeId() string {
@@ -1909,7 +2013,7 @@ type CompactionCopy struct {
 
 func (x *CompactionCopy) Reset() {
 	*x = CompactionCopy{}
-	mi := &file_zonefleet_v1_device_proto_msgTypes[23]
+	mi := &file_zonefleet_v1_device_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1921,7 +2025,7 @@ func (x *CompactionCopy) String() string {
 func (*CompactionCopy) ProtoMessage() {}
 
 func (x *CompactionCopy) ProtoReflect() protoreflect.Message {
-	mi := &file_zonefleet_v1_device_proto_msgTypes[23]
+	mi := &file_zonefleet_v1_device_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1934,7 +2038,7 @@ func (x *CompactionCopy) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CompactionCopy.ProtoReflect.Descriptor instead.
 func (*CompactionCopy) Descriptor() ([]byte, []int) {
-	return file_zonefleet_v1_device_proto_rawDescGZIP(), []int{23}
+	return file_zonefleet_v1_device_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *CompactionCopy) GetSrcLba() uint64 {
@@ -1975,7 +2079,7 @@ type ZoneCompactionRequest struct {
 
 func (x *ZoneCompactionRequest) Reset() {
 	*x = ZoneCompactionRequest{}
-	mi := &file_zonefleet_v1_device_proto_msgTypes[24]
+	mi := &file_zonefleet_v1_device_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1987,7 +2091,7 @@ func (x *ZoneCompactionRequest) String() string {
 func (*ZoneCompactionRequest) ProtoMessage() {}
 
 func (x *ZoneCompactionRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_zonefleet_v1_device_proto_msgTypes[24]
+	mi := &file_zonefleet_v1_device_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2000,7 +2104,7 @@ func (x *ZoneCompactionRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ZoneCompactionRequest.ProtoReflect.Descriptor instead.
 func (*ZoneCompactionRequest) Descriptor() ([]byte, []int) {
-	return file_zonefleet_v1_device_proto_rawDescGZIP(), []int{24}
+	return file_zonefleet_v1_device_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *ZoneCompactionRequest) GetDevice() uint32 {
@@ -2026,7 +2130,7 @@ type ZoneCompactionResponse struct {
 
 func (x *ZoneCompactionResponse) Reset() {
 	*x = ZoneCompactionResponse{}
-	mi := &file_zonefleet_v1_device_proto_msgTypes[25]
+	mi := &file_zonefleet_v1_device_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2038,7 +2142,7 @@ func (x *ZoneCompactionResponse) String() string {
 func (*ZoneCompactionResponse) ProtoMessage() {}
 
 func (x *ZoneCompactionResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_zonefleet_v1_device_proto_msgTypes[25]
+	mi := &file_zonefleet_v1_device_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2051,7 +2155,7 @@ func (x *ZoneCompactionResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ZoneCompactionResponse.ProtoReflect.Descriptor instead.
 func (*ZoneCompactionResponse) Descriptor() ([]byte, []int) {
-	return file_zonefleet_v1_device_proto_rawDescGZIP(), []int{25}
+	return file_zonefleet_v1_device_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *ZoneCompactionResponse) GetOperationId() string {
@@ -2071,7 +2175,7 @@ type WaitCompactionRequest struct {
 
 func (x *WaitCompactionRequest) Reset() {
 	*x = WaitCompactionRequest{}
-	mi := &file_zonefleet_v1_device_proto_msgTypes[26]
+	mi := &file_zonefleet_v1_device_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2083,7 +2187,7 @@ func (x *WaitCompactionRequest) String() string {
 func (*WaitCompactionRequest) ProtoMessage() {}
 
 func (x *WaitCompactionRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_zonefleet_v1_device_proto_msgTypes[26]
+	mi := &file_zonefleet_v1_device_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2096,7 +2200,7 @@ func (x *WaitCompactionRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WaitCompactionRequest.ProtoReflect.Descriptor instead.
 func (*WaitCompactionRequest) Descriptor() ([]byte, []int) {
-	return file_zonefleet_v1_device_proto_rawDescGZIP(), []int{26}
+	return file_zonefleet_v1_device_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *WaitCompactionRequest) GetDevice() uint32 {
@@ -2126,7 +2230,7 @@ type CompactionResult struct {
 
 func (x *CompactionResult) Reset() {
 	*x = CompactionResult{}
-	mi := &file_zonefleet_v1_device_proto_msgTypes[27]
+	mi := &file_zonefleet_v1_device_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2138,7 +2242,7 @@ func (x *CompactionResult) String() string {
 func (*CompactionResult) ProtoMessage() {}
 
 func (x *CompactionResult) ProtoReflect() protoreflect.Message {
-	mi := &file_zonefleet_v1_device_proto_msgTypes[27]
+	mi := &file_zonefleet_v1_device_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2151,7 +2255,7 @@ func (x *CompactionResult) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CompactionResult.ProtoReflect.Descriptor instead.
 func (*CompactionResult) Descriptor() ([]byte, []int) {
-	return file_zonefleet_v1_device_proto_rawDescGZIP(), []int{27}
+	return file_zonefleet_v1_device_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *CompactionResult) GetOperationId() string {
@@ -2201,7 +2305,7 @@ type TLOpenRequest struct {
 
 func (x *TLOpenRequest) Reset() {
 	*x = TLOpenRequest{}
-	mi := &file_zonefleet_v1_device_proto_msgTypes[28]
+	mi := &file_zonefleet_v1_device_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2213,7 +2317,7 @@ func (x *TLOpenRequest) String() string {
 func (*TLOpenRequest) ProtoMessage() {}
 
 func (x *TLOpenRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_zonefleet_v1_device_proto_msgTypes[28]
+	mi := &file_zonefleet_v1_device_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2226,7 +2330,7 @@ func (x *TLOpenRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TLOpenRequest.ProtoReflect.Descriptor instead.
 func (*TLOpenRequest) Descriptor() ([]byte, []int) {
-	return file_zonefleet_v1_device_proto_rawDescGZIP(), []int{28}
+	return file_zonefleet_v1_device_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *TLOpenRequest) GetDevice() uint32 {
@@ -2265,7 +2369,7 @@ type TLOpenResponse struct {
 
 func (x *TLOpenResponse) Reset() {
 	*x = TLOpenResponse{}
-	mi := &file_zonefleet_v1_device_proto_msgTypes[29]
+	mi := &file_zonefleet_v1_device_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2277,7 +2381,7 @@ func (x *TLOpenResponse) String() string {
 func (*TLOpenResponse) ProtoMessage() {}
 
 func (x *TLOpenResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_zonefleet_v1_device_proto_msgTypes[29]
+	mi := &file_zonefleet_v1_device_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2290,7 +2394,7 @@ func (x *TLOpenResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TLOpenResponse.ProtoReflect.Descriptor instead.
 func (*TLOpenResponse) Descriptor() ([]byte, []int) {
-	return file_zonefleet_v1_device_proto_rawDescGZIP(), []int{29}
+	return file_zonefleet_v1_device_proto_rawDescGZIP(), []int{31}
 }
 
 type ChipStats struct {
@@ -2304,7 +2408,7 @@ type ChipStats struct {
 
 func (x *ChipStats) Reset() {
 	*x = ChipStats{}
-	mi := &file_zonefleet_v1_device_proto_msgTypes[30]
+	mi := &file_zonefleet_v1_device_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2316,7 +2420,7 @@ func (x *ChipStats) String() string {
 func (*ChipStats) ProtoMessage() {}
 
 func (x *ChipStats) ProtoReflect() protoreflect.Message {
-	mi := &file_zonefleet_v1_device_proto_msgTypes[30]
+	mi := &file_zonefleet_v1_device_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2329,7 +2433,7 @@ func (x *ChipStats) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ChipStats.ProtoReflect.Descriptor instead.
 func (*ChipStats) Descriptor() ([]byte, []int) {
-	return file_zonefleet_v1_device_proto_rawDescGZIP(), []int{30}
+	return file_zonefleet_v1_device_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *ChipStats) GetChip() uint32 {
@@ -2362,7 +2466,7 @@ type GetLogRequest struct {
 
 func (x *GetLogRequest) Reset() {
 	*x = GetLogRequest{}
-	mi := &file_zonefleet_v1_device_proto_msgTypes[31]
+	mi := &file_zonefleet_v1_device_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2374,7 +2478,7 @@ func (x *GetLogRequest) String() string {
 func (*GetLogRequest) ProtoMessage() {}
 
 func (x *GetLogRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_zonefleet_v1_device_proto_msgTypes[31]
+	mi := &file_zonefleet_v1_device_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2387,7 +2491,7 @@ func (x *GetLogRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetLogRequest.ProtoReflect.Descriptor instead.
 func (*GetLogRequest) Descriptor() ([]byte, []int) {
-	return file_zonefleet_v1_device_proto_rawDescGZIP(), []int{31}
+	return file_zonefleet_v1_device_proto_rawDescGZIP(), []int{33}
 }
 
 func (x *GetLogRequest) GetDevice() uint32 {
@@ -2428,7 +2532,7 @@ type GetLogResponse struct {
 
 func (x *GetLogResponse) Reset() {
 	*x = GetLogResponse{}
-	mi := &file_zonefleet_v1_device_proto_msgTypes[32]
+	mi := &file_zonefleet_v1_device_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2440,7 +2544,7 @@ func (x *GetLogResponse) String() string {
 func (*GetLogResponse) ProtoMessage() {}
 
 func (x *GetLogResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_zonefleet_v1_device_proto_msgTypes[32]
+	mi := &file_zonefleet_v1_device_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2453,7 +2557,7 @@ func (x *GetLogResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetLogResponse.ProtoReflect.Descriptor instead.
 func (*GetLogResponse) Descriptor() ([]byte, []int) {
-	return file_zonefleet_v1_device_proto_rawDescGZIP(), []int{32}
+	return file_zonefleet_v1_device_proto_rawDescGZIP(), []int{34}
 }
 
 func (x *GetLogResponse) GetHostBlocksWritten() uint64 {
@@ -2627,7 +2731,7 @@ type PeerExtent struct {
 
 func (x *PeerExtent) Reset() {
 	*x = PeerExtent{}
-	mi := &file_zonefleet_v1_device_proto_msgTypes[33]
+	mi := &file_zonefleet_v1_device_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2639,7 +2743,7 @@ func (x *PeerExtent) String() string {
 func (*PeerExtent) ProtoMessage() {}
 
 func (x *PeerExtent) ProtoReflect() protoreflect.Message {
-	mi := &file_zonefleet_v1_device_proto_msgTypes[33]
+	mi := &file_zonefleet_v1_device_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2652,7 +2756,7 @@ func (x *PeerExtent) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PeerExtent.ProtoReflect.Descriptor instead.
 func (*PeerExtent) Descriptor() ([]byte, []int) {
-	return file_zonefleet_v1_device_proto_rawDescGZIP(), []int{33}
+	return file_zonefleet_v1_device_proto_rawDescGZIP(), []int{35}
 }
 
 func (x *PeerExtent) GetDstLba() uint64 {
@@ -2680,7 +2784,7 @@ type PeerWriteRequest struct {
 
 func (x *PeerWriteRequest) Reset() {
 	*x = PeerWriteRequest{}
-	mi := &file_zonefleet_v1_device_proto_msgTypes[34]
+	mi := &file_zonefleet_v1_device_proto_msgTypes[36]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2692,7 +2796,7 @@ func (x *PeerWriteRequest) String() string {
 func (*PeerWriteRequest) ProtoMessage() {}
 
 func (x *PeerWriteRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_zonefleet_v1_device_proto_msgTypes[34]
+	mi := &file_zonefleet_v1_device_proto_msgTypes[36]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2705,7 +2809,7 @@ func (x *PeerWriteRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PeerWriteRequest.ProtoReflect.Descriptor instead.
 func (*PeerWriteRequest) Descriptor() ([]byte, []int) {
-	return file_zonefleet_v1_device_proto_rawDescGZIP(), []int{34}
+	return file_zonefleet_v1_device_proto_rawDescGZIP(), []int{36}
 }
 
 func (x *PeerWriteRequest) GetDevice() uint32 {
@@ -2738,7 +2842,7 @@ type PeerWriteResponse struct {
 
 func (x *PeerWriteResponse) Reset() {
 	*x = PeerWriteResponse{}
-	mi := &file_zonefleet_v1_device_proto_msgTypes[35]
+	mi := &file_zonefleet_v1_device_proto_msgTypes[37]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2750,7 +2854,7 @@ func (x *PeerWriteResponse) String() string {
 func (*PeerWriteResponse) ProtoMessage() {}
 
 func (x *PeerWriteResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_zonefleet_v1_device_proto_msgTypes[35]
+	mi := &file_zonefleet_v1_device_proto_msgTypes[37]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2763,7 +2867,7 @@ func (x *PeerWriteResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PeerWriteResponse.ProtoReflect.Descriptor instead.
 func (*PeerWriteResponse) Descriptor() ([]byte, []int) {
-	return file_zonefleet_v1_device_proto_rawDescGZIP(), []int{35}
+	return file_zonefleet_v1_device_proto_rawDescGZIP(), []int{37}
 }
 
 func (x *PeerWriteResponse) GetBlocks() uint64 {
@@ -2862,7 +2966,13 @@ const file_zonefleet_v1_device_proto_rawDesc = "" +
 	"\vReadRequest\x12\x16\n" +
 	"\x06device\x18\x01 \x01(\rR\x06device\x12\x10\n" +
 	"\x03lba\x18\x02 \x01(\x04R\x03lba\x12\x16\n" +
-	"\x06blocks\x18\x03 \x01(\rR\x06blocks\"S\n" +
+	"\x06blocks\x18\x03 \x01(\rR\x06blocks\"M\n" +
+	"\tReadRange\x12\x16\n" +
+	"\x06device\x18\x01 \x01(\rR\x06device\x12\x10\n" +
+	"\x03lba\x18\x02 \x01(\x04R\x03lba\x12\x16\n" +
+	"\x06blocks\x18\x03 \x01(\rR\x06blocks\"?\n" +
+	"\fReadVRequest\x12/\n" +
+	"\x06ranges\x18\x01 \x03(\v2\x17.zonefleet.v1.ReadRangeR\x06ranges\"S\n" +
 	"\fReadResponse\x12\x12\n" +
 	"\x04data\x18\x01 \x01(\fR\x04data\x12\x10\n" +
 	"\x03lba\x18\x02 \x01(\x04R\x03lba\x12\x1d\n" +
@@ -3011,7 +3121,8 @@ const file_zonefleet_v1_device_proto_rawDesc = "" +
 	"\bPlugMode\x12\x19\n" +
 	"\x15PLUG_MODE_UNSPECIFIED\x10\x00\x12\x19\n" +
 	"\x15PLUG_MODE_LBA_ORDERED\x10\x01\x12\x19\n" +
-	"\x15PLUG_MODE_PPA_ORDERED\x10\x022\xe1\t\n" +
+	"\x15PLUG_MODE_PPA_ORDERED\x10\x022\xa2\n" +
+	"\n" +
 	"\vZonedDevice\x12I\n" +
 	"\bIdentify\x12\x1d.zonefleet.v1.IdentifyRequest\x1a\x1e.zonefleet.v1.IdentifyResponse\x12^\n" +
 	"\x0fIdentifyMapping\x12$.zonefleet.v1.IdentifyMappingRequest\x1a%.zonefleet.v1.IdentifyMappingResponse\x12R\n" +
@@ -3019,7 +3130,8 @@ const file_zonefleet_v1_device_proto_rawDesc = "" +
 	"\x0eZoneManagement\x12#.zonefleet.v1.ZoneManagementRequest\x1a$.zonefleet.v1.ZoneManagementResponse\x12=\n" +
 	"\x04Read\x12\x19.zonefleet.v1.ReadRequest\x1a\x1a.zonefleet.v1.ReadResponse\x12E\n" +
 	"\n" +
-	"ReadStream\x12\x19.zonefleet.v1.ReadRequest\x1a\x1a.zonefleet.v1.ReadResponse0\x01\x12@\n" +
+	"ReadStream\x12\x19.zonefleet.v1.ReadRequest\x1a\x1a.zonefleet.v1.ReadResponse0\x01\x12?\n" +
+	"\x05ReadV\x12\x1a.zonefleet.v1.ReadVRequest\x1a\x1a.zonefleet.v1.ReadResponse\x12@\n" +
 	"\x05Write\x12\x1a.zonefleet.v1.WriteRequest\x1a\x1b.zonefleet.v1.WriteResponse\x12H\n" +
 	"\vWriteStream\x12\x1a.zonefleet.v1.WriteRequest\x1a\x1b.zonefleet.v1.WriteResponse(\x01\x12C\n" +
 	"\x06Append\x12\x1b.zonefleet.v1.AppendRequest\x1a\x1c.zonefleet.v1.AppendResponse\x12@\n" +
@@ -3045,7 +3157,7 @@ func file_zonefleet_v1_device_proto_rawDescGZIP() []byte {
 }
 
 var file_zonefleet_v1_device_proto_enumTypes = make([]protoimpl.EnumInfo, 5)
-var file_zonefleet_v1_device_proto_msgTypes = make([]protoimpl.MessageInfo, 37)
+var file_zonefleet_v1_device_proto_msgTypes = make([]protoimpl.MessageInfo, 39)
 var file_zonefleet_v1_device_proto_goTypes = []any{
 	(ZoneState)(0),                  // 0: zonefleet.v1.ZoneState
 	(ZoneAction)(0),                 // 1: zonefleet.v1.ZoneAction
@@ -3064,31 +3176,33 @@ var file_zonefleet_v1_device_proto_goTypes = []any{
 	(*ZoneManagementRequest)(nil),   // 14: zonefleet.v1.ZoneManagementRequest
 	(*ZoneManagementResponse)(nil),  // 15: zonefleet.v1.ZoneManagementResponse
 	(*ReadRequest)(nil),             // 16: zonefleet.v1.ReadRequest
-	(*ReadResponse)(nil),            // 17: zonefleet.v1.ReadResponse
-	(*WriteRequest)(nil),            // 18: zonefleet.v1.WriteRequest
-	(*WriteResponse)(nil),           // 19: zonefleet.v1.WriteResponse
-	(*AppendRequest)(nil),           // 20: zonefleet.v1.AppendRequest
-	(*AppendResponse)(nil),          // 21: zonefleet.v1.AppendResponse
-	(*FlushRequest)(nil),            // 22: zonefleet.v1.FlushRequest
-	(*FlushResponse)(nil),           // 23: zonefleet.v1.FlushResponse
-	(*LBARange)(nil),                // 24: zonefleet.v1.LBARange
-	(*SimpleCopyRequest)(nil),       // 25: zonefleet.v1.SimpleCopyRequest
-	(*SimpleCopyResponse)(nil),      // 26: zonefleet.v1.SimpleCopyResponse
-	(*PeerTarget)(nil),              // 27: zonefleet.v1.PeerTarget
-	(*CompactionCopy)(nil),          // 28: zonefleet.v1.CompactionCopy
-	(*ZoneCompactionRequest)(nil),   // 29: zonefleet.v1.ZoneCompactionRequest
-	(*ZoneCompactionResponse)(nil),  // 30: zonefleet.v1.ZoneCompactionResponse
-	(*WaitCompactionRequest)(nil),   // 31: zonefleet.v1.WaitCompactionRequest
-	(*CompactionResult)(nil),        // 32: zonefleet.v1.CompactionResult
-	(*TLOpenRequest)(nil),           // 33: zonefleet.v1.TLOpenRequest
-	(*TLOpenResponse)(nil),          // 34: zonefleet.v1.TLOpenResponse
-	(*ChipStats)(nil),               // 35: zonefleet.v1.ChipStats
-	(*GetLogRequest)(nil),           // 36: zonefleet.v1.GetLogRequest
-	(*GetLogResponse)(nil),          // 37: zonefleet.v1.GetLogResponse
-	(*PeerExtent)(nil),              // 38: zonefleet.v1.PeerExtent
-	(*PeerWriteRequest)(nil),        // 39: zonefleet.v1.PeerWriteRequest
-	(*PeerWriteResponse)(nil),       // 40: zonefleet.v1.PeerWriteResponse
-	nil,                             // 41: zonefleet.v1.GetLogResponse.ZonesByStateEntry
+	(*ReadRange)(nil),               // 17: zonefleet.v1.ReadRange
+	(*ReadVRequest)(nil),            // 18: zonefleet.v1.ReadVRequest
+	(*ReadResponse)(nil),            // 19: zonefleet.v1.ReadResponse
+	(*WriteRequest)(nil),            // 20: zonefleet.v1.WriteRequest
+	(*WriteResponse)(nil),           // 21: zonefleet.v1.WriteResponse
+	(*AppendRequest)(nil),           // 22: zonefleet.v1.AppendRequest
+	(*AppendResponse)(nil),          // 23: zonefleet.v1.AppendResponse
+	(*FlushRequest)(nil),            // 24: zonefleet.v1.FlushRequest
+	(*FlushResponse)(nil),           // 25: zonefleet.v1.FlushResponse
+	(*LBARange)(nil),                // 26: zonefleet.v1.LBARange
+	(*SimpleCopyRequest)(nil),       // 27: zonefleet.v1.SimpleCopyRequest
+	(*SimpleCopyResponse)(nil),      // 28: zonefleet.v1.SimpleCopyResponse
+	(*PeerTarget)(nil),              // 29: zonefleet.v1.PeerTarget
+	(*CompactionCopy)(nil),          // 30: zonefleet.v1.CompactionCopy
+	(*ZoneCompactionRequest)(nil),   // 31: zonefleet.v1.ZoneCompactionRequest
+	(*ZoneCompactionResponse)(nil),  // 32: zonefleet.v1.ZoneCompactionResponse
+	(*WaitCompactionRequest)(nil),   // 33: zonefleet.v1.WaitCompactionRequest
+	(*CompactionResult)(nil),        // 34: zonefleet.v1.CompactionResult
+	(*TLOpenRequest)(nil),           // 35: zonefleet.v1.TLOpenRequest
+	(*TLOpenResponse)(nil),          // 36: zonefleet.v1.TLOpenResponse
+	(*ChipStats)(nil),               // 37: zonefleet.v1.ChipStats
+	(*GetLogRequest)(nil),           // 38: zonefleet.v1.GetLogRequest
+	(*GetLogResponse)(nil),          // 39: zonefleet.v1.GetLogResponse
+	(*PeerExtent)(nil),              // 40: zonefleet.v1.PeerExtent
+	(*PeerWriteRequest)(nil),        // 41: zonefleet.v1.PeerWriteRequest
+	(*PeerWriteResponse)(nil),       // 42: zonefleet.v1.PeerWriteResponse
+	nil,                             // 43: zonefleet.v1.GetLogResponse.ZonesByStateEntry
 }
 var file_zonefleet_v1_device_proto_depIdxs = []int32{
 	2,  // 0: zonefleet.v1.IdentifyResponse.media:type_name -> zonefleet.v1.Media
@@ -3099,50 +3213,53 @@ var file_zonefleet_v1_device_proto_depIdxs = []int32{
 	0,  // 5: zonefleet.v1.ReportZonesRequest.state:type_name -> zonefleet.v1.ZoneState
 	11, // 6: zonefleet.v1.ReportZonesResponse.zones:type_name -> zonefleet.v1.ZoneDescriptor
 	1,  // 7: zonefleet.v1.ZoneManagementRequest.action:type_name -> zonefleet.v1.ZoneAction
-	24, // 8: zonefleet.v1.SimpleCopyRequest.sources:type_name -> zonefleet.v1.LBARange
-	27, // 9: zonefleet.v1.CompactionCopy.peer:type_name -> zonefleet.v1.PeerTarget
-	28, // 10: zonefleet.v1.ZoneCompactionRequest.copies:type_name -> zonefleet.v1.CompactionCopy
-	4,  // 11: zonefleet.v1.TLOpenRequest.mode:type_name -> zonefleet.v1.PlugMode
-	41, // 12: zonefleet.v1.GetLogResponse.zones_by_state:type_name -> zonefleet.v1.GetLogResponse.ZonesByStateEntry
-	35, // 13: zonefleet.v1.GetLogResponse.chips:type_name -> zonefleet.v1.ChipStats
-	38, // 14: zonefleet.v1.PeerWriteRequest.extents:type_name -> zonefleet.v1.PeerExtent
-	6,  // 15: zonefleet.v1.ZonedDevice.Identify:input_type -> zonefleet.v1.IdentifyRequest
-	9,  // 16: zonefleet.v1.ZonedDevice.IdentifyMapping:input_type -> zonefleet.v1.IdentifyMappingRequest
-	12, // 17: zonefleet.v1.ZonedDevice.ReportZones:input_type -> zonefleet.v1.ReportZonesRequest
-	14, // 18: zonefleet.v1.ZonedDevice.ZoneManagement:input_type -> zonefleet.v1.ZoneManagementRequest
-	16, // 19: zonefleet.v1.ZonedDevice.Read:input_type -> zonefleet.v1.ReadRequest
-	16, // 20: zonefleet.v1.ZonedDevice.ReadStream:input_type -> zonefleet.v1.ReadRequest
-	18, // 21: zonefleet.v1.ZonedDevice.Write:input_type -> zonefleet.v1.WriteRequest
-	18, // 22: zonefleet.v1.ZonedDevice.WriteStream:input_type -> zonefleet.v1.WriteRequest
-	20, // 23: zonefleet.v1.ZonedDevice.Append:input_type -> zonefleet.v1.AppendRequest
-	22, // 24: zonefleet.v1.ZonedDevice.Flush:input_type -> zonefleet.v1.FlushRequest
-	25, // 25: zonefleet.v1.ZonedDevice.SimpleCopy:input_type -> zonefleet.v1.SimpleCopyRequest
-	29, // 26: zonefleet.v1.ZonedDevice.ZoneCompaction:input_type -> zonefleet.v1.ZoneCompactionRequest
-	31, // 27: zonefleet.v1.ZonedDevice.WaitCompaction:input_type -> zonefleet.v1.WaitCompactionRequest
-	33, // 28: zonefleet.v1.ZonedDevice.TLOpen:input_type -> zonefleet.v1.TLOpenRequest
-	36, // 29: zonefleet.v1.ZonedDevice.GetLog:input_type -> zonefleet.v1.GetLogRequest
-	39, // 30: zonefleet.v1.ZonedDevice.PeerWrite:input_type -> zonefleet.v1.PeerWriteRequest
-	7,  // 31: zonefleet.v1.ZonedDevice.Identify:output_type -> zonefleet.v1.IdentifyResponse
-	10, // 32: zonefleet.v1.ZonedDevice.IdentifyMapping:output_type -> zonefleet.v1.IdentifyMappingResponse
-	13, // 33: zonefleet.v1.ZonedDevice.ReportZones:output_type -> zonefleet.v1.ReportZonesResponse
-	15, // 34: zonefleet.v1.ZonedDevice.ZoneManagement:output_type -> zonefleet.v1.ZoneManagementResponse
-	17, // 35: zonefleet.v1.ZonedDevice.Read:output_type -> zonefleet.v1.ReadResponse
-	17, // 36: zonefleet.v1.ZonedDevice.ReadStream:output_type -> zonefleet.v1.ReadResponse
-	19, // 37: zonefleet.v1.ZonedDevice.Write:output_type -> zonefleet.v1.WriteResponse
-	19, // 38: zonefleet.v1.ZonedDevice.WriteStream:output_type -> zonefleet.v1.WriteResponse
-	21, // 39: zonefleet.v1.ZonedDevice.Append:output_type -> zonefleet.v1.AppendResponse
-	23, // 40: zonefleet.v1.ZonedDevice.Flush:output_type -> zonefleet.v1.FlushResponse
-	26, // 41: zonefleet.v1.ZonedDevice.SimpleCopy:output_type -> zonefleet.v1.SimpleCopyResponse
-	30, // 42: zonefleet.v1.ZonedDevice.ZoneCompaction:output_type -> zonefleet.v1.ZoneCompactionResponse
-	32, // 43: zonefleet.v1.ZonedDevice.WaitCompaction:output_type -> zonefleet.v1.CompactionResult
-	34, // 44: zonefleet.v1.ZonedDevice.TLOpen:output_type -> zonefleet.v1.TLOpenResponse
-	37, // 45: zonefleet.v1.ZonedDevice.GetLog:output_type -> zonefleet.v1.GetLogResponse
-	40, // 46: zonefleet.v1.ZonedDevice.PeerWrite:output_type -> zonefleet.v1.PeerWriteResponse
-	31, // [31:47] is the sub-list for method output_type
-	15, // [15:31] is the sub-list for method input_type
-	15, // [15:15] is the sub-list for extension type_name
-	15, // [15:15] is the sub-list for extension extendee
-	0,  // [0:15] is the sub-list for field type_name
+	17, // 8: zonefleet.v1.ReadVRequest.ranges:type_name -> zonefleet.v1.ReadRange
+	26, // 9: zonefleet.v1.SimpleCopyRequest.sources:type_name -> zonefleet.v1.LBARange
+	29, // 10: zonefleet.v1.CompactionCopy.peer:type_name -> zonefleet.v1.PeerTarget
+	30, // 11: zonefleet.v1.ZoneCompactionRequest.copies:type_name -> zonefleet.v1.CompactionCopy
+	4,  // 12: zonefleet.v1.TLOpenRequest.mode:type_name -> zonefleet.v1.PlugMode
+	43, // 13: zonefleet.v1.GetLogResponse.zones_by_state:type_name -> zonefleet.v1.GetLogResponse.ZonesByStateEntry
+	37, // 14: zonefleet.v1.GetLogResponse.chips:type_name -> zonefleet.v1.ChipStats
+	40, // 15: zonefleet.v1.PeerWriteRequest.extents:type_name -> zonefleet.v1.PeerExtent
+	6,  // 16: zonefleet.v1.ZonedDevice.Identify:input_type -> zonefleet.v1.IdentifyRequest
+	9,  // 17: zonefleet.v1.ZonedDevice.IdentifyMapping:input_type -> zonefleet.v1.IdentifyMappingRequest
+	12, // 18: zonefleet.v1.ZonedDevice.ReportZones:input_type -> zonefleet.v1.ReportZonesRequest
+	14, // 19: zonefleet.v1.ZonedDevice.ZoneManagement:input_type -> zonefleet.v1.ZoneManagementRequest
+	16, // 20: zonefleet.v1.ZonedDevice.Read:input_type -> zonefleet.v1.ReadRequest
+	16, // 21: zonefleet.v1.ZonedDevice.ReadStream:input_type -> zonefleet.v1.ReadRequest
+	18, // 22: zonefleet.v1.ZonedDevice.ReadV:input_type -> zonefleet.v1.ReadVRequest
+	20, // 23: zonefleet.v1.ZonedDevice.Write:input_type -> zonefleet.v1.WriteRequest
+	20, // 24: zonefleet.v1.ZonedDevice.WriteStream:input_type -> zonefleet.v1.WriteRequest
+	22, // 25: zonefleet.v1.ZonedDevice.Append:input_type -> zonefleet.v1.AppendRequest
+	24, // 26: zonefleet.v1.ZonedDevice.Flush:input_type -> zonefleet.v1.FlushRequest
+	27, // 27: zonefleet.v1.ZonedDevice.SimpleCopy:input_type -> zonefleet.v1.SimpleCopyRequest
+	31, // 28: zonefleet.v1.ZonedDevice.ZoneCompaction:input_type -> zonefleet.v1.ZoneCompactionRequest
+	33, // 29: zonefleet.v1.ZonedDevice.WaitCompaction:input_type -> zonefleet.v1.WaitCompactionRequest
+	35, // 30: zonefleet.v1.ZonedDevice.TLOpen:input_type -> zonefleet.v1.TLOpenRequest
+	38, // 31: zonefleet.v1.ZonedDevice.GetLog:input_type -> zonefleet.v1.GetLogRequest
+	41, // 32: zonefleet.v1.ZonedDevice.PeerWrite:input_type -> zonefleet.v1.PeerWriteRequest
+	7,  // 33: zonefleet.v1.ZonedDevice.Identify:output_type -> zonefleet.v1.IdentifyResponse
+	10, // 34: zonefleet.v1.ZonedDevice.IdentifyMapping:output_type -> zonefleet.v1.IdentifyMappingResponse
+	13, // 35: zonefleet.v1.ZonedDevice.ReportZones:output_type -> zonefleet.v1.ReportZonesResponse
+	15, // 36: zonefleet.v1.ZonedDevice.ZoneManagement:output_type -> zonefleet.v1.ZoneManagementResponse
+	19, // 37: zonefleet.v1.ZonedDevice.Read:output_type -> zonefleet.v1.ReadResponse
+	19, // 38: zonefleet.v1.ZonedDevice.ReadStream:output_type -> zonefleet.v1.ReadResponse
+	19, // 39: zonefleet.v1.ZonedDevice.ReadV:output_type -> zonefleet.v1.ReadResponse
+	21, // 40: zonefleet.v1.ZonedDevice.Write:output_type -> zonefleet.v1.WriteResponse
+	21, // 41: zonefleet.v1.ZonedDevice.WriteStream:output_type -> zonefleet.v1.WriteResponse
+	23, // 42: zonefleet.v1.ZonedDevice.Append:output_type -> zonefleet.v1.AppendResponse
+	25, // 43: zonefleet.v1.ZonedDevice.Flush:output_type -> zonefleet.v1.FlushResponse
+	28, // 44: zonefleet.v1.ZonedDevice.SimpleCopy:output_type -> zonefleet.v1.SimpleCopyResponse
+	32, // 45: zonefleet.v1.ZonedDevice.ZoneCompaction:output_type -> zonefleet.v1.ZoneCompactionResponse
+	34, // 46: zonefleet.v1.ZonedDevice.WaitCompaction:output_type -> zonefleet.v1.CompactionResult
+	36, // 47: zonefleet.v1.ZonedDevice.TLOpen:output_type -> zonefleet.v1.TLOpenResponse
+	39, // 48: zonefleet.v1.ZonedDevice.GetLog:output_type -> zonefleet.v1.GetLogResponse
+	42, // 49: zonefleet.v1.ZonedDevice.PeerWrite:output_type -> zonefleet.v1.PeerWriteResponse
+	33, // [33:50] is the sub-list for method output_type
+	16, // [16:33] is the sub-list for method input_type
+	16, // [16:16] is the sub-list for extension type_name
+	16, // [16:16] is the sub-list for extension extendee
+	0,  // [0:16] is the sub-list for field type_name
 }
 
 func init() { file_zonefleet_v1_device_proto_init() }
@@ -3156,7 +3273,7 @@ func file_zonefleet_v1_device_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_zonefleet_v1_device_proto_rawDesc), len(file_zonefleet_v1_device_proto_rawDesc)),
 			NumEnums:      5,
-			NumMessages:   37,
+			NumMessages:   39,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

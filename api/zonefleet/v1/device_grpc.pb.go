@@ -35,6 +35,7 @@ const (
 	ZonedDevice_ZoneManagement_FullMethodName  = "/zonefleet.v1.ZonedDevice/ZoneManagement"
 	ZonedDevice_Read_FullMethodName            = "/zonefleet.v1.ZonedDevice/Read"
 	ZonedDevice_ReadStream_FullMethodName      = "/zonefleet.v1.ZonedDevice/ReadStream"
+	ZonedDevice_ReadV_FullMethodName           = "/zonefleet.v1.ZonedDevice/ReadV"
 	ZonedDevice_Write_FullMethodName           = "/zonefleet.v1.ZonedDevice/Write"
 	ZonedDevice_WriteStream_FullMethodName     = "/zonefleet.v1.ZonedDevice/WriteStream"
 	ZonedDevice_Append_FullMethodName          = "/zonefleet.v1.ZonedDevice/Append"
@@ -64,6 +65,11 @@ type ZonedDeviceClient interface {
 	Read(ctx context.Context, in *ReadRequest, opts ...grpc.CallOption) (*ReadResponse, error)
 	// Reads of any size, returned in chunks of at most 1 MiB, in order.
 	ReadStream(ctx context.Context, in *ReadRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[ReadResponse], error)
+	// Reads several ranges of this node (any of its devices) in one call, up
+	// to the unary limit in total: data is the ranges' blocks one after the
+	// other, in request order; lba is the first range's; latency_ns the
+	// slowest device's. A client reading a stripe sends one per node.
+	ReadV(ctx context.Context, in *ReadVRequest, opts ...grpc.CallOption) (*ReadResponse, error)
 	// Writes at the write pointer (or, with overwrite, into the in-place update region).
 	Write(ctx context.Context, in *WriteRequest, opts ...grpc.CallOption) (*WriteResponse, error)
 	// Writes of any size: the first message carries device, lba and flags; every
@@ -163,6 +169,16 @@ func (c *zonedDeviceClient) ReadStream(ctx context.Context, in *ReadRequest, opt
 
 // This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
 type ZonedDevice_ReadStreamClient = grpc.ServerStreamingClient[ReadResponse]
+
+func (c *zonedDeviceClient) ReadV(ctx context.Context, in *ReadVRequest, opts ...grpc.CallOption) (*ReadResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(ReadResponse)
+	err := c.cc.Invoke(ctx, ZonedDevice_ReadV_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
 
 func (c *zonedDeviceClient) Write(ctx context.Context, in *WriteRequest, opts ...grpc.CallOption) (*WriteResponse, error) {
 	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
@@ -287,6 +303,11 @@ type ZonedDeviceServer interface {
 	Read(context.Context, *ReadRequest) (*ReadResponse, error)
 	// Reads of any size, returned in chunks of at most 1 MiB, in order.
 	ReadStream(*ReadRequest, grpc.ServerStreamingServer[ReadResponse]) error
+	// Reads several ranges of this node (any of its devices) in one call, up
+	// to the unary limit in total: data is the ranges' blocks one after the
+	// other, in request order; lba is the first range's; latency_ns the
+	// slowest device's. A client reading a stripe sends one per node.
+	ReadV(context.Context, *ReadVRequest) (*ReadResponse, error)
 	// Writes at the write pointer (or, with overwrite, into the in-place update region).
 	Write(context.Context, *WriteRequest) (*WriteResponse, error)
 	// Writes of any size: the first message carries device, lba and flags; every
@@ -335,6 +356,9 @@ func (UnimplementedZonedDeviceServer) Read(context.Context, *ReadRequest) (*Read
 }
 func (UnimplementedZonedDeviceServer) ReadStream(*ReadRequest, grpc.ServerStreamingServer[ReadResponse]) error {
 	return status.Error(codes.Unimplemented, "method ReadStream not implemented")
+}
+func (UnimplementedZonedDeviceServer) ReadV(context.Context, *ReadVRequest) (*ReadResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method ReadV not implemented")
 }
 func (UnimplementedZonedDeviceServer) Write(context.Context, *WriteRequest) (*WriteResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method Write not implemented")
@@ -487,6 +511,24 @@ func _ZonedDevice_ReadStream_Handler(srv interface{}, stream grpc.ServerStream) 
 
 // This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
 type ZonedDevice_ReadStreamServer = grpc.ServerStreamingServer[ReadResponse]
+
+func _ZonedDevice_ReadV_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ReadVRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(ZonedDeviceServer).ReadV(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: ZonedDevice_ReadV_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(ZonedDeviceServer).ReadV(ctx, req.(*ReadVRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
 
 func _ZonedDevice_Write_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
 	in := new(WriteRequest)
@@ -672,6 +714,10 @@ var ZonedDevice_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "Read",
 			Handler:    _ZonedDevice_Read_Handler,
+		},
+		{
+			MethodName: "ReadV",
+			Handler:    _ZonedDevice_ReadV_Handler,
 		},
 		{
 			MethodName: "Write",
