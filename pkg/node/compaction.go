@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"sync"
+	"sync/atomic"
 
 	v1 "github.com/zonefleet/zonefleet/api/zonefleet/v1"
 	"github.com/zonefleet/zonefleet/pkg/auth"
@@ -31,6 +32,36 @@ type compactionOp struct {
 	remoteDone   chan struct{}
 	remoteBlocks uint64
 	remoteErr    error
+
+	waiting int // WaitCompaction calls in progress (under Service.opsMu)
+}
+
+// Bounds of the compactions submitted and not yet waited for (each keeps
+// an entry until WaitCompaction): a caller that never waits cannot grow the
+// node's table without limit.
+const (
+	MaxCompactionOps             = 1024
+	MaxCompactionOpsPerNamespace = 64
+)
+
+// admitCompaction refuses a new compaction when the table is full, in total
+// or for the caller's namespace (NoResourcesError: RESOURCE_EXHAUSTED).
+func (s *Service) admitCompaction(ns string) error {
+	s.opsMu.Lock()
+	defer s.opsMu.Unlock()
+	mine := 0
+	for _, o := range s.ops {
+		if o.ns == ns {
+			mine++
+		}
+	}
+	if len(s.ops) >= MaxCompactionOps {
+		return &zerr.NoResourcesError{Resource: "compaction slots (wait for earlier compactions)", Requested: 1, Available: 0}
+	}
+	if mine >= MaxCompactionOpsPerNamespace {
+		return &zerr.NoResourcesError{Resource: "compaction slots of the namespace (wait for earlier compactions)", Requested: 1, Available: 0}
+	}
+	return nil
 }
 
 // ZoneCompaction starts an asynchronous compaction and returns its id.
@@ -70,6 +101,9 @@ func (s *Service) ZoneCompaction(ctx context.Context, req *v1.ZoneCompactionRequ
 		local = append(local, zns.Copy{Src: c.GetSrcLba(), Dst: c.GetDstLba(), Count: n})
 	}
 	op := &compactionOp{ns: s.namespace(ctx), dev: d, remoteDone: make(chan struct{})}
+	if err := s.admitCompaction(op.ns); err != nil {
+		return nil, err
+	}
 	if len(local) > 0 {
 		// Submission goes through the zone fencing: a revocation reset
 		// cannot run between the grant check and the start of the copy.
@@ -98,7 +132,49 @@ func (s *Service) ZoneCompaction(ctx context.Context, req *v1.ZoneCompactionRequ
 	id := fmt.Sprintf("%s-%d-%d", s.cfg.ID, d.idx, s.opSeq)
 	s.ops[id] = op
 	s.opsMu.Unlock()
+	s.armExpiry(id)
 	return &v1.ZoneCompactionResponse{OperationId: id}, nil
+}
+
+// armExpiry drops operation id Config.CompactionTTL from now unless a
+// WaitCompaction is waiting for it then (it is looked at again one TTL
+// later) or took it before.
+func (s *Service) armExpiry(id string) {
+	c := s.clk()
+	c.AfterFunc(c.Now()+s.compactionTTL(), func() { s.expire(id) })
+}
+
+// expire drops an operation nobody waited for: it leaves the table at once
+// (a later WaitCompaction finds nothing), and its device-side record and
+// remote push are released when they end (the push has send deadlines).
+func (s *Service) expire(id string) {
+	s.opsMu.Lock()
+	op, ok := s.ops[id]
+	if ok && op.waiting > 0 {
+		s.opsMu.Unlock()
+		s.armExpiry(id)
+		return
+	}
+	delete(s.ops, id)
+	s.opsMu.Unlock()
+	if !ok {
+		return
+	}
+	s.m.compactionsExpired.Inc()
+	s.log.Warn("dropped a zone compaction nobody waited for", "operation", id, "ttl", s.compactionTTL())
+	go func() {
+		if op.hasLocal {
+			_, _ = op.dev.dev.WaitCompaction(context.Background(), op.localID)
+		}
+		<-op.remoteDone
+	}()
+}
+
+// OpenCompactions is how many compactions wait for their WaitCompaction.
+func (s *Service) OpenCompactions() int {
+	s.opsMu.Lock()
+	defer s.opsMu.Unlock()
+	return len(s.ops)
 }
 
 // pushRemote reads each remote copy's source and streams it to its peer.
@@ -122,7 +198,10 @@ func (s *Service) pushRemote(ctx context.Context, op *compactionOp, copies []*v1
 			op.remoteErr = err
 			return
 		}
-		stream, err := v1.NewZonedDeviceClient(conn).PeerWrite(pctx)
+		sctx, cancel := context.WithCancel(pctx)
+		defer cancel()
+		dl := s.peerDeadline(cancel)
+		stream, err := v1.NewZonedDeviceClient(conn).PeerWrite(sctx)
 		if err != nil {
 			op.remoteErr = rpcerr.FromError(err)
 			return
@@ -143,14 +222,21 @@ func (s *Service) pushRemote(ctx context.Context, op *compactionOp, copies []*v1
 				_ = stream.CloseSend()
 				return
 			}
-			err = stream.Send(&v1.PeerWriteRequest{Device: c.GetPeer().GetDevice(), Namespace: op.ns,
-				Extents: []*v1.PeerExtent{{DstLba: c.GetDstLba() + done, Data: data}}})
+			err = dl.do(func() error {
+				return stream.Send(&v1.PeerWriteRequest{Device: c.GetPeer().GetDevice(), Namespace: op.ns,
+					Extents: []*v1.PeerExtent{{DstLba: c.GetDstLba() + done, Data: data}}})
+			})
 			if err != nil {
 				break // the real error comes from CloseAndRecv
 			}
 			done += n
 		}
-		resp, err := stream.CloseAndRecv()
+		var resp *v1.PeerWriteResponse
+		err = dl.do(func() error {
+			var e error
+			resp, e = stream.CloseAndRecv()
+			return e
+		})
 		if err != nil {
 			op.remoteErr = fmt.Errorf("peer copy to %s: %w", c.GetPeer().GetNodeId(), rpcerr.FromError(err))
 			return
@@ -160,26 +246,64 @@ func (s *Service) pushRemote(ctx context.Context, op *compactionOp, copies []*v1
 	}
 }
 
+// peerDeadline bounds each step of a push to a peer: a step that does not
+// complete within Config.SendTimeout (the peer stopped reading and the
+// flow-control window is full, or it does not answer) cancels the stream.
+type peerDeadline struct {
+	s        *Service
+	cancel   context.CancelFunc
+	timedOut atomic.Bool
+}
+
+func (s *Service) peerDeadline(cancel context.CancelFunc) *peerDeadline {
+	return &peerDeadline{s: s, cancel: cancel}
+}
+
+func (p *peerDeadline) do(fn func() error) error {
+	if p.timedOut.Load() {
+		return sendTimeoutError("peer_push", p.s.sendTimeout())
+	}
+	c := p.s.clk()
+	stop := c.AfterFunc(c.Now()+p.s.sendTimeout(), func() {
+		p.timedOut.Store(true)
+		p.cancel()
+	})
+	err := fn()
+	if !stop() && p.timedOut.Load() {
+		p.s.m.sendTimeouts.WithLabelValues("peer_push").Inc()
+		return sendTimeoutError("peer_push", p.s.sendTimeout())
+	}
+	return err
+}
+
 // WaitCompaction waits for a compaction and reports how its blocks moved.
 func (s *Service) WaitCompaction(ctx context.Context, req *v1.WaitCompactionRequest) (*v1.CompactionResult, error) {
+	visible := func(op *compactionOp) bool {
+		return op.dev.idx == req.GetDevice() && (op.ns == s.namespace(ctx) || (s.grants != nil && s.bypassGrants(ctx)))
+	}
 	s.opsMu.Lock()
 	op, ok := s.ops[req.GetOperationId()]
+	if ok && visible(op) {
+		op.waiting++ // in the same critical section: expire never drops it under us
+	}
 	s.opsMu.Unlock()
-	if !ok || op.dev.idx != req.GetDevice() {
+	if !ok || !visible(op) {
 		return nil, &zerr.NotFoundError{Kind: "compaction", Name: req.GetOperationId()}
 	}
-	if op.ns != s.namespace(ctx) && !(s.grants != nil && s.bypassGrants(ctx)) {
-		return nil, &zerr.NotFoundError{Kind: "compaction", Name: req.GetOperationId()}
-	}
+	defer func() {
+		s.opsMu.Lock()
+		op.waiting--
+		s.opsMu.Unlock()
+	}()
 	out := &v1.CompactionResult{OperationId: req.GetOperationId()}
 	var errs []error
 	if op.hasLocal {
 		res, err := op.dev.dev.WaitCompaction(ctx, op.localID)
-		if err != nil {
-			return nil, err // ctx ended: the operation is still there to wait for
+		if err != nil && ctx.Err() != nil {
+			return nil, ctx.Err() // the operation is still there to wait for
 		}
-		if res.Err != nil {
-			errs = append(errs, res.Err)
+		if err != nil {
+			errs = append(errs, err) // the copy failed (res.Err)
 		}
 		out.CopybackBlocks, out.ReadProgramBlocks = res.CopybackBlocks, res.ReadProgBlocks
 		out.LatencyNs = uint64(res.Duration())

@@ -27,9 +27,16 @@ type metrics struct {
 	peerPushed *prometheus.CounterVec
 	// revokedResets counts zones reset because their grant went away.
 	revokedResets *prometheus.CounterVec
+	// ownerResets counts zones reset before a new owner's first I/O.
+	ownerResets *prometheus.CounterVec
 	// grantMissRefused counts grant-cache misses answered without an etcd
 	// read (remembered miss or rate limit: limit.MissGuard).
 	grantMissRefused prometheus.Counter
+	// sendTimeouts counts stream sends that missed their deadline, by
+	// operation (read_stream, peer_push).
+	sendTimeouts *prometheus.CounterVec
+	// compactionsExpired counts compactions dropped because nobody waited.
+	compactionsExpired prometheus.Counter
 
 	zones, activeZones, openZones, maxActive, maxOpen, cacheBytes, cacheCap, waf, chipUtil, ipuUsed, ipuBudget *prometheus.Desc
 	cacheStalls, cacheStallSec, admStalls, admStallSec, hostBlocks, nandPages, erases, plugged, devCopied      *prometheus.Desc
@@ -62,8 +69,14 @@ func newMetrics(s *Service) *metrics {
 			Help: "Blocks this node pushed to peer nodes for cross-node compaction."}, []string{"device"}),
 		grantMissRefused: prometheus.NewCounter(prometheus.CounterOpts{Name: "zonefleet_node_grant_miss_refused_total",
 			Help: "Grant-cache misses refused without an etcd read (recently absent, or over the per-namespace/global lookup rate)."}),
+		sendTimeouts: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "zonefleet_node_send_timeouts_total",
+			Help: "Stream messages to a client or peer that missed the send deadline (the receiver stopped reading), by operation."}, []string{"op"}),
+		compactionsExpired: prometheus.NewCounter(prometheus.CounterOpts{Name: "zonefleet_node_compactions_expired_total",
+			Help: "Zone compactions dropped because nobody called WaitCompaction before their time to live ran out."}),
 		revokedResets: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "zonefleet_node_revoked_zone_resets_total",
 			Help: "Zones reset because the arbiter revoked their grant."}, []string{"device"}),
+		ownerResets: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "zonefleet_node_owner_change_resets_total",
+			Help: "Zones reset before a new owner's first I/O (grant owner differs from the owner persisted with the zone)."}, []string{"device"}),
 
 		zones:         d("zones", "Zones by state.", "state"),
 		activeZones:   d("active_zones", "Active zones (open or closed)."),
@@ -95,7 +108,7 @@ func newMetrics(s *Service) *metrics {
 
 // Register adds the node's metrics to reg.
 func (m *metrics) Register(reg prometheus.Registerer) error {
-	for _, c := range []prometheus.Collector{m.ops, m.bytes, m.latency, m.errors, m.copied, m.peerPushed, m.revokedResets, m.grantMissRefused, m} {
+	for _, c := range []prometheus.Collector{m.ops, m.bytes, m.latency, m.errors, m.copied, m.peerPushed, m.revokedResets, m.ownerResets, m.grantMissRefused, m.sendTimeouts, m.compactionsExpired, m} {
 		if err := reg.Register(c); err != nil {
 			return err
 		}
