@@ -31,7 +31,6 @@ import (
 var futureMetrics = map[string]string{
 	"zonefleet_tls_certificate_expiry_timestamp_seconds": "issue 15 (trust: TLS certificates)",
 	"zonefleet_arbiter_degraded_vzones":                  "issue 19 (redundant stripe groups, degraded v-zones)",
-	"zonefleet_fs_read_only":                             "issue 17 (the file system turns read-only after an I/O error)",
 }
 
 // etcdMetrics are etcd's own (checked against etcd v3.7's source).

@@ -17,7 +17,8 @@ import (
 // address).
 type Server struct {
 	v1.UnimplementedArbiterServer
-	a *Arbiter
+	a   *Arbiter
+	iss *auth.Issuer // IssueToken (tokens.go); nil: IssueToken is FAILED_PRECONDITION
 }
 
 // NewServer returns the gRPC adapter of a.
@@ -60,7 +61,7 @@ func (s *Server) nodeMap(ctx context.Context) (map[string]NodeInfo, error) {
 
 func toVZone(l Layout, nodes map[string]NodeInfo) *v1.VZone {
 	out := &v1.VZone{Namespace: l.Namespace, Id: l.VZone, State: vzoneStates[l.State], Generation: l.Generation,
-		Capacity: uint64(l.ZonesPerVZone) * l.ZoneCapacity}
+		Capacity: uint64(l.ZonesPerVZone) * l.ZoneCapacity, Incarnation: l.Incarnation, ThreadedLogging: l.TL}
 	var start uint64
 	for _, g := range l.Groups {
 		pg := &v1.StripeGroup{Index: g.Index, Width: g.Width, StripeBlocks: g.StripeSize / max(l.BlockSize, 1),
@@ -155,6 +156,10 @@ func (s *Server) DeleteNamespace(ctx context.Context, r *v1.DeleteNamespaceReque
 
 // OpenVZone implements v1.ArbiterServer: it opens the lowest empty v-zone.
 func (s *Server) OpenVZone(ctx context.Context, r *v1.OpenVZoneRequest) (*v1.VZone, error) {
+	if r.LikeVzone != nil {
+		l, err := s.a.OpenNewVZoneLike(ctx, r.GetNamespace(), r.GetLikeVzone())
+		return s.vzone(ctx, l, err)
+	}
 	l, err := s.a.OpenNewVZone(ctx, r.GetNamespace())
 	return s.vzone(ctx, l, err)
 }
@@ -173,7 +178,7 @@ func (s *Server) FinishVZone(ctx context.Context, r *v1.VZoneRequest) (*v1.VZone
 
 // ResetVZone implements v1.ArbiterServer.
 func (s *Server) ResetVZone(ctx context.Context, r *v1.VZoneRequest) (*v1.VZone, error) {
-	if err := s.a.ResetVZone(ctx, r.GetNamespace(), r.GetId()); err != nil {
+	if err := s.a.resetVZone(ctx, r.GetNamespace(), r.GetId(), r.GetIncarnation()); err != nil {
 		return nil, rpcerr.ToError(err)
 	}
 	l, err := s.a.Layout(ctx, r.GetNamespace(), r.GetId())

@@ -58,8 +58,15 @@ func AddFlags(fs *pflag.FlagSet, o *Options) {
 
 // Run serves the arbiter on d until ctx ends.
 func Run(ctx context.Context, d *daemon.Daemon, o Options, log *slog.Logger) error {
-	cli, err := etcdlocal.Connect(ctx, o.Etcd, 30*time.Second)
+	etcdTLS, err := d.SecurityConfig().EtcdClientTLS()
 	if err != nil {
+		return err
+	}
+	cli, err := etcdlocal.ConnectWith(ctx, o.Etcd, etcdTLS, 30*time.Second)
+	if err != nil {
+		return err
+	}
+	if err := d.SecurityConfig().FollowTokenGenerations(ctx, cli, log); err != nil {
 		return err
 	}
 	defer cli.Close()
@@ -73,7 +80,7 @@ func Run(ctx context.Context, d *daemon.Daemon, o Options, log *slog.Logger) err
 	if err != nil {
 		return err
 	}
-	v1.RegisterArbiterServer(d.GRPC, arbiter.NewServer(a))
+	v1.RegisterArbiterServer(d.GRPC, arbiter.NewServer(a).WithIssuer(d.SecurityConfig().Issuer()))
 	actx, stop := context.WithCancel(ctx)
 	done := make(chan error, 1)
 	go func() { done <- a.Run(actx) }()

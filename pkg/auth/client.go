@@ -162,10 +162,13 @@ func DialOptions(tlsConf *tls.Config, src TokenSource, allowInsecure bool) ([]gr
 }
 
 // FileToken is a TokenSource that reads a token file (the way Kubernetes
-// projected service-account tokens work): an external agent or `zctl cert
-// token` keeps the file fresh and the source re-reads it at most once per
-// interval, so a long-running FUSE mount follows rotations without a
-// restart. A file others can access is refused.
+// projected service-account tokens work): an operator or an agent rotates
+// the file (`zctl token issue --file`, `zctl cert token`) and the source
+// picks up the new token without a restart. It stats the file at most once
+// per interval and re-reads it only when it changed (another inode — the
+// atomic rename of a rotation —, size or modification time), so a
+// long-running FUSE mount follows rotations within one interval. A file
+// others can access is refused.
 type FileToken struct {
 	path     string
 	interval time.Duration
@@ -174,13 +177,14 @@ type FileToken struct {
 	mu      sync.Mutex
 	tok     string
 	readAt  time.Time
+	st      os.FileInfo // of the file tok was read from
 	lastErr error
 }
 
-// NewFileToken returns a source over path (interval <= 0: 30s; now may be nil).
+// NewFileToken returns a source over path (interval <= 0: 5s; now may be nil).
 func NewFileToken(path string, interval time.Duration, now func() time.Time) *FileToken {
 	if interval <= 0 {
-		interval = 30 * time.Second
+		interval = 5 * time.Second
 	}
 	if now == nil {
 		now = time.Now
@@ -188,12 +192,15 @@ func NewFileToken(path string, interval time.Duration, now func() time.Time) *Fi
 	return &FileToken{path: path, interval: interval, now: now}
 }
 
+// Path is the token file.
+func (f *FileToken) Path() string { return f.path }
+
 // Token implements TokenSource. A failed re-read keeps serving the last
 // token read; only a source that never read one returns the error.
 func (f *FileToken) Token(context.Context) (string, error) {
 	f.mu.Lock()
 	due := f.tok == "" || f.now().Sub(f.readAt) >= f.interval
-	tok := f.tok
+	tok, prev := f.tok, f.st
 	if due {
 		f.readAt = f.now()
 	}
@@ -202,7 +209,11 @@ func (f *FileToken) Token(context.Context) (string, error) {
 		return tok, nil
 	}
 	// File I/O outside the lock.
-	fresh, err := readTokenFile(f.path)
+	if st, err := os.Stat(f.path); err == nil && prev != nil && tok != "" && os.SameFile(st, prev) &&
+		st.Size() == prev.Size() && st.ModTime().Equal(prev.ModTime()) && st.Mode() == prev.Mode() {
+		return tok, nil // unchanged
+	}
+	fresh, st, err := readTokenFileStat(f.path)
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	if err != nil {
@@ -212,25 +223,30 @@ func (f *FileToken) Token(context.Context) (string, error) {
 		}
 		return f.tok, nil
 	}
-	f.tok, f.lastErr = fresh, nil
+	f.tok, f.st, f.lastErr = fresh, st, nil
 	return fresh, nil
 }
 
 func readTokenFile(path string) (string, error) {
+	tok, _, err := readTokenFileStat(path)
+	return tok, err
+}
+
+func readTokenFileStat(path string) (string, os.FileInfo, error) {
 	st, err := os.Stat(path)
 	if err != nil {
-		return "", err
+		return "", nil, err
 	}
 	if st.Mode().Perm()&0o007 != 0 {
-		return "", fmt.Errorf("%s has mode %v: a token file must not be accessible by others (chmod 600)", path, st.Mode().Perm())
+		return "", nil, fmt.Errorf("%s has mode %v: a token file must not be accessible by others (chmod 600)", path, st.Mode().Perm())
 	}
 	b, err := os.ReadFile(path)
 	if err != nil {
-		return "", err
+		return "", nil, err
 	}
 	tok := strings.TrimSpace(string(b))
 	if tok == "" {
-		return "", fmt.Errorf("%s is empty", path)
+		return "", nil, fmt.Errorf("%s is empty", path)
 	}
-	return tok, nil
+	return tok, st, nil
 }

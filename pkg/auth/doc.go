@@ -4,8 +4,8 @@
 // Identity in the call's context and enforces a per-method policy. It also
 // holds the client side (per-RPC credentials, refreshing token sources) and
 // the secret-handling rules. This comment is the design of issue #15
-// ("tenants proven, not claimed"); the node, arbiter, client and zctl are
-// wired to it in a following change (see "Wiring" at the end).
+// ("tenants proven, not claimed"); "Wiring" at the end says where each
+// part lives.
 //
 // # Credentials
 //
@@ -34,20 +34,21 @@
 //     node checks a CRL or OCSP responder, which Go's TLS stack does not do
 //     and which would put a distribution problem on every node. A token lives
 //     15 minutes (DefaultTokenTTL) and carries its namespace's token
-//     generation: bumping the generation in the namespace record (credential
-//     rotation, `zctl ns revoke-tokens`, delete and re-create) makes every
-//     node refuse older tokens at once through Config.Revoked, which the node
-//     answers from the namespace records it already watches. Deleting a
-//     namespace also deletes its grants, so a not-yet-expired token then
-//     reaches no zone.
+//     generation: bumping the generation (`zctl token revoke NS`, the
+//     arbiter's RevokeTokens; a key per namespace in etcd, package
+//     tokengen) makes every node and arbiter refuse older tokens through
+//     Config.Revoked as soon as its watch delivers the new generation.
+//     Deleting a namespace also deletes its grants, so a not-yet-expired
+//     token then reaches no zone.
 //   - Expiry and skew. Tokens carry iat/exp in seconds; verifiers tolerate
 //     DefaultSkew (30 s) of clock difference both ways and refuse lifetimes
 //     above DefaultMaxTTL (24 h, for offline-minted tokens) even when
 //     correctly signed. Certificates are backdated 5 minutes for the same
 //     reason; their expiry is exported as zonefleet_tls_cert_expiry_seconds
 //     (pki.SecondsUntilExpiry) so operators are warned weeks ahead.
-//   - Rotation. A tenant's client refreshes its token in the background at
-//     2/3 of its lifetime (RefreshingSource); nothing reconnects. Signing
+//   - Rotation. A tenant's client renews its token through the arbiter's
+//     IssueToken in the background at 2/3 of its lifetime, with jitter
+//     (pkg/client tokens.go); nothing reconnects. Signing
 //     keys rotate by kid: publish the new public key next to the old one
 //     (Verifier.SetKeys), switch the issuer, drop the old key after one
 //     maximum lifetime. Certificates rotate by replacing files; pki.Reloader
@@ -58,7 +59,9 @@
 //     revocation. Tokens are never sent in clear (call credentials require
 //     TLS; servers refuse plaintext connections unless started with an
 //     explicit --insecure) and never sent to a non-node: node-to-node
-//     calls carry no bearer token at all, only the node certificate.
+//     calls carry no bearer token at all, only the node certificate. A
+//     tenant can renew its own token (IssueToken), so a stolen token can be
+//     kept alive by renewal until the operator revokes the generation.
 //   - Who can mint. Ed25519, not HMAC-SHA256: with HMAC every verifying node
 //     would hold the minting secret, so one compromised node could mint
 //     tokens for every tenant. With Ed25519 nodes hold public keys only; the
@@ -79,11 +82,16 @@
 //     until it expires.
 //   - Key distribution. The CA certificate and the token verification keys
 //     are files (`zctl cert init` writes ca.crt and token-verify.pub),
-//     mounted into every container like the certificates, reloaded on
-//     change. Not etcd: every node has write access to etcd (it registers
-//     itself), so a verification key published through etcd could be
-//     replaced by one compromised node, which could then mint tokens for all
-//     tenants. Files keep the trust anchors out of the shared store.
+//     reloaded on change. Each component gets only its own files
+//     (ExportDir, `zctl cert export`; compose mounts one read-only volume
+//     per component): a node holds ca.crt, its certificate and key and
+//     token-verify.pub — never ca.key, the signing key or the admin token —
+//     so a compromised node can neither issue itself an admin certificate
+//     nor mint tenant tokens; only arbiters hold token-signing.key. Not
+//     etcd: every node has write access to etcd (it registers itself), so
+//     a verification key published through etcd could be replaced by one
+//     compromised node, which could then mint tokens for all tenants.
+//     Files keep the trust anchors out of the shared store.
 //   - Operability. Tokens and token files are what etcdctl and kubectl
 //     users expect (--token-file, $ZONEFLEET_TOKEN, a config file); a
 //     per-tenant certificate needs a CSR flow and per-tenant key files on
@@ -104,15 +112,25 @@
 // "namespace" (sub = namespace) and "node" (sub = node id, accepted only by
 // --insecure servers, where nodes have no certificates).
 //
-// Issuance (to be added to the arbiter API): CreateNamespace returns a
-// namespace credential "zfn_…" once (32 random bytes; the arbiter stores its
-// SHA-256 and a token generation in the namespace record). A new public RPC
-// Arbiter.IssueToken(namespace, credential) is a thin layer over Exchanger:
-// it compares the hash in constant time, answers an unknown namespace like a
-// wrong credential, rate-limits failures per namespace and in total, and
-// returns a 15-minute token. The client library wraps that call in a
-// RefreshingSource. Until that RPC exists `zctl cert token` mints tokens
-// offline with the signing key.
+// Issuance: Arbiter.IssueToken (pkg/arbiter tokens.go, `zctl token issue`)
+// signs a token with the arbiter's token-signing.key, carrying the
+// namespace's current generation (a linearizable etcd read). The policy
+// admits the operator for any namespace (lifetime up to DefaultMaxTTL) and
+// a tenant for its own only (a renewal, up to DefaultTokenTTL); a tenant
+// whose presented token is of an older generation than etcd's is refused
+// even if the watched table has not caught up, so a renewal cannot carry a
+// revoked token into the new generation. Any arbiter replica answers (no
+// arbiter state is involved). `zctl cert token` still mints offline with
+// the signing key (bootstrap). Exchanger (a tenant trading a long-lived
+// namespace credential "zfn_…" for a token, with failure rate limits) is
+// the next step for tenants without any token; it is not wired to an RPC
+// yet.
+//
+// Revocation: Arbiter.RevokeTokens (admin, `zctl token revoke NS`) bumps the
+// generation with a compare-and-swap in etcd (tokengen.Bump). A token is
+// refused when its generation is below the namespace's current one. Offline
+// tokens default to generation 0, so after a revocation `zctl cert token`
+// needs --generation.
 //
 // # Server side
 //
@@ -182,11 +200,20 @@
 //	                                           everyone is admin")
 //	secrets in argv (ps)                       flags name files (0600, others refused); values only     TestLoadSecret
 //	                                           from files or the environment
+//	compromised node takes the CA key or      each component gets only its own files (ExportDir,       TestExportLeastPrivilege, test/deploy
+//	the token signing key                      zctl cert export; compose: one read-only volume per      TestComposeLeastPrivilegePKI,
+//	                                           component); ca.key never leaves the init volume          TestComponentsHoldOnlyTheirOwnKeys
 //	grant-miss amplification on etcd           identity first (random namespaces are no longer          limit tests
 //	                                           possible); limit.MissGuard: negative cache + per-
 //	                                           namespace and global token buckets before any etcd read
-//	cross-tenant read after zone reassignment  owner epoch (below), checked on every zone-touching      zoneowner tests; node end-to-end
-//	                                           call under the zone lock                                 with etcd leader change (next change)
+//	cross-tenant read after zone reassignment  owner epoch (below), checked on every zone-touching      zoneowner tests; node TestOwnerChange*
+//	                                           call under the zone lock                                 (watch break, compaction, etcd restart)
+//	revoked token (also renewing itself)       token generation per namespace in etcd (tokengen),       TestAttacks "revoked token", tokengen tests
+//	                                           watched; IssueToken re-checks it with a linearizable read
+//	tenant issuing or revoking others' tokens  policy NamespaceField on IssueToken; RevokeTokens admin  TestAttacks
+//	--insecure without credentials             refused at start; open access only with the explicit   daemon TestInsecureIsTransportOnly
+//	                                           --insecure-open-access, logged at ERROR
+//	unbounded per-client state                 bounded LRUs, labels, WRR queues, compaction table       limit tests, TestCompactionTableIsBounded
 //
 // Residual risks, accepted: a compromised arbiter can mint tokens for any
 // namespace (it assigns every zone anyway); a compromised node can act for
@@ -223,6 +250,22 @@
 // An overwrite the watch never delivered is still caught: the first call of
 // the new owner sees an epoch the zone does not carry, and resets first.
 //
+// As built (pkg/node): the epoch is the etcd create revision of the zone's
+// grant key, not a field the arbiter writes. The arbiter creates the key
+// when it gives the zone out and deletes it when it takes the zone back;
+// its grant repair overwrites keys of zones it still gives out, which keeps
+// the create revision, and a namespace change by overwrite is caught by the
+// namespace comparison. So no grant format change was needed and every
+// writer of grants gets the property for free. The owner file is
+// DATA/devN.owners; a node whose owner file is new (an upgrade) seeds it
+// from its grants before serving (Service.SeedOwners). ReportZones resets a
+// stale zone before describing it (no previous write pointer leaks), and
+// ZoneManagement of one zone is fenced like I/O. Tests: pkg/node
+// TestOwnerChangeByOverwrite, TestOwnerChangeAcrossWatchBreakAndEtcdRestart
+// (the node's etcd connection is cut, the grant deleted and re-created for
+// another tenant, the history compacted and etcd restarted: the node never
+// sees the deletion and still resets), TestOwnerChangeBeforeReportAndZoneManagement.
+//
 // # Wiring
 //
 // Done (issue #15, branch trust-wire): pkg/daemon.LoadSecurity turns the
@@ -253,8 +296,36 @@
 // TLS everywhere. Compose: a `pki` init service (zctl cert init
 // --keep-existing) and TLS on gRPC.
 //
-// Not yet: Arbiter.IssueToken (tenants use `zctl cert token` or a
-// localcluster-minted token), Config.Revoked from the namespace records
-// (needs the token generation in them), the owner epoch (pkg/zoneowner) in
-// the node's hold, TLS on etcd.
+// Added in session 3 (branch trust): the owner epoch in the nodes' fencing
+// (above); Arbiter.IssueToken and RevokeTokens, tokengen tables watched by
+// nodes and arbiters (daemon.Security.Generations, FollowTokenGenerations)
+// and wired as Config.Revoked; etcd over TLS with client-certificate
+// authentication in compose and in localcluster (`https://` endpoints select
+// TLS, daemon.Security.EtcdClientTLS presents the component certificate,
+// etcdlocal.ConnectWith); --insecure is transport only — a server with
+// --insecure and no credential refuses to start unless
+// --insecure-open-access is also given (then every caller is the operator,
+// logged at ERROR); ZoneManagement through the fencing; the table of
+// compactions not waited for is bounded.
+//
+// Added in session 3 (branch pkisplit): least privilege per component —
+// ExportDir / `zctl cert export` copy out of the init directory only what
+// one component loads (etcd: ca.crt and its pair; arbiter: plus
+// token-verify.pub and token-signing.key; node: plus token-verify.pub;
+// admin: plus admin.token, for the operator), idempotently (unchanged files
+// stay, a renewed certificate is copied, trust files the component must
+// not hold are removed); compose runs one export service per component
+// into its own volume, mounted read-only at /pki, and no long-running
+// container mounts the init volume. Servers then hold no admin token: the
+// operator uses the admin certificate. The client renews a namespace token
+// by itself (pkg/client tokens.go): at 2/3 of its lifetime minus up to a
+// tenth as jitter, through IssueToken presenting the current token, with
+// jittered retries until expiry (WARN log and
+// zonefleet_client_token_renewals_total{outcome}); a refusal (revoked,
+// namespace gone) is final for that token and calls fail at once with
+// UNAUTHENTICATED saying so; a changed token file (FileToken stats it
+// every 5 s, re-reads on change) replaces the renewed token. PeekClaims
+// reads a token's times for that schedule without verifying it.
+//
+// Not yet: the Exchanger RPC (namespace credentials).
 package auth

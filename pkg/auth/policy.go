@@ -47,13 +47,15 @@ var (
 //	  Identify, IdentifyMapping            anyone authenticated
 //	  ReportZones, ZoneManagement,
 //	  ZoneCompaction, WaitCompaction       admin, arbiter (for a namespace), tenant
-//	  Read, ReadStream, Write, WriteStream,
+//	  Read, ReadStream, ReadV, Write, WriteStream,
 //	  Append, Flush, SimpleCopy, TLOpen    admin, tenant (the arbiter is never on the byte path)
 //	  GetLog                               admin
 //	  PeerWrite                            node only (never the admin token: issue #15)
 //	Arbiter
 //	  Create/Delete/ListNamespaces         admin
 //	  RemoveNode                           admin (an operator forgets a dead node)
+//	  IssueToken                           admin, tenant (renews its own namespace's token)
+//	  RevokeTokens                         admin
 //	  GetNamespace                         admin, tenant (own namespace, field name)
 //	  v-zone calls, ReportActivity         admin, tenant (own namespace, field namespace)
 //	  ListNodes, GetNode, ClusterStatus    admin, tenant (topology and geometry the
@@ -74,6 +76,7 @@ func DefaultPolicy() Policy {
 		dev + "WaitCompaction":  {Kinds: tenantCtl},
 		dev + "Read":            {Kinds: tenantData},
 		dev + "ReadStream":      {Kinds: tenantData},
+		dev + "ReadV":           {Kinds: tenantData},
 		dev + "Write":           {Kinds: tenantData},
 		dev + "WriteStream":     {Kinds: tenantData},
 		dev + "Append":          {Kinds: tenantData},
@@ -98,6 +101,9 @@ func DefaultPolicy() Policy {
 		arb + "GetNode":         {Kinds: tenantData},
 		arb + "ClusterStatus":   {Kinds: tenantData},
 		arb + "RemoveNode":      {Kinds: []Kind{KindAdmin}},
+		arb + "TLOpenVZone":     {Kinds: tenantData, NamespaceField: "namespace"},
+		arb + "IssueToken":      {Kinds: tenantData, NamespaceField: "namespace"},
+		arb + "RevokeTokens":    {Kinds: []Kind{KindAdmin}},
 
 		"/grpc.health.v1.Health/Check": {Public: true},
 		"/grpc.health.v1.Health/Watch": {Public: true},

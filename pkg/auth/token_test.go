@@ -189,6 +189,8 @@ func TestPolicyCoversEveryMethod(t *testing.T) {
 		"NextStripeGroup": &v1.VZoneRequest{Namespace: "x"}, "FinishVZone": &v1.VZoneRequest{Namespace: "x"},
 		"ResetVZone": &v1.VZoneRequest{Namespace: "x"}, "GetVZone": &v1.VZoneRequest{Namespace: "x"},
 		"ListVZones": &v1.ListVZonesRequest{Namespace: "x"}, "ReportActivity": &v1.ReportActivityRequest{Namespace: "x"},
+		"TLOpenVZone": &v1.TLOpenVZoneRequest{Namespace: "x"},
+		"IssueToken":  &v1.IssueTokenRequest{Namespace: "x"},
 	}
 	for m, r := range pol {
 		if r.NamespaceField == "" {
@@ -205,4 +207,33 @@ func TestPolicyCoversEveryMethod(t *testing.T) {
 	assert.Error(t, err)
 	_, err = stringField(nil, "namespace")
 	assert.Error(t, err)
+}
+
+func TestPeekClaims(t *testing.T) {
+	sk, err := GenerateSigningKey()
+	require.NoError(t, err)
+	iss, err := NewIssuer(sk, nil)
+	require.NoError(t, err)
+	tok, want, err := iss.Issue(TokenRoleNamespace, "tenant-a", 3, time.Minute)
+	require.NoError(t, err)
+	got, err := PeekClaims(tok)
+	require.NoError(t, err)
+	assert.Equal(t, want, got)
+	parts := strings.Split(tok, ".")
+	for name, bad := range map[string]string{
+		"empty":       "",
+		"no prefix":   strings.TrimPrefix(tok, TokenPrefix),
+		"three parts": strings.Join(parts[:3], "."),
+		"bad base64":  strings.Join([]string{parts[0], parts[1], parts[2] + "!", parts[3]}, "."),
+		"unknown field": strings.Join([]string{parts[0], parts[1],
+			b64.EncodeToString([]byte(`{"role":"namespace","sub":"a","gen":0,"iat":1,"exp":2,"jti":"x","admin":true}`)), parts[3]}, "."),
+		"no lifetime": strings.Join([]string{parts[0], parts[1],
+			b64.EncodeToString([]byte(`{"role":"namespace","sub":"a","gen":0,"iat":2,"exp":2,"jti":"x"}`)), parts[3]}, "."),
+		"role": strings.Join([]string{parts[0], parts[1],
+			b64.EncodeToString([]byte(`{"role":"admin","sub":"a","gen":0,"iat":1,"exp":2,"jti":"x"}`)), parts[3]}, "."),
+		"too long": tok + strings.Repeat("a", MaxTokenLen),
+	} {
+		_, err := PeekClaims(bad)
+		assert.ErrorIs(t, err, ErrTokenMalformed, name)
+	}
 }

@@ -16,7 +16,7 @@ import (
 // the config file's cluster entry.
 type Credentials struct {
 	CAFile, CertFile, KeyFile string
-	TokenFile                 string // a namespace token (re-read when it changes)
+	TokenFile                 string // a namespace token (re-read when it changes; renewed by client.New)
 	AdminTokenFile            string // the admin token (0600)
 	// Insecure dials plaintext: only for clusters started with --insecure.
 	Insecure bool

@@ -1,6 +1,7 @@
 package daemon
 
 import (
+	"context"
 	"crypto/tls"
 	"errors"
 	"fmt"
@@ -9,7 +10,9 @@ import (
 
 	"github.com/spf13/pflag"
 	"github.com/zonefleet/zonefleet/pkg/auth"
+	"github.com/zonefleet/zonefleet/pkg/auth/tokengen"
 	"github.com/zonefleet/zonefleet/pkg/pki"
+	clientv3 "go.etcd.io/etcd/client/v3"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/credentials/insecure"
@@ -20,12 +23,15 @@ import (
 // values in argv, where `ps` shows them.
 //
 // By default a server is TLS-only (TLS 1.3, certificates from `zctl cert
-// init`) and authenticates every call through pkg/auth. --insecure serves
-// plaintext; calls must still carry a credential (the admin token, a
-// namespace or node token) unless no credential is configured at all, which
-// is allowed with --insecure only.
+// init`) and authenticates every call through pkg/auth. --insecure only
+// changes the transport: gRPC is plaintext, and calls must still carry a
+// credential (the admin token, a namespace or node token), so a server
+// with --insecure and no credential refuses to start. Trusting every
+// caller takes a second explicit flag, --insecure-open-access (with
+// --insecure only; logged at ERROR level on every start).
 type SecurityFlags struct {
 	Insecure       bool
+	OpenAccess     bool   // --insecure-open-access: no authentication at all
 	PKIDir         string // DirFiles(dir, role, …) unless the single-file flags say otherwise
 	CAFile         string
 	CertFile       string
@@ -37,7 +43,8 @@ type SecurityFlags struct {
 
 // AddSecurityFlags registers the trust flags.
 func AddSecurityFlags(fs *pflag.FlagSet, f *SecurityFlags) {
-	fs.BoolVar(&f.Insecure, "insecure", f.Insecure, "serve plaintext gRPC (development only); by default the server is TLS-only")
+	fs.BoolVar(&f.Insecure, "insecure", f.Insecure, "serve plaintext gRPC (development only); by default the server is TLS-only. Calls still need credentials")
+	fs.BoolVar(&f.OpenAccess, "insecure-open-access", f.OpenAccess, "with --insecure and no credentials: trust EVERY caller as the operator (development only)")
 	fs.StringVar(&f.PKIDir, "pki-dir", f.PKIDir, "directory written by `zctl cert init` (ca.crt, <component>.crt/.key, token-verify.pub, admin.token)")
 	fs.StringVar(&f.CAFile, "ca-file", f.CAFile, "cluster CA certificate (default PKI-DIR/ca.crt)")
 	fs.StringVar(&f.CertFile, "cert-file", f.CertFile, "this component's certificate (default PKI-DIR/<component>.crt)")
@@ -58,6 +65,18 @@ type Security struct {
 	Auth     *auth.Authenticator // nil only for --insecure without any credential
 	TLS      *tls.Config         // server TLS; nil with --insecure
 	Role     pki.Role            // the component's certificate role
+	// Generations revokes namespace tokens of older generations (Revoked of
+	// the authenticator); FollowTokenGenerations keeps it current from etcd.
+	Generations *tokengen.Table
+}
+
+// FollowTokenGenerations loads the namespace token generations from etcd
+// and follows them until ctx ends (servers call it before serving). Nil-safe.
+func (s *Security) FollowTokenGenerations(ctx context.Context, cli *clientv3.Client, log *slog.Logger) error {
+	if s == nil || s.Generations == nil {
+		return nil
+	}
+	return s.Generations.Follow(ctx, cli, log)
 }
 
 // Files resolves the flags to file names for role.
@@ -91,6 +110,9 @@ func (f SecurityFlags) Files(role pki.Role, withSigning bool) auth.Files {
 // server refuses to start with a weak admin token (auth.CheckSecret). revoked
 // (may be nil) answers whether a namespace token generation is revoked.
 func LoadSecurity(f SecurityFlags, role pki.Role, withSigning bool, revoked func(string, uint64) error, log *slog.Logger) (*Security, error) {
+	if f.OpenAccess && !f.Insecure {
+		return nil, errors.New("--insecure-open-access needs --insecure (open access over TLS is not offered)")
+	}
 	files := f.Files(role, withSigning)
 	for _, p := range []*string{&files.CA, &files.Cert, &files.Key, &files.VerifyKeys} {
 		if *p != "" && !exists(*p) && f.Insecure {
@@ -110,6 +132,10 @@ func LoadSecurity(f SecurityFlags, role pki.Role, withSigning bool, revoked func
 		}
 	}
 	s := &Security{Insecure: f.Insecure, Bundle: b, Role: role}
+	if revoked == nil {
+		s.Generations = tokengen.New()
+		revoked = s.Generations.Revoked
+	}
 	if !f.Insecure {
 		if s.TLS, err = b.ServerTLS(); err != nil {
 			return nil, fmt.Errorf("%w (or start with --insecure for a plaintext development cluster)", err)
@@ -119,9 +145,15 @@ func LoadSecurity(f SecurityFlags, role pki.Role, withSigning bool, revoked func
 		if !f.Insecure {
 			return nil, errors.New("no credentials configured: give --pki-dir (zctl cert init) or --insecure")
 		}
-		log.Warn("--insecure without any credential: every caller is trusted (development only)")
+		if !f.OpenAccess {
+			return nil, errors.New("no credentials configured: --insecure makes gRPC plaintext but calls still need credentials; give --pki-dir (zctl cert init) or --admin-token-file, or add --insecure-open-access to trust every caller (development only)")
+		}
+		log.Error("SECURITY: --insecure --insecure-open-access: plaintext gRPC and NO authentication; every caller is trusted as the operator (development only)")
 		s.Bundle = nil
 		return s, nil
+	}
+	if f.OpenAccess {
+		return nil, errors.New("--insecure-open-access with credentials configured: drop one (credentials are checked, or nobody is)")
 	}
 	if s.Auth, err = b.Authenticator(auth.Config{Insecure: f.Insecure, Revoked: revoked, Logger: log}); err != nil {
 		return nil, err
@@ -176,4 +208,25 @@ func (s *Security) PeerDialOptions() []grpc.DialOption {
 		return []grpc.DialOption{grpc.WithTransportCredentials(insecure.NewCredentials())}
 	}
 	return []grpc.DialOption{grpc.WithTransportCredentials(credentials.NewTLS(c))}
+}
+
+// Issuer is the namespace token signing key (the arbiter's), nil without one.
+func (s *Security) Issuer() *auth.Issuer {
+	if s == nil || s.Bundle == nil {
+		return nil
+	}
+	return s.Bundle.Issuer
+}
+
+// EtcdClientTLS is the TLS configuration of this component towards etcd:
+// the component's certificate as the client certificate (etcd runs with
+// client-certificate authentication) and etcd's certificate pinned to the
+// etcd role of the cluster CA. nil with --insecure or without a
+// certificate: plaintext etcd (the endpoints' scheme decides, see
+// etcdlocal.ConnectWith).
+func (s *Security) EtcdClientTLS() (*tls.Config, error) {
+	if s == nil || s.Insecure || s.Bundle == nil || s.Bundle.Cert == nil {
+		return nil, nil
+	}
+	return s.Bundle.ClientTLS(&pki.Role{Kind: pki.RoleEtcd}, "")
 }

@@ -12,12 +12,14 @@ package etcdlocal
 
 import (
 	"context"
+	"crypto/tls"
 	"fmt"
 	"net"
 	"net/url"
 	"strings"
 	"time"
 
+	"github.com/zonefleet/zonefleet/pkg/pki"
 	"github.com/zonefleet/zonefleet/pkg/zerr"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.etcd.io/etcd/server/v3/embed"
@@ -28,6 +30,7 @@ import (
 type Server struct {
 	e         *embed.Etcd
 	endpoints []string
+	tls       *tls.Config // client side of Client when the server runs TLS
 }
 
 // Options tune an embedded server; the zero value means the defaults.
@@ -37,6 +40,20 @@ type Options struct {
 	AutoCompactionRetention time.Duration
 	// QuotaBackendBytes is the database quota (NOSPACE above it). Default 2 GiB.
 	QuotaBackendBytes int64
+	// PeerAddr is host:port of the (single) member's peer listener; "" picks
+	// a free loopback port. A restart over the same data directory needs the
+	// same peer address (the member's URLs are stored with its data).
+	PeerAddr string
+	// TLS, if set, serves clients and the peer port over TLS with
+	// client-certificate authentication (certificates from `zctl cert
+	// init`: etcd.crt/etcd.key, ca.crt); Endpoints are then https://.
+	TLS *TLSFiles
+}
+
+// TLSFiles name etcd's certificate, key and the CA its clients' (and
+// peers') certificates must chain to.
+type TLSFiles struct {
+	CertFile, KeyFile, CAFile string
 }
 
 // Start runs etcd with its data in dir. clientAddr is host:port for clients;
@@ -54,15 +71,25 @@ func StartWith(dir, clientAddr string, o Options) (*Server, error) {
 	if err != nil {
 		return nil, err
 	}
-	peerAddr, err := resolve("127.0.0.1:0")
+	if o.PeerAddr == "" {
+		o.PeerAddr = "127.0.0.1:0"
+	}
+	peerAddr, err := resolve(o.PeerAddr)
 	if err != nil {
 		return nil, err
 	}
 	cfg := embed.NewConfig()
 	cfg.Dir = dir
 	cfg.Name = "zonefleet"
-	cu, _ := url.Parse("http://" + clientAddr)
-	pu, _ := url.Parse("http://" + peerAddr)
+	scheme := "http://"
+	if o.TLS != nil {
+		scheme = "https://"
+		cfg.ClientTLSInfo.CertFile, cfg.ClientTLSInfo.KeyFile, cfg.ClientTLSInfo.TrustedCAFile = o.TLS.CertFile, o.TLS.KeyFile, o.TLS.CAFile
+		cfg.ClientTLSInfo.ClientCertAuth = true
+		cfg.PeerTLSInfo = cfg.ClientTLSInfo
+	}
+	cu, _ := url.Parse(scheme + clientAddr)
+	pu, _ := url.Parse(scheme + peerAddr)
 	cfg.ListenClientUrls, cfg.AdvertiseClientUrls = []url.URL{*cu}, []url.URL{*cu}
 	cfg.ListenPeerUrls, cfg.AdvertisePeerUrls = []url.URL{*pu}, []url.URL{*pu}
 	cfg.InitialCluster = cfg.Name + "=" + pu.String()
@@ -88,7 +115,27 @@ func StartWith(dir, clientAddr string, o Options) (*Server, error) {
 		e.Close()
 		return nil, fmt.Errorf("embedded etcd in %s not ready after 30s", dir)
 	}
-	return &Server{e: e, endpoints: []string{clientAddr}}, nil
+	ep := clientAddr
+	if o.TLS != nil {
+		ep = "https://" + clientAddr
+	}
+	srv := &Server{e: e, endpoints: []string{ep}}
+	if o.TLS != nil {
+		// The server's own certificate (server and client usage) is the
+		// client certificate of Client: for the process that runs etcd.
+		cert, err := pki.LoadKeyPair(o.TLS.CertFile, o.TLS.KeyFile)
+		if err != nil {
+			e.Close()
+			return nil, err
+		}
+		roots, err := pki.LoadCertPool(o.TLS.CAFile)
+		if err != nil {
+			e.Close()
+			return nil, err
+		}
+		srv.tls = &tls.Config{MinVersion: tls.VersionTLS13, RootCAs: roots, Certificates: []tls.Certificate{cert}}
+	}
+	return srv, nil
 }
 
 // resolve turns port 0 into a free port (etcd needs the address up front).
@@ -113,7 +160,19 @@ func (s *Server) Endpoints() []string { return s.endpoints }
 
 // Client returns a new client of this server; the caller closes it.
 func (s *Server) Client() (*clientv3.Client, error) {
-	return clientv3.New(clientv3.Config{Endpoints: s.endpoints, DialTimeout: 5 * time.Second, Logger: zap.NewNop()})
+	var tc *tls.Config
+	if s.tls != nil {
+		tc = s.tls.Clone()
+	}
+	return clientv3.New(clientv3.Config{Endpoints: s.endpoints, TLS: tc, DialTimeout: 5 * time.Second, Logger: zap.NewNop()})
+}
+
+// ClientTLS is the TLS configuration Client uses (nil: plaintext).
+func (s *Server) ClientTLS() *tls.Config {
+	if s.tls == nil {
+		return nil
+	}
+	return s.tls.Clone()
 }
 
 // DBSize is the size of the server's database file in bytes.
@@ -128,7 +187,35 @@ func (s *Server) Close() {
 // Connect returns a client of the comma-separated endpoints once etcd
 // answers, waiting up to wait (a cluster's processes may start in any order).
 func Connect(ctx context.Context, endpoints string, wait time.Duration) (*clientv3.Client, error) {
-	cli, err := clientv3.New(clientv3.Config{Endpoints: strings.Split(endpoints, ","), DialTimeout: 5 * time.Second, Logger: zap.NewNop()})
+	return ConnectWith(ctx, endpoints, nil, wait)
+}
+
+// UsesTLS reports whether the comma-separated endpoints ask for TLS (every
+// one is https://). The scheme decides, not the component's own trust
+// settings, so that a plaintext development etcd and a TLS one are both
+// explicit in the configuration.
+func UsesTLS(endpoints string) bool {
+	eps := strings.Split(endpoints, ",")
+	for _, ep := range eps {
+		if !strings.HasPrefix(strings.TrimSpace(ep), "https://") {
+			return false
+		}
+	}
+	return len(eps) > 0
+}
+
+// ConnectWith is Connect with a TLS client configuration, used when the
+// endpoints are https:// (UsesTLS): a client certificate for etcd's
+// client-certificate authentication and the CA that signed etcd's
+// certificate. https:// endpoints without a configuration are refused
+// (there is nothing to verify etcd with); tc is ignored for http://.
+func ConnectWith(ctx context.Context, endpoints string, tc *tls.Config, wait time.Duration) (*clientv3.Client, error) {
+	if !UsesTLS(endpoints) {
+		tc = nil
+	} else if tc == nil {
+		return nil, &zerr.InvalidArgumentError{Field: "etcd", Reason: endpoints + " asks for TLS but no CA/certificate is configured (--pki-dir)"}
+	}
+	cli, err := clientv3.New(clientv3.Config{Endpoints: strings.Split(endpoints, ","), TLS: tc, DialTimeout: 5 * time.Second, Logger: zap.NewNop()})
 	if err != nil {
 		return nil, &zerr.UnavailableError{What: "etcd " + endpoints, Reason: err.Error()}
 	}

@@ -189,7 +189,11 @@ func Start(ctx context.Context, cfg Config) (*Cluster, error) {
 	if cfg.BasePort > 0 {
 		etcdAddr = net.JoinHostPort(cfg.Host, fmt.Sprint(cfg.BasePort))
 	}
-	if c.Etcd, err = etcdlocal.Start(filepath.Join(cfg.Dir, "etcd"), etcdAddr); err != nil {
+	var eopts etcdlocal.Options
+	if !cfg.Insecure { // etcd over TLS with client-certificate authentication, like compose
+		eopts.TLS = &etcdlocal.TLSFiles{CertFile: filepath.Join(c.pki, "etcd.crt"), KeyFile: filepath.Join(c.pki, "etcd.key"), CAFile: filepath.Join(c.pki, auth.FileCA)}
+	}
+	if c.Etcd, err = etcdlocal.StartWith(filepath.Join(cfg.Dir, "etcd"), etcdAddr, eopts); err != nil {
 		lock.release()
 		return nil, err
 	}

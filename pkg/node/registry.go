@@ -10,6 +10,7 @@ import (
 
 	"github.com/zonefleet/zonefleet/pkg/cluster"
 	"github.com/zonefleet/zonefleet/pkg/zerr"
+	"github.com/zonefleet/zonefleet/pkg/zoneowner"
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
 
@@ -132,7 +133,7 @@ func (r *Registration) Close(ctx context.Context) error {
 type Grants struct {
 	cli      *clientv3.Client
 	mu       sync.RWMutex
-	m        map[[2]uint32]cluster.Grant
+	m        map[[2]uint32]grantEntry
 	synced   chan struct{}
 	log      *slog.Logger
 	node     string
@@ -142,6 +143,19 @@ type Grants struct {
 	revMu sync.Mutex
 	rev   int64         // etcd revision the cache reflects (every event up to it applied)
 	revCh chan struct{} // closed when rev advances
+}
+
+// grantEntry is a cached grant and its owner epoch: the etcd create
+// revision of the grant key. A grant key is created when the arbiter gives
+// the zone to a namespace and deleted when it takes it back, so every new
+// assignment (even to the same namespace, even when the node never saw the
+// deletion) carries a new epoch, while a rewrite of the same assignment (the
+// arbiter's grant repair, a layout generation bump) keeps it. An overwrite
+// that changes the namespace keeps the key's create revision but not the
+// namespace, which the owner check compares too.
+type grantEntry struct {
+	g     cluster.Grant
+	epoch uint64
 }
 
 // zoneReset is the per-zone worker of revocation resets: n resets are
@@ -269,7 +283,7 @@ func WatchGrants(ctx context.Context, cli *clientv3.Client, nodeID string, log *
 // until it has run, the zone counts as not granted to anyone (Cached) and
 // Check waits for it, so a re-grant's I/O lands after the reset.
 func WatchGrantsFunc(ctx context.Context, cli *clientv3.Client, nodeID string, log *slog.Logger, onRevoke func(device, zone uint32)) (*Grants, error) {
-	g := &Grants{cli: cli, m: map[[2]uint32]cluster.Grant{}, synced: make(chan struct{}), log: log, node: nodeID, onRevoke: onRevoke, revCh: make(chan struct{})}
+	g := &Grants{cli: cli, m: map[[2]uint32]grantEntry{}, synced: make(chan struct{}), log: log, node: nodeID, onRevoke: onRevoke, revCh: make(chan struct{})}
 	rev, err := g.load(ctx, cli)
 	if err != nil {
 		return nil, err
@@ -286,14 +300,14 @@ func (g *Grants) load(ctx context.Context, cli *clientv3.Client) (int64, error) 
 	if err != nil {
 		return 0, &zerr.UnavailableError{What: "etcd", Reason: "load grants: " + err.Error()}
 	}
-	m := map[[2]uint32]cluster.Grant{}
+	m := map[[2]uint32]grantEntry{}
 	for _, kv := range resp.Kvs {
 		pz, gr, err := decodeGrant(string(kv.Key), kv.Value)
 		if err != nil {
 			g.log.Warn("ignoring malformed grant", "key", string(kv.Key), "err", err)
 			continue
 		}
-		m[[2]uint32{pz.Device, pz.Zone}] = gr
+		m[[2]uint32{pz.Device, pz.Zone}] = grantEntry{g: gr, epoch: uint64(kv.CreateRevision)}
 	}
 	g.mu.Lock()
 	old := g.m
@@ -341,7 +355,7 @@ func (g *Grants) follow(ctx context.Context, cli *clientv3.Client, rev int64) {
 				}
 				if gr, err := cluster.DecodeGrant(string(ev.Kv.Key), ev.Kv.Value); err == nil {
 					g.mu.Lock()
-					g.m[k] = gr
+					g.m[k] = grantEntry{g: gr, epoch: uint64(ev.Kv.CreateRevision)}
 					g.mu.Unlock()
 				}
 			}
@@ -390,7 +404,7 @@ func (g *Grants) Check(ns string, device, zone uint32) error {
 	g.mu.RLock()
 	gr, ok := g.m[k]
 	g.mu.RUnlock()
-	if ok && gr.Namespace == ns && ns != "" {
+	if ok && gr.g.Namespace == ns && ns != "" {
 		return nil
 	}
 	if ns != "" && g.cli != nil && g.catchUp(ns, device, zone) {
@@ -423,7 +437,7 @@ func (g *Grants) catchUp(ns string, device, zone uint32) bool {
 	g.mu.RLock()
 	gr, ok := g.m[[2]uint32{device, zone}]
 	g.mu.RUnlock()
-	return ok && gr.Namespace == ns
+	return ok && gr.g.Namespace == ns
 }
 
 // Cached tells whether the cache holds a grant of (device, zone) to ns and
@@ -433,7 +447,21 @@ func (g *Grants) Cached(ns string, device, zone uint32) bool {
 	defer g.mu.RUnlock()
 	k := [2]uint32{device, zone}
 	gr, ok := g.m[k]
-	return ok && ns != "" && gr.Namespace == ns && g.resets[k] == nil
+	return ok && ns != "" && gr.g.Namespace == ns && g.resets[k] == nil
+}
+
+// Current returns the owner the grant of (device, zone) gives the zone's
+// data (namespace and owner epoch), and false when there is no grant or its
+// revocation reset is still pending (no etcd access, no wait).
+func (g *Grants) Current(device, zone uint32) (zoneowner.Owner, bool) {
+	g.mu.RLock()
+	defer g.mu.RUnlock()
+	k := [2]uint32{device, zone}
+	gr, ok := g.m[k]
+	if !ok || g.resets[k] != nil {
+		return zoneowner.Owner{}, false
+	}
+	return zoneowner.Owner{Namespace: gr.g.Namespace, Epoch: gr.epoch}, true
 }
 
 // Lookup returns the grant of (device, zone).
@@ -441,7 +469,7 @@ func (g *Grants) Lookup(device, zone uint32) (cluster.Grant, bool) {
 	g.mu.RLock()
 	defer g.mu.RUnlock()
 	gr, ok := g.m[[2]uint32{device, zone}]
-	return gr, ok
+	return gr.g, ok
 }
 
 // Len is the number of granted zones.

@@ -15,13 +15,55 @@
 // window (wire.ServerOptions), so the transfer overlaps the drive. Unary writes from one connection run
 // concurrently (one goroutine per call) and are ordered only by the zone
 // write pointer, so a client keeps several in flight on different zones.
-// Read responses are sent without a marshal copy (the codec sends the
-// drive's buffer as is). What the drive library does not offer yet: a read
-// into a caller's buffer (zns.Device.Read allocates, so read buffers cannot
-// be pooled) and a vectored write (so the gather copy stays; with
-// Device.WriteV(lba, [][]byte) the node could pwritev straight from the
-// receive buffers). With the standard codec everything still works: the
-// chunk then holds the decoded bytes.
+// Reads go into pooled buffers (zns.Device.ReadInto into wire.Pool) that
+// are sent as wire.ReadChunks: the codec hands the buffer to the transport
+// and it returns to the pool once written — no marshal copy, no garbage.
+// ReadV serves several ranges of the node's devices in one call (a
+// client's stripe legs on this node): per device one drive command with a
+// scatter list (zns.Device.ReadV, one modelled wait), devices in parallel.
+// What the drive library does not offer yet is a vectored write: zns
+// writes a piece chunk by chunk at chip-striped file offsets through
+// pkg/vfs, which has no pwritev, so the gather copy of a write's receive
+// buffers stays. With the standard codec everything still works: the
+// chunks then hold the decoded bytes.
+//
+// # Isolation
+//
+// Every zone-touching call (I/O, ZoneManagement of one zone, SimpleCopy,
+// TLOpen, ZoneCompaction, PeerWrite, and ReportZones for the zones it
+// describes) passes hold: under the zone's read lock it checks the caller's
+// grant from the cache and compares the grant's owner (namespace, owner
+// epoch = the etcd create revision of the grant key) with the owner
+// persisted with the zone (pkg/zoneowner, DATA/devN.owners). If they differ,
+// hold drops its locks, takes the zone's write lock (no I/O in flight),
+// resets the zone unless it is empty, persists the new owner (fdatasync),
+// and starts over: a new owner's first call never sees the previous owner's
+// blocks, whether the owner changed by a deleted grant, an overwrite or
+// events the watch never delivered (a compaction during a watch break).
+// A failed reset or owner write fails the call (fail closed); an unreadable
+// owner record forces a reset. The revocation reset (a deleted grant) also
+// records the zone as free. Operator and arbiter calls not acting for the
+// zone's grantee bypass the owner check (they are trusted and do not make
+// the zone anyone's); acting for it, they adopt it like the tenant.
+//
+// # Nothing global on the data path
+//
+// A zone's lock (zl) orders its I/O against the reset of a revoked grant.
+// It is held for the drive operation only, never across the network:
+// ReadStream reads each 1 MiB piece under the lock and sends it after
+// releasing it, on a sender goroutine (the next piece is read meanwhile).
+// Every stream message to a client or a peer has a deadline
+// (Config.SendTimeout, default 30 s): a server stream has none of its own
+// and a receiver that stops reading would block the send for ever, so the
+// handler waits for each send at most that long and then ends the call
+// (DeadlineExceeded; zonefleet_node_send_timeouts_total{op}); the blocked
+// send returns when gRPC tears the stream down. A compaction's push to a
+// peer (PeerWrite) cancels its stream when a send or the final answer
+// misses the deadline, and WaitCompaction reports DeadlineExceeded. A
+// compaction nobody waits for is dropped Config.CompactionTTL (default 10
+// min) after it started unless a WaitCompaction is waiting then; its
+// device record and push are released when they end
+// (zonefleet_node_compactions_expired_total).
 package node
 
 import (
@@ -31,6 +73,7 @@ import (
 	"log/slog"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	v1 "github.com/zonefleet/zonefleet/api/zonefleet/v1"
@@ -43,6 +86,7 @@ import (
 	"github.com/zonefleet/zonefleet/pkg/wire"
 	"github.com/zonefleet/zonefleet/pkg/zerr"
 	"github.com/zonefleet/zonefleet/pkg/zns"
+	"github.com/zonefleet/zonefleet/pkg/zoneowner"
 )
 
 // Config of the service.
@@ -63,6 +107,20 @@ type Config struct {
 	// QueueSlots is how many requests one device serves at once (WRR slots);
 	// 0 = two per chip.
 	QueueSlots int
+	// Owners holds, per device (index i for device i), the zone owners
+	// persisted with the device (zoneowner.Open of "devN.owners" next to the
+	// device file). A node with grants and no Owners keeps them in memory
+	// (in-process tests only; Run always opens the files).
+	Owners []*zoneowner.Store
+	// SendTimeout bounds each stream message sent to a client (ReadStream)
+	// or pushed to a peer (compaction's PeerWrite); 0 = DefaultSendTimeout.
+	SendTimeout time.Duration
+	// CompactionTTL: a compaction nobody waits for (WaitCompaction) is
+	// dropped this long after it started, once it ended; 0 =
+	// DefaultCompactionTTL.
+	CompactionTTL time.Duration
+	// Clock is the wall clock of these deadlines; nil = real time.
+	Clock clock.Clock
 }
 
 // Service implements v1.ZonedDeviceServer over local devices.
@@ -81,6 +139,9 @@ type Service struct {
 	opsMu sync.Mutex
 	ops   map[string]*compactionOp
 	opSeq uint64
+
+	// sending counts stream sends in flight on sender goroutines (asyncSender).
+	sending atomic.Int64
 }
 
 type device struct {
@@ -93,6 +154,11 @@ type device struct {
 	// I/O holds the read lock from its last grant check to its end, the reset
 	// the write lock.
 	zl []sync.RWMutex
+	// owners is who owns each zone's data (namespace, owner epoch): checked
+	// against the grant under the zone's lock on every zone-touching call
+	// (hold), set under its write lock after the reset that precedes a new
+	// owner's first I/O.
+	owners *zoneowner.Store
 }
 
 type identity struct {
@@ -122,10 +188,21 @@ func New(cfg Config, devs []*zns.Device, grants *Grants, log *slog.Logger) (*Ser
 		if slots <= 0 {
 			slots = 2 * id.Chips
 		}
+		var owners *zoneowner.Store
+		switch {
+		case i < len(cfg.Owners) && cfg.Owners[i] != nil:
+			owners = cfg.Owners[i]
+			if uint64(owners.Zones()) != id.Zones {
+				return nil, &zerr.GeometryMismatchError{Field: fmt.Sprintf("device %d owner file zones", i), Have: fmt.Sprint(owners.Zones()), Want: fmt.Sprint(id.Zones)}
+			}
+		default:
+			owners = zoneowner.NewMemory(uint32(id.Zones))
+		}
 		s.devs = append(s.devs, &device{
 			idx: uint32(i), dev: d, adm: NewAdmission(d.Clock(), cfg.Admission), wrr: NewWRR(slots),
-			geo: identity{zoneSize: id.ZoneSize, zoneCap: id.ZoneCapacity, zones: id.Zones, bs: id.BlockSize},
-			zl:  make([]sync.RWMutex, id.Zones),
+			geo:    identity{zoneSize: id.ZoneSize, zoneCap: id.ZoneCapacity, zones: id.Zones, bs: id.BlockSize},
+			zl:     make([]sync.RWMutex, id.Zones),
+			owners: owners,
 		})
 	}
 	s.m = newMetrics(s)
@@ -142,7 +219,11 @@ func (s *Service) ResetRevoked(device, zone uint32) {
 	d.zl[zone].Lock() // waits for I/O admitted under the revoked grant
 	defer d.zl[zone].Unlock()
 	zs, err := d.dev.ReportZones(zns.StateAny, uint64(zone), 1)
-	if err != nil || len(zs) == 0 || zs[0].State == zns.StateEmpty || zs[0].State == zns.StateOffline {
+	if err != nil || len(zs) == 0 || zs[0].State == zns.StateOffline {
+		return
+	}
+	if zs[0].State == zns.StateEmpty {
+		s.setFree(d, zone)
 		return
 	}
 	if _, err := d.dev.ZoneMgmt(context.Background(), uint64(zone), zns.ActionReset, false); err != nil {
@@ -150,8 +231,45 @@ func (s *Service) ResetRevoked(device, zone uint32) {
 		return
 	}
 	d.adm.Forget(d.idx, uint64(zone))
+	s.setFree(d, zone)
 	s.m.revokedResets.WithLabelValues(fmt.Sprint(device)).Inc()
 	s.log.Info("reset a zone whose grant was revoked", "device", device, "zone", zone)
+}
+
+// setFree records that zone holds nobody's data (zone write lock held).
+// A failed write leaves the record unknown, which forces a reset before the
+// next owner's first I/O anyway.
+func (s *Service) setFree(d *device, zone uint32) {
+	if o, ok := d.owners.Get(zone); ok && o == (zoneowner.Owner{}) {
+		return
+	}
+	if err := d.owners.Set(zone, zoneowner.Owner{}); err != nil {
+		s.log.Warn("recording a reset zone as free failed", "device", d.idx, "zone", zone, "err", err)
+	}
+}
+
+// SeedOwners records the current grant of every granted zone as its owner,
+// for owner files just created over devices that may already hold data (a
+// node upgraded from a version without owner files): their data belongs to
+// the namespaces that hold the grants now. Zones without a grant are left
+// free (SweepUngranted resets them). Call before serving.
+func (s *Service) SeedOwners() error {
+	if s.grants == nil {
+		return nil
+	}
+	for _, d := range s.devs {
+		if !d.owners.Created() {
+			continue
+		}
+		for z := uint32(0); uint64(z) < d.geo.zones; z++ {
+			if o, ok := s.grants.Current(d.idx, z); ok {
+				if err := d.owners.Set(z, o); err != nil {
+					return err
+				}
+			}
+		}
+	}
+	return nil
 }
 
 // SweepUngranted resets every non-empty zone without a grant: grants deleted
@@ -286,6 +404,7 @@ func (s *Service) requireAdmin(ctx context.Context, what string) error {
 // authorizeZones checks that the caller may do I/O on every zone in [first, last].
 func (s *Service) authorizeZones(ctx context.Context, d *device, first, last uint64) error {
 	if s.bypassGrants(ctx) {
+		s.syncForTrusted(ctx, d, first, last)
 		return nil
 	}
 	ns := s.namespace(ctx)
@@ -301,6 +420,27 @@ func (s *Service) authorizeZones(ctx context.Context, d *device, first, last uin
 		}
 	}
 	return nil
+}
+
+// syncForTrusted brings the grant cache up to date for the zones an
+// operator or arbiter call acts on for a namespace (the arbiter's
+// compactor copying into zones it has just granted): a zone granted to that
+// namespace in etcd but not yet in the cache is looked up (one linearizable
+// read, then the watch catches up), so that hold recognises the namespace
+// as the zone's owner and records it before the copy. Otherwise the copied
+// data would carry no owner and the tenant's first call would reset it.
+// Trusted callers only; errors leave the call to proceed as before.
+func (s *Service) syncForTrusted(ctx context.Context, d *device, first, last uint64) {
+	ns := s.namespace(ctx)
+	if s.grants == nil || ns == "" {
+		return
+	}
+	_ = s.grants.CatchUp(ctx, wire.MinRevision(ctx))
+	for z := first; z <= last && z < d.geo.zones; z++ {
+		if !s.grants.Cached(ns, d.idx, uint32(z)) {
+			_ = s.grants.Check(ns, d.idx, uint32(z))
+		}
+	}
 }
 
 // checkGrant checks one zone's grant: the cache first; a miss costs an etcd
@@ -324,40 +464,32 @@ func (s *Service) checkGrant(ns string, dev, zone uint32) error {
 }
 
 // hold read-locks the zones of [lba, lba+n) — already validated and
-// authorized — and checks the grants once more under the locks, from the
-// cache only: a revocation resets its zone under the write lock, so it either
-// happened before (the check fails) or waits until the I/O is done.
+// authorized — and checks, under the locks and from the cache only, that the
+// caller holds each zone's grant and that the zone's data belongs to that
+// grant (the owner persisted with the zone equals the grant's namespace and
+// owner epoch). A revocation resets its zone under the write lock, so it
+// either happened before (the check fails) or waits until the I/O is done. A
+// zone whose owner differs is reset under its write lock and the grant's
+// owner persisted before the call goes on (adopt): a new owner's first I/O
+// never sees the previous owner's blocks, however the owner changed (a
+// deleted grant, an overwrite, events the watch never delivered).
 func (s *Service) hold(ctx context.Context, d *device, lba, n uint64) (func(), error) {
 	first, last := lba/d.geo.zoneSize, (lba+n-1)/d.geo.zoneSize
 	if last >= d.geo.zones {
 		last = d.geo.zones - 1
 	}
+	zones := make([]uint64, 0, last-first+1)
 	for z := first; z <= last; z++ {
-		d.zl[z].RLock()
+		zones = append(zones, z)
 	}
-	unlock := func() {
-		for z := first; z <= last; z++ {
-			d.zl[z].RUnlock()
-		}
-	}
-	if s.bypassGrants(ctx) {
-		return unlock, nil
-	}
-	ns := s.namespace(ctx)
-	for z := first; z <= last; z++ {
-		if !s.grants.Cached(ns, d.idx, uint32(z)) {
-			unlock()
-			return nil, &zerr.NotOwnerError{Zone: cluster.PhysZone{Node: s.cfg.ID, Device: d.idx, Zone: uint32(z)}.String(), Namespace: ns}
-		}
-	}
-	return unlock, nil
+	return s.holdZones(ctx, d, zones)
 }
 
 // holdRanges is hold for several ranges of one device (SimpleCopy,
 // ZoneCompaction, PeerWrite): every zone they touch is read-locked once, in
 // zone order (a read lock taken twice by one goroutine can deadlock against
-// a waiting reset), and its grant is checked under the lock. Ranges are
-// already validated and authorized.
+// a waiting reset), and checked under the lock. Ranges are already
+// validated and authorized.
 func (s *Service) holdRanges(ctx context.Context, d *device, ranges [][2]uint64) (func(), error) {
 	set := map[uint64]bool{}
 	for _, r := range ranges {
@@ -374,25 +506,93 @@ func (s *Service) holdRanges(ctx context.Context, d *device, ranges [][2]uint64)
 		zones = append(zones, z)
 	}
 	slices.Sort(zones)
-	for _, z := range zones {
-		d.zl[z].RLock()
-	}
+	return s.holdZones(ctx, d, zones)
+}
+
+// holdZones read-locks zones (sorted, distinct) and runs the grant and
+// owner checks under the locks. A zone that must change owner is adopted
+// with every lock released, then the whole check runs again.
+func (s *Service) holdZones(ctx context.Context, d *device, zones []uint64) (func(), error) {
 	unlock := func() {
 		for _, z := range zones {
 			d.zl[z].RUnlock()
 		}
 	}
-	if s.bypassGrants(ctx) {
-		return unlock, nil
-	}
-	ns := s.namespace(ctx)
-	for _, z := range zones {
-		if !s.grants.Cached(ns, d.idx, uint32(z)) {
-			unlock()
-			return nil, &zerr.NotOwnerError{Zone: cluster.PhysZone{Node: s.cfg.ID, Device: d.idx, Zone: uint32(z)}.String(), Namespace: ns}
+	for attempt := 0; ; attempt++ {
+		for _, z := range zones {
+			d.zl[z].RLock()
+		}
+		if s.grants == nil { // standalone: no grants, no owners
+			return unlock, nil
+		}
+		bypass := s.bypassGrants(ctx)
+		ns := s.namespace(ctx)
+		var stale []uint64
+		var want []zoneowner.Owner
+		for _, z := range zones {
+			cur, ok := s.grants.Current(d.idx, uint32(z))
+			mine := ok && ns != "" && cur.Namespace == ns
+			if !mine {
+				if bypass {
+					continue // the operator or the arbiter on a zone it does not act for a tenant on
+				}
+				unlock()
+				return nil, &zerr.NotOwnerError{Zone: cluster.PhysZone{Node: s.cfg.ID, Device: d.idx, Zone: uint32(z)}.String(), Namespace: ns}
+			}
+			if p, valid := d.owners.Get(uint32(z)); zoneowner.Decide(p, valid, cur, true) == zoneowner.Serve {
+				continue
+			}
+			stale, want = append(stale, z), append(want, cur)
+		}
+		if len(stale) == 0 {
+			return unlock, nil
+		}
+		unlock()
+		if attempt >= 3 { // the grant keeps changing under us
+			return nil, &zerr.UnavailableError{What: "node " + s.cfg.ID, Reason: fmt.Sprintf("zone %d/%d changes owner repeatedly; retry", d.idx, stale[0])}
+		}
+		for i, z := range stale {
+			if err := s.adopt(ctx, d, uint32(z), want[i]); err != nil {
+				return nil, err
+			}
 		}
 	}
-	return unlock, nil
+}
+
+// adopt makes zone the data of owner o: under the zone's write lock (no
+// I/O of anyone in flight) and if the grant still names o and the persisted
+// owner still differs, it resets the zone and persists o. A failed reset or
+// write fails the call: the zone stays unreadable for o until one works.
+func (s *Service) adopt(ctx context.Context, d *device, zone uint32, o zoneowner.Owner) error {
+	d.zl[zone].Lock()
+	defer d.zl[zone].Unlock()
+	if cur, ok := s.grants.Current(d.idx, zone); !ok || cur != o {
+		return nil // changed meanwhile: the caller checks again
+	}
+	prev, valid := d.owners.Get(zone)
+	if valid && prev == o {
+		return nil
+	}
+	zs, err := d.dev.ReportZones(zns.StateAny, uint64(zone), 1)
+	if err != nil {
+		return err
+	}
+	if len(zs) == 0 {
+		return &zerr.OutOfRangeError{LBA: uint64(zone) * d.geo.zoneSize, Count: 1, Limit: d.geo.zones * d.geo.zoneSize}
+	}
+	if zs[0].State != zns.StateEmpty {
+		if zs[0].State == zns.StateOffline {
+			return &zerr.UnavailableError{What: fmt.Sprintf("zone %d/%d", d.idx, zone), Reason: "offline; it cannot be reset for its new owner"}
+		}
+		if _, err := d.dev.ZoneMgmt(context.WithoutCancel(ctx), uint64(zone), zns.ActionReset, false); err != nil {
+			return err
+		}
+		d.adm.Forget(d.idx, uint64(zone))
+		s.m.ownerResets.WithLabelValues(fmt.Sprint(d.idx)).Inc()
+		s.log.Info("reset a zone before its new owner's first I/O", "device", d.idx, "zone", zone,
+			"namespace", o.Namespace, "epoch", o.Epoch, "previous_epoch", prev.Epoch, "previous_known", valid)
+	}
+	return d.owners.Set(zone, o)
 }
 
 // authorizeRange checks blocks [lba, lba+n) after validating the range.
@@ -549,6 +749,24 @@ func (s *Service) ReportZones(ctx context.Context, req *v1.ReportZonesRequest) (
 			if !admin && !s.grants.Cached(ns, d.idx, uint32(z.Index)) {
 				continue
 			}
+			if !admin && s.ownerStale(d, uint32(z.Index)) {
+				// A zone the caller was just given, still holding its
+				// previous owner's data: reset it first (as its first I/O
+				// would), so that neither its data nor its write pointer
+				// reaches the new owner.
+				unlock, err := s.hold(ctx, d, z.Index*d.geo.zoneSize, 1)
+				if err != nil {
+					continue
+				}
+				unlock()
+				fresh, err := d.dev.ReportZones(zns.StateAny, z.Index, 1)
+				if err != nil || len(fresh) == 0 {
+					continue
+				}
+				if z = fresh[0]; !matches(filter, z.State) {
+					continue
+				}
+			}
 			resp.Zones = append(resp.Zones, &v1.ZoneDescriptor{
 				Index: uint32(z.Index), StartLba: z.Start, Capacity: z.Capacity, WritePointer: z.WP,
 				State: stateToPB[z.State], ThreadedLogging: z.TL, Fcg: uint32(z.Index % uint64(d.dev.Geometry().NFCG)),
@@ -558,6 +776,20 @@ func (s *Service) ReportZones(ctx context.Context, req *v1.ReportZonesRequest) (
 	resp.NextStartZone = uint32(start)
 	resp.More = start < d.geo.zones
 	return resp, nil
+}
+
+// ownerStale: does the zone's grant name an owner other than the one
+// persisted with the zone (its owner-change reset has not run yet)?
+func (s *Service) ownerStale(d *device, zone uint32) bool {
+	if s.grants == nil {
+		return false
+	}
+	cur, ok := s.grants.Current(d.idx, zone)
+	if !ok {
+		return false
+	}
+	p, valid := d.owners.Get(zone)
+	return zoneowner.Decide(p, valid, cur, true) != zoneowner.Serve
 }
 
 var actionFromPB = map[v1.ZoneAction]zns.Action{
@@ -587,6 +819,16 @@ func (s *Service) ZoneManagement(ctx context.Context, req *v1.ZoneManagementRequ
 		if err := s.requireAdmin(ctx, "taking a zone offline"); err != nil {
 			return nil, err
 		}
+	}
+	if !req.GetSelectAll() {
+		// Fenced like I/O: a revocation reset waits for it, and a new
+		// owner's first call (even a finish or a reset) runs after the
+		// owner-change reset.
+		unlock, err := s.hold(ctx, d, uint64(req.GetZone())*d.geo.zoneSize, 1)
+		if err != nil {
+			return nil, err
+		}
+		defer unlock()
 	}
 	if _, err := d.dev.ZoneMgmt(ctx, uint64(req.GetZone()), action, req.GetSelectAll()); err != nil {
 		return nil, err
@@ -657,3 +899,6 @@ func (s *Service) AdmissionStalls() (uint64, time.Duration) {
 	}
 	return n, t
 }
+
+// matches: does a zone in state st pass a ReportZones filter?
+func matches(filter, st zns.ZoneState) bool { return filter == zns.StateAny || st == filter }

@@ -67,6 +67,12 @@ func startNodeCodec(t *testing.T, id string, withGrants, bulkCodec bool) *testNo
 // startNodeCodecs: the bulk codec on the server, on the client, both or neither.
 func startNodeCodecs(t *testing.T, id string, withGrants, serverCodec, clientCodec bool) *testNode {
 	t.Helper()
+	return startNodeCfg(t, id, withGrants, serverCodec, clientCodec, nil)
+}
+
+// startNodeCfg is startNodeCodecs with a hook on the service's Config.
+func startNodeCfg(t *testing.T, id string, withGrants, serverCodec, clientCodec bool, tune func(*Config)) *testNode {
+	t.Helper()
 	var srvOpts []grpc.ServerOption
 	var callOpts []grpc.CallOption
 	if serverCodec {
@@ -91,7 +97,11 @@ func startNodeCodecs(t *testing.T, id string, withGrants, serverCodec, clientCod
 		})
 		require.NoError(t, err)
 	}
-	svc, err = New(Config{ID: id, AdminToken: token, Standalone: !withGrants, Admission: AdmissionConfig{Enabled: true}}, devs, grants, quiet)
+	cfg := Config{ID: id, AdminToken: token, Standalone: !withGrants, Admission: AdmissionConfig{Enabled: true}}
+	if tune != nil {
+		tune(&cfg)
+	}
+	svc, err = New(cfg, devs, grants, quiet)
 	require.NoError(t, err)
 	close(svcReady)
 	dm, err := daemon.New(daemon.Config{Name: "ssdnode", GRPCListen: "127.0.0.1:0", HTTPListen: "127.0.0.1:0"}, quiet, srvOpts...)

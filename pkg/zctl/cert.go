@@ -36,7 +36,7 @@ type CertToken struct {
 	KeyID      string    `json:"key_id"`
 }
 
-// NewCertCmd returns `zctl cert` (init, issue, token). It reads -o from the
+// NewCertCmd returns `zctl cert` (init, issue, token, export). It reads -o from the
 // root's persistent flags when it is added to the tree, so it needs no
 // Globals: root.AddCommand(NewCertCmd()).
 func NewCertCmd() *cobra.Command { return certCmd(nil) }
@@ -61,9 +61,10 @@ func certCmd(g *Globals) *cobra.Command {
 			"the CA (ca.crt, ca.key — keep ca.key offline), a certificate and key per component\n" +
 			"(admin, arbiter, etcd, node-<id>), the tenant token signing key (token-signing.key, for the\n" +
 			"arbiter) and its public half (token-verify.pub, for every node), and a random admin token.\n" +
-			"No secret is ever taken from or printed to the command line, except a token you ask for.",
+			"`cert export` then gives each component only its own files (never ca.key; the signing key only\n" +
+			"to arbiters). No secret is ever taken from or printed to the command line, except a token you ask for.",
 	}
-	c.AddCommand(certInitCmd(g), certIssueCmd(g), certTokenCmd(g))
+	c.AddCommand(certInitCmd(g), certIssueCmd(g), certTokenCmd(g), certExportCmd(g))
 	return c
 }
 
@@ -125,6 +126,49 @@ func certInitCmd(g *Globals) *cobra.Command {
 	f.DurationVar(&caValidity, "ca-validity", pki.DefaultCAValidity, "lifetime of the CA")
 	f.BoolVar(&force, "force", false, "replace existing files (creates a NEW CA: every component needs the new files)")
 	f.BoolVar(&keep, "keep-existing", false, "do nothing (exit 0) when DIR already holds a CA: for init steps that run at every start")
+	return c
+}
+
+func certExportCmd(g *Globals) *cobra.Command {
+	var dir, out, component string
+	c := &cobra.Command{
+		Use:   "export",
+		Short: "copy out, per component, only the files it needs (never ca.key)",
+		Long: "export copies from the `zctl cert init` directory what one component loads, so that a\n" +
+			"compromised container holds neither the CA key nor (except on arbiters) the token signing key:\n" +
+			"  etcd        ca.crt etcd.crt etcd.key\n" +
+			"  arbiter     ca.crt arbiter.crt arbiter.key token-verify.pub token-signing.key\n" +
+			"  node-<id>   ca.crt node-<id>.crt node-<id>.key token-verify.pub\n" +
+			"  admin       ca.crt admin.crt admin.key admin.token (the operator's)\n" +
+			"With --component the files go straight into --out; without, every component found goes into\n" +
+			"--out/<component>/. Idempotent: unchanged files are left alone (run it at every start: a renewed\n" +
+			"certificate reaches the component), trust files the component must not hold are removed.\n" +
+			"Files 0600, directories 0700.",
+		Example: "  zctl cert export --dir ./pki --out ./pki-export                       # every component\n" +
+			"  zctl cert export --dir /data --component node-node-1 --out /pki       # one, as compose does",
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			g := certGlobals(g, cmd)
+			if dir == "" || out == "" {
+				return usageErr(errors.New("--dir and --out are required"))
+			}
+			var files []CertFile
+			var err error
+			if component != "" {
+				files, err = auth.ExportDir(dir, component, out)
+			} else {
+				files, err = auth.ExportAll(dir, out)
+			}
+			if err != nil {
+				return err
+			}
+			return emitCertFiles(g, files)
+		},
+	}
+	f := c.Flags()
+	f.StringVarP(&dir, "dir", "d", "", "PKI directory of `zctl cert init`")
+	f.StringVar(&out, "out", "", "directory to export into (created with mode 0700)")
+	f.StringVar(&component, "component", "", "one component (etcd, arbiter, admin, node-<id>): its files go straight into --out")
 	return c
 }
 

@@ -7,6 +7,7 @@ import (
 	"crypto/x509"
 	"encoding/hex"
 	"encoding/json"
+	"log/slog"
 	"net"
 	"os"
 	"path/filepath"
@@ -19,6 +20,7 @@ import (
 	"github.com/stretchr/testify/require"
 	v1 "github.com/zonefleet/zonefleet/api/zonefleet/v1"
 	"github.com/zonefleet/zonefleet/pkg/auth"
+	"github.com/zonefleet/zonefleet/pkg/daemon"
 	"github.com/zonefleet/zonefleet/pkg/pki"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
@@ -197,4 +199,45 @@ func TestCertInitKeepExisting(t *testing.T) {
 	require.NoError(t, err)
 	assert.Equal(t, ca1, ca2)
 	assert.Equal(t, tok1, tok2)
+}
+
+func TestCertExport(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "pki")
+	_, err := runCert(t, "init", "--dir", dir, "--nodes", "n1")
+	require.NoError(t, err)
+	out := filepath.Join(t.TempDir(), "node")
+	res, err := runCert(t, "export", "--dir", dir, "--component", "node-n1", "--out", out, "-o", "json")
+	require.NoError(t, err, res)
+	var files []CertFile
+	require.NoError(t, json.Unmarshal([]byte(res), &files))
+	assert.Len(t, files, 4)
+	_, err = os.Stat(filepath.Join(out, CertCAKeyFile))
+	assert.True(t, os.IsNotExist(err), "no CA key in a node's export")
+	_, err = os.Stat(filepath.Join(out, CertSigningKeyFile))
+	assert.True(t, os.IsNotExist(err), "no signing key in a node's export")
+
+	// The export is what a node server starts from (--pki-dir): TLS with its
+	// certificate, tokens verified, no issuer and no admin token.
+	sec, err := daemon.LoadSecurity(daemon.SecurityFlags{PKIDir: out}, pki.Role{Kind: pki.RoleNode, Name: "n1"}, false, nil, slog.New(slog.DiscardHandler))
+	require.NoError(t, err)
+	assert.NotNil(t, sec.TLS)
+	assert.NotNil(t, sec.Bundle.Verifier)
+	assert.Nil(t, sec.Bundle.Issuer)
+	assert.Empty(t, sec.Bundle.AdminToken)
+
+	// Again: idempotent; every component into subdirectories.
+	res, err = runCert(t, "export", "--dir", dir, "--component", "node-n1", "--out", out, "-o", "json")
+	require.NoError(t, err, res)
+	assert.Equal(t, "null", strings.TrimSpace(res))
+	all := filepath.Join(t.TempDir(), "all")
+	_, err = runCert(t, "export", "--dir", dir, "--out", all)
+	require.NoError(t, err)
+	for _, c := range []string{"admin", "arbiter", "etcd", "node-n1"} {
+		_, err := os.Stat(filepath.Join(all, c, "ca.crt"))
+		assert.NoError(t, err, c)
+	}
+	_, err = runCert(t, "export", "--dir", dir, "--out", out, "--component", "node:n1")
+	assert.Error(t, err)
+	_, err = runCert(t, "export", "--dir", dir)
+	assert.Error(t, err)
 }

@@ -25,7 +25,7 @@ import (
 // The compose cluster's addresses (deploy/docker-compose.yml, host network).
 var (
 	arbiters = []string{"127.0.0.1:7700", "127.0.0.1:7710"}
-	etcd     = []string{"127.0.0.1:2379", "127.0.0.1:22379", "127.0.0.1:32379"}
+	etcd     = []string{"https://127.0.0.1:2379", "https://127.0.0.1:22379", "https://127.0.0.1:32379"}
 	// pkiDir holds the cluster's CA, the admin certificate and the token
 	// signing key, copied out of the compose volume `pki` (TestMain).
 	pkiDir    string
@@ -35,7 +35,7 @@ var (
 		"127.0.0.1:7700": "arbiter-1", "127.0.0.1:7710": "arbiter-2",
 		"127.0.0.1:7800": "ssdnode-1", "127.0.0.1:7810": "ssdnode-2", "127.0.0.1:7820": "ssdnode-3", "127.0.0.1:7830": "ssdnode-4",
 	}
-	metricsAddrs = []string{"127.0.0.1:2379", "127.0.0.1:22379", "127.0.0.1:32379", "127.0.0.1:7701", "127.0.0.1:7711",
+	metricsAddrs = []string{"127.0.0.1:2381", "127.0.0.1:22381", "127.0.0.1:32381", "127.0.0.1:7701", "127.0.0.1:7711",
 		"127.0.0.1:7801", "127.0.0.1:7811", "127.0.0.1:7821", "127.0.0.1:7831"}
 )
 
@@ -122,10 +122,11 @@ func TestMain(m *testing.M) {
 }
 
 // fetchPKI copies the compose volume `pki` (what `zctl cert init` wrote in
-// the pki service) out of arbiter-1's container: the host's clients need the
-// CA, the operator's certificate and the token signing key.
+// the pki service) out of the exited pki container (no running container
+// mounts it: it holds the CA key): the tests need the CA, the operator's
+// certificate and the token signing key (to mint tenant tokens offline).
 func fetchPKI() (string, error) {
-	id, err := runCompose("ps", "-q", "arbiter-1")
+	id, err := runCompose("ps", "-a", "-q", "pki")
 	if err != nil {
 		return "", err
 	}
@@ -133,7 +134,7 @@ func fetchPKI() (string, error) {
 	if err != nil {
 		return "", err
 	}
-	if out, err := exec.Command("docker", "cp", strings.TrimSpace(id)+":/pki/.", dir).CombinedOutput(); err != nil {
+	if out, err := exec.Command("docker", "cp", strings.TrimSpace(id)+":/data/.", dir).CombinedOutput(); err != nil {
 		return "", fmt.Errorf("docker cp: %w: %s", err, out)
 	}
 	return dir, nil

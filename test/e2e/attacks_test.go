@@ -14,8 +14,10 @@ import (
 	v1 "github.com/zonefleet/zonefleet/api/zonefleet/v1"
 	"github.com/zonefleet/zonefleet/pkg/auth"
 	"github.com/zonefleet/zonefleet/pkg/client"
+	"github.com/zonefleet/zonefleet/pkg/cluster"
 	"github.com/zonefleet/zonefleet/pkg/localcluster"
 	"github.com/zonefleet/zonefleet/pkg/pki"
+	"github.com/zonefleet/zonefleet/pkg/wire"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials"
@@ -179,6 +181,18 @@ func TestAttacks(t *testing.T) {
 			_, err = s.CloseAndRecv()
 			return err
 		}, codes.PermissionDenied},
+		{"tenant asks the arbiter for another tenant's token", func() error {
+			_, err := arb(asMallory).IssueToken(ctx, &v1.IssueTokenRequest{Namespace: "victim"})
+			return err
+		}, codes.PermissionDenied},
+		{"tenant revokes another tenant's tokens", func() error {
+			_, err := arb(asMallory).RevokeTokens(ctx, &v1.RevokeTokensRequest{Namespace: "victim"})
+			return err
+		}, codes.PermissionDenied},
+		{"expired token renews itself at the arbiter", func() error {
+			_, err := arb(conn{tls: tlsNoCert, token: expired}).IssueToken(ctx, &v1.IssueTokenRequest{Namespace: "victim"})
+			return err
+		}, codes.Unauthenticated},
 		{"client certificate from another CA", func() error { return readVictim(conn{tls: foreignTLS}) }, codes.Unauthenticated},
 		{"plaintext client against the TLS server", func() error { return readVictim(conn{token: victimTok}) }, codes.Unavailable},
 	} {
@@ -224,6 +238,44 @@ func TestAttacks(t *testing.T) {
 		assert.Zero(t, accepted.Load(), "the node never dials the address from the request")
 	})
 
+	t.Run("revoked token", func(t *testing.T) {
+		// mallory renews its own token at the arbiter (a tenant may), then
+		// the operator revokes mallory's tokens: the renewed and the
+		// original token stop working on nodes and on the arbiter, and a
+		// renewal with them is refused too.
+		renewed, err := arb(asMallory).IssueToken(ctx, &v1.IssueTokenRequest{Namespace: "mallory"})
+		require.NoError(t, err)
+		assert.Equal(t, "mallory", renewed.GetNamespace())
+		assert.WithinDuration(t, time.Now().Add(auth.DefaultTokenTTL), renewed.GetExpires().AsTime(), time.Minute)
+		_, err = arb(asMallory).IssueToken(ctx, &v1.IssueTokenRequest{Namespace: "mallory", TtlSeconds: 3600})
+		assert.Equal(t, codes.InvalidArgument, status.Code(err), "a tenant may not ask for more than the default lifetime: %v", err)
+		asRenewed := conn{tls: tlsNoCert, token: renewed.GetToken()}
+		readOwn := func(c conn) error {
+			_, err := v1.NewZonedDeviceClient(dial(mz0.GetAddr(), c)).Read(ctx, &v1.ReadRequest{Device: mz0.GetDevice(), Lba: uint64(mz0.GetZone()) * zoneSize, Blocks: 1})
+			return err
+		}
+		require.NoError(t, readOwn(asRenewed), "the renewed token works before the revocation")
+
+		gen, err := admin.RevokeTokens(ctx, "mallory")
+		require.NoError(t, err)
+		assert.Equal(t, renewed.GetGeneration()+1, gen)
+		for _, c := range []conn{asMallory, asRenewed} {
+			require.Eventually(t, func() bool { return status.Code(readOwn(c)) == codes.Unauthenticated }, 10*time.Second, 20*time.Millisecond,
+				"the node refuses a revoked token")
+			require.Eventually(t, func() bool {
+				_, err := arb(c).ListVZones(ctx, &v1.ListVZonesRequest{Namespace: "mallory"})
+				return status.Code(err) == codes.Unauthenticated
+			}, 10*time.Second, 20*time.Millisecond, "the arbiter refuses a revoked token")
+			_, err := arb(c).IssueToken(ctx, &v1.IssueTokenRequest{Namespace: "mallory"})
+			assert.Equal(t, codes.Unauthenticated, status.Code(err), "a revoked token cannot renew itself: %v", err)
+		}
+		// The operator issues a token of the new generation: it works.
+		fresh, err := admin.IssueToken(ctx, "mallory", time.Hour)
+		require.NoError(t, err)
+		assert.Equal(t, gen, fresh.GetGeneration())
+		require.NoError(t, readOwn(conn{tls: tlsNoCert, token: fresh.GetToken()}))
+	})
+
 	// Nothing changed: the victim's data and both namespaces are intact, no
 	// namespace "evil" exists.
 	got, err := victim.VZone(vvz.ID()).Read(ctx, 0, uint64(len(secret)/4096))
@@ -236,6 +288,34 @@ func TestAttacks(t *testing.T) {
 		names = append(names, n.GetName())
 	}
 	assert.ElementsMatch(t, []string{"victim", "mallory"}, names)
+
+	t.Run("cross-tenant read after the victim's zone is given to mallory by an overwrite", func(t *testing.T) {
+		// What the arbiter's grant repair or a watch gap does: the grant key
+		// of a zone holding the victim's data is overwritten for mallory, no
+		// deletion in between. Mallory's first read must find nothing of it.
+		cli, err := cl.Etcd.Client()
+		require.NoError(t, err)
+		defer cli.Close()
+		key := cluster.GrantKey(vz0.GetNode(), vz0.GetDevice(), vz0.GetZone())
+		val, err := cluster.EncodeGrant(cluster.Grant{Namespace: "mallory", VZone: 999})
+		require.NoError(t, err)
+		put, err := cli.Put(ctx, key, string(val))
+		require.NoError(t, err)
+		issued, err := admin.IssueToken(ctx, "mallory", 10*time.Minute) // its older tokens were revoked above
+		require.NoError(t, err)
+		tok := issued.GetToken()
+		var resp *v1.ReadResponse
+		require.Eventually(t, func() bool {
+			resp, err = v1.NewZonedDeviceClient(dial(vz0.GetAddr(), conn{tls: tlsNoCert, token: tok})).Read(wire.WithMinRevision(ctx, put.Header.Revision),
+				&v1.ReadRequest{Device: vz0.GetDevice(), Lba: uint64(vz0.GetZone()) * zoneSize, Blocks: 4})
+			return status.Code(err) != codes.Unauthenticated // the new generation reached the node
+		}, 10*time.Second, 20*time.Millisecond)
+		if err == nil {
+			assert.False(t, bytes.Contains(resp.GetData(), []byte("victim-secret")), "mallory read the victim's blocks")
+		} else {
+			assert.NotEqual(t, codes.PermissionDenied, status.Code(err), "mallory owns the zone now: %v", err)
+		}
+	})
 }
 
 func mustIssuer(t *testing.T, cl *localcluster.Cluster) *auth.Issuer {

@@ -64,7 +64,9 @@ func start(t *testing.T, name string, args ...string) *proc {
 	t.Helper()
 	base := []string{"--log-format=json", "--listen=127.0.0.1:0", "--http-listen=127.0.0.1:0"}
 	if !slices.ContainsFunc(args, func(a string) bool { return strings.HasPrefix(a, "--pki-dir") }) {
-		base = append(base, "--insecure") // these tests are about other things; secure_test.go covers TLS
+		// These tests are about other things (secure_test.go covers TLS and
+		// authentication): plaintext and, explicitly, no authentication.
+		base = append(base, "--insecure", "--insecure-open-access")
 	}
 	cmd := exec.Command(filepath.Join(binDir, name), append(base, args...)...)
 	stderr, err := cmd.StderrPipe()

@@ -145,12 +145,18 @@ func TestFSCommands(t *testing.T) {
 		Stats struct {
 			UsedBlocks uint64
 			Nodes      uint64
+			Mode       string  `json:"mode"`
+			TLRecycled *uint64 `json:"tl_recycled_segments"`
+			Compacted  *uint64 `json:"compacted_segments"`
 		} `json:"stats"`
 	}
 	require.NoError(t, json.Unmarshal([]byte(out), &st), out)
 	assert.Equal(t, d.PID, st.Mount.PID)
 	assert.Equal(t, "default", st.Mount.Namespace)
-	assert.Equal(t, "izc", st.Mount.GC)
+	assert.Equal(t, "zns+", st.Mount.GC)
+	assert.Contains(t, []string{"zns+", "izc"}, st.Stats.Mode, "zns+, or izc when the volume has no TL_open")
+	assert.NotNil(t, st.Stats.TLRecycled, out)
+	assert.NotNil(t, st.Stats.Compacted, out)
 	assert.Positive(t, st.Stats.UsedBlocks)
 	assert.GreaterOrEqual(t, st.Stats.Nodes, uint64(25), "root, 3 directories, 20 files, a symlink")
 	out, code = zctl(t, env, "", "fs", "stat", mnt)

@@ -164,7 +164,7 @@ func TestNodeRefusesOtherGeometry(t *testing.T) {
 	p := start(t, "ssdnode", append([]string{"--standalone", "--data=" + data, "--clock=off"}, smallDrive...)...)
 	require.NoError(t, p.cmd.Process.Signal(syscall.SIGTERM))
 	require.NoError(t, <-p.done)
-	out, code := run(t, nil, "ssdnode", append([]string{"--insecure", "--standalone", "--data=" + data, "--listen=127.0.0.1:0", "--http-listen=", "--clock=off"}, append(smallDrive, "--dzone=2")...)...)
+	out, code := run(t, nil, "ssdnode", append([]string{"--insecure", "--insecure-open-access", "--standalone", "--data=" + data, "--listen=127.0.0.1:0", "--http-listen=", "--clock=off"}, append(smallDrive, "--dzone=2")...)...)
 	assert.Equal(t, 1, code)
 	assert.Contains(t, out, "geometry mismatch")
 }

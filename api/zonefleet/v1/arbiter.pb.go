@@ -703,9 +703,16 @@ type VZone struct {
 	// etcd revision the layout was read at. Clients send it to the nodes
 	// (metadata zonefleet-min-revision) so a node serves the v-zone only once
 	// its grant cache has caught up with it (a revoked zone is reset first).
-	EtcdRevision  int64 `protobuf:"varint,8,opt,name=etcd_revision,json=etcdRevision,proto3" json:"etcd_revision,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	EtcdRevision int64 `protobuf:"varint,8,opt,name=etcd_revision,json=etcdRevision,proto3" json:"etcd_revision,omitempty"`
+	// Identifies this opening of the v-zone (unique per OpenVZone, 0 for a
+	// v-zone opened by an arbiter older than the field): a ResetVZone that
+	// names it releases only this incarnation, never a later reopening.
+	Incarnation uint64 `protobuf:"varint,9,opt,name=incarnation,proto3" json:"incarnation,omitempty"`
+	// In threaded logging (TLOpenVZone): state OPEN, writes may skip ahead
+	// over valid blocks, no stripe group is added.
+	ThreadedLogging bool `protobuf:"varint,10,opt,name=threaded_logging,json=threadedLogging,proto3" json:"threaded_logging,omitempty"`
+	unknownFields   protoimpl.UnknownFields
+	sizeCache       protoimpl.SizeCache
 }
 
 func (x *VZone) Reset() {
@@ -794,9 +801,30 @@ func (x *VZone) GetEtcdRevision() int64 {
 	return 0
 }
 
+func (x *VZone) GetIncarnation() uint64 {
+	if x != nil {
+		return x.Incarnation
+	}
+	return 0
+}
+
+func (x *VZone) GetThreadedLogging() bool {
+	if x != nil {
+		return x.ThreadedLogging
+	}
+	return false
+}
+
 type OpenVZoneRequest struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Namespace     string                 `protobuf:"bytes,1,opt,name=namespace,proto3" json:"namespace,omitempty"`
+	state     protoimpl.MessageState `protogen:"open.v1"`
+	Namespace string                 `protobuf:"bytes,1,opt,name=namespace,proto3" json:"namespace,omitempty"`
+	// Layout hint (copyback-aware allocation, ZNS+ §3.3.1): place the new
+	// v-zone's stripe groups on the dies (node, device, chip group) of this
+	// v-zone's groups of the same index where they have room, so compaction
+	// from it into the new v-zone finds same-chip destinations (copyback).
+	// Best effort: an empty or reset v-zone, or a die without room, falls
+	// back to the usual placement. Must be a v-zone id of the namespace.
+	LikeVzone     *uint64 `protobuf:"varint,2,opt,name=like_vzone,json=likeVzone,proto3,oneof" json:"like_vzone,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -838,10 +866,20 @@ func (x *OpenVZoneRequest) GetNamespace() string {
 	return ""
 }
 
+func (x *OpenVZoneRequest) GetLikeVzone() uint64 {
+	if x != nil && x.LikeVzone != nil {
+		return *x.LikeVzone
+	}
+	return 0
+}
+
 type VZoneRequest struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Namespace     string                 `protobuf:"bytes,1,opt,name=namespace,proto3" json:"namespace,omitempty"`
-	Id            uint64                 `protobuf:"varint,2,opt,name=id,proto3" json:"id,omitempty"`
+	state     protoimpl.MessageState `protogen:"open.v1"`
+	Namespace string                 `protobuf:"bytes,1,opt,name=namespace,proto3" json:"namespace,omitempty"`
+	Id        uint64                 `protobuf:"varint,2,opt,name=id,proto3" json:"id,omitempty"`
+	// ResetVZone only: when non-zero, reset only if the v-zone is still this
+	// incarnation (ABORTED STALE_LAYOUT otherwise, nothing changes).
+	Incarnation   uint64 `protobuf:"varint,3,opt,name=incarnation,proto3" json:"incarnation,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -886,6 +924,13 @@ func (x *VZoneRequest) GetNamespace() string {
 func (x *VZoneRequest) GetId() uint64 {
 	if x != nil {
 		return x.Id
+	}
+	return 0
+}
+
+func (x *VZoneRequest) GetIncarnation() uint64 {
+	if x != nil {
+		return x.Incarnation
 	}
 	return 0
 }
@@ -1754,6 +1799,276 @@ func (*ClusterStatusRequest) Descriptor() ([]byte, []int) {
 	return file_zonefleet_v1_arbiter_proto_rawDescGZIP(), []int{25}
 }
 
+type TLOpenVZoneRequest struct {
+	state     protoimpl.MessageState `protogen:"open.v1"`
+	Namespace string                 `protobuf:"bytes,1,opt,name=namespace,proto3" json:"namespace,omitempty"`
+	Id        uint64                 `protobuf:"varint,2,opt,name=id,proto3" json:"id,omitempty"`
+	// The layout generation the caller's bitmap was computed from; 0 skips
+	// the check.
+	Generation    uint64 `protobuf:"varint,3,opt,name=generation,proto3" json:"generation,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *TLOpenVZoneRequest) Reset() {
+	*x = TLOpenVZoneRequest{}
+	mi := &file_zonefleet_v1_arbiter_proto_msgTypes[26]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *TLOpenVZoneRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*TLOpenVZoneRequest) ProtoMessage() {}
+
+func (x *TLOpenVZoneRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_zonefleet_v1_arbiter_proto_msgTypes[26]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use TLOpenVZoneRequest.ProtoReflect.Descriptor instead.
+func (*TLOpenVZoneRequest) Descriptor() ([]byte, []int) {
+	return file_zonefleet_v1_arbiter_proto_rawDescGZIP(), []int{26}
+}
+
+func (x *TLOpenVZoneRequest) GetNamespace() string {
+	if x != nil {
+		return x.Namespace
+	}
+	return ""
+}
+
+func (x *TLOpenVZoneRequest) GetId() uint64 {
+	if x != nil {
+		return x.Id
+	}
+	return 0
+}
+
+func (x *TLOpenVZoneRequest) GetGeneration() uint64 {
+	if x != nil {
+		return x.Generation
+	}
+	return 0
+}
+
+type IssueTokenRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Namespace     string                 `protobuf:"bytes,1,opt,name=namespace,proto3" json:"namespace,omitempty"`
+	TtlSeconds    uint32                 `protobuf:"varint,2,opt,name=ttl_seconds,json=ttlSeconds,proto3" json:"ttl_seconds,omitempty"` // 0: the default (15 minutes); tenants at most the default, admin at most 24 h
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *IssueTokenRequest) Reset() {
+	*x = IssueTokenRequest{}
+	mi := &file_zonefleet_v1_arbiter_proto_msgTypes[27]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *IssueTokenRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*IssueTokenRequest) ProtoMessage() {}
+
+func (x *IssueTokenRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_zonefleet_v1_arbiter_proto_msgTypes[27]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use IssueTokenRequest.ProtoReflect.Descriptor instead.
+func (*IssueTokenRequest) Descriptor() ([]byte, []int) {
+	return file_zonefleet_v1_arbiter_proto_rawDescGZIP(), []int{27}
+}
+
+func (x *IssueTokenRequest) GetNamespace() string {
+	if x != nil {
+		return x.Namespace
+	}
+	return ""
+}
+
+func (x *IssueTokenRequest) GetTtlSeconds() uint32 {
+	if x != nil {
+		return x.TtlSeconds
+	}
+	return 0
+}
+
+type IssueTokenResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Token         string                 `protobuf:"bytes,1,opt,name=token,proto3" json:"token,omitempty"` // "zf1.<kid>.<payload>.<sig>"; a bearer secret
+	Namespace     string                 `protobuf:"bytes,2,opt,name=namespace,proto3" json:"namespace,omitempty"`
+	Generation    uint64                 `protobuf:"varint,3,opt,name=generation,proto3" json:"generation,omitempty"`
+	Expires       *timestamppb.Timestamp `protobuf:"bytes,4,opt,name=expires,proto3" json:"expires,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *IssueTokenResponse) Reset() {
+	*x = IssueTokenResponse{}
+	mi := &file_zonefleet_v1_arbiter_proto_msgTypes[28]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *IssueTokenResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*IssueTokenResponse) ProtoMessage() {}
+
+func (x *IssueTokenResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_zonefleet_v1_arbiter_proto_msgTypes[28]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use IssueTokenResponse.ProtoReflect.Descriptor instead.
+func (*IssueTokenResponse) Descriptor() ([]byte, []int) {
+	return file_zonefleet_v1_arbiter_proto_rawDescGZIP(), []int{28}
+}
+
+func (x *IssueTokenResponse) GetToken() string {
+	if x != nil {
+		return x.Token
+	}
+	return ""
+}
+
+func (x *IssueTokenResponse) GetNamespace() string {
+	if x != nil {
+		return x.Namespace
+	}
+	return ""
+}
+
+func (x *IssueTokenResponse) GetGeneration() uint64 {
+	if x != nil {
+		return x.Generation
+	}
+	return 0
+}
+
+func (x *IssueTokenResponse) GetExpires() *timestamppb.Timestamp {
+	if x != nil {
+		return x.Expires
+	}
+	return nil
+}
+
+type RevokeTokensRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Namespace     string                 `protobuf:"bytes,1,opt,name=namespace,proto3" json:"namespace,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RevokeTokensRequest) Reset() {
+	*x = RevokeTokensRequest{}
+	mi := &file_zonefleet_v1_arbiter_proto_msgTypes[29]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RevokeTokensRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RevokeTokensRequest) ProtoMessage() {}
+
+func (x *RevokeTokensRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_zonefleet_v1_arbiter_proto_msgTypes[29]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RevokeTokensRequest.ProtoReflect.Descriptor instead.
+func (*RevokeTokensRequest) Descriptor() ([]byte, []int) {
+	return file_zonefleet_v1_arbiter_proto_rawDescGZIP(), []int{29}
+}
+
+func (x *RevokeTokensRequest) GetNamespace() string {
+	if x != nil {
+		return x.Namespace
+	}
+	return ""
+}
+
+type RevokeTokensResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Generation    uint64                 `protobuf:"varint,1,opt,name=generation,proto3" json:"generation,omitempty"` // tokens of older generations are refused
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RevokeTokensResponse) Reset() {
+	*x = RevokeTokensResponse{}
+	mi := &file_zonefleet_v1_arbiter_proto_msgTypes[30]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RevokeTokensResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RevokeTokensResponse) ProtoMessage() {}
+
+func (x *RevokeTokensResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_zonefleet_v1_arbiter_proto_msgTypes[30]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RevokeTokensResponse.ProtoReflect.Descriptor instead.
+func (*RevokeTokensResponse) Descriptor() ([]byte, []int) {
+	return file_zonefleet_v1_arbiter_proto_rawDescGZIP(), []int{30}
+}
+
+func (x *RevokeTokensResponse) GetGeneration() uint64 {
+	if x != nil {
+		return x.Generation
+	}
+	return 0
+}
+
 var File_zonefleet_v1_arbiter_proto protoreflect.FileDescriptor
 
 const file_zonefleet_v1_arbiter_proto_rawDesc = "" +
@@ -1810,7 +2125,7 @@ const file_zonefleet_v1_arbiter_proto_rawDesc = "" +
 	"\rstripe_blocks\x18\x03 \x01(\rR\fstripeBlocks\x12\x14\n" +
 	"\x05start\x18\x04 \x01(\x04R\x05start\x12\x1a\n" +
 	"\bcapacity\x18\x05 \x01(\x04R\bcapacity\x120\n" +
-	"\x05zones\x18\x06 \x03(\v2\x1a.zonefleet.v1.PhysicalZoneR\x05zones\"\x98\x02\n" +
+	"\x05zones\x18\x06 \x03(\v2\x1a.zonefleet.v1.PhysicalZoneR\x05zones\"\xe5\x02\n" +
 	"\x05VZone\x12\x1c\n" +
 	"\tnamespace\x18\x01 \x01(\tR\tnamespace\x12\x0e\n" +
 	"\x02id\x18\x02 \x01(\x04R\x02id\x12.\n" +
@@ -1822,12 +2137,19 @@ const file_zonefleet_v1_arbiter_proto_rawDesc = "" +
 	"\n" +
 	"zones_used\x18\x06 \x01(\rR\tzonesUsed\x121\n" +
 	"\x06groups\x18\a \x03(\v2\x19.zonefleet.v1.StripeGroupR\x06groups\x12#\n" +
-	"\retcd_revision\x18\b \x01(\x03R\fetcdRevision\"0\n" +
+	"\retcd_revision\x18\b \x01(\x03R\fetcdRevision\x12 \n" +
+	"\vincarnation\x18\t \x01(\x04R\vincarnation\x12)\n" +
+	"\x10threaded_logging\x18\n" +
+	" \x01(\bR\x0fthreadedLogging\"c\n" +
 	"\x10OpenVZoneRequest\x12\x1c\n" +
-	"\tnamespace\x18\x01 \x01(\tR\tnamespace\"<\n" +
+	"\tnamespace\x18\x01 \x01(\tR\tnamespace\x12\"\n" +
+	"\n" +
+	"like_vzone\x18\x02 \x01(\x04H\x00R\tlikeVzone\x88\x01\x01B\r\n" +
+	"\v_like_vzone\"^\n" +
 	"\fVZoneRequest\x12\x1c\n" +
 	"\tnamespace\x18\x01 \x01(\tR\tnamespace\x12\x0e\n" +
-	"\x02id\x18\x02 \x01(\x04R\x02id\"1\n" +
+	"\x02id\x18\x02 \x01(\x04R\x02id\x12 \n" +
+	"\vincarnation\x18\x03 \x01(\x04R\vincarnation\"1\n" +
 	"\x11ListVZonesRequest\x12\x1c\n" +
 	"\tnamespace\x18\x01 \x01(\tR\tnamespace\"A\n" +
 	"\x12ListVZonesResponse\x12+\n" +
@@ -1896,13 +2218,37 @@ const file_zonefleet_v1_arbiter_proto_rawDesc = "" +
 	"\x0fcapacity_blocks\x18\x0e \x01(\x04R\x0ecapacityBlocks\x12\x1f\n" +
 	"\vfree_blocks\x18\x0f \x01(\x04R\n" +
 	"freeBlocks\"\x16\n" +
-	"\x14ClusterStatusRequest*l\n" +
+	"\x14ClusterStatusRequest\"b\n" +
+	"\x12TLOpenVZoneRequest\x12\x1c\n" +
+	"\tnamespace\x18\x01 \x01(\tR\tnamespace\x12\x0e\n" +
+	"\x02id\x18\x02 \x01(\x04R\x02id\x12\x1e\n" +
+	"\n" +
+	"generation\x18\x03 \x01(\x04R\n" +
+	"generation\"R\n" +
+	"\x11IssueTokenRequest\x12\x1c\n" +
+	"\tnamespace\x18\x01 \x01(\tR\tnamespace\x12\x1f\n" +
+	"\vttl_seconds\x18\x02 \x01(\rR\n" +
+	"ttlSeconds\"\x9e\x01\n" +
+	"\x12IssueTokenResponse\x12\x14\n" +
+	"\x05token\x18\x01 \x01(\tR\x05token\x12\x1c\n" +
+	"\tnamespace\x18\x02 \x01(\tR\tnamespace\x12\x1e\n" +
+	"\n" +
+	"generation\x18\x03 \x01(\x04R\n" +
+	"generation\x124\n" +
+	"\aexpires\x18\x04 \x01(\v2\x1a.google.protobuf.TimestampR\aexpires\"3\n" +
+	"\x13RevokeTokensRequest\x12\x1c\n" +
+	"\tnamespace\x18\x01 \x01(\tR\tnamespace\"6\n" +
+	"\x14RevokeTokensResponse\x12\x1e\n" +
+	"\n" +
+	"generation\x18\x01 \x01(\x04R\n" +
+	"generation*l\n" +
 	"\n" +
 	"VZoneState\x12\x1b\n" +
 	"\x17VZONE_STATE_UNSPECIFIED\x10\x00\x12\x14\n" +
 	"\x10VZONE_STATE_OPEN\x10\x01\x12\x14\n" +
 	"\x10VZONE_STATE_FULL\x10\x02\x12\x15\n" +
-	"\x11VZONE_STATE_EMPTY\x10\x032\x8a\t\n" +
+	"\x11VZONE_STATE_EMPTY\x10\x032\xf8\n" +
+	"\n" +
 	"\aArbiter\x12P\n" +
 	"\x0fCreateNamespace\x12$.zonefleet.v1.CreateNamespaceRequest\x1a\x17.zonefleet.v1.Namespace\x12J\n" +
 	"\fGetNamespace\x12!.zonefleet.v1.GetNamespaceRequest\x1a\x17.zonefleet.v1.Namespace\x12[\n" +
@@ -1921,7 +2267,11 @@ const file_zonefleet_v1_arbiter_proto_rawDesc = "" +
 	"\aGetNode\x12\x1c.zonefleet.v1.GetNodeRequest\x1a\x12.zonefleet.v1.Node\x12O\n" +
 	"\n" +
 	"RemoveNode\x12\x1f.zonefleet.v1.RemoveNodeRequest\x1a .zonefleet.v1.RemoveNodeResponse\x12X\n" +
-	"\rClusterStatus\x12\".zonefleet.v1.ClusterStatusRequest\x1a#.zonefleet.v1.ClusterStatusResponseB=Z;github.com/zonefleet/zonefleet/api/zonefleet/v1;zonefleetv1b\x06proto3"
+	"\rClusterStatus\x12\".zonefleet.v1.ClusterStatusRequest\x1a#.zonefleet.v1.ClusterStatusResponse\x12D\n" +
+	"\vTLOpenVZone\x12 .zonefleet.v1.TLOpenVZoneRequest\x1a\x13.zonefleet.v1.VZone\x12O\n" +
+	"\n" +
+	"IssueToken\x12\x1f.zonefleet.v1.IssueTokenRequest\x1a .zonefleet.v1.IssueTokenResponse\x12U\n" +
+	"\fRevokeTokens\x12!.zonefleet.v1.RevokeTokensRequest\x1a\".zonefleet.v1.RevokeTokensResponseB=Z;github.com/zonefleet/zonefleet/api/zonefleet/v1;zonefleetv1b\x06proto3"
 
 var (
 	file_zonefleet_v1_arbiter_proto_rawDescOnce sync.Once
@@ -1936,7 +2286,7 @@ func file_zonefleet_v1_arbiter_proto_rawDescGZIP() []byte {
 }
 
 var file_zonefleet_v1_arbiter_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_zonefleet_v1_arbiter_proto_msgTypes = make([]protoimpl.MessageInfo, 26)
+var file_zonefleet_v1_arbiter_proto_msgTypes = make([]protoimpl.MessageInfo, 31)
 var file_zonefleet_v1_arbiter_proto_goTypes = []any{
 	(VZoneState)(0),                 // 0: zonefleet.v1.VZoneState
 	(*Namespace)(nil),               // 1: zonefleet.v1.Namespace
@@ -1965,55 +2315,67 @@ var file_zonefleet_v1_arbiter_proto_goTypes = []any{
 	(*ArbiterMember)(nil),           // 24: zonefleet.v1.ArbiterMember
 	(*ClusterStatusResponse)(nil),   // 25: zonefleet.v1.ClusterStatusResponse
 	(*ClusterStatusRequest)(nil),    // 26: zonefleet.v1.ClusterStatusRequest
-	(*timestamppb.Timestamp)(nil),   // 27: google.protobuf.Timestamp
+	(*TLOpenVZoneRequest)(nil),      // 27: zonefleet.v1.TLOpenVZoneRequest
+	(*IssueTokenRequest)(nil),       // 28: zonefleet.v1.IssueTokenRequest
+	(*IssueTokenResponse)(nil),      // 29: zonefleet.v1.IssueTokenResponse
+	(*RevokeTokensRequest)(nil),     // 30: zonefleet.v1.RevokeTokensRequest
+	(*RevokeTokensResponse)(nil),    // 31: zonefleet.v1.RevokeTokensResponse
+	(*timestamppb.Timestamp)(nil),   // 32: google.protobuf.Timestamp
 }
 var file_zonefleet_v1_arbiter_proto_depIdxs = []int32{
-	27, // 0: zonefleet.v1.Namespace.created:type_name -> google.protobuf.Timestamp
-	27, // 1: zonefleet.v1.Namespace.last_write:type_name -> google.protobuf.Timestamp
+	32, // 0: zonefleet.v1.Namespace.created:type_name -> google.protobuf.Timestamp
+	32, // 1: zonefleet.v1.Namespace.last_write:type_name -> google.protobuf.Timestamp
 	1,  // 2: zonefleet.v1.ListNamespacesResponse.namespaces:type_name -> zonefleet.v1.Namespace
 	8,  // 3: zonefleet.v1.StripeGroup.zones:type_name -> zonefleet.v1.PhysicalZone
 	0,  // 4: zonefleet.v1.VZone.state:type_name -> zonefleet.v1.VZoneState
 	9,  // 5: zonefleet.v1.VZone.groups:type_name -> zonefleet.v1.StripeGroup
 	10, // 6: zonefleet.v1.ListVZonesResponse.vzones:type_name -> zonefleet.v1.VZone
-	27, // 7: zonefleet.v1.Node.started:type_name -> google.protobuf.Timestamp
+	32, // 7: zonefleet.v1.Node.started:type_name -> google.protobuf.Timestamp
 	17, // 8: zonefleet.v1.Node.devices:type_name -> zonefleet.v1.DeviceInfo
 	18, // 9: zonefleet.v1.ListNodesResponse.nodes:type_name -> zonefleet.v1.Node
 	24, // 10: zonefleet.v1.ClusterStatusResponse.arbiters:type_name -> zonefleet.v1.ArbiterMember
-	2,  // 11: zonefleet.v1.Arbiter.CreateNamespace:input_type -> zonefleet.v1.CreateNamespaceRequest
-	3,  // 12: zonefleet.v1.Arbiter.GetNamespace:input_type -> zonefleet.v1.GetNamespaceRequest
-	4,  // 13: zonefleet.v1.Arbiter.ListNamespaces:input_type -> zonefleet.v1.ListNamespacesRequest
-	6,  // 14: zonefleet.v1.Arbiter.DeleteNamespace:input_type -> zonefleet.v1.DeleteNamespaceRequest
-	11, // 15: zonefleet.v1.Arbiter.OpenVZone:input_type -> zonefleet.v1.OpenVZoneRequest
-	12, // 16: zonefleet.v1.Arbiter.NextStripeGroup:input_type -> zonefleet.v1.VZoneRequest
-	12, // 17: zonefleet.v1.Arbiter.FinishVZone:input_type -> zonefleet.v1.VZoneRequest
-	12, // 18: zonefleet.v1.Arbiter.ResetVZone:input_type -> zonefleet.v1.VZoneRequest
-	12, // 19: zonefleet.v1.Arbiter.GetVZone:input_type -> zonefleet.v1.VZoneRequest
-	13, // 20: zonefleet.v1.Arbiter.ListVZones:input_type -> zonefleet.v1.ListVZonesRequest
-	15, // 21: zonefleet.v1.Arbiter.ReportActivity:input_type -> zonefleet.v1.ReportActivityRequest
-	19, // 22: zonefleet.v1.Arbiter.ListNodes:input_type -> zonefleet.v1.ListNodesRequest
-	21, // 23: zonefleet.v1.Arbiter.GetNode:input_type -> zonefleet.v1.GetNodeRequest
-	22, // 24: zonefleet.v1.Arbiter.RemoveNode:input_type -> zonefleet.v1.RemoveNodeRequest
-	26, // 25: zonefleet.v1.Arbiter.ClusterStatus:input_type -> zonefleet.v1.ClusterStatusRequest
-	1,  // 26: zonefleet.v1.Arbiter.CreateNamespace:output_type -> zonefleet.v1.Namespace
-	1,  // 27: zonefleet.v1.Arbiter.GetNamespace:output_type -> zonefleet.v1.Namespace
-	5,  // 28: zonefleet.v1.Arbiter.ListNamespaces:output_type -> zonefleet.v1.ListNamespacesResponse
-	7,  // 29: zonefleet.v1.Arbiter.DeleteNamespace:output_type -> zonefleet.v1.DeleteNamespaceResponse
-	10, // 30: zonefleet.v1.Arbiter.OpenVZone:output_type -> zonefleet.v1.VZone
-	10, // 31: zonefleet.v1.Arbiter.NextStripeGroup:output_type -> zonefleet.v1.VZone
-	10, // 32: zonefleet.v1.Arbiter.FinishVZone:output_type -> zonefleet.v1.VZone
-	10, // 33: zonefleet.v1.Arbiter.ResetVZone:output_type -> zonefleet.v1.VZone
-	10, // 34: zonefleet.v1.Arbiter.GetVZone:output_type -> zonefleet.v1.VZone
-	14, // 35: zonefleet.v1.Arbiter.ListVZones:output_type -> zonefleet.v1.ListVZonesResponse
-	16, // 36: zonefleet.v1.Arbiter.ReportActivity:output_type -> zonefleet.v1.ReportActivityResponse
-	20, // 37: zonefleet.v1.Arbiter.ListNodes:output_type -> zonefleet.v1.ListNodesResponse
-	18, // 38: zonefleet.v1.Arbiter.GetNode:output_type -> zonefleet.v1.Node
-	23, // 39: zonefleet.v1.Arbiter.RemoveNode:output_type -> zonefleet.v1.RemoveNodeResponse
-	25, // 40: zonefleet.v1.Arbiter.ClusterStatus:output_type -> zonefleet.v1.ClusterStatusResponse
-	26, // [26:41] is the sub-list for method output_type
-	11, // [11:26] is the sub-list for method input_type
-	11, // [11:11] is the sub-list for extension type_name
-	11, // [11:11] is the sub-list for extension extendee
-	0,  // [0:11] is the sub-list for field type_name
+	32, // 11: zonefleet.v1.IssueTokenResponse.expires:type_name -> google.protobuf.Timestamp
+	2,  // 12: zonefleet.v1.Arbiter.CreateNamespace:input_type -> zonefleet.v1.CreateNamespaceRequest
+	3,  // 13: zonefleet.v1.Arbiter.GetNamespace:input_type -> zonefleet.v1.GetNamespaceRequest
+	4,  // 14: zonefleet.v1.Arbiter.ListNamespaces:input_type -> zonefleet.v1.ListNamespacesRequest
+	6,  // 15: zonefleet.v1.Arbiter.DeleteNamespace:input_type -> zonefleet.v1.DeleteNamespaceRequest
+	11, // 16: zonefleet.v1.Arbiter.OpenVZone:input_type -> zonefleet.v1.OpenVZoneRequest
+	12, // 17: zonefleet.v1.Arbiter.NextStripeGroup:input_type -> zonefleet.v1.VZoneRequest
+	12, // 18: zonefleet.v1.Arbiter.FinishVZone:input_type -> zonefleet.v1.VZoneRequest
+	12, // 19: zonefleet.v1.Arbiter.ResetVZone:input_type -> zonefleet.v1.VZoneRequest
+	12, // 20: zonefleet.v1.Arbiter.GetVZone:input_type -> zonefleet.v1.VZoneRequest
+	13, // 21: zonefleet.v1.Arbiter.ListVZones:input_type -> zonefleet.v1.ListVZonesRequest
+	15, // 22: zonefleet.v1.Arbiter.ReportActivity:input_type -> zonefleet.v1.ReportActivityRequest
+	19, // 23: zonefleet.v1.Arbiter.ListNodes:input_type -> zonefleet.v1.ListNodesRequest
+	21, // 24: zonefleet.v1.Arbiter.GetNode:input_type -> zonefleet.v1.GetNodeRequest
+	22, // 25: zonefleet.v1.Arbiter.RemoveNode:input_type -> zonefleet.v1.RemoveNodeRequest
+	26, // 26: zonefleet.v1.Arbiter.ClusterStatus:input_type -> zonefleet.v1.ClusterStatusRequest
+	27, // 27: zonefleet.v1.Arbiter.TLOpenVZone:input_type -> zonefleet.v1.TLOpenVZoneRequest
+	28, // 28: zonefleet.v1.Arbiter.IssueToken:input_type -> zonefleet.v1.IssueTokenRequest
+	30, // 29: zonefleet.v1.Arbiter.RevokeTokens:input_type -> zonefleet.v1.RevokeTokensRequest
+	1,  // 30: zonefleet.v1.Arbiter.CreateNamespace:output_type -> zonefleet.v1.Namespace
+	1,  // 31: zonefleet.v1.Arbiter.GetNamespace:output_type -> zonefleet.v1.Namespace
+	5,  // 32: zonefleet.v1.Arbiter.ListNamespaces:output_type -> zonefleet.v1.ListNamespacesResponse
+	7,  // 33: zonefleet.v1.Arbiter.DeleteNamespace:output_type -> zonefleet.v1.DeleteNamespaceResponse
+	10, // 34: zonefleet.v1.Arbiter.OpenVZone:output_type -> zonefleet.v1.VZone
+	10, // 35: zonefleet.v1.Arbiter.NextStripeGroup:output_type -> zonefleet.v1.VZone
+	10, // 36: zonefleet.v1.Arbiter.FinishVZone:output_type -> zonefleet.v1.VZone
+	10, // 37: zonefleet.v1.Arbiter.ResetVZone:output_type -> zonefleet.v1.VZone
+	10, // 38: zonefleet.v1.Arbiter.GetVZone:output_type -> zonefleet.v1.VZone
+	14, // 39: zonefleet.v1.Arbiter.ListVZones:output_type -> zonefleet.v1.ListVZonesResponse
+	16, // 40: zonefleet.v1.Arbiter.ReportActivity:output_type -> zonefleet.v1.ReportActivityResponse
+	20, // 41: zonefleet.v1.Arbiter.ListNodes:output_type -> zonefleet.v1.ListNodesResponse
+	18, // 42: zonefleet.v1.Arbiter.GetNode:output_type -> zonefleet.v1.Node
+	23, // 43: zonefleet.v1.Arbiter.RemoveNode:output_type -> zonefleet.v1.RemoveNodeResponse
+	25, // 44: zonefleet.v1.Arbiter.ClusterStatus:output_type -> zonefleet.v1.ClusterStatusResponse
+	10, // 45: zonefleet.v1.Arbiter.TLOpenVZone:output_type -> zonefleet.v1.VZone
+	29, // 46: zonefleet.v1.Arbiter.IssueToken:output_type -> zonefleet.v1.IssueTokenResponse
+	31, // 47: zonefleet.v1.Arbiter.RevokeTokens:output_type -> zonefleet.v1.RevokeTokensResponse
+	30, // [30:48] is the sub-list for method output_type
+	12, // [12:30] is the sub-list for method input_type
+	12, // [12:12] is the sub-list for extension type_name
+	12, // [12:12] is the sub-list for extension extendee
+	0,  // [0:12] is the sub-list for field type_name
 }
 
 func init() { file_zonefleet_v1_arbiter_proto_init() }
@@ -2021,13 +2383,14 @@ func file_zonefleet_v1_arbiter_proto_init() {
 	if File_zonefleet_v1_arbiter_proto != nil {
 		return
 	}
+	file_zonefleet_v1_arbiter_proto_msgTypes[10].OneofWrappers = []any{}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_zonefleet_v1_arbiter_proto_rawDesc), len(file_zonefleet_v1_arbiter_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   26,
+			NumMessages:   31,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

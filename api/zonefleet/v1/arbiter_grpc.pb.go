@@ -39,6 +39,9 @@ const (
 	Arbiter_GetNode_FullMethodName         = "/zonefleet.v1.Arbiter/GetNode"
 	Arbiter_RemoveNode_FullMethodName      = "/zonefleet.v1.Arbiter/RemoveNode"
 	Arbiter_ClusterStatus_FullMethodName   = "/zonefleet.v1.Arbiter/ClusterStatus"
+	Arbiter_TLOpenVZone_FullMethodName     = "/zonefleet.v1.Arbiter/TLOpenVZone"
+	Arbiter_IssueToken_FullMethodName      = "/zonefleet.v1.Arbiter/IssueToken"
+	Arbiter_RevokeTokens_FullMethodName    = "/zonefleet.v1.Arbiter/RevokeTokens"
 )
 
 // ArbiterClient is the client API for Arbiter service.
@@ -68,6 +71,20 @@ type ArbiterClient interface {
 	// registered, FAILED_PRECONDITION (reason ZONE_STATE) while it holds zones.
 	RemoveNode(ctx context.Context, in *RemoveNodeRequest, opts ...grpc.CallOption) (*RemoveNodeResponse, error)
 	ClusterStatus(ctx context.Context, in *ClusterStatusRequest, opts ...grpc.CallOption) (*ClusterStatusResponse, error)
+	// Moves a full or open v-zone of the caller's namespace to threaded logging
+	// (ZNS+ TL_open): it counts as an active v-zone like OpenVZone
+	// (RESOURCE_EXHAUSTED TOO_MANY_OPEN over max_active_vzones), every physical
+	// zone counts against its device's MAR, and a generation other than the
+	// v-zone's is ABORTED STALE_LAYOUT. The client then TL_opens every physical zone;
+	// FinishVZone ends it. Idempotent on a v-zone already in threaded logging.
+	TLOpenVZone(ctx context.Context, in *TLOpenVZoneRequest, opts ...grpc.CallOption) (*VZone, error)
+	// Issues a short-lived signed namespace token (Ed25519, verified by nodes
+	// without a round trip). Admin for any namespace; a tenant renews its own
+	// (its token must be of the namespace's current generation).
+	IssueToken(ctx context.Context, in *IssueTokenRequest, opts ...grpc.CallOption) (*IssueTokenResponse, error)
+	// Bumps a namespace's token generation (admin only): every token issued
+	// before is refused with UNAUTHENTICATED once the verifiers' watch sees it.
+	RevokeTokens(ctx context.Context, in *RevokeTokensRequest, opts ...grpc.CallOption) (*RevokeTokensResponse, error)
 }
 
 type arbiterClient struct {
@@ -228,6 +245,36 @@ func (c *arbiterClient) ClusterStatus(ctx context.Context, in *ClusterStatusRequ
 	return out, nil
 }
 
+func (c *arbiterClient) TLOpenVZone(ctx context.Context, in *TLOpenVZoneRequest, opts ...grpc.CallOption) (*VZone, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(VZone)
+	err := c.cc.Invoke(ctx, Arbiter_TLOpenVZone_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *arbiterClient) IssueToken(ctx context.Context, in *IssueTokenRequest, opts ...grpc.CallOption) (*IssueTokenResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(IssueTokenResponse)
+	err := c.cc.Invoke(ctx, Arbiter_IssueToken_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *arbiterClient) RevokeTokens(ctx context.Context, in *RevokeTokensRequest, opts ...grpc.CallOption) (*RevokeTokensResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(RevokeTokensResponse)
+	err := c.cc.Invoke(ctx, Arbiter_RevokeTokens_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // ArbiterServer is the server API for Arbiter service.
 // All implementations must embed UnimplementedArbiterServer
 // for forward compatibility.
@@ -255,6 +302,20 @@ type ArbiterServer interface {
 	// registered, FAILED_PRECONDITION (reason ZONE_STATE) while it holds zones.
 	RemoveNode(context.Context, *RemoveNodeRequest) (*RemoveNodeResponse, error)
 	ClusterStatus(context.Context, *ClusterStatusRequest) (*ClusterStatusResponse, error)
+	// Moves a full or open v-zone of the caller's namespace to threaded logging
+	// (ZNS+ TL_open): it counts as an active v-zone like OpenVZone
+	// (RESOURCE_EXHAUSTED TOO_MANY_OPEN over max_active_vzones), every physical
+	// zone counts against its device's MAR, and a generation other than the
+	// v-zone's is ABORTED STALE_LAYOUT. The client then TL_opens every physical zone;
+	// FinishVZone ends it. Idempotent on a v-zone already in threaded logging.
+	TLOpenVZone(context.Context, *TLOpenVZoneRequest) (*VZone, error)
+	// Issues a short-lived signed namespace token (Ed25519, verified by nodes
+	// without a round trip). Admin for any namespace; a tenant renews its own
+	// (its token must be of the namespace's current generation).
+	IssueToken(context.Context, *IssueTokenRequest) (*IssueTokenResponse, error)
+	// Bumps a namespace's token generation (admin only): every token issued
+	// before is refused with UNAUTHENTICATED once the verifiers' watch sees it.
+	RevokeTokens(context.Context, *RevokeTokensRequest) (*RevokeTokensResponse, error)
 	mustEmbedUnimplementedArbiterServer()
 }
 
@@ -309,6 +370,15 @@ func (UnimplementedArbiterServer) RemoveNode(context.Context, *RemoveNodeRequest
 }
 func (UnimplementedArbiterServer) ClusterStatus(context.Context, *ClusterStatusRequest) (*ClusterStatusResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method ClusterStatus not implemented")
+}
+func (UnimplementedArbiterServer) TLOpenVZone(context.Context, *TLOpenVZoneRequest) (*VZone, error) {
+	return nil, status.Error(codes.Unimplemented, "method TLOpenVZone not implemented")
+}
+func (UnimplementedArbiterServer) IssueToken(context.Context, *IssueTokenRequest) (*IssueTokenResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method IssueToken not implemented")
+}
+func (UnimplementedArbiterServer) RevokeTokens(context.Context, *RevokeTokensRequest) (*RevokeTokensResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method RevokeTokens not implemented")
 }
 func (UnimplementedArbiterServer) mustEmbedUnimplementedArbiterServer() {}
 func (UnimplementedArbiterServer) testEmbeddedByValue()                 {}
@@ -601,6 +671,60 @@ func _Arbiter_ClusterStatus_Handler(srv interface{}, ctx context.Context, dec fu
 	return interceptor(ctx, in, info, handler)
 }
 
+func _Arbiter_TLOpenVZone_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(TLOpenVZoneRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(ArbiterServer).TLOpenVZone(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Arbiter_TLOpenVZone_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(ArbiterServer).TLOpenVZone(ctx, req.(*TLOpenVZoneRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _Arbiter_IssueToken_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(IssueTokenRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(ArbiterServer).IssueToken(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Arbiter_IssueToken_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(ArbiterServer).IssueToken(ctx, req.(*IssueTokenRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _Arbiter_RevokeTokens_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(RevokeTokensRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(ArbiterServer).RevokeTokens(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Arbiter_RevokeTokens_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(ArbiterServer).RevokeTokens(ctx, req.(*RevokeTokensRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // Arbiter_ServiceDesc is the grpc.ServiceDesc for Arbiter service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -667,6 +791,18 @@ var Arbiter_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "ClusterStatus",
 			Handler:    _Arbiter_ClusterStatus_Handler,
+		},
+		{
+			MethodName: "TLOpenVZone",
+			Handler:    _Arbiter_TLOpenVZone_Handler,
+		},
+		{
+			MethodName: "IssueToken",
+			Handler:    _Arbiter_IssueToken_Handler,
+		},
+		{
+			MethodName: "RevokeTokens",
+			Handler:    _Arbiter_RevokeTokens_Handler,
 		},
 	},
 	Streams:  []grpc.StreamDesc{},

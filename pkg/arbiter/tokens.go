@@ -1,0 +1,102 @@
+package arbiter
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"google.golang.org/protobuf/types/known/timestamppb"
+
+	v1 "github.com/zonefleet/zonefleet/api/zonefleet/v1"
+	"github.com/zonefleet/zonefleet/pkg/auth"
+	"github.com/zonefleet/zonefleet/pkg/auth/tokengen"
+	"github.com/zonefleet/zonefleet/pkg/cluster"
+	"github.com/zonefleet/zonefleet/pkg/rpcerr"
+	"github.com/zonefleet/zonefleet/pkg/zerr"
+)
+
+// Token issuance and revocation (issue #15). Any arbiter replica serves
+// both: they touch no arbiter state, only the namespace record (read) and
+// the namespace's token generation (tokengen, in etcd), so a tenant renews
+// its token even while the leader changes.
+//
+// IssueToken: the policy lets the operator ask for any namespace and a
+// tenant only for its own (NamespaceField). A tenant's renewal is refused
+// when its presented token is of an older generation than the one etcd
+// holds now (a linearizable read): the authenticator's check uses the
+// watched table, which may lag a revocation by a watch delivery, and a
+// renewal in that window must not carry a revoked token into the new
+// generation. Lifetimes: the default (auth.DefaultTokenTTL) for tenants at
+// most; the operator may ask up to auth.DefaultMaxTTL.
+//
+// RevokeTokens (admin): tokengen.Bump; nodes and arbiters refuse older
+// tokens once their watch delivers the new generation.
+
+// WithIssuer gives the server the token signing key (the arbiter's
+// token-signing.key); without it IssueToken answers UNAVAILABLE.
+func (s *Server) WithIssuer(iss *auth.Issuer) *Server {
+	s.iss = iss
+	return s
+}
+
+// IssueToken implements v1.ArbiterServer.
+func (s *Server) IssueToken(ctx context.Context, req *v1.IssueTokenRequest) (*v1.IssueTokenResponse, error) {
+	resp, err := s.issueToken(ctx, req)
+	return resp, rpcerr.ToError(err)
+}
+
+func (s *Server) issueToken(ctx context.Context, req *v1.IssueTokenRequest) (*v1.IssueTokenResponse, error) {
+	ns := req.GetNamespace()
+	if err := auth.ValidSubject(ns); err != nil {
+		return nil, &zerr.InvalidArgumentError{Field: "namespace", Reason: err.Error()}
+	}
+	if s.iss == nil {
+		return nil, &zerr.UnavailableError{What: "token issuance", Reason: "this arbiter has no token signing key (token-signing.key)"}
+	}
+	id, authed := auth.FromContext(ctx)
+	maxTTL := auth.DefaultTokenTTL
+	if !authed || id.IsAdmin() {
+		maxTTL = auth.DefaultMaxTTL
+	}
+	ttl := time.Duration(req.GetTtlSeconds()) * time.Second
+	if ttl == 0 {
+		ttl = auth.DefaultTokenTTL
+	}
+	if ttl > maxTTL {
+		return nil, &zerr.InvalidArgumentError{Field: "ttl_seconds", Reason: fmt.Sprintf("%v exceeds the %v this caller may ask for", ttl, maxTTL)}
+	}
+	rec, err := s.a.cli.Get(ctx, cluster.NamespaceKey(ns))
+	if err != nil {
+		return nil, &zerr.UnavailableError{What: "etcd", Reason: err.Error()}
+	}
+	if len(rec.Kvs) == 0 {
+		return nil, &zerr.NotFoundError{Kind: "namespace", Name: ns}
+	}
+	gen, _, err := tokengen.Current(ctx, s.a.cli, ns)
+	if err != nil {
+		return nil, err
+	}
+	if authed && id.Kind == auth.KindNamespace && id.Generation < gen {
+		return nil, &zerr.UnauthenticatedError{Reason: fmt.Sprintf("token of generation %d was revoked (namespace %q is at generation %d)", id.Generation, ns, gen)}
+	}
+	tok, c, err := s.iss.Issue(auth.TokenRoleNamespace, ns, gen, ttl)
+	if err != nil {
+		return nil, err
+	}
+	s.a.log.Info("issued a namespace token", "namespace", ns, "generation", gen, "expires", c.ExpiresAt, "caller", id.String())
+	return &v1.IssueTokenResponse{Token: tok, Namespace: ns, Generation: gen, Expires: timestamppb.New(c.ExpiresAt)}, nil
+}
+
+// RevokeTokens implements v1.ArbiterServer.
+func (s *Server) RevokeTokens(ctx context.Context, req *v1.RevokeTokensRequest) (*v1.RevokeTokensResponse, error) {
+	ns := req.GetNamespace()
+	if err := auth.ValidSubject(ns); err != nil {
+		return nil, rpcerr.ToError(&zerr.InvalidArgumentError{Field: "namespace", Reason: err.Error()})
+	}
+	gen, err := tokengen.Bump(ctx, s.a.cli, ns)
+	if err != nil {
+		return nil, rpcerr.ToError(err)
+	}
+	s.a.log.Warn("revoked namespace tokens", "namespace", ns, "generation", gen)
+	return &v1.RevokeTokensResponse{Generation: gen}, nil
+}
