@@ -21,7 +21,8 @@
 //	format               {"version":2,"features":0}; other versions or unknown feature bits refuse to load
 //	meta                 N_essential, N_spare, the allocation clock and the overdrive loans (small, global)
 //	ns/<name>            a namespace: spec, provisioned essentials/spares, EWMA, activity, frozen
-//	vz/<name>/<%020d id> a non-empty v-zone: state, generation, stripe groups, reclaim targets
+//	vz/<name>/<%020d id> a non-empty v-zone: state, generation, stripe groups, reclaim targets,
+//	                     incarnation and threaded logging (omitted when zero/false: older records read unchanged; tl.go)
 //	node/<id>            the shadow view of a node: its last registration, availability, when lost
 //
 // Nodes' grants stay at cluster.GrantKey and namespace records at

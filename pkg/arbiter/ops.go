@@ -55,6 +55,8 @@ type Layout struct {
 	ZonesPerVZone uint32
 	BlockSize     uint32 // bytes
 	ZoneCapacity  uint64 // blocks per physical zone (smallest of its zones)
+	Incarnation   uint64 // this opening of the v-zone (VZone.Incarnation)
+	TL            bool   // in threaded logging
 }
 
 // NodeInfo is the shadow view of a node.
@@ -319,6 +321,12 @@ func (a *Arbiter) NextStripeGroup(ctx context.Context, namespace string, vzone u
 
 // allocOpID opens (open) or advances a v-zone; with pick, the lowest empty id.
 func (a *Arbiter) allocOpID(ctx context.Context, name string, id uint64, open, pick bool) (Layout, error) {
+	return a.allocOpIDLike(ctx, name, id, open, pick, nil)
+}
+
+// allocOpIDLike is allocOpID; an open with like places the new v-zone's
+// groups on the dies of v-zone *like's groups where it can (tl.go).
+func (a *Arbiter) allocOpIDLike(ctx context.Context, name string, id uint64, open, pick bool, like *uint64) (Layout, error) {
 	start := time.Now()
 	now := a.cfg.Now()
 	var ev events
@@ -348,6 +356,13 @@ func (a *Arbiter) allocOpID(ctx context.Context, name string, id uint64, open, p
 				return nil, &zerr.TooManyActiveError{Limit: ns.Spec.MARLogical}
 			}
 			vz = &VZone{ID: id, State: VZoneOpen}
+			if like != nil {
+				if err := checkVZoneID(ns, *like); err != nil {
+					return nil, err
+				}
+				l := *like
+				vz.Like = &l
+			}
 			st.putVZ(name, vz)
 		} else {
 			if vz == nil || vz.openGroup() == nil {
@@ -370,6 +385,11 @@ func (a *Arbiter) allocOpID(ctx context.Context, name string, id uint64, open, p
 		ops, err := a.allocGroup(st, name, ns, vz, now, &ev, false)
 		if err != nil {
 			return nil, err
+		}
+		if open {
+			// The allocation clock only grows and this open moved it: no
+			// other opening of any v-zone has this value.
+			vz.Incarnation = st.AllocSeq
 		}
 		ev.lent += globalOverdrive(st)
 		out = layoutOf(st, name, vz)
@@ -470,7 +490,12 @@ func (a *Arbiter) planGroup(st *State, name string, ns *nsState, vz *VZone, recl
 	if width == 0 {
 		return StripeGroup{}, &zerr.NoResourcesError{Resource: "free physical zones on available dies", Requested: uint64(min(want, remaining)), Available: 0}
 	}
-	zones := pickZones(st, ix, cands, width)
+	var zones []cluster.PhysZone
+	if ref := likeRef(st, name, vz); !reclaim && len(ref) > 0 {
+		zones = pickLike(st, ix, cands, width, ref)
+	} else {
+		zones = pickZones(st, ix, cands, width)
+	}
 	if uint32(len(zones)) < width {
 		return StripeGroup{}, &zerr.NoResourcesError{Resource: "free physical zones on available dies", Requested: uint64(width), Available: uint64(len(zones))}
 	}
@@ -604,6 +629,7 @@ func (a *Arbiter) FinishVZone(ctx context.Context, namespace string, vzone uint6
 				g.Open = false
 			}
 			vz.State = VZoneFull
+			vz.TL = false // threaded logging ends with the finish (the client finished the drives' zones)
 			vz.Generation++
 			ev.returned += settleRecalls(st, namespace)
 			ev.lent += globalOverdrive(st)
@@ -622,6 +648,13 @@ func (a *Arbiter) FinishVZone(ctx context.Context, namespace string, vzone uint6
 // and their grants are deleted (the nodes reset a physical zone before it is
 // written again). Resetting an empty v-zone is a no-op.
 func (a *Arbiter) ResetVZone(ctx context.Context, namespace string, vzone uint64) error {
+	return a.resetVZone(ctx, namespace, vzone, 0)
+}
+
+// resetVZone is ResetVZone; a non-zero incarnation resets the v-zone only
+// if it is still that opening (*zerr.StaleLayoutError otherwise, nothing
+// changes; an empty v-zone is a no-op either way).
+func (a *Arbiter) resetVZone(ctx context.Context, namespace string, vzone, incarnation uint64) error {
 	var ev events
 	err := a.mutate(ctx, func(st *State, ix *index) ([]clientv3.Op, error) {
 		ev = events{}
@@ -635,6 +668,9 @@ func (a *Arbiter) ResetVZone(ctx context.Context, namespace string, vzone uint64
 		vz := ns.VZones[vzone]
 		if vz == nil {
 			return nil, nil
+		}
+		if incarnation != 0 && vz.Incarnation != incarnation {
+			return nil, &zerr.StaleLayoutError{VZone: vzoneName(namespace, vzone), Generation: incarnation, Current: vz.Incarnation}
 		}
 		if vz.Reclaiming {
 			return nil, &zerr.ZoneStateError{Zone: vzone, State: "reclaiming", Op: "reset"}
@@ -695,7 +731,7 @@ func (a *Arbiter) ListVZones(ctx context.Context, namespace string) ([]Layout, e
 }
 
 func layoutOf(st *State, ns string, vz *VZone) Layout {
-	l := Layout{Namespace: ns, VZone: vz.ID, State: vz.State, Generation: vz.Generation}
+	l := Layout{Namespace: ns, VZone: vz.ID, State: vz.State, Generation: vz.Generation, Incarnation: vz.Incarnation, TL: vz.TL}
 	if n := st.Namespaces[ns]; n != nil {
 		l.ZonesPerVZone = n.Spec.ZonesPerVZone
 	}

@@ -395,6 +395,9 @@ func (a *Arbiter) commit(ctx context.Context, t *term, sops []stateOp, extra []c
 	if len(sops) == 0 && len(extra) == 0 {
 		return res, nil
 	}
+	if t.inMemory() { // NewInMemory: publishing the fork is the commit
+		return commitResult{txns: 1}, nil
+	}
 	budget := a.cfg.MaxTxnOps
 	leaderCmp := clientv3.Compare(clientv3.CreateRevision(t.election.Key()), "=", t.election.Rev())
 	// extra: deletes first, so a zone released and reused never carries two grants.
@@ -733,7 +736,7 @@ func deriveIndex(st *State, overlay bool) *index {
 	}
 	b := ch.baseIx
 	ix := &index{owner: b.owner, devActive: maps.Clone(b.devActive), dieActive: maps.Clone(b.dieActive),
-		usage: make(map[string]*nsUsage, len(b.usage)), busy: maps.Clone(b.busy),
+		usage: make(map[string]*nsUsage, len(b.usage)), busy: maps.Clone(b.busy), dieOwned: maps.Clone(b.dieOwned),
 		ownerAdd: map[cluster.PhysZone]zoneOwner{}, ownerDel: map[cluster.PhysZone]bool{}}
 	if b.ownerAdd != nil { // never: committed indexes are materialized
 		return buildIndex(st)
@@ -779,7 +782,7 @@ func (ix *index) account(st *State, name string, vz *VZone, add bool) {
 			*v -= d
 		}
 	}
-	if vz.openGroup() != nil {
+	if vz.active() {
 		step(&u.ActiveVZones, 1)
 	}
 	for _, g := range vz.allGroups() {
@@ -797,6 +800,7 @@ func (ix *index) account(st *State, name string, vz *VZone, add bool) {
 					ix.owner[z] = o
 				}
 				ix.busy[z.Node]++
+				ix.markDie(st, z, true)
 			} else {
 				if ix.ownerAdd != nil {
 					delete(ix.ownerAdd, z)
@@ -807,8 +811,9 @@ func (ix *index) account(st *State, name string, vz *VZone, add bool) {
 				if ix.busy[z.Node]--; ix.busy[z.Node] <= 0 {
 					delete(ix.busy, z.Node)
 				}
+				ix.markDie(st, z, false)
 			}
-			if g.Open {
+			if vz.zoneActive(&g) {
 				dk, die := devKey{z.Node, z.Device}, st.dieOf(z)
 				if add {
 					ix.devActive[dk]++

@@ -8,10 +8,16 @@
 //
 // # Data path
 //
-// A read (ReadInto) sends one request per physical zone it touches and
-// copies each answer straight to its stripes' places in the caller's
-// buffer; the last request runs on the caller's goroutine, so a read within
-// one stripe starts no goroutine. A write sends a leg of one stripe straight
+// A read (ReadInto) splits into legs, one per physical zone it touches, and
+// sends one call per node: ReadV with one range per leg (up to the unary
+// limit; a single leg is a Read, a leg above the limit a ReadStream). The
+// answers are received into wire.ReadChunks — views of the transport's
+// receive buffers — and copied once, straight to their stripes' places in
+// the caller's buffer. The calls run in parallel, the last on the caller's
+// goroutine, so a read that needs one call starts no goroutine. A call's
+// legs are admitted by their stripe groups' congestion windows, once per
+// group and in group order (no wait cycles between concurrent reads). A
+// node without ReadV (an older version) is read leg by leg. A write sends a leg of one stripe straight
 // from the caller's data and gathers a leg of several stripes into a pooled
 // buffer; WriteFUA sets the FUA flag on every request instead of a Flush
 // round trip afterwards. Durability is per drive: Devices names the drives
@@ -27,7 +33,18 @@
 // it, not even during a leader failover. A layout is never replaced by an
 // older one (each carries the etcd revision it was read at), and a Reset
 // whose v-zone was opened again while the reset was in flight keeps the
-// newer, open layout.
+// newer, open layout. OpenVZoneIncarnation names the opening it made, and
+// ResetIncarnation gives back exactly that opening (the arbiter refuses
+// with StaleLayout when the id was reset and opened again by someone else).
+//
+// # Threaded logging
+//
+// VZone.TLOpen (tl.go) moves a v-zone to ZNS+ threaded logging: the arbiter
+// first (counted as an active v-zone), then every physical zone, in
+// parallel. Sparse sequential overwrites of invalid blocks follow, checked
+// against the bitmap before any leg is sent; a zone whose drive ended
+// threaded logging by itself (node restart) is TL_opened again on the next
+// write. Finish ends it on the drives, then at the arbiter.
 package client
 
 import (
@@ -142,13 +159,17 @@ func New(ctx context.Context, cfg Config) (*Client, error) {
 	c := &Client{cfg: cfg, log: cfg.Logger, m: newMetrics(cfg.Registerer), arbConn: map[string]*grpc.ClientConn{},
 		nodes: map[string]*grpc.ClientConn{}, vzones: map[uint64]*VZone{}}
 	c.bg, c.bgCancel = context.WithCancel(context.Background())
-	if len(cfg.Etcd) > 0 {
-		etc, err := clientv3.New(clientv3.Config{Endpoints: cfg.Etcd, DialTimeout: 5 * time.Second, Logger: zap.NewNop()})
+	if ecfg, ok := etcdConfig(cfg); ok {
+		etc, err := clientv3.New(ecfg)
 		if err != nil {
 			return nil, &zerr.UnavailableError{What: "etcd", Reason: err.Error()}
 		}
 		c.etc = etc
+	} else if len(cfg.Arbiters) == 0 {
+		return nil, &zerr.InvalidArgumentError{Field: "arbiters", Reason: "etcd (https://) needs a cluster certificate; give arbiter addresses"}
 	}
+	// A namespace token is renewed through the arbiter (tokens.go).
+	c.cfg.Credentials = c.renewCredentials(cfg.Credentials)
 	if cfg.Namespace == "" { // cluster administration only: check the arbiter answers
 		_, err := c.ClusterStatus(ctx)
 		if err != nil {
@@ -506,11 +527,31 @@ func (c *Client) ListVZones(ctx context.Context) ([]*v1.VZone, error) {
 
 // OpenVZone opens a new v-zone (the lowest empty id) and returns its handle.
 func (c *Client) OpenVZone(ctx context.Context) (*VZone, error) {
+	vz, _, err := c.OpenVZoneIncarnation(ctx)
+	return vz, err
+}
+
+// OpenVZoneIncarnation is OpenVZone that also returns the incarnation of
+// this opening (VZone.ResetIncarnation gives exactly it back; 0 from an
+// arbiter that predates incarnations).
+func (c *Client) OpenVZoneIncarnation(ctx context.Context) (*VZone, uint64, error) {
+	return c.openVZone(ctx, &v1.OpenVZoneRequest{Namespace: c.cfg.Namespace})
+}
+
+// OpenVZoneLike is OpenVZoneIncarnation with a copyback-aware layout hint:
+// the new v-zone's stripe groups go to the dies of v-zone like's where they
+// can (best effort), so compacting like into it finds same-chip
+// destinations.
+func (c *Client) OpenVZoneLike(ctx context.Context, like uint64) (*VZone, uint64, error) {
+	return c.openVZone(ctx, &v1.OpenVZoneRequest{Namespace: c.cfg.Namespace, LikeVzone: &like})
+}
+
+func (c *Client) openVZone(ctx context.Context, req *v1.OpenVZoneRequest) (*VZone, uint64, error) {
 	l, err := arbiterCall(ctx, c, "open v-zone", func(ctx context.Context, a v1.ArbiterClient) (*v1.VZone, error) {
-		return a.OpenVZone(ctx, &v1.OpenVZoneRequest{Namespace: c.cfg.Namespace})
+		return a.OpenVZone(ctx, req)
 	})
 	if err != nil {
-		return nil, err
+		return nil, 0, err
 	}
 	vz := c.handle(l.GetId())
 	vz.applyLayout(l, func() {
@@ -519,7 +560,7 @@ func (c *Client) OpenVZone(ctx context.Context) (*VZone, error) {
 			vz.reopened = true // the reset's answer (empty) is older than this layout
 		}
 	})
-	return vz, nil
+	return vz, l.GetIncarnation(), nil
 }
 
 // VZone returns the handle of v-zone id (its layout is loaded on first use).
@@ -576,4 +617,30 @@ func (e *NodeError) Unwrap() error { return e.Err }
 // String is for logs.
 func (c *Client) String() string {
 	return fmt.Sprintf("client(namespace %s, arbiters %s)", c.cfg.Namespace, strings.Join(c.cfg.Arbiters, ","))
+}
+
+// etcdConfig is the etcd client configuration for leader discovery. etcd
+// over TLS (https:// endpoints) authenticates clients by certificate: a
+// client with a cluster certificate (the operator) presents it; a tenant,
+// which has none, does not use etcd and finds the leader through the
+// arbiters (false).
+func etcdConfig(cfg Config) (clientv3.Config, bool) {
+	ecfg := clientv3.Config{Endpoints: cfg.Etcd, DialTimeout: 5 * time.Second, Logger: zap.NewNop()}
+	if len(cfg.Etcd) == 0 {
+		return ecfg, false
+	}
+	secure := 0
+	for _, ep := range cfg.Etcd {
+		if strings.HasPrefix(ep, "https://") {
+			secure++
+		}
+	}
+	if secure == 0 {
+		return ecfg, true
+	}
+	if cfg.TLS == nil || (cfg.TLS.GetClientCertificate == nil && len(cfg.TLS.Certificates) == 0) {
+		return ecfg, false
+	}
+	ecfg.TLS = cfg.TLS.Clone()
+	return ecfg, true
 }

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -28,8 +27,15 @@ type VZone struct {
 	wpKnown bool
 	wpSeq   uint64 // bumped whenever wp or wpKnown change: a derivation from the devices that raced a change is dropped
 	tl      bool   // TL_opened: writes may skip ahead over valid blocks
-	static  bool   // fixed layout (direct client)
-	rev     int64  // highest etcd revision of a layout seen: nodes must be at least this fresh
+	// tlValid is, in threaded logging opened by this client, the v-zone's
+	// valid bitmap (one bit per block) plus every block written since: what
+	// must be preserved if a drive ended threaded logging by itself (a node
+	// restart) and a physical zone is TL_opened again (tl.go). nil when not
+	// known (threaded logging opened by another process).
+	tlValid []byte
+	tlMode  v1.PlugMode
+	static  bool  // fixed layout (direct client)
+	rev     int64 // highest etcd revision of a layout seen: nodes must be at least this fresh
 
 	devs       []DeviceRef // distinct drives of the groups, cached by Devices
 	devsGroups int         // len(groups) when devs was computed
@@ -100,7 +106,15 @@ func (v *VZone) applyLayout(l *v1.VZone, then func()) bool {
 		v.groups = append(v.groups, g)
 	}
 	if l.GetState() == v1.VZoneState_VZONE_STATE_EMPTY {
-		v.wp, v.wpKnown, v.tl = 0, true, false
+		v.wp, v.wpKnown = 0, true
+	}
+	if !v.static { // the arbiter's record says whether threaded logging is on
+		if tl := l.GetThreadedLogging(); tl != v.tl {
+			v.tl, v.wpKnown = tl, false // the write pointer rule changes with it
+		}
+		if !v.tl {
+			v.tlValid = nil
+		}
 	}
 	if then != nil {
 		then()
@@ -330,6 +344,9 @@ func (v *VZone) writePointer(ctx context.Context) (uint64, error) {
 		return 0, &zerr.NotFoundError{Kind: "v-zone layout", Name: fmt.Sprint(v.id)}
 	}
 	ctx = v.withRev(ctx)
+	v.mu.Lock()
+	tl := v.tl
+	v.mu.Unlock()
 	wp := uint64(0)
 	for _, g := range groups {
 		prefix := g.start + g.capacity
@@ -349,10 +366,21 @@ func (v *VZone) writePointer(ctx context.Context) (uint64, error) {
 			}
 			zw := rep.GetZones()[0].GetWritePointer() - uint64(z.zone)*d.zoneSize
 			perZone := g.capacity / uint64(g.width)
+			if tl {
+				// Threaded logging writes sparsely: the write pointer is past
+				// the last block written or plugged on any zone.
+				if zw > 0 {
+					wp = max(wp, g.voff(i, min(zw, perZone)-1)+1)
+				}
+				continue
+			}
 			if zw >= perZone {
 				continue
 			}
 			prefix = min(prefix, g.voff(i, zw))
+		}
+		if tl {
+			continue
 		}
 		wp = prefix
 		if prefix < g.start+g.capacity {
@@ -454,6 +482,11 @@ func (v *VZone) write(ctx context.Context, off uint64, data []byte, fua bool) er
 	if off+n > capacity {
 		return &zerr.ZoneFullError{Zone: v.id, Capacity: capacity}
 	}
+	if tl {
+		if err := v.tlCheck(off, n); err != nil {
+			return err // before any leg is sent: nothing changes
+		}
+	}
 	done := uint64(0)
 	for done < n {
 		cur := off + done
@@ -469,6 +502,9 @@ func (v *VZone) write(ctx context.Context, off uint64, data []byte, fua bool) er
 			v.wpKnown = false // re-derive from the devices next time
 		} else {
 			v.wp = cur + chunk
+		}
+		if tl {
+			v.tlMark(cur, got)
 		}
 		v.wpSeq++
 		v.mu.Unlock()
@@ -543,6 +579,10 @@ func (v *VZone) groupFor(ctx context.Context, off uint64) (*group, error) {
 		if off >= l.GetCapacity() {
 			return nil, &zerr.ZoneFullError{Zone: v.id, Capacity: l.GetCapacity()}
 		}
+		if l.GetThreadedLogging() {
+			// Threaded logging covers the stripe groups allocated before it.
+			return nil, &zerr.ZoneFullError{Zone: v.id, Capacity: v.allocatedEnd()}
+		}
 		nl, err := arbiterCall(ctx, v.c, "next stripe group", func(ctx context.Context, a v1.ArbiterClient) (*v1.VZone, error) {
 			return a.NextStripeGroup(ctx, &v1.VZoneRequest{Namespace: v.c.cfg.Namespace, Id: v.id})
 		})
@@ -552,19 +592,6 @@ func (v *VZone) groupFor(ctx context.Context, off uint64) (*group, error) {
 		v.setLayout(nl)
 	}
 	return nil, &zerr.UnavailableError{What: "arbiter", Reason: "no stripe group covers the write after 64 allocations"}
-}
-
-// gatherPool holds the buffers that gather the stripes of a leg with
-// several pieces (a leg of one piece is sent straight from the caller's data).
-var gatherPool sync.Pool
-
-func getGather(n int) *[]byte {
-	if p, ok := gatherPool.Get().(*[]byte); ok && cap(*p) >= n {
-		*p = (*p)[:0]
-		return p
-	}
-	b := make([]byte, 0, n)
-	return &b
 }
 
 // writeGroup writes [off, off+n) of one group: one request per physical zone,
@@ -580,16 +607,16 @@ func (v *VZone) writeGroup(ctx context.Context, g *group, off uint64, data []byt
 			errs[li] = v.writeLeg(ctx, g.zones[l.idx], l.zoff, data[(p.voff-off)*bs:(p.voff-off+p.n)*bs], bs, fua)
 			return
 		}
-		// The request is serialized before the call returns: the buffer can
-		// go back to the pool then.
-		bp := getGather(int(l.blocks * bs))
-		buf := *bp
+		// The zero-copy codec (pkg/wire) hands this buffer to the transport
+		// without copying, and the transport may still be writing it after
+		// the call returned (an early error answer from the node, a
+		// cancelled context): it is never reused, the garbage collector
+		// frees it once the transport is done.
+		buf := make([]byte, 0, l.blocks*bs)
 		for _, p := range l.pieces {
 			buf = append(buf, data[(p.voff-off)*bs:(p.voff-off+p.n)*bs]...)
 		}
 		errs[li] = v.writeLeg(ctx, g.zones[l.idx], l.zoff, buf, bs, fua)
-		*bp = buf
-		gatherPool.Put(bp)
 	}
 	var wg sync.WaitGroup
 	for li, l := range legs[:len(legs)-1] {
@@ -627,6 +654,13 @@ func (v *VZone) writeLeg(ctx context.Context, z pzone, zoff uint64, buf []byte, 
 	_, err = nodeCall(ctx, v.c, z.node, z.addr, "write", func(ctx context.Context, n v1.ZonedDeviceClient) (struct{}, error) {
 		attempt++
 		err := writeBlocks(ctx, n, z.dev, lba, buf, fua)
+		if attempt > 1 && errors.Is(err, zerr.ErrTLViolation) && v.tlLanded(ctx, n, z, d, lba+blocks) {
+			err = nil // threaded logging: the earlier attempt landed (the write pointer is past it)
+			if fua {
+				_, err = n.Flush(ctx, &v1.FlushRequest{Device: z.dev})
+			}
+			return struct{}{}, err
+		}
 		var wp *zerr.WritePointerError
 		if attempt > 1 && errors.As(err, &wp) && wp.Got == lba && wp.Expected == lba+blocks {
 			if fua { // the earlier attempt landed; make it durable as asked
@@ -637,6 +671,11 @@ func (v *VZone) writeLeg(ctx context.Context, z pzone, zoff uint64, buf []byte, 
 		}
 		return struct{}{}, err
 	})
+	if err != nil && errors.Is(err, zerr.ErrWritePointer) && v.isTL() {
+		// The drive ended threaded logging on this zone by itself (a node
+		// restart finishes it on reopen): open it again and write once more.
+		return v.tlResume(ctx, z, d, zoff, buf, bs, fua, err)
+	}
 	return err
 }
 
@@ -689,10 +728,13 @@ func (v *VZone) Read(ctx context.Context, off, n uint64) ([]byte, error) {
 	return out, nil
 }
 
-// ReadInto fills buf (whole blocks) from off. The nodes' answers are copied
-// straight to their places in buf; one request goes to each physical zone
-// the range touches (all in parallel, the last one on the caller's
-// goroutine, so a read of one leg starts no goroutine).
+// ReadInto fills buf (whole blocks) from off. The range splits into legs
+// (one per physical zone it touches) and the legs into calls: one per node
+// (ReadV with a range per leg, up to the unary limit; Read for one leg;
+// ReadStream for a leg larger than that), all in parallel, the last on the
+// caller's goroutine, so a read of one call starts no goroutine. The
+// nodes' answers are copied straight from the receive buffers to their
+// places in buf.
 func (v *VZone) ReadInto(ctx context.Context, off uint64, buf []byte) error {
 	start := time.Now()
 	if err := v.ensureLayout(ctx); err != nil {
@@ -722,32 +764,21 @@ func (v *VZone) ReadInto(ctx context.Context, off uint64, buf []byte) error {
 	if covered < n {
 		clear(buf) // blocks of no stripe group yet were never written: zeroes
 	}
-	readPart := func(g *group) error {
+	var refs []readLegRef
+	for _, g := range parts {
 		lo, hi := max(off, g.start), min(off+n, g.start+g.capacity)
-		return v.readGroup(ctx, g, lo, hi-lo, buf[(lo-off)*bs:(hi-off)*bs], bs)
+		for _, l := range g.legs(lo, hi-lo) {
+			z := g.zones[l.idx]
+			d, err := v.c.device(ctx, z)
+			if err != nil {
+				return fmt.Errorf("v-zone %d: read %d blocks at %d: %w", v.id, n, off, err)
+			}
+			refs = append(refs, readLegRef{g: g, l: l, z: z, lba: uint64(z.zone)*d.zoneSize + l.zoff, bs: d.bs})
+		}
 	}
 	var first error
-	switch len(parts) {
-	case 0:
-	case 1:
-		first = readPart(parts[0])
-	default:
-		errs := make([]error, len(parts))
-		var wg sync.WaitGroup
-		for i, g := range parts[:len(parts)-1] {
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				errs[i] = readPart(g)
-			}()
-		}
-		errs[len(parts)-1] = readPart(parts[len(parts)-1])
-		wg.Wait()
-		for _, e := range errs {
-			if e != nil && first == nil {
-				first = e
-			}
-		}
+	if len(refs) > 0 {
+		first = v.runCalls(ctx, planRead(refs), buf, off)
 	}
 	if first != nil {
 		if errors.Is(first, zerr.ErrNotOwner) || errors.Is(first, zerr.ErrStaleLayout) {
@@ -759,36 +790,6 @@ func (v *VZone) ReadInto(ctx context.Context, off uint64, buf []byte) error {
 	v.c.m.bytes.WithLabelValues("read").Add(float64(len(buf)))
 	v.c.m.latency.WithLabelValues("read").Observe(time.Since(start).Seconds())
 	return nil
-}
-
-// readGroup reads [off, off+n) of group g into out: one request per
-// physical zone, each admitted by the group's congestion window.
-func (v *VZone) readGroup(ctx context.Context, g *group, off, n uint64, out []byte, bs uint64) error {
-	legs := g.legs(off, n)
-	one := func(l *leg) error {
-		units := float64((l.blocks + g.stripe - 1) / g.stripe)
-		if err := g.cc.acquire(ctx, units); err != nil {
-			return err
-		}
-		lat, err := v.readLeg(ctx, g.zones[l.idx], l, off, out, bs)
-		g.cc.release(units, lat, err == nil)
-		return err
-	}
-	if len(legs) == 1 {
-		return one(legs[0])
-	}
-	errs := make([]error, len(legs))
-	var wg sync.WaitGroup
-	for li, l := range legs[:len(legs)-1] {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			errs[li] = one(l)
-		}()
-	}
-	errs[len(legs)-1] = one(legs[len(legs)-1])
-	wg.Wait()
-	return errors.Join(errs...)
 }
 
 // scatter copies a leg's bytes, as they arrive, to the places of its pieces
@@ -818,56 +819,13 @@ func (s *scatter) write(p []byte) {
 	s.filled += uint64(len(p)) // more than asked: counted so the length check fails
 }
 
-// readLeg reads leg l of zone z into its pieces of out; it returns the
-// modelled device latency.
-func (v *VZone) readLeg(ctx context.Context, z pzone, l *leg, base uint64, out []byte, bs uint64) (time.Duration, error) {
-	d, err := v.c.device(ctx, z)
-	if err != nil {
-		return 0, err
-	}
-	lba := uint64(z.zone)*d.zoneSize + l.zoff
-	want := l.blocks * d.bs
-	lat, err := nodeCall(ctx, v.c, z.node, z.addr, "read", func(ctx context.Context, n v1.ZonedDeviceClient) (time.Duration, error) {
-		sc := scatter{l: l, out: out, base: base, bs: bs}
-		var lat time.Duration
-		if want <= daemon.MaxUnaryData {
-			r, err := n.Read(ctx, &v1.ReadRequest{Device: z.dev, Lba: lba, Blocks: uint32(l.blocks)})
-			if err != nil {
-				return 0, err
-			}
-			sc.write(r.GetData())
-			lat = time.Duration(r.GetLatencyNs())
-		} else {
-			sctx, cancel := context.WithCancel(ctx)
-			defer cancel()
-			s, err := n.ReadStream(sctx, &v1.ReadRequest{Device: z.dev, Lba: lba, Blocks: uint32(l.blocks)})
-			if err != nil {
-				return 0, err
-			}
-			for {
-				m, err := s.Recv()
-				if errors.Is(err, io.EOF) {
-					break
-				}
-				if err != nil {
-					return 0, err
-				}
-				sc.write(m.GetData())
-				lat += time.Duration(m.GetLatencyNs())
-			}
-		}
-		if sc.filled != want {
-			return 0, fmt.Errorf("short read: %d of %d bytes", sc.filled, want)
-		}
-		return lat, nil
-	})
-	return lat, err
-}
-
 // Finish finishes the v-zone: no more writes; its active resources return.
 func (v *VZone) Finish(ctx context.Context) error {
 	v.wmu.Lock()
 	defer v.wmu.Unlock()
+	if v.isTL() {
+		return v.tlFinish(ctx)
+	}
 	_, groups := v.snapshot()
 	l, err := arbiterCall(ctx, v.c, "finish v-zone", func(ctx context.Context, a v1.ArbiterClient) (*v1.VZone, error) {
 		return a.FinishVZone(ctx, &v1.VZoneRequest{Namespace: v.c.cfg.Namespace, Id: v.id})
@@ -878,6 +836,14 @@ func (v *VZone) Finish(ctx context.Context) error {
 	// Finish the physical zones of the groups that were open on the drives,
 	// all in parallel.
 	ctx = v.withRev(ctx)
+	errs := v.finishZones(ctx, groups)
+	v.applyLayout(l, func() { v.wp, v.wpKnown = l.GetCapacity(), true })
+	return errors.Join(errs...)
+}
+
+// finishZones finishes every physical zone of groups, all in parallel; a
+// zone already full (or no longer granted) is no error.
+func (v *VZone) finishZones(ctx context.Context, groups []*group) []error {
 	var zones []pzone
 	for _, g := range groups {
 		zones = append(zones, g.zones...)
@@ -897,13 +863,27 @@ func (v *VZone) Finish(ctx context.Context) error {
 		}()
 	}
 	wg.Wait()
-	v.applyLayout(l, func() { v.wp, v.wpKnown = l.GetCapacity(), true })
-	return errors.Join(errs...)
+	return errs
 }
 
 // Reset empties the v-zone: the arbiter takes its physical zones back and
 // the nodes reset them.
-func (v *VZone) Reset(ctx context.Context) error {
+func (v *VZone) Reset(ctx context.Context) error { return v.reset(ctx, 0) }
+
+// ResetIncarnation resets the v-zone only if it is still the opening
+// incarnation (from OpenVZoneIncarnation): giving back a v-zone this process
+// opened can never reset a later opening of the same id by another mount
+// (the arbiter hands out the lowest empty id, often one just reset). A
+// *zerr.StaleLayoutError says the v-zone is another opening now; nothing
+// changed. Resetting an empty v-zone is a no-op.
+func (v *VZone) ResetIncarnation(ctx context.Context, incarnation uint64) error {
+	if incarnation == 0 {
+		return &zerr.InvalidArgumentError{Field: "incarnation", Reason: "must be non-zero (0 resets unconditionally: use Reset)"}
+	}
+	return v.reset(ctx, incarnation)
+}
+
+func (v *VZone) reset(ctx context.Context, incarnation uint64) error {
 	v.wmu.Lock()
 	defer v.wmu.Unlock()
 	if v.static { // no arbiter: reset the physical zones themselves
@@ -919,7 +899,7 @@ func (v *VZone) Reset(ctx context.Context) error {
 			}
 		}
 		v.mu.Lock()
-		v.wp, v.wpKnown, v.tl = 0, true, false
+		v.wp, v.wpKnown, v.tl, v.tlValid = 0, true, false, nil
 		v.wpSeq++
 		v.mu.Unlock()
 		return nil
@@ -928,7 +908,7 @@ func (v *VZone) Reset(ctx context.Context) error {
 	v.resetting++
 	v.mu.Unlock()
 	l, err := arbiterCall(ctx, v.c, "reset v-zone", func(ctx context.Context, a v1.ArbiterClient) (*v1.VZone, error) {
-		return a.ResetVZone(ctx, &v1.VZoneRequest{Namespace: v.c.cfg.Namespace, Id: v.id})
+		return a.ResetVZone(ctx, &v1.VZoneRequest{Namespace: v.c.cfg.Namespace, Id: v.id, Incarnation: incarnation})
 	})
 	v.mu.Lock()
 	v.resetting--
@@ -1010,45 +990,6 @@ func chipOf(m *v1.IdentifyMappingResponse, lba uint64, zone uint32) uint32 {
 		fcg = zone % m.GetFcgs()
 	}
 	return fcg*m.GetDzone() + inFCG
-}
-
-// TLOpen opens every allocated physical zone of the v-zone for threaded
-// logging with the part of valid (one bit per v-zone block, LSB first) that
-// falls on it. Afterwards writes may skip ahead over valid blocks.
-func (v *VZone) TLOpen(ctx context.Context, valid []byte, mode v1.PlugMode) error {
-	v.wmu.Lock()
-	defer v.wmu.Unlock()
-	if err := v.ensureLayout(ctx); err != nil {
-		return err
-	}
-	ctx = v.withRev(ctx)
-	l, groups := v.snapshot()
-	if uint64(len(valid))*8 < l.GetCapacity() {
-		return &zerr.InvalidBitmapError{Zone: v.id, Reason: fmt.Sprintf("has %d bytes, the v-zone needs %d", len(valid), (l.GetCapacity()+7)/8)}
-	}
-	for _, g := range groups {
-		perZone := g.capacity / uint64(g.width)
-		for i, z := range g.zones {
-			bm := make([]byte, (perZone+7)/8)
-			for zoff := uint64(0); zoff < perZone; zoff++ {
-				vo := g.voff(i, zoff)
-				if valid[vo/8]&(1<<(vo%8)) != 0 {
-					bm[zoff/8] |= 1 << (zoff % 8)
-				}
-			}
-			_, err := nodeCall(ctx, v.c, z.node, z.addr, "tl_open", func(ctx context.Context, n v1.ZonedDeviceClient) (*v1.TLOpenResponse, error) {
-				return n.TLOpen(ctx, &v1.TLOpenRequest{Device: z.dev, Zone: z.zone, ValidBitmap: bm, Mode: mode})
-			})
-			if err != nil {
-				return err
-			}
-		}
-	}
-	v.mu.Lock()
-	v.tl, v.wp, v.wpKnown = true, 0, true
-	v.wpSeq++
-	v.mu.Unlock()
-	return nil
 }
 
 // WritePointer returns the v-zone's write pointer (cached, or recovered from

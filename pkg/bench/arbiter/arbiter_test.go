@@ -2,6 +2,7 @@ package arbiterbench
 
 import (
 	"context"
+	"fmt"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
@@ -34,4 +35,20 @@ func TestSmallRun(t *testing.T) {
 	require.NotNil(t, res.DB)
 	assert.Positive(t, res.DB.DBSizeBytes)
 	assert.Equal(t, int64(80), res.DB.Mutations)
+}
+
+// BenchmarkAllocationCycles is the benchmark's measured loop for profiling
+// (go test -bench AllocationCycles -cpuprofile cpu.out ./pkg/bench/arbiter):
+// 1000 simulated nodes, empty and with 1000 full v-zones allocated.
+func BenchmarkAllocationCycles(b *testing.B) {
+	for _, fill := range []int{0, 1000} {
+		b.Run(fmt.Sprintf("nodes=1000/fill=%d", fill), func(b *testing.B) {
+			o := Options{Dir: b.TempDir(), Nodes: []int{1000}, Warmup: 5, Repeats: 1, FillVZones: fill}
+			require.NoError(b, o.defaults())
+			b.ResetTimer()
+			m, err := runOnce(context.Background(), b.TempDir()+"/run", 1000, o, b.N, 0)
+			require.NoError(b, err)
+			b.ReportMetric(m.cyclesPerSec, "cycles/s")
+		})
+	}
 }
