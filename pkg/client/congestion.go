@@ -28,10 +28,29 @@ func newCongestion(width int, enabled bool, thresh time.Duration, m *metrics) *c
 	return &congestion{enabled: enabled, width: width, cwnd: float64(width), thresh: thresh, wake: make(chan struct{}), m: m}
 }
 
+// CongestionAdmits is Algorithm 1 line 3 with the floor: a read of units
+// may go when it fits the window or nothing is outstanding. Exported, with
+// CongestionUpdate, so that the deterministic paper harness (zctl bench
+// paper) runs this window logic rather than a copy.
+func CongestionAdmits(cwnd, inflight, units float64) bool {
+	return inflight == 0 || inflight+units <= cwnd
+}
+
+// CongestionUpdate is the window after a read of units completed with
+// latency lat (Algorithm 1 lines 5–10): multiplicative decrease by
+// thresh/(2·lat) above thresh (never below 1), else additive increase by
+// units/cwnd up to 4 × width.
+func CongestionUpdate(cwnd float64, width int, units float64, lat, thresh time.Duration) float64 {
+	if lat > thresh {
+		return max(1, cwnd*float64(thresh)/(2*float64(lat)))
+	}
+	return min(float64(4*width), cwnd+units/cwnd)
+}
+
 func (c *congestion) acquire(ctx context.Context, units float64) error {
 	for {
 		c.mu.Lock()
-		if !c.enabled || c.inflight == 0 || c.inflight+units <= c.cwnd {
+		if !c.enabled || CongestionAdmits(c.cwnd, c.inflight, units) {
 			c.inflight += units
 			c.mu.Unlock()
 			return nil
@@ -52,11 +71,9 @@ func (c *congestion) release(units float64, lat time.Duration, ok bool) {
 	c.inflight -= units
 	if c.enabled && ok {
 		if lat > c.thresh {
-			c.cwnd = max(1, c.cwnd*float64(c.thresh)/(2*float64(lat)))
 			c.m.ccDecreases.Inc()
-		} else {
-			c.cwnd = min(float64(4*c.width), c.cwnd+units/c.cwnd)
 		}
+		c.cwnd = CongestionUpdate(c.cwnd, c.width, units, lat, c.thresh)
 		c.m.cwnd.Observe(c.cwnd / float64(c.width))
 	}
 	close(c.wake)

@@ -57,3 +57,41 @@ func TestCongestionWindowBlocksAndWakes(t *testing.T) {
 		require.NoError(t, off.acquire(context.Background(), 8), "switched off: no limit")
 	}
 }
+
+// A read I/O is admitted to its groups' windows as a whole (Algorithm 1
+// line 3), not leg by leg or call by call: a wide read whose stripes exceed
+// the window goes at once when nothing is outstanding, and holds nothing when
+// a later group's window makes it wait past its deadline.
+func TestReadAdmittedOncePerIO(t *testing.T) {
+	m := newMetrics(nil)
+	g1 := &group{index: 1, width: 8, stripe: 2, cc: newCongestion(1, true, 500*time.Microsecond, m)}
+	g0 := &group{index: 0, width: 8, stripe: 2, cc: newCongestion(1, true, 500*time.Microsecond, m)}
+	var calls []*readCall
+	for node := 0; node < 4; node++ { // 4 node calls, 2 legs each of group 1, then one leg of group 0
+		c := &readCall{node: string(rune('a' + node))}
+		for k := 0; k < 2; k++ {
+			c.legs = append(c.legs, readLegRef{g: g1, l: &leg{blocks: 4}})
+		}
+		calls = append(calls, c)
+	}
+	calls[3].legs = append(calls[3].legs, readLegRef{g: g0, l: &leg{blocks: 2}})
+
+	adms, err := admitRead(context.Background(), calls)
+	require.NoError(t, err, "the whole I/O (16 stripes) passes a window of 1 when nothing is outstanding")
+	require.Len(t, adms, 2)
+	assert.Equal(t, uint32(0), adms[0].index, "windows taken in group order")
+	assert.Equal(t, 16.0, adms[1].units, "one admission for all 8 legs of group 1")
+	assert.Equal(t, 1.0, adms[0].units)
+
+	// g0 is busy now: a second I/O over both groups waits on g0 and, past
+	// its deadline, holds nothing in g1 (its window would otherwise leak).
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Millisecond)
+	defer cancel()
+	_, err = admitRead(ctx, calls)
+	require.ErrorIs(t, err, context.DeadlineExceeded)
+	for _, a := range adms {
+		a.cc.release(a.units, 100*time.Microsecond, true)
+	}
+	assert.Zero(t, g0.cc.inflight)
+	assert.Zero(t, g1.cc.inflight)
+}

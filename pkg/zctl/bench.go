@@ -4,10 +4,10 @@ import (
 	"time"
 
 	"github.com/spf13/cobra"
-	"github.com/zonefleet/zonefleet/pkg/devbench"
-	"github.com/zonefleet/zonefleet/pkg/fairbench"
-	"github.com/zonefleet/zonefleet/pkg/nodebench"
-	"github.com/zonefleet/zonefleet/pkg/overbench"
+	devbench "github.com/zonefleet/zonefleet/pkg/bench/device"
+	fairbench "github.com/zonefleet/zonefleet/pkg/bench/fairness"
+	nodebench "github.com/zonefleet/zonefleet/pkg/bench/node"
+	overbench "github.com/zonefleet/zonefleet/pkg/bench/overdrive"
 )
 
 func benchCmd(g *Globals) *cobra.Command {

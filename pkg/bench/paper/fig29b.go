@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/zonefleet/zonefleet/pkg/flash"
+	"github.com/zonefleet/zonefleet/pkg/node"
 )
 
 // Fig29bScenario is one write-write fairness scenario of eZNS Fig. 29(b).
@@ -30,6 +31,21 @@ type Fig29bConfig struct {
 	Warmup        time.Duration    `json:"warmup_ns"`
 	Run           time.Duration    `json:"run_ns"`
 	Drive         flash.Config     `json:"drive"`
+	// BurstSweep reruns the first scenario with AC on for each token cap
+	// (node.AdmissionConfig.BurstBlocks: how many tokens an idle zone may
+	// bank; the node's default is 256). 1 is the paper's generator, which
+	// makes tokens only for zones with a pending write (Algorithm 1 line 26):
+	// a zone never banks more than the write it is submitting.
+	BurstSweep []int `json:"burst_sweep_blocks"`
+}
+
+// Fig29bBurst is the first scenario with AC on at one token cap.
+type Fig29bBurst struct {
+	BurstBlocks int       `json:"burst_blocks"`
+	RegularGain float64   `json:"regular_gain"` // over AC off
+	BusyGain    float64   `json:"busy_gain"`
+	TotalGain   float64   `json:"total_gain"`
+	On          Fig29bRun `json:"ac_on"`
 }
 
 // Fig29bDrive has 128 single-die chip groups (16 channels x 8 ways, MLC:
@@ -54,6 +70,7 @@ func DefaultFig29b() Fig29bConfig {
 		},
 		IOBytes: 512 << 10, RegularWidth: 8, RegularStripe: 8 << 10, BusyWidth: 2, BusyStripe: 32 << 10,
 		Warmup: 50 * time.Millisecond, Run: 200 * time.Millisecond, Drive: Fig29bDrive(),
+		BurstSweep: []int{1, 256, 1 << 20},
 	}
 }
 
@@ -87,17 +104,18 @@ type Fig29bResult struct {
 	Rows        []Fig29bRow        `json:"rows"`
 	RegularGain map[string]float64 `json:"regular_gain"`
 	TotalGain   map[string]float64 `json:"total_gain"`
+	Bursts      []Fig29bBurst      `json:"burst_sweep,omitempty"`
 }
 
 // RunFig29b runs every scenario with AC off and on.
 func RunFig29b(ctx context.Context, dir string, c Fig29bConfig) (*Fig29bResult, error) {
 	res := &Fig29bResult{Config: c, RegularGain: map[string]float64{}, TotalGain: map[string]float64{}}
 	for _, sc := range c.Scenarios {
-		off, err := fig29bRun(ctx, dir, c, sc, false)
+		off, err := fig29bRun(ctx, dir, c, sc, node.AdmissionConfig{})
 		if err != nil {
 			return nil, fmt.Errorf("fig29b %s, AC off: %w", sc.Name, err)
 		}
-		on, err := fig29bRun(ctx, dir, c, sc, true)
+		on, err := fig29bRun(ctx, dir, c, sc, node.AdmissionConfig{Enabled: true})
 		if err != nil {
 			return nil, fmt.Errorf("fig29b %s, AC on: %w", sc.Name, err)
 		}
@@ -107,16 +125,28 @@ func RunFig29b(ctx context.Context, dir string, c Fig29bConfig) (*Fig29bResult, 
 		res.RegularGain[sc.Name] = row.RegularGain
 		res.TotalGain[sc.Name] = row.TotalGain
 	}
+	if len(c.Scenarios) > 0 && len(c.BurstSweep) > 0 {
+		sc, off := c.Scenarios[0], res.Rows[0].Off
+		for _, b := range c.BurstSweep {
+			on, err := fig29bRun(ctx, dir, c, sc, node.AdmissionConfig{Enabled: true, BurstBlocks: b})
+			if err != nil {
+				return nil, fmt.Errorf("fig29b %s, AC on, burst %d: %w", sc.Name, b, err)
+			}
+			res.Bursts = append(res.Bursts, Fig29bBurst{BurstBlocks: b, RegularGain: ratio(on.RegularMBps, off.RegularMBps),
+				BusyGain: ratio(on.BusyMBps, off.BusyMBps), TotalGain: ratio(on.TotalMBps, off.TotalMBps), On: on})
+		}
+	}
 	return res, nil
 }
 
-func fig29bRun(ctx context.Context, dir string, c Fig29bConfig, sc Fig29bScenario, ac bool) (Fig29bRun, error) {
+func fig29bRun(ctx context.Context, dir string, c Fig29bConfig, sc Fig29bScenario, acfg node.AdmissionConfig) (Fig29bRun, error) {
+	ac := acfg.Enabled
 	d, err := subdir(dir)
 	if err != nil {
 		return Fig29bRun{}, err
 	}
 	defer removeAll(d)
-	r, err := newRig(d, c.Drive, ac)
+	r, err := newRigAC(d, c.Drive, acfg)
 	if err != nil {
 		return Fig29bRun{}, err
 	}

@@ -146,7 +146,7 @@ func fig29cRun(ctx context.Context, dir string, c Fig29cConfig, cc, ac bool) (Fi
 			r.wp[z] = uint64(c.Prefill / r.geo.BlockSize)
 		}
 		readers[i] = &readZone{zones: zs, stripe: c.ReaderStripe, size: uint64(c.Prefill) * uint64(c.ReaderWidth),
-			cc: newCCWindow(r.s, c.ReaderWidth, cc, c.LatThreshold)}
+			cc: newCCWindow(r.s, c.ReaderWidth, cc, false, c.LatThreshold)}
 	}
 	start := max(r.s.Now(), r.dev.Drained())
 	if err := r.s.WaitUntil(ctx, start); err != nil {
@@ -154,6 +154,7 @@ func fig29cRun(ctx context.Context, dir string, c Fig29cConfig, cc, ac bool) (Fi
 	}
 	from, to := start+c.Warmup, start+c.Warmup+c.Run
 	slots := newSlots(r.s, c.QueueSlots)
+	r.slots = slots // reads and writes take the node's device slots
 	var firstErr error
 	fail := func(ctx context.Context, err error) {
 		if firstErr == nil && ctx.Err() == nil {

@@ -63,6 +63,8 @@ func (r *Result) WriteOut(dir string, o Options) (*Manifest, error) {
 		switch v := r.Figures[id].(type) {
 		case *Fig26Result:
 			m.Config[id] = v.Config
+		case *Fig27Result:
+			m.Config[id] = v.Config
 		case *Fig29aResult:
 			m.Config[id] = v.Config
 		case *Fig29bResult:

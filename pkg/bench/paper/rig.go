@@ -3,12 +3,14 @@ package paper
 import (
 	"context"
 	"fmt"
+	"os"
 	"path/filepath"
 	"time"
 
 	"github.com/zonefleet/zonefleet/pkg/bench/paper/sim"
 	"github.com/zonefleet/zonefleet/pkg/flash"
 	"github.com/zonefleet/zonefleet/pkg/node"
+	"github.com/zonefleet/zonefleet/pkg/vfs"
 	"github.com/zonefleet/zonefleet/pkg/zns"
 )
 
@@ -25,17 +27,27 @@ type rig struct {
 	used []bool   // zones handed out
 	wp   []uint64 // write pointer per zone (blocks)
 	buf  []byte
+	// slots are the node's device slots (node.WRR, by default two per
+	// chip as in ssdnode) that writes take after admission, as the node's
+	// write path does; reads take them in physRead.
+	slots *slotQueue
 }
 
 func newRig(dir string, cfg flash.Config, ac bool) (*rig, error) {
+	return newRigAC(dir, cfg, node.AdmissionConfig{Enabled: ac})
+}
+
+// newRigAC is newRig with the admission control's whole configuration.
+func newRigAC(dir string, cfg flash.Config, acfg node.AdmissionConfig) (*rig, error) {
 	s := sim.New()
-	dev, err := zns.Create(filepath.Join(dir, "drive"), cfg, s)
+	dev, err := zns.Create(filepath.Join(dir, "drive"), cfg, s, zns.WithFS(noSyncFS{vfs.Default}))
 	if err != nil {
 		return nil, err
 	}
 	g := dev.Geometry()
 	r := &rig{s: s, dev: dev, geo: g, die: make([]int, g.NFCG), used: make([]bool, g.Zones), wp: make([]uint64, g.Zones)}
-	r.adm = node.NewAdmission(s, node.AdmissionConfig{Enabled: ac})
+	r.adm = node.NewAdmission(s, acfg)
+	r.slots = newSlots(s, 2*g.Chips) // the node's default QueueSlots
 	return r, nil
 }
 
@@ -153,8 +165,9 @@ func (lz *lzone) write(ctx context.Context, n int) error {
 	return nil
 }
 
-// physWrite is the node's write path (pkg/node io.go): admit, write, report
-// the modelled latency to the admission monitor.
+// physWrite is the node's write path (pkg/node io.go): admit, take a device
+// slot (when the figure models them), write, report the modelled latency to
+// the admission monitor.
 func (r *rig) physWrite(ctx context.Context, z uint64, n int) error {
 	blocks := n / r.geo.BlockSize
 	if _, err := r.adm.Admit(ctx, 0, z, blocks); err != nil {
@@ -165,7 +178,15 @@ func (r *rig) physWrite(ctx context.Context, z uint64, n int) error {
 	}
 	lba := z*r.geo.ZoneSize + r.wp[z]
 	r.wp[z] += uint64(blocks)
+	if r.slots != nil {
+		if err := r.slots.acquire(ctx); err != nil {
+			return err
+		}
+	}
 	res, err := r.dev.Write(ctx, lba, r.buf[:n], zns.Flags{})
+	if r.slots != nil {
+		r.slots.release()
+	}
 	if err != nil {
 		return err
 	}
@@ -193,3 +214,23 @@ func (m *meter) mbps() float64 {
 	}
 	return float64(m.bytes) / 1e6 / d
 }
+
+// noSyncFS is the real file system without durability: the drive's backing
+// file is scratch space removed after the run, so fsyncs would only add
+// this machine's disk latency to the wall time (never to modelled time).
+type noSyncFS struct{ vfs.FS }
+
+func (f noSyncFS) OpenFile(name string, flag int, perm os.FileMode) (vfs.File, error) {
+	file, err := f.FS.OpenFile(name, flag, perm)
+	if err != nil {
+		return nil, err
+	}
+	return noSyncFile{file}, nil
+}
+
+func (noSyncFS) SyncDir(string) error { return nil }
+
+type noSyncFile struct{ vfs.File }
+
+func (noSyncFile) Sync() error     { return nil }
+func (noSyncFile) Datasync() error { return nil }

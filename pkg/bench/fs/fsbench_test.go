@@ -10,7 +10,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/zonefleet/zonefleet/pkg/fsbench"
+	fsbench "github.com/zonefleet/zonefleet/pkg/bench/fs"
 )
 
 // A small run of every part: the keys are there and the numbers make sense.

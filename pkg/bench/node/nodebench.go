@@ -22,6 +22,10 @@
 // Profile: go test -run '^$' -bench BenchmarkDataPath -cpuprofile cpu.out ./pkg/node/
 // (see pkg/node's data path benchmarks), or run `zctl bench node` under
 // perf / pprof.
+//
+// Like every bench under pkg/bench except paper, it measures this machine's
+// software path (wall time); only the ratios to its same-run baselines carry
+// over to another machine.
 package nodebench
 
 import (

@@ -9,6 +9,10 @@
 //     overdrive lending the idle namespaces' spares and recalling them.
 //
 // Bandwidths are MiB/s of modelled time (wall time / time scale).
+//
+// It runs on the realtime clock, so it measures this machine's software path
+// and moves between runs; the paper's Fig. 26–28, deterministic, are `zctl
+// bench paper fig26 fig27_28` (pkg/bench/paper).
 package overbench
 
 import (

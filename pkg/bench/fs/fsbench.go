@@ -19,6 +19,10 @@
 //     read, so these are the victims' reads of host copy), "device copy" is
 //     Volume.Compact (zone_compaction, IZC only), and "write+checkpoint" is
 //     the rest of the run (moved blocks written from the host, metadata).
+//
+// It measures this machine's software path (wall time); only the ratios to
+// its same-run baselines carry over to another machine. The deterministic
+// paper figures are pkg/bench/paper.
 package fsbench
 
 import (

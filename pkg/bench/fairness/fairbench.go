@@ -4,6 +4,11 @@
 // KiB stripes and 32 readers (QD 32); both read 128 KiB at a time. Without
 // congestion control B's queue dominates the shared dies; with it, each
 // stripe group keeps about the same outstanding bytes and the two converge.
+//
+// It runs on a realtime cluster (gRPC, the shared machine's scheduler), so
+// it measures this machine's software path and moves between runs; the
+// paper's figure, deterministic and with all three scenarios, is `zctl bench
+// paper fig29a` (pkg/bench/paper).
 package fairbench
 
 import (
