@@ -142,7 +142,12 @@ func ensureNamespace(ctx context.Context, cl *localcluster.Cluster, ns string) e
 		return err
 	}
 	defer c.Close()
-	_, err = c.Namespaces().Create(ctx, &v1.CreateNamespaceRequest{Name: ns, MaxActiveVzones: 4, ZonesPerVzone: 8})
+	// Six active v-zones: the mounted file system's two logs, its metadata
+	// zone (two during a rotation), the volume's spare opened ahead, and room
+	// for threaded logging (zns+, the mount's default) to keep a recycled
+	// segment open until a checkpoint records it. With four, every TL_open
+	// would be over budget and zns+ would recycle by compaction only.
+	_, err = c.Namespaces().Create(ctx, &v1.CreateNamespaceRequest{Name: ns, MaxActiveVzones: 6, ZonesPerVzone: 8})
 	if err != nil && !errors.Is(err, zerr.ErrAlreadyExists) {
 		return fmt.Errorf("default namespace %q: %w", ns, err)
 	}

@@ -61,9 +61,9 @@ func TestRunSmall(t *testing.T) {
 // BenchmarkThroughput is the throughput part alone (mount over the cluster,
 // loopback, devvol; one run each), for profiles:
 //
-//	go test ./pkg/fsbench -run '^$' -bench Throughput -benchtime 1x \
+//	go test ./pkg/bench/fs -run '^$' -bench Throughput -benchtime 1x \
 //	  -cpuprofile cpu.out -mutexprofile mutex.out -blockprofile block.out
-//	go tool pprof -top -nodecount 40 pkg/fsbench/fsbench.test cpu.out
+//	go tool pprof -top -nodecount 40 fsbench.test cpu.out
 func BenchmarkThroughput(b *testing.B) {
 	if _, err := os.Stat("/dev/fuse"); err != nil {
 		b.Skipf("no /dev/fuse: %v", err)
