@@ -3,6 +3,7 @@ package lfs_test
 import (
 	"bytes"
 	"context"
+	"flag"
 	"fmt"
 	"math/rand"
 	"sync"
@@ -141,6 +142,15 @@ func crashWorker(fs *lfs.FS, id int, rng *rand.Rand, h *history) {
 	}
 }
 
+// crashAsyncCompact runs TestCrashRecovery with devvol's asynchronous
+// zone_compaction (devvol.SetAsyncCompaction), which the ZNS+ benchmark
+// uses and no mount does. Known defect (issue 13): in zns+ mode it then
+// intermittently finds an fsynced file matching none of its versions (about
+// one race-enabled run in ten to sixteen); the cause is not found yet:
+//
+//	go test -race ./pkg/lfs -run 'TestCrashRecovery/zns\+' -count 32 -args -asynccompact
+var crashAsyncCompact = flag.Bool("asynccompact", false, "TestCrashRecovery: devvol's asynchronous zone_compaction (reproduces a known zns+ defect, issue 13)")
+
 func TestCrashRecovery(t *testing.T) {
 	for _, tc := range []struct {
 		name string
@@ -150,6 +160,7 @@ func TestCrashRecovery(t *testing.T) {
 	}{{"host-copy", lfs.HostCopy, 7, lfs.ModeZNS}, {"izc", lfs.Compact, 8, lfs.ModeIZC}, {"zns+", lfs.Compact, 9, lfs.ModeZNSPlus}} {
 		t.Run(tc.name, func(t *testing.T) {
 			v := newVol(t, 48, 8)
+			v.SetAsyncCompaction(*crashAsyncCompact)
 			require.NoError(t, lfs.Mkfs(bg, v, lfs.MkfsOptions{}))
 			rng := rand.New(rand.NewSource(tc.seed))
 			h := &history{cur: map[string][]byte{}, versions: map[string][][]byte{}, synced: map[string]bool{}}

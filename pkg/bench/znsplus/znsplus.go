@@ -280,6 +280,7 @@ func runOne(ctx context.Context, cfg Config, fc flash.Config, path string, util 
 	if err != nil {
 		return ModeResult{}, 0, err
 	}
+	dv.SetAsyncCompaction(true) // ZNS+ §3.2.1: the host overlaps its checkpoint with the copies
 	ov := cfg.HostIOOverhead
 	if ov == 0 {
 		ov = DefaultHostIOOverhead

@@ -163,6 +163,7 @@ func TestCompactAsync(t *testing.T) {
 			t.Cleanup(func() { _ = d.Close() })
 			v, err := devvol.New(d)
 			require.NoError(t, err)
+			v.SetAsyncCompaction(true)
 			a, err := v.OpenZone(bg)
 			require.NoError(t, err)
 			b, err := v.OpenZone(bg)
@@ -193,4 +194,33 @@ func TestCompactAsync(t *testing.T) {
 			require.NoError(t, v.Flush(bg))
 		})
 	}
+}
+
+// TestCompactSyncByDefault: without SetAsyncCompaction, Compact returns once
+// the copies' flash work is done (as fsvol's does over the cluster).
+func TestCompactSyncByDefault(t *testing.T) {
+	clk := clock.NewVirtual()
+	d, err := zns.Create(filepath.Join(t.TempDir(), "dev"), devvol.TestConfig(8, 8), clk)
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = d.Close() })
+	v, err := devvol.New(d)
+	require.NoError(t, err)
+	a, err := v.OpenZone(bg)
+	require.NoError(t, err)
+	b, err := v.OpenZone(bg)
+	require.NoError(t, err)
+	data := make([]byte, 32*4096)
+	for i := range data {
+		data[i] = byte(i / 4096)
+	}
+	require.NoError(t, v.Write(bg, a, 0, data, true))
+	require.NoError(t, v.Flush(bg))
+	t0 := clk.Now()
+	_, err = v.Compact(bg, []lfs.Copy{{Src: a, SrcOff: 0, Dst: b, DstOff: 0, Blocks: 32}})
+	require.NoError(t, err)
+	chip := time.Duration(float64(d.Config().Resolved().ProgramLatency) * 0.8)
+	require.GreaterOrEqual(t, clk.Now()-t0, 4*chip, "Compact waited for the copies")
+	buf := make([]byte, len(data))
+	require.NoError(t, v.Read(bg, b, 0, buf))
+	require.Equal(t, data, buf)
 }
