@@ -5,6 +5,7 @@ import (
 	"crypto/rand"
 	"errors"
 	"fmt"
+	"log/slog"
 	"sort"
 	"sync"
 	"sync/atomic"
@@ -504,6 +505,15 @@ func loadFS(ctx context.Context, vol Volume, opts Options) (*FS, []ZoneInfo, *me
 	fs := newFS(vol, opts)
 	fs.sb = sb
 	fs.sb.Features.Compat |= FeatureInodeRdev // written with the next superblock
+	if fs.tlOn() && sb.Features.Incompat&FeatureThreadedLog == 0 && fs.geo.MaxOpen-int(sb.Logs)-2 < 1 {
+		// A TL segment stays open until a checkpoint records it, beside the
+		// log heads and two metadata zones: with no open zone to spare,
+		// every TL_open would be over budget (tlTry).
+		slog.Warn("threaded logging needs an open zone beyond the logs and the metadata zones: mode zns+ falls back to izc",
+			"max_open", fs.geo.MaxOpen, "logs", sb.Logs, "need_at_least", int(sb.Logs)+3)
+		fs.tl.vol = nil
+		fs.opts.Mode = ModeIZC
+	}
 	if fs.tlOn() {
 		// before anything is written: the mount's checkpoint rotates the
 		// metadata zone, so every record from here on is under the bit

@@ -11,6 +11,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/zonefleet/zonefleet/pkg/lfs"
+	"github.com/zonefleet/zonefleet/pkg/lfs/devvol"
 	"github.com/zonefleet/zonefleet/pkg/ondisk"
 )
 
@@ -278,3 +279,30 @@ func TestZNSPlusFallsBackToIZC(t *testing.T) {
 
 // plainVol hides the volume's TLOpen.
 type plainVol struct{ lfs.Volume }
+
+// fewOpen reports a smaller MaxOpen than the drives allow (keeping TLOpen).
+type fewOpen struct {
+	*devvol.Volume
+	maxOpen int
+}
+
+func (f fewOpen) Geometry() lfs.VolumeGeometry {
+	g := f.Volume.Geometry()
+	g.MaxOpen = f.maxOpen
+	return g
+}
+
+// zns+ with no open zone beyond the logs and the metadata zones (a
+// namespace of 4 active v-zones: 2 logs + 2) falls back to izc at mount
+// instead of trying and refusing every TL_open; with one more it stays zns+.
+func TestZNSPlusNeedsAnOpenZoneToSpare(t *testing.T) {
+	for _, tc := range []struct {
+		maxOpen int
+		want    lfs.Mode
+	}{{4, lfs.ModeIZC}, {5, lfs.ModeZNSPlus}} {
+		v := newVol(t, 24, 8)
+		fs := mkfsMount(t, fewOpen{v, tc.maxOpen}, lfs.Options{Mode: lfs.ModeZNSPlus})
+		require.Equal(t, tc.want, fs.Mode(), "max open %d", tc.maxOpen)
+		require.NoError(t, fs.Unmount(bg))
+	}
+}
