@@ -237,9 +237,12 @@
 //
 // A Volume error in a write-back or checkpoint leaves the pages dirty and
 // the old mapping in place: the operation returns EIO and nothing that was
-// acknowledged by fsync is lost. A write that failed part-way closes that
-// log's zone (its write pointer is unknown) and continues in a new one. A
-// failed IZC copy closes the destination zone; the victim keeps its blocks
+// acknowledged by fsync is lost. A checkpoint that fails after writing
+// nodes (unmarked, and covered only by its record, which may be lost) marks
+// their inodes dirty again, so that the next fsync writes them with the
+// fsync mark rather than finding nothing to write. A write that failed
+// part-way closes that log's zone (its write pointer is unknown) and
+// continues in a new one. A failed IZC copy closes the destination zone; the victim keeps its blocks
 // and is chosen again later. Retrying transient Volume errors
 // (zerr.ErrUnavailable) happens in one wrapper around the Volume.
 package lfs

@@ -675,6 +675,9 @@ func (fs *FS) writeDirtyNodes(ctx context.Context, only *inode, mode nodeWrite) 
 			if !gcNode[i] {
 				fs.userBlocks++
 			}
+			if mode == nodesCheckpoint && fs.cpWrote != nil {
+				fs.cpWrote[it.in.ino] = it.in // unmarked: see checkpoint
+			}
 			return fs.setValid(a, nid, ofsNode)
 		})
 		if err != nil {

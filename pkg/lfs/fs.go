@@ -186,6 +186,7 @@ type FS struct {
 	blocksWritten      uint64 // all blocks written to the drives (incl. meta and moves)
 	userBlocks         uint64 // blocks written on behalf of users (data + nodes)
 	inGC, inCP         bool
+	cpWrote            map[uint64]*inode // inodes with nodes the checkpoint in progress wrote (see checkpoint)
 	failed             error
 	deferred           []deferredOp           // Finish/Reset calls that failed while a node was unavailable (retried)
 	bgErr              *prometheus.CounterVec // background errors by task (health.go)
@@ -690,7 +691,17 @@ func (fs *FS) applyCheckpoint(cp *checkpoint) error {
 // checkpoint writes back every dirty page and node, then appends a checkpoint
 // record (a full snapshot in a new metadata zone when needed), then resets the
 // segments that hold no valid block any more.
-func (fs *FS) checkpoint(ctx context.Context, forceSnapshot bool) error {
+//
+// Its node writes carry no fsync mark: until the record is durable, only the
+// record would make them count, and roll-forward ignores them. They mark
+// the nodes clean all the same, so a checkpoint that fails after writing
+// some (a record, Flush or node write that failed) marks the inodes it wrote
+// nodes of dirty again (notRecorded): the next fsync of such an inode then
+// writes it with the fsync mark (roll-forward applies every node of an inode
+// up to its last marked one, also the unmarked nodes this checkpoint wrote),
+// instead of finding nothing dirty and acknowledging state that only the
+// lost record covered.
+func (fs *FS) checkpoint(ctx context.Context, forceSnapshot bool) (err error) {
 	if fs.failed != nil {
 		return fs.failed
 	}
@@ -698,7 +709,13 @@ func (fs *FS) checkpoint(ctx context.Context, forceSnapshot bool) error {
 		return nil
 	}
 	fs.inCP = true
-	defer func() { fs.inCP = false }()
+	fs.cpWrote = map[uint64]*inode{}
+	defer func() {
+		if err != nil {
+			fs.notRecorded()
+		}
+		fs.inCP, fs.cpWrote = false, nil
+	}()
 	fs.retryDeferred(ctx)
 	t0, b0 := fs.now(), fs.blocksWritten
 	if err := fs.flushAll(ctx); err != nil {
@@ -726,7 +743,6 @@ func (fs *FS) checkpoint(ctx context.Context, forceSnapshot bool) error {
 	need := uint64(metaBlocks(len(payload), fs.bs))
 	snap := forceSnapshot || !fs.hasMeta || fs.sinceSnap >= 256 ||
 		fs.metaWP+need+fs.snapshotReserve() > fs.geo.ZoneBlocks
-	var err error
 	if snap {
 		err = fs.rotateMeta(ctx, fs.buildCheckpoint(true, free))
 	} else {
@@ -795,6 +811,20 @@ func (fs *FS) checkpoint(ctx context.Context, forceSnapshot bool) error {
 	fs.stats.Checkpoints++
 	fs.m.checkpoint(fs.since(t0), cause)
 	return nil
+}
+
+// notRecorded runs when a checkpoint failed (fs.mu held): its record may
+// not be on the drives, so the nodes it wrote (unmarked) may not count at a
+// mount. Their inodes are dirty again: an fsync must write them with the
+// fsync mark, and the next checkpoint writes them again. An inode deleted
+// meanwhile is left alone (its NAT entries go with the next record).
+func (fs *FS) notRecorded() {
+	for ino, in := range fs.cpWrote {
+		if in.gone || fs.inodes[ino] != in {
+			continue
+		}
+		fs.markDirty(in)
+	}
 }
 
 // snapshotReserve is the room kept in the metadata zone for the next snapshot estimate.

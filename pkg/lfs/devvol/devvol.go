@@ -344,11 +344,9 @@ func (v *Volume) Compact(ctx context.Context, copies []lfs.Copy) (lfs.CompactSta
 
 // SetAsyncCompaction makes Compact return after submitting (see Compact);
 // by default it waits for the copies' modelled completion and flushes, as
-// fsvol does over the cluster. Known defect (issue 13): with asynchronous
-// compaction, the file system in zns+ mode intermittently loses an fsynced
-// file version in the simulated-kill test (TestCrashRecoveryAsyncCompaction,
-// run with -asynccompact); the benchmarks use it, a mount never does. Call it
-// before the volume is used.
+// fsvol does over the cluster. The ZNS+ benchmark uses it, a mount never
+// does; TestCrashRecovery runs zns+ both ways. Call it before the volume is
+// used.
 func (v *Volume) SetAsyncCompaction(on bool) { v.async = on }
 
 // Locate implements lfs.Volume.
