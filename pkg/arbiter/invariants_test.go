@@ -38,7 +38,7 @@ func checkInvariants(t *testing.T, tc *testCluster, a *testArb, step string) {
 	for name, ns := range st.Namespaces {
 		for _, vz := range ns.VZones {
 			for _, g := range vz.allGroups() {
-				require.Equal(t, int(g.Width), len(g.Zones), "%s: group width", step)
+				require.Equal(t, int(g.Width*g.copies()), len(g.Zones), "%s: group width × copies", step)
 				dies := map[dieKey]bool{}
 				for _, z := range g.Zones {
 					where := vzoneName(name, vz.ID)
@@ -50,9 +50,17 @@ func checkInvariants(t *testing.T, tc *testCluster, a *testArb, step string) {
 					require.False(t, dies[d], "%s: die collision inside a stripe group of %s: %v", step, where, d)
 					dies[d] = true
 				}
+				for i := uint32(0); i < g.Width; i++ { // the copies of a leg on distinct nodes
+					nodes := map[string]bool{}
+					for c := uint32(0); c < g.copies(); c++ {
+						n := g.Zones[c*g.Width+i].Node
+						require.False(t, nodes[n], "%s: two copies of leg %d of a group of %s on node %s", step, i, vzoneName(name, vz.ID), n)
+						nodes[n] = true
+					}
+				}
 				require.LessOrEqual(t, uint32(1), g.Width)
 				require.True(t, isPow2(g.Width), "%s: width %d not a power of two", step, g.Width)
-				require.Equal(t, g.Width, g.Essentials+g.Spares, "%s: width split", step)
+				require.Equal(t, g.Width*g.copies(), g.Essentials+g.Spares, "%s: width split", step)
 			}
 		}
 	}

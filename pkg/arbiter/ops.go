@@ -121,6 +121,9 @@ func (s NamespaceSpec) validate() error {
 	if s.Weight > 1<<16 {
 		return &zerr.InvalidArgumentError{Field: "weight", Reason: "must be at most 65536"}
 	}
+	if _, err := cluster.ParseRedundancy(s.Redundancy); err != nil {
+		return err
+	}
 	return nil
 }
 
@@ -150,6 +153,9 @@ func checkVZoneID(ns *nsState, id uint64) error {
 func (a *Arbiter) CreateNamespace(ctx context.Context, spec NamespaceSpec) (NamespaceInfo, error) {
 	if err := spec.validate(); err != nil {
 		return NamespaceInfo{}, err
+	}
+	if spec.Redundancy = Redundancy(spec).String(); spec.Redundancy == "none" {
+		spec.Redundancy = "" // the record's default
 	}
 	now := a.cfg.Now()
 	err := a.mutate(ctx, func(st *State, ix *index) ([]clientv3.Op, error) {
@@ -219,7 +225,7 @@ func (a *Arbiter) nsInfo(st *State, ix *index, name string, ns *nsState) Namespa
 		SparesBorrowed: u.Borrowed, SparesRecalled: u.Recalled,
 		ActiveVZones: u.ActiveVZones, EssentialsInUse: u.EssentialsInUse, SparesInUse: u.SparesInUse,
 		Inactive: st.Essentials > 0 && st.AllocSeq-ns.LastAlloc >= uint64(st.Essentials),
-		Frozen:   ns.Frozen, UnderProvisioned: ns.Essentials < ns.Spec.MARLogical,
+		Frozen:   ns.Frozen, UnderProvisioned: ns.Essentials < ns.needEssentials(),
 		LastWrite: a.lastWriteOf(name, ns),
 	}
 	for _, id := range sortedKeys(ns.VZones) {
@@ -429,9 +435,9 @@ func (a *Arbiter) allocGroup(st *State, name string, ns *nsState, vz *VZone, now
 	vz.State = VZoneOpen
 	ops := grantOps(name, vz.ID, g)
 	if !reclaim {
-		st.AllocSeq += uint64(g.Width)
+		st.AllocSeq += uint64(len(g.Zones))
 		ns.LastAlloc = st.AllocSeq
-		ev.allocs = append(ev.allocs, allocEvent{ns: name, width: g.Width, minW: ns.minWidth(), zones: g.Width})
+		ev.allocs = append(ev.allocs, allocEvent{ns: name, width: g.Width, minW: ns.minWidth(), zones: uint32(len(g.Zones))})
 	}
 	return ops, nil
 }
@@ -454,11 +460,15 @@ func (a *Arbiter) planGroup(st *State, name string, ns *nsState, vz *VZone, recl
 	}
 	u := ix.usage[name]
 	m := ns.minWidth()
+	copies := ns.Spec.copies()
+	if reclaim && copies > 1 {
+		return StripeGroup{}, &zerr.InvalidArgumentError{Field: "reclaim", Reason: "mirrored stripe groups are not reclaimed"}
+	}
 	remaining := sub(ns.Spec.ZonesPerVZone, vz.zoneCount())
 	essAvail := sub(ns.Essentials, u.EssentialsInUse)
 	spareTotal := sub(ns.Spares, u.Lent) + u.BorrowedLive
 	spareAvail := sub(spareTotal, u.SparesInUse)
-	ess := min(m, essAvail)
+	ess := min(m*copies, essAvail) // zones: a mirrored leg takes one per copy
 	var reap uint32
 	if reclaim {
 		ess, remaining = m, m
@@ -470,20 +480,20 @@ func (a *Arbiter) planGroup(st *State, name string, ns *nsState, vz *VZone, recl
 			ns.EWMA = a.cfg.EWMAAlpha*active + (1-a.cfg.EWMAAlpha)*ns.EWMA
 		}
 		reap = min(uint32(float64(spareTotal)/max(ns.EWMA, 1)), spareAvail)
-		if ess == 0 && reap == 0 && spareAvail > 0 {
-			reap = 1
+		if ess+reap < copies && ess+spareAvail >= copies {
+			reap = copies - ess // one leg at least, from spares
 		}
 	}
 	want := ess + reap
-	if want == 0 {
-		return StripeGroup{}, &zerr.NoResourcesError{Resource: "active zones of namespace " + name, Requested: uint64(m), Available: 0}
+	if want < copies {
+		return StripeGroup{}, &zerr.NoResourcesError{Resource: "active zones of namespace " + name, Requested: uint64(m * copies), Available: uint64(want)}
 	}
 	cands := candidatesOf(a.dieSlotsOf(st), ix, a.candBuf)
 	a.candBuf = cands
 	if len(srcZones) > 0 {
 		cands = nodeToNodeOnly(cands, srcZones)
 	}
-	width := pow2Floor(min(want, remaining, distinctUsableDies(st, ix, cands)))
+	width := pow2Floor(min(want/copies, remaining, distinctUsableDies(st, ix, cands)/copies))
 	if reclaim && width < m {
 		return StripeGroup{}, &zerr.NoResourcesError{Resource: "die groups for a minimum-width reclaim target", Requested: uint64(m), Available: uint64(width)}
 	}
@@ -491,20 +501,32 @@ func (a *Arbiter) planGroup(st *State, name string, ns *nsState, vz *VZone, recl
 		return StripeGroup{}, &zerr.NoResourcesError{Resource: "free physical zones on available dies", Requested: uint64(min(want, remaining)), Available: 0}
 	}
 	var zones []cluster.PhysZone
-	if ref := likeRef(st, name, vz); !reclaim && len(ref) > 0 {
+	if ref := likeRef(st, name, vz); !reclaim && len(ref) > 0 && copies == 1 {
 		zones = pickLike(st, ix, cands, width, ref)
 	} else {
-		zones = pickZones(st, ix, cands, width)
+		// copies of a leg need distinct nodes: narrow the group until they fit
+		for zones = pickCopies(st, ix, cands, width, copies); copies > 1 && width > 1 && uint32(len(zones)) < width*copies; {
+			width /= 2
+			zones = pickCopies(st, ix, cands, width, copies)
+		}
 	}
-	if uint32(len(zones)) < width {
-		return StripeGroup{}, &zerr.NoResourcesError{Resource: "free physical zones on available dies", Requested: uint64(width), Available: uint64(len(zones))}
+	if uint32(len(zones)) < width*copies {
+		what := "free physical zones on available dies"
+		if copies > 1 {
+			what = fmt.Sprintf("free physical zones on %d distinct available nodes (%s)", copies, Redundancy(ns.Spec))
+		}
+		return StripeGroup{}, &zerr.NoResourcesError{Resource: what, Requested: uint64(width * copies), Available: uint64(len(zones))}
 	}
-	essUsed := min(width, ess)
-	return StripeGroup{
+	essUsed := min(width*copies, ess)
+	g := StripeGroup{
 		Zones: zones, Width: width,
 		StripeSize: stripeSize(a.cfg.BaseStripeSize, st.blockSize(zones), width, m),
-		Essentials: essUsed, Spares: width - essUsed, Open: true,
-	}, nil
+		Essentials: essUsed, Spares: width*copies - essUsed, Open: true,
+	}
+	if copies > 1 {
+		g.Copies = copies
+	}
+	return g, nil
 }
 
 // nodeToNodeOnly drops the candidates a reclaim copy could only reach by a

@@ -39,6 +39,7 @@ func toNamespace(n NamespaceInfo) *v1.Namespace {
 		Essentials: n.Essentials, Spares: n.SparesProvisioned, SparesLent: n.SparesLent, SparesBorrowed: n.SparesBorrowed,
 		ActiveVzones: n.ActiveVZones, ActiveZones: n.EssentialsInUse + n.SparesInUse, MinStripeWidth: n.MinWidth,
 		Active: !n.Inactive, Frozen: n.Frozen, Degraded: n.Degraded, Created: ts(n.CreatedAt), LastWrite: ts(n.LastWrite),
+		Redundancy: Redundancy(n.NamespaceSpec).String(),
 	}
 }
 
@@ -65,7 +66,7 @@ func toVZone(l Layout, nodes map[string]NodeInfo) *v1.VZone {
 	var start uint64
 	for _, g := range l.Groups {
 		pg := &v1.StripeGroup{Index: g.Index, Width: g.Width, StripeBlocks: g.StripeSize / max(l.BlockSize, 1),
-			Start: start, Capacity: uint64(g.Width) * l.ZoneCapacity}
+			Start: start, Capacity: uint64(g.Width) * l.ZoneCapacity, Copies: g.Copies}
 		for _, z := range g.Zones {
 			pz := &v1.PhysicalZone{Node: z.Node, Device: z.Device, Zone: z.Zone}
 			if n, ok := nodes[z.Node]; ok {
@@ -117,7 +118,7 @@ func (s *Server) vzone(ctx context.Context, l Layout, err error) (*v1.VZone, err
 // CreateNamespace implements v1.ArbiterServer.
 func (s *Server) CreateNamespace(ctx context.Context, r *v1.CreateNamespaceRequest) (*v1.Namespace, error) {
 	n, err := s.a.CreateNamespace(ctx, NamespaceSpec{Name: r.GetName(), MARLogical: r.GetMaxActiveVzones(),
-		ZonesPerVZone: r.GetZonesPerVzone(), Weight: r.GetWeight()})
+		ZonesPerVZone: r.GetZonesPerVzone(), Weight: r.GetWeight(), Redundancy: r.GetRedundancy()})
 	if err != nil {
 		return nil, rpcerr.ToError(err)
 	}

@@ -38,7 +38,14 @@ type StripeGroup struct {
 	Spares     uint32             `json:"spares"`      // active zones taken from spares (overdrive)
 	Open       bool               `json:"open"`
 	Generation uint64             `json:"generation"` // v-zone generation that created the group
+	// Copies of every leg (0 or 1: none). Zones holds Width × Copies zones,
+	// copy-major: copy c's leg i is Zones[c*Width+i], and the copies of leg
+	// i are on distinct nodes. Essentials and Spares count all of them.
+	Copies uint32 `json:"copies,omitempty"`
 }
+
+// copies is the number of copies of every leg of g (at least 1).
+func (g *StripeGroup) copies() uint32 { return max(g.Copies, 1) }
 
 // VZone is the persisted record of a non-empty v-zone.
 type VZone struct {
@@ -89,12 +96,14 @@ func (v *VZone) openGroup() *StripeGroup {
 	return g
 }
 
+// zoneCount is the data zones of v's stripe groups (their widths; the
+// copies of a mirrored group do not count against ZonesPerVZone).
 func (v *VZone) zoneCount() uint32 {
-	n := 0
+	var n uint32
 	for _, g := range v.Groups {
-		n += len(g.Zones)
+		n += g.Width
 	}
-	return uint32(n)
+	return n
 }
 
 // NamespaceSpec is what a namespace is created with.
@@ -108,6 +117,23 @@ type NamespaceSpec struct {
 	VZones uint64 `json:"vzones,omitempty"`
 	// Weight of the namespace in the partition of essentials and spares; 0 means 1.
 	Weight uint32 `json:"weight,omitempty"`
+	// Redundancy is "none" or "mirror:N" (cluster.ParseRedundancy); empty
+	// means none. Fixed at creation.
+	Redundancy string `json:"redundancy,omitempty"`
+}
+
+// Redundancy is the namespace's redundancy (none for an unparsable value).
+func Redundancy(s NamespaceSpec) cluster.Redundancy { return cluster.Redundancy{Copies: s.copies()} }
+
+// copies is the number of copies of every leg of the namespace's stripe
+// groups (1 without redundancy; an unparsable stored value counts as 1,
+// validate refuses it at creation).
+func (s NamespaceSpec) copies() uint32 {
+	r, err := cluster.ParseRedundancy(s.Redundancy)
+	if err != nil {
+		return 1
+	}
+	return r.Copies
 }
 
 // nsState is the persisted record of a namespace.
@@ -133,13 +159,20 @@ func (n *nsState) weight() uint64 {
 // minWidth is N_essential/(N_ns × MAR_logical) for this namespace: its
 // essentials over its MAR_logical, rounded down to a power of two, at least 1,
 // at most ZonesPerVZone.
+//
+// A mirrored namespace's v-zones need Copies zones per leg, so its minimum
+// width is its essentials over MAR_logical × Copies.
 func (n *nsState) minWidth() uint32 {
 	w := uint32(1)
-	if n.Spec.MARLogical > 0 && n.Essentials/n.Spec.MARLogical > 1 {
-		w = pow2Floor(n.Essentials / n.Spec.MARLogical)
+	if need := n.needEssentials(); need > 0 && n.Essentials/need > 1 {
+		w = pow2Floor(n.Essentials / need)
 	}
 	return min(w, n.Spec.ZonesPerVZone)
 }
+
+// needEssentials is the essentials that give every one of MAR_logical
+// v-zones a stripe group of width 1: MAR_logical × Copies.
+func (n *nsState) needEssentials() uint32 { return n.Spec.MARLogical * n.Spec.copies() }
 
 // Loan is spares lent by an inactive namespace to an active one (global
 // overdrive). A recalled loan is returned at the borrower's next finish/reset.
@@ -500,8 +533,8 @@ func reprovision(st *State) []shortfall {
 	for _, n := range names {
 		ns := st.Namespaces[n]
 		ns.Essentials, ns.Spares = ess[n], spa[n]
-		if ns.Essentials < ns.Spec.MARLogical {
-			short = append(short, shortfall{n, ns.Spec.MARLogical, ns.Essentials})
+		if need := ns.needEssentials(); ns.Essentials < need {
+			short = append(short, shortfall{n, need, ns.Essentials})
 		}
 	}
 	st.Loans = nil
@@ -637,6 +670,14 @@ func candidatesOf(ds *dieSlots, ix *index, buf []candidate) []candidate {
 // least active device, then a serial order rotated by the allocation clock.
 // It respects each device's MAR.
 func pickZones(st *State, ix *index, cands []candidate, width uint32) []cluster.PhysZone {
+	return pickCopies(st, ix, cands, width, 1)
+}
+
+// pickCopies is pickZones for width × copies zones, copy-major (see
+// StripeGroup.Copies): the zone for leg i of copy c is never on a node that
+// holds leg i of an earlier copy, so losing one node loses at most one copy
+// of every leg. It returns fewer zones when the candidates do not allow it.
+func pickCopies(st *State, ix *index, cands []candidate, width, copies uint32) []cluster.PhysZone {
 	total := len(cands)
 	if total == 0 {
 		return nil
@@ -650,7 +691,16 @@ func pickZones(st *State, ix *index, cands []candidate, width uint32) []cluster.
 	devUse := make([]uint32, devs)
 	used := make([]bool, total)
 	var out []cluster.PhysZone
-	for uint32(len(out)) < width {
+	for uint32(len(out)) < width*copies {
+		k := uint32(len(out))
+		sameLeg := func(c *candidate) bool { // a node holding this leg already
+			for j := k % width; j < k; j += width {
+				if out[j].Node == c.die.Node {
+					return true
+				}
+			}
+			return false
+		}
 		best := -1
 		better := func(i, j int) bool { // is cands[i] better than cands[j]
 			a, b := &cands[i], &cands[j]
@@ -670,7 +720,7 @@ func pickZones(st *State, ix *index, cands []candidate, width uint32) []cluster.
 				continue
 			}
 			c := &cands[i]
-			if c.devAct+devUse[c.dev] >= c.mar {
+			if c.devAct+devUse[c.dev] >= c.mar || (copies > 1 && sameLeg(c)) {
 				continue
 			}
 			if best < 0 || better(i, best) {

@@ -133,9 +133,10 @@ type Client struct {
 	bg       context.Context // background work (activity reports); cancelled by Close
 	bgCancel context.CancelFunc
 
-	vzMu   sync.Mutex
-	vzones map[uint64]*VZone
-	maps   sync.Map // node/device → *devMapping
+	vzMu    sync.Mutex
+	vzones  map[uint64]*VZone
+	maps    sync.Map // node/device → *devMapping
+	suspect suspects // nodes that failed a mirrored read lately (mirror.go)
 }
 
 // New connects to the cluster: it finds the arbiter leader and checks that
@@ -582,6 +583,9 @@ func (c *Client) handle(id uint64) *VZone {
 func nodeCall[T any](ctx context.Context, c *Client, node, addr, op string, fn func(context.Context, v1.ZonedDeviceClient) (T, error)) (T, error) {
 	var zero T
 	deadline := time.Now().Add(c.cfg.RetryDeadline)
+	if isFailFast(ctx) {
+		deadline = time.Now() // another copy can serve it (mirror.go): one attempt
+	}
 	backoff := 20 * time.Millisecond
 	for {
 		nc, err := c.nodeClient(addr)

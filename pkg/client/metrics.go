@@ -12,6 +12,9 @@ type metrics struct {
 	cwnd        prometheus.Histogram
 	compacted   *prometheus.CounterVec
 	activity    *prometheus.CounterVec
+	// degradedReads: reads of a mirrored v-zone that a copy's node failed
+	// and another copy served (or was tried for).
+	degradedReads prometheus.Counter
 }
 
 func newMetrics(reg prometheus.Registerer) *metrics {
@@ -34,9 +37,11 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 			Help: "Blocks moved by v-zone compactions, by path (copyback, read_program, remote, host_copy)."}, []string{"path"}),
 		activity: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "zonefleet_client_activity_reports_total",
 			Help: "Background write-activity reports to the arbiter, by outcome (ok, error)."}, []string{"outcome"}),
+		degradedReads: prometheus.NewCounter(prometheus.CounterOpts{Name: "zonefleet_client_degraded_reads_total",
+			Help: "Reads of a mirrored v-zone retried on another copy because a copy's node was unavailable."}),
 	}
 	if reg != nil {
-		for _, c := range []prometheus.Collector{m.ops, m.bytes, m.latency, m.retries, m.ccDecreases, m.ccWaits, m.cwnd, m.compacted, m.activity} {
+		for _, c := range []prometheus.Collector{m.ops, m.bytes, m.latency, m.retries, m.ccDecreases, m.ccWaits, m.cwnd, m.compacted, m.activity, m.degradedReads} {
 			_ = reg.Register(c)
 		}
 	}

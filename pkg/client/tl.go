@@ -56,6 +56,11 @@ func (v *VZone) TLOpen(ctx context.Context, valid []byte, mode v1.PlugMode) erro
 		return err
 	}
 	l, groups := v.snapshot()
+	for _, g := range groups {
+		if g.copies() > 1 {
+			return mirroredError(v.id, "TL_open")
+		}
+	}
 	capacity := l.GetCapacity()
 	if uint64(len(valid)) != (capacity+7)/8 {
 		return &zerr.InvalidBitmapError{Zone: v.id, Reason: fmt.Sprintf("has %d bytes, the v-zone needs %d", len(valid), (capacity+7)/8)}

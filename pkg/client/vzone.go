@@ -95,8 +95,8 @@ func (v *VZone) applyLayout(l *v1.VZone, then func()) bool {
 			g.zones = append(g.zones, pzone{node: z.GetNode(), addr: z.GetAddr(), dev: z.GetDevice(), zone: z.GetZone(), available: z.GetAvailable(),
 				info: new(atomic.Pointer[devInfo])})
 		}
-		if g.width != len(g.zones) || g.width == 0 {
-			g.width = len(g.zones)
+		if copies := max(int(pg.GetCopies()), 1); g.width == 0 || g.width*copies != len(g.zones) {
+			g.width = len(g.zones) // not a layout this client understands: RAID-0 over what is listed
 		}
 		if cc, ok := old[g.index]; ok && cc.width == g.width {
 			g.cc = cc
@@ -268,11 +268,22 @@ func (v *VZone) blockSize(ctx context.Context) (uint64, error) {
 	if len(groups) == 0 || len(groups[0].zones) == 0 {
 		return 4096, nil
 	}
-	d, err := v.c.device(ctx, groups[0].zones[0])
-	if err != nil {
-		return 0, err
+	g := groups[0]
+	var err error
+	for c, n := 0, g.copies(); c < n; c++ { // a mirrored leg: any copy's drive tells
+		cctx := ctx
+		if c < n-1 {
+			cctx = failFast(ctx)
+		}
+		var d *devInfo
+		if d, err = v.c.device(cctx, g.copyZone(c, 0)); err == nil {
+			return d.bs, nil
+		}
+		if !errors.Is(err, zerr.ErrUnavailable) {
+			break
+		}
 	}
-	return d.bs, nil
+	return 0, err
 }
 
 // Info describes a v-zone as ReportZone sees it.
@@ -350,21 +361,11 @@ func (v *VZone) writePointer(ctx context.Context) (uint64, error) {
 	wp := uint64(0)
 	for _, g := range groups {
 		prefix := g.start + g.capacity
-		for i, z := range g.zones {
-			d, err := v.c.device(ctx, z)
+		for i := 0; i < g.width; i++ {
+			zw, err := v.legWritePointer(ctx, g, i)
 			if err != nil {
 				return 0, err
 			}
-			rep, err := nodeCall(ctx, v.c, z.node, z.addr, "report zone", func(ctx context.Context, n v1.ZonedDeviceClient) (*v1.ReportZonesResponse, error) {
-				return n.ReportZones(ctx, &v1.ReportZonesRequest{Device: z.dev, StartZone: z.zone, MaxZones: 1})
-			})
-			if err != nil {
-				return 0, err
-			}
-			if len(rep.GetZones()) == 0 || rep.GetZones()[0].GetIndex() != z.zone {
-				return 0, &NodeError{Node: z.node, Addr: z.addr, Op: "report zone", Err: &zerr.NotOwnerError{Zone: fmt.Sprintf("%s/%d/%d", z.node, z.dev, z.zone), Namespace: v.c.cfg.Namespace}}
-			}
-			zw := rep.GetZones()[0].GetWritePointer() - uint64(z.zone)*d.zoneSize
 			perZone := g.capacity / uint64(g.width)
 			if tl {
 				// Threaded logging writes sparsely: the write pointer is past
@@ -400,6 +401,60 @@ func (v *VZone) writePointer(ctx context.Context) (uint64, error) {
 	v.wp, v.wpKnown = wp, true
 	v.wpSeq++
 	return wp, nil
+}
+
+// legWritePointer is the write pointer (relative to the zone start) of leg
+// i of g. For a mirrored group it is the lowest of its copies' (what every
+// copy holds); a copy whose node is unavailable is skipped while another
+// copy answers.
+func (v *VZone) legWritePointer(ctx context.Context, g *group, i int) (uint64, error) {
+	var (
+		wp      uint64
+		known   bool
+		lastErr error
+	)
+	n := g.copies()
+	for c := 0; c < n; c++ {
+		z := g.copyZone(c, i)
+		cctx := ctx
+		if n > 1 && (c < n-1 || known) {
+			cctx = failFast(ctx)
+		}
+		zw, err := v.zoneWritePointer(cctx, z)
+		if err != nil {
+			if n > 1 && errors.Is(err, zerr.ErrUnavailable) {
+				lastErr = err
+				continue
+			}
+			return 0, err
+		}
+		if !known || zw < wp {
+			wp, known = zw, true
+		}
+	}
+	if !known {
+		return 0, lastErr
+	}
+	return wp, nil
+}
+
+// zoneWritePointer asks z's node for its write pointer (relative to the
+// zone start).
+func (v *VZone) zoneWritePointer(ctx context.Context, z pzone) (uint64, error) {
+	d, err := v.c.device(ctx, z)
+	if err != nil {
+		return 0, err
+	}
+	rep, err := nodeCall(ctx, v.c, z.node, z.addr, "report zone", func(ctx context.Context, n v1.ZonedDeviceClient) (*v1.ReportZonesResponse, error) {
+		return n.ReportZones(ctx, &v1.ReportZonesRequest{Device: z.dev, StartZone: z.zone, MaxZones: 1})
+	})
+	if err != nil {
+		return 0, err
+	}
+	if len(rep.GetZones()) == 0 || rep.GetZones()[0].GetIndex() != z.zone {
+		return 0, &NodeError{Node: z.node, Addr: z.addr, Op: "report zone", Err: &zerr.NotOwnerError{Zone: fmt.Sprintf("%s/%d/%d", z.node, z.dev, z.zone), Namespace: v.c.cfg.Namespace}}
+	}
+	return rep.GetZones()[0].GetWritePointer() - uint64(z.zone)*d.zoneSize, nil
 }
 
 // WriteError says how far a failed write got: Written blocks from Offset
@@ -604,7 +659,7 @@ func (v *VZone) writeGroup(ctx context.Context, g *group, off uint64, data []byt
 	one := func(li int, l *leg) {
 		if len(l.pieces) == 1 {
 			p := l.pieces[0]
-			errs[li] = v.writeLeg(ctx, g.zones[l.idx], l.zoff, data[(p.voff-off)*bs:(p.voff-off+p.n)*bs], bs, fua)
+			errs[li] = v.writeCopies(ctx, g, l.idx, l.zoff, data[(p.voff-off)*bs:(p.voff-off+p.n)*bs], bs, fua)
 			return
 		}
 		// The zero-copy codec (pkg/wire) hands this buffer to the transport
@@ -616,7 +671,7 @@ func (v *VZone) writeGroup(ctx context.Context, g *group, off uint64, data []byt
 		for _, p := range l.pieces {
 			buf = append(buf, data[(p.voff-off)*bs:(p.voff-off+p.n)*bs]...)
 		}
-		errs[li] = v.writeLeg(ctx, g.zones[l.idx], l.zoff, buf, bs, fua)
+		errs[li] = v.writeCopies(ctx, g, l.idx, l.zoff, buf, bs, fua)
 	}
 	var wg sync.WaitGroup
 	for li, l := range legs[:len(legs)-1] {
@@ -764,8 +819,15 @@ func (v *VZone) ReadInto(ctx context.Context, off uint64, buf []byte) error {
 	if covered < n {
 		clear(buf) // blocks of no stripe group yet were never written: zeroes
 	}
+	mirrored := false
+	for _, g := range parts {
+		mirrored = mirrored || g.copies() > 1
+	}
 	var refs []readLegRef
 	for _, g := range parts {
+		if mirrored {
+			break // readMirrored picks the copies
+		}
 		lo, hi := max(off, g.start), min(off+n, g.start+g.capacity)
 		for _, l := range g.legs(lo, hi-lo) {
 			z := g.zones[l.idx]
@@ -777,7 +839,9 @@ func (v *VZone) ReadInto(ctx context.Context, off uint64, buf []byte) error {
 		}
 	}
 	var first error
-	if len(refs) > 0 {
+	if mirrored {
+		first = v.readMirrored(ctx, parts, off, n, buf)
+	} else if len(refs) > 0 {
 		first = v.runCalls(ctx, planRead(refs), buf, off)
 	}
 	if first != nil {

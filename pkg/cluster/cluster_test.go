@@ -132,3 +132,56 @@ func TestEncodeDecode(t *testing.T) {
 	_, err = DecodeGrant("k", []byte(`nope`))
 	assert.ErrorIs(t, err, zerr.ErrCorrupt)
 }
+
+func TestParseRedundancy(t *testing.T) {
+	for _, tc := range []struct {
+		in     string
+		copies uint32
+		canon  string
+		bad    bool
+	}{
+		{"", 1, "none", false},
+		{"none", 1, "none", false},
+		{"mirror:2", 2, "mirror:2", false},
+		{"mirror:4", 4, "mirror:4", false},
+		{"mirror:1", 0, "", true},
+		{"mirror:5", 0, "", true},
+		{"mirror:", 0, "", true},
+		{"mirror:-2", 0, "", true},
+		{"mirror:2x", 0, "", true},
+		{"raid5", 0, "", true},
+		{"Mirror:2", 0, "", true},
+		{"mirror:99999999999999999999", 0, "", true},
+	} {
+		t.Run(tc.in, func(t *testing.T) {
+			r, err := ParseRedundancy(tc.in)
+			if tc.bad {
+				require.ErrorIs(t, err, zerr.ErrInvalidArgument)
+				return
+			}
+			require.NoError(t, err)
+			require.Equal(t, tc.copies, r.Copies)
+			require.Equal(t, tc.canon, r.String())
+			back, err := ParseRedundancy(r.String())
+			require.NoError(t, err)
+			require.Equal(t, r, back)
+		})
+	}
+}
+
+func FuzzParseRedundancy(f *testing.F) {
+	for _, s := range []string{"", "none", "mirror:2", "mirror:9", "raid5"} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, s string) {
+		r, err := ParseRedundancy(s)
+		if err != nil {
+			require.ErrorIs(t, err, zerr.ErrInvalidArgument)
+			return
+		}
+		require.True(t, r.Copies >= 1 && r.Copies <= MaxCopies)
+		back, err := ParseRedundancy(r.String())
+		require.NoError(t, err)
+		require.Equal(t, r, back)
+	})
+}

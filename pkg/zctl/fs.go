@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"net"
 	"net/http"
 	"os"
@@ -435,6 +436,13 @@ func serveMount(sigCtx context.Context, g *Globals, o mountOptions, mounted func
 	mode, err := lfs.ParseMode(o.gc)
 	if err != nil {
 		return usageErr(err)
+	}
+	if ns, err := c.GetNamespace(sigCtx); err == nil && ns.GetRedundancy() != "" && ns.GetRedundancy() != "none" && mode != lfs.ModeZNS {
+		// zone_compaction and TL_open act on one physical zone: the copies
+		// of a mirrored namespace would diverge (pkg/client mirror.go)
+		slog.Warn("mirrored namespace: segments are recycled by host copy", "namespace", g.Namespace,
+			"redundancy", ns.GetRedundancy(), "gc", o.gc)
+		mode, o.gc = lfs.ModeZNS, "host-copy"
 	}
 	fs, err := lfs.Mount(sigCtx, vol, lfs.Options{Clock: clk, Registry: reg, Mode: mode, CachedWrite: o.cachedWrite,
 		BackgroundGC: o.bgGC, CheckpointEvery: o.cpEvery, CacheBlocks: o.cacheBlocks, RetryDeadline: o.retryDeadline})

@@ -6,6 +6,7 @@ import (
 	"github.com/spf13/cobra"
 	v1 "github.com/zonefleet/zonefleet/api/zonefleet/v1"
 	"github.com/zonefleet/zonefleet/pkg/client"
+	"github.com/zonefleet/zonefleet/pkg/cluster"
 )
 
 func nsCmd(g *Globals) *cobra.Command {
@@ -17,6 +18,9 @@ func nsCmd(g *Globals) *cobra.Command {
 		Args:  cobra.ExactArgs(1),
 		RunE: g.run(false, func(cmd *cobra.Command, c *client.Client, args []string) error {
 			req.Name = args[0]
+			if _, err := cluster.ParseRedundancy(req.Redundancy); err != nil {
+				return usageErr(err)
+			}
 			n, err := c.Namespaces().Create(cmd.Context(), &req)
 			if err != nil {
 				return err
@@ -27,6 +31,7 @@ func nsCmd(g *Globals) *cobra.Command {
 	create.Flags().Uint32Var(&req.MaxActiveVzones, "max-active-vzones", 4, "v-zones open at once (MAR_logical)")
 	create.Flags().Uint32Var(&req.ZonesPerVzone, "zones-per-vzone", 8, "physical zones per v-zone (a power of two)")
 	create.Flags().Uint32Var(&req.Weight, "weight", 1, "share of the essentials and spares")
+	create.Flags().StringVar(&req.Redundancy, "redundancy", "none", "none (RAID-0 legs) or mirror:N (N copies of every leg on distinct nodes, N in 2..4; takes N× the active zones, recycles by host copy)")
 
 	var force bool
 	del := &cobra.Command{
@@ -71,6 +76,7 @@ func nsCmd(g *Globals) *cobra.Command {
 				t.row("max active v-zones:\t%d", n.GetMaxActiveVzones())
 				t.row("zones per v-zone:\t%d", n.GetZonesPerVzone())
 				t.row("weight:\t%d", n.GetWeight())
+				t.row("redundancy:\t%s", redundancy(n))
 				t.row("essentials:\t%d", n.GetEssentials())
 				t.row("spares:\t%d (lent %d, borrowed %d)", n.GetSpares(), n.GetSparesLent(), n.GetSparesBorrowed())
 				t.row("min stripe width:\t%d", n.GetMinStripeWidth())
@@ -81,6 +87,13 @@ func nsCmd(g *Globals) *cobra.Command {
 		}),
 	})
 	return cmd
+}
+
+func redundancy(n *v1.Namespace) string {
+	if r := n.GetRedundancy(); r != "" {
+		return r
+	}
+	return "none"
 }
 
 func nsState(n *v1.Namespace) string {
@@ -99,9 +112,9 @@ func nsState(n *v1.Namespace) string {
 
 func nsTable(w io.Writer, list []*v1.Namespace) error {
 	t := table(w)
-	t.row("NAMESPACE\tMAX ACTIVE\tZONES/VZONE\tESSENTIALS\tSPARES\tLENT\tBORROWED\tACTIVE VZONES\tSTATE")
+	t.row("NAMESPACE\tMAX ACTIVE\tZONES/VZONE\tREDUNDANCY\tESSENTIALS\tSPARES\tLENT\tBORROWED\tACTIVE VZONES\tSTATE")
 	for _, n := range list {
-		t.row("%s\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%s", n.GetName(), n.GetMaxActiveVzones(), n.GetZonesPerVzone(), n.GetEssentials(),
+		t.row("%s\t%d\t%d\t%s\t%d\t%d\t%d\t%d\t%d\t%s", n.GetName(), n.GetMaxActiveVzones(), n.GetZonesPerVzone(), redundancy(n), n.GetEssentials(),
 			n.GetSpares(), n.GetSparesLent(), n.GetSparesBorrowed(), n.GetActiveVzones(), nsState(n))
 	}
 	return t.flush()

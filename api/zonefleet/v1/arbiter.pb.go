@@ -97,8 +97,11 @@ type Namespace struct {
 	Degraded        bool                   `protobuf:"varint,14,opt,name=degraded,proto3" json:"degraded,omitempty"` // uses zones on a node that is gone
 	Created         *timestamppb.Timestamp `protobuf:"bytes,15,opt,name=created,proto3" json:"created,omitempty"`
 	LastWrite       *timestamppb.Timestamp `protobuf:"bytes,16,opt,name=last_write,json=lastWrite,proto3" json:"last_write,omitempty"`
-	unknownFields   protoimpl.UnknownFields
-	sizeCache       protoimpl.SizeCache
+	// "none" (RAID-0 legs) or "mirror:N" (N copies of every leg on distinct
+	// nodes); set at creation.
+	Redundancy    string `protobuf:"bytes,17,opt,name=redundancy,proto3" json:"redundancy,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *Namespace) Reset() {
@@ -243,12 +246,20 @@ func (x *Namespace) GetLastWrite() *timestamppb.Timestamp {
 	return nil
 }
 
+func (x *Namespace) GetRedundancy() string {
+	if x != nil {
+		return x.Redundancy
+	}
+	return ""
+}
+
 type CreateNamespaceRequest struct {
 	state           protoimpl.MessageState `protogen:"open.v1"`
 	Name            string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
 	MaxActiveVzones uint32                 `protobuf:"varint,2,opt,name=max_active_vzones,json=maxActiveVzones,proto3" json:"max_active_vzones,omitempty"`
 	ZonesPerVzone   uint32                 `protobuf:"varint,3,opt,name=zones_per_vzone,json=zonesPerVzone,proto3" json:"zones_per_vzone,omitempty"`
-	Weight          uint32                 `protobuf:"varint,4,opt,name=weight,proto3" json:"weight,omitempty"` // 0 = 1
+	Weight          uint32                 `protobuf:"varint,4,opt,name=weight,proto3" json:"weight,omitempty"`        // 0 = 1
+	Redundancy      string                 `protobuf:"bytes,5,opt,name=redundancy,proto3" json:"redundancy,omitempty"` // "" or "none" (default), "mirror:N" (N in 2..4)
 	unknownFields   protoimpl.UnknownFields
 	sizeCache       protoimpl.SizeCache
 }
@@ -309,6 +320,13 @@ func (x *CreateNamespaceRequest) GetWeight() uint32 {
 		return x.Weight
 	}
 	return 0
+}
+
+func (x *CreateNamespaceRequest) GetRedundancy() string {
+	if x != nil {
+		return x.Redundancy
+	}
+	return ""
 }
 
 type GetNamespaceRequest struct {
@@ -608,13 +626,17 @@ func (x *PhysicalZone) GetAvailable() bool {
 }
 
 type StripeGroup struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Index         uint32                 `protobuf:"varint,1,opt,name=index,proto3" json:"index,omitempty"`
-	Width         uint32                 `protobuf:"varint,2,opt,name=width,proto3" json:"width,omitempty"`                                   // physical zones striped together
-	StripeBlocks  uint32                 `protobuf:"varint,3,opt,name=stripe_blocks,json=stripeBlocks,proto3" json:"stripe_blocks,omitempty"` // stripe size in blocks
-	Start         uint64                 `protobuf:"varint,4,opt,name=start,proto3" json:"start,omitempty"`                                   // v-zone block offset where this group begins
-	Capacity      uint64                 `protobuf:"varint,5,opt,name=capacity,proto3" json:"capacity,omitempty"`                             // blocks
-	Zones         []*PhysicalZone        `protobuf:"bytes,6,rep,name=zones,proto3" json:"zones,omitempty"`
+	state        protoimpl.MessageState `protogen:"open.v1"`
+	Index        uint32                 `protobuf:"varint,1,opt,name=index,proto3" json:"index,omitempty"`
+	Width        uint32                 `protobuf:"varint,2,opt,name=width,proto3" json:"width,omitempty"`                                   // physical zones striped together
+	StripeBlocks uint32                 `protobuf:"varint,3,opt,name=stripe_blocks,json=stripeBlocks,proto3" json:"stripe_blocks,omitempty"` // stripe size in blocks
+	Start        uint64                 `protobuf:"varint,4,opt,name=start,proto3" json:"start,omitempty"`                                   // v-zone block offset where this group begins
+	Capacity     uint64                 `protobuf:"varint,5,opt,name=capacity,proto3" json:"capacity,omitempty"`                             // blocks
+	// width × copies zones: copy 0's legs in stripe order, then copy 1's, ...
+	// The legs of one stripe position (zones[i], zones[width+i], ...) hold the
+	// same data on distinct nodes.
+	Zones         []*PhysicalZone `protobuf:"bytes,6,rep,name=zones,proto3" json:"zones,omitempty"`
+	Copies        uint32          `protobuf:"varint,7,opt,name=copies,proto3" json:"copies,omitempty"` // 0 or 1: no redundancy
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -689,6 +711,13 @@ func (x *StripeGroup) GetZones() []*PhysicalZone {
 		return x.Zones
 	}
 	return nil
+}
+
+func (x *StripeGroup) GetCopies() uint32 {
+	if x != nil {
+		return x.Copies
+	}
+	return 0
 }
 
 type VZone struct {
@@ -2073,7 +2102,7 @@ var File_zonefleet_v1_arbiter_proto protoreflect.FileDescriptor
 
 const file_zonefleet_v1_arbiter_proto_rawDesc = "" +
 	"\n" +
-	"\x1azonefleet/v1/arbiter.proto\x12\fzonefleet.v1\x1a\x1fgoogle/protobuf/timestamp.proto\"\xbc\x04\n" +
+	"\x1azonefleet/v1/arbiter.proto\x12\fzonefleet.v1\x1a\x1fgoogle/protobuf/timestamp.proto\"\xdc\x04\n" +
 	"\tNamespace\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12*\n" +
 	"\x11max_active_vzones\x18\x02 \x01(\rR\x0fmaxActiveVzones\x12&\n" +
@@ -2095,12 +2124,18 @@ const file_zonefleet_v1_arbiter_proto_rawDesc = "" +
 	"\bdegraded\x18\x0e \x01(\bR\bdegraded\x124\n" +
 	"\acreated\x18\x0f \x01(\v2\x1a.google.protobuf.TimestampR\acreated\x129\n" +
 	"\n" +
-	"last_write\x18\x10 \x01(\v2\x1a.google.protobuf.TimestampR\tlastWrite\"\x98\x01\n" +
+	"last_write\x18\x10 \x01(\v2\x1a.google.protobuf.TimestampR\tlastWrite\x12\x1e\n" +
+	"\n" +
+	"redundancy\x18\x11 \x01(\tR\n" +
+	"redundancy\"\xb8\x01\n" +
 	"\x16CreateNamespaceRequest\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12*\n" +
 	"\x11max_active_vzones\x18\x02 \x01(\rR\x0fmaxActiveVzones\x12&\n" +
 	"\x0fzones_per_vzone\x18\x03 \x01(\rR\rzonesPerVzone\x12\x16\n" +
-	"\x06weight\x18\x04 \x01(\rR\x06weight\")\n" +
+	"\x06weight\x18\x04 \x01(\rR\x06weight\x12\x1e\n" +
+	"\n" +
+	"redundancy\x18\x05 \x01(\tR\n" +
+	"redundancy\")\n" +
 	"\x13GetNamespaceRequest\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\"\x17\n" +
 	"\x15ListNamespacesRequest\"Q\n" +
@@ -2118,14 +2153,15 @@ const file_zonefleet_v1_arbiter_proto_rawDesc = "" +
 	"\x06device\x18\x03 \x01(\rR\x06device\x12\x12\n" +
 	"\x04zone\x18\x04 \x01(\rR\x04zone\x12\x12\n" +
 	"\x04dies\x18\x05 \x03(\rR\x04dies\x12\x1c\n" +
-	"\tavailable\x18\x06 \x01(\bR\tavailable\"\xc2\x01\n" +
+	"\tavailable\x18\x06 \x01(\bR\tavailable\"\xda\x01\n" +
 	"\vStripeGroup\x12\x14\n" +
 	"\x05index\x18\x01 \x01(\rR\x05index\x12\x14\n" +
 	"\x05width\x18\x02 \x01(\rR\x05width\x12#\n" +
 	"\rstripe_blocks\x18\x03 \x01(\rR\fstripeBlocks\x12\x14\n" +
 	"\x05start\x18\x04 \x01(\x04R\x05start\x12\x1a\n" +
 	"\bcapacity\x18\x05 \x01(\x04R\bcapacity\x120\n" +
-	"\x05zones\x18\x06 \x03(\v2\x1a.zonefleet.v1.PhysicalZoneR\x05zones\"\xe5\x02\n" +
+	"\x05zones\x18\x06 \x03(\v2\x1a.zonefleet.v1.PhysicalZoneR\x05zones\x12\x16\n" +
+	"\x06copies\x18\a \x01(\rR\x06copies\"\xe5\x02\n" +
 	"\x05VZone\x12\x1c\n" +
 	"\tnamespace\x18\x01 \x01(\tR\tnamespace\x12\x0e\n" +
 	"\x02id\x18\x02 \x01(\x04R\x02id\x12.\n" +

@@ -1,0 +1,143 @@
+package client_test
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+	"github.com/stretchr/testify/require"
+
+	v1 "github.com/zonefleet/zonefleet/api/zonefleet/v1"
+	"github.com/zonefleet/zonefleet/pkg/client"
+	"github.com/zonefleet/zonefleet/pkg/zerr"
+)
+
+// A mirror:2 namespace over real nodes: every leg has two copies on
+// distinct nodes; with one node stopped every acknowledged byte still reads
+// back (degraded reads), also through a fresh client that has to find the
+// write pointer without that node; new v-zones land on the live nodes and
+// take writes; zone_compaction and TL_open are refused (they would change
+// one copy only).
+func TestMirroredVZoneSurvivesANode(t *testing.T) {
+	c := startCluster(t, 3, 1)
+	ctx := context.Background()
+	admin := newClient(t, c, "")
+	ns, err := admin.Namespaces().Create(ctx, &v1.CreateNamespaceRequest{Name: "m", MaxActiveVzones: 2, ZonesPerVzone: 4, Redundancy: "mirror:2"})
+	require.NoError(t, err)
+	require.Equal(t, "mirror:2", ns.GetRedundancy())
+
+	reg := prometheus.NewRegistry()
+	cfg := c.ClientConfig("m")
+	cfg.Etcd, cfg.RetryDeadline, cfg.Registerer = c.Etcd.Endpoints(), 3*time.Second, reg
+	cl, err := client.New(ctx, cfg)
+	require.NoError(t, err)
+	t.Cleanup(cl.Close)
+
+	vz, err := cl.OpenVZone(ctx)
+	require.NoError(t, err)
+	info, err := vz.ReportZone(ctx)
+	require.NoError(t, err)
+	bs := info.BlockSize
+	var want []byte
+	for i := 0; i < 24; i++ { // appends across stripe groups
+		b := random(int(bs) * (1 + i*7%29))
+		off, err := vz.Append(ctx, b)
+		require.NoError(t, err)
+		require.Equal(t, uint64(len(want))/bs, off)
+		want = append(want, b...)
+	}
+	l, err := vz.Layout(ctx)
+	require.NoError(t, err)
+	require.NotEmpty(t, l.GetGroups())
+	for _, g := range l.GetGroups() {
+		require.Equal(t, uint32(2), g.GetCopies())
+		require.Len(t, g.GetZones(), int(2*g.GetWidth()))
+		for i := uint32(0); i < g.GetWidth(); i++ {
+			require.NotEqual(t, g.GetZones()[i].GetNode(), g.GetZones()[g.GetWidth()+i].GetNode(), "copies of leg %d on one node", i)
+		}
+	}
+
+	// offloaded recycling is refused on mirrored v-zones, typed
+	dst, err := cl.OpenVZone(ctx)
+	require.NoError(t, err)
+	_, err = cl.Compact(ctx, []client.Copy{{Src: vz.ID(), SrcOff: 0, Dst: dst.ID(), DstOff: 0, Blocks: 1}})
+	require.ErrorIs(t, err, zerr.ErrZoneState)
+	require.ErrorIs(t, dst.Reset(ctx), nil)
+
+	// stop the node holding copy 0 of the first leg
+	victim := l.GetGroups()[0].GetZones()[0].GetNode()
+	var idx int
+	_, err = fmt.Sscanf(victim, "node-%d", &idx)
+	require.NoError(t, err)
+	require.NoError(t, c.StopNode(idx-1))
+
+	readAll := func(vz *client.VZone) {
+		t.Helper()
+		got, err := vz.Read(ctx, 0, uint64(len(want))/bs)
+		require.NoError(t, err)
+		require.True(t, bytes.Equal(want, got), "mirrored v-zone reads back other bytes with %s down", victim)
+	}
+	readAll(vz)
+	require.Greater(t, testutil.ToFloat64(counter(t, reg, "zonefleet_client_degraded_reads_total")), 0.0)
+	readAll(vz) // the node is suspected now: read from the other copy at once
+
+	cl2 := newClient(t, c, "m") // knows nothing: layout and write pointer from the live copies
+	vz2 := cl2.VZone(vz.ID())
+	info2, err := vz2.ReportZone(ctx)
+	require.NoError(t, err)
+	require.Equal(t, uint64(len(want))/bs, info2.WritePointer)
+	readAll(vz2)
+
+	// once the arbiter sees the node gone, a new v-zone avoids it and takes writes
+	require.Eventually(t, func() bool {
+		nodes, err := admin.ListNodes(ctx)
+		if err != nil {
+			return false
+		}
+		for _, n := range nodes {
+			if n.GetId() == victim {
+				return !n.GetAvailable()
+			}
+		}
+		return true
+	}, 30*time.Second, 100*time.Millisecond)
+	// the arbiter finishes the v-zone; the stopped node's zones answer
+	// UNAVAILABLE (the file system retries such finishes at checkpoints)
+	require.ErrorIs(t, vz.Finish(ctx), zerr.ErrUnavailable)
+	nv, err := cl.OpenVZone(ctx)
+	require.NoError(t, err)
+	b := random(int(bs) * 40)
+	_, err = nv.Append(ctx, b)
+	require.NoError(t, err)
+	nl, err := nv.Layout(ctx)
+	require.NoError(t, err)
+	for _, g := range nl.GetGroups() {
+		for _, z := range g.GetZones() {
+			require.NotEqual(t, victim, z.GetNode(), "a new stripe group on the stopped node")
+		}
+	}
+	got, err := nv.Read(ctx, 0, 40)
+	require.NoError(t, err)
+	require.True(t, bytes.Equal(b, got))
+
+	// the node returns: everything still reads back
+	require.NoError(t, c.StartNode(ctx, idx-1))
+	readAll(vz)
+}
+
+func counter(t *testing.T, reg *prometheus.Registry, name string) prometheus.Collector {
+	t.Helper()
+	mfs, err := reg.Gather()
+	require.NoError(t, err)
+	for _, mf := range mfs {
+		if mf.GetName() == name {
+			return prometheus.NewCounterFunc(prometheus.CounterOpts{Name: name, Help: "copy"}, func() float64 { return mf.GetMetric()[0].GetCounter().GetValue() })
+		}
+	}
+	t.Fatalf("metric %s not registered", name)
+	return nil
+}
