@@ -154,6 +154,13 @@ func arbiter() Dashboard {
 			q(`histogram_quantile(0.5, sum by (le) (rate(zonefleet_arbiter_allocation_duration_seconds_bucket{`+i+`}`+ri+`)))`, "p50"),
 			q(`histogram_quantile(0.99, sum by (le) (rate(zonefleet_arbiter_allocation_duration_seconds_bucket{`+i+`}`+ri+`)))`, "p99")},
 			unit("s"), thresholds(0.1, "orange", 1.0, "red"))),
+		pn(panel(15, "timeseries", "Mirrored copies on down nodes", []query{q(`max(zonefleet_arbiter_degraded_zones{`+i+`}`+leader+`)`, "waiting for rebuild")},
+			unit("short"), thresholds(1.0, "orange", 100.0, "red"),
+			desc("Copies of mirrored legs (namespace redundancy mirror:N) on nodes that are down and not rebuilt elsewhere yet; each is one copy fewer of its leg."))),
+		pn(panel(16, "timeseries", "Rebuild throughput", []query{
+			q(`sum(rate(zonefleet_arbiter_rebuild_blocks_total{`+i+`}`+ri+`))`, "blocks/s"),
+			q(`sum by (outcome) (rate(zonefleet_arbiter_rebuilds_total{`+i+`}`+ri+`))`, "copies/s {{outcome}}")},
+			unit("short"), desc("Copies of lost mirrored legs rebuilt node to node (one zone at a time), and their blocks."))),
 		row(103, "gRPC and etcd"),
 		pn(panel(13, "timeseries", "Arbiter gRPC by method", []query{q(`sum by (method, code) (rate(zonefleet_grpc_requests_total{job="arbiter", `+i+`}`+ri+`))`, "{{method}} {{code}}")}, unit("reqps"))),
 		pn(panel(14, "timeseries", "etcd leader changes and proposals", []query{

@@ -204,6 +204,8 @@ type Arbiter struct {
 	mu   sync.RWMutex
 	term *term // non-nil while leader
 
+	rebuildBusy atomic.Bool // a rebuild check runs (rebuild.go)
+
 	actMu     sync.Mutex
 	lastWrite map[string]time.Time // in-memory write activity (leader)
 
@@ -423,6 +425,9 @@ func (a *Arbiter) runTerm(ctx context.Context) error {
 		case <-downTick:
 			if err := a.CheckNodes(cctx); err != nil && !errors.Is(err, zerr.ErrNotLeader) && cctx.Err() == nil {
 				a.log.Warn("dead node check failed", "err", err)
+			}
+			if _, err := a.CheckRebuild(cctx); err != nil && !errors.Is(err, zerr.ErrNotLeader) && cctx.Err() == nil {
+				a.log.Warn("rebuild check failed", "err", err)
 			}
 		case <-compact:
 			if err := a.historyTick(cctx, hist); err != nil && cctx.Err() == nil {

@@ -2,6 +2,7 @@ package arbiter
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"math"
 	"sync"
@@ -167,6 +168,19 @@ func (c *NodeCompactor) Compact(ctx context.Context, ns string, dst cluster.Phys
 			return fmt.Errorf("zone_compaction %s: %w", resp.GetOperationId(), err)
 		}
 		i = j
+	}
+	return nil
+}
+
+// FinishZone finishes zone z (a rebuilt copy of a finished leg).
+func (c *NodeCompactor) FinishZone(ctx context.Context, ns string, z cluster.PhysZone) error {
+	n, err := c.node(ctx, z.Node)
+	if err != nil {
+		return err
+	}
+	_, err = n.client.ZoneManagement(c.auth(ctx, ns), &v1.ZoneManagementRequest{Device: z.Device, Zone: z.Zone, Action: v1.ZoneAction_ZONE_ACTION_FINISH})
+	if err != nil && !errors.Is(err, zerr.ErrZoneState) {
+		return fmt.Errorf("finish %s: %w", z, err)
 	}
 	return nil
 }

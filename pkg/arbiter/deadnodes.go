@@ -2,6 +2,7 @@ package arbiter
 
 import (
 	"context"
+	"errors"
 	"fmt"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
@@ -74,7 +75,9 @@ func (a *Arbiter) RemoveNode(ctx context.Context, id string) error {
 	if err := validName("node id", id); err != nil {
 		return err
 	}
-	return a.mutate(ctx, func(st *State, ix *index) ([]clientv3.Op, error) {
+	var refused error
+	err := a.mutate(ctx, func(st *State, ix *index) ([]clientv3.Op, error) {
+		refused = nil
 		n := st.Nodes[id]
 		if n == nil {
 			return nil, &zerr.NotFoundError{Kind: "node", Name: id}
@@ -83,6 +86,15 @@ func (a *Arbiter) RemoveNode(ctx context.Context, id string) error {
 			return nil, &zerr.InvalidArgumentError{Field: "node", Reason: "node " + id + " is registered (stop it first)"}
 		}
 		if held := nodeZones(ix)[id]; held > 0 {
+			// Declared lost by the operator: it is down at once, so the
+			// copies it holds of mirrored legs are rebuilt elsewhere
+			// (rebuild.go) without waiting for NodeDownAfter.
+			if !n.Down {
+				c := *n
+				c.Down = true
+				st.putNode(id, &c)
+				a.log.Warn("node declared lost by an operator: marked down; copies of mirrored legs are rebuilt elsewhere", "node", id, "zones", held)
+			}
 			// A conflict with the node's zones, not a bad argument: the same
 			// kind as deleting a namespace with open v-zones.
 			first := uint64(0)
@@ -92,11 +104,34 @@ func (a *Arbiter) RemoveNode(ctx context.Context, id string) error {
 					first, found = uint64(z.Zone), true
 				}
 			}
-			return nil, &zerr.ZoneStateError{Zone: first, State: "allocated",
-				Op: fmt.Sprintf("remove node %s (it holds %d allocated zones: reset or delete their v-zones first)", id, held)}
+			refused = &zerr.ZoneStateError{Zone: first, State: "allocated",
+				Op: fmt.Sprintf("remove node %s (it holds %d allocated zones: it is marked down and copies of mirrored legs are rebuilt on other nodes, see zctl cluster status; reset or delete the other v-zones, then remove it again)", id, held)}
+			return nil, nil
 		}
 		st.delNode(id)
 		a.log.Info("node removed by an operator", "node", id)
 		return nil, nil
 	})
+	if err != nil {
+		return err
+	}
+	if refused != nil {
+		go a.kickRebuild()
+	}
+	return refused
+}
+
+// kickRebuild runs a rebuild check now (after an operator declared a node
+// lost), on the leader's term context (CheckRebuild runs one at a time).
+func (a *Arbiter) kickRebuild() {
+	a.mu.RLock()
+	t := a.term
+	a.mu.RUnlock()
+	if t == nil || t.session == nil {
+		return
+	}
+	ctx := t.session.Ctx()
+	if _, err := a.CheckRebuild(ctx); err != nil && !errors.Is(err, zerr.ErrNotLeader) && ctx.Err() == nil {
+		a.log.Warn("rebuild check failed", "err", err)
+	}
 }

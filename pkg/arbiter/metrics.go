@@ -27,6 +27,9 @@ type metrics struct {
 	alarm           *prometheus.GaugeVec // {alarm=nospace|corrupt}
 	compactions     prometheus.Counter
 	dbSize          prometheus.Gauge
+	rebuilds        *prometheus.CounterVec // {outcome=ok|error}
+	rebuildBlocks   prometheus.Counter
+	rebuildWaiting  prometheus.Gauge
 
 	mu    sync.Mutex
 	known map[string]bool
@@ -72,16 +75,25 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 			Help: "etcd history compactions requested by the leader."}),
 		dbSize: prometheus.NewGauge(prometheus.GaugeOpts{Name: "zonefleet_arbiter_etcd_db_size_bytes",
 			Help: "Size of the etcd database file as last reported to the leader."}),
+		rebuilds: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "zonefleet_arbiter_rebuilds_total",
+			Help: "Copies of mirrored legs on down nodes rebuilt on another node, by outcome (ok, error)."}, []string{"outcome"}),
+		rebuildBlocks: prometheus.NewCounter(prometheus.CounterOpts{Name: "zonefleet_arbiter_rebuild_blocks_total",
+			Help: "Blocks copied node to node by rebuilds of mirrored legs."}),
+		rebuildWaiting: prometheus.NewGauge(prometheus.GaugeOpts{Name: "zonefleet_arbiter_degraded_zones",
+			Help: "Copies of mirrored legs on down nodes not rebuilt yet (the leader's last rebuild check)."}),
 		known: map[string]bool{},
 	}
 	if reg != nil {
 		for _, c := range []prometheus.Collector{m.leader, m.essentials, m.spares, m.activeVZones, m.openGroups, m.nodes,
 			m.allocations, m.allocatedZones, m.overdrive, m.namespaceEvents, m.width, m.allocLatency,
-			m.mutations, m.noops, m.txns, m.txnBytes, m.alarm, m.compactions, m.dbSize} {
+			m.mutations, m.noops, m.txns, m.txnBytes, m.alarm, m.compactions, m.dbSize, m.rebuilds, m.rebuildBlocks, m.rebuildWaiting} {
 			if err := reg.Register(c); err != nil {
 				return nil, err
 			}
 		}
+	}
+	for _, k := range []string{"ok", "error"} {
+		m.rebuilds.WithLabelValues(k)
 	}
 	for _, k := range []string{"nospace", "corrupt"} {
 		m.alarm.WithLabelValues(k)

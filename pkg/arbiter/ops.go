@@ -90,6 +90,8 @@ type Status struct {
 	EssentialsFree     uint32
 	SparesFree         uint32
 	DegradedNamespaces []string
+	LostCopies         int    // copies of mirrored legs on down nodes not rebuilt yet
+	Rebuilding         int    // rebuilds copying now
 	CapacityBlocks     uint64 // over available devices
 	FreeBlocks         uint64 // in unallocated zones of available devices
 }
@@ -698,7 +700,7 @@ func (a *Arbiter) resetVZone(ctx context.Context, namespace string, vzone, incar
 			return nil, &zerr.ZoneStateError{Zone: vzone, State: "reclaiming", Op: "reset"}
 		}
 		var ops []clientv3.Op
-		for _, g := range vz.Groups {
+		for _, g := range vz.allGroups() { // a rebuild's target too
 			for _, z := range g.Zones {
 				ops = append(ops, grantDel(z))
 			}
@@ -929,7 +931,11 @@ func (a *Arbiter) Status(ctx context.Context) (Status, error) {
 		if a.nsInfo(st, ix, name, st.Namespaces[name]).Degraded {
 			s.DegradedNamespaces = append(s.DegradedNamespaces, name)
 		}
+		for _, vz := range st.Namespaces[name].VZones {
+			s.Rebuilding += len(vz.Rebuilds)
+		}
 	}
+	s.LostCopies = len(rebuildJobs(st))
 	for id, n := range st.Nodes {
 		if !n.Available {
 			continue

@@ -292,7 +292,7 @@ func (a *Arbiter) abortReclaims(ctx context.Context) error {
 	found := false
 	for _, ns := range st.Namespaces {
 		for _, vz := range ns.VZones {
-			found = found || vz.Reclaiming || len(vz.Pending) > 0
+			found = found || vz.Reclaiming || len(vz.Pending) > 0 || len(vz.Rebuilds) > 0
 		}
 	}
 	if !found {
@@ -303,16 +303,16 @@ func (a *Arbiter) abortReclaims(ctx context.Context) error {
 		for _, name := range sortedKeys(st.Namespaces) {
 			ns := st.Namespaces[name]
 			for _, id := range sortedKeys(ns.VZones) {
-				if vz := ns.VZones[id]; !vz.Reclaiming && len(vz.Pending) == 0 {
+				if vz := ns.VZones[id]; !vz.Reclaiming && len(vz.Pending) == 0 && len(vz.Rebuilds) == 0 {
 					continue
 				}
 				vz := st.mutVZ(name, id)
-				for _, g := range vz.Pending {
+				for _, g := range append(vz.Pending, vz.Rebuilds...) {
 					for _, z := range g.Zones {
 						ops = append(ops, grantDel(z))
 					}
 				}
-				vz.Pending, vz.Reclaiming = nil, false
+				vz.Pending, vz.Reclaiming, vz.Rebuilds = nil, false, nil
 				a.log.Warn("rolled back an interrupted reclaim", "vzone", vzoneName(name, id))
 			}
 		}

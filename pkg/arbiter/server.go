@@ -264,7 +264,8 @@ func (s *Server) ClusterStatus(ctx context.Context, _ *v1.ClusterStatusRequest) 
 	out := &v1.ClusterStatusResponse{Leader: st.LeaderAddr, Nodes: uint32(st.Nodes), NodesAvailable: uint32(st.AvailableNodes),
 		Devices: uint32(st.Devices), Dies: st.Dies, ActiveZoneSlots: st.ActiveZoneSlots, Essentials: st.Essentials,
 		Spares: st.Spares, EssentialsFree: st.EssentialsFree, SparesFree: st.SparesFree, Namespaces: uint32(st.Namespaces),
-		DegradedNamespaces: st.DegradedNamespaces, CapacityBlocks: st.CapacityBlocks, FreeBlocks: st.FreeBlocks}
+		DegradedNamespaces: st.DegradedNamespaces, CapacityBlocks: st.CapacityBlocks, FreeBlocks: st.FreeBlocks,
+		LostCopies: uint32(st.LostCopies), Rebuilding: uint32(st.Rebuilding)}
 	for _, m := range members {
 		id := m.Addr
 		if m.Addr == s.a.cfg.Addr && s.a.cfg.ID != "" {
@@ -285,6 +286,7 @@ func redactStatus(ctx context.Context, out *v1.ClusterStatusResponse) {
 	if !ok || id.Kind != auth.KindNamespace {
 		return
 	}
+	out.LostCopies, out.Rebuilding = 0, 0
 	var own []string
 	for _, ns := range out.DegradedNamespaces {
 		if ns == id.Namespace {

@@ -42,6 +42,18 @@ type StripeGroup struct {
 	// copy-major: copy c's leg i is Zones[c*Width+i], and the copies of leg
 	// i are on distinct nodes. Essentials and Spares count all of them.
 	Copies uint32 `json:"copies,omitempty"`
+	// Rebuild is set on a group of VZone.Rebuilds (rebuild.go): the one
+	// zone being filled with a copy of a lost leg.
+	Rebuild *RebuildOf `json:"rebuild,omitempty"`
+}
+
+// RebuildOf names the copy a rebuild target replaces: position Pos of
+// Groups[Group] of the v-zone, which was on the lost zone Lost.
+type RebuildOf struct {
+	Group uint32           `json:"group"`
+	Pos   uint32           `json:"pos"`
+	Lost  cluster.PhysZone `json:"lost"`
+	Src   cluster.PhysZone `json:"src"`
 }
 
 // copies is the number of copies of every leg of g (at least 1).
@@ -67,6 +79,10 @@ type VZone struct {
 	// Like is the v-zone whose dies the stripe groups should share (a
 	// copyback-aware layout hint given at open; tl.go).
 	Like *uint64 `json:"like,omitempty"`
+	// Rebuilds holds the zone a rebuild is copying a lost leg's copy into
+	// (rebuild.go): granted and counted active, not in the layout until
+	// the copy is complete.
+	Rebuilds []StripeGroup `json:"rebuilds,omitempty"`
 }
 
 // active tells whether the v-zone holds an active (open) v-zone slot of its
@@ -77,12 +93,12 @@ func (v *VZone) active() bool { return v.openGroup() != nil || v.TL }
 // their devices.
 func (v *VZone) zoneActive(g *StripeGroup) bool { return g.Open || v.TL }
 
-// allGroups is Groups followed by Pending.
+// allGroups is Groups followed by Pending and Rebuilds.
 func (v *VZone) allGroups() []StripeGroup {
-	if len(v.Pending) == 0 {
+	if len(v.Pending) == 0 && len(v.Rebuilds) == 0 {
 		return v.Groups
 	}
-	return append(slices.Clone(v.Groups), v.Pending...)
+	return append(append(slices.Clone(v.Groups), v.Pending...), v.Rebuilds...)
 }
 
 func (v *VZone) openGroup() *StripeGroup {

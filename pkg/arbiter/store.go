@@ -193,6 +193,7 @@ func (v *VZone) clone() *VZone {
 	c := *v
 	c.Groups = cloneGroups(v.Groups)
 	c.Pending = cloneGroups(v.Pending)
+	c.Rebuilds = cloneGroups(v.Rebuilds)
 	return &c
 }
 

@@ -15,6 +15,9 @@ type metrics struct {
 	// degradedReads: reads of a mirrored v-zone that a copy's node failed
 	// and another copy served (or was tried for).
 	degradedReads prometheus.Counter
+	// degradedWrites: writes to a mirrored v-zone that some copies took
+	// and others could not (their nodes unavailable).
+	degradedWrites prometheus.Counter
 }
 
 func newMetrics(reg prometheus.Registerer) *metrics {
@@ -39,9 +42,11 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 			Help: "Background write-activity reports to the arbiter, by outcome (ok, error)."}, []string{"outcome"}),
 		degradedReads: prometheus.NewCounter(prometheus.CounterOpts{Name: "zonefleet_client_degraded_reads_total",
 			Help: "Reads of a mirrored v-zone retried on another copy because a copy's node was unavailable."}),
+		degradedWrites: prometheus.NewCounter(prometheus.CounterOpts{Name: "zonefleet_client_degraded_writes_total",
+			Help: "Writes to a mirrored v-zone refused because a copy's node was unavailable (the caller continues in another v-zone)."}),
 	}
 	if reg != nil {
-		for _, c := range []prometheus.Collector{m.ops, m.bytes, m.latency, m.retries, m.ccDecreases, m.ccWaits, m.cwnd, m.compacted, m.activity, m.degradedReads} {
+		for _, c := range []prometheus.Collector{m.ops, m.bytes, m.latency, m.retries, m.ccDecreases, m.ccWaits, m.cwnd, m.compacted, m.activity, m.degradedReads, m.degradedWrites} {
 			_ = reg.Register(c)
 		}
 	}

@@ -86,23 +86,58 @@ func (s *suspects) suspected(node string) bool {
 }
 
 // writeCopies writes buf at zone offset zoff of every copy of leg i, in
-// parallel; it fails when any copy fails.
+// parallel; it fails when any copy fails. Each copy gets one attempt: when
+// some copies took the write and the others' nodes are unavailable, the
+// zone can take no more writes until its copies are rebuilt, so the caller
+// gets a *zerr.ZoneStateError ("degraded") at once and continues in
+// another v-zone (the file system does) instead of waiting out the
+// retries; when every copy's node is unavailable (the client's own
+// network, more likely), the write is retried as usual.
 func (v *VZone) writeCopies(ctx context.Context, g *group, i int, zoff uint64, buf []byte, bs uint64, fua bool) error {
 	n := g.copies()
 	if n == 1 {
 		return v.writeLeg(ctx, g.zones[i], zoff, buf, bs, fua)
 	}
 	errs := make([]error, n)
-	var wg sync.WaitGroup
-	for c := 1; c < n; c++ {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			errs[c] = v.writeLeg(ctx, g.copyZone(c, i), zoff, buf, bs, fua)
-		}()
+	run := func(ctx context.Context, skip []bool) {
+		var wg sync.WaitGroup
+		for c := 1; c < n; c++ {
+			if skip[c] {
+				continue
+			}
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				errs[c] = v.writeLeg(ctx, g.copyZone(c, i), zoff, buf, bs, fua)
+			}()
+		}
+		if !skip[0] {
+			errs[0] = v.writeLeg(ctx, g.copyZone(0, i), zoff, buf, bs, fua)
+		}
+		wg.Wait()
 	}
-	errs[0] = v.writeLeg(ctx, g.copyZone(0, i), zoff, buf, bs, fua)
-	wg.Wait()
+	run(failFast(ctx), make([]bool, n))
+	ok, down := 0, 0
+	for c, err := range errs {
+		switch {
+		case err == nil:
+			ok++
+		case errors.Is(err, zerr.ErrUnavailable):
+			down++
+			v.c.suspect.mark(g.copyZone(c, i).node)
+		}
+	}
+	switch {
+	case ok == n:
+		return nil
+	case ok+down == n && ok > 0:
+		v.c.m.degradedWrites.Inc()
+		return fmt.Errorf("%w: %w", &zerr.ZoneStateError{Zone: v.id, State: "degraded",
+			Op: "write (a copy's node is unavailable: continue in another v-zone)"}, errors.Join(errs...))
+	case down == n:
+		skip := make([]bool, n)
+		run(ctx, skip) // nobody answered: retry as usual (the write pointer check recognizes a landed attempt)
+	}
 	return errors.Join(errs...)
 }
 

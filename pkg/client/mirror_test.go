@@ -68,8 +68,23 @@ func TestMirroredVZoneSurvivesANode(t *testing.T) {
 	require.ErrorIs(t, err, zerr.ErrZoneState)
 	require.ErrorIs(t, dst.Reset(ctx), nil)
 
-	// stop the node holding copy 0 of the first leg
-	victim := l.GetGroups()[0].GetZones()[0].GetNode()
+	// a second v-zone, open with one stripe group
+	w, err := cl.OpenVZone(ctx)
+	require.NoError(t, err)
+	_, err = w.Append(ctx, random(int(bs)*3))
+	require.NoError(t, err)
+	wl, err := w.Layout(ctx)
+	require.NoError(t, err)
+
+	// stop a node holding a copy in w's open group (and in the first v-zone's)
+	victim := wl.GetGroups()[len(wl.GetGroups())-1].GetZones()[0].GetNode()
+	holds := false
+	for _, g := range l.GetGroups() {
+		for _, z := range g.GetZones() {
+			holds = holds || z.GetNode() == victim
+		}
+	}
+	require.True(t, holds, "the first v-zone has no copy on %s", victim)
 	var idx int
 	_, err = fmt.Sscanf(victim, "node-%d", &idx)
 	require.NoError(t, err)
@@ -83,6 +98,15 @@ func TestMirroredVZoneSurvivesANode(t *testing.T) {
 	}
 	readAll(vz)
 	require.Greater(t, testutil.ToFloat64(counter(t, reg, "zonefleet_client_degraded_reads_total")), 0.0)
+
+	// a write into w's group, which has a copy on the stopped node, is
+	// refused at once as degraded (the caller continues in another v-zone)
+	t0 := time.Now()
+	_, err = w.Append(ctx, random(int(bs)*2))
+	require.ErrorIs(t, err, zerr.ErrZoneState)
+	require.Contains(t, err.Error(), "degraded")
+	require.Less(t, time.Since(t0), cfg.RetryDeadline, "a degraded write does not wait out the retries")
+	require.Greater(t, testutil.ToFloat64(counter(t, reg, "zonefleet_client_degraded_writes_total")), 0.0)
 	readAll(vz) // the node is suspected now: read from the other copy at once
 
 	cl2 := newClient(t, c, "m") // knows nothing: layout and write pointer from the live copies
@@ -124,9 +148,37 @@ func TestMirroredVZoneSurvivesANode(t *testing.T) {
 	require.NoError(t, err)
 	require.True(t, bytes.Equal(b, got))
 
+	// the operator declares the node lost: the copies it held of the
+	// finished v-zone are rebuilt node to node on the other nodes, and a
+	// fresh client reads every byte from the new layout
+	err = admin.RemoveNode(ctx, victim)
+	require.ErrorIs(t, err, zerr.ErrZoneState, "it still holds zones: marked down, rebuild started")
+	require.Eventually(t, func() bool {
+		arb, err := cl.Arbiter(ctx)
+		if err != nil {
+			return false
+		}
+		l, err := arb.GetVZone(ctx, &v1.VZoneRequest{Namespace: "m", Id: vz.ID()})
+		if err != nil {
+			return false
+		}
+		for _, g := range l.GetGroups() {
+			for _, z := range g.GetZones() {
+				if z.GetNode() == victim {
+					return false
+				}
+			}
+		}
+		return true
+	}, 60*time.Second, 100*time.Millisecond, "the finished v-zone's copies leave the lost node")
+	cl3 := newClient(t, c, "m")
+	readAll(cl3.VZone(vz.ID()))
+	readAll(vz) // the first client refreshes its layout
+
 	// the node returns: everything still reads back
 	require.NoError(t, c.StartNode(ctx, idx-1))
 	readAll(vz)
+	readAll(cl3.VZone(vz.ID()))
 }
 
 func counter(t *testing.T, reg *prometheus.Registry, name string) prometheus.Collector {

@@ -40,6 +40,9 @@ func clusterCmd(g *Globals) *cobra.Command {
 					deg = strings.Join(st.GetDegradedNamespaces(), ", ")
 				}
 				t.row("degraded:\t%s", deg)
+				if st.GetLostCopies() > 0 || st.GetRebuilding() > 0 {
+					t.row("rebuild:\t%d mirrored copies on down nodes waiting, %d copying", st.GetLostCopies(), st.GetRebuilding())
+				}
 				return t.flush()
 			})
 		}),

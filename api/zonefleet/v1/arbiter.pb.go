@@ -1653,8 +1653,12 @@ type ClusterStatusResponse struct {
 	DegradedNamespaces []string               `protobuf:"bytes,13,rep,name=degraded_namespaces,json=degradedNamespaces,proto3" json:"degraded_namespaces,omitempty"`
 	CapacityBlocks     uint64                 `protobuf:"varint,14,opt,name=capacity_blocks,json=capacityBlocks,proto3" json:"capacity_blocks,omitempty"`
 	FreeBlocks         uint64                 `protobuf:"varint,15,opt,name=free_blocks,json=freeBlocks,proto3" json:"free_blocks,omitempty"` // in empty physical zones
-	unknownFields      protoimpl.UnknownFields
-	sizeCache          protoimpl.SizeCache
+	// Copies of mirrored legs on down nodes not rebuilt yet, and rebuilds
+	// copying now (operator view; 0 for a tenant).
+	LostCopies    uint32 `protobuf:"varint,16,opt,name=lost_copies,json=lostCopies,proto3" json:"lost_copies,omitempty"`
+	Rebuilding    uint32 `protobuf:"varint,17,opt,name=rebuilding,proto3" json:"rebuilding,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *ClusterStatusResponse) Reset() {
@@ -1788,6 +1792,20 @@ func (x *ClusterStatusResponse) GetCapacityBlocks() uint64 {
 func (x *ClusterStatusResponse) GetFreeBlocks() uint64 {
 	if x != nil {
 		return x.FreeBlocks
+	}
+	return 0
+}
+
+func (x *ClusterStatusResponse) GetLostCopies() uint32 {
+	if x != nil {
+		return x.LostCopies
+	}
+	return 0
+}
+
+func (x *ClusterStatusResponse) GetRebuilding() uint32 {
+	if x != nil {
+		return x.Rebuilding
 	}
 	return 0
 }
@@ -2230,7 +2248,7 @@ const file_zonefleet_v1_arbiter_proto_rawDesc = "" +
 	"\rArbiterMember\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x12\n" +
 	"\x04addr\x18\x02 \x01(\tR\x04addr\x12\x16\n" +
-	"\x06leader\x18\x03 \x01(\bR\x06leader\"\x9e\x04\n" +
+	"\x06leader\x18\x03 \x01(\bR\x06leader\"\xdf\x04\n" +
 	"\x15ClusterStatusResponse\x12\x16\n" +
 	"\x06leader\x18\x01 \x01(\tR\x06leader\x127\n" +
 	"\barbiters\x18\x02 \x03(\v2\x1b.zonefleet.v1.ArbiterMemberR\barbiters\x12\x14\n" +
@@ -2253,7 +2271,12 @@ const file_zonefleet_v1_arbiter_proto_rawDesc = "" +
 	"\x13degraded_namespaces\x18\r \x03(\tR\x12degradedNamespaces\x12'\n" +
 	"\x0fcapacity_blocks\x18\x0e \x01(\x04R\x0ecapacityBlocks\x12\x1f\n" +
 	"\vfree_blocks\x18\x0f \x01(\x04R\n" +
-	"freeBlocks\"\x16\n" +
+	"freeBlocks\x12\x1f\n" +
+	"\vlost_copies\x18\x10 \x01(\rR\n" +
+	"lostCopies\x12\x1e\n" +
+	"\n" +
+	"rebuilding\x18\x11 \x01(\rR\n" +
+	"rebuilding\"\x16\n" +
 	"\x14ClusterStatusRequest\"b\n" +
 	"\x12TLOpenVZoneRequest\x12\x1c\n" +
 	"\tnamespace\x18\x01 \x01(\tR\tnamespace\x12\x0e\n" +

@@ -1,0 +1,270 @@
+package arbiter
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/zonefleet/zonefleet/pkg/cluster"
+	"github.com/zonefleet/zonefleet/pkg/zerr"
+)
+
+// Rebuild of mirrored legs (namespace redundancy mirror:N, issue 19).
+//
+// When a node is down (its registration gone for Config.NodeDownAfter, or
+// an operator's `zctl node remove` of a stopped node that still holds
+// zones), every copy it held of a mirrored stripe group that takes no more
+// writes (the v-zone is finished, or the group is not its open one) is
+// rebuilt on another node, one zone at a time (the throttle: one
+// zone_compaction stream per arbiter), in phases like a reclaim:
+//
+//  1. (no lock) the write pointer of a surviving copy of the leg;
+//  2. (one mutation) allocate a target zone on an available node holding
+//     no other copy of that leg, grant it, and record it in VZone.Rebuilds
+//     (granted, counted active, not in the layout);
+//  3. (no lock) zone_compaction from the surviving copy into the target:
+//     the source node pushes the bytes to the target's node (never through
+//     the arbiter or a client), then the target is finished;
+//  4. (one mutation) commit if the v-zone is still at the same generation
+//     with the same target: the target replaces the lost zone in the
+//     layout (clients see a new generation and refresh), the lost zone's
+//     grant goes; otherwise, or if the copy failed, the target is dropped
+//     and the next check tries again. A leader lost in between leaves the
+//     record for the next leader, whose abortReclaims drops it.
+//
+// A v-zone being rebuilt can still be finished or reset (a reset drops the
+// target's grant too; the commit then finds the v-zone changed). Open
+// groups are not rebuilt: the file system's writes there fail while a copy
+// is missing, it moves on to a new v-zone and finishes this one, and then
+// the group is rebuilt.
+
+// RebuildResult is what one CheckRebuild did.
+type RebuildResult struct {
+	Rebuilt int    // copies rebuilt
+	Blocks  uint64 // blocks copied
+	Failed  int    // copies whose rebuild failed (tried again at the next check)
+	Waiting int    // copies on down nodes not rebuilt yet (open groups, no live copy, no room)
+}
+
+type rebuildJob struct {
+	ns    string
+	vzone uint64
+	gen   uint64
+	group int
+	pos   uint32
+	lost  cluster.PhysZone
+}
+
+// nodeLost tells whether zone z's node is down (or forgotten).
+func nodeLost(st *State, z cluster.PhysZone) bool {
+	n := st.Nodes[z.Node]
+	return n == nil || n.Down
+}
+
+func rebuildJobs(st *State) []rebuildJob {
+	var jobs []rebuildJob
+	for _, name := range sortedKeys(st.Namespaces) {
+		ns := st.Namespaces[name]
+		if ns.Spec.copies() < 2 {
+			continue
+		}
+		for _, id := range sortedKeys(ns.VZones) {
+			vz := ns.VZones[id]
+			for gi, g := range vz.Groups {
+				if g.copies() < 2 {
+					continue
+				}
+				for k, z := range g.Zones {
+					if nodeLost(st, z) {
+						jobs = append(jobs, rebuildJob{ns: name, vzone: id, gen: vz.Generation, group: gi, pos: uint32(k), lost: z})
+					}
+				}
+			}
+		}
+	}
+	return jobs
+}
+
+// CheckRebuild rebuilds, one at a time, the copies of mirrored legs that
+// sit on down nodes (see above). The leader runs it with CheckNodes; tests
+// call it directly. Errors of single copies are counted in Failed and
+// logged; the error is for the check itself (not the leader, etcd).
+func (a *Arbiter) CheckRebuild(ctx context.Context) (RebuildResult, error) {
+	var res RebuildResult
+	if !a.rebuildBusy.CompareAndSwap(false, true) {
+		return res, nil // one at a time: the running check goes on
+	}
+	defer a.rebuildBusy.Store(false)
+	st, _, err := a.snapshot(ctx)
+	if err != nil {
+		return res, err
+	}
+	jobs := rebuildJobs(st)
+	a.m.rebuildWaiting.Set(float64(len(jobs)))
+	if a.comp == nil || len(jobs) == 0 {
+		res.Waiting = len(jobs)
+		return res, nil
+	}
+	for _, j := range jobs {
+		if ctx.Err() != nil {
+			return res, ctx.Err()
+		}
+		n, err := a.rebuildOne(ctx, j)
+		switch {
+		case err == nil:
+			res.Rebuilt++
+			res.Blocks += n
+			a.m.rebuilds.WithLabelValues("ok").Inc()
+			a.m.rebuildBlocks.Add(float64(n))
+		case errors.Is(err, errRebuildWait):
+			res.Waiting++
+		default:
+			res.Failed++
+			a.m.rebuilds.WithLabelValues("error").Inc()
+			a.log.Warn("rebuild of a mirrored copy failed; tried again at the next check", "vzone", vzoneName(j.ns, j.vzone),
+				"group", j.group, "lost", j.lost.String(), "err", err)
+		}
+	}
+	after, _, err := a.snapshot(ctx)
+	if err == nil {
+		a.m.rebuildWaiting.Set(float64(len(rebuildJobs(after))))
+	}
+	return res, nil
+}
+
+// errRebuildWait: the copy cannot be rebuilt now (an open group, no live
+// copy of the leg, a rebuild of the v-zone in progress); not a failure.
+var errRebuildWait = errors.New("rebuild waits")
+
+// rebuildOne rebuilds one copy and returns the blocks copied.
+func (a *Arbiter) rebuildOne(ctx context.Context, j rebuildJob) (uint64, error) {
+	st, _, err := a.snapshot(ctx)
+	if err != nil {
+		return 0, err
+	}
+	ns := st.Namespaces[j.ns]
+	if ns == nil || ns.VZones[j.vzone] == nil {
+		return 0, errRebuildWait
+	}
+	vz := ns.VZones[j.vzone]
+	j.gen = vz.Generation // an earlier rebuild of this check may have bumped it: the position says whether the job stands
+	if vz.Reclaiming || len(vz.Rebuilds) > 0 || j.group >= len(vz.Groups) {
+		return 0, errRebuildWait
+	}
+	g := vz.Groups[j.group]
+	if g.Open && vz.State == VZoneOpen {
+		return 0, errRebuildWait // still written: rebuilt once finished
+	}
+	if int(j.pos) >= len(g.Zones) || g.Zones[j.pos] != j.lost {
+		return 0, errRebuildWait
+	}
+	leg := j.pos % g.Width
+	var src *cluster.PhysZone
+	for c := uint32(0); c < g.copies(); c++ {
+		p := c*g.Width + leg
+		if z := g.Zones[p]; p != j.pos && !nodeLost(st, z) && st.Nodes[z.Node].Available {
+			src = &z
+			break
+		}
+	}
+	if src == nil {
+		return 0, errRebuildWait // no live copy of the leg now
+	}
+	ioctx, cancel := context.WithTimeout(ctx, a.cfg.ReclaimTimeout)
+	defer cancel()
+
+	// Phase 1: how much the surviving copy holds (node I/O, no lock).
+	written, err := a.comp.WrittenBlocks(ioctx, j.ns, []cluster.PhysZone{*src})
+	if err != nil {
+		return 0, err
+	}
+	if len(written) != 1 {
+		return 0, &zerr.UnavailableError{What: "compactor", Reason: "wrong number of write pointers"}
+	}
+
+	// Phase 2: allocate and grant the target.
+	var target StripeGroup
+	err = a.mutate(ctx, func(st *State, ix *index) ([]clientv3.Op, error) {
+		ns := st.Namespaces[j.ns]
+		if ns == nil || ns.VZones[j.vzone] == nil {
+			return nil, errRebuildWait
+		}
+		if cur := ns.VZones[j.vzone]; cur.Generation != j.gen || cur.Reclaiming || len(cur.Rebuilds) > 0 {
+			return nil, errRebuildWait
+		}
+		vz := st.mutVZ(j.ns, j.vzone)
+		g := vz.Groups[j.group]
+		holds := map[string]bool{} // nodes with a copy of the leg
+		for c := uint32(0); c < g.copies(); c++ {
+			holds[g.Zones[c*g.Width+leg].Node] = true
+		}
+		dies := map[dieKey]bool{} // dies of the group (no collision inside a group, eZNS §4.2)
+		for _, z := range g.Zones {
+			dies[st.dieOf(z)] = true
+		}
+		cands := slices.DeleteFunc(candidatesOf(a.dieSlotsOf(st), ix, nil), func(c candidate) bool { return holds[c.die.Node] || dies[c.die] })
+		zones := pickZones(st, ix, cands, 1)
+		if len(zones) == 0 {
+			return nil, &zerr.NoResourcesError{Resource: "a free zone on an available node without a copy of the leg", Requested: 1}
+		}
+		target = StripeGroup{Index: g.Index, Zones: zones, Width: 1, StripeSize: g.StripeSize, Open: true, Generation: g.Generation,
+			Rebuild: &RebuildOf{Group: uint32(j.group), Pos: j.pos, Lost: j.lost, Src: *src}}
+		vz.Rebuilds = []StripeGroup{target}
+		return []clientv3.Op{grantPut(zones[0], cluster.Grant{Namespace: j.ns, VZone: j.vzone, Group: g.Index, Generation: g.Generation})}, nil
+	})
+	if err != nil {
+		return 0, err
+	}
+	dst := target.Zones[0]
+	same := func(vz *VZone) bool {
+		return vz != nil && vz.Generation == j.gen && len(vz.Rebuilds) == 1 && slices.Equal(vz.Rebuilds[0].Zones, target.Zones)
+	}
+
+	// Phase 3: the copy, node to node (no lock).
+	if written[0] > 0 {
+		err = a.comp.Compact(ioctx, j.ns, dst, []CopyRange{{Src: *src, SrcBlock: 0, Blocks: written[0]}})
+	}
+	if f, ok := a.comp.(zoneFinisher); ok && err == nil {
+		err = f.FinishZone(ioctx, j.ns, dst)
+	}
+	if err != nil {
+		rerr := a.mutate(ctx, func(st *State, ix *index) ([]clientv3.Op, error) {
+			ns := st.Namespaces[j.ns]
+			if ns == nil || !same(ns.VZones[j.vzone]) {
+				return nil, nil // reset or deleted meanwhile: its grants went with it
+			}
+			vz := st.mutVZ(j.ns, j.vzone)
+			vz.Rebuilds = nil
+			return []clientv3.Op{grantDel(dst)}, nil
+		})
+		return 0, errors.Join(fmt.Errorf("copy %s into %s: %w", src, dst, err), rerr)
+	}
+
+	// Phase 4: commit.
+	err = a.mutate(ctx, func(st *State, ix *index) ([]clientv3.Op, error) {
+		ns := st.Namespaces[j.ns]
+		if ns == nil || !same(ns.VZones[j.vzone]) {
+			return nil, &zerr.ZoneStateError{Zone: j.vzone, State: "changed during the rebuild copy", Op: "rebuild"}
+		}
+		vz := st.mutVZ(j.ns, j.vzone)
+		vz.Groups[j.group].Zones[j.pos] = dst
+		vz.Rebuilds = nil
+		vz.Generation++
+		return []clientv3.Op{grantDel(j.lost)}, nil
+	})
+	if err != nil {
+		return 0, err
+	}
+	a.log.Info("rebuilt a mirrored copy", "vzone", vzoneName(j.ns, j.vzone), "group", j.group, "lost", j.lost.String(),
+		"from", src.String(), "to", dst.String(), "blocks", written[0])
+	return written[0], nil
+}
+
+// zoneFinisher is an optional Compactor method: finish a zone (a rebuilt
+// copy of a finished leg is finished too).
+type zoneFinisher interface {
+	FinishZone(ctx context.Context, namespace string, z cluster.PhysZone) error
+}
