@@ -26,13 +26,21 @@ type Fig29aScenario struct {
 // Bandwidth is per thread, as the paper reports it: A/B is one A thread's
 // MB/s over zone B's (its one QD-32 thread).
 //
-// CC on runs Algorithm 1 as written: a read I/O is admitted to the window as
-// a whole (line 3) and completes once, with its slowest leg's latency
-// (line 5). cc_on_client_legs is an ablation: every physical zone's leg
-// admitted on its own, as pkg/client did until this figure found it (the
-// client now admits a read I/O once per stripe group, admitRead):
-// once zone B's window falls below one I/O's stripes, the legs of its 8-wide
-// group go one at a time and B collapses.
+// CC on runs Algorithm 1 as the paper states it: a read I/O is admitted to
+// the window as a whole (line 3) and completes once (line 5) with its
+// latency, from its submission to the node (the paper's NVMe command
+// latency, which includes the wait in the submission queue and the device's
+// arbitration: here the node's WRR slots) to its slowest leg's completion;
+// the window counts device commands, one per physical zone the I/O touches
+// (its stripes there coalesced, §4.5.2), so that a window equal to the width
+// is "one outstanding I/O per die in the sequential case" (§4.5.1). The
+// ablations run what ZoneFleet does instead: cc_on_stripe_units counts the
+// window in stripes (pkg/client's admitRead), cc_on_device_latency reports
+// only the drive's modelled latency (what pkg/node returns, without the
+// WRR wait), cc_on_zonefleet both; cc_on_client_legs admits every physical
+// zone's leg on its own, as pkg/client did before admitRead: once zone B's
+// window falls below one I/O, the legs of its 8-wide group go one at a time
+// and B collapses.
 type Fig29aConfig struct {
 	Scenarios []Fig29aScenario `json:"scenarios"`
 	IOBytes   int              `json:"io_bytes"`
@@ -51,14 +59,16 @@ type Fig29aConfig struct {
 
 // Fig29aDrive has 8 single-die chip groups (4 channels x 2 ways) and a
 // 3.2 GB/s host link (PCIe Gen3 x4), with the page read time calibrated to
-// the paper's drive: its zone B alone reads 1,287 MB/s on 8 dies, 161 MB/s
-// per die, one 16 KiB page per 100 µs (the MLC preset's 35 µs would make
-// every read finish far below the paper's lat_thresh of 500 µs, which is
-// tuned to that drive).
+// the paper's drive: one 16 KiB page per 90 µs, 182 MB/s per die. The paper
+// gives ~200 MB/s read per physical zone (Table 1), 88 µs for a 16 KiB read
+// at QD 1 (Table 2), and in scenario 1 its 8 dies deliver 1,591 MB/s with
+// CC off (199 per die: 76 x 4 + 1,287) and 1,450 with CC on (181 per die:
+// 290 x 5). The MLC preset's 35 µs would make every read finish far below
+// the paper's lat_thresh of 500 µs, which is tuned to that drive.
 func Fig29aDrive() flash.Config {
 	c := flash.Defaults()
 	c.HostLinkBytesPerSec = 3_200_000_000
-	c.ReadLatency = 100 * time.Microsecond
+	c.ReadLatency = 90 * time.Microsecond
 	c.Channels, c.Ways, c.DZone = 4, 2, 1
 	c.PagesPerBlock, c.BlocksPerChip, c.SpareBlocksPerChip = 256, 4, 1
 	c.MaxOpenZones, c.MaxActiveZones = 0, 0
@@ -78,15 +88,26 @@ func DefaultFig29a() Fig29aConfig {
 	}
 }
 
+// fig29aMode is how a run admits and measures reads.
+type fig29aMode struct {
+	CC            bool `json:"congestion_control"`
+	PerLeg        bool `json:"per_leg_admission,omitempty"`
+	StripeUnits   bool `json:"window_in_stripes,omitempty"`
+	DeviceLatency bool `json:"device_latency_only,omitempty"`
+}
+
 // Fig29aRun is one scenario with congestion control off or on.
 type Fig29aRun struct {
-	CC     bool    `json:"congestion_control"`
-	PerLeg bool    `json:"per_leg_admission,omitempty"`
+	fig29aMode
 	AMBps  float64 `json:"a_mb_per_second_per_thread"`
 	BMBps  float64 `json:"b_mb_per_second"`
 	AOverB float64 `json:"a_over_b"`
-	// BWindow is zone B's final congestion window in stripes (cap 4 x width).
-	BWindow float64 `json:"b_window_stripes"`
+	// BWindow is zone B's final congestion window (cap 4 x width) in the
+	// run's unit: device commands (legs), or stripes.
+	BWindow float64 `json:"b_window"`
+	// BWindowMean is zone B's window averaged over its I/Os in the
+	// measurement window.
+	BWindowMean float64 `json:"b_window_mean"`
 }
 
 // Fig29aRow is one scenario.
@@ -94,34 +115,48 @@ type Fig29aRow struct {
 	Scenario Fig29aScenario `json:"scenario"`
 	Off      Fig29aRun      `json:"cc_off"`
 	On       Fig29aRun      `json:"cc_on"`
-	OnLegs   Fig29aRun      `json:"cc_on_client_legs"`
+	// The ablations: ZoneFleet's window unit, its latency, both, and the
+	// client's former per-leg admission.
+	OnStripes   Fig29aRun `json:"cc_on_stripe_units"`
+	OnDevLat    Fig29aRun `json:"cc_on_device_latency"`
+	OnZoneFleet Fig29aRun `json:"cc_on_zonefleet"`
+	OnLegs      Fig29aRun `json:"cc_on_client_legs"`
 }
 
 // Fig29aResult is the figure.
 type Fig29aResult struct {
 	Config Fig29aConfig                  `json:"config"`
 	Rows   []Fig29aRow                   `json:"rows"`
-	AOverB map[string]map[string]float64 `json:"a_over_b"` // scenario -> cc_off|cc_on|cc_on_client_legs -> A/B
+	AOverB map[string]map[string]float64 `json:"a_over_b"` // scenario -> cc_off|cc_on|<ablation> -> A/B
 }
 
 // RunFig29a runs every scenario with CC off and on.
 func RunFig29a(ctx context.Context, dir string, c Fig29aConfig) (*Fig29aResult, error) {
 	res := &Fig29aResult{Config: c, AOverB: map[string]map[string]float64{}}
 	for _, sc := range c.Scenarios {
-		off, err := fig29aRun(ctx, dir, c, sc, false, false)
-		if err != nil {
-			return nil, fmt.Errorf("fig29a %s, CC off: %w", sc.Name, err)
+		row := Fig29aRow{Scenario: sc}
+		runs := []struct {
+			name string
+			mode fig29aMode
+			out  *Fig29aRun
+		}{
+			{"cc_off", fig29aMode{}, &row.Off},
+			{"cc_on", fig29aMode{CC: true}, &row.On},
+			{"cc_on_stripe_units", fig29aMode{CC: true, StripeUnits: true}, &row.OnStripes},
+			{"cc_on_device_latency", fig29aMode{CC: true, DeviceLatency: true}, &row.OnDevLat},
+			{"cc_on_zonefleet", fig29aMode{CC: true, StripeUnits: true, DeviceLatency: true}, &row.OnZoneFleet},
+			{"cc_on_client_legs", fig29aMode{CC: true, PerLeg: true, StripeUnits: true, DeviceLatency: true}, &row.OnLegs},
 		}
-		on, err := fig29aRun(ctx, dir, c, sc, true, false)
-		if err != nil {
-			return nil, fmt.Errorf("fig29a %s, CC on: %w", sc.Name, err)
+		res.AOverB[sc.Name] = map[string]float64{}
+		for _, run := range runs {
+			out, err := fig29aRun(ctx, dir, c, sc, run.mode)
+			if err != nil {
+				return nil, fmt.Errorf("fig29a %s, %s: %w", sc.Name, run.name, err)
+			}
+			*run.out = out
+			res.AOverB[sc.Name][run.name] = out.AOverB
 		}
-		legs, err := fig29aRun(ctx, dir, c, sc, true, true)
-		if err != nil {
-			return nil, fmt.Errorf("fig29a %s, CC on (per leg): %w", sc.Name, err)
-		}
-		res.Rows = append(res.Rows, Fig29aRow{Scenario: sc, Off: off, On: on, OnLegs: legs})
-		res.AOverB[sc.Name] = map[string]float64{"cc_off": off.AOverB, "cc_on": on.AOverB, "cc_on_client_legs": legs.AOverB}
+		res.Rows = append(res.Rows, row)
 	}
 	return res, nil
 }
@@ -133,9 +168,13 @@ type readZone struct {
 	cc     *ccWindow
 	next   uint64 // next logical byte offset
 	size   uint64 // prefilled logical bytes
+	mode   fig29aMode
+	// window sums B's window over its I/Os in the measurement window.
+	windowSum float64
+	windowN   int
 }
 
-func fig29aRun(ctx context.Context, dir string, c Fig29aConfig, sc Fig29aScenario, cc, perLeg bool) (Fig29aRun, error) {
+func fig29aRun(ctx context.Context, dir string, c Fig29aConfig, sc Fig29aScenario, mode fig29aMode) (Fig29aRun, error) {
 	d, err := subdir(dir)
 	if err != nil {
 		return Fig29aRun{}, err
@@ -152,7 +191,7 @@ func fig29aRun(ctx context.Context, dir string, c Fig29aConfig, sc Fig29aScenari
 			return nil, err
 		}
 		rz := &readZone{zones: zs, stripe: stripe, size: uint64(c.Prefill) * uint64(width),
-			cc: newCCWindow(r.s, width, cc, perLeg, c.LatThreshold)}
+			cc: newCCWindow(r.s, width, mode.CC, mode.PerLeg, c.LatThreshold), mode: mode}
 		buf := make([]byte, c.Prefill)
 		for _, z := range zs { // set-up: the clock is not running yet
 			if _, err := r.dev.Write(zns.NoWait(ctx), z*r.geo.ZoneSize, buf, zns.Flags{}); err != nil {
@@ -194,6 +233,10 @@ func fig29aRun(ctx context.Context, dir string, c Fig29aConfig, sc Fig29aScenari
 					return
 				}
 				m.add(r.s.Now(), c.IOBytes)
+				if now := r.s.Now(); now > from && now <= to {
+					rz.windowSum += rz.cc.cwnd
+					rz.windowN++
+				}
 			}
 		}
 	}
@@ -208,20 +251,29 @@ func fig29aRun(ctx context.Context, dir string, c Fig29aConfig, sc Fig29aScenari
 		return Fig29aRun{}, firstErr
 	}
 	aPerThread := am.mbps() / float64(len(as))
-	out := Fig29aRun{CC: cc, PerLeg: cc && perLeg, AMBps: round(aPerThread), BMBps: round(bm.mbps()), BWindow: round(b.cc.cwnd)}
+	out := Fig29aRun{fig29aMode: mode, AMBps: round(aPerThread), BMBps: round(bm.mbps()), BWindow: round(b.cc.cwnd)}
+	if b.windowN > 0 {
+		out.BWindowMean = round(b.windowSum / float64(b.windowN))
+	}
 	out.AOverB = ratio(aPerThread, bm.mbps())
 	return out, nil
 }
 
 // readIO reads n bytes (full rows) at logical offset off the way the
-// client's readGroup does: one leg per physical zone, in parallel, each
-// admitted by the group's congestion window in units of stripes and
-// reporting its modelled device latency to it.
+// client's readGroup does: one leg per physical zone, in parallel, admitted
+// by the group's congestion window (the whole I/O, or each leg with
+// PerLeg) in device commands (one per leg) or stripes, and reporting its
+// latency: from the submission to the node (the WRR slot request) to the
+// completion, or the drive's modelled latency alone (DeviceLatency).
 func (r *rig) readIO(ctx context.Context, rz *readZone, off uint64, n int, slots *slotQueue) error {
 	w := len(rz.zones)
 	per := n / w
 	zoneOff := off / uint64(w)
-	units := float64((per + rz.stripe - 1) / rz.stripe)
+	units := 1.0 // one device command per physical zone (leg)
+	if rz.mode.StripeUnits {
+		units = float64((per + rz.stripe - 1) / rz.stripe)
+	}
+	devLat := rz.mode.DeviceLatency
 	left := w
 	done := r.s.NewCond()
 	var firstErr error
@@ -236,14 +288,14 @@ func (r *rig) readIO(ctx context.Context, rz *readZone, off uint64, n int, slots
 		r.s.Go(func(ctx context.Context) {
 			err := func() error {
 				if perIO {
-					lat, err := r.physRead(ctx, z, zoneOff, per, slots)
+					lat, err := r.physRead(ctx, z, zoneOff, per, slots, devLat)
 					maxLat = max(maxLat, lat)
 					return err
 				}
 				if err := rz.cc.acquire(ctx, units); err != nil {
 					return err
 				}
-				lat, err := r.physRead(ctx, z, zoneOff, per, slots)
+				lat, err := r.physRead(ctx, z, zoneOff, per, slots, devLat)
 				rz.cc.release(units, lat, err == nil)
 				return err
 			}()
@@ -268,15 +320,22 @@ func (r *rig) readIO(ctx context.Context, rz *readZone, off uint64, n int, slots
 }
 
 // physRead is the node's read path: a device queue slot (node.WRR with one
-// namespace: FIFO over QueueSlots), then the drive.
-func (r *rig) physRead(ctx context.Context, z, off uint64, n int, slots *slotQueue) (time.Duration, error) {
+// namespace: FIFO over QueueSlots), then the drive. It returns the latency
+// from the slot request to the completion (the NVMe command latency the
+// paper measures: the device arbitrates its queues itself), or with devLat
+// the drive's modelled latency alone (what pkg/node reports).
+func (r *rig) physRead(ctx context.Context, z, off uint64, n int, slots *slotQueue, devLat bool) (time.Duration, error) {
+	t0 := r.s.Now()
 	if err := slots.acquire(ctx); err != nil {
 		return 0, err
 	}
 	defer slots.release()
 	bs := uint64(r.geo.BlockSize)
 	_, res, err := r.dev.Read(ctx, z*r.geo.ZoneSize+off/bs, uint64(n)/bs)
-	return res.Latency(), err
+	if devLat {
+		return res.Latency(), err
+	}
+	return r.s.Now() - t0, err
 }
 
 // ccWindow is the client's per-stripe-group read congestion window (eZNS

@@ -7,28 +7,41 @@ import (
 	"github.com/stretchr/testify/require"
 )
 
-// TestFig29a asserts eZNS Fig. 29a per thread, as the paper reports it: with
-// CC off the QD-32 zone B dominates (paper sc. 1: 76 vs 1,287 MB/s); with CC
-// on (Algorithm 1: whole read I/Os admitted) scenario 1 is fair (paper: 290
-// and 290 MB/s); in scenario 3 no read reaches lat_thresh and B keeps its
-// full window (the paper: "the I/O scheduler chooses to max out the
-// bandwidth"). Admitting every leg on its own (pkg/client today) collapses
-// zone B once its window shrinks below one I/O.
+// TestFig29a asserts eZNS Fig. 29a per thread, as the paper reports it,
+// with Algorithm 1 as the paper states it (whole read I/Os admitted, the
+// window in device commands, the latency from submission to the node):
+//   - CC off: the QD-32 zone B dominates (paper sc. 1: 76 vs 1,287 MB/s);
+//   - sc. 1, CC on: fair (paper: 290 and 290 MB/s), within 1.2x;
+//   - sc. 2, CC on: B's reads pass lat_thresh and its window is cut (the
+//     paper's "similar behavior"); A/B rises well above CC off but stays
+//     near 0.5, not 1 (README: Algorithm 1 cuts B only at 4 outstanding
+//     I/Os, 6 pages per die, on a drive whose dies read ~180-200 MB/s);
+//   - sc. 3, CC on: no read reaches lat_thresh, B keeps its full window
+//     ("the I/O scheduler chooses to max out the bandwidth").
+//
+// The ablations show what ZoneFleet's client and node do instead: with the
+// window in stripes and the drive's latency alone, B keeps its full window
+// in sc. 2; per-leg admission collapses B in sc. 1.
 func TestFig29a(t *testing.T) {
 	c := DefaultFig29a()
 	res, err := RunFig29a(context.Background(), t.TempDir(), c)
 	require.NoError(t, err)
 	rows := map[string]Fig29aRow{}
+	capW := float64(4 * c.BWidth)
 	for _, row := range res.Rows {
-		t.Logf("%s: off %+v on %+v legs %+v", row.Scenario.Name, row.Off, row.On, row.OnLegs)
+		t.Logf("%s: off %+v\n on %+v\n zonefleet %+v\n legs %+v", row.Scenario.Name, row.Off, row.On, row.OnZoneFleet, row.OnLegs)
 		rows[row.Scenario.Name] = row
 		require.Less(t, row.Off.AOverB, 0.2, "%s: CC off, B dominates", row.Scenario.Name)
-		require.Greater(t, row.On.AOverB, 2*row.Off.AOverB, "%s: CC gives A more", row.Scenario.Name)
+		require.Greater(t, row.On.AOverB, 5*row.Off.AOverB, "%s: CC gives A more", row.Scenario.Name)
 	}
 	sc1 := rows["1-a-w2-32k"]
 	require.InDelta(t, 1.0, sc1.On.AOverB, 0.2, "scenario 1: the paper's A = B with CC on")
-	require.Less(t, sc1.On.BWindow, float64(4*c.BWidth), "scenario 1: B's window shrank (reads past lat_thresh)")
-	require.Less(t, sc1.OnLegs.BMBps, sc1.On.BMBps/2, "per-leg admission serializes B's legs")
+	require.Less(t, sc1.On.BWindowMean, capW/2, "scenario 1: B's window shrank (reads past lat_thresh)")
+	require.Less(t, sc1.OnLegs.BMBps, sc1.On.BMBps*0.75, "per-leg admission serializes B's legs")
+	sc2 := rows["2-a-w4-16k"]
+	require.Less(t, sc2.On.BWindowMean, 0.8*capW, "scenario 2: B's reads pass lat_thresh, its window is cut")
+	require.InDelta(t, capW, sc2.OnZoneFleet.BWindowMean, 0.01, "scenario 2, ZoneFleet's unit and latency: B keeps its full window")
+	require.Greater(t, sc2.On.AOverB, sc2.OnZoneFleet.AOverB, "scenario 2: the paper's unit and latency give A more")
 	sc3 := rows["3-a-w8-8k"]
-	require.InDelta(t, float64(4*c.BWidth), sc3.On.BWindow, 0.01, "scenario 3: no decrease, B maxes out")
+	require.InDelta(t, capW, sc3.On.BWindowMean, 0.01, "scenario 3: no decrease, B maxes out")
 }

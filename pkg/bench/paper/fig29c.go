@@ -203,6 +203,7 @@ func fig29cRun(ctx context.Context, dir string, c Fig29cConfig, cc, ac bool) (Fi
 		if err != nil {
 			return Fig29cRun{}, err
 		}
+		busy.sameDies = true
 		r.s.Go(writer(busy, bm, 0))
 	}
 	wm := make([]*meter, c.Regular)
@@ -211,6 +212,7 @@ func fig29cRun(ctx context.Context, dir string, c Fig29cConfig, cc, ac bool) (Fi
 		if err != nil {
 			return Fig29cRun{}, err
 		}
+		lz.sameDies = true
 		wm[i] = &meter{from: from, to: to}
 		r.s.Go(writer(lz, wm[i], c.Interval))
 	}

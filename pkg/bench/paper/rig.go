@@ -92,6 +92,27 @@ func (r *rig) alloc(width int) ([]uint64, error) {
 	return out, nil
 }
 
+// allocSame picks an unused zone on the chip group of each of zones.
+func (r *rig) allocSame(zones []uint64) ([]uint64, error) {
+	out := make([]uint64, 0, len(zones))
+	for _, old := range zones {
+		f := r.geo.FCG(old)
+		found := false
+		for z := uint64(f); z < r.geo.Zones; z += uint64(r.geo.NFCG) {
+			if !r.used[z] {
+				r.used[z] = true
+				out = append(out, z)
+				found = true
+				break
+			}
+		}
+		if !found {
+			return nil, fmt.Errorf("no free zone left on chip group %d", f)
+		}
+	}
+	return out, nil
+}
+
 func (r *rig) freeOn(f int) bool {
 	for z := uint64(f); z < r.geo.Zones; z += uint64(r.geo.NFCG) {
 		if !r.used[z] {
@@ -110,6 +131,10 @@ type lzone struct {
 	stripe int
 	off    uint64 // bytes written in the current stripe group
 	bytes  uint64 // bytes written in all (completed)
+	// sameDies continues a full stripe group on new zones of the same chip
+	// groups (the fairness experiments of eZNS §5.2 place competing zones on
+	// fixed dies) instead of the least populated ones.
+	sameDies bool
 }
 
 func (r *rig) newLZone(width, stripe int) (*lzone, error) {
@@ -128,7 +153,13 @@ func (lz *lzone) write(ctx context.Context, n int) error {
 	w := uint64(len(lz.zones))
 	capBytes := r.geo.ZoneCap * uint64(r.geo.BlockSize) * w
 	if lz.off+uint64(n) > capBytes {
-		zs, err := r.alloc(len(lz.zones))
+		var zs []uint64
+		var err error
+		if lz.sameDies {
+			zs, err = r.allocSame(lz.zones)
+		} else {
+			zs, err = r.alloc(len(lz.zones))
+		}
 		if err != nil {
 			return err
 		}
