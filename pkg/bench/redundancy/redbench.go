@@ -1,0 +1,384 @@
+// Package redbench measures what redundancy costs and what it buys
+// (`zctl bench redundancy`, issue 19): on one local cluster (real gRPC over
+// loopback, TLS, real backing files, the drives' timing model on the
+// realtime clock) it writes and reads back the same bytes in a namespace
+// without redundancy and in a mirror:2 namespace, reads the mirrored bytes
+// again with one node stopped (degraded reads), then declares that node
+// lost and times the rebuild of its copies elsewhere (node to node).
+//
+// Each throughput point is the median of Runs runs, interleaved (every
+// round measures none then mirror), each on fresh v-zones; every read is
+// compared byte for byte with what was written. The figures are this
+// machine's software path: every "node" runs in this process on the same
+// two cores, so mirror:2 pays its second copy in CPU, not only in network
+// and drive bandwidth as on a real cluster. Only the ratios carry over.
+//
+// Parity (raid5) is not implemented yet, so it has no column.
+package redbench
+
+import (
+	"bytes"
+	"context"
+	"crypto/rand"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"sort"
+	"text/tabwriter"
+	"time"
+
+	v1 "github.com/zonefleet/zonefleet/api/zonefleet/v1"
+	"github.com/zonefleet/zonefleet/pkg/client"
+	"github.com/zonefleet/zonefleet/pkg/localcluster"
+	"github.com/zonefleet/zonefleet/pkg/zerr"
+)
+
+// Options of a run.
+type Options struct {
+	Dir   string // backing files (default: a temporary directory)
+	Nodes int    // default 4
+	MiB   int    // bytes written per point, default 64
+	Runs  int    // runs per point (median), default 3
+	Chunk int    // bytes per write and read call, default 1 MiB
+}
+
+func (o *Options) defaults() {
+	if o.Nodes == 0 {
+		o.Nodes = 4
+	}
+	if o.MiB == 0 {
+		o.MiB = 64
+	}
+	if o.Runs == 0 {
+		o.Runs = 3
+	}
+	if o.Chunk == 0 {
+		o.Chunk = 1 << 20
+	}
+}
+
+// Result of a run. Throughputs are MiB/s (medians).
+type Result struct {
+	Nodes             int     `json:"nodes"`
+	MiB               int     `json:"mib"`
+	Runs              int     `json:"runs"`
+	NoneWriteMiBps    float64 `json:"none_write_mibps"`
+	NoneReadMiBps     float64 `json:"none_read_mibps"`
+	MirrorWriteMiBps  float64 `json:"mirror2_write_mibps"`
+	MirrorReadMiBps   float64 `json:"mirror2_read_mibps"`
+	DegradedReadMiBps float64 `json:"mirror2_degraded_read_mibps"`
+	// Ratios to none in the same run.
+	MirrorWriteRatio    float64 `json:"mirror2_write_over_none"`
+	MirrorReadRatio     float64 `json:"mirror2_read_over_none"`
+	DegradedReadRatio   float64 `json:"mirror2_degraded_read_over_none"`
+	RebuiltCopies       int     `json:"rebuilt_copies"`
+	RebuiltMiB          float64 `json:"rebuilt_mib"` // zone capacity of the rebuilt copies
+	RebuildSeconds      float64 `json:"rebuild_seconds"`
+	RebuildSecondsPerGi float64 `json:"rebuild_seconds_per_gib"`
+}
+
+type point struct {
+	ids  []uint64
+	ends []int // bytes written into each v-zone (a finished one reports its capacity)
+	data []byte
+}
+
+// Run runs the benchmark.
+func Run(ctx context.Context, o Options) (Result, error) {
+	o.defaults()
+	if o.Nodes < 3 || o.MiB < 1 || o.Runs < 1 || o.Chunk < 4096 || o.Chunk%4096 != 0 {
+		return Result{}, &zerr.InvalidArgumentError{Field: "options", Reason: "want at least 3 nodes, 1 MiB, 1 run and a chunk of whole 4 KiB blocks"}
+	}
+	res := Result{Nodes: o.Nodes, MiB: o.MiB, Runs: o.Runs}
+	dir := o.Dir
+	if dir == "" {
+		d, err := os.MkdirTemp("", "zonefleet-redbench-")
+		if err != nil {
+			return res, err
+		}
+		defer os.RemoveAll(d)
+		dir = d
+	}
+	cl, err := localcluster.Start(ctx, localcluster.Config{Dir: dir, Nodes: o.Nodes, Arbiters: 1, SessionTTL: time.Second,
+		Device: localcluster.SmallDevice(), Admission: true, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	if err != nil {
+		return res, err
+	}
+	defer cl.Close()
+	admin, err := client.New(ctx, cl.AdminClientConfig())
+	if err != nil {
+		return res, err
+	}
+	defer admin.Close()
+	clients := map[string]*client.Client{}
+	for _, ns := range []struct{ name, red string }{{"none", "none"}, {"mirror2", "mirror:2"}} {
+		if _, err := admin.Namespaces().Create(ctx, &v1.CreateNamespaceRequest{Name: ns.name, MaxActiveVzones: 2, ZonesPerVzone: 4, Redundancy: ns.red}); err != nil {
+			return res, fmt.Errorf("namespace %s: %w", ns.name, err)
+		}
+		c, err := client.New(ctx, cl.ClientConfig(ns.name))
+		if err != nil {
+			return res, err
+		}
+		defer c.Close()
+		clients[ns.name] = c
+	}
+	bytesPer := o.MiB << 20
+	var wNone, rNone, wMir, rMir []float64
+	var keep point
+	for run := 0; run < o.Runs; run++ {
+		for _, name := range []string{"none", "mirror2"} {
+			c := clients[name]
+			p, wr, err := writePoint(ctx, c, bytesPer, o.Chunk)
+			if err != nil {
+				return res, fmt.Errorf("%s write: %w", name, err)
+			}
+			rd, err := readPoint(ctx, c, p, o.Chunk)
+			if err != nil {
+				return res, fmt.Errorf("%s read: %w", name, err)
+			}
+			if name == "none" {
+				wNone, rNone = append(wNone, wr), append(rNone, rd)
+			} else {
+				wMir, rMir = append(wMir, wr), append(rMir, rd)
+			}
+			if name == "mirror2" && run == o.Runs-1 {
+				keep = p // read degraded and rebuilt below
+				continue
+			}
+			for _, id := range p.ids {
+				if err := c.VZone(id).Reset(ctx); err != nil {
+					return res, err
+				}
+			}
+		}
+	}
+	res.NoneWriteMiBps, res.NoneReadMiBps = median(wNone), median(rNone)
+	res.MirrorWriteMiBps, res.MirrorReadMiBps = median(wMir), median(rMir)
+
+	// Degraded reads: stop a node holding copies of the kept data.
+	mc := clients["mirror2"]
+	victim, idx, err := nodeOf(ctx, mc, keep.ids[0])
+	if err != nil {
+		return res, err
+	}
+	if err := cl.StopNode(idx); err != nil {
+		return res, err
+	}
+	var dr []float64
+	for run := 0; run < o.Runs; run++ {
+		rd, err := readPoint(ctx, mc, keep, o.Chunk)
+		if err != nil {
+			return res, fmt.Errorf("degraded read: %w", err)
+		}
+		dr = append(dr, rd)
+	}
+	res.DegradedReadMiBps = median(dr)
+
+	// Rebuild: the node is declared lost; time until no layout names it.
+	if err := waitGone(ctx, admin, victim); err != nil {
+		return res, err
+	}
+	lost := 0
+	var zoneCap uint64
+	for _, id := range keep.ids {
+		l, err := layout(ctx, mc, id)
+		if err != nil {
+			return res, err
+		}
+		for _, g := range l.GetGroups() {
+			for _, z := range g.GetZones() {
+				if z.GetNode() == victim {
+					lost++
+				}
+			}
+			zoneCap = g.GetCapacity() / uint64(max(g.GetWidth(), 1))
+		}
+	}
+	t0 := time.Now()
+	if err := admin.RemoveNode(ctx, victim); err != nil && !errors.Is(err, zerr.ErrZoneState) {
+		return res, fmt.Errorf("declare %s lost: %w", victim, err)
+	}
+	for {
+		left := 0
+		for _, id := range keep.ids {
+			l, err := layout(ctx, mc, id)
+			if err != nil {
+				return res, err
+			}
+			for _, g := range l.GetGroups() {
+				for _, z := range g.GetZones() {
+					if z.GetNode() == victim {
+						left++
+					}
+				}
+			}
+		}
+		if left == 0 {
+			break
+		}
+		if time.Since(t0) > 10*time.Minute {
+			return res, &zerr.UnavailableError{What: "rebuild", Reason: fmt.Sprintf("%d copies still on %s after 10 minutes", left, victim)}
+		}
+		select {
+		case <-ctx.Done():
+			return res, ctx.Err()
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
+	res.RebuildSeconds = time.Since(t0).Seconds()
+	res.RebuiltCopies = lost
+	res.RebuiltMiB = float64(uint64(lost)*zoneCap*4096) / (1 << 20)
+	if res.RebuiltMiB > 0 {
+		res.RebuildSecondsPerGi = res.RebuildSeconds / (res.RebuiltMiB / 1024)
+	}
+	// every byte still reads back, from the rebuilt layout, with the node gone
+	fresh, err := client.New(ctx, cl.ClientConfig("mirror2"))
+	if err != nil {
+		return res, err
+	}
+	defer fresh.Close()
+	if _, err := readPoint(ctx, fresh, keep, o.Chunk); err != nil {
+		return res, fmt.Errorf("read after the rebuild: %w", err)
+	}
+	if res.NoneWriteMiBps > 0 {
+		res.MirrorWriteRatio = res.MirrorWriteMiBps / res.NoneWriteMiBps
+	}
+	if res.NoneReadMiBps > 0 {
+		res.MirrorReadRatio = res.MirrorReadMiBps / res.NoneReadMiBps
+		res.DegradedReadRatio = res.DegradedReadMiBps / res.NoneReadMiBps
+	}
+	return res, nil
+}
+
+// writePoint writes n random bytes in chunks into fresh v-zones, finishing
+// each when full (and the last one), and returns the MiB/s.
+func writePoint(ctx context.Context, c *client.Client, n, chunk int) (point, float64, error) {
+	p := point{data: make([]byte, n)}
+	_, _ = rand.Read(p.data)
+	t0 := time.Now()
+	var vz *client.VZone
+	for off := 0; off < n; {
+		if vz == nil {
+			var err error
+			if vz, err = c.OpenVZone(ctx); err != nil {
+				return p, 0, err
+			}
+			p.ids = append(p.ids, vz.ID())
+			p.ends = append(p.ends, 0)
+		}
+		k := min(chunk, n-off)
+		_, err := vz.Append(ctx, p.data[off:off+k])
+		if errors.Is(err, zerr.ErrZoneFull) {
+			if err := vz.Finish(ctx); err != nil {
+				return p, 0, err
+			}
+			vz = nil
+			continue
+		}
+		if err != nil {
+			return p, 0, err
+		}
+		off += k
+		p.ends[len(p.ends)-1] += k
+	}
+	if err := vz.Flush(ctx); err != nil {
+		return p, 0, err
+	}
+	secs := time.Since(t0).Seconds()
+	if err := vz.Finish(ctx); err != nil {
+		return p, 0, err
+	}
+	return p, float64(n) / (1 << 20) / secs, nil
+}
+
+// readPoint reads p back in chunks, compares it, and returns the MiB/s.
+func readPoint(ctx context.Context, c *client.Client, p point, chunk int) (float64, error) {
+	buf := make([]byte, chunk)
+	t0 := time.Now()
+	at := 0
+	for i, id := range p.ids {
+		vz := c.VZone(id)
+		for off := 0; off < p.ends[i]; off += chunk {
+			k := min(chunk, p.ends[i]-off)
+			if err := vz.ReadInto(ctx, uint64(off)/4096, buf[:k]); err != nil { // SmallDevice: 4 KiB blocks
+				return 0, err
+			}
+			if !bytes.Equal(buf[:k], p.data[at:at+k]) {
+				return 0, &zerr.CorruptError{Path: fmt.Sprintf("v-zone %d at byte %d", id, off), Reason: "read back other bytes than written"}
+			}
+			at += k
+		}
+	}
+	secs := time.Since(t0).Seconds()
+	if at != len(p.data) {
+		return 0, &zerr.CorruptError{Path: "bench data", Reason: fmt.Sprintf("read %d of %d bytes", at, len(p.data))}
+	}
+	return float64(at) / (1 << 20) / secs, nil
+}
+
+func layout(ctx context.Context, c *client.Client, id uint64) (*v1.VZone, error) {
+	a, err := c.Arbiter(ctx)
+	if err != nil {
+		return nil, err
+	}
+	return a.GetVZone(ctx, &v1.VZoneRequest{Namespace: c.Namespace(), Id: id})
+}
+
+// nodeOf is a node holding a zone of v-zone id, and its index in the cluster.
+func nodeOf(ctx context.Context, c *client.Client, id uint64) (string, int, error) {
+	l, err := layout(ctx, c, id)
+	if err != nil {
+		return "", 0, err
+	}
+	node := l.GetGroups()[0].GetZones()[0].GetNode()
+	var i int
+	if _, err := fmt.Sscanf(node, "node-%d", &i); err != nil {
+		return "", 0, err
+	}
+	return node, i - 1, nil
+}
+
+// waitGone waits until the arbiter sees node id unavailable.
+func waitGone(ctx context.Context, admin *client.Client, id string) error {
+	for t0 := time.Now(); time.Since(t0) < time.Minute; {
+		nodes, err := admin.ListNodes(ctx)
+		if err == nil {
+			for _, n := range nodes {
+				if n.GetId() == id && !n.GetAvailable() {
+					return nil
+				}
+			}
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
+	return &zerr.UnavailableError{What: "arbiter", Reason: "still sees the stopped node " + id}
+}
+
+func median(xs []float64) float64 {
+	if len(xs) == 0 {
+		return 0
+	}
+	s := append([]float64(nil), xs...)
+	sort.Float64s(s)
+	if len(s)%2 == 1 {
+		return s[len(s)/2]
+	}
+	return (s[len(s)/2-1] + s[len(s)/2]) / 2
+}
+
+// WriteTable prints the result.
+func (r Result) WriteTable(w io.Writer) error {
+	t := tabwriter.NewWriter(w, 0, 8, 2, ' ', 0)
+	fmt.Fprintf(t, "redundancy (%d nodes, %d MiB, median of %d)\twrite MiB/s\tread MiB/s\twrite / none\tread / none\n", r.Nodes, r.MiB, r.Runs)
+	fmt.Fprintf(t, "none\t%.1f\t%.1f\t1.00\t1.00\n", r.NoneWriteMiBps, r.NoneReadMiBps)
+	fmt.Fprintf(t, "mirror:2\t%.1f\t%.1f\t%.2f\t%.2f\n", r.MirrorWriteMiBps, r.MirrorReadMiBps, r.MirrorWriteRatio, r.MirrorReadRatio)
+	fmt.Fprintf(t, "mirror:2, one node stopped\t-\t%.1f\t-\t%.2f\n", r.DegradedReadMiBps, r.DegradedReadRatio)
+	fmt.Fprintf(t, "rebuild\t%d copies (%.0f MiB) in %.2f s\t%.1f s/GiB\t\t\n", r.RebuiltCopies, r.RebuiltMiB, r.RebuildSeconds, r.RebuildSecondsPerGi)
+	return t.Flush()
+}

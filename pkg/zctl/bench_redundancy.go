@@ -1,0 +1,30 @@
+package zctl
+
+import (
+	"github.com/spf13/cobra"
+
+	redbench "github.com/zonefleet/zonefleet/pkg/bench/redundancy"
+)
+
+// benchRedundancyCmd is `zctl bench redundancy`: what mirror:2 costs and buys.
+func benchRedundancyCmd(g *Globals) *cobra.Command {
+	var o redbench.Options
+	c := &cobra.Command{
+		Use:   "redundancy",
+		Short: "write/read throughput of none vs mirror:2 on one local cluster, degraded reads with a node stopped, rebuild time per GiB",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			g.progress("zctl bench redundancy: %d MiB per point, %d runs…", max(o.MiB, 1), max(o.Runs, 1))
+			res, err := redbench.Run(cmd.Context(), o)
+			if err != nil {
+				return err
+			}
+			return g.emit(res, res.WriteTable)
+		},
+	}
+	c.Flags().StringVar(&o.Dir, "dir", "", "directory for the cluster's files (default: a temporary one)")
+	c.Flags().IntVar(&o.Nodes, "nodes", 4, "ssdnodes of the local cluster (at least 3)")
+	c.Flags().IntVar(&o.MiB, "mib", 64, "MiB written and read per point")
+	c.Flags().IntVar(&o.Runs, "runs", 3, "runs per point (the median is reported)")
+	return c
+}
