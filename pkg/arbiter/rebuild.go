@@ -16,9 +16,8 @@ import (
 //
 // When a node is down (its registration gone for Config.NodeDownAfter, or
 // an operator's `zctl node remove` of a stopped node that still holds
-// zones), every copy it held of a mirrored stripe group that takes no more
-// writes (the v-zone is finished, or the group is not its open one) is
-// rebuilt on another node, one zone at a time (the throttle: one
+// zones), every copy it held of a mirrored stripe group is rebuilt on
+// another node, one zone at a time (the throttle: one
 // zone_compaction stream per arbiter), in phases like a reclaim:
 //
 //  1. (no lock) the write pointer of a surviving copy of the leg;
@@ -27,7 +26,8 @@ import (
 //     (granted, counted active, not in the layout);
 //  3. (no lock) zone_compaction from the surviving copy into the target:
 //     the source node pushes the bytes to the target's node (never through
-//     the arbiter or a client), then the target is finished;
+//     the arbiter or a client), then the target is finished unless its
+//     group is open;
 //  4. (one mutation) commit if the v-zone is still at the same generation
 //     with the same target: the target replaces the lost zone in the
 //     layout (clients see a new generation and refresh), the lost zone's
@@ -36,17 +36,21 @@ import (
 //     record for the next leader, whose abortReclaims drops it.
 //
 // A v-zone being rebuilt can still be finished or reset (a reset drops the
-// target's grant too; the commit then finds the v-zone changed). Open
-// groups are not rebuilt: the file system's writes there fail while a copy
-// is missing, it moves on to a new v-zone and finishes this one, and then
-// the group is rebuilt.
+// target's grant too; the commit then finds the v-zone changed). An open
+// group is rebuilt too, up to the surviving copy's write pointer, and left
+// open: a write racing the copy lands on the live copies only and is
+// answered as degraded (pkg/client), so it is never acknowledged and its
+// blocks are never read; the writer has moved on to another v-zone, and a
+// later write at the group's write pointer (the lowest of its copies')
+// meets the live copies' advanced pointers and fails, so nothing diverges
+// that was acknowledged.
 
 // RebuildResult is what one CheckRebuild did.
 type RebuildResult struct {
 	Rebuilt int    // copies rebuilt
 	Blocks  uint64 // blocks copied
 	Failed  int    // copies whose rebuild failed (tried again at the next check)
-	Waiting int    // copies on down nodes not rebuilt yet (open groups, no live copy, no room)
+	Waiting int    // copies on down nodes not rebuilt yet (no live copy, a v-zone changed meanwhile)
 }
 
 type rebuildJob struct {
@@ -135,8 +139,8 @@ func (a *Arbiter) CheckRebuild(ctx context.Context) (RebuildResult, error) {
 	return res, nil
 }
 
-// errRebuildWait: the copy cannot be rebuilt now (an open group, no live
-// copy of the leg, a rebuild of the v-zone in progress); not a failure.
+// errRebuildWait: the copy cannot be rebuilt now (no live copy of the leg,
+// a rebuild of the v-zone in progress, the v-zone changed); not a failure.
 var errRebuildWait = errors.New("rebuild waits")
 
 // rebuildOne rebuilds one copy and returns the blocks copied.
@@ -155,9 +159,7 @@ func (a *Arbiter) rebuildOne(ctx context.Context, j rebuildJob) (uint64, error) 
 		return 0, errRebuildWait
 	}
 	g := vz.Groups[j.group]
-	if g.Open && vz.State == VZoneOpen {
-		return 0, errRebuildWait // still written: rebuilt once finished
-	}
+	open := g.Open && vz.State == VZoneOpen
 	if int(j.pos) >= len(g.Zones) || g.Zones[j.pos] != j.lost {
 		return 0, errRebuildWait
 	}
@@ -227,7 +229,7 @@ func (a *Arbiter) rebuildOne(ctx context.Context, j rebuildJob) (uint64, error) 
 	if written[0] > 0 {
 		err = a.comp.Compact(ioctx, j.ns, dst, []CopyRange{{Src: *src, SrcBlock: 0, Blocks: written[0]}})
 	}
-	if f, ok := a.comp.(zoneFinisher); ok && err == nil {
+	if f, ok := a.comp.(zoneFinisher); ok && err == nil && !open {
 		err = f.FinishZone(ioctx, j.ns, dst)
 	}
 	if err != nil {

@@ -132,7 +132,9 @@ func (v *VZone) writeCopies(ctx context.Context, g *group, i int, zoff uint64, b
 		return nil
 	case ok+down == n && ok > 0:
 		v.c.m.degradedWrites.Inc()
-		return fmt.Errorf("%w: %w", &zerr.ZoneStateError{Zone: v.id, State: "degraded",
+		// the copies' errors as text only: this is not UNAVAILABLE (a retry
+		// of the same write would meet the live copies' advanced pointers)
+		return fmt.Errorf("%w: %v", &zerr.ZoneStateError{Zone: v.id, State: zerr.StateDegraded,
 			Op: "write (a copy's node is unavailable: continue in another v-zone)"}, errors.Join(errs...))
 	case down == n:
 		skip := make([]bool, n)

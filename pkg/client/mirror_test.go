@@ -104,7 +104,8 @@ func TestMirroredVZoneSurvivesANode(t *testing.T) {
 	t0 := time.Now()
 	_, err = w.Append(ctx, random(int(bs)*2))
 	require.ErrorIs(t, err, zerr.ErrZoneState)
-	require.Contains(t, err.Error(), "degraded")
+	require.True(t, zerr.IsDegraded(err), "%v", err)
+	require.NotErrorIs(t, err, zerr.ErrUnavailable, "a degraded write is not retried as UNAVAILABLE")
 	require.Less(t, time.Since(t0), cfg.RetryDeadline, "a degraded write does not wait out the retries")
 	require.Greater(t, testutil.ToFloat64(counter(t, reg, "zonefleet_client_degraded_writes_total")), 0.0)
 	readAll(vz) // the node is suspected now: read from the other copy at once

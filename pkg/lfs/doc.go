@@ -242,7 +242,11 @@
 // their inodes dirty again, so that the next fsync writes them with the
 // fsync mark rather than finding nothing to write. A write that failed
 // part-way closes that log's zone (its write pointer is unknown) and
-// continues in a new one. A failed IZC copy closes the destination zone; the victim keeps its blocks
+// continues in a new one. A mirrored v-zone that lost a copy answers
+// writes with a degraded zerr.ZoneStateError: the write continues in a new
+// segment at once (retried with short waits while the arbiter may still
+// place new segments on the lost node), so writes ride through the loss of
+// a node. A failed IZC copy closes the destination zone; the victim keeps its blocks
 // and is chosen again later. Retrying transient Volume errors
 // (zerr.ErrUnavailable) happens in one wrapper around the Volume.
 package lfs

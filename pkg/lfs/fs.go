@@ -759,6 +759,20 @@ func (fs *FS) checkpoint(ctx context.Context, forceSnapshot bool) (err error) {
 			fs.metaWP = fs.geo.ZoneBlocks
 		}
 	}
+	// A mirrored metadata zone that lost a copy takes no more writes: the
+	// checkpoint goes to a new metadata zone with a full snapshot at once
+	// (the record may be on the live copies: a checkpoint of a state that
+	// existed; the snapshot's higher epoch wins at a mount). New zones may
+	// meet the lost node until the arbiter sees it gone: short waits.
+	for tries := 0; err != nil && zerr.IsDegraded(err) && tries < 8; tries++ {
+		if tries > 0 && fs.clk.Kind() != clock.KindOff {
+			wait := min(250*time.Millisecond<<(tries-1), 2*time.Second)
+			if serr := fs.unlocked(func() error { return clock.Sleep(ctx, fs.clk, wait) }); serr != nil {
+				break
+			}
+		}
+		err = fs.rotateMeta(ctx, fs.buildCheckpoint(true, free))
+	}
 	if err != nil {
 		if transient(err) {
 			// A node is unavailable: the record may or may not be on the

@@ -101,7 +101,7 @@ type deferredOp struct {
 // past the retry deadline (the call may be retried later), as opposed to a
 // failing drive or a refusal.
 func transient(err error) bool {
-	return errors.Is(err, zerr.ErrUnavailable) || errors.Is(err, context.DeadlineExceeded)
+	return errors.Is(err, zerr.ErrUnavailable) || errors.Is(err, context.DeadlineExceeded) || zerr.IsDegraded(err)
 }
 
 // zoneOp finishes (reset=false) or resets zone z (fs.mu held; released

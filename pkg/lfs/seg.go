@@ -5,7 +5,9 @@ import (
 	"errors"
 	"math/bits"
 	"syscall"
+	"time"
 
+	"github.com/zonefleet/zonefleet/pkg/clock"
 	"github.com/zonefleet/zonefleet/pkg/zerr"
 )
 
@@ -238,6 +240,7 @@ func (fs *FS) appendBlocks(ctx context.Context, li int, data []byte, place func(
 	defer fs.logMu[l].Unlock()
 	bs := fs.bs
 	n := len(data) / bs
+	degraded := 0
 	for i := 0; i < n; {
 		s := fs.logs[fs.logFor(li)]
 		if s != nil && s.tl && !s.closed {
@@ -274,6 +277,32 @@ func (fs *FS) appendBlocks(ctx context.Context, li int, data []byte, place func(
 			}
 			s.closed = true
 			fs.closeLog(ctx, fs.logFor(li))
+			// A mirrored zone that lost a copy takes no more writes: the
+			// blocks not written go to a new segment, placed on live
+			// nodes once the arbiter sees the node gone (its lease, a few
+			// seconds): until then a new segment may meet the same node,
+			// so the next tries wait 0.25, 0.5, 1, then 2 s (about 10 s
+			// in all, fs.mu released) before giving up.
+			if zerr.IsDegraded(err) && degraded < 8 {
+				if degraded > 0 && fs.clk.Kind() != clock.KindOff {
+					wait := min(250*time.Millisecond<<(degraded-1), 2*time.Second)
+					if serr := fs.unlocked(func() error { return clock.Sleep(ctx, fs.clk, wait) }); serr != nil {
+						return err
+					}
+				}
+				degraded++
+				var pw *PartialWriteError
+				if errors.As(err, &pw) && !s.tl && pw.Written > 0 {
+					for j := 0; j < int(pw.Written); j++ {
+						if err := place(i+j, MakeAddr(s.zone, off+uint64(j))); err != nil {
+							return err
+						}
+					}
+					fs.blocksWritten += pw.Written
+					i += int(pw.Written)
+				}
+				continue
+			}
 			return err
 		}
 		if s.tl {

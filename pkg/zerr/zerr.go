@@ -72,6 +72,17 @@ func (e *ZoneStateError) Error() string {
 }
 func (e *ZoneStateError) Is(t error) bool { return t == ErrZoneState }
 
+// StateDegraded is the ZoneStateError state of a mirrored v-zone whose
+// write reached some copies while the others' nodes were unavailable: it
+// takes no more writes; the caller continues in another v-zone.
+const StateDegraded = "degraded"
+
+// IsDegraded tells whether err is a ZoneStateError with StateDegraded.
+func IsDegraded(err error) bool {
+	var zs *ZoneStateError
+	return errors.As(err, &zs) && zs.State == StateDegraded
+}
+
 // TooManyOpenError: opening one more zone would exceed the open-resource limit (MOR).
 type TooManyOpenError struct{ Limit uint32 }
 

@@ -1,0 +1,156 @@
+package fsvol_test
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	v1 "github.com/zonefleet/zonefleet/api/zonefleet/v1"
+	"github.com/zonefleet/zonefleet/pkg/client"
+	"github.com/zonefleet/zonefleet/pkg/clock"
+	"github.com/zonefleet/zonefleet/pkg/fsvol"
+	"github.com/zonefleet/zonefleet/pkg/lfs"
+	"github.com/zonefleet/zonefleet/pkg/localcluster"
+	"github.com/zonefleet/zonefleet/pkg/zerr"
+)
+
+// TestMirroredFSRidesThroughNodeLoss is issue 19 in process: the file system
+// over a mirror:2 namespace of 4 real nodes. The node holding the metadata
+// log's zone stops; every fsync and checkpoint afterwards succeeds (writes
+// continue in v-zones on the live nodes, the checkpoint in a new metadata
+// zone), every file reads back while the node is down; the node is declared
+// lost, its copies are rebuilt node to node, and a fresh mount reads every
+// file with fsck clean.
+func TestMirroredFSRidesThroughNodeLoss(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts a cluster and stops a node")
+	}
+	ctx := context.Background()
+	cl, err := localcluster.Start(ctx, localcluster.Config{Dir: t.TempDir(), Nodes: 4, Clock: "off", Device: localcluster.TinyDevice(), SessionTTL: time.Second})
+	require.NoError(t, err)
+	defer cl.Close()
+	admin, err := client.New(ctx, cl.AdminClientConfig())
+	require.NoError(t, err)
+	defer admin.Close()
+	_, err = admin.Namespaces().Create(ctx, &v1.CreateNamespaceRequest{Name: "fs", MaxActiveVzones: 8, ZonesPerVzone: 1, Redundancy: "mirror:2"})
+	require.NoError(t, err)
+	mount := func() (*client.Client, *fsvol.Volume, *lfs.FS, func()) {
+		ccfg := cl.ClientConfig("fs")
+		ccfg.RetryDeadline = time.Second
+		c, err := client.New(ctx, ccfg)
+		require.NoError(t, err)
+		vol, err := fsvol.New(ctx, c, fsvol.Options{MaxZones: 60})
+		require.NoError(t, err)
+		clk := clock.Realtime(1)
+		fs, err := lfs.Mount(ctx, vol, lfs.Options{Clock: clk, Mode: lfs.ModeZNS, RetryDeadline: 10 * time.Second, CacheBlocks: 96})
+		require.NoError(t, err)
+		return c, vol, fs, func() { clk.Stop(); c.Close() }
+	}
+	{
+		c, err := client.New(ctx, cl.ClientConfig("fs"))
+		require.NoError(t, err)
+		vol, err := fsvol.New(ctx, c, fsvol.Options{MaxZones: 60})
+		require.NoError(t, err)
+		require.NoError(t, lfs.Mkfs(ctx, vol, lfs.MkfsOptions{OPPercent: 20}))
+		c.Close()
+	}
+	_, vol, fs, closeFS := mount()
+	ops := fsOps{fs}
+	files := map[string][]byte{}
+	write := func(prefix string, n int) {
+		for i := 0; i < n; i++ {
+			name := fmt.Sprintf("%s-%02d", prefix, i)
+			data := content(name, 0, 20<<10+i*1000)
+			require.NoError(t, ops.write(ctx, name, data, true), "fsync of %s", name)
+			files[name] = data
+		}
+	}
+	check := func(ops fsOps, when string) {
+		for name, want := range files {
+			got, err := ops.read(ctx, name)
+			require.NoError(t, err, "%s: read %s", when, name)
+			require.True(t, bytes.Equal(want, got), "%s: %s reads back other bytes", when, name)
+		}
+	}
+	write("before", 40) // more than a segment: finished v-zones with data
+
+	// the victim: a node with a copy of a finished v-zone's data, and of
+	// the metadata log if one such node holds both
+	ml, err := vol.Locate(ctx, fs.Stats().MetaZone, 0)
+	require.NoError(t, err)
+	metaNodes := map[string]bool{ml.Node: true}
+	holders := map[string]bool{}
+	arb, err := admin.Arbiter(ctx)
+	require.NoError(t, err)
+	list, err := arb.ListVZones(ctx, &v1.ListVZonesRequest{Namespace: "fs"})
+	require.NoError(t, err)
+	for _, l := range list.GetVzones() {
+		for _, g := range l.GetGroups() {
+			for _, z := range g.GetZones() {
+				if uint64(l.GetId()) == uint64(fs.Stats().MetaZone) {
+					metaNodes[z.GetNode()] = true
+				} else if l.GetState() == v1.VZoneState_VZONE_STATE_FULL {
+					holders[z.GetNode()] = true
+				}
+			}
+		}
+	}
+	require.NotEmpty(t, holders, "no finished v-zone")
+	victimID := ""
+	for n := range holders {
+		if victimID == "" || metaNodes[n] && !metaNodes[victimID] || metaNodes[n] == metaNodes[victimID] && n < victimID {
+			victimID = n
+		}
+	}
+	victim := -1
+	for i, n := range cl.Info().Nodes {
+		if n.ID == victimID {
+			victim = i
+		}
+	}
+	require.GreaterOrEqual(t, victim, 0)
+	require.NoError(t, cl.StopNode(victim))
+	t.Logf("stopped %s (metadata log copy: %v)", victimID, metaNodes[victimID])
+
+	check(ops, "node down")
+	write("during", 16)
+	require.NoError(t, fs.Sync(ctx), "a checkpoint with a copy of the metadata log gone")
+	ro, _ := fs.ReadOnly()
+	require.False(t, ro)
+	check(ops, "node down, after writes")
+
+	// declared lost: its copies of finished v-zones are rebuilt elsewhere
+	require.Eventually(t, func() bool {
+		nodes, err := admin.ListNodes(ctx)
+		if err != nil {
+			return false
+		}
+		for _, n := range nodes {
+			if n.GetId() == victimID {
+				return !n.GetAvailable()
+			}
+		}
+		return true
+	}, 30*time.Second, 100*time.Millisecond)
+	err = admin.RemoveNode(ctx, victimID)
+	require.ErrorIs(t, err, zerr.ErrZoneState)
+	require.NoError(t, fs.Unmount(ctx))
+	closeFS()
+	require.Eventually(t, func() bool {
+		st, err := admin.ClusterStatus(ctx)
+		return err == nil && st.GetRebuilding() == 0 && st.GetLostCopies() == 0
+	}, 60*time.Second, 100*time.Millisecond, "every copy on the lost node rebuilt")
+
+	_, _, fs2, close2 := mount()
+	defer close2()
+	check(fsOps{fs2}, "after the rebuild, fresh mount")
+	rep, err := fs2.Fsck(ctx)
+	require.NoError(t, err)
+	require.Empty(t, rep.Problems)
+	require.NoError(t, fs2.Unmount(ctx))
+	require.NoError(t, admin.RemoveNode(ctx, victimID), "nothing left on the lost node")
+}
