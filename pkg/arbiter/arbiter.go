@@ -142,6 +142,10 @@ type Config struct {
 	// down and its records are removed once it holds no allocated zone.
 	// Default 10m; negative disables.
 	NodeDownAfter time.Duration
+	// RebuildInterval: the leader looks for copies of mirrored legs on down
+	// nodes to rebuild this often (and at once when a node is declared
+	// lost or goes down). Default 10s; negative disables.
+	RebuildInterval time.Duration
 	// Registerer receives the arbiter's metrics; nil means none are registered.
 	Registerer prometheus.Registerer
 	// Logger; nil means slog.Default().
@@ -179,6 +183,9 @@ func (c *Config) setDefaults() error {
 	if c.NodeDownAfter == 0 {
 		c.NodeDownAfter = 10 * time.Minute
 	}
+	if c.RebuildInterval == 0 {
+		c.RebuildInterval = 10 * time.Second
+	}
 	if c.MaxTxnOps <= 0 {
 		c.MaxTxnOps = 128
 	}
@@ -204,7 +211,9 @@ type Arbiter struct {
 	mu   sync.RWMutex
 	term *term // non-nil while leader
 
-	rebuildBusy atomic.Bool // a rebuild check runs (rebuild.go)
+	rebuildMu    sync.Mutex  // one CheckRebuild at a time (rebuild.go)
+	rebuildBusy  atomic.Bool // a background rebuild runs (triggerRebuild)
+	rebuildAgain atomic.Bool // triggered while it ran: scan again
 
 	actMu     sync.Mutex
 	lastWrite map[string]time.Time // in-memory write activity (leader)
@@ -377,6 +386,12 @@ func (a *Arbiter) runTerm(ctx context.Context) error {
 		defer tk.Stop()
 		downTick = tk.C
 	}
+	var rebuildTick <-chan time.Time
+	if a.cfg.RebuildInterval > 0 {
+		tk := time.NewTicker(a.cfg.RebuildInterval)
+		defer tk.Stop()
+		rebuildTick = tk.C
+	}
 	var compact <-chan time.Time
 	hist := &historyKeeper{}
 	if a.cfg.CompactInterval > 0 {
@@ -426,9 +441,9 @@ func (a *Arbiter) runTerm(ctx context.Context) error {
 			if err := a.CheckNodes(cctx); err != nil && !errors.Is(err, zerr.ErrNotLeader) && cctx.Err() == nil {
 				a.log.Warn("dead node check failed", "err", err)
 			}
-			if _, err := a.CheckRebuild(cctx); err != nil && !errors.Is(err, zerr.ErrNotLeader) && cctx.Err() == nil {
-				a.log.Warn("rebuild check failed", "err", err)
-			}
+			a.triggerRebuild(cctx)
+		case <-rebuildTick:
+			a.triggerRebuild(cctx)
 		case <-compact:
 			if err := a.historyTick(cctx, hist); err != nil && cctx.Err() == nil {
 				a.log.Warn("etcd compaction failed", "err", err)

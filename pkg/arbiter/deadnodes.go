@@ -2,7 +2,6 @@ package arbiter
 
 import (
 	"context"
-	"errors"
 	"fmt"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
@@ -116,13 +115,13 @@ func (a *Arbiter) RemoveNode(ctx context.Context, id string) error {
 		return err
 	}
 	if refused != nil {
-		go a.kickRebuild()
+		a.kickRebuild()
 	}
 	return refused
 }
 
 // kickRebuild runs a rebuild check now (after an operator declared a node
-// lost), on the leader's term context (CheckRebuild runs one at a time).
+// lost), in the background on the leader's term context.
 func (a *Arbiter) kickRebuild() {
 	a.mu.RLock()
 	t := a.term
@@ -130,8 +129,5 @@ func (a *Arbiter) kickRebuild() {
 	if t == nil || t.session == nil {
 		return
 	}
-	ctx := t.session.Ctx()
-	if _, err := a.CheckRebuild(ctx); err != nil && !errors.Is(err, zerr.ErrNotLeader) && ctx.Err() == nil {
-		a.log.Warn("rebuild check failed", "err", err)
-	}
+	a.triggerRebuild(t.session.Ctx())
 }

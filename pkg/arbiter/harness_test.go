@@ -154,7 +154,7 @@ func (tc *testCluster) start(addr string) *testArb {
 	tc.t.Helper()
 	reg := prometheus.NewRegistry()
 	cfg := Config{Addr: addr, SessionTTL: time.Second, Now: tc.clock.Now, TReadOnly: time.Minute,
-		ReclaimInterval: -1, Registerer: reg, Logger: discardLogger()}
+		ReclaimInterval: -1, RebuildInterval: -1, Registerer: reg, Logger: discardLogger()}
 	if tc.cfg != nil {
 		tc.cfg(&cfg)
 	}

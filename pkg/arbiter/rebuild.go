@@ -93,15 +93,50 @@ func rebuildJobs(st *State) []rebuildJob {
 }
 
 // CheckRebuild rebuilds, one at a time, the copies of mirrored legs that
-// sit on down nodes (see above). The leader runs it with CheckNodes; tests
-// call it directly. Errors of single copies are counted in Failed and
+// sit on down nodes (see above). The leader runs it in the background every
+// Config.RebuildInterval, after CheckNodes and when an operator declares a
+// node lost; tests call it directly. Errors of single copies are counted in Failed and
 // logged; the error is for the check itself (not the leader, etcd).
 func (a *Arbiter) CheckRebuild(ctx context.Context) (RebuildResult, error) {
-	var res RebuildResult
-	if !a.rebuildBusy.CompareAndSwap(false, true) {
-		return res, nil // one at a time: the running check goes on
+	a.rebuildMu.Lock()
+	defer a.rebuildMu.Unlock()
+	var total RebuildResult
+	// passes until one rebuilds nothing: a node that went down during a
+	// pass, or a copy that failed, is seen by the next
+	for pass := 0; pass < 64; pass++ {
+		res, err := a.rebuildPass(ctx)
+		total.Rebuilt += res.Rebuilt
+		total.Blocks += res.Blocks
+		total.Failed += res.Failed
+		total.Waiting = res.Waiting
+		if err != nil || res.Rebuilt == 0 {
+			return total, err
+		}
 	}
-	defer a.rebuildBusy.Store(false)
+	return total, nil
+}
+
+// triggerRebuild runs CheckRebuild in the background (the leader's loop
+// must go on watching nodes while data is copied); a trigger while one
+// runs makes it scan again when done.
+func (a *Arbiter) triggerRebuild(ctx context.Context) {
+	a.rebuildAgain.Store(true)
+	if !a.rebuildBusy.CompareAndSwap(false, true) {
+		return
+	}
+	go func() {
+		defer a.rebuildBusy.Store(false)
+		for a.rebuildAgain.Swap(false) && ctx.Err() == nil {
+			if _, err := a.CheckRebuild(ctx); err != nil && !errors.Is(err, zerr.ErrNotLeader) && ctx.Err() == nil {
+				a.log.Warn("rebuild check failed", "err", err)
+			}
+		}
+	}()
+}
+
+// rebuildPass is one scan of CheckRebuild.
+func (a *Arbiter) rebuildPass(ctx context.Context) (RebuildResult, error) {
+	var res RebuildResult
 	st, _, err := a.snapshot(ctx)
 	if err != nil {
 		return res, err

@@ -35,12 +35,15 @@ type Options struct {
 	NodeDownAfter time.Duration
 	// ReclaimTimeout bounds one v-zone's reclaim copy.
 	ReclaimTimeout time.Duration
+	// RebuildInterval: how often the leader looks for mirrored copies to rebuild (negative: never).
+	RebuildInterval time.Duration
 }
 
 // DefaultOptions are the flag defaults.
 func DefaultOptions() Options {
 	return Options{ID: "arbiter-1", Etcd: "127.0.0.1:2379", SessionTTL: 5 * time.Second, TReadOnly: 5 * time.Minute, StripeSize: 32 << 10,
-		CompactInterval: 5 * time.Minute, NodeDownAfter: 10 * time.Minute, ReclaimTimeout: 10 * time.Minute}
+		CompactInterval: 5 * time.Minute, NodeDownAfter: 10 * time.Minute, ReclaimTimeout: 10 * time.Minute,
+		RebuildInterval: 10 * time.Second}
 }
 
 // AddFlags registers the arbiter's flags.
@@ -52,6 +55,7 @@ func AddFlags(fs *pflag.FlagSet, o *Options) {
 	fs.DurationVar(&o.TReadOnly, "t-readonly", o.TReadOnly, "a namespace with no writes for this long is frozen and its spares reclaimed (eZNS T_ReadOnly)")
 	fs.DurationVar(&o.CompactInterval, "compact-interval", o.CompactInterval, "the leader compacts etcd's history this often, one interval behind, and polls etcd's alarms (negative: off)")
 	fs.DurationVar(&o.NodeDownAfter, "node-down-after", o.NodeDownAfter, "a node whose registration is gone this long is marked down; its records are removed once it holds no zone (negative: never)")
+	fs.DurationVar(&o.RebuildInterval, "rebuild-interval", o.RebuildInterval, "the leader looks for copies of mirrored legs on down nodes to rebuild this often, and at once when a node goes down or is removed (negative: never)")
 	fs.DurationVar(&o.ReclaimTimeout, "reclaim-timeout", o.ReclaimTimeout, "a reclaim whose node I/O (write pointers, zone_compaction) takes longer is rolled back")
 	fs.Uint32Var(&o.StripeSize, "stripe-size", o.StripeSize, "stripe size in bytes at minimum stripe width (halved per doubling of the width)")
 }
@@ -76,7 +80,7 @@ func Run(ctx context.Context, d *daemon.Daemon, o Options, log *slog.Logger) err
 	}
 	comp := arbiter.NewNodeCompactor(cli, o.AdminToken, d.PeerDialOptions()...)
 	a, err := arbiter.New(arbiter.Config{Addr: addr, ID: o.ID, SessionTTL: o.SessionTTL, TReadOnly: o.TReadOnly,
-		BaseStripeSize: o.StripeSize, CompactInterval: o.CompactInterval, NodeDownAfter: o.NodeDownAfter, ReclaimTimeout: o.ReclaimTimeout, Registerer: d.Registry, Logger: log}, cli, comp)
+		BaseStripeSize: o.StripeSize, CompactInterval: o.CompactInterval, NodeDownAfter: o.NodeDownAfter, ReclaimTimeout: o.ReclaimTimeout, RebuildInterval: o.RebuildInterval, Registerer: d.Registry, Logger: log}, cli, comp)
 	if err != nil {
 		return err
 	}
