@@ -154,9 +154,11 @@ func arbiter() Dashboard {
 			q(`histogram_quantile(0.5, sum by (le) (rate(zonefleet_arbiter_allocation_duration_seconds_bucket{`+i+`}`+ri+`)))`, "p50"),
 			q(`histogram_quantile(0.99, sum by (le) (rate(zonefleet_arbiter_allocation_duration_seconds_bucket{`+i+`}`+ri+`)))`, "p99")},
 			unit("s"), thresholds(0.1, "orange", 1.0, "red"))),
-		pn(panel(15, "timeseries", "Mirrored copies on down nodes", []query{q(`max(zonefleet_arbiter_degraded_zones{`+i+`}`+leader+`)`, "waiting for rebuild")},
+		pn(panel(15, "timeseries", "Degraded and rebuilding (mirrored namespaces)", []query{
+			q(`max by (namespace) (zonefleet_arbiter_degraded_vzones{`+i+`}`+leader+`)`, "{{namespace}} degraded v-zones"),
+			q(`max(zonefleet_arbiter_degraded_zones{`+i+`}`+leader+`)`, "copies on down nodes waiting for rebuild")},
 			unit("short"), thresholds(1.0, "orange", 100.0, "red"),
-			desc("Copies of mirrored legs (namespace redundancy mirror:N) on nodes that are down and not rebuilt elsewhere yet; each is one copy fewer of its leg."))),
+			desc("Degraded v-zones: a copy on an unavailable or down node (alert ZoneFleetVZonesDegraded). Copies waiting: on down nodes, not rebuilt elsewhere yet; each is one copy fewer of its leg."))),
 		pn(panel(16, "timeseries", "Rebuild throughput", []query{
 			q(`sum(rate(zonefleet_arbiter_rebuild_blocks_total{`+i+`}`+ri+`))`, "blocks/s"),
 			q(`sum by (outcome) (rate(zonefleet_arbiter_rebuilds_total{`+i+`}`+ri+`))`, "copies/s {{outcome}}")},

@@ -30,7 +30,6 @@ import (
 // them. Until then their rules have no series and never fire.
 var futureMetrics = map[string]string{
 	"zonefleet_tls_certificate_expiry_timestamp_seconds": "issue 15 (trust: TLS certificates)",
-	"zonefleet_arbiter_degraded_vzones":                  "issue 19 (redundant stripe groups, degraded v-zones)",
 }
 
 // etcdMetrics are etcd's own (checked against etcd v3.7's source).

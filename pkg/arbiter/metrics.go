@@ -30,6 +30,7 @@ type metrics struct {
 	rebuilds        *prometheus.CounterVec // {outcome=ok|error}
 	rebuildBlocks   prometheus.Counter
 	rebuildWaiting  prometheus.Gauge
+	degradedVZones  *prometheus.GaugeVec // {namespace}
 
 	mu    sync.Mutex
 	known map[string]bool
@@ -81,12 +82,14 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 			Help: "Blocks copied node to node by rebuilds of mirrored legs."}),
 		rebuildWaiting: prometheus.NewGauge(prometheus.GaugeOpts{Name: "zonefleet_arbiter_degraded_zones",
 			Help: "Copies of mirrored legs on down nodes not rebuilt yet (the leader's last rebuild check)."}),
+		degradedVZones: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "zonefleet_arbiter_degraded_vzones",
+			Help: "V-zones of a mirrored namespace with a copy on an unavailable or down node (reads served by the other copies)."}, []string{"namespace"}),
 		known: map[string]bool{},
 	}
 	if reg != nil {
 		for _, c := range []prometheus.Collector{m.leader, m.essentials, m.spares, m.activeVZones, m.openGroups, m.nodes,
 			m.allocations, m.allocatedZones, m.overdrive, m.namespaceEvents, m.width, m.allocLatency,
-			m.mutations, m.noops, m.txns, m.txnBytes, m.alarm, m.compactions, m.dbSize, m.rebuilds, m.rebuildBlocks, m.rebuildWaiting} {
+			m.mutations, m.noops, m.txns, m.txnBytes, m.alarm, m.compactions, m.dbSize, m.rebuilds, m.rebuildBlocks, m.rebuildWaiting, m.degradedVZones} {
 			if err := reg.Register(c); err != nil {
 				return nil, err
 			}
@@ -150,11 +153,16 @@ func (m *metrics) refresh(st *State, ix *index) {
 		m.spares.WithLabelValues(name, "recalled").Set(float64(u.Recalled))
 		m.spares.WithLabelValues(name, "in_use").Set(float64(u.SparesInUse))
 		m.activeVZones.WithLabelValues(name).Set(float64(u.ActiveVZones))
+		degraded := 0
 		for _, vz := range ns.VZones {
 			if g := vz.openGroup(); g != nil {
 				groups[widthLabel(g.Width)]++
 			}
+			if ns.Spec.copies() > 1 && vzoneDegraded(st, vz) {
+				degraded++
+			}
 		}
+		m.degradedVZones.WithLabelValues(name).Set(float64(degraded))
 	}
 	for l, v := range groups {
 		m.openGroups.WithLabelValues(l).Set(v)
@@ -185,6 +193,7 @@ func (m *metrics) forgetLocked(name string) {
 	delete(m.known, name)
 	m.essentials.DeleteLabelValues(name)
 	m.activeVZones.DeleteLabelValues(name)
+	m.degradedVZones.DeleteLabelValues(name)
 	m.spares.DeletePartialMatch(prometheus.Labels{"namespace": name})
 }
 
@@ -197,4 +206,16 @@ func (m *metrics) clearNamespaces() {
 	}
 	m.openGroups.Reset()
 	m.nodes.Reset()
+}
+
+// vzoneDegraded tells whether a zone of vz is on a node that is not available.
+func vzoneDegraded(st *State, vz *VZone) bool {
+	for _, g := range vz.Groups {
+		for _, z := range g.Zones {
+			if n := st.Nodes[z.Node]; n == nil || !n.Available {
+				return true
+			}
+		}
+	}
+	return false
 }

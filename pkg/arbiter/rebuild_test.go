@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus/testutil"
 	"github.com/stretchr/testify/require"
 	clientv3 "go.etcd.io/etcd/client/v3"
 
@@ -74,6 +75,8 @@ func TestRebuildMirroredCopies(t *testing.T) {
 	_, err = tc.cli.Revoke(ctx, leases[victim])
 	require.NoError(t, err)
 	tc.waitNodes(a, 2)
+	require.Eventually(t, func() bool { return testutil.ToFloat64(a.m.degradedVZones.WithLabelValues("m")) > 0 },
+		10*time.Second, 10*time.Millisecond, "the namespace's v-zones on the lost node count as degraded")
 	res, err = a.CheckRebuild(ctx)
 	require.NoError(t, err)
 	require.Equal(t, RebuildResult{}, res, "an unavailable node is not lost yet")
@@ -127,6 +130,9 @@ func TestRebuildMirroredCopies(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, RebuildResult{}, res, "nothing left to do")
 	checkInvariants(t, tc, a, "all rebuilt")
+	require.Eventually(t, func() bool { return testutil.ToFloat64(a.m.degradedVZones.WithLabelValues("m")) == 0 },
+		10*time.Second, 10*time.Millisecond, "no v-zone degraded after the rebuild")
+	require.Positive(t, testutil.ToFloat64(a.m.rebuildBlocks))
 	require.NoError(t, a.RemoveNode(ctx, victim), "the node holds nothing any more")
 	nodes, err := a.Nodes(ctx)
 	require.NoError(t, err)
