@@ -45,6 +45,44 @@
 // against the bitmap before any leg is sent; a zone whose drive ended
 // threaded logging by itself (node restart) is TL_opened again on the next
 // write. Finish ends it on the drives, then at the arbiter.
+//
+// # Redundancy
+//
+// A namespace created with redundancy mirror:N has stripe groups of width W
+// listing W×N physical zones, copy-major, the copies of a leg on distinct
+// nodes (mirror.go has the rules). In short: a write goes to every copy and
+// is acknowledged only when all took it; a write that some copies took while
+// the others' nodes are unavailable is answered at once as degraded
+// (zerr.StateDegraded, never UNAVAILABLE, so nobody retries it in place) and
+// the v-zone takes no more writes; reads pick one copy per leg and fall over
+// to another copy at once; the write pointer is the lowest of the live
+// copies'. zone_compaction and TL_open are refused on mirrored v-zones. The
+// arbiter rebuilds the copies of a lost node node to node (pkg/arbiter
+// rebuild.go).
+//
+// Parity (raid5-like) is designed, not built. A stripe row of a parity
+// group is k data units on k legs plus one parity unit on a (k+1)-th leg,
+// all on distinct nodes; the parity leg rotates with the row (as RAID-5) so
+// parity writes spread. The write-pointer rule stays the one of a zone: a
+// unit is written at its leg's write pointer, rows in order. A full row
+// writes its k data units and its parity unit in parallel and is
+// acknowledged when all k+1 are durable. A partial row (the common case of
+// a log-structured writer: an append smaller than a row, or fsync in the
+// middle of one) cannot write its parity unit yet — the parity leg's write
+// pointer must not pass a unit whose parity is still changing — so, as in
+// RAIZN (ASPLOS'23), its partial parity (the XOR of the units written so
+// far) is appended to a separate partial-parity log zone of the group with
+// the row number, durable with the data it covers; the row's parity unit is
+// written when the row completes, and a reader reconstructing a row whose
+// parity unit is not written yet uses the newest partial-parity record of
+// that row (a record with a torn checksum is ignored: its data units were
+// not acknowledged either). The partial-parity log is reset when its group
+// is finished (every row complete or padded with zeroes). Degraded reads
+// XOR the row's k surviving units; a rebuild recomputes the lost leg row by
+// row on the node that receives it (units pulled node to node).
+// zone_compaction would have to recompute parity on the destination and
+// threaded logging breaks the row order, so parity namespaces would recycle
+// by host copy as mirrored ones do.
 package client
 
 import (
