@@ -234,7 +234,8 @@ func startCluster(ctx context.Context, dir, clk string, scale float64, reg prome
 		cl.Close()
 		return nil, err
 	}
-	_, err = admin.Namespaces().Create(ctx, &v1.CreateNamespaceRequest{Name: "bench", MaxActiveVzones: 8, ZonesPerVzone: 4})
+	// 9 active v-zones: mkfs formats the six logs (hot/warm/cold × node/data)
+	_, err = admin.Namespaces().Create(ctx, &v1.CreateNamespaceRequest{Name: "bench", MaxActiveVzones: 9, ZonesPerVzone: 4})
 	admin.Close()
 	if err != nil {
 		cl.Close()
@@ -266,6 +267,15 @@ func (v *timedVol) Read(ctx context.Context, z lfs.ZoneID, off uint64, buf []byt
 	err := v.Volume.Read(ctx, z, off, buf)
 	v.read.Add(int64(time.Since(t0)))
 	return err
+}
+
+// OpenZoneLike passes the copyback-aware layout hint through (lfs.LikeOpener),
+// as a mount over fsvol has it: IZC's destinations sit on the victims' dies.
+func (v *timedVol) OpenZoneLike(ctx context.Context, like lfs.ZoneID) (lfs.ZoneID, error) {
+	if lo, ok := v.Volume.(lfs.LikeOpener); ok {
+		return lo.OpenZoneLike(ctx, like)
+	}
+	return v.Volume.OpenZone(ctx)
 }
 
 func (v *timedVol) Compact(ctx context.Context, copies []lfs.Copy) (lfs.CompactStats, error) {
