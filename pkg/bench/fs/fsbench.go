@@ -69,6 +69,7 @@ type Options struct {
 	TimeScale   float64 // realtime clock scale of the fileserver cluster (default 1)
 	SkipLoopRef bool    // skip the loopback reference (tests)
 	IZCH        bool    // also run IZC-H (host-cached blocks written from the host)
+	IZCSync     bool    // also run IZC with synchronous compaction (fsvol.Options.SyncCompaction): "izc_sync"
 	Runs        int     // repetitions of the throughput part; medians are reported (default 3)
 	Parallel    int     // threads of the parallel scaling workloads, one file each (default 4)
 	// ScalingThreads are the fileserver thread counts compared at ScalingUtil
@@ -78,6 +79,8 @@ type Options struct {
 	NoThreadScaling bool // skip the thread-scaling fileserver runs
 	NoDevvol        bool // skip the same throughput workloads over local drives (devvol, no network)
 	NoRecycling     bool // skip the recycling (host copy vs IZC) fileserver runs
+
+	syncCompaction bool // this fileserver run's fsvol.Options.SyncCompaction
 }
 
 func (o *Options) defaults() {
@@ -757,16 +760,21 @@ func recycling(ctx context.Context, o Options, dir string, res *Result) error {
 	}
 	defer cl.close()
 	type variant struct {
-		move   lfs.MoveMethod
-		cached bool
+		move         lfs.MoveMethod
+		cached, sync bool
 	}
-	variants := []variant{{lfs.HostCopy, false}, {lfs.Compact, false}}
+	variants := []variant{{lfs.HostCopy, false, false}, {lfs.Compact, false, false}}
 	if o.IZCH {
-		variants = append(variants, variant{lfs.Compact, true})
+		variants = append(variants, variant{lfs.Compact, true, false})
+	}
+	if o.IZCSync {
+		variants = append(variants, variant{lfs.Compact, false, true})
 	}
 	for _, u := range o.Utils {
 		for _, v := range variants {
-			r, err := fileserver(ctx, o, cl, filepath.Join(dir, "gc-mnt"), v.move, v.cached, u)
+			oo := o
+			oo.syncCompaction = v.sync
+			r, err := fileserver(ctx, oo, cl, filepath.Join(dir, "gc-mnt"), v.move, v.cached, u)
 			if err != nil {
 				return fmt.Errorf("%s at %d %%: %w", r.Method, u, err)
 			}
@@ -822,7 +830,10 @@ func fileserver(ctx context.Context, o Options, cl *cluster, mnt string, method 
 	if cached {
 		r.Method = "izc_h"
 	}
-	fv, err := fsvol.New(ctx, cl.c, fsvol.Options{MaxZones: 40})
+	if o.syncCompaction {
+		r.Method = "izc_sync"
+	}
+	fv, err := fsvol.New(ctx, cl.c, fsvol.Options{MaxZones: 40, SyncCompaction: o.syncCompaction})
 	if err != nil {
 		return r, err
 	}
