@@ -45,21 +45,75 @@ func (p cpiece) dstKey() string { return fmt.Sprintf("%s/%d/%d", p.dst.node, p.d
 // destination. Destinations must lie at or above their v-zone's write
 // pointer, in increasing order per destination v-zone; stripe groups are
 // allocated on the destination as needed. The client never carries the
-// bytes, except between two devices of one node (host copy).
+// bytes, except between two devices of one node (host copy). Compact
+// returns when every copy is complete: it is SubmitCompaction and Wait.
 func (c *Client) Compact(ctx context.Context, copies []Copy) (CompactStats, error) {
-	var st CompactStats
+	h, err := c.SubmitCompaction(ctx, copies)
+	if err != nil {
+		return CompactStats{}, err
+	}
+	return h.Wait(ctx)
+}
+
+// Compaction is a compaction SubmitCompaction started: a handle to wait for.
+type Compaction struct {
+	done chan struct{}
+	st   CompactStats
+	err  error
+}
+
+// Done is closed when the compaction ended, successfully or not.
+func (h *Compaction) Done() <-chan struct{} { return h.done }
+
+// Wait waits for the compaction to end (or ctx) and returns how its blocks
+// moved and its error: a *CompactionError when it failed on the nodes. A
+// compaction whose Wait gave up on ctx goes on; Wait may be called again,
+// from any goroutine.
+func (h *Compaction) Wait(ctx context.Context) (CompactStats, error) {
+	select {
+	case <-h.done:
+		return h.st, h.err
+	case <-ctx.Done():
+		return CompactStats{}, ctx.Err()
+	}
+}
+
+// CompactionError is a compaction that failed after its submission was
+// accepted: some blocks (Moved of them) may have landed, the rest did not.
+// It unwraps to the node's typed error.
+type CompactionError struct {
+	Moved uint64 // blocks known moved before it stopped
+	Err   error
+}
+
+func (e *CompactionError) Error() string {
+	return fmt.Sprintf("compaction stopped after %d blocks: %v", e.Moved, e.Err)
+}
+func (e *CompactionError) Unwrap() error { return e.Err }
+
+// SubmitCompaction starts Compact's copies and returns without waiting for
+// them (ZNS+ §3.2.1: zone_compaction is asynchronous). It checks the copies,
+// takes every destination's writer lock, allocates the destinations' stripe
+// groups and plans the physical pieces before it returns (errors there are
+// returned at once and nothing was copied); the ZoneCompaction calls, their
+// waits and the host copies run in the background, which releases the
+// writer locks at its end. Until the handle is done the destinations must
+// not be read at or above their old write pointer, nor written (writes wait
+// for the lock), and the sources must not be reset. ctx governs the
+// background part too: cancel it only to abandon the compaction.
+func (c *Client) SubmitCompaction(ctx context.Context, copies []Copy) (*Compaction, error) {
 	if len(copies) == 0 {
-		return st, &zerr.InvalidArgumentError{Field: "copies", Reason: "is empty"}
+		return nil, &zerr.InvalidArgumentError{Field: "copies", Reason: "is empty"}
 	}
 	// Lock every destination's writer, in id order.
 	dsts := map[uint64]*VZone{}
 	lastDst := map[uint64]uint64{}
 	for i, cp := range copies {
 		if cp.Blocks == 0 {
-			return st, &zerr.InvalidArgumentError{Field: fmt.Sprintf("copies[%d].blocks", i), Reason: "must be at least 1"}
+			return nil, &zerr.InvalidArgumentError{Field: fmt.Sprintf("copies[%d].blocks", i), Reason: "must be at least 1"}
 		}
 		if end, ok := lastDst[cp.Dst]; ok && cp.DstOff < end {
-			return st, &zerr.InvalidArgumentError{Field: fmt.Sprintf("copies[%d].dst_off", i), Reason: "destinations of one v-zone must increase without overlap"}
+			return nil, &zerr.InvalidArgumentError{Field: fmt.Sprintf("copies[%d].dst_off", i), Reason: "destinations of one v-zone must increase without overlap"}
 		}
 		lastDst[cp.Dst] = cp.DstOff + cp.Blocks
 		dsts[cp.Dst] = c.handle(cp.Dst)
@@ -71,26 +125,55 @@ func (c *Client) Compact(ctx context.Context, copies []Copy) (CompactStats, erro
 	sort.Slice(ids, func(i, j int) bool { return ids[i] < ids[j] })
 	for _, id := range ids {
 		dsts[id].wmu.Lock()
-		defer dsts[id].wmu.Unlock()
 	}
+	// unlock gives the writer locks back (with the write pointers to be
+	// read again: the compaction moved them), once.
+	unlock := func() {
+		for _, id := range ids {
+			d := dsts[id]
+			d.mu.Lock()
+			d.wpKnown = false
+			d.wpSeq++
+			d.mu.Unlock()
+			d.wmu.Unlock()
+		}
+	}
+	batches, parallel, rev, err := c.prepare(ctx, copies, ids, dsts)
+	if err != nil {
+		unlock()
+		return nil, err
+	}
+	ctx = wire.WithMinRevision(ctx, rev)
+	h := &Compaction{done: make(chan struct{})}
+	go func() {
+		defer close(h.done)
+		defer unlock()
+		h.st, h.err = c.runBatches(ctx, batches, parallel)
+	}()
+	return h, nil
+}
+
+// prepare checks the destinations' write pointers and plans the batches of
+// a compaction (the destinations' writer locks held).
+func (c *Client) prepare(ctx context.Context, copies []Copy, ids []uint64, dsts map[uint64]*VZone) ([][]cpiece, bool, int64, error) {
 	for _, id := range ids {
 		d := dsts[id]
 		if err := d.ensureLayout(ctx); err != nil {
-			return st, err
+			return nil, false, 0, err
 		}
 		wp, err := d.writePointer(ctx)
 		if err != nil {
-			return st, err
+			return nil, false, 0, err
 		}
 		for i, cp := range copies {
 			if cp.Dst == id && cp.DstOff < wp {
-				return st, fmt.Errorf("copies[%d]: %w", i, &zerr.WritePointerError{Zone: id, Expected: wp, Got: cp.DstOff})
+				return nil, false, 0, fmt.Errorf("copies[%d]: %w", i, &zerr.WritePointerError{Zone: id, Expected: wp, Got: cp.DstOff})
 			}
 		}
 	}
 	pieces, err := c.plan(ctx, copies)
 	if err != nil {
-		return st, err
+		return nil, false, 0, err
 	}
 	// Every node involved must serve grants as fresh as the newest layout used.
 	var rev int64
@@ -101,15 +184,6 @@ func (c *Client) Compact(ctx context.Context, copies []Copy) (CompactStats, erro
 			h.mu.Unlock()
 		}
 	}
-	ctx = wire.WithMinRevision(ctx, rev)
-	defer func() {
-		for _, d := range dsts {
-			d.mu.Lock()
-			d.wpKnown = false
-			d.wpSeq++
-			d.mu.Unlock()
-		}
-	}()
 
 	// Batches by source device; parallel unless one destination zone is fed
 	// by two sources (its pieces must then land in order).
@@ -147,6 +221,14 @@ func (c *Client) Compact(ctx context.Context, copies []Copy) (CompactStats, erro
 			}
 		}
 	}
+	return batches, parallel, rev, nil
+}
+
+// runBatches runs a compaction's batches (in parallel when they feed
+// disjoint destination zones) and counts its blocks.
+func (c *Client) runBatches(ctx context.Context, batches [][]cpiece, parallel bool) (CompactStats, error) {
+	var st CompactStats
+	var err error
 	var mu sync.Mutex
 	run := func(b []cpiece) error {
 		s, err := c.runBatch(ctx, b)
@@ -179,7 +261,7 @@ func (c *Client) Compact(ctx context.Context, copies []Copy) (CompactStats, erro
 	c.m.compacted.WithLabelValues("remote").Add(float64(st.Remote))
 	c.m.compacted.WithLabelValues("host_copy").Add(float64(st.HostCopy))
 	if err != nil {
-		return st, fmt.Errorf("compaction stopped after %d blocks: %w", st.Total(), err)
+		return st, &CompactionError{Moved: st.Total(), Err: err}
 	}
 	c.m.ops.WithLabelValues("compact").Inc()
 	return st, nil

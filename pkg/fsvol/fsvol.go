@@ -43,6 +43,31 @@
 // logging on the drives and then at the arbiter, in the background like
 // any finish. Options.TLMode selects the plugging (PPA-ordered by default).
 //
+// # Asynchronous compaction
+//
+// zone_compaction is asynchronous (ZNS+ §3.2.1), and so is Compact unless
+// Options.SyncCompaction: it checks and plans the copies, submits them
+// (client.Client.SubmitCompaction) and returns; the copies run on the
+// nodes while the file system goes on (the checkpoint's node writes
+// overlap them). The contract is devvol's asynchronous one. A later
+// request that touches a v-zone a pending compaction copies from or into
+// (Read, Write, Finish, Reset, TLOpen, another Compact) waits for it
+// first; Flush, Zones and Close wait for all of them, and the destinations'
+// drives are flushed by that Flush, so the checkpoint record naming the
+// destinations (written after its Flush) never covers copies that are not
+// complete and durable. No lock is held while waiting. A compaction that
+// failed on the nodes (a node down) is repaired at that wait by host copy:
+// the blocks that did not land below each destination's write pointer are
+// read from the source (not reset before its compactions settle) and
+// written. When the repair fails too, the wait returns a *CompactionError
+// (unwrapping to the nodes' typed errors) and the compaction stays
+// pending: every Flush and every request touching its v-zones tries the
+// repair again, so nothing relying on the copies is acknowledged before
+// they are complete. The blocks moved by copyback, read-and-program or
+// node to node are known only when a compaction ends: Compact returns
+// those of the compactions that ended since the previous Compact
+// (Compactions has the totals).
+//
 // # Durability
 //
 // A Flush RPC is an fdatasync of one drive, so the Volume tracks dirty
@@ -63,10 +88,12 @@
 package fsvol
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"sync"
 	"time"
 
@@ -105,6 +132,14 @@ type Volume struct {
 	open      map[lfs.ZoneID]bool         // v-zones handed out and not finished or reset
 	finishing map[lfs.ZoneID]*finishOp    // finishes in flight or failed
 	closed    bool
+
+	sync        bool           // Options.SyncCompaction
+	pending     []*pendingComp // asynchronous compactions not settled yet
+	compactHook func()         // tests: runs when a compaction ended, before it counts as done
+	compactions struct {
+		submitted, failed, repaired uint64
+		total, unreported           lfs.CompactStats
+	}
 }
 
 // spare is a v-zone opened ahead: its id and the incarnation of that
@@ -139,6 +174,11 @@ type Options struct {
 	// write skips; unspecified means PPA-ordered (ZNS+ §3.2.2: plugging
 	// ahead of the write pointer while the chip is idle).
 	TLMode v1.PlugMode
+	// SyncCompaction makes Compact wait for the copies and flush their
+	// drives before it returns. By default Compact returns once the copies
+	// are submitted (see Asynchronous compaction in the package
+	// documentation).
+	SyncCompaction bool
 }
 
 // New derives the geometry from the namespace and the nodes' drives.
@@ -190,7 +230,7 @@ func New(ctx context.Context, c *client.Client, o Options) (*Volume, error) {
 	if tlm == v1.PlugMode_PLUG_MODE_UNSPECIFIED {
 		tlm = v1.PlugMode_PLUG_MODE_PPA_ORDERED
 	}
-	return &Volume{c: c, ahead: max(ahead, 0), log: log, bg: bg, cancel: cancel, tlm: tlm,
+	return &Volume{c: c, ahead: max(ahead, 0), log: log, bg: bg, cancel: cancel, tlm: tlm, sync: o.SyncCompaction,
 		dirty: map[client.DeviceRef]uint64{}, open: map[lfs.ZoneID]bool{}, finishing: map[lfs.ZoneID]*finishOp{},
 		geo: lfs.VolumeGeometry{
 			BlockSize: int(bs), ZoneBlocks: zoneBlocks, ChunkBlocks: chunk,
@@ -215,6 +255,7 @@ func (v *Volume) vz(z lfs.ZoneID) *client.VZone { return v.c.VZone(uint64(z)) }
 // finishes would otherwise race that mount's recovery. (A process that
 // exits takes its background work with it; the next mount resets its spare.)
 func (v *Volume) Close(ctx context.Context) error {
+	cerr := v.settle(ctx, nil)
 	v.mu.Lock()
 	v.closed = true
 	v.mu.Unlock()
@@ -223,7 +264,7 @@ func (v *Volume) Close(ctx context.Context) error {
 	spares := v.spares
 	v.spares = nil
 	v.mu.Unlock()
-	var errs []error
+	errs := []error{cerr}
 	for _, sp := range spares {
 		if sp.inc == 0 {
 			continue // an arbiter without incarnations: the next mount's recovery resets it
@@ -378,6 +419,9 @@ func (v *Volume) refillLocked() {
 // open is in flight (the lifecycle lock), so a spare being opened is never
 // reported as the file system's.
 func (v *Volume) Zones(ctx context.Context) ([]lfs.ZoneInfo, error) {
+	if err := v.settle(ctx, nil); err != nil {
+		return nil, err
+	}
 	if err := v.drainFinishes(ctx, nil, true); err != nil {
 		return nil, err
 	}
@@ -427,6 +471,9 @@ func (v *Volume) Zones(ctx context.Context) ([]lfs.ZoneInfo, error) {
 
 // Write implements lfs.Volume.
 func (v *Volume) Write(ctx context.Context, z lfs.ZoneID, off uint64, data []byte, fua bool) error {
+	if err := v.settleZone(ctx, z); err != nil {
+		return err
+	}
 	vz := v.vz(z)
 	var werr error
 	if fua {
@@ -485,6 +532,9 @@ func (v *Volume) Read(ctx context.Context, z lfs.ZoneID, off uint64, buf []byte)
 		return &zerr.InvalidArgumentError{Field: "buffer", Reason: "not a positive multiple of the block size"}
 	}
 	n := uint64(len(buf)) / bs
+	if err := v.settleZone(ctx, z); err != nil {
+		return err
+	}
 	vz := v.vz(z)
 	wp, err := vz.WritePointer(ctx)
 	if err != nil {
@@ -505,7 +555,10 @@ func (v *Volume) Read(ctx context.Context, z lfs.ZoneID, off uint64, buf []byte)
 
 // Finish implements lfs.Volume: the finish runs in the background (see the
 // package documentation for what waits for it).
-func (v *Volume) Finish(_ context.Context, z lfs.ZoneID) error {
+func (v *Volume) Finish(ctx context.Context, z lfs.ZoneID) error {
+	if err := v.settleZone(ctx, z); err != nil {
+		return err
+	}
 	v.startFinish(z)
 	return nil
 }
@@ -590,6 +643,9 @@ func (v *Volume) drainFinishes(ctx context.Context, zones []lfs.ZoneID, retry bo
 // Reset implements lfs.Volume. A finish of z still in flight lands first.
 // Resetting a v-zone that is in the spare pool is a no-op (see below).
 func (v *Volume) Reset(ctx context.Context, z lfs.ZoneID) error {
+	if err := v.settleZone(ctx, z); err != nil {
+		return err
+	}
 	v.mu.Lock()
 	op := v.finishing[z]
 	v.mu.Unlock()
@@ -642,6 +698,9 @@ func (v *Volume) TLOpen(ctx context.Context, z lfs.ZoneID, valid []byte) error {
 	if want := (v.geo.ZoneBlocks + 7) / 8; uint64(len(valid)) != want {
 		return &zerr.InvalidBitmapError{Zone: uint64(z), Reason: fmt.Sprintf("has %d bytes, the zone needs %d", len(valid), want)}
 	}
+	if err := v.settleZone(ctx, z); err != nil {
+		return err
+	}
 	if err := v.drainFinishes(ctx, []lfs.ZoneID{z}, true); err != nil {
 		return err
 	}
@@ -661,11 +720,26 @@ func (v *Volume) TLOpen(ctx context.Context, z lfs.ZoneID, valid []byte) error {
 	return nil
 }
 
-// Compact implements lfs.Volume with the drives' zone_compaction.
+// Compact implements lfs.Volume with the drives' zone_compaction. Earlier
+// compactions touching the same zones end first. Synchronous
+// (Options.SyncCompaction): the copies are complete and flushed on return.
+// Asynchronous (the default): it returns once the copies are submitted (see
+// the package documentation, Asynchronous compaction).
 func (v *Volume) Compact(ctx context.Context, copies []lfs.Copy) (lfs.CompactStats, error) {
+	if len(copies) == 0 {
+		return lfs.CompactStats{}, &zerr.InvalidArgumentError{Field: "copies", Reason: "is empty"}
+	}
 	cc := make([]client.Copy, len(copies))
+	zones := map[lfs.ZoneID]bool{}
 	for i, c := range copies {
 		cc[i] = client.Copy{Src: uint64(c.Src), SrcOff: c.SrcOff, Dst: uint64(c.Dst), DstOff: c.DstOff, Blocks: c.Blocks}
+		zones[c.Src], zones[c.Dst] = true, true
+	}
+	if err := v.settle(ctx, zones); err != nil {
+		return lfs.CompactStats{}, err
+	}
+	if !v.sync {
+		return v.submit(ctx, copies, cc, zones)
 	}
 	st, err := v.c.Compact(ctx, cc)
 	out := lfs.CompactStats{Copyback: st.Copyback, Local: st.ReadProgram + st.HostCopy, Remote: st.Remote}
@@ -675,31 +749,329 @@ func (v *Volume) Compact(ctx context.Context, copies []lfs.Copy) (lfs.CompactSta
 	// The copies must be durable when Compact returns: one flush per drive
 	// of the destinations, in parallel. A destination filled to capacity is
 	// finished.
-	end := map[lfs.ZoneID]uint64{}
-	var devs []client.DeviceRef
-	seen := map[client.DeviceRef]bool{}
-	for _, c := range copies {
-		if _, ok := end[c.Dst]; !ok {
-			ds, err := v.vz(c.Dst).Devices(ctx)
-			if err != nil {
-				return out, err
-			}
-			for _, d := range ds {
-				if !seen[d] {
-					seen[d] = true
-					devs = append(devs, d)
-				}
-			}
-		}
-		end[c.Dst] = max(end[c.Dst], c.DstOff+c.Blocks)
+	devs, err := v.dstDevices(ctx, copies)
+	if err != nil {
+		return out, err
 	}
 	if err := errors.Join(v.c.FlushDevices(ctx, devs)...); err != nil {
 		return out, err
 	}
+	v.finishFilled(copies)
+	return out, nil
+}
+
+// dstDevices lists the drives of the destinations of copies.
+func (v *Volume) dstDevices(ctx context.Context, copies []lfs.Copy) ([]client.DeviceRef, error) {
+	var devs []client.DeviceRef
+	seen := map[client.DeviceRef]bool{}
+	zs := map[lfs.ZoneID]bool{}
+	for _, c := range copies {
+		if zs[c.Dst] {
+			continue
+		}
+		zs[c.Dst] = true
+		ds, err := v.vz(c.Dst).Devices(ctx)
+		if err != nil {
+			return nil, err
+		}
+		for _, d := range ds {
+			if !seen[d] {
+				seen[d] = true
+				devs = append(devs, d)
+			}
+		}
+	}
+	return devs, nil
+}
+
+// finishFilled finishes (in the background) the destinations copies filled
+// to capacity.
+func (v *Volume) finishFilled(copies []lfs.Copy) {
+	end := map[lfs.ZoneID]uint64{}
+	for _, c := range copies {
+		end[c.Dst] = max(end[c.Dst], c.DstOff+c.Blocks)
+	}
 	for z, e := range end {
 		v.finishIfFull(z, e)
 	}
+}
+
+// pendingComp is a compaction Compact submitted and nobody has settled yet.
+type pendingComp struct {
+	h      *client.Compaction
+	copies []lfs.Copy
+	zones  map[lfs.ZoneID]bool // v-zones it copies from or into
+	done   chan struct{}       // closed when h is done (the test hook run)
+
+	// v.mu
+	settling chan struct{} // non-nil while one caller waits for (or repairs) it; closed at its end
+	settled  bool
+
+	// only the caller holding settling
+	failed error // the background compaction's error, once seen
+}
+
+// submit starts an asynchronous compaction (Compact without SyncCompaction).
+func (v *Volume) submit(ctx context.Context, copies []lfs.Copy, cc []client.Copy, zones map[lfs.ZoneID]bool) (lfs.CompactStats, error) {
+	// The background part outlives this call: it keeps ctx's values, not
+	// its cancellation, and ends with the Volume (Close waits for it).
+	bctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
+	stop := context.AfterFunc(v.bg, cancel)
+	h, err := v.c.SubmitCompaction(bctx, cc)
+	if err != nil {
+		stop()
+		cancel()
+		return lfs.CompactStats{}, err
+	}
+	p := &pendingComp{h: h, copies: append([]lfs.Copy(nil), copies...), zones: zones, done: make(chan struct{})}
+	v.mu.Lock()
+	v.pending = append(v.pending, p)
+	v.compactions.submitted++
+	out := v.compactions.unreported
+	v.compactions.unreported = lfs.CompactStats{}
+	hook := v.compactHook
+	v.wg.Add(1)
+	v.mu.Unlock()
+	go func() {
+		defer v.wg.Done()
+		<-h.Done()
+		stop()
+		cancel()
+		if hook != nil {
+			hook()
+		}
+		st, err := h.Wait(context.Background())
+		v.mu.Lock()
+		// the stats reach the file system with a later Compact (CompactStats)
+		s := lfs.CompactStats{Copyback: st.Copyback, Local: st.ReadProgram + st.HostCopy, Remote: st.Remote}
+		v.compactions.unreported.Copyback += s.Copyback
+		v.compactions.unreported.Local += s.Local
+		v.compactions.unreported.Remote += s.Remote
+		v.compactions.total.Copyback += s.Copyback
+		v.compactions.total.Local += s.Local
+		v.compactions.total.Remote += s.Remote
+		if err != nil {
+			v.compactions.failed++
+		}
+		v.mu.Unlock()
+		if err != nil {
+			v.log.Warn("asynchronous zone compaction failed (repaired by host copy when next needed)", "err", err)
+		}
+		close(p.done)
+	}()
+	// The destinations' drives are written: the next Flush flushes them
+	// (after waiting for the copies).
+	devs, err := v.dstDevices(ctx, copies)
+	if err != nil {
+		return out, err // the copies go on; a touching request or Flush settles them
+	}
+	v.mu.Lock()
+	v.seq++
+	for _, d := range devs {
+		v.dirty[d] = v.seq
+	}
+	v.mu.Unlock()
 	return out, nil
+}
+
+// settle waits for the pending compactions that touch zones (all of them
+// when zones is nil). A compaction that failed in the background is
+// repaired (repair); when that fails too, settle returns a
+// *CompactionError and the compaction stays pending, so the next request
+// touching its zones and every Flush try again. Nothing is held while
+// waiting.
+func (v *Volume) settle(ctx context.Context, zones map[lfs.ZoneID]bool) error {
+	v.mu.Lock()
+	var due []*pendingComp
+	for _, p := range v.pending {
+		if zones == nil || p.touches(zones) {
+			due = append(due, p)
+		}
+	}
+	v.mu.Unlock()
+	var errs []error
+	for _, p := range due {
+		if err := v.settleOne(ctx, p); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	if len(errs) == 1 {
+		return errs[0]
+	}
+	return errors.Join(errs...)
+}
+
+// settleZone settles the compactions touching z (the data path's check:
+// nothing to allocate when none is pending).
+func (v *Volume) settleZone(ctx context.Context, z lfs.ZoneID) error {
+	v.mu.Lock()
+	none := len(v.pending) == 0
+	v.mu.Unlock()
+	if none {
+		return nil
+	}
+	return v.settle(ctx, map[lfs.ZoneID]bool{z: true})
+}
+
+func (p *pendingComp) touches(zones map[lfs.ZoneID]bool) bool {
+	for z := range p.zones {
+		if zones[z] {
+			return true
+		}
+	}
+	return false
+}
+
+func (v *Volume) settleOne(ctx context.Context, p *pendingComp) error {
+	for {
+		v.mu.Lock()
+		if p.settled {
+			v.mu.Unlock()
+			return nil
+		}
+		if w := p.settling; w != nil {
+			v.mu.Unlock()
+			select { // another caller waits for it: its result is ours
+			case <-w:
+				continue
+			case <-ctx.Done():
+				return ctx.Err()
+			}
+		}
+		w := make(chan struct{})
+		p.settling = w
+		v.mu.Unlock()
+		err := v.complete(ctx, p)
+		v.mu.Lock()
+		p.settling = nil
+		if err == nil {
+			p.settled = true
+			for i, q := range v.pending {
+				if q == p {
+					v.pending = append(v.pending[:i], v.pending[i+1:]...)
+					break
+				}
+			}
+		}
+		v.mu.Unlock()
+		close(w)
+		if err == nil {
+			v.finishFilled(p.copies)
+		}
+		return err
+	}
+}
+
+// complete waits for p and, when it failed, repairs it (the caller holds
+// p.settling).
+func (v *Volume) complete(ctx context.Context, p *pendingComp) error {
+	select {
+	case <-p.done:
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+	if p.failed == nil {
+		_, p.failed = p.h.Wait(ctx)
+		if p.failed == nil {
+			return nil
+		}
+	}
+	if err := v.repair(ctx, p); err != nil {
+		zs := make([]lfs.ZoneID, 0, len(p.zones))
+		for z := range p.zones {
+			zs = append(zs, z)
+		}
+		slices.Sort(zs)
+		return &CompactionError{Zones: zs, Err: p.failed, Repair: err}
+	}
+	v.mu.Lock()
+	v.compactions.repaired++
+	v.mu.Unlock()
+	v.log.Warn("asynchronous zone compaction repaired by host copy", "err", p.failed)
+	return nil
+}
+
+// repairChunk bounds the blocks a repair moves per read and write.
+const repairChunk = 256
+
+// repair completes the copies of a failed compaction by host copy: every
+// destination v-zone holds, below its write pointer, exactly the copied
+// blocks that landed (nothing else writes a destination before its
+// compaction settles, and the copies of one destination are contiguous from
+// its old write pointer), so the rest of each copy is read from its source
+// (intact: a source is not reset before its compactions settle) and written
+// at the write pointer. A destination whose physical zones stopped at
+// different points cannot be written at its write pointer: the repair fails
+// (and the file system needs a remount, which recovers from the last
+// checkpoint, taken before these copies).
+func (v *Volume) repair(ctx context.Context, p *pendingComp) error {
+	bs := uint64(v.geo.BlockSize)
+	cs := append([]lfs.Copy(nil), p.copies...)
+	slices.SortStableFunc(cs, func(a, b lfs.Copy) int {
+		if a.Dst != b.Dst {
+			return cmp.Compare(a.Dst, b.Dst)
+		}
+		return cmp.Compare(a.DstOff, b.DstOff)
+	})
+	for _, c := range cs {
+		dst := v.vz(c.Dst)
+		wp, err := dst.WritePointer(ctx)
+		if err != nil {
+			return err
+		}
+		if wp >= c.DstOff+c.Blocks {
+			continue
+		}
+		if wp < c.DstOff {
+			return fmt.Errorf("destination v-zone %d: write pointer %d below the copy at %d", c.Dst, wp, c.DstOff)
+		}
+		for done := wp - c.DstOff; done < c.Blocks; {
+			n := min(c.Blocks-done, repairChunk)
+			buf := make([]byte, n*bs)
+			if err := v.vz(c.Src).ReadInto(ctx, c.SrcOff+done, buf); err != nil {
+				return fmt.Errorf("read source v-zone %d: %w", c.Src, err)
+			}
+			if err := dst.Write(ctx, c.DstOff+done, buf); err != nil {
+				return fmt.Errorf("write destination v-zone %d: %w", c.Dst, err)
+			}
+			done += n
+		}
+		if err := v.markDirty(ctx, dst); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// CompactionError is an asynchronous compaction that failed on the nodes
+// and whose repair by host copy failed too. It unwraps to both errors (a
+// node down: zerr.ErrUnavailable). Every Flush and every request touching
+// Zones returns it until a repair succeeds.
+type CompactionError struct {
+	Zones  []lfs.ZoneID // the v-zones it copies from and into
+	Err    error        // the compaction's error
+	Repair error        // the last repair's
+}
+
+func (e *CompactionError) Error() string {
+	return fmt.Sprintf("zone compaction of v-zones %v failed: %v; repair: %v", e.Zones, e.Err, e.Repair)
+}
+
+func (e *CompactionError) Unwrap() []error { return []error{e.Err, e.Repair} }
+
+// CompactionCounts says what the asynchronous compactions did so far.
+type CompactionCounts struct {
+	Submitted, Failed, Repaired uint64
+	Pending                     int
+	Stats                       lfs.CompactStats // blocks moved by the ended ones
+}
+
+// Compactions reports the asynchronous compactions of this Volume.
+func (v *Volume) Compactions() CompactionCounts {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	return CompactionCounts{Submitted: v.compactions.submitted, Failed: v.compactions.failed,
+		Repaired: v.compactions.repaired, Pending: len(v.pending), Stats: v.compactions.total}
 }
 
 // Locate implements lfs.Volume.
@@ -719,6 +1091,9 @@ func (v *Volume) Locate(ctx context.Context, z lfs.ZoneID, off uint64) (lfs.Loca
 // retried and reported by Zones, Reset and OpenZone, not here: it loses no
 // data).
 func (v *Volume) Flush(ctx context.Context) error {
+	if err := v.settle(ctx, nil); err != nil {
+		return err
+	}
 	v.mu.Lock()
 	devs := make([]client.DeviceRef, 0, len(v.dirty))
 	marks := make([]uint64, 0, len(v.dirty))

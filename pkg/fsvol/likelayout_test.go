@@ -24,7 +24,7 @@ type plainVolume struct{ lfs.Volume }
 func TestCopybackShareWithTheLayoutHint(t *testing.T) {
 	share := func(hint bool) float64 {
 		ctx := context.Background()
-		_, c := tenantCluster(t, 3, "fs", 8, 4)
+		_, c := tenantCluster(t, 3, "fs", 9, 4) // 9 active: six logs (lfs mkfs)
 		fv, err := fsvol.New(ctx, c, fsvol.Options{MaxZones: 28})
 		require.NoError(t, err)
 		var vol lfs.Volume = fv

@@ -181,7 +181,7 @@ func nodeOutage(t *testing.T, pick func(perNode map[string]int, meta string) str
 	defer admin.Close()
 	// one zone per v-zone: each segment lives on one node, so a node outage
 	// leaves the other nodes' data readable
-	_, err = admin.Namespaces().Create(ctx, &v1.CreateNamespaceRequest{Name: "fs", MaxActiveVzones: 8, ZonesPerVzone: 1})
+	_, err = admin.Namespaces().Create(ctx, &v1.CreateNamespaceRequest{Name: "fs", MaxActiveVzones: 9, ZonesPerVzone: 1}) // six logs (lfs mkfs), spread over the nodes
 	require.NoError(t, err)
 	ccfg := cl.ClientConfig("fs")
 	ccfg.RetryDeadline = retryDeadline / 2

@@ -7,6 +7,12 @@ import (
 	"github.com/zonefleet/zonefleet/pkg/ondisk"
 )
 
+// MkfsLogs is how many logs Mkfs formats for maxOpen open zones.
+func MkfsLogs(maxOpen int) int { return int(mkfsLogs(maxOpen)) }
+
+// Logs is how many logs the mounted file system has.
+func (fs *FS) Logs() int { return fs.nlogs }
+
 // Abandon drops the FS without writing anything: a simulated crash.
 func (fs *FS) Abandon() { fs.abandon() }
 

@@ -259,6 +259,18 @@ func checkGeometry(g VolumeGeometry) error {
 	return nil
 }
 
+// mkfsLogs is how many logs mkfs formats for a volume with maxOpen open
+// zones: the six (hot/warm/cold × node/data) only when zns+ (the default
+// mode) still has an open zone for threaded logging beside them and the two
+// metadata zones (Mount's check, tlTry's budget), so at least 9; two
+// otherwise (8 open zones with six logs would fall back to izc at mount).
+func mkfsLogs(maxOpen int) uint32 {
+	if maxOpen < numTemps+3 {
+		return 2
+	}
+	return numTemps
+}
+
 // Mkfs formats vol. It refuses a namespace that holds a file system or any
 // data (zerr.AlreadyExistsError) unless opts.Force.
 func Mkfs(ctx context.Context, vol Volume, opts MkfsOptions) error {
@@ -298,9 +310,7 @@ func Mkfs(ctx context.Context, vol Volume, opts MkfsOptions) error {
 		MaxZones: uint32(g.MaxZones), OPPercent: uint32(op), Logs: 6,
 		Features: ondisk.Features{Compat: FeatureInodeRdev}}
 	_, _ = rand.Read(sb.UUID[:])
-	if g.MaxOpen < numTemps+2 {
-		sb.Logs = 2
-	}
+	sb.Logs = mkfsLogs(g.MaxOpen)
 	sb.ReserveSegs = sb.Logs + 4
 	dataSegs := g.MaxZones - metaZonesReserved
 	if dataSegs <= int(sb.ReserveSegs)+2 {

@@ -299,10 +299,31 @@ func TestZNSPlusNeedsAnOpenZoneToSpare(t *testing.T) {
 	for _, tc := range []struct {
 		maxOpen int
 		want    lfs.Mode
-	}{{4, lfs.ModeIZC}, {5, lfs.ModeZNSPlus}} {
+		logs    int
+	}{
+		{4, lfs.ModeIZC, 2}, // 2 logs + 2 metadata zones: none to spare
+		{5, lfs.ModeZNSPlus, 2},
+		{8, lfs.ModeZNSPlus, 2}, // six logs would leave none to spare
+		{9, lfs.ModeZNSPlus, 6},
+		{16, lfs.ModeZNSPlus, 6},
+	} {
 		v := newVol(t, 24, 8)
 		fs := mkfsMount(t, fewOpen{v, tc.maxOpen}, lfs.Options{Mode: lfs.ModeZNSPlus})
 		require.Equal(t, tc.want, fs.Mode(), "max open %d", tc.maxOpen)
+		require.Equal(t, tc.logs, fs.Logs(), "max open %d", tc.maxOpen)
 		require.NoError(t, fs.Unmount(bg))
+	}
+}
+
+// Mkfs formats six logs only when threaded logging keeps an open zone to
+// spare beside them and the two metadata zones.
+func TestMkfsLogs(t *testing.T) {
+	for _, tc := range []struct{ maxOpen, logs int }{
+		{4, 2}, {5, 2}, {6, 2}, {7, 2}, {8, 2}, {9, 6}, {10, 6}, {64, 6},
+	} {
+		require.Equal(t, tc.logs, lfs.MkfsLogs(tc.maxOpen), "max open %d", tc.maxOpen)
+		if tc.maxOpen >= 5 { // 4 (the least a volume may have) has none with 2 logs
+			require.GreaterOrEqual(t, tc.maxOpen-tc.logs-2, 1, "max open %d: a zone to spare", tc.maxOpen)
+		}
 	}
 }

@@ -69,6 +69,7 @@ type Options struct {
 	TimeScale   float64 // realtime clock scale of the fileserver cluster (default 1)
 	SkipLoopRef bool    // skip the loopback reference (tests)
 	IZCH        bool    // also run IZC-H (host-cached blocks written from the host)
+	IZCSync     bool    // also run IZC with synchronous compaction (fsvol.Options.SyncCompaction): "izc_sync"
 	Runs        int     // repetitions of the throughput part; medians are reported (default 3)
 	Parallel    int     // threads of the parallel scaling workloads, one file each (default 4)
 	// ScalingThreads are the fileserver thread counts compared at ScalingUtil
@@ -78,6 +79,8 @@ type Options struct {
 	NoThreadScaling bool // skip the thread-scaling fileserver runs
 	NoDevvol        bool // skip the same throughput workloads over local drives (devvol, no network)
 	NoRecycling     bool // skip the recycling (host copy vs IZC) fileserver runs
+
+	syncCompaction bool // this fileserver run's fsvol.Options.SyncCompaction
 }
 
 func (o *Options) defaults() {
@@ -234,7 +237,8 @@ func startCluster(ctx context.Context, dir, clk string, scale float64, reg prome
 		cl.Close()
 		return nil, err
 	}
-	_, err = admin.Namespaces().Create(ctx, &v1.CreateNamespaceRequest{Name: "bench", MaxActiveVzones: 8, ZonesPerVzone: 4})
+	// 9 active v-zones: mkfs formats the six logs (hot/warm/cold × node/data)
+	_, err = admin.Namespaces().Create(ctx, &v1.CreateNamespaceRequest{Name: "bench", MaxActiveVzones: 9, ZonesPerVzone: 4})
 	admin.Close()
 	if err != nil {
 		cl.Close()
@@ -266,6 +270,15 @@ func (v *timedVol) Read(ctx context.Context, z lfs.ZoneID, off uint64, buf []byt
 	err := v.Volume.Read(ctx, z, off, buf)
 	v.read.Add(int64(time.Since(t0)))
 	return err
+}
+
+// OpenZoneLike passes the copyback-aware layout hint through (lfs.LikeOpener),
+// as a mount over fsvol has it: IZC's destinations sit on the victims' dies.
+func (v *timedVol) OpenZoneLike(ctx context.Context, like lfs.ZoneID) (lfs.ZoneID, error) {
+	if lo, ok := v.Volume.(lfs.LikeOpener); ok {
+		return lo.OpenZoneLike(ctx, like)
+	}
+	return v.Volume.OpenZone(ctx)
 }
 
 func (v *timedVol) Compact(ctx context.Context, copies []lfs.Copy) (lfs.CompactStats, error) {
@@ -747,16 +760,21 @@ func recycling(ctx context.Context, o Options, dir string, res *Result) error {
 	}
 	defer cl.close()
 	type variant struct {
-		move   lfs.MoveMethod
-		cached bool
+		move         lfs.MoveMethod
+		cached, sync bool
 	}
-	variants := []variant{{lfs.HostCopy, false}, {lfs.Compact, false}}
+	variants := []variant{{lfs.HostCopy, false, false}, {lfs.Compact, false, false}}
 	if o.IZCH {
-		variants = append(variants, variant{lfs.Compact, true})
+		variants = append(variants, variant{lfs.Compact, true, false})
+	}
+	if o.IZCSync {
+		variants = append(variants, variant{lfs.Compact, false, true})
 	}
 	for _, u := range o.Utils {
 		for _, v := range variants {
-			r, err := fileserver(ctx, o, cl, filepath.Join(dir, "gc-mnt"), v.move, v.cached, u)
+			oo := o
+			oo.syncCompaction = v.sync
+			r, err := fileserver(ctx, oo, cl, filepath.Join(dir, "gc-mnt"), v.move, v.cached, u)
 			if err != nil {
 				return fmt.Errorf("%s at %d %%: %w", r.Method, u, err)
 			}
@@ -812,7 +830,10 @@ func fileserver(ctx context.Context, o Options, cl *cluster, mnt string, method 
 	if cached {
 		r.Method = "izc_h"
 	}
-	fv, err := fsvol.New(ctx, cl.c, fsvol.Options{MaxZones: 40})
+	if o.syncCompaction {
+		r.Method = "izc_sync"
+	}
+	fv, err := fsvol.New(ctx, cl.c, fsvol.Options{MaxZones: 40, SyncCompaction: o.syncCompaction})
 	if err != nil {
 		return r, err
 	}

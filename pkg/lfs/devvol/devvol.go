@@ -4,8 +4,9 @@
 // tests and benchmarks; the network implementation is pkg/client.
 //
 // Compact submits zone_compaction to each device and waits for it and
-// flushes (the default, like fsvol over the cluster). With
-// SetAsyncCompaction it returns without waiting for its modelled completion (the drive moves the data at
+// flushes (the default here; fsvol over the cluster is asynchronous by
+// default, fsvol.Options.SyncCompaction). With SetAsyncCompaction it returns
+// without waiting for its modelled completion (the drive moves the data at
 // submission and replays the flash work on the clock); a later request that
 // touches a zone a pending compaction copies from or into, and every Flush,
 // waits for it first. The pending list is guarded by the volume's mutex,
@@ -329,7 +330,7 @@ func (v *Volume) Compact(ctx context.Context, copies []lfs.Copy) (lfs.CompactSta
 	if v.async {
 		return st, nil
 	}
-	// Synchronous (the default, as fsvol's Compact): the copies are complete
+	// Synchronous (the default): the copies are complete
 	// and durable on return.
 	for _, i := range order {
 		if err := v.settle(ctx, i, -1); err != nil {
@@ -342,11 +343,11 @@ func (v *Volume) Compact(ctx context.Context, copies []lfs.Copy) (lfs.CompactSta
 	return st, nil
 }
 
-// SetAsyncCompaction makes Compact return after submitting (see Compact);
-// by default it waits for the copies' modelled completion and flushes, as
-// fsvol does over the cluster. The ZNS+ benchmark uses it, a mount never
-// does; TestCrashRecovery runs zns+ both ways. Call it before the volume is
-// used.
+// SetAsyncCompaction makes Compact return after submitting (see Compact),
+// the contract fsvol implements by default over the cluster; by default it
+// waits for the copies' modelled completion and flushes. The ZNS+ benchmark
+// uses it; TestCrashRecovery runs zns+ both ways. Call it before the volume
+// is used.
 func (v *Volume) SetAsyncCompaction(on bool) { v.async = on }
 
 // Locate implements lfs.Volume.
