@@ -261,6 +261,7 @@ type mountOptions struct {
 	ns, dir, gc, metrics, logFile string
 	cachedWrite, allowOther       bool
 	daemon, debug                 bool
+	asyncCompaction               bool
 	bgGC, cpEvery, retryDeadline  time.Duration
 	cacheBlocks, maxZones         int
 }
@@ -302,6 +303,7 @@ Prometheus metrics (zonefleet_fs_*, zonefleet_client_*) on --metrics-listen.`,
 	f := c.Flags()
 	nsFlag(c, &o.ns)
 	f.StringVar(&o.gc, "gc", "zns+", "segment recycling: zns+ (threaded logging and hybrid segment recycling with IZC; izc when the volume has no TL_open), izc (copy inside the drives, ZNS+ zone_compaction) or host-copy/zns (the ZNS baseline)")
+	f.BoolVar(&o.asyncCompaction, "async-compaction", false, "zone_compaction returns once submitted and overlaps the checkpoint (ZNS+ §3.2.1); a compaction that fails on the nodes and cannot be finished by host copy then fails every fsync until its nodes return (default: each compaction completes before the file system goes on)")
 	f.BoolVar(&o.cachedWrite, "izc-cached-write", false, "IZC-H: write blocks cached on the host from the host instead of copying them on the drives")
 	f.DurationVar(&o.bgGC, "background-gc", 2*time.Second, "recycle one segment after this much idle time (0: off)")
 	f.DurationVar(&o.cpEvery, "checkpoint-every", 5*time.Second, "checkpoint at this period when something changed (0: off)")
@@ -427,7 +429,7 @@ func serveMount(sigCtx context.Context, g *Globals, o mountOptions, mounted func
 		return err
 	}
 	defer c.Close()
-	vol, err := fsvol.New(sigCtx, c, fsvol.Options{MaxZones: o.maxZones})
+	vol, err := fsvol.New(sigCtx, c, fsvol.Options{MaxZones: o.maxZones, SyncCompaction: !o.asyncCompaction})
 	if err != nil {
 		return err
 	}
