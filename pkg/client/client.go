@@ -253,6 +253,9 @@ func (c *Client) StaticVZone(l *v1.VZone) *VZone {
 }
 
 // Namespace is the namespace the client works in.
+// Clock is the clock the client waits on (Config.Clock).
+func (c *Client) Clock() clock.Clock { return c.cfg.Clock }
+
 func (c *Client) Namespace() string { return c.cfg.Namespace }
 
 // Close closes every connection.

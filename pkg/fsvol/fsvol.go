@@ -99,6 +99,7 @@ import (
 
 	v1 "github.com/zonefleet/zonefleet/api/zonefleet/v1"
 	"github.com/zonefleet/zonefleet/pkg/client"
+	"github.com/zonefleet/zonefleet/pkg/clock"
 	"github.com/zonefleet/zonefleet/pkg/lfs"
 	"github.com/zonefleet/zonefleet/pkg/zerr"
 )
@@ -314,14 +315,10 @@ func (v *Volume) OpenZone(ctx context.Context) (lfs.ZoneID, error) {
 			break
 		}
 	}
-	z, _, err := v.openNow(ctx)
-	if err != nil && (errors.Is(err, zerr.ErrTooManyOpen) || errors.Is(err, zerr.ErrTooManyActive) || errors.Is(err, zerr.ErrNoResources)) && v.pendingFinishes() {
-		// Finishes in flight give active resources back: let them land.
-		if derr := v.drainFinishes(ctx, nil, true); derr != nil {
-			return 0, errors.Join(err, derr)
-		}
-		z, _, err = v.openNow(ctx)
-	}
+	z, err := v.openWhileFinishing(ctx, func() (lfs.ZoneID, error) {
+		z, _, err := v.openNow(ctx)
+		return z, err
+	})
 	if err != nil {
 		return 0, err
 	}
@@ -349,13 +346,7 @@ func (v *Volume) OpenZoneLike(ctx context.Context, like lfs.ZoneID) (lfs.ZoneID,
 		}
 		return lfs.ZoneID(vz.ID()), nil
 	}
-	z, err := open()
-	if err != nil && (errors.Is(err, zerr.ErrTooManyOpen) || errors.Is(err, zerr.ErrTooManyActive) || errors.Is(err, zerr.ErrNoResources)) && v.pendingFinishes() {
-		if derr := v.drainFinishes(ctx, nil, true); derr != nil {
-			return 0, errors.Join(err, derr)
-		}
-		z, err = open()
-	}
+	z, err := v.openWhileFinishing(ctx, open)
 	if err != nil && (errors.Is(err, zerr.ErrTooManyOpen) || errors.Is(err, zerr.ErrTooManyActive) || errors.Is(err, zerr.ErrNoResources)) {
 		// The spare opened ahead holds the last active resource: the hint is
 		// only a hint, hand out the spare (or whatever OpenZone finds).
@@ -368,6 +359,36 @@ func (v *Volume) OpenZoneLike(ctx context.Context, like lfs.ZoneID) (lfs.ZoneID,
 	v.handOut(z)
 	v.mu.Unlock()
 	return z, nil
+}
+
+// busyErr tells whether an open failed for want of active resources.
+func busyErr(err error) bool {
+	return errors.Is(err, zerr.ErrTooManyOpen) || errors.Is(err, zerr.ErrTooManyActive) || errors.Is(err, zerr.ErrNoResources)
+}
+
+// openWhileFinishing runs open; when it fails for want of active resources
+// while finishes are in flight, it tries again as they give them back. A
+// finish returns its resources at the arbiter first and then finishes the
+// drives' zones, which takes the client's retry deadline when a node is
+// down (a mirrored v-zone that lost a copy): so open is tried again a few
+// times at short intervals before waiting for the finishes to end, and
+// once more after that even if a finish failed (its arbiter part is what
+// counts).
+func (v *Volume) openWhileFinishing(ctx context.Context, open func() (lfs.ZoneID, error)) (lfs.ZoneID, error) {
+	z, err := open()
+	for i := 0; err != nil && busyErr(err) && v.pendingFinishes() && i < 20; i++ {
+		if serr := clock.Sleep(ctx, v.c.Clock(), 25*time.Millisecond); serr != nil {
+			return 0, errors.Join(err, serr)
+		}
+		z, err = open()
+	}
+	if err != nil && busyErr(err) && v.pendingFinishes() {
+		derr := v.drainFinishes(ctx, nil, true)
+		if z, err = open(); err != nil {
+			return 0, errors.Join(err, derr)
+		}
+	}
+	return z, err
 }
 
 func (v *Volume) openNow(ctx context.Context) (lfs.ZoneID, uint64, error) {

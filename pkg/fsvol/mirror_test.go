@@ -36,7 +36,7 @@ func TestMirroredFSRidesThroughNodeLoss(t *testing.T) {
 	admin, err := client.New(ctx, cl.AdminClientConfig())
 	require.NoError(t, err)
 	defer admin.Close()
-	_, err = admin.Namespaces().Create(ctx, &v1.CreateNamespaceRequest{Name: "fs", MaxActiveVzones: 8, ZonesPerVzone: 1, Redundancy: "mirror:2"})
+	_, err = admin.Namespaces().Create(ctx, &v1.CreateNamespaceRequest{Name: "fs", MaxActiveVzones: 9, ZonesPerVzone: 1, Redundancy: "mirror:2"})
 	require.NoError(t, err)
 	mount := func() (*client.Client, *fsvol.Volume, *lfs.FS, func()) {
 		ccfg := cl.ClientConfig("fs")
@@ -153,4 +153,69 @@ func TestMirroredFSRidesThroughNodeLoss(t *testing.T) {
 	require.Empty(t, rep.Problems)
 	require.NoError(t, fs2.Unmount(ctx))
 	require.NoError(t, admin.RemoveNode(ctx, victimID), "nothing left on the lost node")
+}
+
+// A v-zone whose node is down is finished in the background: the arbiter
+// gives its active resources back at once, the drives' part waits out the
+// retry deadline. An open that needs those resources gets them without
+// waiting for the drives (or failing with the finish's error).
+func TestOpenZoneWhileAFinishWaitsForADeadNode(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts a cluster and stops a node")
+	}
+	ctx := context.Background()
+	cl, err := localcluster.Start(ctx, localcluster.Config{Dir: t.TempDir(), Nodes: 3, Clock: "off", Device: localcluster.TinyDevice(), SessionTTL: time.Second})
+	require.NoError(t, err)
+	defer cl.Close()
+	admin, err := client.New(ctx, cl.AdminClientConfig())
+	require.NoError(t, err)
+	defer admin.Close()
+	_, err = admin.Namespaces().Create(ctx, &v1.CreateNamespaceRequest{Name: "two", MaxActiveVzones: 2, ZonesPerVzone: 1})
+	require.NoError(t, err)
+	ccfg := cl.ClientConfig("two")
+	const retry = 4 * time.Second
+	ccfg.RetryDeadline = retry
+	c, err := client.New(ctx, ccfg)
+	require.NoError(t, err)
+	defer c.Close()
+	vol, err := fsvol.New(ctx, c, fsvol.Options{MaxZones: 20, OpenAhead: -1})
+	require.NoError(t, err)
+	a, err := vol.OpenZone(ctx)
+	require.NoError(t, err)
+	b, err := vol.OpenZone(ctx)
+	require.NoError(t, err)
+	require.NoError(t, vol.Write(ctx, a, 0, bytes.Repeat([]byte{1}, 4096), false))
+	require.NoError(t, vol.Write(ctx, b, 0, bytes.Repeat([]byte{2}, 4096), false))
+	la, err := vol.Locate(ctx, a, 0)
+	require.NoError(t, err)
+	lb, err := vol.Locate(ctx, b, 0)
+	require.NoError(t, err)
+	if la.Node == lb.Node {
+		t.Skipf("both v-zones on %s", la.Node) // the layout spreads them; not worth a flake
+	}
+	victim := -1
+	for i, n := range cl.Info().Nodes {
+		if n.ID == la.Node {
+			victim = i
+		}
+	}
+	require.NoError(t, cl.StopNode(victim))
+	require.Eventually(t, func() bool {
+		nodes, err := admin.ListNodes(ctx)
+		if err != nil {
+			return false
+		}
+		for _, n := range nodes {
+			if n.GetId() == la.Node {
+				return !n.GetAvailable()
+			}
+		}
+		return false
+	}, 30*time.Second, 50*time.Millisecond)
+	require.NoError(t, vol.Finish(ctx, a)) // in the background; its node part waits for the dead node
+	t0 := time.Now()
+	z, err := vol.OpenZone(ctx)
+	require.NoError(t, err, "the finish gave the active v-zone back at the arbiter")
+	require.Less(t, time.Since(t0), retry, "did not wait out the finish's retries")
+	require.NoError(t, vol.Write(ctx, z, 0, bytes.Repeat([]byte{3}, 4096), false))
 }
