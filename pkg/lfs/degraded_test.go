@@ -79,15 +79,7 @@ func TestDegradedZoneContinuesInNewSegment(t *testing.T) {
 	require.Equal(t, 2, dv.hits, "two zones refused the write")
 	require.NoError(t, fs.Unmount(bg))
 
-	fs, err := lfs.Mount(bg, dv, lfs.Options{Mode: lfs.ModeZNS})
-	require.NoError(t, err)
-	got, err := readFile(fs, "f")
-	require.NoError(t, err)
-	require.True(t, bytes.Equal(data, got))
-	rep, err := fs.Fsck(bg)
-	require.NoError(t, err)
-	require.Empty(t, rep.Problems)
-	require.NoError(t, fs.Unmount(bg))
+	remountReads(t, dv, "f", data)
 }
 
 // The metadata log's zone loses a copy: the checkpoint continues in a new
@@ -110,11 +102,17 @@ func TestDegradedMetadataZoneRotates(t *testing.T) {
 	require.False(t, ro)
 	require.NoError(t, fs.Unmount(bg))
 
-	fs, err := lfs.Mount(bg, dv, lfs.Options{Mode: lfs.ModeZNS})
+	remountReads(t, dv, "b", data)
+}
+
+// remountReads mounts v again: file p reads back want and fsck is clean.
+func remountReads(t *testing.T, v lfs.Volume, p string, want []byte) {
+	t.Helper()
+	fs, err := lfs.Mount(bg, v, lfs.Options{Mode: lfs.ModeZNS})
 	require.NoError(t, err)
-	got, err := readFile(fs, "b")
+	got, err := readFile(fs, p)
 	require.NoError(t, err)
-	require.True(t, bytes.Equal(data, got))
+	require.True(t, bytes.Equal(want, got))
 	rep, err := fs.Fsck(bg)
 	require.NoError(t, err)
 	require.Empty(t, rep.Problems)

@@ -774,12 +774,9 @@ func (fs *FS) checkpoint(ctx context.Context, forceSnapshot bool) (err error) {
 	// (the record may be on the live copies: a checkpoint of a state that
 	// existed; the snapshot's higher epoch wins at a mount). New zones may
 	// meet the lost node until the arbiter sees it gone: short waits.
-	for tries := 0; err != nil && zerr.IsDegraded(err) && tries < 8; tries++ {
-		if tries > 0 && fs.clk.Kind() != clock.KindOff {
-			wait := min(250*time.Millisecond<<(tries-1), 2*time.Second)
-			if serr := fs.unlocked(func() error { return clock.Sleep(ctx, fs.clk, wait) }); serr != nil {
-				break
-			}
+	for tries := 0; err != nil && zerr.IsDegraded(err) && tries < degradedTries; tries++ {
+		if fs.degradedWait(ctx, tries) != nil {
+			break
 		}
 		err = fs.rotateMeta(ctx, fs.buildCheckpoint(true, free))
 	}

@@ -283,12 +283,9 @@ func (fs *FS) appendBlocks(ctx context.Context, li int, data []byte, place func(
 			// seconds): until then a new segment may meet the same node,
 			// so the next tries wait 0.25, 0.5, 1, then 2 s (about 10 s
 			// in all, fs.mu released) before giving up.
-			if zerr.IsDegraded(err) && degraded < 8 {
-				if degraded > 0 && fs.clk.Kind() != clock.KindOff {
-					wait := min(250*time.Millisecond<<(degraded-1), 2*time.Second)
-					if serr := fs.unlocked(func() error { return clock.Sleep(ctx, fs.clk, wait) }); serr != nil {
-						return err
-					}
+			if zerr.IsDegraded(err) && degraded < degradedTries {
+				if fs.degradedWait(ctx, degraded) != nil {
+					return err
 				}
 				degraded++
 				var pw *PartialWriteError
@@ -347,3 +344,19 @@ func (fs *FS) readBlocks(ctx context.Context, a Addr, buf []byte) error {
 
 // errNoSpace is returned when the file system is full.
 var errNoSpace = syscall.ENOSPC
+
+// degradedTries bounds how often a write or checkpoint that met a degraded
+// zone (a mirrored v-zone that lost a copy) moves on to a new zone.
+const degradedTries = 8
+
+// degradedWait is the pause before try n (from 0) of moving on from a
+// degraded zone: none for the first, then 0.25 s doubling up to 2 s (about
+// 10 s in all: the arbiter sees a lost node when its lease ends), with
+// fs.mu released. It returns ctx's error if ctx ends meanwhile.
+func (fs *FS) degradedWait(ctx context.Context, n int) error {
+	if n == 0 || fs.clk.Kind() == clock.KindOff {
+		return nil
+	}
+	wait := min(250*time.Millisecond<<(n-1), 2*time.Second)
+	return fs.unlocked(func() error { return clock.Sleep(ctx, fs.clk, wait) })
+}

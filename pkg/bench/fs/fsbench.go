@@ -47,6 +47,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	v1 "github.com/zonefleet/zonefleet/api/zonefleet/v1"
+	"github.com/zonefleet/zonefleet/pkg/bench/benchstat"
 	"github.com/zonefleet/zonefleet/pkg/client"
 	"github.com/zonefleet/zonefleet/pkg/clock"
 	"github.com/zonefleet/zonefleet/pkg/fsvol"
@@ -382,7 +383,7 @@ func throughput(ctx context.Context, o Options, dir string, res *Result) error {
 				secs = append(secs, run[i].ZoneFleetSec)
 			}
 			x := t.results[0][i]
-			x.ZoneFleet, x.ZoneFleetSec = median(xs), median(secs)
+			x.ZoneFleet, x.ZoneFleetSec = benchstat.Median(xs), benchstat.Median(secs)
 			out = append(out, x)
 		}
 		return out
@@ -446,18 +447,6 @@ func throughput(ctx context.Context, o Options, dir string, res *Result) error {
 		res.DevvolScaling = scaling("devvol")
 	}
 	return nil
-}
-
-func median(xs []float64) float64 {
-	if len(xs) == 0 {
-		return 0
-	}
-	s := append([]float64(nil), xs...)
-	sort.Float64s(s)
-	if len(s)%2 == 1 {
-		return s[len(s)/2]
-	}
-	return (s[len(s)/2-1] + s[len(s)/2]) / 2
 }
 
 // loopbackTarget mounts go-fuse's loopback file system over a host directory.

@@ -46,6 +46,7 @@ import (
 	"time"
 
 	v1 "github.com/zonefleet/zonefleet/api/zonefleet/v1"
+	"github.com/zonefleet/zonefleet/pkg/bench/benchstat"
 	"github.com/zonefleet/zonefleet/pkg/clock"
 	"github.com/zonefleet/zonefleet/pkg/daemon"
 	"github.com/zonefleet/zonefleet/pkg/flash"
@@ -254,18 +255,6 @@ func runWriters(ctx context.Context, writers []zoneWriter, total int64, zoneSize
 		return 0, err
 	}
 	return float64(sum) / mib / el.Seconds(), nil
-}
-
-func median(xs []float64) float64 {
-	s := append([]float64(nil), xs...)
-	sort.Float64s(s)
-	if len(s) == 0 {
-		return 0
-	}
-	if len(s)%2 == 1 {
-		return s[len(s)/2]
-	}
-	return (s[len(s)/2-1] + s[len(s)/2]) / 2
 }
 
 // Run runs the benchmark.
@@ -561,7 +550,7 @@ func throughput(ctx context.Context, o Options, res *Result, payload []byte) err
 		}
 	}
 	for _, p := range points {
-		*p.out = median(res.Samples[p.name])
+		*p.out = benchstat.Median(res.Samples[p.name])
 	}
 	for n, v := range scaling {
 		res.WriteMiBPerSecond[n] = *v

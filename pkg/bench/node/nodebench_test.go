@@ -10,6 +10,8 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	"github.com/zonefleet/zonefleet/pkg/zerr"
+
+	"github.com/zonefleet/zonefleet/pkg/bench/benchstat"
 )
 
 // A small run: every figure is produced, from the configured number of runs,
@@ -29,8 +31,8 @@ func TestRunSmall(t *testing.T) {
 	for name, xs := range res.Samples {
 		assert.Len(t, xs, 3, name)
 	}
-	assert.Equal(t, median(res.Samples["grpc_stream"]), res.GRPCWriteMiBPerSecond)
-	assert.Equal(t, median(res.Samples["tcp_file"]), res.TCPFileMiBPerSecond)
+	assert.Equal(t, benchstat.Median(res.Samples["grpc_stream"]), res.GRPCWriteMiBPerSecond)
+	assert.Equal(t, benchstat.Median(res.Samples["tcp_file"]), res.TCPFileMiBPerSecond)
 	require.NotNil(t, res.Admission)
 	assert.Positive(t, res.Admission.Off.Regular)
 	// The busy writer may be paced to nothing in a short window on a loaded
@@ -70,7 +72,7 @@ func TestMedianAndPlan(t *testing.T) {
 		want float64
 	}{{[]float64{3, 1, 2}, 2}, {[]float64{5}, 5}, {[]float64{4, 1, 3, 2}, 2.5}, {nil, 0}}
 	for _, tt := range tests {
-		assert.Equal(t, tt.want, median(tt.xs), "%v", tt.xs)
+		assert.Equal(t, tt.want, benchstat.Median(tt.xs), "%v", tt.xs)
 	}
 	// Writers of a point take disjoint zones and together write the total.
 	seen := map[uint64]bool{}

@@ -25,11 +25,11 @@ import (
 	"io"
 	"log/slog"
 	"os"
-	"sort"
 	"text/tabwriter"
 	"time"
 
 	v1 "github.com/zonefleet/zonefleet/api/zonefleet/v1"
+	"github.com/zonefleet/zonefleet/pkg/bench/benchstat"
 	"github.com/zonefleet/zonefleet/pkg/client"
 	"github.com/zonefleet/zonefleet/pkg/localcluster"
 	"github.com/zonefleet/zonefleet/pkg/zerr"
@@ -154,8 +154,8 @@ func Run(ctx context.Context, o Options) (Result, error) {
 			}
 		}
 	}
-	res.NoneWriteMiBps, res.NoneReadMiBps = median(wNone), median(rNone)
-	res.MirrorWriteMiBps, res.MirrorReadMiBps = median(wMir), median(rMir)
+	res.NoneWriteMiBps, res.NoneReadMiBps = benchstat.Median(wNone), benchstat.Median(rNone)
+	res.MirrorWriteMiBps, res.MirrorReadMiBps = benchstat.Median(wMir), benchstat.Median(rMir)
 
 	// Degraded reads: stop a node holding copies of the kept data.
 	mc := clients["mirror2"]
@@ -174,7 +174,7 @@ func Run(ctx context.Context, o Options) (Result, error) {
 		}
 		dr = append(dr, rd)
 	}
-	res.DegradedReadMiBps = median(dr)
+	res.DegradedReadMiBps = benchstat.Median(dr)
 
 	// Rebuild: the node is declared lost; time until no layout names it.
 	if err := waitGone(ctx, admin, victim); err != nil {
@@ -358,18 +358,6 @@ func waitGone(ctx context.Context, admin *client.Client, id string) error {
 		}
 	}
 	return &zerr.UnavailableError{What: "arbiter", Reason: "still sees the stopped node " + id}
-}
-
-func median(xs []float64) float64 {
-	if len(xs) == 0 {
-		return 0
-	}
-	s := append([]float64(nil), xs...)
-	sort.Float64s(s)
-	if len(s)%2 == 1 {
-		return s[len(s)/2]
-	}
-	return (s[len(s)/2-1] + s[len(s)/2]) / 2
 }
 
 // WriteTable prints the result.
