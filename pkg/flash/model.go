@@ -45,13 +45,19 @@ type Model struct {
 	CacheStalls    atomic.Int64
 	CacheStallTime atomic.Int64 // ns
 	cacheHighWater atomic.Int64
+	// Per-die back-pressure (Config.WriteCacheDieBytes > 0): each chip's
+	// cached, unprogrammed bytes and when they leave. Under cacheMu.
+	dieUsed     []int64
+	dieReleases []relHeap
+	DieStalls   atomic.Int64
 }
 
 // NewModel builds a model for a valid config.
 func NewModel(cfg Config) *Model {
 	cfg = cfg.Resolved()
 	g := cfg.Geometry()
-	m := &Model{g: g, chips: make([]resource, g.Chips), channels: make([]resource, g.Channels)}
+	m := &Model{g: g, chips: make([]resource, g.Chips), channels: make([]resource, g.Channels),
+		dieUsed: make([]int64, g.Chips), dieReleases: make([]relHeap, g.Chips)}
 	m.cfg.Store(&cfg)
 	return m
 }
@@ -210,10 +216,72 @@ func (m *Model) CacheAdmit(at time.Duration, n int64) time.Duration {
 	return t
 }
 
+// ChipBytes is the part of a write that goes to one chip.
+type ChipBytes struct {
+	Chip  int
+	Bytes int64
+}
+
+// CacheAdmitDies admits a write of n bytes, of which per[i].Bytes go to
+// chip per[i].Chip, arriving at time at. With Config.WriteCacheDieBytes = 0
+// it is CacheAdmit. Otherwise the write first waits until every chip it
+// writes holds at most WriteCacheDieBytes with it (bytes leave a chip when
+// their program completes: CacheReleaseChip), then for room in the shared
+// pool. A die that cannot keep up with its writers thus holds back only the
+// writes that go to it, and at most WriteCacheDieBytes of the pool each; a
+// write larger than the limit on one chip waits for that chip to drain
+// completely.
+func (m *Model) CacheAdmitDies(at time.Duration, n int64, per []ChipBytes) time.Duration {
+	lim := m.conf().WriteCacheDieBytes
+	if lim <= 0 || m.conf().WriteCacheBytes <= 0 {
+		return m.CacheAdmit(at, n)
+	}
+	m.cacheMu.Lock()
+	t := at
+	stalled := false
+	for _, p := range per {
+		if p.Chip < 0 || p.Chip >= len(m.dieUsed) {
+			continue
+		}
+		h := &m.dieReleases[p.Chip]
+		for h.Len() > 0 && (*h)[0].at <= t {
+			m.dieUsed[p.Chip] -= heap.Pop(h).(release).n
+		}
+		for m.dieUsed[p.Chip]+p.Bytes > lim && h.Len() > 0 {
+			r := heap.Pop(h).(release)
+			m.dieUsed[p.Chip] -= r.n
+			if r.at > t {
+				t, stalled = r.at, true
+			}
+		}
+	}
+	for _, p := range per {
+		if p.Chip >= 0 && p.Chip < len(m.dieUsed) {
+			m.dieUsed[p.Chip] += p.Bytes
+		}
+	}
+	if stalled {
+		m.DieStalls.Add(1)
+	}
+	m.cacheMu.Unlock()
+	return m.CacheAdmit(t, n)
+}
+
 // CacheRelease frees n cache bytes at time at (when their program completes).
 func (m *Model) CacheRelease(at time.Duration, n int64) {
 	m.cacheMu.Lock()
 	heap.Push(&m.releases, release{at, n})
+	m.cacheMu.Unlock()
+}
+
+// CacheReleaseChip frees n cache bytes of chip at time at: from the shared
+// pool and, with per-die back-pressure, from the chip's share.
+func (m *Model) CacheReleaseChip(at time.Duration, n int64, chip int) {
+	m.cacheMu.Lock()
+	heap.Push(&m.releases, release{at, n})
+	if m.conf().WriteCacheDieBytes > 0 && chip >= 0 && chip < len(m.dieReleases) {
+		heap.Push(&m.dieReleases[chip], release{at, n})
+	}
 	m.cacheMu.Unlock()
 }
 
