@@ -252,7 +252,7 @@ func runFig29b(ctx context.Context, dir string, o Options) (any, []Line, error) 
 	c := DefaultFig29b()
 	if o.Short {
 		c.Scenarios, c.Warmup, c.Run, c.BurstSweep = c.Scenarios[:1], 10*time.Millisecond, 20*time.Millisecond, []int{1}
-		c.DieBackpressure = c.DieBackpressure[:1]
+		c.DieBackpressure, c.DieWarmup = c.DieBackpressure[:1], 0
 	}
 	r, err := RunFig29b(ctx, dir, c)
 	if err != nil {
