@@ -172,7 +172,7 @@ func plotFigure(id string, v any, path string) error {
 		}
 		return b.save(path)
 	case *Fig29bResult:
-		b := bars{title: "Fig. 29b: write admission control (token cap in blocks; node default 256)", ylabel: "per-thread write MB/s",
+		b := bars{title: "Fig. 29b: write admission control (token cap in blocks; node default 256; die: per-die cache back-pressure)", ylabel: "per-thread write MB/s",
 			series: []string{"regular, AC off", "regular, AC on", "busy, AC off", "busy, AC on"}, values: make([][]float64, 4)}
 		for _, row := range r.Rows {
 			b.labels = append(b.labels, row.Scenario.Name)
@@ -189,6 +189,15 @@ func plotFigure(id string, v any, path string) error {
 				b.values[1] = append(b.values[1], bu.On.RegularMBps)
 				b.values[2] = append(b.values[2], off.BusyMBps)
 				b.values[3] = append(b.values[3], bu.On.BusyMBps)
+			}
+		}
+		for _, d := range r.Die {
+			for _, row := range d.Rows {
+				b.labels = append(b.labels, fmt.Sprintf("sc%s die %dK", row.Scenario.Name[:1], d.DieBytes>>10))
+				b.values[0] = append(b.values[0], row.Off.RegularMBps)
+				b.values[1] = append(b.values[1], row.On.RegularMBps)
+				b.values[2] = append(b.values[2], row.Off.BusyMBps)
+				b.values[3] = append(b.values[3], row.On.BusyMBps)
 			}
 		}
 		return b.save(path)
