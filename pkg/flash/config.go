@@ -1,6 +1,7 @@
 // Package flash holds the geometry, media timings and the FEMU-style timing
 // model (per-chip and per-channel next-free times, host link, shared write
-// cache) of an emulated ZNS+ SSD. It knows nothing about zones' contents.
+// cache, optionally with per-die back-pressure: Config.WriteCacheDieBytes)
+// of an emulated ZNS+ SSD. It knows nothing about zones' contents.
 //
 // # Timing model
 //
@@ -90,7 +91,9 @@ type Config struct {
 	// back-pressure as well, a write is admitted only once each die it
 	// writes holds at most this many cached, unprogrammed bytes with it, so
 	// a write to a congested die waits for that die while the others keep
-	// the rest of the pool (see Model.CacheAdmitDies).
+	// the rest of the pool (see Model.CacheAdmitDies). Set it when the
+	// drive is created: a model switched to it by SetConfig starts from an
+	// empty view of what is cached.
 	WriteCacheDieBytes int64 `json:"write_cache_die_bytes,omitempty"`
 	IPUBudgetBlocks    int   `json:"ipu_budget_blocks"`  // max valid blocks in the in-place-update region
 	IPURegionBlocks    int   `json:"ipu_region_blocks"`  // size of the SLC region; 0 = 2 x budget
