@@ -130,6 +130,16 @@ func TestCacheDieBackpressure(t *testing.T) {
 	require.Equal(t, 10*ms, m.CacheAdmitDies(0, 16<<10, []ChipBytes{{0, 16 << 10}}), "per die: chip 0 waits for its own program")
 	require.Equal(t, int64(1), m.DieStalls.Load())
 
+	// First fit: a 16 KiB write passes a 64 KiB one waiting for the same die.
+	c.WriteCacheBytes = 1 << 20
+	m = NewModel(c)
+	require.Equal(t, time.Duration(0), m.CacheAdmitDies(0, 64<<10, []ChipBytes{{0, 64 << 10}}))
+	for i := 1; i <= 4; i++ {
+		m.CacheReleaseChip(time.Duration(i)*ms, 16<<10, 0)
+	}
+	require.Equal(t, 4*ms, m.CacheAdmitDies(0, 64<<10, []ChipBytes{{0, 64 << 10}}))
+	require.Equal(t, ms, m.CacheAdmitDies(0, 16<<10, []ChipBytes{{0, 16 << 10}}))
+
 	c.WriteCacheDieBytes = 1
 	require.Error(t, c.Validate(), "a limit below a page")
 }

@@ -93,6 +93,33 @@ func (tl *timeline) at(t time.Duration) int64 {
 	return u
 }
 
+// firstFit is the first time >= t at which n more bytes fit under lim,
+// counting only what is admitted by then: a write may enter a die ahead of
+// a larger one that waits for the same die and was scheduled for later (as
+// a controller that hands freed buffer space to whichever waiting write
+// fits), over-committing the die's share by at most that write until the
+// die drains.
+func (tl *timeline) firstFit(t time.Duration, n, lim int64) time.Duration {
+	u := tl.base
+	i := 0
+	for ; i < len(tl.ev) && tl.ev[i].at <= t; i++ {
+		u += tl.ev[i].n
+	}
+	if u+n <= lim {
+		return t
+	}
+	for ; i < len(tl.ev); i++ {
+		u += tl.ev[i].n
+		if u+n <= lim && (i+1 == len(tl.ev) || tl.ev[i+1].at > tl.ev[i].at) {
+			return tl.ev[i].at
+		}
+	}
+	if k := len(tl.ev); k > 0 {
+		return max(t, tl.ev[k-1].at)
+	}
+	return t
+}
+
 // earliest is the first time >= t from which n more bytes fit under lim
 // at every later change (or, if they never do, the last change).
 func (tl *timeline) earliest(t time.Duration, n, lim int64) time.Duration {
@@ -300,10 +327,11 @@ type ChipBytes struct {
 
 // CacheAdmitDies admits a write of n bytes, of which per[i].Bytes go to
 // chip per[i].Chip, arriving at time at. With Config.WriteCacheDieBytes = 0
-// it is CacheAdmit. Otherwise the write is admitted at the first time from
-// which every chip it writes holds at most WriteCacheDieBytes with it and
-// the pool holds at most WriteCacheBytes with it (bytes leave a chip and the
-// pool when their program completes: CacheReleaseChip). A die that cannot
+// it is CacheAdmit. Otherwise the write is admitted at the first time at
+// which every chip it writes holds at most WriteCacheDieBytes with it (first
+// fit: a small write may pass a larger one waiting for the same die) and
+// from which the pool holds at most WriteCacheBytes with it (bytes leave a
+// chip and the pool when their program completes: CacheReleaseChip). A die that cannot
 // keep up with its writers thus holds back only the writes that go to it,
 // and at most WriteCacheDieBytes of the pool; a write larger than the limit
 // on one chip waits for that chip to drain completely (and is then
@@ -325,7 +353,7 @@ func (m *Model) CacheAdmitDies(at time.Duration, n int64, per []ChipBytes) time.
 		}
 		d := &m.dies[p.Chip]
 		d.fold(at)
-		t = max(t, d.earliest(at, min(p.Bytes, lim), lim))
+		t = max(t, d.firstFit(at, min(p.Bytes, lim), lim))
 	}
 	if t > at {
 		m.DieStalls.Add(1)
