@@ -663,8 +663,10 @@ func (fs *FS) copybackPlace(ctx context.Context, dst ZoneID, base, k uint64, fro
 			return
 		}
 		key := chip{loc.Node, loc.Device, loc.Chip}
+		fs.stats.CopybackEligible += cb
 		slots := free[key]
 		if len(slots) == 0 {
+			j += int(cb) - 1
 			continue
 		}
 		free[key] = slots[1:]

@@ -213,6 +213,7 @@ type Stats struct {
 	MovedHostDirty     uint64 // dirty on the host: written from the host
 	MovedHostCached    uint64 // clean-cached: written from the host (IZC-H / host copy)
 	CopybackPlanned    uint64 // blocks placed on the same chip by copyback-aware allocation
+	CopybackEligible   uint64 // blocks of fully valid source chunks copyback-aware allocation looked at (the most it could place)
 	CompactCopyback    uint64 // blocks the drives moved by copyback (Volume.Compact stats)
 	CompactLocal       uint64 // blocks the drives moved by read and program
 	CompactRemote      uint64 // blocks moved node to node

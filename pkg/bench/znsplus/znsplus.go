@@ -130,14 +130,20 @@ type ModeResult struct {
 	CompactedSegments  uint64  `json:"compacted_segments"`
 	TLShare            float64 `json:"tl_share"`
 	CopybackShare      float64 `json:"copyback_share"` // blocks moved by copyback / blocks the drives copied
-	PluggedBlocks      uint64  `json:"plugged_blocks"`
-	HSRCompaction      uint64  `json:"hsr_chose_compaction"` // zns+: the cost model preferred compaction for the best TL victim
-	TLOpenRefused      uint64  `json:"tl_open_refused"`      // zns+: the drives had no open zone or spare flash block group
-	TLNoBudget         uint64  `json:"tl_open_no_budget"`    // zns+: no TL_open, the open zones for TL segments until the next checkpoint were used up
-	TLNoCandidate      uint64  `json:"tl_no_candidate"`      // zns+: no TL_open, no segment had enough writable blocks
-	Checkpoints        uint64  `json:"checkpoints"`
-	MovedHostCopy      uint64  `json:"moved_host_copy"`
-	MovedIZC           uint64  `json:"moved_izc"`
+	// CopybackEligible is the share of the blocks compaction copied inside
+	// the drives that sat in fully valid source chunks (the most
+	// copyback-aware allocation can place on the same chip), and
+	// CopybackPlanned the share it did place there.
+	CopybackEligible float64 `json:"copyback_eligible"`
+	CopybackPlanned  float64 `json:"copyback_planned"`
+	PluggedBlocks    uint64  `json:"plugged_blocks"`
+	HSRCompaction    uint64  `json:"hsr_chose_compaction"` // zns+: the cost model preferred compaction for the best TL victim
+	TLOpenRefused    uint64  `json:"tl_open_refused"`      // zns+: the drives had no open zone or spare flash block group
+	TLNoBudget       uint64  `json:"tl_open_no_budget"`    // zns+: no TL_open, the open zones for TL segments until the next checkpoint were used up
+	TLNoCandidate    uint64  `json:"tl_no_candidate"`      // zns+: no TL_open, no segment had enough writable blocks
+	Checkpoints      uint64  `json:"checkpoints"`
+	MovedHostCopy    uint64  `json:"moved_host_copy"`
+	MovedIZC         uint64  `json:"moved_izc"`
 	// CompactionPhasesMs is the modelled time of one compaction on average
 	// per phase (ZNS+ Fig. 6: init, read, write, checkpoint for host copy;
 	// init, copy, checkpoint for IZC), in milliseconds.
@@ -394,6 +400,10 @@ func runOne(ctx context.Context, cfg Config, fc flash.Config, path string, util 
 	}
 	if n := (s.CompactCopyback + s.CompactLocal + s.CompactRemote) - (s0.CompactCopyback + s0.CompactLocal + s0.CompactRemote); n > 0 {
 		mr.CopybackShare = round3(float64(s.CompactCopyback-s0.CompactCopyback) / float64(n))
+	}
+	if n := s.MovedIZC - s0.MovedIZC; n > 0 {
+		mr.CopybackEligible = round3(float64(s.CopybackEligible-s0.CopybackEligible) / float64(n))
+		mr.CopybackPlanned = round3(float64(s.CopybackPlanned-s0.CopybackPlanned) / float64(n))
 	}
 	return mr, fsMiB, nil
 }
