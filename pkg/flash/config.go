@@ -1,6 +1,7 @@
 // Package flash holds the geometry, media timings and the FEMU-style timing
 // model (per-chip and per-channel next-free times, host link, shared write
-// cache) of an emulated ZNS+ SSD. It knows nothing about zones' contents.
+// cache, optionally with per-die back-pressure: Config.WriteCacheDieBytes)
+// of an emulated ZNS+ SSD. It knows nothing about zones' contents.
 //
 // # Timing model
 //
@@ -84,10 +85,20 @@ type Config struct {
 	MaxOpenZones       int   `json:"max_open_zones"`        // MOR; 0 = no limit
 	MaxActiveZones     int   `json:"max_active_zones"`      // MAR; 0 = no limit
 	WriteCacheBytes    int64 `json:"write_cache_bytes"`     // 0 = no write cache (writes wait for program)
-	IPUBudgetBlocks    int   `json:"ipu_budget_blocks"`     // max valid blocks in the in-place-update region
-	IPURegionBlocks    int   `json:"ipu_region_blocks"`     // size of the SLC region; 0 = 2 x budget
-	CopybackThreshold  int   `json:"copyback_threshold"`    // max consecutive copybacks of a page; 0 = unlimited
-	DisableCopyback    bool  `json:"disable_copyback"`      // copy every chunk by read and program (no copyback)
+	// WriteCacheDieBytes selects the cache's admission policy. 0 (the
+	// default): one pool admitted in arrival order, so once a slow die's
+	// backlog fills it every writer waits behind it. > 0: per-die
+	// back-pressure as well, a write is admitted only once each die it
+	// writes holds at most this many cached, unprogrammed bytes with it, so
+	// a write to a congested die waits for that die while the others keep
+	// the rest of the pool (see Model.CacheAdmitDies). Set it when the
+	// drive is created: a model switched to it by SetConfig starts from an
+	// empty view of what is cached.
+	WriteCacheDieBytes int64 `json:"write_cache_die_bytes,omitempty"`
+	IPUBudgetBlocks    int   `json:"ipu_budget_blocks"`  // max valid blocks in the in-place-update region
+	IPURegionBlocks    int   `json:"ipu_region_blocks"`  // size of the SLC region; 0 = 2 x budget
+	CopybackThreshold  int   `json:"copyback_threshold"` // max consecutive copybacks of a page; 0 = unlimited
+	DisableCopyback    bool  `json:"disable_copyback"`   // copy every chunk by read and program (no copyback)
 
 	Media               string        `json:"media"` // TLC | MLC | ZNAND
 	ReadLatency         time.Duration `json:"read_latency_ns"`
@@ -206,6 +217,9 @@ func (c Config) Validate() error {
 	}
 	if c.WriteCacheBytes < 0 {
 		return bad("write_cache_bytes", "must be >= 0, got %d", c.WriteCacheBytes)
+	}
+	if c.WriteCacheDieBytes < 0 || (c.WriteCacheDieBytes > 0 && c.WriteCacheDieBytes < int64(c.PageSize)) {
+		return bad("write_cache_die_bytes", "must be 0 or at least a page (%d), got %d", c.PageSize, c.WriteCacheDieBytes)
 	}
 	if c.IPUBudgetBlocks < 0 || c.IPURegionBlocks < c.IPUBudgetBlocks {
 		return bad("ipu_region_blocks", "must be >= ipu_budget_blocks %d (and budget >= 0), got %d", c.IPUBudgetBlocks, c.IPURegionBlocks)

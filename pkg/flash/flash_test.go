@@ -102,3 +102,44 @@ func TestConfigJSONFlat(t *testing.T) {
 		}
 	}
 }
+
+// TestCacheDieBackpressure: with the default policy a write to an idle die
+// waits behind a slow die's backlog once the pool is full; with per-die
+// back-pressure the slow die holds at most its limit, so a write to another
+// die is admitted at once while the next write to the slow die waits for
+// that die's own program.
+func TestCacheDieBackpressure(t *testing.T) {
+	const ms = time.Millisecond
+	c := Small()
+	c.WriteCacheBytes = 128 << 10
+	require.NoError(t, c.Validate())
+	m := NewModel(c)
+	for _, rel := range []time.Duration{10 * ms, 20 * ms} { // chip 0's backlog fills the pool
+		require.Equal(t, time.Duration(0), m.CacheAdmitDies(0, 64<<10, []ChipBytes{{0, 64 << 10}}))
+		m.CacheReleaseChip(rel, 64<<10, 0)
+	}
+	require.Equal(t, 10*ms, m.CacheAdmitDies(0, 64<<10, []ChipBytes{{1, 64 << 10}}), "shared pool: chip 1 waits for chip 0")
+
+	c.WriteCacheDieBytes = 64 << 10
+	require.NoError(t, c.Validate())
+	m = NewModel(c)
+	require.Equal(t, time.Duration(0), m.CacheAdmitDies(0, 64<<10, []ChipBytes{{0, 64 << 10}}))
+	m.CacheReleaseChip(10*ms, 64<<10, 0)
+	require.Equal(t, time.Duration(0), m.CacheAdmitDies(0, 64<<10, []ChipBytes{{1, 64 << 10}}), "per die: chip 1 is not held back")
+	m.CacheReleaseChip(ms, 64<<10, 1)
+	require.Equal(t, 10*ms, m.CacheAdmitDies(0, 16<<10, []ChipBytes{{0, 16 << 10}}), "per die: chip 0 waits for its own program")
+	require.Equal(t, int64(1), m.DieStalls.Load())
+
+	// First fit: a 16 KiB write passes a 64 KiB one waiting for the same die.
+	c.WriteCacheBytes = 1 << 20
+	m = NewModel(c)
+	require.Equal(t, time.Duration(0), m.CacheAdmitDies(0, 64<<10, []ChipBytes{{0, 64 << 10}}))
+	for i := 1; i <= 4; i++ {
+		m.CacheReleaseChip(time.Duration(i)*ms, 16<<10, 0)
+	}
+	require.Equal(t, 4*ms, m.CacheAdmitDies(0, 64<<10, []ChipBytes{{0, 64 << 10}}))
+	require.Equal(t, ms, m.CacheAdmitDies(0, 16<<10, []ChipBytes{{0, 16 << 10}}))
+
+	c.WriteCacheDieBytes = 1
+	require.Error(t, c.Validate(), "a limit below a page")
+}

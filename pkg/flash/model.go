@@ -2,6 +2,7 @@ package flash
 
 import (
 	"container/heap"
+	"sort"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -45,13 +46,121 @@ type Model struct {
 	CacheStalls    atomic.Int64
 	CacheStallTime atomic.Int64 // ns
 	cacheHighWater atomic.Int64
+	// Per-die back-pressure (Config.WriteCacheDieBytes > 0): each chip's
+	// cached, unprogrammed bytes and when they leave. Under cacheMu.
+	pool      timeline
+	dies      []timeline
+	DieStalls atomic.Int64
+}
+
+// timeline is an occupancy that changes at given times: base (everything
+// up to the last fold) plus pending changes in time order. Unlike the
+// shared pool's counter, it holds admissions that take effect in the future
+// (a write that waited for its die), so a write arriving earlier does not
+// see their bytes yet, and a write that fits now but not once they arrive
+// waits for them to drain.
+type timeline struct {
+	base int64
+	ev   []release // sorted by at; n < 0 for a release
+}
+
+func (tl *timeline) add(at time.Duration, n int64) {
+	i := sort.Search(len(tl.ev), func(i int) bool { return tl.ev[i].at > at })
+	tl.ev = append(tl.ev, release{})
+	copy(tl.ev[i+1:], tl.ev[i:])
+	tl.ev[i] = release{at, n}
+}
+
+// fold moves every change up to at into base.
+func (tl *timeline) fold(at time.Duration) {
+	i := 0
+	for i < len(tl.ev) && tl.ev[i].at <= at {
+		tl.base += tl.ev[i].n
+		i++
+	}
+	tl.ev = tl.ev[i:]
+}
+
+// at is the occupancy at time t (after fold(<= t)).
+func (tl *timeline) at(t time.Duration) int64 {
+	u := tl.base
+	for _, e := range tl.ev {
+		if e.at > t {
+			break
+		}
+		u += e.n
+	}
+	return u
+}
+
+// firstFit is the first time >= t at which n more bytes fit under lim,
+// counting only what is admitted by then: a write may enter a die ahead of
+// a larger one that waits for the same die and was scheduled for later (as
+// a controller that hands freed buffer space to whichever waiting write
+// fits), over-committing the die's share by at most that write until the
+// die drains.
+func (tl *timeline) firstFit(t time.Duration, n, lim int64) time.Duration {
+	u := tl.base
+	i := 0
+	for ; i < len(tl.ev) && tl.ev[i].at <= t; i++ {
+		u += tl.ev[i].n
+	}
+	if u+n <= lim {
+		return t
+	}
+	for ; i < len(tl.ev); i++ {
+		u += tl.ev[i].n
+		if u+n <= lim && (i+1 == len(tl.ev) || tl.ev[i+1].at > tl.ev[i].at) {
+			return tl.ev[i].at
+		}
+	}
+	if k := len(tl.ev); k > 0 {
+		return max(t, tl.ev[k-1].at)
+	}
+	return t
+}
+
+// earliest is the first time >= t from which n more bytes fit under lim
+// at every later change (or, if they never do, the last change).
+func (tl *timeline) earliest(t time.Duration, n, lim int64) time.Duration {
+	// occ[i] is the occupancy after change i; suffix maxima from the end.
+	occ := make([]int64, len(tl.ev))
+	u := tl.base
+	for i, e := range tl.ev {
+		u += e.n
+		occ[i] = u
+	}
+	// Never fitting (bytes that are never released, e.g. partial chunks,
+	// fill it): admit after the last change.
+	best := t
+	if k := len(tl.ev); k > 0 {
+		best = max(t, tl.ev[k-1].at)
+	}
+	peak := int64(-1 << 62)
+	for i := len(tl.ev) - 1; i >= -1; i-- {
+		cur := tl.base
+		at := t
+		if i >= 0 {
+			cur, at = occ[i], max(tl.ev[i].at, t)
+		}
+		if max(cur, peak)+n > lim {
+			break
+		}
+		best = at
+		if i >= 0 && tl.ev[i].at <= t {
+			break
+		}
+		peak = max(peak, cur)
+	}
+	return best
 }
 
 // NewModel builds a model for a valid config.
 func NewModel(cfg Config) *Model {
 	cfg = cfg.Resolved()
 	g := cfg.Geometry()
-	m := &Model{g: g, chips: make([]resource, g.Chips), channels: make([]resource, g.Channels)}
+	m := &Model{g: g, chips: make([]resource, g.Chips), channels: make([]resource, g.Channels),
+		dies: make([]timeline, g.Chips)}
 	m.cfg.Store(&cfg)
 	return m
 }
@@ -210,11 +319,85 @@ func (m *Model) CacheAdmit(at time.Duration, n int64) time.Duration {
 	return t
 }
 
+// ChipBytes is the part of a write that goes to one chip.
+type ChipBytes struct {
+	Chip  int
+	Bytes int64
+}
+
+// CacheAdmitDies admits a write of n bytes, of which per[i].Bytes go to
+// chip per[i].Chip, arriving at time at. With Config.WriteCacheDieBytes = 0
+// it is CacheAdmit. Otherwise the write is admitted at the first time at
+// which every chip it writes holds at most WriteCacheDieBytes with it (first
+// fit: a small write may pass a larger one waiting for the same die) and
+// from which the pool holds at most WriteCacheBytes with it (bytes leave a
+// chip and the pool when their program completes: CacheReleaseChip). A die that cannot
+// keep up with its writers thus holds back only the writes that go to it,
+// and at most WriteCacheDieBytes of the pool; a write larger than the limit
+// on one chip waits for that chip to drain completely (and is then
+// admitted: the limit never blocks forever). Arrival times must not go
+// backwards by more than a host-link transfer (pkg/zns calls it in
+// submission order).
+func (m *Model) CacheAdmitDies(at time.Duration, n int64, per []ChipBytes) time.Duration {
+	c := m.conf()
+	lim, cap := c.WriteCacheDieBytes, c.WriteCacheBytes
+	if lim <= 0 || cap <= 0 {
+		return m.CacheAdmit(at, n)
+	}
+	m.cacheMu.Lock()
+	defer m.cacheMu.Unlock()
+	t := at
+	for _, p := range per {
+		if p.Chip < 0 || p.Chip >= len(m.dies) {
+			continue
+		}
+		d := &m.dies[p.Chip]
+		d.fold(at)
+		t = max(t, d.firstFit(at, min(p.Bytes, lim), lim))
+	}
+	if t > at {
+		m.DieStalls.Add(1)
+	}
+	m.pool.fold(at)
+	if p := m.pool.earliest(t, min(n, cap), cap); p > t {
+		m.CacheStalls.Add(1)
+		t = p
+	}
+	if t > at {
+		m.CacheStallTime.Add(int64(t - at))
+	}
+	for _, p := range per {
+		if p.Chip >= 0 && p.Chip < len(m.dies) {
+			m.dies[p.Chip].add(t, p.Bytes)
+		}
+	}
+	m.pool.add(t, n)
+	if u := m.pool.at(t); u > m.cacheHighWater.Load() {
+		m.cacheHighWater.Store(u)
+	}
+	return t
+}
+
 // CacheRelease frees n cache bytes at time at (when their program completes).
 func (m *Model) CacheRelease(at time.Duration, n int64) {
 	m.cacheMu.Lock()
 	heap.Push(&m.releases, release{at, n})
 	m.cacheMu.Unlock()
+}
+
+// CacheReleaseChip frees n cache bytes of chip at time at: from the shared
+// pool and, with per-die back-pressure, from the chip's share.
+func (m *Model) CacheReleaseChip(at time.Duration, n int64, chip int) {
+	m.cacheMu.Lock()
+	defer m.cacheMu.Unlock()
+	if m.conf().WriteCacheDieBytes <= 0 {
+		heap.Push(&m.releases, release{at, n})
+		return
+	}
+	m.pool.add(at, -n)
+	if chip >= 0 && chip < len(m.dies) {
+		m.dies[chip].add(at, -n)
+	}
 }
 
 // CacheUsed is the occupancy at time at.
@@ -223,6 +406,9 @@ func (m *Model) CacheUsed(at time.Duration) int64 {
 	defer m.cacheMu.Unlock()
 	for len(m.releases) > 0 && m.releases[0].at <= at {
 		m.cacheUsed -= heap.Pop(&m.releases).(release).n
+	}
+	if m.conf().WriteCacheDieBytes > 0 {
+		return m.cacheUsed + m.pool.at(at)
 	}
 	return m.cacheUsed
 }

@@ -76,14 +76,18 @@
 //
 // Threaded logging. When a log needs a new segment and free segments run
 // short (at most the GC reserve plus one per log), hybrid segment recycling
-// takes the dirty segment that keeps the fewest blocks and compares C_TL =
+// takes the dirty segment of the log's own type (the log that last wrote it;
+// for a segment found by the mount, node vs data by its blocks: ZNS+ §3.3.1,
+// threaded logging must not mix types) that keeps the fewest blocks and
+// compares C_TL =
 // f_plug·(N_pre-invalid + N_valid) with C_SC = f_copy·N_valid +
 // f_write·α·N_valid − f_plug·β·N_cold (per-block costs normalized to one
 // on-demand in-storage copy; f_plug = 0.9; f_write = 1 or, with
 // Options.HSRCopyCost and HSRWriteCost, the drive's host-write to copy cost
 // ratio; N_cold, the valid blocks unchanged since the segment's previous
 // TL_open; α, the node and metadata blocks a compaction's checkpoint writes
-// per valid block moved, and β, the share of a segment's cold set at its
+// per valid block moved, kept apart for node and data victims (§3.3.2: no
+// node blocks change when a node segment moves), and β, the share of a segment's cold set at its
 // last TL_open still valid at the next one, are profiled at run time as
 // moving averages). Stats count why TL was not used: the cost model chose
 // compaction (HSRCompaction), the volume refused TL_open (TLRefused), the

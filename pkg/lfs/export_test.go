@@ -124,3 +124,27 @@ func SuperFeatures(ctx context.Context, vol Volume) (ondisk.Features, error) {
 	}
 	return best.Features, nil
 }
+
+// MixedSegments counts segments holding valid node and valid data blocks
+// at once (threaded logging must not mix block types, ZNS+ §3.3.1).
+func (fs *FS) MixedSegments() int {
+	fs.mu.Lock()
+	defer fs.mu.Unlock()
+	n := 0
+	for _, s := range fs.segs {
+		var node, data bool
+		for off := uint64(0); off < s.wp; off++ {
+			if s.isValid(off) {
+				if s.ofs[off] == ofsNode {
+					node = true
+				} else {
+					data = true
+				}
+			}
+		}
+		if node && data {
+			n++
+		}
+	}
+	return n
+}

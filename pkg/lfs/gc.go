@@ -185,6 +185,7 @@ func (fs *FS) gcOnce(ctx context.Context, foreground, excl bool) (bool, error) {
 	// Threaded logging keeps off the victim until the closing checkpoint has
 	// written its dirty blocks elsewhere and freed it.
 	s.victim = true
+	victimNode := segIsNode(s) // which α its checkpoint feeds (§3.3.2)
 	moved, err := fs.moveSegment(ctx, s, method)
 	w0 := fs.blocksWritten
 	release()
@@ -239,7 +240,7 @@ func (fs *FS) gcOnce(ctx context.Context, foreground, excl bool) (bool, error) {
 		w := fs.blocksWritten - w0
 		w -= min(w, fs.lastCPData)
 		w -= min(w, moved.hostNodes)
-		fs.profileAlpha(n, w)
+		fs.profileAlpha(victimNode, n, w)
 	}
 	// (the zone may have been reset and reopened as a new segment meanwhile)
 	if left := fs.segs[z]; left == s && left.nvalid > 0 {
@@ -662,8 +663,10 @@ func (fs *FS) copybackPlace(ctx context.Context, dst ZoneID, base, k uint64, fro
 			return
 		}
 		key := chip{loc.Node, loc.Device, loc.Chip}
+		fs.stats.CopybackEligible += cb
 		slots := free[key]
 		if len(slots) == 0 {
+			j += int(cb) - 1
 			continue
 		}
 		free[key] = slots[1:]

@@ -130,6 +130,7 @@ func TestGCFillAndOverwrite(t *testing.T) {
 			t.Logf("%s: gc %d, host copy %d, izc %d (copyback %d planned, %d done), dirty %d, cached %d, WAF %.2f", tc.name, s.GCForeground,
 				s.MovedHostCopy, s.MovedIZC, s.CopybackPlanned, s.CompactCopyback, s.MovedHostDirty, s.MovedHostCached, s.WAF)
 			copyback[tc.name] = s.CompactCopyback
+			require.LessOrEqual(t, s.CopybackPlanned, s.CopybackEligible, "CAB places only fully valid chunks it looked at")
 			require.Positive(t, s.GCForeground)
 			if tc.opts.Move == lfs.Compact {
 				require.Positive(t, s.MovedIZC)

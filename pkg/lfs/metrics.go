@@ -213,6 +213,7 @@ type Stats struct {
 	MovedHostDirty     uint64 // dirty on the host: written from the host
 	MovedHostCached    uint64 // clean-cached: written from the host (IZC-H / host copy)
 	CopybackPlanned    uint64 // blocks placed on the same chip by copyback-aware allocation
+	CopybackEligible   uint64 // blocks of fully valid source chunks copyback-aware allocation looked at (the most it could place)
 	CompactCopyback    uint64 // blocks the drives moved by copyback (Volume.Compact stats)
 	CompactLocal       uint64 // blocks the drives moved by read and program
 	CompactRemote      uint64 // blocks moved node to node
@@ -235,8 +236,9 @@ type Stats struct {
 	PluggedBackground   uint64            `json:"plugged_blocks_background"`
 	PreInvalidBlocks    uint64            `json:"pre_invalid_blocks"` // valid at the last checkpoint, invalid now
 	PreInvalidThreshold uint64            `json:"pre_invalid_threshold"`
-	Alpha               float64           `json:"hsr_alpha"` // profiled (N_node + N_meta) / N_valid of compaction
-	Beta                float64           `json:"hsr_beta"`  // profiled share of cold blocks still valid at the next TL_open
+	Alpha               float64           `json:"hsr_alpha"`      // profiled (N_node + N_meta) / N_valid of compacting a data segment
+	AlphaNode           float64           `json:"hsr_alpha_node"` // profiled N_meta / N_valid of compacting a node segment
+	Beta                float64           `json:"hsr_beta"`       // profiled share of cold blocks still valid at the next TL_open
 	CheckpointsByCause  map[string]uint64 `json:"checkpoints_by_cause"`
 	CopybackShare       float64           `json:"copyback_share"`             // blocks moved by copyback / all blocks the drives copied
 	ReadOnly            bool              `json:"read_only"`                  // the file system went read-only (readonly.go)
@@ -290,7 +292,7 @@ func (fs *FS) Stats() Stats {
 	if n := s.TLRecycledSegments + s.CompactedSegments; n > 0 {
 		s.TLShare = float64(s.TLRecycledSegments) / float64(n)
 	}
-	s.PreInvalidBlocks, s.PreInvalidThreshold, s.Alpha, s.Beta = fs.tl.preInvalid, fs.tl.thetaPI, fs.tl.alpha, fs.tl.beta
+	s.PreInvalidBlocks, s.PreInvalidThreshold, s.Alpha, s.AlphaNode, s.Beta = fs.tl.preInvalid, fs.tl.thetaPI, fs.tl.alpha, fs.tl.alphaNode, fs.tl.beta
 	s.CheckpointsByCause = make(map[string]uint64, len(fs.stats.CheckpointsByCause))
 	for k, v := range fs.stats.CheckpointsByCause {
 		s.CheckpointsByCause[k] = v

@@ -46,6 +46,7 @@ type segment struct {
 	ofs     []uint32 // SSA: index in the owner (ofsNode for a node block)
 	mtime   uint64   // node sequence at the last write into it
 	log     int      // active log index, -1 when not a log head
+	kind    int      // the log that last opened it (its type, for threaded logging), -1 unknown (a mount's segments)
 	closed  bool     // no more writes (full, finished or abandoned)
 	stable  bool     // closed at the last checkpoint and not written since (a threaded-logging candidate)
 	victim  bool     // being moved by recycling (no threaded logging into it)
@@ -63,7 +64,7 @@ type segment struct {
 
 func newSegment(z ZoneID, capBlocks uint64) *segment {
 	return &segment{zone: z, cap: capBlocks, valid: make([]uint64, (capBlocks+63)/64),
-		owner: make([]uint64, capBlocks), ofs: make([]uint32, capBlocks), log: -1}
+		owner: make([]uint64, capBlocks), ofs: make([]uint32, capBlocks), log: -1, kind: -1}
 }
 
 func (s *segment) isValid(off uint64) bool {
@@ -87,6 +88,26 @@ func (fs *FS) logFor(t int) int {
 		return 0
 	}
 	return 1
+}
+
+// logIsNode reports whether log li writes node blocks.
+func (fs *FS) logIsNode(li int) bool {
+	if fs.nlogs == numTemps {
+		return li <= logColdNode
+	}
+	return li == 0
+}
+
+// segIsNode reports whether s holds node blocks (its first valid block is
+// one; the logs never mix node and data blocks in a segment).
+func segIsNode(s *segment) bool {
+	for i, w := range s.valid {
+		if w != 0 {
+			off := uint64(i)*64 + uint64(bits.TrailingZeros64(w))
+			return s.ofs[off] == ofsNode
+		}
+	}
+	return false
 }
 
 // freeSegments is how many more v-zones the file system may open.
@@ -188,7 +209,7 @@ func (fs *FS) openSeg(ctx context.Context, li int, tlOK bool, like ...ZoneID) (*
 		return nil, corrupt("volume", "OpenZone returned zone %d which is in use", z)
 	}
 	s := newSegment(z, fs.geo.ZoneBlocks)
-	s.log = li
+	s.log, s.kind = li, li
 	fs.segs[z] = s
 	fs.logs[li] = s
 	fs.m.segOpened()

@@ -79,7 +79,8 @@ const (
 // tlState is the file system's threaded-logging bookkeeping (fs.mu).
 type tlState struct {
 	vol        TLOpener
-	alpha      float64
+	alpha      float64 // α of data segments: (N_node + N_meta) / N_valid
+	alphaNode  float64 // α of node segments: N_meta / N_valid (§3.3.2: N_node is 0 for a node victim)
 	beta       float64
 	thetaPI    uint64     // pre-invalid blocks that trigger a checkpoint
 	preInvalid uint64     // blocks valid at the last checkpoint and invalid now
@@ -112,7 +113,7 @@ func (fs *FS) setupMode(vol Volume) {
 	if fs.opts.Policy == nil {
 		fs.pol = DefaultPolicy(fs.opts.Move)
 	}
-	fs.tl.alpha, fs.tl.beta = alphaInit, betaInit
+	fs.tl.alpha, fs.tl.alphaNode, fs.tl.beta = alphaInit, alphaInit, betaInit
 }
 
 // Mode returns the recycling mode in effect (after any fallback).
@@ -171,8 +172,12 @@ func (fs *FS) tlCosts(s *segment, npre uint64) (ctl, csc float64) {
 	if c, w := fs.opts.HSRCopyCost, fs.opts.HSRWriteCost; c > 0 && w > 0 {
 		fw = costCopy * float64(w) / float64(c)
 	}
+	alpha := fs.tl.alpha
+	if segIsNode(s) {
+		alpha = fs.tl.alphaNode
+	}
 	ctl = costPlug * (float64(npre) + nv)
-	csc = costCopy*nv + fw*fs.tl.alpha*nv - costPlug*fs.tl.beta*float64(ncold)
+	csc = costCopy*nv + fw*alpha*nv - costPlug*fs.tl.beta*float64(ncold)
 	return ctl, csc
 }
 
@@ -207,6 +212,13 @@ func (fs *FS) tlTry(ctx context.Context, li int) *segment {
 	var bestKeep uint64
 	for _, s := range fs.segs {
 		if !s.stable || s.victim || s.tl || s.log >= 0 || !s.closed || s.pending > 0 || s.pins > 0 || s.wp != s.cap {
+			continue
+		}
+		// §3.3.1 (reclaiming cost imbalance): threaded logging takes a
+		// dirty segment of the log's own type only, so that it does not mix
+		// types (hot/warm/cold, node/data) in a segment; a segment the mount
+		// found (type unknown) must at least hold the same class of blocks
+		if s.kind >= 0 && s.kind != li || s.kind < 0 && s.nvalid > 0 && segIsNode(s) != fs.logIsNode(li) {
 			continue
 		}
 		keep := s.nvalid + pre[s.zone]
@@ -274,7 +286,7 @@ func (fs *FS) tlTry(ctx context.Context, li int) *segment {
 	}
 	// claim it before the table lock is released: no recycling, freeing or
 	// second TL_open picks it meanwhile
-	s.log, s.tl, s.stable = li, true, false
+	s.log, s.kind, s.tl, s.stable = li, li, true, false
 	z := s.zone
 	err := fs.unlocked(func() error { return fs.tl.vol.TLOpen(ctx, z, bm) })
 	if err != nil {
@@ -381,13 +393,18 @@ func (fs *FS) tlZones() []ZoneID {
 	return out
 }
 
-// profileAlpha feeds one compaction round into α: the node and metadata
-// blocks its checkpoint wrote per valid block moved.
-func (fs *FS) profileAlpha(moved, written uint64) {
+// profileAlpha feeds one compaction round of a node or a data segment into
+// its α: the node and metadata blocks its checkpoint wrote per valid block
+// moved.
+func (fs *FS) profileAlpha(node bool, moved, written uint64) {
 	if moved == 0 {
 		return
 	}
 	a := min(float64(written)/float64(moved), 4)
+	if node {
+		fs.tl.alphaNode = (1-ewma)*fs.tl.alphaNode + ewma*a
+		return
+	}
 	fs.tl.alpha = (1-ewma)*fs.tl.alpha + ewma*a
 }
 

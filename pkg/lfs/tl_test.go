@@ -101,11 +101,12 @@ func TestZNSPlusFillOverwrite(t *testing.T) {
 	require.Equal(t, lfs.ModeZNSPlus, fs.Mode())
 	fillOverwrite(t, fs, 7, 4, nil)
 	s := fs.Stats()
-	t.Logf("zns+: TL %d, compacted %d (share %.2f, HSR chose compaction %d), plugged %d on demand + %d background, pre-invalid %d/%d, alpha %.2f beta %.2f, checkpoints %v, izc %d, WAF %.2f",
+	t.Logf("zns+: TL %d, compacted %d (share %.2f, HSR chose compaction %d), plugged %d on demand + %d background, pre-invalid %d/%d, alpha %.2f (node %.2f) beta %.2f, checkpoints %v, izc %d, WAF %.2f",
 		s.TLRecycledSegments, s.CompactedSegments, s.TLShare, s.HSRCompaction, s.PluggedOnDemand, s.PluggedBackground,
-		s.PreInvalidBlocks, s.PreInvalidThreshold, s.Alpha, s.Beta, s.CheckpointsByCause, s.MovedIZC, s.WAF)
+		s.PreInvalidBlocks, s.PreInvalidThreshold, s.Alpha, s.AlphaNode, s.Beta, s.CheckpointsByCause, s.MovedIZC, s.WAF)
 	require.Positive(t, s.TLRecycledSegments)
 	require.Greater(t, s.TLShare, 0.25, "threaded logging reuses a good share of the victims")
+	require.Zero(t, fs.MixedSegments(), "threaded logging reuses a segment of the log's own type only")
 	require.Positive(t, s.PluggedOnDemand+s.PluggedBackground)
 	require.Equal(t, "zns+", s.Mode)
 	require.NoError(t, fs.Unmount(bg))

@@ -32,6 +32,7 @@ type zone struct {
 	slotSeq    uint64
 	jgen       uint64 // generation whose journal record is known durable
 	pend       int64  // write-cache bytes of a partially filled chunk
+	pendChip   int    // the chip of that chunk
 	compacting bool
 	tl         *tlState
 	ipuPages   map[uint32]uint32 // offset -> IPU slot (page map)
@@ -1214,7 +1215,7 @@ func (d *Device) resetLocked(z *zone, to ZoneState) error {
 
 func (d *Device) releasePend(z *zone) {
 	if z.pend > 0 && d.model != nil {
-		d.model.CacheRelease(d.now(), z.pend)
+		d.model.CacheReleaseChip(d.now(), z.pend, z.pendChip)
 	}
 	z.pend = 0
 }

@@ -96,7 +96,9 @@
 // time (lock-free CAS); an operation starts at max(ready, free). Reads: page
 // read on the chip then DMA on its channel, then the host link. Writes: host
 // link, admission into the shared write cache (a write waits when the cache
-// is full until enough earlier data has been programmed), then one program
+// is full until enough earlier data has been programmed; with
+// write_cache_die_bytes also until each die it writes has room: its bytes
+// per chip go to flash.Model.CacheAdmitDies), then one program
 // per completed chunk on its chip; the write completes at admission (at the
 // last program with FUA or without a cache). Copyback holds the chip for
 // copyback_ratio x (read + program) and never uses the channel; read and

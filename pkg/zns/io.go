@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/zonefleet/zonefleet/pkg/flash"
 	"github.com/zonefleet/zonefleet/pkg/zerr"
 )
 
@@ -470,8 +471,13 @@ func (d *Device) writeTiming(z *zone, off, n uint64, t0 time.Duration, fua, inte
 		ready = d.model.Link(t0, int(bytes))
 	}
 	if cached {
-		ready = d.model.CacheAdmit(ready, bytes)
+		if d.conf().WriteCacheDieBytes > 0 {
+			ready = d.model.CacheAdmitDies(ready, bytes, d.chipBytes(z, off, n))
+		} else {
+			ready = d.model.CacheAdmit(ready, bytes)
+		}
 		z.pend += bytes
+		z.pendChip = d.g.Locate(z.fcg, off+n-1).Chip
 	}
 	done := ready
 	lastProg := ready
@@ -484,7 +490,7 @@ func (d *Device) writeTiming(z *zone, off, n uint64, t0 time.Duration, fua, inte
 			if cached {
 				rel := min(chunkBytes, z.pend)
 				z.pend -= rel
-				d.model.CacheRelease(p, rel)
+				d.model.CacheReleaseChip(p, rel, l.Chip)
 			}
 		}
 	}
@@ -493,6 +499,32 @@ func (d *Device) writeTiming(z *zone, off, n uint64, t0 time.Duration, fua, inte
 		done = lastProg
 	}
 	return IOResult{Submitted: t0, Completed: done}
+}
+
+// chipBytes splits a write of n blocks at zone offset off by chip (for the
+// write cache's per-die back-pressure).
+func (d *Device) chipBytes(z *zone, off, n uint64) []flash.ChipBytes {
+	cb := uint64(d.g.ChunkBlocks)
+	bs := int64(d.g.BlockSize)
+	var out []flash.ChipBytes
+	for o := off; o < off+n; {
+		end := min(off+n, (o/cb+1)*cb)
+		c := d.g.Locate(z.fcg, o).Chip
+		b := int64(end-o) * bs
+		found := false
+		for i := range out {
+			if out[i].Chip == c {
+				out[i].Bytes += b
+				found = true
+				break
+			}
+		}
+		if !found {
+			out = append(out, flash.ChipBytes{Chip: c, Bytes: b})
+		}
+		o = end
+	}
+	return out
 }
 
 // SimpleCopy copies the source ranges, in order, to one contiguous

@@ -252,6 +252,7 @@ func runFig29b(ctx context.Context, dir string, o Options) (any, []Line, error) 
 	c := DefaultFig29b()
 	if o.Short {
 		c.Scenarios, c.Warmup, c.Run, c.BurstSweep = c.Scenarios[:1], 10*time.Millisecond, 20*time.Millisecond, []int{1}
+		c.DieBackpressure, c.DieWarmup = c.DieBackpressure[:1], 0
 	}
 	r, err := RunFig29b(ctx, dir, c)
 	if err != nil {
@@ -275,6 +276,22 @@ func runFig29b(ctx context.Context, dir string, o Options) (any, []Line, error) 
 			p = "1.357 (tokens only for pending writes)"
 		}
 		lines = append(lines, Line{Label: fmt.Sprintf("regular_gain, 1-regular, token cap %d", b.BurstBlocks), Ours: b.RegularGain, Paper: p})
+	}
+	paperOff := map[string]string{"2-all-busy": "2,160.9", "3-collision-free": "2,403.3"}
+	for _, row := range r.Rows {
+		if p, ok := paperOff[row.Scenario.Name]; ok {
+			lines = append(lines, Line{Label: "device MB/s AC off, " + row.Scenario.Name, Ours: row.Off.TotalMBps, Paper: p})
+		}
+	}
+	for _, d := range r.Die {
+		for _, row := range d.Rows {
+			if p, ok := paperOff[row.Scenario.Name]; ok {
+				lines = append(lines, Line{Label: fmt.Sprintf("device MB/s AC off, %s, die back-pressure %d KiB", row.Scenario.Name, d.DieBytes>>10), Ours: row.Off.TotalMBps, Paper: p})
+			}
+		}
+		for _, n := range names {
+			lines = append(lines, Line{Label: fmt.Sprintf("total_gain, %s, die back-pressure %d KiB", n, d.DieBytes>>10), Ours: d.TotalGain[n], Paper: paperTotal[n]})
+		}
 	}
 	return r, lines, nil
 }

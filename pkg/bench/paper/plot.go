@@ -172,10 +172,10 @@ func plotFigure(id string, v any, path string) error {
 		}
 		return b.save(path)
 	case *Fig29bResult:
-		b := bars{title: "Fig. 29b: write admission control (token cap in blocks; node default 256)", ylabel: "per-thread write MB/s",
+		b := bars{title: "Fig. 29b: AC (cap N: token cap; die: per-die cache limit)", ylabel: "per-thread write MB/s",
 			series: []string{"regular, AC off", "regular, AC on", "busy, AC off", "busy, AC on"}, values: make([][]float64, 4)}
 		for _, row := range r.Rows {
-			b.labels = append(b.labels, row.Scenario.Name)
+			b.labels = append(b.labels, "sc"+row.Scenario.Name[:1])
 			b.values[0] = append(b.values[0], row.Off.RegularMBps)
 			b.values[1] = append(b.values[1], row.On.RegularMBps)
 			b.values[2] = append(b.values[2], row.Off.BusyMBps)
@@ -184,14 +184,31 @@ func plotFigure(id string, v any, path string) error {
 		if len(r.Rows) > 0 {
 			off := r.Rows[0].Off
 			for _, bu := range r.Bursts {
-				b.labels = append(b.labels, fmt.Sprintf("sc1 cap %d", bu.BurstBlocks))
+				b.labels = append(b.labels, fmt.Sprintf("cap %s", capLabel(bu.BurstBlocks)))
 				b.values[0] = append(b.values[0], off.RegularMBps)
 				b.values[1] = append(b.values[1], bu.On.RegularMBps)
 				b.values[2] = append(b.values[2], off.BusyMBps)
 				b.values[3] = append(b.values[3], bu.On.BusyMBps)
 			}
 		}
+		for _, d := range r.Die {
+			for _, row := range d.Rows {
+				b.labels = append(b.labels, fmt.Sprintf("die sc%s", row.Scenario.Name[:1]))
+				b.values[0] = append(b.values[0], row.Off.RegularMBps)
+				b.values[1] = append(b.values[1], row.On.RegularMBps)
+				b.values[2] = append(b.values[2], row.Off.BusyMBps)
+				b.values[3] = append(b.values[3], row.On.BusyMBps)
+			}
+		}
 		return b.save(path)
 	}
 	return fmt.Errorf("no plot for figure %s", id)
+}
+
+// capLabel is a token cap for a bar label (1048576 is "1M").
+func capLabel(n int) string {
+	if n >= 1<<20 && n%(1<<20) == 0 {
+		return fmt.Sprintf("%dM", n>>20)
+	}
+	return fmt.Sprint(n)
 }

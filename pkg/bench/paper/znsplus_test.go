@@ -7,9 +7,12 @@ import (
 	"github.com/stretchr/testify/require"
 )
 
-// The ZNS+ figure through the harness: both workloads run, and the paper's
-// direction holds at the short scale (ZNS+ above ZNS and at least IZC,
-// threaded logging recycles segments, a table line per ratio).
+// The ZNS+ figure through the harness at the short scale (16 chips, an
+// 18 MiB file system at 85 %): both workloads run and the paper's effects
+// hold in direction and rough size — IZC above ZNS by more than the 10 %
+// noise of a chip-bound drive (paper Fig. 7: 1.21-1.77), ZNS+ above IZC
+// (1.33-2.91 over ZNS), threaded logging recycling most segments (Table 5:
+// 85.8-94.8 %), and a table line per ratio.
 func TestZNSPlusFigure(t *testing.T) {
 	res, err := Run(context.Background(), t.TempDir(), []string{"zns_plus"}, Options{Short: true})
 	require.NoError(t, err)
@@ -18,10 +21,14 @@ func TestZNSPlusFigure(t *testing.T) {
 	require.Len(t, r.Workloads, 2)
 	for _, w := range r.Workloads {
 		require.NotEmpty(t, w.Utils)
+		require.Equal(t, 16, w.Chips, "the paper's 16 chips")
 		for _, u := range w.Utils {
-			require.Greater(t, u.ZNSPlusVsZNS, 1.0, w.Workload)
-			require.GreaterOrEqual(t, u.ZNSPlusVsZNS, u.IZCvsZNS, w.Workload)
-			require.Greater(t, u.TLShare, 0.0, w.Workload)
+			t.Logf("%s %.0f%%: izc/zns %.3f, zns+/zns %.3f, TL share %.3f, WAF %v", w.Workload, 100*u.Utilization, u.IZCvsZNS, u.ZNSPlusVsZNS, u.TLShare, u.WAF)
+			require.Greater(t, u.IZCvsZNS, 1.1, "%s: IZC > ZNS", w.Workload)
+			require.Less(t, u.IZCvsZNS, 5.0, "%s: IZC/ZNS within a few times the paper's", w.Workload)
+			require.Greater(t, u.ZNSPlusVsZNS, u.IZCvsZNS, "%s: ZNS+ > IZC", w.Workload)
+			require.Greater(t, u.TLShare, 0.5, "%s: threaded logging recycles most segments", w.Workload)
+			require.Less(t, u.WAF["zns+"], u.WAF["izc"], "%s: ZNS+ writes less than IZC (Fig. 8)", w.Workload)
 		}
 	}
 	require.Len(t, res.Lines["zns_plus"], 3*2)

@@ -15,7 +15,7 @@ func small(workload string) znsplus.Config {
 	c := znsplus.Small()
 	c.Workload = workload
 	c.Utilizations = []float64{0.85}
-	c.Overwrite = 1
+	c.Overwrite = 0.6
 	return c
 }
 
