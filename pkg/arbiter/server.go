@@ -66,7 +66,7 @@ func toVZone(l Layout, nodes map[string]NodeInfo) *v1.VZone {
 	var start uint64
 	for _, g := range l.Groups {
 		pg := &v1.StripeGroup{Index: g.Index, Width: g.Width, StripeBlocks: g.StripeSize / max(l.BlockSize, 1),
-			Start: start, Capacity: uint64(g.Width) * l.ZoneCapacity, Copies: g.Copies}
+			Start: start, Capacity: uint64(g.Width) * l.ZoneCapacity, Copies: g.Copies, Parity: g.Parity}
 		for _, z := range g.Zones {
 			pz := &v1.PhysicalZone{Node: z.Node, Device: z.Device, Zone: z.Zone}
 			if n, ok := nodes[z.Node]; ok {
