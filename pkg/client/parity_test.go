@@ -1,0 +1,123 @@
+package client_test
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	mrand "math/rand/v2"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+	"github.com/stretchr/testify/require"
+
+	v1 "github.com/zonefleet/zonefleet/api/zonefleet/v1"
+	"github.com/zonefleet/zonefleet/pkg/client"
+	"github.com/zonefleet/zonefleet/pkg/zerr"
+)
+
+// A raid5 namespace over real nodes: random appends (partial rows, full
+// rows, rows completed across appends, FUA or not) against a reference;
+// with a node holding a data leg stopped, every acknowledged byte reads
+// back (reconstructed from parity, or from the partial-parity log for the
+// row that was partial when it stopped), also through a fresh client; a
+// write into the group is refused as degraded; after the node returns
+// everything reads back again.
+func TestParityVZoneSurvivesANode(t *testing.T) {
+	c := startCluster(t, 3, 1)
+	ctx := context.Background()
+	admin := newClient(t, c, "")
+	ns, err := admin.Namespaces().Create(ctx, &v1.CreateNamespaceRequest{Name: "p", MaxActiveVzones: 2, ZonesPerVzone: 4, Redundancy: "raid5"})
+	require.NoError(t, err)
+	require.Equal(t, "raid5", ns.GetRedundancy())
+
+	reg := prometheus.NewRegistry()
+	cfg := c.ClientConfig("p")
+	cfg.Etcd, cfg.RetryDeadline, cfg.Registerer = c.Etcd.Endpoints(), 3*time.Second, reg
+	cl, err := client.New(ctx, cfg)
+	require.NoError(t, err)
+	t.Cleanup(cl.Close)
+
+	vz, err := cl.OpenVZone(ctx)
+	require.NoError(t, err)
+	info, err := vz.ReportZone(ctx)
+	require.NoError(t, err)
+	bs := info.BlockSize
+	l, err := vz.Layout(ctx)
+	require.NoError(t, err)
+	g0 := l.GetGroups()[0]
+	require.True(t, g0.GetParity())
+	row := uint64(g0.GetStripeBlocks()) * uint64(g0.GetWidth())
+	rng := mrand.New(mrand.NewPCG(19, 5))
+	var want []byte
+	for i := 0; uint64(len(want))/bs < 3*row*uint64(l.GetGroups()[0].GetWidth()) && i < 200; i++ {
+		nb := 1 + rng.Uint64N(2*row)
+		b := random(int(bs * nb))
+		var err error
+		off := uint64(len(want)) / bs
+		if i%3 == 0 {
+			err = vz.WriteFUA(ctx, off, b)
+		} else {
+			_, err = vz.Append(ctx, b)
+		}
+		require.NoError(t, err)
+		want = append(want, b...)
+	}
+	if uint64(len(want))/bs%row == 0 { // end inside a row: its protection is a PP record
+		b := random(int(bs))
+		_, err := vz.Append(ctx, b)
+		require.NoError(t, err)
+		want = append(want, b...)
+	}
+	require.NoError(t, vz.Flush(ctx))
+	l, err = vz.Layout(ctx)
+	require.NoError(t, err)
+	for _, g := range l.GetGroups() {
+		require.True(t, g.GetParity())
+		require.Zero(t, g.GetCopies())
+		require.Len(t, g.GetZones(), int(g.GetWidth()+2))
+		nodes := map[string]bool{}
+		for _, z := range g.GetZones()[:g.GetWidth()+1] {
+			require.False(t, nodes[z.GetNode()], "two legs of a parity group on %s", z.GetNode())
+			nodes[z.GetNode()] = true
+		}
+		require.Equal(t, g.GetZones()[g.GetWidth()].GetNode(), g.GetZones()[g.GetWidth()+1].GetNode())
+	}
+	readAll := func(vz *client.VZone, why string) {
+		t.Helper()
+		got, err := vz.Read(ctx, 0, uint64(len(want))/bs)
+		require.NoError(t, err, why)
+		require.True(t, bytes.Equal(want, got), "parity v-zone reads back other bytes (%s)", why)
+	}
+	readAll(vz, "all nodes up")
+
+	// offloaded recycling is refused on parity v-zones, typed
+	dst, err := cl.OpenVZone(ctx)
+	require.NoError(t, err)
+	_, err = cl.Compact(ctx, []client.Copy{{Src: vz.ID(), SrcOff: 0, Dst: dst.ID(), DstOff: 0, Blocks: 1}})
+	require.ErrorIs(t, err, zerr.ErrZoneState)
+	require.NoError(t, dst.Reset(ctx))
+
+	// stop the node of data leg 0 of the last (open, partial-row) group
+	last := l.GetGroups()[len(l.GetGroups())-1]
+	victim := last.GetZones()[0].GetNode()
+	var idx int
+	_, err = fmt.Sscanf(victim, "node-%d", &idx)
+	require.NoError(t, err)
+	require.NoError(t, c.StopNode(idx-1))
+
+	readAll(vz, victim+" down")
+	require.Greater(t, testutil.ToFloat64(counter(t, reg, "zonefleet_client_degraded_reads_total")), 0.0)
+	cl2 := newClient(t, c, "p") // a fresh client: no cached row parity, layout from the arbiter
+	readAll(cl2.VZone(vz.ID()), victim+" down, fresh client")
+
+	t0 := time.Now()
+	_, err = vz.Append(ctx, random(int(bs)))
+	require.ErrorIs(t, err, zerr.ErrZoneState)
+	require.True(t, zerr.IsDegraded(err), "%v", err)
+	require.Less(t, time.Since(t0), cfg.RetryDeadline, "a degraded write does not wait out the retries")
+
+	require.NoError(t, c.StartNode(ctx, idx-1))
+	readAll(cl2.VZone(vz.ID()), victim+" back")
+}
