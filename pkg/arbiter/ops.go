@@ -92,6 +92,7 @@ type Status struct {
 	DegradedNamespaces []string
 	LostCopies         int    // copies of mirrored legs on down nodes not rebuilt yet
 	Rebuilding         int    // rebuilds copying now
+	LostParityZones    int    // zones of parity groups on down nodes (not rebuilt: unsupported yet)
 	CapacityBlocks     uint64 // over available devices
 	FreeBlocks         uint64 // in unallocated zones of available devices
 }
@@ -955,6 +956,7 @@ func (a *Arbiter) Status(ctx context.Context) (Status, error) {
 		}
 	}
 	s.LostCopies = len(rebuildJobs(st))
+	s.LostParityZones = len(lostParityZones(st))
 	for id, n := range st.Nodes {
 		if !n.Available {
 			continue

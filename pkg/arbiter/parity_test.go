@@ -3,10 +3,14 @@ package arbiter
 import (
 	"context"
 	"testing"
+	"time"
 
+	"github.com/prometheus/client_golang/prometheus/testutil"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+	clientv3 "go.etcd.io/etcd/client/v3"
 
+	"github.com/zonefleet/zonefleet/pkg/cluster"
 	"github.com/zonefleet/zonefleet/pkg/zerr"
 )
 
@@ -69,4 +73,53 @@ func TestParityNamespaceNeedsNodes(t *testing.T) {
 	l, err := a.Layout(ctx, "p", 0)
 	require.NoError(t, err)
 	require.Equal(t, VZoneEmpty, l.State)
+}
+
+// A node holding a leg of a parity group goes down: the v-zone counts as
+// degraded, nothing is rebuilt (typed as unsupported: RebuildResult and
+// ClusterStatus say how many zones), and the state stays consistent.
+func TestParityLegOnADownNodeIsNotRebuilt(t *testing.T) {
+	tc := newTestCluster(t)
+	tc.comp = newMemCompactor()
+	tc.cfg = func(c *Config) { c.NodeDownAfter = 10 * time.Minute }
+	leases := map[string]clientv3.LeaseID{}
+	for _, id := range []string{"n0", "n1", "n2"} {
+		leases[id] = tc.addNode(id, []cluster.DeviceInfo{testDevice(0)}, true)
+	}
+	a := tc.start("arb-0:9000")
+	tc.leader(a)
+	tc.waitNodes(a, 3)
+	ctx := context.Background()
+	_, err := a.CreateNamespace(ctx, NamespaceSpec{Name: "p", MARLogical: 2, ZonesPerVZone: 4, Redundancy: "raid5"})
+	require.NoError(t, err)
+	l0, err := a.OpenVZone(ctx, "p", 0)
+	require.NoError(t, err)
+	g0 := l0.Groups[0]
+	require.True(t, g0.Parity)
+	victim := g0.Zones[0].Node // a data leg
+	lost := 0
+	for _, z := range g0.Zones {
+		if z.Node == victim {
+			lost++
+		}
+	}
+	_, err = tc.cli.Revoke(ctx, leases[victim])
+	require.NoError(t, err)
+	tc.waitNodes(a, 2)
+	require.Eventually(t, func() bool { return testutil.ToFloat64(a.m.degradedVZones.WithLabelValues("p")) > 0 },
+		10*time.Second, 10*time.Millisecond, "a parity v-zone with a zone on the lost node counts as degraded")
+	tc.clock.Advance(11 * time.Minute)
+	require.NoError(t, a.CheckNodes(ctx))
+	res, err := a.CheckRebuild(ctx)
+	require.NoError(t, err)
+	require.Equal(t, RebuildResult{Unsupported: lost}, res)
+	st, err := a.Status(ctx)
+	require.NoError(t, err)
+	require.Equal(t, lost, st.LostParityZones)
+	require.Zero(t, st.LostCopies)
+	l, err := a.Layout(ctx, "p", 0)
+	require.NoError(t, err)
+	require.Equal(t, g0.Zones, l.Groups[0].Zones, "the layout keeps the lost zone (no rebuild)")
+	require.ErrorIs(t, ErrParityRebuild, zerr.ErrZoneState)
+	checkInvariants(t, tc, a, "parity leg down")
 }

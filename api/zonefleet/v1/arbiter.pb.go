@@ -1667,10 +1667,14 @@ type ClusterStatusResponse struct {
 	FreeBlocks         uint64                 `protobuf:"varint,15,opt,name=free_blocks,json=freeBlocks,proto3" json:"free_blocks,omitempty"` // in empty physical zones
 	// Copies of mirrored legs on down nodes not rebuilt yet, and rebuilds
 	// copying now (operator view; 0 for a tenant).
-	LostCopies    uint32 `protobuf:"varint,16,opt,name=lost_copies,json=lostCopies,proto3" json:"lost_copies,omitempty"`
-	Rebuilding    uint32 `protobuf:"varint,17,opt,name=rebuilding,proto3" json:"rebuilding,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	LostCopies uint32 `protobuf:"varint,16,opt,name=lost_copies,json=lostCopies,proto3" json:"lost_copies,omitempty"`
+	Rebuilding uint32 `protobuf:"varint,17,opt,name=rebuilding,proto3" json:"rebuilding,omitempty"`
+	// Zones of parity (raid5) groups on down nodes: their groups stay
+	// degraded (reads reconstruct), rebuild of parity legs is not supported
+	// yet (operator view; 0 for a tenant).
+	LostParityZones uint32 `protobuf:"varint,18,opt,name=lost_parity_zones,json=lostParityZones,proto3" json:"lost_parity_zones,omitempty"`
+	unknownFields   protoimpl.UnknownFields
+	sizeCache       protoimpl.SizeCache
 }
 
 func (x *ClusterStatusResponse) Reset() {
@@ -1818,6 +1822,13 @@ func (x *ClusterStatusResponse) GetLostCopies() uint32 {
 func (x *ClusterStatusResponse) GetRebuilding() uint32 {
 	if x != nil {
 		return x.Rebuilding
+	}
+	return 0
+}
+
+func (x *ClusterStatusResponse) GetLostParityZones() uint32 {
+	if x != nil {
+		return x.LostParityZones
 	}
 	return 0
 }
@@ -2261,7 +2272,7 @@ const file_zonefleet_v1_arbiter_proto_rawDesc = "" +
 	"\rArbiterMember\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x12\n" +
 	"\x04addr\x18\x02 \x01(\tR\x04addr\x12\x16\n" +
-	"\x06leader\x18\x03 \x01(\bR\x06leader\"\xdf\x04\n" +
+	"\x06leader\x18\x03 \x01(\bR\x06leader\"\x8b\x05\n" +
 	"\x15ClusterStatusResponse\x12\x16\n" +
 	"\x06leader\x18\x01 \x01(\tR\x06leader\x127\n" +
 	"\barbiters\x18\x02 \x03(\v2\x1b.zonefleet.v1.ArbiterMemberR\barbiters\x12\x14\n" +
@@ -2289,7 +2300,8 @@ const file_zonefleet_v1_arbiter_proto_rawDesc = "" +
 	"lostCopies\x12\x1e\n" +
 	"\n" +
 	"rebuilding\x18\x11 \x01(\rR\n" +
-	"rebuilding\"\x16\n" +
+	"rebuilding\x12*\n" +
+	"\x11lost_parity_zones\x18\x12 \x01(\rR\x0flostParityZones\"\x16\n" +
 	"\x14ClusterStatusRequest\"b\n" +
 	"\x12TLOpenVZoneRequest\x12\x1c\n" +
 	"\tnamespace\x18\x01 \x01(\tR\tnamespace\x12\x0e\n" +
