@@ -118,6 +118,47 @@ func TestParityVZoneSurvivesANode(t *testing.T) {
 	require.True(t, zerr.IsDegraded(err), "%v", err)
 	require.Less(t, time.Since(t0), cfg.RetryDeadline, "a degraded write does not wait out the retries")
 
+	// the workload goes on in a new v-zone once the arbiter sees the node
+	// gone: placed on the two live nodes (width 1 + parity), readable
+	require.Eventually(t, func() bool {
+		nodes, err := admin.ListNodes(ctx)
+		if err != nil {
+			return false
+		}
+		for _, n := range nodes {
+			if n.GetId() == victim {
+				return !n.GetAvailable()
+			}
+		}
+		return true
+	}, 30*time.Second, 100*time.Millisecond)
+	nv, err := cl.OpenVZone(ctx)
+	require.NoError(t, err)
+	var more []byte
+	for i := 0; i < 12; i++ {
+		b := random(int(bs * (1 + rng.Uint64N(3*row))))
+		_, err := nv.Append(ctx, b)
+		require.NoError(t, err)
+		more = append(more, b...)
+	}
+	nl, err := nv.Layout(ctx)
+	require.NoError(t, err)
+	for _, g := range nl.GetGroups() {
+		require.True(t, g.GetParity())
+		for _, z := range g.GetZones() {
+			require.NotEqual(t, victim, z.GetNode(), "a new parity group on the stopped node")
+		}
+	}
+	readMore := func(why string) {
+		t.Helper()
+		got, err := nv.Read(ctx, 0, uint64(len(more))/bs)
+		require.NoError(t, err, why)
+		require.True(t, bytes.Equal(more, got), "the new v-zone reads back other bytes (%s)", why)
+	}
+	readMore(victim + " down")
+
 	require.NoError(t, c.StartNode(ctx, idx-1))
 	readAll(cl2.VZone(vz.ID()), victim+" back")
+	readAll(vz, victim+" back, first client")
+	readMore(victim + " back")
 }
