@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"hash/crc32"
+	"slices"
 	"sync"
 
 	v1 "github.com/zonefleet/zonefleet/api/zonefleet/v1"
@@ -433,9 +434,35 @@ func (v *VZone) reconstruct(ctx context.Context, g *group, l *leg, bad map[strin
 			return err
 		}
 	}
+	// the leg's zone range [l.zoff, l.zoff+l.blocks) of every survivor and
+	// of the parity leg, read once, in parallel
+	span := make(map[int][]byte, len(others)+1)
+	srcs := others
+	if !bad[g.zones[g.width].node] {
+		srcs = append(slices.Clone(others), g.width)
+	}
+	serrs := make([]error, len(srcs))
+	var wg sync.WaitGroup
+	var smu sync.Mutex
+	for i, j := range srcs {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			b, err := v.readRaw(ctx, g.zones[j], l.zoff, l.blocks, bs)
+			smu.Lock()
+			span[j], serrs[i] = b, err
+			smu.Unlock()
+		}()
+	}
+	wg.Wait()
+	if err := errors.Join(serrs...); err != nil {
+		return err
+	}
 	var recs []ppRecord
 	recsRead := false
 	for _, p := range l.pieces {
+		_, pz := g.locate(p.voff)
+		at := (pz - l.zoff) * bs // the piece's place in span
 		rel := p.voff - g.start
 		r := rel / rowBlocks
 		a := rel % S // unit offset (the piece lies in one unit)
@@ -451,11 +478,7 @@ func (v *VZone) reconstruct(ctx context.Context, g *group, l *leg, bad map[strin
 		}
 		covered := rowBlocks
 		if wps[g.width] >= (r+1)*S && held(rowBlocks) {
-			src, err := v.readRaw(ctx, g.zones[g.width], r*S+a, p.n, bs)
-			if err != nil {
-				return err
-			}
-			copy(out, src)
+			copy(out, span[g.width][at:at+p.n*bs])
 		} else {
 			if !recsRead {
 				pz := g.zones[g.width+1]
@@ -494,11 +517,7 @@ func (v *VZone) reconstruct(ctx context.Context, g *group, l *leg, bad map[strin
 			if m == 0 {
 				continue
 			}
-			src, err := v.readRaw(ctx, g.zones[j], r*S+a, m, bs)
-			if err != nil {
-				return err
-			}
-			xorInto(out[:m*bs], src)
+			xorInto(out[:m*bs], span[j][at:at+m*bs])
 		}
 		if mine := uint64(l.idx)*S + a; covered < mine+p.n { // past what was acknowledged: zeroes
 			clear(out[sub64(covered, mine)*bs:])
