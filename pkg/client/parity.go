@@ -66,6 +66,12 @@ import (
 // A row with neither holds nothing acknowledged on the lost leg: zeroes.
 // Two unavailable zones of one group fail the read.
 //
+// The v-zone's write pointer is the data legs' contiguous prefix; a data
+// leg whose node is unavailable stands in with its extent at the group's
+// protected end (lostLegWritePointer: rows with parity + the newest PP
+// record's cover), so a client that starts during the outage (a mount)
+// finds the acknowledged end.
+//
 // The PP log is not reset when the group fills: the zone is finished with
 // the group and reset with the v-zone. zone_compaction and TL_open are
 // refused (mirroredError); the file system recycles by host copy.
@@ -481,19 +487,13 @@ func (v *VZone) reconstruct(ctx context.Context, g *group, l *leg, bad map[strin
 			copy(out, span[g.width][at:at+p.n*bs])
 		} else {
 			if !recsRead {
-				pz := g.zones[g.width+1]
-				if bad[pz.node] {
+				if bad[g.zones[g.width+1].node] {
 					return &zerr.UnavailableError{What: fmt.Sprintf("v-zone %d stripe group %d", v.id, g.index), Reason: "the partial-parity log is on an unavailable node too"}
 				}
-				pwp, err := v.zoneWritePointer(ctx, pz)
-				if err != nil {
+				if recs, err = v.ppRecords(ctx, g, bs); err != nil {
 					return err
 				}
-				b, err := v.readRaw(ctx, pz, 0, pwp, bs)
-				if err != nil {
-					return err
-				}
-				recs, recsRead = parseLog(b, bs), true
+				recsRead = true
 			}
 			var rec *ppRecord
 			for i := len(recs) - 1; i >= 0; i-- {
@@ -524,6 +524,50 @@ func (v *VZone) reconstruct(ctx context.Context, g *group, l *leg, bad map[strin
 		}
 	}
 	return nil
+}
+
+// ppRecords reads g's PP log up to its write pointer and parses it.
+func (v *VZone) ppRecords(ctx context.Context, g *group, bs uint64) ([]ppRecord, error) {
+	pz := g.zones[g.width+1]
+	pwp, err := v.zoneWritePointer(ctx, pz)
+	if err != nil {
+		return nil, err
+	}
+	b, err := v.readRaw(ctx, pz, 0, pwp, bs)
+	if err != nil {
+		return nil, err
+	}
+	return parseLog(b, bs), nil
+}
+
+// lostLegWritePointer stands in for the write pointer of data leg i of
+// parity group g while its node is unavailable: the leg's extent at the
+// group's protected end — the rows whose parity unit is written, plus the
+// blocks the newest intact PP record of the next row covers. Anything the
+// lost leg held past that was never acknowledged.
+func (v *VZone) lostLegWritePointer(ctx context.Context, g *group, i int) (uint64, error) {
+	bs, err := v.blockSize(ctx)
+	if err != nil {
+		return 0, err
+	}
+	S := g.stripe
+	pwp, err := v.zoneWritePointer(ctx, g.zones[g.width])
+	if err != nil {
+		return 0, err
+	}
+	rows := pwp / S
+	recs, err := v.ppRecords(ctx, g, bs)
+	if err != nil {
+		return 0, err
+	}
+	var c uint64
+	for k := len(recs) - 1; k >= 0; k-- {
+		if recs[k].Group == g.index && recs[k].Row == rows {
+			c = recs[k].Covered
+			break
+		}
+	}
+	return rows*S + min(sub64(c, uint64(i)*S), S), nil
 }
 
 func sub64(a, b uint64) uint64 {

@@ -110,6 +110,9 @@ func TestParityVZoneSurvivesANode(t *testing.T) {
 	readAll(vz, victim+" down")
 	require.Greater(t, testutil.ToFloat64(counter(t, reg, "zonefleet_client_degraded_reads_total")), 0.0)
 	cl2 := newClient(t, c, "p") // a fresh client: no cached row parity, layout from the arbiter
+	info2, err := cl2.VZone(vz.ID()).ReportZone(ctx)
+	require.NoError(t, err)
+	require.Equal(t, uint64(len(want))/bs, info2.WritePointer, "the write pointer from the parity and PP log standing in for the lost leg")
 	readAll(cl2.VZone(vz.ID()), victim+" down, fresh client")
 
 	t0 := time.Now()

@@ -379,7 +379,16 @@ func (v *VZone) writePointer(ctx context.Context) (uint64, error) {
 	for _, g := range groups {
 		prefix := g.start + g.capacity
 		for i := 0; i < g.width; i++ {
-			zw, err := v.legWritePointer(ctx, g, i)
+			var zw uint64
+			var err error
+			if g.parity { // one attempt: a lost data leg has a stand-in
+				if zw, err = v.zoneWritePointer(failFast(ctx), g.zones[i]); err != nil && errors.Is(err, zerr.ErrUnavailable) {
+					v.c.suspect.mark(g.zones[i].node)
+					zw, err = v.lostLegWritePointer(ctx, g, i)
+				}
+			} else {
+				zw, err = v.legWritePointer(ctx, g, i)
+			}
 			if err != nil {
 				return 0, err
 			}
