@@ -72,6 +72,9 @@ import (
 // record's cover), so a client that starts during the outage (a mount)
 // finds the acknowledged end.
 //
+// Finish seals the open parity group first (sealParity): a seal record in
+// its PP log keeps what the finished zones' write pointers no longer say.
+//
 // The PP log is not reset when the group fills: the zone is finished with
 // the group and reset with the v-zone. zone_compaction and TL_open are
 // refused (mirroredError); the file system recycles by host copy.
@@ -80,7 +83,12 @@ import (
 const ppMagic = 0x5a465050 // "ZFPP"
 
 // ppHeaderLen is the encoded header's length (the rest of its block is zero).
-const ppHeaderLen = 36
+const ppHeaderLen = 48
+
+// ppSealed marks a seal record (sealParity): written before the group's
+// zones are finished, when the drives' write pointers stop telling how far
+// each zone was written.
+const ppSealed = 1
 
 var crcTable = crc32.MakeTable(crc32.Castagnoli)
 
@@ -91,6 +99,10 @@ type ppHeader struct {
 	Covered uint64 // blocks of the row (from its start) the parity covers
 	Blocks  uint32 // payload blocks that follow the header block
 	CRC     uint32 // CRC-32C of the payload
+	Flags   uint32 // ppSealed
+	// ParityRows (seal records): the rows whose parity unit was written
+	// when the group was sealed.
+	ParityRows uint64
 }
 
 func (h ppHeader) encode(b []byte) {
@@ -101,20 +113,23 @@ func (h ppHeader) encode(b []byte) {
 	binary.LittleEndian.PutUint64(b[16:], h.Covered)
 	binary.LittleEndian.PutUint32(b[24:], h.Blocks)
 	binary.LittleEndian.PutUint32(b[28:], h.CRC)
-	binary.LittleEndian.PutUint32(b[32:], crc32.Checksum(b[:32], crcTable))
+	binary.LittleEndian.PutUint32(b[32:], h.Flags)
+	binary.LittleEndian.PutUint64(b[36:], h.ParityRows)
+	binary.LittleEndian.PutUint32(b[44:], crc32.Checksum(b[:44], crcTable))
 }
 
 // decodePPHeader parses a header block; ok is false for anything that is
 // not an intact header (zeroes, a torn write, another record's payload).
 func decodePPHeader(b []byte) (ppHeader, bool) {
 	if len(b) < ppHeaderLen || binary.LittleEndian.Uint32(b) != ppMagic ||
-		binary.LittleEndian.Uint32(b[32:]) != crc32.Checksum(b[:32], crcTable) {
+		binary.LittleEndian.Uint32(b[44:]) != crc32.Checksum(b[:44], crcTable) {
 		return ppHeader{}, false
 	}
 	return ppHeader{
 		Group: binary.LittleEndian.Uint32(b[4:]), Row: binary.LittleEndian.Uint64(b[8:]),
 		Covered: binary.LittleEndian.Uint64(b[16:]), Blocks: binary.LittleEndian.Uint32(b[24:]),
-		CRC: binary.LittleEndian.Uint32(b[28:]),
+		CRC: binary.LittleEndian.Uint32(b[28:]), Flags: binary.LittleEndian.Uint32(b[32:]),
+		ParityRows: binary.LittleEndian.Uint64(b[36:]),
 	}, true
 }
 
@@ -466,6 +481,21 @@ func (v *VZone) reconstruct(ctx context.Context, g *group, l *leg, bad map[strin
 	}
 	var recs []ppRecord
 	recsRead := false
+	pz := g.zones[g.width+1]
+	if !bad[pz.node] {
+		// read the PP log up front: a seal record changes the rules
+		if recs, err = v.ppRecords(ctx, g, bs); err != nil {
+			return err
+		}
+		recsRead = true
+	}
+	var seal *ppRecord
+	for i := len(recs) - 1; i >= 0; i-- {
+		if recs[i].Group == g.index && recs[i].Flags&ppSealed != 0 {
+			seal = &recs[i]
+			break
+		}
+	}
 	for _, p := range l.pieces {
 		_, pz := g.locate(p.voff)
 		at := (pz - l.zoff) * bs // the piece's place in span
@@ -483,7 +513,13 @@ func (v *VZone) reconstruct(ctx context.Context, g *group, l *leg, bad map[strin
 			return true
 		}
 		covered := rowBlocks
-		if wps[g.width] >= (r+1)*S && held(rowBlocks) {
+		useParity := wps[g.width] >= (r+1)*S && held(rowBlocks)
+		if seal != nil {
+			// finished: the write pointers say nothing; the seal does
+			useParity = r < seal.ParityRows
+			held = func(uint64) bool { return true }
+		}
+		if useParity {
 			copy(out, span[g.width][at:at+p.n*bs])
 		} else {
 			if !recsRead {
@@ -497,10 +533,15 @@ func (v *VZone) reconstruct(ctx context.Context, g *group, l *leg, bad map[strin
 			}
 			var rec *ppRecord
 			for i := len(recs) - 1; i >= 0; i-- {
-				if x := &recs[i]; x.Group == g.index && x.Row == r && held(x.Covered) {
-					rec = x
-					break
+				x := &recs[i]
+				if x.Group != g.index || x.Row != r || !held(x.Covered) {
+					continue
 				}
+				if seal != nil && x.Flags&ppSealed == 0 && r == seal.Row {
+					continue // the seal's cover is what was acknowledged of its row
+				}
+				rec = x
+				break
 			}
 			clear(out)
 			if rec == nil {
@@ -521,6 +562,69 @@ func (v *VZone) reconstruct(ctx context.Context, g *group, l *leg, bad map[strin
 		}
 		if mine := uint64(l.idx)*S + a; covered < mine+p.n { // past what was acknowledged: zeroes
 			clear(out[sub64(covered, mine)*bs:])
+		}
+	}
+	return nil
+}
+
+// sealParity appends a seal record to the PP log of every parity group
+// that is about to be finished (Finish): finishing fills the zones with
+// zeroes and moves their write pointers to the end, after which neither
+// the parity leg's write pointer (which rows have parity) nor the data
+// legs' (how far the open row got) can be trusted. The seal keeps both:
+// ParityRows, and the row at the v-zone's write pointer with its XOR and
+// cover, so reconstruction of a finished group uses the parity of the
+// rows before ParityRows, the seal (or an older PP record) for the rows
+// after, and zeroes past the seal's row. A group whose PP log's node is
+// unavailable is not sealed (its data legs are all there; nothing would
+// reconstruct them anyway), nor is a full or empty one.
+func (v *VZone) sealParity(ctx context.Context, groups []*group) error {
+	var open []*group
+	for _, g := range groups {
+		if g.parity {
+			open = append(open, g)
+		}
+	}
+	if len(open) == 0 {
+		return nil
+	}
+	bs, err := v.blockSize(ctx)
+	if err != nil {
+		return err
+	}
+	wp, err := v.writePointer(ctx)
+	if err != nil {
+		return err
+	}
+	for _, g := range open {
+		if wp <= g.start || wp >= g.start+g.capacity {
+			continue // empty, or full: its rows all have parity
+		}
+		pz := g.zones[g.width+1]
+		if !v.preferred(pz) {
+			continue
+		}
+		S, rowBlocks := g.stripe, g.stripe*uint64(g.width)
+		pwp, err := v.zoneWritePointer(failFast(ctx), g.zones[g.width])
+		if err != nil {
+			if errors.Is(err, zerr.ErrUnavailable) {
+				continue // the PP log is on the same node
+			}
+			return err
+		}
+		rel := wp - g.start
+		r, c := rel/rowBlocks, rel%rowBlocks
+		acc, err := v.rowAcc(ctx, g, r, c, bs)
+		if err != nil {
+			return err
+		}
+		payload := min(c, S)
+		rec := make([]byte, (1+payload)*bs)
+		copy(rec[bs:], acc[:payload*bs])
+		ppHeader{Group: g.index, Row: r, Covered: c, Blocks: uint32(payload), CRC: crc32.Checksum(rec[bs:], crcTable),
+			Flags: ppSealed, ParityRows: min(pwp/S, r)}.encode(rec[:bs])
+		if err := v.appendPP(ctx, g, pz, rec, bs, true); err != nil {
+			return fmt.Errorf("seal parity group %d: %w", g.index, err)
 		}
 	}
 	return nil

@@ -135,10 +135,16 @@ func TestParityVZoneSurvivesANode(t *testing.T) {
 		}
 		return true
 	}, 30*time.Second, 100*time.Millisecond)
+	// finishing it seals the open row first (its zones' write pointers
+	// then say nothing); the stopped node's zone answers UNAVAILABLE
+	require.ErrorIs(t, vz.Finish(ctx), zerr.ErrUnavailable)
+	readAll(vz, victim+" down, finished")
+	readAll(newClient(t, c, "p").VZone(vz.ID()), victim+" down, finished, fresh client")
+
 	nv, err := cl.OpenVZone(ctx)
 	require.NoError(t, err)
 	var more []byte
-	for i := 0; i < 12; i++ {
+	for i := 0; i < 12 || uint64(len(more))/bs%row == 0; i++ { // ends inside a row
 		b := random(int(bs * (1 + rng.Uint64N(3*row))))
 		_, err := nv.Append(ctx, b)
 		require.NoError(t, err)
@@ -159,9 +165,28 @@ func TestParityVZoneSurvivesANode(t *testing.T) {
 		require.True(t, bytes.Equal(more, got), "the new v-zone reads back other bytes (%s)", why)
 	}
 	readMore(victim + " down")
+	// finished with every node up and a partial row: readable with a data
+	// leg's node down
+	require.NoError(t, nv.Finish(ctx))
+	nvl, err := nv.Layout(ctx)
+	require.NoError(t, err)
+	readMore(victim + " down, new v-zone finished")
 
 	require.NoError(t, c.StartNode(ctx, idx-1))
 	readAll(cl2.VZone(vz.ID()), victim+" back")
 	readAll(vz, victim+" back, first client")
 	readMore(victim + " back")
+
+	// stop the node of a data leg of the finished new v-zone
+	lg := nvl.GetGroups()[len(nvl.GetGroups())-1]
+	v2 := lg.GetZones()[int(lg.GetWidth())-1].GetNode()
+	var idx2 int
+	_, err = fmt.Sscanf(v2, "node-%d", &idx2)
+	require.NoError(t, err)
+	require.NoError(t, c.StopNode(idx2-1))
+	readMore(v2 + " down, new v-zone finished")
+	fresh := newClient(t, c, "p")
+	got, err := fresh.VZone(nv.ID()).Read(ctx, 0, uint64(len(more))/bs)
+	require.NoError(t, err)
+	require.True(t, bytes.Equal(more, got), "a finished parity v-zone reads back other bytes with %s down (fresh client)", v2)
 }

@@ -930,6 +930,9 @@ func (v *VZone) Finish(ctx context.Context) error {
 		return v.tlFinish(ctx)
 	}
 	_, groups := v.snapshot()
+	if err := v.sealParity(v.withRev(ctx), groups); err != nil {
+		return err
+	}
 	l, err := arbiterCall(ctx, v.c, "finish v-zone", func(ctx context.Context, a v1.ArbiterClient) (*v1.VZone, error) {
 		return a.FinishVZone(ctx, &v1.VZoneRequest{Namespace: v.c.cfg.Namespace, Id: v.id})
 	})
