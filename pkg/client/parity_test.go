@@ -190,3 +190,47 @@ func TestParityVZoneSurvivesANode(t *testing.T) {
 	require.NoError(t, err)
 	require.True(t, bytes.Equal(more, got), "a finished parity v-zone reads back other bytes with %s down (fresh client)", v2)
 }
+
+// One-block appends write a PP record each (a header block and the row's
+// XOR so far, up to a stripe unit), so the PP log fills long before its
+// group and is reset and rewritten from its start (several times here):
+// everything reads back with a data leg's node down, the open row from a
+// record written after the reset.
+func TestParityPPLogWrapsAround(t *testing.T) {
+	c := startCluster(t, 3, 1)
+	ctx := context.Background()
+	admin := newClient(t, c, "")
+	_, err := admin.Namespaces().Create(ctx, &v1.CreateNamespaceRequest{Name: "p", MaxActiveVzones: 1, ZonesPerVzone: 4, Redundancy: "raid5"})
+	require.NoError(t, err)
+	cl := newClient(t, c, "p")
+	vz, err := cl.OpenVZone(ctx)
+	require.NoError(t, err)
+	info, err := vz.ReportZone(ctx)
+	require.NoError(t, err)
+	bs := info.BlockSize
+	l, err := vz.Layout(ctx)
+	require.NoError(t, err)
+	g := l.GetGroups()[0]
+	zoneCap := g.GetCapacity() / uint64(g.GetWidth())
+	row := uint64(g.GetStripeBlocks()) * uint64(g.GetWidth())
+	n := zoneCap*2/3 + 1 // at least 2 PP blocks each: more than the PP zone holds
+	require.Less(t, n, g.GetCapacity(), "the appends stay in the first group")
+	if n%row == 0 {
+		n++
+	}
+	var want []byte
+	for i := uint64(0); i < n; i++ {
+		b := random(int(bs))
+		_, err := vz.Append(ctx, b)
+		require.NoError(t, err)
+		want = append(want, b...)
+	}
+	victim := g.GetZones()[0].GetNode()
+	var idx int
+	_, err = fmt.Sscanf(victim, "node-%d", &idx)
+	require.NoError(t, err)
+	require.NoError(t, c.StopNode(idx-1))
+	got, err := newClient(t, c, "p").VZone(vz.ID()).Read(ctx, 0, n)
+	require.NoError(t, err)
+	require.True(t, bytes.Equal(want, got), "reads back other bytes with %s down after the PP log wrapped", victim)
+}
