@@ -266,27 +266,42 @@ func (v *VZone) writeParity(ctx context.Context, g *group, off uint64, data []by
 		jobs = append(jobs, job{z: g.zones[g.width+1], buf: rec, pp: true})
 	}
 	errs := make([]error, len(jobs))
-	fctx := failFast(ctx)
-	var wg sync.WaitGroup
-	for i, j := range jobs {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			if j.pp {
-				errs[i] = v.appendPP(fctx, g, j.z, j.buf, bs, fua)
-				return
-			}
-			errs[i] = v.writeLeg(fctx, j.z, j.zoff, j.buf, bs, fua)
-		}()
+	run := func(ctx context.Context) {
+		var wg sync.WaitGroup
+		for i, j := range jobs {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				if j.pp {
+					errs[i] = v.appendPP(ctx, g, j.z, j.buf, bs, fua)
+					return
+				}
+				errs[i] = v.writeLeg(ctx, j.z, j.zoff, j.buf, bs, fua)
+			}()
+		}
+		wg.Wait()
 	}
-	wg.Wait()
-	ok, down := 0, 0
+	count := func() (ok, down int) {
+		for _, err := range errs {
+			switch {
+			case err == nil:
+				ok++
+			case errors.Is(err, zerr.ErrUnavailable):
+				down++
+			}
+		}
+		return ok, down
+	}
+	run(failFast(ctx)) // one attempt each: a lost node answers degraded at once
+	if ok, down := count(); ok == 0 && down == len(jobs) {
+		// nobody answered (the client's own network, more likely): retry as
+		// usual (writeLeg recognizes a landed attempt by the write pointer;
+		// a PP record may be appended twice, which is harmless)
+		run(ctx)
+	}
+	ok, down := count()
 	for i, err := range errs {
-		switch {
-		case err == nil:
-			ok++
-		case errors.Is(err, zerr.ErrUnavailable):
-			down++
+		if err != nil && errors.Is(err, zerr.ErrUnavailable) {
 			v.c.suspect.mark(jobs[i].z.node)
 		}
 	}
