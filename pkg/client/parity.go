@@ -218,6 +218,7 @@ func (v *VZone) writeParity(ctx context.Context, g *group, off uint64, data []by
 				Op: fmt.Sprintf("write (node %s of a parity group is unavailable: continue in another v-zone)", z.node)}
 		}
 	}
+	g.sealedPP.Store(nil) // written after a seal (a Finish that failed): not sealed any more
 	rel := off - g.start
 	r0 := rel / rowBlocks
 	acc, err := v.rowAcc(ctx, g, r0, rel-r0*rowBlocks, bs)
@@ -497,19 +498,29 @@ func (v *VZone) reconstruct(ctx context.Context, g *group, l *leg, bad map[strin
 	var recs []ppRecord
 	recsRead := false
 	pz := g.zones[g.width+1]
-	if !bad[pz.node] {
+	if c := g.sealedPP.Load(); c != nil {
+		recs, recsRead = *c, true
+	} else if !bad[pz.node] {
 		// read the PP log up front: a seal record changes the rules
 		if recs, err = v.ppRecords(ctx, g, bs); err != nil {
 			return err
 		}
 		recsRead = true
 	}
+	// The seal counts only as the group's last record: a Finish that
+	// failed after sealing leaves the v-zone open, and records of later
+	// writes follow (the next Finish seals again).
 	var seal *ppRecord
 	for i := len(recs) - 1; i >= 0; i-- {
-		if recs[i].Group == g.index && recs[i].Flags&ppSealed != 0 {
-			seal = &recs[i]
+		if recs[i].Group == g.index {
+			if recs[i].Flags&ppSealed != 0 {
+				seal = &recs[i]
+			}
 			break
 		}
+	}
+	if seal != nil {
+		g.sealedPP.Store(&recs) // finished: the log no longer changes
 	}
 	for _, p := range l.pieces {
 		_, pz := g.locate(p.voff)

@@ -234,3 +234,52 @@ func TestParityPPLogWrapsAround(t *testing.T) {
 	require.NoError(t, err)
 	require.True(t, bytes.Equal(want, got), "reads back other bytes with %s down after the PP log wrapped", victim)
 }
+
+// A Finish that seals the open row and then fails at the arbiter leaves
+// the v-zone open; the writes that follow make the seal stale (it is no
+// longer the group's last PP record), and reconstruction follows the
+// write pointers and the newer records again: every byte, also those
+// written after the stale seal, reads back with a data leg's node down.
+func TestParityStaleSealAfterAFailedFinish(t *testing.T) {
+	c := startCluster(t, 3, 1)
+	ctx := context.Background()
+	admin := newClient(t, c, "")
+	_, err := admin.Namespaces().Create(ctx, &v1.CreateNamespaceRequest{Name: "p", MaxActiveVzones: 1, ZonesPerVzone: 4, Redundancy: "raid5"})
+	require.NoError(t, err)
+	cfg := c.ClientConfig("p")
+	cfg.Etcd, cfg.RetryDeadline = c.Etcd.Endpoints(), 2*time.Second
+	cl, err := client.New(ctx, cfg)
+	require.NoError(t, err)
+	t.Cleanup(cl.Close)
+	vz, err := cl.OpenVZone(ctx)
+	require.NoError(t, err)
+	info, err := vz.ReportZone(ctx)
+	require.NoError(t, err)
+	bs := info.BlockSize
+	l, err := vz.Layout(ctx)
+	require.NoError(t, err)
+	g := l.GetGroups()[0]
+	row := uint64(g.GetStripeBlocks()) * uint64(g.GetWidth())
+	want := random(int(bs * (row + row/2 + 1))) // a full row and a partial one
+	_, err = vz.Append(ctx, want)
+	require.NoError(t, err)
+
+	require.NoError(t, c.StopArbiter(0))
+	require.Error(t, vz.Finish(ctx), "the arbiter is stopped")
+	require.NoError(t, c.StartArbiter(ctx, 0))
+
+	more := random(int(bs * (2*row + 3))) // completes the sealed row, and more
+	_, err = vz.Append(ctx, more)
+	require.NoError(t, err)
+	want = append(want, more...)
+	require.Equal(t, g.GetIndex(), l.GetGroups()[0].GetIndex())
+
+	victim := g.GetZones()[0].GetNode()
+	var idx int
+	_, err = fmt.Sscanf(victim, "node-%d", &idx)
+	require.NoError(t, err)
+	require.NoError(t, c.StopNode(idx-1))
+	got, err := newClient(t, c, "p").VZone(vz.ID()).Read(ctx, 0, uint64(len(want))/bs)
+	require.NoError(t, err)
+	require.True(t, bytes.Equal(want, got), "reads back other bytes with %s down after a stale seal", victim)
+}

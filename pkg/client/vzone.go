@@ -61,6 +61,9 @@ type group struct {
 	// parity: a raid5 group (parity.go): zones are width data legs, the
 	// parity leg zones[width] and the partial-parity log zones[width+1].
 	parity bool
+	// sealedPP caches the PP records of a sealed (finished, so immutable)
+	// parity group for reconstruction; a new layout makes new groups.
+	sealedPP atomic.Pointer[[]ppRecord]
 }
 
 type pzone struct {
