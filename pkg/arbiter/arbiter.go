@@ -77,6 +77,20 @@
 // phases: only the state transitions take the queue; the copy runs outside
 // it (bounded by ReclaimTimeout) and commits with a generation check.
 //
+// # Redundancy
+//
+// A mirror:N namespace's stripe group lists width × N zones, the copies of
+// a leg on distinct nodes (pickCopies); a raid5 namespace's lists width
+// data legs and a parity leg on width+1 distinct nodes plus a
+// partial-parity log zone on the parity leg's node (pickParity; pkg/client
+// parity.go has the data layout and why the parity leg is fixed). Both
+// narrow the width until the group fits, count every zone as an active
+// zone of the namespace (its minimum width and needed essentials too), and
+// are never reclaimed (the copy would have to keep the copies or the
+// parity). Copies on down nodes are rebuilt node to node (rebuild.go);
+// zones of parity groups on down nodes are not rebuilt yet
+// (ErrParityRebuild, lostParityZones): the group stays degraded.
+//
 // # Activity
 //
 // Write activity (for T_ReadOnly) is signalled by allocations (OpenVZone,

@@ -38,7 +38,7 @@ func checkInvariants(t *testing.T, tc *testCluster, a *testArb, step string) {
 	for name, ns := range st.Namespaces {
 		for _, vz := range ns.VZones {
 			for _, g := range vz.allGroups() {
-				require.Equal(t, int(g.Width*g.copies()), len(g.Zones), "%s: group width × copies", step)
+				require.Equal(t, int(g.zoneCount()), len(g.Zones), "%s: group width × copies (+ 2 for parity)", step)
 				dies := map[dieKey]bool{}
 				for _, z := range g.Zones {
 					where := vzoneName(name, vz.ID)
@@ -50,6 +50,15 @@ func checkInvariants(t *testing.T, tc *testCluster, a *testArb, step string) {
 					require.False(t, dies[d], "%s: die collision inside a stripe group of %s: %v", step, where, d)
 					dies[d] = true
 				}
+				if g.Parity { // data legs and parity leg on distinct nodes, the PP log with the parity leg
+					nodes := map[string]bool{}
+					for _, z := range g.Zones[:g.Width+1] {
+						require.False(t, nodes[z.Node], "%s: two legs of a parity group of %s on node %s", step, vzoneName(name, vz.ID), z.Node)
+						nodes[z.Node] = true
+					}
+					require.Equal(t, g.Zones[g.Width].Node, g.Zones[g.Width+1].Node, "%s: the partial-parity log is not on the parity leg's node", step)
+					require.Zero(t, g.Copies)
+				}
 				for i := uint32(0); i < g.Width; i++ { // the copies of a leg on distinct nodes
 					nodes := map[string]bool{}
 					for c := uint32(0); c < g.copies(); c++ {
@@ -60,7 +69,7 @@ func checkInvariants(t *testing.T, tc *testCluster, a *testArb, step string) {
 				}
 				require.LessOrEqual(t, uint32(1), g.Width)
 				require.True(t, isPow2(g.Width), "%s: width %d not a power of two", step, g.Width)
-				require.Equal(t, g.Width*g.copies(), g.Essentials+g.Spares, "%s: width split", step)
+				require.Equal(t, g.zoneCount(), g.Essentials+g.Spares, "%s: width split", step)
 			}
 		}
 	}

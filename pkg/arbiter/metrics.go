@@ -83,7 +83,7 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 		rebuildWaiting: prometheus.NewGauge(prometheus.GaugeOpts{Name: "zonefleet_arbiter_degraded_zones",
 			Help: "Copies of mirrored legs on down nodes not rebuilt yet (the leader's last rebuild check)."}),
 		degradedVZones: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "zonefleet_arbiter_degraded_vzones",
-			Help: "V-zones of a mirrored namespace with a copy on an unavailable or down node (reads served by the other copies)."}, []string{"namespace"}),
+			Help: "V-zones of a mirrored or parity namespace with a zone on an unavailable or down node (reads served by the other copies or reconstructed from parity)."}, []string{"namespace"}),
 		known: map[string]bool{},
 	}
 	if reg != nil {
@@ -158,7 +158,7 @@ func (m *metrics) refresh(st *State, ix *index) {
 			if g := vz.openGroup(); g != nil {
 				groups[widthLabel(g.Width)]++
 			}
-			if ns.Spec.copies() > 1 && vzoneDegraded(st, vz) {
+			if (ns.Spec.copies() > 1 || ns.Spec.parity()) && vzoneDegraded(st, vz) {
 				degraded++
 			}
 		}

@@ -67,7 +67,7 @@ func TestMirroredNamespaceLayout(t *testing.T) {
 func TestMirroredNamespaceNeedsNodes(t *testing.T) {
 	_, a := oneLeader(t, 2)
 	ctx := context.Background()
-	for _, bad := range []string{"mirror:1", "mirror:9", "raid5", "mirror"} {
+	for _, bad := range []string{"mirror:1", "mirror:9", "raid6", "mirror"} {
 		_, err := a.CreateNamespace(ctx, NamespaceSpec{Name: "x", MARLogical: 1, ZonesPerVZone: 4, Redundancy: bad})
 		require.ErrorIs(t, err, zerr.ErrInvalidArgument, bad)
 	}

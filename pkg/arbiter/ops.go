@@ -92,6 +92,7 @@ type Status struct {
 	DegradedNamespaces []string
 	LostCopies         int    // copies of mirrored legs on down nodes not rebuilt yet
 	Rebuilding         int    // rebuilds copying now
+	LostParityZones    int    // zones of parity groups on down nodes (not rebuilt: unsupported yet)
 	CapacityBlocks     uint64 // over available devices
 	FreeBlocks         uint64 // in unallocated zones of available devices
 }
@@ -463,14 +464,16 @@ func (a *Arbiter) planGroup(st *State, name string, ns *nsState, vz *VZone, recl
 	u := ix.usage[name]
 	m := ns.minWidth()
 	copies := ns.Spec.copies()
-	if reclaim && copies > 1 {
-		return StripeGroup{}, &zerr.InvalidArgumentError{Field: "reclaim", Reason: "mirrored stripe groups are not reclaimed"}
+	parity := ns.Spec.parity()
+	if reclaim && (copies > 1 || parity) {
+		return StripeGroup{}, &zerr.InvalidArgumentError{Field: "reclaim", Reason: "redundant (mirrored or parity) stripe groups are not reclaimed"}
 	}
+	one := ns.Spec.zonesFor(1) // the zones of the narrowest group
 	remaining := sub(ns.Spec.ZonesPerVZone, vz.zoneCount())
 	essAvail := sub(ns.Essentials, u.EssentialsInUse)
 	spareTotal := sub(ns.Spares, u.Lent) + u.BorrowedLive
 	spareAvail := sub(spareTotal, u.SparesInUse)
-	ess := min(m*copies, essAvail) // zones: a mirrored leg takes one per copy
+	ess := min(ns.Spec.zonesFor(m), essAvail) // zones: a mirrored leg takes one per copy, a parity group two more
 	var reap uint32
 	if reclaim {
 		ess, remaining = m, m
@@ -482,52 +485,69 @@ func (a *Arbiter) planGroup(st *State, name string, ns *nsState, vz *VZone, recl
 			ns.EWMA = a.cfg.EWMAAlpha*active + (1-a.cfg.EWMAAlpha)*ns.EWMA
 		}
 		reap = min(uint32(float64(spareTotal)/max(ns.EWMA, 1)), spareAvail)
-		if ess+reap < copies && ess+spareAvail >= copies {
-			reap = copies - ess // one leg at least, from spares
+		if ess+reap < one && ess+spareAvail >= one {
+			reap = one - ess // one leg at least, from spares
 		}
 	}
 	want := ess + reap
-	if want < copies {
-		return StripeGroup{}, &zerr.NoResourcesError{Resource: "active zones of namespace " + name, Requested: uint64(m * copies), Available: uint64(want)}
+	if want < one {
+		return StripeGroup{}, &zerr.NoResourcesError{Resource: "active zones of namespace " + name, Requested: uint64(ns.Spec.zonesFor(m)), Available: uint64(want)}
 	}
 	cands := candidatesOf(a.dieSlotsOf(st), ix, a.candBuf)
 	a.candBuf = cands
 	if len(srcZones) > 0 {
 		cands = nodeToNodeOnly(cands, srcZones)
 	}
-	width := pow2Floor(min(want/copies, remaining, distinctUsableDies(st, ix, cands)/copies))
+	dies := distinctUsableDies(st, ix, cands)
+	if parity {
+		dies++ // the partial-parity log may share the parity leg's die
+	}
+	width := pow2Floor(min(ns.Spec.widthFor(want), remaining, ns.Spec.widthFor(dies)))
 	if reclaim && width < m {
 		return StripeGroup{}, &zerr.NoResourcesError{Resource: "die groups for a minimum-width reclaim target", Requested: uint64(m), Available: uint64(width)}
 	}
 	if width == 0 {
-		return StripeGroup{}, &zerr.NoResourcesError{Resource: "free physical zones on available dies", Requested: uint64(min(want, remaining)), Available: 0}
+		return StripeGroup{}, &zerr.NoResourcesError{Resource: "free physical zones on available dies", Requested: uint64(min(want, ns.Spec.zonesFor(remaining))), Available: 0}
 	}
 	var zones []cluster.PhysZone
-	if ref := likeRef(st, name, vz); !reclaim && len(ref) > 0 && copies == 1 {
+	switch ref := likeRef(st, name, vz); {
+	case !reclaim && len(ref) > 0 && copies == 1 && !parity:
 		zones = pickLike(st, ix, cands, width, ref)
-	} else {
+	case parity:
+		// data legs and parity leg on width+1 distinct nodes: narrow the group until they fit
+		for zones = pickParity(st, ix, cands, width); width > 1 && uint32(len(zones)) < width+2; {
+			width /= 2
+			zones = pickParity(st, ix, cands, width)
+		}
+	default:
 		// copies of a leg need distinct nodes: narrow the group until they fit
 		for zones = pickCopies(st, ix, cands, width, copies); copies > 1 && width > 1 && uint32(len(zones)) < width*copies; {
 			width /= 2
 			zones = pickCopies(st, ix, cands, width, copies)
 		}
 	}
-	if uint32(len(zones)) < width*copies {
+	if need := ns.Spec.zonesFor(width); uint32(len(zones)) < need {
 		what := "free physical zones on available dies"
-		if copies > 1 {
+		switch {
+		case parity:
+			what = fmt.Sprintf("free physical zones on %d distinct available nodes (%s: %d data legs + parity; at least %d nodes)",
+				width+1, Redundancy(ns.Spec), width, cluster.ParityMinNodes)
+		case copies > 1:
 			what = fmt.Sprintf("free physical zones on %d distinct available nodes (%s)", copies, Redundancy(ns.Spec))
 		}
-		return StripeGroup{}, &zerr.NoResourcesError{Resource: what, Requested: uint64(width * copies), Available: uint64(len(zones))}
+		return StripeGroup{}, &zerr.NoResourcesError{Resource: what, Requested: uint64(need), Available: uint64(len(zones))}
 	}
-	essUsed := min(width*copies, ess)
+	total := uint32(len(zones))
+	essUsed := min(total, ess)
 	g := StripeGroup{
 		Zones: zones, Width: width,
 		StripeSize: stripeSize(a.cfg.BaseStripeSize, st.blockSize(zones), width, m),
-		Essentials: essUsed, Spares: width*copies - essUsed, Open: true,
+		Essentials: essUsed, Spares: total - essUsed, Open: true,
 	}
 	if copies > 1 {
 		g.Copies = copies
 	}
+	g.Parity = parity
 	return g, nil
 }
 
@@ -936,6 +956,7 @@ func (a *Arbiter) Status(ctx context.Context) (Status, error) {
 		}
 	}
 	s.LostCopies = len(rebuildJobs(st))
+	s.LostParityZones = len(lostParityZones(st))
 	for id, n := range st.Nodes {
 		if !n.Available {
 			continue

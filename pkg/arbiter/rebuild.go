@@ -51,6 +51,9 @@ type RebuildResult struct {
 	Blocks  uint64 // blocks copied
 	Failed  int    // copies whose rebuild failed (tried again at the next check)
 	Waiting int    // copies on down nodes not rebuilt yet (no live copy, a v-zone changed meanwhile)
+	// Unsupported: zones of parity groups on down nodes, not rebuilt
+	// (ErrParityRebuild).
+	Unsupported int
 }
 
 type rebuildJob struct {
@@ -67,6 +70,40 @@ func nodeLost(st *State, z cluster.PhysZone) bool {
 	n := st.Nodes[z.Node]
 	return n == nil || n.Down
 }
+
+// lostParityZones lists the zones of parity (raid5) groups on down nodes.
+// They are not rebuilt: recomputing a lost leg needs a node that pulls the
+// row's k surviving units from their peers and XORs them (and the PP log
+// for the open row), which is not built yet (ErrParityRebuild); the group
+// stays degraded — readable by reconstruction, refusing writes — until the
+// node returns or the v-zone is reset.
+func lostParityZones(st *State) []rebuildJob {
+	var out []rebuildJob
+	for _, name := range sortedKeys(st.Namespaces) {
+		ns := st.Namespaces[name]
+		if !ns.Spec.parity() {
+			continue
+		}
+		for _, id := range sortedKeys(ns.VZones) {
+			vz := ns.VZones[id]
+			for gi, g := range vz.Groups {
+				if !g.Parity {
+					continue
+				}
+				for k, z := range g.Zones {
+					if nodeLost(st, z) {
+						out = append(out, rebuildJob{ns: name, vzone: id, gen: vz.Generation, group: gi, pos: uint32(k), lost: z})
+					}
+				}
+			}
+		}
+	}
+	return out
+}
+
+// ErrParityRebuild says a lost zone of a parity group cannot be rebuilt
+// yet (see lostParityZones).
+var ErrParityRebuild = &zerr.ZoneStateError{State: "parity", Op: "rebuild a lost leg of a raid5 stripe group (not supported yet: the group stays degraded, reads reconstruct from parity)"}
 
 func rebuildJobs(st *State) []rebuildJob {
 	var jobs []rebuildJob
@@ -109,6 +146,7 @@ func (a *Arbiter) CheckRebuild(ctx context.Context) (RebuildResult, error) {
 		total.Blocks += res.Blocks
 		total.Failed += res.Failed
 		total.Waiting = res.Waiting
+		total.Unsupported = res.Unsupported
 		if err != nil || res.Rebuilt == 0 {
 			return total, err
 		}
@@ -143,6 +181,11 @@ func (a *Arbiter) rebuildPass(ctx context.Context) (RebuildResult, error) {
 	}
 	jobs := rebuildJobs(st)
 	a.m.rebuildWaiting.Set(float64(len(jobs)))
+	if lost := lostParityZones(st); len(lost) > 0 {
+		res.Unsupported = len(lost)
+		a.log.Warn("zones of parity stripe groups on down nodes are not rebuilt", "zones", len(lost),
+			"first", vzoneName(lost[0].ns, lost[0].vzone), "err", ErrParityRebuild)
+	}
 	if a.comp == nil || len(jobs) == 0 {
 		res.Waiting = len(jobs)
 		return res, nil

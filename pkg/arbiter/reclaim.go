@@ -92,7 +92,7 @@ func (a *Arbiter) CheckReclaim(ctx context.Context) ([]ReclaimResult, error) {
 			// A mirrored group is not narrowed: its copies would have to be
 			// moved together (a later design); it keeps its zones until the
 			// v-zone is finished or reset.
-			if g := vz.openGroup(); g == nil || vz.Reclaiming || g.Width <= ns.minWidth() || g.copies() > 1 {
+			if g := vz.openGroup(); g == nil || vz.Reclaiming || g.Width <= ns.minWidth() || g.copies() > 1 || g.Parity {
 				continue
 			}
 			r, err := a.reclaimVZone(ctx, name, id)

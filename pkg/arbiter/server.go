@@ -66,7 +66,7 @@ func toVZone(l Layout, nodes map[string]NodeInfo) *v1.VZone {
 	var start uint64
 	for _, g := range l.Groups {
 		pg := &v1.StripeGroup{Index: g.Index, Width: g.Width, StripeBlocks: g.StripeSize / max(l.BlockSize, 1),
-			Start: start, Capacity: uint64(g.Width) * l.ZoneCapacity, Copies: g.Copies}
+			Start: start, Capacity: uint64(g.Width) * l.ZoneCapacity, Copies: g.Copies, Parity: g.Parity}
 		for _, z := range g.Zones {
 			pz := &v1.PhysicalZone{Node: z.Node, Device: z.Device, Zone: z.Zone}
 			if n, ok := nodes[z.Node]; ok {
@@ -265,7 +265,7 @@ func (s *Server) ClusterStatus(ctx context.Context, _ *v1.ClusterStatusRequest) 
 		Devices: uint32(st.Devices), Dies: st.Dies, ActiveZoneSlots: st.ActiveZoneSlots, Essentials: st.Essentials,
 		Spares: st.Spares, EssentialsFree: st.EssentialsFree, SparesFree: st.SparesFree, Namespaces: uint32(st.Namespaces),
 		DegradedNamespaces: st.DegradedNamespaces, CapacityBlocks: st.CapacityBlocks, FreeBlocks: st.FreeBlocks,
-		LostCopies: uint32(st.LostCopies), Rebuilding: uint32(st.Rebuilding)}
+		LostCopies: uint32(st.LostCopies), Rebuilding: uint32(st.Rebuilding), LostParityZones: uint32(st.LostParityZones)}
 	for _, m := range members {
 		id := m.Addr
 		if m.Addr == s.a.cfg.Addr && s.a.cfg.ID != "" {
@@ -286,7 +286,7 @@ func redactStatus(ctx context.Context, out *v1.ClusterStatusResponse) {
 	if !ok || id.Kind != auth.KindNamespace {
 		return
 	}
-	out.LostCopies, out.Rebuilding = 0, 0
+	out.LostCopies, out.Rebuilding, out.LostParityZones = 0, 0, 0
 	var own []string
 	for _, ns := range out.DegradedNamespaces {
 		if ns == id.Namespace {

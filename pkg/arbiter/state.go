@@ -42,6 +42,12 @@ type StripeGroup struct {
 	// copy-major: copy c's leg i is Zones[c*Width+i], and the copies of leg
 	// i are on distinct nodes. Essentials and Spares count all of them.
 	Copies uint32 `json:"copies,omitempty"`
+	// Parity: a raid5 group (cluster.Redundancy.Parity). Zones holds
+	// Width data legs, then the parity leg Zones[Width], then the
+	// partial-parity log zone Zones[Width+1] on the parity leg's node; the
+	// data legs and the parity leg are on Width+1 distinct nodes (pkg/client
+	// has the design). Essentials and Spares count all Width+2 zones.
+	Parity bool `json:"parity,omitempty"`
 	// Rebuild is set on a group of VZone.Rebuilds (rebuild.go): the one
 	// zone being filled with a copy of a lost leg.
 	Rebuild *RebuildOf `json:"rebuild,omitempty"`
@@ -58,6 +64,15 @@ type RebuildOf struct {
 
 // copies is the number of copies of every leg of g (at least 1).
 func (g *StripeGroup) copies() uint32 { return max(g.Copies, 1) }
+
+// zoneCount is the physical zones g lists: Width × copies, or Width + 2
+// for a parity group.
+func (g *StripeGroup) zoneCount() uint32 {
+	if g.Parity {
+		return g.Width + 2
+	}
+	return g.Width * g.copies()
+}
 
 // VZone is the persisted record of a non-empty v-zone.
 type VZone struct {
@@ -133,13 +148,40 @@ type NamespaceSpec struct {
 	VZones uint64 `json:"vzones,omitempty"`
 	// Weight of the namespace in the partition of essentials and spares; 0 means 1.
 	Weight uint32 `json:"weight,omitempty"`
-	// Redundancy is "none" or "mirror:N" (cluster.ParseRedundancy); empty
+	// Redundancy is "none", "mirror:N" or "raid5" (cluster.ParseRedundancy); empty
 	// means none. Fixed at creation.
 	Redundancy string `json:"redundancy,omitempty"`
 }
 
 // Redundancy is the namespace's redundancy (none for an unparsable value).
-func Redundancy(s NamespaceSpec) cluster.Redundancy { return cluster.Redundancy{Copies: s.copies()} }
+func Redundancy(s NamespaceSpec) cluster.Redundancy {
+	r, err := cluster.ParseRedundancy(s.Redundancy)
+	if err != nil {
+		return cluster.Redundancy{Copies: 1}
+	}
+	return r
+}
+
+// parity tells whether the namespace's stripe groups are raid5 groups.
+func (s NamespaceSpec) parity() bool { return Redundancy(s).Parity }
+
+// zonesFor is the physical zones a stripe group of width w takes: w ×
+// copies, or w + 2 for parity (the parity leg and the partial-parity log).
+func (s NamespaceSpec) zonesFor(w uint32) uint32 {
+	if s.parity() {
+		return w + 2
+	}
+	return w * s.copies()
+}
+
+// widthFor is the widest stripe group z physical zones can hold (the
+// inverse of zonesFor, rounded down; 0 when z cannot hold width 1).
+func (s NamespaceSpec) widthFor(z uint32) uint32 {
+	if s.parity() {
+		return sub(z, 2)
+	}
+	return z / s.copies()
+}
 
 // copies is the number of copies of every leg of the namespace's stripe
 // groups (1 without redundancy; an unparsable stored value counts as 1,
@@ -178,17 +220,26 @@ func (n *nsState) weight() uint64 {
 //
 // A mirrored namespace's v-zones need Copies zones per leg, so its minimum
 // width is its essentials over MAR_logical × Copies.
+//
+// A parity namespace's stripe group of width w takes w+2 zones, so its
+// minimum width is the widest whose zones, times MAR_logical, its
+// essentials cover.
 func (n *nsState) minWidth() uint32 {
 	w := uint32(1)
-	if need := n.needEssentials(); need > 0 && n.Essentials/need > 1 {
+	if n.Spec.parity() {
+		if mar := n.Spec.MARLogical; mar > 0 && n.Spec.widthFor(n.Essentials/mar) > 1 {
+			w = pow2Floor(n.Spec.widthFor(n.Essentials / mar))
+		}
+	} else if need := n.needEssentials(); need > 0 && n.Essentials/need > 1 {
 		w = pow2Floor(n.Essentials / need)
 	}
 	return min(w, n.Spec.ZonesPerVZone)
 }
 
 // needEssentials is the essentials that give every one of MAR_logical
-// v-zones a stripe group of width 1: MAR_logical × Copies.
-func (n *nsState) needEssentials() uint32 { return n.Spec.MARLogical * n.Spec.copies() }
+// v-zones a stripe group of width 1: MAR_logical × Copies (× 3 for parity:
+// data, parity and partial-parity log zones).
+func (n *nsState) needEssentials() uint32 { return n.Spec.MARLogical * n.Spec.zonesFor(1) }
 
 // Loan is spares lent by an inactive namespace to an active one (global
 // overdrive). A recalled loan is returned at the borrower's next finish/reset.
@@ -694,6 +745,42 @@ func pickZones(st *State, ix *index, cands []candidate, width uint32) []cluster.
 // holds leg i of an earlier copy, so losing one node loses at most one copy
 // of every leg. It returns fewer zones when the candidates do not allow it.
 func pickCopies(st *State, ix *index, cands []candidate, width, copies uint32) []cluster.PhysZone {
+	return pickWith(st, ix, cands, width*copies, func(out []cluster.PhysZone, c *candidate) bool {
+		if copies <= 1 {
+			return false
+		}
+		k := uint32(len(out))
+		for j := k % width; j < k; j += width { // a node holding this leg already
+			if out[j].Node == c.die.Node {
+				return true
+			}
+		}
+		return false
+	})
+}
+
+// pickParity is pickZones for a parity group (StripeGroup.Parity): width
+// data legs and the parity leg on width+1 distinct nodes, then the
+// partial-parity log zone on the parity leg's node (which holds no data
+// unit of any row, so losing one node never loses a unit and the record
+// protecting it). It returns fewer zones when the candidates do not allow it.
+func pickParity(st *State, ix *index, cands []candidate, width uint32) []cluster.PhysZone {
+	return pickWith(st, ix, cands, width+2, func(out []cluster.PhysZone, c *candidate) bool {
+		if uint32(len(out)) == width+1 {
+			return c.die.Node != out[width].Node
+		}
+		for _, z := range out {
+			if z.Node == c.die.Node {
+				return true
+			}
+		}
+		return false
+	})
+}
+
+// pickWith chooses n zones on distinct die groups (pickZones's order),
+// skipping the candidates reject refuses given the zones chosen so far.
+func pickWith(st *State, ix *index, cands []candidate, n uint32, reject func(out []cluster.PhysZone, c *candidate) bool) []cluster.PhysZone {
 	total := len(cands)
 	if total == 0 {
 		return nil
@@ -707,16 +794,7 @@ func pickCopies(st *State, ix *index, cands []candidate, width, copies uint32) [
 	devUse := make([]uint32, devs)
 	used := make([]bool, total)
 	var out []cluster.PhysZone
-	for uint32(len(out)) < width*copies {
-		k := uint32(len(out))
-		sameLeg := func(c *candidate) bool { // a node holding this leg already
-			for j := k % width; j < k; j += width {
-				if out[j].Node == c.die.Node {
-					return true
-				}
-			}
-			return false
-		}
+	for uint32(len(out)) < n {
 		best := -1
 		better := func(i, j int) bool { // is cands[i] better than cands[j]
 			a, b := &cands[i], &cands[j]
@@ -736,7 +814,7 @@ func pickCopies(st *State, ix *index, cands []candidate, width, copies uint32) [
 				continue
 			}
 			c := &cands[i]
-			if c.devAct+devUse[c.dev] >= c.mar || (copies > 1 && sameLeg(c)) {
+			if c.devAct+devUse[c.dev] >= c.mar || reject(out, c) {
 				continue
 			}
 			if best < 0 || better(i, best) {

@@ -60,29 +60,27 @@
 // arbiter rebuilds the copies of a lost node node to node (pkg/arbiter
 // rebuild.go).
 //
-// Parity (raid5-like) is designed, not built. A stripe row of a parity
-// group is k data units on k legs plus one parity unit on a (k+1)-th leg,
-// all on distinct nodes; the parity leg rotates with the row (as RAID-5) so
-// parity writes spread. The write-pointer rule stays the one of a zone: a
-// unit is written at its leg's write pointer, rows in order. A full row
-// writes its k data units and its parity unit in parallel and is
-// acknowledged when all k+1 are durable. A partial row (the common case of
-// a log-structured writer: an append smaller than a row, or fsync in the
-// middle of one) cannot write its parity unit yet — the parity leg's write
-// pointer must not pass a unit whose parity is still changing — so, as in
-// RAIZN (ASPLOS'23), its partial parity (the XOR of the units written so
-// far) is appended to a separate partial-parity log zone of the group with
-// the row number, durable with the data it covers; the row's parity unit is
-// written when the row completes, and a reader reconstructing a row whose
-// parity unit is not written yet uses the newest partial-parity record of
-// that row (a record with a torn checksum is ignored: its data units were
-// not acknowledged either). The partial-parity log is reset when its group
-// is finished (every row complete or padded with zeroes). Degraded reads
-// XOR the row's k surviving units; a rebuild recomputes the lost leg row by
-// row on the node that receives it (units pulled node to node).
-// zone_compaction would have to recompute parity on the destination and
-// threaded logging breaks the row order, so parity namespaces would recycle
-// by host copy as mirrored ones do.
+// A namespace created with redundancy raid5 has parity stripe groups:
+// width k data legs, a parity leg and a partial-parity (PP) log zone, the
+// k+1 legs on distinct nodes and the PP log on the parity leg's node
+// (parity.go has the design and why the parity leg is fixed per group).
+// A stripe row is k units at one zone offset of the k data legs, its
+// parity unit at that offset of the parity leg; rows are written in order
+// at every leg's write pointer. A write sends its data legs, the parity
+// units of the rows it completes and — when it ends inside a row — a PP
+// record (the row's XOR so far, its row number, how many blocks it covers,
+// CRCs; RAIZN, ASPLOS'23) in parallel, and is acknowledged only when all
+// landed with the FUA the call asked for (Flush flushes the parity and PP
+// zones with the rest). A write to a group with a zone on an unavailable
+// node is refused as degraded (zerr.StateDegraded), like a mirror's. Normal
+// reads read the data legs only; a leg on an unavailable node is
+// reconstructed from the k-1 other data units and the parity unit, or,
+// for a row whose parity is not written yet, the newest intact PP record
+// the survivors' write pointers agree with (a torn record fails its CRC
+// and is skipped). Parity namespaces recycle by host copy (zone_compaction
+// and TL_open are refused, as on mirrors). The arbiter does not rebuild
+// parity legs yet: a lost node's parity groups stay degraded (readable)
+// until it returns or the v-zones are reset.
 package client
 
 import (

@@ -285,7 +285,7 @@ func (c *Client) plan(ctx context.Context, copies []Copy) ([]cpiece, error) {
 			if err != nil {
 				return nil, fmt.Errorf("copies[%d] destination: %w", i, err)
 			}
-			if sg.copies() > 1 || dg.copies() > 1 {
+			if sg.redundant() || dg.redundant() {
 				return nil, mirroredError(cp.Src, "zone_compaction")
 			}
 			so, do := cp.SrcOff+o, cp.DstOff+o

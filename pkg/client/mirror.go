@@ -54,7 +54,16 @@ func failFast(ctx context.Context) context.Context {
 func isFailFast(ctx context.Context) bool { v, _ := ctx.Value(failFastKey{}).(bool); return v }
 
 // copies is the number of copies of every leg of g.
-func (g *group) copies() int { return max(len(g.zones)/max(g.width, 1), 1) }
+func (g *group) copies() int {
+	if g.parity {
+		return 1
+	}
+	return max(len(g.zones)/max(g.width, 1), 1)
+}
+
+// redundant tells whether g is mirrored or a parity group: operations on
+// one physical zone (zone_compaction, TL_open) would break its redundancy.
+func (g *group) redundant() bool { return g.parity || g.copies() > 1 }
 
 // copyZone is copy c of leg i.
 func (g *group) copyZone(c, i int) pzone { return g.zones[c*g.width+i] }
@@ -268,7 +277,8 @@ func unavailableNodes(err error) []string {
 }
 
 // mirroredError refuses an operation that would change one copy of a
-// mirrored v-zone without the others.
+// mirrored v-zone without the others (or a data leg of a parity group
+// without its parity).
 func mirroredError(vzone uint64, op string) error {
-	return &zerr.ZoneStateError{Zone: vzone, State: "mirrored", Op: op + " (copies would diverge; recycle by host copy)"}
+	return &zerr.ZoneStateError{Zone: vzone, State: "mirrored", Op: op + " (copies or parity would diverge; recycle by host copy)"}
 }

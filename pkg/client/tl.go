@@ -57,7 +57,7 @@ func (v *VZone) TLOpen(ctx context.Context, valid []byte, mode v1.PlugMode) erro
 	}
 	l, groups := v.snapshot()
 	for _, g := range groups {
-		if g.copies() > 1 {
+		if g.redundant() {
 			return mirroredError(v.id, "TL_open")
 		}
 	}

@@ -43,6 +43,10 @@ type VZone struct {
 	reopened   bool        // OpenVZone returned this v-zone while a Reset was in flight
 
 	wmu sync.Mutex // serializes writers
+	// par is the running parity of the open row of a parity group
+	// (parity.go; guarded by wmu, its ppWP by parMu).
+	par   parityState
+	parMu sync.Mutex
 }
 
 // group is a stripe group with its congestion window.
@@ -54,6 +58,12 @@ type group struct {
 	capacity uint64
 	zones    []pzone
 	cc       *congestion
+	// parity: a raid5 group (parity.go): zones are width data legs, the
+	// parity leg zones[width] and the partial-parity log zones[width+1].
+	parity bool
+	// sealedPP caches the PP records of a sealed (finished, so immutable)
+	// parity group for reconstruction; a new layout makes new groups.
+	sealedPP atomic.Pointer[[]ppRecord]
 }
 
 type pzone struct {
@@ -95,7 +105,10 @@ func (v *VZone) applyLayout(l *v1.VZone, then func()) bool {
 			g.zones = append(g.zones, pzone{node: z.GetNode(), addr: z.GetAddr(), dev: z.GetDevice(), zone: z.GetZone(), available: z.GetAvailable(),
 				info: new(atomic.Pointer[devInfo])})
 		}
-		if copies := max(int(pg.GetCopies()), 1); g.width == 0 || g.width*copies != len(g.zones) {
+		switch copies := max(int(pg.GetCopies()), 1); {
+		case pg.GetParity() && copies == 1 && g.width > 0 && g.width+2 == len(g.zones):
+			g.parity = true
+		case pg.GetParity() || g.width == 0 || g.width*copies != len(g.zones):
 			g.width = len(g.zones) // not a layout this client understands: RAID-0 over what is listed
 		}
 		if cc, ok := old[g.index]; ok && cc.width == g.width {
@@ -270,13 +283,20 @@ func (v *VZone) blockSize(ctx context.Context) (uint64, error) {
 	}
 	g := groups[0]
 	var err error
-	for c, n := 0, g.copies(); c < n; c++ { // a mirrored leg: any copy's drive tells
+	zones := make([]pzone, 0, len(g.zones))
+	for c := 0; c < g.copies(); c++ { // a mirrored leg: any copy's drive tells
+		zones = append(zones, g.copyZone(c, 0))
+	}
+	if g.parity { // a parity group: any of its drives tells (the cluster has one block size)
+		zones = g.zones
+	}
+	for c, n := 0, len(zones); c < n; c++ {
 		cctx := ctx
 		if c < n-1 {
 			cctx = failFast(ctx)
 		}
 		var d *devInfo
-		if d, err = v.c.device(cctx, g.copyZone(c, 0)); err == nil {
+		if d, err = v.c.device(cctx, zones[c]); err == nil {
 			return d.bs, nil
 		}
 		if !errors.Is(err, zerr.ErrUnavailable) {
@@ -362,7 +382,16 @@ func (v *VZone) writePointer(ctx context.Context) (uint64, error) {
 	for _, g := range groups {
 		prefix := g.start + g.capacity
 		for i := 0; i < g.width; i++ {
-			zw, err := v.legWritePointer(ctx, g, i)
+			var zw uint64
+			var err error
+			if g.parity { // one attempt: a lost data leg has a stand-in
+				if zw, err = v.zoneWritePointer(failFast(ctx), g.zones[i]); err != nil && errors.Is(err, zerr.ErrUnavailable) {
+					v.c.suspect.mark(g.zones[i].node)
+					zw, err = v.lostLegWritePointer(ctx, g, i)
+				}
+			} else {
+				zw, err = v.legWritePointer(ctx, g, i)
+			}
 			if err != nil {
 				return 0, err
 			}
@@ -653,6 +682,9 @@ func (v *VZone) groupFor(ctx context.Context, off uint64) (*group, error) {
 // all in parallel (the last on the caller's goroutine, so a write of one leg
 // starts none). It returns the contiguous prefix that landed.
 func (v *VZone) writeGroup(ctx context.Context, g *group, off uint64, data []byte, bs uint64, fua bool) (uint64, error) {
+	if g.parity {
+		return v.writeParity(ctx, g, off, data, bs, fua)
+	}
 	n := uint64(len(data)) / bs
 	legs := g.legs(off, n)
 	errs := make([]error, len(legs))
@@ -819,9 +851,19 @@ func (v *VZone) ReadInto(ctx context.Context, off uint64, buf []byte) error {
 	if covered < n {
 		clear(buf) // blocks of no stripe group yet were never written: zeroes
 	}
-	mirrored := false
+	mirrored, parity := false, false
 	for _, g := range parts {
 		mirrored = mirrored || g.copies() > 1
+		parity = parity || g.parity
+	}
+	if parity {
+		if err := v.readParity(ctx, parts, off, n, buf); err != nil {
+			return fmt.Errorf("v-zone %d: read %d blocks at %d: %w", v.id, n, off, err)
+		}
+		v.c.m.ops.WithLabelValues("read").Inc()
+		v.c.m.bytes.WithLabelValues("read").Add(float64(len(buf)))
+		v.c.m.latency.WithLabelValues("read").Observe(time.Since(start).Seconds())
+		return nil
 	}
 	var refs []readLegRef
 	for _, g := range parts {
@@ -891,6 +933,9 @@ func (v *VZone) Finish(ctx context.Context) error {
 		return v.tlFinish(ctx)
 	}
 	_, groups := v.snapshot()
+	if err := v.sealParity(v.withRev(ctx), groups); err != nil {
+		return err
+	}
 	l, err := arbiterCall(ctx, v.c, "finish v-zone", func(ctx context.Context, a v1.ArbiterClient) (*v1.VZone, error) {
 		return a.FinishVZone(ctx, &v1.VZoneRequest{Namespace: v.c.cfg.Namespace, Id: v.id})
 	})
@@ -950,6 +995,9 @@ func (v *VZone) ResetIncarnation(ctx context.Context, incarnation uint64) error 
 func (v *VZone) reset(ctx context.Context, incarnation uint64) error {
 	v.wmu.Lock()
 	defer v.wmu.Unlock()
+	v.parMu.Lock()
+	v.par = parityState{} // the partial-parity logs are reset with the zones
+	v.parMu.Unlock()
 	if v.static { // no arbiter: reset the physical zones themselves
 		_, groups := v.snapshot()
 		for _, g := range groups {

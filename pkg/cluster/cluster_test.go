@@ -139,19 +139,23 @@ func TestParseRedundancy(t *testing.T) {
 		copies uint32
 		canon  string
 		bad    bool
+		parity bool
 	}{
-		{"", 1, "none", false},
-		{"none", 1, "none", false},
-		{"mirror:2", 2, "mirror:2", false},
-		{"mirror:4", 4, "mirror:4", false},
-		{"mirror:1", 0, "", true},
-		{"mirror:5", 0, "", true},
-		{"mirror:", 0, "", true},
-		{"mirror:-2", 0, "", true},
-		{"mirror:2x", 0, "", true},
-		{"raid5", 0, "", true},
-		{"Mirror:2", 0, "", true},
-		{"mirror:99999999999999999999", 0, "", true},
+		{"", 1, "none", false, false},
+		{"none", 1, "none", false, false},
+		{"mirror:2", 2, "mirror:2", false, false},
+		{"mirror:4", 4, "mirror:4", false, false},
+		{"mirror:1", 0, "", true, false},
+		{"mirror:5", 0, "", true, false},
+		{"mirror:", 0, "", true, false},
+		{"mirror:-2", 0, "", true, false},
+		{"mirror:2x", 0, "", true, false},
+		{"raid5", 1, "raid5", false, true},
+		{"raid6", 0, "", true, false},
+		{"raid5:3", 0, "", true, false},
+		{"parity", 0, "", true, false},
+		{"Mirror:2", 0, "", true, false},
+		{"mirror:99999999999999999999", 0, "", true, false},
 	} {
 		t.Run(tc.in, func(t *testing.T) {
 			r, err := ParseRedundancy(tc.in)
@@ -161,7 +165,13 @@ func TestParseRedundancy(t *testing.T) {
 			}
 			require.NoError(t, err)
 			require.Equal(t, tc.copies, r.Copies)
+			require.Equal(t, tc.parity, r.Parity)
 			require.Equal(t, tc.canon, r.String())
+			if tc.parity {
+				require.Equal(t, ParityMinNodes, r.MinNodes())
+			} else {
+				require.Equal(t, int(tc.copies), r.MinNodes())
+			}
 			back, err := ParseRedundancy(r.String())
 			require.NoError(t, err)
 			require.Equal(t, r, back)
@@ -180,6 +190,7 @@ func FuzzParseRedundancy(f *testing.F) {
 			return
 		}
 		require.True(t, r.Copies >= 1 && r.Copies <= MaxCopies)
+		require.False(t, r.Parity && r.Copies != 1, "parity is never combined with copies")
 		back, err := ParseRedundancy(r.String())
 		require.NoError(t, err)
 		require.Equal(t, r, back)

@@ -11,19 +11,36 @@ import (
 // MaxCopies is the most copies a mirrored namespace may ask for.
 const MaxCopies = 4
 
+// ParityMinNodes is the fewest distinct nodes a parity (raid5) stripe group
+// needs: one data leg plus the parity leg.
+const ParityMinNodes = 2
+
 // Redundancy is how a namespace protects its v-zones against the loss of a
 // node: Copies legs hold the same data, each on a distinct node. Copies 1 is
-// "none" (RAID-0 legs, the default). Parity (raid5-like) is not offered yet.
+// "none" (RAID-0 legs, the default).
+//
+// Parity ("raid5") keeps Copies 1 and protects each stripe row of k data
+// units (k is the stripe group's width, chosen by the arbiter like any
+// width) with one parity unit on a parity leg. The group's k data legs, and
+// its parity leg, are on k+1 distinct nodes; the group also holds a
+// partial-parity log zone on the parity leg's node (pkg/client's package
+// doc has the design). The parity leg is fixed per group (RAID-4 placement,
+// the name says what it protects against: one lost node), so a group of
+// width k takes k+2 physical zones and needs k+1 ≥ ParityMinNodes nodes.
 type Redundancy struct {
 	Copies uint32
+	Parity bool
 }
 
-// ParseRedundancy parses "" or "none" (one copy) and "mirror:N" (N copies,
-// 2 ≤ N ≤ MaxCopies). Anything else is a *zerr.InvalidArgumentError.
+// ParseRedundancy parses "" or "none" (one copy), "mirror:N" (N copies,
+// 2 ≤ N ≤ MaxCopies) and "raid5" (parity). Anything else is a
+// *zerr.InvalidArgumentError.
 func ParseRedundancy(s string) (Redundancy, error) {
 	switch s {
 	case "", "none":
 		return Redundancy{Copies: 1}, nil
+	case "raid5":
+		return Redundancy{Copies: 1, Parity: true}, nil
 	}
 	bad := func(why string) (Redundancy, error) {
 		return Redundancy{}, &zerr.InvalidArgumentError{Field: "redundancy", Reason: fmt.Sprintf("%q: %s", s, why)}
@@ -31,9 +48,9 @@ func ParseRedundancy(s string) (Redundancy, error) {
 	n, ok := strings.CutPrefix(s, "mirror:")
 	if !ok {
 		if strings.HasPrefix(s, "raid") || strings.HasPrefix(s, "parity") {
-			return bad("parity is not implemented yet; use none or mirror:N")
+			return bad("the parity form is raid5 (k data legs + 1 parity leg per stripe group)")
 		}
-		return bad("want none or mirror:N")
+		return bad("want none, mirror:N or raid5")
 	}
 	c, err := strconv.ParseUint(n, 10, 32)
 	if err != nil || c < 2 || c > MaxCopies {
@@ -42,10 +59,22 @@ func ParseRedundancy(s string) (Redundancy, error) {
 	return Redundancy{Copies: uint32(c)}, nil
 }
 
-// String is the canonical form: "none" or "mirror:N".
+// String is the canonical form: "none", "mirror:N" or "raid5".
 func (r Redundancy) String() string {
-	if r.Copies <= 1 {
+	switch {
+	case r.Parity:
+		return "raid5"
+	case r.Copies <= 1:
 		return "none"
 	}
 	return fmt.Sprintf("mirror:%d", r.Copies)
+}
+
+// MinNodes is the fewest distinct available nodes a stripe group of this
+// redundancy can be placed on (width 1).
+func (r Redundancy) MinNodes() int {
+	if r.Parity {
+		return ParityMinNodes
+	}
+	return int(max(r.Copies, 1))
 }

@@ -6,12 +6,12 @@ import (
 	redbench "github.com/zonefleet/zonefleet/pkg/bench/redundancy"
 )
 
-// benchRedundancyCmd is `zctl bench redundancy`: what mirror:2 costs and buys.
+// benchRedundancyCmd is `zctl bench redundancy`: what mirror:2 and raid5 cost and buy.
 func benchRedundancyCmd(g *Globals) *cobra.Command {
 	var o redbench.Options
 	c := &cobra.Command{
 		Use:   "redundancy",
-		Short: "write/read throughput of none vs mirror:2 on one local cluster, degraded reads with a node stopped, rebuild time per GiB",
+		Short: "write/read throughput of none vs mirror:2 vs raid5 on one local cluster, degraded reads with a node stopped, mirror:2 rebuild time per GiB",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			g.progress("zctl bench redundancy: %d MiB per point, %d runs…", max(o.MiB, 1), max(o.Runs, 1))

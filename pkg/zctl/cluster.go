@@ -43,6 +43,9 @@ func clusterCmd(g *Globals) *cobra.Command {
 				if st.GetLostCopies() > 0 || st.GetRebuilding() > 0 {
 					t.row("rebuild:\t%d mirrored copies on down nodes waiting, %d copying", st.GetLostCopies(), st.GetRebuilding())
 				}
+				if st.GetLostParityZones() > 0 {
+					t.row("parity:\t%d zones of raid5 groups on down nodes (degraded: reads reconstruct; rebuild of parity legs is not supported yet)", st.GetLostParityZones())
+				}
 				return t.flush()
 			})
 		}),

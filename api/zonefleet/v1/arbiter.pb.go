@@ -97,8 +97,8 @@ type Namespace struct {
 	Degraded        bool                   `protobuf:"varint,14,opt,name=degraded,proto3" json:"degraded,omitempty"` // uses zones on a node that is gone
 	Created         *timestamppb.Timestamp `protobuf:"bytes,15,opt,name=created,proto3" json:"created,omitempty"`
 	LastWrite       *timestamppb.Timestamp `protobuf:"bytes,16,opt,name=last_write,json=lastWrite,proto3" json:"last_write,omitempty"`
-	// "none" (RAID-0 legs) or "mirror:N" (N copies of every leg on distinct
-	// nodes); set at creation.
+	// "none" (RAID-0 legs), "mirror:N" (N copies of every leg on distinct
+	// nodes) or "raid5" (k data legs + 1 parity leg); set at creation.
 	Redundancy    string `protobuf:"bytes,17,opt,name=redundancy,proto3" json:"redundancy,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -259,7 +259,7 @@ type CreateNamespaceRequest struct {
 	MaxActiveVzones uint32                 `protobuf:"varint,2,opt,name=max_active_vzones,json=maxActiveVzones,proto3" json:"max_active_vzones,omitempty"`
 	ZonesPerVzone   uint32                 `protobuf:"varint,3,opt,name=zones_per_vzone,json=zonesPerVzone,proto3" json:"zones_per_vzone,omitempty"`
 	Weight          uint32                 `protobuf:"varint,4,opt,name=weight,proto3" json:"weight,omitempty"`        // 0 = 1
-	Redundancy      string                 `protobuf:"bytes,5,opt,name=redundancy,proto3" json:"redundancy,omitempty"` // "" or "none" (default), "mirror:N" (N in 2..4)
+	Redundancy      string                 `protobuf:"bytes,5,opt,name=redundancy,proto3" json:"redundancy,omitempty"` // "" or "none" (default), "mirror:N" (N in 2..4), "raid5"
 	unknownFields   protoimpl.UnknownFields
 	sizeCache       protoimpl.SizeCache
 }
@@ -635,8 +635,13 @@ type StripeGroup struct {
 	// width × copies zones: copy 0's legs in stripe order, then copy 1's, ...
 	// The legs of one stripe position (zones[i], zones[width+i], ...) hold the
 	// same data on distinct nodes.
-	Zones         []*PhysicalZone `protobuf:"bytes,6,rep,name=zones,proto3" json:"zones,omitempty"`
-	Copies        uint32          `protobuf:"varint,7,opt,name=copies,proto3" json:"copies,omitempty"` // 0 or 1: no redundancy
+	Zones  []*PhysicalZone `protobuf:"bytes,6,rep,name=zones,proto3" json:"zones,omitempty"`
+	Copies uint32          `protobuf:"varint,7,opt,name=copies,proto3" json:"copies,omitempty"` // 0 or 1: no redundancy
+	// raid5: zones are width data legs, then the parity leg (zones[width]),
+	// then the partial-parity log zone (zones[width+1], on the parity leg's
+	// node); the data legs and the parity leg are on width+1 distinct nodes.
+	// copies is 0. A client that does not know the field must not write.
+	Parity        bool `protobuf:"varint,8,opt,name=parity,proto3" json:"parity,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -718,6 +723,13 @@ func (x *StripeGroup) GetCopies() uint32 {
 		return x.Copies
 	}
 	return 0
+}
+
+func (x *StripeGroup) GetParity() bool {
+	if x != nil {
+		return x.Parity
+	}
+	return false
 }
 
 type VZone struct {
@@ -1655,10 +1667,14 @@ type ClusterStatusResponse struct {
 	FreeBlocks         uint64                 `protobuf:"varint,15,opt,name=free_blocks,json=freeBlocks,proto3" json:"free_blocks,omitempty"` // in empty physical zones
 	// Copies of mirrored legs on down nodes not rebuilt yet, and rebuilds
 	// copying now (operator view; 0 for a tenant).
-	LostCopies    uint32 `protobuf:"varint,16,opt,name=lost_copies,json=lostCopies,proto3" json:"lost_copies,omitempty"`
-	Rebuilding    uint32 `protobuf:"varint,17,opt,name=rebuilding,proto3" json:"rebuilding,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	LostCopies uint32 `protobuf:"varint,16,opt,name=lost_copies,json=lostCopies,proto3" json:"lost_copies,omitempty"`
+	Rebuilding uint32 `protobuf:"varint,17,opt,name=rebuilding,proto3" json:"rebuilding,omitempty"`
+	// Zones of parity (raid5) groups on down nodes: their groups stay
+	// degraded (reads reconstruct), rebuild of parity legs is not supported
+	// yet (operator view; 0 for a tenant).
+	LostParityZones uint32 `protobuf:"varint,18,opt,name=lost_parity_zones,json=lostParityZones,proto3" json:"lost_parity_zones,omitempty"`
+	unknownFields   protoimpl.UnknownFields
+	sizeCache       protoimpl.SizeCache
 }
 
 func (x *ClusterStatusResponse) Reset() {
@@ -1806,6 +1822,13 @@ func (x *ClusterStatusResponse) GetLostCopies() uint32 {
 func (x *ClusterStatusResponse) GetRebuilding() uint32 {
 	if x != nil {
 		return x.Rebuilding
+	}
+	return 0
+}
+
+func (x *ClusterStatusResponse) GetLostParityZones() uint32 {
+	if x != nil {
+		return x.LostParityZones
 	}
 	return 0
 }
@@ -2171,7 +2194,7 @@ const file_zonefleet_v1_arbiter_proto_rawDesc = "" +
 	"\x06device\x18\x03 \x01(\rR\x06device\x12\x12\n" +
 	"\x04zone\x18\x04 \x01(\rR\x04zone\x12\x12\n" +
 	"\x04dies\x18\x05 \x03(\rR\x04dies\x12\x1c\n" +
-	"\tavailable\x18\x06 \x01(\bR\tavailable\"\xda\x01\n" +
+	"\tavailable\x18\x06 \x01(\bR\tavailable\"\xf2\x01\n" +
 	"\vStripeGroup\x12\x14\n" +
 	"\x05index\x18\x01 \x01(\rR\x05index\x12\x14\n" +
 	"\x05width\x18\x02 \x01(\rR\x05width\x12#\n" +
@@ -2179,7 +2202,8 @@ const file_zonefleet_v1_arbiter_proto_rawDesc = "" +
 	"\x05start\x18\x04 \x01(\x04R\x05start\x12\x1a\n" +
 	"\bcapacity\x18\x05 \x01(\x04R\bcapacity\x120\n" +
 	"\x05zones\x18\x06 \x03(\v2\x1a.zonefleet.v1.PhysicalZoneR\x05zones\x12\x16\n" +
-	"\x06copies\x18\a \x01(\rR\x06copies\"\xe5\x02\n" +
+	"\x06copies\x18\a \x01(\rR\x06copies\x12\x16\n" +
+	"\x06parity\x18\b \x01(\bR\x06parity\"\xe5\x02\n" +
 	"\x05VZone\x12\x1c\n" +
 	"\tnamespace\x18\x01 \x01(\tR\tnamespace\x12\x0e\n" +
 	"\x02id\x18\x02 \x01(\x04R\x02id\x12.\n" +
@@ -2248,7 +2272,7 @@ const file_zonefleet_v1_arbiter_proto_rawDesc = "" +
 	"\rArbiterMember\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x12\n" +
 	"\x04addr\x18\x02 \x01(\tR\x04addr\x12\x16\n" +
-	"\x06leader\x18\x03 \x01(\bR\x06leader\"\xdf\x04\n" +
+	"\x06leader\x18\x03 \x01(\bR\x06leader\"\x8b\x05\n" +
 	"\x15ClusterStatusResponse\x12\x16\n" +
 	"\x06leader\x18\x01 \x01(\tR\x06leader\x127\n" +
 	"\barbiters\x18\x02 \x03(\v2\x1b.zonefleet.v1.ArbiterMemberR\barbiters\x12\x14\n" +
@@ -2276,7 +2300,8 @@ const file_zonefleet_v1_arbiter_proto_rawDesc = "" +
 	"lostCopies\x12\x1e\n" +
 	"\n" +
 	"rebuilding\x18\x11 \x01(\rR\n" +
-	"rebuilding\"\x16\n" +
+	"rebuilding\x12*\n" +
+	"\x11lost_parity_zones\x18\x12 \x01(\rR\x0flostParityZones\"\x16\n" +
 	"\x14ClusterStatusRequest\"b\n" +
 	"\x12TLOpenVZoneRequest\x12\x1c\n" +
 	"\tnamespace\x18\x01 \x01(\tR\tnamespace\x12\x0e\n" +

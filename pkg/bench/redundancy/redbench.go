@@ -2,18 +2,20 @@
 // (`zctl bench redundancy`, issue 19): on one local cluster (real gRPC over
 // loopback, TLS, real backing files, the drives' timing model on the
 // realtime clock) it writes and reads back the same bytes in a namespace
-// without redundancy and in a mirror:2 namespace, reads the mirrored bytes
+// without redundancy, in a mirror:2 namespace and in a raid5 namespace,
+// reads the raid5 bytes again with the node of a data leg stopped (reads
+// reconstructed from parity) and restarts it, reads the mirrored bytes
 // again with one node stopped (degraded reads), then declares that node
 // lost and times the rebuild of its copies elsewhere (node to node).
 //
 // Each throughput point is the median of Runs runs, interleaved (every
-// round measures none then mirror), each on fresh v-zones; every read is
-// compared byte for byte with what was written. The figures are this
-// machine's software path: every "node" runs in this process on the same
-// two cores, so mirror:2 pays its second copy in CPU, not only in network
-// and drive bandwidth as on a real cluster. Only the ratios carry over.
-//
-// Parity (raid5) is not implemented yet, so it has no column.
+// round measures none, mirror:2 then raid5), each on fresh v-zones; every
+// read is compared byte for byte with what was written. The figures are
+// this machine's software path: every "node" runs in this process on the
+// same two cores, so mirror:2 pays its second copy and raid5 its XOR and
+// parity writes in CPU, not only in network and drive bandwidth as on a
+// real cluster. Only the ratios carry over. Rebuild of raid5 legs is not
+// supported yet, so the rebuild row is mirror:2's.
 package redbench
 
 import (
@@ -69,10 +71,16 @@ type Result struct {
 	MirrorWriteMiBps  float64 `json:"mirror2_write_mibps"`
 	MirrorReadMiBps   float64 `json:"mirror2_read_mibps"`
 	DegradedReadMiBps float64 `json:"mirror2_degraded_read_mibps"`
+	ParityWriteMiBps  float64 `json:"raid5_write_mibps"`
+	ParityReadMiBps   float64 `json:"raid5_read_mibps"`
+	ParityDegradedMiB float64 `json:"raid5_degraded_read_mibps"`
 	// Ratios to none in the same run.
 	MirrorWriteRatio    float64 `json:"mirror2_write_over_none"`
 	MirrorReadRatio     float64 `json:"mirror2_read_over_none"`
 	DegradedReadRatio   float64 `json:"mirror2_degraded_read_over_none"`
+	ParityWriteRatio    float64 `json:"raid5_write_over_none"`
+	ParityReadRatio     float64 `json:"raid5_read_over_none"`
+	ParityDegradedRatio float64 `json:"raid5_degraded_read_over_none"`
 	RebuiltCopies       int     `json:"rebuilt_copies"`
 	RebuiltMiB          float64 `json:"rebuilt_mib"` // zone capacity of the rebuilt copies
 	RebuildSeconds      float64 `json:"rebuild_seconds"`
@@ -113,7 +121,7 @@ func Run(ctx context.Context, o Options) (Result, error) {
 	}
 	defer admin.Close()
 	clients := map[string]*client.Client{}
-	for _, ns := range []struct{ name, red string }{{"none", "none"}, {"mirror2", "mirror:2"}} {
+	for _, ns := range []struct{ name, red string }{{"none", "none"}, {"mirror2", "mirror:2"}, {"raid5", "raid5"}} {
 		if _, err := admin.Namespaces().Create(ctx, &v1.CreateNamespaceRequest{Name: ns.name, MaxActiveVzones: 2, ZonesPerVzone: 4, Redundancy: ns.red}); err != nil {
 			return res, fmt.Errorf("namespace %s: %w", ns.name, err)
 		}
@@ -125,10 +133,10 @@ func Run(ctx context.Context, o Options) (Result, error) {
 		clients[ns.name] = c
 	}
 	bytesPer := o.MiB << 20
-	var wNone, rNone, wMir, rMir []float64
-	var keep point
+	var wNone, rNone, wMir, rMir, wPar, rPar []float64
+	var keep, keepPar point
 	for run := 0; run < o.Runs; run++ {
-		for _, name := range []string{"none", "mirror2"} {
+		for _, name := range []string{"none", "mirror2", "raid5"} {
 			c := clients[name]
 			p, wr, err := writePoint(ctx, c, bytesPer, o.Chunk)
 			if err != nil {
@@ -138,13 +146,20 @@ func Run(ctx context.Context, o Options) (Result, error) {
 			if err != nil {
 				return res, fmt.Errorf("%s read: %w", name, err)
 			}
-			if name == "none" {
+			switch name {
+			case "none":
 				wNone, rNone = append(wNone, wr), append(rNone, rd)
-			} else {
+			case "mirror2":
 				wMir, rMir = append(wMir, wr), append(rMir, rd)
+			default:
+				wPar, rPar = append(wPar, wr), append(rPar, rd)
 			}
 			if name == "mirror2" && run == o.Runs-1 {
 				keep = p // read degraded and rebuilt below
+				continue
+			}
+			if name == "raid5" && run == o.Runs-1 {
+				keepPar = p // read degraded below
 				continue
 			}
 			for _, id := range p.ids {
@@ -156,6 +171,34 @@ func Run(ctx context.Context, o Options) (Result, error) {
 	}
 	res.NoneWriteMiBps, res.NoneReadMiBps = benchstat.Median(wNone), benchstat.Median(rNone)
 	res.MirrorWriteMiBps, res.MirrorReadMiBps = benchstat.Median(wMir), benchstat.Median(rMir)
+	res.ParityWriteMiBps, res.ParityReadMiBps = benchstat.Median(wPar), benchstat.Median(rPar)
+
+	// raid5 degraded reads: stop the node of a data leg of the kept data
+	// (reads reconstruct its units from the others and the parity), then
+	// bring it back for the mirror:2 part.
+	pc := clients["raid5"]
+	pVictim, pIdx, err := nodeOf(ctx, pc, keepPar.ids[0])
+	if err != nil {
+		return res, err
+	}
+	if err := cl.StopNode(pIdx); err != nil {
+		return res, err
+	}
+	var pdr []float64
+	for run := 0; run < o.Runs; run++ {
+		rd, err := readPoint(ctx, pc, keepPar, o.Chunk)
+		if err != nil {
+			return res, fmt.Errorf("raid5 degraded read: %w", err)
+		}
+		pdr = append(pdr, rd)
+	}
+	res.ParityDegradedMiB = benchstat.Median(pdr)
+	if err := cl.StartNode(ctx, pIdx); err != nil {
+		return res, err
+	}
+	if err := waitBack(ctx, admin, pVictim); err != nil {
+		return res, err
+	}
 
 	// Degraded reads: stop a node holding copies of the kept data.
 	mc := clients["mirror2"]
@@ -248,6 +291,11 @@ func Run(ctx context.Context, o Options) (Result, error) {
 	if res.NoneReadMiBps > 0 {
 		res.MirrorReadRatio = res.MirrorReadMiBps / res.NoneReadMiBps
 		res.DegradedReadRatio = res.DegradedReadMiBps / res.NoneReadMiBps
+		res.ParityReadRatio = res.ParityReadMiBps / res.NoneReadMiBps
+		res.ParityDegradedRatio = res.ParityDegradedMiB / res.NoneReadMiBps
+	}
+	if res.NoneWriteMiBps > 0 {
+		res.ParityWriteRatio = res.ParityWriteMiBps / res.NoneWriteMiBps
 	}
 	return res, nil
 }
@@ -340,6 +388,26 @@ func nodeOf(ctx context.Context, c *client.Client, id uint64) (string, int, erro
 	return node, i - 1, nil
 }
 
+// waitBack waits until the arbiter sees node id available again.
+func waitBack(ctx context.Context, admin *client.Client, id string) error {
+	for t0 := time.Now(); time.Since(t0) < time.Minute; {
+		nodes, err := admin.ListNodes(ctx)
+		if err == nil {
+			for _, n := range nodes {
+				if n.GetId() == id && n.GetAvailable() {
+					return nil
+				}
+			}
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
+	return &zerr.UnavailableError{What: "arbiter", Reason: "does not see the restarted node " + id}
+}
+
 // waitGone waits until the arbiter sees node id unavailable.
 func waitGone(ctx context.Context, admin *client.Client, id string) error {
 	for t0 := time.Now(); time.Since(t0) < time.Minute; {
@@ -367,6 +435,8 @@ func (r Result) WriteTable(w io.Writer) error {
 	fmt.Fprintf(t, "none\t%.1f\t%.1f\t1.00\t1.00\n", r.NoneWriteMiBps, r.NoneReadMiBps)
 	fmt.Fprintf(t, "mirror:2\t%.1f\t%.1f\t%.2f\t%.2f\n", r.MirrorWriteMiBps, r.MirrorReadMiBps, r.MirrorWriteRatio, r.MirrorReadRatio)
 	fmt.Fprintf(t, "mirror:2, one node stopped\t-\t%.1f\t-\t%.2f\n", r.DegradedReadMiBps, r.DegradedReadRatio)
-	fmt.Fprintf(t, "rebuild\t%d copies (%.0f MiB) in %.2f s\t%.1f s/GiB\t\t\n", r.RebuiltCopies, r.RebuiltMiB, r.RebuildSeconds, r.RebuildSecondsPerGi)
+	fmt.Fprintf(t, "raid5\t%.1f\t%.1f\t%.2f\t%.2f\n", r.ParityWriteMiBps, r.ParityReadMiBps, r.ParityWriteRatio, r.ParityReadRatio)
+	fmt.Fprintf(t, "raid5, a data leg's node stopped\t-\t%.1f\t-\t%.2f\n", r.ParityDegradedMiB, r.ParityDegradedRatio)
+	fmt.Fprintf(t, "rebuild (mirror:2)\t%d copies (%.0f MiB) in %.2f s\t%.1f s/GiB\t\t\n", r.RebuiltCopies, r.RebuiltMiB, r.RebuildSeconds, r.RebuildSecondsPerGi)
 	return t.Flush()
 }

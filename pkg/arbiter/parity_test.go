@@ -1,0 +1,125 @@
+package arbiter
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus/testutil"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/zonefleet/zonefleet/pkg/cluster"
+	"github.com/zonefleet/zonefleet/pkg/zerr"
+)
+
+// A raid5 namespace gets stripe groups of width data legs + a parity leg
+// on width+1 distinct nodes, plus a partial-parity log zone on the parity
+// leg's node; all width+2 zones are active zones of the namespace, and
+// reclaim leaves the groups alone.
+func TestParityNamespaceLayout(t *testing.T) {
+	for _, tc := range []struct {
+		name     string
+		nodes    int
+		maxWidth uint32
+	}{
+		{"2 nodes: width 1", 2, 1},
+		{"3 nodes: width 2", 3, 2},
+		{"5 nodes: width 4", 5, 4},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			cl, a := oneLeader(t, tc.nodes) // 16 essentials + 16 spares per node
+			ctx := context.Background()
+			info, err := a.CreateNamespace(ctx, NamespaceSpec{Name: "p", MARLogical: 2, ZonesPerVZone: 8, Redundancy: "raid5"})
+			require.NoError(t, err)
+			assert.Equal(t, "raid5", Redundancy(info.NamespaceSpec).String())
+			assert.True(t, Redundancy(info.NamespaceSpec).Parity)
+			wantMin := max(pow2Floor(info.Essentials/2-2), 1)
+			assert.Equal(t, min(wantMin, 8), info.MinWidth)
+			var zones uint32
+			for id := uint64(0); id < 2; id++ {
+				l, err := a.OpenVZone(ctx, "p", id)
+				require.NoError(t, err)
+				g := l.Groups[0]
+				require.True(t, g.Parity)
+				require.LessOrEqual(t, g.Width, tc.maxWidth, "data legs + parity need width+1 nodes")
+				require.Equal(t, int(g.Width+2), len(g.Zones))
+				zones += g.Width + 2
+				checkInvariants(t, cl, a, "open "+tc.name)
+			}
+			got, err := a.GetNamespace(ctx, "p")
+			require.NoError(t, err)
+			assert.Equal(t, zones, got.EssentialsInUse+got.SparesInUse, "every zone of a parity group is an active zone")
+			l, err := a.NextStripeGroup(ctx, "p", 0)
+			if err == nil {
+				require.True(t, l.Groups[len(l.Groups)-1].Parity)
+			}
+			checkInvariants(t, cl, a, "next "+tc.name)
+		})
+	}
+}
+
+// One node cannot hold a parity group: the open fails, typed, naming the
+// minimum, and changes nothing.
+func TestParityNamespaceNeedsNodes(t *testing.T) {
+	_, a := oneLeader(t, 1)
+	ctx := context.Background()
+	_, err := a.CreateNamespace(ctx, NamespaceSpec{Name: "p", MARLogical: 1, ZonesPerVZone: 4, Redundancy: "raid5"})
+	require.NoError(t, err)
+	_, err = a.OpenVZone(ctx, "p", 0)
+	require.ErrorIs(t, err, zerr.ErrNoResources)
+	require.Contains(t, err.Error(), "at least 2 nodes")
+	l, err := a.Layout(ctx, "p", 0)
+	require.NoError(t, err)
+	require.Equal(t, VZoneEmpty, l.State)
+}
+
+// A node holding a leg of a parity group goes down: the v-zone counts as
+// degraded, nothing is rebuilt (typed as unsupported: RebuildResult and
+// ClusterStatus say how many zones), and the state stays consistent.
+func TestParityLegOnADownNodeIsNotRebuilt(t *testing.T) {
+	tc := newTestCluster(t)
+	tc.comp = newMemCompactor()
+	tc.cfg = func(c *Config) { c.NodeDownAfter = 10 * time.Minute }
+	leases := map[string]clientv3.LeaseID{}
+	for _, id := range []string{"n0", "n1", "n2"} {
+		leases[id] = tc.addNode(id, []cluster.DeviceInfo{testDevice(0)}, true)
+	}
+	a := tc.start("arb-0:9000")
+	tc.leader(a)
+	tc.waitNodes(a, 3)
+	ctx := context.Background()
+	_, err := a.CreateNamespace(ctx, NamespaceSpec{Name: "p", MARLogical: 2, ZonesPerVZone: 4, Redundancy: "raid5"})
+	require.NoError(t, err)
+	l0, err := a.OpenVZone(ctx, "p", 0)
+	require.NoError(t, err)
+	g0 := l0.Groups[0]
+	require.True(t, g0.Parity)
+	victim := g0.Zones[0].Node // a data leg
+	lost := 0
+	for _, z := range g0.Zones {
+		if z.Node == victim {
+			lost++
+		}
+	}
+	_, err = tc.cli.Revoke(ctx, leases[victim])
+	require.NoError(t, err)
+	tc.waitNodes(a, 2)
+	require.Eventually(t, func() bool { return testutil.ToFloat64(a.m.degradedVZones.WithLabelValues("p")) > 0 },
+		10*time.Second, 10*time.Millisecond, "a parity v-zone with a zone on the lost node counts as degraded")
+	tc.clock.Advance(11 * time.Minute)
+	require.NoError(t, a.CheckNodes(ctx))
+	res, err := a.CheckRebuild(ctx)
+	require.NoError(t, err)
+	require.Equal(t, RebuildResult{Unsupported: lost}, res)
+	st, err := a.Status(ctx)
+	require.NoError(t, err)
+	require.Equal(t, lost, st.LostParityZones)
+	require.Zero(t, st.LostCopies)
+	l, err := a.Layout(ctx, "p", 0)
+	require.NoError(t, err)
+	require.Equal(t, g0.Zones, l.Groups[0].Zones, "the layout keeps the lost zone (no rebuild)")
+	require.ErrorIs(t, ErrParityRebuild, zerr.ErrZoneState)
+	checkInvariants(t, tc, a, "parity leg down")
+}

@@ -1,0 +1,708 @@
+package client
+
+import (
+	"context"
+	"crypto/subtle"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"hash/crc32"
+	"slices"
+	"sync"
+
+	v1 "github.com/zonefleet/zonefleet/api/zonefleet/v1"
+	"github.com/zonefleet/zonefleet/pkg/zerr"
+)
+
+// Parity stripe groups (namespace redundancy raid5).
+//
+// A parity group of width k lists k+2 physical zones: k data legs, the
+// parity leg zones[k] and the partial-parity (PP) log zones[k+1]. The data
+// legs and the parity leg are on k+1 distinct nodes; the PP log is on the
+// parity leg's node. The parity leg is fixed per group (RAID-4 placement,
+// not RAID-5 rotation): every zone is append-only, so every row writes
+// every leg once whichever leg holds its parity, and rotation would only
+// spread reads of parity, which normal reads never do. What a fixed leg
+// buys is the rule that matters: the PP record of a row must sit on a node
+// that holds no data unit of that row (else losing that node loses a unit
+// and its protection), and with a fixed parity leg one PP zone on the
+// parity node satisfies it for every row, at the cost of one extra zone
+// per group and no extra node. (A rotating parity leg would need a PP zone
+// per leg.) The arbiter places and counts the k+2 zones (pkg/arbiter
+// pickParity).
+//
+// Striping of the data legs is RAID-0's: row r is stripe units r*k …
+// r*k+k-1, all at zone offset r*S of their legs (S = stripe blocks), and
+// its parity unit is at offset r*S of the parity leg. Rows are written in
+// order at the write pointer of every leg.
+//
+// A write (writeParity) XORs its blocks into the running parity of the row
+// it is in (cached per v-zone; rebuilt from the row's written prefix when
+// the cache does not match, after a restart). Every row the write
+// completes gets its parity unit written; when the write ends inside a row
+// a PP record — header (magic, group, row, covered blocks, payload CRC,
+// header CRC) plus the row's parity so far — is appended to the PP log.
+// The data legs, the parity units and the PP record are written in
+// parallel, with the call's FUA, and the write is acknowledged only when
+// all landed (a Flush flushes the parity and PP zones with the data legs:
+// they are devices of the v-zone). A write that some zones took while the
+// others' nodes are unavailable is answered at once as degraded
+// (zerr.StateDegraded, as for mirrors) so the file system continues in
+// another v-zone; so is any write to a group with a zone on a node known
+// to be unavailable (the arbiter's view, or a failed call within
+// suspectFor), even one that touches only live zones: its data would be
+// protected by nothing. When the PP log is full it is reset and the record is
+// written at its start: between the reset and the record, the acknowledged
+// part of the open row is unprotected (a node loss in that window of one
+// device round trip loses it); a second PP zone would close the window.
+//
+// Normal reads read the data legs only. A read that meets an unavailable
+// data leg (or one the arbiter reports down) reconstructs that leg's
+// pieces row by row (reconstruct): from the parity unit when the survivors
+// hold the whole row and the parity leg holds its parity, else from the
+// newest valid PP record of the row whose covered prefix the survivors
+// hold, XORing only the survivors' blocks inside that prefix (blocks after
+// it were never acknowledged; a torn record fails its CRC and is skipped).
+// A row with neither holds nothing acknowledged on the lost leg: zeroes.
+// Two unavailable zones of one group fail the read.
+//
+// The v-zone's write pointer is the data legs' contiguous prefix; a data
+// leg whose node is unavailable stands in with its extent at the group's
+// protected end (lostLegWritePointer: rows with parity + the newest PP
+// record's cover), so a client that starts during the outage (a mount)
+// finds the acknowledged end.
+//
+// Finish seals the open parity group first (sealParity): a seal record in
+// its PP log keeps what the finished zones' write pointers no longer say.
+//
+// The PP log is not reset when the group fills: the zone is finished with
+// the group and reset with the v-zone. zone_compaction and TL_open are
+// refused (mirroredError); the file system recycles by host copy.
+
+// ppMagic starts every partial-parity record header.
+const ppMagic = 0x5a465050 // "ZFPP"
+
+// ppHeaderLen is the encoded header's length (the rest of its block is zero).
+const ppHeaderLen = 48
+
+// ppSealed marks a seal record (sealParity): written before the group's
+// zones are finished, when the drives' write pointers stop telling how far
+// each zone was written.
+const ppSealed = 1
+
+var crcTable = crc32.MakeTable(crc32.Castagnoli)
+
+// ppHeader is a partial-parity record's header.
+type ppHeader struct {
+	Group   uint32 // stripe group index
+	Row     uint64 // row within the group
+	Covered uint64 // blocks of the row (from its start) the parity covers
+	Blocks  uint32 // payload blocks that follow the header block
+	CRC     uint32 // CRC-32C of the payload
+	Flags   uint32 // ppSealed
+	// ParityRows (seal records): the rows whose parity unit was written
+	// when the group was sealed.
+	ParityRows uint64
+}
+
+func (h ppHeader) encode(b []byte) {
+	clear(b)
+	binary.LittleEndian.PutUint32(b[0:], ppMagic)
+	binary.LittleEndian.PutUint32(b[4:], h.Group)
+	binary.LittleEndian.PutUint64(b[8:], h.Row)
+	binary.LittleEndian.PutUint64(b[16:], h.Covered)
+	binary.LittleEndian.PutUint32(b[24:], h.Blocks)
+	binary.LittleEndian.PutUint32(b[28:], h.CRC)
+	binary.LittleEndian.PutUint32(b[32:], h.Flags)
+	binary.LittleEndian.PutUint64(b[36:], h.ParityRows)
+	binary.LittleEndian.PutUint32(b[44:], crc32.Checksum(b[:44], crcTable))
+}
+
+// decodePPHeader parses a header block; ok is false for anything that is
+// not an intact header (zeroes, a torn write, another record's payload).
+func decodePPHeader(b []byte) (ppHeader, bool) {
+	if len(b) < ppHeaderLen || binary.LittleEndian.Uint32(b) != ppMagic ||
+		binary.LittleEndian.Uint32(b[44:]) != crc32.Checksum(b[:44], crcTable) {
+		return ppHeader{}, false
+	}
+	return ppHeader{
+		Group: binary.LittleEndian.Uint32(b[4:]), Row: binary.LittleEndian.Uint64(b[8:]),
+		Covered: binary.LittleEndian.Uint64(b[16:]), Blocks: binary.LittleEndian.Uint32(b[24:]),
+		CRC: binary.LittleEndian.Uint32(b[28:]), Flags: binary.LittleEndian.Uint32(b[32:]),
+		ParityRows: binary.LittleEndian.Uint64(b[36:]),
+	}, true
+}
+
+// ppRecord is a decoded, intact record.
+type ppRecord struct {
+	ppHeader
+	xor []byte // Blocks blocks of parity
+}
+
+// parseLog walks a PP log's bytes (bs-byte blocks) and returns its intact
+// records in log order. A block that is not a header is skipped (a torn
+// record, or the zeroes past the write pointer); a record whose payload
+// fails its CRC or runs past the end is dropped.
+func parseLog(b []byte, bs uint64) []ppRecord {
+	var out []ppRecord
+	for p := uint64(0); bs > 0 && p+bs <= uint64(len(b)); {
+		h, ok := decodePPHeader(b[p : p+bs])
+		if !ok {
+			p += bs
+			continue
+		}
+		end := p + bs + uint64(h.Blocks)*bs
+		if end > uint64(len(b)) || end < p {
+			p += bs
+			continue
+		}
+		payload := b[p+bs : end]
+		if crc32.Checksum(payload, crcTable) == h.CRC {
+			out = append(out, ppRecord{ppHeader: h, xor: payload})
+			p = end
+			continue
+		}
+		p += bs
+	}
+	return out
+}
+
+// parityState is a v-zone's running parity of the row at its write
+// pointer (guarded by VZone.wmu, as writes are).
+type parityState struct {
+	group   uint32
+	row     uint64
+	covered uint64 // blocks of the row written
+	xor     []byte // stripe blocks
+	ppWP    map[uint32]uint64
+}
+
+func xorInto(dst, src []byte) { subtle.XORBytes(dst, dst, src) }
+
+// rowAcc returns the running parity of row r of g over its first covered
+// blocks: the cache when it matches, else the XOR of the row's prefix read
+// back from the data legs.
+func (v *VZone) rowAcc(ctx context.Context, g *group, r, covered, bs uint64) ([]byte, error) {
+	S := g.stripe
+	ps := &v.par
+	if ps.xor != nil && ps.group == g.index && ps.row == r && ps.covered == covered {
+		return ps.xor, nil
+	}
+	acc := make([]byte, S*bs)
+	if covered > 0 {
+		prefix := make([]byte, covered*bs)
+		if err := v.ReadInto(ctx, g.start+r*S*uint64(g.width), prefix); err != nil {
+			return nil, fmt.Errorf("parity: read row %d's written prefix: %w", r, err)
+		}
+		for q := uint64(0); q < covered; q += S {
+			m := min(S, covered-q)
+			xorInto(acc[:m*bs], prefix[q*bs:(q+m)*bs])
+		}
+	}
+	return acc, nil
+}
+
+// writeParity is writeGroup for a parity group: the data legs as RAID-0,
+// the parity units of the rows the write completes and, when it ends
+// inside a row, a PP record, all in parallel.
+func (v *VZone) writeParity(ctx context.Context, g *group, off uint64, data []byte, bs uint64, fua bool) (uint64, error) {
+	n := uint64(len(data)) / bs
+	S, k := g.stripe, uint64(g.width)
+	rowBlocks := S * k
+	for _, z := range g.zones {
+		if !v.preferred(z) {
+			// a zone's node is known unavailable: new data would be
+			// unprotected (and the row's parity incomplete)
+			v.c.m.degradedWrites.Inc()
+			return 0, &zerr.ZoneStateError{Zone: v.id, State: zerr.StateDegraded,
+				Op: fmt.Sprintf("write (node %s of a parity group is unavailable: continue in another v-zone)", z.node)}
+		}
+	}
+	g.sealedPP.Store(nil) // written after a seal (a Finish that failed): not sealed any more
+	rel := off - g.start
+	r0 := rel / rowBlocks
+	acc, err := v.rowAcc(ctx, g, r0, rel-r0*rowBlocks, bs)
+	if err != nil {
+		return 0, err
+	}
+	acc = append([]byte(nil), acc...) // the cache stays valid if this write fails
+	var parity []byte                 // parity units of the completed rows, from row r0
+	q := rel - r0*rowBlocks           // row offset of the next block
+	for t := uint64(0); t < n; {
+		m := min(S-q%S, n-t) // blocks to the end of this unit
+		u := q % S
+		xorInto(acc[u*bs:(u+m)*bs], data[t*bs:(t+m)*bs])
+		t, q = t+m, q+m
+		if q == rowBlocks {
+			parity = append(parity, acc...)
+			clear(acc)
+			q = 0
+		}
+	}
+	rEnd := (rel + n) / rowBlocks // the row the write ends in (q blocks into it)
+
+	type job struct {
+		z    pzone
+		zoff uint64
+		buf  []byte
+		pp   bool
+	}
+	var jobs []job
+	for _, l := range g.legs(off, n) {
+		buf := make([]byte, 0, l.blocks*bs)
+		for _, p := range l.pieces {
+			buf = append(buf, data[(p.voff-off)*bs:(p.voff-off+p.n)*bs]...)
+		}
+		jobs = append(jobs, job{z: g.zones[l.idx], zoff: l.zoff, buf: buf})
+	}
+	if len(parity) > 0 {
+		jobs = append(jobs, job{z: g.zones[g.width], zoff: r0 * S, buf: parity})
+	}
+	var rec []byte
+	if q > 0 {
+		payload := min(q, S)
+		rec = make([]byte, (1+payload)*bs)
+		copy(rec[bs:], acc[:payload*bs])
+		ppHeader{Group: g.index, Row: rEnd, Covered: q, Blocks: uint32(payload), CRC: crc32.Checksum(rec[bs:], crcTable)}.encode(rec[:bs])
+		jobs = append(jobs, job{z: g.zones[g.width+1], buf: rec, pp: true})
+	}
+	errs := make([]error, len(jobs))
+	run := func(ctx context.Context) {
+		var wg sync.WaitGroup
+		for i, j := range jobs {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				if j.pp {
+					errs[i] = v.appendPP(ctx, g, j.z, j.buf, bs, fua)
+					return
+				}
+				errs[i] = v.writeLeg(ctx, j.z, j.zoff, j.buf, bs, fua)
+			}()
+		}
+		wg.Wait()
+	}
+	count := func() (ok, down int) {
+		for _, err := range errs {
+			switch {
+			case err == nil:
+				ok++
+			case errors.Is(err, zerr.ErrUnavailable):
+				down++
+			}
+		}
+		return ok, down
+	}
+	run(failFast(ctx)) // one attempt each: a lost node answers degraded at once
+	if ok, down := count(); ok == 0 && down == len(jobs) {
+		// nobody answered (the client's own network, more likely): retry as
+		// usual (writeLeg recognizes a landed attempt by the write pointer;
+		// a PP record may be appended twice, which is harmless)
+		run(ctx)
+	}
+	ok, down := count()
+	for i, err := range errs {
+		if err != nil && errors.Is(err, zerr.ErrUnavailable) {
+			v.c.suspect.mark(jobs[i].z.node)
+		}
+	}
+	if ok == len(jobs) {
+		v.par.group, v.par.row, v.par.covered, v.par.xor = g.index, rEnd, q, acc
+		return n, nil
+	}
+	v.par.xor = nil // the next write reads the row back
+	if ok > 0 && ok+down == len(jobs) {
+		v.c.m.degradedWrites.Inc()
+		return 0, fmt.Errorf("%w: %v", &zerr.ZoneStateError{Zone: v.id, State: zerr.StateDegraded,
+			Op: "write (a zone's node of a parity group is unavailable: continue in another v-zone)"}, errors.Join(errs...))
+	}
+	return 0, errors.Join(errs...)
+}
+
+// appendPP appends a PP record at the PP log's write pointer (asked of the
+// drive when not known), resetting the log first when the record does not
+// fit (see the package notes above for the window this opens).
+func (v *VZone) appendPP(ctx context.Context, g *group, z pzone, rec []byte, bs uint64, fua bool) error {
+	d, err := v.c.device(ctx, z)
+	if err != nil {
+		return err
+	}
+	v.parMu.Lock()
+	wp, known := v.par.ppWP[g.index]
+	v.parMu.Unlock()
+	if !known {
+		if wp, err = v.zoneWritePointer(ctx, z); err != nil {
+			return err
+		}
+	}
+	blocks := uint64(len(rec)) / bs
+	if wp+blocks > d.zoneCap {
+		_, err := nodeCall(ctx, v.c, z.node, z.addr, "reset partial-parity log", func(ctx context.Context, n v1.ZonedDeviceClient) (*v1.ZoneManagementResponse, error) {
+			return n.ZoneManagement(ctx, &v1.ZoneManagementRequest{Device: z.dev, Zone: z.zone, Action: v1.ZoneAction_ZONE_ACTION_RESET})
+		})
+		if err != nil {
+			return err
+		}
+		wp = 0
+	}
+	err = v.writeLeg(ctx, z, wp, rec, bs, fua)
+	v.parMu.Lock()
+	defer v.parMu.Unlock()
+	if v.par.ppWP == nil {
+		v.par.ppWP = map[uint32]uint64{}
+	}
+	if err != nil {
+		delete(v.par.ppWP, g.index)
+		return err
+	}
+	v.par.ppWP[g.index] = wp + blocks
+	return nil
+}
+
+// readRaw reads blocks blocks at zone offset zoff of z.
+func (v *VZone) readRaw(ctx context.Context, z pzone, zoff, blocks, bs uint64) ([]byte, error) {
+	out := make([]byte, blocks*bs)
+	if blocks == 0 {
+		return out, nil
+	}
+	l := &leg{zoff: zoff, blocks: blocks, pieces: []piece{{voff: 0, n: blocks}}}
+	_, err := v.readLeg(ctx, z, l, 0, out, bs)
+	return out, err
+}
+
+// readParity is ReadInto's part for reads that touch a parity group: the
+// data legs as usual (one attempt each while another way to the bytes
+// exists), and the legs on unavailable nodes reconstructed.
+func (v *VZone) readParity(ctx context.Context, parts []*group, off, n uint64, buf []byte) error {
+	bad := map[string]bool{}
+	for _, g := range parts {
+		for _, z := range g.zones {
+			if g.parity && !v.preferred(z) {
+				bad[z.node] = true
+			}
+		}
+	}
+	for attempt := 0; attempt < 3; attempt++ {
+		var refs []readLegRef
+		var lost []func() error
+		for _, g := range parts {
+			lo, hi := max(off, g.start), min(off+n, g.start+g.capacity)
+			for _, l := range g.legs(lo, hi-lo) {
+				z := g.zones[l.idx]
+				if g.parity && bad[z.node] {
+					lost = append(lost, func() error { return v.reconstruct(ctx, g, l, bad, off, buf) })
+					continue
+				}
+				dctx := ctx
+				if g.parity {
+					dctx = failFast(ctx)
+				}
+				d, err := v.c.device(dctx, z)
+				if err != nil {
+					if g.parity && errors.Is(err, zerr.ErrUnavailable) {
+						bad[z.node] = true
+						lost = append(lost, func() error { return v.reconstruct(ctx, g, l, bad, off, buf) })
+						continue
+					}
+					return err
+				}
+				refs = append(refs, readLegRef{g: g, l: l, z: z, lba: uint64(z.zone)*d.zoneSize + l.zoff, bs: d.bs})
+			}
+		}
+		var err error
+		if len(refs) > 0 {
+			err = v.runCalls(failFast(ctx), planRead(refs), buf, off)
+		}
+		if err != nil {
+			if !errors.Is(err, zerr.ErrUnavailable) || ctx.Err() != nil {
+				return err
+			}
+			nodes := unavailableNodes(err)
+			for _, node := range nodes {
+				bad[node] = true
+				v.c.suspect.mark(node)
+			}
+			if len(nodes) == 0 {
+				return err
+			}
+			continue // again, reconstructing the legs of the newly bad nodes
+		}
+		if len(lost) > 0 {
+			v.c.m.degradedReads.Inc()
+		}
+		for _, f := range lost {
+			if err := f(); err != nil {
+				return err
+			}
+		}
+		return nil
+	}
+	return &zerr.UnavailableError{What: fmt.Sprintf("v-zone %d", v.id), Reason: "parity read: nodes kept failing"}
+}
+
+// reconstruct fills leg l's pieces of buf (whose first block is v-zone
+// offset base) from the other zones of its parity group, row by row.
+func (v *VZone) reconstruct(ctx context.Context, g *group, l *leg, bad map[string]bool, base uint64, buf []byte) error {
+	S, k := g.stripe, uint64(g.width)
+	rowBlocks := S * k
+	others := make([]int, 0, g.width)
+	for j := 0; j < g.width; j++ {
+		if j == l.idx {
+			continue
+		}
+		if bad[g.zones[j].node] {
+			return &zerr.UnavailableError{What: fmt.Sprintf("v-zone %d stripe group %d", v.id, g.index),
+				Reason: fmt.Sprintf("legs %d and %d are both on unavailable nodes: a parity group survives one", l.idx, j)}
+		}
+		others = append(others, j)
+	}
+	bs, err := v.blockSize(ctx)
+	if err != nil {
+		return err
+	}
+	// the survivors' write pointers say how much of each row they hold
+	wps := make(map[int]uint64, len(others)+1)
+	for _, j := range append(others, g.width) {
+		if bad[g.zones[j].node] {
+			wps[j] = 0 // the parity leg is lost too: PP records only
+			continue
+		}
+		if wps[j], err = v.zoneWritePointer(ctx, g.zones[j]); err != nil {
+			return err
+		}
+	}
+	// the leg's zone range [l.zoff, l.zoff+l.blocks) of every survivor and
+	// of the parity leg, read once, in parallel
+	span := make(map[int][]byte, len(others)+1)
+	srcs := others
+	if !bad[g.zones[g.width].node] {
+		srcs = append(slices.Clone(others), g.width)
+	}
+	serrs := make([]error, len(srcs))
+	var wg sync.WaitGroup
+	var smu sync.Mutex
+	for i, j := range srcs {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			b, err := v.readRaw(ctx, g.zones[j], l.zoff, l.blocks, bs)
+			smu.Lock()
+			span[j], serrs[i] = b, err
+			smu.Unlock()
+		}()
+	}
+	wg.Wait()
+	if err := errors.Join(serrs...); err != nil {
+		return err
+	}
+	var recs []ppRecord
+	recsRead := false
+	pz := g.zones[g.width+1]
+	if c := g.sealedPP.Load(); c != nil {
+		recs, recsRead = *c, true
+	} else if !bad[pz.node] {
+		// read the PP log up front: a seal record changes the rules
+		if recs, err = v.ppRecords(ctx, g, bs); err != nil {
+			return err
+		}
+		recsRead = true
+	}
+	// The seal counts only as the group's last record: a Finish that
+	// failed after sealing leaves the v-zone open, and records of later
+	// writes follow (the next Finish seals again).
+	var seal *ppRecord
+	for i := len(recs) - 1; i >= 0; i-- {
+		if recs[i].Group == g.index {
+			if recs[i].Flags&ppSealed != 0 {
+				seal = &recs[i]
+			}
+			break
+		}
+	}
+	if seal != nil {
+		g.sealedPP.Store(&recs) // finished: the log no longer changes
+	}
+	for _, p := range l.pieces {
+		_, pz := g.locate(p.voff)
+		at := (pz - l.zoff) * bs // the piece's place in span
+		rel := p.voff - g.start
+		r := rel / rowBlocks
+		a := rel % S // unit offset (the piece lies in one unit)
+		out := buf[(p.voff-base)*bs : (p.voff-base+p.n)*bs]
+		held := func(c uint64) bool { // every survivor holds its blocks of row r below row offset c
+			for _, j := range others {
+				need := min(sub64(c, uint64(j)*S), S)
+				if wps[j] < r*S+need {
+					return false
+				}
+			}
+			return true
+		}
+		covered := rowBlocks
+		useParity := wps[g.width] >= (r+1)*S && held(rowBlocks)
+		if seal != nil {
+			// finished: the write pointers say nothing; the seal does
+			useParity = r < seal.ParityRows
+			held = func(uint64) bool { return true }
+		}
+		if useParity {
+			copy(out, span[g.width][at:at+p.n*bs])
+		} else {
+			if !recsRead {
+				if bad[g.zones[g.width+1].node] {
+					return &zerr.UnavailableError{What: fmt.Sprintf("v-zone %d stripe group %d", v.id, g.index), Reason: "the partial-parity log is on an unavailable node too"}
+				}
+				if recs, err = v.ppRecords(ctx, g, bs); err != nil {
+					return err
+				}
+				recsRead = true
+			}
+			var rec *ppRecord
+			for i := len(recs) - 1; i >= 0; i-- {
+				x := &recs[i]
+				if x.Group != g.index || x.Row != r || !held(x.Covered) {
+					continue
+				}
+				if seal != nil && x.Flags&ppSealed == 0 && r == seal.Row {
+					continue // the seal's cover is what was acknowledged of its row
+				}
+				rec = x
+				break
+			}
+			clear(out)
+			if rec == nil {
+				continue // nothing of this row was acknowledged on any leg
+			}
+			covered = rec.Covered
+			if lo := a * bs; lo < uint64(len(rec.xor)) {
+				copy(out, rec.xor[lo:min(uint64(len(rec.xor)), (a+p.n)*bs)])
+			}
+		}
+		for _, j := range others {
+			start := uint64(j)*S + a // row offset of the piece's first block on leg j
+			m := min(sub64(covered, start), p.n)
+			if m == 0 {
+				continue
+			}
+			xorInto(out[:m*bs], span[j][at:at+m*bs])
+		}
+		if mine := uint64(l.idx)*S + a; covered < mine+p.n { // past what was acknowledged: zeroes
+			clear(out[sub64(covered, mine)*bs:])
+		}
+	}
+	return nil
+}
+
+// sealParity appends a seal record to the PP log of every parity group
+// that is about to be finished (Finish): finishing fills the zones with
+// zeroes and moves their write pointers to the end, after which neither
+// the parity leg's write pointer (which rows have parity) nor the data
+// legs' (how far the open row got) can be trusted. The seal keeps both:
+// ParityRows, and the row at the v-zone's write pointer with its XOR and
+// cover, so reconstruction of a finished group uses the parity of the
+// rows before ParityRows, the seal (or an older PP record) for the rows
+// after, and zeroes past the seal's row. A group whose PP log's node is
+// unavailable is not sealed (its data legs are all there; nothing would
+// reconstruct them anyway), nor is a full or empty one.
+func (v *VZone) sealParity(ctx context.Context, groups []*group) error {
+	var open []*group
+	for _, g := range groups {
+		if g.parity {
+			open = append(open, g)
+		}
+	}
+	if len(open) == 0 {
+		return nil
+	}
+	bs, err := v.blockSize(ctx)
+	if err != nil {
+		return err
+	}
+	wp, err := v.writePointer(ctx)
+	if err != nil {
+		return err
+	}
+	for _, g := range open {
+		if wp <= g.start || wp >= g.start+g.capacity {
+			continue // empty, or full: its rows all have parity
+		}
+		pz := g.zones[g.width+1]
+		if !v.preferred(pz) {
+			continue
+		}
+		S, rowBlocks := g.stripe, g.stripe*uint64(g.width)
+		pwp, err := v.zoneWritePointer(failFast(ctx), g.zones[g.width])
+		if err != nil {
+			if errors.Is(err, zerr.ErrUnavailable) {
+				continue // the PP log is on the same node
+			}
+			return err
+		}
+		rel := wp - g.start
+		r, c := rel/rowBlocks, rel%rowBlocks
+		acc, err := v.rowAcc(ctx, g, r, c, bs)
+		if err != nil {
+			return err
+		}
+		payload := min(c, S)
+		rec := make([]byte, (1+payload)*bs)
+		copy(rec[bs:], acc[:payload*bs])
+		ppHeader{Group: g.index, Row: r, Covered: c, Blocks: uint32(payload), CRC: crc32.Checksum(rec[bs:], crcTable),
+			Flags: ppSealed, ParityRows: min(pwp/S, r)}.encode(rec[:bs])
+		if err := v.appendPP(ctx, g, pz, rec, bs, true); err != nil {
+			return fmt.Errorf("seal parity group %d: %w", g.index, err)
+		}
+	}
+	return nil
+}
+
+// ppRecords reads g's PP log up to its write pointer and parses it.
+func (v *VZone) ppRecords(ctx context.Context, g *group, bs uint64) ([]ppRecord, error) {
+	pz := g.zones[g.width+1]
+	pwp, err := v.zoneWritePointer(ctx, pz)
+	if err != nil {
+		return nil, err
+	}
+	b, err := v.readRaw(ctx, pz, 0, pwp, bs)
+	if err != nil {
+		return nil, err
+	}
+	return parseLog(b, bs), nil
+}
+
+// lostLegWritePointer stands in for the write pointer of data leg i of
+// parity group g while its node is unavailable: the leg's extent at the
+// group's protected end — the rows whose parity unit is written, plus the
+// blocks the newest intact PP record of the next row covers. Anything the
+// lost leg held past that was never acknowledged.
+func (v *VZone) lostLegWritePointer(ctx context.Context, g *group, i int) (uint64, error) {
+	bs, err := v.blockSize(ctx)
+	if err != nil {
+		return 0, err
+	}
+	S := g.stripe
+	pwp, err := v.zoneWritePointer(ctx, g.zones[g.width])
+	if err != nil {
+		return 0, err
+	}
+	rows := pwp / S
+	recs, err := v.ppRecords(ctx, g, bs)
+	if err != nil {
+		return 0, err
+	}
+	var c uint64
+	for k := len(recs) - 1; k >= 0; k-- {
+		if recs[k].Group == g.index && recs[k].Row == rows {
+			c = recs[k].Covered
+			break
+		}
+	}
+	return rows*S + min(sub64(c, uint64(i)*S), S), nil
+}
+
+func sub64(a, b uint64) uint64 {
+	if a > b {
+		return a - b
+	}
+	return 0
+}

@@ -1,0 +1,60 @@
+package client
+
+import (
+	"bytes"
+	"hash/crc32"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+)
+
+func ppRec(bs uint64, h ppHeader, payload []byte) []byte {
+	b := make([]byte, bs+uint64(len(payload)))
+	copy(b[bs:], payload)
+	h.Blocks, h.CRC = uint32(uint64(len(payload))/bs), crc32.Checksum(payload, crcTable)
+	h.encode(b[:bs])
+	return b
+}
+
+// The PP log parser keeps intact records in order and skips a torn
+// record (payload CRC), a torn header and the zeroes past the write pointer.
+func TestParseLogSkipsTornRecords(t *testing.T) {
+	const bs = 512
+	p1 := bytes.Repeat([]byte{1}, 2*bs)
+	p2 := bytes.Repeat([]byte{2}, bs)
+	p3 := bytes.Repeat([]byte{3}, 2*bs)
+	r1 := ppRec(bs, ppHeader{Group: 0, Row: 4, Covered: 3}, p1)
+	torn := ppRec(bs, ppHeader{Group: 0, Row: 4, Covered: 5}, p2)
+	torn[len(torn)-1] ^= 0xff // its payload did not land whole
+	tornHdr := ppRec(bs, ppHeader{Group: 0, Row: 4, Covered: 6}, p2)
+	tornHdr[20] ^= 1
+	r3 := ppRec(bs, ppHeader{Group: 1, Row: 0, Covered: 7}, p3)
+	log := append(append(append(append(append([]byte{}, r1...), torn...), tornHdr...), r3...), make([]byte, 3*bs)...)
+	recs := parseLog(log, bs)
+	require.Len(t, recs, 2)
+	require.Equal(t, uint64(3), recs[0].Covered)
+	require.Equal(t, p1, recs[0].xor)
+	require.Equal(t, uint32(1), recs[1].Group)
+	require.Equal(t, p3, recs[1].xor)
+	require.Empty(t, parseLog(make([]byte, 4*bs), bs))
+	require.Empty(t, parseLog(r1[:2*bs], bs), "a payload past the end is not a record")
+}
+
+func FuzzDecodePPHeader(f *testing.F) {
+	b := make([]byte, 64)
+	ppHeader{Group: 3, Row: 9, Covered: 17, Blocks: 2, CRC: 7}.encode(b)
+	f.Add(b)
+	f.Add(make([]byte, 64))
+	f.Fuzz(func(t *testing.T, b []byte) {
+		h, ok := decodePPHeader(b)
+		if !ok {
+			return
+		}
+		out := make([]byte, max(len(b), ppHeaderLen))
+		h.encode(out)
+		back, ok := decodePPHeader(out)
+		require.True(t, ok)
+		require.Equal(t, h, back)
+		_ = parseLog(b, 64) // never panics on any bytes
+	})
+}

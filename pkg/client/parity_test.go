@@ -1,0 +1,285 @@
+package client_test
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	mrand "math/rand/v2"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+	"github.com/stretchr/testify/require"
+
+	v1 "github.com/zonefleet/zonefleet/api/zonefleet/v1"
+	"github.com/zonefleet/zonefleet/pkg/client"
+	"github.com/zonefleet/zonefleet/pkg/zerr"
+)
+
+// A raid5 namespace over real nodes: random appends (partial rows, full
+// rows, rows completed across appends, FUA or not) against a reference;
+// with a node holding a data leg stopped, every acknowledged byte reads
+// back (reconstructed from parity, or from the partial-parity log for the
+// row that was partial when it stopped), also through a fresh client; a
+// write into the group is refused as degraded; after the node returns
+// everything reads back again.
+func TestParityVZoneSurvivesANode(t *testing.T) {
+	c := startCluster(t, 3, 1)
+	ctx := context.Background()
+	admin := newClient(t, c, "")
+	ns, err := admin.Namespaces().Create(ctx, &v1.CreateNamespaceRequest{Name: "p", MaxActiveVzones: 2, ZonesPerVzone: 4, Redundancy: "raid5"})
+	require.NoError(t, err)
+	require.Equal(t, "raid5", ns.GetRedundancy())
+
+	reg := prometheus.NewRegistry()
+	cfg := c.ClientConfig("p")
+	cfg.Etcd, cfg.RetryDeadline, cfg.Registerer = c.Etcd.Endpoints(), 3*time.Second, reg
+	cl, err := client.New(ctx, cfg)
+	require.NoError(t, err)
+	t.Cleanup(cl.Close)
+
+	vz, err := cl.OpenVZone(ctx)
+	require.NoError(t, err)
+	info, err := vz.ReportZone(ctx)
+	require.NoError(t, err)
+	bs := info.BlockSize
+	l, err := vz.Layout(ctx)
+	require.NoError(t, err)
+	g0 := l.GetGroups()[0]
+	require.True(t, g0.GetParity())
+	row := uint64(g0.GetStripeBlocks()) * uint64(g0.GetWidth())
+	rng := mrand.New(mrand.NewPCG(19, 5))
+	var want []byte
+	for i := 0; uint64(len(want))/bs < 3*row*uint64(l.GetGroups()[0].GetWidth()) && i < 200; i++ {
+		nb := 1 + rng.Uint64N(2*row)
+		b := random(int(bs * nb))
+		var err error
+		off := uint64(len(want)) / bs
+		if i%3 == 0 {
+			err = vz.WriteFUA(ctx, off, b)
+		} else {
+			_, err = vz.Append(ctx, b)
+		}
+		require.NoError(t, err)
+		want = append(want, b...)
+	}
+	if uint64(len(want))/bs%row == 0 { // end inside a row: its protection is a PP record
+		b := random(int(bs))
+		_, err := vz.Append(ctx, b)
+		require.NoError(t, err)
+		want = append(want, b...)
+	}
+	require.NoError(t, vz.Flush(ctx))
+	l, err = vz.Layout(ctx)
+	require.NoError(t, err)
+	for _, g := range l.GetGroups() {
+		require.True(t, g.GetParity())
+		require.Zero(t, g.GetCopies())
+		require.Len(t, g.GetZones(), int(g.GetWidth()+2))
+		nodes := map[string]bool{}
+		for _, z := range g.GetZones()[:g.GetWidth()+1] {
+			require.False(t, nodes[z.GetNode()], "two legs of a parity group on %s", z.GetNode())
+			nodes[z.GetNode()] = true
+		}
+		require.Equal(t, g.GetZones()[g.GetWidth()].GetNode(), g.GetZones()[g.GetWidth()+1].GetNode())
+	}
+	readAll := func(vz *client.VZone, why string) {
+		t.Helper()
+		got, err := vz.Read(ctx, 0, uint64(len(want))/bs)
+		require.NoError(t, err, why)
+		require.True(t, bytes.Equal(want, got), "parity v-zone reads back other bytes (%s)", why)
+	}
+	readAll(vz, "all nodes up")
+
+	// offloaded recycling is refused on parity v-zones, typed
+	dst, err := cl.OpenVZone(ctx)
+	require.NoError(t, err)
+	_, err = cl.Compact(ctx, []client.Copy{{Src: vz.ID(), SrcOff: 0, Dst: dst.ID(), DstOff: 0, Blocks: 1}})
+	require.ErrorIs(t, err, zerr.ErrZoneState)
+	require.NoError(t, dst.Reset(ctx))
+
+	// stop the node of data leg 0 of the last (open, partial-row) group
+	last := l.GetGroups()[len(l.GetGroups())-1]
+	victim := last.GetZones()[0].GetNode()
+	var idx int
+	_, err = fmt.Sscanf(victim, "node-%d", &idx)
+	require.NoError(t, err)
+	require.NoError(t, c.StopNode(idx-1))
+
+	readAll(vz, victim+" down")
+	require.Greater(t, testutil.ToFloat64(counter(t, reg, "zonefleet_client_degraded_reads_total")), 0.0)
+	cl2 := newClient(t, c, "p") // a fresh client: no cached row parity, layout from the arbiter
+	info2, err := cl2.VZone(vz.ID()).ReportZone(ctx)
+	require.NoError(t, err)
+	require.Equal(t, uint64(len(want))/bs, info2.WritePointer, "the write pointer from the parity and PP log standing in for the lost leg")
+	readAll(cl2.VZone(vz.ID()), victim+" down, fresh client")
+
+	t0 := time.Now()
+	_, err = vz.Append(ctx, random(int(bs)))
+	require.ErrorIs(t, err, zerr.ErrZoneState)
+	require.True(t, zerr.IsDegraded(err), "%v", err)
+	require.Less(t, time.Since(t0), cfg.RetryDeadline, "a degraded write does not wait out the retries")
+
+	// the workload goes on in a new v-zone once the arbiter sees the node
+	// gone: placed on the two live nodes (width 1 + parity), readable
+	require.Eventually(t, func() bool {
+		nodes, err := admin.ListNodes(ctx)
+		if err != nil {
+			return false
+		}
+		for _, n := range nodes {
+			if n.GetId() == victim {
+				return !n.GetAvailable()
+			}
+		}
+		return true
+	}, 30*time.Second, 100*time.Millisecond)
+	// finishing it seals the open row first (its zones' write pointers
+	// then say nothing); the stopped node's zone answers UNAVAILABLE
+	require.ErrorIs(t, vz.Finish(ctx), zerr.ErrUnavailable)
+	readAll(vz, victim+" down, finished")
+	readAll(newClient(t, c, "p").VZone(vz.ID()), victim+" down, finished, fresh client")
+
+	nv, err := cl.OpenVZone(ctx)
+	require.NoError(t, err)
+	var more []byte
+	for i := 0; i < 12 || uint64(len(more))/bs%row == 0; i++ { // ends inside a row
+		b := random(int(bs * (1 + rng.Uint64N(3*row))))
+		_, err := nv.Append(ctx, b)
+		require.NoError(t, err)
+		more = append(more, b...)
+	}
+	nl, err := nv.Layout(ctx)
+	require.NoError(t, err)
+	for _, g := range nl.GetGroups() {
+		require.True(t, g.GetParity())
+		for _, z := range g.GetZones() {
+			require.NotEqual(t, victim, z.GetNode(), "a new parity group on the stopped node")
+		}
+	}
+	readMore := func(why string) {
+		t.Helper()
+		got, err := nv.Read(ctx, 0, uint64(len(more))/bs)
+		require.NoError(t, err, why)
+		require.True(t, bytes.Equal(more, got), "the new v-zone reads back other bytes (%s)", why)
+	}
+	readMore(victim + " down")
+	// finished with every node up and a partial row: readable with a data
+	// leg's node down
+	require.NoError(t, nv.Finish(ctx))
+	nvl, err := nv.Layout(ctx)
+	require.NoError(t, err)
+	readMore(victim + " down, new v-zone finished")
+
+	require.NoError(t, c.StartNode(ctx, idx-1))
+	readAll(cl2.VZone(vz.ID()), victim+" back")
+	readAll(vz, victim+" back, first client")
+	readMore(victim + " back")
+
+	// stop the node of a data leg of the finished new v-zone
+	lg := nvl.GetGroups()[len(nvl.GetGroups())-1]
+	v2 := lg.GetZones()[int(lg.GetWidth())-1].GetNode()
+	var idx2 int
+	_, err = fmt.Sscanf(v2, "node-%d", &idx2)
+	require.NoError(t, err)
+	require.NoError(t, c.StopNode(idx2-1))
+	readMore(v2 + " down, new v-zone finished")
+	fresh := newClient(t, c, "p")
+	got, err := fresh.VZone(nv.ID()).Read(ctx, 0, uint64(len(more))/bs)
+	require.NoError(t, err)
+	require.True(t, bytes.Equal(more, got), "a finished parity v-zone reads back other bytes with %s down (fresh client)", v2)
+}
+
+// One-block appends write a PP record each (a header block and the row's
+// XOR so far, up to a stripe unit), so the PP log fills long before its
+// group and is reset and rewritten from its start (several times here):
+// everything reads back with a data leg's node down, the open row from a
+// record written after the reset.
+func TestParityPPLogWrapsAround(t *testing.T) {
+	c := startCluster(t, 3, 1)
+	ctx := context.Background()
+	admin := newClient(t, c, "")
+	_, err := admin.Namespaces().Create(ctx, &v1.CreateNamespaceRequest{Name: "p", MaxActiveVzones: 1, ZonesPerVzone: 4, Redundancy: "raid5"})
+	require.NoError(t, err)
+	cl := newClient(t, c, "p")
+	vz, err := cl.OpenVZone(ctx)
+	require.NoError(t, err)
+	info, err := vz.ReportZone(ctx)
+	require.NoError(t, err)
+	bs := info.BlockSize
+	l, err := vz.Layout(ctx)
+	require.NoError(t, err)
+	g := l.GetGroups()[0]
+	zoneCap := g.GetCapacity() / uint64(g.GetWidth())
+	row := uint64(g.GetStripeBlocks()) * uint64(g.GetWidth())
+	n := zoneCap*2/3 + 1 // at least 2 PP blocks each: more than the PP zone holds
+	require.Less(t, n, g.GetCapacity(), "the appends stay in the first group")
+	if n%row == 0 {
+		n++
+	}
+	var want []byte
+	for i := uint64(0); i < n; i++ {
+		b := random(int(bs))
+		_, err := vz.Append(ctx, b)
+		require.NoError(t, err)
+		want = append(want, b...)
+	}
+	victim := g.GetZones()[0].GetNode()
+	var idx int
+	_, err = fmt.Sscanf(victim, "node-%d", &idx)
+	require.NoError(t, err)
+	require.NoError(t, c.StopNode(idx-1))
+	got, err := newClient(t, c, "p").VZone(vz.ID()).Read(ctx, 0, n)
+	require.NoError(t, err)
+	require.True(t, bytes.Equal(want, got), "reads back other bytes with %s down after the PP log wrapped", victim)
+}
+
+// A Finish that seals the open row and then fails at the arbiter leaves
+// the v-zone open; the writes that follow make the seal stale (it is no
+// longer the group's last PP record), and reconstruction follows the
+// write pointers and the newer records again: every byte, also those
+// written after the stale seal, reads back with a data leg's node down.
+func TestParityStaleSealAfterAFailedFinish(t *testing.T) {
+	c := startCluster(t, 3, 1)
+	ctx := context.Background()
+	admin := newClient(t, c, "")
+	_, err := admin.Namespaces().Create(ctx, &v1.CreateNamespaceRequest{Name: "p", MaxActiveVzones: 1, ZonesPerVzone: 4, Redundancy: "raid5"})
+	require.NoError(t, err)
+	cfg := c.ClientConfig("p")
+	cfg.Etcd, cfg.RetryDeadline = c.Etcd.Endpoints(), 2*time.Second
+	cl, err := client.New(ctx, cfg)
+	require.NoError(t, err)
+	t.Cleanup(cl.Close)
+	vz, err := cl.OpenVZone(ctx)
+	require.NoError(t, err)
+	info, err := vz.ReportZone(ctx)
+	require.NoError(t, err)
+	bs := info.BlockSize
+	l, err := vz.Layout(ctx)
+	require.NoError(t, err)
+	g := l.GetGroups()[0]
+	row := uint64(g.GetStripeBlocks()) * uint64(g.GetWidth())
+	want := random(int(bs * (row + row/2 + 1))) // a full row and a partial one
+	_, err = vz.Append(ctx, want)
+	require.NoError(t, err)
+
+	require.NoError(t, c.StopArbiter(0))
+	require.Error(t, vz.Finish(ctx), "the arbiter is stopped")
+	require.NoError(t, c.StartArbiter(ctx, 0))
+
+	more := random(int(bs * (2*row + 3))) // completes the sealed row, and more
+	_, err = vz.Append(ctx, more)
+	require.NoError(t, err)
+	want = append(want, more...)
+	require.Equal(t, g.GetIndex(), l.GetGroups()[0].GetIndex())
+
+	victim := g.GetZones()[0].GetNode()
+	var idx int
+	_, err = fmt.Sscanf(victim, "node-%d", &idx)
+	require.NoError(t, err)
+	require.NoError(t, c.StopNode(idx-1))
+	got, err := newClient(t, c, "p").VZone(vz.ID()).Read(ctx, 0, uint64(len(want))/bs)
+	require.NoError(t, err)
+	require.True(t, bytes.Equal(want, got), "reads back other bytes with %s down after a stale seal", victim)
+}
