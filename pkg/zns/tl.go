@@ -159,7 +159,12 @@ func (d *Device) tlWrite(z *zone, off uint64, data []byte, fl Flags, t0 time.Dur
 		return IOResult{}, err
 	}
 	d.st.hostW.Add(n)
-	if d.model != nil {
+	// A cached write completes at write-cache admission, as a normal write
+	// does: the plugged blocks in front of it are the drive's own copies,
+	// programmed ahead of it on their chips (the chip model orders them), so
+	// the host waits for them only when it asked for durability (FUA) or
+	// the drive has no write cache.
+	if d.model != nil && (fl.FUA || d.conf().WriteCacheBytes == 0) {
 		res.Completed = max(res.Completed, plugDone)
 	}
 	if z.wp == d.g.ZoneCap {
