@@ -23,6 +23,34 @@ type degradeVol struct {
 	dead map[lfs.ZoneID]bool
 	only map[lfs.ZoneID]bool // degrade these zones at their next write, whatever its size
 	hits int
+	fin  map[lfs.ZoneID]bool // zones finished
+	// refuse: the next opens are refused for want of active zones (-1:
+	// all of them), as the arbiter does while degraded zones' finishes
+	// have not given theirs back
+	refuse int
+}
+
+func (d *degradeVol) OpenZone(ctx context.Context) (lfs.ZoneID, error) {
+	d.mu.Lock()
+	if d.refuse != 0 {
+		if d.refuse > 0 {
+			d.refuse--
+		}
+		d.mu.Unlock()
+		return 0, &zerr.TooManyActiveError{Limit: 9}
+	}
+	d.mu.Unlock()
+	return d.Volume.OpenZone(ctx)
+}
+
+func (d *degradeVol) Finish(ctx context.Context, z lfs.ZoneID) error {
+	d.mu.Lock()
+	if d.fin == nil {
+		d.fin = map[lfs.ZoneID]bool{}
+	}
+	d.fin[z] = true
+	d.mu.Unlock()
+	return d.Volume.Finish(ctx, z)
 }
 
 func (d *degradeVol) Write(ctx context.Context, z lfs.ZoneID, off uint64, data []byte, fua bool) error {
@@ -77,6 +105,14 @@ func TestDegradedZoneContinuesInNewSegment(t *testing.T) {
 	dv.mu.Unlock()
 	require.NoError(t, writeFile(fs, "f", data, true), "fsync continues past degraded zones")
 	require.Equal(t, 2, dv.hits, "two zones refused the write")
+	// the degraded zones are finished at once: over the cluster that gives
+	// their active resources back (left open, each kept one until the next
+	// mount, and a node loss that degrades every log ran the namespace out)
+	dv.mu.Lock()
+	for z := range dv.dead {
+		require.True(t, dv.fin[z], "degraded zone %d finished", z)
+	}
+	dv.mu.Unlock()
 	require.NoError(t, fs.Unmount(bg))
 
 	remountReads(t, dv, "f", data)
@@ -103,6 +139,52 @@ func TestDegradedMetadataZoneRotates(t *testing.T) {
 	require.NoError(t, fs.Unmount(bg))
 
 	remountReads(t, dv, "b", data)
+}
+
+// A degraded metadata zone whose replacement is refused for want of active
+// zones (the burst after a node loss): the rotation waits and tries again;
+// when the refusal lasts, the checkpoint fails with the typed error and the
+// file system stays writable (nothing was written: no read-only), and the
+// next checkpoint succeeds once a zone is free.
+func TestDegradedMetadataZoneWaitsForActiveZones(t *testing.T) {
+	for _, tc := range []struct {
+		name    string
+		refuse  int
+		syncErr bool
+	}{
+		{"refused twice, then granted", 2, false},
+		{"refused until the limit moves", -1, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			dv := &degradeVol{Volume: newVol(t, 24, 4), dead: map[lfs.ZoneID]bool{}, only: map[lfs.ZoneID]bool{}}
+			fs := mkfsMount(t, dv, lfs.Options{Mode: lfs.ModeZNS})
+			require.NoError(t, writeFile(fs, "a", bytes.Repeat([]byte("a"), 10000), true))
+			require.NoError(t, fs.Sync(bg))
+			meta := fs.Stats().MetaZone
+			dv.mu.Lock()
+			dv.only[meta] = true
+			dv.refuse = tc.refuse
+			dv.mu.Unlock()
+			data := bytes.Repeat([]byte("after the loss "), 3000)
+			require.NoError(t, writeFile(fs, "b", data, false))
+			err := fs.Sync(bg)
+			if tc.syncErr {
+				require.ErrorIs(t, err, zerr.ErrTooManyActive)
+				ro, _ := fs.ReadOnly()
+				require.False(t, ro, "a refused open changed nothing: no reason to go read-only")
+				dv.mu.Lock()
+				dv.refuse = 0
+				dv.mu.Unlock()
+				err = fs.Sync(bg)
+			}
+			require.NoError(t, err)
+			require.NotEqual(t, meta, fs.Stats().MetaZone)
+			ro, _ := fs.ReadOnly()
+			require.False(t, ro)
+			require.NoError(t, fs.Unmount(bg))
+			remountReads(t, dv, "b", data)
+		})
+	}
 }
 
 // remountReads mounts v again: file p reads back want and fsck is clean.

@@ -774,15 +774,20 @@ func (fs *FS) checkpoint(ctx context.Context, forceSnapshot bool) (err error) {
 	// (the record may be on the live copies: a checkpoint of a state that
 	// existed; the snapshot's higher epoch wins at a mount). New zones may
 	// meet the lost node until the arbiter sees it gone: short waits.
-	for tries := 0; err != nil && zerr.IsDegraded(err) && tries < degradedTries; tries++ {
+	// The burst of replacement zones after a node loss can also meet the
+	// namespace's active-zone limit while the degraded zones' finishes are
+	// still giving their resources back: a rotation refused for want of
+	// resources (nothing written) waits and tries again too.
+	for tries := 0; err != nil && (zerr.IsDegraded(err) || tries > 0 && noResources(err)) && tries < degradedTries; tries++ {
 		if fs.degradedWait(ctx, tries) != nil {
 			break
 		}
 		err = fs.rotateMeta(ctx, fs.buildCheckpoint(true, free))
 	}
 	if err != nil {
-		if transient(err) {
-			// A node is unavailable: the record may or may not be on the
+		if transient(err) || noResources(err) {
+			// No zone for a new metadata zone (nothing written), or a
+			// node is unavailable: the record may or may not be on the
 			// drives. Both are checkpoints of states that existed, and the
 			// next checkpoint starts a new metadata zone with a full
 			// snapshot (metaWP was set past the end). Until then the

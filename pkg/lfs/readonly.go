@@ -104,6 +104,12 @@ func transient(err error) bool {
 	return errors.Is(err, zerr.ErrUnavailable) || errors.Is(err, context.DeadlineExceeded) || zerr.IsDegraded(err)
 }
 
+// noResources tells an open refused for want of active or open zones or of
+// free zones: the call changed nothing (lfs.Volume.OpenZone's contract).
+func noResources(err error) bool {
+	return errors.Is(err, zerr.ErrTooManyOpen) || errors.Is(err, zerr.ErrTooManyActive) || errors.Is(err, zerr.ErrNoResources)
+}
+
 // zoneOp finishes (reset=false) or resets zone z (fs.mu held; released
 // across the call). A transient failure defers the call; any other makes the
 // file system read-only (where says what failed).

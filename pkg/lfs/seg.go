@@ -296,8 +296,13 @@ func (fs *FS) appendBlocks(ctx context.Context, li int, data []byte, place func(
 			if errors.As(err, &pw) && !s.tl {
 				s.wp += pw.Written
 			}
-			s.closed = true
+			// closeLog finishes it (in the background: a degraded zone
+			// gives its active resources back to the namespace at once);
+			// marking it closed first skipped the finish, and after a node
+			// loss every degraded log kept an active zone until the next
+			// mount, so the replacements ran out of them.
 			fs.closeLog(ctx, fs.logFor(li))
+			s.closed = true
 			// A mirrored zone that lost a copy takes no more writes: the
 			// blocks not written go to a new segment, placed on live
 			// nodes once the arbiter sees the node gone (its lease, a few
