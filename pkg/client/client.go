@@ -56,7 +56,10 @@
 // (zerr.StateDegraded, never UNAVAILABLE, so nobody retries it in place) and
 // the v-zone takes no more writes; reads pick one copy per leg and fall over
 // to another copy at once; the write pointer is the lowest of the live
-// copies'. zone_compaction and TL_open are refused on mirrored v-zones. The
+// copies' — except for a finished v-zone, whose write pointer is its
+// capacity: a zone whose node was down when the v-zone was finished missed
+// its FINISH, and the first client that derives the write pointer after
+// the node returns finishes it (vzone.go writePointer). zone_compaction and TL_open are refused on mirrored v-zones. The
 // arbiter rebuilds the copies of a lost node node to node (pkg/arbiter
 // rebuild.go).
 //

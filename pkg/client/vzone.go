@@ -379,6 +379,21 @@ func (v *VZone) writePointer(ctx context.Context) (uint64, error) {
 	tl := v.tl
 	v.mu.Unlock()
 	wp := uint64(0)
+	if !tl && l.GetState() == v1.VZoneState_VZONE_STATE_FULL {
+		// A finished v-zone's write pointer is its capacity, as a finished
+		// zone's is. A leg (or copy, parity or partial-parity zone) whose
+		// node was down when the v-zone was finished missed its FINISH and
+		// reports its old write pointer once the node is back: deriving the
+		// write pointer from it would move the end of a finished v-zone
+		// below what its writer recorded (a mount then finds "a write
+		// pointer behind the data"). Every zone is finished now — one
+		// attempt each, in parallel; a zone already full answers a state
+		// error, which finishZones ignores; a node still down is left for
+		// the next fresh client — and the write pointer is the capacity.
+		v.finishZones(failFast(ctx), groups)
+		wp = l.GetCapacity()
+		groups = nil
+	}
 	for _, g := range groups {
 		prefix := g.start + g.capacity
 		for i := 0; i < g.width; i++ {

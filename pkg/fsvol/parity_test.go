@@ -26,10 +26,11 @@ import (
 // nodes, the degraded ones are finished and give their active zones back,
 // so 9 active v-zones are enough); the node returns and a fresh mount reads
 // every file with fsck clean. Parity legs are not rebuilt (the arbiter says
-// so), so the test ends with the node's return. Known gap (issue 19): a
-// fresh mount WHILE the node is down, after the file system finished
-// degraded v-zones, can derive a write pointer below what the file system
-// wrote for a finished v-zone and mounts read-only; not covered here.
+// so), so the test ends with the node's return. A fresh mount while the
+// node is down records the finished v-zones at capacity; the node's zones
+// missed their FINISH, and the client finishes them when it first derives
+// such a v-zone's write pointer after the node returns (without that, the
+// last mount found "a write pointer behind the data" and went read-only).
 func TestParityFSRidesThroughNodeLoss(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts a cluster and stops a node")
@@ -130,6 +131,11 @@ func TestParityFSRidesThroughNodeLoss(t *testing.T) {
 	check(ops, "node down, after writes")
 	require.NoError(t, fs.Unmount(ctx))
 	closeFS()
+
+	_, fsDown, closeDown := mount()
+	check(fsOps{fsDown}, "node down, fresh mount")
+	require.NoError(t, fsDown.Unmount(ctx))
+	closeDown()
 
 	require.NoError(t, cl.StartNode(ctx, victim))
 	_, fs2, close2 := mount()
