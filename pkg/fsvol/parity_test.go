@@ -1,20 +1,11 @@
 package fsvol_test
 
 import (
-	"bytes"
-	"context"
-	"fmt"
 	"testing"
-	"time"
 
 	"github.com/stretchr/testify/require"
 
 	v1 "github.com/zonefleet/zonefleet/api/zonefleet/v1"
-	"github.com/zonefleet/zonefleet/pkg/client"
-	"github.com/zonefleet/zonefleet/pkg/clock"
-	"github.com/zonefleet/zonefleet/pkg/fsvol"
-	"github.com/zonefleet/zonefleet/pkg/lfs"
-	"github.com/zonefleet/zonefleet/pkg/localcluster"
 )
 
 // TestParityFSRidesThroughNodeLoss is issue 19's file-system test for a
@@ -35,53 +26,11 @@ func TestParityFSRidesThroughNodeLoss(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts a cluster and stops a node")
 	}
-	ctx := context.Background()
-	cl, err := localcluster.Start(ctx, localcluster.Config{Dir: t.TempDir(), Nodes: 4, Clock: "off", Device: localcluster.TinyDevice(), SessionTTL: time.Second})
-	require.NoError(t, err)
-	defer cl.Close()
-	admin, err := client.New(ctx, cl.AdminClientConfig())
-	require.NoError(t, err)
-	defer admin.Close()
-	_, err = admin.Namespaces().Create(ctx, &v1.CreateNamespaceRequest{Name: "fs", MaxActiveVzones: 9, ZonesPerVzone: 2, Redundancy: "raid5"})
-	require.NoError(t, err)
-	mount := func() (*fsvol.Volume, *lfs.FS, func()) {
-		ccfg := cl.ClientConfig("fs")
-		ccfg.RetryDeadline = time.Second
-		c, err := client.New(ctx, ccfg)
-		require.NoError(t, err)
-		vol, err := fsvol.New(ctx, c, fsvol.Options{MaxZones: 60})
-		require.NoError(t, err)
-		clk := clock.Realtime(1)
-		fs, err := lfs.Mount(ctx, vol, lfs.Options{Clock: clk, Mode: lfs.ModeZNS, RetryDeadline: 10 * time.Second, CacheBlocks: 96})
-		require.NoError(t, err)
-		return vol, fs, func() { clk.Stop(); c.Close() }
-	}
-	{
-		c, err := client.New(ctx, cl.ClientConfig("fs"))
-		require.NoError(t, err)
-		vol, err := fsvol.New(ctx, c, fsvol.Options{MaxZones: 60})
-		require.NoError(t, err)
-		require.NoError(t, lfs.Mkfs(ctx, vol, lfs.MkfsOptions{OPPercent: 20}))
-		c.Close()
-	}
+	h := newLossFS(t, "raid5", 9, 2)
+	ctx, cl, admin, mount, check := h.ctx, h.cl, h.admin, h.mount, h.check
 	_, fs, closeFS := mount()
 	ops := fsOps{fs}
-	files := map[string][]byte{}
-	write := func(prefix string, n int) {
-		for i := 0; i < n; i++ {
-			name := fmt.Sprintf("%s-%02d", prefix, i)
-			data := content(name, 0, 20<<10+i*1000)
-			require.NoError(t, ops.write(ctx, name, data, true), "fsync of %s", name)
-			files[name] = data
-		}
-	}
-	check := func(ops fsOps, when string) {
-		for name, want := range files {
-			got, err := ops.read(ctx, name)
-			require.NoError(t, err, "%s: read %s", when, name)
-			require.True(t, bytes.Equal(want, got), "%s: %s reads back other bytes", when, name)
-		}
-	}
+	write := func(prefix string, n int) { h.write(ops, prefix, n) }
 	write("before", 40) // more than a segment: finished v-zones with data
 
 	// the victim: a node with a DATA leg of a finished v-zone (parity
@@ -113,13 +62,7 @@ func TestParityFSRidesThroughNodeLoss(t *testing.T) {
 			victimID = n
 		}
 	}
-	victim := -1
-	for i, n := range cl.Info().Nodes {
-		if n.ID == victimID {
-			victim = i
-		}
-	}
-	require.GreaterOrEqual(t, victim, 0)
+	victim := h.nodeIndex(victimID)
 	require.NoError(t, cl.StopNode(victim))
 	t.Logf("stopped %s (data leg of the metadata log: %v)", victimID, metaNodes[victimID])
 

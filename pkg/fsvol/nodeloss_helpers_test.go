@@ -1,0 +1,93 @@
+package fsvol_test
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	v1 "github.com/zonefleet/zonefleet/api/zonefleet/v1"
+	"github.com/zonefleet/zonefleet/pkg/client"
+	"github.com/zonefleet/zonefleet/pkg/clock"
+	"github.com/zonefleet/zonefleet/pkg/fsvol"
+	"github.com/zonefleet/zonefleet/pkg/lfs"
+	"github.com/zonefleet/zonefleet/pkg/localcluster"
+)
+
+// lossFS is the scaffolding of the node-loss file-system tests: a cluster
+// of 4 tiny nodes, namespace "fs" with the given redundancy, a file system
+// made on it, and the files written so far (to check every one of them).
+type lossFS struct {
+	t     *testing.T
+	ctx   context.Context
+	cl    *localcluster.Cluster
+	admin *client.Client
+	files map[string][]byte
+}
+
+func newLossFS(t *testing.T, redundancy string, maxActive, zonesPerVZone uint32) *lossFS {
+	t.Helper()
+	ctx := context.Background()
+	cl, err := localcluster.Start(ctx, localcluster.Config{Dir: t.TempDir(), Nodes: 4, Clock: "off", Device: localcluster.TinyDevice(), SessionTTL: time.Second})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = cl.Close() })
+	admin, err := client.New(ctx, cl.AdminClientConfig())
+	require.NoError(t, err)
+	t.Cleanup(admin.Close)
+	_, err = admin.Namespaces().Create(ctx, &v1.CreateNamespaceRequest{Name: "fs", MaxActiveVzones: maxActive, ZonesPerVzone: zonesPerVZone, Redundancy: redundancy})
+	require.NoError(t, err)
+	c, err := client.New(ctx, cl.ClientConfig("fs"))
+	require.NoError(t, err)
+	vol, err := fsvol.New(ctx, c, fsvol.Options{MaxZones: 60})
+	require.NoError(t, err)
+	require.NoError(t, lfs.Mkfs(ctx, vol, lfs.MkfsOptions{OPPercent: 20}))
+	c.Close()
+	return &lossFS{t: t, ctx: ctx, cl: cl, admin: admin, files: map[string][]byte{}}
+}
+
+// mount mounts the file system with a fresh client (1 s retry deadline).
+func (h *lossFS) mount() (*fsvol.Volume, *lfs.FS, func()) {
+	ccfg := h.cl.ClientConfig("fs")
+	ccfg.RetryDeadline = time.Second
+	c, err := client.New(h.ctx, ccfg)
+	require.NoError(h.t, err)
+	vol, err := fsvol.New(h.ctx, c, fsvol.Options{MaxZones: 60})
+	require.NoError(h.t, err)
+	clk := clock.Realtime(1)
+	fs, err := lfs.Mount(h.ctx, vol, lfs.Options{Clock: clk, Mode: lfs.ModeZNS, RetryDeadline: 10 * time.Second, CacheBlocks: 96})
+	require.NoError(h.t, err)
+	return vol, fs, func() { clk.Stop(); c.Close() }
+}
+
+// write writes and fsyncs n files named prefix-NN.
+func (h *lossFS) write(ops fsOps, prefix string, n int) {
+	for i := 0; i < n; i++ {
+		name := fmt.Sprintf("%s-%02d", prefix, i)
+		data := content(name, 0, 20<<10+i*1000)
+		require.NoError(h.t, ops.write(h.ctx, name, data, true), "fsync of %s", name)
+		h.files[name] = data
+	}
+}
+
+// check reads back every file written.
+func (h *lossFS) check(ops fsOps, when string) {
+	for name, want := range h.files {
+		got, err := ops.read(h.ctx, name)
+		require.NoError(h.t, err, "%s: read %s", when, name)
+		require.True(h.t, bytes.Equal(want, got), "%s: %s reads back other bytes", when, name)
+	}
+}
+
+// nodeIndex is the localcluster index of node id.
+func (h *lossFS) nodeIndex(id string) int {
+	for i, n := range h.cl.Info().Nodes {
+		if n.ID == id {
+			return i
+		}
+	}
+	require.FailNow(h.t, "no such node", id)
+	return -1
+}
