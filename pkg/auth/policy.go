@@ -50,7 +50,10 @@ var (
 //	  Read, ReadStream, ReadV, Write, WriteStream,
 //	  Append, Flush, SimpleCopy, TLOpen    admin, tenant (the arbiter is never on the byte path)
 //	  GetLog                               admin
-//	  PeerWrite                            node only (never the admin token: issue #15)
+//	  PeerWrite, PeerRead                  node only (never the admin token: issue #15);
+//	                                       PeerRead serves a peer's raid5 rebuild
+//	  RebuildParityLeg                     admin, arbiter (the target node then
+//	                                       pulls from its peers with PeerRead)
 //	Arbiter
 //	  Create/Delete/ListNamespaces         admin
 //	  RemoveNode                           admin (an operator forgets a dead node)
@@ -85,6 +88,10 @@ func DefaultPolicy() Policy {
 		dev + "TLOpen":          {Kinds: tenantData},
 		dev + "GetLog":          {Kinds: []Kind{KindAdmin}},
 		dev + "PeerWrite":       {Kinds: []Kind{KindNode}},
+		dev + "PeerRead":        {Kinds: []Kind{KindNode}},
+		// a raid5 leg rebuild is started by the arbiter (or the operator);
+		// the bytes then move node to node (PeerRead)
+		dev + "RebuildParityLeg": {Kinds: []Kind{KindAdmin, KindArbiter}},
 
 		arb + "CreateNamespace": {Kinds: []Kind{KindAdmin}},
 		arb + "DeleteNamespace": {Kinds: []Kind{KindAdmin}},

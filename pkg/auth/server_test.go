@@ -89,6 +89,16 @@ func (d *devSrv) PeerWrite(st grpc.ClientStreamingServer[v1.PeerWriteRequest, v1
 	}
 }
 
+func (d *devSrv) PeerRead(_ *v1.PeerReadRequest, st grpc.ServerStreamingServer[v1.ReadResponse]) error {
+	d.s.record(st.Context())
+	return st.Send(&v1.ReadResponse{Data: []byte("peer blocks")})
+}
+
+func (d *devSrv) RebuildParityLeg(ctx context.Context, _ *v1.RebuildParityLegRequest) (*v1.RebuildParityLegResponse, error) {
+	d.s.record(ctx)
+	return &v1.RebuildParityLegResponse{}, nil
+}
+
 type arbSrv struct {
 	v1.UnimplementedArbiterServer
 	s *seen
@@ -276,6 +286,20 @@ func peerWrite(cc *grpc.ClientConn, md []string) error {
 	return err
 }
 
+func peerRead(cc *grpc.ClientConn, md []string) error {
+	st, err := v1.NewZonedDeviceClient(cc).PeerRead(withMD(md...), &v1.PeerReadRequest{Namespace: "tenant-a", Blocks: 1})
+	if err != nil {
+		return err
+	}
+	_, err = st.Recv()
+	return err
+}
+
+func rebuildLeg(cc *grpc.ClientConn, md []string) error {
+	_, err := v1.NewZonedDeviceClient(cc).RebuildParityLeg(withMD(md...), &v1.RebuildParityLegRequest{Width: 2, StripeBlocks: 1})
+	return err
+}
+
 func TestAttacks(t *testing.T) {
 	c := startCluster(t)
 	tokA := c.token(t, c.issuer, "tenant-a", 0, 0)
@@ -360,6 +384,15 @@ func TestAttacks(t *testing.T) {
 		{"tenant pushes peer data", func() error { return peerWrite(tenant(), bearer(tokA)) }, codes.PermissionDenied},
 		{"admin token pushes peer data", func() error { return peerWrite(tenant(), bearer(c.adminToken)) }, codes.PermissionDenied},
 		{"node token on a TLS cluster", func() error { return peerWrite(tenant(), bearer(nodeTok)) }, codes.Unauthenticated},
+		{"tenant reads a peer's zone for a rebuild", func() error { return peerRead(tenant(), bearer(tokA)) }, codes.PermissionDenied},
+		{"admin token reads a peer's zone for a rebuild", func() error { return peerRead(tenant(), bearer(c.adminToken)) }, codes.PermissionDenied},
+		{"arbiter certificate reads a peer's zone", func() error {
+			return peerRead(c.dial(t, dialOpt{cert: c.arbCrt}), []string{NamespaceKey, "tenant-a"})
+		}, codes.PermissionDenied},
+		{"tenant starts a raid5 leg rebuild", func() error { return rebuildLeg(tenant(), bearer(tokA)) }, codes.PermissionDenied},
+		{"node certificate starts a raid5 leg rebuild", func() error {
+			return rebuildLeg(c.dial(t, dialOpt{cert: c.node2}), []string{NamespaceKey, "tenant-a"})
+		}, codes.PermissionDenied},
 		{"client certificate from another CA", func() error {
 			return read(c.dial(t, dialOpt{cert: c.foreign, force: true}), nil)
 		}, codes.Unauthenticated},
@@ -453,6 +486,12 @@ func TestAllowedCalls(t *testing.T) {
 		{"registered node pushes peer data", func() error {
 			return peerWrite(c.dial(t, dialOpt{cert: c.node2}), []string{NamespaceKey, "tenant-a"})
 		}, Identity{Kind: KindNode, Name: "n2", Namespace: "tenant-a", Via: "cert"}, "tenant-a", true},
+		{"registered node reads a peer's zone for a rebuild", func() error {
+			return peerRead(c.dial(t, dialOpt{cert: c.node2}), []string{NamespaceKey, "tenant-a"})
+		}, Identity{Kind: KindNode, Name: "n2", Namespace: "tenant-a", Via: "cert"}, "tenant-a", true},
+		{"arbiter starts a raid5 leg rebuild for a namespace", func() error {
+			return rebuildLeg(c.dial(t, dialOpt{cert: c.arbCrt}), []string{NamespaceKey, "tenant-a"})
+		}, Identity{Kind: KindArbiter, Namespace: "tenant-a", Via: "cert"}, "tenant-a", true},
 		{"health check needs nothing", func() error {
 			_, err := healthpb.NewHealthClient(c.dial(t, dialOpt{})).Check(withMD(), &healthpb.HealthCheckRequest{})
 			return err

@@ -1669,9 +1669,9 @@ type ClusterStatusResponse struct {
 	// copying now (operator view; 0 for a tenant).
 	LostCopies uint32 `protobuf:"varint,16,opt,name=lost_copies,json=lostCopies,proto3" json:"lost_copies,omitempty"`
 	Rebuilding uint32 `protobuf:"varint,17,opt,name=rebuilding,proto3" json:"rebuilding,omitempty"`
-	// Zones of parity (raid5) groups on down nodes: their groups stay
-	// degraded (reads reconstruct), rebuild of parity legs is not supported
-	// yet (operator view; 0 for a tenant).
+	// Zones of parity (raid5) groups on down nodes not rebuilt yet: their
+	// groups stay degraded (reads reconstruct) until the arbiter has rebuilt
+	// them on another node (operator view; 0 for a tenant).
 	LostParityZones uint32 `protobuf:"varint,18,opt,name=lost_parity_zones,json=lostParityZones,proto3" json:"lost_parity_zones,omitempty"`
 	unknownFields   protoimpl.UnknownFields
 	sizeCache       protoimpl.SizeCache

@@ -2877,6 +2877,343 @@ func (x *PeerWriteResponse) GetBlocks() uint64 {
 	return 0
 }
 
+// A zone of another node (or this one) named for a rebuild.
+type PeerZone struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	NodeId        string                 `protobuf:"bytes,1,opt,name=node_id,json=nodeId,proto3" json:"node_id,omitempty"`
+	Device        uint32                 `protobuf:"varint,2,opt,name=device,proto3" json:"device,omitempty"`
+	Zone          uint32                 `protobuf:"varint,3,opt,name=zone,proto3" json:"zone,omitempty"`
+	WrittenBlocks uint64                 `protobuf:"varint,4,opt,name=written_blocks,json=writtenBlocks,proto3" json:"written_blocks,omitempty"` // its write pointer from the zone start, as the arbiter read it
+	Addr          string                 `protobuf:"bytes,5,opt,name=addr,proto3" json:"addr,omitempty"`                                         // in-process clusters without node certificates only (never dialled otherwise)
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *PeerZone) Reset() {
+	*x = PeerZone{}
+	mi := &file_zonefleet_v1_device_proto_msgTypes[38]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *PeerZone) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*PeerZone) ProtoMessage() {}
+
+func (x *PeerZone) ProtoReflect() protoreflect.Message {
+	mi := &file_zonefleet_v1_device_proto_msgTypes[38]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use PeerZone.ProtoReflect.Descriptor instead.
+func (*PeerZone) Descriptor() ([]byte, []int) {
+	return file_zonefleet_v1_device_proto_rawDescGZIP(), []int{38}
+}
+
+func (x *PeerZone) GetNodeId() string {
+	if x != nil {
+		return x.NodeId
+	}
+	return ""
+}
+
+func (x *PeerZone) GetDevice() uint32 {
+	if x != nil {
+		return x.Device
+	}
+	return 0
+}
+
+func (x *PeerZone) GetZone() uint32 {
+	if x != nil {
+		return x.Zone
+	}
+	return 0
+}
+
+func (x *PeerZone) GetWrittenBlocks() uint64 {
+	if x != nil {
+		return x.WrittenBlocks
+	}
+	return 0
+}
+
+func (x *PeerZone) GetAddr() string {
+	if x != nil {
+		return x.Addr
+	}
+	return ""
+}
+
+type RebuildParityLegRequest struct {
+	state        protoimpl.MessageState `protogen:"open.v1"`
+	Device       uint32                 `protobuf:"varint,1,opt,name=device,proto3" json:"device,omitempty"` // the target zone on this node
+	Zone         uint32                 `protobuf:"varint,2,opt,name=zone,proto3" json:"zone,omitempty"`
+	Group        uint32                 `protobuf:"varint,3,opt,name=group,proto3" json:"group,omitempty"`                                   // the stripe group's index (its PP records name it)
+	Width        uint32                 `protobuf:"varint,4,opt,name=width,proto3" json:"width,omitempty"`                                   // k data legs
+	StripeBlocks uint64                 `protobuf:"varint,5,opt,name=stripe_blocks,json=stripeBlocks,proto3" json:"stripe_blocks,omitempty"` // blocks of one stripe unit
+	Lost         uint32                 `protobuf:"varint,6,opt,name=lost,proto3" json:"lost,omitempty"`                                     // the position rebuilt: 0..width-1 a data leg, width the parity leg
+	// The group's data legs and parity leg (width+1 entries, in order); the
+	// entry at lost is ignored.
+	Legs []*PeerZone `protobuf:"bytes,7,rep,name=legs,proto3" json:"legs,omitempty"`
+	// The partial-parity log: the survivor's (lost < width), read for the
+	// open row; or, when the parity leg is rebuilt (its node held the log
+	// too), the new log zone on this node, where a record of the open row is
+	// written.
+	PpLog *PeerZone `protobuf:"bytes,8,opt,name=pp_log,json=ppLog,proto3" json:"pp_log,omitempty"`
+	// The group was finished: its zones' write pointers say nothing and the
+	// seal record in the PP log decides the extent.
+	Sealed        bool `protobuf:"varint,9,opt,name=sealed,proto3" json:"sealed,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RebuildParityLegRequest) Reset() {
+	*x = RebuildParityLegRequest{}
+	mi := &file_zonefleet_v1_device_proto_msgTypes[39]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RebuildParityLegRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RebuildParityLegRequest) ProtoMessage() {}
+
+func (x *RebuildParityLegRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_zonefleet_v1_device_proto_msgTypes[39]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RebuildParityLegRequest.ProtoReflect.Descriptor instead.
+func (*RebuildParityLegRequest) Descriptor() ([]byte, []int) {
+	return file_zonefleet_v1_device_proto_rawDescGZIP(), []int{39}
+}
+
+func (x *RebuildParityLegRequest) GetDevice() uint32 {
+	if x != nil {
+		return x.Device
+	}
+	return 0
+}
+
+func (x *RebuildParityLegRequest) GetZone() uint32 {
+	if x != nil {
+		return x.Zone
+	}
+	return 0
+}
+
+func (x *RebuildParityLegRequest) GetGroup() uint32 {
+	if x != nil {
+		return x.Group
+	}
+	return 0
+}
+
+func (x *RebuildParityLegRequest) GetWidth() uint32 {
+	if x != nil {
+		return x.Width
+	}
+	return 0
+}
+
+func (x *RebuildParityLegRequest) GetStripeBlocks() uint64 {
+	if x != nil {
+		return x.StripeBlocks
+	}
+	return 0
+}
+
+func (x *RebuildParityLegRequest) GetLost() uint32 {
+	if x != nil {
+		return x.Lost
+	}
+	return 0
+}
+
+func (x *RebuildParityLegRequest) GetLegs() []*PeerZone {
+	if x != nil {
+		return x.Legs
+	}
+	return nil
+}
+
+func (x *RebuildParityLegRequest) GetPpLog() *PeerZone {
+	if x != nil {
+		return x.PpLog
+	}
+	return nil
+}
+
+func (x *RebuildParityLegRequest) GetSealed() bool {
+	if x != nil {
+		return x.Sealed
+	}
+	return false
+}
+
+type RebuildParityLegResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Blocks        uint64                 `protobuf:"varint,1,opt,name=blocks,proto3" json:"blocks,omitempty"`                                    // the rebuilt leg's extent (blocks from the zone start)
+	WrittenBlocks uint64                 `protobuf:"varint,2,opt,name=written_blocks,json=writtenBlocks,proto3" json:"written_blocks,omitempty"` // blocks this call wrote (0 when an earlier call had done it)
+	PulledBlocks  uint64                 `protobuf:"varint,3,opt,name=pulled_blocks,json=pulledBlocks,proto3" json:"pulled_blocks,omitempty"`    // blocks read from peers
+	PpRecord      bool                   `protobuf:"varint,4,opt,name=pp_record,json=ppRecord,proto3" json:"pp_record,omitempty"`                // a partial-parity record was written into the new log
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RebuildParityLegResponse) Reset() {
+	*x = RebuildParityLegResponse{}
+	mi := &file_zonefleet_v1_device_proto_msgTypes[40]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RebuildParityLegResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RebuildParityLegResponse) ProtoMessage() {}
+
+func (x *RebuildParityLegResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_zonefleet_v1_device_proto_msgTypes[40]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RebuildParityLegResponse.ProtoReflect.Descriptor instead.
+func (*RebuildParityLegResponse) Descriptor() ([]byte, []int) {
+	return file_zonefleet_v1_device_proto_rawDescGZIP(), []int{40}
+}
+
+func (x *RebuildParityLegResponse) GetBlocks() uint64 {
+	if x != nil {
+		return x.Blocks
+	}
+	return 0
+}
+
+func (x *RebuildParityLegResponse) GetWrittenBlocks() uint64 {
+	if x != nil {
+		return x.WrittenBlocks
+	}
+	return 0
+}
+
+func (x *RebuildParityLegResponse) GetPulledBlocks() uint64 {
+	if x != nil {
+		return x.PulledBlocks
+	}
+	return 0
+}
+
+func (x *RebuildParityLegResponse) GetPpRecord() bool {
+	if x != nil {
+		return x.PpRecord
+	}
+	return false
+}
+
+type PeerReadRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Namespace     string                 `protobuf:"bytes,1,opt,name=namespace,proto3" json:"namespace,omitempty"` // the namespace the zones are granted to
+	Device        uint32                 `protobuf:"varint,2,opt,name=device,proto3" json:"device,omitempty"`
+	Zone          uint32                 `protobuf:"varint,3,opt,name=zone,proto3" json:"zone,omitempty"`
+	Offset        uint64                 `protobuf:"varint,4,opt,name=offset,proto3" json:"offset,omitempty"` // blocks from the zone start
+	Blocks        uint32                 `protobuf:"varint,5,opt,name=blocks,proto3" json:"blocks,omitempty"` // inside the zone
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *PeerReadRequest) Reset() {
+	*x = PeerReadRequest{}
+	mi := &file_zonefleet_v1_device_proto_msgTypes[41]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *PeerReadRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*PeerReadRequest) ProtoMessage() {}
+
+func (x *PeerReadRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_zonefleet_v1_device_proto_msgTypes[41]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use PeerReadRequest.ProtoReflect.Descriptor instead.
+func (*PeerReadRequest) Descriptor() ([]byte, []int) {
+	return file_zonefleet_v1_device_proto_rawDescGZIP(), []int{41}
+}
+
+func (x *PeerReadRequest) GetNamespace() string {
+	if x != nil {
+		return x.Namespace
+	}
+	return ""
+}
+
+func (x *PeerReadRequest) GetDevice() uint32 {
+	if x != nil {
+		return x.Device
+	}
+	return 0
+}
+
+func (x *PeerReadRequest) GetZone() uint32 {
+	if x != nil {
+		return x.Zone
+	}
+	return 0
+}
+
+func (x *PeerReadRequest) GetOffset() uint64 {
+	if x != nil {
+		return x.Offset
+	}
+	return 0
+}
+
+func (x *PeerReadRequest) GetBlocks() uint32 {
+	if x != nil {
+		return x.Blocks
+	}
+	return 0
+}
+
 var File_zonefleet_v1_device_proto protoreflect.FileDescriptor
 
 const file_zonefleet_v1_device_proto_rawDesc = "" +
@@ -3090,7 +3427,34 @@ const file_zonefleet_v1_device_proto_rawDesc = "" +
 	"\tnamespace\x18\x02 \x01(\tR\tnamespace\x122\n" +
 	"\aextents\x18\x03 \x03(\v2\x18.zonefleet.v1.PeerExtentR\aextents\"+\n" +
 	"\x11PeerWriteResponse\x12\x16\n" +
-	"\x06blocks\x18\x01 \x01(\x04R\x06blocks*\xd7\x01\n" +
+	"\x06blocks\x18\x01 \x01(\x04R\x06blocks\"\x8a\x01\n" +
+	"\bPeerZone\x12\x17\n" +
+	"\anode_id\x18\x01 \x01(\tR\x06nodeId\x12\x16\n" +
+	"\x06device\x18\x02 \x01(\rR\x06device\x12\x12\n" +
+	"\x04zone\x18\x03 \x01(\rR\x04zone\x12%\n" +
+	"\x0ewritten_blocks\x18\x04 \x01(\x04R\rwrittenBlocks\x12\x12\n" +
+	"\x04addr\x18\x05 \x01(\tR\x04addr\"\x9d\x02\n" +
+	"\x17RebuildParityLegRequest\x12\x16\n" +
+	"\x06device\x18\x01 \x01(\rR\x06device\x12\x12\n" +
+	"\x04zone\x18\x02 \x01(\rR\x04zone\x12\x14\n" +
+	"\x05group\x18\x03 \x01(\rR\x05group\x12\x14\n" +
+	"\x05width\x18\x04 \x01(\rR\x05width\x12#\n" +
+	"\rstripe_blocks\x18\x05 \x01(\x04R\fstripeBlocks\x12\x12\n" +
+	"\x04lost\x18\x06 \x01(\rR\x04lost\x12*\n" +
+	"\x04legs\x18\a \x03(\v2\x16.zonefleet.v1.PeerZoneR\x04legs\x12-\n" +
+	"\x06pp_log\x18\b \x01(\v2\x16.zonefleet.v1.PeerZoneR\x05ppLog\x12\x16\n" +
+	"\x06sealed\x18\t \x01(\bR\x06sealed\"\x9b\x01\n" +
+	"\x18RebuildParityLegResponse\x12\x16\n" +
+	"\x06blocks\x18\x01 \x01(\x04R\x06blocks\x12%\n" +
+	"\x0ewritten_blocks\x18\x02 \x01(\x04R\rwrittenBlocks\x12#\n" +
+	"\rpulled_blocks\x18\x03 \x01(\x04R\fpulledBlocks\x12\x1b\n" +
+	"\tpp_record\x18\x04 \x01(\bR\bppRecord\"\x8b\x01\n" +
+	"\x0fPeerReadRequest\x12\x1c\n" +
+	"\tnamespace\x18\x01 \x01(\tR\tnamespace\x12\x16\n" +
+	"\x06device\x18\x02 \x01(\rR\x06device\x12\x12\n" +
+	"\x04zone\x18\x03 \x01(\rR\x04zone\x12\x16\n" +
+	"\x06offset\x18\x04 \x01(\x04R\x06offset\x12\x16\n" +
+	"\x06blocks\x18\x05 \x01(\rR\x06blocks*\xd7\x01\n" +
 	"\tZoneState\x12\x1a\n" +
 	"\x16ZONE_STATE_UNSPECIFIED\x10\x00\x12\x14\n" +
 	"\x10ZONE_STATE_EMPTY\x10\x01\x12\x1c\n" +
@@ -3121,8 +3485,7 @@ const file_zonefleet_v1_device_proto_rawDesc = "" +
 	"\bPlugMode\x12\x19\n" +
 	"\x15PLUG_MODE_UNSPECIFIED\x10\x00\x12\x19\n" +
 	"\x15PLUG_MODE_LBA_ORDERED\x10\x01\x12\x19\n" +
-	"\x15PLUG_MODE_PPA_ORDERED\x10\x022\xa2\n" +
-	"\n" +
+	"\x15PLUG_MODE_PPA_ORDERED\x10\x022\xce\v\n" +
 	"\vZonedDevice\x12I\n" +
 	"\bIdentify\x12\x1d.zonefleet.v1.IdentifyRequest\x1a\x1e.zonefleet.v1.IdentifyResponse\x12^\n" +
 	"\x0fIdentifyMapping\x12$.zonefleet.v1.IdentifyMappingRequest\x1a%.zonefleet.v1.IdentifyMappingResponse\x12R\n" +
@@ -3142,7 +3505,9 @@ const file_zonefleet_v1_device_proto_rawDesc = "" +
 	"\x0eWaitCompaction\x12#.zonefleet.v1.WaitCompactionRequest\x1a\x1e.zonefleet.v1.CompactionResult\x12C\n" +
 	"\x06TLOpen\x12\x1b.zonefleet.v1.TLOpenRequest\x1a\x1c.zonefleet.v1.TLOpenResponse\x12C\n" +
 	"\x06GetLog\x12\x1b.zonefleet.v1.GetLogRequest\x1a\x1c.zonefleet.v1.GetLogResponse\x12N\n" +
-	"\tPeerWrite\x12\x1e.zonefleet.v1.PeerWriteRequest\x1a\x1f.zonefleet.v1.PeerWriteResponse(\x01B=Z;github.com/zonefleet/zonefleet/api/zonefleet/v1;zonefleetv1b\x06proto3"
+	"\tPeerWrite\x12\x1e.zonefleet.v1.PeerWriteRequest\x1a\x1f.zonefleet.v1.PeerWriteResponse(\x01\x12a\n" +
+	"\x10RebuildParityLeg\x12%.zonefleet.v1.RebuildParityLegRequest\x1a&.zonefleet.v1.RebuildParityLegResponse\x12G\n" +
+	"\bPeerRead\x12\x1d.zonefleet.v1.PeerReadRequest\x1a\x1a.zonefleet.v1.ReadResponse0\x01B=Z;github.com/zonefleet/zonefleet/api/zonefleet/v1;zonefleetv1b\x06proto3"
 
 var (
 	file_zonefleet_v1_device_proto_rawDescOnce sync.Once
@@ -3157,52 +3522,56 @@ func file_zonefleet_v1_device_proto_rawDescGZIP() []byte {
 }
 
 var file_zonefleet_v1_device_proto_enumTypes = make([]protoimpl.EnumInfo, 5)
-var file_zonefleet_v1_device_proto_msgTypes = make([]protoimpl.MessageInfo, 39)
+var file_zonefleet_v1_device_proto_msgTypes = make([]protoimpl.MessageInfo, 43)
 var file_zonefleet_v1_device_proto_goTypes = []any{
-	(ZoneState)(0),                  // 0: zonefleet.v1.ZoneState
-	(ZoneAction)(0),                 // 1: zonefleet.v1.ZoneAction
-	(Media)(0),                      // 2: zonefleet.v1.Media
-	(ClockKind)(0),                  // 3: zonefleet.v1.ClockKind
-	(PlugMode)(0),                   // 4: zonefleet.v1.PlugMode
-	(*Timing)(nil),                  // 5: zonefleet.v1.Timing
-	(*IdentifyRequest)(nil),         // 6: zonefleet.v1.IdentifyRequest
-	(*IdentifyResponse)(nil),        // 7: zonefleet.v1.IdentifyResponse
-	(*MappingField)(nil),            // 8: zonefleet.v1.MappingField
-	(*IdentifyMappingRequest)(nil),  // 9: zonefleet.v1.IdentifyMappingRequest
-	(*IdentifyMappingResponse)(nil), // 10: zonefleet.v1.IdentifyMappingResponse
-	(*ZoneDescriptor)(nil),          // 11: zonefleet.v1.ZoneDescriptor
-	(*ReportZonesRequest)(nil),      // 12: zonefleet.v1.ReportZonesRequest
-	(*ReportZonesResponse)(nil),     // 13: zonefleet.v1.ReportZonesResponse
-	(*ZoneManagementRequest)(nil),   // 14: zonefleet.v1.ZoneManagementRequest
-	(*ZoneManagementResponse)(nil),  // 15: zonefleet.v1.ZoneManagementResponse
-	(*ReadRequest)(nil),             // 16: zonefleet.v1.ReadRequest
-	(*ReadRange)(nil),               // 17: zonefleet.v1.ReadRange
-	(*ReadVRequest)(nil),            // 18: zonefleet.v1.ReadVRequest
-	(*ReadResponse)(nil),            // 19: zonefleet.v1.ReadResponse
-	(*WriteRequest)(nil),            // 20: zonefleet.v1.WriteRequest
-	(*WriteResponse)(nil),           // 21: zonefleet.v1.WriteResponse
-	(*AppendRequest)(nil),           // 22: zonefleet.v1.AppendRequest
-	(*AppendResponse)(nil),          // 23: zonefleet.v1.AppendResponse
-	(*FlushRequest)(nil),            // 24: zonefleet.v1.FlushRequest
-	(*FlushResponse)(nil),           // 25: zonefleet.v1.FlushResponse
-	(*LBARange)(nil),                // 26: zonefleet.v1.LBARange
-	(*SimpleCopyRequest)(nil),       // 27: zonefleet.v1.SimpleCopyRequest
-	(*SimpleCopyResponse)(nil),      // 28: zonefleet.v1.SimpleCopyResponse
-	(*PeerTarget)(nil),              // 29: zonefleet.v1.PeerTarget
-	(*CompactionCopy)(nil),          // 30: zonefleet.v1.CompactionCopy
-	(*ZoneCompactionRequest)(nil),   // 31: zonefleet.v1.ZoneCompactionRequest
-	(*ZoneCompactionResponse)(nil),  // 32: zonefleet.v1.ZoneCompactionResponse
-	(*WaitCompactionRequest)(nil),   // 33: zonefleet.v1.WaitCompactionRequest
-	(*CompactionResult)(nil),        // 34: zonefleet.v1.CompactionResult
-	(*TLOpenRequest)(nil),           // 35: zonefleet.v1.TLOpenRequest
-	(*TLOpenResponse)(nil),          // 36: zonefleet.v1.TLOpenResponse
-	(*ChipStats)(nil),               // 37: zonefleet.v1.ChipStats
-	(*GetLogRequest)(nil),           // 38: zonefleet.v1.GetLogRequest
-	(*GetLogResponse)(nil),          // 39: zonefleet.v1.GetLogResponse
-	(*PeerExtent)(nil),              // 40: zonefleet.v1.PeerExtent
-	(*PeerWriteRequest)(nil),        // 41: zonefleet.v1.PeerWriteRequest
-	(*PeerWriteResponse)(nil),       // 42: zonefleet.v1.PeerWriteResponse
-	nil,                             // 43: zonefleet.v1.GetLogResponse.ZonesByStateEntry
+	(ZoneState)(0),                   // 0: zonefleet.v1.ZoneState
+	(ZoneAction)(0),                  // 1: zonefleet.v1.ZoneAction
+	(Media)(0),                       // 2: zonefleet.v1.Media
+	(ClockKind)(0),                   // 3: zonefleet.v1.ClockKind
+	(PlugMode)(0),                    // 4: zonefleet.v1.PlugMode
+	(*Timing)(nil),                   // 5: zonefleet.v1.Timing
+	(*IdentifyRequest)(nil),          // 6: zonefleet.v1.IdentifyRequest
+	(*IdentifyResponse)(nil),         // 7: zonefleet.v1.IdentifyResponse
+	(*MappingField)(nil),             // 8: zonefleet.v1.MappingField
+	(*IdentifyMappingRequest)(nil),   // 9: zonefleet.v1.IdentifyMappingRequest
+	(*IdentifyMappingResponse)(nil),  // 10: zonefleet.v1.IdentifyMappingResponse
+	(*ZoneDescriptor)(nil),           // 11: zonefleet.v1.ZoneDescriptor
+	(*ReportZonesRequest)(nil),       // 12: zonefleet.v1.ReportZonesRequest
+	(*ReportZonesResponse)(nil),      // 13: zonefleet.v1.ReportZonesResponse
+	(*ZoneManagementRequest)(nil),    // 14: zonefleet.v1.ZoneManagementRequest
+	(*ZoneManagementResponse)(nil),   // 15: zonefleet.v1.ZoneManagementResponse
+	(*ReadRequest)(nil),              // 16: zonefleet.v1.ReadRequest
+	(*ReadRange)(nil),                // 17: zonefleet.v1.ReadRange
+	(*ReadVRequest)(nil),             // 18: zonefleet.v1.ReadVRequest
+	(*ReadResponse)(nil),             // 19: zonefleet.v1.ReadResponse
+	(*WriteRequest)(nil),             // 20: zonefleet.v1.WriteRequest
+	(*WriteResponse)(nil),            // 21: zonefleet.v1.WriteResponse
+	(*AppendRequest)(nil),            // 22: zonefleet.v1.AppendRequest
+	(*AppendResponse)(nil),           // 23: zonefleet.v1.AppendResponse
+	(*FlushRequest)(nil),             // 24: zonefleet.v1.FlushRequest
+	(*FlushResponse)(nil),            // 25: zonefleet.v1.FlushResponse
+	(*LBARange)(nil),                 // 26: zonefleet.v1.LBARange
+	(*SimpleCopyRequest)(nil),        // 27: zonefleet.v1.SimpleCopyRequest
+	(*SimpleCopyResponse)(nil),       // 28: zonefleet.v1.SimpleCopyResponse
+	(*PeerTarget)(nil),               // 29: zonefleet.v1.PeerTarget
+	(*CompactionCopy)(nil),           // 30: zonefleet.v1.CompactionCopy
+	(*ZoneCompactionRequest)(nil),    // 31: zonefleet.v1.ZoneCompactionRequest
+	(*ZoneCompactionResponse)(nil),   // 32: zonefleet.v1.ZoneCompactionResponse
+	(*WaitCompactionRequest)(nil),    // 33: zonefleet.v1.WaitCompactionRequest
+	(*CompactionResult)(nil),         // 34: zonefleet.v1.CompactionResult
+	(*TLOpenRequest)(nil),            // 35: zonefleet.v1.TLOpenRequest
+	(*TLOpenResponse)(nil),           // 36: zonefleet.v1.TLOpenResponse
+	(*ChipStats)(nil),                // 37: zonefleet.v1.ChipStats
+	(*GetLogRequest)(nil),            // 38: zonefleet.v1.GetLogRequest
+	(*GetLogResponse)(nil),           // 39: zonefleet.v1.GetLogResponse
+	(*PeerExtent)(nil),               // 40: zonefleet.v1.PeerExtent
+	(*PeerWriteRequest)(nil),         // 41: zonefleet.v1.PeerWriteRequest
+	(*PeerWriteResponse)(nil),        // 42: zonefleet.v1.PeerWriteResponse
+	(*PeerZone)(nil),                 // 43: zonefleet.v1.PeerZone
+	(*RebuildParityLegRequest)(nil),  // 44: zonefleet.v1.RebuildParityLegRequest
+	(*RebuildParityLegResponse)(nil), // 45: zonefleet.v1.RebuildParityLegResponse
+	(*PeerReadRequest)(nil),          // 46: zonefleet.v1.PeerReadRequest
+	nil,                              // 47: zonefleet.v1.GetLogResponse.ZonesByStateEntry
 }
 var file_zonefleet_v1_device_proto_depIdxs = []int32{
 	2,  // 0: zonefleet.v1.IdentifyResponse.media:type_name -> zonefleet.v1.Media
@@ -3218,48 +3587,54 @@ var file_zonefleet_v1_device_proto_depIdxs = []int32{
 	29, // 10: zonefleet.v1.CompactionCopy.peer:type_name -> zonefleet.v1.PeerTarget
 	30, // 11: zonefleet.v1.ZoneCompactionRequest.copies:type_name -> zonefleet.v1.CompactionCopy
 	4,  // 12: zonefleet.v1.TLOpenRequest.mode:type_name -> zonefleet.v1.PlugMode
-	43, // 13: zonefleet.v1.GetLogResponse.zones_by_state:type_name -> zonefleet.v1.GetLogResponse.ZonesByStateEntry
+	47, // 13: zonefleet.v1.GetLogResponse.zones_by_state:type_name -> zonefleet.v1.GetLogResponse.ZonesByStateEntry
 	37, // 14: zonefleet.v1.GetLogResponse.chips:type_name -> zonefleet.v1.ChipStats
 	40, // 15: zonefleet.v1.PeerWriteRequest.extents:type_name -> zonefleet.v1.PeerExtent
-	6,  // 16: zonefleet.v1.ZonedDevice.Identify:input_type -> zonefleet.v1.IdentifyRequest
-	9,  // 17: zonefleet.v1.ZonedDevice.IdentifyMapping:input_type -> zonefleet.v1.IdentifyMappingRequest
-	12, // 18: zonefleet.v1.ZonedDevice.ReportZones:input_type -> zonefleet.v1.ReportZonesRequest
-	14, // 19: zonefleet.v1.ZonedDevice.ZoneManagement:input_type -> zonefleet.v1.ZoneManagementRequest
-	16, // 20: zonefleet.v1.ZonedDevice.Read:input_type -> zonefleet.v1.ReadRequest
-	16, // 21: zonefleet.v1.ZonedDevice.ReadStream:input_type -> zonefleet.v1.ReadRequest
-	18, // 22: zonefleet.v1.ZonedDevice.ReadV:input_type -> zonefleet.v1.ReadVRequest
-	20, // 23: zonefleet.v1.ZonedDevice.Write:input_type -> zonefleet.v1.WriteRequest
-	20, // 24: zonefleet.v1.ZonedDevice.WriteStream:input_type -> zonefleet.v1.WriteRequest
-	22, // 25: zonefleet.v1.ZonedDevice.Append:input_type -> zonefleet.v1.AppendRequest
-	24, // 26: zonefleet.v1.ZonedDevice.Flush:input_type -> zonefleet.v1.FlushRequest
-	27, // 27: zonefleet.v1.ZonedDevice.SimpleCopy:input_type -> zonefleet.v1.SimpleCopyRequest
-	31, // 28: zonefleet.v1.ZonedDevice.ZoneCompaction:input_type -> zonefleet.v1.ZoneCompactionRequest
-	33, // 29: zonefleet.v1.ZonedDevice.WaitCompaction:input_type -> zonefleet.v1.WaitCompactionRequest
-	35, // 30: zonefleet.v1.ZonedDevice.TLOpen:input_type -> zonefleet.v1.TLOpenRequest
-	38, // 31: zonefleet.v1.ZonedDevice.GetLog:input_type -> zonefleet.v1.GetLogRequest
-	41, // 32: zonefleet.v1.ZonedDevice.PeerWrite:input_type -> zonefleet.v1.PeerWriteRequest
-	7,  // 33: zonefleet.v1.ZonedDevice.Identify:output_type -> zonefleet.v1.IdentifyResponse
-	10, // 34: zonefleet.v1.ZonedDevice.IdentifyMapping:output_type -> zonefleet.v1.IdentifyMappingResponse
-	13, // 35: zonefleet.v1.ZonedDevice.ReportZones:output_type -> zonefleet.v1.ReportZonesResponse
-	15, // 36: zonefleet.v1.ZonedDevice.ZoneManagement:output_type -> zonefleet.v1.ZoneManagementResponse
-	19, // 37: zonefleet.v1.ZonedDevice.Read:output_type -> zonefleet.v1.ReadResponse
-	19, // 38: zonefleet.v1.ZonedDevice.ReadStream:output_type -> zonefleet.v1.ReadResponse
-	19, // 39: zonefleet.v1.ZonedDevice.ReadV:output_type -> zonefleet.v1.ReadResponse
-	21, // 40: zonefleet.v1.ZonedDevice.Write:output_type -> zonefleet.v1.WriteResponse
-	21, // 41: zonefleet.v1.ZonedDevice.WriteStream:output_type -> zonefleet.v1.WriteResponse
-	23, // 42: zonefleet.v1.ZonedDevice.Append:output_type -> zonefleet.v1.AppendResponse
-	25, // 43: zonefleet.v1.ZonedDevice.Flush:output_type -> zonefleet.v1.FlushResponse
-	28, // 44: zonefleet.v1.ZonedDevice.SimpleCopy:output_type -> zonefleet.v1.SimpleCopyResponse
-	32, // 45: zonefleet.v1.ZonedDevice.ZoneCompaction:output_type -> zonefleet.v1.ZoneCompactionResponse
-	34, // 46: zonefleet.v1.ZonedDevice.WaitCompaction:output_type -> zonefleet.v1.CompactionResult
-	36, // 47: zonefleet.v1.ZonedDevice.TLOpen:output_type -> zonefleet.v1.TLOpenResponse
-	39, // 48: zonefleet.v1.ZonedDevice.GetLog:output_type -> zonefleet.v1.GetLogResponse
-	42, // 49: zonefleet.v1.ZonedDevice.PeerWrite:output_type -> zonefleet.v1.PeerWriteResponse
-	33, // [33:50] is the sub-list for method output_type
-	16, // [16:33] is the sub-list for method input_type
-	16, // [16:16] is the sub-list for extension type_name
-	16, // [16:16] is the sub-list for extension extendee
-	0,  // [0:16] is the sub-list for field type_name
+	43, // 16: zonefleet.v1.RebuildParityLegRequest.legs:type_name -> zonefleet.v1.PeerZone
+	43, // 17: zonefleet.v1.RebuildParityLegRequest.pp_log:type_name -> zonefleet.v1.PeerZone
+	6,  // 18: zonefleet.v1.ZonedDevice.Identify:input_type -> zonefleet.v1.IdentifyRequest
+	9,  // 19: zonefleet.v1.ZonedDevice.IdentifyMapping:input_type -> zonefleet.v1.IdentifyMappingRequest
+	12, // 20: zonefleet.v1.ZonedDevice.ReportZones:input_type -> zonefleet.v1.ReportZonesRequest
+	14, // 21: zonefleet.v1.ZonedDevice.ZoneManagement:input_type -> zonefleet.v1.ZoneManagementRequest
+	16, // 22: zonefleet.v1.ZonedDevice.Read:input_type -> zonefleet.v1.ReadRequest
+	16, // 23: zonefleet.v1.ZonedDevice.ReadStream:input_type -> zonefleet.v1.ReadRequest
+	18, // 24: zonefleet.v1.ZonedDevice.ReadV:input_type -> zonefleet.v1.ReadVRequest
+	20, // 25: zonefleet.v1.ZonedDevice.Write:input_type -> zonefleet.v1.WriteRequest
+	20, // 26: zonefleet.v1.ZonedDevice.WriteStream:input_type -> zonefleet.v1.WriteRequest
+	22, // 27: zonefleet.v1.ZonedDevice.Append:input_type -> zonefleet.v1.AppendRequest
+	24, // 28: zonefleet.v1.ZonedDevice.Flush:input_type -> zonefleet.v1.FlushRequest
+	27, // 29: zonefleet.v1.ZonedDevice.SimpleCopy:input_type -> zonefleet.v1.SimpleCopyRequest
+	31, // 30: zonefleet.v1.ZonedDevice.ZoneCompaction:input_type -> zonefleet.v1.ZoneCompactionRequest
+	33, // 31: zonefleet.v1.ZonedDevice.WaitCompaction:input_type -> zonefleet.v1.WaitCompactionRequest
+	35, // 32: zonefleet.v1.ZonedDevice.TLOpen:input_type -> zonefleet.v1.TLOpenRequest
+	38, // 33: zonefleet.v1.ZonedDevice.GetLog:input_type -> zonefleet.v1.GetLogRequest
+	41, // 34: zonefleet.v1.ZonedDevice.PeerWrite:input_type -> zonefleet.v1.PeerWriteRequest
+	44, // 35: zonefleet.v1.ZonedDevice.RebuildParityLeg:input_type -> zonefleet.v1.RebuildParityLegRequest
+	46, // 36: zonefleet.v1.ZonedDevice.PeerRead:input_type -> zonefleet.v1.PeerReadRequest
+	7,  // 37: zonefleet.v1.ZonedDevice.Identify:output_type -> zonefleet.v1.IdentifyResponse
+	10, // 38: zonefleet.v1.ZonedDevice.IdentifyMapping:output_type -> zonefleet.v1.IdentifyMappingResponse
+	13, // 39: zonefleet.v1.ZonedDevice.ReportZones:output_type -> zonefleet.v1.ReportZonesResponse
+	15, // 40: zonefleet.v1.ZonedDevice.ZoneManagement:output_type -> zonefleet.v1.ZoneManagementResponse
+	19, // 41: zonefleet.v1.ZonedDevice.Read:output_type -> zonefleet.v1.ReadResponse
+	19, // 42: zonefleet.v1.ZonedDevice.ReadStream:output_type -> zonefleet.v1.ReadResponse
+	19, // 43: zonefleet.v1.ZonedDevice.ReadV:output_type -> zonefleet.v1.ReadResponse
+	21, // 44: zonefleet.v1.ZonedDevice.Write:output_type -> zonefleet.v1.WriteResponse
+	21, // 45: zonefleet.v1.ZonedDevice.WriteStream:output_type -> zonefleet.v1.WriteResponse
+	23, // 46: zonefleet.v1.ZonedDevice.Append:output_type -> zonefleet.v1.AppendResponse
+	25, // 47: zonefleet.v1.ZonedDevice.Flush:output_type -> zonefleet.v1.FlushResponse
+	28, // 48: zonefleet.v1.ZonedDevice.SimpleCopy:output_type -> zonefleet.v1.SimpleCopyResponse
+	32, // 49: zonefleet.v1.ZonedDevice.ZoneCompaction:output_type -> zonefleet.v1.ZoneCompactionResponse
+	34, // 50: zonefleet.v1.ZonedDevice.WaitCompaction:output_type -> zonefleet.v1.CompactionResult
+	36, // 51: zonefleet.v1.ZonedDevice.TLOpen:output_type -> zonefleet.v1.TLOpenResponse
+	39, // 52: zonefleet.v1.ZonedDevice.GetLog:output_type -> zonefleet.v1.GetLogResponse
+	42, // 53: zonefleet.v1.ZonedDevice.PeerWrite:output_type -> zonefleet.v1.PeerWriteResponse
+	45, // 54: zonefleet.v1.ZonedDevice.RebuildParityLeg:output_type -> zonefleet.v1.RebuildParityLegResponse
+	19, // 55: zonefleet.v1.ZonedDevice.PeerRead:output_type -> zonefleet.v1.ReadResponse
+	37, // [37:56] is the sub-list for method output_type
+	18, // [18:37] is the sub-list for method input_type
+	18, // [18:18] is the sub-list for extension type_name
+	18, // [18:18] is the sub-list for extension extendee
+	0,  // [0:18] is the sub-list for field type_name
 }
 
 func init() { file_zonefleet_v1_device_proto_init() }
@@ -3273,7 +3648,7 @@ func file_zonefleet_v1_device_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_zonefleet_v1_device_proto_rawDesc), len(file_zonefleet_v1_device_proto_rawDesc)),
 			NumEnums:      5,
-			NumMessages:   39,
+			NumMessages:   43,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -29,23 +29,25 @@ import (
 const _ = grpc.SupportPackageIsVersion9
 
 const (
-	ZonedDevice_Identify_FullMethodName        = "/zonefleet.v1.ZonedDevice/Identify"
-	ZonedDevice_IdentifyMapping_FullMethodName = "/zonefleet.v1.ZonedDevice/IdentifyMapping"
-	ZonedDevice_ReportZones_FullMethodName     = "/zonefleet.v1.ZonedDevice/ReportZones"
-	ZonedDevice_ZoneManagement_FullMethodName  = "/zonefleet.v1.ZonedDevice/ZoneManagement"
-	ZonedDevice_Read_FullMethodName            = "/zonefleet.v1.ZonedDevice/Read"
-	ZonedDevice_ReadStream_FullMethodName      = "/zonefleet.v1.ZonedDevice/ReadStream"
-	ZonedDevice_ReadV_FullMethodName           = "/zonefleet.v1.ZonedDevice/ReadV"
-	ZonedDevice_Write_FullMethodName           = "/zonefleet.v1.ZonedDevice/Write"
-	ZonedDevice_WriteStream_FullMethodName     = "/zonefleet.v1.ZonedDevice/WriteStream"
-	ZonedDevice_Append_FullMethodName          = "/zonefleet.v1.ZonedDevice/Append"
-	ZonedDevice_Flush_FullMethodName           = "/zonefleet.v1.ZonedDevice/Flush"
-	ZonedDevice_SimpleCopy_FullMethodName      = "/zonefleet.v1.ZonedDevice/SimpleCopy"
-	ZonedDevice_ZoneCompaction_FullMethodName  = "/zonefleet.v1.ZonedDevice/ZoneCompaction"
-	ZonedDevice_WaitCompaction_FullMethodName  = "/zonefleet.v1.ZonedDevice/WaitCompaction"
-	ZonedDevice_TLOpen_FullMethodName          = "/zonefleet.v1.ZonedDevice/TLOpen"
-	ZonedDevice_GetLog_FullMethodName          = "/zonefleet.v1.ZonedDevice/GetLog"
-	ZonedDevice_PeerWrite_FullMethodName       = "/zonefleet.v1.ZonedDevice/PeerWrite"
+	ZonedDevice_Identify_FullMethodName         = "/zonefleet.v1.ZonedDevice/Identify"
+	ZonedDevice_IdentifyMapping_FullMethodName  = "/zonefleet.v1.ZonedDevice/IdentifyMapping"
+	ZonedDevice_ReportZones_FullMethodName      = "/zonefleet.v1.ZonedDevice/ReportZones"
+	ZonedDevice_ZoneManagement_FullMethodName   = "/zonefleet.v1.ZonedDevice/ZoneManagement"
+	ZonedDevice_Read_FullMethodName             = "/zonefleet.v1.ZonedDevice/Read"
+	ZonedDevice_ReadStream_FullMethodName       = "/zonefleet.v1.ZonedDevice/ReadStream"
+	ZonedDevice_ReadV_FullMethodName            = "/zonefleet.v1.ZonedDevice/ReadV"
+	ZonedDevice_Write_FullMethodName            = "/zonefleet.v1.ZonedDevice/Write"
+	ZonedDevice_WriteStream_FullMethodName      = "/zonefleet.v1.ZonedDevice/WriteStream"
+	ZonedDevice_Append_FullMethodName           = "/zonefleet.v1.ZonedDevice/Append"
+	ZonedDevice_Flush_FullMethodName            = "/zonefleet.v1.ZonedDevice/Flush"
+	ZonedDevice_SimpleCopy_FullMethodName       = "/zonefleet.v1.ZonedDevice/SimpleCopy"
+	ZonedDevice_ZoneCompaction_FullMethodName   = "/zonefleet.v1.ZonedDevice/ZoneCompaction"
+	ZonedDevice_WaitCompaction_FullMethodName   = "/zonefleet.v1.ZonedDevice/WaitCompaction"
+	ZonedDevice_TLOpen_FullMethodName           = "/zonefleet.v1.ZonedDevice/TLOpen"
+	ZonedDevice_GetLog_FullMethodName           = "/zonefleet.v1.ZonedDevice/GetLog"
+	ZonedDevice_PeerWrite_FullMethodName        = "/zonefleet.v1.ZonedDevice/PeerWrite"
+	ZonedDevice_RebuildParityLeg_FullMethodName = "/zonefleet.v1.ZonedDevice/RebuildParityLeg"
+	ZonedDevice_PeerRead_FullMethodName         = "/zonefleet.v1.ZonedDevice/PeerRead"
 )
 
 // ZonedDeviceClient is the client API for ZonedDevice service.
@@ -91,6 +93,15 @@ type ZonedDeviceClient interface {
 	GetLog(ctx context.Context, in *GetLogRequest, opts ...grpc.CallOption) (*GetLogResponse, error)
 	// Node-to-node push of compaction data to a destination device on this node.
 	PeerWrite(ctx context.Context, opts ...grpc.CallOption) (grpc.ClientStreamingClient[PeerWriteRequest, PeerWriteResponse], error)
+	// Rebuild of a lost leg of a raid5 stripe group into a zone of this node
+	// (called by the arbiter): this node pulls the row units of the group's
+	// surviving legs from their nodes (PeerRead), XORs them and writes the
+	// result at the target's write pointer. Idempotent: a repeated call goes on
+	// from the target's write pointer.
+	RebuildParityLeg(ctx context.Context, in *RebuildParityLegRequest, opts ...grpc.CallOption) (*RebuildParityLegResponse, error)
+	// Node-to-node read of a zone range for a peer's RebuildParityLeg: nodes
+	// only, for the namespace the zones are granted to.
+	PeerRead(ctx context.Context, in *PeerReadRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[ReadResponse], error)
 }
 
 type zonedDeviceClient struct {
@@ -286,6 +297,35 @@ func (c *zonedDeviceClient) PeerWrite(ctx context.Context, opts ...grpc.CallOpti
 // This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
 type ZonedDevice_PeerWriteClient = grpc.ClientStreamingClient[PeerWriteRequest, PeerWriteResponse]
 
+func (c *zonedDeviceClient) RebuildParityLeg(ctx context.Context, in *RebuildParityLegRequest, opts ...grpc.CallOption) (*RebuildParityLegResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(RebuildParityLegResponse)
+	err := c.cc.Invoke(ctx, ZonedDevice_RebuildParityLeg_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *zonedDeviceClient) PeerRead(ctx context.Context, in *PeerReadRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[ReadResponse], error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	stream, err := c.cc.NewStream(ctx, &ZonedDevice_ServiceDesc.Streams[3], ZonedDevice_PeerRead_FullMethodName, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	x := &grpc.GenericClientStream[PeerReadRequest, ReadResponse]{ClientStream: stream}
+	if err := x.ClientStream.SendMsg(in); err != nil {
+		return nil, err
+	}
+	if err := x.ClientStream.CloseSend(); err != nil {
+		return nil, err
+	}
+	return x, nil
+}
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type ZonedDevice_PeerReadClient = grpc.ServerStreamingClient[ReadResponse]
+
 // ZonedDeviceServer is the server API for ZonedDevice service.
 // All implementations must embed UnimplementedZonedDeviceServer
 // for forward compatibility.
@@ -329,6 +369,15 @@ type ZonedDeviceServer interface {
 	GetLog(context.Context, *GetLogRequest) (*GetLogResponse, error)
 	// Node-to-node push of compaction data to a destination device on this node.
 	PeerWrite(grpc.ClientStreamingServer[PeerWriteRequest, PeerWriteResponse]) error
+	// Rebuild of a lost leg of a raid5 stripe group into a zone of this node
+	// (called by the arbiter): this node pulls the row units of the group's
+	// surviving legs from their nodes (PeerRead), XORs them and writes the
+	// result at the target's write pointer. Idempotent: a repeated call goes on
+	// from the target's write pointer.
+	RebuildParityLeg(context.Context, *RebuildParityLegRequest) (*RebuildParityLegResponse, error)
+	// Node-to-node read of a zone range for a peer's RebuildParityLeg: nodes
+	// only, for the namespace the zones are granted to.
+	PeerRead(*PeerReadRequest, grpc.ServerStreamingServer[ReadResponse]) error
 	mustEmbedUnimplementedZonedDeviceServer()
 }
 
@@ -389,6 +438,12 @@ func (UnimplementedZonedDeviceServer) GetLog(context.Context, *GetLogRequest) (*
 }
 func (UnimplementedZonedDeviceServer) PeerWrite(grpc.ClientStreamingServer[PeerWriteRequest, PeerWriteResponse]) error {
 	return status.Error(codes.Unimplemented, "method PeerWrite not implemented")
+}
+func (UnimplementedZonedDeviceServer) RebuildParityLeg(context.Context, *RebuildParityLegRequest) (*RebuildParityLegResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method RebuildParityLeg not implemented")
+}
+func (UnimplementedZonedDeviceServer) PeerRead(*PeerReadRequest, grpc.ServerStreamingServer[ReadResponse]) error {
+	return status.Error(codes.Unimplemented, "method PeerRead not implemented")
 }
 func (UnimplementedZonedDeviceServer) mustEmbedUnimplementedZonedDeviceServer() {}
 func (UnimplementedZonedDeviceServer) testEmbeddedByValue()                     {}
@@ -688,6 +743,35 @@ func _ZonedDevice_PeerWrite_Handler(srv interface{}, stream grpc.ServerStream) e
 // This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
 type ZonedDevice_PeerWriteServer = grpc.ClientStreamingServer[PeerWriteRequest, PeerWriteResponse]
 
+func _ZonedDevice_RebuildParityLeg_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(RebuildParityLegRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(ZonedDeviceServer).RebuildParityLeg(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: ZonedDevice_RebuildParityLeg_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(ZonedDeviceServer).RebuildParityLeg(ctx, req.(*RebuildParityLegRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _ZonedDevice_PeerRead_Handler(srv interface{}, stream grpc.ServerStream) error {
+	m := new(PeerReadRequest)
+	if err := stream.RecvMsg(m); err != nil {
+		return err
+	}
+	return srv.(ZonedDeviceServer).PeerRead(m, &grpc.GenericServerStream[PeerReadRequest, ReadResponse]{ServerStream: stream})
+}
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type ZonedDevice_PeerReadServer = grpc.ServerStreamingServer[ReadResponse]
+
 // ZonedDevice_ServiceDesc is the grpc.ServiceDesc for ZonedDevice service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -751,6 +835,10 @@ var ZonedDevice_ServiceDesc = grpc.ServiceDesc{
 			MethodName: "GetLog",
 			Handler:    _ZonedDevice_GetLog_Handler,
 		},
+		{
+			MethodName: "RebuildParityLeg",
+			Handler:    _ZonedDevice_RebuildParityLeg_Handler,
+		},
 	},
 	Streams: []grpc.StreamDesc{
 		{
@@ -767,6 +855,11 @@ var ZonedDevice_ServiceDesc = grpc.ServiceDesc{
 			StreamName:    "PeerWrite",
 			Handler:       _ZonedDevice_PeerWrite_Handler,
 			ClientStreams: true,
+		},
+		{
+			StreamName:    "PeerRead",
+			Handler:       _ZonedDevice_PeerRead_Handler,
+			ServerStreams: true,
 		},
 	},
 	Metadata: "zonefleet/v1/device.proto",
