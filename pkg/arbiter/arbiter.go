@@ -87,9 +87,10 @@
 // narrow the width until the group fits, count every zone as an active
 // zone of the namespace (its minimum width and needed essentials too), and
 // are never reclaimed (the copy would have to keep the copies or the
-// parity). Copies on down nodes are rebuilt node to node (rebuild.go);
-// zones of parity groups on down nodes are not rebuilt yet
-// (ErrParityRebuild, lostParityZones): the group stays degraded.
+// parity). Copies on down nodes are rebuilt node to node (rebuild.go), and
+// so are lost legs of parity groups: the target's node pulls the rows of
+// the surviving legs and XORs them (rebuildParityOne, pkg/node rebuild.go);
+// until then the group stays degraded.
 //
 // # Activity
 //

@@ -184,3 +184,42 @@ func (c *NodeCompactor) FinishZone(ctx context.Context, ns string, z cluster.Phy
 	}
 	return nil
 }
+
+// RebuildParityLeg implements parityRebuilder: the target's node rebuilds
+// the leg, pulling from the survivors' nodes (RebuildParityLeg, PeerRead).
+func (c *NodeCompactor) RebuildParityLeg(ctx context.Context, ns string, r ParityRebuild) (uint64, error) {
+	tn, err := c.node(ctx, r.Target.Node)
+	if err != nil {
+		return 0, err
+	}
+	peer := func(z cluster.PhysZone, written uint64) (*v1.PeerZone, error) {
+		n, err := c.node(ctx, z.Node)
+		if err != nil {
+			return nil, err
+		}
+		return &v1.PeerZone{NodeId: z.Node, Device: z.Device, Zone: z.Zone, WrittenBlocks: written, Addr: n.rec.Addr}, nil
+	}
+	req := &v1.RebuildParityLegRequest{Device: r.Target.Device, Zone: r.Target.Zone, Group: r.Group, Width: r.Width,
+		StripeBlocks: r.StripeBlocks, Lost: r.Lost, Sealed: r.Sealed}
+	for i, z := range r.Legs {
+		if uint32(i) == r.Lost {
+			req.Legs = append(req.Legs, &v1.PeerZone{})
+			continue
+		}
+		p, err := peer(z, r.Written[i])
+		if err != nil {
+			return 0, err
+		}
+		req.Legs = append(req.Legs, p)
+	}
+	if r.Lost == r.Width {
+		req.PpLog = &v1.PeerZone{NodeId: r.PPTarget.Node, Device: r.PPTarget.Device, Zone: r.PPTarget.Zone}
+	} else if req.PpLog, err = peer(r.PPLog, r.PPWritten); err != nil {
+		return 0, err
+	}
+	resp, err := tn.client.RebuildParityLeg(c.auth(ctx, ns), req)
+	if err != nil {
+		return 0, fmt.Errorf("rebuild raid5 leg on %s: %w", r.Target.Node, err)
+	}
+	return resp.GetBlocks(), nil
+}

@@ -104,7 +104,7 @@ func (a *Arbiter) RemoveNode(ctx context.Context, id string) error {
 				}
 			}
 			refused = &zerr.ZoneStateError{Zone: first, State: "allocated",
-				Op: fmt.Sprintf("remove node %s (it holds %d allocated zones: it is marked down and copies of mirrored legs are rebuilt on other nodes, see zctl cluster status; zones of raid5 groups are not rebuilt yet and stay degraded; reset or delete the other v-zones, then remove it again)", id, held)}
+				Op: fmt.Sprintf("remove node %s (it holds %d allocated zones: it is marked down and copies of mirrored legs and legs of raid5 groups are rebuilt on other nodes, see zctl cluster status; reset or delete the other v-zones, then remove it again)", id, held)}
 			return nil, nil
 		}
 		st.delNode(id)

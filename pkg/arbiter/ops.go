@@ -92,7 +92,7 @@ type Status struct {
 	DegradedNamespaces []string
 	LostCopies         int    // copies of mirrored legs on down nodes not rebuilt yet
 	Rebuilding         int    // rebuilds copying now
-	LostParityZones    int    // zones of parity groups on down nodes (not rebuilt: unsupported yet)
+	LostParityZones    int    // zones of parity groups on down nodes (not rebuilt yet)
 	CapacityBlocks     uint64 // over available devices
 	FreeBlocks         uint64 // in unallocated zones of available devices
 }

@@ -75,7 +75,9 @@ func TestParityNamespaceNeedsNodes(t *testing.T) {
 	require.Equal(t, VZoneEmpty, l.State)
 }
 
-// A node holding a leg of a parity group goes down: the v-zone counts as
+// A node holding a leg of a parity group goes down and the compactor
+// cannot rebuild parity legs (no parityRebuilder: the node RPC is what
+// rebuilds them, pkg/localcluster TestRaid5Rebuild*): the v-zone counts as
 // degraded, nothing is rebuilt (typed as unsupported: RebuildResult and
 // ClusterStatus say how many zones), and the state stays consistent.
 func TestParityLegOnADownNodeIsNotRebuilt(t *testing.T) {

@@ -44,6 +44,21 @@ import (
 // later write at the group's write pointer (the lowest of its copies')
 // meets the live copies' advanced pointers and fails, so nothing diverges
 // that was acknowledged.
+//
+// Rebuild of raid5 legs (rebuildParityOne) runs in the same passes with
+// the same phases and throttle (one leg at a time): phase 1 reads the write
+// pointers of every surviving zone of the group (the other data legs, the
+// parity leg, the PP log), phase 2 grants a zone on an available node that
+// holds no zone of the group — two on one node when the parity leg is
+// lost, since its node held the PP log too — phase 3 asks the target's
+// node to rebuild (node RPC RebuildParityLeg: it pulls the survivors' rows
+// with PeerRead and XORs them; pkg/node rebuild.go has the write-pointer
+// rules: the lost leg ends where the parity rows and the newest PP record
+// say the acknowledged data ends, the seal decides for a finished group, a
+// lost PP log is re-created with one record of the open row), then
+// finishes the target(s) unless the group is open; phase 4 swaps them in
+// with the generation check. A group with a second zone on an unavailable
+// node waits (a parity group survives one node).
 
 // RebuildResult is what one CheckRebuild did.
 type RebuildResult struct {
@@ -51,8 +66,8 @@ type RebuildResult struct {
 	Blocks  uint64 // blocks copied
 	Failed  int    // copies whose rebuild failed (tried again at the next check)
 	Waiting int    // copies on down nodes not rebuilt yet (no live copy, a v-zone changed meanwhile)
-	// Unsupported: zones of parity groups on down nodes, not rebuilt
-	// (ErrParityRebuild).
+	// Unsupported: legs of parity groups on down nodes not rebuilt because
+	// the compactor cannot rebuild parity legs (ErrParityRebuild).
 	Unsupported int
 }
 
@@ -71,12 +86,8 @@ func nodeLost(st *State, z cluster.PhysZone) bool {
 	return n == nil || n.Down
 }
 
-// lostParityZones lists the zones of parity (raid5) groups on down nodes.
-// They are not rebuilt: recomputing a lost leg needs a node that pulls the
-// row's k surviving units from their peers and XORs them (and the PP log
-// for the open row), which is not built yet (ErrParityRebuild); the group
-// stays degraded — readable by reconstruction, refusing writes — until the
-// node returns or the v-zone is reset.
+// lostParityZones lists the zones of parity (raid5) groups on down nodes
+// (every one: the partial-parity log zone too) for the status counts.
 func lostParityZones(st *State) []rebuildJob {
 	var out []rebuildJob
 	for _, name := range sortedKeys(st.Namespaces) {
@@ -101,9 +112,20 @@ func lostParityZones(st *State) []rebuildJob {
 	return out
 }
 
+// parityJobs are the lost legs of parity groups to rebuild: data legs and
+// parity legs (a lost partial-parity log zone is on its parity leg's node
+// and is rebuilt with it).
+func parityJobs(st *State) []rebuildJob {
+	return slices.DeleteFunc(lostParityZones(st), func(j rebuildJob) bool {
+		g := st.Namespaces[j.ns].VZones[j.vzone].Groups[j.group]
+		return j.pos > g.Width
+	})
+}
+
 // ErrParityRebuild says a lost zone of a parity group cannot be rebuilt
-// yet (see lostParityZones).
-var ErrParityRebuild = &zerr.ZoneStateError{State: "parity", Op: "rebuild a lost leg of a raid5 stripe group (not supported yet: the group stays degraded, reads reconstruct from parity)"}
+// now: another zone of its group is lost too (a parity group survives one
+// node), or the compactor cannot rebuild parity legs.
+var ErrParityRebuild = &zerr.ZoneStateError{State: "parity", Op: "rebuild a lost leg of a raid5 stripe group (another zone of the group is unavailable, or the nodes cannot rebuild parity legs: the group stays degraded, reads reconstruct from parity)"}
 
 func rebuildJobs(st *State) []rebuildJob {
 	var jobs []rebuildJob
@@ -180,21 +202,43 @@ func (a *Arbiter) rebuildPass(ctx context.Context) (RebuildResult, error) {
 		return res, err
 	}
 	jobs := rebuildJobs(st)
-	a.m.rebuildWaiting.Set(float64(len(jobs)))
-	if lost := lostParityZones(st); len(lost) > 0 {
-		res.Unsupported = len(lost)
-		a.log.Warn("zones of parity stripe groups on down nodes are not rebuilt", "zones", len(lost),
-			"first", vzoneName(lost[0].ns, lost[0].vzone), "err", ErrParityRebuild)
+	pjobs := parityJobs(st)
+	a.m.rebuildWaiting.Set(float64(len(jobs) + len(pjobs)))
+	pr, canParity := a.comp.(parityRebuilder)
+	if len(pjobs) > 0 && !canParity {
+		res.Unsupported = len(pjobs)
+		a.log.Warn("zones of parity stripe groups on down nodes are not rebuilt", "zones", len(pjobs),
+			"first", vzoneName(pjobs[0].ns, pjobs[0].vzone), "err", ErrParityRebuild)
+		pjobs = nil
 	}
-	if a.comp == nil || len(jobs) == 0 {
+	if a.comp == nil || len(jobs)+len(pjobs) == 0 {
 		res.Waiting = len(jobs)
 		return res, nil
 	}
+	type job struct {
+		rebuildJob
+		parity bool
+	}
+	var all []job
 	for _, j := range jobs {
+		all = append(all, job{rebuildJob: j})
+	}
+	for _, j := range pjobs {
+		all = append(all, job{rebuildJob: j, parity: true})
+	}
+	for _, j := range all {
 		if ctx.Err() != nil {
 			return res, ctx.Err()
 		}
-		n, err := a.rebuildOne(ctx, j)
+		var n uint64
+		var err error
+		what := "a mirrored copy"
+		if j.parity {
+			what = "a raid5 leg"
+			n, err = a.rebuildParityOne(ctx, pr, j.rebuildJob)
+		} else {
+			n, err = a.rebuildOne(ctx, j.rebuildJob)
+		}
 		switch {
 		case err == nil:
 			res.Rebuilt++
@@ -206,13 +250,13 @@ func (a *Arbiter) rebuildPass(ctx context.Context) (RebuildResult, error) {
 		default:
 			res.Failed++
 			a.m.rebuilds.WithLabelValues("error").Inc()
-			a.log.Warn("rebuild of a mirrored copy failed; tried again at the next check", "vzone", vzoneName(j.ns, j.vzone),
+			a.log.Warn("rebuild of "+what+" failed; tried again at the next check", "vzone", vzoneName(j.ns, j.vzone),
 				"group", j.group, "lost", j.lost.String(), "err", err)
 		}
 	}
 	after, _, err := a.snapshot(ctx)
 	if err == nil {
-		a.m.rebuildWaiting.Set(float64(len(rebuildJobs(after))))
+		a.m.rebuildWaiting.Set(float64(len(rebuildJobs(after)) + len(parityJobs(after))))
 	}
 	return res, nil
 }
@@ -347,4 +391,193 @@ func (a *Arbiter) rebuildOne(ctx context.Context, j rebuildJob) (uint64, error) 
 // copy of a finished leg is finished too).
 type zoneFinisher interface {
 	FinishZone(ctx context.Context, namespace string, z cluster.PhysZone) error
+}
+
+// ParityRebuild is one raid5 leg rebuild for a parityRebuilder: position
+// Lost of a group (0..Width-1 a data leg, Width the parity leg) is rebuilt
+// into Target (and, for the parity leg, the partial-parity log into
+// PPTarget on the same node) from the surviving legs Legs (Width+1 entries,
+// Legs[Lost] unused) whose write pointers are Written; PPLog is the
+// surviving log when a data leg is rebuilt.
+type ParityRebuild struct {
+	Target, PPTarget cluster.PhysZone
+	Group            uint32
+	Width            uint32
+	StripeBlocks     uint64
+	Lost             uint32
+	Legs             []cluster.PhysZone
+	Written          []uint64
+	PPLog            cluster.PhysZone
+	PPWritten        uint64
+	Sealed           bool
+}
+
+// parityRebuilder is an optional Compactor method: rebuild a raid5 leg on
+// the target's node, which pulls the rows from the survivors' nodes
+// (NodeCompactor: the node RPC RebuildParityLeg). It returns the leg's
+// extent in blocks.
+type parityRebuilder interface {
+	RebuildParityLeg(ctx context.Context, namespace string, r ParityRebuild) (uint64, error)
+}
+
+// rebuildParityOne rebuilds one lost leg of a parity group (see the
+// package notes above): phases as rebuildOne's, with the target(s) on an
+// available node holding no zone of the group.
+func (a *Arbiter) rebuildParityOne(ctx context.Context, pr parityRebuilder, j rebuildJob) (uint64, error) {
+	st, _, err := a.snapshot(ctx)
+	if err != nil {
+		return 0, err
+	}
+	ns := st.Namespaces[j.ns]
+	if ns == nil || ns.VZones[j.vzone] == nil {
+		return 0, errRebuildWait
+	}
+	vz := ns.VZones[j.vzone]
+	j.gen = vz.Generation
+	if vz.Reclaiming || len(vz.Rebuilds) > 0 || j.group >= len(vz.Groups) {
+		return 0, errRebuildWait
+	}
+	g := vz.Groups[j.group]
+	k := g.Width
+	if !g.Parity || int(j.pos) > int(k) || len(g.Zones) != int(k)+2 || g.Zones[j.pos] != j.lost {
+		return 0, errRebuildWait
+	}
+	open := g.Open && vz.State == VZoneOpen
+	// every other zone must be there: a parity group survives one node
+	var probe []cluster.PhysZone
+	for p, z := range g.Zones {
+		if p == int(j.pos) || (j.pos == k && p == int(k)+1) {
+			continue
+		}
+		if nodeLost(st, z) || !st.Nodes[z.Node].Available {
+			return 0, errRebuildWait
+		}
+		probe = append(probe, z)
+	}
+	bs := uint64(st.blockSize(g.Zones))
+	stripe := uint64(g.StripeSize) / bs
+	if stripe == 0 {
+		return 0, &zerr.InvalidArgumentError{Field: "stripe_size", Reason: fmt.Sprintf("%d bytes: less than a %d-byte block", g.StripeSize, bs)}
+	}
+	ioctx, cancel := context.WithTimeout(ctx, a.cfg.ReclaimTimeout)
+	defer cancel()
+
+	// Phase 1: the survivors' write pointers (node I/O, no lock).
+	written, err := a.comp.WrittenBlocks(ioctx, j.ns, probe)
+	if err != nil {
+		return 0, err
+	}
+	if len(written) != len(probe) {
+		return 0, &zerr.UnavailableError{What: "compactor", Reason: "wrong number of write pointers"}
+	}
+	req := ParityRebuild{Group: g.Index, Width: k, StripeBlocks: stripe, Lost: j.pos, Legs: slices.Clone(g.Zones[:k+1]),
+		Written: make([]uint64, k+1), Sealed: !open}
+	for i, z := range probe {
+		switch p := slices.Index(g.Zones, z); {
+		case p <= int(k):
+			req.Written[p] = written[i]
+		default:
+			req.PPLog, req.PPWritten = z, written[i]
+		}
+	}
+
+	// Phase 2: allocate and grant the target(s).
+	var target StripeGroup
+	err = a.mutate(ctx, func(st *State, ix *index) ([]clientv3.Op, error) {
+		ns := st.Namespaces[j.ns]
+		if ns == nil || ns.VZones[j.vzone] == nil {
+			return nil, errRebuildWait
+		}
+		if cur := ns.VZones[j.vzone]; cur.Generation != j.gen || cur.Reclaiming || len(cur.Rebuilds) > 0 {
+			return nil, errRebuildWait
+		}
+		vz := st.mutVZ(j.ns, j.vzone)
+		g := vz.Groups[j.group]
+		holds := map[string]bool{} // nodes of the group
+		dies := map[dieKey]bool{}
+		for _, z := range g.Zones {
+			holds[z.Node] = true
+			dies[st.dieOf(z)] = true
+		}
+		cands := slices.DeleteFunc(candidatesOf(a.dieSlotsOf(st), ix, nil), func(c candidate) bool { return holds[c.die.Node] || dies[c.die] })
+		n := uint32(1)
+		if j.pos == k {
+			n = 2 // the parity leg and the partial-parity log, on one node
+		}
+		zones := pickWith(st, ix, cands, n, func(out []cluster.PhysZone, c *candidate) bool {
+			return len(out) == 1 && c.die.Node != out[0].Node
+		})
+		if uint32(len(zones)) < n {
+			return nil, &zerr.NoResourcesError{Resource: "free zones on an available node holding no zone of the raid5 group", Requested: uint64(n), Available: uint64(len(zones))}
+		}
+		target = StripeGroup{Index: g.Index, Zones: zones, Width: n, StripeSize: g.StripeSize, Open: true, Generation: g.Generation,
+			Rebuild: &RebuildOf{Group: uint32(j.group), Pos: j.pos, Lost: j.lost}}
+		vz.Rebuilds = []StripeGroup{target}
+		var ops []clientv3.Op
+		for _, z := range zones {
+			ops = append(ops, grantPut(z, cluster.Grant{Namespace: j.ns, VZone: j.vzone, Group: g.Index, Generation: g.Generation}))
+		}
+		return ops, nil
+	})
+	if err != nil {
+		return 0, err
+	}
+	same := func(vz *VZone) bool {
+		return vz != nil && vz.Generation == j.gen && len(vz.Rebuilds) == 1 && slices.Equal(vz.Rebuilds[0].Zones, target.Zones)
+	}
+	req.Target = target.Zones[0]
+	if j.pos == k {
+		req.PPTarget = target.Zones[1]
+	}
+
+	// Phase 3: the rebuild, on the target's node (no lock).
+	extent, err := pr.RebuildParityLeg(ioctx, j.ns, req)
+	if f, ok := a.comp.(zoneFinisher); ok && err == nil && !open {
+		for _, z := range target.Zones {
+			if err = f.FinishZone(ioctx, j.ns, z); err != nil {
+				break
+			}
+		}
+	}
+	if err != nil {
+		rerr := a.mutate(ctx, func(st *State, ix *index) ([]clientv3.Op, error) {
+			ns := st.Namespaces[j.ns]
+			if ns == nil || !same(ns.VZones[j.vzone]) {
+				return nil, nil
+			}
+			vz := st.mutVZ(j.ns, j.vzone)
+			vz.Rebuilds = nil
+			var ops []clientv3.Op
+			for _, z := range target.Zones {
+				ops = append(ops, grantDel(z))
+			}
+			return ops, nil
+		})
+		return 0, errors.Join(fmt.Errorf("rebuild raid5 leg %d of %s group %d into %s: %w", j.pos, vzoneName(j.ns, j.vzone), j.group, req.Target, err), rerr)
+	}
+
+	// Phase 4: commit.
+	err = a.mutate(ctx, func(st *State, ix *index) ([]clientv3.Op, error) {
+		ns := st.Namespaces[j.ns]
+		if ns == nil || !same(ns.VZones[j.vzone]) {
+			return nil, &zerr.ZoneStateError{Zone: j.vzone, State: "changed during the rebuild", Op: "rebuild"}
+		}
+		vz := st.mutVZ(j.ns, j.vzone)
+		g := &vz.Groups[j.group]
+		ops := []clientv3.Op{grantDel(g.Zones[j.pos])}
+		g.Zones[j.pos] = target.Zones[0]
+		if j.pos == k {
+			ops = append(ops, grantDel(g.Zones[k+1]))
+			g.Zones[k+1] = target.Zones[1]
+		}
+		vz.Rebuilds = nil
+		vz.Generation++
+		return ops, nil
+	})
+	if err != nil {
+		return 0, err
+	}
+	a.log.Info("rebuilt a raid5 leg", "vzone", vzoneName(j.ns, j.vzone), "group", j.group, "pos", j.pos, "lost", j.lost.String(),
+		"to", req.Target.String(), "blocks", extent)
+	return extent, nil
 }

@@ -44,7 +44,7 @@ func clusterCmd(g *Globals) *cobra.Command {
 					t.row("rebuild:\t%d mirrored copies on down nodes waiting, %d copying", st.GetLostCopies(), st.GetRebuilding())
 				}
 				if st.GetLostParityZones() > 0 {
-					t.row("parity:\t%d zones of raid5 groups on down nodes (degraded: reads reconstruct; rebuild of parity legs is not supported yet)", st.GetLostParityZones())
+					t.row("parity:\t%d zones of raid5 groups on down nodes (degraded: reads reconstruct until they are rebuilt on another node)", st.GetLostParityZones())
 				}
 				return t.flush()
 			})
