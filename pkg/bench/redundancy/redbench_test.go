@@ -24,10 +24,13 @@ func TestRunShort(t *testing.T) {
 		require.Positive(t, v, name)
 	}
 	require.Positive(t, res.RebuiltCopies)
+	require.Positive(t, res.ParityRebuiltLegs, "the lost node held raid5 legs of the kept bytes")
+	require.Positive(t, res.ParityRebuildSecondsPer)
 	var buf bytes.Buffer
 	require.NoError(t, res.WriteTable(&buf))
 	require.Contains(t, buf.String(), "mirror:2, one node stopped")
 	require.Contains(t, buf.String(), "raid5, a data leg's node stopped")
+	require.Contains(t, buf.String(), "rebuild (raid5)")
 }
 
 func TestRejectsBadOptions(t *testing.T) {
