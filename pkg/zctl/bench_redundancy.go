@@ -11,7 +11,7 @@ func benchRedundancyCmd(g *Globals) *cobra.Command {
 	var o redbench.Options
 	c := &cobra.Command{
 		Use:   "redundancy",
-		Short: "write/read throughput of none vs mirror:2 vs raid5 on one local cluster, degraded reads with a node stopped, mirror:2 rebuild time per GiB",
+		Short: "write/read throughput of none vs mirror:2 vs raid5 on one local cluster, degraded reads with a node stopped, mirror:2 and raid5 rebuild time per GiB",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			g.progress("zctl bench redundancy: %d MiB per point, %d runs…", max(o.MiB, 1), max(o.Runs, 1))
