@@ -2,6 +2,7 @@ package arbiter
 
 import (
 	"context"
+	"sync"
 	"testing"
 	"time"
 
@@ -124,4 +125,127 @@ func TestParityLegOnADownNodeIsNotRebuilt(t *testing.T) {
 	require.Equal(t, g0.Zones, l.Groups[0].Zones, "the layout keeps the lost zone (no rebuild)")
 	require.ErrorIs(t, ErrParityRebuild, zerr.ErrZoneState)
 	checkInvariants(t, tc, a, "parity leg down")
+}
+
+// parityComp is a memCompactor that rebuilds raid5 legs: it records the
+// requests and fails the first failFirst of them (an injected node failure).
+type parityComp struct {
+	*memCompactor
+	pmu       sync.Mutex
+	reqs      []ParityRebuild
+	failFirst int
+}
+
+func (c *parityComp) RebuildParityLeg(_ context.Context, _ string, r ParityRebuild) (uint64, error) {
+	c.pmu.Lock()
+	defer c.pmu.Unlock()
+	c.reqs = append(c.reqs, r)
+	if len(c.reqs) <= c.failFirst {
+		return 0, &zerr.UnavailableError{What: "node " + r.Target.Node, Reason: "injected rebuild failure"}
+	}
+	return 42, nil
+}
+
+// A lost data leg, or a lost parity leg with its PP log, of an open raid5
+// group: a failed rebuild leaves the layout as it was and drops the
+// target's grants (invariants hold); the next check rebuilds it on the
+// node outside the group — the parity leg and the PP log together on one
+// node — and the request names the survivors and their write pointers.
+func TestRebuildParityLegs(t *testing.T) {
+	for _, parityLeg := range []bool{false, true} {
+		t.Run(map[bool]string{false: "data leg", true: "parity leg"}[parityLeg], func(t *testing.T) {
+			tc := newTestCluster(t)
+			pc := &parityComp{memCompactor: newMemCompactor(), failFirst: 1}
+			tc.comp = pc
+			tc.cfg = func(c *Config) { c.NodeDownAfter = 10 * time.Minute }
+			leases := map[string]clientv3.LeaseID{}
+			for _, id := range []string{"n0", "n1", "n2", "n3"} {
+				leases[id] = tc.addNode(id, []cluster.DeviceInfo{testDevice(0)}, true)
+			}
+			a := tc.start("arb-0:9000")
+			tc.leader(a)
+			tc.waitNodes(a, 4)
+			ctx := context.Background()
+			_, err := a.CreateNamespace(ctx, NamespaceSpec{Name: "p", MARLogical: 2, ZonesPerVZone: 2, Redundancy: "raid5"})
+			require.NoError(t, err)
+			l0, err := a.OpenVZone(ctx, "p", 0)
+			require.NoError(t, err)
+			g0 := l0.Groups[0]
+			require.True(t, g0.Parity)
+			k := g0.Width
+			require.Less(t, int(k)+1, 4, "a node outside the group")
+			pos := uint32(0)
+			if parityLeg {
+				pos = k
+			}
+			for i, z := range g0.Zones {
+				pc.data[z] = make([]uint64, 10+i) // write pointers the request must carry
+			}
+			victim := g0.Zones[pos].Node
+			groupNodes := map[string]bool{}
+			for _, z := range g0.Zones {
+				groupNodes[z.Node] = true
+			}
+			_, err = tc.cli.Revoke(ctx, leases[victim])
+			require.NoError(t, err)
+			tc.waitNodes(a, 3)
+			tc.clock.Advance(11 * time.Minute)
+			require.NoError(t, a.CheckNodes(ctx))
+
+			res, err := a.CheckRebuild(ctx)
+			require.NoError(t, err)
+			require.Equal(t, 1, res.Failed, "%+v", res)
+			require.Zero(t, res.Rebuilt)
+			l, err := a.Layout(ctx, "p", 0)
+			require.NoError(t, err)
+			require.Equal(t, g0.Zones, l.Groups[0].Zones, "a failed rebuild changes no layout")
+			checkInvariants(t, tc, a, "failed raid5 rebuild")
+
+			res, err = a.CheckRebuild(ctx)
+			require.NoError(t, err)
+			require.Equal(t, 1, res.Rebuilt, "%+v", res)
+			require.Equal(t, uint64(42), res.Blocks)
+			l, err = a.Layout(ctx, "p", 0)
+			require.NoError(t, err)
+			g := l.Groups[0]
+			require.Greater(t, l.Generation, l0.Generation, "clients see a new generation")
+			target := g.Zones[pos].Node
+			require.False(t, groupNodes[target], "rebuilt on %s, a node of the group", target)
+			for i, z := range g.Zones {
+				switch {
+				case uint32(i) == pos:
+				case parityLeg && i == int(k)+1:
+					require.Equal(t, target, z.Node, "the new PP log is on the new parity leg's node")
+					require.NotEqual(t, g0.Zones[i], z)
+				default:
+					require.Equal(t, g0.Zones[i], z, "zone %d kept", i)
+				}
+			}
+			pc.pmu.Lock()
+			req := pc.reqs[len(pc.reqs)-1]
+			pc.pmu.Unlock()
+			require.Equal(t, g.Zones[pos], req.Target)
+			require.Equal(t, pos, req.Lost)
+			require.Equal(t, k, req.Width)
+			require.False(t, req.Sealed, "an open group")
+			require.Equal(t, uint64(g0.StripeSize)/uint64(l0.BlockSize), req.StripeBlocks)
+			for i := uint32(0); i <= k; i++ {
+				if i != pos {
+					require.Equal(t, g0.Zones[i], req.Legs[i])
+					require.Equal(t, uint64(10+i), req.Written[i], "leg %d's write pointer", i)
+				}
+			}
+			if parityLeg {
+				require.Equal(t, g.Zones[k+1], req.PPTarget)
+			} else {
+				require.Equal(t, g0.Zones[k+1], req.PPLog)
+				require.Equal(t, uint64(10+k+1), req.PPWritten)
+			}
+			st, err := a.Status(ctx)
+			require.NoError(t, err)
+			require.Zero(t, st.LostParityZones)
+			require.Zero(t, st.Rebuilding)
+			checkInvariants(t, tc, a, "raid5 leg rebuilt")
+		})
+	}
 }
