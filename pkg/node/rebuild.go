@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"sync"
+	"sync/atomic"
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/metadata"
@@ -192,7 +193,7 @@ type rebuilder struct {
 	s      *Service
 	r      *rebuildReq
 	ctx    context.Context // the caller's (its credentials reach the peers)
-	pulled uint64
+	pulled atomic.Uint64   // blocks read from peers (pulls run in parallel)
 }
 
 func sub64(a, b uint64) uint64 {
@@ -393,7 +394,7 @@ func (b *rebuilder) run(wctx context.Context) (*v1.RebuildParityLegResponse, err
 			}
 		}
 	}
-	resp.PulledBlocks = b.pulled
+	resp.PulledBlocks = b.pulled.Load()
 	return resp, nil
 }
 
@@ -489,7 +490,7 @@ func (b *rebuilder) pull(pz *v1.PeerZone, off, n uint64) ([]byte, error) {
 			return nil, &zerr.UnavailableError{What: "peer " + pz.GetNodeId(), Reason: fmt.Sprintf("answered %d bytes for %d blocks", len(buf), done)}
 		}
 	}
-	b.pulled += n
+	b.pulled.Add(n)
 	return buf, nil
 }
 
