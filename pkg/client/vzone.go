@@ -872,7 +872,24 @@ func (v *VZone) ReadInto(ctx context.Context, off uint64, buf []byte) error {
 		parity = parity || g.parity
 	}
 	if parity {
-		if err := v.readParity(ctx, parts, off, n, buf); err != nil {
+		err := v.readParity(ctx, parts, off, n, buf)
+		if errors.Is(err, zerr.ErrUnavailable) && ctx.Err() == nil && v.refresh(ctx) == nil {
+			// The arbiter may have rebuilt a lost leg on another node (a
+			// new generation): a client that read around the lost node
+			// never met an error that refreshes its layout, and with a
+			// second node of the group down its old layout names two
+			// unavailable zones. Read once more through the new layout.
+			if nl, ngroups := v.snapshot(); nl.GetGeneration() != l.GetGeneration() {
+				parts = parts[:0]
+				for _, g := range ngroups {
+					if lo, hi := max(off, g.start), min(off+n, g.start+g.capacity); lo < hi {
+						parts = append(parts, g)
+					}
+				}
+				err = v.readParity(ctx, parts, off, n, buf)
+			}
+		}
+		if err != nil {
 			return fmt.Errorf("v-zone %d: read %d blocks at %d: %w", v.id, n, off, err)
 		}
 		v.c.m.ops.WithLabelValues("read").Inc()
