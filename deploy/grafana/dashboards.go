@@ -154,15 +154,15 @@ func arbiter() Dashboard {
 			q(`histogram_quantile(0.5, sum by (le) (rate(zonefleet_arbiter_allocation_duration_seconds_bucket{`+i+`}`+ri+`)))`, "p50"),
 			q(`histogram_quantile(0.99, sum by (le) (rate(zonefleet_arbiter_allocation_duration_seconds_bucket{`+i+`}`+ri+`)))`, "p99")},
 			unit("s"), thresholds(0.1, "orange", 1.0, "red"))),
-		pn(panel(15, "timeseries", "Degraded and rebuilding (mirrored namespaces)", []query{
+		pn(panel(15, "timeseries", "Degraded and rebuilding (mirrored and raid5 namespaces)", []query{
 			q(`max by (namespace) (zonefleet_arbiter_degraded_vzones{`+i+`}`+leader+`)`, "{{namespace}} degraded v-zones"),
-			q(`max(zonefleet_arbiter_degraded_zones{`+i+`}`+leader+`)`, "copies on down nodes waiting for rebuild")},
+			q(`max(zonefleet_arbiter_degraded_zones{`+i+`}`+leader+`)`, "copies and raid5 legs on down nodes waiting for rebuild")},
 			unit("short"), thresholds(1.0, "orange", 100.0, "red"),
-			desc("Degraded v-zones: a copy on an unavailable or down node (alert ZoneFleetVZonesDegraded). Copies waiting: on down nodes, not rebuilt elsewhere yet; each is one copy fewer of its leg."))),
+			desc("Degraded v-zones: a copy or raid5 leg on an unavailable or down node (alert ZoneFleetVZonesDegraded). Waiting: copies and raid5 legs on down nodes, not rebuilt elsewhere yet; each is one copy fewer of its leg, or a raid5 group one failure from losing data."))),
 		pn(panel(16, "timeseries", "Rebuild throughput", []query{
 			q(`sum(rate(zonefleet_arbiter_rebuild_blocks_total{`+i+`}`+ri+`))`, "blocks/s"),
-			q(`sum by (outcome) (rate(zonefleet_arbiter_rebuilds_total{`+i+`}`+ri+`))`, "copies/s {{outcome}}")},
-			unit("short"), desc("Copies of lost mirrored legs rebuilt node to node (one zone at a time), and their blocks."))),
+			q(`sum by (outcome) (rate(zonefleet_arbiter_rebuilds_total{`+i+`}`+ri+`))`, "copies or legs/s {{outcome}}")},
+			unit("short"), desc("Copies of lost mirrored legs and lost raid5 legs rebuilt node to node (one zone at a time), and their blocks."))),
 		row(103, "gRPC and etcd"),
 		pn(panel(13, "timeseries", "Arbiter gRPC by method", []query{q(`sum by (method, code) (rate(zonefleet_grpc_requests_total{job="arbiter", `+i+`}`+ri+`))`, "{{method}} {{code}}")}, unit("reqps"))),
 		pn(panel(14, "timeseries", "etcd leader changes and proposals", []query{
