@@ -144,7 +144,7 @@
 //  3. for which namespace: a tenant's namespace is the token's; a
 //     zonefleet-namespace metadata value that differs is PERMISSION_DENIED.
 //     Admin, arbiter and node callers act for the namespace in that
-//     metadata (the arbiter's compactor, a node's PeerWrite);
+//     metadata (the arbiter's compactor, a node's PeerWrite and PeerRead);
 //  4. may it: the method's Rule (policy.go) lists the identity kinds
 //     allowed; methods missing from the policy are denied to everyone; for
 //     arbiter methods whose request names a namespace, non-admin callers
@@ -217,8 +217,10 @@
 //
 // Residual risks, accepted: a compromised arbiter can mint tokens for any
 // namespace (it assigns every zone anyway); a compromised node can act for
-// any namespace towards its peers' PeerWrite (peers still check the
-// destination zones' grants) and reads whatever its own drives hold; a
+// any namespace towards its peers' PeerWrite and PeerRead (peers still
+// check the zones' grants: a node reads from a peer only zones granted to
+// the namespace it names, as a raid5 rebuild does) and reads whatever its
+// own drives hold; a
 // stolen token works until it expires or its generation is bumped.
 //
 // # Isolation: the owner epoch
@@ -238,7 +240,7 @@
 //     of the new owner; an unreadable record forces a reset).
 //   - Every zone-touching RPC (Read*, Write*, Append, ZoneManagement,
 //     SimpleCopy, TLOpen, ZoneCompaction source and destinations, PeerWrite
-//     destinations) goes through hold: under the zone's read lock it compares
+//     destinations, PeerRead sources, RebuildParityLeg targets) goes through hold: under the zone's read lock it compares
 //     the cached grant (namespace, epoch) with the persisted owner
 //     (zoneowner.Decide). Equal: serve. Different: take the zone's write
 //     lock, reset the zone, persist the new owner, then serve. No grant:
