@@ -215,6 +215,16 @@ func testRaid5Rebuild(t *testing.T, parityLeg bool) {
 	require.Equal(t, rebuilt.GetZones()[k].GetNode(), rebuilt.GetZones()[k+1].GetNode(), "the PP log is on the parity leg's node")
 	readAll("rebuilt on " + target)
 
+	// the open v-zone takes writes again (all its zones are on live nodes;
+	// the writer's client, whose layout still names the lost node, answers
+	// degraded as designed and a writer moves on: a new client writes): a
+	// partial row, protected by a PP record in the (new) log
+	more := random(int(bs) * 3)
+	_, err = newClient("p").VZone(refs[1].vz.ID()).Append(ctx, more)
+	require.NoError(t, err, "a write into the rebuilt open group")
+	refs[1].want = append(refs[1].want, more...)
+	readAll("written after the rebuild")
+
 	// a second node of the rebuilt group stops: a data leg's (not the
 	// target's), so its rows reconstruct through the rebuilt zone(s)
 	second := ""
