@@ -249,3 +249,48 @@ func TestRebuildParityLegs(t *testing.T) {
 		})
 	}
 }
+
+// Two zones of one raid5 group on down nodes: nothing can rebuild either
+// (a parity group survives one node), so the check waits — no target is
+// granted, no request reaches a node, the layout and the invariants hold.
+func TestRebuildParityWaitsForASecondLoss(t *testing.T) {
+	tc := newTestCluster(t)
+	pc := &parityComp{memCompactor: newMemCompactor()}
+	tc.comp = pc
+	tc.cfg = func(c *Config) { c.NodeDownAfter = 10 * time.Minute }
+	leases := map[string]clientv3.LeaseID{}
+	for _, id := range []string{"n0", "n1", "n2", "n3"} {
+		leases[id] = tc.addNode(id, []cluster.DeviceInfo{testDevice(0)}, true)
+	}
+	a := tc.start("arb-0:9000")
+	tc.leader(a)
+	tc.waitNodes(a, 4)
+	ctx := context.Background()
+	_, err := a.CreateNamespace(ctx, NamespaceSpec{Name: "p", MARLogical: 2, ZonesPerVZone: 2, Redundancy: "raid5"})
+	require.NoError(t, err)
+	l0, err := a.OpenVZone(ctx, "p", 0)
+	require.NoError(t, err)
+	g0 := l0.Groups[0]
+	for _, z := range g0.Zones[:2] { // two data legs
+		_, err = tc.cli.Revoke(ctx, leases[z.Node])
+		require.NoError(t, err)
+	}
+	tc.waitNodes(a, 2)
+	tc.clock.Advance(11 * time.Minute)
+	require.NoError(t, a.CheckNodes(ctx))
+	res, err := a.CheckRebuild(ctx)
+	require.NoError(t, err)
+	require.Zero(t, res.Rebuilt)
+	require.Zero(t, res.Failed)
+	require.Equal(t, 2, res.Waiting, "%+v", res)
+	pc.pmu.Lock()
+	require.Empty(t, pc.reqs, "no node was asked to rebuild")
+	pc.pmu.Unlock()
+	l, err := a.Layout(ctx, "p", 0)
+	require.NoError(t, err)
+	require.Equal(t, g0.Zones, l.Groups[0].Zones)
+	st, err := a.Status(ctx)
+	require.NoError(t, err)
+	require.Equal(t, 2, st.LostParityZones)
+	checkInvariants(t, tc, a, "two zones of a raid5 group lost")
+}
