@@ -688,7 +688,7 @@ compaction time split into read / device copy / write+checkpoint.`,
 	f.StringVar(&o.Dir, "dir", "", "directory for the clusters, mount points and the loopback's files (default: a temporary one)")
 	f.IntVar(&o.SeqMiB, "seq-mib", 64, "size of the sequential file in MiB")
 	f.IntVar(&o.SeqTotalMiB, "seq-total-mib", 1024, "MiB moved per sequential point (passes over the sequential file; long points are stable)")
-	f.IntVar(&o.RandOps, "rand-ops", 32768, "random 4 KiB operations per random point")
+	f.IntVar(&o.RandOps, "rand-ops", 8192, "random 4 KiB operations per random point")
 	f.IntSliceVar(&o.Utils, "util", []int{80, 90}, "utilizations of the fileserver runs (percent)")
 	f.Float64Var(&o.Churn, "churn", 2, "bytes written per fileserver run, in file system capacities")
 	f.IntVar(&o.Threads, "threads", 4, "fileserver threads")
