@@ -103,8 +103,10 @@ func (fs *FS) writeDirBlock(ctx context.Context, in *inode, b int) error {
 			return err
 		}
 	}
-	copy(p.b, data)
-	fs.dirtyPage(in, p)
+	nb := fs.clonePage(p)
+	copy(nb, data)
+	setPage(p, nb)
+	fs.dirtyPage(in, blk, p)
 	if end := (blk + 1) * uint64(fs.bs); end > in.body.Size {
 		in.body.Size = end
 	}

@@ -189,6 +189,11 @@
 //     everything it covers is on the drives. On the virtual clock there is
 //     no write-back goroutine and no read-ahead (reproducible runs: the
 //     power-loss tests replay a seed's crash points exactly).
+//   - Page contents are never changed in place once cached: a write,
+//     truncate or punch hole puts a new buffer in the page (setPage). So a
+//     read takes the page references under the table lock and copies large
+//     runs (64 KiB and more) with it released, and write-back scans only the
+//     inode's dirty pages (inode.dirtyBlks), not every cached page.
 //   - Read-ahead (readahead.go): a sequential read starts one goroutine per
 //     inode that reads the next window (Options.ReadAheadBlocks, 1 MiB by
 //     default) with no lock held and inserts clean pages only where no page

@@ -24,7 +24,8 @@ type inode struct {
 	dirty      bool // inode node must be written
 	dn         map[uint32]*dnode
 	pages      map[uint64]*page
-	dir        *dirIndex // loaded directory index (directories only)
+	dirtyBlks  map[uint64]struct{} // the blocks of the dirty pages (write-back scans only these)
+	dir        *dirIndex           // loaded directory index (directories only)
 	opens      int
 	wbErr      error  // a write-back (WriteBack) failed: fsync returns it until the last close
 	staleCache bool   // a write-back failed: the kernel's cached pages are stale (StaleCache)
@@ -218,41 +219,84 @@ func (fs *FS) getPage(ctx context.Context, in *inode, blk uint64, create bool) (
 	if err != nil {
 		return nil, err
 	}
+	if a == 0 {
+		if !create {
+			return &page{b: make([]byte, fs.bs)}, nil // a hole, not cached
+		}
+		return fs.holePage(ctx, in, blk, make([]byte, fs.bs))
+	}
 	p := &page{b: make([]byte, fs.bs)}
-	if a != 0 {
-		if err := fs.readBlocks(ctx, a, p.b); err != nil {
-			return nil, err
-		}
-		if q := in.pages[blk]; q != nil {
-			return q, nil
-		}
-	} else if create {
-		if _, err := fs.getDnode(ctx, in, uint32(blk/fs.epd()+1), true); err != nil {
-			return nil, err
-		}
-		if fs.used+1 > fs.sb.UserBlocks {
-			return nil, errNoSpace
-		}
-		fs.used++
-		in.holes++
-		p.dirty = true
-		fs.dirtyPages++
-		fs.active[in.ino] = in
-	} else {
-		return p, nil // a hole, not cached
+	if err := fs.readBlocks(ctx, a, p.b); err != nil {
+		return nil, err
+	}
+	if q := in.pages[blk]; q != nil {
+		return q, nil
 	}
 	in.pages[blk] = p
 	fs.cachePages++
 	return p, nil
 }
 
-func (fs *FS) dirtyPage(in *inode, p *page) {
+// holePage caches b as the dirty page of blk, a hole, counting a new block
+// against the free space (fs.mu held; released while a direct node loads).
+func (fs *FS) holePage(ctx context.Context, in *inode, blk uint64, b []byte) (*page, error) {
+	if _, err := fs.getDnode(ctx, in, uint32(blk/fs.epd()+1), true); err != nil {
+		return nil, err
+	}
+	if q := in.pages[blk]; q != nil {
+		return q, nil // cached meanwhile (the caller writes it)
+	}
+	if fs.used+1 > fs.sb.UserBlocks {
+		return nil, errNoSpace
+	}
+	p := &page{b: b}
+	fs.used++
+	in.holes++
+	p.dirty = true
+	fs.dirtyPages++
+	in.markDirtyBlk(blk)
+	fs.active[in.ino] = in
+	in.pages[blk] = p
+	fs.cachePages++
+	return p, nil
+}
+
+// setPage replaces the contents of p with b. Page contents are never changed
+// in place once a page is cached: a reader takes p.b under the table lock and
+// copies from it with no lock held (readAt), and a write-back copies it with
+// only the inode lock.
+func setPage(p *page, b []byte) { p.b = b }
+
+// clonePage returns a copy of p's contents to change and then set (setPage).
+func (fs *FS) clonePage(p *page) []byte {
+	b := make([]byte, fs.bs)
+	copy(b, p.b)
+	return b
+}
+
+func (fs *FS) dirtyPage(in *inode, blk uint64, p *page) {
 	p.gen++
 	fs.active[in.ino] = in
 	if !p.dirty {
 		p.dirty = true
 		fs.dirtyPages++
+		in.markDirtyBlk(blk)
 	}
+}
+
+// markDirtyBlk records that the page of blk is dirty (fs.mu held).
+func (in *inode) markDirtyBlk(blk uint64) {
+	if in.dirtyBlks == nil {
+		in.dirtyBlks = map[uint64]struct{}{}
+	}
+	in.dirtyBlks[blk] = struct{}{}
+}
+
+// dropPage removes the cached page of blk (fs.mu held).
+func (fs *FS) dropPage(in *inode, blk uint64) {
+	delete(in.pages, blk)
+	delete(in.dirtyBlks, blk)
+	fs.cachePages--
 }
 
 // flushPlan is one write-back of an inode's dirty pages: the pages (marked
@@ -277,8 +321,8 @@ type flushGroup struct {
 // released for the copy).
 func (fs *FS) prepareFlush(in *inode) *flushPlan {
 	var blks []uint64
-	for b, p := range in.pages {
-		if p.dirty && !p.inflight {
+	for b := range in.dirtyBlks {
+		if p := in.pages[b]; p != nil && p.dirty && !p.inflight {
 			blks = append(blks, b)
 		}
 	}
@@ -407,6 +451,7 @@ func (fs *FS) commitFlush(ctx context.Context, plan *flushPlan, failed bool) err
 				p.dirty = false
 				p.cold = false
 				fs.dirtyPages--
+				delete(in.dirtyBlks, blk)
 			}
 			if !gcMoved {
 				fs.userBlocks++
@@ -478,11 +523,8 @@ func (fs *FS) unlockIn(in *inode) {
 func (fs *FS) writeBack(ctx context.Context) error {
 	inos := make([]uint64, 0)
 	for ino, in := range fs.active {
-		for _, p := range in.pages {
-			if p.dirty {
-				inos = append(inos, ino)
-				break
-			}
+		if len(in.dirtyBlks) > 0 {
+			inos = append(inos, ino)
 		}
 	}
 	sort.Slice(inos, func(i, j int) bool { return inos[i] < inos[j] })
@@ -529,11 +571,8 @@ func (fs *FS) lockInHeld(in *inode) {
 func (fs *FS) flushAll(ctx context.Context) error {
 	inos := make([]uint64, 0)
 	for ino, in := range fs.active {
-		for _, p := range in.pages {
-			if p.dirty {
-				inos = append(inos, ino)
-				break
-			}
+		if len(in.dirtyBlks) > 0 {
+			inos = append(inos, ino)
 		}
 	}
 	sort.Slice(inos, func(i, j int) bool { return inos[i] < inos[j] })
@@ -688,7 +727,17 @@ func (fs *FS) writeDirtyNodes(ctx context.Context, only *inode, mode nodeWrite) 
 	return nil
 }
 
+// unlockedCopyBytes is the smallest copy from cached pages that readAt
+// makes with fs.mu released.
+const unlockedCopyBytes = 64 << 10
+
 // readAt reads from in at off into buf; returns the bytes read (short at EOF).
+//
+// Cached pages are copied with fs.mu released (page contents never change
+// once cached, see setPage): the references are taken under the lock, the
+// copies run in batches of up to 64 pages (small ones under the lock), so readers of different files
+// copy in parallel and a writer or the write-back is not held up by a
+// reader's memcpy.
 func (fs *FS) readAt(ctx context.Context, in *inode, off uint64, buf []byte) (int, error) {
 	if off >= in.body.Size {
 		return 0, nil
@@ -696,6 +745,28 @@ func (fs *FS) readAt(ctx context.Context, in *inode, off uint64, buf []byte) (in
 	if rem := in.body.Size - off; uint64(len(buf)) > rem {
 		buf = buf[:rem]
 	}
+	type pageCopy struct{ dst, src []byte }
+	var batch [64]pageCopy
+	copies := batch[:0]
+	pending := 0
+	flushCopies := func() {
+		if len(copies) == 0 {
+			return
+		}
+		if pending < unlockedCopyBytes {
+			for _, c := range copies { // small: cheaper than releasing the lock
+				copy(c.dst, c.src)
+			}
+		} else {
+			fs.mu.Unlock()
+			for _, c := range copies {
+				copy(c.dst, c.src)
+			}
+			fs.mu.Lock()
+		}
+		copies, pending = copies[:0], 0
+	}
+	defer flushCopies()
 	bs := uint64(fs.bs)
 	n := 0
 	for n < len(buf) {
@@ -706,7 +777,11 @@ func (fs *FS) readAt(ctx context.Context, in *inode, off uint64, buf []byte) (in
 			k = len(buf) - n
 		}
 		if p := in.pages[blk]; p != nil {
-			copy(buf[n:n+k], p.b[bo:])
+			if len(copies) == cap(copies) {
+				flushCopies()
+			}
+			copies = append(copies, pageCopy{dst: buf[n : n+k], src: p.b[bo : int(bo)+k]})
+			pending += k
 			n += k
 			continue
 		}
@@ -764,9 +839,13 @@ func (fs *FS) writeAt(ctx context.Context, in *inode, off uint64, data []byte) (
 		if k > len(data)-n {
 			k = len(data) - n
 		}
+		// The new contents go into a fresh buffer (setPage): readers copy
+		// cached pages with no lock held.
 		var p *page
 		var err error
 		if bo == 0 && uint64(k) == bs {
+			b := make([]byte, bs)
+			copy(b, data[n:n+k])
 			p = in.pages[blk]
 			if p == nil {
 				a, err := fs.blockAddr(ctx, in, blk)
@@ -776,28 +855,25 @@ func (fs *FS) writeAt(ctx context.Context, in *inode, off uint64, data []byte) (
 				if q := in.pages[blk]; q != nil {
 					p = q // read-ahead cached it meanwhile
 				} else if a == 0 {
-					p, err = fs.getPage(ctx, in, blk, true)
+					if p, err = fs.holePage(ctx, in, blk, b); err != nil {
+						return n, err
+					}
 				} else {
-					p = &page{b: make([]byte, bs)}
+					p = &page{b: b}
 					in.pages[blk] = p
 					fs.cachePages++
 				}
 			}
+			setPage(p, b)
 		} else {
-			p, err = fs.getPage(ctx, in, blk, true)
+			if p, err = fs.getPage(ctx, in, blk, true); err != nil {
+				return n, err
+			}
+			b := fs.clonePage(p)
+			copy(b[bo:], data[n:n+k])
+			setPage(p, b)
 		}
-		if err != nil {
-			return n, err
-		}
-		if p.b == nil {
-			p.b = make([]byte, bs)
-		}
-		// bytes past EOF in a reused block must read as zeros
-		if pos > in.body.Size && (pos-bo) < in.body.Size {
-			// the page held old EOF; nothing to clear: truncate clears tails
-		}
-		copy(p.b[bo:], data[n:n+k])
-		fs.dirtyPage(in, p)
+		fs.dirtyPage(in, blk, p)
 		n += k
 		if pos+uint64(k) > in.body.Size {
 			in.body.Size = pos + uint64(k)
@@ -821,8 +897,10 @@ func (fs *FS) truncate(ctx context.Context, in *inode, size uint64) error {
 				return err
 			}
 			if in.pages[size/bs] != nil {
-				clear(p.b[size%bs:])
-				fs.dirtyPage(in, p)
+				b := fs.clonePage(p)
+				clear(b[size%bs:])
+				setPage(p, b)
+				fs.dirtyPage(in, size/bs, p)
 			}
 		}
 		if err := fs.freeFrom(ctx, in, (size+bs-1)/bs, (old+bs-1)/bs); err != nil {
@@ -849,8 +927,7 @@ func (fs *FS) freeFrom(ctx context.Context, in *inode, from, to uint64) error {
 					in.holes = max(in.holes, 1) - 1
 				}
 			}
-			delete(in.pages, b)
-			fs.cachePages--
+			fs.dropPage(in, b)
 		}
 	}
 	firstIdx := uint32(from/epd + 1)
@@ -1025,8 +1102,7 @@ func (fs *FS) evictCache() {
 		in := fs.inodes[ino]
 		for b, p := range in.pages {
 			if !p.dirty {
-				delete(in.pages, b)
-				fs.cachePages--
+				fs.dropPage(in, b)
 			}
 		}
 		if fs.cachePages <= target {

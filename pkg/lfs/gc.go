@@ -415,7 +415,7 @@ func (fs *FS) moveSegment(ctx context.Context, s *segment, method MoveMethod) (m
 				st.hostCached++
 			}
 			p.cold = true
-			fs.dirtyPage(in, p)
+			fs.dirtyPage(in, blk, p)
 		}
 		fs.unlockIn(in)
 	}

@@ -183,8 +183,10 @@ func (fs *FS) Fallocate(ctx context.Context, ino uint64, mode uint32, off, lengt
 			return err
 		}
 		if in.pages[blk] == p { // data there (a hole is zero already)
-			clear(p.b[lo-blk*bs : hi-blk*bs])
-			fs.dirtyPage(in, p)
+			b := fs.clonePage(p)
+			clear(b[lo-blk*bs : hi-blk*bs])
+			setPage(p, b)
+			fs.dirtyPage(in, blk, p)
 		}
 		if blk == end/bs {
 			break
@@ -218,8 +220,7 @@ func (fs *FS) unmapRange(ctx context.Context, in *inode, from, to uint64) error 
 				in.holes = max(in.holes, 1) - 1
 			}
 		}
-		delete(in.pages, b)
-		fs.cachePages--
+		fs.dropPage(in, b)
 	}
 	epd := fs.epd()
 	for idx := from/epd + 1; idx <= (to-1)/epd+1 && idx <= maxDirect; idx++ {

@@ -662,7 +662,9 @@ func benchFSCmd(g *Globals) *cobra.Command {
 
 Throughput: sequential 1 MiB and random 4 KiB writes and reads on the ZoneFleet mount
 and on go-fuse's loopback file system over a plain directory in the same run
-(vs_fuse_loopback = ZoneFleet / loopback; drive clock off: the software path).
+(vs_fuse_loopback = ZoneFleet / loopback; drive clock off: the software path),
+medians of 3 runs with the mounts alternating; each sequential point moves
+--seq-total-mib in passes over the --seq-mib file.
 
 Recycling: a fileserver-style workload (whole-file replacement, 16 KiB overwrites,
 stat; --threads threads) at each --util on a small namespace, with host-copy and IZC
@@ -685,7 +687,8 @@ compaction time split into read / device copy / write+checkpoint.`,
 	f := c.Flags()
 	f.StringVar(&o.Dir, "dir", "", "directory for the clusters, mount points and the loopback's files (default: a temporary one)")
 	f.IntVar(&o.SeqMiB, "seq-mib", 64, "size of the sequential file in MiB")
-	f.IntVar(&o.RandOps, "rand-ops", 8192, "random 4 KiB operations")
+	f.IntVar(&o.SeqTotalMiB, "seq-total-mib", 1024, "MiB moved per sequential point (passes over the sequential file; long points are stable)")
+	f.IntVar(&o.RandOps, "rand-ops", 8192, "random 4 KiB operations per random point")
 	f.IntSliceVar(&o.Utils, "util", []int{80, 90}, "utilizations of the fileserver runs (percent)")
 	f.Float64Var(&o.Churn, "churn", 2, "bytes written per fileserver run, in file system capacities")
 	f.IntVar(&o.Threads, "threads", 4, "fileserver threads")

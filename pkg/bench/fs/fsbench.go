@@ -58,6 +58,14 @@ import (
 	"github.com/zonefleet/zonefleet/pkg/zns"
 )
 
+// MaxExtraChurn bounds a recycling run with Options.UntilRecycled: at most
+// this many file system capacities written past Churn.
+const MaxExtraChurn = 4
+
+// fileserverCacheBlocks is the page cache of the fileserver runs (lfs's
+// default before it grew).
+const fileserverCacheBlocks = 4096
+
 // Options of the benchmark.
 type Options struct {
 	Dir         string  // cluster files, mount points, the loopback's directory (default: a temporary one)
@@ -81,12 +89,26 @@ type Options struct {
 	NoDevvol        bool // skip the same throughput workloads over local drives (devvol, no network)
 	NoRecycling     bool // skip the recycling (host copy vs IZC) fileserver runs
 
+	// SeqTotalMiB is what one sequential point moves: the SeqMiB file is
+	// written (created, written, fsynced) and read in passes until this much
+	// went through (default SeqMiB: one pass). Points of a second or less
+	// move ±30 % between invocations; `zctl bench fs` uses 1024.
+	SeqTotalMiB int
+	// UntilRecycled keeps each recycling run going past Churn until its
+	// method recycled a segment and moved blocks (host copy through the host,
+	// IZC on the drives), at most MaxExtraChurn capacities more: short test
+	// configurations on a loaded machine may not reach a GC otherwise.
+	UntilRecycled bool
+
 	syncCompaction bool // this fileserver run's fsvol.Options.SyncCompaction
 }
 
 func (o *Options) defaults() {
 	if o.SeqMiB <= 0 {
 		o.SeqMiB = 64
+	}
+	if o.SeqTotalMiB < o.SeqMiB {
+		o.SeqTotalMiB = o.SeqMiB
 	}
 	if o.RandOps <= 0 {
 		o.RandOps = 8192
@@ -217,6 +239,7 @@ func Run(ctx context.Context, o Options) (*Result, error) {
 	}
 	res.Notes = append(res.Notes,
 		fmt.Sprintf("throughput: medians of %d runs, the mounts alternating within each run; parallel_*_scaling: %d threads on one file each (%d MiB) over one thread on one file; fileserver_16_vs_1_threads: fileserver at %d %% with IZC", o.Runs, o.Parallel, max(1, o.SeqMiB/o.Parallel), o.ScalingUtil),
+		fmt.Sprintf("throughput: sequential points are passes over a %d MiB file until %d MiB moved (each write pass creates, writes and fsyncs it; each read pass first drops the kernel's cache of it), random points %d operations", o.SeqMiB, max(1, (o.SeqTotalMiB+o.SeqMiB-1)/o.SeqMiB)*o.SeqMiB, o.RandOps),
 		"throughput: drive clock off (software path); one thread; loopback = go-fuse fs.NewLoopbackRoot over a host directory, FUSE passthrough disabled; the kernel's FUSE page cache of the file is dropped (fadvise DONTNEED) before each read workload, the host file system under the loopback keeps its own",
 		"recycling: drives on the realtime clock; phases from timing lfs's Volume calls (lfs does not time GC phases itself)")
 	return res, nil
@@ -523,7 +546,28 @@ func workloads(ctx context.Context, dir string, o Options) ([]Throughput, error)
 		out = append(out, Throughput{Workload: name, ZoneFleet: float64(bytes) / (1 << 20) / d, Bytes: bytes, ZoneFleetSec: d})
 		return nil
 	}
-	if err := measure("seq_write_1m", size, func() error {
+	// A sequential point is passes over the file until SeqTotalMiB moved;
+	// only the passes are timed (not the cache drops between reads).
+	passes := max(1, (o.SeqTotalMiB+o.SeqMiB-1)/o.SeqMiB)
+	measurePasses := func(name string, before func() error, f func() error) error {
+		var d time.Duration
+		for i := 0; i < passes; i++ {
+			if before != nil {
+				if err := before(); err != nil {
+					return fmt.Errorf("%s: %w", name, err)
+				}
+			}
+			t0 := time.Now()
+			if err := f(); err != nil {
+				return fmt.Errorf("%s: %w", name, err)
+			}
+			d += time.Since(t0)
+		}
+		bytes := int64(passes) * size
+		out = append(out, Throughput{Workload: name, ZoneFleet: float64(bytes) / (1 << 20) / d.Seconds(), Bytes: bytes, ZoneFleetSec: d.Seconds()})
+		return nil
+	}
+	if err := measurePasses("seq_write_1m", nil, func() error {
 		f, err := os.Create(p)
 		if err != nil {
 			return err
@@ -546,10 +590,7 @@ func workloads(ctx context.Context, dir string, o Options) ([]Throughput, error)
 	}); err != nil {
 		return nil, err
 	}
-	if err := dropCache(p); err != nil {
-		return nil, err
-	}
-	if err := measure("seq_read_1m", size, func() error {
+	if err := measurePasses("seq_read_1m", func() error { return dropCache(p) }, func() error {
 		f, err := os.Open(p)
 		if err != nil {
 			return err
@@ -622,7 +663,9 @@ func workloads(ctx context.Context, dir string, o Options) ([]Throughput, error)
 
 // parallel measures the aggregate throughput of o.Parallel threads on one
 // file each against one thread on one file, for writes (each file written
-// and fsynced) and reads (the kernel's cache of the files dropped first).
+// and fsynced) and reads (the kernel's cache of the file dropped first),
+// each thread making as many passes over its file as the sequential points
+// (SeqTotalMiB / SeqMiB; the drops are timed, cheap beside a pass).
 // The results are the two ratios, as Throughput rows named
 // parallel_write_scaling and parallel_read_scaling (MiB/s fields hold the
 // ratio).
@@ -672,14 +715,9 @@ func parallel(ctx context.Context, dir string, o Options) ([]Throughput, error) 
 		}
 		return ctx.Err()
 	}
+	// as many passes over each file as the sequential points make
+	passes := max(1, (o.SeqTotalMiB+o.SeqMiB-1)/o.SeqMiB)
 	run := func(n int, f func(string) error) (float64, error) {
-		for _, p := range names[:n] {
-			if _, err := os.Stat(p); err == nil {
-				if err := dropCache(p); err != nil {
-					return 0, err
-				}
-			}
-		}
 		errs := make([]error, n)
 		var wg sync.WaitGroup
 		t0 := time.Now()
@@ -687,7 +725,15 @@ func parallel(ctx context.Context, dir string, o Options) ([]Throughput, error) 
 			wg.Add(1)
 			go func(i int) {
 				defer wg.Done()
-				errs[i] = f(names[i])
+				for k := 0; k < passes && errs[i] == nil; k++ {
+					if _, err := os.Stat(names[i]); err == nil {
+						// the kernel's cache of the file (a read pass reads from the file system)
+						if errs[i] = dropCache(names[i]); errs[i] != nil {
+							return
+						}
+					}
+					errs[i] = f(names[i])
+				}
 			}(i)
 		}
 		wg.Wait()
@@ -697,7 +743,7 @@ func parallel(ctx context.Context, dir string, o Options) ([]Throughput, error) 
 				return 0, err
 			}
 		}
-		return float64(n) * float64(size) / (1 << 20) / d, nil
+		return float64(n*passes) * float64(size) / (1 << 20) / d, nil
 	}
 	var out []Throughput
 	for _, w := range []struct {
@@ -720,7 +766,7 @@ func parallel(ctx context.Context, dir string, o Options) ([]Throughput, error) 
 		if err != nil {
 			return nil, fmt.Errorf("%s (%d threads): %w", w.name, o.Parallel, err)
 		}
-		out = append(out, Throughput{Workload: w.name, ZoneFleet: many / one, Bytes: size * int64(o.Parallel)})
+		out = append(out, Throughput{Workload: w.name, ZoneFleet: many / one, Bytes: size * int64(o.Parallel*passes)})
 	}
 	for _, p := range names {
 		if err := os.Remove(p); err != nil {
@@ -833,7 +879,10 @@ func fileserver(ctx context.Context, o Options, cl *cluster, mnt string, method 
 	reg := prometheus.NewRegistry()
 	clk := clock.Realtime(o.TimeScale)
 	defer clk.Stop()
-	m, err := mountLFS(ctx, vol, mnt, lfs.Options{Clock: clk, Registry: reg, Move: method, CachedWrite: cached})
+	// the page cache of the earlier measurements (lfs's default grew to
+	// 256 MiB): host copy takes a victim's blocks cached on the host instead
+	// of reading them, so a bigger cache would change what is compared
+	m, err := mountLFS(ctx, vol, mnt, lfs.Options{Clock: clk, Registry: reg, Move: method, CachedWrite: cached, CacheBlocks: fileserverCacheBlocks})
 	if err != nil {
 		return r, err
 	}
@@ -880,6 +929,25 @@ func fileserver(ctx context.Context, o Options, cl *cluster, mnt string, method 
 	read0, copy0 := vol.read.Load(), vol.compact.Load()
 
 	budget := int64(o.Churn * float64(st.UserBlocks*4096))
+	extra := int64(MaxExtraChurn * st.UserBlocks * 4096)
+	// recycled reports whether the run recycled a segment and moved blocks
+	// the way of its method (UntilRecycled).
+	recycled := func() bool {
+		now := m.fs.Stats()
+		if now.GCForeground+now.GCBackground == before.GCForeground+before.GCBackground {
+			return false
+		}
+		if method == lfs.HostCopy {
+			return now.MovedHostCopy+now.MovedHostDirty+now.MovedHostCached > before.MovedHostCopy+before.MovedHostDirty+before.MovedHostCached
+		}
+		return now.MovedIZC > before.MovedIZC
+	}
+	more := func(w int64) bool {
+		if w < budget {
+			return true
+		}
+		return o.UntilRecycled && w < budget+extra && !recycled()
+	}
 	var written, ops atomic.Int64
 	var firstErr error
 	var emu sync.Mutex
@@ -897,7 +965,7 @@ func fileserver(ctx context.Context, o Options, cl *cluster, mnt string, method 
 				}
 				emu.Unlock()
 			}
-			for written.Load() < budget && ctx.Err() == nil {
+			for more(written.Load()) && ctx.Err() == nil {
 				i := w + o.Threads*rng.IntN(max(1, len(names)/o.Threads))
 				if i >= len(names) {
 					continue

@@ -18,10 +18,20 @@ func TestRunSmall(t *testing.T) {
 	if _, err := os.Stat("/dev/fuse"); err != nil {
 		t.Skipf("no /dev/fuse: %v", err)
 	}
-	res, err := fsbench.Run(context.Background(), fsbench.Options{Dir: t.TempDir(), SeqMiB: 4, RandOps: 256, Utils: []int{80}, Churn: 0.3, Threads: 2, TimeScale: 0.25,
-		Runs: 1, Parallel: 2, ScalingThreads: []int{1, 4}})
+	// UntilRecycled: churn 0.3 at TimeScale 0.25 did not always reach a GC
+	// on a loaded machine; the runs go on (bounded) until one recycled.
+	res, err := fsbench.Run(context.Background(), fsbench.Options{Dir: t.TempDir(), SeqMiB: 4, SeqTotalMiB: 10, RandOps: 256, Utils: []int{80}, Churn: 0.3, Threads: 2, TimeScale: 0.25,
+		Runs: 1, Parallel: 2, ScalingThreads: []int{1, 4}, UntilRecycled: true})
 	require.NoError(t, err)
 	require.Len(t, res.Throughput, 4)
+	for _, tp := range res.Throughput {
+		switch tp.Workload {
+		case "seq_write_1m", "seq_read_1m":
+			assert.Equal(t, int64(12<<20), tp.Bytes, "%s: three passes over the 4 MiB file cover 10 MiB", tp.Workload)
+		default:
+			assert.Equal(t, int64(256*4096), tp.Bytes, tp.Workload)
+		}
+	}
 	assert.Positive(t, res.ParallelReadScaling)
 	assert.Positive(t, res.ParallelWriteScaling)
 	assert.Contains(t, res.LoopbackScaling, "parallel_read_scaling")
@@ -56,6 +66,24 @@ func TestRunSmall(t *testing.T) {
 	assert.Contains(t, string(js), `"parallel_read_scaling":`)
 	assert.Contains(t, string(js), `"parallel_write_scaling":`)
 	assert.Contains(t, string(js), `"fileserver_16_vs_1_threads":`)
+}
+
+// TestUntilRecycled: a churn far too small to recycle anything (1 % of the
+// capacity at 80 %) still yields a recycling run that recycled segments and
+// moved blocks its way, because UntilRecycled drives the workload on.
+func TestUntilRecycled(t *testing.T) {
+	if _, err := os.Stat("/dev/fuse"); err != nil {
+		t.Skipf("no /dev/fuse: %v", err)
+	}
+	res, err := fsbench.Run(context.Background(), fsbench.Options{Dir: t.TempDir(), SeqMiB: 1, RandOps: 16, Utils: []int{80}, Churn: 0.01, Threads: 2, TimeScale: 0.25,
+		Runs: 1, Parallel: 1, SkipLoopRef: true, NoDevvol: true, NoThreadScaling: true, UntilRecycled: true})
+	require.NoError(t, err)
+	require.Len(t, res.Recycling, 2)
+	for _, r := range res.Recycling {
+		assert.Positive(t, r.GCRuns, "%s: segments recycled", r.Method)
+	}
+	assert.Positive(t, res.Recycling[0].MovedHost, "host copy moves through the host")
+	assert.Positive(t, res.Recycling[1].MovedIZC, "IZC moves on the drives")
 }
 
 // BenchmarkThroughput is the throughput part alone (mount over the cluster,
