@@ -307,7 +307,7 @@ Prometheus metrics (zonefleet_fs_*, zonefleet_client_*) on --metrics-listen.`,
 	f.BoolVar(&o.cachedWrite, "izc-cached-write", false, "IZC-H: write blocks cached on the host from the host instead of copying them on the drives")
 	f.DurationVar(&o.bgGC, "background-gc", 2*time.Second, "recycle one segment after this much idle time (0: off)")
 	f.DurationVar(&o.cpEvery, "checkpoint-every", 5*time.Second, "checkpoint at this period when something changed (0: off)")
-	f.IntVar(&o.cacheBlocks, "cache-blocks", 0, "host page cache in blocks (0: lfs default, 4096)")
+	f.IntVar(&o.cacheBlocks, "cache-blocks", 0, "host page cache in blocks (0: lfs default, 65536 = 256 MiB at 4 KiB blocks)")
 	f.DurationVar(&o.retryDeadline, "retry-deadline", lfs.DefaultRetryDeadline, "how long a file system operation waits for an unavailable node before it fails with EIO")
 	f.IntVar(&o.maxZones, "max-zones", 0, "v-zones the file system may hold (as given to mkfs)")
 	f.StringVar(&o.metrics, "metrics-listen", "", "serve /metrics on this address (e.g. 127.0.0.1:7901)")
