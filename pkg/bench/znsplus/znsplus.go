@@ -58,6 +58,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/zonefleet/zonefleet/pkg/bench/paper/scratch"
 	"github.com/zonefleet/zonefleet/pkg/clock"
 	"github.com/zonefleet/zonefleet/pkg/flash"
 	"github.com/zonefleet/zonefleet/pkg/lfs"
@@ -81,7 +82,7 @@ type Config struct {
 	// of the file system's user capacity.
 	Overwrite float64
 	Seed      int64
-	Dir       string // where the drive files go ("" = a temporary directory)
+	Dir       string // names the drive files ("" = a temporary directory); they live in memory (package scratch)
 	// Drive: Chips chips (channels x 2 ways), D_zone = Chips, ZoneMiB-sized
 	// zones, Zones zones, MLC media (ZNS+ Table 3: 16 chips, 32 MiB zones).
 	Chips         int
@@ -298,7 +299,7 @@ func round3(x float64) float64 { return float64(int64(x*1000+0.5)) / 1000 }
 // runOne fills a fresh file system to util and runs the measured phase in mode m.
 func runOne(ctx context.Context, cfg Config, fc flash.Config, path string, util float64, m lfs.Mode, noCAB bool) (ModeResult, float64, error) {
 	clk := clock.NewVirtual()
-	d, err := zns.Create(path, fc, clk)
+	d, err := zns.Create(path, fc, clk, zns.WithFS(scratch.New()))
 	if err != nil {
 		return ModeResult{}, 0, err
 	}
