@@ -16,8 +16,7 @@ import (
 
 func TestOutput(t *testing.T) {
 	o := Options{Short: true}
-	res, err := Run(context.Background(), t.TempDir(), nil, o)
-	require.NoError(t, err)
+	res := sharedShortAll(t)
 	require.Equal(t, IDs(), res.Order)
 
 	var tab bytes.Buffer
