@@ -29,6 +29,6 @@ func TestZNSPlusFigure(t *testing.T) {
 			require.Less(t, u.WAF["zns+"], u.WAF["izc"], "%s: ZNS+ writes less than IZC (Fig. 8)", w.Workload)
 		}
 	}
-	require.Len(t, res.Lines["zns_plus"], 3*2)
+	require.Len(t, res.Lines["zns_plus"], 4*2)
 	require.NoError(t, plotFigure("zns_plus", r, t.TempDir()+"/zns_plus.png"))
 }
