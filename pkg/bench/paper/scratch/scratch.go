@@ -20,7 +20,6 @@
 package scratch
 
 import (
-	"bytes"
 	"io"
 	"os"
 	"sync"
@@ -156,7 +155,7 @@ func (f *file) WriteAt(p []byte, off int64) (int, error) {
 		switch {
 		case pg != nil:
 			copy(pg[po:po+k], src)
-		case !bytes.Equal(src, zeroPage[:k]):
+		case !allZero(src):
 			pg = new([pageSize]byte)
 			copy(pg[po:po+k], src)
 			f.pages[pi] = pg
