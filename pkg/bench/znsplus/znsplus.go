@@ -57,7 +57,9 @@ import (
 	"math/rand"
 	"os"
 	"path/filepath"
+	"runtime"
 	"slices"
+	"sync"
 	"syscall"
 	"time"
 
@@ -272,6 +274,59 @@ func Run(ctx context.Context, cfg Config) (Result, error) {
 		defer os.RemoveAll(d)
 		dir = d
 	}
+	// The runs are independent (each its own clock, drive and file
+	// system): assemble records them, they run in parallel, and assemble
+	// runs again on their results, so the result does not depend on the
+	// interleaving.
+	type job struct {
+		cfg   Config
+		fc    flash.Config
+		path  string
+		u     float64
+		m     lfs.Mode
+		noCAB bool
+	}
+	type out struct {
+		mr    ModeResult
+		fsMiB float64
+		err   error
+	}
+	var jobs []job
+	record := func(cfg Config, fc flash.Config, path string, u float64, m lfs.Mode, noCAB bool) (ModeResult, float64, error) {
+		jobs = append(jobs, job{cfg, fc, path, u, m, noCAB})
+		return ModeResult{}, 0, nil
+	}
+	if _, err := assemble(cfg, dir, record); err != nil {
+		return Result{}, err
+	}
+	outs := make([]out, len(jobs))
+	sem := make(chan struct{}, max(runtime.GOMAXPROCS(0), 1))
+	var wg sync.WaitGroup
+	for i, j := range jobs {
+		wg.Add(1)
+		sem <- struct{}{}
+		go func() {
+			defer wg.Done()
+			defer func() { <-sem }()
+			mr, fsMiB, err := runOne(ctx, j.cfg, j.fc, j.path, j.u, j.m, j.noCAB)
+			outs[i] = out{mr, fsMiB, err}
+		}()
+	}
+	wg.Wait()
+	next := 0
+	replay := func(Config, flash.Config, string, float64, lfs.Mode, bool) (ModeResult, float64, error) {
+		o := outs[next]
+		next++
+		return o.mr, o.fsMiB, o.err
+	}
+	return assemble(cfg, dir, replay)
+}
+
+// runner runs (or records, or replays) one mode at one utilization.
+type runner func(cfg Config, fc flash.Config, path string, util float64, m lfs.Mode, noCAB bool) (ModeResult, float64, error)
+
+// assemble makes the result of cfg from the runs runOne makes, in order.
+func assemble(cfg Config, dir string, runOne runner) (Result, error) {
 	fc := cfg.flashConfig()
 	g := fc.Resolved()
 	res := Result{Workload: cfg.Workload, Threads: cfg.Threads, Chips: cfg.Chips,
@@ -285,7 +340,7 @@ func Run(ctx context.Context, cfg Config) (Result, error) {
 		}
 		for _, m := range modes {
 			n++
-			mr, fsMiB, err := runOne(ctx, cfg, fc, filepath.Join(dir, fmt.Sprintf("drive%d", n)), u, m, false)
+			mr, fsMiB, err := runOne(cfg, fc, filepath.Join(dir, fmt.Sprintf("drive%d", n)), u, m, false)
 			if err != nil {
 				return res, fmt.Errorf("%s at %.0f %% in mode %s: %w", cfg.Workload, 100*u, m, err)
 			}
@@ -316,7 +371,7 @@ func Run(ctx context.Context, cfg Config) (Result, error) {
 					continue
 				}
 				n++
-				mr, _, err := runOne(ctx, cc, cfc, filepath.Join(dir, fmt.Sprintf("drive%d", n)), u, lfs.ModeIZC, noCAB)
+				mr, _, err := runOne(cc, cfc, filepath.Join(dir, fmt.Sprintf("drive%d", n)), u, lfs.ModeIZC, noCAB)
 				if err != nil {
 					return res, fmt.Errorf("%s at %.0f %% in mode izc on %g MiB zones (copyback-aware allocation %t): %w", cfg.Workload, 100*u, ur.CopybackZoneMiB, !noCAB, err)
 				}
@@ -335,7 +390,7 @@ func Run(ctx context.Context, cfg Config) (Result, error) {
 			}
 		} else if !cfg.NoCABRun && slices.Contains(modes, lfs.ModeIZC) {
 			n++
-			mr, _, err := runOne(ctx, cfg, fc, filepath.Join(dir, fmt.Sprintf("drive%d", n)), u, lfs.ModeIZC, true)
+			mr, _, err := runOne(cfg, fc, filepath.Join(dir, fmt.Sprintf("drive%d", n)), u, lfs.ModeIZC, true)
 			if err != nil {
 				return res, fmt.Errorf("%s at %.0f %% in mode izc without copyback-aware allocation: %w", cfg.Workload, 100*u, err)
 			}
