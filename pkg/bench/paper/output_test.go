@@ -55,6 +55,16 @@ func TestOutput(t *testing.T) {
 	require.Contains(t, string(back.Config["fig29b"]), `"regular_width": 8`)
 }
 
+// Run runs the figures asked for in the registry's order (TestOutput checks
+// the whole set through the shared runs; here Run itself, on two cheap ones).
+func TestRunOrder(t *testing.T) {
+	res, err := Run(context.Background(), t.TempDir(), []string{"fig29c", "fig26"}, Options{Short: true})
+	require.NoError(t, err)
+	require.Equal(t, []string{"fig26", "fig29c"}, res.Order)
+	require.Len(t, res.Figures, 2)
+	require.NotEmpty(t, res.Lines["fig26"])
+}
+
 func TestUnknownFigure(t *testing.T) {
 	_, err := Run(context.Background(), t.TempDir(), []string{"fig99"}, Options{})
 	var ia *zerr.InvalidArgumentError
