@@ -60,11 +60,13 @@ type Model struct {
 // see their bytes yet, and a write that fits now but not once they arrive
 // waits for them to drain.
 type timeline struct {
-	base int64
-	ev   []release // sorted by at; n < 0 for a release
+	base  int64
+	ev    []release // sorted by at; n < 0 for a release
+	total int64     // base + every pending change: the occupancy after the last one
 }
 
 func (tl *timeline) add(at time.Duration, n int64) {
+	tl.total += n
 	i := sort.Search(len(tl.ev), func(i int) bool { return tl.ev[i].at > at })
 	tl.ev = append(tl.ev, release{})
 	copy(tl.ev[i+1:], tl.ev[i:])
@@ -123,13 +125,10 @@ func (tl *timeline) firstFit(t time.Duration, n, lim int64) time.Duration {
 // earliest is the first time >= t from which n more bytes fit under lim
 // at every later change (or, if they never do, the last change).
 func (tl *timeline) earliest(t time.Duration, n, lim int64) time.Duration {
-	// occ[i] is the occupancy after change i; suffix maxima from the end.
-	occ := make([]int64, len(tl.ev))
-	u := tl.base
-	for i, e := range tl.ev {
-		u += e.n
-		occ[i] = u
-	}
+	// Scan from the last change backwards with cur the occupancy after
+	// change i (total minus the changes after it) and peak the maximum
+	// after it; the scan stops at the first change that does not fit, so
+	// it costs what it looks at, not the whole timeline.
 	// Never fitting (bytes that are never released, e.g. partial chunks,
 	// fill it): admit after the last change.
 	best := t
@@ -137,11 +136,11 @@ func (tl *timeline) earliest(t time.Duration, n, lim int64) time.Duration {
 		best = max(t, tl.ev[k-1].at)
 	}
 	peak := int64(-1 << 62)
+	cur := tl.total
 	for i := len(tl.ev) - 1; i >= -1; i-- {
-		cur := tl.base
 		at := t
 		if i >= 0 {
-			cur, at = occ[i], max(tl.ev[i].at, t)
+			at = max(tl.ev[i].at, t)
 		}
 		if max(cur, peak)+n > lim {
 			break
@@ -151,6 +150,9 @@ func (tl *timeline) earliest(t time.Duration, n, lim int64) time.Duration {
 			break
 		}
 		peak = max(peak, cur)
+		if i >= 0 {
+			cur -= tl.ev[i].n // now the occupancy after change i-1 (base for i = 0)
+		}
 	}
 	return best
 }

@@ -1,31 +1,22 @@
 package paper
 
 import (
-	"context"
-	"encoding/json"
 	"testing"
-	"time"
 
 	"github.com/stretchr/testify/require"
 )
 
-// TestDeterministic runs a short configuration of every figure twice and
-// requires byte-identical JSON.
+// TestDeterministic runs the short configuration of every figure twice (the
+// shared run and a fresh one) and requires byte-identical JSON. The figures
+// run in parallel with each other (-parallel, GOMAXPROCS by default).
 func TestDeterministic(t *testing.T) {
 	for _, id := range IDs() {
 		t.Run(id, func(t *testing.T) {
-			o := Options{Short: true}
-			run := func() []byte {
-				res, err := Run(context.Background(), t.TempDir(), []string{id}, o)
-				require.NoError(t, err)
-				b, err := json.Marshal(res.Figures)
-				require.NoError(t, err)
-				return b
-			}
-			a, b := run(), run()
+			t.Parallel() // the figures' runs are independent; this fills idle cores
+			_, a := sharedShort(t, id)
+			_, b, err := runShort(id)
+			require.NoError(t, err)
 			require.Equal(t, string(a), string(b))
 		})
 	}
 }
-
-var _ = time.Second

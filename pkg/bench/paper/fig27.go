@@ -121,17 +121,23 @@ func RunFig27(ctx context.Context, dir string, c Fig27Config) (*Fig27Result, err
 		return nil, &zerr.InvalidArgumentError{Field: "fig27_28", Reason: "needs >= 2 namespaces, a positive bin and 0 <= idle_from < idle_to < run"}
 	}
 	res := &Fig27Result{Config: c}
-	for _, v := range []struct {
+	runs := []struct {
 		timing string
 		tro    time.Duration
 		out    *Fig27Run
-	}{{"paper", c.PaperTReadOnly, &res.Paper}, {"default", c.DefaultTReadOnly, &res.Default}} {
+	}{{"paper", c.PaperTReadOnly, &res.Paper}, {"default", c.DefaultTReadOnly, &res.Default}}
+	// two independent simulations, in parallel
+	if err := parallel(len(runs), func(i int) error {
+		v := runs[i]
 		r, err := fig27Run(ctx, dir, c, v.tro)
 		if err != nil {
-			return nil, fmt.Errorf("fig27_28 %s timing: %w", v.timing, err)
+			return fmt.Errorf("fig27_28 %s timing: %w", v.timing, err)
 		}
 		r.Timing = v.timing
 		*v.out = *r
+		return nil
+	}); err != nil {
+		return nil, err
 	}
 	return res, nil
 }

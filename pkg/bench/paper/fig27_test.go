@@ -1,7 +1,6 @@
 package paper
 
 import (
-	"context"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -13,8 +12,7 @@ import (
 // gives the spares back when the others resume; with ZoneFleet's default
 // T_ReadOnly (5 min, scaled) nothing is reclaimed and NS4 gains nothing.
 func TestFig27(t *testing.T) {
-	res, err := Run(context.Background(), t.TempDir(), []string{"fig27_28"}, Options{Short: true})
-	require.NoError(t, err)
+	res, _ := sharedShort(t, "fig27_28")
 	r := res.Figures["fig27_28"].(*Fig27Result)
 	p, d := r.Paper, r.Default
 	t.Logf("paper timing: spares x%.2f, MB/s x%.2f, of device %.2f, resumed x%.2f (%d reclaims)",

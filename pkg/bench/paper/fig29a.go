@@ -133,28 +133,38 @@ type Fig29aResult struct {
 // RunFig29a runs every scenario with CC off and on.
 func RunFig29a(ctx context.Context, dir string, c Fig29aConfig) (*Fig29aResult, error) {
 	res := &Fig29aResult{Config: c, AOverB: map[string]map[string]float64{}}
-	for _, sc := range c.Scenarios {
-		row := Fig29aRow{Scenario: sc}
-		runs := []struct {
-			name string
-			mode fig29aMode
-			out  *Fig29aRun
-		}{
-			{"cc_off", fig29aMode{}, &row.Off},
-			{"cc_on", fig29aMode{CC: true}, &row.On},
-			{"cc_on_stripe_units", fig29aMode{CC: true, StripeUnits: true}, &row.OnStripes},
-			{"cc_on_device_latency", fig29aMode{CC: true, DeviceLatency: true}, &row.OnDevLat},
-			{"cc_on_zonefleet", fig29aMode{CC: true, StripeUnits: true, DeviceLatency: true}, &row.OnZoneFleet},
-			{"cc_on_client_legs", fig29aMode{CC: true, PerLeg: true, StripeUnits: true, DeviceLatency: true}, &row.OnLegs},
+	modes := []struct {
+		name string
+		mode fig29aMode
+	}{
+		{"cc_off", fig29aMode{}},
+		{"cc_on", fig29aMode{CC: true}},
+		{"cc_on_stripe_units", fig29aMode{CC: true, StripeUnits: true}},
+		{"cc_on_device_latency", fig29aMode{CC: true, DeviceLatency: true}},
+		{"cc_on_zonefleet", fig29aMode{CC: true, StripeUnits: true, DeviceLatency: true}},
+		{"cc_on_client_legs", fig29aMode{CC: true, PerLeg: true, StripeUnits: true, DeviceLatency: true}},
+	}
+	// every scenario in every mode: independent simulations, in parallel
+	out := make([]Fig29aRun, len(c.Scenarios)*len(modes))
+	if err := parallel(len(out), func(i int) error {
+		sc, m := c.Scenarios[i/len(modes)], modes[i%len(modes)]
+		r, err := fig29aRun(ctx, dir, c, sc, m.mode)
+		if err != nil {
+			return fmt.Errorf("fig29a %s, %s: %w", sc.Name, m.name, err)
 		}
+		out[i] = r
+		return nil
+	}); err != nil {
+		return nil, err
+	}
+	for si, sc := range c.Scenarios {
+		row := Fig29aRow{Scenario: sc}
+		dst := []*Fig29aRun{&row.Off, &row.On, &row.OnStripes, &row.OnDevLat, &row.OnZoneFleet, &row.OnLegs}
 		res.AOverB[sc.Name] = map[string]float64{}
-		for _, run := range runs {
-			out, err := fig29aRun(ctx, dir, c, sc, run.mode)
-			if err != nil {
-				return nil, fmt.Errorf("fig29a %s, %s: %w", sc.Name, run.name, err)
-			}
-			*run.out = out
-			res.AOverB[sc.Name][run.name] = out.AOverB
+		for mi, m := range modes {
+			r := out[si*len(modes)+mi]
+			*dst[mi] = r
+			res.AOverB[sc.Name][m.name] = r.AOverB
 		}
 		res.Rows = append(res.Rows, row)
 	}

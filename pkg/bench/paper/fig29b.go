@@ -133,28 +133,72 @@ type Fig29bResult struct {
 	Die         []Fig29bDie        `json:"die_backpressure,omitempty"`
 }
 
-// RunFig29b runs every scenario with AC off and on.
+// RunFig29b runs every scenario with AC off and on. The runs are
+// independent simulations; they run in parallel (see parallel).
 func RunFig29b(ctx context.Context, dir string, c Fig29bConfig) (*Fig29bResult, error) {
 	res := &Fig29bResult{Config: c, RegularGain: map[string]float64{}, TotalGain: map[string]float64{}}
-	rows, err := fig29bScenarios(ctx, dir, c)
-	if err != nil {
-		return nil, err
+	// Every run up front: each scenario AC off and on on the default
+	// cache, then on each per-die limit, then the first scenario with AC on
+	// at each token cap.
+	type job struct {
+		c    Fig29bConfig
+		sc   Fig29bScenario
+		acfg node.AdmissionConfig
+		what string
 	}
-	res.Rows = rows
-	for _, row := range rows {
-		res.RegularGain[row.Scenario.Name] = row.RegularGain
-		res.TotalGain[row.Scenario.Name] = row.TotalGain
+	var jobs []job
+	scenarioJobs := func(c Fig29bConfig, what string) {
+		for _, sc := range c.Scenarios {
+			jobs = append(jobs, job{c, sc, node.AdmissionConfig{}, fmt.Sprintf("%sfig29b %s, AC off", what, sc.Name)},
+				job{c, sc, node.AdmissionConfig{Enabled: true}, fmt.Sprintf("%sfig29b %s, AC on", what, sc.Name)})
+		}
 	}
+	scenarioJobs(c, "")
 	for _, db := range c.DieBackpressure {
 		dc := c
 		dc.Drive.WriteCacheDieBytes = db
 		if c.DieWarmup > 0 {
 			dc.Warmup = c.DieWarmup
 		}
-		rows, err := fig29bScenarios(ctx, dir, dc)
-		if err != nil {
-			return nil, fmt.Errorf("die back-pressure %d: %w", db, err)
+		scenarioJobs(dc, fmt.Sprintf("die back-pressure %d: ", db))
+	}
+	bursts := len(c.Scenarios) > 0 && len(c.BurstSweep) > 0
+	if bursts {
+		for _, b := range c.BurstSweep {
+			sc := c.Scenarios[0]
+			jobs = append(jobs, job{c, sc, node.AdmissionConfig{Enabled: true, BurstBlocks: b}, fmt.Sprintf("fig29b %s, AC on, burst %d", sc.Name, b)})
 		}
+	}
+	out := make([]Fig29bRun, len(jobs))
+	if err := parallel(len(jobs), func(i int) error {
+		j := jobs[i]
+		r, err := fig29bRun(ctx, dir, j.c, j.sc, j.acfg)
+		if err != nil {
+			return fmt.Errorf("%s: %w", j.what, err)
+		}
+		out[i] = r
+		return nil
+	}); err != nil {
+		return nil, err
+	}
+	rowsAt := func(k int) []Fig29bRow { // the scenarios' rows from job k on
+		var rows []Fig29bRow
+		for i, sc := range c.Scenarios {
+			off, on := out[k+2*i], out[k+2*i+1]
+			rows = append(rows, Fig29bRow{Scenario: sc, Off: off, On: on, RegularGain: ratio(on.RegularMBps, off.RegularMBps),
+				ColocGain: ratio(on.ColocMBps, off.ColocMBps), TotalGain: ratio(on.TotalMBps, off.TotalMBps)})
+		}
+		return rows
+	}
+	res.Rows = rowsAt(0)
+	for _, row := range res.Rows {
+		res.RegularGain[row.Scenario.Name] = row.RegularGain
+		res.TotalGain[row.Scenario.Name] = row.TotalGain
+	}
+	k := 2 * len(c.Scenarios)
+	for _, db := range c.DieBackpressure {
+		rows := rowsAt(k)
+		k += 2 * len(c.Scenarios)
 		d := Fig29bDie{DieBytes: db, Rows: rows, RegularGain: map[string]float64{}, TotalGain: map[string]float64{}, OffTotal: map[string]float64{}}
 		for _, row := range rows {
 			d.RegularGain[row.Scenario.Name] = row.RegularGain
@@ -163,36 +207,16 @@ func RunFig29b(ctx context.Context, dir string, c Fig29bConfig) (*Fig29bResult, 
 		}
 		res.Die = append(res.Die, d)
 	}
-	if len(c.Scenarios) > 0 && len(c.BurstSweep) > 0 {
-		sc, off := c.Scenarios[0], res.Rows[0].Off
+	if bursts {
+		off := res.Rows[0].Off
 		for _, b := range c.BurstSweep {
-			on, err := fig29bRun(ctx, dir, c, sc, node.AdmissionConfig{Enabled: true, BurstBlocks: b})
-			if err != nil {
-				return nil, fmt.Errorf("fig29b %s, AC on, burst %d: %w", sc.Name, b, err)
-			}
+			on := out[k]
+			k++
 			res.Bursts = append(res.Bursts, Fig29bBurst{BurstBlocks: b, RegularGain: ratio(on.RegularMBps, off.RegularMBps),
 				BusyGain: ratio(on.BusyMBps, off.BusyMBps), TotalGain: ratio(on.TotalMBps, off.TotalMBps), On: on})
 		}
 	}
 	return res, nil
-}
-
-// fig29bScenarios runs every scenario of c with AC off and on.
-func fig29bScenarios(ctx context.Context, dir string, c Fig29bConfig) ([]Fig29bRow, error) {
-	var rows []Fig29bRow
-	for _, sc := range c.Scenarios {
-		off, err := fig29bRun(ctx, dir, c, sc, node.AdmissionConfig{})
-		if err != nil {
-			return nil, fmt.Errorf("fig29b %s, AC off: %w", sc.Name, err)
-		}
-		on, err := fig29bRun(ctx, dir, c, sc, node.AdmissionConfig{Enabled: true})
-		if err != nil {
-			return nil, fmt.Errorf("fig29b %s, AC on: %w", sc.Name, err)
-		}
-		rows = append(rows, Fig29bRow{Scenario: sc, Off: off, On: on, RegularGain: ratio(on.RegularMBps, off.RegularMBps),
-			ColocGain: ratio(on.ColocMBps, off.ColocMBps), TotalGain: ratio(on.TotalMBps, off.TotalMBps)})
-	}
-	return rows, nil
 }
 
 func fig29bRun(ctx context.Context, dir string, c Fig29bConfig, sc Fig29bScenario, acfg node.AdmissionConfig) (Fig29bRun, error) {

@@ -89,35 +89,45 @@ var fig29cModes = []struct {
 // RunFig29c runs the four modes with the node's queue slots, and again with
 // DeepQueueSlots if set.
 func RunFig29c(ctx context.Context, dir string, c Fig29cConfig) (*Fig29cResult, error) {
-	res, err := runFig29cModes(ctx, dir, c)
-	if err != nil || c.DeepQueueSlots <= 0 {
-		return res, err
+	cfgs := []Fig29cConfig{c}
+	if c.DeepQueueSlots > 0 {
+		dc := c
+		dc.QueueSlots, dc.DeepQueueSlots = c.DeepQueueSlots, 0
+		cfgs = append(cfgs, dc)
 	}
-	dc := c
-	dc.QueueSlots, dc.DeepQueueSlots = c.DeepQueueSlots, 0
-	if res.DeepQueue, err = runFig29cModes(ctx, dir, dc); err != nil {
+	// every mode at each slot count: independent simulations, in parallel
+	runs := make([]Fig29cRun, len(cfgs)*len(fig29cModes))
+	if err := parallel(len(runs), func(i int) error {
+		cc, m := cfgs[i/len(fig29cModes)], fig29cModes[i%len(fig29cModes)]
+		r, err := fig29cRun(ctx, dir, cc, m.cc, m.ac)
+		if err != nil {
+			return fmt.Errorf("fig29c %s: %w", m.name, err)
+		}
+		r.Mode = m.name
+		runs[i] = r
+		return nil
+	}); err != nil {
 		return nil, err
+	}
+	res := fig29cGains(cfgs[0], runs[:len(fig29cModes)])
+	if len(cfgs) > 1 {
+		res.DeepQueue = fig29cGains(cfgs[1], runs[len(fig29cModes):])
 	}
 	return res, nil
 }
 
-func runFig29cModes(ctx context.Context, dir string, c Fig29cConfig) (*Fig29cResult, error) {
+// fig29cGains is the result of one slot count's runs (one per mode, in
+// fig29cModes' order; the first is neither scheduler).
+func fig29cGains(c Fig29cConfig, runs []Fig29cRun) *Fig29cResult {
 	res := &Fig29cResult{Config: c, ReaderGain: map[string]float64{}, BusyGain: map[string]float64{}, RegularGain: map[string]float64{}}
-	for _, m := range fig29cModes {
-		r, err := fig29cRun(ctx, dir, c, m.cc, m.ac)
-		if err != nil {
-			return nil, fmt.Errorf("fig29c %s: %w", m.name, err)
-		}
-		r.Mode = m.name
-		res.Runs = append(res.Runs, r)
-	}
+	res.Runs = append(res.Runs, runs...)
 	base := res.Runs[0]
 	for _, r := range res.Runs[1:] {
 		res.ReaderGain[r.Mode] = ratio(r.ReaderMBps, base.ReaderMBps)
 		res.BusyGain[r.Mode] = ratio(r.BusyMBps, base.BusyMBps)
 		res.RegularGain[r.Mode] = ratio(r.RegularMBps, base.RegularMBps)
 	}
-	return res, nil
+	return res
 }
 
 func fig29cRun(ctx context.Context, dir string, c Fig29cConfig, cc, ac bool) (Fig29cRun, error) {

@@ -16,8 +16,7 @@ import (
 
 func TestOutput(t *testing.T) {
 	o := Options{Short: true}
-	res, err := Run(context.Background(), t.TempDir(), nil, o)
-	require.NoError(t, err)
+	res := sharedShortAll(t)
 	require.Equal(t, IDs(), res.Order)
 
 	var tab bytes.Buffer
@@ -54,6 +53,16 @@ func TestOutput(t *testing.T) {
 	require.NoError(t, json.Unmarshal(back.Results["fig26"], &fig26))
 	require.Contains(t, fig26.VZoneOverStatic, "4")
 	require.Contains(t, string(back.Config["fig29b"]), `"regular_width": 8`)
+}
+
+// Run runs the figures asked for in the registry's order (TestOutput checks
+// the whole set through the shared runs; here Run itself, on two cheap ones).
+func TestRunOrder(t *testing.T) {
+	res, err := Run(context.Background(), t.TempDir(), []string{"fig29c", "fig26"}, Options{Short: true})
+	require.NoError(t, err)
+	require.Equal(t, []string{"fig26", "fig29c"}, res.Order)
+	require.Len(t, res.Figures, 2)
+	require.NotEmpty(t, res.Lines["fig26"])
 }
 
 func TestUnknownFigure(t *testing.T) {

@@ -31,9 +31,11 @@
 // Compactor, which copies on the simulated drive) with its state published
 // in memory instead of committed to etcd, and Config.Now on the sim clock.
 //
-// The drives' backing files are scratch: the rig gives pkg/zns a file system
-// whose fsyncs are no-ops (they would add this machine's disk latency to the
-// wall time, never to modelled time).
+// The drives' backing files are scratch: the rig gives pkg/zns an in-memory
+// sparse file system (package scratch) that keeps only non-zero pages and
+// never syncs. The figures write zeros, so gigabytes of modelled writes
+// cost no memory and no system calls; the disk would add only this
+// machine's latency to the wall time, never to modelled time.
 //
 // # Concurrency and failure
 //

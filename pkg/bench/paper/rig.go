@@ -3,14 +3,13 @@ package paper
 import (
 	"context"
 	"fmt"
-	"os"
 	"path/filepath"
 	"time"
 
+	"github.com/zonefleet/zonefleet/pkg/bench/paper/scratch"
 	"github.com/zonefleet/zonefleet/pkg/bench/paper/sim"
 	"github.com/zonefleet/zonefleet/pkg/flash"
 	"github.com/zonefleet/zonefleet/pkg/node"
-	"github.com/zonefleet/zonefleet/pkg/vfs"
 	"github.com/zonefleet/zonefleet/pkg/zns"
 )
 
@@ -40,7 +39,7 @@ func newRig(dir string, cfg flash.Config, ac bool) (*rig, error) {
 // newRigAC is newRig with the admission control's whole configuration.
 func newRigAC(dir string, cfg flash.Config, acfg node.AdmissionConfig) (*rig, error) {
 	s := sim.New()
-	dev, err := zns.Create(filepath.Join(dir, "drive"), cfg, s, zns.WithFS(noSyncFS{vfs.Default}))
+	dev, err := zns.Create(filepath.Join(dir, "drive"), cfg, s, zns.WithFS(scratch.New()))
 	if err != nil {
 		return nil, err
 	}
@@ -245,23 +244,3 @@ func (m *meter) mbps() float64 {
 	}
 	return float64(m.bytes) / 1e6 / d
 }
-
-// noSyncFS is the real file system without durability: the drive's backing
-// file is scratch space removed after the run, so fsyncs would only add
-// this machine's disk latency to the wall time (never to modelled time).
-type noSyncFS struct{ vfs.FS }
-
-func (f noSyncFS) OpenFile(name string, flag int, perm os.FileMode) (vfs.File, error) {
-	file, err := f.FS.OpenFile(name, flag, perm)
-	if err != nil {
-		return nil, err
-	}
-	return noSyncFile{file}, nil
-}
-
-func (noSyncFS) SyncDir(string) error { return nil }
-
-type noSyncFile struct{ vfs.File }
-
-func (noSyncFile) Sync() error     { return nil }
-func (noSyncFile) Datasync() error { return nil }

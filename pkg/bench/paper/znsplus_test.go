@@ -1,7 +1,6 @@
 package paper
 
 import (
-	"context"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -14,8 +13,7 @@ import (
 // (1.33-2.91 over ZNS), threaded logging recycling most segments (Table 5:
 // 85.8-94.8 %), and a table line per ratio.
 func TestZNSPlusFigure(t *testing.T) {
-	res, err := Run(context.Background(), t.TempDir(), []string{"zns_plus"}, Options{Short: true})
-	require.NoError(t, err)
+	res, _ := sharedShort(t, "zns_plus")
 	r, ok := res.Figures["zns_plus"].(*ZNSPlusResult)
 	require.True(t, ok)
 	require.Len(t, r.Workloads, 2)
@@ -31,6 +29,6 @@ func TestZNSPlusFigure(t *testing.T) {
 			require.Less(t, u.WAF["zns+"], u.WAF["izc"], "%s: ZNS+ writes less than IZC (Fig. 8)", w.Workload)
 		}
 	}
-	require.Len(t, res.Lines["zns_plus"], 3*2)
+	require.Len(t, res.Lines["zns_plus"], 4*2)
 	require.NoError(t, plotFigure("zns_plus", r, t.TempDir()+"/zns_plus.png"))
 }

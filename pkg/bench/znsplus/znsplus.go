@@ -43,7 +43,10 @@
 // the closing checkpoint's Flush for the copies), and each utilization the
 // copyback share of izc with copyback-aware allocation and, from an extra
 // izc run without it, copyback_share_no_cab (Fig. 11; Config.NoCABRun skips
-// that run). Hybrid segment recycling is calibrated with the drive's costs:
+// that run). With Config.CopybackPagesPerBlock both shares come from a pair
+// of izc runs on drives with larger zones (Default: 4 MiB, 16 chunks per
+// chip), since 1 MiB zones leave copyback-aware allocation too few same-chip
+// destination chunks to show what it does. Hybrid segment recycling is calibrated with the drive's costs:
 // f_copy the copyback chip time per block, f_write a host write of a node
 // block (its share of a request, the link transfer, its share of a program).
 package znsplus
@@ -54,10 +57,13 @@ import (
 	"math/rand"
 	"os"
 	"path/filepath"
+	"runtime"
 	"slices"
+	"sync"
 	"syscall"
 	"time"
 
+	"github.com/zonefleet/zonefleet/pkg/bench/paper/scratch"
 	"github.com/zonefleet/zonefleet/pkg/clock"
 	"github.com/zonefleet/zonefleet/pkg/flash"
 	"github.com/zonefleet/zonefleet/pkg/lfs"
@@ -81,7 +87,7 @@ type Config struct {
 	// of the file system's user capacity.
 	Overwrite float64
 	Seed      int64
-	Dir       string // where the drive files go ("" = a temporary directory)
+	Dir       string // names the drive files ("" = a temporary directory); they live in memory (package scratch)
 	// Drive: Chips chips (channels x 2 ways), D_zone = Chips, ZoneMiB-sized
 	// zones, Zones zones, MLC media (ZNS+ Table 3: 16 chips, 32 MiB zones).
 	Chips         int
@@ -99,6 +105,18 @@ type Config struct {
 	// NoCABRun skips the extra izc run without copyback-aware allocation
 	// (lfs.Options.NoCopybackAware) that copyback_share_no_cab comes from.
 	NoCABRun bool
+	// CopybackPagesPerBlock and CopybackZones, when set, give the copyback
+	// measurement (ZNS+ Fig. 11) its own drive geometry: copyback_share_cab
+	// and copyback_share_no_cab then come from a pair of izc runs (with and
+	// without copyback-aware allocation) on drives with these pages per
+	// chip per zone and this many zones, instead of from the main izc run.
+	// Copyback-aware allocation matches a victim's fully valid chunks to
+	// free destination chunks on the same chip; with 4 chunks per chip per
+	// zone (1 MiB zones) a victim has about one such chunk per chip and a
+	// same-chip slot is often taken, so the share measures the small zone,
+	// not the technique (the paper's 32 MiB zones have 128 per chip).
+	CopybackPagesPerBlock int
+	CopybackZones         int
 }
 
 // Small is a configuration that runs in seconds per mode (tests, CI): the
@@ -113,10 +131,12 @@ func Small() Config {
 // Default is the configuration of `zctl bench paper zns_plus` (minutes):
 // Small's drive with 96 zones (a 76 MiB file system of about 75 data
 // segments, so that a segment does not come back every few rounds; the
-// paper's 16 GiB file system has 512 zones) and 16 threads.
+// paper's 16 GiB file system has 512 zones) and 16 threads. The copyback
+// share (Fig. 11) is measured on 32 zones of 4 MiB (16 chunks per chip, a
+// 72 MiB file system).
 func Default() Config {
 	return Config{Workload: Fileserver, Utilizations: []float64{0.80, 0.85, 0.90, 0.95}, Threads: 16, Overwrite: 1,
-		Seed: 1, Chips: 16, PagesPerBlock: 4, Zones: 96}
+		Seed: 1, Chips: 16, PagesPerBlock: 4, Zones: 96, CopybackPagesPerBlock: 16, CopybackZones: 32}
 }
 
 // ModeResult is one mode at one utilization.
@@ -172,7 +192,15 @@ type UtilResult struct {
 	// (an extra izc run; paper Fig. 11: > 80 % with CAB).
 	CopybackShareCAB   float64  `json:"copyback_share_cab"`
 	CopybackShareNoCAB *float64 `json:"copyback_share_no_cab,omitempty"`
-	IZCNoCABvsZNS      *float64 `json:"izc_no_cab_vs_zns,omitempty"` // throughput ratio of that run
+	IZCNoCABvsZNS      *float64 `json:"izc_no_cab_vs_zns,omitempty"` // throughput ratio of that run (main geometry only)
+	// With Config.CopybackPagesPerBlock: the geometry of the copyback
+	// runs, their izc runs (with and without copyback-aware allocation),
+	// and the throughput of the one with over the one without (paper
+	// Fig. 11a: IZC-CAB about 1.13x IZC-CUB at 32 chips).
+	CopybackZoneMiB float64     `json:"copyback_zone_mib,omitempty"`
+	CopybackCAB     *ModeResult `json:"copyback_izc_cab,omitempty"`
+	CopybackNoCAB   *ModeResult `json:"copyback_izc_no_cab,omitempty"`
+	CABOverNoCAB    *float64    `json:"izc_cab_over_no_cab,omitempty"`
 }
 
 // Result is a whole run.
@@ -201,6 +229,10 @@ func (c Config) check() error {
 		return &zerr.InvalidArgumentError{Field: "pages_per_block", Reason: fmt.Sprintf("%d is not in [4, 512]", c.PagesPerBlock)}
 	case c.Zones < 24 || c.Zones > 4096:
 		return &zerr.InvalidArgumentError{Field: "zones", Reason: fmt.Sprintf("%d is not in [24, 4096]", c.Zones)}
+	case c.CopybackPagesPerBlock != 0 && (c.CopybackPagesPerBlock < 4 || c.CopybackPagesPerBlock > 512):
+		return &zerr.InvalidArgumentError{Field: "copyback_pages_per_block", Reason: fmt.Sprintf("%d is not 0 or in [4, 512]", c.CopybackPagesPerBlock)}
+	case c.CopybackPagesPerBlock != 0 && (c.CopybackZones < 24 || c.CopybackZones > 4096):
+		return &zerr.InvalidArgumentError{Field: "copyback_zones", Reason: fmt.Sprintf("%d is not in [24, 4096]", c.CopybackZones)}
 	}
 	for _, u := range c.Utilizations {
 		if u < 0.1 || u > 0.97 {
@@ -242,6 +274,59 @@ func Run(ctx context.Context, cfg Config) (Result, error) {
 		defer os.RemoveAll(d)
 		dir = d
 	}
+	// The runs are independent (each its own clock, drive and file
+	// system): assemble records them, they run in parallel, and assemble
+	// runs again on their results, so the result does not depend on the
+	// interleaving.
+	type job struct {
+		cfg   Config
+		fc    flash.Config
+		path  string
+		u     float64
+		m     lfs.Mode
+		noCAB bool
+	}
+	type out struct {
+		mr    ModeResult
+		fsMiB float64
+		err   error
+	}
+	var jobs []job
+	record := func(cfg Config, fc flash.Config, path string, u float64, m lfs.Mode, noCAB bool) (ModeResult, float64, error) {
+		jobs = append(jobs, job{cfg, fc, path, u, m, noCAB})
+		return ModeResult{}, 0, nil
+	}
+	if _, err := assemble(cfg, dir, record); err != nil {
+		return Result{}, err
+	}
+	outs := make([]out, len(jobs))
+	sem := make(chan struct{}, max(runtime.GOMAXPROCS(0), 1))
+	var wg sync.WaitGroup
+	for i, j := range jobs {
+		wg.Add(1)
+		sem <- struct{}{}
+		go func() {
+			defer wg.Done()
+			defer func() { <-sem }()
+			mr, fsMiB, err := runOne(ctx, j.cfg, j.fc, j.path, j.u, j.m, j.noCAB)
+			outs[i] = out{mr, fsMiB, err}
+		}()
+	}
+	wg.Wait()
+	next := 0
+	replay := func(Config, flash.Config, string, float64, lfs.Mode, bool) (ModeResult, float64, error) {
+		o := outs[next]
+		next++
+		return o.mr, o.fsMiB, o.err
+	}
+	return assemble(cfg, dir, replay)
+}
+
+// runner runs (or records, or replays) one mode at one utilization.
+type runner func(cfg Config, fc flash.Config, path string, util float64, m lfs.Mode, noCAB bool) (ModeResult, float64, error)
+
+// assemble makes the result of cfg from the runs runOne makes, in order.
+func assemble(cfg Config, dir string, runOne runner) (Result, error) {
 	fc := cfg.flashConfig()
 	g := fc.Resolved()
 	res := Result{Workload: cfg.Workload, Threads: cfg.Threads, Chips: cfg.Chips,
@@ -255,7 +340,7 @@ func Run(ctx context.Context, cfg Config) (Result, error) {
 		}
 		for _, m := range modes {
 			n++
-			mr, fsMiB, err := runOne(ctx, cfg, fc, filepath.Join(dir, fmt.Sprintf("drive%d", n)), u, m, false)
+			mr, fsMiB, err := runOne(cfg, fc, filepath.Join(dir, fmt.Sprintf("drive%d", n)), u, m, false)
 			if err != nil {
 				return res, fmt.Errorf("%s at %.0f %% in mode %s: %w", cfg.Workload, 100*u, m, err)
 			}
@@ -275,9 +360,37 @@ func Run(ctx context.Context, cfg Config) (Result, error) {
 			ur.ZNSPlusVsZNS = round3(ur.ZNSPlus.ThroughputMBps / ur.ZNS.ThroughputMBps)
 		}
 		ur.TLShare, ur.CopybackShare, ur.CopybackShareCAB = ur.ZNSPlus.TLShare, ur.IZC.CopybackShare, ur.IZC.CopybackShare
-		if !cfg.NoCABRun && slices.Contains(modes, lfs.ModeIZC) {
+		if cfg.CopybackPagesPerBlock > 0 && slices.Contains(modes, lfs.ModeIZC) {
+			cc := cfg
+			cc.PagesPerBlock, cc.Zones = cfg.CopybackPagesPerBlock, cfg.CopybackZones
+			cfc := cc.flashConfig()
+			cg := cfc.Resolved()
+			ur.CopybackZoneMiB = float64(cg.DZone*cg.PagesPerBlock*cg.PageSize) / (1 << 20)
+			for _, noCAB := range []bool{false, true} {
+				if noCAB && cfg.NoCABRun {
+					continue
+				}
+				n++
+				mr, _, err := runOne(cc, cfc, filepath.Join(dir, fmt.Sprintf("drive%d", n)), u, lfs.ModeIZC, noCAB)
+				if err != nil {
+					return res, fmt.Errorf("%s at %.0f %% in mode izc on %g MiB zones (copyback-aware allocation %t): %w", cfg.Workload, 100*u, ur.CopybackZoneMiB, !noCAB, err)
+				}
+				if noCAB {
+					ur.CopybackNoCAB = &mr
+					cb := mr.CopybackShare
+					ur.CopybackShareNoCAB = &cb
+				} else {
+					ur.CopybackCAB = &mr
+					ur.CopybackShareCAB = mr.CopybackShare
+				}
+			}
+			if ur.CopybackCAB != nil && ur.CopybackNoCAB != nil && ur.CopybackNoCAB.ThroughputMBps > 0 {
+				r := round3(ur.CopybackCAB.ThroughputMBps / ur.CopybackNoCAB.ThroughputMBps)
+				ur.CABOverNoCAB = &r
+			}
+		} else if !cfg.NoCABRun && slices.Contains(modes, lfs.ModeIZC) {
 			n++
-			mr, _, err := runOne(ctx, cfg, fc, filepath.Join(dir, fmt.Sprintf("drive%d", n)), u, lfs.ModeIZC, true)
+			mr, _, err := runOne(cfg, fc, filepath.Join(dir, fmt.Sprintf("drive%d", n)), u, lfs.ModeIZC, true)
 			if err != nil {
 				return res, fmt.Errorf("%s at %.0f %% in mode izc without copyback-aware allocation: %w", cfg.Workload, 100*u, err)
 			}
@@ -298,7 +411,7 @@ func round3(x float64) float64 { return float64(int64(x*1000+0.5)) / 1000 }
 // runOne fills a fresh file system to util and runs the measured phase in mode m.
 func runOne(ctx context.Context, cfg Config, fc flash.Config, path string, util float64, m lfs.Mode, noCAB bool) (ModeResult, float64, error) {
 	clk := clock.NewVirtual()
-	d, err := zns.Create(path, fc, clk)
+	d, err := zns.Create(path, fc, clk, zns.WithFS(scratch.New()))
 	if err != nil {
 		return ModeResult{}, 0, err
 	}

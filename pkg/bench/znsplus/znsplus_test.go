@@ -8,6 +8,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/zonefleet/zonefleet/pkg/bench/znsplus"
+	"github.com/zonefleet/zonefleet/pkg/lfs"
 	"github.com/zonefleet/zonefleet/pkg/zerr"
 )
 
@@ -69,12 +70,39 @@ func TestDeterministicAndDirection(t *testing.T) {
 	}
 }
 
+// ZNS+ Fig. 11: copyback-aware allocation moves more than 80 % of the
+// copied blocks by copyback once zones have enough chunks per chip for a
+// victim's fully valid chunks to find same-chip destinations (4 MiB zones,
+// 16 per chip), more than on 1 MiB zones (4 per chip), and far more than
+// copyback-unaware allocation.
+func TestCopybackShareWithLargerZones(t *testing.T) {
+	c := znsplus.Small()
+	c.Utilizations, c.Overwrite = []float64{0.80}, 0.25
+	c.Modes = []lfs.Mode{lfs.ModeIZC}
+	c.CopybackPagesPerBlock, c.CopybackZones = 16, 24
+	r, err := znsplus.Run(context.Background(), c)
+	require.NoError(t, err)
+	u := r.Utils[0]
+	t.Logf("1 MiB zones: %.3f; %g MiB zones: CAB %.3f (planned %.3f), CUB %.3f", u.IZC.CopybackShare, u.CopybackZoneMiB,
+		u.CopybackShareCAB, u.CopybackCAB.CopybackPlanned, *u.CopybackShareNoCAB)
+	require.Equal(t, 4.0, u.CopybackZoneMiB)
+	require.Equal(t, u.CopybackCAB.CopybackShare, u.CopybackShareCAB)
+	require.Greater(t, u.CopybackShareCAB, 0.8, "paper: > 80 % by copyback with CAB")
+	require.Greater(t, u.CopybackShareCAB, u.IZC.CopybackShare+0.1, "larger zones give CAB more same-chip slots")
+	require.Less(t, *u.CopybackShareNoCAB, 0.2, "without CAB few chunks land on their chip")
+	require.NotNil(t, u.CABOverNoCAB)
+}
+
 func TestBadConfig(t *testing.T) {
 	c := small("tpcc")
 	_, err := znsplus.Run(context.Background(), c)
 	require.ErrorIs(t, err, zerr.ErrInvalidArgument)
 	c = small(znsplus.Fileserver)
 	c.Utilizations = []float64{0.99}
+	_, err = znsplus.Run(context.Background(), c)
+	require.ErrorIs(t, err, zerr.ErrInvalidArgument)
+	c = small(znsplus.Fileserver)
+	c.CopybackPagesPerBlock = 16 // without CopybackZones
 	_, err = znsplus.Run(context.Background(), c)
 	require.ErrorIs(t, err, zerr.ErrInvalidArgument)
 }
