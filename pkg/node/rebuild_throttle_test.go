@@ -5,11 +5,13 @@ import (
 	"context"
 	"testing"
 
+	"github.com/spf13/pflag"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
 	v1 "github.com/zonefleet/zonefleet/api/zonefleet/v1"
 	"github.com/zonefleet/zonefleet/pkg/clock"
+	"github.com/zonefleet/zonefleet/pkg/flagenv"
 	"github.com/zonefleet/zonefleet/pkg/rpcerr"
 	"github.com/zonefleet/zonefleet/pkg/zerr"
 	"google.golang.org/grpc/codes"
@@ -118,4 +120,37 @@ func TestCrossNodeCompactionRebuildThrottled(t *testing.T) {
 	assert.Equal(t, uint64(len(data)), db, "the target charges what it receives and writes")
 	assert.Positive(t, sw+dw)
 	assert.GreaterOrEqual(t, vc.Now(), secs(int64(len(data))-burst, rate), "2 MiB at 256 KiB/s")
+}
+
+// --rebuild-rate and its ZONEFLEET_REBUILD_RATE twin; a bad value stops
+// Run before it opens anything.
+func TestRebuildRateFlagAndEnv(t *testing.T) {
+	parse := func(args ...string) (Options, error) {
+		o := DefaultOptions()
+		fs := pflag.NewFlagSet("ssdnode", pflag.ContinueOnError)
+		AddFlags(fs, &o)
+		if err := fs.Parse(args); err != nil {
+			return o, err
+		}
+		return o, flagenv.Apply(fs)
+	}
+	o, err := parse()
+	require.NoError(t, err)
+	assert.Equal(t, float64(DefaultRebuildRate), o.RebuildRateMiB)
+	t.Setenv("ZONEFLEET_REBUILD_RATE", "12.5")
+	o, err = parse()
+	require.NoError(t, err)
+	assert.Equal(t, 12.5, o.RebuildRateMiB)
+	o, err = parse("--rebuild-rate=0")
+	require.NoError(t, err)
+	assert.Zero(t, o.RebuildRateMiB, "the flag wins over the variable")
+	t.Setenv("ZONEFLEET_REBUILD_RATE", "fast")
+	_, err = parse()
+	require.ErrorContains(t, err, "ZONEFLEET_REBUILD_RATE")
+
+	o = DefaultOptions()
+	o.RebuildRateMiB = -3
+	err = Run(context.Background(), nil, o, quiet)
+	require.ErrorIs(t, err, zerr.ErrInvalidArgument)
+	assert.Contains(t, err.Error(), "rebuild-rate")
 }
