@@ -222,6 +222,11 @@ func Run(ctx context.Context, d *daemon.Daemon, o Options, log *slog.Logger) err
 	if err != nil {
 		return err
 	}
+	if rate > 0 {
+		log.Info("rebuild rate limit", "mib_per_second", o.RebuildRateMiB)
+	} else {
+		log.Warn("rebuild rate unlimited (--rebuild-rate 0): rebuilds compete with tenants at full speed")
+	}
 	if err := svc.SeedOwners(); err != nil {
 		return fmt.Errorf("seeding new owner files: %w", err)
 	}
