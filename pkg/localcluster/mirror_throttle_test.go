@@ -11,6 +11,7 @@ import (
 	v1 "github.com/zonefleet/zonefleet/api/zonefleet/v1"
 	"github.com/zonefleet/zonefleet/pkg/client"
 	"github.com/zonefleet/zonefleet/pkg/localcluster"
+	"github.com/zonefleet/zonefleet/pkg/node"
 	"github.com/zonefleet/zonefleet/pkg/zerr"
 )
 
@@ -87,7 +88,7 @@ func TestMirrorRebuildThrottled(t *testing.T) {
 	took := time.Since(removed)
 
 	rate := rateMiB * (1 << 20)
-	burst := max(rate/8, 64<<10)
+	burst := float64(node.DefaultRebuildBurst(int64(rate)))
 	var total, throttled float64
 	for _, n := range c.Info().Nodes {
 		if n.ID == victim {

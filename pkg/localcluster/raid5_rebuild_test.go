@@ -18,6 +18,7 @@ import (
 	v1 "github.com/zonefleet/zonefleet/api/zonefleet/v1"
 	"github.com/zonefleet/zonefleet/pkg/client"
 	"github.com/zonefleet/zonefleet/pkg/localcluster"
+	"github.com/zonefleet/zonefleet/pkg/node"
 	"github.com/zonefleet/zonefleet/pkg/zerr"
 )
 
@@ -237,7 +238,7 @@ func testRaid5Rebuild(t *testing.T, parityLeg bool, rateMiB float64) {
 	if rateMiB > 0 {
 		took := time.Since(removed)
 		rate := rateMiB * (1 << 20)
-		burst := max(rate/8, 64<<10)
+		burst := float64(node.DefaultRebuildBurst(int64(rate)))
 		var throttled, total float64
 		for _, n := range c.Info().Nodes {
 			if n.ID == victim {

@@ -126,8 +126,9 @@ type Config struct {
 	// write for rebuilds (throttle.go); 0 = unlimited. ssdnode's
 	// --rebuild-rate sets it (DefaultRebuildRate MiB/s).
 	RebuildRate int64
-	// RebuildBurst is the rebuild bucket's size in bytes; 0 = an eighth of
-	// a second of RebuildRate (at least 64 KiB).
+	// RebuildBurst is the rebuild bucket's size in bytes; 0 =
+	// DefaultRebuildBurst (an eighth of a second of RebuildRate, 64 KiB to
+	// 1 MiB).
 	RebuildBurst int64
 }
 

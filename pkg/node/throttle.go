@@ -32,15 +32,25 @@ import (
 // Tenant I/O is never charged. The bucket waits on the node's deadline
 // clock (Config.Clock, real time unless a test injects a virtual one), so
 // a virtual clock turns the wait into advanced time. The bucket allows a
-// burst of Config.RebuildBurst bytes after idling and lends a request
-// bigger than its tokens (the next waits longer), so a 1 MiB piece passes
-// even when the burst is smaller.
+// burst of Config.RebuildBurst bytes after idling (default
+// DefaultRebuildBurst: at most 1 MiB) and lends a request bigger than its
+// tokens (the next waits longer), so a 1 MiB piece passes even when the
+// burst is smaller.
 
 // DefaultRebuildRate is the rebuild share of a node in MiB/s: about 5% of
 // an emulated drive's modelled host link (flash.Defaults: 1.2 GB/s) and a
 // minority of what the emulator moves on a small machine, so tenants keep
 // most of the node; a 1 GiB leg still rebuilds in about 16 s.
 const DefaultRebuildRate = 64
+
+// DefaultRebuildBurst is the bucket size for a rate: an eighth of a
+// second of it, at least 64 KiB and at most one 1 MiB stream piece. Capped
+// so that what a node saves while idle (between the legs it takes part
+// in) stays small against a zone: with a larger burst, legs that rotate
+// among the nodes would each pass whole on saved tokens.
+func DefaultRebuildBurst(rate int64) int64 {
+	return min(max(rate/8, 64<<10), StreamChunkBytes)
+}
 
 // Bucket is a token bucket of bytes per second on a clock. A Bucket with a
 // rate of 0 does not wait but still counts. Safe for concurrent use; the
@@ -60,14 +70,14 @@ type Bucket struct {
 }
 
 // NewBucket returns a bucket of rate bytes per second holding at most
-// burst bytes (rate 0: unlimited; burst 0: an eighth of a second of rate,
-// at least 64 KiB). It starts full.
+// burst bytes (rate 0: unlimited; burst 0: DefaultRebuildBurst). It starts
+// full.
 func NewBucket(clk clock.Clock, rate, burst int64) *Bucket {
 	if rate < 0 {
 		rate = 0
 	}
 	if burst <= 0 {
-		burst = max(rate/8, 64<<10)
+		burst = DefaultRebuildBurst(rate)
 	}
 	return &Bucket{clk: clk, rate: float64(rate), burst: float64(burst), tokens: float64(burst), last: clk.Now()}
 }

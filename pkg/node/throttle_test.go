@@ -122,3 +122,13 @@ func TestBucketCancelAndUnlimited(t *testing.T) {
 	assert.Zero(t, waited)
 	assert.Zero(t, un.Rate())
 }
+
+func TestDefaultRebuildBurst(t *testing.T) {
+	for _, tc := range []struct{ rate, want int64 }{
+		{0, 64 << 10}, {100 << 10, 64 << 10}, {1 << 20, 128 << 10}, {8 << 20, 1 << 20}, {DefaultRebuildRate << 20, 1 << 20},
+	} {
+		assert.Equal(t, tc.want, DefaultRebuildBurst(tc.rate), "rate %d", tc.rate)
+	}
+	b := NewBucket(clock.NewVirtual(), 64<<20, 0)
+	assert.Equal(t, float64(1<<20), b.burst)
+}
