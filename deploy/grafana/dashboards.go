@@ -118,6 +118,12 @@ func drives() Dashboard {
 		pn(panel(11, "timeseries", "Compaction blocks by path", []query{q(`sum by (path) (rate(zonefleet_node_compaction_blocks_total{`+nd+`}`+ri+`)) or label_replace(sum(rate(zonefleet_node_peer_pushed_blocks_total{`+nd+`}`+ri+`)), "path", "remote", "", "")`, "{{path}}")},
 			unit("ops"), stacked(), desc("Blocks of zone compactions served by the nodes: copyback and read_program inside a drive, remote = pushed to a peer node."))),
 		pn(panel(12, "timeseries", "Blocks pushed to peers", []query{q(`sum by (node) (rate(zonefleet_node_peer_pushed_blocks_total{`+nd+`}`+ri+`))`, "{{node}}")}, unit("ops"))),
+		pn(panel(19, "timeseries", "Rebuild traffic vs the node's rebuild rate", []query{
+			q(`sum by (node) (rate(zonefleet_node_rebuild_bytes_total{`+sel("node")+`}`+ri+`))`, "{{node}} rebuild bytes/s"),
+			q(`max by (node) (zonefleet_node_rebuild_rate_limit_bytes_per_second{`+sel("node")+`} > 0)`, "{{node}} limit (--rebuild-rate)"),
+			q(`sum by (node) (rate(zonefleet_node_rebuild_throttled_seconds_total{`+sel("node")+`}`+ri+`))`, "{{node}} throttled s/s")},
+			unit("Bps"), unitOf("C", "short"),
+			desc("Bytes the node's drives read or write for rebuilds (mirror copies and raid5 legs, as source or target) against its --rebuild-rate, and the time rebuild I/O waited for it (per second; several rebuild streams can wait at once)."))),
 	)
 }
 

@@ -160,7 +160,7 @@ func (c *NodeCompactor) Compact(ctx context.Context, ns string, dst cluster.Phys
 				lba, next, left = lba+n, next+n, left-n
 			}
 		}
-		resp, err := sn.client.ZoneCompaction(c.auth(ctx, ns), &v1.ZoneCompactionRequest{Device: src.Device, Copies: copies})
+		resp, err := sn.client.ZoneCompaction(c.auth(ctx, ns), &v1.ZoneCompactionRequest{Device: src.Device, Copies: copies, Rebuild: isRebuild(ctx)})
 		if err != nil {
 			return fmt.Errorf("zone_compaction on %s/%d into %s: %w", src.Node, src.Device, dst, err)
 		}

@@ -45,6 +45,12 @@ import (
 // meets the live copies' advanced pointers and fails, so nothing diverges
 // that was acknowledged.
 //
+// Throttle: besides one leg at a time per arbiter, every node bounds the
+// bytes its devices read or write for rebuilds (pkg/node throttle.go,
+// ssdnode --rebuild-rate): a mirror copy is sent as a rebuild
+// (ZoneCompactionRequest.Rebuild, charged by the source and the target),
+// a raid5 leg's PeerReads and writes are rebuild traffic by nature.
+//
 // Rebuild of raid5 legs (rebuildParityOne) runs in the same passes with
 // the same phases and throttle (one leg at a time): phase 1 reads the write
 // pointers of every surviving zone of the group (the other data legs, the
@@ -59,6 +65,20 @@ import (
 // finishes the target(s) unless the group is open; phase 4 swaps them in
 // with the generation check. A group with a second zone on an unavailable
 // node waits (a parity group survives one node).
+
+type rebuildKey struct{}
+
+// withRebuild marks ctx as a rebuild's copy: NodeCompactor.Compact sets
+// ZoneCompactionRequest.Rebuild, so the nodes throttle it (pkg/node
+// throttle.go) where a reclaim's copy is not.
+func withRebuild(ctx context.Context) context.Context {
+	return context.WithValue(ctx, rebuildKey{}, true)
+}
+
+func isRebuild(ctx context.Context) bool {
+	v, _ := ctx.Value(rebuildKey{}).(bool)
+	return v
+}
 
 // RebuildResult is what one CheckRebuild did.
 type RebuildResult struct {
@@ -349,7 +369,8 @@ func (a *Arbiter) rebuildOne(ctx context.Context, j rebuildJob) (uint64, error) 
 
 	// Phase 3: the copy, node to node (no lock).
 	if written[0] > 0 {
-		err = a.comp.Compact(ioctx, j.ns, dst, []CopyRange{{Src: *src, SrcBlock: 0, Blocks: written[0]}})
+		// marked a rebuild: both nodes charge it to their rebuild rate limit
+		err = a.comp.Compact(withRebuild(ioctx), j.ns, dst, []CopyRange{{Src: *src, SrcBlock: 0, Blocks: written[0]}})
 	}
 	if f, ok := a.comp.(zoneFinisher); ok && err == nil && !open {
 		err = f.FinishZone(ioctx, j.ns, dst)

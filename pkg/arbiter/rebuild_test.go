@@ -119,6 +119,7 @@ func TestRebuildMirroredCopies(t *testing.T) {
 	}
 	require.Equal(t, written, total)
 	require.Positive(t, res.Blocks)
+	require.Equal(t, len(mem.calls), mem.rebuildCalls, "every rebuild copy is sent as a rebuild (throttled by the nodes)")
 
 	// the open v-zone is rebuilt too and stays open
 	l, err = a.Layout(ctx, "m", 1)

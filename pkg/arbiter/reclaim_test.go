@@ -20,6 +20,9 @@ type memCompactor struct {
 	mu    sync.Mutex
 	data  map[cluster.PhysZone][]uint64
 	calls []cluster.PhysZone
+	// rebuildCalls: calls whose context was marked a rebuild (the nodes
+	// throttle those: ZoneCompactionRequest.Rebuild).
+	rebuildCalls int
 	// failSrc: compactions reading these zones fail (injected node failure).
 	failSrc map[cluster.PhysZone]bool
 }
@@ -47,6 +50,9 @@ func (c *memCompactor) Compact(ctx context.Context, _ string, dst cluster.PhysZo
 		}
 	}
 	c.calls = append(c.calls, dst)
+	if isRebuild(ctx) {
+		c.rebuildCalls++
+	}
 	for _, r := range ranges {
 		src := c.data[r.Src]
 		if r.SrcBlock+r.Blocks > uint64(len(src)) {
@@ -191,6 +197,8 @@ func TestReclaim(t *testing.T) {
 	}
 	_, ok := comp.read(nl.Groups, nl.BlockSize, nl.ZoneCapacity, total)
 	assert.False(t, ok)
+	assert.Positive(t, len(comp.calls))
+	assert.Zero(t, comp.rebuildCalls, "a reclaim's copies are not rebuilds (the nodes do not throttle them)")
 	gr := tc.grants()
 	for _, z := range src.Zones {
 		g, granted := gr[z]

@@ -64,7 +64,12 @@ type Config struct {
 	TReadOnly  time.Duration
 	SessionTTL time.Duration
 	Admission  bool
-	Logger     *slog.Logger
+	// RebuildRate is every node's rebuild share in MiB/s (ssdnode
+	// --rebuild-rate); 0 = node.DefaultRebuildRate. UnlimitedRebuild lifts
+	// the limit (--rebuild-rate 0).
+	RebuildRate      float64
+	UnlimitedRebuild bool
+	Logger           *slog.Logger
 }
 
 // SmallDevice is a drive for tests and laptops: 8 chips, 4 MiB single-die
@@ -160,6 +165,9 @@ func Start(ctx context.Context, cfg Config) (*Cluster, error) {
 	}
 	if cfg.TimeScale <= 0 {
 		cfg.TimeScale = 1
+	}
+	if _, err := node.RebuildRateBytes(cfg.RebuildRate); err != nil {
+		return nil, err
 	}
 	if cfg.Host == "" {
 		cfg.Host = "127.0.0.1"
@@ -330,6 +338,12 @@ func (c *Cluster) StartNode(ctx context.Context, i int) error {
 	o.ID, o.DataDir, o.Devices, o.Device = p.id, filepath.Join(c.cfg.Dir, p.id), c.cfg.Devices, c.cfg.Device
 	o.Clock, o.TimeScale, o.Etcd, o.LeaseTTL = c.cfg.Clock, c.cfg.TimeScale, c.Etcd.Endpoints()[0], 2*time.Second
 	o.Admission.Enabled = c.cfg.Admission
+	switch {
+	case c.cfg.UnlimitedRebuild:
+		o.RebuildRateMiB = 0
+	case c.cfg.RebuildRate > 0:
+		o.RebuildRateMiB = c.cfg.RebuildRate
+	}
 	return c.startProc(p, "ssdnode", pki.Role{Kind: pki.RoleNode, Name: p.id}, func(ctx context.Context, d *daemon.Daemon) error {
 		err := node.Run(ctx, d, o, c.log.With("node", p.id))
 		if err != nil && ctx.Err() == nil {

@@ -5,7 +5,11 @@ import (
 	"context"
 	"crypto/rand"
 	"fmt"
+	"io"
 	mrand "math/rand/v2"
+	"net/http"
+	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -14,6 +18,7 @@ import (
 	v1 "github.com/zonefleet/zonefleet/api/zonefleet/v1"
 	"github.com/zonefleet/zonefleet/pkg/client"
 	"github.com/zonefleet/zonefleet/pkg/localcluster"
+	"github.com/zonefleet/zonefleet/pkg/node"
 	"github.com/zonefleet/zonefleet/pkg/zerr"
 )
 
@@ -27,8 +32,41 @@ import (
 // byte reads back through a fresh client; then a second node of the
 // rebuilt group stops, so that the rebuilt zones are the only way to the
 // data (reads reconstruct through them), and every byte reads back again.
-func TestRaid5RebuildDataLeg(t *testing.T)   { testRaid5Rebuild(t, false) }
-func TestRaid5RebuildParityLeg(t *testing.T) { testRaid5Rebuild(t, true) }
+func TestRaid5RebuildDataLeg(t *testing.T)   { testRaid5Rebuild(t, false, 0) }
+func TestRaid5RebuildParityLeg(t *testing.T) { testRaid5Rebuild(t, true, 0) }
+
+// The same under a small rebuild rate (256 KiB/s per node): every byte is
+// rebuilt, the nodes' zonefleet_node_rebuild_throttled_seconds_total shows
+// the rebuild was held back, and the rebuild took at least what each
+// node's rebuild bytes (less one burst) take at the rate — a lower bound
+// only, which a loaded machine cannot break.
+func TestRaid5RebuildThrottled(t *testing.T) { testRaid5Rebuild(t, false, 0.25) }
+
+// nodeRebuildMetrics scrapes a node's rebuild bytes and throttled seconds.
+func nodeRebuildMetrics(t *testing.T, metricsURL string) (bytes, throttled float64) {
+	t.Helper()
+	resp, err := http.Get(metricsURL)
+	require.NoError(t, err)
+	defer resp.Body.Close()
+	body, err := io.ReadAll(resp.Body)
+	require.NoError(t, err)
+	for _, line := range strings.Split(string(body), "\n") {
+		f := strings.Fields(line)
+		if len(f) != 2 {
+			continue
+		}
+		v, err := strconv.ParseFloat(f[1], 64)
+		switch f[0] {
+		case "zonefleet_node_rebuild_bytes_total":
+			require.NoError(t, err)
+			bytes = v
+		case "zonefleet_node_rebuild_throttled_seconds_total":
+			require.NoError(t, err)
+			throttled = v
+		}
+	}
+	return bytes, throttled
+}
 
 func random(n int) []byte {
 	b := make([]byte, n)
@@ -44,13 +82,13 @@ func nodeIndex(t *testing.T, id string) int {
 	return idx - 1
 }
 
-func testRaid5Rebuild(t *testing.T, parityLeg bool) {
+func testRaid5Rebuild(t *testing.T, parityLeg bool, rateMiB float64) {
 	if testing.Short() {
 		t.Skip("starts a 4-node cluster")
 	}
 	ctx := context.Background()
 	c, err := localcluster.Start(ctx, localcluster.Config{Dir: t.TempDir(), Nodes: 4, Arbiters: 1,
-		Clock: "off", SessionTTL: time.Second, Device: localcluster.TinyDevice()})
+		Clock: "off", SessionTTL: time.Second, Device: localcluster.TinyDevice(), RebuildRate: rateMiB})
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = c.Close() })
 	newClient := func(ns string) *client.Client {
@@ -175,6 +213,7 @@ func testRaid5Rebuild(t *testing.T, parityLeg bool) {
 	readAll(victim + " down, degraded")
 
 	// declared lost: its raid5 legs are rebuilt on the other nodes
+	removed := time.Now()
 	err = admin.RemoveNode(ctx, victim)
 	require.ErrorIs(t, err, zerr.ErrZoneState, "it still holds zones: marked down, rebuild started")
 	arb, err := admin.Arbiter(ctx)
@@ -196,6 +235,27 @@ func testRaid5Rebuild(t *testing.T, parityLeg bool) {
 	}
 	require.Eventually(t, func() bool { return onVictim() == 0 }, 60*time.Second, 100*time.Millisecond,
 		"the raid5 legs leave the lost node")
+	if rateMiB > 0 {
+		took := time.Since(removed)
+		rate := rateMiB * (1 << 20)
+		burst := float64(node.DefaultRebuildBurst(int64(rate)))
+		var throttled, total float64
+		for _, n := range c.Info().Nodes {
+			if n.ID == victim {
+				continue
+			}
+			b, th := nodeRebuildMetrics(t, n.Metrics)
+			total += b
+			throttled += th
+			if b > burst {
+				min := time.Duration((b - burst) / rate * float64(time.Second))
+				require.GreaterOrEqual(t, took, min, "%s moved %.0f rebuild bytes at %.2f MiB/s", n.ID, b, rateMiB)
+			}
+		}
+		require.Positive(t, total, "rebuild bytes counted")
+		require.Positive(t, throttled, "the rebuild waited for the rate limit")
+		t.Logf("rebuilt under %.2f MiB/s per node: %.0f rebuild bytes over the nodes, %.2f s throttled, %v", rateMiB, total, throttled, took)
+	}
 	st, err := admin.ClusterStatus(ctx)
 	require.NoError(t, err)
 	require.Zero(t, st.GetLostParityZones())

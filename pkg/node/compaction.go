@@ -29,6 +29,7 @@ type compactionOp struct {
 	hasLocal bool
 	localID  uint64
 
+	rebuild      bool // a rebuild's copy: pushes are charged to the rebuild limit
 	remoteDone   chan struct{}
 	remoteBlocks uint64
 	remoteErr    error
@@ -100,7 +101,12 @@ func (s *Service) ZoneCompaction(ctx context.Context, req *v1.ZoneCompactionRequ
 		}
 		local = append(local, zns.Copy{Src: c.GetSrcLba(), Dst: c.GetDstLba(), Count: n})
 	}
-	op := &compactionOp{ns: s.namespace(ctx), dev: d, remoteDone: make(chan struct{})}
+	if req.GetRebuild() {
+		if err := s.requireAdmin(ctx, "ZoneCompaction(rebuild)"); err != nil {
+			return nil, err
+		}
+	}
+	op := &compactionOp{ns: s.namespace(ctx), dev: d, rebuild: req.GetRebuild(), remoteDone: make(chan struct{})}
 	if err := s.admitCompaction(op.ns); err != nil {
 		return nil, err
 	}
@@ -209,6 +215,13 @@ func (s *Service) pushRemote(ctx context.Context, op *compactionOp, copies []*v1
 		total := uint64(c.GetBlocks())
 		for done := uint64(0); done < total; {
 			n := min(per, total-done)
+			if op.rebuild {
+				if err := s.rebuild.Wait(ctx, int(n)*d.geo.bs); err != nil {
+					op.remoteErr = err
+					_ = stream.CloseSend()
+					return
+				}
+			}
 			unlock, err := s.hold(ctx, d, c.GetSrcLba()+done, n)
 			if err != nil {
 				op.remoteErr = fmt.Errorf("peer copy: source LBA %d: %w", c.GetSrcLba()+done, err)
@@ -223,7 +236,7 @@ func (s *Service) pushRemote(ctx context.Context, op *compactionOp, copies []*v1
 				return
 			}
 			err = dl.do(func() error {
-				return stream.Send(&v1.PeerWriteRequest{Device: c.GetPeer().GetDevice(), Namespace: op.ns,
+				return stream.Send(&v1.PeerWriteRequest{Device: c.GetPeer().GetDevice(), Namespace: op.ns, Rebuild: op.rebuild,
 					Extents: []*v1.PeerExtent{{DstLba: c.GetDstLba() + done, Data: data}}})
 			})
 			if err != nil {
@@ -386,6 +399,12 @@ func (s *Service) PeerWrite(stream v1.ZonedDevice_PeerWriteServer) error {
 			wctx := auth.NewContext(wire.WithNamespace(ctx, ns), auth.Identity{Kind: auth.KindNamespace, Name: ns, Namespace: ns, Via: "peer"})
 			if !verified || s.grants == nil {
 				wctx = wire.WithNamespace(ctx, ns)
+			}
+			if req.GetRebuild() {
+				// before the zone lock: no lock is held while throttled
+				if err := s.rebuild.Wait(ctx, len(ext.GetData())); err != nil {
+					return err
+				}
 			}
 			unlock, err := s.hold(wctx, d, ext.GetDstLba(), n)
 			if err != nil {

@@ -41,6 +41,8 @@ type metrics struct {
 	zones, activeZones, openZones, maxActive, maxOpen, cacheBytes, cacheCap, waf, chipUtil, ipuUsed, ipuBudget *prometheus.Desc
 	cacheStalls, cacheStallSec, admStalls, admStallSec, hostBlocks, nandPages, erases, plugged, devCopied      *prometheus.Desc
 	ioErrors, zonesFailed, devReadOnly, cpFailures, tailsDropped                                               *prometheus.Desc
+	// the rebuild rate limit (throttle.go), node-wide: no labels
+	rebuildBytes, rebuildThrottled, rebuildRate *prometheus.Desc
 }
 
 // MaxNamespaceLabels is how many distinct namespace label values a node's
@@ -103,6 +105,13 @@ func newMetrics(s *Service) *metrics {
 		devReadOnly:   d("device_read_only", "1 once an I/O error of the journal made the whole device read-only."),
 		cpFailures:    d("journal_checkpoint_failures_total", "Device journal checkpoints that failed (the old journal stayed in use)."),
 		tailsDropped:  d("journal_tails_dropped", "1 when the device's last open dropped a torn, zeroed or garbage journal tail."),
+
+		rebuildBytes: prometheus.NewDesc("zonefleet_node_rebuild_bytes_total",
+			"Bytes this node's devices read (mirror push, raid5 PeerRead) or wrote (mirror PeerWrite, raid5 target) for rebuilds.", nil, nil),
+		rebuildThrottled: prometheus.NewDesc("zonefleet_node_rebuild_throttled_seconds_total",
+			"Time rebuild I/O waited for the node's rebuild rate limit (--rebuild-rate).", nil, nil),
+		rebuildRate: prometheus.NewDesc("zonefleet_node_rebuild_rate_limit_bytes_per_second",
+			"The node's rebuild rate limit (0 = unlimited).", nil, nil),
 	}
 }
 
@@ -132,7 +141,8 @@ func (m *metrics) observe(dev uint32, ns, op string, bytes int, lat time.Duratio
 func (m *metrics) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{m.zones, m.activeZones, m.openZones, m.maxActive, m.maxOpen, m.cacheBytes, m.cacheCap,
 		m.waf, m.chipUtil, m.ipuUsed, m.ipuBudget, m.cacheStalls, m.cacheStallSec, m.admStalls, m.admStallSec, m.hostBlocks,
-		m.nandPages, m.erases, m.plugged, m.devCopied, m.ioErrors, m.zonesFailed, m.devReadOnly, m.cpFailures, m.tailsDropped} {
+		m.nandPages, m.erases, m.plugged, m.devCopied, m.ioErrors, m.zonesFailed, m.devReadOnly, m.cpFailures, m.tailsDropped,
+		m.rebuildBytes, m.rebuildThrottled, m.rebuildRate} {
 		ch <- d
 	}
 }
@@ -145,6 +155,10 @@ func (m *metrics) Collect(ch chan<- prometheus.Metric) {
 	c := func(d *prometheus.Desc, v float64, l ...string) {
 		ch <- prometheus.MustNewConstMetric(d, prometheus.CounterValue, v, l...)
 	}
+	rb, rw, _ := m.s.rebuild.Stats()
+	c(m.rebuildBytes, float64(rb))
+	c(m.rebuildThrottled, rw.Seconds())
+	g(m.rebuildRate, float64(m.s.rebuild.Rate()))
 	for _, dv := range m.s.devs {
 		dl := fmt.Sprint(dv.idx)
 		l := dv.dev.Log()

@@ -425,6 +425,9 @@ func (b *rebuilder) pullRows(r0, r1 uint64) ([][]byte, error) {
 // write writes data at lba of d (the rebuild's target) as the namespace.
 func (b *rebuilder) write(wctx context.Context, d *device, lba uint64, data []byte) error {
 	n := uint64(len(data)) / uint64(d.geo.bs)
+	if err := b.s.rebuild.Wait(wctx, len(data)); err != nil {
+		return err
+	}
 	unlock, err := b.s.hold(wctx, d, lba, n)
 	if err != nil {
 		return err
@@ -543,8 +546,22 @@ func (s *Service) PeerRead(req *v1.PeerReadRequest, stream v1.ZonedDevice_PeerRe
 	if !verified {
 		rctx = asNamespace(ctx, ns)
 	}
-	return s.ReadStream(&v1.ReadRequest{Device: d.idx, Lba: uint64(req.GetZone())*d.geo.zoneSize + req.GetOffset(), Blocks: uint32(n)},
-		peerReadStream{ZonedDevice_PeerReadServer: stream, ctx: rctx})
+	// piece by piece, each charged to the rebuild rate limit before it is
+	// read (no lock is held while throttled)
+	per := uint64(StreamChunkBytes / d.geo.bs)
+	lba := uint64(req.GetZone())*d.geo.zoneSize + req.GetOffset()
+	for done := uint64(0); done < n; {
+		m := min(per, n-done)
+		if err := s.rebuild.Wait(ctx, int(m)*d.geo.bs); err != nil {
+			return err
+		}
+		if err := s.ReadStream(&v1.ReadRequest{Device: d.idx, Lba: lba + done, Blocks: uint32(m)},
+			peerReadStream{ZonedDevice_PeerReadServer: stream, ctx: rctx}); err != nil {
+			return err
+		}
+		done += m
+	}
+	return nil
 }
 
 // asNamespace is ctx as an incoming call of namespace ns without the admin

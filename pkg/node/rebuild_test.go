@@ -34,9 +34,13 @@ const rbBS = 4096
 
 func xorBlocks(dst, src []byte) { subtle.XORBytes(dst, dst, src) }
 
-func newRaidGroup(t *testing.T, prefix string) *raidGroup {
+func newRaidGroup(t *testing.T, prefix string) *raidGroup { return newRaidGroupCfg(t, prefix, nil) }
+
+// newRaidGroupCfg is newRaidGroup with a hook on every node's Config.
+func newRaidGroupCfg(t *testing.T, prefix string, tune func(*Config)) *raidGroup {
 	g := &raidGroup{rows: 3, S: 16, ids: [4]string{prefix + "-d0", prefix + "-d1", prefix + "-p", prefix + "-t"}}
-	g.d0, g.d1, g.p, g.t = startNode(t, g.ids[0], true), startNode(t, g.ids[1], true), startNode(t, g.ids[2], true), startNode(t, g.ids[3], true)
+	start := func(id string) *testNode { return startNodeCfg(t, id, true, true, true, tune) }
+	g.d0, g.d1, g.p, g.t = start(g.ids[0]), start(g.ids[1]), start(g.ids[2]), start(g.ids[3])
 	for i, n := range []*testNode{g.d0, g.d1, g.p, g.t} {
 		for z := uint32(0); z < 2; z++ {
 			grant(t, g.ids[i], z, "a")

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"math"
 	"os"
 	"path/filepath"
 	"time"
@@ -37,6 +38,9 @@ type Options struct {
 	Etcd      string // comma-separated endpoints
 	LeaseTTL  time.Duration
 	Advertise string // address other processes dial; default the listen address
+	// RebuildRateMiB is --rebuild-rate: the node's rebuild share in MiB/s
+	// (0 = unlimited); Run sets Config.RebuildRate from it.
+	RebuildRateMiB float64
 }
 
 // DefaultOptions are the defaults of the ssdnode flags.
@@ -44,7 +48,7 @@ func DefaultOptions() Options {
 	return Options{
 		Config:  Config{ID: "node-1", Admission: AdmissionConfig{Enabled: true}},
 		DataDir: "./data", Devices: 1, Device: flash.Defaults(), Clock: "realtime", TimeScale: 1,
-		Etcd: "127.0.0.1:2379", LeaseTTL: 5 * time.Second,
+		Etcd: "127.0.0.1:2379", LeaseTTL: 5 * time.Second, RebuildRateMiB: DefaultRebuildRate,
 	}
 }
 
@@ -61,6 +65,7 @@ func AddFlags(fs *pflag.FlagSet, o *Options) {
 	fs.IntVar(&o.QueueSlots, "queue-slots", o.QueueSlots, "requests a device serves at once, shared by namespaces round robin (0 = two per chip)")
 	fs.StringVar(&o.Clock, "clock", o.Clock, "timing clock: realtime (completions at their modelled time), virtual or off")
 	fs.Float64Var(&o.TimeScale, "time-scale", o.TimeScale, "realtime clock: wall time per modelled time (2 = run the model at half speed)")
+	fs.Float64Var(&o.RebuildRateMiB, "rebuild-rate", o.RebuildRateMiB, "MiB/s this node's drives read or write for rebuilds (mirror and raid5 legs, as source or target), so tenants keep the rest; 0 = unlimited")
 
 	c := &o.Device
 	fs.IntVar(&c.Channels, "channels", c.Channels, "flash channels")
@@ -126,8 +131,26 @@ func OpenOwners(dir string, devs []*zns.Device) ([]*zoneowner.Store, error) {
 	return out, nil
 }
 
+// RebuildRateBytes converts a --rebuild-rate in MiB/s to bytes per second
+// (0 = unlimited); a negative, NaN or infinite rate is an error.
+func RebuildRateBytes(mib float64) (int64, error) {
+	if math.IsNaN(mib) || math.IsInf(mib, 0) || mib < 0 || mib > 1<<20 {
+		return 0, &zerr.InvalidArgumentError{Field: "rebuild-rate", Reason: fmt.Sprintf("%v MiB/s: want 0 (unlimited) or a positive rate up to %d MiB/s", mib, 1<<20)}
+	}
+	b := int64(mib * (1 << 20))
+	if mib > 0 && b == 0 {
+		b = 1
+	}
+	return b, nil
+}
+
 // Run serves the node on d until ctx ends, then unregisters and closes the devices.
 func Run(ctx context.Context, d *daemon.Daemon, o Options, log *slog.Logger) error {
+	rate, err := RebuildRateBytes(o.RebuildRateMiB)
+	if err != nil {
+		return err
+	}
+	o.Config.RebuildRate = rate
 	clk, ok := clock.Parse(o.Clock, o.TimeScale)
 	if !ok {
 		return &zerr.InvalidArgumentError{Field: "clock", Reason: fmt.Sprintf("%q: want realtime, virtual or off", o.Clock)}
@@ -198,6 +221,11 @@ func Run(ctx context.Context, d *daemon.Daemon, o Options, log *slog.Logger) err
 	svc, err = New(o.Config, devs, grants, log)
 	if err != nil {
 		return err
+	}
+	if rate > 0 {
+		log.Info("rebuild rate limit", "mib_per_second", o.RebuildRateMiB)
+	} else {
+		log.Warn("rebuild rate unlimited (--rebuild-rate 0): rebuilds compete with tenants at full speed")
 	}
 	if err := svc.SeedOwners(); err != nil {
 		return fmt.Errorf("seeding new owner files: %w", err)

@@ -119,8 +119,17 @@ type Config struct {
 	// dropped this long after it started, once it ended; 0 =
 	// DefaultCompactionTTL.
 	CompactionTTL time.Duration
-	// Clock is the wall clock of these deadlines; nil = real time.
+	// Clock is the wall clock of these deadlines and of the rebuild rate
+	// limit; nil = real time.
 	Clock clock.Clock
+	// RebuildRate bounds the bytes per second this node's devices read or
+	// write for rebuilds (throttle.go); 0 = unlimited. ssdnode's
+	// --rebuild-rate sets it (DefaultRebuildRate MiB/s).
+	RebuildRate int64
+	// RebuildBurst is the rebuild bucket's size in bytes; 0 =
+	// DefaultRebuildBurst (an eighth of a second of RebuildRate, 64 KiB to
+	// 1 MiB).
+	RebuildBurst int64
 }
 
 // Service implements v1.ZonedDeviceServer over local devices.
@@ -142,6 +151,8 @@ type Service struct {
 
 	// sending counts stream sends in flight on sender goroutines (asyncSender).
 	sending atomic.Int64
+	// rebuild is the node's rebuild rate limit (throttle.go).
+	rebuild *Bucket
 }
 
 type device struct {
@@ -177,7 +188,11 @@ func New(cfg Config, devs []*zns.Device, grants *Grants, log *slog.Logger) (*Ser
 	if grants == nil && !cfg.Standalone {
 		return nil, &zerr.InvalidArgumentError{Field: "grants", Reason: "a node in a cluster needs the arbiter's grants (or run standalone)"}
 	}
+	if cfg.RebuildRate < 0 || cfg.RebuildBurst < 0 {
+		return nil, &zerr.InvalidArgumentError{Field: "rebuild_rate", Reason: fmt.Sprintf("%d bytes/s with a burst of %d bytes: must not be negative (0 = unlimited)", cfg.RebuildRate, cfg.RebuildBurst)}
+	}
 	s := &Service{cfg: cfg, log: log, grants: grants, ops: map[string]*compactionOp{}}
+	s.rebuild = NewBucket(s.clk(), cfg.RebuildRate, cfg.RebuildBurst)
 	if cfg.Peers == nil {
 		s.legacyPeers = newPeers()
 	}
@@ -316,6 +331,13 @@ func (s *Service) SetAdmission(on bool) {
 	for _, d := range s.devs {
 		d.adm.SetEnabled(on)
 	}
+}
+
+// RebuildStats are the bytes this node's devices read or wrote for
+// rebuilds and the clock time they waited for the rebuild rate limit.
+func (s *Service) RebuildStats() (bytes uint64, throttled time.Duration) {
+	b, w, _ := s.rebuild.Stats()
+	return b, w
 }
 
 // Collector returns the service's Prometheus collector (register it once).

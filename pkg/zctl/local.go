@@ -17,6 +17,7 @@ import (
 	"github.com/zonefleet/zonefleet/pkg/client"
 	"github.com/zonefleet/zonefleet/pkg/daemon"
 	"github.com/zonefleet/zonefleet/pkg/localcluster"
+	"github.com/zonefleet/zonefleet/pkg/node"
 	"github.com/zonefleet/zonefleet/pkg/zerr"
 )
 
@@ -34,6 +35,7 @@ func localUpCmd(g *Globals) *cobra.Command {
 		nodes, arbiters, devices, basePort  int
 		scale                               float64
 		admission                           bool
+		rebuildRate                         float64
 	)
 	c := &cobra.Command{
 		Use:   "up",
@@ -62,7 +64,8 @@ makes it current, so every other zctl command finds it. Running it again on the 
 			// Secure by default: the cluster creates DATA/pki at its first
 			// start (CA, certificates, a random admin token; zctl cert init).
 			cfg := localcluster.Config{Dir: abs, Nodes: nodes, Arbiters: arbiters, Devices: devices, Device: dev, Clock: clockName,
-				TimeScale: scale, BasePort: basePort, Admission: admission, Logger: log, Insecure: g.Insecure}
+				TimeScale: scale, BasePort: basePort, Admission: admission, Logger: log, Insecure: g.Insecure,
+				RebuildRate: rebuildRate, UnlimitedRebuild: rebuildRate == 0}
 			g.progress("starting %d ssdnodes and %d arbiter(s) in %s…", nodes, arbiters, abs)
 			cl, err := localcluster.Start(ctx, cfg)
 			if err != nil {
@@ -122,6 +125,7 @@ makes it current, so every other zctl command finds it. Running it again on the 
 	f.StringVar(&media, "media", "", "media preset of the drives: TLC, MLC or ZNAND (default MLC)")
 	f.StringVar(&ns, "default-namespace", "default", "namespace created at start (empty: none)")
 	f.BoolVar(&admission, "admission-control", true, "write admission control on the nodes")
+	f.Float64Var(&rebuildRate, "rebuild-rate", node.DefaultRebuildRate, "MiB/s each node's drives give to rebuilds (ssdnode --rebuild-rate); 0 = unlimited")
 	f.StringVar(&logLevel, "log-level", "warn", "log level of the cluster's processes")
 	f.StringVar(&mountDir, "mount", "", "format the default namespace if needed and mount its file system at this directory")
 	f.BoolVar(&allowOther, "allow-other", false, "with --mount: let other users reach the mount (non-root needs user_allow_other in /etc/fuse.conf)")

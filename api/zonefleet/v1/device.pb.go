@@ -2070,9 +2070,13 @@ func (x *CompactionCopy) GetPeer() *PeerTarget {
 }
 
 type ZoneCompactionRequest struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Device        uint32                 `protobuf:"varint,1,opt,name=device,proto3" json:"device,omitempty"`
-	Copies        []*CompactionCopy      `protobuf:"bytes,2,rep,name=copies,proto3" json:"copies,omitempty"`
+	state  protoimpl.MessageState `protogen:"open.v1"`
+	Device uint32                 `protobuf:"varint,1,opt,name=device,proto3" json:"device,omitempty"`
+	Copies []*CompactionCopy      `protobuf:"bytes,2,rep,name=copies,proto3" json:"copies,omitempty"`
+	// rebuild: the copy rebuilds a lost leg (the arbiter's mirror rebuild):
+	// its peer pushes are charged to both nodes' rebuild rate limit. Only
+	// the operator or the arbiter may set it.
+	Rebuild       bool `protobuf:"varint,3,opt,name=rebuild,proto3" json:"rebuild,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2119,6 +2123,13 @@ func (x *ZoneCompactionRequest) GetCopies() []*CompactionCopy {
 		return x.Copies
 	}
 	return nil
+}
+
+func (x *ZoneCompactionRequest) GetRebuild() bool {
+	if x != nil {
+		return x.Rebuild
+	}
+	return false
 }
 
 type ZoneCompactionResponse struct {
@@ -2778,6 +2789,7 @@ type PeerWriteRequest struct {
 	Device        uint32                 `protobuf:"varint,1,opt,name=device,proto3" json:"device,omitempty"`      // destination device on the receiving node
 	Namespace     string                 `protobuf:"bytes,2,opt,name=namespace,proto3" json:"namespace,omitempty"` // namespace the copy is done for
 	Extents       []*PeerExtent          `protobuf:"bytes,3,rep,name=extents,proto3" json:"extents,omitempty"`
+	Rebuild       bool                   `protobuf:"varint,4,opt,name=rebuild,proto3" json:"rebuild,omitempty"` // a rebuild's push: charged to the receiver's rebuild rate limit
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2831,6 +2843,13 @@ func (x *PeerWriteRequest) GetExtents() []*PeerExtent {
 		return x.Extents
 	}
 	return nil
+}
+
+func (x *PeerWriteRequest) GetRebuild() bool {
+	if x != nil {
+		return x.Rebuild
+	}
+	return false
 }
 
 type PeerWriteResponse struct {
@@ -3359,10 +3378,11 @@ const file_zonefleet_v1_device_proto_rawDesc = "" +
 	"\asrc_lba\x18\x01 \x01(\x04R\x06srcLba\x12\x16\n" +
 	"\x06blocks\x18\x02 \x01(\rR\x06blocks\x12\x17\n" +
 	"\adst_lba\x18\x03 \x01(\x04R\x06dstLba\x12,\n" +
-	"\x04peer\x18\x04 \x01(\v2\x18.zonefleet.v1.PeerTargetR\x04peer\"e\n" +
+	"\x04peer\x18\x04 \x01(\v2\x18.zonefleet.v1.PeerTargetR\x04peer\"\x7f\n" +
 	"\x15ZoneCompactionRequest\x12\x16\n" +
 	"\x06device\x18\x01 \x01(\rR\x06device\x124\n" +
-	"\x06copies\x18\x02 \x03(\v2\x1c.zonefleet.v1.CompactionCopyR\x06copies\";\n" +
+	"\x06copies\x18\x02 \x03(\v2\x1c.zonefleet.v1.CompactionCopyR\x06copies\x12\x18\n" +
+	"\arebuild\x18\x03 \x01(\bR\arebuild\";\n" +
 	"\x16ZoneCompactionResponse\x12!\n" +
 	"\foperation_id\x18\x01 \x01(\tR\voperationId\"R\n" +
 	"\x15WaitCompactionRequest\x12\x16\n" +
@@ -3421,11 +3441,12 @@ const file_zonefleet_v1_device_proto_rawDesc = "" +
 	"\n" +
 	"PeerExtent\x12\x17\n" +
 	"\adst_lba\x18\x01 \x01(\x04R\x06dstLba\x12\x12\n" +
-	"\x04data\x18\x02 \x01(\fR\x04data\"|\n" +
+	"\x04data\x18\x02 \x01(\fR\x04data\"\x96\x01\n" +
 	"\x10PeerWriteRequest\x12\x16\n" +
 	"\x06device\x18\x01 \x01(\rR\x06device\x12\x1c\n" +
 	"\tnamespace\x18\x02 \x01(\tR\tnamespace\x122\n" +
-	"\aextents\x18\x03 \x03(\v2\x18.zonefleet.v1.PeerExtentR\aextents\"+\n" +
+	"\aextents\x18\x03 \x03(\v2\x18.zonefleet.v1.PeerExtentR\aextents\x12\x18\n" +
+	"\arebuild\x18\x04 \x01(\bR\arebuild\"+\n" +
 	"\x11PeerWriteResponse\x12\x16\n" +
 	"\x06blocks\x18\x01 \x01(\x04R\x06blocks\"\x8a\x01\n" +
 	"\bPeerZone\x12\x17\n" +

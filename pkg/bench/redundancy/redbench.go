@@ -31,6 +31,7 @@ import (
 	"io"
 	"log/slog"
 	"os"
+	"sync"
 	"text/tabwriter"
 	"time"
 
@@ -38,6 +39,7 @@ import (
 	"github.com/zonefleet/zonefleet/pkg/bench/benchstat"
 	"github.com/zonefleet/zonefleet/pkg/client"
 	"github.com/zonefleet/zonefleet/pkg/localcluster"
+	"github.com/zonefleet/zonefleet/pkg/node"
 	"github.com/zonefleet/zonefleet/pkg/zerr"
 )
 
@@ -48,6 +50,14 @@ type Options struct {
 	MiB   int    // bytes written per point, default 64
 	Runs  int    // runs per point (median), default 3
 	Chunk int    // bytes per write and read call, default 1 MiB
+	// Tenant throughput during a rebuild (load.go): LoadMiB of mirror:2
+	// data to rebuild (default 128), LoadOps tenant operations with no
+	// rebuild (default 32), the throttled point's rebuild rate in MiB/s
+	// (0: node.DefaultRebuildRate). NoLoad skips the two points.
+	LoadMiB     int
+	LoadOps     int
+	RebuildRate float64
+	NoLoad      bool
 }
 
 func (o *Options) defaults() {
@@ -62,6 +72,15 @@ func (o *Options) defaults() {
 	}
 	if o.Chunk == 0 {
 		o.Chunk = 1 << 20
+	}
+	if o.LoadMiB == 0 {
+		o.LoadMiB = 128
+	}
+	if o.LoadOps == 0 {
+		o.LoadOps = 32
+	}
+	if o.RebuildRate == 0 {
+		o.RebuildRate = node.DefaultRebuildRate
 	}
 }
 
@@ -94,6 +113,10 @@ type Result struct {
 	ParityRebuiltMiB        float64 `json:"raid5_rebuilt_mib"` // zone capacity of the rebuilt legs
 	ParityRebuildSeconds    float64 `json:"raid5_rebuild_seconds"`
 	ParityRebuildSecondsPer float64 `json:"raid5_rebuild_seconds_per_gib"`
+	// Tenant throughput during a mirror:2 rebuild at the rebuild rate
+	// (Throttled) and with no limit (Unthrottled), each in its own cluster.
+	Throttled   *LoadPoint `json:"tenant_during_throttled_rebuild,omitempty"`
+	Unthrottled *LoadPoint `json:"tenant_during_unthrottled_rebuild,omitempty"`
 }
 
 type point struct {
@@ -105,8 +128,11 @@ type point struct {
 // Run runs the benchmark.
 func Run(ctx context.Context, o Options) (Result, error) {
 	o.defaults()
-	if o.Nodes < 3 || o.MiB < 1 || o.Runs < 1 || o.Chunk < 4096 || o.Chunk%4096 != 0 {
-		return Result{}, &zerr.InvalidArgumentError{Field: "options", Reason: "want at least 3 nodes, 1 MiB, 1 run and a chunk of whole 4 KiB blocks"}
+	if o.Nodes < 3 || o.MiB < 1 || o.Runs < 1 || o.Chunk < 4096 || o.Chunk%4096 != 0 || o.LoadMiB < 1 || o.LoadOps < 1 {
+		return Result{}, &zerr.InvalidArgumentError{Field: "options", Reason: "want at least 3 nodes, 1 MiB, 1 run, 1 load MiB and op, and a chunk of whole 4 KiB blocks"}
+	}
+	if _, err := node.RebuildRateBytes(o.RebuildRate); err != nil {
+		return Result{}, err
 	}
 	res := Result{Nodes: o.Nodes, MiB: o.MiB, Runs: o.Runs}
 	dir := o.Dir
@@ -123,7 +149,8 @@ func Run(ctx context.Context, o Options) (Result, error) {
 	if err != nil {
 		return res, err
 	}
-	defer cl.Close()
+	closeCluster := sync.OnceValue(cl.Close)
+	defer closeCluster()
 	admin, err := client.New(ctx, cl.AdminClientConfig())
 	if err != nil {
 		return res, err
@@ -361,6 +388,20 @@ func Run(ctx context.Context, o Options) (Result, error) {
 	if res.NoneWriteMiBps > 0 {
 		res.ParityWriteRatio = res.ParityWriteMiBps / res.NoneWriteMiBps
 	}
+	if !o.NoLoad {
+		_ = closeCluster() // one cluster at a time on this machine
+		for _, rate := range []float64{o.RebuildRate, 0} {
+			lp, err := loadPoint(ctx, o, rate)
+			if err != nil {
+				return res, fmt.Errorf("tenant during a rebuild at %v MiB/s: %w", rate, err)
+			}
+			if rate > 0 {
+				res.Throttled = &lp
+			} else {
+				res.Unthrottled = &lp
+			}
+		}
+	}
 	return res, nil
 }
 
@@ -526,6 +567,20 @@ func (r Result) WriteTable(w io.Writer) error {
 		fmt.Fprintf(t, "rebuild (raid5)\t%d legs (%.0f MiB) in %.2f s\t%.1f s/GiB\t\t\n", r.ParityRebuiltLegs, r.ParityRebuiltMiB, r.ParityRebuildSeconds, r.ParityRebuildSecondsPer)
 	} else {
 		fmt.Fprintf(t, "rebuild (raid5)\tthe lost node held no raid5 leg of the kept bytes\t\t\t\n")
+	}
+	if r.Throttled != nil || r.Unthrottled != nil {
+		fmt.Fprintf(t, "tenant, 1 MiB append + read-back\tduring the rebuild\tduring / none\trebuild\t\n")
+	}
+	for _, lp := range []*LoadPoint{r.Throttled, r.Unthrottled} {
+		if lp == nil {
+			continue
+		}
+		rate := "unlimited"
+		if lp.RateMiBps > 0 {
+			rate = fmt.Sprintf("%.0f MiB/s", lp.RateMiBps)
+		}
+		fmt.Fprintf(t, "mirror:2 rebuild at %s\t%.1f MiB/s (none: %.1f), %d ops\t%.2f\t%.0f MiB in %.2f s, %.2f s throttled\t\n",
+			rate, lp.DuringMiBps, lp.BaselineMiBps, lp.Samples, lp.Ratio, lp.RebuiltMiB, lp.RebuildSeconds, lp.ThrottledSeconds)
 	}
 	return t.Flush()
 }

@@ -14,7 +14,7 @@ import (
 // mirrored and raid5, and after the rebuild) and rebuilds the stopped node's copies; no speed
 // is asserted (the machine is shared).
 func TestRunShort(t *testing.T) {
-	res, err := Run(context.Background(), Options{Dir: t.TempDir(), MiB: 6, Runs: 1})
+	res, err := Run(context.Background(), Options{Dir: t.TempDir(), MiB: 6, Runs: 1, LoadMiB: 16, LoadOps: 4, RebuildRate: 8})
 	require.NoError(t, err)
 	for name, v := range map[string]float64{"none write": res.NoneWriteMiBps, "none read": res.NoneReadMiBps,
 		"mirror write": res.MirrorWriteMiBps, "mirror read": res.MirrorReadMiBps, "degraded read": res.DegradedReadMiBps,
@@ -31,6 +31,25 @@ func TestRunShort(t *testing.T) {
 	require.Contains(t, buf.String(), "mirror:2, one node stopped")
 	require.Contains(t, buf.String(), "raid5, a data leg's node stopped")
 	require.Contains(t, buf.String(), "rebuild (raid5)")
+
+	// tenant throughput during a rebuild: both points measured, every
+	// mirrored byte read back after each rebuild (loadPoint fails
+	// otherwise); the throttled one waited for its rate
+	require.NotNil(t, res.Throttled)
+	require.NotNil(t, res.Unthrottled)
+	require.Equal(t, 8.0, res.Throttled.RateMiBps)
+	require.Zero(t, res.Unthrottled.RateMiBps)
+	for _, lp := range []*LoadPoint{res.Throttled, res.Unthrottled} {
+		require.Positive(t, lp.BaselineMiBps)
+		require.Positive(t, lp.RebuiltMiB)
+		require.Positive(t, lp.RebuildSeconds)
+	}
+	require.Positive(t, res.Throttled.ThrottledSeconds)
+	require.Zero(t, res.Unthrottled.ThrottledSeconds)
+	// the rebuild took at least its bytes (less a burst per node) at the rate
+	// (one 1 MiB burst per node, 4 nodes)
+	require.GreaterOrEqual(t, res.Throttled.RebuildSeconds, (res.Throttled.RebuiltMiB-4)/8)
+	require.Contains(t, buf.String(), "mirror:2 rebuild at 8 MiB/s")
 }
 
 func TestRejectsBadOptions(t *testing.T) {
