@@ -378,9 +378,8 @@ func (fs *FS) prepareFlush(in *inode) *flushPlan {
 func (fs *FS) writePlan(ctx context.Context, plan *flushPlan) error {
 	for gi := range plan.groups {
 		g := &plan.groups[gi]
-		g.addrs = make([]Addr, len(g.blks)) // 0: not written
 		err := fs.appendBlocks(ctx, g.log, g.buf, func(i int, a Addr) error {
-			g.addrs[i] = a
+			g.addrs = append(g.addrs, a)
 			if s := fs.segOf(a); s != nil {
 				s.pending++
 			}
@@ -418,7 +417,7 @@ func (fs *FS) commitFlush(ctx context.Context, plan *flushPlan, failed bool) err
 			if in.pages[blk] == p {
 				p.inflight = false
 			}
-			if failed || i >= len(g.addrs) || g.addrs[i] == 0 || in.gone || in.pages[blk] != p || firstErr != nil {
+			if failed || i >= len(g.addrs) || in.gone || in.pages[blk] != p || firstErr != nil {
 				continue
 			}
 			a := g.addrs[i]

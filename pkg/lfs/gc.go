@@ -566,13 +566,7 @@ func (fs *FS) allocCopies(ctx context.Context, li int, from ZoneID, src func(int
 	for i := 0; i < n; {
 		l := fs.logFor(li)
 		s := fs.logs[l]
-		if s != nil && s.tail != nil {
-			// the copies land at the write pointer: after the appends
-			// in flight in the zone (none start meanwhile: log lock)
-			fs.waitTail(s)
-			continue
-		}
-		if s == nil || s.closed || s.broken || s.wp >= s.cap || s.tl {
+		if s == nil || s.closed || s.wp >= s.cap || s.tl {
 			// (zone_compaction writes sequentially from the write
 			// pointer: never into a threaded-logging segment)
 			if s != nil {

@@ -50,13 +50,6 @@ type segment struct {
 	closed  bool     // no more writes (full, finished or abandoned)
 	stable  bool     // closed at the last checkpoint and not written since (a threaded-logging candidate)
 	victim  bool     // being moved by recycling (no threaded logging into it)
-	// appendBlocks' pipeline: tail is closed when the last write allocated
-	// in the zone is done (the next one waits for it: a zone's writes reach
-	// its write pointer in order); broken: a write failed, the zone takes
-	// no more (wp is back at what landed); finished: its finish was issued.
-	tail     chan struct{}
-	broken   bool
-	finished bool
 	// Threaded logging (tl.go): the segment was TL-opened and its log writes
 	// into its holes; wp stays at cap (every block below it reads back).
 	tl     bool
@@ -239,28 +232,9 @@ func (fs *FS) closeLog(ctx context.Context, li int) {
 	if !s.closed {
 		s.closed = true
 		if s.wp < s.cap {
-			// no finish under a write still in flight (appendBlocks)
-			fs.waitTail(s)
-		}
-		if s.wp < s.cap && !s.finished {
 			// A zone left open counts against the volume's open zones
 			// while the tables think it closed: read-only.
-			s.finished = true
 			fs.zoneOp(ctx, false, s.zone, "finish of a segment")
-		}
-	}
-}
-
-// waitTail waits, fs.mu released, until no write appendBlocks allocated in
-// s is in flight (fs.mu held on entry and return).
-func (fs *FS) waitTail(s *segment) {
-	for s.tail != nil {
-		t := s.tail
-		fs.mu.Unlock()
-		<-t
-		fs.mu.Lock()
-		if s.tail == t {
-			s.tail = nil
 		}
 	}
 }
@@ -276,206 +250,20 @@ func (fs *FS) lockLog(l int) {
 }
 
 // appendBlocks writes n blocks (data holds n*bs bytes) to log li, possibly
-// across segments, calling place(i, addr) under fs.mu for every block
-// written, once its write completed (the indexes may come out of order when
-// a write is retried). data must not change meanwhile (the caller copied it,
-// or holds the lock of the inode whose pages it is).
-//
-// The log's lock is held only to allocate: the blocks get their addresses
-// (the segment's wp moves past them, its pending count keeps recycling away)
-// and the Volume writes run after it is released, so the next append of the
-// log (another write-back, the next segment) is in flight meanwhile. Writes
-// to one zone must reach its write pointer in order: each waits for the
-// write allocated before it in the same zone (s.tail), and skips, to be
-// allocated again elsewhere, when that one failed. One call's writes go one
-// at a time, in order (reproducible for the power-loss tests); different
-// callers' writes to different zones run concurrently. A threaded-logging
-// head falls back to appendBlocksSync (holes, written in order under the log
-// lock).
+// across segments, calling place(i, addr) for every block written. It holds
+// the log's lock across the Write (appends to a zone are ordered by its write
+// pointer) and releases fs.mu for it; place runs under fs.mu after the write.
+// data must not change meanwhile (the caller copied it, or holds the lock of
+// the inode whose pages it is).
 func (fs *FS) appendBlocks(ctx context.Context, li int, data []byte, place func(i int, a Addr) error) error {
 	l := fs.logFor(li)
-	bs := fs.bs
-	todo := []blockSpan{{0, len(data) / bs}}
-	degraded := 0
-	for len(todo) > 0 {
-		fs.lockLog(l)
-		var chunks []*appendChunk
-		var locked []blockSpan // left for the log-locked path (threaded logging)
-		var err error
-	alloc:
-		for ti, sp := range todo {
-			for sp.n > 0 {
-				s := fs.logs[l]
-				if s == nil || s.closed || s.broken || s.wp >= s.cap && !s.tl {
-					if s != nil {
-						fs.closeLog(ctx, l)
-					}
-					if s, err = fs.openSeg(ctx, l, true); err != nil {
-						break alloc
-					}
-					continue
-				}
-				if s.tl {
-					locked = append([]blockSpan{sp}, todo[ti+1:]...)
-					break alloc
-				}
-				k := min(uint64(sp.n), s.cap-s.wp)
-				c := &appendChunk{s: s, off: s.wp, k: k, i: sp.i, prev: s.tail, done: make(chan struct{})}
-				s.tail = c.done
-				s.wp += k
-				s.pending += int(k)
-				chunks = append(chunks, c)
-				sp.i += int(k)
-				sp.n -= int(k)
-				if s.wp >= s.cap {
-					// full once its writes land (the volume finishes a
-					// full zone itself): no finish here
-					fs.closeLog(ctx, l)
-				}
-			}
-		}
-		todo = todo[:0]
-		if len(locked) > 0 && err == nil {
-			// still under the log lock: the threaded-logging path
-			err = fs.appendBlocksSync(ctx, l, data, locked, place)
-		}
-		fs.logMu[l].Unlock()
-		if len(chunks) > 0 {
-			// one write at a time, in order (a caller's writes reach the
-			// Volume in a reproducible order); other callers' run meanwhile
-			fs.mu.Unlock()
-			for _, c := range chunks {
-				fs.writeChunk(ctx, c, data)
-			}
-			fs.mu.Lock()
-		}
-		var werr error
-		for _, c := range chunks {
-			s := c.s
-			s.pending -= int(c.k)
-			if c.written > 0 {
-				s.mtime = fs.nodeSeq
-				fs.blocksWritten += c.written
-			}
-			for j := 0; j < int(c.written); j++ {
-				if e := place(c.i+j, MakeAddr(s.zone, c.off+uint64(j))); e != nil && err == nil {
-					err = e
-				}
-			}
-			if c.written < c.k {
-				todo = append(todo, blockSpan{c.i + int(c.written), int(c.k - c.written)})
-			}
-			if c.err == nil {
-				continue
-			}
-			// The zone's write pointer is now unknown: never write it
-			// again. It is finished (in the background: a degraded zone
-			// gives its active resources back to the namespace at once).
-			if werr == nil || zerr.IsDegraded(werr) {
-				werr = c.err
-			}
-			if fs.logs[l] == s {
-				fs.closeLog(ctx, l)
-			} else if !s.finished {
-				s.finished = true
-				fs.zoneOp(ctx, false, s.zone, "finish of a segment")
-			}
-			s.closed = true
-		}
-		if err != nil {
-			return err
-		}
-		if werr != nil {
-			// A mirrored zone that lost a copy takes no more writes: the
-			// blocks not written go to a new segment, placed on live
-			// nodes once the arbiter sees the node gone (its lease, a few
-			// seconds): until then a new segment may meet the same node,
-			// so the next tries wait 0.25, 0.5, 1, then 2 s (about 10 s
-			// in all, fs.mu released) before giving up.
-			if !zerr.IsDegraded(werr) || degraded >= degradedTries {
-				return werr
-			}
-			if fs.degradedWait(ctx, degraded) != nil {
-				return werr
-			}
-			degraded++
-		}
-	}
-	return nil
-}
-
-// blockSpan is n blocks of an append's data from block i.
-type blockSpan struct{ i, n int }
-
-// appendChunk is one Volume write of appendBlocks: k blocks of data from
-// block i at off of zone s.zone, after the write allocated before it in that
-// zone (prev, closed when that one is done; nil for none).
-type appendChunk struct {
-	s       *segment
-	off, k  uint64
-	i       int
-	prev    chan struct{}
-	done    chan struct{}
-	written uint64 // blocks that landed (k, or fewer after a failure)
-	err     error  // the write failed (not set when skipped)
-}
-
-// writeChunk writes c (fs.mu not held): after the write before it in its
-// zone, unless that one failed (then c skips: nothing written, to be
-// allocated again). A failure marks the segment broken and puts its wp back
-// at what landed before c's done wakes the next write of the zone.
-func (fs *FS) writeChunk(ctx context.Context, c *appendChunk, data []byte) {
-	if c.prev != nil {
-		<-c.prev
-	}
-	bs := uint64(fs.bs)
-	fs.mu.Lock()
-	broken := c.s.broken
-	fs.mu.Unlock()
-	var err error
-	if !broken {
-		err = fs.vol.Write(ctx, c.s.zone, c.off, data[uint64(c.i)*bs:(uint64(c.i)+c.k)*bs], false)
-	}
-	fs.mu.Lock()
-	switch {
-	case broken:
-	case err == nil:
-		c.written = c.k
-	default:
-		c.err = err
-		var pw *PartialWriteError
-		if errors.As(err, &pw) {
-			c.written = min(pw.Written, c.k)
-		}
-		c.s.broken = true
-		c.s.wp = c.off + c.written
-	}
-	fs.mu.Unlock()
-	close(c.done)
-}
-
-// appendBlocksSync is the log-locked path of appendBlocks for a threaded-
-// logging head (its writes go into holes, in order): it writes the spans of
-// data one Volume write at a time with the log's lock held (the caller holds
-// it and fs.mu) and fs.mu released for each write; place runs under fs.mu
-// after the write.
-func (fs *FS) appendBlocksSync(ctx context.Context, l int, data []byte, spans []blockSpan, place func(i int, a Addr) error) error {
-	for _, sp := range spans {
-		if err := fs.appendSpanSync(ctx, l, data[sp.i*fs.bs:(sp.i+sp.n)*fs.bs], func(i int, a Addr) error { return place(sp.i+i, a) }); err != nil {
-			return err
-		}
-	}
-	return nil
-}
-
-// appendSpanSync writes data to log li (its lock held) as appendBlocks did
-// before the pipeline: one Volume write at a time.
-func (fs *FS) appendSpanSync(ctx context.Context, li int, data []byte, place func(i int, a Addr) error) error {
+	fs.lockLog(l)
+	defer fs.logMu[l].Unlock()
 	bs := fs.bs
 	n := len(data) / bs
 	degraded := 0
 	for i := 0; i < n; {
-		s := fs.logs[li]
+		s := fs.logs[fs.logFor(li)]
 		if s != nil && s.tl && !s.closed {
 			if _, run := s.tlNextRun(1); run == 0 {
 				s.closed = true // no hole left
@@ -483,10 +271,10 @@ func (fs *FS) appendSpanSync(ctx context.Context, li int, data []byte, place fun
 		}
 		if s == nil || s.closed || s.wp >= s.cap && !s.tl {
 			if s != nil {
-				fs.closeLog(ctx, li)
+				fs.closeLog(ctx, fs.logFor(li))
 			}
 			var err error
-			if s, err = fs.openSeg(ctx, li, true); err != nil {
+			if s, err = fs.openSeg(ctx, fs.logFor(li), true); err != nil {
 				return err
 			}
 			continue
@@ -513,7 +301,7 @@ func (fs *FS) appendSpanSync(ctx context.Context, li int, data []byte, place fun
 			// marking it closed first skipped the finish, and after a node
 			// loss every degraded log kept an active zone until the next
 			// mount, so the replacements ran out of them.
-			fs.closeLog(ctx, li)
+			fs.closeLog(ctx, fs.logFor(li))
 			s.closed = true
 			// A mirrored zone that lost a copy takes no more writes: the
 			// blocks not written go to a new segment, placed on live
@@ -555,7 +343,7 @@ func (fs *FS) appendSpanSync(ctx context.Context, li int, data []byte, place fun
 		i += int(k)
 		if !s.tl && s.wp >= s.cap {
 			s.closed = true
-			fs.closeLog(ctx, li)
+			fs.closeLog(ctx, fs.logFor(li))
 		}
 	}
 	return nil
