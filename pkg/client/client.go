@@ -64,8 +64,9 @@
 // rebuild.go).
 //
 // A namespace created with redundancy raid5 has parity stripe groups:
-// width k data legs, a parity leg and a partial-parity (PP) log zone, the
-// k+1 legs on distinct nodes and the PP log on the parity leg's node
+// width k data legs, a parity leg and two partial-parity (PP) log zones
+// used alternately, the k+1 legs on distinct nodes and the PP logs on the
+// parity leg's node
 // (parity.go has the design and why the parity leg is fixed per group).
 // A stripe row is k units at one zone offset of the k data legs, its
 // parity unit at that offset of the parity leg; rows are written in order

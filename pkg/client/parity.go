@@ -1,6 +1,7 @@
 package client
 
 import (
+	"cmp"
 	"context"
 	"crypto/subtle"
 	"encoding/binary"
@@ -16,19 +17,21 @@ import (
 
 // Parity stripe groups (namespace redundancy raid5).
 //
-// A parity group of width k lists k+2 physical zones: k data legs, the
-// parity leg zones[k] and the partial-parity (PP) log zones[k+1]. The data
-// legs and the parity leg are on k+1 distinct nodes; the PP log is on the
-// parity leg's node. The parity leg is fixed per group (RAID-4 placement,
+// A parity group of width k lists k+3 physical zones: k data legs, the
+// parity leg zones[k] and the two partial-parity (PP) logs zones[k+1] and
+// zones[k+2] (a group laid out before there were two lists only zones[k+1]:
+// see appendPP). The data legs and the parity leg are on k+1 distinct
+// nodes; the PP logs are on the parity leg's node. The parity leg is fixed
+// per group (RAID-4 placement,
 // not RAID-5 rotation): every zone is append-only, so every row writes
 // every leg once whichever leg holds its parity, and rotation would only
 // spread reads of parity, which normal reads never do. What a fixed leg
 // buys is the rule that matters: the PP record of a row must sit on a node
 // that holds no data unit of that row (else losing that node loses a unit
-// and its protection), and with a fixed parity leg one PP zone on the
-// parity node satisfies it for every row, at the cost of one extra zone
-// per group and no extra node. (A rotating parity leg would need a PP zone
-// per leg.) The arbiter places and counts the k+2 zones (pkg/arbiter
+// and its protection), and with a fixed parity leg the PP zones on the
+// parity node satisfy it for every row, at the cost of two extra zones per
+// group and no extra node. (A rotating parity leg would need PP zones per
+// leg.) The arbiter places and counts the k+3 zones (pkg/arbiter
 // pickParity).
 //
 // Striping of the data legs is RAID-0's: row r is stripe units r*k …
@@ -41,7 +44,8 @@ import (
 // the cache does not match, after a restart). Every row the write
 // completes gets its parity unit written; when the write ends inside a row
 // a PP record — header (magic, group, row, covered blocks, payload CRC,
-// header CRC) plus the row's parity so far — is appended to the PP log.
+// sequence number, header CRC) plus the row's parity so far — is appended
+// to the group's active PP log.
 // The data legs, the parity units and the PP record are written in
 // parallel, with the call's FUA, and the write is acknowledged only when
 // all landed (a Flush flushes the parity and PP zones with the data legs:
@@ -51,17 +55,28 @@ import (
 // another v-zone; so is any write to a group with a zone on a node known
 // to be unavailable (the arbiter's view, or a failed call within
 // suspectFor), even one that touches only live zones: its data would be
-// protected by nothing. When the PP log is full it is reset and the record is
-// written at its start: between the reset and the record, the acknowledged
-// part of the open row is unprotected (a node loss in that window of one
-// device round trip loses it); a second PP zone would close the window.
+// protected by nothing.
+//
+// The two PP logs are used alternately (ping-pong). Records go to the
+// active log; when a record does not fit, the other log — which holds only
+// records older than the active log's newest, so superseded — is reset and
+// the record written at its start, making it the active log. Between that
+// reset and the record, the active log still holds the newest record of
+// the open row: no acknowledged block is ever unprotected (a group with
+// one log, from an older layout, resets it in place and keeps that
+// window). Every record carries a sequence number (Seq), one more than the
+// group's newest, so the records of both logs have one order: readers take
+// the newest valid record across both logs, and a client that does not
+// know the logs' state (a restart, a failed append) reads both and makes
+// the log holding the newest record the active one (learnPP). Version 1
+// headers (one log, no Seq) still decode, with Seq 0.
 //
 // Normal reads read the data legs only. A read that meets an unavailable
 // data leg (or one the arbiter reports down) reconstructs that leg's
 // pieces row by row (reconstruct): from the parity unit when the survivors
 // hold the whole row and the parity leg holds its parity, else from the
-// newest valid PP record of the row whose covered prefix the survivors
-// hold, XORing only the survivors' blocks inside that prefix (blocks after
+// newest valid PP record (of both logs) of the row whose covered prefix
+// the survivors hold, XORing only the survivors' blocks inside that prefix (blocks after
 // it were never acknowledged; a torn record fails its CRC and is skipped).
 // A row with neither holds nothing acknowledged on the lost leg: zeroes.
 // Two unavailable zones of one group fail the read.
@@ -73,17 +88,29 @@ import (
 // finds the acknowledged end.
 //
 // Finish seals the open parity group first (sealParity): a seal record in
-// its PP log keeps what the finished zones' write pointers no longer say.
+// its active PP log (appended by the same rule) keeps what the finished
+// zones' write pointers no longer say.
 //
-// The PP log is not reset when the group fills: the zone is finished with
-// the group and reset with the v-zone. zone_compaction and TL_open are
+// The PP logs are not reset when the group fills: the zones are finished
+// with the group and reset with the v-zone. zone_compaction and TL_open are
 // refused (mirroredError); the file system recycles by host copy.
 
-// ppMagic starts every partial-parity record header.
-const ppMagic = 0x5a465050 // "ZFPP"
+// ppMagic starts every partial-parity record header (version 2, written
+// since a group has two PP logs: it carries Seq); ppMagicV1 starts the
+// headers of version 1 (one PP log per group, no Seq), still decoded (their
+// Seq is 0: older than every version 2 record, in log order among
+// themselves).
+const (
+	ppMagic   = 0x5a465032 // "ZFP2"
+	ppMagicV1 = 0x5a465050 // "ZFPP"
+)
 
-// ppHeaderLen is the encoded header's length (the rest of its block is zero).
-const ppHeaderLen = 48
+// ppHeaderLen is the encoded header's length (the rest of its block is
+// zero); ppHeaderLenV1 a version 1 header's.
+const (
+	ppHeaderLen   = 56
+	ppHeaderLenV1 = 48
+)
 
 // ppSealed marks a seal record (sealParity): written before the group's
 // zones are finished, when the drives' write pointers stop telling how far
@@ -103,8 +130,12 @@ type ppHeader struct {
 	// ParityRows (seal records): the rows whose parity unit was written
 	// when the group was sealed.
 	ParityRows uint64
+	// Seq orders the records of a group across its two PP logs: every
+	// record has a greater Seq than the records written before it.
+	Seq uint64
 }
 
+// encode writes a version 2 header.
 func (h ppHeader) encode(b []byte) {
 	clear(b)
 	binary.LittleEndian.PutUint32(b[0:], ppMagic)
@@ -115,21 +146,36 @@ func (h ppHeader) encode(b []byte) {
 	binary.LittleEndian.PutUint32(b[28:], h.CRC)
 	binary.LittleEndian.PutUint32(b[32:], h.Flags)
 	binary.LittleEndian.PutUint64(b[36:], h.ParityRows)
-	binary.LittleEndian.PutUint32(b[44:], crc32.Checksum(b[:44], crcTable))
+	binary.LittleEndian.PutUint64(b[44:], h.Seq)
+	binary.LittleEndian.PutUint32(b[52:], crc32.Checksum(b[:52], crcTable))
 }
 
-// decodePPHeader parses a header block; ok is false for anything that is
-// not an intact header (zeroes, a torn write, another record's payload).
+// decodePPHeader parses a header block (version 2, or version 1 with Seq
+// 0); ok is false for anything that is not an intact header (zeroes, a
+// torn write, another record's payload).
 func decodePPHeader(b []byte) (ppHeader, bool) {
-	if len(b) < ppHeaderLen || binary.LittleEndian.Uint32(b) != ppMagic ||
-		binary.LittleEndian.Uint32(b[44:]) != crc32.Checksum(b[:44], crcTable) {
+	if len(b) < ppHeaderLenV1 {
+		return ppHeader{}, false
+	}
+	var seq uint64
+	switch binary.LittleEndian.Uint32(b) {
+	case ppMagic:
+		if len(b) < ppHeaderLen || binary.LittleEndian.Uint32(b[52:]) != crc32.Checksum(b[:52], crcTable) {
+			return ppHeader{}, false
+		}
+		seq = binary.LittleEndian.Uint64(b[44:])
+	case ppMagicV1:
+		if binary.LittleEndian.Uint32(b[44:]) != crc32.Checksum(b[:44], crcTable) {
+			return ppHeader{}, false
+		}
+	default:
 		return ppHeader{}, false
 	}
 	return ppHeader{
 		Group: binary.LittleEndian.Uint32(b[4:]), Row: binary.LittleEndian.Uint64(b[8:]),
 		Covered: binary.LittleEndian.Uint64(b[16:]), Blocks: binary.LittleEndian.Uint32(b[24:]),
 		CRC: binary.LittleEndian.Uint32(b[28:]), Flags: binary.LittleEndian.Uint32(b[32:]),
-		ParityRows: binary.LittleEndian.Uint64(b[36:]),
+		ParityRows: binary.LittleEndian.Uint64(b[36:]), Seq: seq,
 	}, true
 }
 
@@ -172,10 +218,28 @@ func parseLog(b []byte, bs uint64) []ppRecord {
 type parityState struct {
 	group   uint32
 	row     uint64
-	covered uint64 // blocks of the row written
-	xor     []byte // stripe blocks
-	ppWP    map[uint32]uint64
+	covered uint64                 // blocks of the row written
+	xor     []byte                 // stripe blocks
+	pp      map[uint32]*ppLogState // per group (guarded by VZone.parMu)
 }
+
+// ppLogState is what a client knows of a group's PP logs: which one is
+// active, its write pointer and the newest record's Seq. It is learnt from
+// the logs (learnPP) when unknown, and forgotten after a failed append.
+type ppLogState struct {
+	logs   []pzone // the logs it was learnt for (a rebuild replaces them)
+	active int     // index into logs
+	wp     uint64  // the active log's write pointer
+	seq    uint64  // the newest record's Seq
+}
+
+// ppLogs are g's PP log zones: two (zones[width+1], zones[width+2]) used
+// alternately, or one in a group laid out before there were two.
+func (g *group) ppLogs() []pzone { return g.zones[g.width+1:] }
+
+// ppTestHook, when set (tests), runs after appendPP reset the other PP log
+// and before it writes the record there; an error fails the append.
+var ppTestHook func(group uint32, row, covered uint64) error
 
 func xorInto(dst, src []byte) { subtle.XORBytes(dst, dst, src) }
 
@@ -245,7 +309,7 @@ func (v *VZone) writeParity(ctx context.Context, g *group, off uint64, data []by
 		z    pzone
 		zoff uint64
 		buf  []byte
-		pp   bool
+		pp   *ppHeader // a PP record: buf is its payload
 	}
 	var jobs []job
 	for _, l := range g.legs(off, n) {
@@ -258,13 +322,9 @@ func (v *VZone) writeParity(ctx context.Context, g *group, off uint64, data []by
 	if len(parity) > 0 {
 		jobs = append(jobs, job{z: g.zones[g.width], zoff: r0 * S, buf: parity})
 	}
-	var rec []byte
 	if q > 0 {
 		payload := min(q, S)
-		rec = make([]byte, (1+payload)*bs)
-		copy(rec[bs:], acc[:payload*bs])
-		ppHeader{Group: g.index, Row: rEnd, Covered: q, Blocks: uint32(payload), CRC: crc32.Checksum(rec[bs:], crcTable)}.encode(rec[:bs])
-		jobs = append(jobs, job{z: g.zones[g.width+1], buf: rec, pp: true})
+		jobs = append(jobs, job{z: g.ppLogs()[0], buf: acc[:payload*bs], pp: &ppHeader{Group: g.index, Row: rEnd, Covered: q}})
 	}
 	errs := make([]error, len(jobs))
 	run := func(ctx context.Context) {
@@ -273,8 +333,8 @@ func (v *VZone) writeParity(ctx context.Context, g *group, off uint64, data []by
 			wg.Add(1)
 			go func() {
 				defer wg.Done()
-				if j.pp {
-					errs[i] = v.appendPP(ctx, g, j.z, j.buf, bs, fua)
+				if j.pp != nil {
+					errs[i] = v.appendPP(ctx, g, *j.pp, j.buf, bs, fua)
 					return
 				}
 				errs[i] = v.writeLeg(ctx, j.z, j.zoff, j.buf, bs, fua)
@@ -319,44 +379,100 @@ func (v *VZone) writeParity(ctx context.Context, g *group, off uint64, data []by
 	return 0, errors.Join(errs...)
 }
 
-// appendPP appends a PP record at the PP log's write pointer (asked of the
-// drive when not known), resetting the log first when the record does not
-// fit (see the package notes above for the window this opens).
-func (v *VZone) appendPP(ctx context.Context, g *group, z pzone, rec []byte, bs uint64, fua bool) error {
+// appendPP appends a PP record (header h, Seq and CRC filled in here,
+// and payload) to g's active PP log at its write pointer. When it does not
+// fit, the other log — which holds only records older than the active
+// log's newest — is reset and the record written at its start, making it
+// the active log: until the record lands, the active log still holds the
+// newest record of every row, so no acknowledged block is unprotected
+// between the reset and the write. (A group with one PP log resets that.)
+func (v *VZone) appendPP(ctx context.Context, g *group, h ppHeader, payload []byte, bs uint64, fua bool) error {
+	logs := g.ppLogs()
+	v.parMu.Lock()
+	st := v.par.pp[g.index]
+	v.parMu.Unlock()
+	if st == nil || !slices.EqualFunc(st.logs, logs, samePZone) {
+		var err error
+		if st, err = v.learnPP(ctx, g, bs); err != nil {
+			return err
+		}
+	}
+	st = &ppLogState{logs: st.logs, active: st.active, wp: st.wp, seq: st.seq} // published only on success
+	z := logs[st.active]
 	d, err := v.c.device(ctx, z)
 	if err != nil {
 		return err
 	}
-	v.parMu.Lock()
-	wp, known := v.par.ppWP[g.index]
-	v.parMu.Unlock()
-	if !known {
-		if wp, err = v.zoneWritePointer(ctx, z); err != nil {
-			return err
-		}
-	}
+	rec := make([]byte, bs+uint64(len(payload)))
+	copy(rec[bs:], payload)
+	h.Blocks, h.CRC, h.Seq = uint32(uint64(len(payload))/bs), crc32.Checksum(payload, crcTable), st.seq+1
+	h.encode(rec[:bs])
 	blocks := uint64(len(rec)) / bs
-	if wp+blocks > d.zoneCap {
+	err = func() error {
+		if st.wp+blocks <= d.zoneCap {
+			return nil
+		}
+		st.active = (st.active + 1) % len(logs)
+		z = logs[st.active]
 		_, err := nodeCall(ctx, v.c, z.node, z.addr, "reset partial-parity log", func(ctx context.Context, n v1.ZonedDeviceClient) (*v1.ZoneManagementResponse, error) {
 			return n.ZoneManagement(ctx, &v1.ZoneManagementRequest{Device: z.dev, Zone: z.zone, Action: v1.ZoneAction_ZONE_ACTION_RESET})
 		})
 		if err != nil {
 			return err
 		}
-		wp = 0
+		st.wp = 0
+		if ppTestHook != nil {
+			return ppTestHook(g.index, h.Row, h.Covered)
+		}
+		return nil
+	}()
+	if err == nil {
+		err = v.writeLeg(ctx, z, st.wp, rec, bs, fua)
 	}
-	err = v.writeLeg(ctx, z, wp, rec, bs, fua)
 	v.parMu.Lock()
 	defer v.parMu.Unlock()
-	if v.par.ppWP == nil {
-		v.par.ppWP = map[uint32]uint64{}
+	if v.par.pp == nil {
+		v.par.pp = map[uint32]*ppLogState{}
 	}
 	if err != nil {
-		delete(v.par.ppWP, g.index)
+		delete(v.par.pp, g.index) // learnt again from the logs
 		return err
 	}
-	v.par.ppWP[g.index] = wp + blocks
+	st.wp, st.seq = st.wp+blocks, h.Seq
+	v.par.pp[g.index] = st
 	return nil
+}
+
+func samePZone(a, b pzone) bool {
+	return a.node == b.node && a.dev == b.dev && a.zone == b.zone
+}
+
+// learnPP reads g's PP logs: the active one is the one holding the newest
+// record (the first when both are empty).
+func (v *VZone) learnPP(ctx context.Context, g *group, bs uint64) (*ppLogState, error) {
+	logs := g.ppLogs()
+	st := &ppLogState{logs: logs}
+	var best uint64
+	for i, z := range logs {
+		wp, err := v.zoneWritePointer(ctx, z)
+		if err != nil {
+			return nil, err
+		}
+		b, err := v.readRaw(ctx, z, 0, wp, bs)
+		if err != nil {
+			return nil, err
+		}
+		for _, r := range parseLog(b, bs) {
+			if r.Seq > best || (i == 0 && r.Seq == best) {
+				best, st.active = r.Seq, i
+			}
+		}
+		if i == st.active {
+			st.wp = wp
+		}
+	}
+	st.seq = best
+	return st, nil
 }
 
 // readRaw reads blocks blocks at zone offset zoff of z.
@@ -497,7 +613,7 @@ func (v *VZone) reconstruct(ctx context.Context, g *group, l *leg, bad map[strin
 	}
 	var recs []ppRecord
 	recsRead := false
-	pz := g.zones[g.width+1]
+	pz := g.ppLogs()[0] // the PP logs are on one node
 	if c := g.sealedPP.Load(); c != nil {
 		recs, recsRead = *c, true
 	} else if !bad[pz.node] {
@@ -549,7 +665,7 @@ func (v *VZone) reconstruct(ctx context.Context, g *group, l *leg, bad map[strin
 			copy(out, span[g.width][at:at+p.n*bs])
 		} else {
 			if !recsRead {
-				if bad[g.zones[g.width+1].node] {
+				if bad[g.ppLogs()[0].node] {
 					return &zerr.UnavailableError{What: fmt.Sprintf("v-zone %d stripe group %d", v.id, g.index), Reason: "the partial-parity log is on an unavailable node too"}
 				}
 				if recs, err = v.ppRecords(ctx, g, bs); err != nil {
@@ -626,8 +742,7 @@ func (v *VZone) sealParity(ctx context.Context, groups []*group) error {
 		if wp <= g.start || wp >= g.start+g.capacity {
 			continue // empty, or full: its rows all have parity
 		}
-		pz := g.zones[g.width+1]
-		if !v.preferred(pz) {
+		if !v.preferred(g.ppLogs()[0]) { // the PP logs are on one node
 			continue
 		}
 		S, rowBlocks := g.stripe, g.stripe*uint64(g.width)
@@ -645,29 +760,31 @@ func (v *VZone) sealParity(ctx context.Context, groups []*group) error {
 			return err
 		}
 		payload := min(c, S)
-		rec := make([]byte, (1+payload)*bs)
-		copy(rec[bs:], acc[:payload*bs])
-		ppHeader{Group: g.index, Row: r, Covered: c, Blocks: uint32(payload), CRC: crc32.Checksum(rec[bs:], crcTable),
-			Flags: ppSealed, ParityRows: min(pwp/S, r)}.encode(rec[:bs])
-		if err := v.appendPP(ctx, g, pz, rec, bs, true); err != nil {
+		h := ppHeader{Group: g.index, Row: r, Covered: c, Flags: ppSealed, ParityRows: min(pwp/S, r)}
+		if err := v.appendPP(ctx, g, h, acc[:payload*bs], bs, true); err != nil {
 			return fmt.Errorf("seal parity group %d: %w", g.index, err)
 		}
 	}
 	return nil
 }
 
-// ppRecords reads g's PP log up to its write pointer and parses it.
+// ppRecords reads g's PP logs up to their write pointers and returns
+// their records oldest first (by Seq; log order among equal ones).
 func (v *VZone) ppRecords(ctx context.Context, g *group, bs uint64) ([]ppRecord, error) {
-	pz := g.zones[g.width+1]
-	pwp, err := v.zoneWritePointer(ctx, pz)
-	if err != nil {
-		return nil, err
+	var out []ppRecord
+	for _, pz := range g.ppLogs() {
+		pwp, err := v.zoneWritePointer(ctx, pz)
+		if err != nil {
+			return nil, err
+		}
+		b, err := v.readRaw(ctx, pz, 0, pwp, bs)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, parseLog(b, bs)...)
 	}
-	b, err := v.readRaw(ctx, pz, 0, pwp, bs)
-	if err != nil {
-		return nil, err
-	}
-	return parseLog(b, bs), nil
+	slices.SortStableFunc(out, func(a, b ppRecord) int { return cmp.Compare(a.Seq, b.Seq) })
+	return out, nil
 }
 
 // lostLegWritePointer stands in for the write pointer of data leg i of

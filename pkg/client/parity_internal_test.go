@@ -2,6 +2,7 @@ package client
 
 import (
 	"bytes"
+	"encoding/binary"
 	"hash/crc32"
 	"testing"
 
@@ -40,10 +41,51 @@ func TestParseLogSkipsTornRecords(t *testing.T) {
 	require.Empty(t, parseLog(r1[:2*bs], bs), "a payload past the end is not a record")
 }
 
+// encodeV1 writes a version 1 header (one PP log per group, no Seq).
+func encodeV1(h ppHeader, b []byte) {
+	clear(b)
+	binary.LittleEndian.PutUint32(b[0:], ppMagicV1)
+	binary.LittleEndian.PutUint32(b[4:], h.Group)
+	binary.LittleEndian.PutUint64(b[8:], h.Row)
+	binary.LittleEndian.PutUint64(b[16:], h.Covered)
+	binary.LittleEndian.PutUint32(b[24:], h.Blocks)
+	binary.LittleEndian.PutUint32(b[28:], h.CRC)
+	binary.LittleEndian.PutUint32(b[32:], h.Flags)
+	binary.LittleEndian.PutUint64(b[36:], h.ParityRows)
+	binary.LittleEndian.PutUint32(b[44:], crc32.Checksum(b[:44], crcTable))
+}
+
+// Version 2 headers carry Seq; version 1 headers (written before groups
+// had two PP logs) still decode, with Seq 0; a torn one of either does not.
+func TestDecodePPHeaderVersions(t *testing.T) {
+	h := ppHeader{Group: 3, Row: 9, Covered: 17, Blocks: 2, CRC: 7, Flags: ppSealed, ParityRows: 8, Seq: 41}
+	b := make([]byte, 64)
+	h.encode(b)
+	got, ok := decodePPHeader(b)
+	require.True(t, ok)
+	require.Equal(t, h, got)
+	b[50] ^= 1
+	_, ok = decodePPHeader(b)
+	require.False(t, ok, "a torn version 2 header")
+	_, ok = decodePPHeader(b[:ppHeaderLenV1])
+	require.False(t, ok, "a version 2 header cut short")
+	encodeV1(h, b)
+	got, ok = decodePPHeader(b[:ppHeaderLenV1])
+	require.True(t, ok)
+	h.Seq = 0
+	require.Equal(t, h, got)
+	b[40] ^= 1
+	_, ok = decodePPHeader(b)
+	require.False(t, ok, "a torn version 1 header")
+}
+
 func FuzzDecodePPHeader(f *testing.F) {
 	b := make([]byte, 64)
-	ppHeader{Group: 3, Row: 9, Covered: 17, Blocks: 2, CRC: 7}.encode(b)
+	ppHeader{Group: 3, Row: 9, Covered: 17, Blocks: 2, CRC: 7, Seq: 5}.encode(b)
 	f.Add(b)
+	v1 := make([]byte, 64)
+	encodeV1(ppHeader{Group: 3, Row: 9, Covered: 17, Blocks: 2, CRC: 7}, v1)
+	f.Add(v1)
 	f.Add(make([]byte, 64))
 	f.Fuzz(func(t *testing.T, b []byte) {
 		h, ok := decodePPHeader(b)

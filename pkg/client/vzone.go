@@ -59,7 +59,8 @@ type group struct {
 	zones    []pzone
 	cc       *congestion
 	// parity: a raid5 group (parity.go): zones are width data legs, the
-	// parity leg zones[width] and the partial-parity log zones[width+1].
+	// parity leg zones[width] and the partial-parity logs zones[width+1]
+	// and zones[width+2] (only zones[width+1] in an older layout).
 	parity bool
 	// sealedPP caches the PP records of a sealed (finished, so immutable)
 	// parity group for reconstruction; a new layout makes new groups.
@@ -106,7 +107,7 @@ func (v *VZone) applyLayout(l *v1.VZone, then func()) bool {
 				info: new(atomic.Pointer[devInfo])})
 		}
 		switch copies := max(int(pg.GetCopies()), 1); {
-		case pg.GetParity() && copies == 1 && g.width > 0 && g.width+2 == len(g.zones):
+		case pg.GetParity() && copies == 1 && g.width > 0 && (g.width+3 == len(g.zones) || g.width+2 == len(g.zones)): // two PP logs (or one, laid out before)
 			g.parity = true
 		case pg.GetParity() || g.width == 0 || g.width*copies != len(g.zones):
 			g.width = len(g.zones) // not a layout this client understands: RAID-0 over what is listed

@@ -45,16 +45,19 @@ import (
 //     XOR with the survivors' blocks inside the cover, up to the cover
 //     (blocks after it were never acknowledged). The extent is the
 //     client's lostLegWritePointer: P*S plus leg i's part of that cover.
+//     The records are those of both PP logs (pp_log and pp_log_b),
+//     ordered by their sequence numbers.
 //   - a data leg of a finished (sealed) group: the group's last PP record
 //     is its seal: ParityRows rows have parity, the seal's row is
 //     rebuilt from its cover; a finished group without a seal was full or
 //     empty (every row has parity). The target is finished afterwards.
-//   - the parity leg (the PP log zone is on the same node, so it is lost
-//     with it): the rows every data leg holds completely get their parity
+//   - the parity leg (the PP log zones are on the same node, so they are
+//     lost with it): the rows every data leg holds completely get their parity
 //     unit (the XOR of the k data units); for an open group the data
 //     legs' contiguous prefix of the next row is protected again by a
-//     fresh PP record in the new log zone (a record of that row with the
-//     XOR of the data blocks it covers), which is what the lost log
+//     fresh PP record in the first new log zone (a record of that row with
+//     the XOR of the data blocks it covers; the second new log, pp_log_b,
+//     starts empty and is not touched here), which is what the lost logs
 //     protected; a finished group gets the parity of every row (its data
 //     zones read zeroes past what was written) and no record, the rule
 //     the client applies to a finished group without a seal.
@@ -73,7 +76,8 @@ type rebuildReq struct {
 	lost    int
 	legs    []*v1.PeerZone
 	pp      *v1.PeerZone
-	ppDev   *device // the new PP log's device (parity leg rebuilt)
+	ppB     *v1.PeerZone // the second surviving PP log (data leg rebuilt; nil: a group with one)
+	ppDev   *device      // the new PP log's device (parity leg rebuilt)
 	sealed  bool
 	cap     uint64
 	written []uint64 // survivors' write pointers, clamped to the capacity
@@ -135,6 +139,15 @@ func (s *Service) validateRebuild(ctx context.Context, req *v1.RebuildParityLegR
 		}
 		if r.pp.GetNodeId() != r.legs[k].GetNodeId() {
 			return nil, inv("pp_log.node_id", "the partial-parity log is on the parity leg's node")
+		}
+		if b := req.GetPpLogB(); b != nil {
+			if b.GetNodeId() != r.legs[k].GetNodeId() {
+				return nil, inv("pp_log_b.node_id", "the partial-parity logs are on the parity leg's node")
+			}
+			if b.GetDevice() == r.pp.GetDevice() && b.GetZone() == r.pp.GetZone() {
+				return nil, inv("pp_log_b.zone", "is pp_log's zone")
+			}
+			r.ppB = b
 		}
 	} else {
 		if r.pp.GetNodeId() != "" && r.pp.GetNodeId() != s.cfg.ID {
@@ -220,13 +233,16 @@ func (b *rebuilder) run(wctx context.Context) (*v1.RebuildParityLegResponse, err
 	)
 	if r.lost < k {
 		var all []ppRecord
-		if n := min(r.pp.GetWrittenBlocks(), r.cap); n > 0 {
-			raw, err := b.pull(r.pp, 0, n)
-			if err != nil {
-				return nil, fmt.Errorf("read the partial-parity log: %w", err)
+		for _, pl := range []*v1.PeerZone{r.pp, r.ppB} {
+			if n := min(pl.GetWrittenBlocks(), r.cap); pl != nil && n > 0 {
+				raw, err := b.pull(pl, 0, n)
+				if err != nil {
+					return nil, fmt.Errorf("read the partial-parity log: %w", err)
+				}
+				all = append(all, parsePPLog(raw, bs)...)
 			}
-			all = parsePPLog(raw, bs)
 		}
+		sortPPRecords(all) // the two logs' records, oldest first
 		var mine []*ppRecord
 		for i := range all {
 			if all[i].Group == r.group {
@@ -367,7 +383,7 @@ func (b *rebuilder) run(wctx context.Context) (*v1.RebuildParityLegResponse, err
 				xorInto(acc[:m*bs], units[j][:m*bs])
 			}
 		}
-		rec := encodePPRecord(ppHeader{Group: r.group, Row: P, Covered: cover}, acc[:min(cover, S)*bs], bs)
+		rec := encodePPRecord(ppHeader{Group: r.group, Row: P, Covered: cover, Seq: 1}, acc[:min(cover, S)*bs], bs)
 		pw, err := b.s.zoneWritten(r.ppDev, r.pp.GetZone())
 		if err != nil {
 			return nil, err

@@ -137,6 +137,37 @@ func TestRebuildParityLegDataLegs(t *testing.T) {
 	}
 }
 
+// A group's two PP logs: the records are ordered by their sequence
+// numbers, not by which log the request names first — here the newest
+// record (the open row's whole cover) is in pp_log and an older one (a
+// smaller cover) in pp_log_b; leg 1 is rebuilt up to the newest cover.
+func TestRebuildParityLegTwoPPLogs(t *testing.T) {
+	g := newRaidGroup(t, "rb2")
+	grant(t, g.ids[2], 2, "a")
+	waitGrant(t, g.p, 2, "a")
+	ctx := asNS("a")
+	S := g.S
+	_, err := g.p.client.ZoneManagement(ctx, &v1.ZoneManagementRequest{Zone: 1, Action: v1.ZoneAction_ZONE_ACTION_RESET})
+	require.NoError(t, err)
+	acc := make([]byte, S*rbBS)
+	xorBlocks(acc, g.legs[0][g.rows*S*rbBS:])
+	old := encodePPRecord(ppHeader{Group: 7, Row: g.rows, Covered: S, Seq: 4}, acc, rbBS)
+	xorBlocks(acc[:5*rbBS], g.legs[1][g.rows*S*rbBS:])
+	rec := encodePPRecord(ppHeader{Group: 7, Row: g.rows, Covered: g.cover, Seq: 5}, acc, rbBS)
+	_, err = g.p.client.Write(ctx, &v1.WriteRequest{Lba: 2048, Data: rec})
+	require.NoError(t, err)
+	_, err = g.p.client.Write(ctx, &v1.WriteRequest{Lba: 2 * 2048, Data: old})
+	require.NoError(t, err)
+	req := g.req(1, 0)
+	req.PpLog.WrittenBlocks = 1 + S
+	req.PpLogB = &v1.PeerZone{NodeId: g.ids[2], Device: 0, Zone: 2, WrittenBlocks: 1 + S, Addr: g.p.addr}
+	resp, err := g.t.client.RebuildParityLeg(arbiter(), req)
+	require.NoError(t, err)
+	n := uint64(len(g.legs[1]) / rbBS)
+	assert.Equal(t, n, resp.GetBlocks(), "the newest record's cover, from pp_log")
+	assert.True(t, bytes.Equal(g.legs[1], readZone(t, g.t, 0, n)))
+}
+
 func TestRebuildParityLegResumes(t *testing.T) {
 	g := newRaidGroup(t, "rbr")
 	// an earlier call was cut after 20 blocks

@@ -638,8 +638,10 @@ type StripeGroup struct {
 	Zones  []*PhysicalZone `protobuf:"bytes,6,rep,name=zones,proto3" json:"zones,omitempty"`
 	Copies uint32          `protobuf:"varint,7,opt,name=copies,proto3" json:"copies,omitempty"` // 0 or 1: no redundancy
 	// raid5: zones are width data legs, then the parity leg (zones[width]),
-	// then the partial-parity log zone (zones[width+1], on the parity leg's
-	// node); the data legs and the parity leg are on width+1 distinct nodes.
+	// then the two partial-parity log zones (zones[width+1] and
+	// zones[width+2], on the parity leg's node; a group laid out before there
+	// were two has only zones[width+1]); the data legs and the parity leg
+	// are on width+1 distinct nodes.
 	// copies is 0. A client that does not know the field must not write.
 	Parity        bool `protobuf:"varint,8,opt,name=parity,proto3" json:"parity,omitempty"`
 	unknownFields protoimpl.UnknownFields

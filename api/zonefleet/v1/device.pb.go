@@ -2985,13 +2985,19 @@ type RebuildParityLegRequest struct {
 	// entry at lost is ignored.
 	Legs []*PeerZone `protobuf:"bytes,7,rep,name=legs,proto3" json:"legs,omitempty"`
 	// The partial-parity log: the survivor's (lost < width), read for the
-	// open row; or, when the parity leg is rebuilt (its node held the log
+	// open row; or, when the parity leg is rebuilt (its node held the logs
 	// too), the new log zone on this node, where a record of the open row is
 	// written.
 	PpLog *PeerZone `protobuf:"bytes,8,opt,name=pp_log,json=ppLog,proto3" json:"pp_log,omitempty"`
 	// The group was finished: its zones' write pointers say nothing and the
 	// seal record in the PP log decides the extent.
-	Sealed        bool `protobuf:"varint,9,opt,name=sealed,proto3" json:"sealed,omitempty"`
+	Sealed bool `protobuf:"varint,9,opt,name=sealed,proto3" json:"sealed,omitempty"`
+	// The group's second partial-parity log (the two are used alternately;
+	// their records are ordered by their sequence numbers): the survivor's
+	// (lost < width), read with pp_log; or, when the parity leg is rebuilt,
+	// the second new log zone on this node (left empty). Unset for a group
+	// laid out with one log.
+	PpLogB        *PeerZone `protobuf:"bytes,10,opt,name=pp_log_b,json=ppLogB,proto3" json:"pp_log_b,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -3087,6 +3093,13 @@ func (x *RebuildParityLegRequest) GetSealed() bool {
 		return x.Sealed
 	}
 	return false
+}
+
+func (x *RebuildParityLegRequest) GetPpLogB() *PeerZone {
+	if x != nil {
+		return x.PpLogB
+	}
+	return nil
 }
 
 type RebuildParityLegResponse struct {
@@ -3454,7 +3467,7 @@ const file_zonefleet_v1_device_proto_rawDesc = "" +
 	"\x06device\x18\x02 \x01(\rR\x06device\x12\x12\n" +
 	"\x04zone\x18\x03 \x01(\rR\x04zone\x12%\n" +
 	"\x0ewritten_blocks\x18\x04 \x01(\x04R\rwrittenBlocks\x12\x12\n" +
-	"\x04addr\x18\x05 \x01(\tR\x04addr\"\x9d\x02\n" +
+	"\x04addr\x18\x05 \x01(\tR\x04addr\"\xcf\x02\n" +
 	"\x17RebuildParityLegRequest\x12\x16\n" +
 	"\x06device\x18\x01 \x01(\rR\x06device\x12\x12\n" +
 	"\x04zone\x18\x02 \x01(\rR\x04zone\x12\x14\n" +
@@ -3464,7 +3477,9 @@ const file_zonefleet_v1_device_proto_rawDesc = "" +
 	"\x04lost\x18\x06 \x01(\rR\x04lost\x12*\n" +
 	"\x04legs\x18\a \x03(\v2\x16.zonefleet.v1.PeerZoneR\x04legs\x12-\n" +
 	"\x06pp_log\x18\b \x01(\v2\x16.zonefleet.v1.PeerZoneR\x05ppLog\x12\x16\n" +
-	"\x06sealed\x18\t \x01(\bR\x06sealed\"\x9b\x01\n" +
+	"\x06sealed\x18\t \x01(\bR\x06sealed\x120\n" +
+	"\bpp_log_b\x18\n" +
+	" \x01(\v2\x16.zonefleet.v1.PeerZoneR\x06ppLogB\"\x9b\x01\n" +
 	"\x18RebuildParityLegResponse\x12\x16\n" +
 	"\x06blocks\x18\x01 \x01(\x04R\x06blocks\x12%\n" +
 	"\x0ewritten_blocks\x18\x02 \x01(\x04R\rwrittenBlocks\x12#\n" +
@@ -3613,49 +3628,50 @@ var file_zonefleet_v1_device_proto_depIdxs = []int32{
 	40, // 15: zonefleet.v1.PeerWriteRequest.extents:type_name -> zonefleet.v1.PeerExtent
 	43, // 16: zonefleet.v1.RebuildParityLegRequest.legs:type_name -> zonefleet.v1.PeerZone
 	43, // 17: zonefleet.v1.RebuildParityLegRequest.pp_log:type_name -> zonefleet.v1.PeerZone
-	6,  // 18: zonefleet.v1.ZonedDevice.Identify:input_type -> zonefleet.v1.IdentifyRequest
-	9,  // 19: zonefleet.v1.ZonedDevice.IdentifyMapping:input_type -> zonefleet.v1.IdentifyMappingRequest
-	12, // 20: zonefleet.v1.ZonedDevice.ReportZones:input_type -> zonefleet.v1.ReportZonesRequest
-	14, // 21: zonefleet.v1.ZonedDevice.ZoneManagement:input_type -> zonefleet.v1.ZoneManagementRequest
-	16, // 22: zonefleet.v1.ZonedDevice.Read:input_type -> zonefleet.v1.ReadRequest
-	16, // 23: zonefleet.v1.ZonedDevice.ReadStream:input_type -> zonefleet.v1.ReadRequest
-	18, // 24: zonefleet.v1.ZonedDevice.ReadV:input_type -> zonefleet.v1.ReadVRequest
-	20, // 25: zonefleet.v1.ZonedDevice.Write:input_type -> zonefleet.v1.WriteRequest
-	20, // 26: zonefleet.v1.ZonedDevice.WriteStream:input_type -> zonefleet.v1.WriteRequest
-	22, // 27: zonefleet.v1.ZonedDevice.Append:input_type -> zonefleet.v1.AppendRequest
-	24, // 28: zonefleet.v1.ZonedDevice.Flush:input_type -> zonefleet.v1.FlushRequest
-	27, // 29: zonefleet.v1.ZonedDevice.SimpleCopy:input_type -> zonefleet.v1.SimpleCopyRequest
-	31, // 30: zonefleet.v1.ZonedDevice.ZoneCompaction:input_type -> zonefleet.v1.ZoneCompactionRequest
-	33, // 31: zonefleet.v1.ZonedDevice.WaitCompaction:input_type -> zonefleet.v1.WaitCompactionRequest
-	35, // 32: zonefleet.v1.ZonedDevice.TLOpen:input_type -> zonefleet.v1.TLOpenRequest
-	38, // 33: zonefleet.v1.ZonedDevice.GetLog:input_type -> zonefleet.v1.GetLogRequest
-	41, // 34: zonefleet.v1.ZonedDevice.PeerWrite:input_type -> zonefleet.v1.PeerWriteRequest
-	44, // 35: zonefleet.v1.ZonedDevice.RebuildParityLeg:input_type -> zonefleet.v1.RebuildParityLegRequest
-	46, // 36: zonefleet.v1.ZonedDevice.PeerRead:input_type -> zonefleet.v1.PeerReadRequest
-	7,  // 37: zonefleet.v1.ZonedDevice.Identify:output_type -> zonefleet.v1.IdentifyResponse
-	10, // 38: zonefleet.v1.ZonedDevice.IdentifyMapping:output_type -> zonefleet.v1.IdentifyMappingResponse
-	13, // 39: zonefleet.v1.ZonedDevice.ReportZones:output_type -> zonefleet.v1.ReportZonesResponse
-	15, // 40: zonefleet.v1.ZonedDevice.ZoneManagement:output_type -> zonefleet.v1.ZoneManagementResponse
-	19, // 41: zonefleet.v1.ZonedDevice.Read:output_type -> zonefleet.v1.ReadResponse
-	19, // 42: zonefleet.v1.ZonedDevice.ReadStream:output_type -> zonefleet.v1.ReadResponse
-	19, // 43: zonefleet.v1.ZonedDevice.ReadV:output_type -> zonefleet.v1.ReadResponse
-	21, // 44: zonefleet.v1.ZonedDevice.Write:output_type -> zonefleet.v1.WriteResponse
-	21, // 45: zonefleet.v1.ZonedDevice.WriteStream:output_type -> zonefleet.v1.WriteResponse
-	23, // 46: zonefleet.v1.ZonedDevice.Append:output_type -> zonefleet.v1.AppendResponse
-	25, // 47: zonefleet.v1.ZonedDevice.Flush:output_type -> zonefleet.v1.FlushResponse
-	28, // 48: zonefleet.v1.ZonedDevice.SimpleCopy:output_type -> zonefleet.v1.SimpleCopyResponse
-	32, // 49: zonefleet.v1.ZonedDevice.ZoneCompaction:output_type -> zonefleet.v1.ZoneCompactionResponse
-	34, // 50: zonefleet.v1.ZonedDevice.WaitCompaction:output_type -> zonefleet.v1.CompactionResult
-	36, // 51: zonefleet.v1.ZonedDevice.TLOpen:output_type -> zonefleet.v1.TLOpenResponse
-	39, // 52: zonefleet.v1.ZonedDevice.GetLog:output_type -> zonefleet.v1.GetLogResponse
-	42, // 53: zonefleet.v1.ZonedDevice.PeerWrite:output_type -> zonefleet.v1.PeerWriteResponse
-	45, // 54: zonefleet.v1.ZonedDevice.RebuildParityLeg:output_type -> zonefleet.v1.RebuildParityLegResponse
-	19, // 55: zonefleet.v1.ZonedDevice.PeerRead:output_type -> zonefleet.v1.ReadResponse
-	37, // [37:56] is the sub-list for method output_type
-	18, // [18:37] is the sub-list for method input_type
-	18, // [18:18] is the sub-list for extension type_name
-	18, // [18:18] is the sub-list for extension extendee
-	0,  // [0:18] is the sub-list for field type_name
+	43, // 18: zonefleet.v1.RebuildParityLegRequest.pp_log_b:type_name -> zonefleet.v1.PeerZone
+	6,  // 19: zonefleet.v1.ZonedDevice.Identify:input_type -> zonefleet.v1.IdentifyRequest
+	9,  // 20: zonefleet.v1.ZonedDevice.IdentifyMapping:input_type -> zonefleet.v1.IdentifyMappingRequest
+	12, // 21: zonefleet.v1.ZonedDevice.ReportZones:input_type -> zonefleet.v1.ReportZonesRequest
+	14, // 22: zonefleet.v1.ZonedDevice.ZoneManagement:input_type -> zonefleet.v1.ZoneManagementRequest
+	16, // 23: zonefleet.v1.ZonedDevice.Read:input_type -> zonefleet.v1.ReadRequest
+	16, // 24: zonefleet.v1.ZonedDevice.ReadStream:input_type -> zonefleet.v1.ReadRequest
+	18, // 25: zonefleet.v1.ZonedDevice.ReadV:input_type -> zonefleet.v1.ReadVRequest
+	20, // 26: zonefleet.v1.ZonedDevice.Write:input_type -> zonefleet.v1.WriteRequest
+	20, // 27: zonefleet.v1.ZonedDevice.WriteStream:input_type -> zonefleet.v1.WriteRequest
+	22, // 28: zonefleet.v1.ZonedDevice.Append:input_type -> zonefleet.v1.AppendRequest
+	24, // 29: zonefleet.v1.ZonedDevice.Flush:input_type -> zonefleet.v1.FlushRequest
+	27, // 30: zonefleet.v1.ZonedDevice.SimpleCopy:input_type -> zonefleet.v1.SimpleCopyRequest
+	31, // 31: zonefleet.v1.ZonedDevice.ZoneCompaction:input_type -> zonefleet.v1.ZoneCompactionRequest
+	33, // 32: zonefleet.v1.ZonedDevice.WaitCompaction:input_type -> zonefleet.v1.WaitCompactionRequest
+	35, // 33: zonefleet.v1.ZonedDevice.TLOpen:input_type -> zonefleet.v1.TLOpenRequest
+	38, // 34: zonefleet.v1.ZonedDevice.GetLog:input_type -> zonefleet.v1.GetLogRequest
+	41, // 35: zonefleet.v1.ZonedDevice.PeerWrite:input_type -> zonefleet.v1.PeerWriteRequest
+	44, // 36: zonefleet.v1.ZonedDevice.RebuildParityLeg:input_type -> zonefleet.v1.RebuildParityLegRequest
+	46, // 37: zonefleet.v1.ZonedDevice.PeerRead:input_type -> zonefleet.v1.PeerReadRequest
+	7,  // 38: zonefleet.v1.ZonedDevice.Identify:output_type -> zonefleet.v1.IdentifyResponse
+	10, // 39: zonefleet.v1.ZonedDevice.IdentifyMapping:output_type -> zonefleet.v1.IdentifyMappingResponse
+	13, // 40: zonefleet.v1.ZonedDevice.ReportZones:output_type -> zonefleet.v1.ReportZonesResponse
+	15, // 41: zonefleet.v1.ZonedDevice.ZoneManagement:output_type -> zonefleet.v1.ZoneManagementResponse
+	19, // 42: zonefleet.v1.ZonedDevice.Read:output_type -> zonefleet.v1.ReadResponse
+	19, // 43: zonefleet.v1.ZonedDevice.ReadStream:output_type -> zonefleet.v1.ReadResponse
+	19, // 44: zonefleet.v1.ZonedDevice.ReadV:output_type -> zonefleet.v1.ReadResponse
+	21, // 45: zonefleet.v1.ZonedDevice.Write:output_type -> zonefleet.v1.WriteResponse
+	21, // 46: zonefleet.v1.ZonedDevice.WriteStream:output_type -> zonefleet.v1.WriteResponse
+	23, // 47: zonefleet.v1.ZonedDevice.Append:output_type -> zonefleet.v1.AppendResponse
+	25, // 48: zonefleet.v1.ZonedDevice.Flush:output_type -> zonefleet.v1.FlushResponse
+	28, // 49: zonefleet.v1.ZonedDevice.SimpleCopy:output_type -> zonefleet.v1.SimpleCopyResponse
+	32, // 50: zonefleet.v1.ZonedDevice.ZoneCompaction:output_type -> zonefleet.v1.ZoneCompactionResponse
+	34, // 51: zonefleet.v1.ZonedDevice.WaitCompaction:output_type -> zonefleet.v1.CompactionResult
+	36, // 52: zonefleet.v1.ZonedDevice.TLOpen:output_type -> zonefleet.v1.TLOpenResponse
+	39, // 53: zonefleet.v1.ZonedDevice.GetLog:output_type -> zonefleet.v1.GetLogResponse
+	42, // 54: zonefleet.v1.ZonedDevice.PeerWrite:output_type -> zonefleet.v1.PeerWriteResponse
+	45, // 55: zonefleet.v1.ZonedDevice.RebuildParityLeg:output_type -> zonefleet.v1.RebuildParityLegResponse
+	19, // 56: zonefleet.v1.ZonedDevice.PeerRead:output_type -> zonefleet.v1.ReadResponse
+	38, // [38:57] is the sub-list for method output_type
+	19, // [19:38] is the sub-list for method input_type
+	19, // [19:19] is the sub-list for extension type_name
+	19, // [19:19] is the sub-list for extension extendee
+	0,  // [0:19] is the sub-list for field type_name
 }
 
 func init() { file_zonefleet_v1_device_proto_init() }
