@@ -81,8 +81,8 @@
 //
 // A mirror:N namespace's stripe group lists width × N zones, the copies of
 // a leg on distinct nodes (pickCopies); a raid5 namespace's lists width
-// data legs and a parity leg on width+1 distinct nodes plus a
-// partial-parity log zone on the parity leg's node (pickParity; pkg/client
+// data legs and a parity leg on width+1 distinct nodes plus two
+// partial-parity log zones on the parity leg's node (pickParity; pkg/client
 // parity.go has the data layout and why the parity leg is fixed). Both
 // narrow the width until the group fits, count every zone as an active
 // zone of the namespace (its minimum width and needed essentials too), and

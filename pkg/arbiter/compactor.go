@@ -214,8 +214,18 @@ func (c *NodeCompactor) RebuildParityLeg(ctx context.Context, ns string, r Parit
 	}
 	if r.Lost == r.Width {
 		req.PpLog = &v1.PeerZone{NodeId: r.PPTarget.Node, Device: r.PPTarget.Device, Zone: r.PPTarget.Zone}
-	} else if req.PpLog, err = peer(r.PPLog, r.PPWritten); err != nil {
-		return 0, err
+		if r.PPTargetB != (cluster.PhysZone{}) {
+			req.PpLogB = &v1.PeerZone{NodeId: r.PPTargetB.Node, Device: r.PPTargetB.Device, Zone: r.PPTargetB.Zone}
+		}
+	} else {
+		if req.PpLog, err = peer(r.PPLog, r.PPWritten); err != nil {
+			return 0, err
+		}
+		if r.PPLogB != (cluster.PhysZone{}) {
+			if req.PpLogB, err = peer(r.PPLogB, r.PPWrittenB); err != nil {
+				return 0, err
+			}
+		}
 	}
 	resp, err := tn.client.RebuildParityLeg(c.auth(ctx, ns), req)
 	if err != nil {

@@ -38,7 +38,7 @@ func checkInvariants(t *testing.T, tc *testCluster, a *testArb, step string) {
 	for name, ns := range st.Namespaces {
 		for _, vz := range ns.VZones {
 			for _, g := range vz.allGroups() {
-				require.Equal(t, int(g.zoneCount()), len(g.Zones), "%s: group width × copies (+ 2 for parity)", step)
+				require.Equal(t, int(g.zoneCount()), len(g.Zones), "%s: group width × copies (+ 3 for parity)", step)
 				dies := map[dieKey]bool{}
 				for _, z := range g.Zones {
 					where := vzoneName(name, vz.ID)
@@ -50,13 +50,15 @@ func checkInvariants(t *testing.T, tc *testCluster, a *testArb, step string) {
 					require.False(t, dies[d], "%s: die collision inside a stripe group of %s: %v", step, where, d)
 					dies[d] = true
 				}
-				if g.Parity { // data legs and parity leg on distinct nodes, the PP log with the parity leg
+				if g.Parity { // data legs and parity leg on distinct nodes, the two PP logs with the parity leg
+					require.Len(t, g.Zones, int(g.Width)+3, "%s: k data legs, the parity leg and two PP logs", step)
 					nodes := map[string]bool{}
 					for _, z := range g.Zones[:g.Width+1] {
 						require.False(t, nodes[z.Node], "%s: two legs of a parity group of %s on node %s", step, vzoneName(name, vz.ID), z.Node)
 						nodes[z.Node] = true
 					}
 					require.Equal(t, g.Zones[g.Width].Node, g.Zones[g.Width+1].Node, "%s: the partial-parity log is not on the parity leg's node", step)
+					require.Equal(t, g.Zones[g.Width].Node, g.Zones[g.Width+2].Node, "%s: the second partial-parity log is not on the parity leg's node", step)
 					require.Zero(t, g.Copies)
 				}
 				for i := uint32(0); i < g.Width; i++ { // the copies of a leg on distinct nodes

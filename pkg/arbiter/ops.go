@@ -500,7 +500,7 @@ func (a *Arbiter) planGroup(st *State, name string, ns *nsState, vz *VZone, recl
 	}
 	dies := distinctUsableDies(st, ix, cands)
 	if parity {
-		dies++ // the partial-parity log may share the parity leg's die
+		dies += cluster.ParityPPLogs // the partial-parity logs may share the parity leg's die
 	}
 	width := pow2Floor(min(ns.Spec.widthFor(want), remaining, ns.Spec.widthFor(dies)))
 	if reclaim && width < m {
@@ -515,7 +515,7 @@ func (a *Arbiter) planGroup(st *State, name string, ns *nsState, vz *VZone, recl
 		zones = pickLike(st, ix, cands, width, ref)
 	case parity:
 		// data legs and parity leg on width+1 distinct nodes: narrow the group until they fit
-		for zones = pickParity(st, ix, cands, width); width > 1 && uint32(len(zones)) < width+2; {
+		for zones = pickParity(st, ix, cands, width); width > 1 && uint32(len(zones)) < width+parityExtraZones; {
 			width /= 2
 			zones = pickParity(st, ix, cands, width)
 		}

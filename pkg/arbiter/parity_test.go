@@ -16,8 +16,8 @@ import (
 )
 
 // A raid5 namespace gets stripe groups of width data legs + a parity leg
-// on width+1 distinct nodes, plus a partial-parity log zone on the parity
-// leg's node; all width+2 zones are active zones of the namespace, and
+// on width+1 distinct nodes, plus two partial-parity log zones on the parity
+// leg's node; all width+3 zones are active zones of the namespace, and
 // reclaim leaves the groups alone.
 func TestParityNamespaceLayout(t *testing.T) {
 	for _, tc := range []struct {
@@ -36,7 +36,7 @@ func TestParityNamespaceLayout(t *testing.T) {
 			require.NoError(t, err)
 			assert.Equal(t, "raid5", Redundancy(info.NamespaceSpec).String())
 			assert.True(t, Redundancy(info.NamespaceSpec).Parity)
-			wantMin := max(pow2Floor(info.Essentials/2-2), 1)
+			wantMin := max(pow2Floor(info.Essentials/2-3), 1)
 			assert.Equal(t, min(wantMin, 8), info.MinWidth)
 			var zones uint32
 			for id := uint64(0); id < 2; id++ {
@@ -45,8 +45,8 @@ func TestParityNamespaceLayout(t *testing.T) {
 				g := l.Groups[0]
 				require.True(t, g.Parity)
 				require.LessOrEqual(t, g.Width, tc.maxWidth, "data legs + parity need width+1 nodes")
-				require.Equal(t, int(g.Width+2), len(g.Zones))
-				zones += g.Width + 2
+				require.Equal(t, int(g.Width+3), len(g.Zones))
+				zones += g.Width + 3
 				checkInvariants(t, cl, a, "open "+tc.name)
 			}
 			got, err := a.GetNamespace(ctx, "p")
@@ -146,10 +146,10 @@ func (c *parityComp) RebuildParityLeg(_ context.Context, _ string, r ParityRebui
 	return 42, nil
 }
 
-// A lost data leg, or a lost parity leg with its PP log, of an open raid5
-// group: a failed rebuild leaves the layout as it was and drops the
+// A lost data leg, or a lost parity leg with its two PP logs, of an open
+// raid5 group: a failed rebuild leaves the layout as it was and drops the
 // target's grants (invariants hold); the next check rebuilds it on the
-// node outside the group — the parity leg and the PP log together on one
+// node outside the group — the parity leg and the PP logs together on one
 // node — and the request names the survivors and their write pointers.
 func TestRebuildParityLegs(t *testing.T) {
 	for _, parityLeg := range []bool{false, true} {
@@ -214,8 +214,8 @@ func TestRebuildParityLegs(t *testing.T) {
 			for i, z := range g.Zones {
 				switch {
 				case uint32(i) == pos:
-				case parityLeg && i == int(k)+1:
-					require.Equal(t, target, z.Node, "the new PP log is on the new parity leg's node")
+				case parityLeg && i > int(k):
+					require.Equal(t, target, z.Node, "the new PP logs are on the new parity leg's node")
 					require.NotEqual(t, g0.Zones[i], z)
 				default:
 					require.Equal(t, g0.Zones[i], z, "zone %d kept", i)
@@ -237,9 +237,12 @@ func TestRebuildParityLegs(t *testing.T) {
 			}
 			if parityLeg {
 				require.Equal(t, g.Zones[k+1], req.PPTarget)
+				require.Equal(t, g.Zones[k+2], req.PPTargetB)
 			} else {
 				require.Equal(t, g0.Zones[k+1], req.PPLog)
 				require.Equal(t, uint64(10+k+1), req.PPWritten)
+				require.Equal(t, g0.Zones[k+2], req.PPLogB)
+				require.Equal(t, uint64(10+k+2), req.PPWrittenB)
 			}
 			st, err := a.Status(ctx)
 			require.NoError(t, err)

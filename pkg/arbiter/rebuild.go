@@ -54,14 +54,15 @@ import (
 // Rebuild of raid5 legs (rebuildParityOne) runs in the same passes with
 // the same phases and throttle (one leg at a time): phase 1 reads the write
 // pointers of every surviving zone of the group (the other data legs, the
-// parity leg, the PP log), phase 2 grants a zone on an available node that
-// holds no zone of the group — two on one node when the parity leg is
-// lost, since its node held the PP log too — phase 3 asks the target's
+// parity leg, the PP logs), phase 2 grants a zone on an available node that
+// holds no zone of the group — three on one node when the parity leg is
+// lost, since its node held the two PP logs too — phase 3 asks the target's
 // node to rebuild (node RPC RebuildParityLeg: it pulls the survivors' rows
 // with PeerRead and XORs them; pkg/node rebuild.go has the write-pointer
 // rules: the lost leg ends where the parity rows and the newest PP record
-// say the acknowledged data ends, the seal decides for a finished group, a
-// lost PP log is re-created with one record of the open row), then
+// say the acknowledged data ends, the seal decides for a finished group,
+// lost PP logs are re-created, one with a record of the open row and the
+// other empty), then
 // finishes the target(s) unless the group is open; phase 4 swaps them in
 // with the generation check. A group with a second zone on an unavailable
 // node waits (a parity group survives one node).
@@ -107,7 +108,7 @@ func nodeLost(st *State, z cluster.PhysZone) bool {
 }
 
 // lostParityZones lists the zones of parity (raid5) groups on down nodes
-// (every one: the partial-parity log zone too) for the status counts.
+// (every one: the partial-parity log zones too) for the status counts.
 func lostParityZones(st *State) []rebuildJob {
 	var out []rebuildJob
 	for _, name := range sortedKeys(st.Namespaces) {
@@ -416,21 +417,23 @@ type zoneFinisher interface {
 
 // ParityRebuild is one raid5 leg rebuild for a parityRebuilder: position
 // Lost of a group (0..Width-1 a data leg, Width the parity leg) is rebuilt
-// into Target (and, for the parity leg, the partial-parity log into
-// PPTarget on the same node) from the surviving legs Legs (Width+1 entries,
-// Legs[Lost] unused) whose write pointers are Written; PPLog is the
-// surviving log when a data leg is rebuilt.
+// into Target (and, for the parity leg, the partial-parity logs into
+// PPTarget and PPTargetB on the same node; PPTargetB is zero for a group
+// with one log) from the surviving legs Legs (Width+1 entries, Legs[Lost]
+// unused) whose write pointers are Written; PPLog and PPLogB are the
+// surviving logs when a data leg is rebuilt (PPLogB zero for a group with
+// one log).
 type ParityRebuild struct {
-	Target, PPTarget cluster.PhysZone
-	Group            uint32
-	Width            uint32
-	StripeBlocks     uint64
-	Lost             uint32
-	Legs             []cluster.PhysZone
-	Written          []uint64
-	PPLog            cluster.PhysZone
-	PPWritten        uint64
-	Sealed           bool
+	Target, PPTarget, PPTargetB cluster.PhysZone
+	Group                       uint32
+	Width                       uint32
+	StripeBlocks                uint64
+	Lost                        uint32
+	Legs                        []cluster.PhysZone
+	Written                     []uint64
+	PPLog, PPLogB               cluster.PhysZone
+	PPWritten, PPWrittenB       uint64
+	Sealed                      bool
 }
 
 // parityRebuilder is an optional Compactor method: rebuild a raid5 leg on
@@ -460,14 +463,14 @@ func (a *Arbiter) rebuildParityOne(ctx context.Context, pr parityRebuilder, j re
 	}
 	g := vz.Groups[j.group]
 	k := g.Width
-	if !g.Parity || int(j.pos) > int(k) || len(g.Zones) != int(k)+2 || g.Zones[j.pos] != j.lost {
+	if !g.Parity || int(j.pos) > int(k) || (len(g.Zones) != int(k)+parityExtraZones && len(g.Zones) != int(k)+2) || g.Zones[j.pos] != j.lost {
 		return 0, errRebuildWait
 	}
 	open := g.Open && vz.State == VZoneOpen
 	// every other zone must be there: a parity group survives one node
 	var probe []cluster.PhysZone
 	for p, z := range g.Zones {
-		if p == int(j.pos) || (j.pos == k && p == int(k)+1) {
+		if p == int(j.pos) || (j.pos == k && p > int(k)) { // the PP logs are on the parity leg's node
 			continue
 		}
 		if nodeLost(st, z) || !st.Nodes[z.Node].Available {
@@ -497,8 +500,10 @@ func (a *Arbiter) rebuildParityOne(ctx context.Context, pr parityRebuilder, j re
 		switch p := slices.Index(g.Zones, z); {
 		case p <= int(k):
 			req.Written[p] = written[i]
-		default:
+		case p == int(k)+1:
 			req.PPLog, req.PPWritten = z, written[i]
+		default:
+			req.PPLogB, req.PPWrittenB = z, written[i]
 		}
 	}
 
@@ -523,10 +528,10 @@ func (a *Arbiter) rebuildParityOne(ctx context.Context, pr parityRebuilder, j re
 		cands := slices.DeleteFunc(candidatesOf(a.dieSlotsOf(st), ix, nil), func(c candidate) bool { return holds[c.die.Node] || dies[c.die] })
 		n := uint32(1)
 		if j.pos == k {
-			n = 2 // the parity leg and the partial-parity log, on one node
+			n = uint32(len(g.Zones)) - k // the parity leg and the partial-parity logs, on one node
 		}
 		zones := pickWith(st, ix, cands, n, func(out []cluster.PhysZone, c *candidate) bool {
-			return len(out) == 1 && c.die.Node != out[0].Node
+			return len(out) >= 1 && c.die.Node != out[0].Node
 		})
 		if uint32(len(zones)) < n {
 			return nil, &zerr.NoResourcesError{Resource: "free zones on an available node holding no zone of the raid5 group", Requested: uint64(n), Available: uint64(len(zones))}
@@ -549,6 +554,9 @@ func (a *Arbiter) rebuildParityOne(ctx context.Context, pr parityRebuilder, j re
 	req.Target = target.Zones[0]
 	if j.pos == k {
 		req.PPTarget = target.Zones[1]
+		if len(target.Zones) > 2 {
+			req.PPTargetB = target.Zones[2]
+		}
 	}
 
 	// Phase 3: the rebuild, on the target's node (no lock).
@@ -588,8 +596,10 @@ func (a *Arbiter) rebuildParityOne(ctx context.Context, pr parityRebuilder, j re
 		ops := []clientv3.Op{grantDel(g.Zones[j.pos])}
 		g.Zones[j.pos] = target.Zones[0]
 		if j.pos == k {
-			ops = append(ops, grantDel(g.Zones[k+1]))
-			g.Zones[k+1] = target.Zones[1]
+			for i := 1; i < len(target.Zones); i++ { // the partial-parity logs
+				ops = append(ops, grantDel(g.Zones[k+uint32(i)]))
+				g.Zones[k+uint32(i)] = target.Zones[i]
+			}
 		}
 		vz.Rebuilds = nil
 		vz.Generation++

@@ -43,10 +43,12 @@ type StripeGroup struct {
 	// i are on distinct nodes. Essentials and Spares count all of them.
 	Copies uint32 `json:"copies,omitempty"`
 	// Parity: a raid5 group (cluster.Redundancy.Parity). Zones holds
-	// Width data legs, then the parity leg Zones[Width], then the
-	// partial-parity log zone Zones[Width+1] on the parity leg's node; the
-	// data legs and the parity leg are on Width+1 distinct nodes (pkg/client
-	// has the design). Essentials and Spares count all Width+2 zones.
+	// Width data legs, then the parity leg Zones[Width], then the two
+	// partial-parity log zones Zones[Width+1] and Zones[Width+2] on the
+	// parity leg's node (a group laid out before there were two has only
+	// Zones[Width+1]); the data legs and the parity leg are on Width+1
+	// distinct nodes (pkg/client has the design). Essentials and Spares
+	// count all Width+3 zones.
 	Parity bool `json:"parity,omitempty"`
 	// Rebuild is set on a group of VZone.Rebuilds (rebuild.go): the one
 	// zone being filled with a copy of a lost leg.
@@ -65,11 +67,14 @@ type RebuildOf struct {
 // copies is the number of copies of every leg of g (at least 1).
 func (g *StripeGroup) copies() uint32 { return max(g.Copies, 1) }
 
-// zoneCount is the physical zones g lists: Width × copies, or Width + 2
-// for a parity group.
+// zoneCount is the physical zones g lists: Width × copies, or Width + 3
+// for a parity group (Width + 2 in an older layout with one PP log).
 func (g *StripeGroup) zoneCount() uint32 {
 	if g.Parity {
-		return g.Width + 2
+		if uint32(len(g.Zones)) == g.Width+2 {
+			return g.Width + 2 // an older layout: one PP log
+		}
+		return g.Width + parityExtraZones
 	}
 	return g.Width * g.copies()
 }
@@ -166,10 +171,11 @@ func Redundancy(s NamespaceSpec) cluster.Redundancy {
 func (s NamespaceSpec) parity() bool { return Redundancy(s).Parity }
 
 // zonesFor is the physical zones a stripe group of width w takes: w ×
-// copies, or w + 2 for parity (the parity leg and the partial-parity log).
+// copies, or w + 3 for parity (the parity leg and the two partial-parity
+// logs).
 func (s NamespaceSpec) zonesFor(w uint32) uint32 {
 	if s.parity() {
-		return w + 2
+		return w + parityExtraZones
 	}
 	return w * s.copies()
 }
@@ -178,7 +184,7 @@ func (s NamespaceSpec) zonesFor(w uint32) uint32 {
 // inverse of zonesFor, rounded down; 0 when z cannot hold width 1).
 func (s NamespaceSpec) widthFor(z uint32) uint32 {
 	if s.parity() {
-		return sub(z, 2)
+		return sub(z, parityExtraZones)
 	}
 	return z / s.copies()
 }
@@ -221,7 +227,7 @@ func (n *nsState) weight() uint64 {
 // A mirrored namespace's v-zones need Copies zones per leg, so its minimum
 // width is its essentials over MAR_logical × Copies.
 //
-// A parity namespace's stripe group of width w takes w+2 zones, so its
+// A parity namespace's stripe group of width w takes w+3 zones, so its
 // minimum width is the widest whose zones, times MAR_logical, its
 // essentials cover.
 func (n *nsState) minWidth() uint32 {
@@ -237,8 +243,8 @@ func (n *nsState) minWidth() uint32 {
 }
 
 // needEssentials is the essentials that give every one of MAR_logical
-// v-zones a stripe group of width 1: MAR_logical × Copies (× 3 for parity:
-// data, parity and partial-parity log zones).
+// v-zones a stripe group of width 1: MAR_logical × Copies (× 4 for parity:
+// data, parity and two partial-parity log zones).
 func (n *nsState) needEssentials() uint32 { return n.Spec.MARLogical * n.Spec.zonesFor(1) }
 
 // Loan is spares lent by an inactive namespace to an active one (global
@@ -760,13 +766,13 @@ func pickCopies(st *State, ix *index, cands []candidate, width, copies uint32) [
 }
 
 // pickParity is pickZones for a parity group (StripeGroup.Parity): width
-// data legs and the parity leg on width+1 distinct nodes, then the
-// partial-parity log zone on the parity leg's node (which holds no data
+// data legs and the parity leg on width+1 distinct nodes, then the two
+// partial-parity log zones on the parity leg's node (which holds no data
 // unit of any row, so losing one node never loses a unit and the record
 // protecting it). It returns fewer zones when the candidates do not allow it.
 func pickParity(st *State, ix *index, cands []candidate, width uint32) []cluster.PhysZone {
-	return pickWith(st, ix, cands, width+2, func(out []cluster.PhysZone, c *candidate) bool {
-		if uint32(len(out)) == width+1 {
+	return pickWith(st, ix, cands, width+parityExtraZones, func(out []cluster.PhysZone, c *candidate) bool {
+		if uint32(len(out)) > width {
 			return c.die.Node != out[width].Node
 		}
 		for _, z := range out {
@@ -902,3 +908,7 @@ func (st *State) minZoneCapacity() uint64 {
 	}
 	return c
 }
+
+// parityExtraZones is the zones a parity stripe group takes besides its
+// data legs: the parity leg and the partial-parity logs.
+const parityExtraZones = 1 + cluster.ParityPPLogs

@@ -3,6 +3,7 @@ package client_test
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	mrand "math/rand/v2"
 	"testing"
@@ -76,13 +77,14 @@ func TestParityVZoneSurvivesANode(t *testing.T) {
 	for _, g := range l.GetGroups() {
 		require.True(t, g.GetParity())
 		require.Zero(t, g.GetCopies())
-		require.Len(t, g.GetZones(), int(g.GetWidth()+2))
+		require.Len(t, g.GetZones(), int(g.GetWidth()+3), "k data legs + parity + two PP logs")
 		nodes := map[string]bool{}
 		for _, z := range g.GetZones()[:g.GetWidth()+1] {
 			require.False(t, nodes[z.GetNode()], "two legs of a parity group on %s", z.GetNode())
 			nodes[z.GetNode()] = true
 		}
 		require.Equal(t, g.GetZones()[g.GetWidth()].GetNode(), g.GetZones()[g.GetWidth()+1].GetNode())
+		require.Equal(t, g.GetZones()[g.GetWidth()].GetNode(), g.GetZones()[g.GetWidth()+2].GetNode())
 	}
 	readAll := func(vz *client.VZone, why string) {
 		t.Helper()
@@ -192,10 +194,14 @@ func TestParityVZoneSurvivesANode(t *testing.T) {
 }
 
 // One-block appends write a PP record each (a header block and the row's
-// XOR so far, up to a stripe unit), so the PP log fills long before its
-// group and is reset and rewritten from its start (several times here):
-// everything reads back with a data leg's node down, the open row from a
-// record written after the reset.
+// XOR so far, up to a stripe unit), so a PP log fills long before its group
+// and the group switches to its other PP log, resetting it and writing from
+// its start (several times here). Then a switch's record write fails after
+// the reset (injected): the write is not acknowledged, and with the node
+// of the data leg holding the open row's last acknowledged block down,
+// everything acknowledged reads back — the open row from the older log's
+// record, which the reset of the other log did not touch (with one log
+// reset in place, the open row's acknowledged prefix would be lost).
 func TestParityPPLogWrapsAround(t *testing.T) {
 	c := startCluster(t, 3, 1)
 	ctx := context.Background()
@@ -211,13 +217,15 @@ func TestParityPPLogWrapsAround(t *testing.T) {
 	l, err := vz.Layout(ctx)
 	require.NoError(t, err)
 	g := l.GetGroups()[0]
+	require.Len(t, g.GetZones(), int(g.GetWidth())+3, "k data legs + parity + two PP logs")
+	k := int(g.GetWidth())
+	require.Equal(t, g.GetZones()[k].GetNode(), g.GetZones()[k+1].GetNode())
+	require.Equal(t, g.GetZones()[k].GetNode(), g.GetZones()[k+2].GetNode())
 	zoneCap := g.GetCapacity() / uint64(g.GetWidth())
-	row := uint64(g.GetStripeBlocks()) * uint64(g.GetWidth())
-	n := zoneCap*2/3 + 1 // at least 2 PP blocks each: more than the PP zone holds
+	S := uint64(g.GetStripeBlocks())
+	row := S * uint64(g.GetWidth())
+	n := zoneCap*2/3 + 1 // at least 2 PP blocks each: more than a PP zone holds
 	require.Less(t, n, g.GetCapacity(), "the appends stay in the first group")
-	if n%row == 0 {
-		n++
-	}
 	var want []byte
 	for i := uint64(0); i < n; i++ {
 		b := random(int(bs))
@@ -225,14 +233,40 @@ func TestParityPPLogWrapsAround(t *testing.T) {
 		require.NoError(t, err)
 		want = append(want, b...)
 	}
-	victim := g.GetZones()[0].GetNode()
+
+	// the next switch whose open row holds acknowledged blocks fails its
+	// record's write after the reset
+	injected := errors.New("injected: the record's write after the reset failed")
+	var failedCover uint64
+	defer client.SetPPTestHook(func(_ uint32, _, covered uint64) error {
+		if failedCover == 0 && covered >= 2 {
+			failedCover = covered
+			return injected
+		}
+		return nil
+	})()
+	for failedCover == 0 {
+		require.Less(t, uint64(len(want))/bs+1, g.GetCapacity(), "no PP log switch in the first group")
+		b := random(int(bs))
+		_, err := vz.Append(ctx, b)
+		if failedCover != 0 {
+			require.ErrorIs(t, err, injected)
+			break
+		}
+		require.NoError(t, err)
+		want = append(want, b...)
+	}
+	acked := uint64(len(want)) / bs
+	require.Equal(t, acked%row, failedCover-1, "the open row's acknowledged prefix")
+	leg := int((failedCover - 2) / S) // holds the open row's last acknowledged block
+	victim := g.GetZones()[leg].GetNode()
 	var idx int
 	_, err = fmt.Sscanf(victim, "node-%d", &idx)
 	require.NoError(t, err)
 	require.NoError(t, c.StopNode(idx-1))
-	got, err := newClient(t, c, "p").VZone(vz.ID()).Read(ctx, 0, n)
+	got, err := newClient(t, c, "p").VZone(vz.ID()).Read(ctx, 0, acked)
 	require.NoError(t, err)
-	require.True(t, bytes.Equal(want, got), "reads back other bytes with %s down after the PP log wrapped", victim)
+	require.True(t, bytes.Equal(want, got), "reads back other bytes with %s down after a PP log switch failed past its reset", victim)
 }
 
 // A Finish that seals the open row and then fails at the arbiter leaves

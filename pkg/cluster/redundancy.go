@@ -15,6 +15,11 @@ const MaxCopies = 4
 // needs: one data leg plus the parity leg.
 const ParityMinNodes = 2
 
+// ParityPPLogs is the partial-parity log zones of a parity stripe group
+// (on its parity leg's node, used alternately: one is reset only while the
+// other holds the newest records). Groups laid out before had one.
+const ParityPPLogs = 2
+
 // Redundancy is how a namespace protects its v-zones against the loss of a
 // node: Copies legs hold the same data, each on a distinct node. Copies 1 is
 // "none" (RAID-0 legs, the default).
@@ -22,11 +27,12 @@ const ParityMinNodes = 2
 // Parity ("raid5") keeps Copies 1 and protects each stripe row of k data
 // units (k is the stripe group's width, chosen by the arbiter like any
 // width) with one parity unit on a parity leg. The group's k data legs, and
-// its parity leg, are on k+1 distinct nodes; the group also holds a
-// partial-parity log zone on the parity leg's node (pkg/client's package
-// doc has the design). The parity leg is fixed per group (RAID-4 placement,
-// the name says what it protects against: one lost node), so a group of
-// width k takes k+2 physical zones and needs k+1 ≥ ParityMinNodes nodes.
+// its parity leg, are on k+1 distinct nodes; the group also holds
+// ParityPPLogs partial-parity log zones on the parity leg's node, used
+// alternately (pkg/client's package doc has the design). The parity leg is
+// fixed per group (RAID-4 placement, the name says what it protects
+// against: one lost node), so a group of width k takes k+3 physical zones
+// and needs k+1 ≥ ParityMinNodes nodes.
 type Redundancy struct {
 	Copies uint32
 	Parity bool

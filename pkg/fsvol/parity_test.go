@@ -45,7 +45,7 @@ func TestParityFSRidesThroughNodeLoss(t *testing.T) {
 	for _, l := range list.GetVzones() {
 		for _, g := range l.GetGroups() {
 			require.True(t, g.GetParity(), "v-zone %d: a raid5 namespace's group without parity", l.GetId())
-			require.Len(t, g.GetZones(), int(g.GetWidth())+2, "k data legs + parity + partial-parity log")
+			require.Len(t, g.GetZones(), int(g.GetWidth())+3, "k data legs + parity + two partial-parity logs")
 			for _, z := range g.GetZones()[:g.GetWidth()] {
 				if uint64(l.GetId()) == meta {
 					metaNodes[z.GetNode()] = true

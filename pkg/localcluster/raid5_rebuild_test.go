@@ -261,7 +261,7 @@ func testRaid5Rebuild(t *testing.T, parityLeg bool, rateMiB float64) {
 	require.Zero(t, st.GetLostParityZones())
 	require.Zero(t, st.GetRebuilding())
 
-	// the rebuilt group: on distinct nodes again, the PP log with the parity leg
+	// the rebuilt group: on distinct nodes again, the PP logs with the parity leg
 	l, err = arb.GetVZone(ctx, &v1.VZoneRequest{Namespace: "p", Id: refs[1].vz.ID()})
 	require.NoError(t, err)
 	rebuilt := l.GetGroups()[len(l.GetGroups())-1]
@@ -272,7 +272,9 @@ func testRaid5Rebuild(t *testing.T, parityLeg bool, rateMiB float64) {
 		require.False(t, nodes[z.GetNode()], "two legs of the rebuilt group on %s", z.GetNode())
 		nodes[z.GetNode()] = true
 	}
-	require.Equal(t, rebuilt.GetZones()[k].GetNode(), rebuilt.GetZones()[k+1].GetNode(), "the PP log is on the parity leg's node")
+	require.Len(t, rebuilt.GetZones(), int(k)+3)
+	require.Equal(t, rebuilt.GetZones()[k].GetNode(), rebuilt.GetZones()[k+1].GetNode(), "the PP logs are on the parity leg's node")
+	require.Equal(t, rebuilt.GetZones()[k].GetNode(), rebuilt.GetZones()[k+2].GetNode(), "the PP logs are on the parity leg's node")
 	readAll("rebuilt on " + target)
 
 	// the open v-zone takes writes again (all its zones are on live nodes;

@@ -31,7 +31,7 @@ func nsCmd(g *Globals) *cobra.Command {
 	create.Flags().Uint32Var(&req.MaxActiveVzones, "max-active-vzones", 4, "v-zones open at once (MAR_logical)")
 	create.Flags().Uint32Var(&req.ZonesPerVzone, "zones-per-vzone", 8, "physical zones per v-zone (a power of two)")
 	create.Flags().Uint32Var(&req.Weight, "weight", 1, "share of the essentials and spares")
-	create.Flags().StringVar(&req.Redundancy, "redundancy", "none", "none (RAID-0 legs), mirror:N (N copies of every leg on distinct nodes, N in 2..4; takes N× the active zones) or raid5 (k data legs + 1 parity leg on k+1 distinct nodes, at least 2, + a partial-parity log zone per stripe group); redundant namespaces recycle by host copy")
+	create.Flags().StringVar(&req.Redundancy, "redundancy", "none", "none (RAID-0 legs), mirror:N (N copies of every leg on distinct nodes, N in 2..4; takes N× the active zones) or raid5 (k data legs + 1 parity leg on k+1 distinct nodes, at least 2, + two partial-parity log zones per stripe group); redundant namespaces recycle by host copy")
 
 	var force bool
 	del := &cobra.Command{
