@@ -29,8 +29,8 @@ func TestDrillSSDNodeKilledUnderMirroredFS(t *testing.T) {
 		rebuilt: func(st *v1.ClusterStatusResponse) bool { return st.GetLostCopies() == 0 && st.GetRebuilding() == 0 }})
 }
 
-// The same drill on a raid5 namespace (2 data legs + parity + the
-// partial-parity log per group, on 3 of the 4 nodes): reads reconstruct
+// The same drill on a raid5 namespace (2 data legs + parity + the two
+// partial-parity logs per group, on 3 of the 4 nodes): reads reconstruct
 // from parity while the node is down, then the arbiter re-places the
 // node's legs on a node outside each group and that node rebuilds them
 // from the survivors (RebuildParityLeg: pulled node to node and XORed).
