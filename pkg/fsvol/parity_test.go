@@ -9,13 +9,13 @@ import (
 )
 
 // TestParityFSRidesThroughNodeLoss is issue 19's file-system test for a
-// raid5 namespace (2 data legs + a parity leg + the partial-parity log per
+// raid5 namespace (2 data legs + a parity leg + the two partial-parity logs per
 // group, on 4 real nodes). The node holding a data leg of finished v-zones
 // (and of the metadata log's, when one node holds both) stops: every file
 // reads back (reconstructed from parity or from partial-parity records),
 // fsyncs and a checkpoint succeed (writes move to groups on the live
 // nodes, the degraded ones are finished and give their active zones back,
-// so 9 active v-zones are enough); the node returns and a fresh mount reads
+// so 8 active v-zones are enough); the node returns and a fresh mount reads
 // every file with fsck clean. Parity legs are not rebuilt (the arbiter says
 // so), so the test ends with the node's return. A fresh mount while the
 // node is down records the finished v-zones at capacity; the node's zones
@@ -26,7 +26,7 @@ func TestParityFSRidesThroughNodeLoss(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts a cluster and stops a node")
 	}
-	h := newLossFS(t, "raid5", 9, 2)
+	h := newLossFS(t, "raid5", 8, 2) // 8 × 4 zones (width 1: data, parity, two PP logs): the 4 nodes' 32 essentials
 	ctx, cl, admin, mount, check := h.ctx, h.cl, h.admin, h.mount, h.check
 	_, fs, closeFS := mount()
 	ops := fsOps{fs}
