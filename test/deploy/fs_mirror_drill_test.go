@@ -36,7 +36,7 @@ func TestDrillSSDNodeKilledUnderMirroredFS(t *testing.T) {
 // from the survivors (RebuildParityLeg: pulled node to node and XORed).
 // Fewer files than the mirrored drill: the rebuild path is what it adds.
 func TestDrillSSDNodeKilledUnderRaid5FS(t *testing.T) {
-	fsNodeLossDrill(t, nodeLossDrill{ns: "raid5-fs", redundancy: "raid5", zonesPerVZone: 2, maxActive: 9, before: 24, during: 8,
+	fsNodeLossDrill(t, nodeLossDrill{ns: "raid5-fs", redundancy: "raid5", zonesPerVZone: 2, maxActive: 8, before: 24, during: 8,
 		rebuilt: func(st *v1.ClusterStatusResponse) bool {
 			return st.GetLostParityZones() == 0 && st.GetRebuilding() == 0
 		}})
