@@ -62,9 +62,12 @@ import (
 // records older than the active log's newest, so superseded — is reset and
 // the record written at its start, making it the active log. Between that
 // reset and the record, the active log still holds the newest record of
-// the open row: no acknowledged block is ever unprotected (a group with
-// one log, from an older layout, resets it in place and keeps that
-// window). Every record carries a sequence number (Seq), one more than the
+// the open row: a switch leaves no acknowledged block unprotected (a group
+// with one log, from an older layout, resets it in place and keeps that
+// window). Not covered: a log filled after a switch only by records of
+// writes that all failed, followed by another switch, resets the log
+// holding the last record of acknowledged data (a run of failed writes in
+// one group; a failed write sends the file system to another v-zone). Every record carries a sequence number (Seq), one more than the
 // group's newest, so the records of both logs have one order: readers take
 // the newest valid record across both logs, and a client that does not
 // know the logs' state (a restart, a failed append) reads both and makes
