@@ -4,7 +4,6 @@ import (
 	"cmp"
 	"context"
 	"crypto/subtle"
-	"encoding/binary"
 	"errors"
 	"fmt"
 	"hash/crc32"
@@ -12,6 +11,7 @@ import (
 	"sync"
 
 	v1 "github.com/zonefleet/zonefleet/api/zonefleet/v1"
+	"github.com/zonefleet/zonefleet/pkg/ondisk"
 	"github.com/zonefleet/zonefleet/pkg/zerr"
 )
 
@@ -98,89 +98,24 @@ import (
 // with the group and reset with the v-zone. zone_compaction and TL_open are
 // refused (mirroredError); the file system recycles by host copy.
 
-// ppMagic starts every partial-parity record header (version 2, written
-// since a group has two PP logs: it carries Seq); ppMagicV1 starts the
-// headers of version 1 (one PP log per group, no Seq), still decoded (their
-// Seq is 0: older than every version 2 record, in log order among
-// themselves).
+// The partial-parity record header is pkg/ondisk's (PPHeader: version 2
+// carries Seq; version 1 headers, one PP log per group, still decode with
+// Seq 0, older than every version 2 record). ppSealed marks a seal record
+// (sealParity): written before the group's zones are finished, when the
+// drives' write pointers stop telling how far each zone was written.
+type ppHeader = ondisk.PPHeader
+
 const (
-	ppMagic   = 0x5a465032 // "ZFP2"
-	ppMagicV1 = 0x5a465050 // "ZFPP"
+	ppMagic       = ondisk.PPMagic
+	ppMagicV1     = ondisk.PPMagicV1
+	ppHeaderLen   = ondisk.PPHeaderLen
+	ppHeaderLenV1 = ondisk.PPHeaderLenV1
+	ppSealed      = ondisk.PPSealed
 )
 
-// ppHeaderLen is the encoded header's length (the rest of its block is
-// zero); ppHeaderLenV1 a version 1 header's.
-const (
-	ppHeaderLen   = 56
-	ppHeaderLenV1 = 48
-)
+var crcTable = ondisk.PPCRC
 
-// ppSealed marks a seal record (sealParity): written before the group's
-// zones are finished, when the drives' write pointers stop telling how far
-// each zone was written.
-const ppSealed = 1
-
-var crcTable = crc32.MakeTable(crc32.Castagnoli)
-
-// ppHeader is a partial-parity record's header.
-type ppHeader struct {
-	Group   uint32 // stripe group index
-	Row     uint64 // row within the group
-	Covered uint64 // blocks of the row (from its start) the parity covers
-	Blocks  uint32 // payload blocks that follow the header block
-	CRC     uint32 // CRC-32C of the payload
-	Flags   uint32 // ppSealed
-	// ParityRows (seal records): the rows whose parity unit was written
-	// when the group was sealed.
-	ParityRows uint64
-	// Seq orders the records of a group across its two PP logs: every
-	// record has a greater Seq than the records written before it.
-	Seq uint64
-}
-
-// encode writes a version 2 header.
-func (h ppHeader) encode(b []byte) {
-	clear(b)
-	binary.LittleEndian.PutUint32(b[0:], ppMagic)
-	binary.LittleEndian.PutUint32(b[4:], h.Group)
-	binary.LittleEndian.PutUint64(b[8:], h.Row)
-	binary.LittleEndian.PutUint64(b[16:], h.Covered)
-	binary.LittleEndian.PutUint32(b[24:], h.Blocks)
-	binary.LittleEndian.PutUint32(b[28:], h.CRC)
-	binary.LittleEndian.PutUint32(b[32:], h.Flags)
-	binary.LittleEndian.PutUint64(b[36:], h.ParityRows)
-	binary.LittleEndian.PutUint64(b[44:], h.Seq)
-	binary.LittleEndian.PutUint32(b[52:], crc32.Checksum(b[:52], crcTable))
-}
-
-// decodePPHeader parses a header block (version 2, or version 1 with Seq
-// 0); ok is false for anything that is not an intact header (zeroes, a
-// torn write, another record's payload).
-func decodePPHeader(b []byte) (ppHeader, bool) {
-	if len(b) < ppHeaderLenV1 {
-		return ppHeader{}, false
-	}
-	var seq uint64
-	switch binary.LittleEndian.Uint32(b) {
-	case ppMagic:
-		if len(b) < ppHeaderLen || binary.LittleEndian.Uint32(b[52:]) != crc32.Checksum(b[:52], crcTable) {
-			return ppHeader{}, false
-		}
-		seq = binary.LittleEndian.Uint64(b[44:])
-	case ppMagicV1:
-		if binary.LittleEndian.Uint32(b[44:]) != crc32.Checksum(b[:44], crcTable) {
-			return ppHeader{}, false
-		}
-	default:
-		return ppHeader{}, false
-	}
-	return ppHeader{
-		Group: binary.LittleEndian.Uint32(b[4:]), Row: binary.LittleEndian.Uint64(b[8:]),
-		Covered: binary.LittleEndian.Uint64(b[16:]), Blocks: binary.LittleEndian.Uint32(b[24:]),
-		CRC: binary.LittleEndian.Uint32(b[28:]), Flags: binary.LittleEndian.Uint32(b[32:]),
-		ParityRows: binary.LittleEndian.Uint64(b[36:]), Seq: seq,
-	}, true
-}
+func decodePPHeader(b []byte) (ppHeader, bool) { return ondisk.DecodePPHeader(b) }
 
 // ppRecord is a decoded, intact record.
 type ppRecord struct {
@@ -409,7 +344,7 @@ func (v *VZone) appendPP(ctx context.Context, g *group, h ppHeader, payload []by
 	rec := make([]byte, bs+uint64(len(payload)))
 	copy(rec[bs:], payload)
 	h.Blocks, h.CRC, h.Seq = uint32(uint64(len(payload))/bs), crc32.Checksum(payload, crcTable), st.seq+1
-	h.encode(rec[:bs])
+	h.Encode(rec[:bs])
 	blocks := uint64(len(rec)) / bs
 	err = func() error {
 		if st.wp+blocks <= d.zoneCap {

@@ -13,7 +13,7 @@ func ppRec(bs uint64, h ppHeader, payload []byte) []byte {
 	b := make([]byte, bs+uint64(len(payload)))
 	copy(b[bs:], payload)
 	h.Blocks, h.CRC = uint32(uint64(len(payload))/bs), crc32.Checksum(payload, crcTable)
-	h.encode(b[:bs])
+	h.Encode(b[:bs])
 	return b
 }
 
@@ -60,7 +60,7 @@ func encodeV1(h ppHeader, b []byte) {
 func TestDecodePPHeaderVersions(t *testing.T) {
 	h := ppHeader{Group: 3, Row: 9, Covered: 17, Blocks: 2, CRC: 7, Flags: ppSealed, ParityRows: 8, Seq: 41}
 	b := make([]byte, 64)
-	h.encode(b)
+	h.Encode(b)
 	got, ok := decodePPHeader(b)
 	require.True(t, ok)
 	require.Equal(t, h, got)
@@ -81,7 +81,7 @@ func TestDecodePPHeaderVersions(t *testing.T) {
 
 func FuzzDecodePPHeader(f *testing.F) {
 	b := make([]byte, 64)
-	ppHeader{Group: 3, Row: 9, Covered: 17, Blocks: 2, CRC: 7, Seq: 5}.encode(b)
+	ppHeader{Group: 3, Row: 9, Covered: 17, Blocks: 2, CRC: 7, Seq: 5}.Encode(b)
 	f.Add(b)
 	v1 := make([]byte, 64)
 	encodeV1(ppHeader{Group: 3, Row: 9, Covered: 17, Blocks: 2, CRC: 7}, v1)
@@ -93,7 +93,7 @@ func FuzzDecodePPHeader(f *testing.F) {
 			return
 		}
 		out := make([]byte, max(len(b), ppHeaderLen))
-		h.encode(out)
+		h.Encode(out)
 		back, ok := decodePPHeader(out)
 		require.True(t, ok)
 		require.Equal(t, h, back)

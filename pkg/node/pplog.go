@@ -2,9 +2,10 @@ package node
 
 import (
 	"cmp"
-	"encoding/binary"
 	"hash/crc32"
 	"slices"
+
+	"github.com/zonefleet/zonefleet/pkg/ondisk"
 )
 
 // The partial-parity (PP) log of a raid5 stripe group, as the client writes
@@ -20,67 +21,21 @@ import (
 // round trip with the client's encoder is tested end to end
 // (TestRebuildParityLeg*: the node parses the records the client wrote).
 
+// The record header is pkg/ondisk's PPHeader (one definition for the
+// client's writer and this reader).
+type ppHeader = ondisk.PPHeader
+
 const (
-	ppMagic       = 0x5a465032 // "ZFP2"
-	ppMagicV1     = 0x5a465050 // "ZFPP"
-	ppHeaderLen   = 56
-	ppHeaderLenV1 = 48
-	ppSealed      = 1 // a seal record (the group was finished after it)
+	ppMagic       = ondisk.PPMagic
+	ppMagicV1     = ondisk.PPMagicV1
+	ppHeaderLen   = ondisk.PPHeaderLen
+	ppHeaderLenV1 = ondisk.PPHeaderLenV1
+	ppSealed      = ondisk.PPSealed
 )
 
-var ppCRC = crc32.MakeTable(crc32.Castagnoli)
+var ppCRC = ondisk.PPCRC
 
-// ppHeader is a PP record's header.
-type ppHeader struct {
-	Group      uint32
-	Row        uint64
-	Covered    uint64
-	Blocks     uint32
-	CRC        uint32
-	Flags      uint32
-	ParityRows uint64
-	Seq        uint64
-}
-
-func (h ppHeader) encode(b []byte) {
-	clear(b)
-	binary.LittleEndian.PutUint32(b[0:], ppMagic)
-	binary.LittleEndian.PutUint32(b[4:], h.Group)
-	binary.LittleEndian.PutUint64(b[8:], h.Row)
-	binary.LittleEndian.PutUint64(b[16:], h.Covered)
-	binary.LittleEndian.PutUint32(b[24:], h.Blocks)
-	binary.LittleEndian.PutUint32(b[28:], h.CRC)
-	binary.LittleEndian.PutUint32(b[32:], h.Flags)
-	binary.LittleEndian.PutUint64(b[36:], h.ParityRows)
-	binary.LittleEndian.PutUint64(b[44:], h.Seq)
-	binary.LittleEndian.PutUint32(b[52:], crc32.Checksum(b[:52], ppCRC))
-}
-
-func decodePPHeader(b []byte) (ppHeader, bool) {
-	if len(b) < ppHeaderLenV1 {
-		return ppHeader{}, false
-	}
-	var seq uint64
-	switch binary.LittleEndian.Uint32(b) {
-	case ppMagic:
-		if len(b) < ppHeaderLen || binary.LittleEndian.Uint32(b[52:]) != crc32.Checksum(b[:52], ppCRC) {
-			return ppHeader{}, false
-		}
-		seq = binary.LittleEndian.Uint64(b[44:])
-	case ppMagicV1:
-		if binary.LittleEndian.Uint32(b[44:]) != crc32.Checksum(b[:44], ppCRC) {
-			return ppHeader{}, false
-		}
-	default:
-		return ppHeader{}, false
-	}
-	return ppHeader{
-		Group: binary.LittleEndian.Uint32(b[4:]), Row: binary.LittleEndian.Uint64(b[8:]),
-		Covered: binary.LittleEndian.Uint64(b[16:]), Blocks: binary.LittleEndian.Uint32(b[24:]),
-		CRC: binary.LittleEndian.Uint32(b[28:]), Flags: binary.LittleEndian.Uint32(b[32:]),
-		ParityRows: binary.LittleEndian.Uint64(b[36:]), Seq: seq,
-	}, true
-}
+func decodePPHeader(b []byte) (ppHeader, bool) { return ondisk.DecodePPHeader(b) }
 
 // ppRecord is an intact record.
 type ppRecord struct {
@@ -128,6 +83,6 @@ func encodePPRecord(h ppHeader, payload []byte, bs uint64) []byte {
 	copy(rec[bs:], payload)
 	h.Blocks = uint32(uint64(len(payload)) / bs)
 	h.CRC = crc32.Checksum(rec[bs:], ppCRC)
-	h.encode(rec[:bs])
+	h.Encode(rec[:bs])
 	return rec
 }
