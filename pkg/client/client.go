@@ -142,7 +142,8 @@ type Config struct {
 	// CongestionControl enables eZNS read congestion control (default on; set
 	// DisableCongestionControl to turn it off for comparison).
 	DisableCongestionControl bool
-	// LatThreshold is the read latency (modelled device time) above which a
+	// LatThreshold is the read latency (modelled time the node reports, from
+	// its device-slot request to the drive's completion) above which a
 	// stripe group's window shrinks. Default 500 µs.
 	LatThreshold time.Duration
 	// Clock for backoff waits. Default realtime.

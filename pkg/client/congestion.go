@@ -7,12 +7,15 @@ import (
 )
 
 // congestion is the read congestion control of one stripe group (eZNS
-// §4.5.1, Algorithm 1 lines 1–10). The window counts outstanding stripes: it
-// starts at the group's width (one stripe per die), grows additively while
-// reads complete under lat_thresh (cwnd += io/cwnd, capped at 4 × width), and
+// §4.5.1, Algorithm 1 lines 1–10). The window counts outstanding device
+// commands, one per physical zone a read touches (ReadUnits): it starts at
+// the group's width (one command per die), grows additively while reads
+// complete under lat_thresh (cwnd += io/cwnd, capped at 4 × width), and
 // shrinks multiplicatively by lat_thresh / (2 × latency) when a read's
-// modelled device latency exceeds it (never below 1). A read that finds
-// nothing outstanding always passes, so one large read never deadlocks.
+// latency exceeds it (never below 1). The latency is the node's: from its
+// request for a device slot (the WRR wait) to the drive's completion, the
+// NVMe command latency the paper measures. A read that finds nothing
+// outstanding always passes, so one large read never deadlocks.
 type congestion struct {
 	mu       sync.Mutex
 	enabled  bool
@@ -27,6 +30,14 @@ type congestion struct {
 func newCongestion(width int, enabled bool, thresh time.Duration, m *metrics) *congestion {
 	return &congestion{enabled: enabled, width: width, cwnd: float64(width), thresh: thresh, wake: make(chan struct{}), m: m}
 }
+
+// ReadUnits is what a read I/O that touches legs physical zones of a stripe
+// group costs in the group's window: one unit per device command (the I/O's
+// stripes on one physical zone are coalesced into one command, §4.5.2), so a
+// window equal to the width is "one outstanding I/O per die" (§4.5.1)
+// whatever the stripe size. Exported for the paper harness, like
+// CongestionAdmits.
+func ReadUnits(legs int) float64 { return float64(legs) }
 
 // CongestionAdmits is Algorithm 1 line 3 with the floor: a read of units
 // may go when it fits the window or nothing is outstanding. Exported, with

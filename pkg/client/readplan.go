@@ -82,24 +82,22 @@ type readAdmission struct {
 // admitRead takes the congestion windows a read I/O needs: once per stripe
 // group for the whole I/O (eZNS Algorithm 1 admits an I/O, not each of its
 // legs or node calls), in group-index order so that concurrent reads never
-// wait on each other in a cycle. On error nothing is held.
+// wait on each other in a cycle. An I/O costs a group ReadUnits of the legs
+// it has there: one unit per device command (physical zone touched), not per
+// stripe. On error nothing is held.
 func admitRead(ctx context.Context, calls []*readCall) ([]readAdmission, error) {
 	var adms []readAdmission
+	legs := map[*congestion]int{}
 	for _, c := range calls {
 		for _, r := range c.legs {
-			u := float64((r.l.blocks + r.g.stripe - 1) / r.g.stripe)
-			found := false
-			for i := range adms {
-				if adms[i].cc == r.g.cc {
-					adms[i].units += u
-					found = true
-					break
-				}
+			if legs[r.g.cc] == 0 {
+				adms = append(adms, readAdmission{index: r.g.index, cc: r.g.cc})
 			}
-			if !found {
-				adms = append(adms, readAdmission{index: r.g.index, cc: r.g.cc, units: u})
-			}
+			legs[r.g.cc]++
 		}
+	}
+	for i := range adms {
+		adms[i].units = ReadUnits(legs[adms[i].cc])
 	}
 	slices.SortFunc(adms, func(a, b readAdmission) int { return cmp.Compare(a.index, b.index) })
 	for i, a := range adms {
@@ -221,7 +219,8 @@ func nodeConnCall[T any](ctx context.Context, c *Client, node, addr, op string, 
 var readStreamDesc = &grpc.StreamDesc{StreamName: "ReadStream", ServerStreams: true}
 
 // readLeg reads leg l of zone z into its pieces of out; it returns the
-// modelled device latency. The answer's bytes are copied straight from the
+// latency the node reports (its device-slot wait and the drive's modelled
+// latency). The answer's bytes are copied straight from the
 // receive buffers to their places.
 func (v *VZone) readLeg(ctx context.Context, z pzone, l *leg, base uint64, out []byte, bs uint64) (time.Duration, error) {
 	d, err := v.c.device(ctx, z)
