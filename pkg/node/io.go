@@ -33,15 +33,35 @@ func (d *device) blocksOf(field string, data []byte) (uint64, error) {
 }
 
 // io runs one device operation for namespace ns in a WRR slot and records it.
+// A read's result counts from the slot request (FromSlotRequest): its
+// latency, which the client's read congestion control receives, includes
+// the wait for the slot.
 func (s *Service) io(ctx context.Context, d *device, op string, bytes int, fn func() (zns.IOResult, error)) (zns.IOResult, error) {
 	ns := s.namespace(ctx)
+	asked := d.dev.Clock().Now()
 	if err := d.wrr.Acquire(ctx, ns); err != nil {
 		return zns.IOResult{}, err
 	}
 	res, err := fn()
 	d.wrr.Release()
+	if op == "read" && err == nil {
+		res = FromSlotRequest(asked, res)
+	}
 	s.m.observe(d.idx, ns, op, bytes, res.Latency(), err)
 	return res, err
+}
+
+// FromSlotRequest is the drive's result res of a read whose device slot
+// (WRR) was requested at asked, submitted from the request instead: its
+// Latency is the wait for the slot plus the drive's latency. That is the
+// read latency the node reports (ReadResponse.latency_ns) and the delay of
+// eZNS's read congestion control (§4.5.1: the NVMe command latency, whose
+// submission queue and arbitration — here the WRR — precede the drive).
+// Exported so that the paper harness (zctl bench paper) reports reads as
+// the node does. With the off clock both times are 0.
+func FromSlotRequest(asked time.Duration, res zns.IOResult) zns.IOResult {
+	res.Submitted = min(res.Submitted, asked)
+	return res
 }
 
 // write admits, writes and feeds the admission monitor.

@@ -61,7 +61,7 @@ func newMetrics(s *Service) *metrics {
 		bytes: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "zonefleet_node_io_bytes_total",
 			Help: "Bytes moved by I/O requests, by device, namespace and operation."}, []string{"device", "namespace", "op"}),
 		latency: prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: "zonefleet_node_io_latency_seconds",
-			Help:    "Modelled device latency of I/O requests, by device, namespace and operation.",
+			Help:    "Modelled latency of I/O requests (reads from the device-slot request: the WRR wait and the drive), by device, namespace and operation.",
 			Buckets: prometheus.ExponentialBuckets(10e-6, 3, 12)}, []string{"device", "namespace", "op"}),
 		errors: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "zonefleet_node_io_errors_total",
 			Help: "Failed I/O requests, by device, operation and gRPC code."}, []string{"device", "op", "code"}),

@@ -1376,7 +1376,7 @@ type ReadResponse struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Data          []byte                 `protobuf:"bytes,1,opt,name=data,proto3" json:"data,omitempty"`
 	Lba           uint64                 `protobuf:"varint,2,opt,name=lba,proto3" json:"lba,omitempty"`                              // LBA of the first block in data
-	LatencyNs     uint64                 `protobuf:"varint,3,opt,name=latency_ns,json=latencyNs,proto3" json:"latency_ns,omitempty"` // modelled device latency (last message of a stream)
+	LatencyNs     uint64                 `protobuf:"varint,3,opt,name=latency_ns,json=latencyNs,proto3" json:"latency_ns,omitempty"` // modelled latency from the device-slot (WRR) request to completion (last message of a stream)
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
