@@ -33,14 +33,17 @@ type Fig29aScenario struct {
 // arbitration: here the node's WRR slots) to its slowest leg's completion;
 // the window counts device commands, one per physical zone the I/O touches
 // (its stripes there coalesced, §4.5.2), so that a window equal to the width
-// is "one outstanding I/O per die in the sequential case" (§4.5.1). The
-// ablations run what ZoneFleet does instead: cc_on_stripe_units counts the
-// window in stripes (pkg/client's admitRead), cc_on_device_latency reports
-// only the drive's modelled latency (what pkg/node returns, without the
-// WRR wait), cc_on_zonefleet both; cc_on_client_legs admits every physical
-// zone's leg on its own, as pkg/client did before admitRead: once zone B's
-// window falls below one I/O, the legs of its 8-wide group go one at a time
-// and B collapses.
+// is "one outstanding I/O per die in the sequential case" (§4.5.1).
+// cc_on_zonefleet runs the product's own unit and latency instead of the
+// harness's: client.ReadUnits (what pkg/client's admitRead charges) and
+// node.FromSlotRequest (what pkg/node reports for a read) — since issue 14
+// the paper's, so it matches cc_on. The ablations run what ZoneFleet did
+// before: cc_on_stripe_units counts the window in stripes,
+// cc_on_device_latency reports only the drive's modelled latency (without
+// the WRR wait), cc_on_zonefleet_before both; cc_on_client_legs also admits
+// every physical zone's leg on its own, as pkg/client did before admitRead:
+// once zone B's window falls below one I/O, the legs of its 8-wide group go
+// one at a time and B collapses.
 type Fig29aConfig struct {
 	Scenarios []Fig29aScenario `json:"scenarios"`
 	IOBytes   int              `json:"io_bytes"`
@@ -94,6 +97,9 @@ type fig29aMode struct {
 	PerLeg        bool `json:"per_leg_admission,omitempty"`
 	StripeUnits   bool `json:"window_in_stripes,omitempty"`
 	DeviceLatency bool `json:"device_latency_only,omitempty"`
+	// Product takes the window unit and the read latency from the product's
+	// code (client.ReadUnits, node.FromSlotRequest) instead of the harness's.
+	Product bool `json:"product_unit_and_latency,omitempty"`
 }
 
 // Fig29aRun is one scenario with congestion control off or on.
@@ -115,12 +121,16 @@ type Fig29aRow struct {
 	Scenario Fig29aScenario `json:"scenario"`
 	Off      Fig29aRun      `json:"cc_off"`
 	On       Fig29aRun      `json:"cc_on"`
-	// The ablations: ZoneFleet's window unit, its latency, both, and the
-	// client's former per-leg admission.
-	OnStripes   Fig29aRun `json:"cc_on_stripe_units"`
-	OnDevLat    Fig29aRun `json:"cc_on_device_latency"`
+	// OnZoneFleet is CC on with pkg/client's and pkg/node's own unit and
+	// latency (client.ReadUnits, node.FromSlotRequest).
 	OnZoneFleet Fig29aRun `json:"cc_on_zonefleet"`
-	OnLegs      Fig29aRun `json:"cc_on_client_legs"`
+	// The ablations, what ZoneFleet did before issue 14: the window in
+	// stripes, the drive's latency without the WRR wait, both, and the
+	// client's former per-leg admission.
+	OnStripes         Fig29aRun `json:"cc_on_stripe_units"`
+	OnDevLat          Fig29aRun `json:"cc_on_device_latency"`
+	OnZoneFleetBefore Fig29aRun `json:"cc_on_zonefleet_before"`
+	OnLegs            Fig29aRun `json:"cc_on_client_legs"`
 }
 
 // Fig29aResult is the figure.
@@ -139,9 +149,10 @@ func RunFig29a(ctx context.Context, dir string, c Fig29aConfig) (*Fig29aResult, 
 	}{
 		{"cc_off", fig29aMode{}},
 		{"cc_on", fig29aMode{CC: true}},
+		{"cc_on_zonefleet", fig29aMode{CC: true, Product: true}},
 		{"cc_on_stripe_units", fig29aMode{CC: true, StripeUnits: true}},
 		{"cc_on_device_latency", fig29aMode{CC: true, DeviceLatency: true}},
-		{"cc_on_zonefleet", fig29aMode{CC: true, StripeUnits: true, DeviceLatency: true}},
+		{"cc_on_zonefleet_before", fig29aMode{CC: true, StripeUnits: true, DeviceLatency: true}},
 		{"cc_on_client_legs", fig29aMode{CC: true, PerLeg: true, StripeUnits: true, DeviceLatency: true}},
 	}
 	// every scenario in every mode: independent simulations, in parallel
@@ -159,7 +170,7 @@ func RunFig29a(ctx context.Context, dir string, c Fig29aConfig) (*Fig29aResult, 
 	}
 	for si, sc := range c.Scenarios {
 		row := Fig29aRow{Scenario: sc}
-		dst := []*Fig29aRun{&row.Off, &row.On, &row.OnStripes, &row.OnDevLat, &row.OnZoneFleet, &row.OnLegs}
+		dst := []*Fig29aRun{&row.Off, &row.On, &row.OnZoneFleet, &row.OnStripes, &row.OnDevLat, &row.OnZoneFleetBefore, &row.OnLegs}
 		res.AOverB[sc.Name] = map[string]float64{}
 		for mi, m := range modes {
 			r := out[si*len(modes)+mi]
@@ -272,9 +283,10 @@ func fig29aRun(ctx context.Context, dir string, c Fig29aConfig, sc Fig29aScenari
 // readIO reads n bytes (full rows) at logical offset off the way the
 // client's readGroup does: one leg per physical zone, in parallel, admitted
 // by the group's congestion window (the whole I/O, or each leg with
-// PerLeg) in device commands (one per leg) or stripes, and reporting its
-// latency: from the submission to the node (the WRR slot request) to the
-// completion, or the drive's modelled latency alone (DeviceLatency).
+// PerLeg) in device commands (one per leg; client.ReadUnits with Product)
+// or stripes, and reporting its latency: from the submission to the node
+// (the WRR slot request) to the completion (node.FromSlotRequest with
+// Product), or the drive's modelled latency alone (DeviceLatency).
 func (r *rig) readIO(ctx context.Context, rz *readZone, off uint64, n int, slots *slotQueue) error {
 	w := len(rz.zones)
 	per := n / w
@@ -283,13 +295,23 @@ func (r *rig) readIO(ctx context.Context, rz *readZone, off uint64, n int, slots
 	if rz.mode.StripeUnits {
 		units = float64((per + rz.stripe - 1) / rz.stripe)
 	}
-	devLat := rz.mode.DeviceLatency
+	ioUnits := units * float64(w)
+	if rz.mode.Product {
+		units, ioUnits = client.ReadUnits(1), client.ReadUnits(w)
+	}
+	lk := latFromSlotRequest
+	switch {
+	case rz.mode.DeviceLatency:
+		lk = latDevice
+	case rz.mode.Product:
+		lk = latNode
+	}
 	left := w
 	done := r.s.NewCond()
 	var firstErr error
 	perIO := !rz.cc.perLeg
 	if perIO { // Algorithm 1 line 3: the read I/O is admitted as a whole
-		if err := rz.cc.acquire(ctx, units*float64(w)); err != nil {
+		if err := rz.cc.acquire(ctx, ioUnits); err != nil {
 			return err
 		}
 	}
@@ -298,14 +320,14 @@ func (r *rig) readIO(ctx context.Context, rz *readZone, off uint64, n int, slots
 		r.s.Go(func(ctx context.Context) {
 			err := func() error {
 				if perIO {
-					lat, err := r.physRead(ctx, z, zoneOff, per, slots, devLat)
+					lat, err := r.physRead(ctx, z, zoneOff, per, slots, lk)
 					maxLat = max(maxLat, lat)
 					return err
 				}
 				if err := rz.cc.acquire(ctx, units); err != nil {
 					return err
 				}
-				lat, err := r.physRead(ctx, z, zoneOff, per, slots, devLat)
+				lat, err := r.physRead(ctx, z, zoneOff, per, slots, lk)
 				rz.cc.release(units, lat, err == nil)
 				return err
 			}()
@@ -324,17 +346,31 @@ func (r *rig) readIO(ctx context.Context, rz *readZone, off uint64, n int, slots
 		}
 	}
 	if perIO { // line 5: one completion per read I/O, with its latency (the slowest leg)
-		rz.cc.release(units*float64(w), maxLat, firstErr == nil)
+		rz.cc.release(ioUnits, maxLat, firstErr == nil)
 	}
 	return firstErr
 }
 
+// latKind is which latency a read reports to the congestion window.
+type latKind int
+
+const (
+	// latFromSlotRequest: the harness's clock from the slot request to the
+	// completion (the NVMe command latency the paper measures: the device
+	// arbitrates its queues itself).
+	latFromSlotRequest latKind = iota
+	// latNode: what pkg/node reports for a read (node.FromSlotRequest: the
+	// same span, from the drive's result).
+	latNode
+	// latDevice: the drive's modelled latency alone, without the WRR wait
+	// (what pkg/node reported before issue 14).
+	latDevice
+)
+
 // physRead is the node's read path: a device queue slot (node.WRR with one
 // namespace: FIFO over QueueSlots), then the drive. It returns the latency
-// from the slot request to the completion (the NVMe command latency the
-// paper measures: the device arbitrates its queues itself), or with devLat
-// the drive's modelled latency alone (what pkg/node reports).
-func (r *rig) physRead(ctx context.Context, z, off uint64, n int, slots *slotQueue, devLat bool) (time.Duration, error) {
+// of kind lk.
+func (r *rig) physRead(ctx context.Context, z, off uint64, n int, slots *slotQueue, lk latKind) (time.Duration, error) {
 	t0 := r.s.Now()
 	if err := slots.acquire(ctx); err != nil {
 		return 0, err
@@ -342,8 +378,11 @@ func (r *rig) physRead(ctx context.Context, z, off uint64, n int, slots *slotQue
 	defer slots.release()
 	bs := uint64(r.geo.BlockSize)
 	_, res, err := r.dev.Read(ctx, z*r.geo.ZoneSize+off/bs, uint64(n)/bs)
-	if devLat {
+	switch lk {
+	case latDevice:
 		return res.Latency(), err
+	case latNode:
+		return node.FromSlotRequest(t0, res).Latency(), err
 	}
 	return r.s.Now() - t0, err
 }
@@ -353,8 +392,8 @@ func (r *rig) physRead(ctx context.Context, z, off uint64, n int, slots *slotQue
 // pkg/client's own (client.CongestionAdmits, client.CongestionUpdate); only
 // the waiting differs (a sim.Cond instead of the client's channel, which the
 // simulation cannot see). perLeg admits every physical zone's leg on its own,
-// as pkg/client's readGroup does; otherwise the whole read I/O is admitted and
-// completed at once, as Algorithm 1 does.
+// as pkg/client did before admitRead; otherwise the whole read I/O is
+// admitted and completed at once, as Algorithm 1 and pkg/client do.
 type ccWindow struct {
 	enabled  bool
 	perLeg   bool

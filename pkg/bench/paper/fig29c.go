@@ -156,7 +156,7 @@ func fig29cRun(ctx context.Context, dir string, c Fig29cConfig, cc, ac bool) (Fi
 			r.wp[z] = uint64(c.Prefill / r.geo.BlockSize)
 		}
 		readers[i] = &readZone{zones: zs, stripe: c.ReaderStripe, size: uint64(c.Prefill) * uint64(c.ReaderWidth),
-			cc: newCCWindow(r.s, c.ReaderWidth, cc, false, c.LatThreshold)}
+			cc: newCCWindow(r.s, c.ReaderWidth, cc, false, c.LatThreshold), mode: fig29aMode{CC: cc, Product: true}} // the client's unit, the node's latency
 	}
 	start := max(r.s.Now(), r.dev.Drained())
 	if err := r.s.WaitUntil(ctx, start); err != nil {

@@ -9,7 +9,9 @@
 // write admission control (node.Admission, Algorithm 1 lines 11–27) and
 // device slots (node.WRR, driven through WRR.AcquireAsync: reads and writes
 // take a slot, as in the node), the client's read congestion window
-// (client.CongestionAdmits and client.CongestionUpdate, lines 1–10) — with
+// (client.CongestionAdmits and client.CongestionUpdate, lines 1–10; in
+// Fig. 29a's cc_on_zonefleet also its unit, client.ReadUnits, and the
+// node's read latency, node.FromSlotRequest) — with
 // in-process calls instead of gRPC, on ONE clock: a sim.Sim (package sim).
 // Where a component waits on a channel (WRR, the client's window), the
 // harness waits on a sim.Cond instead and calls the component's own decision
@@ -210,7 +212,7 @@ func runFig29a(ctx context.Context, dir string, o Options) (any, []Line, error) 
 		for _, ab := range []struct {
 			name string
 			run  Fig29aRun
-		}{{"cc_on_zonefleet", row.OnZoneFleet}, {"cc_on_stripe_units", row.OnStripes}, {"cc_on_device_latency", row.OnDevLat}, {"cc_on_client_legs", row.OnLegs}} {
+		}{{"cc_on_zonefleet", row.OnZoneFleet}, {"cc_on_stripe_units", row.OnStripes}, {"cc_on_device_latency", row.OnDevLat}, {"cc_on_zonefleet_before", row.OnZoneFleetBefore}, {"cc_on_client_legs", row.OnLegs}} {
 			lines = append(lines, Line{Label: "a_over_b " + ab.name + ", " + row.Scenario.Name, Ours: ab.run.AOverB, Paper: "-"})
 		}
 	}

@@ -145,7 +145,7 @@ func plotFigure(id string, v any, path string) error {
 		}
 		return b.save(path)
 	case *Fig29aResult:
-		b := bars{title: "Fig. 29a: read congestion control", ylabel: "per-thread read MB/s",
+		b := bars{title: "Fig. 29a: read congestion control (CC on: Algorithm 1, = ZoneFleet's)", ylabel: "per-thread read MB/s",
 			series: []string{"A, CC off", "B, CC off", "A, CC on", "B, CC on"}, values: make([][]float64, 4)}
 		for _, row := range r.Rows {
 			b.labels = append(b.labels, row.Scenario.Name)
