@@ -209,6 +209,7 @@ func runFig29a(ctx context.Context, dir string, o Options) (any, []Line, error) 
 		lines = append(lines, Line{Label: "a_over_b cc_off, " + row.Scenario.Name, Ours: row.Off.AOverB, Paper: off})
 		lines = append(lines, Line{Label: "a_over_b cc_on, " + row.Scenario.Name, Ours: row.On.AOverB, Paper: on})
 		lines = append(lines, Line{Label: "b_window_mean/cap cc_on, " + row.Scenario.Name, Ours: round(row.On.BWindowMean / float64(4*r.Config.BWidth)), Paper: bwin[row.Scenario.AWidth]})
+		lines = append(lines, Line{Label: "b_window_mean/cap cc_on_zonefleet, " + row.Scenario.Name, Ours: round(row.OnZoneFleet.BWindowMean / float64(4*r.Config.BWidth)), Paper: bwin[row.Scenario.AWidth]})
 		for _, ab := range []struct {
 			name string
 			run  Fig29aRun
