@@ -16,7 +16,9 @@
 // the caller's buffer. The calls run in parallel, the last on the caller's
 // goroutine, so a read that needs one call starts no goroutine. A call's
 // legs are admitted by their stripe groups' congestion windows, once per
-// group and in group order (no wait cycles between concurrent reads). A
+// group and in group order (no wait cycles between concurrent reads), one
+// unit per leg (device command); the window moves with the latency the node
+// reports, its WRR slot wait included. A
 // node without ReadV (an older version) is read leg by leg. A write sends a leg of one stripe straight
 // from the caller's data and gathers a leg of several stripes into a pooled
 // buffer; WriteFUA sets the FUA flag on every request instead of a Flush
