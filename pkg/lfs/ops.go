@@ -161,12 +161,13 @@ func (o *op) done(errp *error) {
 	if errp != nil {
 		err = *errp
 	}
-	fs.m.op(o.name, fs.since(o.t0), err)
+	d := fs.since(o.t0)
 	fs.lastOp = fs.clk.Now()
 	for _, in := range o.locked {
 		in.busy--
 	}
 	fs.mu.Unlock()
+	fs.m.op(o.name, d, err) // (the metrics have their own locks: not under fs.mu)
 	for i := len(o.locked) - 1; i >= 0; i-- {
 		o.locked[i].mu.Unlock()
 	}
