@@ -23,7 +23,9 @@
 // fsync waits for it); requests of up to 1 MiB (MaxWrite); the kernel keeps
 // up to 64 asynchronous requests in flight (MaxBackground) and reads ahead
 // 1 MiB (MountOptions.ReadAheadKiB, set on the mount's backing device after
-// INIT, which can only lower the kernel's 128 KiB default). lfs serves
+// INIT, which can only lower the kernel's 128 KiB default). A READ reply is
+// written from lfs's page cache itself (lfs.ReadVec: one writev of the
+// cached pages' slices, no copy into a reply buffer). lfs serves
 // requests of different files in parallel (see the lfs package doc for its
 // locks); go-fuse runs every request on its own goroutine. The kernel
 // write-back cache is optional (MountOptions.WritebackCache), off by default.
