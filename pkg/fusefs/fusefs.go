@@ -23,7 +23,9 @@
 // fsync waits for it); requests of up to 1 MiB (MaxWrite); the kernel keeps
 // up to 64 asynchronous requests in flight (MaxBackground) and reads ahead
 // 1 MiB (MountOptions.ReadAheadKiB, set on the mount's backing device after
-// INIT, which can only lower the kernel's 128 KiB default). lfs serves
+// INIT, which can only lower the kernel's 128 KiB default). A READ reply is
+// written from lfs's page cache itself (lfs.ReadVec: one writev of the
+// cached pages' slices, no copy into a reply buffer). lfs serves
 // requests of different files in parallel (see the lfs package doc for its
 // locks); go-fuse runs every request on its own goroutine. The kernel
 // write-back cache is optional (MountOptions.WritebackCache), off by default.
@@ -442,13 +444,65 @@ func (f *FS) Open(_ <-chan struct{}, in *fuse.OpenIn, out *fuse.OpenOut) fuse.St
 	return fuse.OK
 }
 
-// Read implements fuse.RawFileSystem.
+// Read implements fuse.RawFileSystem. The reply is written to the kernel
+// straight from lfs's page cache (lfs.ReadVec, one writev(2) of the cached
+// pages' slices): one memcpy per byte less than copying them into buf first.
+// Only what lfs reads from the drives goes through buf.
 func (f *FS) Read(_ <-chan struct{}, in *fuse.ReadIn, buf []byte) (fuse.ReadResult, fuse.Status) {
-	n, err := f.fs.Read(bg(), lfs.Handle(in.Fh), int64(in.Offset), buf[:min(len(buf), int(in.Size))])
+	r := vecPool.Get().(*vecResult)
+	vec, n, err := f.fs.ReadVec(bg(), lfs.Handle(in.Fh), int64(in.Offset), buf[:min(len(buf), int(in.Size))], r.vec[:0])
+	r.vec, r.n = vec, n
 	if err != nil {
+		r.Done()
 		return nil, status(err)
 	}
-	return fuse.ReadResultData(buf[:n]), fuse.OK
+	if len(vec) > maxReadPieces {
+		// more pieces than writev takes (not with requests of at most
+		// MaxWrite): one buffer
+		b, _ := r.Bytes(buf)
+		r.Done()
+		return fuse.ReadResultData(b), fuse.OK
+	}
+	return r, fuse.OK
+}
+
+// maxReadPieces bounds the pieces of a vectored read reply (IOV_MAX is
+// 1024; go-fuse adds two headers).
+const maxReadPieces = 1000
+
+// vecResult is a READ reply made of lfs.ReadVec's pieces: go-fuse writes
+// them with one writev(2) (its withSlice interface, Slices) and calls Done
+// after, which returns the result to vecPool.
+type vecResult struct {
+	vec [][]byte
+	n   int
+}
+
+var vecPool = sync.Pool{New: func() any { return &vecResult{vec: make([][]byte, 0, 258)} }}
+
+// Slices returns the pieces (go-fuse's vectored write).
+func (r *vecResult) Slices() ([][]byte, fuse.Status) { return r.vec, fuse.OK }
+
+// Size implements fuse.ReadResult.
+func (r *vecResult) Size() int { return r.n }
+
+// Bytes implements fuse.ReadResult: the pieces concatenated into buf.
+func (r *vecResult) Bytes(buf []byte) ([]byte, fuse.Status) {
+	if cap(buf) < r.n {
+		buf = make([]byte, r.n)
+	}
+	buf = buf[:0]
+	for _, v := range r.vec {
+		buf = append(buf, v...)
+	}
+	return buf, fuse.OK
+}
+
+// Done implements fuse.ReadResult: the reply was sent.
+func (r *vecResult) Done() {
+	clear(r.vec) // no references to pages or buffers stay in the pool
+	r.vec, r.n = r.vec[:0], 0
+	vecPool.Put(r)
 }
 
 // Write implements fuse.RawFileSystem. The kernel's write-back of cached

@@ -192,13 +192,18 @@
 //   - Page contents are never changed in place once cached: a write,
 //     truncate or punch hole puts a new buffer in the page (setPage). So a
 //     read takes the page references under the table lock and copies large
-//     runs (64 KiB and more) with it released, and write-back scans only the
-//     inode's dirty pages (inode.dirtyBlks), not every cached page.
+//     runs (64 KiB and more) with it released, ReadVec hands the references
+//     themselves out (the FUSE binding writes them to the kernel with one
+//     writev, no copy in between: a page buffer, once cached, is never
+//     written again nor reused, and the garbage collector frees it when the
+//     last reader lets go), and write-back scans only the inode's dirty pages
+//     (inode.dirtyBlks), not every cached page.
 //   - Read-ahead (readahead.go): a sequential read starts one goroutine per
 //     inode that reads the next window (Options.ReadAheadBlocks, 1 MiB by
 //     default) with no lock held and inserts clean pages only where no page
 //     is cached and the file still maps the block read; the page cache
-//     stays bounded (clean pages are dropped first).
+//     stays bounded (clean pages are dropped first). The window starts past
+//     the blocks already cached: re-reading a cached file starts nothing.
 //   - Cache misses (inodes, direct nodes, directory indexes) read with the
 //     table lock released and then revalidate: what another goroutine loaded
 //     meanwhile wins, and a NAT entry that moved means reading again.

@@ -262,9 +262,11 @@ func (fs *FS) holePage(ctx context.Context, in *inode, blk uint64, b []byte) (*p
 }
 
 // setPage replaces the contents of p with b. Page contents are never changed
-// in place once a page is cached: a reader takes p.b under the table lock and
-// copies from it with no lock held (readAt), and a write-back copies it with
-// only the inode lock.
+// in place once a page is cached, and a page buffer is never reused (no
+// pool): a reader takes p.b under the table lock and copies from it with no
+// lock held (readAt) or hands it out (ReadVec, whose caller writes it to the
+// kernel after the operation ended), and a write-back copies it with only
+// the inode lock.
 func setPage(p *page, b []byte) { p.b = b }
 
 // clonePage returns a copy of p's contents to change and then set (setPage).
@@ -772,11 +774,8 @@ func (fs *FS) readAt(ctx context.Context, in *inode, off uint64, buf []byte) (in
 	for n < len(buf) {
 		pos := off + uint64(n)
 		blk, bo := pos/bs, pos%bs
-		k := int(bs - bo)
-		if k > len(buf)-n {
-			k = len(buf) - n
-		}
 		if p := in.pages[blk]; p != nil {
+			k := min(int(bs-bo), len(buf)-n)
 			if len(copies) == cap(copies) {
 				flushCopies()
 			}
@@ -785,43 +784,98 @@ func (fs *FS) readAt(ctx context.Context, in *inode, off uint64, buf []byte) (in
 			n += k
 			continue
 		}
-		a, err := fs.blockAddr(ctx, in, blk)
+		c, err := fs.readUncached(ctx, in, blk, bo, buf[n:])
+		n += c
 		if err != nil {
 			return n, err
 		}
-		if a == 0 {
-			clear(buf[n : n+k])
+	}
+	return n, nil
+}
+
+// readVec is readAt without the copy of cached pages: it appends to vec the
+// pieces of [off, off+len(buf)) in order, slices of the cached pages (their
+// contents never change once cached, see setPage, so they stay valid after
+// fs.mu is released) and, for the blocks not cached, slices of buf, read
+// there from the volume (holes zeroed). It returns vec and the bytes read
+// (short at EOF). The caller sends the pieces on (writev) instead of
+// copying them once more.
+func (fs *FS) readVec(ctx context.Context, in *inode, off uint64, buf []byte, vec [][]byte) ([][]byte, int, error) {
+	if off >= in.body.Size {
+		return vec, 0, nil
+	}
+	if rem := in.body.Size - off; uint64(len(buf)) > rem {
+		buf = buf[:rem]
+	}
+	bs := uint64(fs.bs)
+	n := 0
+	bufStart := -1 // where the last piece starts in buf when it is a slice of buf
+	for n < len(buf) {
+		pos := off + uint64(n)
+		blk, bo := pos/bs, pos%bs
+		if p := in.pages[blk]; p != nil {
+			k := min(int(bs-bo), len(buf)-n)
+			vec = append(vec, p.b[bo:int(bo)+k:int(bo)+k])
+			bufStart = -1
 			n += k
 			continue
 		}
-		// read a run of physically consecutive blocks straight into buf
-		run := uint64(1)
-		for (uint64(n)+bo+run*bs) < uint64(len(buf)) && run < 256 {
-			if in.pages[blk+run] != nil {
-				break
+		c, err := fs.readUncached(ctx, in, blk, bo, buf[n:])
+		if c > 0 {
+			if bufStart >= 0 {
+				vec[len(vec)-1] = buf[bufStart : n+c] // continues the last piece
+			} else {
+				bufStart = n
+				vec = append(vec, buf[n:n+c])
 			}
-			a2, err := fs.blockAddr(ctx, in, blk+run)
-			if err != nil || a2 != a+Addr(run) || a2.Zone() != a.Zone() {
-				break
-			}
-			run++
 		}
-		if bo == 0 && uint64(len(buf)-n) >= run*bs {
-			// whole blocks: straight into the caller's buffer
-			if err := fs.readBlocks(ctx, a, buf[n:n+int(run*bs)]); err != nil {
-				return n, err
-			}
-			n += int(run * bs)
-			continue
-		}
-		tmp := make([]byte, run*bs)
-		if err := fs.readBlocks(ctx, a, tmp); err != nil {
-			return n, err
-		}
-		c := copy(buf[n:], tmp[bo:])
 		n += c
+		if err != nil {
+			return vec, n, err
+		}
 	}
-	return n, nil
+	return vec, n, nil
+}
+
+// readUncached fills dst from block blk of in, which is not cached, from
+// offset bo in the block: zeros for a hole, else the block and the
+// physically consecutive uncached blocks after it that dst covers, in one
+// volume read (fs.mu released meanwhile). It returns the bytes filled, at
+// least min(len(dst), bs-bo) unless it fails.
+func (fs *FS) readUncached(ctx context.Context, in *inode, blk, bo uint64, dst []byte) (int, error) {
+	bs := uint64(fs.bs)
+	k := min(int(bs-bo), len(dst))
+	a, err := fs.blockAddr(ctx, in, blk)
+	if err != nil {
+		return 0, err
+	}
+	if a == 0 {
+		clear(dst[:k])
+		return k, nil
+	}
+	run := uint64(1)
+	for bo+run*bs < uint64(len(dst)) && run < 256 {
+		if in.pages[blk+run] != nil {
+			break
+		}
+		a2, err := fs.blockAddr(ctx, in, blk+run)
+		if err != nil || a2 != a+Addr(run) || a2.Zone() != a.Zone() {
+			break
+		}
+		run++
+	}
+	if bo == 0 && uint64(len(dst)) >= run*bs {
+		// whole blocks: straight into the caller's buffer
+		if err := fs.readBlocks(ctx, a, dst[:run*bs]); err != nil {
+			return 0, err
+		}
+		return int(run * bs), nil
+	}
+	tmp := make([]byte, run*bs)
+	if err := fs.readBlocks(ctx, a, tmp); err != nil {
+		return 0, err
+	}
+	return copy(dst, tmp[bo:]), nil
 }
 
 // writeAt writes data at off, extending the file as needed.

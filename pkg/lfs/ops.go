@@ -161,12 +161,13 @@ func (o *op) done(errp *error) {
 	if errp != nil {
 		err = *errp
 	}
-	fs.m.op(o.name, fs.since(o.t0), err)
+	d := fs.since(o.t0)
 	fs.lastOp = fs.clk.Now()
 	for _, in := range o.locked {
 		in.busy--
 	}
 	fs.mu.Unlock()
+	fs.m.op(o.name, d, err) // (the metrics have their own locks: not under fs.mu)
 	for i := len(o.locked) - 1; i >= 0; i-- {
 		o.locked[i].mu.Unlock()
 	}
@@ -1026,6 +1027,36 @@ func (fs *FS) Read(ctx context.Context, h Handle, off int64, buf []byte) (n int,
 		fs.noteRead(in, uint64(off), n)
 	}
 	return n, err
+}
+
+// ReadVec is Read without the copy of cached data: it returns the bytes at
+// off, up to len(buf), as pieces in order (appended to vec, which may be
+// nil): slices of the page cache, which the caller must not change and may
+// keep (cached contents are never changed in place), and slices of buf for
+// what was read from the drives. The pieces are at most one per block, so a
+// binding can hand them to writev(2) without another copy.
+func (fs *FS) ReadVec(ctx context.Context, h Handle, off int64, buf []byte, vec [][]byte) (_ [][]byte, n int, err error) {
+	o, err := fs.begin(ctx, "read", opRead)
+	if err != nil {
+		return vec, 0, err
+	}
+	defer o.done(&err)
+	_, in, err := fs.handleInode(ctx, h)
+	if err != nil {
+		return vec, 0, err
+	}
+	if in.isDir() {
+		return vec, 0, syscall.EISDIR
+	}
+	if off < 0 {
+		return vec, 0, syscall.EINVAL
+	}
+	vec, n, err = fs.readVec(ctx, in, uint64(off), buf, vec)
+	fs.m.bytes("read", n)
+	if err == nil {
+		fs.noteRead(in, uint64(off), n)
+	}
+	return vec, n, err
 }
 
 // Write writes data at off (at the end with O_APPEND) and returns the bytes

@@ -11,7 +11,9 @@ import (
 // half a window past the read, one goroutine per inode reads the next window
 // (Options.ReadAheadBlocks, default 256 = 1 MiB with 4 KiB blocks) with no
 // lock held and inserts the blocks as clean pages into the page cache, which
-// stays bounded by Options.CacheBlocks (clean pages are dropped first). A
+// stays bounded by Options.CacheBlocks (clean pages are dropped first); the
+// window starts past the blocks already cached, and a window wholly cached
+// starts nothing (re-reads from the page cache cost no goroutine). A
 // block is inserted only if, after the read, no page is cached for it and
 // the file still maps it at the address read (a write, truncate or recycling
 // in between wins). No read-ahead on the virtual clock (reproducible runs).
@@ -48,7 +50,13 @@ func (fs *FS) noteRead(in *inode, off uint64, n int) {
 	}
 	start := max(in.raUntil, end)
 	stop := min(start+win, size)
+	// skip what is cached already: a file read again from the page cache
+	// starts no goroutine (and takes fs.mu no second time) per read
+	for start < stop && in.pages[start] != nil {
+		start++
+	}
 	if start >= stop {
+		in.raUntil = max(in.raUntil, stop)
 		return
 	}
 	fs.tmu.Lock()
