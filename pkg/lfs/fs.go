@@ -80,6 +80,12 @@ type Options struct {
 	// one node or metadata block written by the host (f_write). Unset, both
 	// count one program each (f_write = f_copy).
 	HSRCopyCost, HSRWriteCost time.Duration
+	// PGCWorkers is P-GC (seeds/004 Algorithm 1): host copy splits the reads
+	// of a victim whose valid blocks exceed half of its blocks across this
+	// many workers that read their shares in parallel (0: DefaultPGCWorkers,
+	// the paper's 2; 1 or negative: off). The moves are committed as
+	// without it. On the virtual clock the reads are never split (gc.go).
+	PGCWorkers int
 	// NoCopybackAware turns off ZNS+ copyback-aware allocation of IZC destinations.
 	NoCopybackAware bool
 	// BackgroundGC runs one recycling round after this much idle (modelled)
