@@ -58,8 +58,9 @@
 // destination allocation); host-cached dirty blocks are always written from
 // the host, clean cached ones per Options.CachedWrite (IZC-H) or copied on the
 // device (IZC-D), or per block by cost (Options.FlashReadCost and
-// HostWriteCost: from the host when the block's whole chunk is cached and a
-// host write costs less than the chip read). Host copy reads a victim's uncached valid
+// HostWriteCost: from the host when every valid block of the block's chunk
+// is cached and writing the chunk's clean ones costs less than the chip
+// read the device copy needs). Host copy reads a victim's uncached valid
 // blocks up front in runs; with P-GC (Options.PGCWorkers, default 2 as in
 // seeds/004 Algorithm 1) a victim whose valid blocks exceed half of its
 // blocks has them cut into that many contiguous shares read in parallel,

@@ -67,12 +67,13 @@ type Options struct {
 	CachedWrite bool
 	// FlashReadCost and HostWriteCost, when both are set and CachedWrite is
 	// not, choose per block between IZC-H and IZC-D (ZNS+ §3.2.1, Table 4):
-	// a clean cached block whose chunk's valid blocks are all cached is
-	// written from the host when that costs less than the flash read a
+	// the clean cached blocks of a chunk whose valid blocks are all cached
+	// are written from the host when that costs less than the flash read a
 	// device copy needs (FlashReadCost: the chip read of the chunk, with its
 	// transfer when copyback is impossible; HostWriteCost: the host's
-	// request handling and the link transfer of one chunk); a block of a
-	// chunk the device reads anyway is copied on the device.
+	// request handling and the link transfer of a whole chunk, pro rata for
+	// fewer blocks); a block of a chunk the device reads anyway is copied
+	// on the device.
 	FlashReadCost, HostWriteCost time.Duration
 	// HSRCopyCost and HSRWriteCost, when both are set, calibrate the
 	// hybrid segment recycling cost model (zns+, tl.go): the cost of one

@@ -692,39 +692,68 @@ func (fs *FS) copybackPlace(ctx context.Context, dst ZoneID, base, k uint64, fro
 	}
 }
 
-// cachedChunks returns, for the per-block IZC-H / IZC-D choice
-// (Options.FlashReadCost, HostWriteCost), whether the block at off of victim
-// s goes from the host when it is cached clean: when writing a chunk from
-// the host costs less than reading it on the chip and every valid block of
-// its chunk is cached on the host (fs.mu held; the answer is a hint: the
-// block is revalidated when it is moved).
+// cachedChunks returns, for the per-block IZC-H / IZC-D choice (ZNS+
+// §3.2.1, Table 4; Options.FlashReadCost, HostWriteCost), whether the block
+// at off of victim s goes from the host when it is cached clean (fs.mu held;
+// the answer is a hint: the block is revalidated when it is moved). A device
+// copy reads a chunk on the chip once, however many of its blocks it moves,
+// so the host saves that read only when every valid block of the chunk is
+// cached on the host; it then pays the request handling and link transfer
+// of the chunk's clean cached blocks (HostWriteCost is a whole chunk's, so
+// k of its cb blocks cost k/cb of it; dirty blocks are written from the
+// host in any case). A chunk goes from the host when all its valid blocks
+// are cached and its clean ones cost less to write than FlashReadCost.
 func (fs *FS) cachedChunks(s *segment, n int, at func(i int) (off, owner uint64, ofs uint32)) func(off uint64) bool {
 	no := func(uint64) bool { return false }
-	if fs.opts.CachedWrite || fs.opts.FlashReadCost <= 0 || fs.opts.HostWriteCost <= 0 || fs.opts.HostWriteCost >= fs.opts.FlashReadCost {
+	cb := uint64(max(fs.geo.ChunkBlocks, 1))
+	if fs.opts.CachedWrite || fs.opts.FlashReadCost <= 0 || fs.opts.HostWriteCost <= 0 || fs.opts.HostWriteCost/time.Duration(cb) >= fs.opts.FlashReadCost {
 		return no
 	}
-	cb := uint64(max(fs.geo.ChunkBlocks, 1))
 	epd := fs.epd()
-	all := map[uint64]bool{} // chunk -> every valid block cached so far
+	type chunk struct {
+		uncached bool   // a valid block is not cached: the device reads the chunk anyway
+		clean    uint64 // valid blocks cached clean
+	}
+	chunks := map[uint64]*chunk{}
 	for i := 0; i < n; i++ {
 		off, owner, ofs := at(i)
-		c := off / cb
-		if ok, seen := all[c]; seen && !ok {
+		c := chunks[off/cb]
+		if c == nil {
+			c = &chunk{}
+			chunks[off/cb] = c
+		}
+		if c.uncached {
 			continue
 		}
 		in := fs.inodes[nidIno(owner)]
-		cached := false
+		cached, dirty := false, false
 		switch {
 		case in == nil:
 		case ofs == ofsNode:
-			idx := nidIdx(owner)
-			cached = idx == 0 || in.dn[idx] != nil
+			if idx := nidIdx(owner); idx == 0 {
+				cached, dirty = true, in.dirty
+			} else if d := in.dn[idx]; d != nil {
+				cached, dirty = true, d.dirty
+			}
 		default:
-			cached = in.pages[uint64(nidIdx(owner)-1)*epd+uint64(ofs)] != nil
+			if p := in.pages[uint64(nidIdx(owner)-1)*epd+uint64(ofs)]; p != nil {
+				cached, dirty = true, p.dirty
+			}
 		}
-		all[c] = cached
+		switch {
+		case !cached:
+			c.uncached = true
+		case !dirty:
+			c.clean++
+		}
 	}
-	return func(off uint64) bool { return all[off/cb] }
+	host := map[uint64]bool{}
+	for k, c := range chunks {
+		if !c.uncached && c.clean > 0 && fs.opts.HostWriteCost*time.Duration(c.clean)/time.Duration(cb) < fs.opts.FlashReadCost {
+			host[k] = true
+		}
+	}
+	return func(off uint64) bool { return host[off/cb] }
 }
 
 // readVictim reads blocks offs (increasing) of victim s, which has valid

@@ -165,3 +165,74 @@ func TestPGCSplitsHostCopyReads(t *testing.T) {
 	require.Equal(t, uint64(1), two.splits, "the victim's reads were split")
 	require.Equal(t, int32(2), two.most, "two workers: two reads in flight at once")
 }
+
+// TestIZCCachedChoiceByCost: the per-block IZC-H / IZC-D choice (ZNS+
+// §3.2.1, Table 4) flips with the costs: with every valid block of the victim
+// cached clean on the host, a host write cheaper than the chip read sends
+// them from the host, a dearer one has the drives copy them; in between
+// (a block costs less than the read, a whole chunk more) only the chunks
+// with a single valid block go from the host.
+func TestIZCCachedChoiceByCost(t *testing.T) {
+	const read = 59 * time.Microsecond
+	for _, tc := range []struct {
+		name             string
+		hostChunk        time.Duration // a host write of a whole 4-block chunk
+		wantHost, wantDv bool
+	}{
+		{"host cheaper", 14 * time.Microsecond, true, false},
+		{"device cheaper", 400 * time.Microsecond, false, true},
+		{"block cheaper, chunk dearer", 221 * time.Microsecond, true, true},
+		{"costs unset: IZC-D", 0, false, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			v := newVol(t, 32, 8)
+			pol := &mostValid{move: lfs.Compact}
+			opts := lfs.Options{Policy: pol, CacheBlocks: 4096, FlashReadCost: read, HostWriteCost: tc.hostChunk}
+			if tc.hostChunk == 0 {
+				opts.FlashReadCost = 0
+			}
+			fs := mkfsMount(t, v, opts)
+			const files, fileBlocks = 8, 16
+			var inos []uint64
+			for f := 0; f < files; f++ {
+				a, h, err := fs.Create(bg, lfs.RootIno, "f"+string(rune('a'+f)), 0o644, 0, 0, syscall.O_RDWR)
+				require.NoError(t, err)
+				for i := 0; i < fileBlocks; i++ {
+					_, err := fs.Write(bg, h, int64(i)*4096, block(f, 1, i))
+					require.NoError(t, err)
+				}
+				require.NoError(t, fs.Release(bg, h))
+				inos = append(inos, a.Ino)
+			}
+			require.NoError(t, fs.Sync(bg))
+			// every other file keeps one block of each of its 4-block chunks
+			for f := 0; f < files; f += 2 {
+				h, err := fs.Open(bg, inos[f], syscall.O_RDWR)
+				require.NoError(t, err)
+				for i := 0; i < fileBlocks; i++ {
+					if i%4 != 0 {
+						_, err := fs.Write(bg, h, int64(i)*4096, block(f, 2, i))
+						require.NoError(t, err)
+					}
+				}
+				require.NoError(t, fs.Release(bg, h))
+			}
+			require.NoError(t, fs.Sync(bg))
+			s0 := fs.Stats()
+			pol.zones = fs.DataZones()
+			ok, err := fs.RecycleOnce(bg)
+			require.NoError(t, err)
+			require.True(t, ok)
+			s := fs.Stats()
+			require.Equal(t, s0.CompactedSegments+1, s.CompactedSegments)
+			host, dev := s.MovedHostCached-s0.MovedHostCached, s.MovedIZC-s0.MovedIZC
+			require.Zero(t, s.MovedHostCopy-s0.MovedHostCopy, "every block was cached")
+			require.Equal(t, tc.wantHost, host > 0, "blocks written from the host: %d (device %d)", host, dev)
+			require.Equal(t, tc.wantDv, dev > 0, "blocks copied on the device: %d (host %d)", dev, host)
+			rep, err := fs.Fsck(bg)
+			require.NoError(t, err)
+			require.Empty(t, rep.Problems)
+			require.NoError(t, fs.Unmount(bg))
+		})
+	}
+}
