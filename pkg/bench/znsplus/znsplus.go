@@ -13,7 +13,8 @@
 // the same Config prints the same numbers on every run. The file system runs
 // without background work (no idle recycling, no timer checkpoints): every
 // recycling is foreground, every checkpoint caused by an operation, a
-// pre-invalid threshold or recycling.
+// pre-invalid threshold or recycling. P-GC (lfs.Options.PGCWorkers) is off:
+// its parallel reads would wait on the one virtual clock at once.
 //
 // What is modelled and what is not. The drives model chips, channels, the
 // host link, copyback and plugging (pkg/zns). The host's I/O path is
