@@ -71,7 +71,7 @@ func (v *concVol) Read(ctx context.Context, z lfs.ZoneID, off uint64, buf []byte
 	select {
 	case <-v.met:
 	case <-v.gaveUp:
-	case <-time.After(time.Second):
+	case <-time.After(3 * time.Second):
 		v.upOnce.Do(func() { close(v.gaveUp) })
 	}
 	return v.Volume.Read(ctx, z, off, buf)
