@@ -58,8 +58,17 @@
 // destination allocation); host-cached dirty blocks are always written from
 // the host, clean cached ones per Options.CachedWrite (IZC-H) or copied on the
 // device (IZC-D), or per block by cost (Options.FlashReadCost and
-// HostWriteCost: from the host when the block's whole chunk is cached and a
-// host write costs less than the chip read). Every recycling round ends with
+// HostWriteCost: from the host when every valid block of the block's chunk
+// is cached and writing the chunk's clean ones costs less than the chip
+// read the device copy needs). Host copy reads a victim's uncached valid
+// blocks up front in runs; with P-GC (Options.PGCWorkers, default 2 as in
+// seeds/004 Algorithm 1) a victim whose valid blocks exceed half of its
+// blocks has them cut into that many contiguous shares read in parallel,
+// and the moves are then committed one by one as without it. Free segments
+// come from Volume.OpenZone, which finds an empty zone wherever it is
+// (devvol: every empty zone of each drive, the drives in turn; fsvol: the
+// arbiter), so the forward-only search seeds/004 §3.2 had to make wrap
+// around cannot fail while a zone is free. Every recycling round ends with
 // a checkpoint, after which the emptied victims are reset. Volume.Compact may
 // return before the drives finished the copies (zone_compaction is
 // asynchronous, ZNS+ §3.2.1): the checkpoint's node writes overlap them, and
@@ -207,7 +216,12 @@
 //   - Cache misses (inodes, direct nodes, directory indexes) read with the
 //     table lock released and then revalidate: what another goroutine loaded
 //     meanwhile wins, and a NAT entry that moved means reading again.
-//   - Recycling reads victim blocks with no lock held, then, for each block,
+//   - Recycling reads victim blocks with no lock held (P-GC: its workers,
+//     started and waited for by the GC goroutine with fs.mu released and the
+//     victim pinned, call only Volume.Read and fill their own buffers; the
+//     first error cancels the others and fails the round, which keeps the
+//     victim; on the virtual clock the reads are never split, so runs stay
+//     reproducible), then, for each block,
 //     takes the owning inode's lock and the table lock and checks that the
 //     block is still valid, still owned by the same node entry and still
 //     mapped at the victim; only then does it mark the page dirty (host copy)

@@ -67,12 +67,13 @@ type Options struct {
 	CachedWrite bool
 	// FlashReadCost and HostWriteCost, when both are set and CachedWrite is
 	// not, choose per block between IZC-H and IZC-D (ZNS+ §3.2.1, Table 4):
-	// a clean cached block whose chunk's valid blocks are all cached is
-	// written from the host when that costs less than the flash read a
+	// the clean cached blocks of a chunk whose valid blocks are all cached
+	// are written from the host when that costs less than the flash read a
 	// device copy needs (FlashReadCost: the chip read of the chunk, with its
 	// transfer when copyback is impossible; HostWriteCost: the host's
-	// request handling and the link transfer of one chunk); a block of a
-	// chunk the device reads anyway is copied on the device.
+	// request handling and the link transfer of a whole chunk, pro rata for
+	// fewer blocks); a block of a chunk the device reads anyway is copied
+	// on the device.
 	FlashReadCost, HostWriteCost time.Duration
 	// HSRCopyCost and HSRWriteCost, when both are set, calibrate the
 	// hybrid segment recycling cost model (zns+, tl.go): the cost of one
@@ -80,6 +81,12 @@ type Options struct {
 	// one node or metadata block written by the host (f_write). Unset, both
 	// count one program each (f_write = f_copy).
 	HSRCopyCost, HSRWriteCost time.Duration
+	// PGCWorkers is P-GC (seeds/004 Algorithm 1): host copy splits the reads
+	// of a victim whose valid blocks exceed half of its blocks across this
+	// many workers that read their shares in parallel (0: DefaultPGCWorkers,
+	// the paper's 2; 1 or negative: off). The moves are committed as
+	// without it. On the virtual clock the reads are never split (gc.go).
+	PGCWorkers int
 	// NoCopybackAware turns off ZNS+ copyback-aware allocation of IZC destinations.
 	NoCopybackAware bool
 	// BackgroundGC runs one recycling round after this much idle (modelled)

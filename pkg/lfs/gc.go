@@ -4,8 +4,10 @@ import (
 	"context"
 	"fmt"
 	"sort"
+	"sync"
 	"time"
 
+	"github.com/zonefleet/zonefleet/pkg/clock"
 	"github.com/zonefleet/zonefleet/pkg/zerr"
 )
 
@@ -261,6 +263,8 @@ type moveStat struct {
 	hostCopy, izc, hostDirty, hostCached uint64
 	hostNodes                            uint64        // node blocks among hostCopy and hostCached
 	read, copy                           time.Duration // host copy's victim reads; IZC's zone_compaction
+	readBlocks                           uint64        // host copy: victim blocks read up front (the read phase)
+	pgcWorkers                           int           // P-GC: workers the read phase was split across (0: not split)
 }
 
 // gcLock locks the inode owning a victim block (fs.mu held on entry and
@@ -315,7 +319,8 @@ func (fs *FS) moveSegment(ctx context.Context, s *segment, method MoveMethod) (m
 	epd := fs.epd()
 	// Host copy reads the victim's valid data blocks up front, one read per
 	// run of consecutive blocks (F2FS issues all reads of a victim at once,
-	// overlapped across chips), not one 4 KiB call per block.
+	// overlapped across chips), not one 4 KiB call per block; P-GC splits
+	// them across workers when more than half of the victim is valid.
 	var pre map[uint64][]byte
 	if method != Compact {
 		var err error
@@ -329,10 +334,15 @@ func (fs *FS) moveSegment(ctx context.Context, s *segment, method MoveMethod) (m
 			}
 		}
 		tr := fs.now()
-		if pre, err = fs.readVictim(ctx, s, need); err != nil {
+		var workers int
+		if pre, workers, err = fs.readVictim(ctx, s, need, uint64(len(items))); err != nil {
 			return st, err
 		}
 		st.read += fs.now() - tr
+		st.readBlocks = uint64(len(need))
+		if workers > 1 {
+			st.pgcWorkers = workers
+		}
 	}
 	hostChunk := fs.cachedChunks(s, len(items), func(i int) (uint64, uint64, uint32) { return items[i].off, items[i].owner, items[i].ofs })
 	for _, it := range items {
@@ -503,6 +513,10 @@ func (fs *FS) moveSegment(ctx context.Context, s *segment, method MoveMethod) (m
 	fs.stats.MovedIZC += st.izc
 	fs.stats.MovedHostDirty += st.hostDirty
 	fs.stats.MovedHostCached += st.hostCached
+	fs.stats.GCVictimBlocksRead += st.readBlocks
+	if st.pgcWorkers > 1 {
+		fs.stats.PGCSplitMigrations++
+	}
 	return st, nil
 }
 
@@ -678,62 +692,181 @@ func (fs *FS) copybackPlace(ctx context.Context, dst ZoneID, base, k uint64, fro
 	}
 }
 
-// cachedChunks returns, for the per-block IZC-H / IZC-D choice
-// (Options.FlashReadCost, HostWriteCost), whether the block at off of victim
-// s goes from the host when it is cached clean: when writing a chunk from
-// the host costs less than reading it on the chip and every valid block of
-// its chunk is cached on the host (fs.mu held; the answer is a hint: the
-// block is revalidated when it is moved).
+// cachedChunks returns, for the per-block IZC-H / IZC-D choice (ZNS+
+// §3.2.1, Table 4; Options.FlashReadCost, HostWriteCost), whether the block
+// at off of victim s goes from the host when it is cached clean (fs.mu held;
+// the answer is a hint: the block is revalidated when it is moved). A device
+// copy reads a chunk on the chip once, however many of its blocks it moves,
+// so the host saves that read only when every valid block of the chunk is
+// cached on the host; it then pays the request handling and link transfer
+// of the chunk's clean cached blocks (HostWriteCost is a whole chunk's, so
+// k of its cb blocks cost k/cb of it; dirty blocks are written from the
+// host in any case). A chunk goes from the host when all its valid blocks
+// are cached and its clean ones cost less to write than FlashReadCost.
 func (fs *FS) cachedChunks(s *segment, n int, at func(i int) (off, owner uint64, ofs uint32)) func(off uint64) bool {
 	no := func(uint64) bool { return false }
-	if fs.opts.CachedWrite || fs.opts.FlashReadCost <= 0 || fs.opts.HostWriteCost <= 0 || fs.opts.HostWriteCost >= fs.opts.FlashReadCost {
+	cb := uint64(max(fs.geo.ChunkBlocks, 1))
+	if fs.opts.CachedWrite || fs.opts.FlashReadCost <= 0 || fs.opts.HostWriteCost <= 0 || fs.opts.HostWriteCost/time.Duration(cb) >= fs.opts.FlashReadCost {
 		return no
 	}
-	cb := uint64(max(fs.geo.ChunkBlocks, 1))
 	epd := fs.epd()
-	all := map[uint64]bool{} // chunk -> every valid block cached so far
+	type chunk struct {
+		uncached bool   // a valid block is not cached: the device reads the chunk anyway
+		clean    uint64 // valid blocks cached clean
+	}
+	chunks := map[uint64]*chunk{}
 	for i := 0; i < n; i++ {
 		off, owner, ofs := at(i)
-		c := off / cb
-		if ok, seen := all[c]; seen && !ok {
+		c := chunks[off/cb]
+		if c == nil {
+			c = &chunk{}
+			chunks[off/cb] = c
+		}
+		if c.uncached {
 			continue
 		}
 		in := fs.inodes[nidIno(owner)]
-		cached := false
+		cached, dirty := false, false
 		switch {
 		case in == nil:
 		case ofs == ofsNode:
-			idx := nidIdx(owner)
-			cached = idx == 0 || in.dn[idx] != nil
+			if idx := nidIdx(owner); idx == 0 {
+				cached, dirty = true, in.dirty
+			} else if d := in.dn[idx]; d != nil {
+				cached, dirty = true, d.dirty
+			}
 		default:
-			cached = in.pages[uint64(nidIdx(owner)-1)*epd+uint64(ofs)] != nil
+			if p := in.pages[uint64(nidIdx(owner)-1)*epd+uint64(ofs)]; p != nil {
+				cached, dirty = true, p.dirty
+			}
 		}
-		all[c] = cached
+		switch {
+		case !cached:
+			c.uncached = true
+		case !dirty:
+			c.clean++
+		}
 	}
-	return func(off uint64) bool { return all[off/cb] }
+	host := map[uint64]bool{}
+	for k, c := range chunks {
+		if !c.uncached && c.clean > 0 && fs.opts.HostWriteCost*time.Duration(c.clean)/time.Duration(cb) < fs.opts.FlashReadCost {
+			host[k] = true
+		}
+	}
+	return func(off uint64) bool { return host[off/cb] }
 }
 
-// readVictim reads blocks offs (increasing) of victim s in runs of consecutive blocks, with fs.mu released for
-// each read (the segment is pinned). Blocks invalidated meanwhile are
-// revalidated by the caller before they are used.
-func (fs *FS) readVictim(ctx context.Context, s *segment, offs []uint64) (map[uint64][]byte, error) {
-	out := map[uint64][]byte{}
+// readVictim reads blocks offs (increasing) of victim s, which has valid
+// valid blocks, in runs of consecutive blocks, with fs.mu released for each
+// read (the segment is pinned). Blocks invalidated meanwhile are revalidated
+// by the caller before they are used.
+//
+// P-GC (seeds/004 Algorithm 1): when more than half of the victim's blocks
+// are valid and Options.PGCWorkers allows, the blocks are cut into that many
+// contiguous shares of (nearly) equal size and the shares are read in
+// parallel, one goroutine each, every share in runs; the caller commits the
+// moves as before. It reports how many workers read.
+func (fs *FS) readVictim(ctx context.Context, s *segment, offs []uint64, valid uint64) (map[uint64][]byte, int, error) {
+	out := make(map[uint64][]byte, len(offs))
+	m := fs.pgcWorkers()
+	if valid*2 <= s.cap || len(offs) < 2 {
+		m = 1
+	}
+	m = min(m, len(offs))
+	if m <= 1 {
+		for _, r := range victimRuns(offs) {
+			buf := make([]byte, len(r)*fs.bs)
+			if err := fs.readBlocks(ctx, MakeAddr(s.zone, r[0]), buf); err != nil {
+				return nil, 1, err
+			}
+			for k, off := range r {
+				out[off] = buf[k*fs.bs : (k+1)*fs.bs]
+			}
+		}
+		return out, 1, nil
+	}
+	// the pin keeps the zone from being reset while the workers read; the
+	// workers touch no table state (fs.vol is safe for concurrent calls)
+	s.pins++
+	fs.mu.Unlock()
+	wctx, cancel := context.WithCancel(ctx)
+	bufs := make([][]byte, m)
+	var (
+		wg       sync.WaitGroup
+		emu      sync.Mutex
+		firstErr error
+	)
+	for w := 0; w < m; w++ {
+		share := offs[w*len(offs)/m : (w+1)*len(offs)/m]
+		bufs[w] = make([]byte, len(share)*fs.bs)
+		wg.Add(1)
+		go func(share []uint64, buf []byte) {
+			defer wg.Done()
+			for _, r := range victimRuns(share) {
+				n := len(r) * fs.bs
+				if err := fs.vol.Read(wctx, s.zone, r[0], buf[:n:n]); err != nil {
+					emu.Lock()
+					if firstErr == nil {
+						firstErr = err // the cause: the others fail after the cancel
+					}
+					emu.Unlock()
+					cancel()
+					return
+				}
+				buf = buf[n:]
+			}
+		}(share, bufs[w])
+	}
+	wg.Wait()
+	cancel()
+	fs.mu.Lock()
+	s.pins--
+	if s.pins == 0 {
+		fs.pinCond.Broadcast()
+	}
+	if firstErr != nil {
+		return nil, m, firstErr
+	}
+	for w := 0; w < m; w++ {
+		for k, off := range offs[w*len(offs)/m : (w+1)*len(offs)/m] {
+			out[off] = bufs[w][k*fs.bs : (k+1)*fs.bs]
+		}
+	}
+	return out, m, nil
+}
+
+// victimRuns cuts offs (increasing) into runs of consecutive blocks of at
+// most 64 blocks, one read each.
+func victimRuns(offs []uint64) [][]uint64 {
 	const maxRun = 64
-	n := len(offs)
-	for i := 0; i < n; {
-		off := offs[i]
+	var runs [][]uint64
+	for i := 0; i < len(offs); {
 		j := i + 1
-		for j < n && j-i < maxRun && offs[j] == off+uint64(j-i) {
+		for j < len(offs) && j-i < maxRun && offs[j] == offs[i]+uint64(j-i) {
 			j++
 		}
-		buf := make([]byte, (j-i)*fs.bs)
-		if err := fs.readBlocks(ctx, MakeAddr(s.zone, off), buf); err != nil {
-			return nil, err
-		}
-		for k := 0; k < j-i; k++ {
-			out[off+uint64(k)] = buf[k*fs.bs : (k+1)*fs.bs]
-		}
+		runs = append(runs, offs[i:j])
 		i = j
 	}
-	return out, nil
+	return runs
+}
+
+// DefaultPGCWorkers is Options.PGCWorkers' default: the paper's two threads
+// (seeds/004 §3.3).
+const DefaultPGCWorkers = 2
+
+// pgcWorkers is how many workers P-GC splits a host-copy victim's reads
+// across. On the virtual clock always 1: goroutines waiting on it at once
+// would make modelled times depend on scheduling (the power-loss tests and
+// the paper benchmarks replay runs exactly), as for write-back and
+// read-ahead, which do not run there either.
+func (fs *FS) pgcWorkers() int {
+	n := fs.opts.PGCWorkers
+	if n == 0 {
+		n = DefaultPGCWorkers
+	}
+	if n < 1 || fs.clk.Kind() == clock.KindVirtual {
+		return 1
+	}
+	return min(n, 64)
 }

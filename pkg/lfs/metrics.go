@@ -27,6 +27,7 @@ type metrics struct {
 	cpDuration prometheus.Histogram
 	recycled   *prometheus.CounterVec
 	plugged    *prometheus.CounterVec
+	pgcSplit   prometheus.Counter
 }
 
 func newMetrics(reg prometheus.Registerer) *metrics {
@@ -55,6 +56,8 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 			Help: "Segments recycled, by method (tl: threaded logging reuses its holes; compaction: its valid blocks moved)."}, []string{"method"}),
 		plugged: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "zonefleet_fs_tl_plugged_blocks_total",
 			Help: "Blocks the drives plugged (copied) for threaded logging, by when (on_demand: with a write; background: at the end of threaded logging)."}, []string{"when"}),
+		pgcSplit: prometheus.NewCounter(prometheus.CounterOpts{Name: "zonefleet_fs_gc_split_migrations_total",
+			Help: "Host-copy victim migrations whose reads P-GC split across workers (more than half of the victim valid)."}),
 		cpDuration: prometheus.NewHistogram(prometheus.HistogramOpts{Name: "zonefleet_fs_checkpoint_duration_seconds",
 			Help: "Duration of a checkpoint.", Buckets: prometheus.ExponentialBuckets(1e-4, 4, 10)}),
 	}
@@ -73,6 +76,7 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 		m.recycled = register(reg, m.recycled)
 		m.plugged = register(reg, m.plugged)
 		m.cpDuration = register(reg, m.cpDuration)
+		m.pgcSplit = register(reg, m.pgcSplit)
 	}
 	for _, l := range []string{"tl", "compaction"} {
 		m.recycled.WithLabelValues(l)
@@ -122,6 +126,9 @@ func (m *metrics) gc(kind, method string, d time.Duration, st moveStat) {
 	m.moved.WithLabelValues("izc").Add(float64(st.izc))
 	m.moved.WithLabelValues("host_dirty").Add(float64(st.hostDirty))
 	m.moved.WithLabelValues("host_cached").Add(float64(st.hostCached))
+	if st.pgcWorkers > 1 {
+		m.pgcSplit.Inc()
+	}
 }
 
 // gaugeCollector exports live gauges computed from Stats at scrape time.
@@ -243,6 +250,11 @@ type Stats struct {
 	CopybackShare       float64           `json:"copyback_share"`             // blocks moved by copyback / all blocks the drives copied
 	ReadOnly            bool              `json:"read_only"`                  // the file system went read-only (readonly.go)
 	ReadOnlyReason      string            `json:"read_only_reason,omitempty"` // why
+	// GCVictimBlocksRead counts the victim blocks host copy read to the host
+	// in its read phase (CompactionPhases.Read), PGCSplitMigrations the
+	// victims whose reads P-GC split across workers (Options.PGCWorkers).
+	GCVictimBlocksRead uint64 `json:"gc_victim_blocks_read"`
+	PGCSplitMigrations uint64 `json:"pgc_split_migrations"`
 	// Compaction phases (ZNS+ Fig. 6), summed over CompactedSegments on the
 	// file system's clock: init (victim selection, the victim's valid
 	// bitmap and the nodes of its blocks), read (host copy: the victim's

@@ -264,6 +264,7 @@ type mountOptions struct {
 	asyncCompaction               bool
 	bgGC, cpEvery, retryDeadline  time.Duration
 	cacheBlocks, maxZones         int
+	pgcWorkers                    int
 }
 
 // readyFD is the descriptor a daemonized mount reports readiness on.
@@ -305,6 +306,7 @@ Prometheus metrics (zonefleet_fs_*, zonefleet_client_*) on --metrics-listen.`,
 	f.StringVar(&o.gc, "gc", "zns+", "segment recycling: zns+ (threaded logging and hybrid segment recycling with IZC; izc when the volume has no TL_open), izc (copy inside the drives, ZNS+ zone_compaction) or host-copy/zns (the ZNS baseline)")
 	f.BoolVar(&o.asyncCompaction, "async-compaction", false, "zone_compaction returns once submitted and overlaps the checkpoint (ZNS+ §3.2.1); a compaction that fails on the nodes and cannot be finished by host copy then fails every fsync until its nodes return (default: each compaction completes before the file system goes on)")
 	f.BoolVar(&o.cachedWrite, "izc-cached-write", false, "IZC-H: write blocks cached on the host from the host instead of copying them on the drives")
+	f.IntVar(&o.pgcWorkers, "pgc-workers", lfs.DefaultPGCWorkers, "P-GC: host copy reads a victim more than half valid with this many parallel workers (1: off; 0: the default)")
 	f.DurationVar(&o.bgGC, "background-gc", 2*time.Second, "recycle one segment after this much idle time (0: off)")
 	f.DurationVar(&o.cpEvery, "checkpoint-every", 5*time.Second, "checkpoint at this period when something changed (0: off)")
 	f.IntVar(&o.cacheBlocks, "cache-blocks", 0, "host page cache in blocks (0: lfs default, 65536 = 256 MiB at 4 KiB blocks)")
@@ -447,7 +449,7 @@ func serveMount(sigCtx context.Context, g *Globals, o mountOptions, mounted func
 		mode, o.gc = lfs.ModeZNS, "host-copy"
 	}
 	fs, err := lfs.Mount(sigCtx, vol, lfs.Options{Clock: clk, Registry: reg, Mode: mode, CachedWrite: o.cachedWrite,
-		BackgroundGC: o.bgGC, CheckpointEvery: o.cpEvery, CacheBlocks: o.cacheBlocks, RetryDeadline: o.retryDeadline})
+		PGCWorkers: o.pgcWorkers, BackgroundGC: o.bgGC, CheckpointEvery: o.cpEvery, CacheBlocks: o.cacheBlocks, RetryDeadline: o.retryDeadline})
 	if err != nil {
 		return fmt.Errorf("mount %s: %w", g.Namespace, err)
 	}
@@ -609,6 +611,7 @@ mount process through the virtual attribute ` + fusefs.StatsXattr + ` of DIR
 				t.row("checkpoints:\t%d (version %d, metadata v-zone %d epoch %d)", s.Checkpoints, s.CheckpointVersion, s.MetaZone, s.MetaEpoch)
 				t.row("recycling:\t%d foreground, %d background runs", s.GCForeground, s.GCBackground)
 				t.row("blocks moved:\t%d host copy, %d IZC, %d host dirty, %d host cached", s.MovedHostCopy, s.MovedIZC, s.MovedHostDirty, s.MovedHostCached)
+				t.row("host copy reads:\t%d victim blocks, %d victims split by P-GC", s.GCVictimBlocksRead, s.PGCSplitMigrations)
 				t.row("IZC on the drives:\t%d copyback, %d read-and-program, %d node to node (%d placed for copyback)", s.CompactCopyback, s.CompactLocal, s.CompactRemote, s.CopybackPlanned)
 				t.row("written:\t%d user blocks, %d drive blocks, WAF %.3f", s.UserBlocksWritten, s.DriveBlocksWritten, s.WAF)
 				t.row("recycled segments:\t%d by threaded logging, %d by compaction (TL share %.1f %%; HSR chose compaction %d times)", s.TLRecycledSegments, s.CompactedSegments, 100*s.TLShare, s.HSRCompaction)
@@ -655,6 +658,7 @@ func pct(a, b uint64) float64 {
 
 func benchFSCmd(g *Globals) *cobra.Command {
 	var o fsbench.Options
+	var pgc bool
 	c := &cobra.Command{
 		Use:   "fs",
 		Short: "FUSE file system: throughput vs go-fuse loopback; fileserver at 80/90 % utilization, host copy vs IZC (ZNS+ Fig. 6-7)",
@@ -667,14 +671,16 @@ medians of 3 runs with the mounts alternating; each sequential point moves
 --seq-total-mib in passes over the --seq-mib file.
 
 Recycling: a fileserver-style workload (whole-file replacement, 16 KiB overwrites,
-stat; --threads threads) at each --util on a small namespace, with host-copy and IZC
-segment compaction, drives on the realtime clock: throughput, WAF, and the average
-compaction time split into read / device copy / write+checkpoint.`,
+stat; --threads threads) at each --util on a small namespace, with host-copy (without
+and, unless --pgc=false, with P-GC) and IZC segment compaction, drives on the realtime
+clock: throughput, WAF, and the average compaction time split into read / device copy /
+write+checkpoint.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			// Ctrl-C stops the workloads and unmounts (no mount is left behind).
 			ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
 			defer stop()
+			o.NoPGC = !pgc
 			done := g.timed("zctl bench fs (a few minutes)", 0)
 			res, err := fsbench.Run(ctx, o)
 			done()
@@ -695,5 +701,6 @@ compaction time split into read / device copy / write+checkpoint.`,
 	f.IntVar(&o.FileKiB, "file-kib", 128, "fileserver file size in KiB")
 	f.Float64Var(&o.TimeScale, "time-scale", 1, "realtime clock scale of the fileserver cluster")
 	f.BoolVar(&o.IZCH, "izc-h", true, "also run IZC-H (blocks cached on the host written from the host)")
+	f.BoolVar(&pgc, "pgc", true, "also run host copy with P-GC (victim reads split across 2 workers): host_copy_pgc, pgc_vs_host_copy")
 	return c
 }

@@ -10,7 +10,8 @@
 //  2. Recycling (ZNS+ Fig. 6-7, ZNS vs IZC): a fileserver-style workload
 //     (files replaced whole, 16 KiB overwrites, stats; 4 threads) at 80 % and
 //     90 % utilization on a small namespace, with host-copy and IZC segment
-//     compaction (and IZC-H with Options.IZCH), the drives on the realtime clock so that flash time is
+//     compaction (host copy also with P-GC, seeds/004, unless
+//     Options.NoPGC; and IZC-H with Options.IZCH), the drives on the realtime clock so that flash time is
 //     charged. It reports throughput, write amplification and the average
 //     compaction time split into phases. lfs times a whole recycling run
 //     (zonefleet_fs_gc_duration_seconds: victim move + the checkpoint that
@@ -78,6 +79,7 @@ type Options struct {
 	TimeScale   float64 // realtime clock scale of the fileserver cluster (default 1)
 	SkipLoopRef bool    // skip the loopback reference (tests)
 	IZCH        bool    // also run IZC-H (host-cached blocks written from the host)
+	NoPGC       bool    // skip host copy with P-GC ("host_copy_pgc"; "host_copy" runs without it)
 	IZCSync     bool    // also run IZC with synchronous compaction (fsvol.Options.SyncCompaction): "izc_sync"
 	Runs        int     // repetitions of the throughput part; medians are reported (default 3)
 	Parallel    int     // threads of the parallel scaling workloads, one file each (default 4)
@@ -101,6 +103,7 @@ type Options struct {
 	UntilRecycled bool
 
 	syncCompaction bool // this fileserver run's fsvol.Options.SyncCompaction
+	pgc            bool // this host-copy run splits victim reads (lfs.Options.PGCWorkers 2)
 }
 
 func (o *Options) defaults() {
@@ -170,6 +173,22 @@ type Recycling struct {
 	Copyback      uint64  `json:"copyback_blocks"`
 	WAF           float64 `json:"waf"`
 	CheckpointsMs float64 `json:"checkpoint_ms_total"`
+	// Host copy's read phase as lfs times it (Stats.CompactionPhases.Read:
+	// the wall time of reading a victim's valid blocks, however many reads
+	// overlap; AvgReadMs sums the Volume.Read calls), the victim blocks it
+	// read over that time, and the victims P-GC split.
+	AvgReadPhaseMs float64 `json:"avg_read_phase_ms"`
+	ReadPhaseMiBps float64 `json:"read_phase_mib_per_second"`
+	PGCSplits      uint64  `json:"pgc_split_migrations"`
+}
+
+// PGCCompare is host copy with P-GC over host copy without it at one
+// utilization: throughput, read-phase time per compaction and read-phase
+// throughput (with / without; below 1 is faster for the time).
+type PGCCompare struct {
+	Throughput     float64 `json:"throughput"`
+	ReadPhaseMs    float64 `json:"read_phase_ms"`
+	ReadPhaseMiBps float64 `json:"read_phase_mib_per_second"`
 }
 
 // Result of Run.
@@ -178,6 +197,9 @@ type Result struct {
 	VsFuseLoopback map[string]float64 `json:"vs_fuse_loopback"`
 	Recycling      []Recycling        `json:"recycling"`
 	IZCvsHostCopy  map[string]float64 `json:"izc_vs_host_copy_throughput"`
+	// PGCvsHostCopy compares host copy with P-GC (2 workers) to host copy
+	// without it, per utilization (util_80, ...).
+	PGCvsHostCopy map[string]PGCCompare `json:"pgc_vs_host_copy,omitempty"`
 	// ParallelReadScaling is the aggregate read throughput of Parallel
 	// threads reading one file each over one thread reading one file on the
 	// mount (median of Runs); ParallelWriteScaling the same for writes
@@ -214,7 +236,7 @@ func Run(ctx context.Context, o Options) (*Result, error) {
 		defer os.RemoveAll(d)
 		dir = d
 	}
-	res := &Result{VsFuseLoopback: map[string]float64{}, IZCvsHostCopy: map[string]float64{}}
+	res := &Result{VsFuseLoopback: map[string]float64{}, IZCvsHostCopy: map[string]float64{}, PGCvsHostCopy: map[string]PGCCompare{}}
 	if err := throughput(ctx, o, dir, res); err != nil {
 		return nil, fmt.Errorf("throughput: %w", err)
 	}
@@ -229,19 +251,33 @@ func Run(ctx context.Context, o Options) (*Result, error) {
 		}
 	}
 	byKey := map[string]float64{}
+	runs := map[string]Recycling{}
 	for _, r := range res.Recycling {
 		byKey[fmt.Sprintf("%s/%d", r.Method, r.Util)] = r.MiBPerSecond
+		runs[fmt.Sprintf("%s/%d", r.Method, r.Util)] = r
+	}
+	ratio := func(a, b float64) float64 {
+		if b <= 0 {
+			return 0
+		}
+		return a / b
 	}
 	for _, u := range o.Utils {
 		if h := byKey[fmt.Sprintf("host_copy/%d", u)]; h > 0 {
 			res.IZCvsHostCopy[fmt.Sprintf("util_%d", u)] = byKey[fmt.Sprintf("izc/%d", u)] / h
+		}
+		h, okh := runs[fmt.Sprintf("host_copy/%d", u)]
+		p, okp := runs[fmt.Sprintf("host_copy_pgc/%d", u)]
+		if okh && okp {
+			res.PGCvsHostCopy[fmt.Sprintf("util_%d", u)] = PGCCompare{Throughput: ratio(p.MiBPerSecond, h.MiBPerSecond),
+				ReadPhaseMs: ratio(p.AvgReadPhaseMs, h.AvgReadPhaseMs), ReadPhaseMiBps: ratio(p.ReadPhaseMiBps, h.ReadPhaseMiBps)}
 		}
 	}
 	res.Notes = append(res.Notes,
 		fmt.Sprintf("throughput: medians of %d runs, the mounts alternating within each run; parallel_*_scaling: %d threads on one file each (%d MiB) over one thread on one file; fileserver_16_vs_1_threads: fileserver at %d %% with IZC", o.Runs, o.Parallel, max(1, o.SeqMiB/o.Parallel), o.ScalingUtil),
 		fmt.Sprintf("throughput: sequential points are passes over a %d MiB file until %d MiB moved (each write pass creates, writes and fsyncs it; each read pass first drops the kernel's cache of it), random points %d operations", o.SeqMiB, max(1, (o.SeqTotalMiB+o.SeqMiB-1)/o.SeqMiB)*o.SeqMiB, o.RandOps),
 		"throughput: drive clock off (software path); one thread; loopback = go-fuse fs.NewLoopbackRoot over a host directory, FUSE passthrough disabled; the kernel's FUSE page cache of the file is dropped (fadvise DONTNEED) before each read workload, the host file system under the loopback keeps its own",
-		"recycling: drives on the realtime clock; phases from timing lfs's Volume calls (lfs does not time GC phases itself)")
+		"recycling: drives on the realtime clock; phases from timing lfs's Volume calls; the read phase also as lfs times it (host copy's victim reads, overlapped under P-GC); host_copy without P-GC, host_copy_pgc with 2 workers")
 	return res, nil
 }
 
@@ -795,20 +831,24 @@ func recycling(ctx context.Context, o Options, dir string, res *Result) error {
 	}
 	defer cl.close()
 	type variant struct {
-		move         lfs.MoveMethod
-		cached, sync bool
+		move              lfs.MoveMethod
+		cached, sync, pgc bool
 	}
-	variants := []variant{{lfs.HostCopy, false, false}, {lfs.Compact, false, false}}
+	variants := []variant{{lfs.HostCopy, false, false, false}}
+	if !o.NoPGC {
+		variants = append(variants, variant{lfs.HostCopy, false, false, true})
+	}
+	variants = append(variants, variant{lfs.Compact, false, false, false})
 	if o.IZCH {
-		variants = append(variants, variant{lfs.Compact, true, false})
+		variants = append(variants, variant{lfs.Compact, true, false, false})
 	}
 	if o.IZCSync {
-		variants = append(variants, variant{lfs.Compact, false, true})
+		variants = append(variants, variant{lfs.Compact, false, true, false})
 	}
 	for _, u := range o.Utils {
 		for _, v := range variants {
 			oo := o
-			oo.syncCompaction = v.sync
+			oo.syncCompaction, oo.pgc = v.sync, v.pgc
 			r, err := fileserver(ctx, oo, cl, filepath.Join(dir, "gc-mnt"), v.move, v.cached, u)
 			if err != nil {
 				return fmt.Errorf("%s at %d %%: %w", r.Method, u, err)
@@ -868,6 +908,10 @@ func fileserver(ctx context.Context, o Options, cl *cluster, mnt string, method 
 	if o.syncCompaction {
 		r.Method = "izc_sync"
 	}
+	pgcWorkers := 1 // host_copy stays the baseline of the earlier runs: no P-GC
+	if o.pgc {
+		r.Method, pgcWorkers = "host_copy_pgc", lfs.DefaultPGCWorkers
+	}
 	fv, err := fsvol.New(ctx, cl.c, fsvol.Options{MaxZones: 40, SyncCompaction: o.syncCompaction})
 	if err != nil {
 		return r, err
@@ -882,7 +926,7 @@ func fileserver(ctx context.Context, o Options, cl *cluster, mnt string, method 
 	// the page cache of the earlier measurements (lfs's default grew to
 	// 256 MiB): host copy takes a victim's blocks cached on the host instead
 	// of reading them, so a bigger cache would change what is compared
-	m, err := mountLFS(ctx, vol, mnt, lfs.Options{Clock: clk, Registry: reg, Move: method, CachedWrite: cached, CacheBlocks: fileserverCacheBlocks})
+	m, err := mountLFS(ctx, vol, mnt, lfs.Options{Clock: clk, Registry: reg, Move: method, CachedWrite: cached, CacheBlocks: fileserverCacheBlocks, PGCWorkers: pgcWorkers})
 	if err != nil {
 		return r, err
 	}
@@ -1036,6 +1080,14 @@ func fileserver(ctx context.Context, o Options, cl *cluster, mnt string, method 
 	}
 	r.MovedHost = (after.MovedHostCopy + after.MovedHostDirty + after.MovedHostCached) - (before.MovedHostCopy + before.MovedHostDirty + before.MovedHostCached)
 	r.MovedIZC = after.MovedIZC - before.MovedIZC
+	r.PGCSplits = after.PGCSplitMigrations - before.PGCSplitMigrations
+	if n := after.CompactedSegments - before.CompactedSegments; n > 0 {
+		ph := after.CompactionPhases.Read - before.CompactionPhases.Read
+		r.AvgReadPhaseMs = float64(ph) / 1e6 / float64(n)
+		if ph > 0 {
+			r.ReadPhaseMiBps = float64((after.GCVictimBlocksRead-before.GCVictimBlocksRead)*4096) / (1 << 20) / ph.Seconds()
+		}
+	}
 	r.Copyback = after.CompactCopyback - before.CompactCopyback
 	if du := after.UserBlocksWritten - before.UserBlocksWritten; du > 0 {
 		r.WAF = float64(after.DriveBlocksWritten-before.DriveBlocksWritten) / float64(du)
@@ -1051,10 +1103,10 @@ func (r *Result) WriteTable(w io.Writer) error {
 		fmt.Fprintf(tw, "%s\t%.1f\t%.1f\t%.2f\n", t.Workload, t.ZoneFleet, t.Loopback, t.VsLoopback)
 	}
 	fmt.Fprintln(tw)
-	fmt.Fprintln(tw, "fileserver\tutil\tMiB/s\tWAF\tgc runs\tavg compaction ms\tread ms\tdevice copy ms\twrite+checkpoint ms\tmoved host\tmoved IZC (copyback)")
+	fmt.Fprintln(tw, "fileserver\tutil\tMiB/s\tWAF\tgc runs\tavg compaction ms\tread ms\tread phase ms (MiB/s)\tdevice copy ms\twrite+checkpoint ms\tmoved host\tmoved IZC (copyback)")
 	for _, x := range r.Recycling {
-		fmt.Fprintf(tw, "%s\t%d %%\t%.1f\t%.3f\t%d\t%.1f\t%.1f\t%.1f\t%.1f\t%d\t%d (%d)\n", x.Method, x.Util, x.MiBPerSecond, x.WAF, x.GCRuns,
-			x.AvgGCMs, x.AvgReadMs, x.AvgCopyMs, x.AvgWriteCPMs, x.MovedHost, x.MovedIZC, x.Copyback)
+		fmt.Fprintf(tw, "%s\t%d %%\t%.1f\t%.3f\t%d\t%.1f\t%.1f\t%.1f (%.1f)\t%.1f\t%.1f\t%d\t%d (%d)\n", x.Method, x.Util, x.MiBPerSecond, x.WAF, x.GCRuns,
+			x.AvgGCMs, x.AvgReadMs, x.AvgReadPhaseMs, x.ReadPhaseMiBps, x.AvgCopyMs, x.AvgWriteCPMs, x.MovedHost, x.MovedIZC, x.Copyback)
 	}
 	fmt.Fprintf(tw, "parallel_read_scaling\t%.2f\n", r.ParallelReadScaling)
 	fmt.Fprintf(tw, "parallel_write_scaling\t%.2f\n", r.ParallelWriteScaling)
@@ -1082,6 +1134,15 @@ func (r *Result) WriteTable(w io.Writer) error {
 	sort.Strings(keys)
 	for _, k := range keys {
 		fmt.Fprintf(tw, "izc_vs_host_copy[%s]\t%.2f\n", k, r.IZCvsHostCopy[k])
+	}
+	keys = keys[:0]
+	for k := range r.PGCvsHostCopy {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	for _, k := range keys {
+		c := r.PGCvsHostCopy[k]
+		fmt.Fprintf(tw, "pgc_vs_host_copy[%s]\tthroughput %.2f, read phase ms %.2f, read phase MiB/s %.2f\n", k, c.Throughput, c.ReadPhaseMs, c.ReadPhaseMiBps)
 	}
 	if err := tw.Flush(); err != nil {
 		return err

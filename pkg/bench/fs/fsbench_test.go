@@ -48,15 +48,19 @@ func TestRunSmall(t *testing.T) {
 		assert.Positive(t, tp.Loopback, tp.Workload)
 		assert.InDelta(t, tp.ZoneFleet/tp.Loopback, res.VsFuseLoopback[tp.Workload], 1e-9)
 	}
-	require.Len(t, res.Recycling, 2)
+	require.Len(t, res.Recycling, 3)
 	for _, r := range res.Recycling {
 		assert.Positive(t, r.GCRuns, "%s: segments recycled", r.Method)
 		assert.GreaterOrEqual(t, r.WAF, 1.0, r.Method)
 		assert.InDelta(t, r.AvgGCMs, r.AvgReadMs+r.AvgCopyMs+r.AvgWriteCPMs, r.AvgGCMs*0.01+0.01, "%s: phases add up", r.Method)
 	}
+	assert.Equal(t, []string{"host_copy", "host_copy_pgc", "izc"}, []string{res.Recycling[0].Method, res.Recycling[1].Method, res.Recycling[2].Method})
 	assert.Positive(t, res.Recycling[0].MovedHost, "host copy moves through the host")
-	assert.Positive(t, res.Recycling[1].MovedIZC, "IZC moves on the drives")
+	assert.Positive(t, res.Recycling[1].MovedHost, "host copy with P-GC moves through the host")
+	assert.Zero(t, res.Recycling[0].PGCSplits, "host_copy is without P-GC")
+	assert.Positive(t, res.Recycling[2].MovedIZC, "IZC moves on the drives")
 	assert.Contains(t, res.IZCvsHostCopy, "util_80")
+	assert.Contains(t, res.PGCvsHostCopy, "util_80")
 	var buf bytes.Buffer
 	require.NoError(t, res.WriteTable(&buf))
 	assert.Contains(t, buf.String(), "vs_fuse_loopback")
@@ -76,7 +80,7 @@ func TestUntilRecycled(t *testing.T) {
 		t.Skipf("no /dev/fuse: %v", err)
 	}
 	res, err := fsbench.Run(context.Background(), fsbench.Options{Dir: t.TempDir(), SeqMiB: 1, RandOps: 16, Utils: []int{80}, Churn: 0.01, Threads: 2, TimeScale: 0.25,
-		Runs: 1, Parallel: 1, SkipLoopRef: true, NoDevvol: true, NoThreadScaling: true, UntilRecycled: true})
+		Runs: 1, Parallel: 1, SkipLoopRef: true, NoDevvol: true, NoThreadScaling: true, UntilRecycled: true, NoPGC: true})
 	require.NoError(t, err)
 	require.Len(t, res.Recycling, 2)
 	for _, r := range res.Recycling {

@@ -13,7 +13,8 @@
 // the same Config prints the same numbers on every run. The file system runs
 // without background work (no idle recycling, no timer checkpoints): every
 // recycling is foreground, every checkpoint caused by an operation, a
-// pre-invalid threshold or recycling.
+// pre-invalid threshold or recycling. P-GC (lfs.Options.PGCWorkers) is off:
+// its parallel reads would wait on the one virtual clock at once.
 //
 // What is modelled and what is not. The drives model chips, channels, the
 // host link, copyback and plugging (pkg/zns). The host's I/O path is
@@ -164,6 +165,11 @@ type ModeResult struct {
 	Checkpoints      uint64  `json:"checkpoints"`
 	MovedHostCopy    uint64  `json:"moved_host_copy"`
 	MovedIZC         uint64  `json:"moved_izc"`
+	MovedHostCached  uint64  `json:"moved_host_cached"` // cached clean, written from the host (IZC-H by cost)
+	MovedHostDirty   uint64  `json:"moved_host_dirty"`  // dirty on the host: written from the host in any mode
+	// HostWrittenShare is the share of the blocks compaction moved that the
+	// host wrote (read or cached on the host) rather than the drives copied.
+	HostWrittenShare float64 `json:"host_written_share"`
 	// CompactionPhasesMs is the modelled time of one compaction on average
 	// per phase (ZNS+ Fig. 6: init, read, write, checkpoint for host copy;
 	// init, copy, checkpoint for IZC), in milliseconds.
@@ -178,15 +184,20 @@ type ModeResult struct {
 
 // UtilResult is the three modes at one utilization.
 type UtilResult struct {
-	Utilization   float64            `json:"utilization"`
-	ZNS           ModeResult         `json:"zns"`
-	IZC           ModeResult         `json:"izc"`
-	ZNSPlus       ModeResult         `json:"zns_plus"`
-	IZCvsZNS      float64            `json:"izc_vs_zns"`      // throughput ratio (paper Fig. 7: 1.21-1.77)
-	ZNSPlusVsZNS  float64            `json:"zns_plus_vs_zns"` // throughput ratio (paper Fig. 7: 1.33-2.91)
-	TLShare       float64            `json:"tl_share"`        // zns+ segments recycled by threaded logging (paper Table 5: 85.8-94.8 %)
-	CopybackShare float64            `json:"copyback_share"`  // izc
-	WAF           map[string]float64 `json:"waf"`
+	Utilization   float64    `json:"utilization"`
+	ZNS           ModeResult `json:"zns"`
+	IZC           ModeResult `json:"izc"`
+	ZNSPlus       ModeResult `json:"zns_plus"`
+	IZCvsZNS      float64    `json:"izc_vs_zns"`      // throughput ratio (paper Fig. 7: 1.21-1.77)
+	ZNSPlusVsZNS  float64    `json:"zns_plus_vs_zns"` // throughput ratio (paper Fig. 7: 1.33-2.91)
+	TLShare       float64    `json:"tl_share"`        // zns+ segments recycled by threaded logging (paper Table 5: 85.8-94.8 %)
+	CopybackShare float64    `json:"copyback_share"`  // izc
+	// IZCHostWrittenShare is izc's HostWrittenShare: the blocks moved from
+	// the host (dirty, or cached clean where the per-block IZC-H / IZC-D
+	// choice found the host cheaper) over all blocks moved (paper §4.1:
+	// IZC-H 10.4 %, IZC-D 0.6 %).
+	IZCHostWrittenShare float64            `json:"izc_host_written_share"`
+	WAF                 map[string]float64 `json:"waf"`
 	// Copyback share of the blocks izc copies inside the drives with
 	// copyback-aware allocation (ZNS+ §3.3.1, the default) and without it
 	// (an extra izc run; paper Fig. 11: > 80 % with CAB).
@@ -360,6 +371,7 @@ func assemble(cfg Config, dir string, runOne runner) (Result, error) {
 			ur.ZNSPlusVsZNS = round3(ur.ZNSPlus.ThroughputMBps / ur.ZNS.ThroughputMBps)
 		}
 		ur.TLShare, ur.CopybackShare, ur.CopybackShareCAB = ur.ZNSPlus.TLShare, ur.IZC.CopybackShare, ur.IZC.CopybackShare
+		ur.IZCHostWrittenShare = ur.IZC.HostWrittenShare
 		if cfg.CopybackPagesPerBlock > 0 && slices.Contains(modes, lfs.ModeIZC) {
 			cc := cfg
 			cc.PagesPerBlock, cc.Zones = cfg.CopybackPagesPerBlock, cfg.CopybackZones
@@ -447,9 +459,13 @@ func runOne(ctx context.Context, cfg Config, fc flash.Config, path string, util 
 	cb := time.Duration(max(r.PageSize/r.BlockSize, 1))
 	hsrCopy := time.Duration(float64(r.ReadLatency+r.ProgramLatency)*r.CopybackRatio) / cb
 	hsrWrite := vol.cost/cb + time.Duration(float64(r.BlockSize)/float64(r.HostLinkBytesPerSec)*float64(time.Second)) + r.ProgramLatency/cb
+	// P-GC off, stated: its parallel reads would wait on the one virtual
+	// clock at once, so modelled times would follow goroutine scheduling
+	// (lfs never splits on a virtual clock anyway); here threads do not
+	// overlap their I/O, so it could show nothing either.
 	fs, err := lfs.Mount(ctx, vol, lfs.Options{Mode: m, Clock: clk, CacheBlocks: 1024, ReadAheadBlocks: -1,
 		FlashReadCost: readCost, HostWriteCost: hostCost, NoCopybackAware: noCAB,
-		HSRCopyCost: hsrCopy, HSRWriteCost: hsrWrite})
+		HSRCopyCost: hsrCopy, HSRWriteCost: hsrWrite, PGCWorkers: 1})
 	if err != nil {
 		return ModeResult{}, 0, err
 	}
@@ -485,7 +501,11 @@ func runOne(ctx context.Context, cfg Config, fc flash.Config, path string, util 
 		PluggedBlocks: s.PluggedOnDemand + s.PluggedBackground - s0.PluggedOnDemand - s0.PluggedBackground,
 		HSRCompaction: s.HSRCompaction - s0.HSRCompaction, TLOpenRefused: s.TLRefused - s0.TLRefused,
 		TLNoBudget: s.TLNoBudget - s0.TLNoBudget, TLNoCandidate: s.TLNoCandidate - s0.TLNoCandidate,
-		Checkpoints: s.Checkpoints - s0.Checkpoints, MovedHostCopy: s.MovedHostCopy - s0.MovedHostCopy, MovedIZC: s.MovedIZC - s0.MovedIZC}
+		Checkpoints: s.Checkpoints - s0.Checkpoints, MovedHostCopy: s.MovedHostCopy - s0.MovedHostCopy, MovedIZC: s.MovedIZC - s0.MovedIZC,
+		MovedHostCached: s.MovedHostCached - s0.MovedHostCached, MovedHostDirty: s.MovedHostDirty - s0.MovedHostDirty}
+	if host := mr.MovedHostCopy + mr.MovedHostCached + mr.MovedHostDirty; host+mr.MovedIZC > 0 {
+		mr.HostWrittenShare = round3(float64(host) / float64(host+mr.MovedIZC))
+	}
 	if n := mr.CompactedSegments; n > 0 {
 		p, p0 := s.CompactionPhases, s0.CompactionPhases
 		ms := func(d, d0 time.Duration) float64 {

@@ -56,6 +56,11 @@ func TestDeterministicAndDirection(t *testing.T) {
 			require.GreaterOrEqual(t, u.ZNSPlusVsZNS, u.IZCvsZNS, "ZNS+ >= IZC")
 			require.Greater(t, u.ZNSPlusVsZNS, 1.0, "ZNS+ > ZNS")
 			require.Equal(t, u.ZNSPlus.TLShare, u.TLShare)
+			// IZC-H / IZC-D by cost: izc's blocks from the host are its
+			// share; host copy moves everything through the host
+			require.Equal(t, u.IZC.HostWrittenShare, u.IZCHostWrittenShare)
+			require.Less(t, u.IZCHostWrittenShare, 0.5, "IZC copies most blocks on the drives")
+			require.Equal(t, 1.0, u.ZNS.HostWrittenShare)
 			// Fig. 11: copyback-aware allocation raises the copyback share
 			require.NotNil(t, u.CopybackShareNoCAB)
 			require.Equal(t, u.IZC.CopybackShare, u.CopybackShareCAB)
