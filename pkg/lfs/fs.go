@@ -99,6 +99,10 @@ type Options struct {
 	// ReadAheadBlocks is the read-ahead window on sequential reads (0: 256
 	// blocks; negative: none). Prefetched blocks are clean cached pages.
 	ReadAheadBlocks int
+	// WriteLanes is how many write-backs of one data log may be in flight
+	// at once, each on its own segment (lanes.go; 0: DefaultWriteLanes; 1:
+	// one). Always 1 on the virtual clock.
+	WriteLanes int
 	// Retries of a Volume call failing with zerr.ErrUnavailable with the off
 	// clock (0: 3); other clocks retry until RetryDeadline.
 	Retries int
@@ -148,6 +152,11 @@ type FS struct {
 	mu         sync.Mutex           // the tables (leaf lock): never held across a Volume call
 	pinCond    *sync.Cond           // on mu: a segment's readers left (pins 0)
 	flightCond *sync.Cond           // on mu: a write-back in flight committed
+	laneCond   *sync.Cond           // on mu: an extra write lane was released
+	xl         [numTemps][]xlane    // extra write lanes of the data logs (lanes.go)
+	lanes      int                  // write lanes per data log
+	wbPages    int                  // dirty pages in flight (a write-back copied them and has not committed)
+	wbFlights  int                  // write-backs in flight (all inodes)
 	opening    int                  // OpenZone calls in flight (counted as used segments)
 	inflight   atomic.Int64         // operations running (the virtual clock's tick skips a busy FS)
 	bgWG       sync.WaitGroup
@@ -246,6 +255,8 @@ func newFS(vol Volume, opts Options) *FS {
 	fs.bs = fs.geo.BlockSize
 	fs.pinCond = sync.NewCond(&fs.mu)
 	fs.flightCond = sync.NewCond(&fs.mu)
+	fs.laneCond = sync.NewCond(&fs.mu)
+	fs.lanes = 1
 	fs.pol = opts.Policy
 	if fs.pol == nil {
 		fs.pol = DefaultPolicy(opts.Move)
@@ -1010,6 +1021,7 @@ func (fs *FS) shutdown(ctx context.Context) error {
 	for i := range fs.logs {
 		fs.logs[i] = nil
 	}
+	fs.dropLanes()
 	return nil
 }
 
