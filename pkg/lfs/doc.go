@@ -200,10 +200,11 @@
 //     no write-back goroutine, one lane per log and no read-ahead
 //     (reproducible runs: the power-loss tests replay a seed's crash
 //     points exactly).
-//   - Write lanes (lanes.go). A data log has Options.WriteLanes lanes (two
-//     by default): lane 0 is the log's head, each extra lane writes its own
-//     fresh segment, opened only while the volume has an open zone and free
-//     segments to spare (else its appends go to lane 0). A block is placed
+//   - Write lanes (lanes.go). The file data logs (warm and cold data) have
+//     Options.WriteLanes lanes (two by default): lane 0 is the log's head,
+//     each extra lane writes its own fresh segment, opened only while the
+//     volume has an open zone and free segments to spare (else its appends
+//     go to lane 0). A block is placed
 //     (mapped, valid, in the SSA) only after the Write that carried it
 //     returned, under fs.mu, whatever the lane: no node, checkpoint or
 //     reader ever sees an address whose write is still in flight, and a

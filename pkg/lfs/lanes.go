@@ -12,7 +12,8 @@ import (
 // one segment are serialized (and the Volume below serializes the writes of
 // one v-zone anyway): with one head per log, one write-back of a log is in
 // flight at a time and the network and the drives idle while the next one is
-// prepared. A data log therefore has DefaultWriteLanes lanes: lane 0 is the
+// prepared. The file data logs (warm and cold data; the data log of a
+// two-log layout) therefore have DefaultWriteLanes lanes: lane 0 is the
 // log's own head (FS.logs, under FS.logMu: what checkpoints record, what
 // threaded logging and recycling use), lanes 1.. each write their own
 // segment (xlane.seg, a fresh v-zone; never threaded logging), so two
@@ -33,7 +34,8 @@ import (
 // mount finishes it; roll-forward finds the blocks fsynced nodes name below
 // its write pointer).
 //
-// Node logs keep one lane: fsync's ordering (direct nodes, Flush, then the
+// Node logs, and with six logs the hot data log (directories' small
+// dentry write-backs), keep one lane: fsync's ordering (direct nodes, Flush, then the
 // marked inode) and roll-forward's scan from the checkpointed head rely on
 // one head per node log. On the virtual clock every log has one lane (runs
 // are reproducible: the power-loss tests replay a seed exactly).
@@ -60,7 +62,9 @@ func (fs *FS) setupLanes() {
 	}
 	fs.lanes = max(n, 1)
 	for l := 0; l < fs.nlogs; l++ {
-		if fs.logIsNode(l) || fs.lanes < 2 {
+		// (with six logs the hot data log, dentry blocks, keeps one: its
+		// write-backs are small, an extra head would only hold a zone open)
+		if fs.logIsNode(l) || fs.lanes < 2 || fs.nlogs == numTemps && l == logHotData {
 			fs.xl[l] = nil
 			continue
 		}
