@@ -143,7 +143,7 @@ func TestFlushFailsUntilEveryDriveIsDurable(t *testing.T) {
 func TestOpenAheadHandsOutTheSpare(t *testing.T) {
 	ctx := context.Background()
 	e := newEnv(t, 5*time.Second)
-	vol, err := fsvol.New(ctx, e.c, fsvol.Options{MaxZones: 28})
+	vol, err := fsvol.New(ctx, e.c, fsvol.Options{MaxZones: 28, OpenAhead: 1})
 	require.NoError(t, err)
 	first, err := vol.OpenZone(ctx)
 	require.NoError(t, err)

@@ -9,8 +9,9 @@
 // them from the file system's writers:
 //
 //   - Open ahead: OpenZone hands out a v-zone opened in the background
-//     (Options.OpenAhead of them are kept ready) and starts opening the next
-//     one. Spares are never listed by Zones, so Mount, Mkfs and Fsck never see
+//     (Options.OpenAhead of them, two by default, are kept ready, opened
+//     concurrently: the file system's data logs fill two segments at once)
+//     and starts opening the next one. Spares are never listed by Zones, so Mount, Mkfs and Fsck never see
 //     (or reset) them; a spare left behind by a crashed process is an open,
 //     empty v-zone the next mount's recovery resets. A spare is only opened
 //     while the v-zones held (handed out and not reset) plus the spares stay
@@ -127,7 +128,8 @@ type Volume struct {
 	dirty     map[client.DeviceRef]uint64 // drives written since their last successful flush → mark sequence
 	seq       uint64                      // last mark sequence
 	spares    []spare                     // opened ahead, not handed out yet
-	opening   chan struct{}               // closed when the open-ahead in flight ends; nil when none
+	opening   int                         // opens ahead in flight
+	openDone  chan struct{}               // closed (and replaced) when an open ahead ends; nil when none is in flight
 	aheadErr  error                       // last open-ahead failure (cleared by a successful open)
 	held      int                         // v-zones handed out and not reset (approximate: from Zones, OpenZone, Reset)
 	open      map[lfs.ZoneID]bool         // v-zones handed out and not finished or reset
@@ -161,13 +163,20 @@ var (
 	_ lfs.TLOpener = (*Volume)(nil)
 )
 
+// DefaultOpenAhead is how many v-zones a Volume keeps open ahead by default:
+// two, opened concurrently, because the file system's data logs write two
+// segments at once (lfs.DefaultWriteLanes) and one arbiter open per segment
+// would otherwise pace the writes.
+const DefaultOpenAhead = 2
+
 // Options of a volume.
 type Options struct {
 	// MaxZones caps the v-zones the file system may hold; 0 derives it from
 	// the cluster's capacity shared equally by its namespaces.
 	MaxZones int
-	// OpenAhead is how many v-zones are kept open ahead of need; 0 means 1,
-	// a negative value opens every v-zone on demand.
+	// OpenAhead is how many v-zones are kept open ahead of need (opened
+	// concurrently); 0 means DefaultOpenAhead, a negative value opens every
+	// v-zone on demand.
 	OpenAhead int
 	// Logger for background failures; default slog.Default().
 	Logger *slog.Logger
@@ -220,7 +229,7 @@ func New(ctx context.Context, c *client.Client, o Options) (*Volume, error) {
 	}
 	ahead := o.OpenAhead
 	if ahead == 0 {
-		ahead = 1
+		ahead = DefaultOpenAhead
 	}
 	log := o.Logger
 	if log == nil {
@@ -298,7 +307,7 @@ func (v *Volume) OpenZone(ctx context.Context) (lfs.ZoneID, error) {
 			v.mu.Unlock()
 			return z, nil
 		}
-		wait := v.opening
+		wait := v.openDone
 		v.mu.Unlock()
 		if wait == nil {
 			break
@@ -407,32 +416,39 @@ func (v *Volume) handOut(z lfs.ZoneID) {
 	v.open[z] = true
 }
 
-// refillLocked starts opening a spare when fewer than v.ahead are ready or
-// in flight and the namespace has room for one more. v.mu held.
+// refillLocked starts opening spares, concurrently, until v.ahead are
+// ready or in flight, as long as the namespace has room for one more.
+// v.mu held.
 func (v *Volume) refillLocked() {
-	if v.closed || v.opening != nil || len(v.spares) >= v.ahead ||
-		v.held+len(v.spares)+1 > v.geo.MaxZones || len(v.open)+len(v.finishing)+len(v.spares)+1 > v.geo.MaxOpen {
-		return
-	}
-	done := make(chan struct{})
-	v.opening = done
-	v.aheadErr = nil
-	v.wg.Add(1)
-	go func() {
-		defer v.wg.Done()
-		z, inc, err := v.openNow(v.bg)
-		v.mu.Lock()
-		v.opening = nil
-		if err != nil {
-			v.aheadErr = err // the next OpenZone opens on demand (and tries ahead again)
-			v.log.Debug("open a v-zone ahead", "err", err)
-		} else {
-			v.spares = append(v.spares, spare{id: z, inc: inc})
-			v.refillLocked()
+	for !v.closed && len(v.spares)+v.opening < v.ahead &&
+		v.held+len(v.spares)+v.opening+1 <= v.geo.MaxZones && len(v.open)+len(v.finishing)+len(v.spares)+v.opening+1 <= v.geo.MaxOpen {
+		if v.openDone == nil {
+			v.openDone = make(chan struct{})
 		}
-		v.mu.Unlock()
-		close(done)
-	}()
+		v.opening++
+		v.aheadErr = nil
+		v.wg.Add(1)
+		go func() {
+			defer v.wg.Done()
+			z, inc, err := v.openNow(v.bg)
+			v.mu.Lock()
+			v.opening--
+			done := v.openDone
+			v.openDone = nil
+			if v.opening > 0 {
+				v.openDone = make(chan struct{})
+			}
+			if err != nil {
+				v.aheadErr = err // the next OpenZone opens on demand (and tries ahead again)
+				v.log.Debug("open a v-zone ahead", "err", err)
+			} else {
+				v.spares = append(v.spares, spare{id: z, inc: inc})
+				v.refillLocked()
+			}
+			v.mu.Unlock()
+			close(done)
+		}()
+	}
 }
 
 // Zones implements lfs.Volume: every non-empty v-zone with its write pointer,

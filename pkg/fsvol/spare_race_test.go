@@ -63,7 +63,7 @@ func TestCloseDoesNotResetAReusedSpare(t *testing.T) {
 	ca, err := client.New(ctx, cl.ClientConfig("fs"))
 	require.NoError(t, err)
 	defer ca.Close()
-	va, err := New(ctx, ca, Options{MaxZones: 20})
+	va, err := New(ctx, ca, Options{MaxZones: 20, OpenAhead: 1})
 	require.NoError(t, err)
 	require.NoError(t, lfs.Mkfs(ctx, va, lfs.MkfsOptions{OPPercent: 20}))
 	fsa, err := lfs.Mount(ctx, va, lfs.Options{Move: lfs.Compact})
@@ -73,7 +73,7 @@ func TestCloseDoesNotResetAReusedSpare(t *testing.T) {
 	require.NoError(t, fsa.Unmount(ctx))
 	// Let the open ahead land, then take note of A's spare.
 	va.mu.Lock()
-	wait := va.opening
+	wait := va.openDone
 	va.mu.Unlock()
 	if wait != nil {
 		<-wait

@@ -167,6 +167,10 @@
 //     OpenZone/Finish of its segments, or the TL_open of a dirty segment
 //     the log takes over: it is claimed as the head under fs.mu first, so
 //     recycling, freeing and other logs keep off it), never by readers.
+//     It is lane 0 of the log; a data log's extra write lanes (lanes.go)
+//     are held the same way but marked busy under fs.mu (xlane.busy, a
+//     cond on fs.mu), so an append waiting for a lane holds no other lock
+//     of this list but the checkpoint lock shared.
 //  6. FS.mu, the table lock (inode cache, NAT, SIT/SSA, segments, log heads,
 //     handles, counters, page cache maps and contents). Short, CPU-only
 //     critical sections: FS.unlocked releases it around EVERY Volume call.
@@ -177,27 +181,58 @@
 //     a segment waits for its pins to drop before resetting the zone, so a
 //     reader that resolved a block address and then lost the race with a
 //     writer or with recycling reads the old, still intact block.
-//   - Write-back. A write copies into the page cache and returns. Past the
-//     dirty budget (a quarter of Options.CacheBlocks, at most one zone) the
-//     write-back goroutine is woken; past twice the budget a writer writes
-//     back itself (so dirty pages stay bounded). Write-back takes an inode's
-//     lock only to copy its dirty pages into one buffer per log and mark them
-//     in flight (page.inflight, version page.gen), writes with no inode lock
-//     (the log's lock and the checkpoint lock shared only), then retakes the
-//     inode lock to commit: a page still cached is repointed at its new
+//   - Write-back. A write copies into the page cache and returns. Once a
+//     batch (one zone) of dirty pages is not yet in flight, the write-back
+//     goroutines (one per write lane) are woken; each writes back one batch
+//     at a time while there is one, so with two lanes two write-backs of
+//     one log are in flight on different segments while writers copy. Past
+//     twice the dirty budget (a quarter of Options.CacheBlocks, at most one
+//     zone per lane) a writer waits for a write-back in flight to commit,
+//     or writes back itself when none is (so dirty pages stay bounded).
+//     Write-back takes an inode's lock only to copy its dirty pages into
+//     one buffer per log and mark them in flight (page.inflight, version
+//     page.gen), writes with no inode lock (a lane of the log and the
+//     checkpoint lock shared only), then retakes the inode lock to commit: a page still cached is repointed at its new
 //     block and is clean unless it changed since the copy; a page truncated
 //     or deleted meanwhile leaves its block invalid. Until the commit the
 //     written blocks' segment counts them as pending and is no recycling
 //     candidate, and readers read the dirty page from the cache. fsync
-//     waits for the write-backs of its inode in flight (inode.flights), then
+//     waits for the write-backs of its inode in flight (inode.flights: on
+//     whatever lane, each has committed, so its blocks are on the drives
+//     modulo the Flush that follows and its direct nodes dirty), then
 //     writes what is still dirty and the dirty direct nodes, flushes the
 //     volume, and only then writes the inode with the fsync mark and
 //     flushes again (F2FS's PREFLUSH on the last node): a power loss may
 //     keep any subset of the blocks written since the last Flush, and
 //     roll-forward trusts every node up to the marked one. It returns once
 //     everything it covers is on the drives. On the virtual clock there is
-//     no write-back goroutine and no read-ahead (reproducible runs: the
-//     power-loss tests replay a seed's crash points exactly).
+//     no write-back goroutine, one lane per log and no read-ahead
+//     (reproducible runs: the power-loss tests replay a seed's crash
+//     points exactly).
+//   - Write lanes (lanes.go). The file data logs (warm and cold data) have
+//     Options.WriteLanes lanes (two by default): lane 0 is the log's head,
+//     each extra lane writes its own fresh segment, opened only while the
+//     volume has an open zone and free segments to spare (else its appends
+//     go to lane 0). A block is placed
+//     (mapped, valid, in the SSA) only after the Write that carried it
+//     returned, under fs.mu, whatever the lane: no node, checkpoint or
+//     reader ever sees an address whose write is still in flight, and a
+//     write that fails closes that lane's segment only. Checkpoints record
+//     lane 0 as the log head and the extra lanes' segments as ordinary
+//     segments with their write pointers; after a crash the mount finishes
+//     them like any zone written since the checkpoint, and roll-forward
+//     accepts the blocks fsynced nodes name below their zones' write
+//     pointers. zonefleet_fs_log_writes_in_flight{log} counts the Volume
+//     writes in flight per log.
+//   - Resets of freed segments (reset.go) run after the checkpoint that
+//     freed them, on a background goroutine, not inside it with the
+//     checkpoint lock held exclusively (a sequential overwrite frees 32
+//     segments at once; their resets, one arbiter transaction each, stopped
+//     every writer meanwhile). The tables count a queued zone as free, and
+//     opening a zone waits for queued resets only while every free segment
+//     is still queued. Queued resets wait for their segments' pins;
+//     Unmount resets what is left; a crash leaves them to the mount (which
+//     resets every zone its checkpoint does not use).
 //   - Page contents are never changed in place once cached: a write,
 //     truncate or punch hole puts a new buffer in the page (setPage). So a
 //     read takes the page references under the table lock and copies large

@@ -148,3 +148,27 @@ func (fs *FS) MixedSegments() int {
 	}
 	return n
 }
+
+// DirectNodeAddrs returns the block addresses a direct node block names, and
+// false for any other block.
+func DirectNodeAddrs(b []byte) ([]Addr, bool) {
+	h, err := decodeNodeHeader(b)
+	if err != nil || h.Kind != nodeDirect {
+		return nil, false
+	}
+	_, addrs, err := decodeDirect(b)
+	return addrs, err == nil
+}
+
+// IsNodeBlock reports whether b is a node block (inode or direct node).
+func IsNodeBlock(b []byte) bool {
+	_, err := decodeNodeHeader(b)
+	return err == nil
+}
+
+// WriteLanes is how many write lanes a data log of the mounted file system has.
+func (fs *FS) WriteLanes() int {
+	fs.mu.Lock()
+	defer fs.mu.Unlock()
+	return fs.lanes
+}

@@ -307,6 +307,7 @@ func (fs *FS) dropPage(in *inode, blk uint64) {
 type flushPlan struct {
 	in     *inode
 	groups []flushGroup
+	pages  int // pages in flight (FS.wbPages)
 }
 
 type flushGroup struct {
@@ -320,8 +321,8 @@ type flushGroup struct {
 
 // prepareFlush copies in's dirty pages that are not already in flight into
 // per-log buffers and marks them in flight (in.mu and fs.mu held; fs.mu is
-// released for the copy).
-func (fs *FS) prepareFlush(in *inode) *flushPlan {
+// released for the copy): the first limit of them by block number (0: all).
+func (fs *FS) prepareFlush(in *inode, limit int) *flushPlan {
 	var blks []uint64
 	for b := range in.dirtyBlks {
 		if p := in.pages[b]; p != nil && p.dirty && !p.inflight {
@@ -332,6 +333,9 @@ func (fs *FS) prepareFlush(in *inode) *flushPlan {
 		return nil
 	}
 	sort.Slice(blks, func(i, j int) bool { return blks[i] < blks[j] })
+	if limit > 0 && len(blks) > limit {
+		blks = blks[:limit]
+	}
 	temp := logWarmData
 	if in.isDir() {
 		temp = logHotData
@@ -360,6 +364,9 @@ func (fs *FS) prepareFlush(in *inode) *flushPlan {
 	}
 	sort.Slice(plan.groups, func(i, j int) bool { return plan.groups[i].log < plan.groups[j].log })
 	in.flights++
+	plan.pages = len(blks)
+	fs.wbFlights++
+	fs.wbPages += plan.pages
 	// The copy runs without the table lock: page contents change only under
 	// the inode lock, which the caller holds (or no operation runs at all).
 	fs.mu.Unlock()
@@ -403,6 +410,8 @@ func (fs *FS) commitFlush(ctx context.Context, plan *flushPlan, failed bool) err
 	in := plan.in
 	defer func() {
 		in.flights--
+		fs.wbFlights--
+		fs.wbPages -= plan.pages
 		fs.flightCond.Broadcast()
 	}()
 	var firstErr error
@@ -473,7 +482,7 @@ func (fs *FS) commitFlush(ctx context.Context, plan *flushPlan, failed bool) err
 // are in flight, releasing in.mu meanwhile (the caller holds in.busy).
 func (fs *FS) flushInode(ctx context.Context, in *inode) error {
 	fs.waitFlights(in)
-	plan := fs.prepareFlush(in)
+	plan := fs.prepareFlush(in, 0)
 	if plan == nil {
 		return nil
 	}
@@ -535,7 +544,7 @@ func (fs *FS) writeBack(ctx context.Context) error {
 		if in == nil || !fs.lockIn(in) {
 			continue
 		}
-		plan := fs.prepareFlush(in)
+		plan := fs.prepareFlush(in, 0)
 		in.busy++ // stays cached (dirty anyway) while unlocked
 		fs.unlockIn(in)
 		if plan == nil {

@@ -106,6 +106,10 @@ type Options struct {
 	// ReadAheadBlocks is the read-ahead window on sequential reads (0: 256
 	// blocks; negative: none). Prefetched blocks are clean cached pages.
 	ReadAheadBlocks int
+	// WriteLanes is how many write-backs of one data log may be in flight
+	// at once, each on its own segment (lanes.go; 0: DefaultWriteLanes; 1:
+	// one). Always 1 on the virtual clock.
+	WriteLanes int
 	// Retries of a Volume call failing with zerr.ErrUnavailable with the off
 	// clock (0: 3); other clocks retry until RetryDeadline.
 	Retries int
@@ -155,6 +159,15 @@ type FS struct {
 	mu         sync.Mutex           // the tables (leaf lock): never held across a Volume call
 	pinCond    *sync.Cond           // on mu: a segment's readers left (pins 0)
 	flightCond *sync.Cond           // on mu: a write-back in flight committed
+	laneCond   *sync.Cond           // on mu: an extra write lane was released
+	resetCond  *sync.Cond           // on mu: a queued reset of a freed zone ended (reset.go)
+	resetQ     []freedZone          // freed zones waiting for their reset
+	resetting  int                  // resets of freed zones in flight
+	resetKick  chan struct{}        // wakes the reset goroutine (nil: none, resets in place)
+	xl         [numTemps][]xlane    // extra write lanes of the data logs (lanes.go)
+	lanes      int                  // write lanes per data log
+	wbPages    int                  // dirty pages in flight (a write-back copied them and has not committed)
+	wbFlights  int                  // write-backs in flight (all inodes)
 	opening    int                  // OpenZone calls in flight (counted as used segments)
 	inflight   atomic.Int64         // operations running (the virtual clock's tick skips a busy FS)
 	bgWG       sync.WaitGroup
@@ -253,6 +266,9 @@ func newFS(vol Volume, opts Options) *FS {
 	fs.bs = fs.geo.BlockSize
 	fs.pinCond = sync.NewCond(&fs.mu)
 	fs.flightCond = sync.NewCond(&fs.mu)
+	fs.laneCond = sync.NewCond(&fs.mu)
+	fs.resetCond = sync.NewCond(&fs.mu)
+	fs.lanes = 1
 	fs.pol = opts.Policy
 	if fs.pol == nil {
 		fs.pol = DefaultPolicy(opts.Move)
@@ -835,16 +851,13 @@ func (fs *FS) checkpoint(ctx context.Context, forceSnapshot bool) (err error) {
 		in.needCP = false
 	}
 	fs.active = map[uint64]*inode{}
+	freed := make([]freedZone, 0, len(free))
 	for _, z := range free {
-		s := fs.segs[z]
+		freed = append(freed, freedZone{zone: z, seg: fs.segs[z]})
 		delete(fs.segs, z)
-		for s != nil && s.pins > 0 {
-			fs.pinCond.Wait() // a reader still reads a block it resolved before
-		}
-		// The zone is free in the checkpoint (a mount resets it); a reset
-		// that fails while a node is unavailable is retried (zoneOp).
-		fs.zoneOp(ctx, true, z, "reset of a freed segment")
 	}
+	// reset in the background (reset.go; in place on the virtual clock)
+	fs.queueResets(ctx, freed)
 	// closed segments are stable now: threaded logging may reuse their
 	// holes (every block in them is older than this record)
 	for _, s := range fs.segs {
@@ -1017,6 +1030,7 @@ func (fs *FS) shutdown(ctx context.Context) error {
 	for i := range fs.logs {
 		fs.logs[i] = nil
 	}
+	fs.dropLanes()
 	return nil
 }
 

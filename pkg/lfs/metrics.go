@@ -3,6 +3,7 @@ package lfs
 import (
 	"context"
 	"errors"
+	"sort"
 	"strings"
 	"sync/atomic"
 	"time"
@@ -12,7 +13,7 @@ import (
 )
 
 // metrics are the zonefleet_fs_* Prometheus metrics. Labels are bounded:
-// op names, GC kind and method, block kind and move path.
+// op names, GC kind and method, block kind and move path, log name.
 type metrics struct {
 	ops        *prometheus.CounterVec
 	opErrors   *prometheus.CounterVec
@@ -28,6 +29,7 @@ type metrics struct {
 	recycled   *prometheus.CounterVec
 	plugged    *prometheus.CounterVec
 	pgcSplit   prometheus.Counter
+	logWrites  *prometheus.GaugeVec
 }
 
 func newMetrics(reg prometheus.Registerer) *metrics {
@@ -60,6 +62,8 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 			Help: "Host-copy victim migrations whose reads P-GC split across workers (more than half of the victim valid)."}),
 		cpDuration: prometheus.NewHistogram(prometheus.HistogramOpts{Name: "zonefleet_fs_checkpoint_duration_seconds",
 			Help: "Duration of a checkpoint.", Buckets: prometheus.ExponentialBuckets(1e-4, 4, 10)}),
+		logWrites: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "zonefleet_fs_log_writes_in_flight",
+			Help: "Volume writes in flight per log (a data log's write lanes write concurrently)."}, []string{"log"}),
 	}
 	if reg != nil {
 		// a remount in the same process keeps counting in the registered collectors
@@ -69,6 +73,7 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 		m.bytesC = register(reg, m.bytesC)
 		m.blocksW = register(reg, m.blocksW)
 		m.segOpen = register(reg, m.segOpen)
+		m.logWrites = register(reg, m.logWrites)
 		m.gcRuns = register(reg, m.gcRuns)
 		m.gcDuration = register(reg, m.gcDuration)
 		m.moved = register(reg, m.moved)
@@ -211,7 +216,7 @@ type Stats struct {
 	Orphans            int
 	CheckpointVersion  uint64
 	Checkpoints        uint64
-	WriteBacks         uint64 // background write-back rounds
+	WriteBacks         uint64 // background write-backs (batches of up to a zone)
 	ReadAheadBlocks    uint64 // blocks prefetched into the page cache by read-ahead
 	GCForeground       uint64
 	GCBackground       uint64
@@ -324,6 +329,7 @@ func (fs *FS) Stats() Stats {
 // readers and writers. Neither ever waits for or blocks a reader.
 func (fs *FS) startTimer() {
 	registerGauges(fs, fs.opts.Registry)
+	fs.setupLanes()
 	fs.startFlusher()
 	period := fs.opts.BackgroundGC
 	if p := fs.opts.CheckpointEvery; p > 0 && (period == 0 || p < period) {
@@ -431,9 +437,12 @@ func (fs *FS) arm(period time.Duration, tick func()) {
 	fs.tmu.Unlock()
 }
 
-// startFlusher starts the write-back goroutine: woken when the dirty pages
-// pass the budget, it writes them back (per inode, under each inode's lock
-// and the checkpoint lock shared), so writers do not wait for the drives.
+// startFlusher starts the write-back goroutines, one per write lane: kicked
+// when a batch of dirty pages is not yet in flight (or the dirty pages pass
+// the budget), each writes back one batch at a time (wbOne) while there is
+// one, so up to one write-back per lane is in flight while writers go on
+// copying (lanes.go). Writers do not wait for the drives unless the dirty
+// pages pass twice the budget.
 //
 // Not on the virtual clock: there a run must be reproducible, so writers
 // write back themselves, in the operation that crosses the budget.
@@ -441,28 +450,86 @@ func (fs *FS) startFlusher() {
 	if fs.clk.Kind() == clock.KindVirtual {
 		return
 	}
-	fs.wbKick = make(chan struct{}, 1)
+	fs.wbKick = make(chan struct{}, fs.lanes)
 	fs.wbStop = make(chan struct{})
-	fs.bgWG.Add(1)
-	go func() {
-		defer fs.bgWG.Done()
-		for {
-			select {
-			case <-fs.wbStop:
-				return
-			case <-fs.wbKick:
-			}
-			fs.cpMu.RLock()
-			fs.mu.Lock()
-			if !fs.closed && fs.failed == nil {
-				if err := fs.writeBack(context.Background()); err == nil {
-					fs.stats.WriteBacks++
+	fs.startResetter()
+	for range fs.lanes {
+		fs.bgWG.Add(1)
+		go func() {
+			defer fs.bgWG.Done()
+			for {
+				select {
+				case <-fs.wbStop:
+					return
+				case <-fs.wbKick:
+				}
+				for fs.wbOne(context.Background()) {
 				}
 			}
-			fs.mu.Unlock()
-			fs.cpMu.RUnlock()
+		}()
+	}
+}
+
+// wbBudget is the dirty-page budget in blocks (past twice it writers are
+// throttled) and the write-back batch: a quarter of the page cache, at most
+// one zone per write lane; a batch is at most one zone.
+func (fs *FS) wbBudget() (soft, batch int) {
+	soft = max(1, min(fs.opts.CacheBlocks/4, fs.lanes*int(fs.geo.ZoneBlocks)))
+	return soft, min(soft, int(fs.geo.ZoneBlocks))
+}
+
+// wbOne is one background write-back: the first batch of dirty pages not in
+// flight of the lowest-numbered inode that has any, copied under its lock,
+// written with no inode lock (a lane of the log, the checkpoint lock shared:
+// checkpoints get in between two batches), committed under its lock again.
+// It reports whether it wrote one and another may follow (a batch is
+// waiting, or the dirty pages are past the budget).
+func (fs *FS) wbOne(ctx context.Context) bool {
+	fs.cpMu.RLock()
+	defer fs.cpMu.RUnlock()
+	fs.mu.Lock()
+	defer fs.mu.Unlock()
+	if fs.closed || fs.failed != nil {
+		return false
+	}
+	soft, batch := fs.wbBudget()
+	if fs.dirtyPages-fs.wbPages < batch && fs.dirtyPages <= soft {
+		return false
+	}
+	inos := make([]uint64, 0, 4)
+	for ino, in := range fs.active {
+		if len(in.dirtyBlks) > 0 {
+			inos = append(inos, ino)
 		}
-	}()
+	}
+	sort.Slice(inos, func(i, j int) bool { return inos[i] < inos[j] })
+	for _, ino := range inos {
+		in := fs.inodes[ino]
+		if in == nil || !fs.lockIn(in) {
+			continue
+		}
+		plan := fs.prepareFlush(in, batch)
+		in.busy++ // stays cached (dirty anyway) while unlocked
+		fs.unlockIn(in)
+		if plan == nil {
+			in.busy--
+			continue
+		}
+		// the pages are in flight: writers of the file go on meanwhile
+		err := fs.writePlan(ctx, plan)
+		fs.lockInHeld(in)
+		in.busy--
+		if e := fs.commitFlush(ctx, plan, err != nil); err == nil {
+			err = e
+		}
+		fs.unlockIn(in)
+		if err != nil {
+			return false
+		}
+		fs.stats.WriteBacks++
+		return true
+	}
+	return false
 }
 
 // stopBackground stops the ticks and waits for the background goroutine

@@ -27,7 +27,7 @@ func TestMetricsNamingAndRemount(t *testing.T) {
 	mfs, err := reg.Gather()
 	require.NoError(t, err)
 	names := map[string]bool{}
-	allowed := map[string]bool{"op": true, "errno": true, "dir": true, "kind": true, "method": true, "path": true, "task": true, "cause": true, "when": true}
+	allowed := map[string]bool{"op": true, "errno": true, "dir": true, "kind": true, "method": true, "path": true, "task": true, "cause": true, "when": true, "log": true}
 	for _, mf := range mfs {
 		n := mf.GetName()
 		names[n] = true
@@ -48,7 +48,7 @@ func TestMetricsNamingAndRemount(t *testing.T) {
 	for _, n := range []string{"zonefleet_fs_operations_total", "zonefleet_fs_operation_duration_seconds", "zonefleet_fs_bytes_total",
 		"zonefleet_fs_checkpoints_total", "zonefleet_fs_segments_free", "zonefleet_fs_segments_dirty",
 		"zonefleet_fs_write_amplification_ratio", "zonefleet_fs_operation_errors_total", "zonefleet_fs_blocks_written_total",
-		"zonefleet_fs_background_errors_total", "zonefleet_fs_read_only", "zonefleet_fs_recycled_segments_total", "zonefleet_fs_pre_invalid_blocks", "zonefleet_fs_tl_share_ratio"} {
+		"zonefleet_fs_background_errors_total", "zonefleet_fs_read_only", "zonefleet_fs_recycled_segments_total", "zonefleet_fs_pre_invalid_blocks", "zonefleet_fs_tl_share_ratio", "zonefleet_fs_log_writes_in_flight"} {
 		require.True(t, names[n], "%s exported", n)
 	}
 	require.NoError(t, fs.Unmount(bg))

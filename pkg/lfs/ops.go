@@ -133,16 +133,27 @@ func (fs *FS) begin1(ctx context.Context, name string, kind opKind) (*op, error)
 	}
 	o := &op{fs: fs, name: name, t0: fs.now(), kind: kind}
 	if kind == opWrite {
-		// Write-back: past the dirty budget the background flusher is
-		// kicked (the operation goes on: a WRITE returns after its copy);
-		// past twice the budget, or without a flusher, the writer flushes
-		// itself (throttling, so the dirty pages stay bounded).
-		soft := min(fs.opts.CacheBlocks/4, int(fs.geo.ZoneBlocks))
-		if fs.dirtyPages > soft && fs.wbKick != nil {
+		// Write-back: once a batch is dirty and not yet in flight the
+		// write-back goroutines are kicked (the operation goes on: a
+		// WRITE returns after its copy); past twice the budget the writer
+		// waits for write-backs in flight to commit, and writes back
+		// itself when none is (throttling, so the dirty pages stay
+		// bounded); without write-back goroutines it writes back itself
+		// past the budget.
+		soft, batch := fs.wbBudget()
+		if fs.wbKick != nil && (fs.dirtyPages-fs.wbPages >= batch || fs.dirtyPages > soft) {
 			select {
 			case fs.wbKick <- struct{}{}:
 			default:
 			}
+		}
+		for fs.wbKick != nil && fs.dirtyPages > 2*soft && fs.wbFlights > 0 && !fs.closed && fs.failed == nil {
+			fs.flightCond.Wait()
+		}
+		if fs.closed || fs.failed != nil {
+			err := fs.refuse()
+			o.done(&err)
+			return nil, err
 		}
 		if fs.dirtyPages > 2*soft || fs.wbKick == nil && fs.dirtyPages > soft {
 			if err := fs.writeBack(ctx); err != nil {

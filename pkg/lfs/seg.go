@@ -187,6 +187,18 @@ func (fs *FS) openSeg(ctx context.Context, li int, tlOK bool, like ...ZoneID) (*
 			return nil, fs.failed
 		}
 	}
+	s, err := fs.openZoneSeg(ctx, li, like...)
+	if err != nil {
+		return nil, err
+	}
+	fs.logs[li] = s
+	return s, nil
+}
+
+// openZoneSeg opens a new v-zone as a segment of log li (not yet any
+// lane's head; fs.mu held, released for the OpenZone).
+func (fs *FS) openZoneSeg(ctx context.Context, li int, like ...ZoneID) (*segment, error) {
+	fs.awaitFreeZone(ctx) // the free zone may still be waiting for its reset
 	if fs.freeSegments() <= 0 {
 		return nil, &zerr.NoResourcesError{Resource: "free segments", Requested: 1, Available: 0}
 	}
@@ -211,7 +223,6 @@ func (fs *FS) openSeg(ctx context.Context, li int, tlOK bool, like ...ZoneID) (*
 	s := newSegment(z, fs.geo.ZoneBlocks)
 	s.log, s.kind = li, li
 	fs.segs[z] = s
-	fs.logs[li] = s
 	fs.m.segOpened()
 	return s, nil
 }
@@ -229,6 +240,12 @@ func (fs *FS) closeLog(ctx context.Context, li int) {
 		fs.tlRetire(ctx, s)
 		return
 	}
+	fs.retire(ctx, s)
+}
+
+// retire closes s, no longer a log head (not threaded logging): a zone
+// left below capacity is finished.
+func (fs *FS) retire(ctx context.Context, s *segment) {
 	if !s.closed {
 		s.closed = true
 		if s.wp < s.cap {
@@ -251,19 +268,23 @@ func (fs *FS) lockLog(l int) {
 
 // appendBlocks writes n blocks (data holds n*bs bytes) to log li, possibly
 // across segments, calling place(i, addr) for every block written. It holds
-// the log's lock across the Write (appends to a zone are ordered by its write
-// pointer) and releases fs.mu for it; place runs under fs.mu after the write.
-// data must not change meanwhile (the caller copied it, or holds the lock of
-// the inode whose pages it is).
+// one of the log's write lanes across the Write (appends to a zone are
+// ordered by its write pointer) and releases fs.mu for it; place runs under
+// fs.mu after the write. data must not change meanwhile (the caller copied
+// it, or holds the lock of the inode whose pages it is).
+//
+// Lane 0 is the log's own head under fs.logMu; a data log may have extra
+// lanes (lanes.go), each writing its own segment, so that concurrent
+// write-backs of one log are in flight on different zones at once.
 func (fs *FS) appendBlocks(ctx context.Context, li int, data []byte, place func(i int, a Addr) error) error {
 	l := fs.logFor(li)
-	fs.lockLog(l)
-	defer fs.logMu[l].Unlock()
+	j := fs.acquireLane(l)
+	defer func() { fs.releaseLane(l, j) }()
 	bs := fs.bs
 	n := len(data) / bs
 	degraded := 0
 	for i := 0; i < n; {
-		s := fs.logs[fs.logFor(li)]
+		s := fs.laneHead(l, j)
 		if s != nil && s.tl && !s.closed {
 			if _, run := s.tlNextRun(1); run == 0 {
 				s.closed = true // no hole left
@@ -271,10 +292,19 @@ func (fs *FS) appendBlocks(ctx context.Context, li int, data []byte, place func(
 		}
 		if s == nil || s.closed || s.wp >= s.cap && !s.tl {
 			if s != nil {
-				fs.closeLog(ctx, fs.logFor(li))
+				fs.closeLane(ctx, l, j)
 			}
 			var err error
-			if s, err = fs.openSeg(ctx, fs.logFor(li), true); err != nil {
+			if j == 0 {
+				s, err = fs.openSeg(ctx, l, true)
+			} else if s, err = fs.openLane(ctx, l, j); s == nil && err == nil {
+				// no room for another open zone: the log's own head
+				fs.releaseLane(l, j)
+				j = 0
+				fs.lockLog(l)
+				continue
+			}
+			if err != nil {
 				return err
 			}
 			continue
@@ -289,19 +319,22 @@ func (fs *FS) appendBlocks(ctx context.Context, li int, data []byte, place func(
 			}
 			off = s.wp
 		}
+		g := fs.m.logWrites.WithLabelValues(fs.logName(l))
+		g.Inc()
 		err := fs.unlocked(func() error { return fs.vol.Write(ctx, s.zone, off, data[i*bs:(i+int(k))*bs], false) })
+		g.Dec()
 		if err != nil {
 			// The zone's write pointer is now unknown: never write it again.
 			var pw *PartialWriteError
 			if errors.As(err, &pw) && !s.tl {
 				s.wp += pw.Written
 			}
-			// closeLog finishes it (in the background: a degraded zone
+			// closeLane finishes it (in the background: a degraded zone
 			// gives its active resources back to the namespace at once);
 			// marking it closed first skipped the finish, and after a node
 			// loss every degraded log kept an active zone until the next
 			// mount, so the replacements ran out of them.
-			fs.closeLog(ctx, fs.logFor(li))
+			fs.closeLane(ctx, l, j)
 			s.closed = true
 			// A mirrored zone that lost a copy takes no more writes: the
 			// blocks not written go to a new segment, placed on live
@@ -343,7 +376,7 @@ func (fs *FS) appendBlocks(ctx context.Context, li int, data []byte, place func(
 		i += int(k)
 		if !s.tl && s.wp >= s.cap {
 			s.closed = true
-			fs.closeLog(ctx, fs.logFor(li))
+			fs.closeLane(ctx, l, j)
 		}
 	}
 	return nil

@@ -196,8 +196,9 @@ func (fs *FS) tlTry(ctx context.Context, li int) *segment {
 	}
 	// Every TL segment opened since the last checkpoint may be left open
 	// until that checkpoint: keep within the volume's open zones (the log
-	// heads and two metadata zones during a rotation).
-	if fs.tl.unrec+1 > fs.geo.MaxOpen-fs.nlogs-2 {
+	// heads, the extra write lanes' heads and two metadata zones during a
+	// rotation).
+	if fs.tl.unrec+1 > fs.geo.MaxOpen-fs.nlogs-2-fs.openLanes() {
 		fs.tl.wantCP = true
 		fs.stats.TLNoBudget++
 		return nil
