@@ -89,7 +89,8 @@ func TestPGCSplitsHostCopyReads(t *testing.T) {
 	run := func(t *testing.T, workers int) outcome {
 		cv := newConcVol(newVol(t, 32, 8)) // 64-block segments
 		pol := &mostValid{move: lfs.HostCopy}
-		fs := mkfsMount(t, cv, lfs.Options{Policy: pol, CacheBlocks: 16, PGCWorkers: workers})
+		// one write lane: both runs lay the files out alike, so they pick the same victim
+		fs := mkfsMount(t, cv, lfs.Options{Policy: pol, CacheBlocks: 16, PGCWorkers: workers, WriteLanes: 1})
 		const files, fileBlocks = 12, 16
 		inos := make([]uint64, files)
 		vers := make([][]int, files)
