@@ -224,15 +224,6 @@
 //     accepts the blocks fsynced nodes name below their zones' write
 //     pointers. zonefleet_fs_log_writes_in_flight{log} counts the Volume
 //     writes in flight per log.
-//   - Resets of freed segments (reset.go) run after the checkpoint that
-//     freed them, on a background goroutine, not inside it with the
-//     checkpoint lock held exclusively (a sequential overwrite frees 32
-//     segments at once; their resets, one arbiter transaction each, stopped
-//     every writer meanwhile). The tables count a queued zone as free, and
-//     opening a zone waits for queued resets only while every free segment
-//     is still queued. Queued resets wait for their segments' pins;
-//     Unmount resets what is left; a crash leaves them to the mount (which
-//     resets every zone its checkpoint does not use).
 //   - Page contents are never changed in place once cached: a write,
 //     truncate or punch hole puts a new buffer in the page (setPage). So a
 //     read takes the page references under the table lock and copies large

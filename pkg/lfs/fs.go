@@ -160,10 +160,6 @@ type FS struct {
 	pinCond    *sync.Cond           // on mu: a segment's readers left (pins 0)
 	flightCond *sync.Cond           // on mu: a write-back in flight committed
 	laneCond   *sync.Cond           // on mu: an extra write lane was released
-	resetCond  *sync.Cond           // on mu: a queued reset of a freed zone ended (reset.go)
-	resetQ     []freedZone          // freed zones waiting for their reset
-	resetting  int                  // resets of freed zones in flight
-	resetKick  chan struct{}        // wakes the reset goroutine (nil: none, resets in place)
 	xl         [numTemps][]xlane    // extra write lanes of the data logs (lanes.go)
 	lanes      int                  // write lanes per data log
 	wbPages    int                  // dirty pages in flight (a write-back copied them and has not committed)
@@ -267,7 +263,6 @@ func newFS(vol Volume, opts Options) *FS {
 	fs.pinCond = sync.NewCond(&fs.mu)
 	fs.flightCond = sync.NewCond(&fs.mu)
 	fs.laneCond = sync.NewCond(&fs.mu)
-	fs.resetCond = sync.NewCond(&fs.mu)
 	fs.lanes = 1
 	fs.pol = opts.Policy
 	if fs.pol == nil {
@@ -851,13 +846,16 @@ func (fs *FS) checkpoint(ctx context.Context, forceSnapshot bool) (err error) {
 		in.needCP = false
 	}
 	fs.active = map[uint64]*inode{}
-	freed := make([]freedZone, 0, len(free))
 	for _, z := range free {
-		freed = append(freed, freedZone{zone: z, seg: fs.segs[z]})
+		s := fs.segs[z]
 		delete(fs.segs, z)
+		for s != nil && s.pins > 0 {
+			fs.pinCond.Wait() // a reader still reads a block it resolved before
+		}
+		// The zone is free in the checkpoint (a mount resets it); a reset
+		// that fails while a node is unavailable is retried (zoneOp).
+		fs.zoneOp(ctx, true, z, "reset of a freed segment")
 	}
-	// reset in the background (reset.go; in place on the virtual clock)
-	fs.queueResets(ctx, freed)
 	// closed segments are stable now: threaded logging may reuse their
 	// holes (every block in them is older than this record)
 	for _, s := range fs.segs {

@@ -452,7 +452,6 @@ func (fs *FS) startFlusher() {
 	}
 	fs.wbKick = make(chan struct{}, fs.lanes)
 	fs.wbStop = make(chan struct{})
-	fs.startResetter()
 	for range fs.lanes {
 		fs.bgWG.Add(1)
 		go func() {

@@ -198,7 +198,6 @@ func (fs *FS) openSeg(ctx context.Context, li int, tlOK bool, like ...ZoneID) (*
 // openZoneSeg opens a new v-zone as a segment of log li (not yet any
 // lane's head; fs.mu held, released for the OpenZone).
 func (fs *FS) openZoneSeg(ctx context.Context, li int, like ...ZoneID) (*segment, error) {
-	fs.awaitFreeZone(ctx) // the free zone may still be waiting for its reset
 	if fs.freeSegments() <= 0 {
 		return nil, &zerr.NoResourcesError{Resource: "free segments", Requested: 1, Available: 0}
 	}
