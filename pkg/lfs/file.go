@@ -544,26 +544,33 @@ func (fs *FS) writeBack(ctx context.Context) error {
 		if in == nil || !fs.lockIn(in) {
 			continue
 		}
-		plan := fs.prepareFlush(in, 0)
-		in.busy++ // stays cached (dirty anyway) while unlocked
-		fs.unlockIn(in)
-		if plan == nil {
-			in.busy--
-			continue
-		}
-		// the pages are in flight: writers of the file go on meanwhile
-		err := fs.writePlan(ctx, plan)
-		fs.lockInHeld(in)
-		in.busy--
-		if e := fs.commitFlush(ctx, plan, err != nil); err == nil {
-			err = e
-		}
-		fs.unlockIn(in)
-		if err != nil {
+		if _, err := fs.writeBackLocked(ctx, in, 0); err != nil {
 			return err
 		}
 	}
 	return nil
+}
+
+// writeBackLocked writes back up to batch dirty pages of in (0: all of
+// them), whose lock the caller holds; it returns with the lock released.
+// The pages are in flight meanwhile: writers of the file go on, and the
+// inode stays cached (busy). wrote says whether there was anything to write.
+func (fs *FS) writeBackLocked(ctx context.Context, in *inode, batch int) (wrote bool, err error) {
+	plan := fs.prepareFlush(in, batch)
+	in.busy++ // stays cached (dirty anyway) while unlocked
+	fs.unlockIn(in)
+	if plan == nil {
+		in.busy--
+		return false, nil
+	}
+	err = fs.writePlan(ctx, plan)
+	fs.lockInHeld(in)
+	in.busy--
+	if e := fs.commitFlush(ctx, plan, err != nil); err == nil {
+		err = e
+	}
+	fs.unlockIn(in)
+	return true, err
 }
 
 // lockInHeld takes in.mu of an inode the caller keeps cached (in.busy) even

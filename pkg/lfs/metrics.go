@@ -507,21 +507,10 @@ func (fs *FS) wbOne(ctx context.Context) bool {
 		if in == nil || !fs.lockIn(in) {
 			continue
 		}
-		plan := fs.prepareFlush(in, batch)
-		in.busy++ // stays cached (dirty anyway) while unlocked
-		fs.unlockIn(in)
-		if plan == nil {
-			in.busy--
+		wrote, err := fs.writeBackLocked(ctx, in, batch)
+		if !wrote {
 			continue
 		}
-		// the pages are in flight: writers of the file go on meanwhile
-		err := fs.writePlan(ctx, plan)
-		fs.lockInHeld(in)
-		in.busy--
-		if e := fs.commitFlush(ctx, plan, err != nil); err == nil {
-			err = e
-		}
-		fs.unlockIn(in)
 		if err != nil {
 			return false
 		}
