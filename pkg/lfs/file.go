@@ -532,14 +532,7 @@ func (fs *FS) unlockIn(in *inode) {
 // writeBack writes back every dirty page, taking each inode's lock (the
 // caller holds the checkpoint lock shared and no inode lock).
 func (fs *FS) writeBack(ctx context.Context) error {
-	inos := make([]uint64, 0)
-	for ino, in := range fs.active {
-		if len(in.dirtyBlks) > 0 {
-			inos = append(inos, ino)
-		}
-	}
-	sort.Slice(inos, func(i, j int) bool { return inos[i] < inos[j] })
-	for _, ino := range inos {
+	for _, ino := range fs.dirtyInos() {
 		in := fs.inodes[ino]
 		if in == nil || !fs.lockIn(in) {
 			continue
@@ -549,6 +542,19 @@ func (fs *FS) writeBack(ctx context.Context) error {
 		}
 	}
 	return nil
+}
+
+// dirtyInos lists the cached inodes with dirty pages in inode order (fs.mu
+// held).
+func (fs *FS) dirtyInos() []uint64 {
+	inos := make([]uint64, 0, 4)
+	for ino, in := range fs.active {
+		if len(in.dirtyBlks) > 0 {
+			inos = append(inos, ino)
+		}
+	}
+	sort.Slice(inos, func(i, j int) bool { return inos[i] < inos[j] })
+	return inos
 }
 
 // writeBackLocked writes back up to batch dirty pages of in (0: all of

@@ -3,7 +3,6 @@ package lfs
 import (
 	"context"
 	"errors"
-	"sort"
 	"strings"
 	"sync/atomic"
 	"time"
@@ -495,14 +494,7 @@ func (fs *FS) wbOne(ctx context.Context) bool {
 	if fs.dirtyPages-fs.wbPages < batch && fs.dirtyPages <= soft {
 		return false
 	}
-	inos := make([]uint64, 0, 4)
-	for ino, in := range fs.active {
-		if len(in.dirtyBlks) > 0 {
-			inos = append(inos, ino)
-		}
-	}
-	sort.Slice(inos, func(i, j int) bool { return inos[i] < inos[j] })
-	for _, ino := range inos {
+	for _, ino := range fs.dirtyInos() {
 		in := fs.inodes[ino]
 		if in == nil || !fs.lockIn(in) {
 			continue
