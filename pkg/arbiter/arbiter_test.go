@@ -287,3 +287,61 @@ func TestAllocationInvariants(t *testing.T) {
 		assert.Positive(t, ops[op], "the sequence exercised %s", op)
 	}
 }
+
+// TestResetVZones resets v-zones in one batch: all of them or none.
+func TestResetVZones(t *testing.T) {
+	tc, a := oneLeader(t, 2)
+	ctx := context.Background()
+	_, err := a.CreateNamespace(ctx, NamespaceSpec{Name: "a", MARLogical: 4, ZonesPerVZone: 4, VZones: 8})
+	require.NoError(t, err)
+	var ls []Layout
+	for i := 0; i < 3; i++ {
+		l, err := a.OpenNewVZone(ctx, "a")
+		require.NoError(t, err)
+		ls = append(ls, l)
+	}
+	_, err = a.FinishVZone(ctx, "a", ls[0].VZone)
+	require.NoError(t, err)
+	before := tc.grants()
+	require.Len(t, before, 12)
+
+	for _, tt := range []struct {
+		name string
+		refs []VZoneRef
+		want error
+	}{
+		{"stale incarnation", []VZoneRef{{ID: ls[0].VZone}, {ID: ls[1].VZone, Incarnation: ls[1].Incarnation + 100}}, zerr.ErrStaleLayout},
+		{"id out of range", []VZoneRef{{ID: ls[0].VZone}, {ID: 8}}, zerr.ErrInvalidArgument},
+		{"twice", []VZoneRef{{ID: ls[0].VZone}, {ID: ls[0].VZone}}, zerr.ErrInvalidArgument},
+		{"too many", make([]VZoneRef, MaxResetBatch+1), zerr.ErrInvalidArgument},
+		{"unknown namespace", []VZoneRef{{ID: 0}}, zerr.ErrNotFound},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			ns := "a"
+			if tt.want == zerr.ErrNotFound {
+				ns = "nope"
+			}
+			require.ErrorIs(t, a.ResetVZones(ctx, ns, tt.refs), tt.want)
+			assert.Equal(t, before, tc.grants(), "a refused batch changes nothing")
+		})
+	}
+	require.NoError(t, a.ResetVZones(ctx, "a", nil), "an empty batch is a no-op")
+
+	// A full, an open (by its incarnation) and an empty v-zone in one call.
+	require.NoError(t, a.ResetVZones(ctx, "a", []VZoneRef{{ID: ls[0].VZone}, {ID: ls[1].VZone, Incarnation: ls[1].Incarnation}, {ID: 7}}))
+	gr := tc.grants()
+	require.Len(t, gr, 4, "only the third v-zone keeps its grants")
+	for _, z := range ls[2].Groups[0].Zones {
+		assert.Equal(t, ls[2].VZone, gr[z].VZone)
+	}
+	for _, id := range []uint64{ls[0].VZone, ls[1].VZone} {
+		l, err := a.Layout(ctx, "a", id)
+		require.NoError(t, err)
+		assert.Equal(t, VZoneEmpty, l.State)
+	}
+	info, err := a.GetNamespace(ctx, "a")
+	require.NoError(t, err)
+	assert.Equal(t, uint32(1), info.ActiveVZones)
+	assert.Equal(t, uint32(4), info.AllocatedZones)
+	checkInvariants(t, tc, a, "batch reset")
+}

@@ -699,6 +699,42 @@ func (a *Arbiter) ResetVZone(ctx context.Context, namespace string, vzone uint64
 // if it is still that opening (*zerr.StaleLayoutError otherwise, nothing
 // changes; an empty v-zone is a no-op either way).
 func (a *Arbiter) resetVZone(ctx context.Context, namespace string, vzone, incarnation uint64) error {
+	return a.resetVZones(ctx, namespace, []VZoneRef{{ID: vzone, Incarnation: incarnation}})
+}
+
+// VZoneRef names one v-zone of a namespace to reset, and optionally the
+// opening (incarnation, non-zero) it must still be.
+type VZoneRef struct {
+	ID          uint64
+	Incarnation uint64
+}
+
+// MaxResetBatch is the most v-zones ResetVZones takes in one call: their
+// records and grants stay within one etcd transaction of the default
+// max-txn-ops (128) for v-zones of up to six zones.
+const MaxResetBatch = 64
+
+// ResetVZones resets several v-zones of one namespace in one mutation, each
+// as resetVZone would: all of them, or none when one fails (that v-zone's
+// error). At most MaxResetBatch, each at most once.
+func (a *Arbiter) ResetVZones(ctx context.Context, namespace string, refs []VZoneRef) error {
+	return a.resetVZones(ctx, namespace, refs)
+}
+
+func (a *Arbiter) resetVZones(ctx context.Context, namespace string, refs []VZoneRef) error {
+	if len(refs) > MaxResetBatch {
+		return &zerr.InvalidArgumentError{Field: "vzones", Reason: fmt.Sprintf("%d v-zones, at most %d per call", len(refs), MaxResetBatch)}
+	}
+	seen := make(map[uint64]bool, len(refs))
+	for _, r := range refs {
+		if seen[r.ID] {
+			return &zerr.InvalidArgumentError{Field: "vzones", Reason: fmt.Sprintf("v-zone %d named twice", r.ID)}
+		}
+		seen[r.ID] = true
+	}
+	if len(refs) == 0 {
+		return nil
+	}
 	var ev events
 	err := a.mutate(ctx, func(st *State, ix *index) ([]clientv3.Op, error) {
 		ev = events{}
@@ -706,26 +742,33 @@ func (a *Arbiter) resetVZone(ctx context.Context, namespace string, vzone, incar
 		if err != nil {
 			return nil, err
 		}
-		if err := checkVZoneID(ns, vzone); err != nil {
-			return nil, err
+		var ops []clientv3.Op
+		changed := false
+		for _, r := range refs {
+			if err := checkVZoneID(ns, r.ID); err != nil {
+				return nil, err
+			}
+			vz := ns.VZones[r.ID]
+			if vz == nil {
+				continue // resetting an empty v-zone is a no-op
+			}
+			if r.Incarnation != 0 && vz.Incarnation != r.Incarnation {
+				return nil, &zerr.StaleLayoutError{VZone: vzoneName(namespace, r.ID), Generation: r.Incarnation, Current: vz.Incarnation}
+			}
+			if vz.Reclaiming {
+				return nil, &zerr.ZoneStateError{Zone: r.ID, State: "reclaiming", Op: "reset"}
+			}
+			for _, g := range vz.allGroups() { // a rebuild's target too
+				for _, z := range g.Zones {
+					ops = append(ops, grantDel(z))
+				}
+			}
+			st.delVZ(namespace, r.ID)
+			changed = true
 		}
-		vz := ns.VZones[vzone]
-		if vz == nil {
+		if !changed {
 			return nil, nil
 		}
-		if incarnation != 0 && vz.Incarnation != incarnation {
-			return nil, &zerr.StaleLayoutError{VZone: vzoneName(namespace, vzone), Generation: incarnation, Current: vz.Incarnation}
-		}
-		if vz.Reclaiming {
-			return nil, &zerr.ZoneStateError{Zone: vzone, State: "reclaiming", Op: "reset"}
-		}
-		var ops []clientv3.Op
-		for _, g := range vz.allGroups() { // a rebuild's target too
-			for _, z := range g.Zones {
-				ops = append(ops, grantDel(z))
-			}
-		}
-		st.delVZ(namespace, vzone)
 		ev.returned += settleRecalls(st, namespace)
 		ev.lent += globalOverdrive(st)
 		return ops, nil

@@ -2,6 +2,7 @@ package arbiter
 
 import (
 	"context"
+	"fmt"
 	"time"
 
 	"google.golang.org/protobuf/types/known/timestamppb"
@@ -10,6 +11,7 @@ import (
 	"github.com/zonefleet/zonefleet/pkg/auth"
 	"github.com/zonefleet/zonefleet/pkg/cluster"
 	"github.com/zonefleet/zonefleet/pkg/rpcerr"
+	"github.com/zonefleet/zonefleet/pkg/zerr"
 )
 
 // Server adapts an Arbiter to the generated v1.ArbiterServer. Every error is
@@ -184,6 +186,41 @@ func (s *Server) ResetVZone(ctx context.Context, r *v1.VZoneRequest) (*v1.VZone,
 	}
 	l, err := s.a.Layout(ctx, r.GetNamespace(), r.GetId())
 	return s.vzone(ctx, l, err)
+}
+
+// ResetVZones implements v1.ArbiterServer: one state change for all of
+// them, then their layouts (empty) in the order asked.
+func (s *Server) ResetVZones(ctx context.Context, r *v1.ResetVZonesRequest) (*v1.ResetVZonesResponse, error) {
+	refs := make([]VZoneRef, 0, len(r.GetVzones()))
+	for i, v := range r.GetVzones() {
+		if v.GetNamespace() != "" && v.GetNamespace() != r.GetNamespace() {
+			return nil, rpcerr.ToError(&zerr.InvalidArgumentError{Field: fmt.Sprintf("vzones[%d].namespace", i),
+				Reason: "must be empty or the request's namespace"})
+		}
+		refs = append(refs, VZoneRef{ID: v.GetId(), Incarnation: v.GetIncarnation()})
+	}
+	if err := s.a.resetVZones(ctx, r.GetNamespace(), refs); err != nil {
+		return nil, rpcerr.ToError(err)
+	}
+	out := &v1.ResetVZonesResponse{}
+	nodes, err := s.nodeMap(ctx)
+	if err != nil {
+		return nil, rpcerr.ToError(err)
+	}
+	var rev int64
+	if pr, err := s.a.cli.Get(ctx, cluster.Prefix+"revision-probe"); err == nil {
+		rev = pr.Header.Revision
+	}
+	for _, ref := range refs {
+		l, err := s.a.Layout(ctx, r.GetNamespace(), ref.ID)
+		if err != nil {
+			return nil, rpcerr.ToError(err)
+		}
+		vz := toVZone(l, nodes)
+		vz.EtcdRevision = rev
+		out.Vzones = append(out.Vzones, vz)
+	}
+	return out, nil
 }
 
 // GetVZone implements v1.ArbiterServer.

@@ -101,6 +101,7 @@ func DefaultPolicy() Policy {
 		arb + "NextStripeGroup": {Kinds: tenantData, NamespaceField: "namespace"},
 		arb + "FinishVZone":     {Kinds: tenantData, NamespaceField: "namespace"},
 		arb + "ResetVZone":      {Kinds: tenantData, NamespaceField: "namespace"},
+		arb + "ResetVZones":     {Kinds: tenantData, NamespaceField: "namespace"},
 		arb + "GetVZone":        {Kinds: tenantData, NamespaceField: "namespace"},
 		arb + "ListVZones":      {Kinds: tenantData, NamespaceField: "namespace"},
 		arb + "ReportActivity":  {Kinds: tenantData, NamespaceField: "namespace"},

@@ -188,7 +188,8 @@ func TestPolicyCoversEveryMethod(t *testing.T) {
 		"GetNamespace": &v1.GetNamespaceRequest{Name: "x"}, "OpenVZone": &v1.OpenVZoneRequest{Namespace: "x"},
 		"NextStripeGroup": &v1.VZoneRequest{Namespace: "x"}, "FinishVZone": &v1.VZoneRequest{Namespace: "x"},
 		"ResetVZone": &v1.VZoneRequest{Namespace: "x"}, "GetVZone": &v1.VZoneRequest{Namespace: "x"},
-		"ListVZones": &v1.ListVZonesRequest{Namespace: "x"}, "ReportActivity": &v1.ReportActivityRequest{Namespace: "x"},
+		"ResetVZones": &v1.ResetVZonesRequest{Namespace: "x"},
+		"ListVZones":  &v1.ListVZonesRequest{Namespace: "x"}, "ReportActivity": &v1.ReportActivityRequest{Namespace: "x"},
 		"TLOpenVZone": &v1.TLOpenVZoneRequest{Namespace: "x"},
 		"IssueToken":  &v1.IssueTokenRequest{Namespace: "x"},
 	}

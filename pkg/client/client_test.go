@@ -281,3 +281,60 @@ func TestCompactionAcrossNodes(t *testing.T) {
 	_, err = cl.Compact(ctx, nil)
 	assert.ErrorIs(t, err, zerr.ErrInvalidArgument)
 }
+
+// ResetVZones resets v-zones with one arbiter call; when the arbiter refuses
+// one of them (a stale incarnation) the others are still reset, each error
+// is reported where it belongs, and another tenant cannot use the call on
+// someone else's v-zones.
+func TestResetVZones(t *testing.T) {
+	c := startCluster(t, 2, 1)
+	createNS(t, c, "a", 4)
+	createNS(t, c, "b", 4)
+	ctx := context.Background()
+	a := newClient(t, c, "a")
+	v0, inc0, err := a.OpenVZoneIncarnation(ctx)
+	require.NoError(t, err)
+	v1z, inc1, err := a.OpenVZoneIncarnation(ctx)
+	require.NoError(t, err)
+	data := random(16 * 4096)
+	for _, v := range []*client.VZone{v0, v1z} {
+		require.NoError(t, v.Write(ctx, 0, data))
+	}
+	require.NoError(t, v0.Finish(ctx))
+
+	// Another tenant naming a's v-zones is refused; nothing changes.
+	b, err := client.New(ctx, c.ClientConfig("b"))
+	require.NoError(t, err)
+	t.Cleanup(b.Close)
+	barb, err := b.Arbiter(ctx)
+	require.NoError(t, err)
+	_, err = barb.ResetVZones(ctx, &v1.ResetVZonesRequest{Namespace: "a", Vzones: []*v1.VZoneRequest{{Id: v0.ID()}}})
+	require.Error(t, err)
+	got, err := v0.Read(ctx, 0, 16)
+	require.NoError(t, err)
+	require.True(t, bytes.Equal(data, got))
+
+	// A stale incarnation for v1z: v0 is still reset, v1z keeps its data.
+	errs := a.ResetVZones(ctx, []client.ResetRef{{ID: v0.ID(), Incarnation: inc0}, {ID: v1z.ID(), Incarnation: inc1 + 1000}})
+	require.Len(t, errs, 2)
+	assert.NoError(t, errs[0])
+	assert.ErrorIs(t, errs[1], zerr.ErrStaleLayout)
+	got, err = v1z.Read(ctx, 0, 16)
+	require.NoError(t, err)
+	assert.True(t, bytes.Equal(data, got), "the refused v-zone is intact")
+
+	// Batch: the open v-zone, the already empty one, and a duplicate.
+	errs = a.ResetVZones(ctx, []client.ResetRef{{ID: v1z.ID()}, {ID: v0.ID()}, {ID: v1z.ID(), Incarnation: inc1}})
+	for i, err := range errs {
+		assert.NoError(t, err, "ref %d", i)
+	}
+	vzs, err := a.ListVZones(ctx)
+	require.NoError(t, err)
+	assert.Empty(t, vzs, "both v-zones are empty")
+	// Both ids are handed out again and written from their start.
+	for i := 0; i < 2; i++ {
+		v, err := a.OpenVZone(ctx)
+		require.NoError(t, err)
+		require.NoError(t, v.Write(ctx, 0, data))
+	}
+}

@@ -1,9 +1,11 @@
 package client
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -12,6 +14,8 @@ import (
 	"github.com/zonefleet/zonefleet/pkg/daemon"
 	"github.com/zonefleet/zonefleet/pkg/wire"
 	"github.com/zonefleet/zonefleet/pkg/zerr"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 )
 
 // VZone is a handle on one v-zone of the client's namespace. Writes through
@@ -1073,6 +1077,132 @@ func (v *VZone) reset(ctx context.Context, incarnation uint64) error {
 	}
 	v.applyLayout(l, func() { v.wp, v.wpKnown, v.tl = 0, true, false })
 	return nil
+}
+
+// ResetRef names a v-zone to reset and, when Incarnation is non-zero, the
+// opening it must still be (as VZone.ResetIncarnation).
+type ResetRef struct {
+	ID          uint64
+	Incarnation uint64
+}
+
+// maxResetBatch is the most v-zones one ResetVZones call to the arbiter
+// takes (the arbiter's limit).
+const maxResetBatch = 64
+
+// ResetVZones resets several v-zones of the namespace, as VZone.Reset (or
+// ResetIncarnation) each, with one arbiter call per 64 of them: one state
+// change at the arbiter instead of one per v-zone. A call is all or nothing
+// at the arbiter; when one fails, every v-zone of that call is reset on its
+// own instead, and the result holds each one's error (nil for those reset),
+// in the order given. A v-zone named twice is reset once. A direct client
+// (no arbiter) resets them one by one.
+func (c *Client) ResetVZones(ctx context.Context, refs []ResetRef) []error {
+	errs := make([]error, len(refs))
+	if c.direct {
+		for i, r := range refs {
+			errs[i] = c.VZone(r.ID).reset(ctx, r.Incarnation)
+		}
+		return errs
+	}
+	// one entry per v-zone (the first asking), in id order: the writers'
+	// locks are taken in that order
+	first := map[uint64]int{}
+	var uniq []int
+	for i, r := range refs {
+		if j, ok := first[r.ID]; ok {
+			if refs[j].Incarnation == 0 || refs[j].Incarnation == r.Incarnation {
+				continue // the same reset; its result is copied below
+			}
+		} else {
+			first[r.ID] = i
+		}
+		uniq = append(uniq, i)
+	}
+	slices.SortStableFunc(uniq, func(a, b int) int { return cmp.Compare(refs[a].ID, refs[b].ID) })
+	// (two different incarnations of one id: the second goes alone)
+	var batch, alone []int
+	seen := map[uint64]bool{}
+	for _, i := range uniq {
+		if seen[refs[i].ID] {
+			alone = append(alone, i)
+			continue
+		}
+		seen[refs[i].ID] = true
+		batch = append(batch, i)
+	}
+	for len(batch) > 0 {
+		n := min(len(batch), maxResetBatch)
+		c.resetBatch(ctx, refs, batch[:n], errs)
+		batch = batch[n:]
+	}
+	for _, i := range alone {
+		errs[i] = c.VZone(refs[i].ID).reset(ctx, refs[i].Incarnation)
+	}
+	for i, r := range refs {
+		if j := first[r.ID]; j != i && (refs[j].Incarnation == 0 || refs[j].Incarnation == r.Incarnation) {
+			errs[i] = errs[j]
+		}
+	}
+	return errs
+}
+
+// resetBatch is one ResetVZones call for refs[idx...] (distinct ids in
+// ascending order); on failure each is reset on its own.
+func (c *Client) resetBatch(ctx context.Context, refs []ResetRef, idx []int, errs []error) {
+	vzs := make([]*VZone, len(idx))
+	req := &v1.ResetVZonesRequest{Namespace: c.cfg.Namespace}
+	for k, i := range idx {
+		v := c.VZone(refs[i].ID)
+		vzs[k] = v
+		req.Vzones = append(req.Vzones, &v1.VZoneRequest{Id: refs[i].ID, Incarnation: refs[i].Incarnation})
+		v.wmu.Lock()
+		v.parMu.Lock()
+		v.par = parityState{} // the partial-parity logs are reset with the zones
+		v.parMu.Unlock()
+		v.mu.Lock()
+		v.resetting++
+		v.mu.Unlock()
+	}
+	resp, err := arbiterCall(ctx, c, "reset v-zones", func(ctx context.Context, a v1.ArbiterClient) (*v1.ResetVZonesResponse, error) {
+		return a.ResetVZones(ctx, req)
+	})
+	if err == nil && len(resp.GetVzones()) != len(idx) {
+		err = &zerr.UnavailableError{What: "arbiter", Reason: fmt.Sprintf("ResetVZones answered %d layouts for %d v-zones", len(resp.GetVzones()), len(idx))}
+	}
+	for k, v := range vzs {
+		v.mu.Lock()
+		v.resetting--
+		reopened := v.reopened
+		if v.resetting == 0 {
+			v.reopened = false
+		}
+		v.mu.Unlock()
+		if err == nil && !reopened {
+			// (reopened: an OpenVZone that returned this v-zone while the
+			// reset was in flight ran after it; its layout is the newer one)
+			v.applyLayout(resp.GetVzones()[k], func() { v.wp, v.wpKnown, v.tl = 0, true, false })
+		}
+		v.wmu.Unlock()
+	}
+	if err == nil {
+		return
+	}
+	unimplemented := status.Code(errors.Unwrap(err)) == codes.Unimplemented || status.Code(err) == codes.Unimplemented
+	if !unimplemented && (errors.Is(err, zerr.ErrUnavailable) || errors.Is(err, context.DeadlineExceeded) || ctx.Err() != nil) {
+		// the arbiter is unreachable past the retry deadline: one at a time
+		// would only wait that long again for each
+		for _, i := range idx {
+			errs[i] = err
+		}
+		return
+	}
+	// All or nothing at the arbiter (or an arbiter without the call): find
+	// out which one failed, and reset the others, by resetting each on its
+	// own.
+	for k, i := range idx {
+		errs[i] = vzs[k].reset(ctx, refs[i].Incarnation)
+	}
 }
 
 // Location is where a v-zone block lives.

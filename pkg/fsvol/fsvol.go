@@ -84,7 +84,9 @@
 // Every method is safe for concurrent use; no lock is held across a data
 // path call. Opens and resets of v-zones are ordered by one lock (opens
 // share it) because the arbiter reuses the id of a v-zone just reset: the
-// layouts of the two must not reach the client's cache out of order. Background work (open ahead, finishes) runs in goroutines bounded by
+// layouts of the two must not reach the client's cache out of order; the
+// segments a checkpoint frees are reset under one hold of it, with one
+// arbiter call (ResetZones, the arbiter's ResetVZones). Background work (open ahead, finishes) runs in goroutines bounded by
 // the number of v-zones; Close waits for them.
 package fsvol
 
@@ -159,8 +161,9 @@ type finishOp struct {
 }
 
 var (
-	_ lfs.Volume   = (*Volume)(nil)
-	_ lfs.TLOpener = (*Volume)(nil)
+	_ lfs.Volume        = (*Volume)(nil)
+	_ lfs.TLOpener      = (*Volume)(nil)
+	_ lfs.ZonesResetter = (*Volume)(nil)
 )
 
 // DefaultOpenAhead is how many v-zones a Volume keeps open ahead by default:
@@ -722,6 +725,59 @@ func (v *Volume) Reset(ctx context.Context, z lfs.ZoneID) error {
 	delete(v.open, z)
 	v.mu.Unlock()
 	return nil
+}
+
+// ResetZones implements lfs.ZonesResetter: each zone as Reset, with one
+// arbiter call for all of them (client.Client.ResetVZones: one state change
+// instead of one per v-zone) under one hold of the lifecycle lock.
+func (v *Volume) ResetZones(ctx context.Context, zs []lfs.ZoneID) []error {
+	errs := make([]error, len(zs))
+	ops := make([]*finishOp, len(zs))
+	for i, z := range zs {
+		if errs[i] = v.settleZone(ctx, z); errs[i] != nil {
+			continue
+		}
+		v.mu.Lock()
+		ops[i] = v.finishing[z]
+		v.mu.Unlock()
+		if ops[i] != nil {
+			select {
+			case <-ops[i].done: // a failed finish does not matter: the reset releases the zone
+			case <-ctx.Done():
+				errs[i] = ctx.Err()
+			}
+		}
+	}
+	v.lifecycle.Lock()
+	v.mu.Lock()
+	var refs []client.ResetRef
+	var idx []int
+	for i, z := range zs {
+		if errs[i] != nil || slices.ContainsFunc(v.spares, func(sp spare) bool { return sp.id == z }) {
+			continue // (a spare: see Reset)
+		}
+		refs = append(refs, client.ResetRef{ID: uint64(z)})
+		idx = append(idx, i)
+	}
+	v.mu.Unlock()
+	rerrs := v.c.ResetVZones(ctx, refs)
+	v.lifecycle.Unlock()
+	v.mu.Lock()
+	for k, i := range idx {
+		if errs[i] = rerrs[k]; errs[i] != nil {
+			continue
+		}
+		z := zs[i]
+		if v.finishing[z] == ops[i] {
+			delete(v.finishing, z)
+		}
+		if v.held > 0 {
+			v.held--
+		}
+		delete(v.open, z)
+	}
+	v.mu.Unlock()
+	return errs
 }
 
 // TLOpen implements lfs.TLOpener: the arbiter moves v-zone z to threaded

@@ -69,7 +69,9 @@
 // (devvol: every empty zone of each drive, the drives in turn; fsvol: the
 // arbiter), so the forward-only search seeds/004 §3.2 had to make wrap
 // around cannot fail while a zone is free. Every recycling round ends with
-// a checkpoint, after which the emptied victims are reset. Volume.Compact may
+// a checkpoint, after which the emptied victims are reset, all with one call
+// when the volume resets several zones at once (ZonesResetter; fsvol: one
+// arbiter state change for all of them). Volume.Compact may
 // return before the drives finished the copies (zone_compaction is
 // asynchronous, ZNS+ §3.2.1): the checkpoint's node writes overlap them, and
 // its Flush, before the record, waits for them. Stats.CompactionPhases splits

@@ -852,10 +852,11 @@ func (fs *FS) checkpoint(ctx context.Context, forceSnapshot bool) (err error) {
 		for s != nil && s.pins > 0 {
 			fs.pinCond.Wait() // a reader still reads a block it resolved before
 		}
-		// The zone is free in the checkpoint (a mount resets it); a reset
-		// that fails while a node is unavailable is retried (zoneOp).
-		fs.zoneOp(ctx, true, z, "reset of a freed segment")
 	}
+	// The zones are free in the checkpoint (a mount resets them); they are
+	// reset together (one arbiter change for all over fsvol); a reset that
+	// fails while a node is unavailable is retried (zoneOp).
+	fs.resetZones(ctx, free, "reset of a freed segment")
 	// closed segments are stable now: threaded logging may reuse their
 	// holes (every block in them is older than this record)
 	for _, s := range fs.segs {

@@ -120,6 +120,34 @@ func (fs *FS) zoneOp(ctx context.Context, reset bool, z ZoneID, where string) {
 		}
 		return fs.vol.Finish(ctx, z)
 	})
+	fs.zoneOpFailed(ctx, reset, z, where, err)
+}
+
+// resetZones resets zones zs as zoneOp does each (fs.mu held; released
+// during the calls): with one call when the volume resets several at once
+// (ZonesResetter).
+func (fs *FS) resetZones(ctx context.Context, zs []ZoneID, where string) {
+	zr, ok := fs.vol.(ZonesResetter)
+	if !ok || len(zs) < 2 {
+		for _, z := range zs {
+			fs.zoneOp(ctx, true, z, where)
+		}
+		return
+	}
+	var errs []error
+	_ = fs.unlocked(func() error {
+		errs = zr.ResetZones(ctx, zs)
+		return nil
+	})
+	for i, z := range zs {
+		fs.zoneOpFailed(ctx, true, z, where, errs[i])
+	}
+}
+
+// zoneOpFailed handles the outcome of a finish or reset of zone z (fs.mu
+// held): a transient failure is deferred (retried later), any other one
+// makes the file system read-only.
+func (fs *FS) zoneOpFailed(ctx context.Context, reset bool, z ZoneID, where string, err error) {
 	if err == nil {
 		return
 	}

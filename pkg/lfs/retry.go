@@ -1,6 +1,7 @@
 package lfs
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"time"
@@ -176,6 +177,49 @@ func (r *retrying) Finish(ctx context.Context, z ZoneID) error {
 func (r *retrying) Reset(ctx context.Context, z ZoneID) error {
 	return r.do(ctx, "reset", func(ctx context.Context) error { return r.Volume.Reset(ctx, z) })
 }
+
+// ResetZones resets zs with the inner volume's ResetZones when it has one,
+// retrying the zones whose reset found a node or the arbiter unavailable
+// (together) until the deadline; else one Reset each.
+func (r *retrying) ResetZones(ctx context.Context, zs []ZoneID) []error {
+	errs := make([]error, len(zs))
+	inner, ok := r.Volume.(ZonesResetter)
+	if !ok {
+		for i, z := range zs {
+			errs[i] = r.Reset(ctx, z)
+		}
+		return errs
+	}
+	pending := make([]int, len(zs))
+	for i := range pending {
+		pending[i] = i
+	}
+	err := r.do(ctx, "reset", func(ctx context.Context) error {
+		batch := make([]ZoneID, len(pending))
+		for k, i := range pending {
+			batch[k] = zs[i]
+		}
+		es := inner.ResetZones(ctx, batch)
+		var again []int
+		var first error
+		for k, i := range pending {
+			errs[i] = es[k]
+			if es[k] != nil && errors.Is(es[k], zerr.ErrUnavailable) {
+				again = append(again, i)
+				first = cmp.Or(first, es[k])
+			}
+		}
+		pending = again
+		return first
+	})
+	if err != nil {
+		for _, i := range pending {
+			errs[i] = err
+		}
+	}
+	return errs
+}
+
 func (r *retrying) Compact(ctx context.Context, cs []Copy) (st CompactStats, err error) {
 	err = r.do(ctx, "compact", func(ctx context.Context) error { st, err = r.Volume.Compact(ctx, cs); return err })
 	return st, err

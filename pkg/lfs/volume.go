@@ -184,3 +184,12 @@ func (e *PartialWriteError) Error() string {
 	return fmt.Sprintf("zone %d: write at %d stopped after %d blocks: %v", e.Zone, e.Off, e.Written, e.Err)
 }
 func (e *PartialWriteError) Unwrap() error { return e.Err }
+
+// ZonesResetter is implemented by a Volume that resets several zones at once
+// more cheaply than one by one (fsvol: one arbiter state change for all of
+// them). ResetZones resets each zone as Reset would and returns each zone's
+// error (nil when reset), in the order given. The checkpoint uses it for the
+// segments it frees.
+type ZonesResetter interface {
+	ResetZones(ctx context.Context, zs []ZoneID) []error
+}

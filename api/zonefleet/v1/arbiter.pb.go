@@ -978,6 +978,104 @@ func (x *VZoneRequest) GetIncarnation() uint64 {
 	return 0
 }
 
+type ResetVZonesRequest struct {
+	state     protoimpl.MessageState `protogen:"open.v1"`
+	Namespace string                 `protobuf:"bytes,1,opt,name=namespace,proto3" json:"namespace,omitempty"`
+	// The v-zones to reset: id, and incarnation as in VZoneRequest (0 resets
+	// whatever opening the v-zone is).
+	Vzones        []*VZoneRequest `protobuf:"bytes,2,rep,name=vzones,proto3" json:"vzones,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ResetVZonesRequest) Reset() {
+	*x = ResetVZonesRequest{}
+	mi := &file_zonefleet_v1_arbiter_proto_msgTypes[12]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ResetVZonesRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ResetVZonesRequest) ProtoMessage() {}
+
+func (x *ResetVZonesRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_zonefleet_v1_arbiter_proto_msgTypes[12]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ResetVZonesRequest.ProtoReflect.Descriptor instead.
+func (*ResetVZonesRequest) Descriptor() ([]byte, []int) {
+	return file_zonefleet_v1_arbiter_proto_rawDescGZIP(), []int{12}
+}
+
+func (x *ResetVZonesRequest) GetNamespace() string {
+	if x != nil {
+		return x.Namespace
+	}
+	return ""
+}
+
+func (x *ResetVZonesRequest) GetVzones() []*VZoneRequest {
+	if x != nil {
+		return x.Vzones
+	}
+	return nil
+}
+
+type ResetVZonesResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Vzones        []*VZone               `protobuf:"bytes,1,rep,name=vzones,proto3" json:"vzones,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ResetVZonesResponse) Reset() {
+	*x = ResetVZonesResponse{}
+	mi := &file_zonefleet_v1_arbiter_proto_msgTypes[13]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ResetVZonesResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ResetVZonesResponse) ProtoMessage() {}
+
+func (x *ResetVZonesResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_zonefleet_v1_arbiter_proto_msgTypes[13]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ResetVZonesResponse.ProtoReflect.Descriptor instead.
+func (*ResetVZonesResponse) Descriptor() ([]byte, []int) {
+	return file_zonefleet_v1_arbiter_proto_rawDescGZIP(), []int{13}
+}
+
+func (x *ResetVZonesResponse) GetVzones() []*VZone {
+	if x != nil {
+		return x.Vzones
+	}
+	return nil
+}
+
 type ListVZonesRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Namespace     string                 `protobuf:"bytes,1,opt,name=namespace,proto3" json:"namespace,omitempty"`
@@ -987,7 +1085,7 @@ type ListVZonesRequest struct {
 
 func (x *ListVZonesRequest) Reset() {
 	*x = ListVZonesRequest{}
-	mi := &file_zonefleet_v1_arbiter_proto_msgTypes[12]
+	mi := &file_zonefleet_v1_arbiter_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -999,7 +1097,7 @@ func (x *ListVZonesRequest) String() string {
 func (*ListVZonesRequest) ProtoMessage() {}
 
 func (x *ListVZonesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_zonefleet_v1_arbiter_proto_msgTypes[12]
+	mi := &file_zonefleet_v1_arbiter_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1012,7 +1110,7 @@ func (x *ListVZonesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListVZonesRequest.ProtoReflect.Descriptor instead.
 func (*ListVZonesRequest) Descriptor() ([]byte, []int) {
-	return file_zonefleet_v1_arbiter_proto_rawDescGZIP(), []int{12}
+	return file_zonefleet_v1_arbiter_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *ListVZonesRequest) GetNamespace() string {
@@ -1031,7 +1129,7 @@ type ListVZonesResponse struct {
 
 func (x *ListVZonesResponse) Reset() {
 	*x = ListVZonesResponse{}
-	mi := &file_zonefleet_v1_arbiter_proto_msgTypes[13]
+	mi := &file_zonefleet_v1_arbiter_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1043,7 +1141,7 @@ func (x *ListVZonesResponse) String() string {
 func (*ListVZonesResponse) ProtoMessage() {}
 
 func (x *ListVZonesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_zonefleet_v1_arbiter_proto_msgTypes[13]
+	mi := &file_zonefleet_v1_arbiter_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1056,7 +1154,7 @@ func (x *ListVZonesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListVZonesResponse.ProtoReflect.Descriptor instead.
 func (*ListVZonesResponse) Descriptor() ([]byte, []int) {
-	return file_zonefleet_v1_arbiter_proto_rawDescGZIP(), []int{13}
+	return file_zonefleet_v1_arbiter_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *ListVZonesResponse) GetVzones() []*VZone {
@@ -1076,7 +1174,7 @@ type ReportActivityRequest struct {
 
 func (x *ReportActivityRequest) Reset() {
 	*x = ReportActivityRequest{}
-	mi := &file_zonefleet_v1_arbiter_proto_msgTypes[14]
+	mi := &file_zonefleet_v1_arbiter_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1088,7 +1186,7 @@ func (x *ReportActivityRequest) String() string {
 func (*ReportActivityRequest) ProtoMessage() {}
 
 func (x *ReportActivityRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_zonefleet_v1_arbiter_proto_msgTypes[14]
+	mi := &file_zonefleet_v1_arbiter_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1101,7 +1199,7 @@ func (x *ReportActivityRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReportActivityRequest.ProtoReflect.Descriptor instead.
 func (*ReportActivityRequest) Descriptor() ([]byte, []int) {
-	return file_zonefleet_v1_arbiter_proto_rawDescGZIP(), []int{14}
+	return file_zonefleet_v1_arbiter_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *ReportActivityRequest) GetNamespace() string {
@@ -1126,7 +1224,7 @@ type ReportActivityResponse struct {
 
 func (x *ReportActivityResponse) Reset() {
 	*x = ReportActivityResponse{}
-	mi := &file_zonefleet_v1_arbiter_proto_msgTypes[15]
+	mi := &file_zonefleet_v1_arbiter_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1138,7 +1236,7 @@ func (x *ReportActivityResponse) String() string {
 func (*ReportActivityResponse) ProtoMessage() {}
 
 func (x *ReportActivityResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_zonefleet_v1_arbiter_proto_msgTypes[15]
+	mi := &file_zonefleet_v1_arbiter_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1151,7 +1249,7 @@ func (x *ReportActivityResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReportActivityResponse.ProtoReflect.Descriptor instead.
 func (*ReportActivityResponse) Descriptor() ([]byte, []int) {
-	return file_zonefleet_v1_arbiter_proto_rawDescGZIP(), []int{15}
+	return file_zonefleet_v1_arbiter_proto_rawDescGZIP(), []int{17}
 }
 
 type DeviceInfo struct {
@@ -1176,7 +1274,7 @@ type DeviceInfo struct {
 
 func (x *DeviceInfo) Reset() {
 	*x = DeviceInfo{}
-	mi := &file_zonefleet_v1_arbiter_proto_msgTypes[16]
+	mi := &file_zonefleet_v1_arbiter_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1188,7 +1286,7 @@ func (x *DeviceInfo) String() string {
 func (*DeviceInfo) ProtoMessage() {}
 
 func (x *DeviceInfo) ProtoReflect() protoreflect.Message {
-	mi := &file_zonefleet_v1_arbiter_proto_msgTypes[16]
+	mi := &file_zonefleet_v1_arbiter_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1201,7 +1299,7 @@ func (x *DeviceInfo) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeviceInfo.ProtoReflect.Descriptor instead.
 func (*DeviceInfo) Descriptor() ([]byte, []int) {
-	return file_zonefleet_v1_arbiter_proto_rawDescGZIP(), []int{16}
+	return file_zonefleet_v1_arbiter_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *DeviceInfo) GetIndex() uint32 {
@@ -1316,7 +1414,7 @@ type Node struct {
 
 func (x *Node) Reset() {
 	*x = Node{}
-	mi := &file_zonefleet_v1_arbiter_proto_msgTypes[17]
+	mi := &file_zonefleet_v1_arbiter_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1328,7 +1426,7 @@ func (x *Node) String() string {
 func (*Node) ProtoMessage() {}
 
 func (x *Node) ProtoReflect() protoreflect.Message {
-	mi := &file_zonefleet_v1_arbiter_proto_msgTypes[17]
+	mi := &file_zonefleet_v1_arbiter_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1341,7 +1439,7 @@ func (x *Node) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Node.ProtoReflect.Descriptor instead.
 func (*Node) Descriptor() ([]byte, []int) {
-	return file_zonefleet_v1_arbiter_proto_rawDescGZIP(), []int{17}
+	return file_zonefleet_v1_arbiter_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *Node) GetId() string {
@@ -1394,7 +1492,7 @@ type ListNodesRequest struct {
 
 func (x *ListNodesRequest) Reset() {
 	*x = ListNodesRequest{}
-	mi := &file_zonefleet_v1_arbiter_proto_msgTypes[18]
+	mi := &file_zonefleet_v1_arbiter_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1406,7 +1504,7 @@ func (x *ListNodesRequest) String() string {
 func (*ListNodesRequest) ProtoMessage() {}
 
 func (x *ListNodesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_zonefleet_v1_arbiter_proto_msgTypes[18]
+	mi := &file_zonefleet_v1_arbiter_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1419,7 +1517,7 @@ func (x *ListNodesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListNodesRequest.ProtoReflect.Descriptor instead.
 func (*ListNodesRequest) Descriptor() ([]byte, []int) {
-	return file_zonefleet_v1_arbiter_proto_rawDescGZIP(), []int{18}
+	return file_zonefleet_v1_arbiter_proto_rawDescGZIP(), []int{20}
 }
 
 type ListNodesResponse struct {
@@ -1431,7 +1529,7 @@ type ListNodesResponse struct {
 
 func (x *ListNodesResponse) Reset() {
 	*x = ListNodesResponse{}
-	mi := &file_zonefleet_v1_arbiter_proto_msgTypes[19]
+	mi := &file_zonefleet_v1_arbiter_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1443,7 +1541,7 @@ func (x *ListNodesResponse) String() string {
 func (*ListNodesResponse) ProtoMessage() {}
 
 func (x *ListNodesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_zonefleet_v1_arbiter_proto_msgTypes[19]
+	mi := &file_zonefleet_v1_arbiter_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1456,7 +1554,7 @@ func (x *ListNodesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListNodesResponse.ProtoReflect.Descriptor instead.
 func (*ListNodesResponse) Descriptor() ([]byte, []int) {
-	return file_zonefleet_v1_arbiter_proto_rawDescGZIP(), []int{19}
+	return file_zonefleet_v1_arbiter_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *ListNodesResponse) GetNodes() []*Node {
@@ -1475,7 +1573,7 @@ type GetNodeRequest struct {
 
 func (x *GetNodeRequest) Reset() {
 	*x = GetNodeRequest{}
-	mi := &file_zonefleet_v1_arbiter_proto_msgTypes[20]
+	mi := &file_zonefleet_v1_arbiter_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1487,7 +1585,7 @@ func (x *GetNodeRequest) String() string {
 func (*GetNodeRequest) ProtoMessage() {}
 
 func (x *GetNodeRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_zonefleet_v1_arbiter_proto_msgTypes[20]
+	mi := &file_zonefleet_v1_arbiter_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1500,7 +1598,7 @@ func (x *GetNodeRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetNodeRequest.ProtoReflect.Descriptor instead.
 func (*GetNodeRequest) Descriptor() ([]byte, []int) {
-	return file_zonefleet_v1_arbiter_proto_rawDescGZIP(), []int{20}
+	return file_zonefleet_v1_arbiter_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *GetNodeRequest) GetId() string {
@@ -1519,7 +1617,7 @@ type RemoveNodeRequest struct {
 
 func (x *RemoveNodeRequest) Reset() {
 	*x = RemoveNodeRequest{}
-	mi := &file_zonefleet_v1_arbiter_proto_msgTypes[21]
+	mi := &file_zonefleet_v1_arbiter_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1531,7 +1629,7 @@ func (x *RemoveNodeRequest) String() string {
 func (*RemoveNodeRequest) ProtoMessage() {}
 
 func (x *RemoveNodeRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_zonefleet_v1_arbiter_proto_msgTypes[21]
+	mi := &file_zonefleet_v1_arbiter_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1544,7 +1642,7 @@ func (x *RemoveNodeRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RemoveNodeRequest.ProtoReflect.Descriptor instead.
 func (*RemoveNodeRequest) Descriptor() ([]byte, []int) {
-	return file_zonefleet_v1_arbiter_proto_rawDescGZIP(), []int{21}
+	return file_zonefleet_v1_arbiter_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *RemoveNodeRequest) GetId() string {
@@ -1562,7 +1660,7 @@ type RemoveNodeResponse struct {
 
 func (x *RemoveNodeResponse) Reset() {
 	*x = RemoveNodeResponse{}
-	mi := &file_zonefleet_v1_arbiter_proto_msgTypes[22]
+	mi := &file_zonefleet_v1_arbiter_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1574,7 +1672,7 @@ func (x *RemoveNodeResponse) String() string {
 func (*RemoveNodeResponse) ProtoMessage() {}
 
 func (x *RemoveNodeResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_zonefleet_v1_arbiter_proto_msgTypes[22]
+	mi := &file_zonefleet_v1_arbiter_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1587,7 +1685,7 @@ func (x *RemoveNodeResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RemoveNodeResponse.ProtoReflect.Descriptor instead.
 func (*RemoveNodeResponse) Descriptor() ([]byte, []int) {
-	return file_zonefleet_v1_arbiter_proto_rawDescGZIP(), []int{22}
+	return file_zonefleet_v1_arbiter_proto_rawDescGZIP(), []int{24}
 }
 
 type ArbiterMember struct {
@@ -1601,7 +1699,7 @@ type ArbiterMember struct {
 
 func (x *ArbiterMember) Reset() {
 	*x = ArbiterMember{}
-	mi := &file_zonefleet_v1_arbiter_proto_msgTypes[23]
+	mi := &file_zonefleet_v1_arbiter_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1613,7 +1711,7 @@ func (x *ArbiterMember) String() string {
 func (*ArbiterMember) ProtoMessage() {}
 
 func (x *ArbiterMember) ProtoReflect() protoreflect.Message {
-	mi := &file_zonefleet_v1_arbiter_proto_msgTypes[23]
+	mi := &file_zonefleet_v1_arbiter_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1626,7 +1724,7 @@ func (x *ArbiterMember) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ArbiterMember.ProtoReflect.Descriptor instead.
 func (*ArbiterMember) Descriptor() ([]byte, []int) {
-	return file_zonefleet_v1_arbiter_proto_rawDescGZIP(), []int{23}
+	return file_zonefleet_v1_arbiter_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *ArbiterMember) GetId() string {
@@ -1681,7 +1779,7 @@ type ClusterStatusResponse struct {
 
 func (x *ClusterStatusResponse) Reset() {
 	*x = ClusterStatusResponse{}
-	mi := &file_zonefleet_v1_arbiter_proto_msgTypes[24]
+	mi := &file_zonefleet_v1_arbiter_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1693,7 +1791,7 @@ func (x *ClusterStatusResponse) String() string {
 func (*ClusterStatusResponse) ProtoMessage() {}
 
 func (x *ClusterStatusResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_zonefleet_v1_arbiter_proto_msgTypes[24]
+	mi := &file_zonefleet_v1_arbiter_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1706,7 +1804,7 @@ func (x *ClusterStatusResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ClusterStatusResponse.ProtoReflect.Descriptor instead.
 func (*ClusterStatusResponse) Descriptor() ([]byte, []int) {
-	return file_zonefleet_v1_arbiter_proto_rawDescGZIP(), []int{24}
+	return file_zonefleet_v1_arbiter_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *ClusterStatusResponse) GetLeader() string {
@@ -1843,7 +1941,7 @@ type ClusterStatusRequest struct {
 
 func (x *ClusterStatusRequest) Reset() {
 	*x = ClusterStatusRequest{}
-	mi := &file_zonefleet_v1_arbiter_proto_msgTypes[25]
+	mi := &file_zonefleet_v1_arbiter_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1855,7 +1953,7 @@ func (x *ClusterStatusRequest) String() string {
 func (*ClusterStatusRequest) ProtoMessage() {}
 
 func (x *ClusterStatusRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_zonefleet_v1_arbiter_proto_msgTypes[25]
+	mi := &file_zonefleet_v1_arbiter_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1868,7 +1966,7 @@ func (x *ClusterStatusRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ClusterStatusRequest.ProtoReflect.Descriptor instead.
 func (*ClusterStatusRequest) Descriptor() ([]byte, []int) {
-	return file_zonefleet_v1_arbiter_proto_rawDescGZIP(), []int{25}
+	return file_zonefleet_v1_arbiter_proto_rawDescGZIP(), []int{27}
 }
 
 type TLOpenVZoneRequest struct {
@@ -1884,7 +1982,7 @@ type TLOpenVZoneRequest struct {
 
 func (x *TLOpenVZoneRequest) Reset() {
 	*x = TLOpenVZoneRequest{}
-	mi := &file_zonefleet_v1_arbiter_proto_msgTypes[26]
+	mi := &file_zonefleet_v1_arbiter_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1896,7 +1994,7 @@ func (x *TLOpenVZoneRequest) String() string {
 func (*TLOpenVZoneRequest) ProtoMessage() {}
 
 func (x *TLOpenVZoneRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_zonefleet_v1_arbiter_proto_msgTypes[26]
+	mi := &file_zonefleet_v1_arbiter_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1909,7 +2007,7 @@ func (x *TLOpenVZoneRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TLOpenVZoneRequest.ProtoReflect.Descriptor instead.
 func (*TLOpenVZoneRequest) Descriptor() ([]byte, []int) {
-	return file_zonefleet_v1_arbiter_proto_rawDescGZIP(), []int{26}
+	return file_zonefleet_v1_arbiter_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *TLOpenVZoneRequest) GetNamespace() string {
@@ -1943,7 +2041,7 @@ type IssueTokenRequest struct {
 
 func (x *IssueTokenRequest) Reset() {
 	*x = IssueTokenRequest{}
-	mi := &file_zonefleet_v1_arbiter_proto_msgTypes[27]
+	mi := &file_zonefleet_v1_arbiter_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1955,7 +2053,7 @@ func (x *IssueTokenRequest) String() string {
 func (*IssueTokenRequest) ProtoMessage() {}
 
 func (x *IssueTokenRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_zonefleet_v1_arbiter_proto_msgTypes[27]
+	mi := &file_zonefleet_v1_arbiter_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1968,7 +2066,7 @@ func (x *IssueTokenRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use IssueTokenRequest.ProtoReflect.Descriptor instead.
 func (*IssueTokenRequest) Descriptor() ([]byte, []int) {
-	return file_zonefleet_v1_arbiter_proto_rawDescGZIP(), []int{27}
+	return file_zonefleet_v1_arbiter_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *IssueTokenRequest) GetNamespace() string {
@@ -1997,7 +2095,7 @@ type IssueTokenResponse struct {
 
 func (x *IssueTokenResponse) Reset() {
 	*x = IssueTokenResponse{}
-	mi := &file_zonefleet_v1_arbiter_proto_msgTypes[28]
+	mi := &file_zonefleet_v1_arbiter_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2009,7 +2107,7 @@ func (x *IssueTokenResponse) String() string {
 func (*IssueTokenResponse) ProtoMessage() {}
 
 func (x *IssueTokenResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_zonefleet_v1_arbiter_proto_msgTypes[28]
+	mi := &file_zonefleet_v1_arbiter_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2022,7 +2120,7 @@ func (x *IssueTokenResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use IssueTokenResponse.ProtoReflect.Descriptor instead.
 func (*IssueTokenResponse) Descriptor() ([]byte, []int) {
-	return file_zonefleet_v1_arbiter_proto_rawDescGZIP(), []int{28}
+	return file_zonefleet_v1_arbiter_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *IssueTokenResponse) GetToken() string {
@@ -2062,7 +2160,7 @@ type RevokeTokensRequest struct {
 
 func (x *RevokeTokensRequest) Reset() {
 	*x = RevokeTokensRequest{}
-	mi := &file_zonefleet_v1_arbiter_proto_msgTypes[29]
+	mi := &file_zonefleet_v1_arbiter_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2074,7 +2172,7 @@ func (x *RevokeTokensRequest) String() string {
 func (*RevokeTokensRequest) ProtoMessage() {}
 
 func (x *RevokeTokensRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_zonefleet_v1_arbiter_proto_msgTypes[29]
+	mi := &file_zonefleet_v1_arbiter_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2087,7 +2185,7 @@ func (x *RevokeTokensRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RevokeTokensRequest.ProtoReflect.Descriptor instead.
 func (*RevokeTokensRequest) Descriptor() ([]byte, []int) {
-	return file_zonefleet_v1_arbiter_proto_rawDescGZIP(), []int{29}
+	return file_zonefleet_v1_arbiter_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *RevokeTokensRequest) GetNamespace() string {
@@ -2106,7 +2204,7 @@ type RevokeTokensResponse struct {
 
 func (x *RevokeTokensResponse) Reset() {
 	*x = RevokeTokensResponse{}
-	mi := &file_zonefleet_v1_arbiter_proto_msgTypes[30]
+	mi := &file_zonefleet_v1_arbiter_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2118,7 +2216,7 @@ func (x *RevokeTokensResponse) String() string {
 func (*RevokeTokensResponse) ProtoMessage() {}
 
 func (x *RevokeTokensResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_zonefleet_v1_arbiter_proto_msgTypes[30]
+	mi := &file_zonefleet_v1_arbiter_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2131,7 +2229,7 @@ func (x *RevokeTokensResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RevokeTokensResponse.ProtoReflect.Descriptor instead.
 func (*RevokeTokensResponse) Descriptor() ([]byte, []int) {
-	return file_zonefleet_v1_arbiter_proto_rawDescGZIP(), []int{30}
+	return file_zonefleet_v1_arbiter_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *RevokeTokensResponse) GetGeneration() uint64 {
@@ -2229,7 +2327,12 @@ const file_zonefleet_v1_arbiter_proto_rawDesc = "" +
 	"\fVZoneRequest\x12\x1c\n" +
 	"\tnamespace\x18\x01 \x01(\tR\tnamespace\x12\x0e\n" +
 	"\x02id\x18\x02 \x01(\x04R\x02id\x12 \n" +
-	"\vincarnation\x18\x03 \x01(\x04R\vincarnation\"1\n" +
+	"\vincarnation\x18\x03 \x01(\x04R\vincarnation\"f\n" +
+	"\x12ResetVZonesRequest\x12\x1c\n" +
+	"\tnamespace\x18\x01 \x01(\tR\tnamespace\x122\n" +
+	"\x06vzones\x18\x02 \x03(\v2\x1a.zonefleet.v1.VZoneRequestR\x06vzones\"B\n" +
+	"\x13ResetVZonesResponse\x12+\n" +
+	"\x06vzones\x18\x01 \x03(\v2\x13.zonefleet.v1.VZoneR\x06vzones\"1\n" +
 	"\x11ListVZonesRequest\x12\x1c\n" +
 	"\tnamespace\x18\x01 \x01(\tR\tnamespace\"A\n" +
 	"\x12ListVZonesResponse\x12+\n" +
@@ -2333,8 +2436,7 @@ const file_zonefleet_v1_arbiter_proto_rawDesc = "" +
 	"\x17VZONE_STATE_UNSPECIFIED\x10\x00\x12\x14\n" +
 	"\x10VZONE_STATE_OPEN\x10\x01\x12\x14\n" +
 	"\x10VZONE_STATE_FULL\x10\x02\x12\x15\n" +
-	"\x11VZONE_STATE_EMPTY\x10\x032\xf8\n" +
-	"\n" +
+	"\x11VZONE_STATE_EMPTY\x10\x032\xcc\v\n" +
 	"\aArbiter\x12P\n" +
 	"\x0fCreateNamespace\x12$.zonefleet.v1.CreateNamespaceRequest\x1a\x17.zonefleet.v1.Namespace\x12J\n" +
 	"\fGetNamespace\x12!.zonefleet.v1.GetNamespaceRequest\x1a\x17.zonefleet.v1.Namespace\x12[\n" +
@@ -2344,7 +2446,8 @@ const file_zonefleet_v1_arbiter_proto_rawDesc = "" +
 	"\x0fNextStripeGroup\x12\x1a.zonefleet.v1.VZoneRequest\x1a\x13.zonefleet.v1.VZone\x12>\n" +
 	"\vFinishVZone\x12\x1a.zonefleet.v1.VZoneRequest\x1a\x13.zonefleet.v1.VZone\x12=\n" +
 	"\n" +
-	"ResetVZone\x12\x1a.zonefleet.v1.VZoneRequest\x1a\x13.zonefleet.v1.VZone\x12;\n" +
+	"ResetVZone\x12\x1a.zonefleet.v1.VZoneRequest\x1a\x13.zonefleet.v1.VZone\x12R\n" +
+	"\vResetVZones\x12 .zonefleet.v1.ResetVZonesRequest\x1a!.zonefleet.v1.ResetVZonesResponse\x12;\n" +
 	"\bGetVZone\x12\x1a.zonefleet.v1.VZoneRequest\x1a\x13.zonefleet.v1.VZone\x12O\n" +
 	"\n" +
 	"ListVZones\x12\x1f.zonefleet.v1.ListVZonesRequest\x1a .zonefleet.v1.ListVZonesResponse\x12[\n" +
@@ -2372,7 +2475,7 @@ func file_zonefleet_v1_arbiter_proto_rawDescGZIP() []byte {
 }
 
 var file_zonefleet_v1_arbiter_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_zonefleet_v1_arbiter_proto_msgTypes = make([]protoimpl.MessageInfo, 31)
+var file_zonefleet_v1_arbiter_proto_msgTypes = make([]protoimpl.MessageInfo, 33)
 var file_zonefleet_v1_arbiter_proto_goTypes = []any{
 	(VZoneState)(0),                 // 0: zonefleet.v1.VZoneState
 	(*Namespace)(nil),               // 1: zonefleet.v1.Namespace
@@ -2387,81 +2490,87 @@ var file_zonefleet_v1_arbiter_proto_goTypes = []any{
 	(*VZone)(nil),                   // 10: zonefleet.v1.VZone
 	(*OpenVZoneRequest)(nil),        // 11: zonefleet.v1.OpenVZoneRequest
 	(*VZoneRequest)(nil),            // 12: zonefleet.v1.VZoneRequest
-	(*ListVZonesRequest)(nil),       // 13: zonefleet.v1.ListVZonesRequest
-	(*ListVZonesResponse)(nil),      // 14: zonefleet.v1.ListVZonesResponse
-	(*ReportActivityRequest)(nil),   // 15: zonefleet.v1.ReportActivityRequest
-	(*ReportActivityResponse)(nil),  // 16: zonefleet.v1.ReportActivityResponse
-	(*DeviceInfo)(nil),              // 17: zonefleet.v1.DeviceInfo
-	(*Node)(nil),                    // 18: zonefleet.v1.Node
-	(*ListNodesRequest)(nil),        // 19: zonefleet.v1.ListNodesRequest
-	(*ListNodesResponse)(nil),       // 20: zonefleet.v1.ListNodesResponse
-	(*GetNodeRequest)(nil),          // 21: zonefleet.v1.GetNodeRequest
-	(*RemoveNodeRequest)(nil),       // 22: zonefleet.v1.RemoveNodeRequest
-	(*RemoveNodeResponse)(nil),      // 23: zonefleet.v1.RemoveNodeResponse
-	(*ArbiterMember)(nil),           // 24: zonefleet.v1.ArbiterMember
-	(*ClusterStatusResponse)(nil),   // 25: zonefleet.v1.ClusterStatusResponse
-	(*ClusterStatusRequest)(nil),    // 26: zonefleet.v1.ClusterStatusRequest
-	(*TLOpenVZoneRequest)(nil),      // 27: zonefleet.v1.TLOpenVZoneRequest
-	(*IssueTokenRequest)(nil),       // 28: zonefleet.v1.IssueTokenRequest
-	(*IssueTokenResponse)(nil),      // 29: zonefleet.v1.IssueTokenResponse
-	(*RevokeTokensRequest)(nil),     // 30: zonefleet.v1.RevokeTokensRequest
-	(*RevokeTokensResponse)(nil),    // 31: zonefleet.v1.RevokeTokensResponse
-	(*timestamppb.Timestamp)(nil),   // 32: google.protobuf.Timestamp
+	(*ResetVZonesRequest)(nil),      // 13: zonefleet.v1.ResetVZonesRequest
+	(*ResetVZonesResponse)(nil),     // 14: zonefleet.v1.ResetVZonesResponse
+	(*ListVZonesRequest)(nil),       // 15: zonefleet.v1.ListVZonesRequest
+	(*ListVZonesResponse)(nil),      // 16: zonefleet.v1.ListVZonesResponse
+	(*ReportActivityRequest)(nil),   // 17: zonefleet.v1.ReportActivityRequest
+	(*ReportActivityResponse)(nil),  // 18: zonefleet.v1.ReportActivityResponse
+	(*DeviceInfo)(nil),              // 19: zonefleet.v1.DeviceInfo
+	(*Node)(nil),                    // 20: zonefleet.v1.Node
+	(*ListNodesRequest)(nil),        // 21: zonefleet.v1.ListNodesRequest
+	(*ListNodesResponse)(nil),       // 22: zonefleet.v1.ListNodesResponse
+	(*GetNodeRequest)(nil),          // 23: zonefleet.v1.GetNodeRequest
+	(*RemoveNodeRequest)(nil),       // 24: zonefleet.v1.RemoveNodeRequest
+	(*RemoveNodeResponse)(nil),      // 25: zonefleet.v1.RemoveNodeResponse
+	(*ArbiterMember)(nil),           // 26: zonefleet.v1.ArbiterMember
+	(*ClusterStatusResponse)(nil),   // 27: zonefleet.v1.ClusterStatusResponse
+	(*ClusterStatusRequest)(nil),    // 28: zonefleet.v1.ClusterStatusRequest
+	(*TLOpenVZoneRequest)(nil),      // 29: zonefleet.v1.TLOpenVZoneRequest
+	(*IssueTokenRequest)(nil),       // 30: zonefleet.v1.IssueTokenRequest
+	(*IssueTokenResponse)(nil),      // 31: zonefleet.v1.IssueTokenResponse
+	(*RevokeTokensRequest)(nil),     // 32: zonefleet.v1.RevokeTokensRequest
+	(*RevokeTokensResponse)(nil),    // 33: zonefleet.v1.RevokeTokensResponse
+	(*timestamppb.Timestamp)(nil),   // 34: google.protobuf.Timestamp
 }
 var file_zonefleet_v1_arbiter_proto_depIdxs = []int32{
-	32, // 0: zonefleet.v1.Namespace.created:type_name -> google.protobuf.Timestamp
-	32, // 1: zonefleet.v1.Namespace.last_write:type_name -> google.protobuf.Timestamp
+	34, // 0: zonefleet.v1.Namespace.created:type_name -> google.protobuf.Timestamp
+	34, // 1: zonefleet.v1.Namespace.last_write:type_name -> google.protobuf.Timestamp
 	1,  // 2: zonefleet.v1.ListNamespacesResponse.namespaces:type_name -> zonefleet.v1.Namespace
 	8,  // 3: zonefleet.v1.StripeGroup.zones:type_name -> zonefleet.v1.PhysicalZone
 	0,  // 4: zonefleet.v1.VZone.state:type_name -> zonefleet.v1.VZoneState
 	9,  // 5: zonefleet.v1.VZone.groups:type_name -> zonefleet.v1.StripeGroup
-	10, // 6: zonefleet.v1.ListVZonesResponse.vzones:type_name -> zonefleet.v1.VZone
-	32, // 7: zonefleet.v1.Node.started:type_name -> google.protobuf.Timestamp
-	17, // 8: zonefleet.v1.Node.devices:type_name -> zonefleet.v1.DeviceInfo
-	18, // 9: zonefleet.v1.ListNodesResponse.nodes:type_name -> zonefleet.v1.Node
-	24, // 10: zonefleet.v1.ClusterStatusResponse.arbiters:type_name -> zonefleet.v1.ArbiterMember
-	32, // 11: zonefleet.v1.IssueTokenResponse.expires:type_name -> google.protobuf.Timestamp
-	2,  // 12: zonefleet.v1.Arbiter.CreateNamespace:input_type -> zonefleet.v1.CreateNamespaceRequest
-	3,  // 13: zonefleet.v1.Arbiter.GetNamespace:input_type -> zonefleet.v1.GetNamespaceRequest
-	4,  // 14: zonefleet.v1.Arbiter.ListNamespaces:input_type -> zonefleet.v1.ListNamespacesRequest
-	6,  // 15: zonefleet.v1.Arbiter.DeleteNamespace:input_type -> zonefleet.v1.DeleteNamespaceRequest
-	11, // 16: zonefleet.v1.Arbiter.OpenVZone:input_type -> zonefleet.v1.OpenVZoneRequest
-	12, // 17: zonefleet.v1.Arbiter.NextStripeGroup:input_type -> zonefleet.v1.VZoneRequest
-	12, // 18: zonefleet.v1.Arbiter.FinishVZone:input_type -> zonefleet.v1.VZoneRequest
-	12, // 19: zonefleet.v1.Arbiter.ResetVZone:input_type -> zonefleet.v1.VZoneRequest
-	12, // 20: zonefleet.v1.Arbiter.GetVZone:input_type -> zonefleet.v1.VZoneRequest
-	13, // 21: zonefleet.v1.Arbiter.ListVZones:input_type -> zonefleet.v1.ListVZonesRequest
-	15, // 22: zonefleet.v1.Arbiter.ReportActivity:input_type -> zonefleet.v1.ReportActivityRequest
-	19, // 23: zonefleet.v1.Arbiter.ListNodes:input_type -> zonefleet.v1.ListNodesRequest
-	21, // 24: zonefleet.v1.Arbiter.GetNode:input_type -> zonefleet.v1.GetNodeRequest
-	22, // 25: zonefleet.v1.Arbiter.RemoveNode:input_type -> zonefleet.v1.RemoveNodeRequest
-	26, // 26: zonefleet.v1.Arbiter.ClusterStatus:input_type -> zonefleet.v1.ClusterStatusRequest
-	27, // 27: zonefleet.v1.Arbiter.TLOpenVZone:input_type -> zonefleet.v1.TLOpenVZoneRequest
-	28, // 28: zonefleet.v1.Arbiter.IssueToken:input_type -> zonefleet.v1.IssueTokenRequest
-	30, // 29: zonefleet.v1.Arbiter.RevokeTokens:input_type -> zonefleet.v1.RevokeTokensRequest
-	1,  // 30: zonefleet.v1.Arbiter.CreateNamespace:output_type -> zonefleet.v1.Namespace
-	1,  // 31: zonefleet.v1.Arbiter.GetNamespace:output_type -> zonefleet.v1.Namespace
-	5,  // 32: zonefleet.v1.Arbiter.ListNamespaces:output_type -> zonefleet.v1.ListNamespacesResponse
-	7,  // 33: zonefleet.v1.Arbiter.DeleteNamespace:output_type -> zonefleet.v1.DeleteNamespaceResponse
-	10, // 34: zonefleet.v1.Arbiter.OpenVZone:output_type -> zonefleet.v1.VZone
-	10, // 35: zonefleet.v1.Arbiter.NextStripeGroup:output_type -> zonefleet.v1.VZone
-	10, // 36: zonefleet.v1.Arbiter.FinishVZone:output_type -> zonefleet.v1.VZone
-	10, // 37: zonefleet.v1.Arbiter.ResetVZone:output_type -> zonefleet.v1.VZone
-	10, // 38: zonefleet.v1.Arbiter.GetVZone:output_type -> zonefleet.v1.VZone
-	14, // 39: zonefleet.v1.Arbiter.ListVZones:output_type -> zonefleet.v1.ListVZonesResponse
-	16, // 40: zonefleet.v1.Arbiter.ReportActivity:output_type -> zonefleet.v1.ReportActivityResponse
-	20, // 41: zonefleet.v1.Arbiter.ListNodes:output_type -> zonefleet.v1.ListNodesResponse
-	18, // 42: zonefleet.v1.Arbiter.GetNode:output_type -> zonefleet.v1.Node
-	23, // 43: zonefleet.v1.Arbiter.RemoveNode:output_type -> zonefleet.v1.RemoveNodeResponse
-	25, // 44: zonefleet.v1.Arbiter.ClusterStatus:output_type -> zonefleet.v1.ClusterStatusResponse
-	10, // 45: zonefleet.v1.Arbiter.TLOpenVZone:output_type -> zonefleet.v1.VZone
-	29, // 46: zonefleet.v1.Arbiter.IssueToken:output_type -> zonefleet.v1.IssueTokenResponse
-	31, // 47: zonefleet.v1.Arbiter.RevokeTokens:output_type -> zonefleet.v1.RevokeTokensResponse
-	30, // [30:48] is the sub-list for method output_type
-	12, // [12:30] is the sub-list for method input_type
-	12, // [12:12] is the sub-list for extension type_name
-	12, // [12:12] is the sub-list for extension extendee
-	0,  // [0:12] is the sub-list for field type_name
+	12, // 6: zonefleet.v1.ResetVZonesRequest.vzones:type_name -> zonefleet.v1.VZoneRequest
+	10, // 7: zonefleet.v1.ResetVZonesResponse.vzones:type_name -> zonefleet.v1.VZone
+	10, // 8: zonefleet.v1.ListVZonesResponse.vzones:type_name -> zonefleet.v1.VZone
+	34, // 9: zonefleet.v1.Node.started:type_name -> google.protobuf.Timestamp
+	19, // 10: zonefleet.v1.Node.devices:type_name -> zonefleet.v1.DeviceInfo
+	20, // 11: zonefleet.v1.ListNodesResponse.nodes:type_name -> zonefleet.v1.Node
+	26, // 12: zonefleet.v1.ClusterStatusResponse.arbiters:type_name -> zonefleet.v1.ArbiterMember
+	34, // 13: zonefleet.v1.IssueTokenResponse.expires:type_name -> google.protobuf.Timestamp
+	2,  // 14: zonefleet.v1.Arbiter.CreateNamespace:input_type -> zonefleet.v1.CreateNamespaceRequest
+	3,  // 15: zonefleet.v1.Arbiter.GetNamespace:input_type -> zonefleet.v1.GetNamespaceRequest
+	4,  // 16: zonefleet.v1.Arbiter.ListNamespaces:input_type -> zonefleet.v1.ListNamespacesRequest
+	6,  // 17: zonefleet.v1.Arbiter.DeleteNamespace:input_type -> zonefleet.v1.DeleteNamespaceRequest
+	11, // 18: zonefleet.v1.Arbiter.OpenVZone:input_type -> zonefleet.v1.OpenVZoneRequest
+	12, // 19: zonefleet.v1.Arbiter.NextStripeGroup:input_type -> zonefleet.v1.VZoneRequest
+	12, // 20: zonefleet.v1.Arbiter.FinishVZone:input_type -> zonefleet.v1.VZoneRequest
+	12, // 21: zonefleet.v1.Arbiter.ResetVZone:input_type -> zonefleet.v1.VZoneRequest
+	13, // 22: zonefleet.v1.Arbiter.ResetVZones:input_type -> zonefleet.v1.ResetVZonesRequest
+	12, // 23: zonefleet.v1.Arbiter.GetVZone:input_type -> zonefleet.v1.VZoneRequest
+	15, // 24: zonefleet.v1.Arbiter.ListVZones:input_type -> zonefleet.v1.ListVZonesRequest
+	17, // 25: zonefleet.v1.Arbiter.ReportActivity:input_type -> zonefleet.v1.ReportActivityRequest
+	21, // 26: zonefleet.v1.Arbiter.ListNodes:input_type -> zonefleet.v1.ListNodesRequest
+	23, // 27: zonefleet.v1.Arbiter.GetNode:input_type -> zonefleet.v1.GetNodeRequest
+	24, // 28: zonefleet.v1.Arbiter.RemoveNode:input_type -> zonefleet.v1.RemoveNodeRequest
+	28, // 29: zonefleet.v1.Arbiter.ClusterStatus:input_type -> zonefleet.v1.ClusterStatusRequest
+	29, // 30: zonefleet.v1.Arbiter.TLOpenVZone:input_type -> zonefleet.v1.TLOpenVZoneRequest
+	30, // 31: zonefleet.v1.Arbiter.IssueToken:input_type -> zonefleet.v1.IssueTokenRequest
+	32, // 32: zonefleet.v1.Arbiter.RevokeTokens:input_type -> zonefleet.v1.RevokeTokensRequest
+	1,  // 33: zonefleet.v1.Arbiter.CreateNamespace:output_type -> zonefleet.v1.Namespace
+	1,  // 34: zonefleet.v1.Arbiter.GetNamespace:output_type -> zonefleet.v1.Namespace
+	5,  // 35: zonefleet.v1.Arbiter.ListNamespaces:output_type -> zonefleet.v1.ListNamespacesResponse
+	7,  // 36: zonefleet.v1.Arbiter.DeleteNamespace:output_type -> zonefleet.v1.DeleteNamespaceResponse
+	10, // 37: zonefleet.v1.Arbiter.OpenVZone:output_type -> zonefleet.v1.VZone
+	10, // 38: zonefleet.v1.Arbiter.NextStripeGroup:output_type -> zonefleet.v1.VZone
+	10, // 39: zonefleet.v1.Arbiter.FinishVZone:output_type -> zonefleet.v1.VZone
+	10, // 40: zonefleet.v1.Arbiter.ResetVZone:output_type -> zonefleet.v1.VZone
+	14, // 41: zonefleet.v1.Arbiter.ResetVZones:output_type -> zonefleet.v1.ResetVZonesResponse
+	10, // 42: zonefleet.v1.Arbiter.GetVZone:output_type -> zonefleet.v1.VZone
+	16, // 43: zonefleet.v1.Arbiter.ListVZones:output_type -> zonefleet.v1.ListVZonesResponse
+	18, // 44: zonefleet.v1.Arbiter.ReportActivity:output_type -> zonefleet.v1.ReportActivityResponse
+	22, // 45: zonefleet.v1.Arbiter.ListNodes:output_type -> zonefleet.v1.ListNodesResponse
+	20, // 46: zonefleet.v1.Arbiter.GetNode:output_type -> zonefleet.v1.Node
+	25, // 47: zonefleet.v1.Arbiter.RemoveNode:output_type -> zonefleet.v1.RemoveNodeResponse
+	27, // 48: zonefleet.v1.Arbiter.ClusterStatus:output_type -> zonefleet.v1.ClusterStatusResponse
+	10, // 49: zonefleet.v1.Arbiter.TLOpenVZone:output_type -> zonefleet.v1.VZone
+	31, // 50: zonefleet.v1.Arbiter.IssueToken:output_type -> zonefleet.v1.IssueTokenResponse
+	33, // 51: zonefleet.v1.Arbiter.RevokeTokens:output_type -> zonefleet.v1.RevokeTokensResponse
+	33, // [33:52] is the sub-list for method output_type
+	14, // [14:33] is the sub-list for method input_type
+	14, // [14:14] is the sub-list for extension type_name
+	14, // [14:14] is the sub-list for extension extendee
+	0,  // [0:14] is the sub-list for field type_name
 }
 
 func init() { file_zonefleet_v1_arbiter_proto_init() }
@@ -2476,7 +2585,7 @@ func file_zonefleet_v1_arbiter_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_zonefleet_v1_arbiter_proto_rawDesc), len(file_zonefleet_v1_arbiter_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   31,
+			NumMessages:   33,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -32,6 +32,7 @@ const (
 	Arbiter_NextStripeGroup_FullMethodName = "/zonefleet.v1.Arbiter/NextStripeGroup"
 	Arbiter_FinishVZone_FullMethodName     = "/zonefleet.v1.Arbiter/FinishVZone"
 	Arbiter_ResetVZone_FullMethodName      = "/zonefleet.v1.Arbiter/ResetVZone"
+	Arbiter_ResetVZones_FullMethodName     = "/zonefleet.v1.Arbiter/ResetVZones"
 	Arbiter_GetVZone_FullMethodName        = "/zonefleet.v1.Arbiter/GetVZone"
 	Arbiter_ListVZones_FullMethodName      = "/zonefleet.v1.Arbiter/ListVZones"
 	Arbiter_ReportActivity_FullMethodName  = "/zonefleet.v1.Arbiter/ReportActivity"
@@ -60,6 +61,15 @@ type ArbiterClient interface {
 	FinishVZone(ctx context.Context, in *VZoneRequest, opts ...grpc.CallOption) (*VZone, error)
 	// Resets a v-zone: its physical zones are released (the client resets them first).
 	ResetVZone(ctx context.Context, in *VZoneRequest, opts ...grpc.CallOption) (*VZone, error)
+	// Resets several v-zones of one namespace at once, each as ResetVZone
+	// would (same incarnation rule), in one state change: a file system's
+	// checkpoint frees its recycled segments together. All or nothing: when
+	// one of them cannot be reset (an id out of range, a v-zone being
+	// reclaimed, a stale incarnation) the call fails with that v-zone's error
+	// and nothing changes. At most 64 v-zones, each at most once
+	// (INVALID_ARGUMENT otherwise). The answer holds their layouts after the
+	// reset, in the order asked.
+	ResetVZones(ctx context.Context, in *ResetVZonesRequest, opts ...grpc.CallOption) (*ResetVZonesResponse, error)
 	GetVZone(ctx context.Context, in *VZoneRequest, opts ...grpc.CallOption) (*VZone, error)
 	ListVZones(ctx context.Context, in *ListVZonesRequest, opts ...grpc.CallOption) (*ListVZonesResponse, error)
 	// Tells the arbiter that a namespace wrote (for reclaim after T_ReadOnly).
@@ -169,6 +179,16 @@ func (c *arbiterClient) ResetVZone(ctx context.Context, in *VZoneRequest, opts .
 	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
 	out := new(VZone)
 	err := c.cc.Invoke(ctx, Arbiter_ResetVZone_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *arbiterClient) ResetVZones(ctx context.Context, in *ResetVZonesRequest, opts ...grpc.CallOption) (*ResetVZonesResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(ResetVZonesResponse)
+	err := c.cc.Invoke(ctx, Arbiter_ResetVZones_FullMethodName, in, out, cOpts...)
 	if err != nil {
 		return nil, err
 	}
@@ -291,6 +311,15 @@ type ArbiterServer interface {
 	FinishVZone(context.Context, *VZoneRequest) (*VZone, error)
 	// Resets a v-zone: its physical zones are released (the client resets them first).
 	ResetVZone(context.Context, *VZoneRequest) (*VZone, error)
+	// Resets several v-zones of one namespace at once, each as ResetVZone
+	// would (same incarnation rule), in one state change: a file system's
+	// checkpoint frees its recycled segments together. All or nothing: when
+	// one of them cannot be reset (an id out of range, a v-zone being
+	// reclaimed, a stale incarnation) the call fails with that v-zone's error
+	// and nothing changes. At most 64 v-zones, each at most once
+	// (INVALID_ARGUMENT otherwise). The answer holds their layouts after the
+	// reset, in the order asked.
+	ResetVZones(context.Context, *ResetVZonesRequest) (*ResetVZonesResponse, error)
 	GetVZone(context.Context, *VZoneRequest) (*VZone, error)
 	ListVZones(context.Context, *ListVZonesRequest) (*ListVZonesResponse, error)
 	// Tells the arbiter that a namespace wrote (for reclaim after T_ReadOnly).
@@ -349,6 +378,9 @@ func (UnimplementedArbiterServer) FinishVZone(context.Context, *VZoneRequest) (*
 }
 func (UnimplementedArbiterServer) ResetVZone(context.Context, *VZoneRequest) (*VZone, error) {
 	return nil, status.Error(codes.Unimplemented, "method ResetVZone not implemented")
+}
+func (UnimplementedArbiterServer) ResetVZones(context.Context, *ResetVZonesRequest) (*ResetVZonesResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method ResetVZones not implemented")
 }
 func (UnimplementedArbiterServer) GetVZone(context.Context, *VZoneRequest) (*VZone, error) {
 	return nil, status.Error(codes.Unimplemented, "method GetVZone not implemented")
@@ -541,6 +573,24 @@ func _Arbiter_ResetVZone_Handler(srv interface{}, ctx context.Context, dec func(
 	}
 	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
 		return srv.(ArbiterServer).ResetVZone(ctx, req.(*VZoneRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _Arbiter_ResetVZones_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ResetVZonesRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(ArbiterServer).ResetVZones(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Arbiter_ResetVZones_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(ArbiterServer).ResetVZones(ctx, req.(*ResetVZonesRequest))
 	}
 	return interceptor(ctx, in, info, handler)
 }
@@ -763,6 +813,10 @@ var Arbiter_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "ResetVZone",
 			Handler:    _Arbiter_ResetVZone_Handler,
+		},
+		{
+			MethodName: "ResetVZones",
+			Handler:    _Arbiter_ResetVZones_Handler,
 		},
 		{
 			MethodName: "GetVZone",

@@ -334,6 +334,18 @@ func (v *timedVol) Read(ctx context.Context, z lfs.ZoneID, off uint64, buf []byt
 
 // OpenZoneLike passes the copyback-aware layout hint through (lfs.LikeOpener),
 // as a mount over fsvol has it: IZC's destinations sit on the victims' dies.
+// ResetZones passes batched resets through (lfs.ZonesResetter).
+func (v *timedVol) ResetZones(ctx context.Context, zs []lfs.ZoneID) []error {
+	if zr, ok := v.Volume.(lfs.ZonesResetter); ok {
+		return zr.ResetZones(ctx, zs)
+	}
+	errs := make([]error, len(zs))
+	for i, z := range zs {
+		errs[i] = v.Volume.Reset(ctx, z)
+	}
+	return errs
+}
+
 func (v *timedVol) OpenZoneLike(ctx context.Context, like lfs.ZoneID) (lfs.ZoneID, error) {
 	if lo, ok := v.Volume.(lfs.LikeOpener); ok {
 		return lo.OpenZoneLike(ctx, like)
