@@ -383,8 +383,50 @@ func mountLFS(ctx context.Context, vol lfs.Volume, dir string, opts lfs.Options)
 	return &mounted{fs: fs, srv: srv, dir: dir}, nil
 }
 
+// unmountGrace bounds how long unmount waits for the FUSE server to stop
+// once a busy mount was aborted and detached.
+var unmountGrace = 10 * time.Second
+
+// ErrMountBusy is what unmount returns (wrapped) when a file of the mount
+// was still open: the mount was aborted and detached, and the file system
+// unmounted all the same.
+var ErrMountBusy = errors.New("mount still in use")
+
+// unmount ends the FUSE mount and unmounts the file system; it never waits
+// for a file of the mount to be closed. A mount still busy (a file left
+// open, typically by a workload that failed part-way: the handle may be the
+// calling goroutine's own, closed only after unmount returns) is aborted
+// (a forced unmount, as root: the kernel ends the FUSE connection, so the
+// lingering handles fail with ENOTCONN instead of waiting on this process)
+// and detached, and the file system is unmounted all the same; the result
+// wraps ErrMountBusy. A lazy fusefs.Server.Unmount would wait for the last
+// user instead: a benchmark that failed with its file open (ENOSPC on a
+// small namespace) hung there, silently, because go test prints a
+// benchmark's failure only when the benchmark ends and its -timeout does
+// not cover benchmarks; and had unmount only detached, the process could
+// not exit (closing that handle at exit flushes it to the FUSE server of
+// the exiting process itself).
 func (m *mounted) unmount(ctx context.Context) error {
-	err := m.srv.Unmount(true)
+	err := m.srv.Unmount(false)
+	if err != nil {
+		err = fmt.Errorf("unmount %s: %w (a file left open?): %w", m.dir, ErrMountBusy, err)
+		if os.Geteuid() == 0 {
+			_ = syscall.Unmount(m.dir, syscall.MNT_FORCE) // aborts the connection; EBUSY while the file is open
+		}
+		if lerr := fusefs.LazyUnmount(m.dir); lerr != nil {
+			err = errors.Join(err, lerr)
+		} else {
+			t := time.NewTimer(unmountGrace)
+			select {
+			case <-m.srv.Done():
+			case <-t.C:
+				err = errors.Join(err, fmt.Errorf("FUSE server of %s still serving %v after the abort", m.dir, unmountGrace))
+			case <-ctx.Done():
+				err = errors.Join(err, ctx.Err())
+			}
+			t.Stop()
+		}
+	}
 	if e := m.fs.Unmount(ctx); err == nil {
 		err = e
 	}
