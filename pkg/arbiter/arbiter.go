@@ -253,6 +253,11 @@ type term struct {
 	revs     map[string]int64 // mod revision of every state key (absent: 0)
 	stale    bool             // an etcd call had an unknown outcome; reload before the next op
 	ready    bool             // startup reconciliation done: serving requests
+	// rev is the etcd revision of this term's last commit, 0 before the
+	// first one and after an etcd call with an unknown outcome. Every grant
+	// the state names was written at or below it: the term loaded the state
+	// before its first commit, and an outcome it does not know resets it.
+	rev atomic.Int64
 }
 
 // New makes an arbiter; it does nothing until Run. comp may be nil, in which
@@ -627,6 +632,7 @@ func (a *Arbiter) mutateTerm(ctx context.Context, internal bool, fn mutation) er
 			a.m.txnBytes.Add(float64(res.bytes))
 			a.m.mutations.Inc()
 			a.lastRev.Store(res.rev)
+			t.rev.Store(res.rev)
 			ix, err := checkedIndex(st, false)
 			if err != nil {
 				return err
@@ -672,7 +678,20 @@ func (a *Arbiter) stepDown(t *term) {
 func (a *Arbiter) setStale(t *term) {
 	a.mu.Lock()
 	t.stale = true
+	t.rev.Store(0)
 	a.mu.Unlock()
+}
+
+// commitRev is the etcd revision of the serving term's last commit: at or
+// above the revision of every grant of the state it serves (0: unknown).
+func (a *Arbiter) commitRev() int64 {
+	a.mu.RLock()
+	t := a.term
+	a.mu.RUnlock()
+	if t == nil {
+		return 0
+	}
+	return t.rev.Load()
 }
 
 func (a *Arbiter) publish(t *term, st *State, ix *index) {

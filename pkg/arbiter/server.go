@@ -109,12 +109,22 @@ func (s *Server) vzone(ctx context.Context, l Layout, err error) (*v1.VZone, err
 		return nil, rpcerr.ToError(err)
 	}
 	out := toVZone(l, nodes)
-	// The revision of a read after the change: nodes serving this layout must
-	// have applied every grant event up to it (clients send it along).
-	if r, err := s.a.cli.Get(ctx, cluster.Prefix+"revision-probe"); err == nil {
-		out.EtcdRevision = r.Header.Revision
-	}
+	out.EtcdRevision = s.layoutRev(ctx)
 	return out, nil
+}
+
+// layoutRev is the etcd revision sent with a layout: nodes serving it must
+// have applied every grant event up to it (clients send it along). It is
+// the serving term's last commit when there is one (at or above every grant
+// of its state), else the revision of a read made now.
+func (s *Server) layoutRev(ctx context.Context) int64 {
+	if r := s.a.commitRev(); r > 0 {
+		return r
+	}
+	if r, err := s.a.cli.Get(ctx, cluster.Prefix+"revision-probe"); err == nil {
+		return r.Header.Revision
+	}
+	return 0
 }
 
 // CreateNamespace implements v1.ArbiterServer.
@@ -207,10 +217,7 @@ func (s *Server) ResetVZones(ctx context.Context, r *v1.ResetVZonesRequest) (*v1
 	if err != nil {
 		return nil, rpcerr.ToError(err)
 	}
-	var rev int64
-	if pr, err := s.a.cli.Get(ctx, cluster.Prefix+"revision-probe"); err == nil {
-		rev = pr.Header.Revision
-	}
+	rev := s.layoutRev(ctx)
 	for _, ref := range refs {
 		l, err := s.a.Layout(ctx, r.GetNamespace(), ref.ID)
 		if err != nil {
