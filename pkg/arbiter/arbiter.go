@@ -223,6 +223,9 @@ type Arbiter struct {
 
 	opMu sync.Mutex // the serialized queue: every mutation holds it
 
+	groupMu sync.Mutex
+	group   []*member // mutations waiting for the next group commit (mutate)
+
 	mu   sync.RWMutex
 	term *term // non-nil while leader
 
@@ -567,10 +570,190 @@ type mutation func(st *State, ix *index) ([]clientv3.Op, error)
 // transaction guarded by the changed keys' mod revisions and this arbiter's
 // leadership whenever it fits MaxTxnOps. A mutation that changes nothing
 // writes nothing.
+//
+// Group commit: mutations that arrive while another one holds the queue
+// wait in a.group; whichever caller takes the queue next runs all of them,
+// each on the state the previous ones left (a failing one is dropped and
+// gets its own error), and commits their records and grant ops in one
+// transaction: one etcd round trip and one WAL sync for all. A member whose
+// grant ops touch a key another member of the group touches (a zone one
+// releases and the next one allocates), or that would take the group past
+// one transaction, waits for the next group. When the group's commit meets
+// a conflict every member runs again on its own; any other failure (etcd
+// unavailable, an unknown outcome, leadership lost) is every member's
+// answer, as it would have been had it run alone.
 func (a *Arbiter) mutate(ctx context.Context, fn mutation) error {
+	m := &member{ctx: ctx, fn: fn, done: make(chan struct{})}
+	a.groupMu.Lock()
+	a.group = append(a.group, m)
+	a.groupMu.Unlock()
 	a.opMu.Lock()
 	defer a.opMu.Unlock()
-	return a.mutateTerm(ctx, false, fn)
+	for {
+		select {
+		case <-m.done:
+			return m.err
+		default:
+		}
+		a.groupMu.Lock()
+		g := a.group
+		a.group = nil
+		a.groupMu.Unlock()
+		a.runGroup(ctx, g)
+	}
+}
+
+// member is one mutation waiting for a group commit.
+type member struct {
+	ctx  context.Context
+	fn   mutation
+	done chan struct{} // closed with err set once it ran (or failed)
+	err  error
+}
+
+func (m *member) finish(err error) {
+	m.err = err
+	close(m.done)
+}
+
+// runGroup runs and commits the waiting mutations g (op lock held); members
+// held back go back to the front of the queue.
+func (a *Arbiter) runGroup(ctx context.Context, g []*member) {
+	live := g[:0:0]
+	for _, m := range g {
+		if err := m.ctx.Err(); err != nil {
+			m.finish(err) // the caller gave up before it ran: nothing changed
+			continue
+		}
+		live = append(live, m)
+	}
+	if len(live) == 0 {
+		return
+	}
+	if len(live) == 1 {
+		live[0].finish(a.mutateTerm(live[0].ctx, false, live[0].fn))
+		return
+	}
+	a.mu.RLock()
+	t := a.term
+	ok := t != nil && t.ready
+	a.mu.RUnlock()
+	if !ok {
+		err := a.notLeader(ctx)
+		for _, m := range live {
+			m.finish(err)
+		}
+		return
+	}
+	if t.stale {
+		if err := a.load(ctx, t); err != nil {
+			for _, m := range live {
+				m.finish(err)
+			}
+			return
+		}
+	}
+	old, oldIx := t.state, t.ix
+	cur, curIx := old, oldIx
+	var (
+		extra   []clientv3.Op
+		keys    = map[string]bool{}
+		in      []*member
+		held    []*member
+		changed = &changes{nodes: map[string]bool{}, vzones: map[vzRef]bool{}}
+	)
+	budget := a.cfg.MaxTxnOps - 8 // the global and namespace records, the fence
+	for _, m := range live {
+		st := cur.fork()
+		st.ch.base, st.ch.baseIx = cur, curIx
+		var before []byte
+		if cowCheck {
+			before, _ = cluster.Encode(cur)
+		}
+		ops, err := m.fn(st, curIx)
+		if cowCheck {
+			if after, _ := cluster.Encode(cur); !bytes.Equal(before, after) {
+				err = fmt.Errorf("internal error: a mutation changed the committed state in place")
+			}
+		}
+		if err != nil {
+			m.finish(err) // only this member: the next ones run on cur
+			continue
+		}
+		overlap := false
+		for _, op := range ops {
+			overlap = overlap || keys[string(op.KeyBytes())]
+		}
+		if overlap || len(in) > 0 && len(extra)+len(ops)+len(changed.vzones)+len(st.ch.vzones)+len(changed.nodes)+len(st.ch.nodes) > budget {
+			held = append(held, m) // runs again in the next group, on the committed state
+			continue
+		}
+		for _, op := range ops {
+			keys[string(op.KeyBytes())] = true
+		}
+		extra = append(extra, ops...)
+		for k := range st.ch.vzones {
+			changed.vzones[k] = true
+		}
+		for k := range st.ch.nodes {
+			changed.nodes[k] = true
+		}
+		changed.ownNodes = changed.ownNodes || st.ch.ownNodes
+		ix, err := checkedIndex(st, false)
+		if err != nil {
+			m.finish(err)
+			continue
+		}
+		st.ch = nil
+		cur, curIx = st, ix
+		in = append(in, m)
+	}
+	defer func() {
+		if len(held) > 0 {
+			a.groupMu.Lock()
+			a.group = append(held, a.group...)
+			a.groupMu.Unlock()
+		}
+	}()
+	if len(in) == 0 {
+		return
+	}
+	// The group's state as one fork of the committed one.
+	final := cur.fork()
+	final.ch = changed
+	final.ch.ownMap = map[string]bool{}
+	final.ch.base, final.ch.baseIx = old, oldIx
+	sops, err := diff(old, final)
+	if err != nil {
+		for _, m := range in {
+			m.finish(err)
+		}
+		return
+	}
+	res, err := a.commit(ctx, t, sops, extra)
+	if errors.Is(err, errConflict) {
+		for _, m := range in { // each on its own (mutateTerm reloads and retries)
+			m.finish(a.mutateTerm(m.ctx, false, m.fn))
+		}
+		return
+	}
+	if err == nil && res.txns > 0 {
+		a.m.txns.Add(float64(res.txns))
+		a.m.txnBytes.Add(float64(res.bytes))
+		a.m.mutations.Add(float64(len(in)))
+		a.lastRev.Store(res.rev)
+		t.rev.Store(res.rev)
+		var ix *index
+		if ix, err = checkedIndex(final, false); err == nil {
+			final.ch = nil
+			a.publish(t, final, ix)
+		}
+	} else if err == nil {
+		a.m.noops.Add(float64(len(in)))
+	}
+	for _, m := range in {
+		m.finish(err)
+	}
 }
 
 // mutateInternal is mutate for the leader's own startup reconciliation,
