@@ -51,6 +51,13 @@
 // (the queue) or after the next leader's reconcileGrants, which runs before
 // it serves; a failed trailing batch ends the term for that reason.
 //
+// Mutations that arrive while the queue is busy are committed as a group:
+// each runs on the state the previous ones left (a refused one fails alone)
+// and their records and grant ops go in one transaction; a member whose
+// grant ops touch a key of another member (a zone released and allocated
+// again) or that would overflow one transaction waits for the next group,
+// so the rule above holds (mutate).
+//
 // # Compaction
 //
 // The leader compacts etcd's history every CompactInterval at the revision it
