@@ -3,6 +3,7 @@ package fsvol_test
 import (
 	"context"
 	"errors"
+	"sync"
 	"testing"
 	"time"
 
@@ -265,4 +266,71 @@ func TestFinishOrdering(t *testing.T) {
 	require.Len(t, zs, 1)
 	assert.Equal(t, lfs.ZoneFull, zs[0].State)
 	assert.Equal(t, geo.ZoneBlocks, zs[0].WP)
+}
+
+// Concurrent Flushes share rounds (group commit), each caller answered by a
+// round that started after its call: eight fsyncs arriving while one round
+// runs are served by one more round, not eight; and while a drive's flush
+// fails every one of them gets the error.
+func TestConcurrentFlushesShareRounds(t *testing.T) {
+	ctx := context.Background()
+	e := newEnv(t, 500*time.Millisecond)
+	vol, err := fsvol.New(ctx, e.c, fsvol.Options{MaxZones: 28})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = vol.Close(ctx) })
+	block := make([]byte, 4*vol.Geometry().BlockSize)
+	z, err := vol.OpenZone(ctx)
+	require.NoError(t, err)
+
+	for _, tt := range []struct {
+		name     string
+		nodeDown bool
+	}{{"flushes succeed", false}, {"a drive is down", true}} {
+		t.Run(tt.name, func(t *testing.T) {
+			wp := uint64(0)
+			if tt.nodeDown {
+				wp = 4
+			}
+			require.NoError(t, vol.Write(ctx, z, wp, block, false))
+			if tt.nodeDown {
+				devs, err := e.c.VZone(uint64(z)).Devices(ctx)
+				require.NoError(t, err)
+				down := e.nodeIndex(t, devs[0].Node)
+				require.NoError(t, e.cl.StopNode(down))
+				t.Cleanup(func() { require.NoError(t, e.cl.StartNode(ctx, down)) })
+			}
+			const n = 8
+			r0, c0 := fsvol.FlushRounds(vol)
+			var first sync.Once
+			release := make(chan struct{})
+			// The first round waits until all n calls were made.
+			fsvol.SetFlushHook(vol, func() {
+				first.Do(func() {
+					require.Eventually(t, func() bool { _, c := fsvol.FlushRounds(vol); return c-c0 == n }, 10*time.Second, time.Millisecond)
+					close(release)
+				})
+			})
+			defer fsvol.SetFlushHook(vol, nil)
+			errs := make([]error, n)
+			var wg sync.WaitGroup
+			for i := 0; i < n; i++ {
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					errs[i] = vol.Flush(ctx)
+				}()
+			}
+			wg.Wait()
+			<-release
+			r1, _ := fsvol.FlushRounds(vol)
+			assert.Equal(t, uint64(2), r1-r0, "the round in flight and one more")
+			for i, err := range errs {
+				if tt.nodeDown {
+					require.ErrorIs(t, err, zerr.ErrUnavailable, "call %d: the drive's flush failed", i)
+				} else {
+					require.NoError(t, err, "call %d", i)
+				}
+			}
+		})
+	}
 }

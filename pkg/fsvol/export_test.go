@@ -8,3 +8,17 @@ func SetCompactHook(v *Volume, f func()) {
 	v.compactHook = f
 	v.mu.Unlock()
 }
+
+// SetFlushHook makes every Flush round run f first; FlushRounds counts the
+// rounds and FlushCalls the Flush calls.
+func SetFlushHook(v *Volume, f func()) {
+	v.fl.mu.Lock()
+	v.fl.hook = f
+	v.fl.mu.Unlock()
+}
+
+func FlushRounds(v *Volume) (rounds, calls uint64) {
+	v.fl.mu.Lock()
+	defer v.fl.mu.Unlock()
+	return v.fl.rounds, v.fl.asked
+}

@@ -126,6 +126,17 @@ type Volume struct {
 	// take it, never reads or writes.
 	lifecycle sync.RWMutex
 
+	// fl groups concurrent Flushes into rounds (Flush).
+	fl struct {
+		mu         sync.Mutex
+		asked      uint64        // Flush calls so far (tickets)
+		running    chan struct{} // closed when the round in flight ends; nil when none
+		doneTicket uint64        // the last ticket a finished round covers
+		err        error         // that round's result
+		rounds     uint64        // rounds run (tests)
+		hook       func()        // tests: runs at the start of every round
+	}
+
 	mu        sync.Mutex
 	dirty     map[client.DeviceRef]uint64 // drives written since their last successful flush → mark sequence
 	seq       uint64                      // last mark sequence
@@ -1183,7 +1194,58 @@ func (v *Volume) Locate(ctx context.Context, z lfs.ZoneID, off uint64) (lfs.Loca
 // issued before Flush have been attempted when it returns (a failure is
 // retried and reported by Zones, Reset and OpenZone, not here: it loses no
 // data).
+//
+// Concurrent Flushes share rounds (group commit): a Flush that finds a
+// round in flight waits for it and then, unless a round that started after
+// it was called has ended meanwhile, runs or joins the next one; every
+// caller gets the result of a round that started after its call, so it
+// covers every write acknowledged before the call.
 func (v *Volume) Flush(ctx context.Context) error {
+	v.fl.mu.Lock()
+	v.fl.asked++
+	ticket := v.fl.asked
+	for {
+		if v.fl.doneTicket >= ticket {
+			err := v.fl.err
+			v.fl.mu.Unlock()
+			return err
+		}
+		if v.fl.running == nil {
+			break
+		}
+		wait := v.fl.running
+		v.fl.mu.Unlock()
+		select {
+		case <-wait:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+		v.fl.mu.Lock()
+	}
+	// Lead a round covering every call so far.
+	covers := v.fl.asked
+	done := make(chan struct{})
+	v.fl.running = done
+	v.fl.rounds++
+	hook := v.fl.hook
+	v.fl.mu.Unlock()
+	if hook != nil {
+		hook()
+	}
+	err := v.flushRound(ctx)
+	v.fl.mu.Lock()
+	v.fl.running = nil
+	if ctx.Err() == nil || err == nil {
+		// (a round cut short by its leader's ctx answers only the leader)
+		v.fl.doneTicket, v.fl.err = covers, err
+	}
+	v.fl.mu.Unlock()
+	close(done)
+	return err
+}
+
+// flushRound is one round of Flush.
+func (v *Volume) flushRound(ctx context.Context) error {
 	if err := v.settle(ctx, nil); err != nil {
 		return err
 	}
