@@ -110,8 +110,8 @@ type Row struct {
 	Cycles               int       `json:"cycles"`
 	Mutations            int64     `json:"mutations"`
 	BytesPerMutation     float64   `json:"bytes_per_mutation"`
-	TxnsPerMutation      float64   `json:"transactions_per_mutation"`
-	AllocationsPerSecond float64   `json:"allocations_per_second"` // cycles/s, median of the repeats
+	TxnsPerMutation      float64   `json:"transactions_per_mutation"` // below 1 when concurrent workers' mutations share a group commit
+	AllocationsPerSecond float64   `json:"allocations_per_second"`    // cycles/s, median of the repeats
 	StripeGroupsPerSec   float64   `json:"stripe_groups_per_second"`
 	RatioVsSmallest      float64   `json:"ratio_vs_smallest"`
 	Runs                 []float64 `json:"runs_allocations_per_second"`
