@@ -641,6 +641,10 @@ func (a *Arbiter) runGroup(ctx context.Context, g []*member) {
 		live[0].finish(a.mutateTerm(live[0].ctx, false, live[0].fn))
 		return
 	}
+	// The group's etcd calls run on a live member's context, not on the
+	// draining caller's: a caller whose request was cancelled while it
+	// waited for the queue must not fail the others' commit.
+	ctx = live[0].ctx
 	a.mu.RLock()
 	t := a.term
 	ok := t != nil && t.ready

@@ -9,6 +9,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	"github.com/stretchr/testify/require"
+	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/zonefleet/zonefleet/pkg/cluster"
 	"github.com/zonefleet/zonefleet/pkg/zerr"
@@ -89,4 +90,40 @@ func slicesDeleteLayout(ls []Layout, id uint64) []Layout {
 		}
 	}
 	return out
+}
+
+// A caller whose request was cancelled while it waited for the queue may be
+// the one that drains it: the others' mutations still commit (the group
+// runs on a live member's context).
+func TestGroupCommitDrainedByACancelledCaller(t *testing.T) {
+	_, a := oneLeader(t, 2)
+	ctx := context.Background()
+	_, err := a.CreateNamespace(ctx, NamespaceSpec{Name: "a", MARLogical: 4, ZonesPerVZone: 4, VZones: 8})
+	require.NoError(t, err)
+	st0, _ := leaderState(t, a)
+	ewma0 := st0.Namespaces["a"].EWMA
+	dead, cancel := context.WithCancel(ctx)
+	cancel()
+	bump := func(st *State, _ *index) ([]clientv3.Op, error) {
+		st.Namespaces["a"].EWMA++
+		return nil, nil
+	}
+	ms := []*member{
+		{ctx: dead, fn: bump, done: make(chan struct{})},
+		{ctx: ctx, fn: bump, done: make(chan struct{})},
+		{ctx: ctx, fn: bump, done: make(chan struct{})},
+	}
+	a.opMu.Lock()
+	a.runGroup(dead, ms)
+	a.opMu.Unlock()
+	for i, m := range ms {
+		<-m.done
+		if i == 0 {
+			require.ErrorIs(t, m.err, context.Canceled, "the cancelled request did not run")
+			continue
+		}
+		require.NoError(t, m.err, "member %d", i)
+	}
+	st, _ := leaderState(t, a)
+	require.Equal(t, ewma0+2, st.Namespaces["a"].EWMA, "both live members' changes committed")
 }
