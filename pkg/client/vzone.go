@@ -1059,6 +1059,16 @@ func (v *VZone) reset(ctx context.Context, incarnation uint64) error {
 	l, err := arbiterCall(ctx, v.c, "reset v-zone", func(ctx context.Context, a v1.ArbiterClient) (*v1.VZone, error) {
 		return a.ResetVZone(ctx, &v1.VZoneRequest{Namespace: v.c.cfg.Namespace, Id: v.id, Incarnation: incarnation})
 	})
+	v.resetDone(l, err)
+	return err
+}
+
+// resetDone ends an arbiter reset of the v-zone (one counted in
+// v.resetting): with its answer l installed unless it failed or an
+// OpenVZone returned this v-zone while the reset was in flight — the
+// arbiter hands out only empty v-zones, so that open ran after the reset
+// and its layout is the newer one.
+func (v *VZone) resetDone(l *v1.VZone, err error) {
 	v.mu.Lock()
 	v.resetting--
 	reopened := v.reopened
@@ -1066,17 +1076,9 @@ func (v *VZone) reset(ctx context.Context, incarnation uint64) error {
 		v.reopened = false
 	}
 	v.mu.Unlock()
-	if err != nil {
-		return err
+	if err == nil && !reopened {
+		v.applyLayout(l, func() { v.wp, v.wpKnown, v.tl = 0, true, false })
 	}
-	if reopened {
-		// The arbiter hands out only empty v-zones, so an OpenVZone that
-		// returned this one while the reset was in flight ran after the
-		// reset: its open layout is the newer one; keep it.
-		return nil
-	}
-	v.applyLayout(l, func() { v.wp, v.wpKnown, v.tl = 0, true, false })
-	return nil
 }
 
 // ResetRef names a v-zone to reset and, when Incarnation is non-zero, the
@@ -1171,18 +1173,11 @@ func (c *Client) resetBatch(ctx context.Context, refs []ResetRef, idx []int, err
 		err = &zerr.UnavailableError{What: "arbiter", Reason: fmt.Sprintf("ResetVZones answered %d layouts for %d v-zones", len(resp.GetVzones()), len(idx))}
 	}
 	for k, v := range vzs {
-		v.mu.Lock()
-		v.resetting--
-		reopened := v.reopened
-		if v.resetting == 0 {
-			v.reopened = false
+		var l *v1.VZone
+		if err == nil {
+			l = resp.GetVzones()[k]
 		}
-		v.mu.Unlock()
-		if err == nil && !reopened {
-			// (reopened: an OpenVZone that returned this v-zone while the
-			// reset was in flight ran after it; its layout is the newer one)
-			v.applyLayout(resp.GetVzones()[k], func() { v.wp, v.wpKnown, v.tl = 0, true, false })
-		}
+		v.resetDone(l, err)
 		v.wmu.Unlock()
 	}
 	if err == nil {

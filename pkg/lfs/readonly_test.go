@@ -299,10 +299,17 @@ func TestTransientMetadataFailureIsRetried(t *testing.T) {
 		require.Equal(t, d, got, n)
 	}
 	require.NoError(t, fs.Unmount(bg))
-	rep, err := lfs.Fsck(bg, fv, false)
+	fsckRemountRead(t, fv, want)
+}
+
+// fsckRemountRead checks an unmounted volume: fsck finds no problem, and a
+// new mount reads every file of want back as written.
+func fsckRemountRead(t *testing.T, vol lfs.Volume, want map[string][]byte) {
+	t.Helper()
+	rep, err := lfs.Fsck(bg, vol, false)
 	require.NoError(t, err)
 	require.Empty(t, rep.Problems)
-	fs2, err := lfs.Mount(bg, fv, lfs.Options{Registry: prometheus.NewRegistry()})
+	fs2, err := lfs.Mount(bg, vol, lfs.Options{Registry: prometheus.NewRegistry()})
 	require.NoError(t, err)
 	for n, d := range want {
 		got, err := readFile(fs2, n)

@@ -100,17 +100,7 @@ func TestCheckpointResetsFreedZonesTogether(t *testing.T) {
 				require.Equal(t, batches[0], batches[1], "every zone failed once: all are retried together")
 			}
 			require.NoError(t, fs.Unmount(bg))
-			rep, err := lfs.Fsck(bg, bv, false)
-			require.NoError(t, err)
-			require.Empty(t, rep.Problems)
-			fs2, err := lfs.Mount(bg, bv, lfs.Options{Registry: prometheus.NewRegistry()})
-			require.NoError(t, err)
-			for n, d := range want {
-				got, err := readFile(fs2, n)
-				require.NoError(t, err, n)
-				require.Equal(t, d, got, n)
-			}
-			require.NoError(t, fs2.Unmount(bg))
+			fsckRemountRead(t, bv, want)
 		})
 	}
 }
