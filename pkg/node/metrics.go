@@ -40,7 +40,7 @@ type metrics struct {
 
 	zones, activeZones, openZones, maxActive, maxOpen, cacheBytes, cacheCap, waf, chipUtil, ipuUsed, ipuBudget *prometheus.Desc
 	cacheStalls, cacheStallSec, admStalls, admStallSec, hostBlocks, nandPages, erases, plugged, devCopied      *prometheus.Desc
-	ioErrors, zonesFailed, devReadOnly, cpFailures, tailsDropped                                               *prometheus.Desc
+	ioErrors, zonesFailed, devReadOnly, cpFailures, tailsDropped, fsyncs                                       *prometheus.Desc
 	// the rebuild rate limit (throttle.go), node-wide: no labels
 	rebuildBytes, rebuildThrottled, rebuildRate *prometheus.Desc
 }
@@ -105,6 +105,7 @@ func newMetrics(s *Service) *metrics {
 		devReadOnly:   d("device_read_only", "1 once an I/O error of the journal made the whole device read-only."),
 		cpFailures:    d("journal_checkpoint_failures_total", "Device journal checkpoints that failed (the old journal stayed in use)."),
 		tailsDropped:  d("journal_tails_dropped", "1 when the device's last open dropped a torn, zeroed or garbage journal tail."),
+		fsyncs:        d("fsyncs_total", "fdatasyncs of the device's backing files, by file (data, journal, owners); concurrent callers share one.", "file"),
 
 		rebuildBytes: prometheus.NewDesc("zonefleet_node_rebuild_bytes_total",
 			"Bytes this node's devices read (mirror push, raid5 PeerRead) or wrote (mirror PeerWrite, raid5 target) for rebuilds.", nil, nil),
@@ -141,7 +142,7 @@ func (m *metrics) observe(dev uint32, ns, op string, bytes int, lat time.Duratio
 func (m *metrics) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{m.zones, m.activeZones, m.openZones, m.maxActive, m.maxOpen, m.cacheBytes, m.cacheCap,
 		m.waf, m.chipUtil, m.ipuUsed, m.ipuBudget, m.cacheStalls, m.cacheStallSec, m.admStalls, m.admStallSec, m.hostBlocks,
-		m.nandPages, m.erases, m.plugged, m.devCopied, m.ioErrors, m.zonesFailed, m.devReadOnly, m.cpFailures, m.tailsDropped,
+		m.nandPages, m.erases, m.plugged, m.devCopied, m.ioErrors, m.zonesFailed, m.devReadOnly, m.cpFailures, m.tailsDropped, m.fsyncs,
 		m.rebuildBytes, m.rebuildThrottled, m.rebuildRate} {
 		ch <- d
 	}
@@ -186,6 +187,11 @@ func (m *metrics) Collect(ch chan<- prometheus.Metric) {
 		c(m.hostBlocks, float64(l.HostBlocksWritten), dl)
 		c(m.nandPages, float64(l.NANDPagesProgrammed), dl)
 		c(m.erases, float64(l.Erases), dl)
+		c(m.fsyncs, float64(l.DataSyncs), dl, "data")
+		c(m.fsyncs, float64(l.JournalSyncs), dl, "journal")
+		if dv.owners != nil {
+			c(m.fsyncs, float64(dv.owners.Syncs()), dl, "owners")
+		}
 		c(m.plugged, float64(l.PluggedOnDemand), dl, "on_demand")
 		c(m.plugged, float64(l.PluggedBackground), dl, "background")
 		chunk := float64(dv.dev.Geometry().ChunkBlocks)

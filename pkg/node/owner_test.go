@@ -23,6 +23,7 @@ import (
 	"github.com/zonefleet/zonefleet/pkg/wire"
 	"github.com/zonefleet/zonefleet/pkg/zerr"
 	"github.com/zonefleet/zonefleet/pkg/zns"
+	"github.com/zonefleet/zonefleet/pkg/zoneowner"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
 	"google.golang.org/grpc"
@@ -110,7 +111,7 @@ func startOwnerNode(t *testing.T, id string, cli *clientv3.Client) *testNode {
 	dm, err := daemon.New(daemon.Config{Name: "ssdnode", GRPCListen: "127.0.0.1:0", HTTPListen: "127.0.0.1:0"}, quiet, wire.ServerOptions()...)
 	require.NoError(t, err)
 	RegisterGRPC(dm.GRPC, svc)
-	n := &testNode{svc: svc, addr: dm.GRPCAddr(), devs: devs, cancel: cancel, done: make(chan error, 1)}
+	n := &testNode{svc: svc, addr: dm.GRPCAddr(), devs: devs, cancel: cancel, done: make(chan error, 1), dir: dir}
 	go func() { n.done <- dm.Run(ctx) }()
 	conn, err := grpc.NewClient(n.addr, append(rpcerr.DialOptions(), grpc.WithTransportCredentials(insecure.NewCredentials()),
 		grpc.WithDefaultCallOptions(append(wire.CallOptions(), grpc.MaxCallRecvMsgSize(daemon.MaxMessageBytes))...))...)
@@ -189,6 +190,36 @@ func TestOwnerChangeByOverwrite(t *testing.T) {
 	require.NoError(t, err)
 	assert.Equal(t, bdata, got.GetData(), "a grant repair of the same owner must not reset")
 	assert.Equal(t, 1.0, testutil.ToFloat64(n.svc.m.ownerResets.WithLabelValues("0")))
+}
+
+// TestOwnerRecordSyncedByFlush: a new owner's first write records it
+// without an fdatasync of its own (none on the first write's path), and the
+// Flush that makes its data durable makes the record durable first: the
+// owner file on disk names the owner once Flush answered.
+func TestOwnerRecordSyncedByFlush(t *testing.T) {
+	cli := etcdClient(t)
+	n := startOwnerNode(t, "owner-fl", cli)
+	owners := n.svc.devs[0].owners
+	putGrant(t, cli, "owner-fl", 2, "a")
+	waitGrant(t, n, 2, "a")
+	syncs := owners.Syncs()
+	data := randBlocks(t, 4)
+	_, err := n.client.Write(asNS("a"), &v1.WriteRequest{Device: 0, Lba: 2 * 2048, Data: data})
+	require.NoError(t, err)
+	o, ok := owners.Get(2)
+	require.True(t, ok)
+	require.Equal(t, "a", o.Namespace)
+	assert.Equal(t, syncs, owners.Syncs(), "the first write waited for an owner-file fdatasync")
+	_, err = n.client.Flush(asNS("a"), &v1.FlushRequest{Device: 0})
+	require.NoError(t, err)
+	assert.Greater(t, owners.Syncs(), syncs, "Flush answered before the owner record was synced")
+	disk, err := zoneowner.Open(filepath.Join(n.dir, "dev0.owners"), owners.Zones())
+	require.NoError(t, err)
+	defer disk.Close()
+	o, ok = disk.Get(2)
+	require.True(t, ok)
+	assert.Equal(t, "a", o.Namespace, "the owner file on disk after Flush")
+	assert.Equal(t, 1, int(testutil.ToFloat64(n.svc.m.ownerResets.WithLabelValues("0"))+1), "a fresh zone needs no owner-change reset")
 }
 
 // TestOwnerChangeBeforeReportAndZoneManagement: a new owner's first call

@@ -213,6 +213,9 @@ func New(cfg Config, devs []*zns.Device, grants *Grants, log *slog.Logger) (*Ser
 		default:
 			owners = zoneowner.NewMemory(uint32(id.Zones))
 		}
+		// owner records written without waiting (adopt) become durable
+		// before any data written after them does
+		d.SetBeforeDataSync(owners.Sync)
 		s.devs = append(s.devs, &device{
 			idx: uint32(i), dev: d, adm: NewAdmission(d.Clock(), cfg.Admission), wrr: NewWRR(slots),
 			geo:    identity{zoneSize: id.ZoneSize, zoneCap: id.ZoneCapacity, zones: id.Zones, bs: id.BlockSize},
@@ -238,6 +241,7 @@ func (s *Service) ResetRevoked(device, zone uint32) {
 		return
 	}
 	if zs[0].State == zns.StateEmpty {
+		s.syncReset(d, zone) // an earlier reset (the owner's own) may not be durable yet
 		s.setFree(d, zone)
 		return
 	}
@@ -246,9 +250,20 @@ func (s *Service) ResetRevoked(device, zone uint32) {
 		return
 	}
 	d.adm.Forget(d.idx, uint64(zone))
+	s.syncReset(d, zone)
 	s.setFree(d, zone)
 	s.m.revokedResets.WithLabelValues(fmt.Sprint(device)).Inc()
 	s.log.Info("reset a zone whose grant was revoked", "device", device, "zone", zone)
+}
+
+// syncReset makes the zone's reset durable here, in the background reset
+// worker (concurrent workers share the journal sync), so that the next
+// owner's adopt finds it durable and records the owner without an fdatasync
+// on its first I/O. A failure is only logged: adopt syncs again.
+func (s *Service) syncReset(d *device, zone uint32) {
+	if err := d.dev.SyncZone(uint64(zone)); err != nil {
+		s.log.Warn("making a revoked zone's reset durable failed", "device", d.idx, "zone", zone, "err", err)
+	}
 }
 
 // setFree records that zone holds nobody's data (zone write lock held).
@@ -258,7 +273,7 @@ func (s *Service) setFree(d *device, zone uint32) {
 	if o, ok := d.owners.Get(zone); ok && o == (zoneowner.Owner{}) {
 		return
 	}
-	if err := d.owners.Set(zone, zoneowner.Owner{}); err != nil {
+	if err := d.owners.SetFree(zone); err != nil {
 		s.log.Warn("recording a reset zone as free failed", "device", d.idx, "zone", zone, "err", err)
 	}
 }
@@ -614,7 +629,17 @@ func (s *Service) adopt(ctx context.Context, d *device, zone uint32, o zoneowner
 		s.log.Info("reset a zone before its new owner's first I/O", "device", d.idx, "zone", zone,
 			"namespace", o.Namespace, "epoch", o.Epoch, "previous_epoch", prev.Epoch, "previous_known", valid)
 	}
-	return d.owners.Set(zone, o)
+	// The reset (this one, the revocation's or the previous owner's own) is
+	// durable before the new owner is recorded: no power loss keeps the new
+	// owner with the old data. Usually the revocation worker made it so
+	// already and this costs nothing.
+	if err := d.dev.SyncZone(uint64(zone)); err != nil {
+		return err
+	}
+	// Not synced here: the device syncs the owner records before any of its
+	// data syncs (SetBeforeDataSync), so data the owner made durable is
+	// never kept without its owner, and the first write waits for no fsync.
+	return d.owners.SetUnsynced(zone, o)
 }
 
 // authorizeRange checks blocks [lba, lba+n) after validating the range.

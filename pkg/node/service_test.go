@@ -48,6 +48,7 @@ type testNode struct {
 	devs   []*zns.Device
 	cancel context.CancelFunc
 	done   chan error
+	dir    string // startOwnerNode: where the device and its owner file are
 }
 
 // startNode runs a real node service (daemon skeleton, gRPC on loopback, real

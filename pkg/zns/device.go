@@ -30,9 +30,10 @@ type zone struct {
 	gen        uint64
 	fbg        int // FBG index in the FCG, -1 when none (for a TL zone: the LogFBG)
 	slotSeq    uint64
-	jgen       uint64 // generation whose journal record is known durable
-	pend       int64  // write-cache bytes of a partially filled chunk
-	pendChip   int    // the chip of that chunk
+	jgen       uint64        // generation whose journal record is known durable
+	jn         atomic.Uint64 // number of the zone's last state record in the journal (journal.n)
+	pend       int64         // write-cache bytes of a partially filled chunk
+	pendChip   int           // the chip of that chunk
 	compacting bool
 	tl         *tlState
 	ipuPages   map[uint32]uint32 // offset -> IPU slot (page map)
@@ -49,6 +50,14 @@ type fcgAlloc struct {
 	cleanAt []uint64
 }
 
+// SetBeforeDataSync makes every fdatasync of the data file (Flush, FUA
+// writes, the sync before a reset, the scrub of a reused FBG) run fn first,
+// in the same round: a failure of fn fails that sync like an I/O error of the
+// file (the device goes read-only). The node uses it to make the zone owner
+// records it wrote without waiting durable before any data written after
+// them is. fn must not call back into the device.
+func (d *Device) SetBeforeDataSync(fn func() error) { d.beforeSync.Store(&fn) }
+
 type stats struct {
 	hostW, hostR, nandProg, nandRead atomic.Uint64
 	cbChunks, rpBlocks               atomic.Uint64
@@ -59,23 +68,25 @@ type stats struct {
 	ioErrors                         atomic.Uint64
 	zonesFailed                      atomic.Uint64
 	tailDropped                      atomic.Uint64
+	dataSyncs, journalSyncs          atomic.Uint64
 }
 
 // Device is an emulated ZNS+ SSD backed by a file. All methods are safe for
 // concurrent use; I/O to different zones does not share a lock.
 type Device struct {
-	path  string
-	cfg   flash.Config // as created/opened: the geometry
-	live  atomic.Pointer[flash.Config]
-	g     flash.Geometry
-	lay   layout
-	clk   clock.Clock
-	model *flash.Model // nil with the off clock
-	fs    vfs.FS
-	log   *slog.Logger
-	f     *syncFile
-	j     *journal
-	uuid  [16]byte
+	path       string
+	beforeSync atomic.Pointer[func() error] // SetBeforeDataSync
+	cfg        flash.Config                 // as created/opened: the geometry
+	live       atomic.Pointer[flash.Config]
+	g          flash.Geometry
+	lay        layout
+	clk        clock.Clock
+	model      *flash.Model // nil with the off clock
+	fs         vfs.FS
+	log        *slog.Logger
+	f          *syncFile
+	j          *journal
+	uuid       [16]byte
 
 	zones []*zone
 	fcgs  []*fcgAlloc
@@ -244,7 +255,14 @@ func open(path string, cfg flash.Config, clk clock.Clock, opts []Option) (*Devic
 	if err != nil {
 		return nil, err
 	}
-	d := &Device{path: path, cfg: cfg, g: g, lay: lay, clk: clk, f: newSyncFile(f), fs: o.fs, log: o.log, uuid: uuid, comps: map[uint64]*compaction{}, jobs: map[*job]struct{}{}}
+	d := &Device{path: path, cfg: cfg, g: g, lay: lay, clk: clk, fs: o.fs, log: o.log, uuid: uuid, comps: map[uint64]*compaction{}, jobs: map[*job]struct{}{}}
+	d.f = newSyncFile(f, &d.st.dataSyncs)
+	d.f.before = func() error {
+		if fn := d.beforeSync.Load(); fn != nil {
+			return (*fn)()
+		}
+		return nil
+	}
 	if jc.dropped > 0 {
 		d.st.tailDropped.Add(1)
 		d.log.Warn("zns: journal tail dropped (torn, zeroed or garbage: writes after the last flush)",
@@ -364,7 +382,7 @@ func open(path string, cfg flash.Config, clk clock.Clock, opts []Option) (*Devic
 	if err != nil {
 		return nil, err
 	}
-	d.j = &journal{path: path + ".journal", f: newSyncFile(jf0), off: jc.end, epoch: jc.epoch, seq: jc.seq, limit: journalLimit}
+	d.j = &journal{path: path + ".journal", f: newSyncFile(jf0, &d.st.journalSyncs), off: jc.end, epoch: jc.epoch, seq: jc.seq, limit: journalLimit}
 	// Open zones come back closed (or empty); TL zones are finalized.
 	for _, z := range d.zones {
 		if z.state.open() {
@@ -492,7 +510,7 @@ func (d *Device) rewriteJournal() error {
 		return err
 	}
 	old := d.j.f
-	d.j.f, d.j.epoch, d.j.seq = newSyncFile(jf), epoch, uint64(len(recs))
+	d.j.f, d.j.epoch, d.j.seq = newSyncFile(jf, &d.st.journalSyncs), epoch, uint64(len(recs))
 	if old != nil {
 		_ = old.Close()
 	}
@@ -565,6 +583,8 @@ func (d *Device) runCheckpoint() error {
 		d.fs.Remove(d.j.path + ".tmp")
 		return err
 	}
+	d.j.syncs.Lock() // no sync on the file this swaps out
+	defer d.j.syncs.Unlock()
 	d.j.mu.Lock()
 	defer d.j.mu.Unlock()
 	if d.closed.Load() {
@@ -601,7 +621,8 @@ func (d *Device) runCheckpoint() error {
 		return abort(err)
 	}
 	old := d.j.f
-	d.j.f, d.j.off, d.j.epoch, d.j.seq, d.j.base = newSyncFile(f), size, epoch, seq, size
+	d.j.f, d.j.off, d.j.epoch, d.j.seq, d.j.base = newSyncFile(f, &d.st.journalSyncs), size, epoch, seq, size
+	d.j.durable.Store(d.j.n) // the new file holds every record, synced
 	_ = old.Close()
 	if err := d.fs.SyncDir(filepath.Dir(d.j.path)); err != nil {
 		d.deviceFail("journal directory sync", err)
@@ -621,7 +642,9 @@ func (d *Device) Close() error {
 	e1 := d.f.Datasync()
 	e2 := d.j.sync()
 	e3 := d.f.Close()
+	d.j.syncs.Lock()
 	e4 := d.j.f.Close()
+	d.j.syncs.Unlock()
 	return typedOpenErr(d.path, "close", errors.Join(e1, e2, e3, e4))
 }
 
@@ -632,7 +655,9 @@ func (d *Device) abandon() {
 	d.bg.Wait()
 	d.flushJobs()
 	d.f.Close()
+	d.j.syncs.Lock()
 	d.j.f.Close()
+	d.j.syncs.Unlock()
 }
 
 // Path is the backing file.
@@ -827,7 +852,7 @@ func (d *Device) zoneRecord(z *zone) zoneRec {
 	return r
 }
 
-func (d *Device) journalZone(z *zone) error { return d.jappend(d.zoneRecord(z).encode()) }
+func (d *Device) journalZone(z *zone) error { return d.jappendZone(z, d.zoneRecord(z).encode()) }
 
 // allocFBG takes the least-erased free FBG of an FCG (wear levelling).
 func (d *Device) allocFBG(fcg int) (int, error) {
@@ -870,7 +895,7 @@ func (d *Device) scrubFBG(fcg, b int, cleanAt uint64) error {
 		if err := d.punchFBG(fcg, b); err != nil {
 			return err
 		}
-	} else if d.f.synced.Load() >= cleanAt {
+	} else if d.f.g.Synced() >= cleanAt {
 		return nil
 	}
 	if err := d.f.Datasync(); err != nil {
@@ -909,7 +934,7 @@ func (d *Device) releaseFBGAt(fcg, b int, written bool, eraseAt time.Duration) e
 	var perr error
 	if written {
 		if perr = d.punchFBG(fcg, b); perr == nil {
-			at = d.f.wseq.Load()
+			at = d.f.g.Seq()
 		}
 	}
 	a.mu.Lock()
@@ -1195,7 +1220,7 @@ func (d *Device) resetLocked(z *zone, to ZoneState) error {
 		return d.deviceFail("fdatasync data file", err)
 	}
 	// Journal first: a failed append leaves the zone (and its data) as it was.
-	if err := d.jappend(zoneRec{zone: z.idx, state: to, gen: z.gen + 1, fbg: -1, logFBG: -1}.encode()); err != nil {
+	if err := d.jappendZone(z, zoneRec{zone: z.idx, state: to, gen: z.gen + 1, fbg: -1, logFBG: -1}.encode()); err != nil {
 		return err
 	}
 	_ = d.setState(z, to)
@@ -1229,7 +1254,7 @@ func (d *Device) Log() Log {
 		CopybackChunks: d.st.cbChunks.Load(), ReadProgramBlocks: d.st.rpBlocks.Load(),
 		PluggedOnDemand: d.st.plugDemand.Load(), PluggedBackground: d.st.plugBG.Load(), Erases: d.st.erases.Load(),
 		JournalCheckpoints: d.st.checkpoints.Load(), JournalCheckpointFailures: d.st.checkpointFailures.Load(),
-		JournalTailsDropped: d.st.tailDropped.Load(), IOErrors: d.st.ioErrors.Load(), ZonesFailed: d.st.zonesFailed.Load(),
+		JournalTailsDropped: d.st.tailDropped.Load(), DataSyncs: d.st.dataSyncs.Load(), JournalSyncs: d.st.journalSyncs.Load(), IOErrors: d.st.ioErrors.Load(), ZonesFailed: d.st.zonesFailed.Load(),
 		ReadOnly:      d.failed.Load() != nil,
 		CacheCapacity: c.WriteCacheBytes, ZonesPerState: map[string]int{}, IPUBudget: uint64(c.IPUBudgetBlocks)}
 	if l.HostBlocksWritten > 0 {

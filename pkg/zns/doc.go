@@ -116,8 +116,8 @@
 // CRC32C slots per zone, written after the data of every write: the
 // acknowledgement point; the in-memory write pointer moves only once its
 // slot is written), the IPU region and the flash blocks at fixed offsets
-// (sparse; an FBG that may hold data of an earlier life is hole-punched and
-// synced when it is allocated, so a block below a write pointer never reads
+// (sparse; an FBG that may hold data of an earlier life is zeroed —
+// fallocate ZERO_RANGE, see vfs.OS — and synced when it is allocated, so a block below a write pointer never reads
 // as another zone's old data, even after a power loss). path.journal holds
 // records of zone state changes, FBG erase counts and IPU mappings in frames
 // carrying a length, a sequence number and a CRC32C over the journal's epoch,

@@ -57,8 +57,10 @@ func (d *Device) zoneFail(z *zone, op string, err error) error {
 		d.releasePend(z)
 		d.st.zonesFailed.Add(1)
 		d.log.Error("zns: I/O error, zone set read-only", "device", d.path, "zone", z.idx, "op", op, "wp", z.wp, "err", err)
-		if jerr := d.j.append(d.zoneRecord(z).encode()); jerr != nil {
+		if n, jerr := d.j.append(d.zoneRecord(z).encode()); jerr != nil {
 			d.deviceFail("journal append", jerr)
+		} else {
+			z.jn.Store(n)
 		}
 	} else {
 		d.log.Error("zns: I/O error", "device", d.path, "zone", z.idx, "op", op, "err", err)
@@ -91,10 +93,26 @@ func (d *Device) readFail(z *zone, err error) error {
 
 // jappend appends a journal record; a failure makes the device read-only.
 func (d *Device) jappend(payload []byte) error {
-	if err := d.j.append(payload); err != nil {
-		return d.deviceFail("journal append", err)
+	_, err := d.jappendN(payload)
+	return err
+}
+
+// jappendZone appends a record of zone z's state (z.mu held) and notes its
+// number, so SyncZone and persistWP know when it is durable.
+func (d *Device) jappendZone(z *zone, payload []byte) error {
+	n, err := d.jappendN(payload)
+	if err == nil {
+		z.jn.Store(n)
 	}
-	return nil
+	return err
+}
+
+func (d *Device) jappendN(payload []byte) (uint64, error) {
+	n, err := d.j.append(payload)
+	if err != nil {
+		return 0, d.deviceFail("journal append", err)
+	}
+	return n, nil
 }
 
 // typedOpenErr turns an untyped file error of Create or Open into an
@@ -125,44 +143,53 @@ func (d *Device) checkWritable() error {
 // syncFile skips an fdatasync when no write, punch or truncate completed
 // since the last one did (Flush with nothing new, a reset right after a
 // Flush): a sync covers every operation that completed before it started.
+// Concurrent Datasyncs share rounds (vfs.SyncGroup): N revocation resets,
+// journal syncs of several first writes or Flushes in flight together cost
+// two fdatasyncs, not N.
 type syncFile struct {
 	vfs.File
-	wseq   atomic.Uint64 // completed modifications
-	synced atomic.Uint64 // wseq covered by the last completed sync
+	g      vfs.SyncGroup
+	rounds *atomic.Uint64 // counts the fdatasyncs run (a device statistic)
+	before func() error   // if set, run first in every round (see SetBeforeDataSync)
 }
 
-func newSyncFile(f vfs.File) *syncFile { return &syncFile{File: f} }
+func newSyncFile(f vfs.File, rounds *atomic.Uint64) *syncFile {
+	return &syncFile{File: f, rounds: rounds}
+}
+
+func (f *syncFile) fdatasync() error {
+	if f.before != nil {
+		if err := f.before(); err != nil {
+			return err
+		}
+	}
+	f.rounds.Add(1)
+	return f.File.Datasync()
+}
 
 func (f *syncFile) WriteAt(p []byte, off int64) (int, error) {
 	n, err := f.File.WriteAt(p, off)
-	f.wseq.Add(1)
+	f.g.Modified()
 	return n, err
 }
 
 func (f *syncFile) PunchHole(off, n int64) error {
 	err := f.File.PunchHole(off, n)
-	f.wseq.Add(1)
+	f.g.Modified()
 	return err
 }
 
 func (f *syncFile) Truncate(size int64) error {
 	err := f.File.Truncate(size)
-	f.wseq.Add(1)
+	f.g.Modified()
 	return err
 }
 
-func (f *syncFile) Datasync() error {
-	w := f.wseq.Load()
-	if f.synced.Load() >= w {
-		return nil
-	}
-	if err := f.File.Datasync(); err != nil {
-		return err
-	}
-	for {
-		s := f.synced.Load()
-		if s >= w || f.synced.CompareAndSwap(s, w) {
-			return nil
-		}
-	}
-}
+func (f *syncFile) Datasync() error { return f.g.SyncAll(f.fdatasync) }
+
+// DatasyncTo makes the first w modifications durable (see WriteSeq).
+func (f *syncFile) DatasyncTo(w uint64) error { return f.g.Sync(w, f.fdatasync) }
+
+// WriteSeq is the number of modifications completed so far: a later
+// DatasyncTo of it covers them.
+func (f *syncFile) WriteSeq() uint64 { return f.g.Seq() }

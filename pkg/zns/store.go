@@ -276,7 +276,14 @@ func decodeRec(p []byte) (any, error) {
 // bad checksum or the wrong sequence number: a zero-filled tail (len 0, seq
 // 0), a torn frame or stale garbage (even a frame of an earlier journal file,
 // whose epoch differs) is the end of the log, never a valid record.
+//
+// Concurrency: mu orders appends; sync does not hold it across the
+// fdatasync (appends go on meanwhile and concurrent syncs share rounds, see
+// syncFile). syncs is held shared by every sync and exclusively by whatever
+// replaces or closes f (the checkpoint's swap, Close), so an fdatasync never
+// runs on a closed file. Lock order: syncs, then mu.
 type journal struct {
+	syncs       sync.RWMutex
 	mu          sync.Mutex
 	f           vfs.File
 	path        string
@@ -287,6 +294,11 @@ type journal struct {
 	base        int64  // size right after the last rewrite
 	checkpoint  func() // starts a background checkpoint
 	ckptRunning atomic.Bool
+	// n counts the records appended since Open (under mu; monotonic across
+	// checkpoints, unlike seq); durable is the n a completed sync or a
+	// checkpoint's synced new file covers.
+	n       uint64
+	durable atomic.Uint64
 }
 
 // journalLimit is the journal size that triggers a background checkpoint.
@@ -319,30 +331,46 @@ func frame(epoch, seq uint64, payload []byte) []byte {
 	return append(b, payload...)
 }
 
-// append writes one record (no fsync).
-func (j *journal) append(payload []byte) error {
+// append writes one record (no fsync) and returns its number (see n).
+func (j *journal) append(payload []byte) (uint64, error) {
 	j.mu.Lock()
 	defer j.mu.Unlock()
 	fr := frame(j.epoch, j.seq+1, payload)
 	if _, err := j.f.WriteAt(fr, j.off); err != nil {
-		return err
+		return 0, err
 	}
 	j.seq++
+	j.n++
 	j.off += int64(len(fr))
 	if j.due() && j.checkpoint != nil {
 		j.checkpoint()
 	}
-	return nil
+	return j.n, nil
 }
 
 // due reports whether a checkpoint should run. Caller holds j.mu.
 func (j *journal) due() bool { return j.off > j.limit && j.off > 2*j.base }
 
+// sync makes every record appended before the call durable.
 func (j *journal) sync() error {
+	j.syncs.RLock()
+	defer j.syncs.RUnlock()
 	j.mu.Lock()
-	defer j.mu.Unlock()
-	return j.f.Datasync()
+	f, n := j.f, j.n
+	j.mu.Unlock()
+	if err := f.Datasync(); err != nil {
+		return err
+	}
+	for {
+		d := j.durable.Load()
+		if d >= n || j.durable.CompareAndSwap(d, n) {
+			return nil
+		}
+	}
 }
+
+// covers reports whether record n (from append) is durable.
+func (j *journal) covers(n uint64) bool { return j.durable.Load() >= n }
 
 // jcontent is a parsed journal file.
 type jcontent struct {

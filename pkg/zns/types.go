@@ -192,6 +192,10 @@ type Log struct {
 	// JournalTailsDropped is 1 when Open dropped a torn, zeroed or garbage
 	// journal tail (unflushed records lost at a power loss).
 	JournalTailsDropped uint64 `json:"journal_tails_dropped"`
+	// DataSyncs and JournalSyncs count the fdatasyncs of the data file and
+	// of the journal (concurrent callers share one: see syncFile).
+	DataSyncs    uint64 `json:"data_syncs"`
+	JournalSyncs uint64 `json:"journal_syncs"`
 	// IOErrors counts failed reads, writes and syncs of the backing files.
 	IOErrors uint64 `json:"io_errors"`
 	// ZonesFailed counts zones made read-only by a write I/O error.

@@ -26,8 +26,10 @@
 // bytes), epoch (8 bytes), CRC-32C of the record over those bytes and the
 // zone index (so a record written at the wrong offset does not verify). A
 // record is written with one pwrite and made durable with fdatasync before
-// Set returns; a torn or corrupt record reads as "unknown owner", which
-// forces a reset: corruption fails closed, never open.
+// Set returns (concurrent Sets share fdatasyncs; SetFree, whose loss fails
+// closed, and SetUnsynced, whose caller orders it, do not wait for one); a
+// torn or corrupt record reads as "unknown owner", which forces a reset:
+// corruption fails closed, never open.
 //
 // Concurrency: Get is lock-free (one atomic pointer per zone) and safe from
 // any goroutine; Set of one zone must be serialized by the caller (the
@@ -45,6 +47,7 @@ import (
 	"sync"
 	"sync/atomic"
 
+	"github.com/zonefleet/zonefleet/pkg/vfs"
 	"github.com/zonefleet/zonefleet/pkg/zerr"
 	"golang.org/x/sys/unix"
 )
@@ -109,6 +112,7 @@ type Store struct {
 	zones   uint32
 	owners  []atomic.Pointer[entry]
 	created bool
+	sg      vfs.SyncGroup // the records' fdatasyncs, shared by concurrent Sets
 }
 
 type entry struct {
@@ -259,8 +263,43 @@ func (s *Store) Get(zone uint32) (Owner, bool) {
 }
 
 // Set durably records the owner of zone (Owner{} after a reset that leaves
-// the zone free). The caller holds the zone's write lock.
-func (s *Store) Set(zone uint32, o Owner) error {
+// the zone free). The caller holds the zone's write lock. Concurrent Sets of
+// different zones share their fdatasyncs (vfs.SyncGroup).
+func (s *Store) Set(zone uint32, o Owner) error { return s.set(zone, o, true) }
+
+// SetFree records that zone holds nobody's data without waiting for the
+// record to be durable: a power loss may bring back the previous owner (or
+// a torn record, which reads as unknown), and either forces a reset before
+// the next owner's first I/O, as for a zone that was never freed: freeing
+// fails closed. The caller holds the zone's write lock.
+func (s *Store) SetFree(zone uint32) error { return s.set(zone, Owner{}, false) }
+
+// SetUnsynced records the owner of zone without waiting for an fdatasync;
+// Sync (or a later Set, or Close) makes it durable. The caller must make
+// sure of two things: the reset that made the zone the new owner's is
+// durable before this (else a power loss could keep the new owner and the
+// old data), and Sync runs before any data the new owner writes is made
+// durable (else a power loss could keep the data without its owner, and the
+// next check would reset it). The node does both: zns.Device.SyncZone
+// first, and Sync before every fdatasync of the device's data file
+// (zns.Device.SetBeforeDataSync). The caller holds the zone's write lock.
+func (s *Store) SetUnsynced(zone uint32, o Owner) error { return s.set(zone, o, false) }
+
+// Sync makes every record written so far durable: one fdatasync, shared
+// with concurrent callers, none when nothing was written since the last.
+func (s *Store) Sync() error {
+	if s.f == nil {
+		return nil
+	}
+	s.closeMu.RLock()
+	defer s.closeMu.RUnlock()
+	if s.closed {
+		return nil // Close synced every record; later writes fail
+	}
+	return s.sg.SyncAll(s.fdatasync)
+}
+
+func (s *Store) set(zone uint32, o Owner, durable bool) error {
 	if zone >= s.zones {
 		return &zerr.OutOfRangeError{LBA: uint64(zone), Count: 1, Limit: uint64(s.zones)}
 	}
@@ -281,13 +320,21 @@ func (s *Store) Set(zone uint32, o Owner) error {
 		s.owners[zone].Store(&entry{}) // unknown now: fail closed
 		return err
 	}
-	if err := unix.Fdatasync(int(s.f.Fd())); err != nil {
-		s.owners[zone].Store(&entry{})
-		return err
+	s.sg.Modified()
+	if durable {
+		if err := s.sg.SyncAll(s.fdatasync); err != nil {
+			s.owners[zone].Store(&entry{})
+			return err
+		}
 	}
 	s.owners[zone].Store(&entry{o: o, valid: true})
 	return nil
 }
+
+func (s *Store) fdatasync() error { return unix.Fdatasync(int(s.f.Fd())) }
+
+// Syncs is the number of fdatasyncs Sets have run (concurrent Sets share one).
+func (s *Store) Syncs() uint64 { return s.sg.Rounds() }
 
 // Close closes the file.
 func (s *Store) Close() error {
@@ -300,5 +347,9 @@ func (s *Store) Close() error {
 		return nil
 	}
 	s.closed = true
-	return s.f.Close()
+	err := s.sg.SyncAll(s.fdatasync) // SetFree's records
+	if e := s.f.Close(); err == nil {
+		err = e
+	}
+	return err
 }

@@ -162,6 +162,8 @@ func TestConcurrentSetsOfDifferentZones(t *testing.T) {
 		}()
 	}
 	wg.Wait()
+	assert.LessOrEqual(t, s.Syncs(), uint64(32*5), "at most one fdatasync per Set (concurrent Sets share them)")
+	t.Logf("%d Sets, %d fdatasyncs", 32*5, s.Syncs())
 	require.NoError(t, s.Close())
 	s, err = Open(p, 32)
 	require.NoError(t, err)
@@ -170,6 +172,33 @@ func TestConcurrentSetsOfDifferentZones(t *testing.T) {
 		o, ok := s.Get(z)
 		require.True(t, ok)
 		assert.Equal(t, uint64(z)*100+5, o.Epoch)
+	}
+}
+
+// SetFree does not wait for an fdatasync (its loss fails closed: the old
+// owner or an unknown record forces a reset), the next Set's sync or Close
+// makes it durable, and it reads back free after a reopen.
+func TestSetFreeIsLazy(t *testing.T) {
+	p := filepath.Join(t.TempDir(), "free.owners")
+	s, err := Open(p, 4)
+	require.NoError(t, err)
+	a := Owner{Namespace: "a", Epoch: 7}
+	require.NoError(t, s.Set(1, a))
+	syncs := s.Syncs()
+	require.NoError(t, s.SetFree(1))
+	require.NoError(t, s.SetFree(2))
+	assert.Equal(t, syncs, s.Syncs(), "SetFree ran an fdatasync")
+	o, ok := s.Get(1)
+	assert.True(t, ok)
+	assert.Equal(t, Owner{}, o)
+	require.NoError(t, s.Close())
+	s, err = Open(p, 4)
+	require.NoError(t, err)
+	defer s.Close()
+	for _, z := range []uint32{1, 2} {
+		o, ok := s.Get(z)
+		assert.True(t, ok)
+		assert.Equal(t, Owner{}, o, "zone %d", z)
 	}
 }
 

@@ -1,0 +1,167 @@
+package zns
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	"github.com/zonefleet/zonefleet/pkg/clock"
+	"github.com/zonefleet/zonefleet/pkg/vfs"
+	"github.com/zonefleet/zonefleet/pkg/zerr"
+)
+
+// TestJournalSyncDoesNotBlockAppends: while a journal fdatasync is in flight
+// (the first write of a zone's new generation waits for it), other zones'
+// state changes still append to the journal, and first writes of other
+// zones share that sync or the next one instead of queueing one each.
+func TestJournalSyncDoesNotBlockAppends(t *testing.T) {
+	var armed atomic.Bool
+	entered := make(chan struct{}, 16)
+	release := make(chan struct{})
+	var journalSyncs atomic.Int32
+	hook := vfs.InjectorFunc(func(o vfs.Op) error {
+		if o.Kind == vfs.OpSync && strings.Contains(o.Path, ".journal") { // a checkpointed journal is the renamed .tmp
+			journalSyncs.Add(1)
+			if armed.Load() {
+				entered <- struct{}{}
+				<-release
+			}
+		}
+		return nil
+	})
+	d, err := Create("/dev/zns0", plCfg(), clock.Off(), WithFS(vfs.WithErrors(vfs.NewCrashableMem(), hook)), WithLogger(quiet))
+	require.NoError(t, err)
+	var once sync.Once
+	unblock := func() { armed.Store(false); once.Do(func() { close(release) }) }
+	defer d.Close()
+	defer unblock() // before Close, also when the test fails while a sync is held
+	ctx := context.Background()
+	g := d.g
+	blk := make([]byte, g.BlockSize)
+	// zones 0..3 get a new generation each (written, then reset)
+	for z := uint64(0); z < 4; z++ {
+		_, err := d.Write(ctx, z*g.ZoneSize, blk, Flags{})
+		require.NoError(t, err)
+		_, err = d.ZoneMgmt(ctx, z, ActionReset, false)
+		require.NoError(t, err)
+	}
+	_, err = d.Write(ctx, 5*g.ZoneSize, blk, Flags{}) // zone 5 holds data: its reset appends to the journal
+	require.NoError(t, err)
+	armed.Store(true)
+	first := make(chan error, 1)
+	go func() { _, err := d.Write(ctx, 0, blk, Flags{}); first <- err }()
+	select {
+	case <-entered:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the first write of zone 0's new generation did not sync the journal")
+	}
+	before := journalSyncs.Load()
+	// a reset of another zone (a journal append, no journal sync) completes
+	// while the sync is held
+	done := make(chan error, 1)
+	go func() { _, err := d.ZoneMgmt(ctx, 5, ActionReset, false); done <- err }()
+	select {
+	case err := <-done:
+		require.NoError(t, err)
+	case <-time.After(10 * time.Second):
+		t.Fatal("a journal append waited for an fdatasync in flight")
+	}
+	// first writes of zones 1..3 queue behind the held sync and share one round
+	others := make(chan error, 3)
+	for z := uint64(1); z < 4; z++ {
+		go func() { _, err := d.Write(ctx, z*g.ZoneSize, blk, Flags{}); others <- err }()
+	}
+	time.Sleep(100 * time.Millisecond) // let them reach the sync (sharing is not required for correctness)
+	unblock()
+	require.NoError(t, <-first)
+	for i := 0; i < 3; i++ {
+		require.NoError(t, <-others)
+	}
+	require.LessOrEqual(t, journalSyncs.Load()-before, int32(2), "first writes of 3 zones ran more than one journal sync after the held one")
+}
+
+// TestSyncZone: SyncZone makes a zone's reset durable (a power loss right
+// after keeps it, whatever else is lost) and costs nothing once a sync
+// covers it.
+func TestSyncZone(t *testing.T) {
+	mem := vfs.NewCrashableMem()
+	d, err := Create("/dev/zns0", plCfg(), clock.Off(), WithFS(mem), WithLogger(quiet))
+	require.NoError(t, err)
+	ctx := context.Background()
+	g := d.g
+	data := make([]byte, 4*g.BlockSize)
+	for i := range data {
+		data[i] = 0xA5
+	}
+	_, err = d.Write(ctx, g.ZoneSize, data, Flags{})
+	require.NoError(t, err)
+	_, err = d.Flush(ctx)
+	require.NoError(t, err)
+	_, err = d.ZoneMgmt(ctx, 1, ActionReset, false)
+	require.NoError(t, err)
+	syncs := d.Log().JournalSyncs
+	require.NoError(t, d.SyncZone(1))
+	assert.Equal(t, syncs+1, d.Log().JournalSyncs, "the reset was not durable: one journal sync")
+	require.NoError(t, d.SyncZone(1))
+	assert.Equal(t, syncs+1, d.Log().JournalSyncs, "a second SyncZone found it durable")
+	for seed := uint64(1); seed <= 8; seed++ {
+		crashed, err := Open("/dev/zns0", plCfg(), clock.Off(), WithFS(mem.CrashClone(seed)), WithLogger(quiet))
+		require.NoError(t, err, "seed %d", seed)
+		zs, err := crashed.ReportZones(StateAny, 1, 1)
+		require.NoError(t, err)
+		assert.Equal(t, StateEmpty, zs[0].State, "seed %d: a power loss after SyncZone brought the reset zone's data back", seed)
+		require.NoError(t, crashed.Close())
+	}
+	// the first write of the new generation still syncs once: the record of
+	// the flash blocks it opens the zone on must be durable before its
+	// write pointer slot
+	_, err = d.Write(ctx, g.ZoneSize, data[:g.BlockSize], Flags{})
+	require.NoError(t, err)
+	assert.Equal(t, syncs+2, d.Log().JournalSyncs)
+	require.ErrorIs(t, d.SyncZone(uint64(len(d.zones))), zerr.ErrOutOfRange)
+	require.NoError(t, d.Close())
+}
+
+// TestBeforeDataSync: every fdatasync of the data file runs the hook first
+// (Flush, the sync before a reset), and a failing hook fails the sync like
+// an I/O error: the caller gets it, never a success.
+func TestBeforeDataSync(t *testing.T) {
+	d, err := Create("/dev/zns0", plCfg(), clock.Off(), WithFS(vfs.NewCrashableMem()), WithLogger(quiet))
+	require.NoError(t, err)
+	defer d.Close()
+	ctx := context.Background()
+	blk := make([]byte, d.g.BlockSize)
+	var calls atomic.Int32
+	var fail atomic.Bool
+	boom := errors.New("owner file fdatasync: EIO")
+	d.SetBeforeDataSync(func() error {
+		calls.Add(1)
+		if fail.Load() {
+			return boom
+		}
+		return nil
+	})
+	_, err = d.Write(ctx, 0, blk, Flags{})
+	require.NoError(t, err)
+	_, err = d.Flush(ctx)
+	require.NoError(t, err)
+	assert.Equal(t, int32(1), calls.Load(), "Flush")
+	_, err = d.Write(ctx, 1, blk, Flags{})
+	require.NoError(t, err)
+	_, err = d.ZoneMgmt(ctx, 0, ActionReset, false)
+	require.NoError(t, err)
+	assert.Equal(t, int32(2), calls.Load(), "the sync before a reset")
+	_, err = d.Write(ctx, d.g.ZoneSize, blk, Flags{})
+	require.NoError(t, err)
+	fail.Store(true)
+	_, err = d.Flush(ctx)
+	require.ErrorIs(t, err, boom)
+	require.ErrorIs(t, err, zerr.ErrUnavailable)
+	assert.True(t, d.Log().ReadOnly, "a failed sync leaves the device read-only")
+}
