@@ -56,9 +56,23 @@ func (f osFile) Size() (int64, error) {
 	return st.Size(), nil
 }
 
-// PunchHole deallocates the range; where fallocate is not supported it
-// writes zeros.
+// PunchHole makes the range read as zeros: FALLOC_FL_ZERO_RANGE where the
+// file system has it (ext4, XFS: the blocks stay allocated as unwritten
+// extents), else FALLOC_FL_PUNCH_HOLE (tmpfs), else it writes zeros.
+//
+// Zero range first because the drive store zeroes an erased flash block
+// group on every zone reset while other zones of the same file are written:
+// on ext4 a punch frees the blocks (a discard at the next journal commit
+// with -o discard) and the rewrite allocates them again, and a punch took
+// about 15 ms under that load while holding the inode lock every buffered
+// write of the file waits for; zero range frees nothing and measured 10 to
+// 20 % more sequential write throughput over the cluster
+// (BenchmarkSeqWriteCluster). The cost: a backing file's disk usage is its
+// high-water mark, as a real drive's NAND is.
 func (f osFile) PunchHole(off, n int64) error {
+	if unix.Fallocate(int(f.Fd()), unix.FALLOC_FL_ZERO_RANGE|unix.FALLOC_FL_KEEP_SIZE, off, n) == nil {
+		return nil
+	}
 	if unix.Fallocate(int(f.Fd()), unix.FALLOC_FL_PUNCH_HOLE|unix.FALLOC_FL_KEEP_SIZE, off, n) == nil {
 		return nil
 	}

@@ -5,8 +5,9 @@
 // # Implementations
 //
 //   - OS (Default) is the real operating system: *os.File, fdatasync,
-//     fallocate(PUNCH_HOLE) with a zero-writing fallback. Production uses it;
-//     behaviour is unchanged from calling package os directly.
+//     fallocate(ZERO_RANGE), else fallocate(PUNCH_HOLE), else zero writes.
+//     Production uses it; behaviour is unchanged from calling package os
+//     directly.
 //   - NewCrashableMem is an in-memory file system that remembers what has
 //     been made durable: file contents at their last Sync/Datasync, directory
 //     entries at the last SyncDir of their directory. CrashClone returns the
