@@ -622,12 +622,12 @@ func (d *Device) runCheckpoint() error {
 	}
 	old := d.j.f
 	d.j.f, d.j.off, d.j.epoch, d.j.seq, d.j.base = newSyncFile(f, &d.st.journalSyncs), size, epoch, seq, size
-	d.j.durable.Store(d.j.n) // the new file holds every record, synced
 	_ = old.Close()
 	if err := d.fs.SyncDir(filepath.Dir(d.j.path)); err != nil {
 		d.deviceFail("journal directory sync", err)
 		return err
 	}
+	d.j.durable.Store(d.j.n) // the new file holds every record, synced, and is the journal now
 	d.st.checkpoints.Add(1)
 	return nil
 }

@@ -22,19 +22,8 @@ import (
 //	  -cpuprofile cpu.out -blockprofile block.out -trace trace.out -o fsbench.test
 //	go tool trace -pprof=syscall trace.out > syscall.pprof   # who waits in fdatasync
 func BenchmarkSeqWriteCluster(b *testing.B) {
-	if _, err := os.Stat("/dev/fuse"); err != nil {
-		b.Skipf("no /dev/fuse: %v", err)
-	}
-	ctx := context.Background()
 	for i := 0; i < b.N; i++ {
-		dir := b.TempDir()
-		cl, err := startCluster(ctx, filepath.Join(dir, "c"), "off", 1, nil)
-		require.NoError(b, err)
-		vol, err := fsvol.New(ctx, cl.c, fsvol.Options{})
-		require.NoError(b, err)
-		require.NoError(b, lfs.Mkfs(ctx, vol, lfs.MkfsOptions{}))
-		m, err := mountLFS(ctx, vol, filepath.Join(dir, "m"), lfs.Options{Move: lfs.Compact})
-		require.NoError(b, err)
+		m, done := mountCluster(b)
 		buf := make([]byte, 1<<20)
 		p := filepath.Join(m.dir, "f")
 		var syncT time.Duration
@@ -57,6 +46,27 @@ func BenchmarkSeqWriteCluster(b *testing.B) {
 		d := time.Since(t0)
 		b.ReportMetric(1024/d.Seconds(), "MiB/s")
 		b.ReportMetric(syncT.Seconds(), "fsync_s")
+		done()
+	}
+}
+
+// mountCluster mounts lfs (IZC) over a fresh in-process cluster as the
+// throughput part of `zctl bench fs` does; done unmounts and stops it all.
+func mountCluster(b *testing.B) (m *mounted, done func()) {
+	b.Helper()
+	if _, err := os.Stat("/dev/fuse"); err != nil {
+		b.Skipf("no /dev/fuse: %v", err)
+	}
+	ctx := context.Background()
+	dir := b.TempDir()
+	cl, err := startCluster(ctx, filepath.Join(dir, "c"), "off", 1, nil)
+	require.NoError(b, err)
+	vol, err := fsvol.New(ctx, cl.c, fsvol.Options{})
+	require.NoError(b, err)
+	require.NoError(b, lfs.Mkfs(ctx, vol, lfs.MkfsOptions{}))
+	m, err = mountLFS(ctx, vol, filepath.Join(dir, "m"), lfs.Options{Move: lfs.Compact})
+	require.NoError(b, err)
+	return m, func() {
 		require.NoError(b, m.unmount(ctx))
 		require.NoError(b, vol.Close(ctx))
 		cl.close()
