@@ -8,6 +8,7 @@ import (
 	"net"
 	"path/filepath"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -20,6 +21,7 @@ import (
 	"github.com/zonefleet/zonefleet/pkg/daemon"
 	"github.com/zonefleet/zonefleet/pkg/etcdlocal"
 	"github.com/zonefleet/zonefleet/pkg/rpcerr"
+	"github.com/zonefleet/zonefleet/pkg/vfs"
 	"github.com/zonefleet/zonefleet/pkg/wire"
 	"github.com/zonefleet/zonefleet/pkg/zerr"
 	"github.com/zonefleet/zonefleet/pkg/zns"
@@ -90,12 +92,34 @@ func (p *cutProxy) setCut(cut bool) {
 // owners are persisted in an owner file next to its device.
 func startOwnerNode(t *testing.T, id string, cli *clientv3.Client) *testNode {
 	t.Helper()
+	return startOwnerNodeOn(t, id, cli, nil)
+}
+
+// startOwnerNodeOn is startOwnerNode with the device and its owner file on
+// mem (a crashable file system: vfs.MemFS.CrashClone is what a power loss
+// would leave of both) when mem is not nil.
+func startOwnerNodeOn(t *testing.T, id string, cli *clientv3.Client, mem vfs.FS) *testNode {
+	t.Helper()
 	dir := t.TempDir()
-	d, err := zns.Create(filepath.Join(dir, "dev0.zns"), testGeometry(), clock.Off())
-	require.NoError(t, err)
+	var (
+		d      *zns.Device
+		owners []*zoneowner.Store
+		err    error
+	)
+	if mem == nil {
+		d, err = zns.Create(filepath.Join(dir, "dev0.zns"), testGeometry(), clock.Off())
+		require.NoError(t, err)
+		owners, err = OpenOwners(dir, []*zns.Device{d})
+		require.NoError(t, err)
+	} else {
+		dir = "/node"
+		d, err = zns.Create(dir+"/dev0.zns", testGeometry(), clock.Off(), zns.WithFS(mem), zns.WithLogger(quiet))
+		require.NoError(t, err)
+		st, err := zoneowner.OpenFS(mem, dir+"/dev0.owners", uint32(d.Identify().Zones))
+		require.NoError(t, err)
+		owners = []*zoneowner.Store{st}
+	}
 	devs := []*zns.Device{d}
-	owners, err := OpenOwners(dir, devs)
-	require.NoError(t, err)
 	ctx, cancel := context.WithCancel(context.Background())
 	var svc *Service
 	svcReady := make(chan struct{})
@@ -220,6 +244,92 @@ func TestOwnerRecordSyncedByFlush(t *testing.T) {
 	require.True(t, ok)
 	assert.Equal(t, "a", o.Namespace, "the owner file on disk after Flush")
 	assert.Equal(t, 1, int(testutil.ToFloat64(n.svc.m.ownerResets.WithLabelValues("0"))+1), "a fresh zone needs no owner-change reset")
+}
+
+// TestOwnerRecordsAcrossPowerLoss: what a power loss leaves of a drive and
+// its owner file together (vfs.MemFS.CrashClone, 16 seeds at each point):
+// after a's Flush, a owns its zone and its data is there; after the grant
+// went to b and b's first write (reset, owner b recorded without an
+// fdatasync, no flush), the file never names b as the owner of a's data: it
+// names a (b's record lost: the next check resets the zone again) or b with
+// the zone reset — at a power loss before any file operation of that write,
+// or after it.
+func TestOwnerRecordsAcrossPowerLoss(t *testing.T) {
+	cli := etcdClient(t)
+	mem := vfs.NewCrashableMem()
+	// while armed, a power loss before every file operation of the drive
+	// and the owner file
+	var (
+		armed  atomic.Bool
+		cmu    sync.Mutex
+		clones []*vfs.MemFS
+	)
+	hook := vfs.InjectorFunc(func(vfs.Op) error {
+		if armed.Load() {
+			cmu.Lock()
+			clones = append(clones, mem.CrashClone(uint64(len(clones))))
+			cmu.Unlock()
+		}
+		return nil
+	})
+	n := startOwnerNodeOn(t, "owner-pl", cli, vfs.WithErrors(mem, hook))
+	const zone, lba = 1, 2048
+	putGrant(t, cli, "owner-pl", zone, "a")
+	waitGrant(t, n, zone, "a")
+	adata := randBlocks(t, 4)
+	_, err := n.client.Write(asNS("a"), &v1.WriteRequest{Device: 0, Lba: lba, Data: adata})
+	require.NoError(t, err)
+	_, err = n.client.Flush(asNS("a"), &v1.FlushRequest{Device: 0})
+	require.NoError(t, err)
+	reopenFrom := func(c *vfs.MemFS, seed uint64) (*zns.Device, *zoneowner.Store) {
+		d, err := zns.Open("/node/dev0.zns", testGeometry(), clock.Off(), zns.WithFS(c), zns.WithLogger(quiet))
+		require.NoError(t, err, "seed %d", seed)
+		st, err := zoneowner.OpenFS(c, "/node/dev0.owners", uint32(d.Identify().Zones))
+		require.NoError(t, err, "seed %d", seed)
+		return d, st
+	}
+	reopen := func(seed uint64) (*zns.Device, *zoneowner.Store) { return reopenFrom(mem.CrashClone(seed), seed) }
+	for seed := uint64(1); seed <= 16; seed++ {
+		d, st := reopen(seed)
+		o, ok := st.Get(zone)
+		assert.True(t, ok && o.Namespace == "a", "seed %d: a's flushed zone lost its owner (%+v, %v)", seed, o, ok)
+		got, _, err := d.Read(context.Background(), lba, 4)
+		require.NoError(t, err, "seed %d", seed)
+		assert.Equal(t, adata, got, "seed %d: a's flushed data", seed)
+		require.NoError(t, st.Close())
+		require.NoError(t, d.Close())
+	}
+
+	putGrant(t, cli, "owner-pl", zone, "b") // the grant goes to b (an overwrite: no revocation)
+	waitGrant(t, n, zone, "b")
+	bdata := randBlocks(t, 2)
+	armed.Store(true)
+	_, err = n.client.Write(asNS("b"), &v1.WriteRequest{Device: 0, Lba: lba, Data: bdata})
+	armed.Store(false)
+	require.NoError(t, err)
+	for seed := uint64(100); seed < 116; seed++ {
+		clones = append(clones, mem.CrashClone(seed)) // and after it
+	}
+	sawB := 0
+	for i, c := range clones {
+		seed := uint64(i)
+		d, st := reopenFrom(c, seed)
+		o, ok := st.Get(zone)
+		if ok && o.Namespace == "b" {
+			sawB++
+			zs, err := d.ReportZones(zns.StateAny, zone, 1)
+			require.NoError(t, err)
+			require.LessOrEqual(t, zs[0].WP-lba, uint64(2), "seed %d: owner b with more than b's blocks in the zone", seed)
+			if zs[0].WP > lba {
+				got, _, err := d.Read(context.Background(), lba, zs[0].WP-lba)
+				require.NoError(t, err)
+				assert.NotEqual(t, adata[:len(got)], got, "seed %d: owner b over a's data", seed)
+			}
+		}
+		require.NoError(t, st.Close())
+		require.NoError(t, d.Close())
+	}
+	t.Logf("b's record survived %d of %d power losses (during b's first write and after it)", sawB, len(clones))
 }
 
 // TestOwnerChangeBeforeReportAndZoneManagement: a new owner's first call

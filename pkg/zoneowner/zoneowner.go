@@ -44,12 +44,12 @@ import (
 	"hash/crc32"
 	"io"
 	"os"
+	"path/filepath"
 	"sync"
 	"sync/atomic"
 
 	"github.com/zonefleet/zonefleet/pkg/vfs"
 	"github.com/zonefleet/zonefleet/pkg/zerr"
-	"golang.org/x/sys/unix"
 )
 
 // Format constants.
@@ -107,7 +107,7 @@ type Store struct {
 	// (a revocation reset still running while the node shuts down).
 	closeMu sync.RWMutex
 	closed  bool
-	f       *os.File
+	f       vfs.File
 	path    string
 	zones   uint32
 	owners  []atomic.Pointer[entry]
@@ -121,16 +121,20 @@ type entry struct {
 }
 
 // Open opens or creates the owner file for a device of zones zones.
-func Open(path string, zones uint32) (*Store, error) {
+func Open(path string, zones uint32) (*Store, error) { return OpenFS(vfs.Default, path, zones) }
+
+// OpenFS is Open on fsys (tests: the drive's crashable file system, to see
+// what a power loss leaves of both).
+func OpenFS(fsys vfs.FS, path string, zones uint32) (*Store, error) {
 	if zones == 0 {
 		return nil, &zerr.InvalidArgumentError{Field: "zones", Reason: "must be positive"}
 	}
-	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE, 0o600)
+	f, err := fsys.OpenFile(path, os.O_RDWR|os.O_CREATE, 0o600)
 	if err != nil {
 		return nil, err
 	}
 	s := &Store{f: f, path: path, zones: zones, owners: make([]atomic.Pointer[entry], zones)}
-	if err := s.load(); err != nil {
+	if err := s.load(fsys); err != nil {
 		f.Close()
 		return nil, err
 	}
@@ -147,12 +151,12 @@ func (s *Store) header() []byte {
 	return h
 }
 
-func (s *Store) load() error {
-	st, err := s.f.Stat()
+func (s *Store) load(fsys vfs.FS) error {
+	size, err := s.f.Size()
 	if err != nil {
 		return err
 	}
-	if st.Size() == 0 { // new file: header, then every zone free
+	if size == 0 { // new file: header, then every zone free
 		buf := make([]byte, HeaderSize+int(s.zones)*RecordSize)
 		copy(buf, s.header())
 		for z := uint32(0); z < s.zones; z++ {
@@ -161,7 +165,12 @@ func (s *Store) load() error {
 		if _, err := s.f.WriteAt(buf, 0); err != nil {
 			return err
 		}
-		if err := unix.Fdatasync(int(s.f.Fd())); err != nil {
+		if err := s.f.Datasync(); err != nil {
+			return err
+		}
+		// the new file's name too: else a power loss could drop the file
+		// with every record in it
+		if err := fsys.SyncDir(filepath.Dir(s.path)); err != nil {
 			return err
 		}
 		for z := range s.owners {
@@ -331,7 +340,7 @@ func (s *Store) set(zone uint32, o Owner, durable bool) error {
 	return nil
 }
 
-func (s *Store) fdatasync() error { return unix.Fdatasync(int(s.f.Fd())) }
+func (s *Store) fdatasync() error { return s.f.Datasync() }
 
 // Syncs is the number of fdatasyncs Sets have run (concurrent Sets share one).
 func (s *Store) Syncs() uint64 { return s.sg.Rounds() }
