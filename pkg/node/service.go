@@ -36,13 +36,20 @@
 // epoch = the etcd create revision of the grant key) with the owner
 // persisted with the zone (pkg/zoneowner, DATA/devN.owners). If they differ,
 // hold drops its locks, takes the zone's write lock (no I/O in flight),
-// resets the zone unless it is empty, persists the new owner (fdatasync),
-// and starts over: a new owner's first call never sees the previous owner's
-// blocks, whether the owner changed by a deleted grant, an overwrite or
-// events the watch never delivered (a compaction during a watch break).
-// A failed reset or owner write fails the call (fail closed); an unreadable
-// owner record forces a reset. The revocation reset (a deleted grant) also
-// records the zone as free. Operator and arbiter calls not acting for the
+// resets the zone unless it is empty, makes the reset durable
+// (zns.Device.SyncZone: free when the revocation worker did it already),
+// records the new owner, and starts over: a new owner's first call never
+// sees the previous owner's blocks, whether the owner changed by a deleted
+// grant, an overwrite or events the watch never delivered (a compaction
+// during a watch break). The record is written without an fdatasync of its
+// own: every fdatasync of the drive's data file syncs the owner file first
+// (zns.Device.SetBeforeDataSync), so data is never durable without its
+// owner, and no power loss keeps the new owner over the old data
+// (TestOwnerRecordsAcrossPowerLoss). A failed reset or owner write fails the
+// call (fail closed); an unreadable owner record forces a reset. The
+// revocation reset (a deleted grant) makes the reset durable in the
+// background (its workers share the journal syncs) and records the zone as
+// free, also without waiting (a lost free record only forces another reset). Operator and arbiter calls not acting for the
 // zone's grantee bypass the owner check (they are trusted and do not make
 // the zone anyone's); acting for it, they adopt it like the tenant.
 //
