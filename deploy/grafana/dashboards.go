@@ -103,6 +103,8 @@ func drives() Dashboard {
 			q(`sum by (node) (rate(zonefleet_node_admission_stalls_total{`+nd+`}`+ri+`))`, "{{node}} paced/s"),
 			q(`sum by (node) (rate(zonefleet_node_admission_stall_seconds_total{`+nd+`}`+ri+`))`, "{{node}} paced s/s")},
 			unit("ops"), unitOf("B", "percentunit"))),
+		pn(panel(20, "timeseries", "Backing-file fdatasyncs", []query{q(`sum by (node, file) (rate(zonefleet_node_fsyncs_total{`+nd+`}`+ri+`))`, "{{node}} {{file}}")},
+			unit("ops"), desc("fdatasyncs of the drives' backing files (data, journal, owners); concurrent callers share one. A rate that grows with the write rate means small syncs on the write path."))),
 		pn(panel(15, "timeseries", "NAND programs and erases", []query{
 			q(`sum by (node) (rate(zonefleet_node_nand_programmed_pages_total{`+nd+`}`+ri+`))`, "{{node}} pages/s"),
 			q(`sum by (node) (rate(zonefleet_node_erases_total{`+nd+`}`+ri+`))`, "{{node}} erases/s"),
