@@ -57,11 +57,7 @@ func (d *Device) zoneFail(z *zone, op string, err error) error {
 		d.releasePend(z)
 		d.st.zonesFailed.Add(1)
 		d.log.Error("zns: I/O error, zone set read-only", "device", d.path, "zone", z.idx, "op", op, "wp", z.wp, "err", err)
-		if n, jerr := d.j.append(d.zoneRecord(z).encode()); jerr != nil {
-			d.deviceFail("journal append", jerr)
-		} else {
-			z.jn.Store(n)
-		}
+		_ = d.jappendZone(z, d.zoneRecord(z).encode()) // a failure makes the device read-only
 	} else {
 		d.log.Error("zns: I/O error", "device", d.path, "zone", z.idx, "op", op, "err", err)
 	}
@@ -186,10 +182,3 @@ func (f *syncFile) Truncate(size int64) error {
 }
 
 func (f *syncFile) Datasync() error { return f.g.SyncAll(f.fdatasync) }
-
-// DatasyncTo makes the first w modifications durable (see WriteSeq).
-func (f *syncFile) DatasyncTo(w uint64) error { return f.g.Sync(w, f.fdatasync) }
-
-// WriteSeq is the number of modifications completed so far: a later
-// DatasyncTo of it covers them.
-func (f *syncFile) WriteSeq() uint64 { return f.g.Seq() }
