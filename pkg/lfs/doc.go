@@ -187,10 +187,18 @@
 //     batch (one zone) of dirty pages is not yet in flight, the write-back
 //     goroutines (one per write lane) are woken; each writes back one batch
 //     at a time while there is one, so with two lanes two write-backs of
-//     one log are in flight on different segments while writers copy. Past
+//     one log are in flight on different segments while writers copy. A
+//     write is admitted, before it takes any lock, only while the dirty
+//     pages plus the pages of the writes admitted before it stay within
 //     twice the dirty budget (a quarter of Options.CacheBlocks, at most one
-//     zone per lane) a writer waits for a write-back in flight to commit,
-//     or writes back itself when none is (so dirty pages stay bounded).
+//     zone per lane); otherwise it waits for a write-back in flight to
+//     commit or an admitted write to end, or writes back one batch itself
+//     when neither runs. So dirty pages stay bounded however many writers
+//     run at once. Foreground GC keeps free, besides the GC reserve, the
+//     segments the dirty pages will fill (the bulk write-backs of fsync and
+//     the checkpoint run under the checkpoint lock and cannot recycle), and
+//     the write-back goroutines check it before every batch as writers do
+//     before every operation.
 //     Write-back takes an inode's lock only to copy its dirty pages into
 //     one buffer per log and mark them in flight (page.inflight, version
 //     page.gen), writes with no inode lock (a lane of the log and the

@@ -164,6 +164,8 @@ type FS struct {
 	lanes      int                  // write lanes per data log
 	wbPages    int                  // dirty pages in flight (a write-back copied them and has not committed)
 	wbFlights  int                  // write-backs in flight (all inodes)
+	admitting  int                  // writes admitted to the dirty budget and not yet done (admit)
+	admitPages int                  // pages of the admitted writes
 	opening    int                  // OpenZone calls in flight (counted as used segments)
 	inflight   atomic.Int64         // operations running (the virtual clock's tick skips a busy FS)
 	bgWG       sync.WaitGroup

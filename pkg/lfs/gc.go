@@ -110,7 +110,10 @@ func (fs *FS) foregroundGC(ctx context.Context) error {
 		if bad {
 			return &zerr.ClosedError{What: "file system"}
 		}
-		if before >= fs.gcReserve() {
+		fs.mu.Lock()
+		short := fs.segmentsShort()
+		fs.mu.Unlock()
+		if !short {
 			return nil
 		}
 		ok, err := fs.gcOnce(ctx, true, false)

@@ -476,13 +476,97 @@ func (fs *FS) wbBudget() (soft, batch int) {
 	return soft, min(soft, int(fs.geo.ZoneBlocks))
 }
 
+// kickWriteBack wakes a write-back goroutine when a batch of dirty pages is
+// not yet in flight or the dirty pages pass the budget (fs.mu held).
+func (fs *FS) kickWriteBack() {
+	soft, batch := fs.wbBudget()
+	if fs.wbKick != nil && (fs.dirtyPages-fs.wbPages >= batch || fs.dirtyPages > soft) {
+		select {
+		case fs.wbKick <- struct{}{}:
+		default:
+		}
+	}
+}
+
+// admit waits, with nothing held, until a write of pages pages fits in the
+// dirty budget: the dirty pages plus those of writes admitted and still
+// copying stay within twice the budget (or the write is the only one
+// admitted, so that a write larger than the budget goes on). It waits for a
+// write-back in flight to commit or an admitted write to end, and writes
+// one batch back itself when neither is running (and goes on when it finds
+// nothing it can write back). Counting admitted writes bounds the dirty
+// pages however many writers run at once (the kernel's write-back cache
+// sends up to 64 WRITEs concurrently); the writer calls admitted when its
+// pages are dirty. On the virtual clock (no write-back goroutines) writers
+// write back in begin.
+func (fs *FS) admit(ctx context.Context, pages int) error {
+	if fs.wbKick == nil {
+		return nil
+	}
+	fs.mu.Lock()
+	defer fs.mu.Unlock()
+	for {
+		if fs.closed || fs.failed != nil {
+			return fs.refuse()
+		}
+		soft, _ := fs.wbBudget()
+		if fs.dirtyPages+fs.admitPages+pages <= 2*soft || fs.admitting == 0 && fs.dirtyPages <= 2*soft {
+			fs.admitting++
+			fs.admitPages += pages
+			return nil
+		}
+		fs.kickWriteBack()
+		if fs.wbFlights > 0 || fs.admitPages > 0 && fs.dirtyPages <= 2*soft {
+			fs.flightCond.Wait() // a commit, or an admitted write done
+			continue
+		}
+		fs.mu.Unlock()
+		if err := ctx.Err(); err != nil {
+			fs.mu.Lock()
+			return err
+		}
+		wrote := fs.wbOne(ctx)
+		fs.mu.Lock()
+		if !wrote && fs.wbFlights == 0 {
+			// nothing this writer could write back (the dirty inodes
+			// are busy: their operations end by themselves): go on
+			fs.admitting++
+			fs.admitPages += pages
+			return nil
+		}
+	}
+}
+
+// admitted ends what admit let in: the write's pages are dirty (counted in
+// fs.dirtyPages) or the write failed.
+func (fs *FS) admitted(pages int) {
+	if fs.wbKick == nil {
+		return
+	}
+	fs.mu.Lock()
+	fs.admitting--
+	fs.admitPages -= pages
+	fs.flightCond.Broadcast()
+	fs.mu.Unlock()
+}
+
 // wbOne is one background write-back: the first batch of dirty pages not in
 // flight of the lowest-numbered inode that has any, copied under its lock,
 // written with no inode lock (a lane of the log, the checkpoint lock shared:
 // checkpoints get in between two batches), committed under its lock again.
 // It reports whether it wrote one and another may follow (a batch is
 // waiting, or the dirty pages are past the budget).
+//
+// Like a writer's operation it first keeps the free segments at the GC
+// reserve (housekeep: foreground GC, or the checkpoint that frees emptied
+// segments): the batch may open a segment, and the write-backs, not the
+// writers, are what consume segments during a long sequential write. A
+// write-back that found no free segment would otherwise fail with ENOSPC
+// while the segments of an overwritten file wait for a checkpoint.
 func (fs *FS) wbOne(ctx context.Context) bool {
+	if err := fs.housekeep(ctx); err != nil {
+		return false
+	}
 	fs.cpMu.RLock()
 	defer fs.cpMu.RUnlock()
 	fs.mu.Lock()

@@ -135,27 +135,13 @@ func (fs *FS) begin1(ctx context.Context, name string, kind opKind) (*op, error)
 	if kind == opWrite {
 		// Write-back: once a batch is dirty and not yet in flight the
 		// write-back goroutines are kicked (the operation goes on: a
-		// WRITE returns after its copy); past twice the budget the writer
-		// waits for write-backs in flight to commit, and writes back
-		// itself when none is (throttling, so the dirty pages stay
-		// bounded); without write-back goroutines it writes back itself
-		// past the budget.
-		soft, batch := fs.wbBudget()
-		if fs.wbKick != nil && (fs.dirtyPages-fs.wbPages >= batch || fs.dirtyPages > soft) {
-			select {
-			case fs.wbKick <- struct{}{}:
-			default:
-			}
-		}
-		for fs.wbKick != nil && fs.dirtyPages > 2*soft && fs.wbFlights > 0 && !fs.closed && fs.failed == nil {
-			fs.flightCond.Wait()
-		}
-		if fs.closed || fs.failed != nil {
-			err := fs.refuse()
-			o.done(&err)
-			return nil, err
-		}
-		if fs.dirtyPages > 2*soft || fs.wbKick == nil && fs.dirtyPages > soft {
+		// WRITE returns after its copy). Writes wait for room in the
+		// dirty budget before begin, with nothing held (admit); without
+		// write-back goroutines (virtual clock) the operation writes
+		// back itself past the budget.
+		soft, _ := fs.wbBudget()
+		fs.kickWriteBack()
+		if fs.wbKick == nil && fs.dirtyPages > soft {
 			if err := fs.writeBack(ctx); err != nil {
 				o.done(&err)
 				return nil, err
@@ -259,7 +245,7 @@ func (fs *FS) housekeep(ctx context.Context) error {
 	case fs.tlOn() && fs.tl.preInvalid >= fs.tl.thetaPI:
 		cause = "pre_invalid" // periodic checkpointing (ZNS+ §3.3.2)
 	}
-	needGC := fs.freeSegments() < fs.gcReserve()
+	needGC := fs.segmentsShort()
 	fs.mu.Unlock()
 	if cause != "" {
 		if err := fs.exclusiveCheckpoint(ctx, false, cause); err != nil {
@@ -1103,6 +1089,11 @@ func (fs *FS) StaleCache(ino uint64) bool {
 }
 
 func (fs *FS) write(ctx context.Context, h Handle, off int64, data []byte, writeBack bool) (n int, err error) {
+	pages := (len(data) + fs.bs - 1) / fs.bs
+	if err := fs.admit(ctx, pages); err != nil {
+		return 0, err
+	}
+	defer fs.admitted(pages)
 	o, err := fs.begin(ctx, "write", opWrite)
 	if err != nil {
 		return 0, err
