@@ -17,8 +17,7 @@ import (
 // kernel's write-back cache sends up to 64 WRITEs concurrently) and an
 // fsync after each pass. There is always room: the previous pass's blocks
 // only wait for a checkpoint to free their segments. Before writers were
-// admitted to the dirty budget one at a time (FS.admit) and foreground GC
-// counted the dirty pages (segmentsShort), every writer passed the budget
+// admitted to the dirty budget (FS.admit), every writer passed the budget
 // check before any of them had dirtied a page, the dirty pages outgrew the
 // GC reserve, and the fsync's write-back found no free segment: ENOSPC.
 func TestManyWritersDoNotRunOutOfSegments(t *testing.T) {
@@ -61,6 +60,7 @@ func TestManyWritersDoNotRunOutOfSegments(t *testing.T) {
 		require.NoError(t, fs.Fsync(bg, h, false), "pass %d", pass)
 		require.NoError(t, fs.Release(bg, h))
 	}
+	require.Positive(t, fs.Stats().WriteThrottled, "32 writers of 256 KiB waited for room in a 2 MiB budget")
 	got, err := readFile(fs, "f")
 	require.NoError(t, err)
 	require.Len(t, got, size)

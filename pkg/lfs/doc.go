@@ -194,11 +194,12 @@
 //     zone per lane); otherwise it waits for a write-back in flight to
 //     commit or an admitted write to end, or writes back one batch itself
 //     when neither runs. So dirty pages stay bounded however many writers
-//     run at once. Foreground GC keeps free, besides the GC reserve, the
-//     segments the dirty pages will fill (the bulk write-backs of fsync and
-//     the checkpoint run under the checkpoint lock and cannot recycle), and
-//     the write-back goroutines check it before every batch as writers do
-//     before every operation.
+//     run at once, and twice the budget is kept two segments below the GC
+//     reserve: the bulk write-backs of fsync and the checkpoint run under
+//     the checkpoint lock and cannot recycle, so the dirty pages must fit
+//     in the reserved segments. The write-back goroutines check the reserve
+//     (foreground GC) before every batch, as writers do before every
+//     operation.
 //     Write-back takes an inode's lock only to copy its dirty pages into
 //     one buffer per log and mark them in flight (page.inflight, version
 //     page.gen), writes with no inode lock (a lane of the log and the

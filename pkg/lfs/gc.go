@@ -110,10 +110,7 @@ func (fs *FS) foregroundGC(ctx context.Context) error {
 		if bad {
 			return &zerr.ClosedError{What: "file system"}
 		}
-		fs.mu.Lock()
-		short := fs.segmentsShort()
-		fs.mu.Unlock()
-		if !short {
+		if before >= fs.gcReserve() {
 			return nil
 		}
 		ok, err := fs.gcOnce(ctx, true, false)

@@ -29,6 +29,7 @@ type metrics struct {
 	plugged    *prometheus.CounterVec
 	pgcSplit   prometheus.Counter
 	logWrites  *prometheus.GaugeVec
+	throttled  prometheus.Counter
 }
 
 func newMetrics(reg prometheus.Registerer) *metrics {
@@ -63,6 +64,8 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 			Help: "Duration of a checkpoint.", Buckets: prometheus.ExponentialBuckets(1e-4, 4, 10)}),
 		logWrites: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "zonefleet_fs_log_writes_in_flight",
 			Help: "Volume writes in flight per log (a data log's write lanes write concurrently)."}, []string{"log"}),
+		throttled: prometheus.NewCounter(prometheus.CounterOpts{Name: "zonefleet_fs_write_throttled_seconds_total",
+			Help: "Seconds writes waited for room in the dirty-page budget (write-back slower than the writers)."}),
 	}
 	if reg != nil {
 		// a remount in the same process keeps counting in the registered collectors
@@ -81,6 +84,7 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 		m.plugged = register(reg, m.plugged)
 		m.cpDuration = register(reg, m.cpDuration)
 		m.pgcSplit = register(reg, m.pgcSplit)
+		m.throttled = register(reg, m.throttled)
 	}
 	for _, l := range []string{"tl", "compaction"} {
 		m.recycled.WithLabelValues(l)
@@ -267,6 +271,9 @@ type Stats struct {
 	// by the closing checkpoint) and checkpoint (its node and metadata
 	// writes, the flush and the record).
 	CompactionPhases CompactionPhases `json:"compaction_phases"`
+	// WriteThrottled is the time writes waited for room in the dirty-page
+	// budget (admit): the write-back behind the writers.
+	WriteThrottled time.Duration `json:"write_throttled_ns"`
 }
 
 // CompactionPhases is the time compaction spent per phase (see Stats).
@@ -471,9 +478,14 @@ func (fs *FS) startFlusher() {
 // wbBudget is the dirty-page budget in blocks (past twice it writers are
 // throttled) and the write-back batch: a quarter of the page cache, at most
 // one zone per write lane; a batch is at most one zone.
+//
+// Twice the budget stays two segments below the GC reserve, so that the
+// dirty pages always fit in the reserved segments: fsync and the checkpoint
+// write them back under the checkpoint lock, where no GC can run.
 func (fs *FS) wbBudget() (soft, batch int) {
-	soft = max(1, min(fs.opts.CacheBlocks/4, fs.lanes*int(fs.geo.ZoneBlocks)))
-	return soft, min(soft, int(fs.geo.ZoneBlocks))
+	zb := int(fs.geo.ZoneBlocks)
+	soft = max(1, min(fs.opts.CacheBlocks/4, fs.lanes*zb, max(1, fs.gcReserve()-2)*zb/2))
+	return soft, min(soft, zb)
 }
 
 // kickWriteBack wakes a write-back goroutine when a batch of dirty pages is
@@ -505,6 +517,15 @@ func (fs *FS) admit(ctx context.Context, pages int) error {
 	}
 	fs.mu.Lock()
 	defer fs.mu.Unlock()
+	var t0 time.Duration
+	waited := false
+	defer func() {
+		if waited {
+			d := fs.since(t0)
+			fs.stats.WriteThrottled += d
+			fs.m.throttled.Add(d.Seconds())
+		}
+	}()
 	for {
 		if fs.closed || fs.failed != nil {
 			return fs.refuse()
@@ -514,6 +535,9 @@ func (fs *FS) admit(ctx context.Context, pages int) error {
 			fs.admitting++
 			fs.admitPages += pages
 			return nil
+		}
+		if !waited {
+			t0, waited = fs.now(), true
 		}
 		fs.kickWriteBack()
 		if fs.wbFlights > 0 || fs.admitPages > 0 && fs.dirtyPages <= 2*soft {

@@ -245,7 +245,7 @@ func (fs *FS) housekeep(ctx context.Context) error {
 	case fs.tlOn() && fs.tl.preInvalid >= fs.tl.thetaPI:
 		cause = "pre_invalid" // periodic checkpointing (ZNS+ §3.3.2)
 	}
-	needGC := fs.segmentsShort()
+	needGC := fs.freeSegments() < fs.gcReserve()
 	fs.mu.Unlock()
 	if cause != "" {
 		if err := fs.exclusiveCheckpoint(ctx, false, cause); err != nil {

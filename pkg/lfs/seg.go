@@ -117,20 +117,6 @@ func (fs *FS) freeSegments() int {
 
 const metaZonesReserved = 2
 
-// segmentsShort reports whether foreground GC must free segments before a
-// mutating operation goes on (fs.mu held): fewer segments are free than the
-// GC reserve plus the segments the dirty pages will fill when written back.
-// The dirty pages count because they are written back in bulk (fsync, the
-// checkpoint, a throttled writer) by paths that hold the checkpoint lock
-// and so cannot recycle: many concurrent writers (the kernel's write-back
-// cache sends up to 64 WRITEs at once) could otherwise dirty more than the
-// reserve, and the flush would fail with ENOSPC while segments only wait
-// for a checkpoint.
-func (fs *FS) segmentsShort() bool {
-	zb := max(1, int(fs.geo.ZoneBlocks))
-	return fs.freeSegments()-(fs.dirtyPages+fs.admitPages+zb-1)/zb < fs.gcReserve()
-}
-
 func (fs *FS) segOf(a Addr) *segment {
 	if a == 0 {
 		return nil
