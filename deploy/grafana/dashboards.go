@@ -191,6 +191,8 @@ func fs() Dashboard {
 		pn(panel(14, "timeseries", "File system errors by op and errno", []query{q(`sum by (op, errno) (rate(zonefleet_fs_operation_errors_total{`+i+`}`+ri+`))`, "{{op}} {{errno}}")},
 			unit("ops"), desc("ENOSPC (no space left on device): alert ZoneFleetFSNoSpace."))),
 		pn(panel(15, "timeseries", "User bytes read / written", []query{q(`sum by (dir) (rate(zonefleet_fs_bytes_total{`+i+`}`+ri+`))`, "{{dir}}")}, unit("Bps"))),
+		pn(panel(17, "timeseries", "Writes waiting for the write-back", []query{q(`sum by (instance) (rate(zonefleet_fs_write_throttled_seconds_total{`+i+`}`+ri+`))`, "{{instance}}")},
+			unit("percentunit"), desc("Share of wall time writes waited for room in the dirty-page budget (1: one writer always waiting): the write-back to the drives is behind the writers."))),
 		row(101, "Segments and recycling"),
 		pn(panel(3, "timeseries", "Segments: free, dirty, log heads", []query{
 			q(`zonefleet_fs_segments_free{`+i+`}`, "free"), q(`zonefleet_fs_segments_dirty{`+i+`}`, "dirty"), q(`zonefleet_fs_segments_active{`+i+`}`, "log heads")},
