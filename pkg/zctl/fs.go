@@ -581,7 +581,8 @@ func fsStatCmd(g *Globals) *cobra.Command {
 		Use:   "stat DIR",
 		Short: "live counters of the file system mounted at DIR",
 		Long: `Prints the live counters of the mount at DIR: space, segments (free, dirty,
-log heads), caches, checkpoints, recycling runs and blocks moved by each path (host
+log heads), caches, the write-back (background batches, time writes waited for room in
+the dirty budget), checkpoints, recycling runs and blocks moved by each path (host
 copy, IZC, host-dirty, host-cached), copyback, write amplification, the recycling mode
 in effect and what hybrid segment recycling did (segments recycled by threaded logging vs
 compaction, TL share, plugged blocks on demand and in the background, pre-invalid
@@ -608,6 +609,7 @@ mount process through the virtual attribute ` + fusefs.StatsXattr + ` of DIR
 				t.row("segments:\t%d total, %d free, %d dirty, %d log heads, %d reserved (%s each)", s.SegmentsTotal, s.SegmentsFree, s.SegmentsDirty, s.SegmentsActive, s.ReserveSegments, bytesHuman(s.ZoneBlocks*bs))
 				t.row("valid blocks:\t%d", s.ValidBlocks)
 				t.row("cache:\t%d inodes, %d pages (%d dirty), %d dirty nodes, %d open handles, %d orphans", s.CachedInodes, s.CachedPages, s.DirtyPages, s.DirtyNodes, s.OpenHandles, s.Orphans)
+				t.row("write-back:\t%d batches in the background; writes waited %s for room in the dirty budget", s.WriteBacks, s.WriteThrottled.Round(time.Millisecond))
 				t.row("checkpoints:\t%d (version %d, metadata v-zone %d epoch %d)", s.Checkpoints, s.CheckpointVersion, s.MetaZone, s.MetaEpoch)
 				t.row("recycling:\t%d foreground, %d background runs", s.GCForeground, s.GCBackground)
 				t.row("blocks moved:\t%d host copy, %d IZC, %d host dirty, %d host cached", s.MovedHostCopy, s.MovedIZC, s.MovedHostDirty, s.MovedHostCached)

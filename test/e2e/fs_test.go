@@ -162,8 +162,9 @@ func TestFSCommands(t *testing.T) {
 	out, code = zctl(t, env, "", "fs", "stat", mnt)
 	require.Equal(t, 0, code, out)
 	assert.Contains(t, out, "WAF")
+	assert.Contains(t, out, "for room in the dirty budget")
 	metrics := httpGet(t, "http://"+st.Mount.MetricsAddr+"/metrics")
-	for _, m := range []string{"zonefleet_fs_operations_total{", "zonefleet_fs_segments_free", "zonefleet_client_ops_total{", "go_goroutines", `component="mount"`} {
+	for _, m := range []string{"zonefleet_fs_operations_total{", "zonefleet_fs_segments_free", "zonefleet_fs_write_throttled_seconds_total", "zonefleet_client_ops_total{", "go_goroutines", `component="mount"`} {
 		assert.Contains(t, metrics, m)
 	}
 	_, code = zctl(t, env, "", "fs", "stat", t.TempDir())
