@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"testing"
 
@@ -69,4 +70,47 @@ func TestManyWritersDoNotRunOutOfSegments(t *testing.T) {
 		require.Equal(t, byte(7*writers+w), got[(w+1)*per-1], "writer %d's slice", w)
 	}
 	require.NoError(t, fs.Unmount(bg))
+}
+
+// TestLargeWriteNotStarvedBySmallWriters writes 8 MiB in one call (more
+// than twice the dirty budget of these 512 KiB zones) while 8 writers keep
+// writing 16 KiB each. The large write must get in while they still run:
+// waiting until no other write is admitted could wait for ever.
+func TestLargeWriteNotStarvedBySmallWriters(t *testing.T) {
+	v := newVol(t, 128, 16)
+	fs := mkfsMount(t, v, lfs.Options{})
+	defer fs.Unmount(bg)
+	_, big, err := fs.Create(bg, lfs.RootIno, "big", 0o644, 0, 0, syscall.O_RDWR)
+	require.NoError(t, err)
+	_, small, err := fs.Create(bg, lfs.RootIno, "small", 0o644, 0, 0, syscall.O_RDWR)
+	require.NoError(t, err)
+	var (
+		wg      sync.WaitGroup
+		bigDone atomic.Bool
+		stopped atomic.Int32 // small writers that ran out of writes before the large one was done
+	)
+	buf := make([]byte, 16<<10)
+	for w := 0; w < 8; w++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := 0; i < 4000 && !bigDone.Load(); i++ {
+				if _, err := fs.Write(bg, small, int64(w*64+i%64)*int64(len(buf)), buf); err != nil {
+					t.Error(err)
+					return
+				}
+			}
+			if !bigDone.Load() {
+				stopped.Add(1)
+			}
+		}()
+	}
+	n, err := fs.Write(bg, big, 0, bytes.Repeat([]byte{7}, 8<<20))
+	bigDone.Store(true)
+	wg.Wait()
+	require.NoError(t, err)
+	require.Equal(t, 8<<20, n)
+	require.Zero(t, stopped.Load(), "small writers ran out before the large write got in")
+	require.NoError(t, fs.Release(bg, big))
+	require.NoError(t, fs.Release(bg, small))
 }

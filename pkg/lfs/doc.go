@@ -191,9 +191,10 @@
 //     write is admitted, before it takes any lock, only while the dirty
 //     pages plus the pages of the writes admitted before it stay within
 //     twice the dirty budget (a quarter of Options.CacheBlocks, at most one
-//     zone per lane); otherwise it waits for a write-back in flight to
-//     commit or an admitted write to end, or writes back one batch itself
-//     when neither runs. So dirty pages stay bounded however many writers
+//     zone per lane), in arrival order (a large write is not starved by
+//     small ones); the writer at the head waits for a write-back in flight
+//     to commit or an admitted write to end, or writes back one batch
+//     itself when neither runs. So dirty pages stay bounded however many writers
 //     run at once, and twice the budget is kept two segments below the GC
 //     reserve: the bulk write-backs of fsync and the checkpoint run under
 //     the checkpoint lock and cannot recycle, so the dirty pages must fit

@@ -166,6 +166,9 @@ type FS struct {
 	wbFlights  int                  // write-backs in flight (all inodes)
 	admitting  int                  // writes admitted to the dirty budget and not yet done (admit)
 	admitPages int                  // pages of the admitted writes
+	admitHead  uint64               // the admission ticket whose turn it is
+	admitTail  uint64               // the next ticket handed out
+	admitGone  map[uint64]bool      // tickets of writers that failed before their turn
 	opening    int                  // OpenZone calls in flight (counted as used segments)
 	inflight   atomic.Int64         // operations running (the virtual clock's tick skips a busy FS)
 	bgWG       sync.WaitGroup
@@ -264,6 +267,7 @@ func newFS(vol Volume, opts Options) *FS {
 	fs.bs = fs.geo.BlockSize
 	fs.pinCond = sync.NewCond(&fs.mu)
 	fs.flightCond = sync.NewCond(&fs.mu)
+	fs.admitGone = map[uint64]bool{}
 	fs.laneCond = sync.NewCond(&fs.mu)
 	fs.lanes = 1
 	fs.pol = opts.Policy

@@ -502,21 +502,25 @@ func (fs *FS) kickWriteBack() {
 
 // admit waits, with nothing held, until a write of pages pages fits in the
 // dirty budget: the dirty pages plus those of writes admitted and still
-// copying stay within twice the budget (or the write is the only one
-// admitted, so that a write larger than the budget goes on). It waits for a
-// write-back in flight to commit or an admitted write to end, and writes
-// one batch back itself when neither is running (and goes on when it finds
-// nothing it can write back). Counting admitted writes bounds the dirty
-// pages however many writers run at once (the kernel's write-back cache
-// sends up to 64 WRITEs concurrently); the writer calls admitted when its
-// pages are dirty. On the virtual clock (no write-back goroutines) writers
-// write back in begin.
-func (fs *FS) admit(ctx context.Context, pages int) error {
+// copying stay within twice the budget (a write larger than the budget
+// counts as the budget, and one goes on when no other is admitted, so that
+// large writes are never refused). Writers are admitted in arrival order
+// (tickets), so a large write is not starved by a stream of small ones. The
+// writer at the head waits for a write-back in flight to commit or an
+// admitted write to end, and writes one batch back itself when neither is
+// running (and goes on when it finds nothing it can write back). Counting
+// admitted writes bounds the dirty pages however many writers run at once
+// (the kernel's write-back cache sends up to 64 WRITEs concurrently); the
+// writer calls admitted when its pages are dirty. On the virtual clock (no
+// write-back goroutines) writers write back in begin.
+func (fs *FS) admit(ctx context.Context, pages int) (err error) {
 	if fs.wbKick == nil {
 		return nil
 	}
 	fs.mu.Lock()
 	defer fs.mu.Unlock()
+	t := fs.admitTail
+	fs.admitTail++
 	var t0 time.Duration
 	waited := false
 	defer func() {
@@ -525,23 +529,34 @@ func (fs *FS) admit(ctx context.Context, pages int) error {
 			fs.stats.WriteThrottled += d
 			fs.m.throttled.Add(d.Seconds())
 		}
+		if err == nil {
+			fs.admitting++
+			fs.admitPages += pages
+		}
+		if t == fs.admitHead {
+			fs.admitNext()
+		} else {
+			fs.admitGone[t] = true // (an error before its turn)
+		}
 	}()
 	for {
 		if fs.closed || fs.failed != nil {
 			return fs.refuse()
 		}
 		soft, _ := fs.wbBudget()
-		if fs.dirtyPages+fs.admitPages+pages <= 2*soft || fs.admitting == 0 && fs.dirtyPages <= 2*soft {
-			fs.admitting++
-			fs.admitPages += pages
+		if t == fs.admitHead && (fs.dirtyPages+fs.admitPages+min(pages, soft) <= 2*soft || fs.admitting == 0 && fs.dirtyPages <= 2*soft) {
 			return nil
 		}
 		if !waited {
 			t0, waited = fs.now(), true
 		}
+		if t != fs.admitHead {
+			fs.flightCond.Wait() // an admission, a commit or an admitted write done
+			continue
+		}
 		fs.kickWriteBack()
 		if fs.wbFlights > 0 || fs.admitPages > 0 && fs.dirtyPages <= 2*soft {
-			fs.flightCond.Wait() // a commit, or an admitted write done
+			fs.flightCond.Wait()
 			continue
 		}
 		fs.mu.Unlock()
@@ -551,14 +566,23 @@ func (fs *FS) admit(ctx context.Context, pages int) error {
 		}
 		wrote := fs.wbOne(ctx)
 		fs.mu.Lock()
-		if !wrote && fs.wbFlights == 0 {
+		if !wrote && fs.wbFlights == 0 && !fs.closed && fs.failed == nil {
 			// nothing this writer could write back (the dirty inodes
 			// are busy: their operations end by themselves): go on
-			fs.admitting++
-			fs.admitPages += pages
 			return nil
 		}
 	}
+}
+
+// admitNext moves the admission queue past its head and the tickets of
+// writers that gave up, and wakes the waiting writers (fs.mu held).
+func (fs *FS) admitNext() {
+	fs.admitHead++
+	for fs.admitGone[fs.admitHead] {
+		delete(fs.admitGone, fs.admitHead)
+		fs.admitHead++
+	}
+	fs.flightCond.Broadcast()
 }
 
 // admitted ends what admit let in: the write's pages are dirty (counted in
