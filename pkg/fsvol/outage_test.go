@@ -291,31 +291,39 @@ func nodeOutage(t *testing.T, pick func(perNode map[string]int, meta string) str
 			}
 		}(w)
 	}
-	// a reader of the files written before
-	wg.Add(1)
-	go func() {
-		defer wg.Done()
-		for i := 0; workCtx.Err() == nil; i++ {
-			p := phase.Load()
-			name := fmt.Sprintf("before-%02d", i%24)
-			var got []byte
-			err := wd.do("read "+name, func() (err error) { got, err = ops.read(ctx, name); return err })
-			p = max(p, min(phase.Load(), 1)) // as for the writers
-			errsMu.Lock()
-			if err == nil {
-				readOK[p]++
-			} else {
-				readEIO[p]++
+	// two readers of the files written before. A read of a file on the
+	// stopped node takes the retry deadline, so a reader gets about three
+	// reads into the outage: each jumps through the files (strides 5 and 7,
+	// coprime with 24, from opposite ends) instead of reading neighbours,
+	// which the log wrote to the same segment, hence to the same node (one
+	// reader going file by file met three files of the stopped node in a
+	// row in a CI run and read nothing during the outage).
+	for _, rd := range []struct{ start, stride int }{{0, 5}, {12, 7}} {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := 0; workCtx.Err() == nil; i++ {
+				p := phase.Load()
+				name := fmt.Sprintf("before-%02d", (rd.start+i*rd.stride)%24)
+				var got []byte
+				err := wd.do("read "+name, func() (err error) { got, err = ops.read(ctx, name); return err })
+				p = max(p, min(phase.Load(), 1)) // as for the writers
+				errsMu.Lock()
+				if err == nil {
+					readOK[p]++
+				} else {
+					readEIO[p]++
+				}
+				errsMu.Unlock()
+				if e := eioOrNil(err); e != nil {
+					fail("read %s in phase %d: %v", name, p, e)
+				} else if err == nil && !bytes.Equal(got, before[name]) {
+					fail("read %s in phase %d: wrong content", name, p)
+				}
+				time.Sleep(5 * time.Millisecond)
 			}
-			errsMu.Unlock()
-			if e := eioOrNil(err); e != nil {
-				fail("read %s in phase %d: %v", name, p, e)
-			} else if err == nil && !bytes.Equal(got, before[name]) {
-				fail("read %s in phase %d: wrong content", name, p)
-			}
-			time.Sleep(5 * time.Millisecond)
-		}
-	}()
+		}()
+	}
 	// stat and readdir must keep working throughout
 	wg.Add(1)
 	go func() {
