@@ -45,7 +45,11 @@ import (
 // valid must have (capacity+7)/8 bytes and mark only blocks below the write
 // pointer (zerr.InvalidBitmapError otherwise, nothing changes). The arbiter
 // answers zerr.TooManyOpenError when the namespace has max_active_vzones
-// active already. Afterwards the write pointer is 0.
+// active already. Afterwards the write pointer is 0. When a drive fails its
+// TL_open (no spare flash block group, or unreachable), the v-zone is
+// finished again before TLOpen returns that error: full, as before the
+// call, unless the rollback fails too (then the error says so and no longer
+// matches the drive's refusal).
 func (v *VZone) TLOpen(ctx context.Context, valid []byte, mode v1.PlugMode) error {
 	v.wmu.Lock()
 	defer v.wmu.Unlock()
@@ -123,9 +127,21 @@ func (v *VZone) TLOpen(ctx context.Context, valid []byte, mode v1.PlugMode) erro
 	}
 	wg.Wait()
 	if err := errors.Join(errs...); err != nil {
-		// The arbiter counts the v-zone in threaded logging: Finish (or a
-		// retried TLOpen of the failed zones through a write) settles it.
-		return fmt.Errorf("v-zone %d: TL_open: %w", v.id, err)
+		// The arbiter counts the v-zone in threaded logging and some
+		// drives may have TL_opened their zone. Roll back: finish it again
+		// (the drives that TL_opened plug their holes, nothing is written
+		// in them yet; the others are full already), so that a refusal
+		// (a drive with no spare flash block group, zerr.ErrNoResources)
+		// leaves the v-zone as it was: full, every block where it was.
+		// Without the rollback the caller, told "refused", took a fresh
+		// zone while this v-zone stayed in threaded logging, and its next
+		// TL_open found it so (a file system turned read-only under fio).
+		if ferr := v.tlFinish(ctx); ferr != nil {
+			// The v-zone's state is unknown: the error no longer reads as
+			// a refusal (%v), only as what the rollback met.
+			return fmt.Errorf("v-zone %d: TL_open failed (%v) and finishing it again failed: %w", v.id, err, ferr)
+		}
+		return fmt.Errorf("v-zone %d: TL_open (rolled back, the v-zone is full again): %w", v.id, err)
 	}
 	return nil
 }

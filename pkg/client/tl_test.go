@@ -352,3 +352,92 @@ func TestTLOpenPartlyWritten(t *testing.T) {
 	require.NoError(t, vz.Finish(ctx))
 	m.check(t, ctx, vz, "after finish")
 }
+
+// A drive that cannot TL_open (no spare flash block group left in the
+// chip group, or no open zone left on the drive) refuses after the arbiter
+// already moved the v-zone to threaded logging. TLOpen rolls back: the error
+// is the drive's refusal, the v-zone is full again with every block where
+// it was, the arbiter no longer counts it, and a later TL_open (once the
+// others ended threaded logging) works. Before the rollback the v-zone
+// stayed in threaded logging and the file system, told "refused", met it
+// there at its next TL_open and turned read-only (fio at 75 %).
+func TestTLOpenRefusedByADriveRollsBack(t *testing.T) {
+	c := startCluster(t, 1, 1)
+	admin := newClient(t, c, "")
+	_, err := admin.Namespaces().Create(context.Background(), &v1.CreateNamespaceRequest{Name: "tlnr", MaxActiveVzones: 8, ZonesPerVzone: 1})
+	require.NoError(t, err)
+	cl := newClient(t, c, "tlnr")
+	ctx := context.Background()
+	rng := mrand.New(mrand.NewPCG(5, 6))
+	type full struct {
+		vz   *client.VZone
+		data []byte
+	}
+	var vzs []full
+	for {
+		vz, err := cl.OpenVZone(ctx)
+		if err != nil {
+			t.Logf("the drive is full: %v", err)
+			break
+		}
+		l, err := vz.Layout(ctx)
+		require.NoError(t, err)
+		d := make([]byte, l.GetCapacity()*bs)
+		for i := range d {
+			d[i] = byte(rng.Uint32())
+		}
+		require.NoError(t, vz.Write(ctx, 0, d))
+		require.NoError(t, vz.Finish(ctx))
+		vzs = append(vzs, full{vz, d})
+	}
+	require.Greater(t, len(vzs), 20, "the drive holds more v-zones than it has spare flash block groups")
+	// Zones of one chip group (a drive's zone z is in chip group z mod 8
+	// here, with two spare flash block groups each): the third TL_open
+	// there finds no spare.
+	byFCG := map[uint32][]full{}
+	var fcg uint32
+	for _, f := range vzs {
+		l, err := f.vz.Layout(ctx)
+		require.NoError(t, err)
+		g := l.GetGroups()[0].GetZones()[0].GetZone() % 8
+		byFCG[g] = append(byFCG[g], f)
+		if len(byFCG[g]) > len(byFCG[fcg]) {
+			fcg = g
+		}
+	}
+	require.GreaterOrEqual(t, len(byFCG[fcg]), 3)
+	var opened []full
+	var victim full
+	var bm []byte
+	var m *tlModel
+	for _, f := range byFCG[fcg] {
+		b, valid := randomBitmap(rng, uint64(len(f.data)/bs))
+		err := f.vz.TLOpen(ctx, b, v1.PlugMode_PLUG_MODE_PPA_ORDERED)
+		if err == nil {
+			opened = append(opened, f)
+			continue
+		}
+		t.Logf("TL_open %d after %d: %v", f.vz.ID(), len(opened), err)
+		assert.True(t, errors.Is(err, zerr.ErrNoResources), "the drive's refusal: %v", err)
+		victim, bm, m = f, b, &tlModel{data: f.data, known: valid}
+		break
+	}
+	require.NotNil(t, victim.vz, "a drive refused a TL_open")
+	info, err := victim.vz.ReportZone(ctx)
+	require.NoError(t, err)
+	assert.False(t, info.ThreadedLog, "rolled back")
+	assert.Equal(t, "full", info.State)
+	ns, err := cl.GetNamespace(ctx)
+	require.NoError(t, err)
+	assert.Equal(t, uint32(len(opened)), ns.GetActiveVzones(), "the arbiter no longer counts the refused v-zone")
+	m.check(t, ctx, victim.vz, "after the refused TL_open")
+	m.check(t, ctx, newClient(t, c, "tlnr").VZone(victim.vz.ID()), "from another client")
+
+	for _, f := range opened {
+		require.NoError(t, f.vz.Finish(ctx))
+	}
+	require.NoError(t, victim.vz.TLOpen(ctx, bm, v1.PlugMode_PLUG_MODE_PPA_ORDERED), "not left in threaded logging")
+	m.check(t, ctx, victim.vz, "TL-opened")
+	require.NoError(t, victim.vz.Finish(ctx))
+	m.check(t, ctx, victim.vz, "finished")
+}
