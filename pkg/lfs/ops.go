@@ -2,6 +2,7 @@ package lfs
 
 import (
 	"context"
+	"log/slog"
 	"sort"
 	"strings"
 	"syscall"
@@ -1156,6 +1157,8 @@ func (fs *FS) write(ctx context.Context, h Handle, off int64, data []byte, write
 func (fs *FS) writeBackFailed(in *inode, err error) {
 	if in.wbErr == nil {
 		in.wbErr = err
+		// the application learns it only at its next fsync or close
+		slog.Warn("write-back of a file failed: its next fsync reports the error", "ino", in.ino, "err", err)
 	}
 	in.staleCache = true
 }
