@@ -20,6 +20,7 @@ import (
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/peer"
 	"google.golang.org/grpc/status"
+	"google.golang.org/grpc/tap"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/reflect/protoreflect"
 )
@@ -112,6 +113,13 @@ func unauth(format string, a ...any) error {
 // run with (carrying the Identity, with the namespace metadata replaced by
 // the verified one) or an error for statusOf.
 func (a *Authenticator) Authenticate(ctx context.Context, method string, req any) (context.Context, error) {
+	return a.authenticate(ctx, method, req, false)
+}
+
+// authenticate is Authenticate; early (the tap handle: the request is not
+// read yet) skips the check of the request's namespace field, which the
+// interceptor makes once the request is there.
+func (a *Authenticator) authenticate(ctx context.Context, method string, req any, early bool) (context.Context, error) {
 	rule, known := a.cfg.Policy[method]
 	if known && rule.Public {
 		return ctx, nil
@@ -183,13 +191,22 @@ func (a *Authenticator) Authenticate(ctx context.Context, method string, req any
 		id.Namespace = claimed
 	}
 
-	// 4. May it call this method, for this namespace.
+	// 4. May it call this method, for this namespace. (A method the policy
+	// does not list passes the early screen of a caller with credentials:
+	// grpc answers UNIMPLEMENTED when no handler has it, without reading
+	// the request, and the interceptor denies a registered one.)
+	if early && !known {
+		return ctx, nil
+	}
 	if _, ok := a.cfg.Policy.allows(method, id.Kind); !ok {
 		reason := "not allowed by policy"
 		if !known {
 			reason = "unknown method"
 		}
 		return ctx, &PermissionDeniedError{Identity: id.String(), Method: method, Reason: reason}
+	}
+	if early {
+		return ctx, nil
 	}
 	if rule.NamespaceField != "" && !id.IsAdmin() {
 		target, err := stringField(req, rule.NamespaceField)
@@ -352,10 +369,37 @@ type ctxStream struct {
 
 func (s *ctxStream) Context() context.Context { return s.ctx }
 
-// ServerOptions installs the interceptors. Put them before pkg/rpcerr's
+// TapHandle screens a call as soon as its headers arrive, before the server
+// reads a byte of its request: a caller without valid credentials, or one
+// whose role may not call the method at all, is answered at once
+// (Unauthenticated, PermissionDenied) and its payload is never buffered.
+// Without it grpc reads a whole unary request (up to the server's message
+// limit) before the interceptor runs, so anyone able to open a TLS
+// connection could make a server hold that much per stream, on as many
+// streams as it liked. The interceptors still decide every call (the
+// request's namespace field needs the request).
+func (a *Authenticator) TapHandle() tap.ServerInHandle {
+	return func(ctx context.Context, info *tap.Info) (context.Context, error) {
+		if _, err := a.authenticate(ctx, info.FullMethodName, nil, true); err != nil {
+			if a.cfg.Observe != nil {
+				m := info.FullMethodName
+				if _, ok := a.cfg.Policy[m]; !ok {
+					m = "unknown"
+				}
+				a.cfg.Observe(m, status.Code(statusOf(err)))
+			}
+			a.cfg.Logger.Debug("call refused before its request was read", "method", info.FullMethodName, "err", err)
+			return ctx, statusOf(err)
+		}
+		return ctx, nil
+	}
+}
+
+// ServerOptions installs the tap handle and the interceptors. Put them before pkg/rpcerr's
 // (the first chained interceptor runs outermost).
 func (a *Authenticator) ServerOptions() []grpc.ServerOption {
 	return []grpc.ServerOption{
+		grpc.InTapHandle(a.TapHandle()),
 		grpc.ChainUnaryInterceptor(a.UnaryServerInterceptor()),
 		grpc.ChainStreamInterceptor(a.StreamServerInterceptor()),
 	}

@@ -677,3 +677,43 @@ func TestObserveHasBoundedLabels(t *testing.T) {
 		"unknown PermissionDenied":                         3,
 	}, got, "client-chosen method names collapse into one label value")
 }
+
+// A caller is screened when its headers arrive, before the server reads
+// its request: the call below opens a unary method and sends nothing, so a
+// server that read the request first (the interceptor alone) would wait for
+// it until the deadline. Without valid credentials, or with a role that may
+// not call the method, the answer comes at once; a caller with the right
+// credentials gets through the screen (the server then waits for its
+// request, as before).
+func TestCallersScreenedBeforeTheRequestIsRead(t *testing.T) {
+	c := startCluster(t)
+	tokA := c.token(t, c.issuer, "tenant-a", 0, 0)
+	cases := []struct {
+		name   string
+		md     []string
+		method string
+		want   codes.Code
+	}{
+		{"no credentials", nil, v1.ZonedDevice_Write_FullMethodName, codes.Unauthenticated},
+		{"bad token", bearer("zf1.nonsense.x.y"), v1.ZonedDevice_Write_FullMethodName, codes.Unauthenticated},
+		{"tenant calls an admin method", bearer(tokA), v1.Arbiter_CreateNamespace_FullMethodName, codes.PermissionDenied},
+		{"unknown method without credentials", nil, "/zonefleet.v1.ZonedDevice/NoSuchMethod", codes.Unauthenticated},
+		{"unknown method", bearer(tokA), "/zonefleet.v1.ZonedDevice/NoSuchMethod", codes.Unimplemented},
+		{"tenant writes: passes the screen", bearer(tokA), v1.ZonedDevice_Write_FullMethodName, codes.DeadlineExceeded},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			cc := c.dial(t, dialOpt{})
+			ctx, cancel := context.WithTimeout(withMD(tc.md...), 2*time.Second)
+			defer cancel()
+			st, err := cc.NewStream(ctx, &grpc.StreamDesc{ClientStreams: true, ServerStreams: true}, tc.method)
+			require.NoError(t, err)
+			t0 := time.Now()
+			err = st.RecvMsg(new(v1.WriteResponse))
+			assert.Equal(t, tc.want, status.Code(err), "%v", err)
+			if tc.want != codes.DeadlineExceeded {
+				assert.Less(t, time.Since(t0), time.Second, "answered before any request byte was sent")
+			}
+		})
+	}
+}
