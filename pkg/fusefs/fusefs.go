@@ -40,6 +40,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"log/slog"
+	"math"
 	"os"
 	"os/exec"
 	"strings"
@@ -131,9 +132,9 @@ func fillAttr(a lfs.Attr, out *fuse.Attr) {
 	out.Ino = a.Ino
 	out.Size = a.Size
 	out.Blocks = a.Blocks
-	out.Atime, out.Atimensec = uint64(a.Atime/1e9), uint32(a.Atime%1e9)
-	out.Mtime, out.Mtimensec = uint64(a.Mtime/1e9), uint32(a.Mtime%1e9)
-	out.Ctime, out.Ctimensec = uint64(a.Ctime/1e9), uint32(a.Ctime%1e9)
+	out.Atime, out.Atimensec = nsTs(a.Atime)
+	out.Mtime, out.Mtimensec = nsTs(a.Mtime)
+	out.Ctime, out.Ctimensec = nsTs(a.Ctime)
 	out.Mode = a.Mode
 	out.Nlink = a.Nlink
 	out.Uid, out.Gid = a.UID, a.GID
@@ -195,7 +196,33 @@ func (f *FS) GetAttr(_ <-chan struct{}, in *fuse.GetAttrIn, out *fuse.AttrOut) f
 	return fuse.OK
 }
 
-func tsNs(sec uint64, nsec uint32) int64 { return int64(sec)*1e9 + int64(nsec) }
+// tsNs is a FUSE timestamp (seconds as a two's complement int64, so before
+// 1970 too) in nanoseconds since the epoch, the file system's unit: times
+// outside what that holds (about 1678 to 2262) are clamped to its ends, as
+// the kernel clamps a timestamp to a file system's range (ext4's ends are
+// 1901 and 2446), instead of wrapping around.
+func tsNs(sec uint64, nsec uint32) int64 {
+	const maxSec, minSec = math.MaxInt64/1_000_000_000 - 1, math.MinInt64/1_000_000_000 + 1
+	s := int64(sec)
+	switch {
+	case s > maxSec:
+		return math.MaxInt64
+	case s < minSec:
+		return math.MinInt64
+	}
+	return s*1e9 + int64(min(nsec, 999_999_999))
+}
+
+// nsTs splits nanoseconds since the epoch into FUSE's seconds (two's
+// complement) and nanoseconds in [0, 1e9): floored, so that a time before
+// 1970 with a fraction of a second is not off by a second or garbage.
+func nsTs(ns int64) (uint64, uint32) {
+	sec, rem := ns/1e9, ns%1e9
+	if rem < 0 {
+		sec, rem = sec-1, rem+1e9
+	}
+	return uint64(sec), uint32(rem)
+}
 
 // SetAttr implements fuse.RawFileSystem.
 func (f *FS) SetAttr(_ <-chan struct{}, in *fuse.SetAttrIn, out *fuse.AttrOut) fuse.Status {

@@ -108,8 +108,12 @@ func (in *inode) hasPagesIn(from, to uint64) bool {
 
 // Fallocate implements fallocate(2) on a regular file:
 //   - mode 0 extends the size (a log-structured file system allocates
-//     blocks when they are written: nothing is reserved);
-//   - FallocKeepSize alone does nothing;
+//     blocks when they are written: nothing is reserved), FallocKeepSize
+//     alone does nothing, and both are ENOSPC when the range cannot fit in
+//     the free space now (at least its blocks less those the file holds):
+//     a 100 GiB fallocate on a small file system fails as on ext4, though a
+//     success still promises nothing about other writers filling the space
+//     before this file's writes;
 //   - FallocPunchHole|FallocKeepSize deallocates [off, off+length): whole
 //     blocks are unmapped (invalidated in their segments, so recycling
 //     reclaims them, and no longer counted in st_blocks), the partial
@@ -145,13 +149,21 @@ func (fs *FS) Fallocate(ctx context.Context, ino uint64, mode uint32, off, lengt
 		return syscall.EFBIG
 	}
 	switch mode {
-	case 0:
-		if end > in.body.Size {
+	case 0, FallocKeepSize:
+		// Nothing is reserved (blocks are allocated when written), but a
+		// range that cannot fit in the free space now is ENOSPC, as on
+		// any file system, not a success that the writes then contradict.
+		// The blocks it needs are at least the range's less every block
+		// the file holds.
+		span := (end+bs-1)/bs - off/bs
+		need := span - min(span, in.body.Blocks+in.holes)
+		if need > 0 && fs.used+need+need/fs.epd()+2 > fs.sb.UserBlocks-min(fs.sb.UserBlocks, fs.writeReserve()) {
+			return errNoSpace
+		}
+		if mode == 0 && end > in.body.Size {
 			in.body.Size = end
 			fs.touchInode(in, true)
 		}
-		return nil
-	case FallocKeepSize:
 		return nil
 	case FallocPunchHole | FallocKeepSize, FallocZeroRange, FallocZeroRange | FallocKeepSize:
 	default:
