@@ -124,6 +124,9 @@ func (s NamespaceSpec) validate() error {
 	if s.Weight > 1<<16 {
 		return &zerr.InvalidArgumentError{Field: "weight", Reason: "must be at most 65536"}
 	}
+	if s.VZones > 1<<32 {
+		return &zerr.InvalidArgumentError{Field: "vzones", Reason: "must be at most 2^32"}
+	}
 	if _, err := cluster.ParseRedundancy(s.Redundancy); err != nil {
 		return err
 	}
@@ -176,6 +179,9 @@ func (a *Arbiter) CreateNamespace(ctx context.Context, spec NamespaceSpec) (Name
 			sf := short[0]
 			return nil, &zerr.NoResourcesError{Resource: fmt.Sprintf("essential zones (namespace %s would keep too few)", sf.Namespace), Requested: uint64(sf.Need), Available: uint64(sf.Got)}
 		}
+		if err := checkQuotaReservable(st, spec); err != nil {
+			return nil, err
+		}
 		// The nodes' round robin learns the weight from this record.
 		rec, err := cluster.EncodeNamespace(cluster.NamespaceRecord{Name: spec.Name, Weight: uint32(st.Namespaces[spec.Name].weight())})
 		if err != nil {
@@ -189,6 +195,103 @@ func (a *Arbiter) CreateNamespace(ctx context.Context, spec NamespaceSpec) (Name
 	a.touch(spec.Name, now)
 	a.m.namespaceEvents.WithLabelValues("create").Inc()
 	return a.GetNamespace(ctx, spec.Name)
+}
+
+// ---- capacity quotas ----------------------------------------------------
+//
+// A namespace created with a quota (NamespaceSpec.VZones > 0) has
+// quotaZones physical zones reserved: creation is refused unless the
+// reservations, plus the zones the namespaces without a quota hold, fit in
+// the available nodes' zones; it never holds more than its reservation;
+// and a namespace without a quota allocates only zones no reservation still
+// needs. So a tenant with a quota can always fill it, whatever the others
+// write (unless nodes are lost). Without any quota nothing is checked (and
+// nothing is counted on the allocation path).
+
+// allocatedZones is the physical zones ns's v-zones hold.
+func allocatedZones(ns *nsState) uint64 {
+	var n uint64
+	for _, vz := range ns.VZones {
+		for _, g := range vz.allGroups() {
+			n += uint64(len(g.Zones))
+		}
+	}
+	return n
+}
+
+// availableZones is the zones of the available nodes' devices.
+func availableZones(st *State) uint64 {
+	var n uint64
+	for _, node := range st.Nodes {
+		if node.Available {
+			for _, d := range node.Record.Devices {
+				n += uint64(d.NumZones)
+			}
+		}
+	}
+	return n
+}
+
+// committedZones is what the namespaces hold or have reserved: a quota's
+// reservation (at least what it holds), the allocated zones of one without.
+func committedZones(st *State, except string) uint64 {
+	var n uint64
+	for name, ns := range st.Namespaces {
+		if name == except {
+			continue
+		}
+		n += max(ns.Spec.quotaZones(), allocatedZones(ns))
+	}
+	return n
+}
+
+// checkQuotaReservable refuses a new namespace's quota the cluster cannot
+// reserve (its record is already in st).
+func checkQuotaReservable(st *State, spec NamespaceSpec) error {
+	q := spec.quotaZones()
+	if q == 0 {
+		return nil
+	}
+	total, others := availableZones(st), committedZones(st, spec.Name)
+	if others+q > total {
+		return &zerr.NoResourcesError{Resource: fmt.Sprintf("physical zones for the quota of namespace %s (%d v-zones)", spec.Name, spec.VZones),
+			Requested: q, Available: total - min(total, others)}
+	}
+	return nil
+}
+
+// checkQuotaAlloc refuses a stripe group of n zones for namespace name
+// beyond its quota, or, for a namespace without one, into what the quotas
+// still reserve.
+func checkQuotaAlloc(st *State, name string, ns *nsState, n uint64) error {
+	if q := ns.Spec.quotaZones(); q > 0 {
+		if held := allocatedZones(ns); held+n > q {
+			return &zerr.NoResourcesError{Resource: fmt.Sprintf("physical zones of namespace %s's quota (%d v-zones)", name, ns.Spec.VZones),
+				Requested: n, Available: q - min(q, held)}
+		}
+		return nil
+	}
+	quotas := false
+	for _, o := range st.Namespaces {
+		quotas = quotas || o.Spec.VZones > 0
+	}
+	if !quotas {
+		return nil
+	}
+	var unmet, used uint64
+	for _, o := range st.Namespaces {
+		held := allocatedZones(o)
+		used += held
+		if q := o.Spec.quotaZones(); q > 0 {
+			unmet += q - min(q, held)
+		}
+	}
+	total := availableZones(st)
+	free := total - min(total, used)
+	if unmet+n > free {
+		return &zerr.NoResourcesError{Resource: "physical zones not reserved by other namespaces' quotas", Requested: n, Available: free - min(free, unmet)}
+	}
+	return nil
 }
 
 // GetNamespace returns one namespace.
@@ -431,6 +534,11 @@ func (a *Arbiter) allocGroup(st *State, name string, ns *nsState, vz *VZone, now
 	g, err := a.planGroup(st, name, ns, vz, reclaim, nil)
 	if err != nil {
 		return nil, err
+	}
+	if !reclaim { // a reclaim gives back the group it replaces
+		if err := checkQuotaAlloc(st, name, ns, uint64(len(g.Zones))); err != nil {
+			return nil, err
+		}
 	}
 	vz.Generation++
 	g.Index, g.Generation = uint32(len(vz.Groups)), vz.Generation

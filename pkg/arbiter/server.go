@@ -42,6 +42,7 @@ func toNamespace(n NamespaceInfo) *v1.Namespace {
 		ActiveVzones: n.ActiveVZones, ActiveZones: n.EssentialsInUse + n.SparesInUse, MinStripeWidth: n.MinWidth,
 		Active: !n.Inactive, Frozen: n.Frozen, Degraded: n.Degraded, Created: ts(n.CreatedAt), LastWrite: ts(n.LastWrite),
 		Redundancy: Redundancy(n.NamespaceSpec).String(),
+		Vzones:     n.VZones, AllocatedZones: n.AllocatedZones, QuotaZones: n.quotaZones(),
 	}
 }
 
@@ -130,7 +131,7 @@ func (s *Server) layoutRev(ctx context.Context) int64 {
 // CreateNamespace implements v1.ArbiterServer.
 func (s *Server) CreateNamespace(ctx context.Context, r *v1.CreateNamespaceRequest) (*v1.Namespace, error) {
 	n, err := s.a.CreateNamespace(ctx, NamespaceSpec{Name: r.GetName(), MARLogical: r.GetMaxActiveVzones(),
-		ZonesPerVZone: r.GetZonesPerVzone(), Weight: r.GetWeight(), Redundancy: r.GetRedundancy()})
+		ZonesPerVZone: r.GetZonesPerVzone(), Weight: r.GetWeight(), Redundancy: r.GetRedundancy(), VZones: r.GetVzones()})
 	if err != nil {
 		return nil, rpcerr.ToError(err)
 	}

@@ -149,7 +149,9 @@ type NamespaceSpec struct {
 	MARLogical uint32 `json:"mar_logical"`
 	// ZonesPerVZone is the number of physical zones of every v-zone; a power of two.
 	ZonesPerVZone uint32 `json:"zones_per_vzone"`
-	// VZones is the number of v-zones (ids 0..VZones-1); 0 means unbounded ids.
+	// VZones is the number of v-zones (ids 0..VZones-1); 0 means unbounded
+	// ids. It is the namespace's capacity quota: quotaZones physical zones
+	// are reserved for it at creation (see checkQuota).
 	VZones uint64 `json:"vzones,omitempty"`
 	// Weight of the namespace in the partition of essentials and spares; 0 means 1.
 	Weight uint32 `json:"weight,omitempty"`
@@ -178,6 +180,15 @@ func (s NamespaceSpec) zonesFor(w uint32) uint32 {
 		return w + parityExtraZones
 	}
 	return w * s.copies()
+}
+
+// quotaZones is the physical zones a namespace's quota reserves: every
+// v-zone full with one stripe group of full width (a mirrored leg takes one
+// zone per copy, a parity group its parity leg and partial-parity logs);
+// 0 without a quota. A parity namespace whose v-zones got narrower groups
+// (more parity zones) reaches this before its v-zone count.
+func (s NamespaceSpec) quotaZones() uint64 {
+	return s.VZones * uint64(s.zonesFor(s.ZonesPerVZone))
 }
 
 // widthFor is the widest stripe group z physical zones can hold (the

@@ -185,8 +185,11 @@ const DefaultOpenAhead = 2
 
 // Options of a volume.
 type Options struct {
-	// MaxZones caps the v-zones the file system may hold; 0 derives it from
-	// the cluster's capacity shared equally by its namespaces.
+	// MaxZones caps the v-zones the file system may hold; 0 takes the
+	// namespace's capacity quota (its v-zones, reserved for it) or, without
+	// one, the cluster's capacity shared equally by the namespaces that
+	// exist now (not reserved: a namespace created later, or one writing
+	// more than its share, can leave this file system ENOSPC below 100 %).
 	MaxZones int
 	// OpenAhead is how many v-zones are kept open ahead of need (opened
 	// concurrently); 0 means DefaultOpenAhead, a negative value opens every
@@ -230,6 +233,11 @@ func New(ctx context.Context, c *client.Client, o Options) (*Volume, error) {
 	}
 	zoneBlocks := uint64(ns.GetZonesPerVzone()) * zoneCap
 	maxZones := o.MaxZones
+	if maxZones <= 0 && ns.GetVzones() > 0 {
+		// the namespace's capacity quota: reserved for it, whatever the
+		// other namespaces write
+		maxZones = int(min(ns.GetVzones(), 1<<31))
+	}
 	if maxZones <= 0 {
 		st, err := c.ClusterStatus(ctx)
 		if err != nil {

@@ -1,6 +1,7 @@
 package zctl
 
 import (
+	"fmt"
 	"io"
 
 	"github.com/spf13/cobra"
@@ -31,6 +32,7 @@ func nsCmd(g *Globals) *cobra.Command {
 	create.Flags().Uint32Var(&req.MaxActiveVzones, "max-active-vzones", 4, "v-zones open at once (MAR_logical)")
 	create.Flags().Uint32Var(&req.ZonesPerVzone, "zones-per-vzone", 8, "physical zones per v-zone (a power of two)")
 	create.Flags().Uint32Var(&req.Weight, "weight", 1, "share of the essentials and spares")
+	create.Flags().Uint64Var(&req.Vzones, "vzones", 0, "capacity quota: the v-zones the namespace may hold, their physical zones reserved now (refused when the cluster cannot reserve them; 0: no quota, the namespace shares what quotas leave)")
 	create.Flags().StringVar(&req.Redundancy, "redundancy", "none", "none (RAID-0 legs), mirror:N (N copies of every leg on distinct nodes, N in 2..4; takes N× the active zones) or raid5 (k data legs + 1 parity leg on k+1 distinct nodes, at least 2, + two partial-parity log zones per stripe group); redundant namespaces recycle by host copy")
 
 	var force bool
@@ -77,6 +79,7 @@ func nsCmd(g *Globals) *cobra.Command {
 				t.row("zones per v-zone:\t%d", n.GetZonesPerVzone())
 				t.row("weight:\t%d", n.GetWeight())
 				t.row("redundancy:\t%s", redundancy(n))
+				t.row("capacity:\t%s", capacity(n))
 				t.row("essentials:\t%d", n.GetEssentials())
 				t.row("spares:\t%d (lent %d, borrowed %d)", n.GetSpares(), n.GetSparesLent(), n.GetSparesBorrowed())
 				t.row("min stripe width:\t%d", n.GetMinStripeWidth())
@@ -96,6 +99,22 @@ func redundancy(n *v1.Namespace) string {
 	return "none"
 }
 
+// capacity is what a namespace holds against its quota.
+func capacity(n *v1.Namespace) string {
+	if n.GetVzones() == 0 {
+		return fmt.Sprintf("%d physical zones held, no quota", n.GetAllocatedZones())
+	}
+	return fmt.Sprintf("%d of %d physical zones reserved by its quota of %d v-zones", n.GetAllocatedZones(), n.GetQuotaZones(), n.GetVzones())
+}
+
+// quota is the QUOTA column: v-zones, or "-".
+func quota(n *v1.Namespace) string {
+	if n.GetVzones() == 0 {
+		return "-"
+	}
+	return fmt.Sprint(n.GetVzones())
+}
+
 func nsState(n *v1.Namespace) string {
 	s := "idle"
 	if n.GetActive() {
@@ -112,10 +131,10 @@ func nsState(n *v1.Namespace) string {
 
 func nsTable(w io.Writer, list []*v1.Namespace) error {
 	t := table(w)
-	t.row("NAMESPACE\tMAX ACTIVE\tZONES/VZONE\tREDUNDANCY\tESSENTIALS\tSPARES\tLENT\tBORROWED\tACTIVE VZONES\tSTATE")
+	t.row("NAMESPACE\tMAX ACTIVE\tZONES/VZONE\tREDUNDANCY\tQUOTA VZONES\tZONES HELD\tESSENTIALS\tSPARES\tLENT\tBORROWED\tACTIVE VZONES\tSTATE")
 	for _, n := range list {
-		t.row("%s\t%d\t%d\t%s\t%d\t%d\t%d\t%d\t%d\t%s", n.GetName(), n.GetMaxActiveVzones(), n.GetZonesPerVzone(), redundancy(n), n.GetEssentials(),
-			n.GetSpares(), n.GetSparesLent(), n.GetSparesBorrowed(), n.GetActiveVzones(), nsState(n))
+		t.row("%s\t%d\t%d\t%s\t%s\t%d\t%d\t%d\t%d\t%d\t%d\t%s", n.GetName(), n.GetMaxActiveVzones(), n.GetZonesPerVzone(), redundancy(n), quota(n), n.GetAllocatedZones(),
+			n.GetEssentials(), n.GetSpares(), n.GetSparesLent(), n.GetSparesBorrowed(), n.GetActiveVzones(), nsState(n))
 	}
 	return t.flush()
 }

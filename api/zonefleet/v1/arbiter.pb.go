@@ -99,9 +99,15 @@ type Namespace struct {
 	LastWrite       *timestamppb.Timestamp `protobuf:"bytes,16,opt,name=last_write,json=lastWrite,proto3" json:"last_write,omitempty"`
 	// "none" (RAID-0 legs), "mirror:N" (N copies of every leg on distinct
 	// nodes) or "raid5" (k data legs + 1 parity leg); set at creation.
-	Redundancy    string `protobuf:"bytes,17,opt,name=redundancy,proto3" json:"redundancy,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	Redundancy string `protobuf:"bytes,17,opt,name=redundancy,proto3" json:"redundancy,omitempty"`
+	// Capacity quota: the v-zones the namespace may hold (ids 0..vzones-1),
+	// their physical zones reserved at creation; 0 = no quota (the namespace
+	// shares what the quotas leave).
+	Vzones         uint64 `protobuf:"varint,18,opt,name=vzones,proto3" json:"vzones,omitempty"`
+	AllocatedZones uint32 `protobuf:"varint,19,opt,name=allocated_zones,json=allocatedZones,proto3" json:"allocated_zones,omitempty"` // physical zones held by its v-zones
+	QuotaZones     uint64 `protobuf:"varint,20,opt,name=quota_zones,json=quotaZones,proto3" json:"quota_zones,omitempty"`             // physical zones its quota reserves (0 without one)
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
 }
 
 func (x *Namespace) Reset() {
@@ -253,6 +259,27 @@ func (x *Namespace) GetRedundancy() string {
 	return ""
 }
 
+func (x *Namespace) GetVzones() uint64 {
+	if x != nil {
+		return x.Vzones
+	}
+	return 0
+}
+
+func (x *Namespace) GetAllocatedZones() uint32 {
+	if x != nil {
+		return x.AllocatedZones
+	}
+	return 0
+}
+
+func (x *Namespace) GetQuotaZones() uint64 {
+	if x != nil {
+		return x.QuotaZones
+	}
+	return 0
+}
+
 type CreateNamespaceRequest struct {
 	state           protoimpl.MessageState `protogen:"open.v1"`
 	Name            string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
@@ -260,8 +287,11 @@ type CreateNamespaceRequest struct {
 	ZonesPerVzone   uint32                 `protobuf:"varint,3,opt,name=zones_per_vzone,json=zonesPerVzone,proto3" json:"zones_per_vzone,omitempty"`
 	Weight          uint32                 `protobuf:"varint,4,opt,name=weight,proto3" json:"weight,omitempty"`        // 0 = 1
 	Redundancy      string                 `protobuf:"bytes,5,opt,name=redundancy,proto3" json:"redundancy,omitempty"` // "" or "none" (default), "mirror:N" (N in 2..4), "raid5"
-	unknownFields   protoimpl.UnknownFields
-	sizeCache       protoimpl.SizeCache
+	// Capacity quota in v-zones (see Namespace.vzones); 0 = none. Refused
+	// (RESOURCE_EXHAUSTED) when the cluster cannot reserve it.
+	Vzones        uint64 `protobuf:"varint,6,opt,name=vzones,proto3" json:"vzones,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *CreateNamespaceRequest) Reset() {
@@ -327,6 +357,13 @@ func (x *CreateNamespaceRequest) GetRedundancy() string {
 		return x.Redundancy
 	}
 	return ""
+}
+
+func (x *CreateNamespaceRequest) GetVzones() uint64 {
+	if x != nil {
+		return x.Vzones
+	}
+	return 0
 }
 
 type GetNamespaceRequest struct {
@@ -2243,7 +2280,7 @@ var File_zonefleet_v1_arbiter_proto protoreflect.FileDescriptor
 
 const file_zonefleet_v1_arbiter_proto_rawDesc = "" +
 	"\n" +
-	"\x1azonefleet/v1/arbiter.proto\x12\fzonefleet.v1\x1a\x1fgoogle/protobuf/timestamp.proto\"\xdc\x04\n" +
+	"\x1azonefleet/v1/arbiter.proto\x12\fzonefleet.v1\x1a\x1fgoogle/protobuf/timestamp.proto\"\xbe\x05\n" +
 	"\tNamespace\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12*\n" +
 	"\x11max_active_vzones\x18\x02 \x01(\rR\x0fmaxActiveVzones\x12&\n" +
@@ -2268,7 +2305,11 @@ const file_zonefleet_v1_arbiter_proto_rawDesc = "" +
 	"last_write\x18\x10 \x01(\v2\x1a.google.protobuf.TimestampR\tlastWrite\x12\x1e\n" +
 	"\n" +
 	"redundancy\x18\x11 \x01(\tR\n" +
-	"redundancy\"\xb8\x01\n" +
+	"redundancy\x12\x16\n" +
+	"\x06vzones\x18\x12 \x01(\x04R\x06vzones\x12'\n" +
+	"\x0fallocated_zones\x18\x13 \x01(\rR\x0eallocatedZones\x12\x1f\n" +
+	"\vquota_zones\x18\x14 \x01(\x04R\n" +
+	"quotaZones\"\xd0\x01\n" +
 	"\x16CreateNamespaceRequest\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12*\n" +
 	"\x11max_active_vzones\x18\x02 \x01(\rR\x0fmaxActiveVzones\x12&\n" +
@@ -2276,7 +2317,8 @@ const file_zonefleet_v1_arbiter_proto_rawDesc = "" +
 	"\x06weight\x18\x04 \x01(\rR\x06weight\x12\x1e\n" +
 	"\n" +
 	"redundancy\x18\x05 \x01(\tR\n" +
-	"redundancy\")\n" +
+	"redundancy\x12\x16\n" +
+	"\x06vzones\x18\x06 \x01(\x04R\x06vzones\")\n" +
 	"\x13GetNamespaceRequest\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\"\x17\n" +
 	"\x15ListNamespacesRequest\"Q\n" +
