@@ -394,10 +394,23 @@ func (f *FS) ListXAttr(_ <-chan struct{}, h *fuse.InHeader, dest []byte) (uint32
 	return xattrReply(b, dest)
 }
 
+// The POSIX ACL xattrs, which this file system does not enforce.
+const (
+	aclAccess  = "system.posix_acl_access"
+	aclDefault = "system.posix_acl_default"
+)
+
 // SetXAttr implements fuse.RawFileSystem.
 func (f *FS) SetXAttr(_ <-chan struct{}, in *fuse.SetXAttrIn, name string, data []byte) fuse.Status {
 	if in.NodeId == lfs.RootIno && name == StatsXattr {
 		return status(syscall.EPERM)
+	}
+	if name == aclAccess || name == aclDefault {
+		// The kernel checks permissions from the mode bits alone (no
+		// FUSE_POSIX_ACL): a stored ACL would not be enforced, so that
+		// `setfacl -m o::- secret` would report success and leave the
+		// file readable. Refused, as by a file system mounted noacl.
+		return status(syscall.EOPNOTSUPP)
 	}
 	return status(f.fs.Setxattr(bg(), in.NodeId, name, data, int(in.Flags)))
 }

@@ -13,7 +13,8 @@ import (
 
 // Edges a real program meets through the mount (found with a battery of
 // syscalls against `zctl local up --mount`): a fallocate larger than the
-// free space, and timestamps outside what the file system stores.
+// free space, timestamps outside what the file system stores, and POSIX ACLs
+// it would not enforce.
 func TestFallocateAndTimestampEdges(t *testing.T) {
 	m := mountCluster(t)
 	p := filepath.Join(m.dir, "f")
@@ -39,6 +40,16 @@ func TestFallocateAndTimestampEdges(t *testing.T) {
 		_, err = f.WriteAt(make([]byte, 1<<20), 0)
 		require.NoError(t, err)
 		require.NoError(t, unix.Fallocate(int(f.Fd()), 0, 0, 1<<20), "a range the file holds needs nothing")
+	})
+
+	t.Run("POSIX ACLs are refused, not stored unenforced", func(t *testing.T) {
+		// user::rw- group::r-- other::--- (an ACL taking others' read away)
+		acl := []byte{2, 0, 0, 0, 1, 0, 6, 0, 0xff, 0xff, 0xff, 0xff, 4, 0, 4, 0, 0xff, 0xff, 0xff, 0xff, 0x20, 0, 0, 0, 0xff, 0xff, 0xff, 0xff}
+		d := filepath.Join(m.dir, "d")
+		require.NoError(t, os.Mkdir(d, 0o755))
+		assert.ErrorIs(t, unix.Setxattr(p, "system.posix_acl_access", acl, 0), unix.EOPNOTSUPP)
+		assert.ErrorIs(t, unix.Setxattr(d, "system.posix_acl_default", acl, 0), unix.EOPNOTSUPP, "a directory's default ACL")
+		require.NoError(t, unix.Setxattr(p, "user.note", []byte("v"), 0), "other xattrs work")
 	})
 
 	t.Run("timestamps", func(t *testing.T) {
