@@ -262,6 +262,23 @@ func (s *Server) ReportActivity(ctx context.Context, r *v1.ReportActivityRequest
 	return &v1.ReportActivityResponse{}, nil
 }
 
+// AcquireMount implements v1.ArbiterServer.
+func (s *Server) AcquireMount(ctx context.Context, r *v1.AcquireMountRequest) (*v1.MountLease, error) {
+	l, err := s.a.AcquireMount(ctx, r.GetNamespace(), r.GetHolder(), time.Duration(r.GetTtlSeconds())*time.Second, r.GetForce())
+	if err != nil {
+		return nil, rpcerr.ToError(err)
+	}
+	return &v1.MountLease{Namespace: l.Namespace, Holder: l.Holder, Expires: ts(l.Expires)}, nil
+}
+
+// ReleaseMount implements v1.ArbiterServer.
+func (s *Server) ReleaseMount(ctx context.Context, r *v1.ReleaseMountRequest) (*v1.ReleaseMountResponse, error) {
+	if err := s.a.ReleaseMount(ctx, r.GetNamespace(), r.GetHolder()); err != nil {
+		return nil, rpcerr.ToError(err)
+	}
+	return &v1.ReleaseMountResponse{}, nil
+}
+
 // ListNodes implements v1.ArbiterServer.
 func (s *Server) ListNodes(ctx context.Context, _ *v1.ListNodesRequest) (*v1.ListNodesResponse, error) {
 	nodes, err := s.a.Nodes(ctx)

@@ -222,6 +222,10 @@ type nsState struct {
 	LastWrite  time.Time         `json:"last_write"` // last persisted write activity
 	Frozen     bool              `json:"frozen,omitempty"`
 	VZones     map[uint64]*VZone `json:"vzones"`
+	// The mount lease (AcquireMount): who writes the namespace's file
+	// system, until when (Unix nanoseconds of the arbiter's clock).
+	MountHolder  string `json:"mount_holder,omitempty"`
+	MountExpires int64  `json:"mount_expires,omitempty"`
 }
 
 func (n *nsState) weight() uint64 {

@@ -55,6 +55,9 @@ type nsRecord struct {
 	EWMA       float64       `json:"ewma"`
 	LastWrite  time.Time     `json:"last_write"`
 	Frozen     bool          `json:"frozen,omitempty"`
+	// the mount lease (mount.go)
+	MountHolder  string `json:"mount_holder,omitempty"`
+	MountExpires int64  `json:"mount_expires,omitempty"`
 }
 
 func nsKey(name string) string            { return nsPrefix + name }
@@ -68,7 +71,8 @@ func metaOf(st *State) metaRecord {
 
 func nsRecordOf(ns *nsState) nsRecord {
 	return nsRecord{Spec: ns.Spec, CreatedAt: ns.CreatedAt, Essentials: ns.Essentials, Spares: ns.Spares,
-		LastAlloc: ns.LastAlloc, EWMA: ns.EWMA, LastWrite: ns.LastWrite, Frozen: ns.Frozen}
+		LastAlloc: ns.LastAlloc, EWMA: ns.EWMA, LastWrite: ns.LastWrite, Frozen: ns.Frozen,
+		MountHolder: ns.MountHolder, MountExpires: ns.MountExpires}
 }
 
 // ---- copy on write -------------------------------------------------------
@@ -566,6 +570,7 @@ func (a *Arbiter) loadStore(ctx context.Context, t *term) (*State, map[string]in
 			}
 			ns.Spec, ns.CreatedAt, ns.Essentials, ns.Spares = r.Spec, r.CreatedAt, r.Essentials, r.Spares
 			ns.LastAlloc, ns.EWMA, ns.LastWrite, ns.Frozen = r.LastAlloc, r.EWMA, r.LastWrite, r.Frozen
+			ns.MountHolder, ns.MountExpires = r.MountHolder, r.MountExpires
 		case strings.HasPrefix(k, vzPrefix):
 			name, idS, ok := strings.Cut(strings.TrimPrefix(k, vzPrefix), "/")
 			id, err := strconv.ParseUint(idS, 10, 64)

@@ -105,6 +105,8 @@ func DefaultPolicy() Policy {
 		arb + "GetVZone":        {Kinds: tenantData, NamespaceField: "namespace"},
 		arb + "ListVZones":      {Kinds: tenantData, NamespaceField: "namespace"},
 		arb + "ReportActivity":  {Kinds: tenantData, NamespaceField: "namespace"},
+		arb + "AcquireMount":    {Kinds: tenantData, NamespaceField: "namespace"},
+		arb + "ReleaseMount":    {Kinds: tenantData, NamespaceField: "namespace"},
 		arb + "ListNodes":       {Kinds: tenantData},
 		arb + "GetNode":         {Kinds: tenantData},
 		arb + "ClusterStatus":   {Kinds: tenantData},

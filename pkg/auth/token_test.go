@@ -190,6 +190,7 @@ func TestPolicyCoversEveryMethod(t *testing.T) {
 		"ResetVZone": &v1.VZoneRequest{Namespace: "x"}, "GetVZone": &v1.VZoneRequest{Namespace: "x"},
 		"ResetVZones": &v1.ResetVZonesRequest{Namespace: "x"},
 		"ListVZones":  &v1.ListVZonesRequest{Namespace: "x"}, "ReportActivity": &v1.ReportActivityRequest{Namespace: "x"},
+		"AcquireMount": &v1.AcquireMountRequest{Namespace: "x"}, "ReleaseMount": &v1.ReleaseMountRequest{Namespace: "x"},
 		"TLOpenVZone": &v1.TLOpenVZoneRequest{Namespace: "x"},
 		"IssueToken":  &v1.IssueTokenRequest{Namespace: "x"},
 	}

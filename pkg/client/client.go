@@ -485,6 +485,27 @@ func (c *Client) GetNamespace(ctx context.Context) (*v1.Namespace, error) {
 	return c.Namespaces().Get(ctx, c.cfg.Namespace)
 }
 
+// AcquireMount takes or renews the client namespace's mount lease for
+// holder (see the arbiter's AcquireMount): *zerr.AlreadyExistsError while
+// another holder's lease runs, unless force.
+func (c *Client) AcquireMount(ctx context.Context, holder string, ttl time.Duration, force bool) (*v1.MountLease, error) {
+	if c.cfg.Namespace == "" {
+		return nil, &zerr.InvalidArgumentError{Field: "namespace", Reason: "the client has none (give --namespace)"}
+	}
+	return arbiterCall(ctx, c, "acquire the mount lease", func(ctx context.Context, a v1.ArbiterClient) (*v1.MountLease, error) {
+		return a.AcquireMount(ctx, &v1.AcquireMountRequest{Namespace: c.cfg.Namespace, Holder: holder,
+			TtlSeconds: uint32(min(max(ttl/time.Second, 1), 3600)), Force: force})
+	})
+}
+
+// ReleaseMount gives the mount lease back when holder holds it.
+func (c *Client) ReleaseMount(ctx context.Context, holder string) error {
+	_, err := arbiterCall(ctx, c, "release the mount lease", func(ctx context.Context, a v1.ArbiterClient) (*v1.ReleaseMountResponse, error) {
+		return a.ReleaseMount(ctx, &v1.ReleaseMountRequest{Namespace: c.cfg.Namespace, Holder: holder})
+	})
+	return err
+}
+
 // NamespaceAdmin manages namespaces.
 type NamespaceAdmin struct{ c *Client }
 

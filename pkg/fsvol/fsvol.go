@@ -98,6 +98,7 @@ import (
 	"log/slog"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	v1 "github.com/zonefleet/zonefleet/api/zonefleet/v1"
@@ -118,6 +119,16 @@ type Volume struct {
 	bg     context.Context // background work; cancelled by Close
 	cancel context.CancelFunc
 	wg     sync.WaitGroup
+
+	// the mount lease (lease.go)
+	ns      string
+	holder  string
+	ttl     time.Duration
+	leaseOK atomic.Int64 // clock time (Clock.Now) of the last successful renewal
+	fenced  atomic.Pointer[FencedError]
+	// the renewals' stop and end (nil without a holder)
+	leaseStop context.CancelFunc
+	leaseDone chan struct{}
 
 	// lifecycle orders opens (shared) against resets (exclusive): the arbiter
 	// hands out the lowest empty v-zone, often one just reset, and the two
@@ -201,6 +212,14 @@ type Options struct {
 	// write skips; unspecified means PPA-ordered (ZNS+ §3.2.2: plugging
 	// ahead of the write pointer while the chip is idle).
 	TLMode v1.PlugMode
+	// MountHolder, when set, makes the volume take the namespace's mount
+	// lease in New and renew it (see lease.go): one mount writes a
+	// namespace at a time. Unique per mount (host, pid, a random id).
+	MountHolder string
+	// ForceMount takes the lease even from a live holder (that mount then
+	// stops writing); MountTTL is the lease's TTL (0: the arbiter's 15 s).
+	ForceMount bool
+	MountTTL   time.Duration
 	// SyncCompaction makes Compact wait for the copies and flush their
 	// drives before it returns. By default Compact returns once the copies
 	// are submitted (see Asynchronous compaction in the package
@@ -262,12 +281,23 @@ func New(ctx context.Context, c *client.Client, o Options) (*Volume, error) {
 	if tlm == v1.PlugMode_PLUG_MODE_UNSPECIFIED {
 		tlm = v1.PlugMode_PLUG_MODE_PPA_ORDERED
 	}
-	return &Volume{c: c, ahead: max(ahead, 0), log: log, bg: bg, cancel: cancel, tlm: tlm, sync: o.SyncCompaction,
+	v := &Volume{c: c, ahead: max(ahead, 0), log: log, bg: bg, cancel: cancel, tlm: tlm, sync: o.SyncCompaction,
 		dirty: map[client.DeviceRef]uint64{}, open: map[lfs.ZoneID]bool{}, finishing: map[lfs.ZoneID]*finishOp{},
+		ns: ns.GetName(), holder: o.MountHolder, ttl: o.MountTTL,
 		geo: lfs.VolumeGeometry{
 			BlockSize: int(bs), ZoneBlocks: zoneBlocks, ChunkBlocks: chunk,
 			MaxOpen: int(ns.GetMaxActiveVzones()), MaxZones: maxZones,
-		}}, nil
+		}}
+	if v.ttl <= 0 {
+		v.ttl = 15 * time.Second
+	}
+	if v.holder != "" {
+		if err := v.acquireLease(ctx, o.ForceMount); err != nil {
+			cancel()
+			return nil, err
+		}
+	}
+	return v, nil
 }
 
 // Geometry implements lfs.Volume.
@@ -313,12 +343,16 @@ func (v *Volume) Close(ctx context.Context) error {
 		errs = append(errs, err)
 	}
 	errs = append(errs, v.drainFinishes(ctx, nil, true))
+	errs = append(errs, v.releaseLease(ctx))
 	v.cancel()
 	return errors.Join(errs...)
 }
 
 // OpenZone implements lfs.Volume: a v-zone opened ahead when there is one.
 func (v *Volume) OpenZone(ctx context.Context) (lfs.ZoneID, error) {
+	if err := v.fencedErr(); err != nil {
+		return 0, err
+	}
 	for {
 		v.mu.Lock()
 		if n := len(v.spares); n > 0 {
@@ -368,6 +402,9 @@ func (v *Volume) OpenZone(ctx context.Context) (lfs.ZoneID, error) {
 // resources are all in use, when it falls back to OpenZone; like is
 // typically the victim of a segment cleaning.
 func (v *Volume) OpenZoneLike(ctx context.Context, like lfs.ZoneID) (lfs.ZoneID, error) {
+	if err := v.fencedErr(); err != nil {
+		return 0, err
+	}
 	open := func() (lfs.ZoneID, error) {
 		v.lifecycle.RLock()
 		defer v.lifecycle.RUnlock()
@@ -530,6 +567,9 @@ func (v *Volume) Zones(ctx context.Context) ([]lfs.ZoneInfo, error) {
 
 // Write implements lfs.Volume.
 func (v *Volume) Write(ctx context.Context, z lfs.ZoneID, off uint64, data []byte, fua bool) error {
+	if err := v.fencedErr(); err != nil {
+		return err
+	}
 	if err := v.settleZone(ctx, z); err != nil {
 		return err
 	}
@@ -615,6 +655,9 @@ func (v *Volume) Read(ctx context.Context, z lfs.ZoneID, off uint64, buf []byte)
 // Finish implements lfs.Volume: the finish runs in the background (see the
 // package documentation for what waits for it).
 func (v *Volume) Finish(ctx context.Context, z lfs.ZoneID) error {
+	if err := v.fencedErr(); err != nil {
+		return err
+	}
 	if err := v.settleZone(ctx, z); err != nil {
 		return err
 	}
@@ -702,6 +745,9 @@ func (v *Volume) drainFinishes(ctx context.Context, zones []lfs.ZoneID, retry bo
 // Reset implements lfs.Volume. A finish of z still in flight lands first.
 // Resetting a v-zone that is in the spare pool is a no-op (see below).
 func (v *Volume) Reset(ctx context.Context, z lfs.ZoneID) error {
+	if err := v.fencedErr(); err != nil {
+		return err
+	}
 	if err := v.settleZone(ctx, z); err != nil {
 		return err
 	}
@@ -750,6 +796,13 @@ func (v *Volume) Reset(ctx context.Context, z lfs.ZoneID) error {
 // arbiter call for all of them (client.Client.ResetVZones: one state change
 // instead of one per v-zone) under one hold of the lifecycle lock.
 func (v *Volume) ResetZones(ctx context.Context, zs []lfs.ZoneID) []error {
+	if err := v.fencedErr(); err != nil {
+		errs := make([]error, len(zs))
+		for i := range errs {
+			errs[i] = err
+		}
+		return errs
+	}
 	errs := make([]error, len(zs))
 	ops := make([]*finishOp, len(zs))
 	for i, z := range zs {
@@ -807,6 +860,9 @@ func (v *Volume) ResetZones(ctx context.Context, zs []lfs.ZoneID) []error {
 // finishes are pending, they land (they give slots back) and TLOpen tries
 // once more.
 func (v *Volume) TLOpen(ctx context.Context, z lfs.ZoneID, valid []byte) error {
+	if err := v.fencedErr(); err != nil {
+		return err
+	}
 	if want := (v.geo.ZoneBlocks + 7) / 8; uint64(len(valid)) != want {
 		return &zerr.InvalidBitmapError{Zone: uint64(z), Reason: fmt.Sprintf("has %d bytes, the zone needs %d", len(valid), want)}
 	}
@@ -838,6 +894,9 @@ func (v *Volume) TLOpen(ctx context.Context, z lfs.ZoneID, valid []byte) error {
 // Asynchronous (the default): it returns once the copies are submitted (see
 // the package documentation, Asynchronous compaction).
 func (v *Volume) Compact(ctx context.Context, copies []lfs.Copy) (lfs.CompactStats, error) {
+	if err := v.fencedErr(); err != nil {
+		return lfs.CompactStats{}, err
+	}
 	if len(copies) == 0 {
 		return lfs.CompactStats{}, &zerr.InvalidArgumentError{Field: "copies", Reason: "is empty"}
 	}
@@ -1209,6 +1268,9 @@ func (v *Volume) Locate(ctx context.Context, z lfs.ZoneID, off uint64) (lfs.Loca
 // caller gets the result of a round that started after its call, so it
 // covers every write acknowledged before the call.
 func (v *Volume) Flush(ctx context.Context) error {
+	if err := v.fencedErr(); err != nil {
+		return err
+	}
 	v.fl.mu.Lock()
 	v.fl.asked++
 	ticket := v.fl.asked

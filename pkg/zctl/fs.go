@@ -3,6 +3,7 @@ package zctl
 import (
 	"bufio"
 	"context"
+	"crypto/rand"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -262,6 +263,7 @@ type mountOptions struct {
 	cachedWrite, allowOther       bool
 	daemon, debug                 bool
 	asyncCompaction               bool
+	forceMount                    bool
 	bgGC, cpEvery, retryDeadline  time.Duration
 	cacheBlocks, maxZones         int
 	pgcWorkers                    int
@@ -304,6 +306,7 @@ Prometheus metrics (zonefleet_fs_*, zonefleet_client_*) on --metrics-listen.`,
 	f := c.Flags()
 	nsFlag(c, &o.ns)
 	f.StringVar(&o.gc, "gc", "zns+", "segment recycling: zns+ (threaded logging and hybrid segment recycling with IZC; izc when the volume has no TL_open), izc (copy inside the drives, ZNS+ zone_compaction) or host-copy/zns (the ZNS baseline)")
+	f.BoolVar(&o.forceMount, "force-mount", false, "take the namespace's mount lease even while another mount holds it (that mount stops writing and turns read-only); without it a second mount of a namespace is refused")
 	f.BoolVar(&o.asyncCompaction, "async-compaction", false, "zone_compaction returns once submitted and overlaps the checkpoint (ZNS+ §3.2.1); a compaction that fails on the nodes and cannot be finished by host copy then fails every fsync until its nodes return (default: each compaction completes before the file system goes on)")
 	f.BoolVar(&o.cachedWrite, "izc-cached-write", false, "IZC-H: write blocks cached on the host from the host instead of copying them on the drives")
 	f.IntVar(&o.pgcWorkers, "pgc-workers", lfs.DefaultPGCWorkers, "P-GC: host copy reads a victim more than half valid with this many parallel workers (1: off; 0: the default)")
@@ -431,10 +434,21 @@ func serveMount(sigCtx context.Context, g *Globals, o mountOptions, mounted func
 		return err
 	}
 	defer c.Close()
-	vol, err := fsvol.New(sigCtx, c, fsvol.Options{MaxZones: o.maxZones, SyncCompaction: !o.asyncCompaction})
+	vol, err := fsvol.New(sigCtx, c, fsvol.Options{MaxZones: o.maxZones, SyncCompaction: !o.asyncCompaction,
+		MountHolder: mountHolder(), ForceMount: o.forceMount})
 	if err != nil {
+		var ae *zerr.AlreadyExistsError
+		if errors.As(err, &ae) {
+			return fmt.Errorf("%w: a namespace is mounted once at a time (unmount the other, wait for its lease to end if it died, or --force-mount)", err)
+		}
 		return err
 	}
+	volClosed := false
+	defer func() { // an early return: the spare v-zones and the mount lease go back
+		if !volClosed {
+			_ = vol.Close(context.Background())
+		}
+	}()
 	clk := clock.Realtime(1)
 	defer clk.Stop()
 	mode, err := lfs.ParseMode(o.gc)
@@ -500,6 +514,7 @@ func serveMount(sigCtx context.Context, g *Globals, o mountOptions, mounted func
 	// finishes. The spare is reset only if it is still this mount's opening
 	// (its incarnation): a next mount that already reset and reopened the
 	// id keeps it (fsvol.Volume.Close).
+	volClosed = true
 	if err := vol.Close(context.Background()); err != nil {
 		fmt.Fprintf(g.Err, "zctl: closing the volume of %s: %v\n", g.Namespace, err)
 	}
@@ -705,4 +720,13 @@ write+checkpoint.`,
 	f.BoolVar(&o.IZCH, "izc-h", true, "also run IZC-H (blocks cached on the host written from the host)")
 	f.BoolVar(&pgc, "pgc", true, "also run host copy with P-GC (victim reads split across 2 workers): host_copy_pgc, pgc_vs_host_copy")
 	return c
+}
+
+// mountHolder names this mount in the namespace's mount lease: host, pid
+// and a random id (a restarted process on the same host is another mount).
+func mountHolder() string {
+	host, _ := os.Hostname()
+	var r [4]byte
+	_, _ = rand.Read(r[:])
+	return fmt.Sprintf("%s pid %d %x", host, os.Getpid(), r)
 }

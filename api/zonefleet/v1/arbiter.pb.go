@@ -1289,6 +1289,222 @@ func (*ReportActivityResponse) Descriptor() ([]byte, []int) {
 	return file_zonefleet_v1_arbiter_proto_rawDescGZIP(), []int{17}
 }
 
+type AcquireMountRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Namespace     string                 `protobuf:"bytes,1,opt,name=namespace,proto3" json:"namespace,omitempty"`
+	Holder        string                 `protobuf:"bytes,2,opt,name=holder,proto3" json:"holder,omitempty"`                            // who mounts: host, pid and a random id
+	TtlSeconds    uint32                 `protobuf:"varint,3,opt,name=ttl_seconds,json=ttlSeconds,proto3" json:"ttl_seconds,omitempty"` // 0 = 15; at most 3600
+	Force         bool                   `protobuf:"varint,4,opt,name=force,proto3" json:"force,omitempty"`                             // take it even from a live holder (that mount then goes read-only)
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *AcquireMountRequest) Reset() {
+	*x = AcquireMountRequest{}
+	mi := &file_zonefleet_v1_arbiter_proto_msgTypes[18]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *AcquireMountRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*AcquireMountRequest) ProtoMessage() {}
+
+func (x *AcquireMountRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_zonefleet_v1_arbiter_proto_msgTypes[18]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use AcquireMountRequest.ProtoReflect.Descriptor instead.
+func (*AcquireMountRequest) Descriptor() ([]byte, []int) {
+	return file_zonefleet_v1_arbiter_proto_rawDescGZIP(), []int{18}
+}
+
+func (x *AcquireMountRequest) GetNamespace() string {
+	if x != nil {
+		return x.Namespace
+	}
+	return ""
+}
+
+func (x *AcquireMountRequest) GetHolder() string {
+	if x != nil {
+		return x.Holder
+	}
+	return ""
+}
+
+func (x *AcquireMountRequest) GetTtlSeconds() uint32 {
+	if x != nil {
+		return x.TtlSeconds
+	}
+	return 0
+}
+
+func (x *AcquireMountRequest) GetForce() bool {
+	if x != nil {
+		return x.Force
+	}
+	return false
+}
+
+type MountLease struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Namespace     string                 `protobuf:"bytes,1,opt,name=namespace,proto3" json:"namespace,omitempty"`
+	Holder        string                 `protobuf:"bytes,2,opt,name=holder,proto3" json:"holder,omitempty"`
+	Expires       *timestamppb.Timestamp `protobuf:"bytes,3,opt,name=expires,proto3" json:"expires,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *MountLease) Reset() {
+	*x = MountLease{}
+	mi := &file_zonefleet_v1_arbiter_proto_msgTypes[19]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *MountLease) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*MountLease) ProtoMessage() {}
+
+func (x *MountLease) ProtoReflect() protoreflect.Message {
+	mi := &file_zonefleet_v1_arbiter_proto_msgTypes[19]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use MountLease.ProtoReflect.Descriptor instead.
+func (*MountLease) Descriptor() ([]byte, []int) {
+	return file_zonefleet_v1_arbiter_proto_rawDescGZIP(), []int{19}
+}
+
+func (x *MountLease) GetNamespace() string {
+	if x != nil {
+		return x.Namespace
+	}
+	return ""
+}
+
+func (x *MountLease) GetHolder() string {
+	if x != nil {
+		return x.Holder
+	}
+	return ""
+}
+
+func (x *MountLease) GetExpires() *timestamppb.Timestamp {
+	if x != nil {
+		return x.Expires
+	}
+	return nil
+}
+
+type ReleaseMountRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Namespace     string                 `protobuf:"bytes,1,opt,name=namespace,proto3" json:"namespace,omitempty"`
+	Holder        string                 `protobuf:"bytes,2,opt,name=holder,proto3" json:"holder,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ReleaseMountRequest) Reset() {
+	*x = ReleaseMountRequest{}
+	mi := &file_zonefleet_v1_arbiter_proto_msgTypes[20]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ReleaseMountRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ReleaseMountRequest) ProtoMessage() {}
+
+func (x *ReleaseMountRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_zonefleet_v1_arbiter_proto_msgTypes[20]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ReleaseMountRequest.ProtoReflect.Descriptor instead.
+func (*ReleaseMountRequest) Descriptor() ([]byte, []int) {
+	return file_zonefleet_v1_arbiter_proto_rawDescGZIP(), []int{20}
+}
+
+func (x *ReleaseMountRequest) GetNamespace() string {
+	if x != nil {
+		return x.Namespace
+	}
+	return ""
+}
+
+func (x *ReleaseMountRequest) GetHolder() string {
+	if x != nil {
+		return x.Holder
+	}
+	return ""
+}
+
+type ReleaseMountResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ReleaseMountResponse) Reset() {
+	*x = ReleaseMountResponse{}
+	mi := &file_zonefleet_v1_arbiter_proto_msgTypes[21]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ReleaseMountResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ReleaseMountResponse) ProtoMessage() {}
+
+func (x *ReleaseMountResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_zonefleet_v1_arbiter_proto_msgTypes[21]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ReleaseMountResponse.ProtoReflect.Descriptor instead.
+func (*ReleaseMountResponse) Descriptor() ([]byte, []int) {
+	return file_zonefleet_v1_arbiter_proto_rawDescGZIP(), []int{21}
+}
+
 type DeviceInfo struct {
 	state          protoimpl.MessageState `protogen:"open.v1"`
 	Index          uint32                 `protobuf:"varint,1,opt,name=index,proto3" json:"index,omitempty"`
@@ -1311,7 +1527,7 @@ type DeviceInfo struct {
 
 func (x *DeviceInfo) Reset() {
 	*x = DeviceInfo{}
-	mi := &file_zonefleet_v1_arbiter_proto_msgTypes[18]
+	mi := &file_zonefleet_v1_arbiter_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1323,7 +1539,7 @@ func (x *DeviceInfo) String() string {
 func (*DeviceInfo) ProtoMessage() {}
 
 func (x *DeviceInfo) ProtoReflect() protoreflect.Message {
-	mi := &file_zonefleet_v1_arbiter_proto_msgTypes[18]
+	mi := &file_zonefleet_v1_arbiter_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1336,7 +1552,7 @@ func (x *DeviceInfo) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeviceInfo.ProtoReflect.Descriptor instead.
 func (*DeviceInfo) Descriptor() ([]byte, []int) {
-	return file_zonefleet_v1_arbiter_proto_rawDescGZIP(), []int{18}
+	return file_zonefleet_v1_arbiter_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *DeviceInfo) GetIndex() uint32 {
@@ -1451,7 +1667,7 @@ type Node struct {
 
 func (x *Node) Reset() {
 	*x = Node{}
-	mi := &file_zonefleet_v1_arbiter_proto_msgTypes[19]
+	mi := &file_zonefleet_v1_arbiter_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1463,7 +1679,7 @@ func (x *Node) String() string {
 func (*Node) ProtoMessage() {}
 
 func (x *Node) ProtoReflect() protoreflect.Message {
-	mi := &file_zonefleet_v1_arbiter_proto_msgTypes[19]
+	mi := &file_zonefleet_v1_arbiter_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1476,7 +1692,7 @@ func (x *Node) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Node.ProtoReflect.Descriptor instead.
 func (*Node) Descriptor() ([]byte, []int) {
-	return file_zonefleet_v1_arbiter_proto_rawDescGZIP(), []int{19}
+	return file_zonefleet_v1_arbiter_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *Node) GetId() string {
@@ -1529,7 +1745,7 @@ type ListNodesRequest struct {
 
 func (x *ListNodesRequest) Reset() {
 	*x = ListNodesRequest{}
-	mi := &file_zonefleet_v1_arbiter_proto_msgTypes[20]
+	mi := &file_zonefleet_v1_arbiter_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1541,7 +1757,7 @@ func (x *ListNodesRequest) String() string {
 func (*ListNodesRequest) ProtoMessage() {}
 
 func (x *ListNodesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_zonefleet_v1_arbiter_proto_msgTypes[20]
+	mi := &file_zonefleet_v1_arbiter_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1554,7 +1770,7 @@ func (x *ListNodesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListNodesRequest.ProtoReflect.Descriptor instead.
 func (*ListNodesRequest) Descriptor() ([]byte, []int) {
-	return file_zonefleet_v1_arbiter_proto_rawDescGZIP(), []int{20}
+	return file_zonefleet_v1_arbiter_proto_rawDescGZIP(), []int{24}
 }
 
 type ListNodesResponse struct {
@@ -1566,7 +1782,7 @@ type ListNodesResponse struct {
 
 func (x *ListNodesResponse) Reset() {
 	*x = ListNodesResponse{}
-	mi := &file_zonefleet_v1_arbiter_proto_msgTypes[21]
+	mi := &file_zonefleet_v1_arbiter_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1578,7 +1794,7 @@ func (x *ListNodesResponse) String() string {
 func (*ListNodesResponse) ProtoMessage() {}
 
 func (x *ListNodesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_zonefleet_v1_arbiter_proto_msgTypes[21]
+	mi := &file_zonefleet_v1_arbiter_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1591,7 +1807,7 @@ func (x *ListNodesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListNodesResponse.ProtoReflect.Descriptor instead.
 func (*ListNodesResponse) Descriptor() ([]byte, []int) {
-	return file_zonefleet_v1_arbiter_proto_rawDescGZIP(), []int{21}
+	return file_zonefleet_v1_arbiter_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *ListNodesResponse) GetNodes() []*Node {
@@ -1610,7 +1826,7 @@ type GetNodeRequest struct {
 
 func (x *GetNodeRequest) Reset() {
 	*x = GetNodeRequest{}
-	mi := &file_zonefleet_v1_arbiter_proto_msgTypes[22]
+	mi := &file_zonefleet_v1_arbiter_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1622,7 +1838,7 @@ func (x *GetNodeRequest) String() string {
 func (*GetNodeRequest) ProtoMessage() {}
 
 func (x *GetNodeRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_zonefleet_v1_arbiter_proto_msgTypes[22]
+	mi := &file_zonefleet_v1_arbiter_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1635,7 +1851,7 @@ func (x *GetNodeRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetNodeRequest.ProtoReflect.Descriptor instead.
 func (*GetNodeRequest) Descriptor() ([]byte, []int) {
-	return file_zonefleet_v1_arbiter_proto_rawDescGZIP(), []int{22}
+	return file_zonefleet_v1_arbiter_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *GetNodeRequest) GetId() string {
@@ -1654,7 +1870,7 @@ type RemoveNodeRequest struct {
 
 func (x *RemoveNodeRequest) Reset() {
 	*x = RemoveNodeRequest{}
-	mi := &file_zonefleet_v1_arbiter_proto_msgTypes[23]
+	mi := &file_zonefleet_v1_arbiter_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1666,7 +1882,7 @@ func (x *RemoveNodeRequest) String() string {
 func (*RemoveNodeRequest) ProtoMessage() {}
 
 func (x *RemoveNodeRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_zonefleet_v1_arbiter_proto_msgTypes[23]
+	mi := &file_zonefleet_v1_arbiter_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1679,7 +1895,7 @@ func (x *RemoveNodeRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RemoveNodeRequest.ProtoReflect.Descriptor instead.
 func (*RemoveNodeRequest) Descriptor() ([]byte, []int) {
-	return file_zonefleet_v1_arbiter_proto_rawDescGZIP(), []int{23}
+	return file_zonefleet_v1_arbiter_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *RemoveNodeRequest) GetId() string {
@@ -1697,7 +1913,7 @@ type RemoveNodeResponse struct {
 
 func (x *RemoveNodeResponse) Reset() {
 	*x = RemoveNodeResponse{}
-	mi := &file_zonefleet_v1_arbiter_proto_msgTypes[24]
+	mi := &file_zonefleet_v1_arbiter_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1709,7 +1925,7 @@ func (x *RemoveNodeResponse) String() string {
 func (*RemoveNodeResponse) ProtoMessage() {}
 
 func (x *RemoveNodeResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_zonefleet_v1_arbiter_proto_msgTypes[24]
+	mi := &file_zonefleet_v1_arbiter_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1722,7 +1938,7 @@ func (x *RemoveNodeResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RemoveNodeResponse.ProtoReflect.Descriptor instead.
 func (*RemoveNodeResponse) Descriptor() ([]byte, []int) {
-	return file_zonefleet_v1_arbiter_proto_rawDescGZIP(), []int{24}
+	return file_zonefleet_v1_arbiter_proto_rawDescGZIP(), []int{28}
 }
 
 type ArbiterMember struct {
@@ -1736,7 +1952,7 @@ type ArbiterMember struct {
 
 func (x *ArbiterMember) Reset() {
 	*x = ArbiterMember{}
-	mi := &file_zonefleet_v1_arbiter_proto_msgTypes[25]
+	mi := &file_zonefleet_v1_arbiter_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1748,7 +1964,7 @@ func (x *ArbiterMember) String() string {
 func (*ArbiterMember) ProtoMessage() {}
 
 func (x *ArbiterMember) ProtoReflect() protoreflect.Message {
-	mi := &file_zonefleet_v1_arbiter_proto_msgTypes[25]
+	mi := &file_zonefleet_v1_arbiter_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1761,7 +1977,7 @@ func (x *ArbiterMember) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ArbiterMember.ProtoReflect.Descriptor instead.
 func (*ArbiterMember) Descriptor() ([]byte, []int) {
-	return file_zonefleet_v1_arbiter_proto_rawDescGZIP(), []int{25}
+	return file_zonefleet_v1_arbiter_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *ArbiterMember) GetId() string {
@@ -1816,7 +2032,7 @@ type ClusterStatusResponse struct {
 
 func (x *ClusterStatusResponse) Reset() {
 	*x = ClusterStatusResponse{}
-	mi := &file_zonefleet_v1_arbiter_proto_msgTypes[26]
+	mi := &file_zonefleet_v1_arbiter_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1828,7 +2044,7 @@ func (x *ClusterStatusResponse) String() string {
 func (*ClusterStatusResponse) ProtoMessage() {}
 
 func (x *ClusterStatusResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_zonefleet_v1_arbiter_proto_msgTypes[26]
+	mi := &file_zonefleet_v1_arbiter_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1841,7 +2057,7 @@ func (x *ClusterStatusResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ClusterStatusResponse.ProtoReflect.Descriptor instead.
 func (*ClusterStatusResponse) Descriptor() ([]byte, []int) {
-	return file_zonefleet_v1_arbiter_proto_rawDescGZIP(), []int{26}
+	return file_zonefleet_v1_arbiter_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *ClusterStatusResponse) GetLeader() string {
@@ -1978,7 +2194,7 @@ type ClusterStatusRequest struct {
 
 func (x *ClusterStatusRequest) Reset() {
 	*x = ClusterStatusRequest{}
-	mi := &file_zonefleet_v1_arbiter_proto_msgTypes[27]
+	mi := &file_zonefleet_v1_arbiter_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1990,7 +2206,7 @@ func (x *ClusterStatusRequest) String() string {
 func (*ClusterStatusRequest) ProtoMessage() {}
 
 func (x *ClusterStatusRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_zonefleet_v1_arbiter_proto_msgTypes[27]
+	mi := &file_zonefleet_v1_arbiter_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2003,7 +2219,7 @@ func (x *ClusterStatusRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ClusterStatusRequest.ProtoReflect.Descriptor instead.
 func (*ClusterStatusRequest) Descriptor() ([]byte, []int) {
-	return file_zonefleet_v1_arbiter_proto_rawDescGZIP(), []int{27}
+	return file_zonefleet_v1_arbiter_proto_rawDescGZIP(), []int{31}
 }
 
 type TLOpenVZoneRequest struct {
@@ -2019,7 +2235,7 @@ type TLOpenVZoneRequest struct {
 
 func (x *TLOpenVZoneRequest) Reset() {
 	*x = TLOpenVZoneRequest{}
-	mi := &file_zonefleet_v1_arbiter_proto_msgTypes[28]
+	mi := &file_zonefleet_v1_arbiter_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2031,7 +2247,7 @@ func (x *TLOpenVZoneRequest) String() string {
 func (*TLOpenVZoneRequest) ProtoMessage() {}
 
 func (x *TLOpenVZoneRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_zonefleet_v1_arbiter_proto_msgTypes[28]
+	mi := &file_zonefleet_v1_arbiter_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2044,7 +2260,7 @@ func (x *TLOpenVZoneRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TLOpenVZoneRequest.ProtoReflect.Descriptor instead.
 func (*TLOpenVZoneRequest) Descriptor() ([]byte, []int) {
-	return file_zonefleet_v1_arbiter_proto_rawDescGZIP(), []int{28}
+	return file_zonefleet_v1_arbiter_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *TLOpenVZoneRequest) GetNamespace() string {
@@ -2078,7 +2294,7 @@ type IssueTokenRequest struct {
 
 func (x *IssueTokenRequest) Reset() {
 	*x = IssueTokenRequest{}
-	mi := &file_zonefleet_v1_arbiter_proto_msgTypes[29]
+	mi := &file_zonefleet_v1_arbiter_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2090,7 +2306,7 @@ func (x *IssueTokenRequest) String() string {
 func (*IssueTokenRequest) ProtoMessage() {}
 
 func (x *IssueTokenRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_zonefleet_v1_arbiter_proto_msgTypes[29]
+	mi := &file_zonefleet_v1_arbiter_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2103,7 +2319,7 @@ func (x *IssueTokenRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use IssueTokenRequest.ProtoReflect.Descriptor instead.
 func (*IssueTokenRequest) Descriptor() ([]byte, []int) {
-	return file_zonefleet_v1_arbiter_proto_rawDescGZIP(), []int{29}
+	return file_zonefleet_v1_arbiter_proto_rawDescGZIP(), []int{33}
 }
 
 func (x *IssueTokenRequest) GetNamespace() string {
@@ -2132,7 +2348,7 @@ type IssueTokenResponse struct {
 
 func (x *IssueTokenResponse) Reset() {
 	*x = IssueTokenResponse{}
-	mi := &file_zonefleet_v1_arbiter_proto_msgTypes[30]
+	mi := &file_zonefleet_v1_arbiter_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2144,7 +2360,7 @@ func (x *IssueTokenResponse) String() string {
 func (*IssueTokenResponse) ProtoMessage() {}
 
 func (x *IssueTokenResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_zonefleet_v1_arbiter_proto_msgTypes[30]
+	mi := &file_zonefleet_v1_arbiter_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2157,7 +2373,7 @@ func (x *IssueTokenResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use IssueTokenResponse.ProtoReflect.Descriptor instead.
 func (*IssueTokenResponse) Descriptor() ([]byte, []int) {
-	return file_zonefleet_v1_arbiter_proto_rawDescGZIP(), []int{30}
+	return file_zonefleet_v1_arbiter_proto_rawDescGZIP(), []int{34}
 }
 
 func (x *IssueTokenResponse) GetToken() string {
@@ -2197,7 +2413,7 @@ type RevokeTokensRequest struct {
 
 func (x *RevokeTokensRequest) Reset() {
 	*x = RevokeTokensRequest{}
-	mi := &file_zonefleet_v1_arbiter_proto_msgTypes[31]
+	mi := &file_zonefleet_v1_arbiter_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2209,7 +2425,7 @@ func (x *RevokeTokensRequest) String() string {
 func (*RevokeTokensRequest) ProtoMessage() {}
 
 func (x *RevokeTokensRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_zonefleet_v1_arbiter_proto_msgTypes[31]
+	mi := &file_zonefleet_v1_arbiter_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2222,7 +2438,7 @@ func (x *RevokeTokensRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RevokeTokensRequest.ProtoReflect.Descriptor instead.
 func (*RevokeTokensRequest) Descriptor() ([]byte, []int) {
-	return file_zonefleet_v1_arbiter_proto_rawDescGZIP(), []int{31}
+	return file_zonefleet_v1_arbiter_proto_rawDescGZIP(), []int{35}
 }
 
 func (x *RevokeTokensRequest) GetNamespace() string {
@@ -2241,7 +2457,7 @@ type RevokeTokensResponse struct {
 
 func (x *RevokeTokensResponse) Reset() {
 	*x = RevokeTokensResponse{}
-	mi := &file_zonefleet_v1_arbiter_proto_msgTypes[32]
+	mi := &file_zonefleet_v1_arbiter_proto_msgTypes[36]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2253,7 +2469,7 @@ func (x *RevokeTokensResponse) String() string {
 func (*RevokeTokensResponse) ProtoMessage() {}
 
 func (x *RevokeTokensResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_zonefleet_v1_arbiter_proto_msgTypes[32]
+	mi := &file_zonefleet_v1_arbiter_proto_msgTypes[36]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2266,7 +2482,7 @@ func (x *RevokeTokensResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RevokeTokensResponse.ProtoReflect.Descriptor instead.
 func (*RevokeTokensResponse) Descriptor() ([]byte, []int) {
-	return file_zonefleet_v1_arbiter_proto_rawDescGZIP(), []int{32}
+	return file_zonefleet_v1_arbiter_proto_rawDescGZIP(), []int{36}
 }
 
 func (x *RevokeTokensResponse) GetGeneration() uint64 {
@@ -2382,7 +2598,22 @@ const file_zonefleet_v1_arbiter_proto_rawDesc = "" +
 	"\x15ReportActivityRequest\x12\x1c\n" +
 	"\tnamespace\x18\x01 \x01(\tR\tnamespace\x12%\n" +
 	"\x0eblocks_written\x18\x02 \x01(\x04R\rblocksWritten\"\x18\n" +
-	"\x16ReportActivityResponse\"\xa0\x03\n" +
+	"\x16ReportActivityResponse\"\x82\x01\n" +
+	"\x13AcquireMountRequest\x12\x1c\n" +
+	"\tnamespace\x18\x01 \x01(\tR\tnamespace\x12\x16\n" +
+	"\x06holder\x18\x02 \x01(\tR\x06holder\x12\x1f\n" +
+	"\vttl_seconds\x18\x03 \x01(\rR\n" +
+	"ttlSeconds\x12\x14\n" +
+	"\x05force\x18\x04 \x01(\bR\x05force\"x\n" +
+	"\n" +
+	"MountLease\x12\x1c\n" +
+	"\tnamespace\x18\x01 \x01(\tR\tnamespace\x12\x16\n" +
+	"\x06holder\x18\x02 \x01(\tR\x06holder\x124\n" +
+	"\aexpires\x18\x03 \x01(\v2\x1a.google.protobuf.TimestampR\aexpires\"K\n" +
+	"\x13ReleaseMountRequest\x12\x1c\n" +
+	"\tnamespace\x18\x01 \x01(\tR\tnamespace\x12\x16\n" +
+	"\x06holder\x18\x02 \x01(\tR\x06holder\"\x16\n" +
+	"\x14ReleaseMountResponse\"\xa0\x03\n" +
 	"\n" +
 	"DeviceInfo\x12\x14\n" +
 	"\x05index\x18\x01 \x01(\rR\x05index\x12\x1a\n" +
@@ -2478,7 +2709,7 @@ const file_zonefleet_v1_arbiter_proto_rawDesc = "" +
 	"\x17VZONE_STATE_UNSPECIFIED\x10\x00\x12\x14\n" +
 	"\x10VZONE_STATE_OPEN\x10\x01\x12\x14\n" +
 	"\x10VZONE_STATE_FULL\x10\x02\x12\x15\n" +
-	"\x11VZONE_STATE_EMPTY\x10\x032\xcc\v\n" +
+	"\x11VZONE_STATE_EMPTY\x10\x032\xf0\f\n" +
 	"\aArbiter\x12P\n" +
 	"\x0fCreateNamespace\x12$.zonefleet.v1.CreateNamespaceRequest\x1a\x17.zonefleet.v1.Namespace\x12J\n" +
 	"\fGetNamespace\x12!.zonefleet.v1.GetNamespaceRequest\x1a\x17.zonefleet.v1.Namespace\x12[\n" +
@@ -2493,7 +2724,9 @@ const file_zonefleet_v1_arbiter_proto_rawDesc = "" +
 	"\bGetVZone\x12\x1a.zonefleet.v1.VZoneRequest\x1a\x13.zonefleet.v1.VZone\x12O\n" +
 	"\n" +
 	"ListVZones\x12\x1f.zonefleet.v1.ListVZonesRequest\x1a .zonefleet.v1.ListVZonesResponse\x12[\n" +
-	"\x0eReportActivity\x12#.zonefleet.v1.ReportActivityRequest\x1a$.zonefleet.v1.ReportActivityResponse\x12L\n" +
+	"\x0eReportActivity\x12#.zonefleet.v1.ReportActivityRequest\x1a$.zonefleet.v1.ReportActivityResponse\x12K\n" +
+	"\fAcquireMount\x12!.zonefleet.v1.AcquireMountRequest\x1a\x18.zonefleet.v1.MountLease\x12U\n" +
+	"\fReleaseMount\x12!.zonefleet.v1.ReleaseMountRequest\x1a\".zonefleet.v1.ReleaseMountResponse\x12L\n" +
 	"\tListNodes\x12\x1e.zonefleet.v1.ListNodesRequest\x1a\x1f.zonefleet.v1.ListNodesResponse\x12;\n" +
 	"\aGetNode\x12\x1c.zonefleet.v1.GetNodeRequest\x1a\x12.zonefleet.v1.Node\x12O\n" +
 	"\n" +
@@ -2517,7 +2750,7 @@ func file_zonefleet_v1_arbiter_proto_rawDescGZIP() []byte {
 }
 
 var file_zonefleet_v1_arbiter_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_zonefleet_v1_arbiter_proto_msgTypes = make([]protoimpl.MessageInfo, 33)
+var file_zonefleet_v1_arbiter_proto_msgTypes = make([]protoimpl.MessageInfo, 37)
 var file_zonefleet_v1_arbiter_proto_goTypes = []any{
 	(VZoneState)(0),                 // 0: zonefleet.v1.VZoneState
 	(*Namespace)(nil),               // 1: zonefleet.v1.Namespace
@@ -2538,26 +2771,30 @@ var file_zonefleet_v1_arbiter_proto_goTypes = []any{
 	(*ListVZonesResponse)(nil),      // 16: zonefleet.v1.ListVZonesResponse
 	(*ReportActivityRequest)(nil),   // 17: zonefleet.v1.ReportActivityRequest
 	(*ReportActivityResponse)(nil),  // 18: zonefleet.v1.ReportActivityResponse
-	(*DeviceInfo)(nil),              // 19: zonefleet.v1.DeviceInfo
-	(*Node)(nil),                    // 20: zonefleet.v1.Node
-	(*ListNodesRequest)(nil),        // 21: zonefleet.v1.ListNodesRequest
-	(*ListNodesResponse)(nil),       // 22: zonefleet.v1.ListNodesResponse
-	(*GetNodeRequest)(nil),          // 23: zonefleet.v1.GetNodeRequest
-	(*RemoveNodeRequest)(nil),       // 24: zonefleet.v1.RemoveNodeRequest
-	(*RemoveNodeResponse)(nil),      // 25: zonefleet.v1.RemoveNodeResponse
-	(*ArbiterMember)(nil),           // 26: zonefleet.v1.ArbiterMember
-	(*ClusterStatusResponse)(nil),   // 27: zonefleet.v1.ClusterStatusResponse
-	(*ClusterStatusRequest)(nil),    // 28: zonefleet.v1.ClusterStatusRequest
-	(*TLOpenVZoneRequest)(nil),      // 29: zonefleet.v1.TLOpenVZoneRequest
-	(*IssueTokenRequest)(nil),       // 30: zonefleet.v1.IssueTokenRequest
-	(*IssueTokenResponse)(nil),      // 31: zonefleet.v1.IssueTokenResponse
-	(*RevokeTokensRequest)(nil),     // 32: zonefleet.v1.RevokeTokensRequest
-	(*RevokeTokensResponse)(nil),    // 33: zonefleet.v1.RevokeTokensResponse
-	(*timestamppb.Timestamp)(nil),   // 34: google.protobuf.Timestamp
+	(*AcquireMountRequest)(nil),     // 19: zonefleet.v1.AcquireMountRequest
+	(*MountLease)(nil),              // 20: zonefleet.v1.MountLease
+	(*ReleaseMountRequest)(nil),     // 21: zonefleet.v1.ReleaseMountRequest
+	(*ReleaseMountResponse)(nil),    // 22: zonefleet.v1.ReleaseMountResponse
+	(*DeviceInfo)(nil),              // 23: zonefleet.v1.DeviceInfo
+	(*Node)(nil),                    // 24: zonefleet.v1.Node
+	(*ListNodesRequest)(nil),        // 25: zonefleet.v1.ListNodesRequest
+	(*ListNodesResponse)(nil),       // 26: zonefleet.v1.ListNodesResponse
+	(*GetNodeRequest)(nil),          // 27: zonefleet.v1.GetNodeRequest
+	(*RemoveNodeRequest)(nil),       // 28: zonefleet.v1.RemoveNodeRequest
+	(*RemoveNodeResponse)(nil),      // 29: zonefleet.v1.RemoveNodeResponse
+	(*ArbiterMember)(nil),           // 30: zonefleet.v1.ArbiterMember
+	(*ClusterStatusResponse)(nil),   // 31: zonefleet.v1.ClusterStatusResponse
+	(*ClusterStatusRequest)(nil),    // 32: zonefleet.v1.ClusterStatusRequest
+	(*TLOpenVZoneRequest)(nil),      // 33: zonefleet.v1.TLOpenVZoneRequest
+	(*IssueTokenRequest)(nil),       // 34: zonefleet.v1.IssueTokenRequest
+	(*IssueTokenResponse)(nil),      // 35: zonefleet.v1.IssueTokenResponse
+	(*RevokeTokensRequest)(nil),     // 36: zonefleet.v1.RevokeTokensRequest
+	(*RevokeTokensResponse)(nil),    // 37: zonefleet.v1.RevokeTokensResponse
+	(*timestamppb.Timestamp)(nil),   // 38: google.protobuf.Timestamp
 }
 var file_zonefleet_v1_arbiter_proto_depIdxs = []int32{
-	34, // 0: zonefleet.v1.Namespace.created:type_name -> google.protobuf.Timestamp
-	34, // 1: zonefleet.v1.Namespace.last_write:type_name -> google.protobuf.Timestamp
+	38, // 0: zonefleet.v1.Namespace.created:type_name -> google.protobuf.Timestamp
+	38, // 1: zonefleet.v1.Namespace.last_write:type_name -> google.protobuf.Timestamp
 	1,  // 2: zonefleet.v1.ListNamespacesResponse.namespaces:type_name -> zonefleet.v1.Namespace
 	8,  // 3: zonefleet.v1.StripeGroup.zones:type_name -> zonefleet.v1.PhysicalZone
 	0,  // 4: zonefleet.v1.VZone.state:type_name -> zonefleet.v1.VZoneState
@@ -2565,54 +2802,59 @@ var file_zonefleet_v1_arbiter_proto_depIdxs = []int32{
 	12, // 6: zonefleet.v1.ResetVZonesRequest.vzones:type_name -> zonefleet.v1.VZoneRequest
 	10, // 7: zonefleet.v1.ResetVZonesResponse.vzones:type_name -> zonefleet.v1.VZone
 	10, // 8: zonefleet.v1.ListVZonesResponse.vzones:type_name -> zonefleet.v1.VZone
-	34, // 9: zonefleet.v1.Node.started:type_name -> google.protobuf.Timestamp
-	19, // 10: zonefleet.v1.Node.devices:type_name -> zonefleet.v1.DeviceInfo
-	20, // 11: zonefleet.v1.ListNodesResponse.nodes:type_name -> zonefleet.v1.Node
-	26, // 12: zonefleet.v1.ClusterStatusResponse.arbiters:type_name -> zonefleet.v1.ArbiterMember
-	34, // 13: zonefleet.v1.IssueTokenResponse.expires:type_name -> google.protobuf.Timestamp
-	2,  // 14: zonefleet.v1.Arbiter.CreateNamespace:input_type -> zonefleet.v1.CreateNamespaceRequest
-	3,  // 15: zonefleet.v1.Arbiter.GetNamespace:input_type -> zonefleet.v1.GetNamespaceRequest
-	4,  // 16: zonefleet.v1.Arbiter.ListNamespaces:input_type -> zonefleet.v1.ListNamespacesRequest
-	6,  // 17: zonefleet.v1.Arbiter.DeleteNamespace:input_type -> zonefleet.v1.DeleteNamespaceRequest
-	11, // 18: zonefleet.v1.Arbiter.OpenVZone:input_type -> zonefleet.v1.OpenVZoneRequest
-	12, // 19: zonefleet.v1.Arbiter.NextStripeGroup:input_type -> zonefleet.v1.VZoneRequest
-	12, // 20: zonefleet.v1.Arbiter.FinishVZone:input_type -> zonefleet.v1.VZoneRequest
-	12, // 21: zonefleet.v1.Arbiter.ResetVZone:input_type -> zonefleet.v1.VZoneRequest
-	13, // 22: zonefleet.v1.Arbiter.ResetVZones:input_type -> zonefleet.v1.ResetVZonesRequest
-	12, // 23: zonefleet.v1.Arbiter.GetVZone:input_type -> zonefleet.v1.VZoneRequest
-	15, // 24: zonefleet.v1.Arbiter.ListVZones:input_type -> zonefleet.v1.ListVZonesRequest
-	17, // 25: zonefleet.v1.Arbiter.ReportActivity:input_type -> zonefleet.v1.ReportActivityRequest
-	21, // 26: zonefleet.v1.Arbiter.ListNodes:input_type -> zonefleet.v1.ListNodesRequest
-	23, // 27: zonefleet.v1.Arbiter.GetNode:input_type -> zonefleet.v1.GetNodeRequest
-	24, // 28: zonefleet.v1.Arbiter.RemoveNode:input_type -> zonefleet.v1.RemoveNodeRequest
-	28, // 29: zonefleet.v1.Arbiter.ClusterStatus:input_type -> zonefleet.v1.ClusterStatusRequest
-	29, // 30: zonefleet.v1.Arbiter.TLOpenVZone:input_type -> zonefleet.v1.TLOpenVZoneRequest
-	30, // 31: zonefleet.v1.Arbiter.IssueToken:input_type -> zonefleet.v1.IssueTokenRequest
-	32, // 32: zonefleet.v1.Arbiter.RevokeTokens:input_type -> zonefleet.v1.RevokeTokensRequest
-	1,  // 33: zonefleet.v1.Arbiter.CreateNamespace:output_type -> zonefleet.v1.Namespace
-	1,  // 34: zonefleet.v1.Arbiter.GetNamespace:output_type -> zonefleet.v1.Namespace
-	5,  // 35: zonefleet.v1.Arbiter.ListNamespaces:output_type -> zonefleet.v1.ListNamespacesResponse
-	7,  // 36: zonefleet.v1.Arbiter.DeleteNamespace:output_type -> zonefleet.v1.DeleteNamespaceResponse
-	10, // 37: zonefleet.v1.Arbiter.OpenVZone:output_type -> zonefleet.v1.VZone
-	10, // 38: zonefleet.v1.Arbiter.NextStripeGroup:output_type -> zonefleet.v1.VZone
-	10, // 39: zonefleet.v1.Arbiter.FinishVZone:output_type -> zonefleet.v1.VZone
-	10, // 40: zonefleet.v1.Arbiter.ResetVZone:output_type -> zonefleet.v1.VZone
-	14, // 41: zonefleet.v1.Arbiter.ResetVZones:output_type -> zonefleet.v1.ResetVZonesResponse
-	10, // 42: zonefleet.v1.Arbiter.GetVZone:output_type -> zonefleet.v1.VZone
-	16, // 43: zonefleet.v1.Arbiter.ListVZones:output_type -> zonefleet.v1.ListVZonesResponse
-	18, // 44: zonefleet.v1.Arbiter.ReportActivity:output_type -> zonefleet.v1.ReportActivityResponse
-	22, // 45: zonefleet.v1.Arbiter.ListNodes:output_type -> zonefleet.v1.ListNodesResponse
-	20, // 46: zonefleet.v1.Arbiter.GetNode:output_type -> zonefleet.v1.Node
-	25, // 47: zonefleet.v1.Arbiter.RemoveNode:output_type -> zonefleet.v1.RemoveNodeResponse
-	27, // 48: zonefleet.v1.Arbiter.ClusterStatus:output_type -> zonefleet.v1.ClusterStatusResponse
-	10, // 49: zonefleet.v1.Arbiter.TLOpenVZone:output_type -> zonefleet.v1.VZone
-	31, // 50: zonefleet.v1.Arbiter.IssueToken:output_type -> zonefleet.v1.IssueTokenResponse
-	33, // 51: zonefleet.v1.Arbiter.RevokeTokens:output_type -> zonefleet.v1.RevokeTokensResponse
-	33, // [33:52] is the sub-list for method output_type
-	14, // [14:33] is the sub-list for method input_type
-	14, // [14:14] is the sub-list for extension type_name
-	14, // [14:14] is the sub-list for extension extendee
-	0,  // [0:14] is the sub-list for field type_name
+	38, // 9: zonefleet.v1.MountLease.expires:type_name -> google.protobuf.Timestamp
+	38, // 10: zonefleet.v1.Node.started:type_name -> google.protobuf.Timestamp
+	23, // 11: zonefleet.v1.Node.devices:type_name -> zonefleet.v1.DeviceInfo
+	24, // 12: zonefleet.v1.ListNodesResponse.nodes:type_name -> zonefleet.v1.Node
+	30, // 13: zonefleet.v1.ClusterStatusResponse.arbiters:type_name -> zonefleet.v1.ArbiterMember
+	38, // 14: zonefleet.v1.IssueTokenResponse.expires:type_name -> google.protobuf.Timestamp
+	2,  // 15: zonefleet.v1.Arbiter.CreateNamespace:input_type -> zonefleet.v1.CreateNamespaceRequest
+	3,  // 16: zonefleet.v1.Arbiter.GetNamespace:input_type -> zonefleet.v1.GetNamespaceRequest
+	4,  // 17: zonefleet.v1.Arbiter.ListNamespaces:input_type -> zonefleet.v1.ListNamespacesRequest
+	6,  // 18: zonefleet.v1.Arbiter.DeleteNamespace:input_type -> zonefleet.v1.DeleteNamespaceRequest
+	11, // 19: zonefleet.v1.Arbiter.OpenVZone:input_type -> zonefleet.v1.OpenVZoneRequest
+	12, // 20: zonefleet.v1.Arbiter.NextStripeGroup:input_type -> zonefleet.v1.VZoneRequest
+	12, // 21: zonefleet.v1.Arbiter.FinishVZone:input_type -> zonefleet.v1.VZoneRequest
+	12, // 22: zonefleet.v1.Arbiter.ResetVZone:input_type -> zonefleet.v1.VZoneRequest
+	13, // 23: zonefleet.v1.Arbiter.ResetVZones:input_type -> zonefleet.v1.ResetVZonesRequest
+	12, // 24: zonefleet.v1.Arbiter.GetVZone:input_type -> zonefleet.v1.VZoneRequest
+	15, // 25: zonefleet.v1.Arbiter.ListVZones:input_type -> zonefleet.v1.ListVZonesRequest
+	17, // 26: zonefleet.v1.Arbiter.ReportActivity:input_type -> zonefleet.v1.ReportActivityRequest
+	19, // 27: zonefleet.v1.Arbiter.AcquireMount:input_type -> zonefleet.v1.AcquireMountRequest
+	21, // 28: zonefleet.v1.Arbiter.ReleaseMount:input_type -> zonefleet.v1.ReleaseMountRequest
+	25, // 29: zonefleet.v1.Arbiter.ListNodes:input_type -> zonefleet.v1.ListNodesRequest
+	27, // 30: zonefleet.v1.Arbiter.GetNode:input_type -> zonefleet.v1.GetNodeRequest
+	28, // 31: zonefleet.v1.Arbiter.RemoveNode:input_type -> zonefleet.v1.RemoveNodeRequest
+	32, // 32: zonefleet.v1.Arbiter.ClusterStatus:input_type -> zonefleet.v1.ClusterStatusRequest
+	33, // 33: zonefleet.v1.Arbiter.TLOpenVZone:input_type -> zonefleet.v1.TLOpenVZoneRequest
+	34, // 34: zonefleet.v1.Arbiter.IssueToken:input_type -> zonefleet.v1.IssueTokenRequest
+	36, // 35: zonefleet.v1.Arbiter.RevokeTokens:input_type -> zonefleet.v1.RevokeTokensRequest
+	1,  // 36: zonefleet.v1.Arbiter.CreateNamespace:output_type -> zonefleet.v1.Namespace
+	1,  // 37: zonefleet.v1.Arbiter.GetNamespace:output_type -> zonefleet.v1.Namespace
+	5,  // 38: zonefleet.v1.Arbiter.ListNamespaces:output_type -> zonefleet.v1.ListNamespacesResponse
+	7,  // 39: zonefleet.v1.Arbiter.DeleteNamespace:output_type -> zonefleet.v1.DeleteNamespaceResponse
+	10, // 40: zonefleet.v1.Arbiter.OpenVZone:output_type -> zonefleet.v1.VZone
+	10, // 41: zonefleet.v1.Arbiter.NextStripeGroup:output_type -> zonefleet.v1.VZone
+	10, // 42: zonefleet.v1.Arbiter.FinishVZone:output_type -> zonefleet.v1.VZone
+	10, // 43: zonefleet.v1.Arbiter.ResetVZone:output_type -> zonefleet.v1.VZone
+	14, // 44: zonefleet.v1.Arbiter.ResetVZones:output_type -> zonefleet.v1.ResetVZonesResponse
+	10, // 45: zonefleet.v1.Arbiter.GetVZone:output_type -> zonefleet.v1.VZone
+	16, // 46: zonefleet.v1.Arbiter.ListVZones:output_type -> zonefleet.v1.ListVZonesResponse
+	18, // 47: zonefleet.v1.Arbiter.ReportActivity:output_type -> zonefleet.v1.ReportActivityResponse
+	20, // 48: zonefleet.v1.Arbiter.AcquireMount:output_type -> zonefleet.v1.MountLease
+	22, // 49: zonefleet.v1.Arbiter.ReleaseMount:output_type -> zonefleet.v1.ReleaseMountResponse
+	26, // 50: zonefleet.v1.Arbiter.ListNodes:output_type -> zonefleet.v1.ListNodesResponse
+	24, // 51: zonefleet.v1.Arbiter.GetNode:output_type -> zonefleet.v1.Node
+	29, // 52: zonefleet.v1.Arbiter.RemoveNode:output_type -> zonefleet.v1.RemoveNodeResponse
+	31, // 53: zonefleet.v1.Arbiter.ClusterStatus:output_type -> zonefleet.v1.ClusterStatusResponse
+	10, // 54: zonefleet.v1.Arbiter.TLOpenVZone:output_type -> zonefleet.v1.VZone
+	35, // 55: zonefleet.v1.Arbiter.IssueToken:output_type -> zonefleet.v1.IssueTokenResponse
+	37, // 56: zonefleet.v1.Arbiter.RevokeTokens:output_type -> zonefleet.v1.RevokeTokensResponse
+	36, // [36:57] is the sub-list for method output_type
+	15, // [15:36] is the sub-list for method input_type
+	15, // [15:15] is the sub-list for extension type_name
+	15, // [15:15] is the sub-list for extension extendee
+	0,  // [0:15] is the sub-list for field type_name
 }
 
 func init() { file_zonefleet_v1_arbiter_proto_init() }
@@ -2627,7 +2869,7 @@ func file_zonefleet_v1_arbiter_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_zonefleet_v1_arbiter_proto_rawDesc), len(file_zonefleet_v1_arbiter_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   33,
+			NumMessages:   37,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

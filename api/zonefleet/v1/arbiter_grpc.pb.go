@@ -36,6 +36,8 @@ const (
 	Arbiter_GetVZone_FullMethodName        = "/zonefleet.v1.Arbiter/GetVZone"
 	Arbiter_ListVZones_FullMethodName      = "/zonefleet.v1.Arbiter/ListVZones"
 	Arbiter_ReportActivity_FullMethodName  = "/zonefleet.v1.Arbiter/ReportActivity"
+	Arbiter_AcquireMount_FullMethodName    = "/zonefleet.v1.Arbiter/AcquireMount"
+	Arbiter_ReleaseMount_FullMethodName    = "/zonefleet.v1.Arbiter/ReleaseMount"
 	Arbiter_ListNodes_FullMethodName       = "/zonefleet.v1.Arbiter/ListNodes"
 	Arbiter_GetNode_FullMethodName         = "/zonefleet.v1.Arbiter/GetNode"
 	Arbiter_RemoveNode_FullMethodName      = "/zonefleet.v1.Arbiter/RemoveNode"
@@ -74,6 +76,15 @@ type ArbiterClient interface {
 	ListVZones(ctx context.Context, in *ListVZonesRequest, opts ...grpc.CallOption) (*ListVZonesResponse, error)
 	// Tells the arbiter that a namespace wrote (for reclaim after T_ReadOnly).
 	ReportActivity(ctx context.Context, in *ReportActivityRequest, opts ...grpc.CallOption) (*ReportActivityResponse, error)
+	// Takes or renews the namespace's mount lease: one file system mount
+	// writes a namespace at a time (zctl mount takes it before anything is
+	// written and renews it every third of its TTL). Granted when the lease
+	// is free, expired, already the holder's, or with force; otherwise
+	// ALREADY_EXISTS naming the holder and when its lease ends.
+	AcquireMount(ctx context.Context, in *AcquireMountRequest, opts ...grpc.CallOption) (*MountLease, error)
+	// Gives the lease back (a clean unmount); a no-op when the caller does
+	// not hold it.
+	ReleaseMount(ctx context.Context, in *ReleaseMountRequest, opts ...grpc.CallOption) (*ReleaseMountResponse, error)
 	ListNodes(ctx context.Context, in *ListNodesRequest, opts ...grpc.CallOption) (*ListNodesResponse, error)
 	GetNode(ctx context.Context, in *GetNodeRequest, opts ...grpc.CallOption) (*Node, error)
 	// Forgets a node that is not registered and holds no allocated zones
@@ -225,6 +236,26 @@ func (c *arbiterClient) ReportActivity(ctx context.Context, in *ReportActivityRe
 	return out, nil
 }
 
+func (c *arbiterClient) AcquireMount(ctx context.Context, in *AcquireMountRequest, opts ...grpc.CallOption) (*MountLease, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(MountLease)
+	err := c.cc.Invoke(ctx, Arbiter_AcquireMount_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *arbiterClient) ReleaseMount(ctx context.Context, in *ReleaseMountRequest, opts ...grpc.CallOption) (*ReleaseMountResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(ReleaseMountResponse)
+	err := c.cc.Invoke(ctx, Arbiter_ReleaseMount_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 func (c *arbiterClient) ListNodes(ctx context.Context, in *ListNodesRequest, opts ...grpc.CallOption) (*ListNodesResponse, error) {
 	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
 	out := new(ListNodesResponse)
@@ -324,6 +355,15 @@ type ArbiterServer interface {
 	ListVZones(context.Context, *ListVZonesRequest) (*ListVZonesResponse, error)
 	// Tells the arbiter that a namespace wrote (for reclaim after T_ReadOnly).
 	ReportActivity(context.Context, *ReportActivityRequest) (*ReportActivityResponse, error)
+	// Takes or renews the namespace's mount lease: one file system mount
+	// writes a namespace at a time (zctl mount takes it before anything is
+	// written and renews it every third of its TTL). Granted when the lease
+	// is free, expired, already the holder's, or with force; otherwise
+	// ALREADY_EXISTS naming the holder and when its lease ends.
+	AcquireMount(context.Context, *AcquireMountRequest) (*MountLease, error)
+	// Gives the lease back (a clean unmount); a no-op when the caller does
+	// not hold it.
+	ReleaseMount(context.Context, *ReleaseMountRequest) (*ReleaseMountResponse, error)
 	ListNodes(context.Context, *ListNodesRequest) (*ListNodesResponse, error)
 	GetNode(context.Context, *GetNodeRequest) (*Node, error)
 	// Forgets a node that is not registered and holds no allocated zones
@@ -390,6 +430,12 @@ func (UnimplementedArbiterServer) ListVZones(context.Context, *ListVZonesRequest
 }
 func (UnimplementedArbiterServer) ReportActivity(context.Context, *ReportActivityRequest) (*ReportActivityResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method ReportActivity not implemented")
+}
+func (UnimplementedArbiterServer) AcquireMount(context.Context, *AcquireMountRequest) (*MountLease, error) {
+	return nil, status.Error(codes.Unimplemented, "method AcquireMount not implemented")
+}
+func (UnimplementedArbiterServer) ReleaseMount(context.Context, *ReleaseMountRequest) (*ReleaseMountResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method ReleaseMount not implemented")
 }
 func (UnimplementedArbiterServer) ListNodes(context.Context, *ListNodesRequest) (*ListNodesResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method ListNodes not implemented")
@@ -649,6 +695,42 @@ func _Arbiter_ReportActivity_Handler(srv interface{}, ctx context.Context, dec f
 	return interceptor(ctx, in, info, handler)
 }
 
+func _Arbiter_AcquireMount_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(AcquireMountRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(ArbiterServer).AcquireMount(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Arbiter_AcquireMount_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(ArbiterServer).AcquireMount(ctx, req.(*AcquireMountRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _Arbiter_ReleaseMount_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ReleaseMountRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(ArbiterServer).ReleaseMount(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Arbiter_ReleaseMount_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(ArbiterServer).ReleaseMount(ctx, req.(*ReleaseMountRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 func _Arbiter_ListNodes_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
 	in := new(ListNodesRequest)
 	if err := dec(in); err != nil {
@@ -829,6 +911,14 @@ var Arbiter_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "ReportActivity",
 			Handler:    _Arbiter_ReportActivity_Handler,
+		},
+		{
+			MethodName: "AcquireMount",
+			Handler:    _Arbiter_AcquireMount_Handler,
+		},
+		{
+			MethodName: "ReleaseMount",
+			Handler:    _Arbiter_ReleaseMount_Handler,
 		},
 		{
 			MethodName: "ListNodes",

@@ -1,0 +1,104 @@
+package fsvol_test
+
+import (
+	"context"
+	"errors"
+	"os"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	v1 "github.com/zonefleet/zonefleet/api/zonefleet/v1"
+	"github.com/zonefleet/zonefleet/pkg/client"
+	"github.com/zonefleet/zonefleet/pkg/fsvol"
+	"github.com/zonefleet/zonefleet/pkg/lfs"
+	"github.com/zonefleet/zonefleet/pkg/localcluster"
+	"github.com/zonefleet/zonefleet/pkg/zerr"
+)
+
+// One mount writes a namespace at a time. A second mount is refused while
+// the first holds the lease; a forced one takes it over, and the first
+// stops writing (its file system turns read-only) at its next renewal;
+// a clean close releases the lease; a mount that died holds it until its
+// TTL ends, and the next mount waits for that. Before the lease, two mounts of one
+// namespace both came up read-write and the second's recovery reset zones
+// the first still wrote.
+func TestOneMountPerNamespace(t *testing.T) {
+	ctx := context.Background()
+	cl, err := localcluster.Start(ctx, localcluster.Config{Dir: t.TempDir(), Nodes: 3, Clock: "off", Device: localcluster.TinyDevice()})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = cl.Close() })
+	admin, err := client.New(ctx, cl.AdminClientConfig())
+	require.NoError(t, err)
+	defer admin.Close()
+	_, err = admin.Namespaces().Create(ctx, &v1.CreateNamespaceRequest{Name: "fs", MaxActiveVzones: 8, ZonesPerVzone: 4})
+	require.NoError(t, err)
+	newVol := func(holder string, force bool) (*fsvol.Volume, error) {
+		c, err := client.New(ctx, cl.ClientConfig("fs"))
+		require.NoError(t, err)
+		t.Cleanup(c.Close)
+		return fsvol.New(ctx, c, fsvol.Options{MaxZones: 28, MountHolder: holder, ForceMount: force, MountTTL: 3 * time.Second})
+	}
+	va, err := newVol("a", false)
+	require.NoError(t, err)
+	require.NoError(t, lfs.Mkfs(ctx, va, lfs.MkfsOptions{}))
+	fa, err := lfs.Mount(ctx, va, lfs.Options{Move: lfs.Compact})
+	require.NoError(t, err)
+	write := func(fs *lfs.FS, name string) error {
+		_, h, err := fs.Create(ctx, lfs.RootIno, name, 0o644, 0, 0, os.O_RDWR)
+		if err != nil {
+			return err
+		}
+		defer fs.Release(ctx, h)
+		if _, err := fs.Write(ctx, h, 0, make([]byte, 64<<10)); err != nil {
+			return err
+		}
+		return fs.Fsync(ctx, h, false)
+	}
+	require.NoError(t, write(fa, "a1"))
+
+	time.Sleep(2 * time.Second) // a's renewals keep the 3 s lease past its first term
+	_, err = newVol("b", false)
+	require.Error(t, err, "a second mount is refused")
+	assert.ErrorIs(t, err, zerr.ErrAlreadyExists)
+	assert.Contains(t, err.Error(), `a (its lease ends`)
+	require.NoError(t, write(fa, "a2"), "the first mount goes on")
+
+	vb, err := newVol("b", true)
+	require.NoError(t, err, "a forced mount takes the lease over")
+	deadline := time.Now().Add(10 * time.Second)
+	var werr error
+	for i := 0; time.Now().Before(deadline); i++ {
+		if werr = write(fa, "late"+string(rune('a'+i%26))); werr != nil {
+			break
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	require.Error(t, werr, "the first mount stops writing once its renewal finds the lease taken")
+	var fe *fsvol.FencedError
+	rofs := errors.As(werr, &fe) || lfs.Errno(werr) != 0
+	assert.True(t, rofs, "%v", werr)
+	_ = fa.Unmount(ctx)
+	_ = va.Close(ctx) // does not release b's lease
+
+	_, err = newVol("c", false)
+	assert.ErrorIs(t, err, zerr.ErrAlreadyExists, "b holds the lease")
+	require.NoError(t, vb.Close(ctx))
+	vc, err := newVol("c", false)
+	require.NoError(t, err, "b's close released the lease")
+	require.NoError(t, vc.Close(ctx))
+
+	// A mount that died (no renewals, no release): the next one waits for
+	// its lease to end and mounts.
+	dead, err := client.New(ctx, cl.ClientConfig("fs"))
+	require.NoError(t, err)
+	defer dead.Close()
+	_, err = dead.AcquireMount(ctx, "killed", 2*time.Second, false)
+	require.NoError(t, err)
+	t0 := time.Now()
+	vd, err := newVol("d", false)
+	require.NoError(t, err, "the dead mount's lease ended")
+	assert.GreaterOrEqual(t, time.Since(t0), time.Second, "it waited for the lease")
+	require.NoError(t, vd.Close(ctx))
+}
