@@ -101,6 +101,8 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+
 	v1 "github.com/zonefleet/zonefleet/api/zonefleet/v1"
 	"github.com/zonefleet/zonefleet/pkg/client"
 	"github.com/zonefleet/zonefleet/pkg/clock"
@@ -129,6 +131,7 @@ type Volume struct {
 	// the renewals' stop and end (nil without a holder)
 	leaseStop context.CancelFunc
 	leaseDone chan struct{}
+	renewals  *prometheus.CounterVec // by result: ok, failed, lost
 
 	// lifecycle orders opens (shared) against resets (exclusive): the arbiter
 	// hands out the lowest empty v-zone, often one just reset, and the two
@@ -220,6 +223,8 @@ type Options struct {
 	// stops writing); MountTTL is the lease's TTL (0: the arbiter's 15 s).
 	ForceMount bool
 	MountTTL   time.Duration
+	// Registerer gets the mount lease's metrics (nil: none).
+	Registerer prometheus.Registerer
 	// SyncCompaction makes Compact wait for the copies and flush their
 	// drives before it returns. By default Compact returns once the copies
 	// are submitted (see Asynchronous compaction in the package
@@ -292,6 +297,7 @@ func New(ctx context.Context, c *client.Client, o Options) (*Volume, error) {
 		v.ttl = 15 * time.Second
 	}
 	if v.holder != "" {
+		v.leaseMetrics(o.Registerer)
 		if err := v.acquireLease(ctx, o.ForceMount); err != nil {
 			cancel()
 			return nil, err

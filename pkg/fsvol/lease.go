@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+
 	"github.com/zonefleet/zonefleet/pkg/clock"
 	"github.com/zonefleet/zonefleet/pkg/zerr"
 )
@@ -41,6 +43,24 @@ func (e *FencedError) Error() string {
 // Is makes a FencedError a zone-state error: not transient, so the file
 // system turns read-only rather than retrying.
 func (e *FencedError) Is(t error) bool { return t == zerr.ErrZoneState }
+
+// leaseMetrics registers the lease's metrics with reg (nil: kept unexported).
+func (v *Volume) leaseMetrics(reg prometheus.Registerer) {
+	v.renewals = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "zonefleet_fs_mount_lease_renewals_total",
+		Help: "Renewals of the mount's namespace lease by result: ok, failed (the arbiter unreachable; writes stop after two thirds of the TTL without one), lost (another mount holds the lease: this mount stopped writing)."},
+		[]string{"result"})
+	fenced := prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "zonefleet_fs_mount_fenced",
+		Help: "1 while this mount does not write because it lost, or could not renew, the namespace's mount lease."},
+		func() float64 {
+			if v.fenced.Load() != nil {
+				return 1
+			}
+			return 0
+		})
+	if reg != nil {
+		reg.MustRegister(v.renewals, fenced)
+	}
+}
 
 // fencedErr is the error of a fenced volume, nil while it may write.
 func (v *Volume) fencedErr() error {
@@ -95,18 +115,21 @@ func (v *Volume) renewLoop(lctx context.Context) {
 		var ae *zerr.AlreadyExistsError
 		switch {
 		case err == nil:
+			v.renewals.WithLabelValues("ok").Inc()
 			v.leaseOK.Store(int64(now))
 			if e := v.fenced.Load(); e != nil && !e.Final {
 				v.fenced.Store(nil)
 				v.log.Warn("mount lease renewed again: writing resumes", "namespace", v.ns)
 			}
 		case errors.As(err, &ae):
+			v.renewals.WithLabelValues("lost").Inc()
 			v.fenced.Store(&FencedError{Namespace: v.ns, Reason: "another mount holds the namespace's lease: " + err.Error(), Final: true})
 			v.log.Error("mount lease lost to another mount: this mount stopped writing (unmount it)", "namespace", v.ns, "err", err)
 			return
 		case lctx.Err() != nil:
 			return
 		default:
+			v.renewals.WithLabelValues("failed").Inc()
 			if since := now - time.Duration(v.leaseOK.Load()); since >= v.ttl*2/3 && v.fenced.Load() == nil {
 				v.fenced.Store(&FencedError{Namespace: v.ns, Reason: fmt.Sprintf("the mount lease was not renewed for %v of its %v (the arbiter: %v); another mount could take it", since.Round(time.Second), v.ttl, err)})
 				v.log.Error("mount lease not renewed in time: this mount stopped writing until a renewal succeeds", "namespace", v.ns, "err", err)

@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	v1 "github.com/zonefleet/zonefleet/api/zonefleet/v1"
@@ -34,11 +35,29 @@ func TestOneMountPerNamespace(t *testing.T) {
 	defer admin.Close()
 	_, err = admin.Namespaces().Create(ctx, &v1.CreateNamespaceRequest{Name: "fs", MaxActiveVzones: 8, ZonesPerVzone: 4})
 	require.NoError(t, err)
+	regA := prometheus.NewRegistry()
 	newVol := func(holder string, force bool) (*fsvol.Volume, error) {
 		c, err := client.New(ctx, cl.ClientConfig("fs"))
 		require.NoError(t, err)
 		t.Cleanup(c.Close)
-		return fsvol.New(ctx, c, fsvol.Options{MaxZones: 28, MountHolder: holder, ForceMount: force, MountTTL: 3 * time.Second})
+		var reg prometheus.Registerer
+		if holder == "a" {
+			reg = regA
+		}
+		return fsvol.New(ctx, c, fsvol.Options{MaxZones: 28, MountHolder: holder, ForceMount: force, MountTTL: 3 * time.Second, Registerer: reg})
+	}
+	gauge := func(name string) float64 {
+		mfs, err := regA.Gather()
+		require.NoError(t, err)
+		var sum float64
+		for _, mf := range mfs {
+			if mf.GetName() == name {
+				for _, m := range mf.GetMetric() {
+					sum += m.GetGauge().GetValue() + m.GetCounter().GetValue()
+				}
+			}
+		}
+		return sum
 	}
 	va, err := newVol("a", false)
 	require.NoError(t, err)
@@ -64,6 +83,8 @@ func TestOneMountPerNamespace(t *testing.T) {
 	assert.ErrorIs(t, err, zerr.ErrAlreadyExists)
 	assert.Contains(t, err.Error(), `a (its lease ends`)
 	require.NoError(t, write(fa, "a2"), "the first mount goes on")
+	assert.Positive(t, gauge("zonefleet_fs_mount_lease_renewals_total"), "renewed")
+	assert.Zero(t, gauge("zonefleet_fs_mount_fenced"))
 
 	vb, err := newVol("b", true)
 	require.NoError(t, err, "a forced mount takes the lease over")
@@ -79,6 +100,7 @@ func TestOneMountPerNamespace(t *testing.T) {
 	var fe *fsvol.FencedError
 	rofs := errors.As(werr, &fe) || lfs.Errno(werr) != 0
 	assert.True(t, rofs, "%v", werr)
+	assert.Equal(t, 1.0, gauge("zonefleet_fs_mount_fenced"), "the fence shows in the metrics")
 	_ = fa.Unmount(ctx)
 	_ = va.Close(ctx) // does not release b's lease
 

@@ -435,7 +435,7 @@ func serveMount(sigCtx context.Context, g *Globals, o mountOptions, mounted func
 	}
 	defer c.Close()
 	vol, err := fsvol.New(sigCtx, c, fsvol.Options{MaxZones: o.maxZones, SyncCompaction: !o.asyncCompaction,
-		MountHolder: mountHolder(), ForceMount: o.forceMount})
+		MountHolder: mountHolder(), ForceMount: o.forceMount, Registerer: reg})
 	if err != nil {
 		var ae *zerr.AlreadyExistsError
 		if errors.As(err, &ae) {
