@@ -1134,11 +1134,7 @@ func (fs *FS) write(ctx context.Context, h Handle, off int64, data []byte, write
 			}
 		}
 	}
-	limit := fs.sb.UserBlocks
-	if !writeBack {
-		limit -= fs.writeReserve()
-	}
-	if fs.used+need+need/fs.epd()+2 > limit {
+	if !fs.fits(need, !writeBack) {
 		if writeBack {
 			fs.writeBackFailed(in, errNoSpace)
 		}
@@ -1161,6 +1157,17 @@ func (fs *FS) writeBackFailed(in *inode, err error) {
 		slog.Warn("write-back of a file failed: its next fsync reports the error", "ino", in.ino, "err", err)
 	}
 	in.staleCache = true
+}
+
+// fits tells whether need new data blocks (and the node blocks that map
+// them) fit in the space users may fill; withReserve leaves the write-back
+// reserve out of it, as a write(2) or fallocate must (fs.mu held).
+func (fs *FS) fits(need uint64, withReserve bool) bool {
+	limit := fs.sb.UserBlocks
+	if withReserve {
+		limit -= min(limit, fs.writeReserve())
+	}
+	return fs.used+need+need/fs.epd()+2 <= limit
 }
 
 // Fsync persists the file's data and nodes (fdatasync is the same here).

@@ -157,7 +157,7 @@ func (fs *FS) Fallocate(ctx context.Context, ino uint64, mode uint32, off, lengt
 		// the file holds.
 		span := (end+bs-1)/bs - off/bs
 		need := span - min(span, in.body.Blocks+in.holes)
-		if need > 0 && fs.used+need+need/fs.epd()+2 > fs.sb.UserBlocks-min(fs.sb.UserBlocks, fs.writeReserve()) {
+		if need > 0 && !fs.fits(need, true) {
 			return errNoSpace
 		}
 		if mode == 0 && end > in.body.Size {
