@@ -60,7 +60,8 @@ var (
 //	  IssueToken                           admin, tenant (renews its own namespace's token)
 //	  RevokeTokens                         admin
 //	  GetNamespace                         admin, tenant (own namespace, field name)
-//	  v-zone calls, ReportActivity         admin, tenant (own namespace, field namespace)
+//	  v-zone calls, ReportActivity,
+//	  AcquireMount, ReleaseMount           admin, tenant (own namespace, field namespace)
 //	  ListNodes, GetNode, ClusterStatus    admin, tenant (topology and geometry the
 //	                                       FUSE mount needs; the arbiter must redact
 //	                                       other tenants' names from ClusterStatus)

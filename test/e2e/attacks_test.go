@@ -325,3 +325,99 @@ func mustIssuer(t *testing.T, cl *localcluster.Cluster) *auth.Issuer {
 	require.NoError(t, err)
 	return iss
 }
+
+// TestMountLeaseIsTheTenantsOwn: the mount lease (AcquireMount,
+// ReleaseMount) over real gRPC against a secure local cluster (TLS, real
+// etcd, the arbiter's policy). A tenant takes and gives back its own
+// namespace's lease; another tenant's token is refused with
+// PERMISSION_DENIED before the handler runs — taking a free lease, forcing a
+// held one over (which would fence the victim's mount) or releasing it in
+// the holder's name (which would let a second mount in) — and the refused
+// calls change nothing: the victim can still take its free lease, and once
+// taken its holder keeps it.
+func TestMountLeaseIsTheTenantsOwn(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	cl, err := localcluster.Start(ctx, localcluster.Config{Dir: t.TempDir(), Nodes: 1, Clock: "off", Device: localcluster.TinyDevice()})
+	require.NoError(t, err)
+	defer cl.Close()
+	admin, err := client.New(ctx, cl.AdminClientConfig())
+	require.NoError(t, err)
+	defer admin.Close()
+	for _, ns := range []string{"victim", "mallory"} {
+		_, err := admin.Namespaces().Create(ctx, &v1.CreateNamespaceRequest{Name: ns, MaxActiveVzones: 1, ZonesPerVzone: 1})
+		require.NoError(t, err)
+	}
+	arb := func(ns string) v1.ArbiterClient {
+		tok, err := cl.MintToken(ns, 10*time.Minute)
+		require.NoError(t, err)
+		cc, err := grpc.NewClient(cl.ArbiterAddrs()[0], grpc.WithTransportCredentials(credentials.NewTLS(cl.ClientTLS())),
+			grpc.WithPerRPCCredentials(auth.PerRPC(auth.StaticToken(tok), false)))
+		require.NoError(t, err)
+		t.Cleanup(func() { _ = cc.Close() })
+		return v1.NewArbiterClient(cc)
+	}
+	victim, mallory := arb("victim"), arb("mallory")
+	const ttl = 60 // seconds: no lease here ends by itself during the test
+	acquire := func(ctx context.Context, c v1.ArbiterClient, ns, holder string, force bool) (*v1.MountLease, error) {
+		return c.AcquireMount(ctx, &v1.AcquireMountRequest{Namespace: ns, Holder: holder, TtlSeconds: ttl, Force: force})
+	}
+	release := func(c v1.ArbiterClient, ns, holder string) error {
+		_, err := c.ReleaseMount(ctx, &v1.ReleaseMountRequest{Namespace: ns, Holder: holder})
+		return err
+	}
+	denied := func(what string, err error) {
+		t.Helper()
+		require.Error(t, err, what)
+		assert.Equal(t, codes.PermissionDenied, status.Code(err), "%s: %v", what, err)
+	}
+	// holds: the victim's lease is held by holder (its renewal succeeds, a
+	// second mount of the victim's is refused naming it).
+	holds := func(holder string) {
+		t.Helper()
+		_, err := acquire(ctx, victim, "victim", "victim-backup pid 9", false)
+		assert.Equal(t, codes.AlreadyExists, status.Code(err), "the lease is held: %v", err)
+		assert.ErrorContains(t, err, holder)
+		l, err := acquire(ctx, victim, "victim", holder, false)
+		require.NoError(t, err, "the holder renews")
+		assert.Equal(t, holder, l.GetHolder())
+	}
+
+	// A free lease: mallory cannot take it, by the request or by forged
+	// namespace metadata; the victim then can.
+	_, err = acquire(ctx, mallory, "victim", "mallory-host pid 1", false)
+	denied("mallory takes the victim's free lease", err)
+	_, err = acquire(metadata.AppendToOutgoingContext(ctx, auth.NamespaceKey, "victim"), mallory, "victim", "mallory-host pid 1", false)
+	denied("mallory takes the victim's lease with forged namespace metadata", err)
+	l, err := acquire(ctx, victim, "victim", "victim-host pid 7", false)
+	require.NoError(t, err, "the victim takes its own lease after mallory's refused attempts")
+	assert.Equal(t, "victim", l.GetNamespace())
+	assert.Equal(t, "victim-host pid 7", l.GetHolder())
+
+	// A held lease: mallory can neither force it over nor release it in
+	// the holder's name.
+	_, err = acquire(ctx, mallory, "victim", "mallory-host pid 1", true)
+	denied("mallory forces the victim's lease over", err)
+	denied("mallory releases the victim's lease in the holder's name", release(mallory, "victim", "victim-host pid 7"))
+	denied("mallory releases the victim's lease as another holder", release(mallory, "victim", "mallory-host pid 1"))
+	holds("victim-host pid 7")
+
+	// Mallory's own lease: taken, held, given back.
+	ml, err := acquire(ctx, mallory, "mallory", "mallory-host pid 1", false)
+	require.NoError(t, err, "mallory takes its own lease")
+	assert.Equal(t, "mallory-host pid 1", ml.GetHolder())
+	_, err = acquire(ctx, mallory, "mallory", "mallory-host pid 2", false)
+	assert.Equal(t, codes.AlreadyExists, status.Code(err), "mallory's lease is held: %v", err)
+	require.NoError(t, release(mallory, "mallory", "mallory-host pid 1"), "mallory releases its own lease")
+	ml, err = acquire(ctx, mallory, "mallory", "mallory-host pid 2", false)
+	require.NoError(t, err, "the released lease is free")
+	assert.Equal(t, "mallory-host pid 2", ml.GetHolder())
+
+	// After all of it the victim's holder still has the lease, and its
+	// own release frees it.
+	holds("victim-host pid 7")
+	require.NoError(t, release(victim, "victim", "victim-host pid 7"))
+	l, err = acquire(ctx, victim, "victim", "victim-host pid 8", false)
+	require.NoError(t, err, "the victim's released lease is free")
+	assert.Equal(t, "victim-host pid 8", l.GetHolder())
+}
