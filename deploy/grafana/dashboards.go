@@ -193,6 +193,11 @@ func fs() Dashboard {
 		pn(panel(15, "timeseries", "User bytes read / written", []query{q(`sum by (dir) (rate(zonefleet_fs_bytes_total{`+i+`}`+ri+`))`, "{{dir}}")}, unit("Bps"))),
 		pn(panel(17, "timeseries", "Writes waiting for the write-back", []query{q(`sum by (instance) (rate(zonefleet_fs_write_throttled_seconds_total{`+i+`}`+ri+`))`, "{{instance}}")},
 			unit("percentunit"), desc("Share of wall time writes waited for room in the dirty-page budget (1: one writer always waiting): the write-back to the drives is behind the writers."))),
+		pn(panel(18, "timeseries", "Mount lease: fenced, renewals by result", []query{
+			q(`max by (instance) (zonefleet_fs_mount_fenced{`+i+`})`, "{{instance}} fenced"),
+			q(`sum by (instance, result) (rate(zonefleet_fs_mount_lease_renewals_total{`+i+`}`+ri+`))`, "{{instance}} renewals {{result}}")},
+			unit("none"), thresholds(1.0, "red"), unitOf("B", "ops"),
+			desc("fenced 1: the mount lost its namespace's mount lease (another mount took it over with --force-mount, or no renewal reached the arbiter for two thirds of the TTL) and stopped writing: the file system is read-only (alert ZoneFleetMountFenced). Renewals: ok about every 5 s; failed (the arbiter did not answer) or lost (another mount holds the lease): alert ZoneFleetMountLeaseRenewalsFailing."))),
 		row(101, "Segments and recycling"),
 		pn(panel(3, "timeseries", "Segments: free, dirty, log heads", []query{
 			q(`zonefleet_fs_segments_free{`+i+`}`, "free"), q(`zonefleet_fs_segments_dirty{`+i+`}`, "dirty"), q(`zonefleet_fs_segments_active{`+i+`}`, "log heads")},

@@ -314,7 +314,9 @@ func fsWorkload(t *testing.T, reg prometheus.Registerer) error {
 	ctx := context.Background()
 	createNamespace(t, "dash-fs", 8, 1)
 	cl := newClient(t, "dash-fs", 20*time.Second)
-	vol, err := fsvol.New(ctx, cl, fsvol.Options{MaxZones: 16})
+	// A mount lease as zctl mount takes it: its metrics feed the file system
+	// dashboard's lease panel.
+	vol, err := fsvol.New(ctx, cl, fsvol.Options{MaxZones: 16, MountHolder: "dashboard-test", Registerer: reg})
 	if err != nil {
 		return err
 	}
