@@ -49,6 +49,9 @@ func (v *Volume) leaseMetrics(reg prometheus.Registerer) {
 	v.renewals = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "zonefleet_fs_mount_lease_renewals_total",
 		Help: "Renewals of the mount's namespace lease by result: ok, failed (the arbiter unreachable; writes stop after two thirds of the TTL without one), lost (another mount holds the lease: this mount stopped writing)."},
 		[]string{"result"})
+	for _, r := range []string{"ok", "failed", "lost"} {
+		v.renewals.WithLabelValues(r) // every series from 0, so rate() sees the first failure
+	}
 	fenced := prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "zonefleet_fs_mount_fenced",
 		Help: "1 while this mount does not write because it lost, or could not renew, the namespace's mount lease."},
 		func() float64 {
