@@ -31,6 +31,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log"
 	"math/rand/v2"
 	"os"
 	"path/filepath"
@@ -51,6 +52,7 @@ import (
 	"github.com/zonefleet/zonefleet/pkg/bench/benchstat"
 	"github.com/zonefleet/zonefleet/pkg/client"
 	"github.com/zonefleet/zonefleet/pkg/clock"
+	"github.com/zonefleet/zonefleet/pkg/flash"
 	"github.com/zonefleet/zonefleet/pkg/fsvol"
 	"github.com/zonefleet/zonefleet/pkg/fusefs"
 	"github.com/zonefleet/zonefleet/pkg/lfs"
@@ -90,6 +92,10 @@ type Options struct {
 	NoThreadScaling bool // skip the thread-scaling fileserver runs
 	NoDevvol        bool // skip the same throughput workloads over local drives (devvol, no network)
 	NoRecycling     bool // skip the recycling (host copy vs IZC) fileserver runs
+	// TinySegments runs the throughput part on the recycling part's cluster
+	// geometry (512 KiB zones, 4 per v-zone: 2 MiB segments) instead of
+	// `zctl local up`'s (4 MiB zones, 8 per v-zone: 32 MiB segments).
+	TinySegments bool
 
 	// SeqTotalMiB is what one sequential point moves: the SeqMiB file is
 	// written (created, written, fsynced) and read in passes until this much
@@ -193,6 +199,9 @@ type PGCCompare struct {
 
 // Result of Run.
 type Result struct {
+	// SegmentBytes is the file system's segment (v-zone) size in the
+	// throughput part's cluster (Options.TinySegments).
+	SegmentBytes   int64              `json:"throughput_segment_bytes"`
 	Throughput     []Throughput       `json:"throughput"`
 	VsFuseLoopback map[string]float64 `json:"vs_fuse_loopback"`
 	Recycling      []Recycling        `json:"recycling"`
@@ -287,8 +296,32 @@ type cluster struct {
 	c  *client.Client
 }
 
-func startCluster(ctx context.Context, dir, clk string, scale float64, reg prometheus.Registerer) (*cluster, error) {
-	cl, err := localcluster.Start(ctx, localcluster.Config{Dir: dir, Nodes: 3, Clock: clk, TimeScale: scale, Device: localcluster.TinyDevice(), Admission: true}) // as ssdnode and `zctl local up` run
+// geometry is a benchmark cluster's drives and v-zone width: together the
+// file system's segment size.
+type geometry struct {
+	dev           flash.Config
+	zonesPerVzone uint32
+}
+
+// Segment is the file system's segment (one v-zone) in bytes.
+func (g geometry) Segment() int64 {
+	fg := g.dev.Geometry()
+	return int64(fg.ZoneCap) * int64(fg.BlockSize) * int64(g.zonesPerVzone)
+}
+
+var (
+	// localUp is `zctl local up`'s geometry: 4 MiB zones, 8 per v-zone
+	// (32 MiB segments). The throughput part runs on it: what a user's
+	// mount writes through.
+	localUp = geometry{localcluster.SmallDevice(), 8}
+	// tiny is a small file system that fills fast (512 KiB zones, 4 per
+	// v-zone: 2 MiB segments, 168 MiB of drives): the recycling part's, so
+	// that a few hundred MiB of churn recycle many segments.
+	tiny = geometry{localcluster.TinyDevice(), 4}
+)
+
+func startCluster(ctx context.Context, dir, clk string, scale float64, reg prometheus.Registerer, geo geometry) (*cluster, error) {
+	cl, err := localcluster.Start(ctx, localcluster.Config{Dir: dir, Nodes: 3, Clock: clk, TimeScale: scale, Device: geo.dev, Admission: true}) // as ssdnode and `zctl local up` run
 	if err != nil {
 		return nil, err
 	}
@@ -298,7 +331,7 @@ func startCluster(ctx context.Context, dir, clk string, scale float64, reg prome
 		return nil, err
 	}
 	// 9 active v-zones: mkfs formats the six logs (hot/warm/cold × node/data)
-	_, err = admin.Namespaces().Create(ctx, &v1.CreateNamespaceRequest{Name: "bench", MaxActiveVzones: 9, ZonesPerVzone: 4})
+	_, err = admin.Namespaces().Create(ctx, &v1.CreateNamespaceRequest{Name: "bench", MaxActiveVzones: 9, ZonesPerVzone: geo.zonesPerVzone})
 	admin.Close()
 	if err != nil {
 		cl.Close()
@@ -442,7 +475,12 @@ type target struct {
 }
 
 func throughput(ctx context.Context, o Options, dir string, res *Result) error {
-	cl, err := startCluster(ctx, filepath.Join(dir, "tp-cluster"), "off", 1, nil)
+	geo := localUp
+	if o.TinySegments {
+		geo = tiny
+	}
+	res.SegmentBytes = geo.Segment()
+	cl, err := startCluster(ctx, filepath.Join(dir, "tp-cluster"), "off", 1, nil, geo)
 	if err != nil {
 		return err
 	}
@@ -577,7 +615,10 @@ func loopbackTarget(dir string) (*target, error) {
 	srv, err := gofs.Mount(mnt, root, &gofs.Options{MountOptions: fuse.MountOptions{DirectMount: os.Geteuid() == 0, MaxWrite: 1 << 20, FsName: "loopback",
 		MaxBackground: 64,
 		// every byte through the FUSE daemon, as on the ZoneFleet mount: no kernel passthrough to the backing file
-		DisabledCapabilities: fuse.CAP_PASSTHROUGH}})
+		DisabledCapabilities: fuse.CAP_PASSTHROUGH,
+		// go-fuse logs every 1 MiB read whose splice does not fit the 1 MiB
+		// pipe limit (it then copies, as the ZoneFleet mount always does)
+		Logger: log.New(io.Discard, "", 0)}})
 	if err != nil {
 		return nil, err
 	}
@@ -879,7 +920,7 @@ func dropCache(p string) error {
 }
 
 func recycling(ctx context.Context, o Options, dir string, res *Result) error {
-	cl, err := startCluster(ctx, filepath.Join(dir, "gc-cluster"), "realtime", o.TimeScale, nil)
+	cl, err := startCluster(ctx, filepath.Join(dir, "gc-cluster"), "realtime", o.TimeScale, nil, tiny)
 	if err != nil {
 		return err
 	}
@@ -933,7 +974,7 @@ func histSum(reg *prometheus.Registry, name string) float64 {
 // threadScaling runs the fileserver at o.ScalingUtil with each of
 // o.ScalingThreads thread counts (IZC) on the realtime clock.
 func threadScaling(ctx context.Context, o Options, dir string, res *Result) error {
-	cl, err := startCluster(ctx, filepath.Join(dir, "ts-cluster"), "realtime", o.TimeScale, nil)
+	cl, err := startCluster(ctx, filepath.Join(dir, "ts-cluster"), "realtime", o.TimeScale, nil, tiny)
 	if err != nil {
 		return err
 	}
@@ -1152,6 +1193,9 @@ func fileserver(ctx context.Context, o Options, cl *cluster, mnt string, method 
 // WriteTable prints the result.
 func (r *Result) WriteTable(w io.Writer) error {
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	if r.SegmentBytes > 0 {
+		fmt.Fprintf(tw, "throughput part: %d MiB segments\n", r.SegmentBytes>>20)
+	}
 	fmt.Fprintln(tw, "workload\tzonefleet MiB/s\tfuse loopback MiB/s\tvs_fuse_loopback")
 	for _, t := range r.Throughput {
 		fmt.Fprintf(tw, "%s\t%.1f\t%.1f\t%.2f\n", t.Workload, t.ZoneFleet, t.Loopback, t.VsLoopback)

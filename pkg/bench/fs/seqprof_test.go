@@ -81,7 +81,7 @@ func mountCluster(b *testing.B) (m *mounted, done func()) {
 	}
 	ctx := context.Background()
 	dir := b.TempDir()
-	cl, err := startCluster(ctx, filepath.Join(dir, "c"), "off", 1, nil)
+	cl, err := startCluster(ctx, filepath.Join(dir, "c"), "off", 1, nil, localUp)
 	require.NoError(b, err)
 	vol, err := fsvol.New(ctx, cl.c, fsvol.Options{})
 	require.NoError(b, err)
@@ -92,5 +92,20 @@ func mountCluster(b *testing.B) (m *mounted, done func()) {
 		require.NoError(b, m.unmount(ctx))
 		require.NoError(b, vol.Close(ctx))
 		cl.close()
+	}
+}
+
+// BenchmarkSeqWriteDevvol is BenchmarkSeqWriteCluster's workload on the
+// file system over one local drive (devvol, no network), the throughput
+// part's devvol target: the file system's own cost without the cluster's.
+func BenchmarkSeqWriteDevvol(b *testing.B) {
+	if _, err := os.Stat("/dev/fuse"); err != nil {
+		b.Skipf("no /dev/fuse: %v", err)
+	}
+	for i := 0; i < b.N; i++ {
+		t, err := devvolTarget(context.Background(), b.TempDir(), Options{})
+		require.NoError(b, err)
+		seqWritePasses(b, t.dir)
+		require.NoError(b, t.close())
 	}
 }
