@@ -13,7 +13,7 @@ import (
 )
 
 func main() {
-	cfg := &daemon.Config{Name: "arbiter", GRPCListen: ":7700", HTTPListen: ":7701"}
+	cfg := &daemon.Config{Name: "arbiter", GRPCListen: ":7700", HTTPListen: "127.0.0.1:7701"}
 	opts := arbiterd.DefaultOptions()
 	cmd := daemon.Command(cfg, "The eZNS zone arbiter: hands out active zones to tenant namespaces.",
 		func(c *cobra.Command) { arbiterd.AddFlags(c.Flags(), &opts) },

@@ -14,7 +14,7 @@ import (
 )
 
 func main() {
-	cfg := &daemon.Config{Name: "ssdnode", GRPCListen: ":7800", HTTPListen: ":7801"}
+	cfg := &daemon.Config{Name: "ssdnode", GRPCListen: ":7800", HTTPListen: "127.0.0.1:7801"}
 	opts := node.DefaultOptions()
 	cmd := daemon.Command(cfg, "An SSD node: emulated ZNS+ drives served over gRPC.",
 		func(c *cobra.Command) { node.AddFlags(c.Flags(), &opts) },

@@ -57,7 +57,7 @@ type Config struct {
 // AddFlags registers the skeleton's flags with the given defaults.
 func AddFlags(fs *pflag.FlagSet, c *Config) {
 	fs.StringVar(&c.GRPCListen, "listen", c.GRPCListen, "gRPC listen address")
-	fs.StringVar(&c.HTTPListen, "http-listen", c.HTTPListen, "HTTP listen address for /metrics and /healthz (empty disables)")
+	fs.StringVar(&c.HTTPListen, "http-listen", c.HTTPListen, "HTTP listen address for /metrics and /healthz, served without authentication (loopback by default; empty disables)")
 	fs.StringVar(&c.LogFormat, "log-format", "text", "log format: text or json")
 	fs.StringVar(&c.LogLevel, "log-level", "info", "log level: debug, info, warn or error")
 	fs.DurationVar(&c.ShutdownTimeout, "shutdown-timeout", 4*time.Second, "how long a graceful shutdown may drain requests")
@@ -213,6 +213,10 @@ func (d *Daemon) Run(ctx context.Context) error {
 		}()
 	}
 	d.Logger.Info("serving", "grpc", d.GRPCAddr(), "http", d.HTTPAddr())
+	if d.httpLis != nil && !isLoopback(d.httpLis.Addr()) {
+		d.Logger.Warn("/metrics and /healthz are served without authentication beyond loopback: namespace names and I/O counts are visible to anyone who reaches this address; listen on loopback or firewall it",
+			"http", d.HTTPAddr())
+	}
 
 	// Keep the gRPC health status in step with the checks.
 	tick := time.NewTicker(time.Second)
@@ -307,4 +311,11 @@ func (m *rpcMetrics) stream(srv any, ss grpc.ServerStream, info *grpc.StreamServ
 	err := h(srv, ss)
 	m.observe(info.FullMethod, start, rpcerr.ToError(err))
 	return err
+}
+
+// isLoopback says whether a listener's address is reachable from this host
+// only.
+func isLoopback(a net.Addr) bool {
+	ta, ok := a.(*net.TCPAddr)
+	return ok && ta.IP.IsLoopback()
 }

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"io"
 	"net/http"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -103,4 +104,53 @@ func get(t *testing.T, url string) (int, string) {
 	defer resp.Body.Close()
 	b, _ := io.ReadAll(resp.Body)
 	return resp.StatusCode, string(b)
+}
+
+// The metrics listener is unauthenticated: a daemon says so when it is
+// reachable beyond loopback, and not when it is not.
+func TestMetricsBeyondLoopbackWarns(t *testing.T) {
+	for _, tc := range []struct {
+		listen string
+		warn   bool
+	}{
+		{"127.0.0.1:0", false},
+		{"[::1]:0", false},
+		{"0.0.0.0:0", true},
+		{"", false},
+	} {
+		t.Run(tc.listen, func(t *testing.T) {
+			var buf syncBuf
+			log, _ := NewLogger(&buf, "text", "info")
+			d, err := New(Config{Name: "test", GRPCListen: "127.0.0.1:0", HTTPListen: tc.listen}, log)
+			if err != nil && tc.listen == "[::1]:0" {
+				t.Skipf("no IPv6 loopback: %v", err)
+			}
+			require.NoError(t, err)
+			ctx, cancel := context.WithCancel(context.Background())
+			done := make(chan error, 1)
+			go func() { done <- d.Run(ctx) }()
+			require.Eventually(t, func() bool { return bytes.Contains(buf.Bytes(), []byte("msg=serving")) }, 10*time.Second, 10*time.Millisecond)
+			cancel()
+			require.NoError(t, <-done)
+			assert.Equal(t, tc.warn, bytes.Contains(buf.Bytes(), []byte("without authentication")), "%s", buf.Bytes())
+		})
+	}
+}
+
+// syncBuf is a bytes.Buffer safe for a logger and a reader at once.
+type syncBuf struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (b *syncBuf) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Write(p)
+}
+
+func (b *syncBuf) Bytes() []byte {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return append([]byte(nil), b.buf.Bytes()...)
 }
