@@ -22,3 +22,10 @@ func FlushRounds(v *Volume) (rounds, calls uint64) {
 	defer v.fl.mu.Unlock()
 	return v.fl.rounds, v.fl.asked
 }
+
+// FreezeRenewals stops v's lease renewals without releasing the lease, as
+// when the process is stopped (SIGSTOP) while its writers are not.
+func FreezeRenewals(v *Volume) {
+	v.leaseStop()
+	<-v.leaseDone
+}

@@ -55,7 +55,7 @@ func (v *Volume) leaseMetrics(reg prometheus.Registerer) {
 	fenced := prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "zonefleet_fs_mount_fenced",
 		Help: "1 while this mount does not write because it lost, or could not renew, the namespace's mount lease."},
 		func() float64 {
-			if v.fenced.Load() != nil {
+			if v.fencedErr() != nil {
 				return 1
 			}
 			return 0
@@ -66,9 +66,22 @@ func (v *Volume) leaseMetrics(reg prometheus.Registerer) {
 }
 
 // fencedErr is the error of a fenced volume, nil while it may write.
+//
+// A holder also checks the lease's age on the clock at every call, not only
+// when the renewal goroutine runs: a process stopped past its TTL (SIGSTOP,
+// a VM paused, a long GC) wakes with its writers running before that
+// goroutine notices, and by then another mount may own the namespace. The
+// age counts from when the last successful renewal was sent (the arbiter
+// started its TTL no earlier).
 func (v *Volume) fencedErr() error {
 	if e := v.fenced.Load(); e != nil {
 		return e
+	}
+	if v.holder == "" {
+		return nil
+	}
+	if since := v.c.Clock().Now() - time.Duration(v.leaseOK.Load()); since >= v.ttl*2/3 {
+		return &FencedError{Namespace: v.ns, Reason: fmt.Sprintf("the mount lease was last renewed %v ago (TTL %v); writing waits for a renewal", since.Round(time.Millisecond), v.ttl)}
 	}
 	return nil
 }
@@ -81,6 +94,7 @@ func (v *Volume) fencedErr() error {
 func (v *Volume) acquireLease(ctx context.Context, force bool) error {
 	clk := v.c.Clock()
 	deadline := clk.Now() + v.ttl + v.ttl/3 + time.Second
+	sent := clk.Now()
 	l, err := v.c.AcquireMount(ctx, v.holder, v.ttl, force)
 	for waited := false; err != nil; waited = true {
 		var ae *zerr.AlreadyExistsError
@@ -94,9 +108,10 @@ func (v *Volume) acquireLease(ctx context.Context, force bool) error {
 		if serr := clock.Sleep(ctx, clk, min(time.Second, v.ttl/4)); serr != nil {
 			return errors.Join(err, serr)
 		}
+		sent = clk.Now()
 		l, err = v.c.AcquireMount(ctx, v.holder, v.ttl, force)
 	}
-	v.leaseOK.Store(int64(v.c.Clock().Now()))
+	v.leaseOK.Store(int64(sent))
 	v.log.Info("mount lease taken", "namespace", l.GetNamespace(), "holder", v.holder, "ttl", v.ttl, "forced", force)
 	lctx, lcancel := context.WithCancel(v.bg)
 	v.leaseStop, v.leaseDone = lcancel, make(chan struct{})
@@ -112,6 +127,7 @@ func (v *Volume) renewLoop(lctx context.Context) {
 			return
 		}
 		ctx, cancel := context.WithTimeout(lctx, v.ttl/3)
+		sent := clk.Now()
 		_, err := v.c.AcquireMount(ctx, v.holder, v.ttl, false)
 		cancel()
 		now := clk.Now()
@@ -119,7 +135,7 @@ func (v *Volume) renewLoop(lctx context.Context) {
 		switch {
 		case err == nil:
 			v.renewals.WithLabelValues("ok").Inc()
-			v.leaseOK.Store(int64(now))
+			v.leaseOK.Store(int64(sent))
 			if e := v.fenced.Load(); e != nil && !e.Final {
 				v.fenced.Store(nil)
 				v.log.Warn("mount lease renewed again: writing resumes", "namespace", v.ns)

@@ -124,3 +124,43 @@ func TestOneMountPerNamespace(t *testing.T) {
 	assert.GreaterOrEqual(t, time.Since(t0), time.Second, "it waited for the lease")
 	require.NoError(t, vd.Close(ctx))
 }
+
+// A mount whose renewals stopped (the process was stopped past its TTL and
+// its writers woke first) refuses to write once two thirds of the TTL passed
+// since its last renewal, on the clock at the call: before, the fence came
+// only from the renewal goroutine, so writers that ran before it wrote into
+// a namespace another mount may own by then.
+func TestStaleLeaseFencesWithoutTheRenewalGoroutine(t *testing.T) {
+	ctx := context.Background()
+	cl, err := localcluster.Start(ctx, localcluster.Config{Dir: t.TempDir(), Nodes: 3, Clock: "off", Device: localcluster.TinyDevice()})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = cl.Close() })
+	admin, err := client.New(ctx, cl.AdminClientConfig())
+	require.NoError(t, err)
+	defer admin.Close()
+	_, err = admin.Namespaces().Create(ctx, &v1.CreateNamespaceRequest{Name: "fs", MaxActiveVzones: 8, ZonesPerVzone: 4})
+	require.NoError(t, err)
+	c, err := client.New(ctx, cl.ClientConfig("fs"))
+	require.NoError(t, err)
+	defer c.Close()
+	const ttl = 3 * time.Second
+	v, err := fsvol.New(ctx, c, fsvol.Options{MaxZones: 28, MountHolder: "frozen", MountTTL: ttl})
+	require.NoError(t, err)
+	z, err := v.OpenZone(ctx)
+	require.NoError(t, err)
+	bs := v.Geometry().BlockSize
+	require.NoError(t, v.Write(ctx, z, 0, make([]byte, bs), false), "a fresh lease writes")
+
+	fsvol.FreezeRenewals(v)
+	time.Sleep(ttl*2/3 + 100*time.Millisecond)
+	err = v.Write(ctx, z, 1, make([]byte, bs), false)
+	var fe *fsvol.FencedError
+	require.ErrorAs(t, err, &fe, "a write after 2/3 of the TTL without a renewal is refused")
+	assert.False(t, fe.Final)
+	assert.ErrorIs(t, err, zerr.ErrZoneState, "lfs turns read-only on it")
+	assert.ErrorAs(t, v.Flush(ctx), &fe)
+	_, err = v.OpenZone(ctx)
+	assert.ErrorAs(t, err, &fe)
+	buf := make([]byte, bs)
+	assert.NoError(t, v.Read(ctx, z, 0, buf), "reads go on")
+}
