@@ -1,6 +1,7 @@
 package client
 
 import (
+	"bytes"
 	"cmp"
 	"context"
 	"errors"
@@ -719,11 +720,12 @@ func (v *VZone) writeGroup(ctx context.Context, g *group, off uint64, data []byt
 		// the call returned (an early error answer from the node, a
 		// cancelled context): it is never reused, the garbage collector
 		// frees it once the transport is done.
-		buf := make([]byte, 0, l.blocks*bs)
-		for _, p := range l.pieces {
-			buf = append(buf, data[(p.voff-off)*bs:(p.voff-off+p.n)*bs]...)
+		// (bytes.Join allocates it without zeroing: the copy fills it all)
+		bufs := make([][]byte, len(l.pieces))
+		for i, p := range l.pieces {
+			bufs[i] = data[(p.voff-off)*bs : (p.voff-off+p.n)*bs]
 		}
-		errs[li] = v.writeCopies(ctx, g, l.idx, l.zoff, buf, bs, fua)
+		errs[li] = v.writeCopies(ctx, g, l.idx, l.zoff, bytes.Join(bufs, nil), bs, fua)
 	}
 	var wg sync.WaitGroup
 	for li, l := range legs[:len(legs)-1] {

@@ -1,6 +1,7 @@
 package lfs
 
 import (
+	"bytes"
 	"context"
 	"sort"
 	"sync"
@@ -372,10 +373,16 @@ func (fs *FS) prepareFlush(in *inode, limit int) *flushPlan {
 	fs.mu.Unlock()
 	for gi := range plan.groups {
 		g := &plan.groups[gi]
-		g.buf = make([]byte, len(g.pages)*fs.bs)
+		// bytes.Join allocates without zeroing: the copy fills it all
+		bufs := make([][]byte, len(g.pages))
 		for i, p := range g.pages {
-			copy(g.buf[i*fs.bs:], p.b)
+			bufs[i] = p.b
+			if len(p.b) != fs.bs { // (pages are whole blocks; a short one is zero-padded)
+				bufs[i] = make([]byte, fs.bs)
+				copy(bufs[i], p.b)
+			}
 		}
+		g.buf = bytes.Join(bufs, nil)
 	}
 	fs.mu.Lock()
 	return plan
