@@ -122,6 +122,11 @@ func TestFullStack(t *testing.T) {
 		}
 		return true
 	}, 60*time.Second, 10*time.Millisecond, "the nodes reset the released zones")
+	// A write through the stale layout: the nodes refuse the revoked zones,
+	// the client refreshes the layout and writes through the new one. Before,
+	// the write failed with NOT_OWNER, and a file system idle for TReadOnly
+	// (5 minutes) went read-only at its next write to an overdriven v-zone.
+	write(3)
 	// The client's cached layout is stale now; its read refreshes and succeeds.
 	require.Eventually(t, func() bool {
 		got, err = vz.Read(ctx, 0, uint64(len(want)/bs))

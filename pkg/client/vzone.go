@@ -593,6 +593,7 @@ func (v *VZone) write(ctx context.Context, off uint64, data []byte, fua bool) er
 		}
 	}
 	done := uint64(0)
+	moved := 0 // layout refreshes after the arbiter moved the group under this write
 	for done < n {
 		cur := off + done
 		g, err := v.groupFor(ctx, cur)
@@ -601,6 +602,15 @@ func (v *VZone) write(ctx context.Context, off uint64, data []byte, fua bool) er
 		}
 		chunk := min(n-done, g.start+g.capacity-cur)
 		got, err := v.writeGroup(v.withRev(base), g, cur, data[done*bs:(done+chunk)*bs], bs, fua)
+		if err != nil && got == 0 && moved < maxLayoutMoves && v.layoutMoved(ctx, err, cur, tl) {
+			// Nothing of this group landed where the layout now has it: a
+			// reclaim of an idle namespace (eZNS) moved the group's data to
+			// other zones and revoked the old ones. Write again through the
+			// new layout. Legs that a node still took on an old zone are
+			// lost with that zone's reset; the new one holds the copy.
+			moved++
+			continue
+		}
 		done += got
 		v.mu.Lock()
 		if err != nil {
@@ -622,6 +632,41 @@ func (v *VZone) write(ctx context.Context, off uint64, data []byte, fua bool) er
 	v.c.m.latency.WithLabelValues("write").Observe(time.Since(start).Seconds())
 	v.reportActivity(n)
 	return nil
+}
+
+// maxLayoutMoves bounds the layout refreshes of one write: a group moved
+// again and again means something else is wrong.
+const maxLayoutMoves = 3
+
+// layoutMoved reports, after a write at cur that landed nothing failed with
+// err, whether the arbiter had moved the v-zone's layout under it (the nodes
+// refuse zones no longer granted, or a stale revision): it refreshes the
+// layout and re-derives the write pointer, and says yes only when the
+// v-zone still expects the write at cur (any offset past the pointer in
+// threaded logging).
+func (v *VZone) layoutMoved(ctx context.Context, err error, cur uint64, tl bool) bool {
+	if !errors.Is(err, zerr.ErrNotOwner) && !errors.Is(err, zerr.ErrStaleLayout) {
+		return false
+	}
+	v.mu.Lock()
+	gen := v.layout.GetGeneration()
+	v.mu.Unlock()
+	if v.refresh(ctx) != nil {
+		return false
+	}
+	v.mu.Lock()
+	changed := v.layout.GetGeneration() != gen
+	v.wpKnown = false
+	v.mu.Unlock()
+	if !changed {
+		return false // the same layout: the refusal is not a move
+	}
+	wp, werr := v.writePointer(ctx)
+	if werr != nil {
+		return false
+	}
+	v.c.log.Info("v-zone layout moved under a write (reclaim): writing through the new one", "vzone", v.id, "offset", cur, "generation", gen)
+	return wp == cur || tl && cur > wp
 }
 
 // activityTimeout bounds one activity report: it is advisory (the arbiter
