@@ -224,6 +224,21 @@ func (a *Arbiter) reclaimVZone(ctx context.Context, name string, id uint64) (Rec
 			}
 		}
 	}
+	if err == nil {
+		// A write that reached the source zones after phase 1 was not
+		// copied, and the commit would lose it with the old zones' reset:
+		// the namespace is active again, so give the reclaim up. (A write
+		// between this check and the nodes dropping the grants is still
+		// lost; its writer's next write then finds the write pointer behind
+		// it and fails instead of leaving a hole.)
+		again, werr := a.comp.WrittenBlocks(ioctx, name, src.Zones)
+		switch {
+		case werr != nil:
+			err = werr
+		case !slices.Equal(again, written):
+			err = &zerr.ZoneStateError{Zone: id, State: "written during the reclaim copy", Op: "reclaim"}
+		}
+	}
 	if err != nil {
 		// Roll back: drop the targets and their grants (if still ours).
 		rerr := a.mutate(ctx, func(st *State, ix *index) ([]clientv3.Op, error) {

@@ -590,6 +590,27 @@ func (c *Client) ListVZones(ctx context.Context) ([]*v1.VZone, error) {
 	if err != nil {
 		return nil, err
 	}
+	// A cached handle whose layout the list shows changed (a reclaim moved
+	// its group, a rebuild, another mount reset and reopened it) is
+	// refreshed, so that what the caller does next with it — its write
+	// pointer, a read — goes through the current zones: through the old
+	// ones, reset after a reclaim, a v-zone full of data reads as empty.
+	for _, l := range r.GetVzones() {
+		c.vzMu.Lock()
+		vz := c.vzones[l.GetId()]
+		c.vzMu.Unlock()
+		if vz == nil {
+			continue
+		}
+		vz.mu.Lock()
+		cur := vz.layout
+		vz.mu.Unlock()
+		if cur != nil && (cur.GetGeneration() != l.GetGeneration() || cur.GetIncarnation() != l.GetIncarnation()) {
+			if err := vz.refresh(ctx); err != nil {
+				return nil, err
+			}
+		}
+	}
 	return r.GetVzones(), nil
 }
 
