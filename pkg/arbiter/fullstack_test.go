@@ -8,12 +8,15 @@ import (
 	"testing"
 	"time"
 
+	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/metadata"
 
 	v1 "github.com/zonefleet/zonefleet/api/zonefleet/v1"
 	"github.com/zonefleet/zonefleet/pkg/client"
 	"github.com/zonefleet/zonefleet/pkg/rpcerr"
+	"github.com/zonefleet/zonefleet/pkg/wire"
 	"github.com/zonefleet/zonefleet/pkg/zerr"
 )
 
@@ -41,7 +44,7 @@ func TestFullStack(t *testing.T) {
 	t.Cleanup(func() { _ = comp.Close() })
 	tc.comp = comp
 	n0 := startRealNode(t, tc, "n0")
-	startRealNode(t, tc, "n1")
+	n1 := startRealNode(t, tc, "n1")
 	a0, a1 := tc.startServed(), tc.startServed()
 	l := tc.leader(a0, a1)
 	tc.waitNodes(l, 2)
@@ -94,6 +97,17 @@ func TestFullStack(t *testing.T) {
 	require.NoError(t, err)
 	require.True(t, bytes.Equal(want, got), "data read back through the client")
 
+	// A second client's handle of the v-zone, its layout loaded now and
+	// then left alone until its Finish below: it still caches the layout
+	// from before the reclaim.
+	c2, err := client.New(ctx, client.Config{Arbiters: []string{a0.Addr(), a1.Addr()}, Namespace: "fs",
+		RetryDeadline: 60 * time.Second, Logger: discardLogger()})
+	require.NoError(t, err)
+	t.Cleanup(c2.Close)
+	stale := c2.VZone(vz.ID())
+	_, err = stale.Layout(ctx)
+	require.NoError(t, err)
+
 	// Freeze the namespace: its open, overdriven stripe group is reclaimed.
 	info, err := nl.GetNamespace(ctx, "fs")
 	require.NoError(t, err)
@@ -141,5 +155,26 @@ func TestFullStack(t *testing.T) {
 	after, err := nl.Layout(ctx, "fs", vz.ID())
 	require.NoError(t, err)
 	require.Equal(t, after.Generation, cl.GetGeneration(), "the client refreshed its layout")
+
+	// Finishing the v-zone finishes the zones of its current layout on the
+	// drives: none of them stays open (it would hold the drive's active
+	// resources). Before, Finish finished the zones of the layout it had
+	// cached before the call.
+	nodes := map[string]*realNode{n0.id: n0, n1.id: n1}
+	actx := metadata.AppendToOutgoingContext(ctx, wire.TokenKey, nodeToken)
+	for _, v := range []*client.VZone{stale} {
+		require.NoError(t, v.Finish(ctx))
+		fin, err := nl.Layout(ctx, "fs", v.ID())
+		require.NoError(t, err)
+		for _, g := range fin.Groups {
+			for _, z := range g.Zones {
+				r, err := nodes[z.Node].client.ReportZones(actx, &v1.ReportZonesRequest{Device: z.Device, StartZone: z.Zone, MaxZones: 1})
+				require.NoError(t, err)
+				require.Len(t, r.GetZones(), 1)
+				st := r.GetZones()[0].GetState()
+				assert.Contains(t, []v1.ZoneState{v1.ZoneState_ZONE_STATE_FULL, v1.ZoneState_ZONE_STATE_EMPTY}, st, "v-zone %d zone %s after the finish", v.ID(), z)
+			}
+		}
+	}
 	checkInvariants(t, tc, nl, "full stack")
 }

@@ -1027,11 +1027,38 @@ func (v *VZone) Finish(ctx context.Context) error {
 		return err
 	}
 	// Finish the physical zones of the groups that were open on the drives,
-	// all in parallel.
+	// all in parallel: those of the layout the arbiter answered with, and
+	// those of the cached one when it was older (a reclaim moved the group
+	// to other zones: the cached zones are no longer granted, the new ones
+	// are open on their drives and would keep the drives' active resources).
+	installed := v.applyLayout(l, func() { v.wp, v.wpKnown = l.GetCapacity(), true })
+	if installed {
+		_, fresh := v.snapshot()
+		if !sameZones(groups, fresh) {
+			groups = append(groups, fresh...)
+		}
+	}
 	ctx = v.withRev(ctx)
 	errs := v.finishZones(ctx, groups)
-	v.applyLayout(l, func() { v.wp, v.wpKnown = l.GetCapacity(), true })
 	return errors.Join(errs...)
+}
+
+// sameZones says whether two group lists name the same physical zones.
+func sameZones(a, b []*group) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for i := range a {
+		if len(a[i].zones) != len(b[i].zones) {
+			return false
+		}
+		for j := range a[i].zones {
+			if a[i].zones[j] != b[i].zones[j] {
+				return false
+			}
+		}
+	}
+	return true
 }
 
 // finishZones finishes every physical zone of groups, all in parallel; a
