@@ -107,6 +107,14 @@ func TestFullStack(t *testing.T) {
 	stale := c2.VZone(vz.ID())
 	_, err = stale.Layout(ctx)
 	require.NoError(t, err)
+	// And a third's, for a read through the layout from before the reclaim.
+	c3, err := client.New(ctx, client.Config{Arbiters: []string{a0.Addr(), a1.Addr()}, Namespace: "fs",
+		RetryDeadline: 60 * time.Second, Logger: discardLogger()})
+	require.NoError(t, err)
+	t.Cleanup(c3.Close)
+	staleR := c3.VZone(vz.ID())
+	_, err = staleR.Layout(ctx)
+	require.NoError(t, err)
 
 	// Freeze the namespace: its open, overdriven stripe group is reclaimed.
 	info, err := nl.GetNamespace(ctx, "fs")
@@ -136,6 +144,12 @@ func TestFullStack(t *testing.T) {
 		}
 		return true
 	}, 60*time.Second, 10*time.Millisecond, "the nodes reset the released zones")
+	// A read through the stale layout: the nodes refuse the revoked zones,
+	// the client refreshes and reads again (before, the read failed once
+	// with NOT_OWNER, which a file system returned to its caller as EACCES).
+	got, err = staleR.Read(ctx, 0, uint64(len(want)/bs))
+	require.NoError(t, err, "a read through a layout the reclaim moved")
+	require.True(t, bytes.Equal(want, got), "read after the reclaim through a stale handle")
 	// A write through the stale layout: the nodes refuse the revoked zones,
 	// the client refreshes the layout and writes through the new one. Before,
 	// the write failed with NOT_OWNER, and a file system idle for TReadOnly

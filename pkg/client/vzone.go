@@ -888,8 +888,27 @@ func (v *VZone) Read(ctx context.Context, off, n uint64) ([]byte, error) {
 // ReadStream for a leg larger than that), all in parallel, the last on the
 // caller's goroutine, so a read of one call starts no goroutine. The
 // nodes' answers are copied straight from the receive buffers to their
-// places in buf.
+// places in buf. A read refused because the arbiter moved the layout (a
+// reclaim revoked the zones) is read again through the new layout.
 func (v *VZone) ReadInto(ctx context.Context, off uint64, buf []byte) error {
+	for moved := 0; ; moved++ {
+		v.mu.Lock()
+		gen := v.layout.GetGeneration()
+		v.mu.Unlock()
+		err := v.readInto(ctx, off, buf)
+		if err == nil || moved == maxLayoutMoves || !errors.Is(err, zerr.ErrNotOwner) && !errors.Is(err, zerr.ErrStaleLayout) {
+			return err
+		}
+		v.mu.Lock()
+		changed := v.layout.GetGeneration() != gen // readInto refreshed it
+		v.mu.Unlock()
+		if !changed {
+			return err
+		}
+	}
+}
+
+func (v *VZone) readInto(ctx context.Context, off uint64, buf []byte) error {
 	start := time.Now()
 	if err := v.ensureLayout(ctx); err != nil {
 		return err
