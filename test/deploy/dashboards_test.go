@@ -327,7 +327,10 @@ func fsWorkload(t *testing.T, reg prometheus.Registerer) error {
 	if err != nil {
 		return err
 	}
-	t.Cleanup(func() { _ = fs.Unmount(context.Background()) })
+	t.Cleanup(func() {
+		_ = fs.Unmount(context.Background())
+		_ = vol.Close(context.Background()) // releases the mount lease and stops its renewals
+	})
 	if _, err := fs.Lookup(ctx, lfs.RootIno, "missing"); err == nil {
 		return fmt.Errorf("lookup of a missing file succeeded")
 	}
