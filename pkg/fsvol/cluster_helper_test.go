@@ -16,8 +16,16 @@ import (
 // when the test ends.
 func tenantCluster(t testing.TB, nodes int, ns string, maxActive, zonesPerVZone uint32) (*localcluster.Cluster, *client.Client) {
 	t.Helper()
+	return tenantClusterWith(t, localcluster.Config{Nodes: nodes}, ns, maxActive, zonesPerVZone)
+}
+
+// tenantClusterWith is tenantCluster with more of the cluster's
+// configuration (Dir, Clock and Device are set here).
+func tenantClusterWith(t testing.TB, cfg localcluster.Config, ns string, maxActive, zonesPerVZone uint32) (*localcluster.Cluster, *client.Client) {
+	t.Helper()
 	ctx := context.Background()
-	cl, err := localcluster.Start(ctx, localcluster.Config{Dir: t.TempDir(), Nodes: nodes, Clock: "off", Device: localcluster.TinyDevice()})
+	cfg.Dir, cfg.Clock, cfg.Device = t.TempDir(), "off", localcluster.TinyDevice()
+	cl, err := localcluster.Start(ctx, cfg)
 	require.NoError(t, err)
 	t.Cleanup(func() { cl.Close() })
 	admin, err := client.New(ctx, cl.AdminClientConfig())

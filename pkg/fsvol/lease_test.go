@@ -132,17 +132,7 @@ func TestOneMountPerNamespace(t *testing.T) {
 // a namespace another mount may own by then.
 func TestStaleLeaseFencesWithoutTheRenewalGoroutine(t *testing.T) {
 	ctx := context.Background()
-	cl, err := localcluster.Start(ctx, localcluster.Config{Dir: t.TempDir(), Nodes: 3, Clock: "off", Device: localcluster.TinyDevice()})
-	require.NoError(t, err)
-	t.Cleanup(func() { _ = cl.Close() })
-	admin, err := client.New(ctx, cl.AdminClientConfig())
-	require.NoError(t, err)
-	defer admin.Close()
-	_, err = admin.Namespaces().Create(ctx, &v1.CreateNamespaceRequest{Name: "fs", MaxActiveVzones: 8, ZonesPerVzone: 4})
-	require.NoError(t, err)
-	c, err := client.New(ctx, cl.ClientConfig("fs"))
-	require.NoError(t, err)
-	defer c.Close()
+	_, c := tenantCluster(t, 3, "fs", 8, 4)
 	const ttl = 3 * time.Second
 	v, err := fsvol.New(ctx, c, fsvol.Options{MaxZones: 28, MountHolder: "frozen", MountTTL: ttl})
 	require.NoError(t, err)

@@ -9,7 +9,6 @@ import (
 
 	"github.com/stretchr/testify/require"
 	v1 "github.com/zonefleet/zonefleet/api/zonefleet/v1"
-	"github.com/zonefleet/zonefleet/pkg/client"
 	"github.com/zonefleet/zonefleet/pkg/fsvol"
 	"github.com/zonefleet/zonefleet/pkg/lfs"
 	"github.com/zonefleet/zonefleet/pkg/localcluster"
@@ -25,17 +24,7 @@ import (
 func TestMountSurvivesReclaimWhileIdle(t *testing.T) {
 	ctx := context.Background()
 	const tro = 3 * time.Second
-	cl, err := localcluster.Start(ctx, localcluster.Config{Dir: t.TempDir(), Nodes: 3, Clock: "off", Device: localcluster.TinyDevice(), TReadOnly: tro})
-	require.NoError(t, err)
-	t.Cleanup(func() { _ = cl.Close() })
-	admin, err := client.New(ctx, cl.AdminClientConfig())
-	require.NoError(t, err)
-	defer admin.Close()
-	_, err = admin.Namespaces().Create(ctx, &v1.CreateNamespaceRequest{Name: "fs", MaxActiveVzones: 6, ZonesPerVzone: 8})
-	require.NoError(t, err)
-	c, err := client.New(ctx, cl.ClientConfig("fs"))
-	require.NoError(t, err)
-	defer c.Close()
+	_, c := tenantClusterWith(t, localcluster.Config{Nodes: 3, TReadOnly: tro}, "fs", 6, 8)
 	vol, err := fsvol.New(ctx, c, fsvol.Options{MaxZones: 40})
 	require.NoError(t, err)
 	require.NoError(t, lfs.Mkfs(ctx, vol, lfs.MkfsOptions{}))
