@@ -596,13 +596,16 @@ func (v *VZone) write(ctx context.Context, off uint64, data []byte, fua bool) er
 	moved := 0 // layout refreshes after the arbiter moved the group under this write
 	for done < n {
 		cur := off + done
+		v.mu.Lock()
+		gen := v.layout.GetGeneration() // of the layout this attempt writes through
+		v.mu.Unlock()
 		g, err := v.groupFor(ctx, cur)
 		if err != nil {
 			return &WriteError{VZone: v.id, Offset: off, Written: done, Requested: n, Err: err}
 		}
 		chunk := min(n-done, g.start+g.capacity-cur)
 		got, err := v.writeGroup(v.withRev(base), g, cur, data[done*bs:(done+chunk)*bs], bs, fua)
-		if err != nil && got == 0 && moved < maxLayoutMoves && v.layoutMoved(ctx, err, cur, tl) {
+		if err != nil && got == 0 && moved < maxLayoutMoves && v.layoutMoved(ctx, err, gen, cur, tl) {
 			// Nothing of this group landed where the layout now has it: a
 			// reclaim of an idle namespace (eZNS) moved the group's data to
 			// other zones and revoked the old ones. Write again through the
@@ -638,19 +641,18 @@ func (v *VZone) write(ctx context.Context, off uint64, data []byte, fua bool) er
 // again and again means something else is wrong.
 const maxLayoutMoves = 3
 
-// layoutMoved reports, after a write at cur that landed nothing failed with
-// err, whether the arbiter had moved the v-zone's layout under it (the nodes
-// refuse zones no longer granted, or a stale revision): it refreshes the
-// layout and re-derives the write pointer, and says yes only when the
-// v-zone still expects the write at cur (any offset past the pointer in
-// threaded logging).
-func (v *VZone) layoutMoved(ctx context.Context, err error, cur uint64, tl bool) bool {
+// layoutMoved reports, after a write at cur through the layout of
+// generation gen landed nothing and failed with err, whether the arbiter had
+// moved the v-zone's layout under it (the nodes refuse zones no longer
+// granted, or a stale revision): it refreshes the layout and re-derives the
+// write pointer, and says yes only when the layout is another generation now
+// (a concurrent read may have refreshed it already) and the v-zone still
+// expects the write at cur (any offset past the pointer in threaded
+// logging).
+func (v *VZone) layoutMoved(ctx context.Context, err error, gen, cur uint64, tl bool) bool {
 	if !errors.Is(err, zerr.ErrNotOwner) && !errors.Is(err, zerr.ErrStaleLayout) {
 		return false
 	}
-	v.mu.Lock()
-	gen := v.layout.GetGeneration()
-	v.mu.Unlock()
 	if v.refresh(ctx) != nil {
 		return false
 	}
