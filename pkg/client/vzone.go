@@ -596,9 +596,7 @@ func (v *VZone) write(ctx context.Context, off uint64, data []byte, fua bool) er
 	moved := 0 // layout refreshes after the arbiter moved the group under this write
 	for done < n {
 		cur := off + done
-		v.mu.Lock()
-		gen := v.layout.GetGeneration() // of the layout this attempt writes through
-		v.mu.Unlock()
+		gen := v.generation() // of the layout this attempt writes through
 		g, err := v.groupFor(ctx, cur)
 		if err != nil {
 			return &WriteError{VZone: v.id, Offset: off, Written: done, Requested: n, Err: err}
@@ -650,25 +648,38 @@ const maxLayoutMoves = 3
 // expects the write at cur (any offset past the pointer in threaded
 // logging).
 func (v *VZone) layoutMoved(ctx context.Context, err error, gen, cur uint64, tl bool) bool {
-	if !errors.Is(err, zerr.ErrNotOwner) && !errors.Is(err, zerr.ErrStaleLayout) {
-		return false
-	}
-	if v.refresh(ctx) != nil {
+	if !v.movedSince(ctx, err, gen) {
 		return false
 	}
 	v.mu.Lock()
-	changed := v.layout.GetGeneration() != gen
 	v.wpKnown = false
 	v.mu.Unlock()
-	if !changed {
-		return false // the same layout: the refusal is not a move
-	}
 	wp, werr := v.writePointer(ctx)
 	if werr != nil {
 		return false
 	}
 	v.c.log.Info("v-zone layout moved under a write (reclaim): writing through the new one", "vzone", v.id, "offset", cur, "generation", gen)
 	return wp == cur || tl && cur > wp
+}
+
+// movedSince reports whether a call through the layout of generation gen
+// that failed with err was refused because the arbiter moved the layout
+// (the nodes refuse zones no longer granted, or a stale revision): it then
+// refreshes the layout and says whether it is another generation now (a
+// concurrent caller may have refreshed it already). The same layout means
+// the refusal was no move.
+func (v *VZone) movedSince(ctx context.Context, err error, gen uint64) bool {
+	if !errors.Is(err, zerr.ErrNotOwner) && !errors.Is(err, zerr.ErrStaleLayout) {
+		return false
+	}
+	return v.refresh(ctx) == nil && v.generation() != gen
+}
+
+// generation is the cached layout's generation.
+func (v *VZone) generation() uint64 {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	return v.layout.GetGeneration()
 }
 
 // activityTimeout bounds one activity report: it is advisory (the arbiter
@@ -894,17 +905,9 @@ func (v *VZone) Read(ctx context.Context, off, n uint64) ([]byte, error) {
 // reclaim revoked the zones) is read again through the new layout.
 func (v *VZone) ReadInto(ctx context.Context, off uint64, buf []byte) error {
 	for moved := 0; ; moved++ {
-		v.mu.Lock()
-		gen := v.layout.GetGeneration()
-		v.mu.Unlock()
+		gen := v.generation()
 		err := v.readInto(ctx, off, buf)
-		if err == nil || moved == maxLayoutMoves || !errors.Is(err, zerr.ErrNotOwner) && !errors.Is(err, zerr.ErrStaleLayout) {
-			return err
-		}
-		v.mu.Lock()
-		changed := v.layout.GetGeneration() != gen // readInto refreshed it
-		v.mu.Unlock()
-		if !changed {
+		if err == nil || moved == maxLayoutMoves || !v.movedSince(ctx, err, gen) {
 			return err
 		}
 	}
@@ -992,9 +995,6 @@ func (v *VZone) readInto(ctx context.Context, off uint64, buf []byte) error {
 		first = v.runCalls(ctx, planRead(refs), buf, off)
 	}
 	if first != nil {
-		if errors.Is(first, zerr.ErrNotOwner) || errors.Is(first, zerr.ErrStaleLayout) {
-			_ = v.refresh(ctx) // the layout moved (reclaim): the caller's retry uses the new one
-		}
 		return fmt.Errorf("v-zone %d: read %d blocks at %d: %w", v.id, n, off, first)
 	}
 	v.c.m.ops.WithLabelValues("read").Inc()
