@@ -124,6 +124,7 @@ import (
 	"go.etcd.io/etcd/client/v3/concurrency"
 
 	"github.com/zonefleet/zonefleet/pkg/cluster"
+	"github.com/zonefleet/zonefleet/pkg/wire"
 	"github.com/zonefleet/zonefleet/pkg/zerr"
 )
 
@@ -886,6 +887,17 @@ func (a *Arbiter) commitRev() int64 {
 		return 0
 	}
 	return t.rev.Load()
+}
+
+// atCommit asks the nodes that ctx's calls reach to serve them only once
+// their grant caches reflect this term's last commit (wire.WithMinRevision).
+// Node I/O that follows a mutation granting zones carries it: a zone
+// reclaimed or rebuilt into may have been revoked from another v-zone of the
+// same namespace a moment before, and a node that had not yet applied that
+// revocation would take the copy under the old grant and then wipe it with
+// the revocation's reset.
+func (a *Arbiter) atCommit(ctx context.Context) context.Context {
+	return wire.WithMinRevision(ctx, a.commitRev())
 }
 
 func (a *Arbiter) publish(t *term, st *State, ix *index) {

@@ -41,12 +41,23 @@ type realNode struct {
 // and registers it.
 func startRealNode(t *testing.T, tc *testCluster, id string) *realNode {
 	t.Helper()
+	return startLaggingNode(t, tc, id, 0)
+}
+
+// startLaggingNode is startRealNode with the node's grant watch delivering
+// every event (and progress notification) lag late, as a node whose etcd
+// watch stream is slow or congested.
+func startLaggingNode(t *testing.T, tc *testCluster, id string, lag time.Duration) *realNode {
+	t.Helper()
 	cfg := flash.Small()
 	cfg.DZone, cfg.MaxOpenZones, cfg.MaxActiveZones = 1, 8, 8 // 4 single-chip FCGs
 	dev, err := zns.Create(filepath.Join(t.TempDir(), "dev0.zns"), cfg, clock.Off())
 	require.NoError(t, err)
 	ctx, cancel := context.WithCancel(context.Background())
 	cli := newClient(t, tc.pfx)
+	if lag > 0 {
+		cli.Watcher = &laggingWatcher{Watcher: cli.Watcher, lag: lag}
+	}
 	// As cmd/ssdnode does: a revoked grant resets its zone.
 	var svc *node.Service
 	ready := make(chan struct{})

@@ -363,6 +363,7 @@ func (a *Arbiter) rebuildOne(ctx context.Context, j rebuildJob) (uint64, error) 
 	if err != nil {
 		return 0, err
 	}
+	ioctx = a.atCommit(ioctx) // the nodes apply the target's grant (and revocations before it) first
 	dst := target.Zones[0]
 	same := func(vz *VZone) bool {
 		return vz != nil && vz.Generation == j.gen && len(vz.Rebuilds) == 1 && slices.Equal(vz.Rebuilds[0].Zones, target.Zones)
@@ -548,6 +549,7 @@ func (a *Arbiter) rebuildParityOne(ctx context.Context, pr parityRebuilder, j re
 	if err != nil {
 		return 0, err
 	}
+	ioctx = a.atCommit(ioctx) // the nodes apply the targets' grants (and revocations before them) first
 	same := func(vz *VZone) bool {
 		return vz != nil && vz.Generation == j.gen && len(vz.Rebuilds) == 1 && slices.Equal(vz.Rebuilds[0].Zones, target.Zones)
 	}

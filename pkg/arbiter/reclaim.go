@@ -194,6 +194,7 @@ func (a *Arbiter) reclaimVZone(ctx context.Context, name string, id uint64) (Rec
 	if err != nil {
 		return res, err
 	}
+	ioctx = a.atCommit(ioctx) // the nodes apply the targets' grants (and revocations before them) first
 	samePending := func(vz *VZone) bool {
 		if vz == nil || !vz.Reclaiming || len(vz.Pending) != len(pending) {
 			return false

@@ -192,6 +192,10 @@ func (s *Service) pushRemote(ctx context.Context, op *compactionOp, copies []*v1
 		var conn *grpc.ClientConn
 		var err error
 		pctx := wire.WithNamespace(ctx, op.ns) // the node certificate is the credential: no token
+		// The destination must see the grants the caller saw (the arbiter
+		// copies into zones it has just granted, maybe revoked from another
+		// v-zone a moment before): it applies them before the first extent.
+		pctx = wire.WithMinRevision(pctx, wire.MinRevision(ctx))
 		if s.cfg.Peers != nil {
 			conn, err = s.cfg.Peers.Get(ctx, c.GetPeer().GetNodeId())
 		} else {
@@ -357,6 +361,14 @@ func (s *Service) PeerWrite(stream v1.ZonedDevice_PeerWriteServer) error {
 		}
 	} else if err := s.requireAdmin(ctx, "PeerWrite"); err != nil {
 		return err
+	}
+	if s.grants != nil {
+		// Grants up to the revision the pushing node was asked for: a zone
+		// re-granted from another v-zone must be revoked and reset here
+		// before the copy lands, or the reset would wipe the copy.
+		if err := s.grants.CatchUp(ctx, wire.MinRevision(ctx)); err != nil {
+			return err
+		}
 	}
 	var blocks uint64
 	for {

@@ -407,8 +407,13 @@ func (g *Grants) Check(ns string, device, zone uint32) error {
 	if ok && gr.g.Namespace == ns && ns != "" {
 		return nil
 	}
-	if ns != "" && g.cli != nil && g.catchUp(ns, device, zone) {
-		return nil
+	if ns != "" && g.cli != nil {
+		switch ok, err := g.catchUp(ns, device, zone); {
+		case err != nil:
+			return err
+		case ok:
+			return nil
+		}
 	}
 	return &zerr.NotOwnerError{Zone: cluster.PhysZone{Node: g.node, Device: device, Zone: zone}.String(), Namespace: ns}
 }
@@ -416,28 +421,34 @@ func (g *Grants) Check(ns string, device, zone uint32) error {
 // catchUp handles a cache miss: if etcd holds a grant of the zone to ns, it
 // waits until the watch has applied every event up to that read (a revocation
 // of the zone before the new grant resets the zone first), then checks the
-// cache again. Only then may the write land.
-func (g *Grants) catchUp(ns string, device, zone uint32) bool {
+// cache again. Only then may the write land. It fails (UNAVAILABLE, to be
+// retried) when etcd cannot be read or the grant it holds could not be
+// applied in time: the caller may well own the zone.
+func (g *Grants) catchUp(ns string, device, zone uint32) (bool, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
 	defer cancel()
+	pz := cluster.PhysZone{Node: g.node, Device: device, Zone: zone}
 	resp, err := g.cli.Get(ctx, cluster.GrantKey(g.node, device, zone))
-	if err != nil || len(resp.Kvs) != 1 {
-		return false
+	if err != nil {
+		return false, &zerr.UnavailableError{What: "node " + g.node, Reason: fmt.Sprintf("grant of zone %s not readable: %v", pz, err)}
+	}
+	if len(resp.Kvs) != 1 {
+		return false, nil
 	}
 	fresh, err := cluster.DecodeGrant(string(resp.Kvs[0].Key), resp.Kvs[0].Value)
 	if err != nil || fresh.Namespace != ns {
-		return false
+		return false, nil
 	}
 	if g.waitProgress(ctx, resp.Kvs[0].ModRevision) != nil {
-		return false
+		return false, &zerr.UnavailableError{What: "node " + g.node, Reason: fmt.Sprintf("grants not yet at etcd revision %d (zone %s)", resp.Kvs[0].ModRevision, pz)}
 	}
 	if g.waitReset(ctx, [2]uint32{device, zone}) != nil {
-		return false
+		return false, &zerr.UnavailableError{What: "node " + g.node, Reason: fmt.Sprintf("zone %s is still being reset after its revocation", pz)}
 	}
 	g.mu.RLock()
 	gr, ok := g.m[[2]uint32{device, zone}]
 	g.mu.RUnlock()
-	return ok && gr.g.Namespace == ns
+	return ok && gr.g.Namespace == ns, nil
 }
 
 // Cached tells whether the cache holds a grant of (device, zone) to ns and
@@ -448,6 +459,16 @@ func (g *Grants) Cached(ns string, device, zone uint32) bool {
 	k := [2]uint32{device, zone}
 	gr, ok := g.m[k]
 	return ok && ns != "" && gr.g.Namespace == ns && g.resets[k] == nil
+}
+
+// Held tells whether the cache holds a grant of (device, zone) to ns,
+// whether or not the revocation reset of an earlier grant is still pending
+// (no etcd access, no wait).
+func (g *Grants) Held(ns string, device, zone uint32) bool {
+	g.mu.RLock()
+	defer g.mu.RUnlock()
+	gr, ok := g.m[[2]uint32{device, zone}]
+	return ok && ns != "" && gr.g.Namespace == ns
 }
 
 // Current returns the owner the grant of (device, zone) gives the zone's

@@ -63,6 +63,8 @@ func TestRevocationResetDoesNotBlockTheWatch(t *testing.T) {
 	require.True(t, ok)
 	assert.Equal(t, "b", gr.Namespace)
 	assert.False(t, g.Cached("b", 0, 7), "zone 7 is out of reach until its reset ran")
+	assert.True(t, g.Held("b", 0, 7), "but granted: its I/O waits for the reset instead of being refused")
+	assert.False(t, g.Held("a", 0, 7))
 	assert.True(t, g.Cached("c", 0, 9))
 	assert.Equal(t, 1, g.PendingResets())
 

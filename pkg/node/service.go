@@ -494,6 +494,12 @@ func (s *Service) checkGrant(ns string, dev, zone uint32) error {
 	if s.grants.Cached(ns, dev, zone) {
 		return nil
 	}
+	if s.grants.Held(ns, dev, zone) {
+		// Granted, but the reset of the zone's revocation from its last
+		// owner has not run yet: wait for it (Check, no etcd read) rather
+		// than answer from a miss remembered before the grant arrived.
+		return s.grants.Check(ns, dev, zone)
+	}
 	notOwner := &zerr.NotOwnerError{Zone: cluster.PhysZone{Node: s.cfg.ID, Device: dev, Zone: zone}.String(), Namespace: ns}
 	key := fmt.Sprintf("%d/%d/%s", dev, zone, ns)
 	if err := s.misses.Admit(ns, key); err != nil {
