@@ -401,7 +401,7 @@ func (s *Service) PeerWrite(stream v1.ZonedDevice_PeerWriteServer) error {
 					return &zerr.NotOwnerError{Zone: cluster.PhysZone{Node: s.cfg.ID, Device: d.idx, Zone: uint32(ext.GetDstLba() / d.geo.zoneSize)}.String()}
 				}
 				for z := ext.GetDstLba() / d.geo.zoneSize; z <= (ext.GetDstLba()+n-1)/d.geo.zoneSize; z++ {
-					if err := s.checkGrant(ns, d.idx, uint32(z)); err != nil {
+					if err := s.checkGrant(ns, d.idx, uint32(z), wire.MinRevision(ctx)); err != nil {
 						return err
 					}
 				}

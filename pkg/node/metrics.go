@@ -32,6 +32,9 @@ type metrics struct {
 	// grantMissRefused counts grant-cache misses answered without an etcd
 	// read (remembered miss or rate limit: limit.MissGuard).
 	grantMissRefused prometheus.Counter
+	// staleLayoutRefused counts calls refused because the caller's layout
+	// predates the grant of a zone it addressed.
+	staleLayoutRefused prometheus.Counter
 	// sendTimeouts counts stream sends that missed their deadline, by
 	// operation (read_stream, peer_push).
 	sendTimeouts *prometheus.CounterVec
@@ -71,6 +74,8 @@ func newMetrics(s *Service) *metrics {
 			Help: "Blocks this node pushed to peer nodes for cross-node compaction."}, []string{"device"}),
 		grantMissRefused: prometheus.NewCounter(prometheus.CounterOpts{Name: "zonefleet_node_grant_miss_refused_total",
 			Help: "Grant-cache misses refused without an etcd read (recently absent, or over the per-namespace/global lookup rate)."}),
+		staleLayoutRefused: prometheus.NewCounter(prometheus.CounterOpts{Name: "zonefleet_node_stale_layout_refused_total",
+			Help: "Calls refused with STALE_LAYOUT: the caller's layout (its etcd revision) predates the grant of a zone it addressed, which the arbiter gave to another v-zone since."}),
 		sendTimeouts: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "zonefleet_node_send_timeouts_total",
 			Help: "Stream messages to a client or peer that missed the send deadline (the receiver stopped reading), by operation."}, []string{"op"}),
 		compactionsExpired: prometheus.NewCounter(prometheus.CounterOpts{Name: "zonefleet_node_compactions_expired_total",
@@ -118,7 +123,7 @@ func newMetrics(s *Service) *metrics {
 
 // Register adds the node's metrics to reg.
 func (m *metrics) Register(reg prometheus.Registerer) error {
-	for _, c := range []prometheus.Collector{m.ops, m.bytes, m.latency, m.errors, m.copied, m.peerPushed, m.revokedResets, m.ownerResets, m.grantMissRefused, m.sendTimeouts, m.compactionsExpired, m} {
+	for _, c := range []prometheus.Collector{m.ops, m.bytes, m.latency, m.errors, m.copied, m.peerPushed, m.revokedResets, m.ownerResets, m.grantMissRefused, m.staleLayoutRefused, m.sendTimeouts, m.compactionsExpired, m} {
 		if err := reg.Register(c); err != nil {
 			return err
 		}

@@ -471,6 +471,15 @@ func (g *Grants) Held(ns string, device, zone uint32) bool {
 	return ok && ns != "" && gr.g.Namespace == ns
 }
 
+// Since returns the etcd revision at which the grant of (device, zone) was
+// created (its owner epoch), and false when the cache holds none.
+func (g *Grants) Since(device, zone uint32) (int64, bool) {
+	g.mu.RLock()
+	defer g.mu.RUnlock()
+	gr, ok := g.m[[2]uint32{device, zone}]
+	return int64(gr.epoch), ok
+}
+
 // Current returns the owner the grant of (device, zone) gives the zone's
 // data (namespace and owner epoch), and false when there is no grant or its
 // revocation reset is still pending (no etcd access, no wait).

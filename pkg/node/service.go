@@ -459,7 +459,7 @@ func (s *Service) authorizeZones(ctx context.Context, d *device, first, last uin
 		return err
 	}
 	for z := first; z <= last && z < d.geo.zones; z++ {
-		if err := s.checkGrant(ns, d.idx, uint32(z)); err != nil {
+		if err := s.checkGrant(ns, d.idx, uint32(z), wire.MinRevision(ctx)); err != nil {
 			return err
 		}
 	}
@@ -487,10 +487,30 @@ func (s *Service) syncForTrusted(ctx context.Context, d *device, first, last uin
 	}
 }
 
-// checkGrant checks one zone's grant: the cache first; a miss costs an etcd
+// checkGrant checks one zone's grant to ns and that a caller's layout
+// (minRev, its etcd revision; 0 = not sent) does not predate it. A layout
+// always carries a revision at or above the grants of every zone in it, so
+// a grant created after minRev was made for something the caller has not
+// seen: the arbiter moved the caller's v-zone (reclaim) and gave the zone to
+// another v-zone of the same namespace. Through a stale layout a write would
+// land in that other v-zone's zone and a read return its data; the caller
+// gets STALE_LAYOUT instead and reloads the layout.
+func (s *Service) checkGrant(ns string, dev, zone uint32, minRev int64) error {
+	if err := s.grantHeld(ns, dev, zone); err != nil {
+		return err
+	}
+	if since, ok := s.grants.Since(dev, zone); ok && minRev > 0 && since > minRev {
+		s.m.staleLayoutRefused.Inc()
+		pz := cluster.PhysZone{Node: s.cfg.ID, Device: dev, Zone: zone}
+		return &zerr.StaleLayoutError{Reason: fmt.Sprintf("zone %s was granted at etcd revision %d, after the caller's layout (revision %d)", pz, since, minRev)}
+	}
+	return nil
+}
+
+// grantHeld checks one zone's grant: the cache first; a miss costs an etcd
 // read only when the MissGuard admits it (remembered misses and a rate per
 // namespace and in total), so random calls cannot load etcd.
-func (s *Service) checkGrant(ns string, dev, zone uint32) error {
+func (s *Service) grantHeld(ns string, dev, zone uint32) error {
 	if s.grants.Cached(ns, dev, zone) {
 		return nil
 	}

@@ -225,14 +225,20 @@ type UnauthenticatedError struct{ Reason string }
 func (e *UnauthenticatedError) Error() string   { return "unauthenticated: " + e.Reason }
 func (e *UnauthenticatedError) Is(t error) bool { return t == ErrUnauthenticated }
 
-// StaleLayoutError: a client used a v-zone layout generation that has been replaced.
+// StaleLayoutError: a client used a v-zone layout generation that has been
+// replaced (the arbiter says so with VZone and the generations; a node,
+// which knows zones and not v-zones, says why in Reason).
 type StaleLayoutError struct {
 	VZone      string
 	Generation uint64 // the generation the caller used
 	Current    uint64
+	Reason     string
 }
 
 func (e *StaleLayoutError) Error() string {
+	if e.Reason != "" {
+		return "stale layout: " + e.Reason
+	}
 	return fmt.Sprintf("v-zone %s: layout generation %d is stale (current %d)", e.VZone, e.Generation, e.Current)
 }
 func (e *StaleLayoutError) Is(t error) bool { return t == ErrStaleLayout }
