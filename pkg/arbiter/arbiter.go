@@ -1031,9 +1031,11 @@ func wantedGrants(st *State) map[cluster.PhysZone]cluster.Grant {
 	out := map[cluster.PhysZone]cluster.Grant{}
 	for name, ns := range st.Namespaces {
 		for _, vz := range ns.VZones {
-			for _, g := range vz.allGroups() {
+			sealed := vz.sealedGroup()
+			for gi, g := range vz.allGroups() {
 				for _, z := range g.Zones {
-					out[z] = cluster.Grant{Namespace: name, VZone: vz.ID, Group: g.Index, Generation: g.Generation}
+					out[z] = cluster.Grant{Namespace: name, VZone: vz.ID, Group: g.Index, Generation: g.Generation,
+						Sealed: sealed != nil && gi == len(vz.Groups)-1}
 				}
 			}
 		}

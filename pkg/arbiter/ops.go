@@ -554,9 +554,15 @@ func (a *Arbiter) allocGroup(st *State, name string, ns *nsState, vz *VZone, now
 }
 
 func grantOps(name string, vzone uint64, g StripeGroup) []clientv3.Op {
+	return sealOps(name, vzone, g, false)
+}
+
+// sealOps puts the grants of g's zones again, sealed or not (a reclaim
+// moving the group; the keys stay, so the zones keep their data and owner).
+func sealOps(name string, vzone uint64, g StripeGroup, sealed bool) []clientv3.Op {
 	var ops []clientv3.Op
 	for _, z := range g.Zones {
-		ops = append(ops, grantPut(z, cluster.Grant{Namespace: name, VZone: vzone, Group: g.Index, Generation: g.Generation}))
+		ops = append(ops, grantPut(z, cluster.Grant{Namespace: name, VZone: vzone, Group: g.Index, Generation: g.Generation, Sealed: sealed}))
 	}
 	return ops
 }

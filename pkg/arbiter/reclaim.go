@@ -112,17 +112,22 @@ func (a *Arbiter) CheckReclaim(ctx context.Context) ([]ReclaimResult, error) {
 //
 //  1. (no lock) read the source zones' write pointers from the nodes;
 //  2. (one mutation) check the source group's generation, mark the v-zone
-//     reclaiming and allocate and grant the target groups (pending, not in
-//     the layout: clients keep reading the source);
+//     reclaiming, seal the source zones' grants (the nodes refuse the
+//     namespace's writes to them from then on; reads go on) and allocate
+//     and grant the target groups (pending, not in the layout: clients keep
+//     reading the source);
 //  3. (no lock) zone_compaction copies the data into the targets, node to
 //     node; other tenants' and this namespace's other v-zones' operations
 //     run meanwhile (this v-zone's NextStripeGroup/Finish/Reset are refused
 //     while it is reclaiming);
 //  4. (one mutation) commit if the v-zone is still reclaiming the same
-//     source generation into the same pending groups: swap the layout and
-//     release the source zones and their grants; otherwise, or if the copy
-//     failed, roll the targets back. A leader lost in between leaves the
-//     flag for the next leader, whose abortReclaims rolls it back.
+//     source generation into the same pending groups and the source write
+//     pointers did not move since phase 1 (read again at the revision of
+//     phase 2: every node applied the seal and waited for the writes it had
+//     admitted before): swap the layout and release the source zones and
+//     their grants; otherwise, or if the copy failed, roll the targets back
+//     and unseal. A leader lost in between leaves the flag for the next
+//     leader, whose abortReclaims rolls it back.
 func (a *Arbiter) reclaimVZone(ctx context.Context, name string, id uint64) (ReclaimResult, error) {
 	st, _, err := a.snapshot(ctx)
 	if err != nil {
@@ -178,7 +183,10 @@ func (a *Arbiter) reclaimVZone(ctx context.Context, name string, id uint64) (Rec
 		}
 		vz.Reclaiming = true
 		vz.Pending = nil
-		var ops []clientv3.Op
+		// The source zones are sealed: from here on the nodes refuse the
+		// namespace's writes to them (it retries), so what the copy and the
+		// re-check below see is all there is.
+		ops := sealOps(name, id, src, true)
 		for i := 0; i < targets; i++ {
 			g, err := a.planGroup(st, name, ns, vz, true, src.Zones)
 			if err != nil {
@@ -228,10 +236,10 @@ func (a *Arbiter) reclaimVZone(ctx context.Context, name string, id uint64) (Rec
 	if err == nil {
 		// A write that reached the source zones after phase 1 was not
 		// copied, and the commit would lose it with the old zones' reset:
-		// the namespace is active again, so give the reclaim up. (A write
-		// between this check and the nodes dropping the grants is still
-		// lost; its writer's next write then finds the write pointer behind
-		// it and fails instead of leaving a hole.)
+		// the namespace is active again, so give the reclaim up. No write
+		// lands after this read: the sealed zones refuse them, and the
+		// nodes answer it only once the seal applied and the writes they
+		// had admitted before it are done.
 		again, werr := a.comp.WrittenBlocks(ioctx, name, src.Zones)
 		switch {
 		case werr != nil:
@@ -248,7 +256,7 @@ func (a *Arbiter) reclaimVZone(ctx context.Context, name string, id uint64) (Rec
 				return nil, nil
 			}
 			vz := st.mutVZ(name, id)
-			var ops []clientv3.Op
+			ops := sealOps(name, id, *vz.openGroup(), false) // the writes go on where they were
 			for _, g := range vz.Pending {
 				for _, z := range g.Zones {
 					ops = append(ops, grantDel(z))
@@ -323,6 +331,9 @@ func (a *Arbiter) abortReclaims(ctx context.Context) error {
 					continue
 				}
 				vz := st.mutVZ(name, id)
+				if g := vz.sealedGroup(); g != nil {
+					ops = append(ops, sealOps(name, id, *g, false)...)
+				}
 				for _, g := range append(vz.Pending, vz.Rebuilds...) {
 					for _, z := range g.Zones {
 						ops = append(ops, grantDel(z))

@@ -86,6 +86,17 @@ func TestReclaimCopyOutsideTheQueue(t *testing.T) {
 	st, _ := leaderState(t, a)
 	require.True(t, st.Namespaces["f"].VZones[0].Reclaiming)
 	require.NotEmpty(t, lg.Groups)
+	// The source zones are sealed for the copy (the nodes refuse the
+	// namespace's writes to them), the targets are not.
+	grants := tc.grants()
+	for _, z := range l.Groups[0].Zones {
+		assert.True(t, grants[z].Sealed, "source %s sealed during the copy", z)
+	}
+	for _, g := range st.Namespaces["f"].VZones[0].Pending {
+		for _, z := range g.Zones {
+			assert.False(t, grants[z].Sealed, "target %s", z)
+		}
+	}
 	select {
 	case o := <-done:
 		t.Fatalf("reclaim finished before its copy was released: %+v", o)
@@ -212,4 +223,45 @@ func TestReclaimTargetsNeedNoHostCopy(t *testing.T) {
 		assert.Equal(t, "n3", z.Node, "target %s needs a same-node cross-device copy", z)
 	}
 	checkInvariants(t, tc, a, "reclaimed without host copies")
+}
+
+// TestInterruptedReclaimUnseals: a leader lost in the middle of a reclaim's
+// copy leaves the source zones sealed (the nodes refuse the namespace's
+// writes to them); the next leader rolls the reclaim back and unseals them,
+// so the namespace writes on where it was.
+func TestInterruptedReclaimUnseals(t *testing.T) {
+	tc := newTestCluster(t)
+	gc := &gateCompactor{memCompactor: newMemCompactor(), started: make(chan struct{}), release: make(chan struct{})}
+	tc.comp = gc
+	tc.addNode("n0", []cluster.DeviceInfo{testDevice(0)}, false)
+	tc.addNode("n1", []cluster.DeviceInfo{testDevice(0)}, false)
+	a := tc.start("arb-0:9000")
+	tc.leader(a)
+	tc.waitNodes(a, 2)
+	ctx := context.Background()
+	_, err := a.CreateNamespace(ctx, NamespaceSpec{Name: "f", MARLogical: 2, ZonesPerVZone: 1024})
+	require.NoError(t, err)
+	l, err := a.OpenVZone(ctx, "f", 0)
+	require.NoError(t, err)
+	gc.write(l.Groups[0], l.BlockSize, 50)
+	before := tc.grants()
+	tc.clock.Advance(2 * time.Minute)
+	go func() { _, _ = a.CheckReclaim(ctx) }()
+	select {
+	case <-gc.started:
+	case <-time.After(60 * time.Second):
+		t.Fatal("reclaim never started copying")
+	}
+	require.True(t, tc.grants()[l.Groups[0].Zones[0]].Sealed)
+
+	b := tc.start("arb-1:9000")
+	a.stop()
+	tc.leader(b)
+	require.Eventually(t, func() bool {
+		st, _ := leaderState(t, b)
+		return !st.Namespaces["f"].VZones[0].Reclaiming
+	}, 30*time.Second, 10*time.Millisecond, "the next leader rolls the reclaim back")
+	assert.Equal(t, before, tc.grants(), "the sources unsealed, the targets' grants gone")
+	close(gc.release)
+	checkInvariants(t, tc, b, "after an interrupted reclaim")
 }

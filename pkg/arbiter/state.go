@@ -121,6 +121,15 @@ func (v *VZone) allGroups() []StripeGroup {
 	return append(append(slices.Clone(v.Groups), v.Pending...), v.Rebuilds...)
 }
 
+// sealedGroup is the group whose grants are sealed: the open group while a
+// reclaim moves it (nil otherwise).
+func (v *VZone) sealedGroup() *StripeGroup {
+	if !v.Reclaiming {
+		return nil
+	}
+	return v.openGroup()
+}
+
 func (v *VZone) openGroup() *StripeGroup {
 	if v.State != VZoneOpen || len(v.Groups) == 0 {
 		return nil

@@ -367,7 +367,21 @@ func stateName(s v1.VZoneState) string {
 // writePointer returns the cached write pointer or derives it from the
 // devices: in each stripe group, the first block not yet written on its zone
 // (the contiguous prefix), so a torn write never hides a hole.
+//
+// A zone of the cached layout that its node no longer reports to the
+// namespace (NOT_OWNER, STALE_LAYOUT) may mean the arbiter moved the group
+// (reclaim): the layout is reloaded and, if it changed, the write pointer
+// derived again from the new one.
 func (v *VZone) writePointer(ctx context.Context) (uint64, error) {
+	gen := v.generation()
+	wp, err := v.derivedWritePointer(ctx)
+	if err != nil && v.movedSince(ctx, err, gen) {
+		return v.derivedWritePointer(ctx)
+	}
+	return wp, err
+}
+
+func (v *VZone) derivedWritePointer(ctx context.Context) (uint64, error) {
 	v.mu.Lock()
 	if v.wpKnown {
 		wp := v.wp

@@ -187,6 +187,12 @@ type Grant struct {
 	VZone      uint64 `json:"vzone"`
 	Group      uint32 `json:"group"`      // stripe group index inside the v-zone
 	Generation uint64 `json:"generation"` // v-zone layout generation at grant time
+	// Sealed: the arbiter is moving the zone's data (eZNS reclaim). The
+	// nodes serve reads and refuse every write and zone change of the
+	// namespace (UNAVAILABLE, to be retried) until the move commits (the
+	// grant goes) or rolls back (the grant is put again unsealed): a write
+	// that landed after the copy would be lost with the zone's reset.
+	Sealed bool `json:"sealed,omitempty"`
 }
 
 // PhysZone is a cluster-wide physical zone address.

@@ -113,11 +113,11 @@ func (s *Service) ZoneCompaction(ctx context.Context, req *v1.ZoneCompactionRequ
 	if len(local) > 0 {
 		// Submission goes through the zone fencing: a revocation reset
 		// cannot run between the grant check and the start of the copy.
-		var held [][2]uint64
+		var reads, writes [][2]uint64
 		for _, c := range local {
-			held = append(held, [2]uint64{c.Src, c.Count}, [2]uint64{c.Dst, c.Count})
+			reads, writes = append(reads, [2]uint64{c.Src, c.Count}), append(writes, [2]uint64{c.Dst, c.Count})
 		}
-		unlock, err := s.holdRanges(ctx, d, held)
+		unlock, err := s.holdRanges(ctx, d, reads, writes)
 		if err != nil {
 			return nil, err
 		}
@@ -418,7 +418,7 @@ func (s *Service) PeerWrite(stream v1.ZonedDevice_PeerWriteServer) error {
 					return err
 				}
 			}
-			unlock, err := s.hold(wctx, d, ext.GetDstLba(), n)
+			unlock, err := s.holdWrite(wctx, d, ext.GetDstLba(), n)
 			if err != nil {
 				return err
 			}

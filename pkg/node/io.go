@@ -209,7 +209,7 @@ func (s *Service) readVChunk(ctx context.Context, req *v1.ReadVRequest) (*wire.R
 		for j, r := range p.rs {
 			held[j] = [2]uint64{r.LBA, r.Count}
 		}
-		unlock, err := s.holdRanges(ctx, p.d, held)
+		unlock, err := s.holdRanges(ctx, p.d, held, nil)
 		if err != nil {
 			return err
 		}
@@ -364,7 +364,7 @@ func (s *Service) writeUnary(ctx context.Context, req *v1.WriteRequest, data []b
 	if err := s.authorizeRange(ctx, d, req.GetLba(), n); err != nil {
 		return nil, err
 	}
-	unlock, err := s.hold(ctx, d, req.GetLba(), n)
+	unlock, err := s.holdWrite(ctx, d, req.GetLba(), n)
 	if err != nil {
 		return nil, err
 	}
@@ -437,7 +437,7 @@ func (s *Service) WriteStream(stream v1.ZonedDevice_WriteStreamServer) error {
 		if err := s.authorizeRange(ctx, d, lba, n); err != nil {
 			return err
 		}
-		unlock, err := s.hold(ctx, d, lba, n)
+		unlock, err := s.holdWrite(ctx, d, lba, n)
 		if err != nil {
 			return err
 		}
@@ -524,7 +524,7 @@ func (s *Service) Append(ctx context.Context, req *v1.AppendRequest) (*v1.Append
 		return nil, err
 	}
 	zone := uint64(req.GetZone())
-	unlock, err := s.hold(ctx, d, zone*d.geo.zoneSize, 1)
+	unlock, err := s.holdWrite(ctx, d, zone*d.geo.zoneSize, 1)
 	if err != nil {
 		return nil, err
 	}
@@ -569,7 +569,7 @@ func (s *Service) SimpleCopy(ctx context.Context, req *v1.SimpleCopyRequest) (*v
 	if err := s.authorizeRange(ctx, d, req.GetDestLba(), total); err != nil {
 		return nil, err
 	}
-	unlock, err := s.holdRanges(ctx, d, append(held, [2]uint64{req.GetDestLba(), total}))
+	unlock, err := s.holdRanges(ctx, d, held, [][2]uint64{{req.GetDestLba(), total}})
 	if err != nil {
 		return nil, err
 	}
@@ -592,7 +592,7 @@ func (s *Service) TLOpen(ctx context.Context, req *v1.TLOpenRequest) (*v1.TLOpen
 	if err := s.authorizeZone(ctx, d, req.GetZone()); err != nil {
 		return nil, err
 	}
-	unlock, err := s.hold(ctx, d, uint64(req.GetZone())*d.geo.zoneSize, 1)
+	unlock, err := s.holdWrite(ctx, d, uint64(req.GetZone())*d.geo.zoneSize, 1)
 	if err != nil {
 		return nil, err
 	}

@@ -35,6 +35,8 @@ type metrics struct {
 	// staleLayoutRefused counts calls refused because the caller's layout
 	// predates the grant of a zone it addressed.
 	staleLayoutRefused prometheus.Counter
+	// sealedRefused counts writes refused on a sealed zone (reclaim).
+	sealedRefused prometheus.Counter
 	// sendTimeouts counts stream sends that missed their deadline, by
 	// operation (read_stream, peer_push).
 	sendTimeouts *prometheus.CounterVec
@@ -76,6 +78,8 @@ func newMetrics(s *Service) *metrics {
 			Help: "Grant-cache misses refused without an etcd read (recently absent, or over the per-namespace/global lookup rate)."}),
 		staleLayoutRefused: prometheus.NewCounter(prometheus.CounterOpts{Name: "zonefleet_node_stale_layout_refused_total",
 			Help: "Calls refused with STALE_LAYOUT: the caller's layout (its etcd revision) predates the grant of a zone it addressed, which the arbiter gave to another v-zone since."}),
+		sealedRefused: prometheus.NewCounter(prometheus.CounterOpts{Name: "zonefleet_node_sealed_zone_refused_total",
+			Help: "Writes and zone changes refused (UNAVAILABLE, retried by the client) because the zone's grant is sealed: the arbiter is moving its data (reclaim)."}),
 		sendTimeouts: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "zonefleet_node_send_timeouts_total",
 			Help: "Stream messages to a client or peer that missed the send deadline (the receiver stopped reading), by operation."}, []string{"op"}),
 		compactionsExpired: prometheus.NewCounter(prometheus.CounterOpts{Name: "zonefleet_node_compactions_expired_total",
@@ -123,7 +127,7 @@ func newMetrics(s *Service) *metrics {
 
 // Register adds the node's metrics to reg.
 func (m *metrics) Register(reg prometheus.Registerer) error {
-	for _, c := range []prometheus.Collector{m.ops, m.bytes, m.latency, m.errors, m.copied, m.peerPushed, m.revokedResets, m.ownerResets, m.grantMissRefused, m.staleLayoutRefused, m.sendTimeouts, m.compactionsExpired, m} {
+	for _, c := range []prometheus.Collector{m.ops, m.bytes, m.latency, m.errors, m.copied, m.peerPushed, m.revokedResets, m.ownerResets, m.grantMissRefused, m.staleLayoutRefused, m.sealedRefused, m.sendTimeouts, m.compactionsExpired, m} {
 		if err := reg.Register(c); err != nil {
 			return err
 		}

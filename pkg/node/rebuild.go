@@ -444,7 +444,7 @@ func (b *rebuilder) write(wctx context.Context, d *device, lba uint64, data []by
 	if err := b.s.rebuild.Wait(wctx, len(data)); err != nil {
 		return err
 	}
-	unlock, err := b.s.hold(wctx, d, lba, n)
+	unlock, err := b.s.holdWrite(wctx, d, lba, n)
 	if err != nil {
 		return err
 	}

@@ -471,6 +471,15 @@ func (g *Grants) Held(ns string, device, zone uint32) bool {
 	return ok && ns != "" && gr.g.Namespace == ns
 }
 
+// Sealed tells whether the grant of (device, zone) is sealed: the arbiter
+// is moving the zone's data and the namespace may read it, not write it.
+func (g *Grants) Sealed(device, zone uint32) bool {
+	g.mu.RLock()
+	defer g.mu.RUnlock()
+	gr, ok := g.m[[2]uint32{device, zone}]
+	return ok && gr.g.Sealed
+}
+
 // Since returns the etcd revision at which the grant of (device, zone) was
 // created (its owner epoch), and false when the cache holds none.
 func (g *Grants) Since(device, zone uint32) (int64, bool) {

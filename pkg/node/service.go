@@ -544,7 +544,22 @@ func (s *Service) grantHeld(ns string, dev, zone uint32) error {
 // never sees the previous owner's blocks, however the owner changed (a
 // deleted grant, an overwrite, events the watch never delivered).
 func (s *Service) hold(ctx context.Context, d *device, lba, n uint64) (func(), error) {
-	first, last := lba/d.geo.zoneSize, (lba+n-1)/d.geo.zoneSize
+	return s.holdZones(ctx, d, zonesOf(d, lba, n), nil)
+}
+
+// holdWrite is hold for a call that writes [lba, lba+n) or changes its
+// zones (finish, reset, append, TL_open): a zone whose grant is sealed (the
+// arbiter is moving its data) refuses it with UNAVAILABLE, under the lock,
+// so that a write either completed before the seal applied (the arbiter's
+// re-read of the write pointer waits for it) or does not happen.
+func (s *Service) holdWrite(ctx context.Context, d *device, lba, n uint64) (func(), error) {
+	zs := zonesOf(d, lba, n)
+	return s.holdZones(ctx, d, zs, zs)
+}
+
+// zonesOf lists the zones of [lba, lba+n).
+func zonesOf(d *device, lba, n uint64) []uint64 {
+	first, last := lba/d.geo.zoneSize, (lba+max(n, 1)-1)/d.geo.zoneSize
 	if last >= d.geo.zones {
 		last = d.geo.zones - 1
 	}
@@ -552,7 +567,7 @@ func (s *Service) hold(ctx context.Context, d *device, lba, n uint64) (func(), e
 	for z := first; z <= last; z++ {
 		zones = append(zones, z)
 	}
-	return s.holdZones(ctx, d, zones)
+	return zones
 }
 
 // holdRanges is hold for several ranges of one device (SimpleCopy,
@@ -560,29 +575,37 @@ func (s *Service) hold(ctx context.Context, d *device, lba, n uint64) (func(), e
 // zone order (a read lock taken twice by one goroutine can deadlock against
 // a waiting reset), and checked under the lock. Ranges are already
 // validated and authorized.
-func (s *Service) holdRanges(ctx context.Context, d *device, ranges [][2]uint64) (func(), error) {
+func (s *Service) holdRanges(ctx context.Context, d *device, reads, writes [][2]uint64) (func(), error) {
 	set := map[uint64]bool{}
-	for _, r := range ranges {
+	written := map[uint64]bool{}
+	for i, r := range append(slices.Clone(reads), writes...) {
 		if r[1] == 0 {
 			continue
 		}
 		first, last := r[0]/d.geo.zoneSize, (r[0]+r[1]-1)/d.geo.zoneSize
 		for z := first; z <= last && z < d.geo.zones; z++ {
 			set[z] = true
+			written[z] = written[z] || i >= len(reads)
 		}
 	}
 	zones := make([]uint64, 0, len(set))
+	var wz []uint64
 	for z := range set {
 		zones = append(zones, z)
+		if written[z] {
+			wz = append(wz, z)
+		}
 	}
 	slices.Sort(zones)
-	return s.holdZones(ctx, d, zones)
+	return s.holdZones(ctx, d, zones, wz)
 }
 
 // holdZones read-locks zones (sorted, distinct) and runs the grant and
-// owner checks under the locks. A zone that must change owner is adopted
-// with every lock released, then the whole check runs again.
-func (s *Service) holdZones(ctx context.Context, d *device, zones []uint64) (func(), error) {
+// owner checks under the locks; the call writes the zones in written (a
+// subset), which a sealed grant refuses to a tenant. A zone that must change
+// owner is adopted with every lock released, then the whole check runs
+// again.
+func (s *Service) holdZones(ctx context.Context, d *device, zones, written []uint64) (func(), error) {
 	unlock := func() {
 		for _, z := range zones {
 			d.zl[z].RUnlock()
@@ -608,6 +631,12 @@ func (s *Service) holdZones(ctx context.Context, d *device, zones []uint64) (fun
 				}
 				unlock()
 				return nil, &zerr.NotOwnerError{Zone: cluster.PhysZone{Node: s.cfg.ID, Device: d.idx, Zone: uint32(z)}.String(), Namespace: ns}
+			}
+			if !bypass && slices.Contains(written, z) && s.grants.Sealed(d.idx, uint32(z)) {
+				unlock()
+				s.m.sealedRefused.Inc()
+				return nil, &zerr.UnavailableError{What: "zone " + cluster.PhysZone{Node: s.cfg.ID, Device: d.idx, Zone: uint32(z)}.String(),
+					Reason: "sealed: the arbiter is moving its data (reclaim); retry, the layout changes or the seal goes"}
 			}
 			if p, valid := d.owners.Get(uint32(z)); zoneowner.Decide(p, valid, cur, true) == zoneowner.Serve {
 				continue
@@ -805,14 +834,21 @@ func (s *Service) ReportZones(ctx context.Context, req *v1.ReportZonesRequest) (
 	}
 	admin := s.bypassGrants(ctx)
 	ns := s.namespace(ctx)
-	if !admin {
+	minRev := wire.MinRevision(ctx)
+	if !admin || s.grants != nil && minRev > 0 {
 		// Cache only (one etcd read per ungranted zone would let one call
 		// load etcd); the client's minimum revision brings the cache up to
 		// date with the grants it has seen.
-		if err := s.grants.CatchUp(ctx, wire.MinRevision(ctx)); err != nil {
+		if err := s.grants.CatchUp(ctx, minRev); err != nil {
 			return nil, err
 		}
 	}
+	// The arbiter reading a namespace's zones at a revision (reclaim,
+	// rebuild) gets them as that revision leaves them: a zone just granted
+	// after its revocation from someone else is reported once reset, and a
+	// sealed zone once the writes admitted before the seal are done (its
+	// write pointer can move no more).
+	settle := admin && s.grants != nil && ns != "" && minRev > 0
 	resp := &v1.ReportZonesResponse{}
 	start := uint64(req.GetStartZone())
 	for start < d.geo.zones && len(resp.Zones) < max {
@@ -828,6 +864,22 @@ func (s *Service) ReportZones(ctx context.Context, req *v1.ReportZonesRequest) (
 			start = z.Index + 1
 			if !admin && !s.grants.Cached(ns, d.idx, uint32(z.Index)) {
 				continue
+			}
+			if settle && s.grants.Held(ns, d.idx, uint32(z.Index)) {
+				if !s.grants.Cached(ns, d.idx, uint32(z.Index)) {
+					_ = s.grants.Check(ns, d.idx, uint32(z.Index)) // waits for a pending reset
+				}
+				if s.grants.Sealed(d.idx, uint32(z.Index)) {
+					d.zl[z.Index].Lock() // every write holding the zone is done
+					d.zl[z.Index].Unlock()
+				}
+				fresh, err := d.dev.ReportZones(zns.StateAny, z.Index, 1)
+				if err != nil || len(fresh) == 0 {
+					continue
+				}
+				if z = fresh[0]; !matches(filter, z.State) {
+					continue
+				}
 			}
 			if !admin && s.ownerStale(d, uint32(z.Index)) {
 				// A zone the caller was just given, still holding its
@@ -904,7 +956,7 @@ func (s *Service) ZoneManagement(ctx context.Context, req *v1.ZoneManagementRequ
 		// Fenced like I/O: a revocation reset waits for it, and a new
 		// owner's first call (even a finish or a reset) runs after the
 		// owner-change reset.
-		unlock, err := s.hold(ctx, d, uint64(req.GetZone())*d.geo.zoneSize, 1)
+		unlock, err := s.holdWrite(ctx, d, uint64(req.GetZone())*d.geo.zoneSize, 1)
 		if err != nil {
 			return nil, err
 		}

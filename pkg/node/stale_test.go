@@ -7,6 +7,7 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+	"google.golang.org/grpc/metadata"
 
 	v1 "github.com/zonefleet/zonefleet/api/zonefleet/v1"
 	"github.com/zonefleet/zonefleet/pkg/cluster"
@@ -76,4 +77,70 @@ func TestStaleLayoutIsRefused(t *testing.T) {
 		})
 	}
 	assert.Contains(t, scrape(t, n.http), "zonefleet_node_stale_layout_refused_total 2")
+}
+
+// A sealed grant (the arbiter moving the zone's data, eZNS reclaim) refuses
+// the namespace's writes and zone changes with UNAVAILABLE and serves its
+// reads; the arbiter's report of the zone at the seal's revision waits for
+// the writes admitted before the seal, so the write pointer it reads is the
+// last one. Unsealed, the writes go on.
+func TestSealedZoneRefusesWrites(t *testing.T) {
+	n := startNode(t, "sealed", true)
+	ctx := context.Background()
+	cli := etcdClient(t)
+	put := func(sealed bool) int64 {
+		v, err := cluster.EncodeGrant(cluster.Grant{Namespace: "a", VZone: 4, Sealed: sealed})
+		require.NoError(t, err)
+		r, err := cli.Put(ctx, cluster.GrantKey("sealed", 0, 3), string(v))
+		require.NoError(t, err)
+		return r.Header.Revision
+	}
+	const start = 3 * 2048
+	put(false)
+	waitGrant(t, n, 3, "a")
+	_, err := n.client.Write(asNS("a"), &v1.WriteRequest{Lba: start, Data: randBlocks(t, 2)})
+	require.NoError(t, err)
+
+	rev := put(true)
+	require.Eventually(t, func() bool { return n.svc.grants.Sealed(0, 3) }, 5*time.Second, 5*time.Millisecond)
+	_, err = n.client.Write(asNS("a"), &v1.WriteRequest{Lba: start + 2, Data: randBlocks(t, 1)})
+	require.ErrorIs(t, err, zerr.ErrUnavailable)
+	assert.Contains(t, err.Error(), "sealed")
+	_, err = n.client.ZoneManagement(asNS("a"), &v1.ZoneManagementRequest{Zone: 3, Action: v1.ZoneAction_ZONE_ACTION_FINISH})
+	require.ErrorIs(t, err, zerr.ErrUnavailable, "no finish either")
+	r, err := n.client.Read(asNS("a"), &v1.ReadRequest{Lba: start, Blocks: 2})
+	require.NoError(t, err, "reads go on")
+	assert.Len(t, r.GetData(), 2*4096)
+	assert.Equal(t, uint64(start+2), zoneWP(t, n.client, 3))
+
+	// A write admitted before the seal (it holds the zone): the arbiter's
+	// report at the seal's revision waits for it.
+	put(false)
+	require.Eventually(t, func() bool { return !n.svc.grants.Sealed(0, 3) }, 5*time.Second, 5*time.Millisecond)
+	d := n.svc.devs[0]
+	unlock, err := n.svc.holdWrite(asNSIncoming("a"), d, start+2, 1)
+	require.NoError(t, err)
+	rev = put(true)
+	reported := make(chan error, 1)
+	go func() {
+		_, err := n.client.ReportZones(wire.WithMinRevision(wire.WithNamespace(asAdmin(), "a"), rev), &v1.ReportZonesRequest{StartZone: 3, MaxZones: 1})
+		reported <- err
+	}()
+	select {
+	case err := <-reported:
+		t.Fatalf("the report did not wait for the write admitted before the seal: %v", err)
+	case <-time.After(150 * time.Millisecond):
+	}
+	unlock()
+	require.NoError(t, <-reported)
+
+	put(false)
+	require.Eventually(t, func() bool { return !n.svc.grants.Sealed(0, 3) }, 5*time.Second, 5*time.Millisecond)
+	_, err = n.client.Write(asNS("a"), &v1.WriteRequest{Lba: start + 2, Data: randBlocks(t, 1)})
+	require.NoError(t, err, "unsealed: the writes go on where they were")
+	assert.Contains(t, scrape(t, n.http), "zonefleet_node_sealed_zone_refused_total 2")
+}
+
+func asNSIncoming(ns string) context.Context {
+	return metadata.NewIncomingContext(context.Background(), metadata.Pairs(wire.NamespaceKey, ns))
 }
