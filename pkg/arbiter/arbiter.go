@@ -243,6 +243,9 @@ type Arbiter struct {
 
 	actMu     sync.Mutex
 	lastWrite map[string]time.Time // in-memory write activity (leader)
+	// actWait: channels closed at a namespace's next reported write (a
+	// reclaim copying its data gives up at once).
+	actWait map[string][]chan struct{}
 
 	runMu   sync.Mutex
 	running bool

@@ -991,7 +991,31 @@ func (a *Arbiter) touch(name string, now time.Time) {
 	if now.After(a.lastWrite[name]) {
 		a.lastWrite[name] = now
 	}
+	for _, ch := range a.actWait[name] {
+		close(ch)
+	}
+	delete(a.actWait, name)
 	a.actMu.Unlock()
+}
+
+// onWrite returns a channel closed when the namespace next reports a write
+// (or a write attempt) and a func that stops watching.
+func (a *Arbiter) onWrite(name string) (<-chan struct{}, func()) {
+	ch := make(chan struct{})
+	a.actMu.Lock()
+	if a.actWait == nil {
+		a.actWait = map[string][]chan struct{}{}
+	}
+	a.actWait[name] = append(a.actWait[name], ch)
+	a.actMu.Unlock()
+	return ch, func() {
+		a.actMu.Lock()
+		defer a.actMu.Unlock()
+		a.actWait[name] = slices.DeleteFunc(a.actWait[name], func(c chan struct{}) bool { return c == ch })
+		if len(a.actWait[name]) == 0 {
+			delete(a.actWait, name)
+		}
+	}
 }
 
 func (a *Arbiter) lastWriteOf(name string, ns *nsState) time.Time {

@@ -167,6 +167,12 @@ func (a *Arbiter) reclaimVZone(ctx context.Context, name string, id uint64) (Rec
 	}
 	res.TargetGroups, res.MovedBlocks = targets, total
 
+	// A write (or a write attempt refused by the seal) reported from here
+	// on gives the reclaim up at once: the namespace is active again, and
+	// its writers must not wait for a copy that may take long.
+	woke, stopWatch := a.onWrite(name)
+	defer stopWatch()
+
 	// Phase 2: transition under the queue: allocate and grant the targets.
 	var pending []StripeGroup
 	err = a.mutate(ctx, func(st *State, ix *index) ([]clientv3.Op, error) {
@@ -203,6 +209,17 @@ func (a *Arbiter) reclaimVZone(ctx context.Context, name string, id uint64) (Rec
 		return res, err
 	}
 	ioctx = a.atCommit(ioctx) // the nodes apply the targets' grants (and revocations before them) first
+	copyCtx, cancelCopy := context.WithCancel(ioctx)
+	defer cancelCopy()
+	written2 := make(chan struct{})
+	go func() {
+		select {
+		case <-woke:
+			close(written2)
+			cancelCopy()
+		case <-copyCtx.Done():
+		}
+	}()
 	samePending := func(vz *VZone) bool {
 		if vz == nil || !vz.Reclaiming || len(vz.Pending) != len(pending) {
 			return false
@@ -227,7 +244,7 @@ func (a *Arbiter) reclaimVZone(ctx context.Context, name string, id uint64) (Rec
 				if len(plan[dst]) == 0 {
 					continue
 				}
-				if err = a.comp.Compact(ioctx, name, dst, plan[dst]); err != nil {
+				if err = a.comp.Compact(copyCtx, name, dst, plan[dst]); err != nil {
 					break copying
 				}
 			}
@@ -240,7 +257,7 @@ func (a *Arbiter) reclaimVZone(ctx context.Context, name string, id uint64) (Rec
 		// lands after this read: the sealed zones refuse them, and the
 		// nodes answer it only once the seal applied and the writes they
 		// had admitted before it are done.
-		again, werr := a.comp.WrittenBlocks(ioctx, name, src.Zones)
+		again, werr := a.comp.WrittenBlocks(copyCtx, name, src.Zones)
 		switch {
 		case werr != nil:
 			err = werr
@@ -248,35 +265,48 @@ func (a *Arbiter) reclaimVZone(ctx context.Context, name string, id uint64) (Rec
 			err = &zerr.ZoneStateError{Zone: id, State: "written during the reclaim copy", Op: "reclaim"}
 		}
 	}
+	select {
+	case <-written2:
+		err = &zerr.ZoneStateError{Zone: id, State: "written during the reclaim copy", Op: "reclaim"}
+	default:
+	}
+	// rollback drops the targets and their grants and unseals the sources.
+	rollback := func(st *State) []clientv3.Op {
+		vz := st.mutVZ(name, id)
+		ops := sealOps(name, id, *vz.openGroup(), false) // the writes go on where they were
+		for _, g := range vz.Pending {
+			for _, z := range g.Zones {
+				ops = append(ops, grantDel(z))
+			}
+		}
+		vz.Pending, vz.Reclaiming = nil, false
+		return ops
+	}
 	if err != nil {
-		// Roll back: drop the targets and their grants (if still ours).
 		rerr := a.mutate(ctx, func(st *State, ix *index) ([]clientv3.Op, error) {
-			ns := st.Namespaces[name]
-			if ns == nil || !samePending(ns.VZones[id]) {
-				return nil, nil
+			if ns := st.Namespaces[name]; ns == nil || !samePending(ns.VZones[id]) {
+				return nil, nil // (if still ours)
 			}
-			vz := st.mutVZ(name, id)
-			ops := sealOps(name, id, *vz.openGroup(), false) // the writes go on where they were
-			for _, g := range vz.Pending {
-				for _, z := range g.Zones {
-					ops = append(ops, grantDel(z))
-				}
-			}
-			vz.Pending, vz.Reclaiming = nil, false
-			return ops, nil
+			return rollback(st), nil
 		})
 		return res, errors.Join(err, rerr)
 	}
 
 	// Phase 4: commit with the generation check: swap the layout, release
 	// the source zones and their spares.
+	gaveUp := false
 	err = a.mutate(ctx, func(st *State, ix *index) ([]clientv3.Op, error) {
+		gaveUp = false // (a mutation may run again on a reloaded state)
 		ns := st.Namespaces[name]
 		if ns == nil {
 			return nil, &zerr.NotFoundError{Kind: "namespace", Name: name}
 		}
 		if !samePending(ns.VZones[id]) {
 			return nil, &zerr.ZoneStateError{Zone: id, State: "changed during the reclaim copy", Op: "reclaim"}
+		}
+		if !ns.Frozen { // a write reported since (ReportWrite thawed it)
+			gaveUp = true
+			return rollback(st), nil
 		}
 		vz := st.mutVZ(name, id)
 		var ops []clientv3.Op
@@ -294,6 +324,9 @@ func (a *Arbiter) reclaimVZone(ctx context.Context, name string, id uint64) (Rec
 	})
 	if err != nil {
 		return res, err
+	}
+	if gaveUp {
+		return res, &zerr.ZoneStateError{Zone: id, State: "written during the reclaim copy", Op: "reclaim"}
 	}
 	a.m.overdrive.WithLabelValues("reclaim").Inc()
 	a.log.Info("reclaimed v-zone", "vzone", vzoneName(name, id), "from", src.Width, "to", m, "blocks", total)

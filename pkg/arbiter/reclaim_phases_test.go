@@ -265,3 +265,58 @@ func TestInterruptedReclaimUnseals(t *testing.T) {
 	close(gc.release)
 	checkInvariants(t, tc, b, "after an interrupted reclaim")
 }
+
+// TestReclaimGivesUpWhenTheNamespaceWrites: a write reported while the
+// reclaim copies (its writers are refused by the sealed source zones and
+// retry) gives the reclaim up at once — the copy is cancelled, the sources
+// unsealed — instead of making the writers wait for the whole copy (up to
+// ReclaimTimeout, 10 minutes by default, on a stuck node).
+func TestReclaimGivesUpWhenTheNamespaceWrites(t *testing.T) {
+	tc := newTestCluster(t)
+	gc := &gateCompactor{memCompactor: newMemCompactor(), started: make(chan struct{}), release: make(chan struct{})}
+	tc.comp = gc
+	tc.addNode("n0", []cluster.DeviceInfo{testDevice(0)}, false)
+	tc.addNode("n1", []cluster.DeviceInfo{testDevice(0)}, false)
+	a := tc.start("arb-0:9000")
+	tc.leader(a)
+	tc.waitNodes(a, 2)
+	ctx := context.Background()
+	_, err := a.CreateNamespace(ctx, NamespaceSpec{Name: "f", MARLogical: 2, ZonesPerVZone: 1024})
+	require.NoError(t, err)
+	l, err := a.OpenVZone(ctx, "f", 0)
+	require.NoError(t, err)
+	gc.write(l.Groups[0], l.BlockSize, 50)
+	before := tc.grants()
+	tc.clock.Advance(2 * time.Minute)
+	type out struct {
+		res []ReclaimResult
+		err error
+	}
+	done := make(chan out, 1)
+	go func() {
+		res, err := a.CheckReclaim(ctx)
+		done <- out{res, err}
+	}()
+	select {
+	case <-gc.started:
+	case <-time.After(60 * time.Second):
+		t.Fatal("reclaim never started copying")
+	}
+	require.NoError(t, a.ReportWrite(ctx, "f"))
+	var o out
+	select {
+	case o = <-done:
+	case <-time.After(20 * time.Second):
+		t.Fatal("the reclaim went on copying after the namespace wrote")
+	}
+	require.ErrorIs(t, o.err, zerr.ErrZoneState)
+	assert.Contains(t, o.err.Error(), "written during the reclaim copy")
+	assert.Empty(t, o.res)
+	st, _ := leaderState(t, a)
+	vz := st.Namespaces["f"].VZones[0]
+	assert.False(t, vz.Reclaiming)
+	assert.Equal(t, l.Groups, vz.Groups, "layout unchanged")
+	assert.Equal(t, before, tc.grants(), "the sources unsealed, the targets' grants gone")
+	close(gc.release)
+	checkInvariants(t, tc, a, "after a reclaim given up for a write")
+}

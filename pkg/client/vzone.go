@@ -639,6 +639,10 @@ func (v *VZone) write(ctx context.Context, off uint64, data []byte, fua bool) er
 		v.wpSeq++
 		v.mu.Unlock()
 		if err != nil {
+			// A write attempt is activity too: a reclaim whose sealed
+			// zones refused it (UNAVAILABLE) gives up at the report
+			// instead of making the writer wait for its copy.
+			v.reportActivity(done)
 			return &WriteError{VZone: v.id, Offset: off, Written: done, Requested: n, Err: err}
 		}
 	}
@@ -700,8 +704,8 @@ func (v *VZone) generation() uint64 {
 // uses it to pick v-zones to reclaim), so a failover simply skips reports.
 const activityTimeout = 2 * time.Second
 
-// reportActivity tells the arbiter the namespace wrote (for reclaim), at most
-// once a second and at most one report in flight. It is fire-and-forget: the
+// reportActivity tells the arbiter the namespace wrote or tried to (for
+// reclaim), at most once a second and at most one report in flight. It is fire-and-forget: the
 // report runs on its own goroutine with its own deadline, so the write path
 // never waits for the control plane (DESIGN §1), not even during a failover.
 func (v *VZone) reportActivity(n uint64) {
