@@ -95,6 +95,47 @@ func startLaggingNode(t *testing.T, tc *testCluster, id string, lag time.Duratio
 	return &realNode{id: id, client: v1.NewZonedDeviceClient(conn), rec: rec}
 }
 
+// startRealCluster runs real nodes n0 and n1 (their grant watches lag
+// behind etcd by lag) and a leading arbiter that reclaims through them.
+func startRealCluster(t *testing.T, lag time.Duration) (*testCluster, *testArb, map[string]*realNode, *NodeCompactor) {
+	t.Helper()
+	tc := newTestCluster(t)
+	nodes := map[string]*realNode{}
+	for _, id := range []string{"n0", "n1"} {
+		nodes[id] = startLaggingNode(t, tc, id, lag)
+	}
+	comp := NewNodeCompactor(newClient(t, tc.pfx), nodeToken)
+	t.Cleanup(func() { _ = comp.Close() })
+	tc.comp = comp
+	a := tc.start("arb-0:9000")
+	tc.leader(a)
+	tc.waitNodes(a, 2)
+	return tc, a, nodes, comp
+}
+
+// writeStriped writes the first total logical blocks of group g (block b
+// holds blockData(b)) through the real nodes as namespace ns, stripe unit
+// by stripe unit, as a client striping RAID-0 would.
+func writeStriped(t *testing.T, nodes map[string]*realNode, ns string, g StripeGroup, dev cluster.DeviceInfo, total uint64) {
+	t.Helper()
+	bs := int(dev.BlockSize)
+	stripe := uint64(g.StripeSize) / uint64(bs)
+	for b := uint64(0); b < total; {
+		z, off := locate(g, uint32(bs), b)
+		n := min(stripe-b%stripe, total-b)
+		var data []byte
+		for k := uint64(0); k < n; k++ {
+			data = append(data, blockData(b+k, bs)...)
+		}
+		lba := uint64(z.Zone)*dev.ZoneSize + off
+		retryNotOwner(t, func() error {
+			_, err := nodes[z.Node].client.Write(wire.WithNamespace(context.Background(), ns), &v1.WriteRequest{Device: z.Device, Lba: lba, Data: data})
+			return err
+		})
+		b += n
+	}
+}
+
 func blockData(b uint64, bs int) []byte {
 	out := make([]byte, bs)
 	for i := 0; i+8 <= bs; i += 8 {
@@ -118,17 +159,7 @@ func retryNotOwner(t *testing.T, fn func() error) {
 // ssdnodes is reclaimed with the nodes' zone_compaction (local and pushed to
 // the peer node) and every block reads back through the new layout.
 func TestReclaimOnRealNodes(t *testing.T) {
-	tc := newTestCluster(t)
-	nodes := map[string]*realNode{}
-	for _, id := range []string{"n0", "n1"} {
-		nodes[id] = startRealNode(t, tc, id)
-	}
-	comp := NewNodeCompactor(newClient(t, tc.pfx), nodeToken)
-	t.Cleanup(func() { _ = comp.Close() })
-	tc.comp = comp
-	a := tc.start("arb-0:9000")
-	tc.leader(a)
-	tc.waitNodes(a, 2)
+	tc, a, nodes, comp := startRealCluster(t, 0)
 	ctx := context.Background()
 	dev := nodes["n0"].rec.Devices[0]
 	require.Equal(t, uint32(4), dev.FCGs)
@@ -148,21 +179,7 @@ func TestReclaimOnRealNodes(t *testing.T) {
 	// Write more than one minimum-width group holds, stripe unit by stripe unit.
 	zoneCap := l.ZoneCapacity
 	total := uint64(m)*zoneCap + zoneCap/2 + 3
-	stripe := uint64(src.StripeSize) / uint64(bs)
-	for b := uint64(0); b < total; {
-		z, off := locate(src, uint32(bs), b)
-		n := min(stripe-b%stripe, total-b)
-		var data []byte
-		for k := uint64(0); k < n; k++ {
-			data = append(data, blockData(b+k, bs)...)
-		}
-		lba := uint64(z.Zone)*dev.ZoneSize + off
-		retryNotOwner(t, func() error {
-			_, err := nodes[z.Node].client.Write(wire.WithNamespace(ctx, "r"), &v1.WriteRequest{Device: z.Device, Lba: lba, Data: data})
-			return err
-		})
-		b += n
-	}
+	writeStriped(t, nodes, "r", src, dev, total)
 	written, err := comp.WrittenBlocks(ctx, "r", src.Zones)
 	require.NoError(t, err)
 	var sum uint64

@@ -49,18 +49,8 @@ func (w *laggingWatcher) Watch(ctx context.Context, key string, opts ...clientv3
 // nodes (the pushing one and PeerWrite's receiver) apply their grants up to
 // it first, so the revocation's reset runs before the copy lands.
 func TestReclaimIntoZonesJustRevokedOnLaggingNodes(t *testing.T) {
-	tc := newTestCluster(t)
 	const lag = 400 * time.Millisecond
-	nodes := map[string]*realNode{}
-	for _, id := range []string{"n0", "n1"} {
-		nodes[id] = startLaggingNode(t, tc, id, lag)
-	}
-	comp := NewNodeCompactor(newClient(t, tc.pfx), nodeToken)
-	t.Cleanup(func() { _ = comp.Close() })
-	tc.comp = comp
-	a := tc.start("arb-0:9000")
-	tc.leader(a)
-	tc.waitNodes(a, 2)
+	tc, a, nodes, _ := startRealCluster(t, lag)
 	ctx := context.Background()
 	dev := nodes["n0"].rec.Devices[0]
 	bs := int(dev.BlockSize)
@@ -78,22 +68,8 @@ func TestReclaimIntoZonesJustRevokedOnLaggingNodes(t *testing.T) {
 	require.NoError(t, err)
 
 	// Data in v-zone 0: a few stripe units on every zone of the group.
-	stripe := uint64(src.StripeSize) / uint64(bs)
-	total := stripe*uint64(src.Width) + 3
-	for b := uint64(0); b < total; {
-		z, off := locate(src, uint32(bs), b)
-		n := min(stripe-b%stripe, total-b)
-		var data []byte
-		for k := uint64(0); k < n; k++ {
-			data = append(data, blockData(b+k, bs)...)
-		}
-		lba := uint64(z.Zone)*dev.ZoneSize + off
-		retryNotOwner(t, func() error {
-			_, err := nodes[z.Node].client.Write(wire.WithNamespace(ctx, "r"), &v1.WriteRequest{Device: z.Device, Lba: lba, Data: data})
-			return err
-		})
-		b += n
-	}
+	total := uint64(src.StripeSize)/uint64(bs)*uint64(src.Width) + 3
+	writeStriped(t, nodes, "r", src, dev, total)
 
 	// The nodes have applied v-zone 1's grants. Then v-zone 1 is reset (its
 	// zones go back to the pool; the lagging nodes still hold the grants to

@@ -225,11 +225,25 @@ func TestReclaimTargetsNeedNoHostCopy(t *testing.T) {
 	checkInvariants(t, tc, a, "reclaimed without host copies")
 }
 
-// TestInterruptedReclaimUnseals: a leader lost in the middle of a reclaim's
-// copy leaves the source zones sealed (the nodes refuse the namespace's
-// writes to them); the next leader rolls the reclaim back and unseals them,
-// so the namespace writes on where it was.
-func TestInterruptedReclaimUnseals(t *testing.T) {
+// gatedReclaim is a reclaim of namespace f's overdriven v-zone 0 (50
+// blocks written) whose copy is blocked in the gate: it returns once the
+// copy started; done gets CheckReclaim's result.
+type gatedReclaim struct {
+	tc     *testCluster
+	a      *testArb
+	gc     *gateCompactor
+	l      Layout
+	before map[cluster.PhysZone]cluster.Grant // the grants before the reclaim
+	done   chan reclaimOut
+}
+
+type reclaimOut struct {
+	res []ReclaimResult
+	err error
+}
+
+func startGatedReclaim(t *testing.T) *gatedReclaim {
+	t.Helper()
 	tc := newTestCluster(t)
 	gc := &gateCompactor{memCompactor: newMemCompactor(), started: make(chan struct{}), release: make(chan struct{})}
 	tc.comp = gc
@@ -244,25 +258,38 @@ func TestInterruptedReclaimUnseals(t *testing.T) {
 	l, err := a.OpenVZone(ctx, "f", 0)
 	require.NoError(t, err)
 	gc.write(l.Groups[0], l.BlockSize, 50)
-	before := tc.grants()
+	g := &gatedReclaim{tc: tc, a: a, gc: gc, l: l, before: tc.grants(), done: make(chan reclaimOut, 1)}
 	tc.clock.Advance(2 * time.Minute)
-	go func() { _, _ = a.CheckReclaim(ctx) }()
+	go func() {
+		res, err := a.CheckReclaim(ctx)
+		g.done <- reclaimOut{res, err}
+	}()
 	select {
 	case <-gc.started:
 	case <-time.After(60 * time.Second):
 		t.Fatal("reclaim never started copying")
 	}
-	require.True(t, tc.grants()[l.Groups[0].Zones[0]].Sealed)
+	return g
+}
+
+// TestInterruptedReclaimUnseals: a leader lost in the middle of a reclaim's
+// copy leaves the source zones sealed (the nodes refuse the namespace's
+// writes to them); the next leader rolls the reclaim back and unseals them,
+// so the namespace writes on where it was.
+func TestInterruptedReclaimUnseals(t *testing.T) {
+	g := startGatedReclaim(t)
+	tc := g.tc
+	require.True(t, tc.grants()[g.l.Groups[0].Zones[0]].Sealed)
 
 	b := tc.start("arb-1:9000")
-	a.stop()
+	g.a.stop()
 	tc.leader(b)
 	require.Eventually(t, func() bool {
 		st, _ := leaderState(t, b)
 		return !st.Namespaces["f"].VZones[0].Reclaiming
 	}, 30*time.Second, 10*time.Millisecond, "the next leader rolls the reclaim back")
-	assert.Equal(t, before, tc.grants(), "the sources unsealed, the targets' grants gone")
-	close(gc.release)
+	assert.Equal(t, g.before, tc.grants(), "the sources unsealed, the targets' grants gone")
+	close(g.gc.release)
 	checkInvariants(t, tc, b, "after an interrupted reclaim")
 }
 
@@ -272,51 +299,22 @@ func TestInterruptedReclaimUnseals(t *testing.T) {
 // unsealed — instead of making the writers wait for the whole copy (up to
 // ReclaimTimeout, 10 minutes by default, on a stuck node).
 func TestReclaimGivesUpWhenTheNamespaceWrites(t *testing.T) {
-	tc := newTestCluster(t)
-	gc := &gateCompactor{memCompactor: newMemCompactor(), started: make(chan struct{}), release: make(chan struct{})}
-	tc.comp = gc
-	tc.addNode("n0", []cluster.DeviceInfo{testDevice(0)}, false)
-	tc.addNode("n1", []cluster.DeviceInfo{testDevice(0)}, false)
-	a := tc.start("arb-0:9000")
-	tc.leader(a)
-	tc.waitNodes(a, 2)
-	ctx := context.Background()
-	_, err := a.CreateNamespace(ctx, NamespaceSpec{Name: "f", MARLogical: 2, ZonesPerVZone: 1024})
-	require.NoError(t, err)
-	l, err := a.OpenVZone(ctx, "f", 0)
-	require.NoError(t, err)
-	gc.write(l.Groups[0], l.BlockSize, 50)
-	before := tc.grants()
-	tc.clock.Advance(2 * time.Minute)
-	type out struct {
-		res []ReclaimResult
-		err error
-	}
-	done := make(chan out, 1)
-	go func() {
-		res, err := a.CheckReclaim(ctx)
-		done <- out{res, err}
-	}()
+	g := startGatedReclaim(t)
+	require.NoError(t, g.a.ReportWrite(context.Background(), "f"))
+	var o reclaimOut
 	select {
-	case <-gc.started:
-	case <-time.After(60 * time.Second):
-		t.Fatal("reclaim never started copying")
-	}
-	require.NoError(t, a.ReportWrite(ctx, "f"))
-	var o out
-	select {
-	case o = <-done:
+	case o = <-g.done:
 	case <-time.After(20 * time.Second):
 		t.Fatal("the reclaim went on copying after the namespace wrote")
 	}
 	require.ErrorIs(t, o.err, zerr.ErrZoneState)
 	assert.Contains(t, o.err.Error(), "written during the reclaim copy")
 	assert.Empty(t, o.res)
-	st, _ := leaderState(t, a)
+	st, _ := leaderState(t, g.a)
 	vz := st.Namespaces["f"].VZones[0]
 	assert.False(t, vz.Reclaiming)
-	assert.Equal(t, l.Groups, vz.Groups, "layout unchanged")
-	assert.Equal(t, before, tc.grants(), "the sources unsealed, the targets' grants gone")
-	close(gc.release)
-	checkInvariants(t, tc, a, "after a reclaim given up for a write")
+	assert.Equal(t, g.l.Groups, vz.Groups, "layout unchanged")
+	assert.Equal(t, g.before, g.tc.grants(), "the sources unsealed, the targets' grants gone")
+	close(g.gc.release)
+	checkInvariants(t, g.tc, g.a, "after a reclaim given up for a write")
 }
