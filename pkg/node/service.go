@@ -53,6 +53,19 @@
 // zone's grantee bypass the owner check (they are trusted and do not make
 // the zone anyone's); acting for it, they adopt it like the tenant.
 //
+// Layouts and the arbiter's own node calls carry the etcd revision they
+// were made at (wire.WithMinRevision): the node applies its grant events up
+// to it before serving (Grants.CatchUp), so a zone revoked from one v-zone
+// and granted to another is reset before the new owner's I/O or the
+// arbiter's copy lands. A tenant call whose revision predates the grant's
+// creation revision addressed a zone its layout no longer has (a reclaim
+// moved the group and the zone went to another v-zone of the namespace):
+// it is refused with STALE_LAYOUT, and the client reloads the layout. A
+// sealed grant (the arbiter is moving the zone's data) refuses the tenant's
+// writes and zone changes with UNAVAILABLE under the zone's read lock; the
+// arbiter's ReportZones at the seal's revision takes the write lock first,
+// so the write pointer it reads can move no more.
+//
 // # Nothing global on the data path
 //
 // A zone's lock (zl) orders its I/O against the reset of a revoked grant.
