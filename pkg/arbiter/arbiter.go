@@ -82,7 +82,13 @@
 // Reclaim compacts the overdriven open stripe groups of a namespace without
 // writes for T_ReadOnly into minimum-width groups through a Compactor, in
 // phases: only the state transitions take the queue; the copy runs outside
-// it (bounded by ReclaimTimeout) and commits with a generation check.
+// it (bounded by ReclaimTimeout) and commits with a generation check. The
+// source zones' grants are sealed for the copy (the nodes refuse the
+// namespace's writes to them), the write pointers are read again at the
+// seal's revision before the commit, and a write the namespace reports
+// meanwhile gives the reclaim up at once (rolled back, unsealed): no
+// acknowledged write is lost with the source zones' reset, and no writer
+// waits for a long copy.
 //
 // # Redundancy
 //
