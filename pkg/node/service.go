@@ -878,11 +878,13 @@ func (s *Service) ReportZones(ctx context.Context, req *v1.ReportZonesRequest) (
 			if !admin && !s.grants.Cached(ns, d.idx, uint32(z.Index)) {
 				continue
 			}
-			if settle && s.grants.Held(ns, d.idx, uint32(z.Index)) {
-				if !s.grants.Cached(ns, d.idx, uint32(z.Index)) {
+			resetting := settle && s.grants.Held(ns, d.idx, uint32(z.Index)) && !s.grants.Cached(ns, d.idx, uint32(z.Index))
+			sealed := settle && s.grants.Held(ns, d.idx, uint32(z.Index)) && s.grants.Sealed(d.idx, uint32(z.Index))
+			if resetting || sealed { // else the zone as read stands
+				if resetting {
 					_ = s.grants.Check(ns, d.idx, uint32(z.Index)) // waits for a pending reset
 				}
-				if s.grants.Sealed(d.idx, uint32(z.Index)) {
+				if sealed {
 					d.zl[z.Index].Lock() // every write holding the zone is done
 					d.zl[z.Index].Unlock()
 				}
