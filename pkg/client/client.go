@@ -94,6 +94,7 @@ import (
 	"crypto/tls"
 	"errors"
 	"fmt"
+	"github.com/zonefleet/zonefleet/pkg/bufpool"
 	"log/slog"
 	"strings"
 	"sync"
@@ -161,6 +162,8 @@ type Client struct {
 	log *slog.Logger
 	m   *metrics
 	etc *clientv3.Client
+
+	legBufs bufpool.Pool // gathered stripe legs of writes (VZone.writeGroup)
 
 	mu      sync.Mutex
 	leader  string

@@ -1,7 +1,6 @@
 package client
 
 import (
-	"bytes"
 	"cmp"
 	"context"
 	"errors"
@@ -793,15 +792,18 @@ func (v *VZone) writeGroup(ctx context.Context, g *group, off uint64, data []byt
 		}
 		// The zero-copy codec (pkg/wire) hands this buffer to the transport
 		// without copying, and the transport may still be writing it after
-		// the call returned (an early error answer from the node, a
-		// cancelled context): it is never reused, the garbage collector
-		// frees it once the transport is done.
-		// (bytes.Join allocates it without zeroing: the copy fills it all)
-		bufs := make([][]byte, len(l.pieces))
-		for i, p := range l.pieces {
-			bufs[i] = data[(p.voff-off)*bs : (p.voff-off+p.n)*bs]
+		// a call that failed (an early error answer from the node, a
+		// cancelled context): it goes back to the pool only after every
+		// copy's write succeeded (the nodes then had all of it), else the
+		// garbage collector frees it once the transport is done.
+		buf := v.c.legBufs.Get(int(l.blocks * bs))
+		w := 0
+		for _, p := range l.pieces {
+			w += copy(buf[w:], data[(p.voff-off)*bs:(p.voff-off+p.n)*bs])
 		}
-		errs[li] = v.writeCopies(ctx, g, l.idx, l.zoff, bytes.Join(bufs, nil), bs, fua)
+		if errs[li] = v.writeCopies(ctx, g, l.idx, l.zoff, buf[:w], bs, fua); errs[li] == nil {
+			v.c.legBufs.Put(buf)
+		}
 	}
 	var wg sync.WaitGroup
 	for li, l := range legs[:len(legs)-1] {

@@ -184,7 +184,7 @@
 //     reader that resolved a block address and then lost the race with a
 //     writer or with recycling reads the old, still intact block.
 //   - Write-back. A write copies into the page cache and returns. Once a
-//     batch (one zone) of dirty pages is not yet in flight, the write-back
+//     batch (one zone, at most 4 MiB) of dirty pages is not yet in flight, the write-back
 //     goroutines (one per write lane) are woken; each writes back one batch
 //     at a time while there is one, so with two lanes two write-backs of
 //     one log are in flight on different segments while writers copy. A
@@ -202,7 +202,9 @@
 //     (foreground GC) before every batch, as writers do before every
 //     operation.
 //     Write-back takes an inode's lock only to copy its dirty pages into
-//     one buffer per log and mark them in flight (page.inflight, version
+//     one buffer per log (pooled, pkg/bufpool: given back after a write
+//     that succeeded, left to the garbage collector after one that failed,
+//     as the transport may still read it) and mark them in flight (page.inflight, version
 //     page.gen), writes with no inode lock (a lane of the log and the
 //     checkpoint lock shared only), then retakes the inode lock to commit: a page still cached is repointed at its new
 //     block and is clean unless it changed since the copy; a page truncated

@@ -5,6 +5,7 @@ import (
 	"crypto/rand"
 	"errors"
 	"fmt"
+	"github.com/zonefleet/zonefleet/pkg/bufpool"
 	"log/slog"
 	"sort"
 	"sync"
@@ -163,6 +164,7 @@ type FS struct {
 	xl         [numTemps][]xlane    // extra write lanes of the data logs (lanes.go)
 	lanes      int                  // write lanes per data log
 	wbPages    int                  // dirty pages in flight (a write-back copied them and has not committed)
+	gather     bufpool.Pool         // write-back buffers (prepareFlush), recycled after a write that landed
 	wbFlights  int                  // write-backs in flight (all inodes)
 	admitting  int                  // writes admitted to the dirty budget and not yet done (admit)
 	admitPages int                  // pages of the admitted writes

@@ -477,7 +477,8 @@ func (fs *FS) startFlusher() {
 
 // wbBudget is the dirty-page budget in blocks (past twice it writers are
 // throttled) and the write-back batch: a quarter of the page cache, at most
-// one zone per write lane; a batch is at most one zone.
+// one zone per write lane; a batch is at most one zone and at most
+// maxBatchBytes.
 //
 // Twice the budget stays two segments below the GC reserve, so that the
 // dirty pages always fit in the reserved segments: fsync and the checkpoint
@@ -485,8 +486,16 @@ func (fs *FS) startFlusher() {
 func (fs *FS) wbBudget() (soft, batch int) {
 	zb := int(fs.geo.ZoneBlocks)
 	soft = max(1, min(fs.opts.CacheBlocks/4, fs.lanes*zb, max(1, fs.gcReserve()-2)*zb/2))
-	return soft, min(soft, zb)
+	return soft, min(soft, zb, max(1, maxBatchBytes/fs.bs))
 }
+
+// maxBatchBytes bounds one write-back batch. A batch is gathered into one
+// buffer and written as one Volume.Write, so smaller batches pipeline: the
+// next batch is copied while the last is on the wire, and the buffers
+// stay in the size classes the gather pool recycles (pkg/bufpool). Whole
+// 32 MiB v-zones as batches left the copy unpipelined and every buffer fresh
+// from the kernel: 8192 page faults each, which cost more than the copy.
+const maxBatchBytes = 4 << 20
 
 // kickWriteBack wakes a write-back goroutine when a batch of dirty pages is
 // not yet in flight or the dirty pages pass the budget (fs.mu held).
