@@ -22,6 +22,20 @@
 // that may still be read by someone else — a transport that was still
 // sending it when its call failed or was cancelled — must simply not be
 // Put: the garbage collector frees it.
+//
+// Buffers sent to the nodes. The zero-copy codec (pkg/wire) hands a write's
+// buffer to gRPC's transport, which reads it while it sends. The users of
+// this package put a sent buffer back only after the write returned
+// success. One sender can still read it then: an earlier attempt of the
+// same write that was abandoned (a per-attempt deadline) while a retry
+// succeeded. The transport drops a cancelled stream within one 16 KiB
+// frame, but that frame may carry recycled bytes and complete the old
+// request. Such a late request writes at the block where the successful
+// attempt already wrote, and a zone takes a write only at its write pointer
+// (a threaded-logging hole only once): the node refuses it with a write
+// pointer (or TL violation) error, so recycled bytes never land. (An earlier
+// session declined pooling for this reason alone; this is the argument for
+// it.)
 package bufpool
 
 import (

@@ -794,8 +794,10 @@ func (v *VZone) writeGroup(ctx context.Context, g *group, off uint64, data []byt
 		// without copying, and the transport may still be writing it after
 		// a call that failed (an early error answer from the node, a
 		// cancelled context): it goes back to the pool only after every
-		// copy's write succeeded (the nodes then had all of it), else the
-		// garbage collector frees it once the transport is done.
+		// copy's write succeeded (the nodes then had all of it; an
+		// abandoned earlier attempt can only send bytes that the zone's
+		// write pointer refuses, see pkg/bufpool), else the garbage
+		// collector frees it once the transport is done.
 		buf := v.c.legBufs.Get(int(l.blocks * bs))
 		w := 0
 		for _, p := range l.pieces {

@@ -414,9 +414,12 @@ func (fs *FS) commitFlush(ctx context.Context, plan *flushPlan, failed bool) err
 	in := plan.in
 	defer func() {
 		if !failed {
-			// Every write of the plan returned success: the volume and its
-			// transport are done with the buffers. After a failure a
-			// transport may still be reading one, so it is left to the GC.
+			// Every write of the plan returned success: the volume is done
+			// with the buffers (Volume.Write; over the network an
+			// abandoned earlier attempt may still send a frame of one,
+			// which the zone's write pointer refuses: pkg/bufpool). After
+			// a failure a transport may still be reading one, so it is
+			// left to the garbage collector.
 			for gi := range plan.groups {
 				fs.gather.Put(plan.groups[gi].buf)
 				plan.groups[gi].buf = nil

@@ -106,6 +106,9 @@ type Volume interface {
 	// With fua the data is on stable media when Write returns. On failure the
 	// error says how far the write got: it wraps a *PartialWriteError when some
 	// leading blocks were written (the write pointer moved by Written blocks).
+	// After a Write that returned nil the caller reuses data: a Volume
+	// keeps no reference it still reads, or (over the network) only one
+	// whose bytes can no longer be applied (the write pointer moved past).
 	Write(ctx context.Context, z ZoneID, off uint64, data []byte, fua bool) error
 
 	// Read fills buf (whole blocks) from zone z at off; the range must lie
