@@ -25,17 +25,19 @@
 //
 // Buffers sent to the nodes. The zero-copy codec (pkg/wire) hands a write's
 // buffer to gRPC's transport, which reads it while it sends. The users of
-// this package put a sent buffer back only after the write returned
-// success. One sender can still read it then: an earlier attempt of the
-// same write that was abandoned (a per-attempt deadline) while a retry
-// succeeded. The transport drops a cancelled stream within one 16 KiB
-// frame, but that frame may carry recycled bytes and complete the old
-// request. Such a late request writes at the block where the successful
-// attempt already wrote, and a zone takes a write only at its write pointer
-// (a threaded-logging hole only once): the node refuses it with a write
-// pointer (or TL violation) error, so recycled bytes never land. (An earlier
+// this package put a sent buffer back only after the whole write returned
+// success, yet a sender can still read it then: an earlier attempt that was
+// abandoned (a per-attempt deadline, a copy of a mirror that failed) while a
+// retry, or the same blocks in another zone, succeeded. The transport drops a
+// cancelled stream within one 16 KiB frame, but that frame may carry
+// recycled bytes and complete the old request. Such a request can only
+// write where no data lfs uses is: at a block the successful attempt
+// already wrote (the zone's write pointer, or a threaded-logging hole
+// filled once, refuses it), or in a zone whose write failed and whose blocks
+// past the acknowledged prefix the file system never maps. (An earlier
 // session declined pooling for this reason alone; this is the argument for
-// it.)
+// it. pkg/lfs TestFailedWriteBuffersAreNotRecycled checks the other half: a
+// buffer of a write that failed is never handed out again.)
 package bufpool
 
 import (

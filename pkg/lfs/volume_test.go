@@ -2,6 +2,7 @@ package lfs_test
 
 import (
 	"context"
+	"fmt"
 	"path/filepath"
 	"sync"
 	"sync/atomic"
@@ -126,4 +127,65 @@ func TestTwoLogsTwoDrivesRestart(t *testing.T) {
 	require.NoError(t, err)
 	require.Empty(t, rep.Problems)
 	require.NoError(t, fs.Unmount(bg))
+}
+
+// keepVol fails every Write with zerr.Unavailable while failing is set, as
+// a transport that gave up while it was still sending would, and keeps the
+// buffer it was handed with a copy of its contents at the failure.
+type keepVol struct {
+	lfs.Volume
+	failing atomic.Bool
+	mu      sync.Mutex
+	kept    [][2][]byte // the buffer, its contents at the failure
+}
+
+func (k *keepVol) Write(ctx context.Context, z lfs.ZoneID, off uint64, d []byte, fua bool) error {
+	if k.failing.Load() {
+		k.mu.Lock()
+		k.kept = append(k.kept, [2][]byte{d, append([]byte(nil), d...)})
+		k.mu.Unlock()
+		return &zerr.UnavailableError{What: "node n1", Reason: "test"}
+	}
+	return k.Volume.Write(ctx, z, off, d, fua)
+}
+
+// TestFailedWriteBuffersAreNotRecycled: the write-back recycles its gather
+// buffers (pkg/bufpool) only after a write that succeeded. A buffer handed
+// to a write that failed may still be read by a transport, so nothing may
+// overwrite it, however many write-backs follow.
+func TestFailedWriteBuffersAreNotRecycled(t *testing.T) {
+	v := newVol(t, 32, 8)
+	require.NoError(t, lfs.Mkfs(bg, v, lfs.MkfsOptions{}))
+	kv := &keepVol{Volume: v}
+	fs, err := lfs.Mount(bg, kv, lfs.Options{})
+	require.NoError(t, err)
+	file := func(i int) []byte {
+		data := make([]byte, 384<<10)
+		for j := range data {
+			data[j] = byte(i*7 + j*31)
+		}
+		return data
+	}
+	for i := 0; i < 3; i++ { // buffers go back to the pool
+		require.NoError(t, writeFile(fs, fmt.Sprintf("ok%d", i), file(i), true))
+	}
+	kv.failing.Store(true)
+	for i := 0; i < 4; i++ { // each write-back fails: its buffer must stay untouched
+		require.Error(t, writeFile(fs, fmt.Sprintf("bad%d", i), file(10+i), true))
+	}
+	kv.failing.Store(false)
+	for i := 0; i < 3; i++ { // more write-backs take buffers from the pool
+		_ = writeFile(fs, fmt.Sprintf("after%d", i), file(20+i), true)
+	}
+	fs.Abandon()
+	kv.mu.Lock()
+	defer kv.mu.Unlock()
+	bulk := 0
+	for i, k := range kv.kept {
+		if len(k[0]) >= 64<<10 { // a pooled size class
+			bulk++
+		}
+		require.Equal(t, k[1], k[0], "buffer %d of a failed write was reused", i)
+	}
+	require.GreaterOrEqual(t, bulk, 2, "the failures hit write-back batches")
 }
