@@ -159,6 +159,30 @@ type Throughput struct {
 	VsLoopback   float64 `json:"vs_fuse_loopback"`
 	Bytes        int64   `json:"bytes"`
 	ZoneFleetSec float64 `json:"mount_seconds"`
+	// CPU seconds of the whole process (the FUSE server, the file system,
+	// the client, the in-process nodes and arbiter, and the kernel work of
+	// their threads: getrusage) per GiB moved, for the mount and for the
+	// loopback. Steadier than MiB/s on a shared machine, and what bounds
+	// throughput once the cores are busy.
+	CPUPerGiB         float64 `json:"mount_cpu_seconds_per_gib,omitempty"`
+	LoopbackCPUPerGiB float64 `json:"loopback_cpu_seconds_per_gib,omitempty"`
+}
+
+// processCPU returns the CPU time (user and system) this process used so far.
+func processCPU() time.Duration {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		return 0
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}
+
+// cpuPerGiB is cpu spread over bytes, in seconds per GiB.
+func cpuPerGiB(cpu time.Duration, bytes int64) float64 {
+	if bytes <= 0 {
+		return 0
+	}
+	return cpu.Seconds() / (float64(bytes) / (1 << 30))
 }
 
 // Recycling is one fileserver run.
@@ -528,13 +552,14 @@ func throughput(ctx context.Context, o Options, dir string, res *Result) error {
 	med := func(t *target) []Throughput {
 		var out []Throughput
 		for i := range t.results[0] {
-			var xs, secs []float64
+			var xs, secs, cpus []float64
 			for _, run := range t.results {
 				xs = append(xs, run[i].ZoneFleet)
 				secs = append(secs, run[i].ZoneFleetSec)
+				cpus = append(cpus, run[i].CPUPerGiB)
 			}
 			x := t.results[0][i]
-			x.ZoneFleet, x.ZoneFleetSec = benchstat.Median(xs), benchstat.Median(secs)
+			x.ZoneFleet, x.ZoneFleetSec, x.CPUPerGiB = benchstat.Median(xs), benchstat.Median(secs), benchstat.Median(cpus)
 			out = append(out, x)
 		}
 		return out
@@ -549,7 +574,7 @@ func throughput(ctx context.Context, o Options, dir string, res *Result) error {
 		lb := byName["loopback"]
 		for i, t := range byName[name] {
 			if i < len(lb) && lb[i].ZoneFleet > 0 {
-				t.Loopback = lb[i].ZoneFleet
+				t.Loopback, t.LoopbackCPUPerGiB = lb[i].ZoneFleet, lb[i].CPUPerGiB
 				t.VsLoopback = t.ZoneFleet / t.Loopback
 				rat[t.Workload] = t.VsLoopback
 			}
@@ -669,33 +694,36 @@ func workloads(ctx context.Context, dir string, o Options) ([]Throughput, error)
 	p := filepath.Join(dir, "bench.dat")
 	var out []Throughput
 	measure := func(name string, bytes int64, f func() error) error {
-		t0 := time.Now()
+		t0, c0 := time.Now(), processCPU()
 		if err := f(); err != nil {
 			return fmt.Errorf("%s: %w", name, err)
 		}
 		d := time.Since(t0).Seconds()
-		out = append(out, Throughput{Workload: name, ZoneFleet: float64(bytes) / (1 << 20) / d, Bytes: bytes, ZoneFleetSec: d})
+		out = append(out, Throughput{Workload: name, ZoneFleet: float64(bytes) / (1 << 20) / d, Bytes: bytes, ZoneFleetSec: d,
+			CPUPerGiB: cpuPerGiB(processCPU()-c0, bytes)})
 		return nil
 	}
 	// A sequential point is passes over the file until SeqTotalMiB moved;
 	// only the passes are timed (not the cache drops between reads).
 	passes := max(1, (o.SeqTotalMiB+o.SeqMiB-1)/o.SeqMiB)
 	measurePasses := func(name string, before func() error, f func() error) error {
-		var d time.Duration
+		var d, cpu time.Duration
 		for i := 0; i < passes; i++ {
 			if before != nil {
 				if err := before(); err != nil {
 					return fmt.Errorf("%s: %w", name, err)
 				}
 			}
-			t0 := time.Now()
+			t0, c0 := time.Now(), processCPU()
 			if err := f(); err != nil {
 				return fmt.Errorf("%s: %w", name, err)
 			}
 			d += time.Since(t0)
+			cpu += processCPU() - c0
 		}
 		bytes := int64(passes) * size
-		out = append(out, Throughput{Workload: name, ZoneFleet: float64(bytes) / (1 << 20) / d.Seconds(), Bytes: bytes, ZoneFleetSec: d.Seconds()})
+		out = append(out, Throughput{Workload: name, ZoneFleet: float64(bytes) / (1 << 20) / d.Seconds(), Bytes: bytes, ZoneFleetSec: d.Seconds(),
+			CPUPerGiB: cpuPerGiB(cpu, bytes)})
 		return nil
 	}
 	if err := measurePasses("seq_write_1m", nil, func() error {
@@ -1196,9 +1224,9 @@ func (r *Result) WriteTable(w io.Writer) error {
 	if r.SegmentBytes > 0 {
 		fmt.Fprintf(tw, "throughput part: %d MiB segments\n", r.SegmentBytes>>20)
 	}
-	fmt.Fprintln(tw, "workload\tzonefleet MiB/s\tfuse loopback MiB/s\tvs_fuse_loopback")
+	fmt.Fprintln(tw, "workload\tzonefleet MiB/s\tfuse loopback MiB/s\tvs_fuse_loopback\tcpu s/GiB zonefleet\tcpu s/GiB loopback")
 	for _, t := range r.Throughput {
-		fmt.Fprintf(tw, "%s\t%.1f\t%.1f\t%.2f\n", t.Workload, t.ZoneFleet, t.Loopback, t.VsLoopback)
+		fmt.Fprintf(tw, "%s\t%.1f\t%.1f\t%.2f\t%.2f\t%.2f\n", t.Workload, t.ZoneFleet, t.Loopback, t.VsLoopback, t.CPUPerGiB, t.LoopbackCPUPerGiB)
 	}
 	fmt.Fprintln(tw)
 	fmt.Fprintln(tw, "fileserver\tutil\tMiB/s\tWAF\tgc runs\tavg compaction ms\tread ms\tread phase ms (MiB/s)\tdevice copy ms\twrite+checkpoint ms\tmoved host\tmoved IZC (copyback)")

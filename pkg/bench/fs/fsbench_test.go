@@ -47,6 +47,10 @@ func TestRunSmall(t *testing.T) {
 		assert.Positive(t, tp.ZoneFleet, tp.Workload)
 		assert.Positive(t, tp.Loopback, tp.Workload)
 		assert.InDelta(t, tp.ZoneFleet/tp.Loopback, res.VsFuseLoopback[tp.Workload], 1e-9)
+		// the process's CPU time over the point, per GiB: at least the
+		// copies a FUSE write or read makes cost something measurable
+		assert.Positive(t, tp.CPUPerGiB, "%s: cpu per GiB", tp.Workload)
+		assert.Positive(t, tp.LoopbackCPUPerGiB, "%s: loopback cpu per GiB", tp.Workload)
 	}
 	require.Len(t, res.Recycling, 3)
 	for _, r := range res.Recycling {
@@ -64,9 +68,11 @@ func TestRunSmall(t *testing.T) {
 	var buf bytes.Buffer
 	require.NoError(t, res.WriteTable(&buf))
 	assert.Contains(t, buf.String(), "vs_fuse_loopback")
+	assert.Contains(t, buf.String(), "cpu s/GiB zonefleet")
 	js, err := json.Marshal(res)
 	require.NoError(t, err)
 	assert.Contains(t, string(js), `"vs_fuse_loopback":{`)
+	assert.Contains(t, string(js), `"mount_cpu_seconds_per_gib":`)
 	assert.Contains(t, string(js), `"parallel_read_scaling":`)
 	assert.Contains(t, string(js), `"parallel_write_scaling":`)
 	assert.Contains(t, string(js), `"fileserver_16_vs_1_threads":`)
