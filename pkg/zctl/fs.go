@@ -423,6 +423,7 @@ func runMount(ctx context.Context, g *Globals, o mountOptions) (err error) {
 // serveMount mounts, calls mounted, and serves until ctx ends or an outside
 // unmount; then it unmounts lfs (checkpoint) and closes the client.
 func serveMount(sigCtx context.Context, g *Globals, o mountOptions, mounted func(abs, metricsAddr string)) error {
+	fusefs.ServingProcs()
 	reg := prometheus.NewRegistry()
 	bi := buildinfo.Get()
 	buildInfo := prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "zonefleet_build_info", Help: "Build of the running binary; always 1."},
@@ -698,6 +699,7 @@ write+checkpoint.`,
 			ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
 			defer stop()
 			o.NoPGC = !pgc
+			fusefs.ServingProcs() // as zctl mount runs, for the mount and the loopback alike
 			done := g.timed("zctl bench fs (a few minutes)", 0)
 			res, err := fsbench.Run(ctx, o)
 			done()

@@ -35,6 +35,7 @@ import (
 	"math/rand/v2"
 	"os"
 	"path/filepath"
+	"runtime"
 	"sort"
 	"strings"
 	"sync"
@@ -251,7 +252,11 @@ type Result struct {
 	// throughput over the first one's (16 vs 1 threads by default).
 	FileserverThreads       []Recycling `json:"fileserver_threads,omitempty"`
 	FileserverThreadScaling float64     `json:"fileserver_16_vs_1_threads,omitempty"`
-	Notes                   []string    `json:"notes"`
+	// GOMAXPROCS is the Go processors the run had (zctl bench fs raises it
+	// as a mount's process does: fusefs.ServingProcs); CPUs the machine's.
+	GOMAXPROCS int      `json:"gomaxprocs"`
+	CPUs       int      `json:"cpus"`
+	Notes      []string `json:"notes"`
 }
 
 // Run runs both parts.
@@ -306,6 +311,7 @@ func Run(ctx context.Context, o Options) (*Result, error) {
 				ReadPhaseMs: ratio(p.AvgReadPhaseMs, h.AvgReadPhaseMs), ReadPhaseMiBps: ratio(p.ReadPhaseMiBps, h.ReadPhaseMiBps)}
 		}
 	}
+	res.GOMAXPROCS, res.CPUs = runtime.GOMAXPROCS(0), runtime.NumCPU()
 	res.Notes = append(res.Notes,
 		fmt.Sprintf("throughput: medians of %d runs, the mounts alternating within each run; parallel_*_scaling: %d threads on one file each (%d MiB) over one thread on one file; fileserver_16_vs_1_threads: fileserver at %d %% with IZC", o.Runs, o.Parallel, max(1, o.SeqMiB/o.Parallel), o.ScalingUtil),
 		fmt.Sprintf("throughput: sequential points are passes over a %d MiB file until %d MiB moved (each write pass creates, writes and fsyncs it; each read pass first drops the kernel's cache of it), random points %d operations", o.SeqMiB, max(1, (o.SeqTotalMiB+o.SeqMiB-1)/o.SeqMiB)*o.SeqMiB, o.RandOps),
@@ -1223,6 +1229,9 @@ func (r *Result) WriteTable(w io.Writer) error {
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 	if r.SegmentBytes > 0 {
 		fmt.Fprintf(tw, "throughput part: %d MiB segments\n", r.SegmentBytes>>20)
+	}
+	if r.GOMAXPROCS > 0 {
+		fmt.Fprintf(tw, "GOMAXPROCS %d on %d CPUs\n", r.GOMAXPROCS, r.CPUs)
 	}
 	fmt.Fprintln(tw, "workload\tzonefleet MiB/s\tfuse loopback MiB/s\tvs_fuse_loopback\tcpu s/GiB zonefleet\tcpu s/GiB loopback")
 	for _, t := range r.Throughput {

@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"os"
+	"runtime"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
@@ -33,6 +34,8 @@ func TestRunSmall(t *testing.T) {
 		}
 	}
 	assert.Positive(t, res.ParallelReadScaling)
+	assert.Equal(t, runtime.GOMAXPROCS(0), res.GOMAXPROCS)
+	assert.Equal(t, runtime.NumCPU(), res.CPUs)
 	assert.Positive(t, res.ParallelWriteScaling)
 	assert.Contains(t, res.LoopbackScaling, "parallel_read_scaling")
 	require.Len(t, res.Devvol, 4, "the same workloads over devvol")
