@@ -136,7 +136,12 @@
 //
 // Authenticator (server.go) runs first in every interceptor chain:
 //
-//  1. transport: plaintext is refused (UNAUTHENTICATED) unless Insecure;
+//  1. transport: plaintext is refused (UNAUTHENTICATED) unless Insecure.
+//     A unix socket served with gRPC's local credentials (a node's
+//     daemon.Config.UnixSocket, for clients on its host) counts as secure:
+//     the kernel carries the bytes and the socket file is its owner's only.
+//     It carries no certificate, so the caller needs a token there; local
+//     credentials over TCP are still plaintext;
 //  2. who: a client certificate is verified against the cluster CA
 //     (pki.VerifyClient: chain, validity, client-auth usage; a verified chain
 //     is remembered until it expires) and its role becomes the identity; a bearer token, if present, is verified

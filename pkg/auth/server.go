@@ -105,6 +105,16 @@ func New(cfg Config) (*Authenticator, error) {
 	return a, nil
 }
 
+// localUnix says whether the call came over a unix socket served with
+// gRPC's local credentials (daemon.Config.UnixSocket): a connection between
+// two processes of this host that only the socket file's owner could open.
+// It is a secure transport, but carries no certificate: the caller is
+// whoever its token says.
+func localUnix(p *peer.Peer) bool {
+	return p != nil && p.Addr != nil && p.Addr.Network() == "unix" &&
+		p.AuthInfo != nil && p.AuthInfo.AuthType() == "local"
+}
+
 func unauth(format string, a ...any) error {
 	return &zerr.UnauthenticatedError{Reason: fmt.Sprintf(format, a...)}
 }
@@ -134,7 +144,7 @@ func (a *Authenticator) authenticate(ctx context.Context, method string, req any
 	if p != nil {
 		tlsInfo, isTLS = p.AuthInfo.(credentials.TLSInfo)
 	}
-	if !isTLS && !a.cfg.Insecure {
+	if !isTLS && !a.cfg.Insecure && !localUnix(p) {
 		return ctx, unauth("plaintext connection refused: this server requires TLS")
 	}
 	if isTLS {

@@ -717,3 +717,48 @@ func TestCallersScreenedBeforeTheRequestIsRead(t *testing.T) {
 		})
 	}
 }
+
+// localAuth is what gRPC's local credentials report for a connection.
+type localAuth struct{ credentials.CommonAuthInfo }
+
+func (localAuth) AuthType() string { return "local" }
+
+// A unix socket served with local credentials (daemon.Config.UnixSocket) is
+// a secure transport without certificates: a token is still needed. Local
+// credentials over TCP, or a plaintext unix socket, are refused as
+// plaintext.
+func TestLocalUnixSocketNeedsAToken(t *testing.T) {
+	s, _ := GenerateSecret(AdminTokenPrefix)
+	a, err := New(Config{AdminToken: s})
+	require.NoError(t, err)
+	unix := &net.UnixAddr{Name: "/run/zf/grpc.sock", Net: "unix"}
+	tcp := &net.TCPAddr{IP: net.IPv4(127, 0, 0, 1), Port: 7800}
+	for _, tc := range []struct {
+		name  string
+		addr  net.Addr
+		info  credentials.AuthInfo
+		token string
+		ok    bool
+	}{
+		{"local unix, admin token", unix, localAuth{}, s, true},
+		{"local unix, no token", unix, localAuth{}, "", false},
+		{"local unix, wrong token", unix, localAuth{}, s + "x", false},
+		{"plaintext unix, admin token", unix, nil, s, false},
+		{"local credentials over tcp, admin token", tcp, localAuth{}, s, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			ctx := peer.NewContext(context.Background(), &peer.Peer{Addr: tc.addr, AuthInfo: tc.info})
+			if tc.token != "" {
+				ctx = metadata.NewIncomingContext(ctx, metadata.Pairs(AuthorizationKey, bearerPrefix+tc.token))
+			}
+			got, err := a.Authenticate(ctx, "/zonefleet.v1.ZonedDevice/GetLog", &v1.GetLogRequest{})
+			if !tc.ok {
+				assert.ErrorIs(t, err, zerr.ErrUnauthenticated)
+				return
+			}
+			require.NoError(t, err)
+			id, _ := FromContext(got)
+			assert.True(t, id.IsAdmin())
+		})
+	}
+}

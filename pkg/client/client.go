@@ -115,6 +115,7 @@ import (
 	"google.golang.org/grpc/backoff"
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/credentials/insecure"
+	grpclocal "google.golang.org/grpc/credentials/local"
 	"google.golang.org/grpc/metadata"
 )
 
@@ -154,6 +155,13 @@ type Config struct {
 	// Registerer receives the client's metrics; nil registers none.
 	Registerer prometheus.Registerer
 	Logger     *slog.Logger
+	// LocalSockets maps a node's gRPC address to a unix socket the same node
+	// serves on this host (daemon.Config.UnixSocket): the client reaches
+	// such a node through the socket, with gRPC's local credentials instead
+	// of TLS and its namespace token as everywhere (localcluster fills it in
+	// for `zctl local up`'s mount). Only a client with Credentials uses it: a
+	// client certificate cannot be presented over a unix socket.
+	LocalSockets map[string]string
 }
 
 // Client is a connection to a cluster. It is safe for concurrent use.
@@ -311,7 +319,19 @@ func (c *Client) dialOpts() []grpc.DialOption {
 		grpc.WithDefaultCallOptions(append(wire.CallOptions(), grpc.MaxCallRecvMsgSize(daemon.MaxMessageBytes), grpc.MaxCallSendMsgSize(daemon.MaxMessageBytes))...))
 }
 
-func (c *Client) conn(pool map[string]*grpc.ClientConn, addr string) (*grpc.ClientConn, error) {
+// localDialOpts are dialOpts for a node's unix socket (Config.LocalSockets):
+// local credentials, which gRPC counts as a secure transport on a unix
+// socket, so the namespace token goes with every call as over TLS.
+func (c *Client) localDialOpts() []grpc.DialOption {
+	return append(rpcerr.DialOptions(), grpc.WithConnectParams(reconnect),
+		grpc.WithTransportCredentials(grpclocal.NewCredentials()),
+		grpc.WithPerRPCCredentials(auth.PerRPC(c.cfg.Credentials, false)),
+		grpc.WithDefaultCallOptions(append(wire.CallOptions(), grpc.MaxCallRecvMsgSize(daemon.MaxMessageBytes), grpc.MaxCallSendMsgSize(daemon.MaxMessageBytes))...))
+}
+
+// conn is the pooled connection to addr; sock, when set, is a unix socket
+// that reaches the same server (a node's, Config.LocalSockets).
+func (c *Client) conn(pool map[string]*grpc.ClientConn, addr, sock string) (*grpc.ClientConn, error) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.closed {
@@ -320,7 +340,12 @@ func (c *Client) conn(pool map[string]*grpc.ClientConn, addr string) (*grpc.Clie
 	if cc, ok := pool[addr]; ok {
 		return cc, nil
 	}
-	cc, err := grpc.NewClient(addr, c.dialOpts()...)
+	target, opts := addr, c.dialOpts()
+	if sock != "" && c.cfg.Credentials != nil {
+		target, opts = "unix://"+sock, c.localDialOpts()
+		c.log.Debug("node reached over its unix socket", "addr", addr, "socket", sock)
+	}
+	cc, err := grpc.NewClient(target, opts...)
 	if err != nil {
 		return nil, &zerr.UnavailableError{What: addr, Reason: err.Error()}
 	}
@@ -329,7 +354,7 @@ func (c *Client) conn(pool map[string]*grpc.ClientConn, addr string) (*grpc.Clie
 }
 
 func (c *Client) nodeClient(addr string) (v1.ZonedDeviceClient, error) {
-	cc, err := c.conn(c.nodes, addr)
+	cc, err := c.conn(c.nodes, addr, c.cfg.LocalSockets[addr])
 	if err != nil {
 		return nil, err
 	}
@@ -424,7 +449,7 @@ func arbiterCall[T any](ctx context.Context, c *Client, op string, fn func(conte
 		}
 		for i := 0; i < len(cands); i++ {
 			addr := cands[i]
-			cc, err := c.conn(c.arbConn, addr)
+			cc, err := c.conn(c.arbConn, addr, "")
 			if err != nil {
 				last = err
 				continue

@@ -12,6 +12,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"os"
 	"sort"
 	"strings"
 	"sync"
@@ -52,7 +53,21 @@ type Config struct {
 	// Trust holds the trust flags (AddFlags registers them); the binaries
 	// turn them into Security with LoadSecurity.
 	Trust SecurityFlags
+	// UnixSocket, when set, is a unix socket the services registered through
+	// the Daemon (RegisterService) are also served on, for clients on this
+	// host: `zctl local up`'s mount reaches its in-process nodes this way.
+	// No TLS there (gRPC's local credentials: the kernel carries the bytes
+	// between two processes of this host, and the socket file is created
+	// 0600, so only its owner and root can connect); every call must still
+	// carry a token (no client certificates over a unix socket), and the
+	// authenticator checks it as on the TCP listener. A stale socket file is
+	// replaced; any other file at the path is an error.
+	UnixSocket string
 }
+
+// maxUnixPath is the longest unix socket path Linux takes (sun_path 108
+// bytes with the terminating NUL).
+const maxUnixPath = 107
 
 // AddFlags registers the skeleton's flags with the given defaults.
 func AddFlags(fs *pflag.FlagSet, c *Config) {
@@ -95,9 +110,12 @@ type Daemon struct {
 	Health   *health.Server
 	Registry *prometheus.Registry
 	Mux      *http.ServeMux
+	// Local serves the unix socket (Config.UnixSocket; nil without one).
+	Local *grpc.Server
 
 	grpcLis net.Listener
 	httpLis net.Listener
+	unixLis net.Listener
 
 	mu     sync.Mutex
 	checks map[string]func() error
@@ -120,14 +138,20 @@ func New(cfg Config, logger *slog.Logger, extra ...grpc.ServerOption) (*Daemon, 
 	m := newRPCMetrics(d.Registry)
 	// The authenticator runs first: a refused call reaches neither the
 	// error table nor a handler.
-	opts := append(cfg.Security.serverOptions(), rpcerr.ServerOptions()...)
-	opts = append(opts,
-		grpc.MaxRecvMsgSize(MaxMessageBytes), grpc.MaxSendMsgSize(MaxMessageBytes),
-		grpc.ChainUnaryInterceptor(m.unary), grpc.ChainStreamInterceptor(m.stream))
-	d.GRPC = grpc.NewServer(append(opts, extra...)...)
+	server := func(local bool) *grpc.Server {
+		opts := append(cfg.Security.serverOptions(local), rpcerr.ServerOptions()...)
+		opts = append(opts,
+			grpc.MaxRecvMsgSize(MaxMessageBytes), grpc.MaxSendMsgSize(MaxMessageBytes),
+			grpc.ChainUnaryInterceptor(m.unary), grpc.ChainStreamInterceptor(m.stream))
+		return grpc.NewServer(append(opts, extra...)...)
+	}
+	d.GRPC = server(false)
+	if cfg.UnixSocket != "" {
+		d.Local = server(true)
+	}
 	d.Health = health.NewServer()
 	d.Health.SetServingStatus("", healthpb.HealthCheckResponse_NOT_SERVING)
-	healthpb.RegisterHealthServer(d.GRPC, d.Health)
+	healthpb.RegisterHealthServer(d, d.Health)
 	if cfg.Security == nil || cfg.Security.Insecure {
 		reflection.Register(d.GRPC) // not on secure servers: no API map for strangers
 	}
@@ -142,9 +166,65 @@ func New(cfg Config, logger *slog.Logger, extra ...grpc.ServerOption) (*Daemon, 
 			return nil, fmt.Errorf("HTTP listen on %s: %w", cfg.HTTPListen, err)
 		}
 	}
+	if cfg.UnixSocket != "" {
+		if d.unixLis, err = listenUnix(cfg.UnixSocket); err != nil {
+			_ = d.grpcLis.Close()
+			if d.httpLis != nil {
+				_ = d.httpLis.Close()
+			}
+			return nil, err
+		}
+	}
 	d.Mux.Handle("/metrics", promhttp.HandlerFor(d.Registry, promhttp.HandlerOpts{Registry: d.Registry}))
 	d.Mux.HandleFunc("/healthz", d.healthz)
 	return d, nil
+}
+
+// RegisterService registers a service on the gRPC server and on the unix
+// socket's (Config.UnixSocket), so that a Daemon is a grpc.ServiceRegistrar:
+// register the services clients of this host may reach locally through it,
+// and those for TCP callers only (peers with certificates) on GRPC.
+func (d *Daemon) RegisterService(desc *grpc.ServiceDesc, impl any) {
+	d.GRPC.RegisterService(desc, impl)
+	if d.Local != nil {
+		d.Local.RegisterService(desc, impl)
+	}
+}
+
+// UnixSocket is the path of the unix socket the services are also served on
+// ("" without one).
+func (d *Daemon) UnixSocket() string {
+	if d.unixLis == nil {
+		return ""
+	}
+	return d.cfg.UnixSocket
+}
+
+// listenUnix listens on a unix socket at path, readable and writable by
+// its owner only. A socket file left by a process that died is replaced;
+// anything else at the path is refused.
+func listenUnix(path string) (net.Listener, error) {
+	if len(path) > maxUnixPath {
+		return nil, fmt.Errorf("unix socket %s: path longer than %d bytes", path, maxUnixPath)
+	}
+	if fi, err := os.Lstat(path); err == nil {
+		if fi.Mode().Type() != os.ModeSocket {
+			return nil, fmt.Errorf("unix socket %s: a file that is not a socket is in the way", path)
+		}
+		if err := os.Remove(path); err != nil {
+			return nil, fmt.Errorf("unix socket %s: removing the stale socket: %w", path, err)
+		}
+	}
+	l, err := net.Listen("unix", path)
+	if err != nil {
+		return nil, fmt.Errorf("gRPC listen on unix socket %s: %w", path, err)
+	}
+	// (the directory is the caller's; the socket itself is its owner's only)
+	if err := os.Chmod(path, 0o600); err != nil {
+		_ = l.Close()
+		return nil, fmt.Errorf("unix socket %s: %w", path, err)
+	}
+	return l, nil
 }
 
 // GRPCAddr is the address the gRPC server listens on.
@@ -201,8 +281,11 @@ func (d *Daemon) healthz(w http.ResponseWriter, _ *http.Request) {
 // of gRPC within the shutdown timeout (hard stop after), HTTP shutdown. It
 // returns nil after a clean shutdown.
 func (d *Daemon) Run(ctx context.Context) error {
-	errc := make(chan error, 2)
+	errc := make(chan error, 3)
 	go func() { errc <- d.GRPC.Serve(d.grpcLis) }()
+	if d.unixLis != nil {
+		go func() { errc <- d.Local.Serve(d.unixLis) }()
+	}
 	var hs *http.Server
 	if d.httpLis != nil {
 		hs = &http.Server{Handler: d.Mux, ReadHeaderTimeout: 10 * time.Second}
@@ -212,7 +295,11 @@ func (d *Daemon) Run(ctx context.Context) error {
 			}
 		}()
 	}
-	d.Logger.Info("serving", "grpc", d.GRPCAddr(), "http", d.HTTPAddr())
+	if d.unixLis != nil {
+		d.Logger.Info("serving", "grpc", d.GRPCAddr(), "unix", d.cfg.UnixSocket, "http", d.HTTPAddr())
+	} else {
+		d.Logger.Info("serving", "grpc", d.GRPCAddr(), "http", d.HTTPAddr())
+	}
 	if d.httpLis != nil && !isLoopback(d.httpLis.Addr()) {
 		d.Logger.Warn("/metrics and /healthz are served without authentication beyond loopback: namespace names and I/O counts are visible to anyone who reaches this address; listen on loopback or firewall it",
 			"http", d.HTTPAddr())
@@ -238,12 +325,22 @@ loop:
 	d.Health.Shutdown()
 	d.Logger.Info("shutting down", "timeout", d.cfg.ShutdownTimeout)
 	done := make(chan struct{})
-	go func() { d.GRPC.GracefulStop(); close(done) }()
+	go func() {
+		var wg sync.WaitGroup
+		for _, s := range d.servers() {
+			wg.Add(1)
+			go func() { defer wg.Done(); s.GracefulStop() }()
+		}
+		wg.Wait()
+		close(done)
+	}()
 	select {
 	case <-done:
 	case <-time.After(d.cfg.ShutdownTimeout):
 		d.Logger.Warn("graceful stop timed out; stopping hard")
-		d.GRPC.Stop()
+		for _, s := range d.servers() {
+			s.Stop()
+		}
 	}
 	if hs != nil {
 		sctx, cancel := context.WithTimeout(context.Background(), time.Second)
@@ -251,6 +348,13 @@ loop:
 		cancel()
 	}
 	return runErr
+}
+
+func (d *Daemon) servers() []*grpc.Server {
+	if d.Local != nil {
+		return []*grpc.Server{d.GRPC, d.Local}
+	}
+	return []*grpc.Server{d.GRPC}
 }
 
 func (d *Daemon) updateHealth() {

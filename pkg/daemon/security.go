@@ -16,6 +16,7 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/credentials/insecure"
+	grpclocal "google.golang.org/grpc/credentials/local"
 )
 
 // SecurityFlags are the trust flags every server binary shares (issue #15).
@@ -174,7 +175,17 @@ func exists(p string) bool {
 
 // serverOptions are the gRPC options of the security: TLS transport and the
 // authenticator's interceptors, which run before everything else.
-func (s *Security) serverOptions() []grpc.ServerOption {
+// With local, the options are those of the unix socket's server: gRPC's
+// local credentials instead of TLS (the authenticator takes them for a
+// secure transport on a unix socket, and still wants a token).
+func (s *Security) serverOptions(local bool) []grpc.ServerOption {
+	if local {
+		opts := []grpc.ServerOption{grpc.Creds(grpclocal.NewCredentials())}
+		if s != nil && s.Auth != nil {
+			opts = append(opts, s.Auth.ServerOptions()...)
+		}
+		return opts
+	}
 	if s == nil {
 		return nil
 	}

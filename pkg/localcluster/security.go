@@ -99,7 +99,22 @@ func (c *Cluster) ClientConfig(ns string) client.Config {
 	if ns == "" {
 		return c.AdminClientConfig()
 	}
-	return client.Config{Arbiters: c.ArbiterAddrs(), Namespace: ns, TLS: c.ClientTLS(), Credentials: c.TokenSource(ns)}
+	return client.Config{Arbiters: c.ArbiterAddrs(), Namespace: ns, TLS: c.ClientTLS(), Credentials: c.TokenSource(ns),
+		LocalSockets: c.localSockets()}
+}
+
+// localSockets maps the nodes' gRPC addresses to their unix sockets
+// (Config.TCPOnly; a node keeps both when it restarts).
+func (c *Cluster) localSockets() map[string]string {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	m := map[string]string{}
+	for _, p := range c.nodes {
+		if p.sock != "" && p.grpc != "" {
+			m[p.grpc] = p.sock
+		}
+	}
+	return m
 }
 
 // AdminClientConfig is the operator's client.Config: TLS with the admin

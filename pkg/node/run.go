@@ -242,7 +242,7 @@ func Run(ctx context.Context, d *daemon.Daemon, o Options, log *slog.Logger) err
 	if err := svc.Collector().Register(d.Registry); err != nil {
 		return err
 	}
-	RegisterGRPC(d.GRPC, svc)
+	RegisterGRPC(d, svc) // on the unix socket too (daemon.Config.UnixSocket)
 	d.AddHealthCheck("devices", svc.Healthy)
 
 	var reg *Registration

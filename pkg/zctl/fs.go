@@ -721,6 +721,7 @@ write+checkpoint.`,
 	f.Float64Var(&o.TimeScale, "time-scale", 1, "realtime clock scale of the fileserver cluster")
 	f.BoolVar(&o.IZCH, "izc-h", true, "also run IZC-H (blocks cached on the host written from the host)")
 	f.BoolVar(&o.TinySegments, "tiny-segments", false, "run the throughput part on the recycling part's small cluster (2 MiB segments) instead of `zctl local up`'s geometry (32 MiB segments)")
+	f.BoolVar(&o.TCP, "tcp", false, "the mount reaches the in-process nodes over TCP with TLS, as a mount on another host does, instead of their unix sockets as `zctl local up`'s mount does")
 	f.BoolVar(&pgc, "pgc", true, "also run host copy with P-GC (victim reads split across 2 workers): host_copy_pgc, pgc_vs_host_copy")
 	return c
 }

@@ -97,6 +97,10 @@ type Options struct {
 	// geometry (512 KiB zones, 4 per v-zone: 2 MiB segments) instead of
 	// `zctl local up`'s (4 MiB zones, 8 per v-zone: 32 MiB segments).
 	TinySegments bool
+	// TCP: the mount reaches the in-process nodes over TCP with TLS, as a
+	// mount on another host does (localcluster.Config.TCPOnly), instead of
+	// their unix sockets as `zctl local up`'s mount does.
+	TCP bool
 
 	// SeqTotalMiB is what one sequential point moves: the SeqMiB file is
 	// written (created, written, fsynced) and read in passes until this much
@@ -254,9 +258,12 @@ type Result struct {
 	FileserverThreadScaling float64     `json:"fileserver_16_vs_1_threads,omitempty"`
 	// GOMAXPROCS is the Go processors the run had (zctl bench fs raises it
 	// as a mount's process does: fusefs.ServingProcs); CPUs the machine's.
-	GOMAXPROCS int      `json:"gomaxprocs"`
-	CPUs       int      `json:"cpus"`
-	Notes      []string `json:"notes"`
+	GOMAXPROCS int `json:"gomaxprocs"`
+	// NodeTransport is how the mounts reach the nodes: "unix" (their unix
+	// sockets, as `zctl local up`'s mount) or "tcp+tls" (Options.TCP).
+	NodeTransport string   `json:"node_transport"`
+	CPUs          int      `json:"cpus"`
+	Notes         []string `json:"notes"`
 }
 
 // Run runs both parts.
@@ -312,6 +319,10 @@ func Run(ctx context.Context, o Options) (*Result, error) {
 		}
 	}
 	res.GOMAXPROCS, res.CPUs = runtime.GOMAXPROCS(0), runtime.NumCPU()
+	res.NodeTransport = "unix"
+	if o.TCP {
+		res.NodeTransport = "tcp+tls"
+	}
 	res.Notes = append(res.Notes,
 		fmt.Sprintf("throughput: medians of %d runs, the mounts alternating within each run; parallel_*_scaling: %d threads on one file each (%d MiB) over one thread on one file; fileserver_16_vs_1_threads: fileserver at %d %% with IZC", o.Runs, o.Parallel, max(1, o.SeqMiB/o.Parallel), o.ScalingUtil),
 		fmt.Sprintf("throughput: sequential points are passes over a %d MiB file until %d MiB moved (each write pass creates, writes and fsyncs it; each read pass first drops the kernel's cache of it), random points %d operations", o.SeqMiB, max(1, (o.SeqTotalMiB+o.SeqMiB-1)/o.SeqMiB)*o.SeqMiB, o.RandOps),
@@ -350,8 +361,10 @@ var (
 	tiny = geometry{localcluster.TinyDevice(), 4}
 )
 
-func startCluster(ctx context.Context, dir, clk string, scale float64, reg prometheus.Registerer, geo geometry) (*cluster, error) {
-	cl, err := localcluster.Start(ctx, localcluster.Config{Dir: dir, Nodes: 3, Clock: clk, TimeScale: scale, Device: geo.dev, Admission: true}) // as ssdnode and `zctl local up` run
+func startCluster(ctx context.Context, dir, clk string, scale float64, reg prometheus.Registerer, geo geometry, tcp bool) (*cluster, error) {
+	// as ssdnode and `zctl local up` run (with tcp, the mount reaches the
+	// nodes over TCP with TLS as a remote one does, not their unix sockets)
+	cl, err := localcluster.Start(ctx, localcluster.Config{Dir: dir, Nodes: 3, Clock: clk, TimeScale: scale, Device: geo.dev, Admission: true, TCPOnly: tcp})
 	if err != nil {
 		return nil, err
 	}
@@ -510,7 +523,7 @@ func throughput(ctx context.Context, o Options, dir string, res *Result) error {
 		geo = tiny
 	}
 	res.SegmentBytes = geo.Segment()
-	cl, err := startCluster(ctx, filepath.Join(dir, "tp-cluster"), "off", 1, nil, geo)
+	cl, err := startCluster(ctx, filepath.Join(dir, "tp-cluster"), "off", 1, nil, geo, o.TCP)
 	if err != nil {
 		return err
 	}
@@ -954,7 +967,7 @@ func dropCache(p string) error {
 }
 
 func recycling(ctx context.Context, o Options, dir string, res *Result) error {
-	cl, err := startCluster(ctx, filepath.Join(dir, "gc-cluster"), "realtime", o.TimeScale, nil, tiny)
+	cl, err := startCluster(ctx, filepath.Join(dir, "gc-cluster"), "realtime", o.TimeScale, nil, tiny, o.TCP)
 	if err != nil {
 		return err
 	}
@@ -1008,7 +1021,7 @@ func histSum(reg *prometheus.Registry, name string) float64 {
 // threadScaling runs the fileserver at o.ScalingUtil with each of
 // o.ScalingThreads thread counts (IZC) on the realtime clock.
 func threadScaling(ctx context.Context, o Options, dir string, res *Result) error {
-	cl, err := startCluster(ctx, filepath.Join(dir, "ts-cluster"), "realtime", o.TimeScale, nil, tiny)
+	cl, err := startCluster(ctx, filepath.Join(dir, "ts-cluster"), "realtime", o.TimeScale, nil, tiny, o.TCP)
 	if err != nil {
 		return err
 	}
@@ -1232,6 +1245,9 @@ func (r *Result) WriteTable(w io.Writer) error {
 	}
 	if r.GOMAXPROCS > 0 {
 		fmt.Fprintf(tw, "GOMAXPROCS %d on %d CPUs\n", r.GOMAXPROCS, r.CPUs)
+		if r.NodeTransport != "" {
+			fmt.Fprintf(tw, "nodes reached over %s\n", r.NodeTransport)
+		}
 	}
 	fmt.Fprintln(tw, "workload\tzonefleet MiB/s\tfuse loopback MiB/s\tvs_fuse_loopback\tcpu s/GiB zonefleet\tcpu s/GiB loopback")
 	for _, t := range r.Throughput {

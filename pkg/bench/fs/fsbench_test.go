@@ -35,6 +35,7 @@ func TestRunSmall(t *testing.T) {
 	}
 	assert.Positive(t, res.ParallelReadScaling)
 	assert.Equal(t, runtime.GOMAXPROCS(0), res.GOMAXPROCS)
+	assert.Equal(t, "unix", res.NodeTransport, "the mount reaches the nodes as `zctl local up`'s does")
 	assert.Equal(t, runtime.NumCPU(), res.CPUs)
 	assert.Positive(t, res.ParallelWriteScaling)
 	assert.Contains(t, res.LoopbackScaling, "parallel_read_scaling")

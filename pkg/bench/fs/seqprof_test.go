@@ -74,6 +74,8 @@ func seqWritePasses(b *testing.B, dir string) {
 
 // mountCluster mounts lfs (IZC) over a fresh in-process cluster as the
 // throughput part of `zctl bench fs` does; done unmounts and stops it all.
+// ZONEFLEET_BENCH_TCP=1 in the environment puts the mount on the nodes' TCP
+// listeners with TLS (`zctl bench fs --tcp`) instead of their unix sockets.
 func mountCluster(b *testing.B) (m *mounted, done func()) {
 	b.Helper()
 	if _, err := os.Stat("/dev/fuse"); err != nil {
@@ -81,7 +83,7 @@ func mountCluster(b *testing.B) (m *mounted, done func()) {
 	}
 	ctx := context.Background()
 	dir := b.TempDir()
-	cl, err := startCluster(ctx, filepath.Join(dir, "c"), "off", 1, nil, localUp)
+	cl, err := startCluster(ctx, filepath.Join(dir, "c"), "off", 1, nil, localUp, os.Getenv("ZONEFLEET_BENCH_TCP") != "")
 	require.NoError(b, err)
 	vol, err := fsvol.New(ctx, cl.c, fsvol.Options{})
 	require.NoError(b, err)
