@@ -19,17 +19,20 @@ import (
 // authentication: the operator needs the admin token, a tenant its namespace
 // token (node-to-node calls carry node tokens), and a caller without
 // credentials is refused.
+//
+// The tenant's data path goes over the nodes' unix sockets by default; the
+// tcp case keeps it on TLS over TCP, as a mount on another host.
 func TestSecurityModes(t *testing.T) {
-	for _, insecure := range []bool{false, true} {
-		name := "tls"
-		if insecure {
-			name = "insecure"
-		}
-		t.Run(name, func(t *testing.T) {
+	for _, tc := range []struct {
+		name          string
+		insecure, tcp bool
+	}{{"tls", false, false}, {"tls over tcp", false, true}, {"insecure", true, false}} {
+		insecure := tc.insecure
+		t.Run(tc.name, func(t *testing.T) {
 			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 			defer cancel()
 			dir := t.TempDir()
-			cl, err := Start(ctx, Config{Dir: dir, Nodes: 2, Clock: "off", Device: TinyDevice(), Insecure: insecure})
+			cl, err := Start(ctx, Config{Dir: dir, Nodes: 2, Clock: "off", Device: TinyDevice(), Insecure: insecure, TCPOnly: tc.tcp})
 			require.NoError(t, err)
 			defer cl.Close()
 
@@ -46,7 +49,9 @@ func TestSecurityModes(t *testing.T) {
 			_, err = admin.Namespaces().Create(ctx, &v1.CreateNamespaceRequest{Name: "t", MaxActiveVzones: 2, ZonesPerVzone: 2})
 			require.NoError(t, err)
 
-			tenant, err := client.New(ctx, cl.ClientConfig("t"))
+			tcfg := cl.ClientConfig("t")
+			assert.Equal(t, tc.tcp, len(tcfg.LocalSockets) == 0)
+			tenant, err := client.New(ctx, tcfg)
 			require.NoError(t, err)
 			defer tenant.Close()
 			vz, err := tenant.OpenVZone(ctx)
