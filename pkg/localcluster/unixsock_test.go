@@ -5,6 +5,7 @@ import (
 	"context"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -123,17 +124,42 @@ func TestNodesServeUnixSockets(t *testing.T) {
 	assert.Equal(t, data, got)
 }
 
-// TCPOnly: no sockets, and clients dial the nodes' TCP addresses.
-func TestTCPOnlyServesNoUnixSocket(t *testing.T) {
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
-	dir := t.TempDir()
-	cl, err := Start(ctx, Config{Dir: dir, Nodes: 1, Clock: "off", Device: TinyDevice(), TCPOnly: true})
-	require.NoError(t, err)
-	defer cl.Close()
-	assert.Empty(t, cl.ClientConfig("t").LocalSockets)
-	for _, n := range cl.Info().Nodes {
-		_, err := os.Stat(filepath.Join(dir, n.ID, "grpc.sock"))
-		assert.ErrorIs(t, err, os.ErrNotExist)
+// TCPOnly, or a data directory too deep for a socket path: no sockets, and
+// clients dial the nodes' TCP addresses.
+func TestNoUnixSocket(t *testing.T) {
+	for _, tc := range []struct {
+		name    string
+		tcpOnly bool
+		sub     string
+	}{
+		{"TCPOnly", true, ""},
+		{"path too long", false, strings.Repeat("d", 100)},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+			defer cancel()
+			dir := filepath.Join(t.TempDir(), tc.sub)
+			cl, err := Start(ctx, Config{Dir: dir, Nodes: 1, Clock: "off", Device: TinyDevice(), TCPOnly: tc.tcpOnly})
+			require.NoError(t, err)
+			defer cl.Close()
+			cfg := cl.ClientConfig("t")
+			assert.Empty(t, cfg.LocalSockets)
+			for _, n := range cl.Info().Nodes {
+				assert.Empty(t, n.Unix)
+				_, err := os.Stat(filepath.Join(dir, n.ID, "grpc.sock"))
+				assert.ErrorIs(t, err, os.ErrNotExist)
+			}
+			admin, err := client.New(ctx, cl.AdminClientConfig())
+			require.NoError(t, err)
+			defer admin.Close()
+			_, err = admin.Namespaces().Create(ctx, &v1.CreateNamespaceRequest{Name: "t", MaxActiveVzones: 2, ZonesPerVzone: 1})
+			require.NoError(t, err)
+			tenant, err := client.New(ctx, cfg)
+			require.NoError(t, err)
+			defer tenant.Close()
+			vz, err := tenant.OpenVZone(ctx)
+			require.NoError(t, err)
+			require.NoError(t, vz.Write(ctx, 0, bytes.Repeat([]byte("t"), 4096)))
+		})
 	}
 }
