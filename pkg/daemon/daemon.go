@@ -60,8 +60,9 @@ type Config struct {
 	// between two processes of this host, and the socket file is created
 	// 0600, so only its owner and root can connect); every call must still
 	// carry a token (no client certificates over a unix socket), and the
-	// authenticator checks it as on the TCP listener. A stale socket file is
-	// replaced; any other file at the path is an error.
+	// authenticator checks it as on the TCP listener. A stale socket file
+	// (nothing accepts on it) is replaced; a socket still served, or any
+	// other file at the path, is an error.
 	UnixSocket string
 }
 
@@ -201,8 +202,9 @@ func (d *Daemon) UnixSocket() string {
 }
 
 // listenUnix listens on a unix socket at path, readable and writable by
-// its owner only. A socket file left by a process that died is replaced;
-// anything else at the path is refused.
+// its owner only. A socket file left by a process that died (nothing
+// accepts on it) is replaced; a socket still served, or anything else at
+// the path, is refused.
 func listenUnix(path string) (net.Listener, error) {
 	if len(path) > maxUnixPath {
 		return nil, fmt.Errorf("unix socket %s: path longer than %d bytes", path, maxUnixPath)
@@ -210,6 +212,10 @@ func listenUnix(path string) (net.Listener, error) {
 	if fi, err := os.Lstat(path); err == nil {
 		if fi.Mode().Type() != os.ModeSocket {
 			return nil, fmt.Errorf("unix socket %s: a file that is not a socket is in the way", path)
+		}
+		if c, err := net.DialTimeout("unix", path, time.Second); err == nil {
+			_ = c.Close()
+			return nil, fmt.Errorf("unix socket %s: in use by a running process", path)
 		}
 		if err := os.Remove(path); err != nil {
 			return nil, fmt.Errorf("unix socket %s: removing the stale socket: %w", path, err)

@@ -55,6 +55,10 @@ func TestUnixSocketPath(t *testing.T) {
 	require.NoError(t, err)
 	l.(*net.UnixListener).SetUnlinkOnClose(false)
 	require.NoError(t, l.Close()) // a socket file nobody serves: a process that died
+	live := filepath.Join(dir, "live.sock")
+	ll, err := net.Listen("unix", live)
+	require.NoError(t, err)
+	defer ll.Close()
 	file := filepath.Join(dir, "data")
 	require.NoError(t, os.WriteFile(file, []byte("keep me"), 0o644))
 
@@ -63,6 +67,7 @@ func TestUnixSocketPath(t *testing.T) {
 	}{
 		{"stale socket replaced", stale, ""},
 		{"regular file refused", file, "not a socket"},
+		{"socket in use refused", live, "in use"},
 		{"path too long", filepath.Join(dir, strings.Repeat("x", 120)), "longer than"},
 		{"no such directory", filepath.Join(dir, "nodir", "grpc.sock"), "listen on unix socket"},
 	} {
@@ -84,4 +89,7 @@ func TestUnixSocketPath(t *testing.T) {
 	b, err := os.ReadFile(file)
 	require.NoError(t, err)
 	assert.Equal(t, "keep me", string(b), "a file in the way is left alone")
+	c, err := net.Dial("unix", live)
+	require.NoError(t, err, "a served socket is left alone")
+	require.NoError(t, c.Close())
 }
