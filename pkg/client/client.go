@@ -305,27 +305,24 @@ var reconnect = grpc.ConnectParams{
 	MinConnectTimeout: 2 * time.Second,
 }
 
-func (c *Client) dialOpts() []grpc.DialOption {
+// dialOpts are the options of a connection: TLS (or plaintext on an
+// --insecure cluster), or with local the local credentials of a node's unix
+// socket (Config.LocalSockets), which gRPC counts as a secure transport, so
+// the namespace token goes with every call as over TLS.
+func (c *Client) dialOpts(local bool) []grpc.DialOption {
 	opts := append(rpcerr.DialOptions(), grpc.WithConnectParams(reconnect))
-	if c.cfg.TLS != nil {
+	switch {
+	case local:
+		opts = append(opts, grpc.WithTransportCredentials(grpclocal.NewCredentials()))
+	case c.cfg.TLS != nil:
 		opts = append(opts, grpc.WithTransportCredentials(credentials.NewTLS(c.cfg.TLS)))
-	} else {
+	default:
 		opts = append(opts, grpc.WithTransportCredentials(insecure.NewCredentials()))
 	}
 	if c.cfg.Credentials != nil {
-		opts = append(opts, grpc.WithPerRPCCredentials(auth.PerRPC(c.cfg.Credentials, c.cfg.TLS == nil)))
+		opts = append(opts, grpc.WithPerRPCCredentials(auth.PerRPC(c.cfg.Credentials, !local && c.cfg.TLS == nil)))
 	}
 	return append(opts,
-		grpc.WithDefaultCallOptions(append(wire.CallOptions(), grpc.MaxCallRecvMsgSize(daemon.MaxMessageBytes), grpc.MaxCallSendMsgSize(daemon.MaxMessageBytes))...))
-}
-
-// localDialOpts are dialOpts for a node's unix socket (Config.LocalSockets):
-// local credentials, which gRPC counts as a secure transport on a unix
-// socket, so the namespace token goes with every call as over TLS.
-func (c *Client) localDialOpts() []grpc.DialOption {
-	return append(rpcerr.DialOptions(), grpc.WithConnectParams(reconnect),
-		grpc.WithTransportCredentials(grpclocal.NewCredentials()),
-		grpc.WithPerRPCCredentials(auth.PerRPC(c.cfg.Credentials, false)),
 		grpc.WithDefaultCallOptions(append(wire.CallOptions(), grpc.MaxCallRecvMsgSize(daemon.MaxMessageBytes), grpc.MaxCallSendMsgSize(daemon.MaxMessageBytes))...))
 }
 
@@ -340,12 +337,12 @@ func (c *Client) conn(pool map[string]*grpc.ClientConn, addr, sock string) (*grp
 	if cc, ok := pool[addr]; ok {
 		return cc, nil
 	}
-	target, opts := addr, c.dialOpts()
-	if sock != "" && c.cfg.Credentials != nil {
-		target, opts = "unix://"+sock, c.localDialOpts()
+	target, local := addr, sock != "" && c.cfg.Credentials != nil
+	if local {
+		target = "unix://" + sock
 		c.log.Debug("node reached over its unix socket", "addr", addr, "socket", sock)
 	}
-	cc, err := grpc.NewClient(target, opts...)
+	cc, err := grpc.NewClient(target, c.dialOpts(local)...)
 	if err != nil {
 		return nil, &zerr.UnavailableError{What: addr, Reason: err.Error()}
 	}

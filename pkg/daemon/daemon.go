@@ -66,9 +66,9 @@ type Config struct {
 	UnixSocket string
 }
 
-// maxUnixPath is the longest unix socket path Linux takes (sun_path 108
-// bytes with the terminating NUL).
-const maxUnixPath = 107
+// MaxUnixSocketPath is the longest unix socket path Linux takes (sun_path
+// 108 bytes with the terminating NUL).
+const MaxUnixSocketPath = 107
 
 // AddFlags registers the skeleton's flags with the given defaults.
 func AddFlags(fs *pflag.FlagSet, c *Config) {
@@ -206,8 +206,8 @@ func (d *Daemon) UnixSocket() string {
 // accepts on it) is replaced; a socket still served, or anything else at
 // the path, is refused.
 func listenUnix(path string) (net.Listener, error) {
-	if len(path) > maxUnixPath {
-		return nil, fmt.Errorf("unix socket %s: path longer than %d bytes", path, maxUnixPath)
+	if len(path) > MaxUnixSocketPath {
+		return nil, fmt.Errorf("unix socket %s: path longer than %d bytes", path, MaxUnixSocketPath)
 	}
 	if fi, err := os.Lstat(path); err == nil {
 		if fi.Mode().Type() != os.ModeSocket {

@@ -85,9 +85,6 @@ type Config struct {
 	Logger  *slog.Logger
 }
 
-// maxUnixPath is the longest unix socket path Linux takes.
-const maxUnixPath = 107
-
 // SmallDevice is a drive for tests and laptops: 8 chips, 4 MiB single-die
 // zones (D_zone 1), 56 zones, MAR/MOR 14.
 func SmallDevice() flash.Config {
@@ -368,7 +365,7 @@ func (c *Cluster) StartNode(ctx context.Context, i int) error {
 		if err := os.MkdirAll(o.DataDir, 0o700); err != nil {
 			return err
 		}
-		if sock := filepath.Join(o.DataDir, "grpc.sock"); len(sock) <= maxUnixPath {
+		if sock := filepath.Join(o.DataDir, "grpc.sock"); len(sock) <= daemon.MaxUnixSocketPath {
 			p.sock = sock
 		} else {
 			c.log.Info("node serves no unix socket: its path would be too long; clients of this process reach it over TCP", "node", p.id, "path", sock)
