@@ -219,7 +219,15 @@
 //     flushes again (F2FS's PREFLUSH on the last node): a power loss may
 //     keep any subset of the blocks written since the last Flush, and
 //     roll-forward trusts every node up to the marked one. It returns once
-//     everything it covers is on the drives. On the virtual clock there is
+//     everything it covers is on the drives. A file whose names changed
+//     since the last checkpoint (created, linked, renamed, unlinked) and a
+//     directory need a checkpoint instead (roll-forward does not rebuild
+//     directory entries); it runs once the operation released its locks,
+//     and concurrent requests share it (checkpointAfter: a checkpoint begun
+//     after a request's changes answers it; group commit,
+//     zonefleet_fs_checkpoint_requests_shared_total). A file with no name
+//     left (unlinked while open, O_TMPFILE not linked yet) only has its
+//     data written and flushed: no crash brings it back. On the virtual clock there is
 //     no write-back goroutine, one lane per log and no read-ahead
 //     (reproducible runs: the power-loss tests replay a seed's crash
 //     points exactly).

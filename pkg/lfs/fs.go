@@ -237,6 +237,10 @@ type FS struct {
 	sitRepaired        bool
 	tl                 tlState // threaded logging (tl.go)
 	cpCause            string  // why the next checkpoint is taken (metrics; "" = other)
+	// cpBegun numbers the checkpoints begun, cpCommitted is the number of
+	// the last one that committed (fs.mu): a request for a checkpoint is
+	// answered by any checkpoint begun after it (checkpointAfter).
+	cpBegun, cpCommitted uint64
 }
 
 // unlocked runs f (one Volume call) with fs.mu released: the table lock is
@@ -755,9 +759,13 @@ func (fs *FS) checkpoint(ctx context.Context, forceSnapshot bool) (err error) {
 	}
 	fs.inCP = true
 	fs.cpWrote = map[uint64]*inode{}
+	fs.cpBegun++
+	seq := fs.cpBegun
 	defer func() {
 		if err != nil {
 			fs.notRecorded()
+		} else {
+			fs.cpCommitted = seq
 		}
 		fs.inCP, fs.cpWrote = false, nil
 	}()

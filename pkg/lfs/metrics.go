@@ -25,6 +25,7 @@ type metrics struct {
 	moved      *prometheus.CounterVec
 	cps        *prometheus.CounterVec
 	cpDuration prometheus.Histogram
+	cpShared   prometheus.Counter
 	recycled   *prometheus.CounterVec
 	plugged    *prometheus.CounterVec
 	pgcSplit   prometheus.Counter
@@ -54,6 +55,8 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 			Help: "Valid blocks moved by recycling, by path (host_copy, izc, host_dirty, host_cached)."}, []string{"path"}),
 		cps: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "zonefleet_fs_checkpoints_total",
 			Help: "Checkpoints taken, by cause (" + strings.Join(checkpointCauses, ", ") + ")."}, []string{"cause"}),
+		cpShared: prometheus.NewCounter(prometheus.CounterOpts{Name: "zonefleet_fs_checkpoint_requests_shared_total",
+			Help: "Checkpoint requests (fsync after a name changed, a directory's fsync, syncfs) answered by a checkpoint another request began after them (group commit)."}),
 		recycled: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "zonefleet_fs_recycled_segments_total",
 			Help: "Segments recycled, by method (tl: threaded logging reuses its holes; compaction: its valid blocks moved)."}, []string{"method"}),
 		plugged: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "zonefleet_fs_tl_plugged_blocks_total",
@@ -83,6 +86,7 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 		m.recycled = register(reg, m.recycled)
 		m.plugged = register(reg, m.plugged)
 		m.cpDuration = register(reg, m.cpDuration)
+		m.cpShared = register(reg, m.cpShared)
 		m.pgcSplit = register(reg, m.pgcSplit)
 		m.throttled = register(reg, m.throttled)
 	}
@@ -255,6 +259,7 @@ type Stats struct {
 	AlphaNode           float64           `json:"hsr_alpha_node"` // profiled N_meta / N_valid of compacting a node segment
 	Beta                float64           `json:"hsr_beta"`       // profiled share of cold blocks still valid at the next TL_open
 	CheckpointsByCause  map[string]uint64 `json:"checkpoints_by_cause"`
+	CheckpointsShared   uint64            `json:"checkpoints_shared"`         // checkpoint requests answered by one another request began after them
 	CopybackShare       float64           `json:"copyback_share"`             // blocks moved by copyback / all blocks the drives copied
 	ReadOnly            bool              `json:"read_only"`                  // the file system went read-only (readonly.go)
 	ReadOnlyReason      string            `json:"read_only_reason,omitempty"` // why

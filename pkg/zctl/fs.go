@@ -626,7 +626,7 @@ mount process through the virtual attribute ` + fusefs.StatsXattr + ` of DIR
 				t.row("valid blocks:\t%d", s.ValidBlocks)
 				t.row("cache:\t%d inodes, %d pages (%d dirty), %d dirty nodes, %d open handles, %d orphans", s.CachedInodes, s.CachedPages, s.DirtyPages, s.DirtyNodes, s.OpenHandles, s.Orphans)
 				t.row("write-back:\t%d batches in the background; writes waited %s for room in the dirty budget", s.WriteBacks, s.WriteThrottled.Round(time.Millisecond))
-				t.row("checkpoints:\t%d (version %d, metadata v-zone %d epoch %d)", s.Checkpoints, s.CheckpointVersion, s.MetaZone, s.MetaEpoch)
+				t.row("checkpoints:\t%d (version %d, metadata v-zone %d epoch %d); %d requests shared one", s.Checkpoints, s.CheckpointVersion, s.MetaZone, s.MetaEpoch, s.CheckpointsShared)
 				t.row("recycling:\t%d foreground, %d background runs", s.GCForeground, s.GCBackground)
 				t.row("blocks moved:\t%d host copy, %d IZC, %d host dirty, %d host cached", s.MovedHostCopy, s.MovedIZC, s.MovedHostDirty, s.MovedHostCached)
 				t.row("host copy reads:\t%d victim blocks, %d victims split by P-GC", s.GCVictimBlocksRead, s.PGCSplitMigrations)
