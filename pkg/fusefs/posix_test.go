@@ -8,6 +8,7 @@ import (
 	"testing"
 
 	"github.com/hanwen/go-fuse/v2/posixtest"
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
@@ -28,13 +29,18 @@ func needFuse(t *testing.T) {
 
 // mounted is a file system over an in-process cluster, mounted through FUSE.
 type mounted struct {
+	reg *prometheus.Registry // the file system's metrics
 	dir string
 	fs  *lfs.FS
 	vol *fsvol.Volume
 	srv *fusefs.Server
 }
 
-func mountCluster(t *testing.T) *mounted {
+func mountCluster(t *testing.T) *mounted { return mountClusterWith(t, fusefs.MountOptions{}) }
+
+// mountClusterWith is mountCluster with these mount options (Direct is set
+// for root).
+func mountClusterWith(t *testing.T, mo fusefs.MountOptions) *mounted {
 	t.Helper()
 	needFuse(t)
 	ctx := context.Background()
@@ -52,12 +58,14 @@ func mountCluster(t *testing.T) *mounted {
 	vol, err := fsvol.New(ctx, c, fsvol.Options{MaxZones: 40})
 	require.NoError(t, err)
 	require.NoError(t, lfs.Mkfs(ctx, vol, lfs.MkfsOptions{OPPercent: 20}))
-	fs, err := lfs.Mount(ctx, vol, lfs.Options{Move: lfs.Compact})
+	reg := prometheus.NewRegistry()
+	fs, err := lfs.Mount(ctx, vol, lfs.Options{Move: lfs.Compact, Registry: reg})
 	require.NoError(t, err)
 	dir := t.TempDir()
-	srv, err := fusefs.Mount(fusefs.New(fs, fusefs.Config{}), dir, fusefs.MountOptions{Direct: os.Geteuid() == 0})
+	mo.Direct = os.Geteuid() == 0
+	srv, err := fusefs.Mount(fusefs.New(fs, fusefs.Config{}), dir, mo)
 	require.NoError(t, err)
-	m := &mounted{dir: dir, fs: fs, vol: vol, srv: srv}
+	m := &mounted{reg: reg, dir: dir, fs: fs, vol: vol, srv: srv}
 	t.Cleanup(func() {
 		if m.srv != nil {
 			_ = m.srv.Unmount(true)

@@ -277,13 +277,14 @@ func (fs *FS) checkpointAfter(ctx context.Context, cause string) func() error {
 		defer fs.cpMu.Unlock()
 		fs.mu.Lock()
 		defer fs.mu.Unlock()
-		if fs.closed {
-			return syscall.EIO
-		}
 		if fs.cpCommitted > t {
+			// (also the unmount's checkpoint, if the mount closed meanwhile)
 			fs.stats.CheckpointsShared++
 			fs.m.cpShared.Inc()
 			return nil
+		}
+		if fs.closed {
+			return syscall.EIO
 		}
 		fs.cpCause = cause
 		return fs.checkpoint(ctx, false)

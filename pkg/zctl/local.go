@@ -31,6 +31,7 @@ func localUpCmd(g *Globals) *cobra.Command {
 	var (
 		dir, clockName, logLevel, ns, media string
 		mountDir                            string
+		writebackCache                      bool
 		allowOther                          bool
 		nodes, arbiters, devices, basePort  int
 		scale                               float64
@@ -103,7 +104,7 @@ makes it current, so every other zctl command finds it. Running it again on the 
 				}
 			}
 			if mountDir != "" {
-				stopMount, err := localMount(ctx, g, cl, ns, mountDir, allowOther)
+				stopMount, err := localMount(ctx, g, cl, ns, mountDir, allowOther, writebackCache)
 				if err != nil {
 					return err
 				}
@@ -129,6 +130,7 @@ makes it current, so every other zctl command finds it. Running it again on the 
 	f.StringVar(&logLevel, "log-level", "warn", "log level of the cluster's processes")
 	f.StringVar(&mountDir, "mount", "", "format the default namespace if needed and mount its file system at this directory")
 	f.BoolVar(&allowOther, "allow-other", false, "with --mount: let other users reach the mount (non-root needs user_allow_other in /etc/fuse.conf)")
+	f.BoolVar(&writebackCache, "writeback-cache", false, "with --mount: "+writebackCacheHelp)
 	return c
 }
 
