@@ -3,6 +3,7 @@ package lfs
 import (
 	"context"
 	"log/slog"
+	"math"
 	"sort"
 	"strings"
 	"syscall"
@@ -273,31 +274,29 @@ func (fs *FS) checkpointAfter(ctx context.Context, cause string) func() error {
 		fs.mu.Lock()
 		t := fs.cpBegun
 		fs.mu.Unlock()
-		fs.cpMu.Lock()
-		defer fs.cpMu.Unlock()
-		fs.mu.Lock()
-		defer fs.mu.Unlock()
-		if fs.cpCommitted > t {
-			// (also the unmount's checkpoint, if the mount closed meanwhile)
-			fs.stats.CheckpointsShared++
-			fs.m.cpShared.Inc()
-			return nil
-		}
-		if fs.closed {
-			return syscall.EIO
-		}
-		fs.cpCause = cause
-		return fs.checkpoint(ctx, false)
+		return fs.checkpointSince(ctx, false, cause, t)
 	}
 }
 
 // exclusiveCheckpoint takes a checkpoint under the checkpoint lock held
 // exclusively (no mutating operation runs; readers do).
 func (fs *FS) exclusiveCheckpoint(ctx context.Context, force bool, cause string) error {
+	return fs.checkpointSince(ctx, force, cause, math.MaxUint64)
+}
+
+// checkpointSince is exclusiveCheckpoint, unless a checkpoint begun after
+// the t-th one has committed by the time the checkpoint lock is taken.
+func (fs *FS) checkpointSince(ctx context.Context, force bool, cause string, t uint64) error {
 	fs.cpMu.Lock()
 	defer fs.cpMu.Unlock()
 	fs.mu.Lock()
 	defer fs.mu.Unlock()
+	if fs.cpCommitted > t {
+		// (also the unmount's checkpoint, if the mount closed meanwhile)
+		fs.stats.CheckpointsShared++
+		fs.m.cpShared.Inc()
+		return nil
+	}
 	if fs.closed {
 		return syscall.EIO
 	}
