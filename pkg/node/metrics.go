@@ -45,7 +45,7 @@ type metrics struct {
 
 	zones, activeZones, openZones, maxActive, maxOpen, cacheBytes, cacheCap, waf, chipUtil, ipuUsed, ipuBudget *prometheus.Desc
 	cacheStalls, cacheStallSec, admStalls, admStallSec, hostBlocks, nandPages, erases, plugged, devCopied      *prometheus.Desc
-	ioErrors, zonesFailed, devReadOnly, cpFailures, tailsDropped, fsyncs                                       *prometheus.Desc
+	ioErrors, zonesFailed, devReadOnly, cpFailures, tailsDropped, fsyncs, wbKicks                              *prometheus.Desc
 	// the rebuild rate limit (throttle.go), node-wide: no labels
 	rebuildBytes, rebuildThrottled, rebuildRate *prometheus.Desc
 }
@@ -115,6 +115,7 @@ func newMetrics(s *Service) *metrics {
 		cpFailures:    d("journal_checkpoint_failures_total", "Device journal checkpoints that failed (the old journal stayed in use)."),
 		tailsDropped:  d("journal_tails_dropped", "1 when the device's last open dropped a torn, zeroed or garbage journal tail."),
 		fsyncs:        d("fsyncs_total", "fdatasyncs of the device's backing files, by file (data, journal, owners); concurrent callers share one.", "file"),
+		wbKicks:       d("writeback_kicks_total", "Write-backs of the device's data file to the disk started without waiting (--writeback-kick-bytes)."),
 
 		rebuildBytes: prometheus.NewDesc("zonefleet_node_rebuild_bytes_total",
 			"Bytes this node's devices read (mirror push, raid5 PeerRead) or wrote (mirror PeerWrite, raid5 target) for rebuilds.", nil, nil),
@@ -152,7 +153,7 @@ func (m *metrics) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{m.zones, m.activeZones, m.openZones, m.maxActive, m.maxOpen, m.cacheBytes, m.cacheCap,
 		m.waf, m.chipUtil, m.ipuUsed, m.ipuBudget, m.cacheStalls, m.cacheStallSec, m.admStalls, m.admStallSec, m.hostBlocks,
 		m.nandPages, m.erases, m.plugged, m.devCopied, m.ioErrors, m.zonesFailed, m.devReadOnly, m.cpFailures, m.tailsDropped, m.fsyncs,
-		m.rebuildBytes, m.rebuildThrottled, m.rebuildRate} {
+		m.wbKicks, m.rebuildBytes, m.rebuildThrottled, m.rebuildRate} {
 		ch <- d
 	}
 }
@@ -198,6 +199,7 @@ func (m *metrics) Collect(ch chan<- prometheus.Metric) {
 		c(m.erases, float64(l.Erases), dl)
 		c(m.fsyncs, float64(l.DataSyncs), dl, "data")
 		c(m.fsyncs, float64(l.JournalSyncs), dl, "journal")
+		c(m.wbKicks, float64(l.WritebackKicks), dl)
 		if dv.owners != nil {
 			c(m.fsyncs, float64(dv.owners.Syncs()), dl, "owners")
 		}

@@ -3,6 +3,8 @@ package node
 import (
 	"bytes"
 	"context"
+	"os"
+	"path/filepath"
 	"testing"
 
 	"github.com/spf13/pflag"
@@ -14,6 +16,7 @@ import (
 	"github.com/zonefleet/zonefleet/pkg/flagenv"
 	"github.com/zonefleet/zonefleet/pkg/rpcerr"
 	"github.com/zonefleet/zonefleet/pkg/zerr"
+	"github.com/zonefleet/zonefleet/pkg/zns"
 	"google.golang.org/grpc/codes"
 )
 
@@ -122,30 +125,33 @@ func TestCrossNodeCompactionRebuildThrottled(t *testing.T) {
 	assert.GreaterOrEqual(t, vc.Now(), secs(int64(len(data))-burst, rate), "2 MiB at 256 KiB/s")
 }
 
+// parseFlags parses ssdnode's flags (and their ZONEFLEET_ twins) into the
+// default options.
+func parseFlags(args ...string) (Options, error) {
+	o := DefaultOptions()
+	fs := pflag.NewFlagSet("ssdnode", pflag.ContinueOnError)
+	AddFlags(fs, &o)
+	if err := fs.Parse(args); err != nil {
+		return o, err
+	}
+	return o, flagenv.Apply(fs)
+}
+
 // --rebuild-rate and its ZONEFLEET_REBUILD_RATE twin; a bad value stops
 // Run before it opens anything.
 func TestRebuildRateFlagAndEnv(t *testing.T) {
-	parse := func(args ...string) (Options, error) {
-		o := DefaultOptions()
-		fs := pflag.NewFlagSet("ssdnode", pflag.ContinueOnError)
-		AddFlags(fs, &o)
-		if err := fs.Parse(args); err != nil {
-			return o, err
-		}
-		return o, flagenv.Apply(fs)
-	}
-	o, err := parse()
+	o, err := parseFlags()
 	require.NoError(t, err)
 	assert.Equal(t, float64(DefaultRebuildRate), o.RebuildRateMiB)
 	t.Setenv("ZONEFLEET_REBUILD_RATE", "12.5")
-	o, err = parse()
+	o, err = parseFlags()
 	require.NoError(t, err)
 	assert.Equal(t, 12.5, o.RebuildRateMiB)
-	o, err = parse("--rebuild-rate=0")
+	o, err = parseFlags("--rebuild-rate=0")
 	require.NoError(t, err)
 	assert.Zero(t, o.RebuildRateMiB, "the flag wins over the variable")
 	t.Setenv("ZONEFLEET_REBUILD_RATE", "fast")
-	_, err = parse()
+	_, err = parseFlags()
 	require.ErrorContains(t, err, "ZONEFLEET_REBUILD_RATE")
 
 	o = DefaultOptions()
@@ -153,4 +159,28 @@ func TestRebuildRateFlagAndEnv(t *testing.T) {
 	err = Run(context.Background(), nil, o, quiet)
 	require.ErrorIs(t, err, zerr.ErrInvalidArgument)
 	assert.Contains(t, err.Error(), "rebuild-rate")
+}
+
+// --writeback-kick-bytes and its ZONEFLEET_WRITEBACK_KICK_BYTES twin; a
+// negative value stops the node before it opens or creates anything.
+func TestWritebackKickFlag(t *testing.T) {
+	o, err := parseFlags()
+	require.NoError(t, err)
+	assert.Equal(t, int64(zns.DefaultWritebackKick), o.WritebackKickBytes)
+	t.Setenv("ZONEFLEET_WRITEBACK_KICK_BYTES", "0")
+	o, err = parseFlags()
+	require.NoError(t, err)
+	assert.Zero(t, o.WritebackKickBytes)
+	o, err = parseFlags("--writeback-kick-bytes=1048576")
+	require.NoError(t, err)
+	assert.Equal(t, int64(1<<20), o.WritebackKickBytes, "the flag wins over the variable")
+
+	o = DefaultOptions()
+	o.DataDir = filepath.Join(t.TempDir(), "data")
+	o.WritebackKickBytes = -1
+	_, err = OpenDevices(o, clock.Off())
+	require.ErrorIs(t, err, zerr.ErrInvalidArgument)
+	assert.Contains(t, err.Error(), "writeback-kick-bytes")
+	_, statErr := os.Stat(o.DataDir)
+	assert.True(t, os.IsNotExist(statErr), "nothing created")
 }

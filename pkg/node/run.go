@@ -41,6 +41,10 @@ type Options struct {
 	// RebuildRateMiB is --rebuild-rate: the node's rebuild share in MiB/s
 	// (0 = unlimited); Run sets Config.RebuildRate from it.
 	RebuildRateMiB float64
+	// WritebackKickBytes is --writeback-kick-bytes: the drives start writing
+	// their backing file's dirty pages to the disk every this many bytes
+	// written (zns.WithWritebackKick; 0 = leave it to the kernel).
+	WritebackKickBytes int64
 }
 
 // DefaultOptions are the defaults of the ssdnode flags.
@@ -49,6 +53,7 @@ func DefaultOptions() Options {
 		Config:  Config{ID: "node-1", Admission: AdmissionConfig{Enabled: true}},
 		DataDir: "./data", Devices: 1, Device: flash.Defaults(), Clock: "realtime", TimeScale: 1,
 		Etcd: "127.0.0.1:2379", LeaseTTL: 5 * time.Second, RebuildRateMiB: DefaultRebuildRate,
+		WritebackKickBytes: zns.DefaultWritebackKick,
 	}
 }
 
@@ -66,6 +71,8 @@ func AddFlags(fs *pflag.FlagSet, o *Options) {
 	fs.StringVar(&o.Clock, "clock", o.Clock, "timing clock: realtime (completions at their modelled time), virtual or off")
 	fs.Float64Var(&o.TimeScale, "time-scale", o.TimeScale, "realtime clock: wall time per modelled time (2 = run the model at half speed)")
 	fs.Float64Var(&o.RebuildRateMiB, "rebuild-rate", o.RebuildRateMiB, "MiB/s this node's drives read or write for rebuilds (mirror and raid5 legs, as source or target), so tenants keep the rest; 0 = unlimited")
+
+	fs.Int64Var(&o.WritebackKickBytes, "writeback-kick-bytes", o.WritebackKickBytes, "start writing a drive's backing file to the disk (without waiting) every this many bytes written, so that a flush has less left to write; durability does not change (0 = leave it to the kernel's thresholds)")
 
 	c := &o.Device
 	fs.IntVar(&c.Channels, "channels", c.Channels, "flash channels")
@@ -96,13 +103,16 @@ func OpenDevices(o Options, clk clock.Clock) ([]*zns.Device, error) {
 	if o.Devices < 1 {
 		return nil, &zerr.InvalidArgumentError{Field: "devices", Reason: "must be at least 1"}
 	}
+	if o.WritebackKickBytes < 0 {
+		return nil, &zerr.InvalidArgumentError{Field: "writeback-kick-bytes", Reason: fmt.Sprintf("%d: want 0 (off) or a positive number of bytes", o.WritebackKickBytes)}
+	}
 	if err := os.MkdirAll(o.DataDir, 0o755); err != nil {
 		return nil, fmt.Errorf("data directory: %w", err)
 	}
 	var devs []*zns.Device
 	for i := 0; i < o.Devices; i++ {
 		path := filepath.Join(o.DataDir, fmt.Sprintf("dev%d.zns", i))
-		d, err := zns.OpenOrCreate(path, o.Device, clk)
+		d, err := zns.OpenOrCreate(path, o.Device, clk, zns.WithWritebackKick(o.WritebackKickBytes))
 		if err != nil {
 			for _, d := range devs {
 				_ = d.Close()

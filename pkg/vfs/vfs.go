@@ -61,6 +61,14 @@ type File interface {
 	Close() error
 }
 
+// WritebackStarter is implemented by a File that can start writing its
+// dirty pages to the disk without waiting for them (the operating system's
+// files: Default). It is a hint: it makes nothing durable, and files without
+// it (the in-memory and fault-injecting ones of the tests) simply skip it.
+type WritebackStarter interface {
+	StartWriteback() error
+}
+
 // FS is the set of file system calls the drive store makes.
 type FS interface {
 	// OpenFile opens name with os.O_* flags (O_RDONLY, O_RDWR, O_WRONLY,

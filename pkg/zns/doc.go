@@ -154,6 +154,10 @@
 // of a new zone generation (after a reset, TL_open or TL finish) waits for
 // the journal record of the generation, a reset first syncs the data file,
 // TL finish syncs the plugged copies before dropping the original FBG.
+// Every WithWritebackKick bytes written (4 MiB by default) the device starts
+// the data file's write-back to the disk without waiting (sync_file_range),
+// on a goroutine, one at a time: a hint that changes when the disk works,
+// not what survives, so that a Flush after a large write has less to write.
 // Journal checkpoints snapshot the state with every zone locked (memory
 // only), write and sync the new file with no lock held, then, under the
 // journal lock, copy the records appended meanwhile, rename and sync the

@@ -142,11 +142,27 @@ func (d *Device) checkWritable() error {
 // Concurrent Datasyncs share rounds (vfs.SyncGroup): N revocation resets,
 // journal syncs of several first writes or Flushes in flight together cost
 // two fdatasyncs, not N.
+//
+// A syncFile with kickEvery > 0 also starts the write-back of its dirty
+// pages (vfs.WritebackStarter) every kickEvery bytes written, on a goroutine
+// of its own, one at a time: the kernel otherwise leaves a stream of writes
+// in the page cache until the next fdatasync (or its dirty thresholds), so
+// that a Flush after a large write waited for all of it. Measured on the
+// mount's sequential write (BenchmarkSeqWriteCluster, 16 × 64 MiB + fsync,
+// 3 alternating pairs): fsync time 0.85–1.0 s instead of 1.43–1.55 s,
+// throughput 230–244 MiB/s instead of 217–226. Nothing is durable earlier or
+// later because of it: it changes when the disk works, not what a power loss
+// keeps.
 type syncFile struct {
 	vfs.File
 	g      vfs.SyncGroup
 	rounds *atomic.Uint64 // counts the fdatasyncs run (a device statistic)
 	before func() error   // if set, run first in every round (see SetBeforeDataSync)
+
+	kickEvery int64          // bytes written between write-back kicks (0: none)
+	unkicked  atomic.Int64   // bytes written since the last kick (or fdatasync)
+	kicking   atomic.Bool    // a kick is running
+	kicks     *atomic.Uint64 // kicks started (a device statistic)
 }
 
 func newSyncFile(f vfs.File, rounds *atomic.Uint64) *syncFile {
@@ -160,13 +176,35 @@ func (f *syncFile) fdatasync() error {
 		}
 	}
 	f.rounds.Add(1)
+	f.unkicked.Store(0) // (this sync writes them all)
 	return f.File.Datasync()
 }
 
 func (f *syncFile) WriteAt(p []byte, off int64) (int, error) {
 	n, err := f.File.WriteAt(p, off)
 	f.g.Modified()
+	if f.kickEvery > 0 && f.unkicked.Add(int64(n)) >= f.kickEvery {
+		f.kick()
+	}
 	return n, err
+}
+
+// kick starts the write-back of the file's dirty pages in the background,
+// unless one is running. Its error is ignored: the next fdatasync reports
+// what matters.
+func (f *syncFile) kick() {
+	ws, ok := f.File.(vfs.WritebackStarter)
+	if !ok || !f.kicking.CompareAndSwap(false, true) {
+		return
+	}
+	f.unkicked.Store(0)
+	if f.kicks != nil {
+		f.kicks.Add(1)
+	}
+	go func() {
+		defer f.kicking.Store(false)
+		_ = ws.StartWriteback()
+	}()
 }
 
 func (f *syncFile) PunchHole(off, n int64) error {

@@ -196,6 +196,9 @@ type Log struct {
 	// of the journal (concurrent callers share one: see syncFile).
 	DataSyncs    uint64 `json:"data_syncs"`
 	JournalSyncs uint64 `json:"journal_syncs"`
+	// WritebackKicks counts the write-backs of the data file's dirty pages
+	// started without waiting (WithWritebackKick).
+	WritebackKicks uint64 `json:"writeback_kicks"`
 	// IOErrors counts failed reads, writes and syncs of the backing files.
 	IOErrors uint64 `json:"io_errors"`
 	// ZonesFailed counts zones made read-only by a write I/O error.
