@@ -215,11 +215,15 @@
 //     whatever lane, each has committed, so its blocks are on the drives
 //     modulo the Flush that follows and its direct nodes dirty), then
 //     writes what is still dirty and the dirty direct nodes, flushes the
-//     volume, and only then writes the inode with the fsync mark and
-//     flushes again (F2FS's PREFLUSH on the last node): a power loss may
-//     keep any subset of the blocks written since the last Flush, and
-//     roll-forward trusts every node up to the marked one. It returns once
-//     everything it covers is on the drives. A file whose names changed
+//     volume, and only then writes the inode with the fsync mark, with FUA
+//     (F2FS's PREFLUSH and FUA on the last node: one round trip instead of
+//     a write and a second Flush): a power loss may keep any subset of the
+//     blocks written since the last Flush, and roll-forward trusts every
+//     node up to the marked one. No other node of the inode can be written
+//     between the Flush and the marked inode (fsync holds the inode's lock
+//     and the checkpoint lock shared; recycling skips a locked inode), so
+//     the marked inode is all that still needs to reach stable media. It
+//     returns once everything it covers is on the drives. A file whose names changed
 //     since the last checkpoint (created, linked, renamed, unlinked) and a
 //     directory need a checkpoint instead (roll-forward does not rebuild
 //     directory entries); it runs once the operation released its locks,

@@ -433,7 +433,7 @@ func selectLowest(s []uint64, k int) {
 func (fs *FS) writePlan(ctx context.Context, plan *flushPlan) error {
 	for gi := range plan.groups {
 		g := &plan.groups[gi]
-		err := fs.appendBlocks(ctx, g.log, g.buf, func(i int, a Addr) error {
+		err := fs.appendBlocks(ctx, g.log, g.buf, false, func(i int, a Addr) error {
 			g.addrs = append(g.addrs, a)
 			if s := fs.segOf(a); s != nil {
 				s.pending++
@@ -692,8 +692,9 @@ const (
 // writeDirtyNodes writes dirty nodes (of one inode when only != nil) to the
 // node logs, per mode.
 //
-// An fsync writes its nodes in two steps with a Flush between them (F2FS
-// writes its last, marked node with PREFLUSH): roll-forward trusts every
+// An fsync writes its nodes in two steps with a Flush between them, the
+// marked inode with FUA (F2FS writes its last, marked node with PREFLUSH and
+// FUA): roll-forward trusts every
 // node of an inode up to its last fsync-marked one, and a power loss may
 // keep any subset of the blocks written since the last Flush (a later block
 // of one append can survive an earlier one), so the marked inode must not
@@ -781,7 +782,7 @@ func (fs *FS) writeDirtyNodes(ctx context.Context, only *inode, mode nodeWrite) 
 			}
 			buf = append(buf, encodeNode(h, body, fs.bs)...)
 		}
-		err := fs.appendBlocks(ctx, t, buf, func(i int, a Addr) error {
+		err := fs.appendBlocks(ctx, t, buf, mode == nodesFsyncInode, func(i int, a Addr) error {
 			it := g[i]
 			nid := mkNid(it.in.ino, it.idx)
 			fs.invalidate(fs.nat[nid])

@@ -1275,10 +1275,10 @@ func (fs *FS) fsync(ctx context.Context, o *op, in *inode) error {
 	if err := fs.unlocked(func() error { return fs.vol.Flush(ctx) }); err != nil {
 		return err
 	}
-	if err := fs.writeDirtyNodes(ctx, in, nodesFsyncInode); err != nil {
-		return err
-	}
-	return fs.unlocked(func() error { return fs.vol.Flush(ctx) })
+	// The marked inode goes with FUA: durable when its write returns, no
+	// second Flush round (nothing else of the inode was written since the
+	// Flush: the inode lock and the shared checkpoint lock are held).
+	return fs.writeDirtyNodes(ctx, in, nodesFsyncInode)
 }
 
 // Flush is called on close(2) of a descriptor; data stays cached.

@@ -269,13 +269,14 @@ func (fs *FS) lockLog(l int) {
 // across segments, calling place(i, addr) for every block written. It holds
 // one of the log's write lanes across the Write (appends to a zone are
 // ordered by its write pointer) and releases fs.mu for it; place runs under
-// fs.mu after the write. data must not change meanwhile (the caller copied
+// fs.mu after the write; with fua every write is durable when it returns
+// (Volume.Write's fua). data must not change meanwhile (the caller copied
 // it, or holds the lock of the inode whose pages it is).
 //
 // Lane 0 is the log's own head under fs.logMu; a data log may have extra
 // lanes (lanes.go), each writing its own segment, so that concurrent
 // write-backs of one log are in flight on different zones at once.
-func (fs *FS) appendBlocks(ctx context.Context, li int, data []byte, place func(i int, a Addr) error) error {
+func (fs *FS) appendBlocks(ctx context.Context, li int, data []byte, fua bool, place func(i int, a Addr) error) error {
 	l := fs.logFor(li)
 	j := fs.acquireLane(l)
 	defer func() { fs.releaseLane(l, j) }()
@@ -320,7 +321,7 @@ func (fs *FS) appendBlocks(ctx context.Context, li int, data []byte, place func(
 		}
 		g := fs.m.logWrites.WithLabelValues(fs.logName(l))
 		g.Inc()
-		err := fs.unlocked(func() error { return fs.vol.Write(ctx, s.zone, off, data[i*bs:(i+int(k))*bs], false) })
+		err := fs.unlocked(func() error { return fs.vol.Write(ctx, s.zone, off, data[i*bs:(i+int(k))*bs], fua) })
 		g.Dec()
 		if err != nil {
 			// The zone's write pointer is now unknown: never write it again.
