@@ -3,6 +3,7 @@ package client
 import (
 	"context"
 	"errors"
+	"slices"
 	"sync"
 
 	v1 "github.com/zonefleet/zonefleet/api/zonefleet/v1"
@@ -45,6 +46,53 @@ func (v *VZone) Devices(ctx context.Context) ([]DeviceRef, error) {
 		}
 	}
 	v.devs, v.devsGroups = out, len(v.groups)
+	return out, nil
+}
+
+// DevicesOf lists the drives that a write of blocks [off, off+n) of the
+// v-zone reaches under the layout cached now: every copy of each leg the
+// range touches, and every zone of a parity group it touches (its parity
+// and partial-parity legs too). A range no stripe group covers gets
+// Devices (all of them). A caller uses it after a write returned, to flush
+// no more drives than the write dirtied, never fewer (a write that the
+// arbiter's reclaim moved lands through the new layout, which this reads).
+func (v *VZone) DevicesOf(ctx context.Context, off, n uint64) ([]DeviceRef, error) {
+	if err := v.ensureLayout(ctx); err != nil {
+		return nil, err
+	}
+	_, groups := v.snapshot()
+	var out []DeviceRef
+	add := func(z pzone) {
+		d := DeviceRef{Node: z.node, Addr: z.addr, Device: z.dev}
+		if !slices.Contains(out, d) {
+			out = append(out, d)
+		}
+	}
+	end := off + max(n, 1)
+	covered := uint64(0)
+	for _, g := range groups {
+		lo, hi := max(off, g.start), min(end, g.start+g.capacity)
+		if lo >= hi {
+			continue
+		}
+		covered += hi - lo
+		if g.parity || g.width <= 0 {
+			for _, z := range g.zones {
+				add(z)
+			}
+			continue
+		}
+		for _, l := range g.legs(lo, hi-lo) {
+			for c := 0; c < g.copies(); c++ {
+				if k := c*g.width + l.idx; k < len(g.zones) {
+					add(g.zones[k])
+				}
+			}
+		}
+	}
+	if covered < end-off {
+		return v.Devices(ctx)
+	}
 	return out, nil
 }
 

@@ -98,9 +98,12 @@ func TestFlushFailsUntilEveryDriveIsDurable(t *testing.T) {
 		require.NoError(t, err)
 		require.NoError(t, vol.Write(ctx, z, 0, block, false))
 		zones = append(zones, z)
-		devs, err := e.c.VZone(uint64(z)).Devices(ctx)
+		// the drives this write reached (a small write: one leg's)
+		devs, err := e.c.VZone(uint64(z)).DevicesOf(ctx, 0, 4)
 		require.NoError(t, err)
-		perZone += len(devs)
+		all, err := e.c.VZone(uint64(z)).Devices(ctx)
+		require.NoError(t, err)
+		perZone += len(all)
 		for _, d := range devs {
 			drives[d] = true
 		}
@@ -108,15 +111,15 @@ func TestFlushFailsUntilEveryDriveIsDurable(t *testing.T) {
 	require.LessOrEqual(t, len(drives), 3)
 	before := e.flushes(t)
 	require.NoError(t, vol.Flush(ctx))
-	assert.Equal(t, len(drives), e.flushes(t)-before, "one flush per drive, not %d (per v-zone per drive)", perZone)
+	assert.Equal(t, len(drives), e.flushes(t)-before, "one flush per drive written, not %d (per v-zone per drive)", perZone)
 	before = e.flushes(t)
 	require.NoError(t, vol.Flush(ctx))
 	assert.Equal(t, 0, e.flushes(t)-before, "nothing written since: nothing to flush")
 
-	// Write again, then take down a node holding one of the v-zone's drives.
+	// Write again, then take down a node holding a drive the write reached.
 	z := zones[0]
 	require.NoError(t, vol.Write(ctx, z, 4, block, false))
-	devs, err := e.c.VZone(uint64(z)).Devices(ctx)
+	devs, err := e.c.VZone(uint64(z)).DevicesOf(ctx, 4, 4)
 	require.NoError(t, err)
 	down := e.nodeIndex(t, devs[0].Node)
 	require.NoError(t, e.cl.StopNode(down))
@@ -135,6 +138,20 @@ func TestFlushFailsUntilEveryDriveIsDurable(t *testing.T) {
 	got := make([]byte, len(block))
 	require.NoError(t, vol.Read(ctx, z, 4, got))
 	assert.Equal(t, block, got)
+
+	// A one-block write dirties the drive of its leg only: the next Flush
+	// syncs that one, not every drive of the v-zone.
+	one := zones[1]
+	require.NoError(t, vol.Write(ctx, one, 4, block[:vol.Geometry().BlockSize], false))
+	reached, err := e.c.VZone(uint64(one)).DevicesOf(ctx, 4, 1)
+	require.NoError(t, err)
+	all, err := e.c.VZone(uint64(one)).Devices(ctx)
+	require.NoError(t, err)
+	require.Len(t, reached, 1, "striping without copies: one leg, one drive")
+	require.Greater(t, len(all), 1)
+	before = e.flushes(t)
+	require.NoError(t, vol.Flush(ctx))
+	assert.Equal(t, 1, e.flushes(t)-before, "one drive flushed, not the v-zone's %d", len(all))
 }
 
 // The next v-zone is opened ahead of need: after an OpenZone, a spare
@@ -293,7 +310,7 @@ func TestConcurrentFlushesShareRounds(t *testing.T) {
 			}
 			require.NoError(t, vol.Write(ctx, z, wp, block, false))
 			if tt.nodeDown {
-				devs, err := e.c.VZone(uint64(z)).Devices(ctx)
+				devs, err := e.c.VZone(uint64(z)).DevicesOf(ctx, wp, 4)
 				require.NoError(t, err)
 				down := e.nodeIndex(t, devs[0].Node)
 				require.NoError(t, e.cl.StopNode(down))

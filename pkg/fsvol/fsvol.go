@@ -592,8 +592,17 @@ func (v *Volume) Write(ctx context.Context, z lfs.ZoneID, off uint64, data []byt
 	}
 	if werr != nil || !fua {
 		// Something landed that is not known durable: its drives need a
-		// flush before the next Flush succeeds.
-		if err := v.markDirty(ctx, vz); err != nil {
+		// flush before the next Flush succeeds — the drives this range
+		// reached (a small write touches one leg: a later Flush then syncs
+		// one drive, not all of the v-zone's), all of the v-zone's after a
+		// partial write.
+		var err error
+		if werr != nil {
+			err = v.markDirty(ctx, vz)
+		} else {
+			err = v.markDirtyRange(ctx, vz, off, uint64(len(data))/uint64(v.geo.BlockSize))
+		}
+		if err != nil {
 			return errors.Join(werr, err)
 		}
 	}
@@ -610,13 +619,29 @@ func (v *Volume) markDirty(ctx context.Context, vz *client.VZone) error {
 	if err != nil {
 		return err
 	}
+	v.markDevs(devs)
+	return nil
+}
+
+// markDirtyRange records the drives that a write of [off, off+n) of vz
+// reached as written.
+func (v *Volume) markDirtyRange(ctx context.Context, vz *client.VZone, off, n uint64) error {
+	devs, err := vz.DevicesOf(ctx, off, n)
+	if err != nil {
+		return err
+	}
+	v.markDevs(devs)
+	return nil
+}
+
+// markDevs records devs as written.
+func (v *Volume) markDevs(devs []client.DeviceRef) {
 	v.mu.Lock()
 	v.seq++
 	for _, d := range devs {
 		v.dirty[d] = v.seq
 	}
 	v.mu.Unlock()
-	return nil
 }
 
 // finishIfFull finishes a v-zone written to capacity (in the background): a
