@@ -165,3 +165,65 @@ func TestBeforeDataSync(t *testing.T) {
 	require.ErrorIs(t, err, zerr.ErrUnavailable)
 	assert.True(t, d.Log().ReadOnly, "a failed sync leaves the device read-only")
 }
+
+// TestFlushSkipsACleanJournal: a Flush or FUA write after writes that
+// changed no zone state syncs the data file only (the journal has nothing
+// new since its last sync); one after a state change (a reset) syncs the
+// journal too, and that reset survives a power loss after the Flush.
+func TestFlushSkipsACleanJournal(t *testing.T) {
+	mem := vfs.NewCrashableMem()
+	d, err := Create("/dev/zns0", plCfg(), clock.Off(), WithFS(mem), WithLogger(quiet))
+	require.NoError(t, err)
+	ctx := context.Background()
+	g := d.g
+	blk := make([]byte, g.BlockSize)
+	_, err = d.Write(ctx, 0, blk, Flags{}) // opens zone 0: a journal record
+	require.NoError(t, err)
+	_, err = d.Flush(ctx)
+	require.NoError(t, err)
+	for i, tc := range []struct {
+		name         string
+		op           func() error
+		journalSyncs uint64
+		dataSynced   bool
+	}{
+		{"write then Flush", func() error {
+			if _, err := d.Write(ctx, 1, blk, Flags{}); err != nil {
+				return err
+			}
+			_, err := d.Flush(ctx)
+			return err
+		}, 0, true},
+		{"FUA write", func() error { _, err := d.Write(ctx, 2, blk, Flags{FUA: true}); return err }, 0, true},
+		{"Flush with nothing written", func() error { _, err := d.Flush(ctx); return err }, 0, false},
+		{"write to zone 1 (a new zone), reset it, Flush", func() error {
+			if _, err := d.Write(ctx, g.ZoneSize, blk, Flags{}); err != nil {
+				return err
+			}
+			if _, err := d.ZoneMgmt(ctx, 1, ActionReset, false); err != nil {
+				return err
+			}
+			_, err := d.Flush(ctx)
+			return err
+		}, 1, true},
+	} {
+		js, ds := d.Log().JournalSyncs, d.Log().DataSyncs
+		require.NoError(t, tc.op(), tc.name)
+		assert.Equal(t, js+tc.journalSyncs, d.Log().JournalSyncs, "case %d %s: journal syncs", i, tc.name)
+		if tc.dataSynced {
+			assert.Greater(t, d.Log().DataSyncs, ds, "case %d %s: the data file is synced", i, tc.name)
+		} else {
+			assert.Equal(t, ds, d.Log().DataSyncs, "case %d %s: nothing to sync", i, tc.name)
+		}
+	}
+	for seed := uint64(1); seed <= 8; seed++ {
+		crashed, err := Open("/dev/zns0", plCfg(), clock.Off(), WithFS(mem.CrashClone(seed)), WithLogger(quiet))
+		require.NoError(t, err, "seed %d", seed)
+		zs, err := crashed.ReportZones(StateAny, 0, 2)
+		require.NoError(t, err)
+		assert.Equal(t, uint64(3), zs[0].WP-zs[0].Start, "seed %d: the flushed writes of zone 0 survive", seed)
+		assert.Equal(t, StateEmpty, zs[1].State, "seed %d: the flushed reset of zone 1 survives", seed)
+		require.NoError(t, crashed.Close())
+	}
+	require.NoError(t, d.Close())
+}
