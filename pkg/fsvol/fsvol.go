@@ -72,8 +72,10 @@
 // # Durability
 //
 // A Flush RPC is an fdatasync of one drive, so the Volume tracks dirty
-// drives, not v-zones: each write marks the drives of its v-zone with a
-// sequence number. Flush sends one Flush per dirty drive, all in parallel,
+// drives, not v-zones: each write marks the drives it reached (the legs of
+// its range and their copies, a parity group's zones: client.VZone.DevicesOf;
+// all of the v-zone's after a partial write) with a sequence number, so a
+// small write's fsync syncs one drive, not every drive of the v-zone. Flush sends one Flush per dirty drive, all in parallel,
 // and forgets a drive only if its flush succeeded and no write marked it
 // again meanwhile. A failed Flush returns an error and leaves the failed
 // drives dirty, so a retried Flush flushes them again: fsync never reports
