@@ -52,7 +52,46 @@ const (
 	SetAtime
 	SetMtime
 	SetCtime
+	// SetKillSUIDGID: the change is made by a caller without CAP_FSETID
+	// (a truncate), or is a chown (FUSE's FATTR_KILL_SUIDGID with
+	// HANDLE_KILLPRIV_V2): clear the set-user-ID bit, and the set-group-ID
+	// bit of a group-executable file, as the kernel does on other file
+	// systems. Alone it changes nothing when neither bit is set.
+	SetKillSUIDGID
 )
+
+// xattrCaps is the file capabilities attribute, which every write, truncate
+// and chown of the file drops (as on other Linux file systems: the kernel
+// leaves it to the file system when FUSE's HANDLE_KILLPRIV_V2 is on).
+const xattrCaps = "security.capability"
+
+// killPriv clears what a write, truncate or chown takes from a file: its
+// file capabilities always, and with suidgid the set-user-ID bit and the
+// set-group-ID bit of a group-executable file. It reports whether anything
+// changed (the caller updates ctime and marks the inode dirty).
+func (in *inode) killPriv(suidgid bool) bool {
+	changed := false
+	if len(in.body.Xattrs) > 0 {
+		if i := in.xattrIndex(xattrCaps); i >= 0 {
+			in.body.Xattrs = append(in.body.Xattrs[:i:i], in.body.Xattrs[i+1:]...)
+			changed = true
+		}
+	}
+	if suidgid && !in.isDir() {
+		m := in.body.Mode
+		if m&syscall.S_ISUID != 0 {
+			m &^= syscall.S_ISUID
+		}
+		if m&(syscall.S_ISGID|syscall.S_IXGRP) == syscall.S_ISGID|syscall.S_IXGRP {
+			m &^= syscall.S_ISGID
+		}
+		if m != in.body.Mode {
+			in.body.Mode = m
+			changed = true
+		}
+	}
+	return changed
+}
 
 // SetattrIn is the argument of Setattr.
 type SetattrIn struct {
@@ -418,6 +457,14 @@ func (fs *FS) Setattr(ctx context.Context, ino uint64, s SetattrIn) (a Attr, err
 	if err != nil {
 		return a, err
 	}
+	if s.Valid == SetKillSUIDGID {
+		// alone (an open with O_TRUNC by an unprivileged caller): a no-op
+		// unless there is something to clear
+		if in.killPriv(true) {
+			fs.touchInode(in, false)
+		}
+		return fs.attr(in), nil
+	}
 	if s.Valid&SetSize != 0 {
 		if in.isDir() {
 			return a, syscall.EISDIR
@@ -429,6 +476,12 @@ func (fs *FS) Setattr(ctx context.Context, ino uint64, s SetattrIn) (a Attr, err
 			return a, err
 		}
 		fs.touchInode(in, true)
+	}
+	if s.Valid&(SetSize|SetUID|SetGID|SetKillSUIDGID) != 0 && s.Valid&SetMode == 0 {
+		// a truncate or chown drops the file capabilities; the caller's
+		// kill flag says whether it also clears set-user/group-ID (an
+		// explicit mode in the same call wins)
+		in.killPriv(s.Valid&SetKillSUIDGID != 0)
 	}
 	if s.Valid&SetMode != 0 {
 		in.body.Mode = in.body.Mode&syscall.S_IFMT | s.Mode&0o7777
@@ -1090,9 +1143,19 @@ func (fs *FS) ReadVec(ctx context.Context, h Handle, off int64, buf []byte, vec 
 
 // Write writes data at off (at the end with O_APPEND) and returns the bytes
 // written; it writes everything or returns an error. It gets ENOSPC before
-// the write-back reserve (Options.WriteReserveBlocks) is touched.
+// the write-back reserve (Options.WriteReserveBlocks) is touched. Like a
+// write(2) on any Linux file system it drops the file's capabilities
+// (security.capability); WriteKillSUIDGID also clears set-user/group-ID.
 func (fs *FS) Write(ctx context.Context, h Handle, off int64, data []byte) (n int, err error) {
-	return fs.write(ctx, h, off, data, false)
+	return fs.write(ctx, h, off, data, false, false)
+}
+
+// WriteKillSUIDGID is Write by a caller without CAP_FSETID (FUSE's
+// WRITE_KILL_SUIDGID): it also clears the set-user-ID bit, and the
+// set-group-ID bit of a group-executable file, as the kernel does on other
+// file systems.
+func (fs *FS) WriteKillSUIDGID(ctx context.Context, h Handle, off int64, data []byte) (n int, err error) {
+	return fs.write(ctx, h, off, data, false, true)
 }
 
 // WriteBack is Write for the kernel's write-back of cached pages (pages
@@ -1103,7 +1166,7 @@ func (fs *FS) Write(ctx context.Context, h Handle, off int64, data []byte) (n in
 // lost page is never acknowledged by fsync; StaleCache tells the binding
 // that the kernel's page cache of the file shows data that was lost.
 func (fs *FS) WriteBack(ctx context.Context, h Handle, off int64, data []byte) (n int, err error) {
-	return fs.write(ctx, h, off, data, true)
+	return fs.write(ctx, h, off, data, true, false)
 }
 
 // StaleCache reports (once) whether a write-back of ino failed since the
@@ -1120,7 +1183,7 @@ func (fs *FS) StaleCache(ino uint64) bool {
 	return true
 }
 
-func (fs *FS) write(ctx context.Context, h Handle, off int64, data []byte, writeBack bool) (n int, err error) {
+func (fs *FS) write(ctx context.Context, h Handle, off int64, data []byte, writeBack, killSUIDGID bool) (n int, err error) {
 	pages := (len(data) + fs.bs - 1) / fs.bs
 	if err := fs.admit(ctx, pages); err != nil {
 		return 0, err
@@ -1174,6 +1237,9 @@ func (fs *FS) write(ctx context.Context, h Handle, off int64, data []byte, write
 	n, err = fs.writeAt(ctx, in, uint64(off), data)
 	if err != nil && writeBack {
 		fs.writeBackFailed(in, err)
+	}
+	if n > 0 {
+		in.killPriv(killSUIDGID)
 	}
 	fs.touchInode(in, true)
 	fs.m.bytes("write", n)
