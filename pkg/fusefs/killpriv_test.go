@@ -97,6 +97,20 @@ func TestKillPrivOnWriteTruncateChown(t *testing.T) {
 		})
 	}
 
+	// an O_TRUNC open of an existing file is one OPEN (ATOMIC_O_TRUNC and
+	// HANDLE_KILLPRIV: no SETATTR after it), and it truncates
+	trunc := filepath.Join(dir, "trunc")
+	require.NoError(t, os.WriteFile(trunc, []byte("0123456789"), 0o644))
+	setattrs, opens := fsOps(t, m.reg, "setattr"), fsOps(t, m.reg, "open")
+	for i := 0; i < 20; i++ {
+		require.NoError(t, os.WriteFile(trunc, []byte("abc"), 0o644))
+	}
+	assert.Equal(t, 0.0, fsOps(t, m.reg, "setattr")-setattrs, "SETATTR after an O_TRUNC OPEN")
+	assert.Equal(t, 20.0, fsOps(t, m.reg, "open")-opens)
+	got, err := os.ReadFile(trunc)
+	require.NoError(t, err)
+	assert.Equal(t, "abc", string(got))
+
 	// the kernel no longer asks for security.capability before each write
 	p := filepath.Join(dir, "many")
 	f, err := os.Create(p)

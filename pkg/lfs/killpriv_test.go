@@ -33,6 +33,13 @@ func TestKillPriv(t *testing.T) {
 			_, err := fs.Setattr(bg, ino, lfs.SetattrIn{Valid: lfs.SetSize, Size: 1})
 			return err
 		}, 0o4755, false},
+		{"open O_TRUNC", 0o4755, true, func(ino uint64, _ lfs.Handle) error {
+			h, err := fs.Open(bg, ino, syscall.O_WRONLY|syscall.O_TRUNC)
+			if err == nil {
+				err = fs.Release(bg, h)
+			}
+			return err
+		}, 0o4755, false},
 		{"truncate, kill", 0o6775, false, func(ino uint64, _ lfs.Handle) error {
 			_, err := fs.Setattr(bg, ino, lfs.SetattrIn{Valid: lfs.SetSize | lfs.SetKillSUIDGID, Size: 1})
 			return err

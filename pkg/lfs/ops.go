@@ -1070,6 +1070,7 @@ func (fs *FS) Open(ctx context.Context, ino uint64, flags int) (h Handle, err er
 		if err := fs.truncate(ctx, in, 0); err != nil {
 			return 0, err
 		}
+		in.killPriv(false) // a truncate drops the file capabilities
 		fs.touchInode(in, true)
 	}
 	return fs.open(in, flags), nil
