@@ -33,6 +33,14 @@
 // (a SQLite database: 2.2x) but reports a full file system at fsync or close
 // instead of write(2).
 //
+// Privileges on write: the mount negotiates HANDLE_KILLPRIV_V2, so lfs, not
+// the kernel, clears set-user/group-ID and file capabilities on write,
+// truncate and chown (the kernel flags the calls whose caller lacks
+// CAP_FSETID: WRITE_KILL_SUIDGID, FATTR_KILL_SUIDGID, OPEN_KILL_SUIDGID) and
+// the kernel stops asking GETXATTR security.capability before every WRITE;
+// with ATOMIC_O_TRUNC and HANDLE_KILLPRIV an O_TRUNC open is one OPEN that
+// truncates, without a SETATTR after it.
+//
 // Permissions are checked by the kernel: mounts use default_permissions.
 // Requests run with context.Background(): an interrupted system call does
 // not abandon an lfs operation half way.
