@@ -449,28 +449,21 @@ func (f *FS) Create(_ <-chan struct{}, in *fuse.CreateIn, name string, out *fuse
 	}
 	flags := f.openFlags(in.Flags)
 	a, h, err := f.fs.Create(bg(), in.NodeId, name, mode&0o7777, uid, gid, flags)
-	existed := false
 	if lfs.Errno(err) == syscall.EEXIST && flags&syscall.O_EXCL == 0 {
-		existed = true
+		// an existing file: its O_TRUNC by a caller without CAP_FSETID
+		// clears set-user/group-ID (HANDLE_KILLPRIV_V2); a file this call
+		// created keeps its mode
 		if a, err = f.fs.Lookup(bg(), in.NodeId, name); err == nil {
 			if a.Mode&syscall.S_IFMT == syscall.S_IFDIR {
 				return status(syscall.EISDIR)
 			}
-			if h, err = f.fs.Open(bg(), a.Ino, flags); err == nil {
+			if h, err = f.open(a.Ino, flags, in.OpenFlags); err == nil {
 				a, err = f.fs.Getattr(bg(), a.Ino)
 			}
 		}
 	}
 	if err != nil {
 		return status(err)
-	}
-	if existed && in.OpenFlags&fuse.OPEN_KILL_SUIDGID != 0 && flags&syscall.O_TRUNC != 0 {
-		// HANDLE_KILLPRIV_V2: an existing file truncated by a caller
-		// without CAP_FSETID (a file this call created keeps its mode)
-		if a, err = f.fs.Setattr(bg(), a.Ino, lfs.SetattrIn{Valid: lfs.SetKillSUIDGID}); err != nil {
-			_ = f.fs.Release(bg(), h)
-			return status(err)
-		}
 	}
 	f.entry(a, &out.EntryOut)
 	out.Fh = uint64(h)
@@ -510,18 +503,20 @@ func (f *FS) openFlags(fl uint32) int {
 	return flags
 }
 
+// open opens ino; openFlags are the kernel's OPEN_* flags: with
+// OPEN_KILL_SUIDGID (HANDLE_KILLPRIV_V2: O_TRUNC by a caller without
+// CAP_FSETID) the truncate also clears set-user/group-ID.
+func (f *FS) open(ino uint64, flags int, openFlags uint32) (lfs.Handle, error) {
+	if openFlags&fuse.OPEN_KILL_SUIDGID != 0 {
+		return f.fs.OpenKillSUIDGID(bg(), ino, flags)
+	}
+	return f.fs.Open(bg(), ino, flags)
+}
+
 func (f *FS) Open(_ <-chan struct{}, in *fuse.OpenIn, out *fuse.OpenOut) fuse.Status {
-	flags := f.openFlags(in.Flags)
-	h, err := f.fs.Open(bg(), in.NodeId, flags)
+	h, err := f.open(in.NodeId, f.openFlags(in.Flags), in.Mode) // (OpenIn.Mode holds the open_flags)
 	if err != nil {
 		return status(err)
-	}
-	if in.Mode&fuse.OPEN_KILL_SUIDGID != 0 && flags&syscall.O_TRUNC != 0 {
-		// HANDLE_KILLPRIV_V2: O_TRUNC by a caller without CAP_FSETID
-		if _, err := f.fs.Setattr(bg(), in.NodeId, lfs.SetattrIn{Valid: lfs.SetKillSUIDGID}); err != nil {
-			_ = f.fs.Release(bg(), h)
-			return status(err)
-		}
 	}
 	out.Fh = uint64(h)
 	// Every change of file data passes through this mount's page cache

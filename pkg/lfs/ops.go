@@ -56,7 +56,7 @@ const (
 	// (a truncate), or is a chown (FUSE's FATTR_KILL_SUIDGID with
 	// HANDLE_KILLPRIV_V2): clear the set-user-ID bit, and the set-group-ID
 	// bit of a group-executable file, as the kernel does on other file
-	// systems. Alone it changes nothing when neither bit is set.
+	// systems.
 	SetKillSUIDGID
 )
 
@@ -456,14 +456,6 @@ func (fs *FS) Setattr(ctx context.Context, ino uint64, s SetattrIn) (a Attr, err
 	in, err := o.lock(ctx, ino)
 	if err != nil {
 		return a, err
-	}
-	if s.Valid == SetKillSUIDGID {
-		// alone (an open with O_TRUNC by an unprivileged caller): a no-op
-		// unless there is something to clear
-		if in.killPriv(true) {
-			fs.touchInode(in, false)
-		}
-		return fs.attr(in), nil
 	}
 	if s.Valid&SetSize != 0 {
 		if in.isDir() {
@@ -1043,8 +1035,20 @@ func (fs *FS) open(in *inode, flags int) Handle {
 	return h
 }
 
-// Open opens an inode; O_TRUNC truncates a regular file.
+// Open opens an inode; O_TRUNC truncates a regular file (and drops its
+// file capabilities).
 func (fs *FS) Open(ctx context.Context, ino uint64, flags int) (h Handle, err error) {
+	return fs.openIno(ctx, ino, flags, false)
+}
+
+// OpenKillSUIDGID is Open by a caller without CAP_FSETID (FUSE's
+// OPEN_KILL_SUIDGID): its O_TRUNC also clears the set-user-ID bit, and the
+// set-group-ID bit of a group-executable file, as a truncate does.
+func (fs *FS) OpenKillSUIDGID(ctx context.Context, ino uint64, flags int) (h Handle, err error) {
+	return fs.openIno(ctx, ino, flags, true)
+}
+
+func (fs *FS) openIno(ctx context.Context, ino uint64, flags int, killSUIDGID bool) (h Handle, err error) {
 	kind := opRead
 	if flags&syscall.O_TRUNC != 0 {
 		kind = opWrite
@@ -1070,7 +1074,7 @@ func (fs *FS) Open(ctx context.Context, ino uint64, flags int) (h Handle, err er
 		if err := fs.truncate(ctx, in, 0); err != nil {
 			return 0, err
 		}
-		in.killPriv(false) // a truncate drops the file capabilities
+		in.killPriv(killSUIDGID) // a truncate drops the file capabilities
 		fs.touchInode(in, true)
 	}
 	return fs.open(in, flags), nil
