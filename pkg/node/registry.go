@@ -139,6 +139,7 @@ type Grants struct {
 	node     string
 	onRevoke func(device, zone uint32)
 	resets   map[[2]uint32]*zoneReset // zones whose revocation reset is pending (under mu)
+	workers  sync.WaitGroup           // running reset workers (StopResets waits for them)
 
 	revMu sync.Mutex
 	rev   int64         // etcd revision the cache reflects (every event up to it applied)
@@ -184,10 +185,20 @@ func (g *Grants) revokeLocked(k [2]uint32) {
 		g.resets = map[[2]uint32]*zoneReset{}
 	}
 	g.resets[k] = zr
+	g.workers.Add(1)
 	go g.resetWorker(k, zr)
 }
 
+// WaitResets waits until no revocation reset is running. The node calls it
+// after cancelling the watch and before closing its devices and owner
+// files, which the resets use (a reset that starts after the cancel sees
+// it and returns without touching them).
+func (g *Grants) WaitResets() {
+	g.workers.Wait()
+}
+
 func (g *Grants) resetWorker(k [2]uint32, zr *zoneReset) {
+	defer g.workers.Done()
 	for {
 		g.onRevoke(k[0], k[1])
 		g.mu.Lock()

@@ -83,3 +83,46 @@ func TestRevocationResetDoesNotBlockTheWatch(t *testing.T) {
 	assert.Equal(t, []uint32{8, 7}, resets)
 	mu.Unlock()
 }
+
+// TestWaitResetsWaitsForARunningReset: the node closes its devices only
+// after WaitResets, so WaitResets must not return while a revocation reset
+// is still running (a reset on a closed device or owner file raced the
+// shutdown before it existed).
+func TestWaitResetsWaitsForARunningReset(t *testing.T) {
+	cli := etcdClient(t)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	const node = "waitresets"
+	started, release := make(chan struct{}), make(chan struct{})
+	var finished bool // written by the reset, read after WaitResets: the race detector checks the ordering
+	g, err := WatchGrantsFunc(ctx, cli, node, quiet, func(_, zone uint32) {
+		close(started)
+		<-release
+		finished = true
+	})
+	require.NoError(t, err)
+	v, err := cluster.EncodeGrant(cluster.Grant{Namespace: "a"})
+	require.NoError(t, err)
+	_, err = cli.Put(ctx, cluster.GrantKey(node, 0, 3), string(v))
+	require.NoError(t, err)
+	require.Eventually(t, func() bool { return g.Len() == 1 }, 10*time.Second, 5*time.Millisecond)
+	_, err = cli.Delete(ctx, cluster.GrantKey(node, 0, 3))
+	require.NoError(t, err)
+	<-started
+	cancel() // shutdown: the watch stops, the running reset does not
+
+	waited := make(chan struct{})
+	go func() { g.WaitResets(); close(waited) }()
+	select {
+	case <-waited:
+		t.Fatal("WaitResets returned while a reset was running")
+	case <-time.After(100 * time.Millisecond):
+	}
+	close(release)
+	select {
+	case <-waited:
+	case <-time.After(10 * time.Second):
+		t.Fatal("WaitResets did not return after the reset finished")
+	}
+	assert.True(t, finished)
+}

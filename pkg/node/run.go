@@ -181,8 +181,10 @@ func Run(ctx context.Context, d *daemon.Daemon, o Options, log *slog.Logger) err
 	var grants *Grants
 	gctx, stopGrants := context.WithCancel(context.Background())
 	defer stopGrants()
-	// A revoked grant resets its zone synchronously in the watch loop, so a
-	// new grant of the same zone (a later event) applies only after the reset.
+	// A revoked grant resets its zone on a per-zone worker (Grants keeps the
+	// zone out of reach until it ran, so a new grant's I/O lands after it);
+	// shutdown cancels gctx and waits for running resets before closing the
+	// devices and owner files they use.
 	var svc *Service
 	svcReady := make(chan struct{})
 	if !o.Standalone {
@@ -197,7 +199,9 @@ func Run(ctx context.Context, d *daemon.Daemon, o Options, log *slog.Logger) err
 		onRevoke := func(dev, zone uint32) {
 			select {
 			case <-svcReady:
-				svc.ResetRevoked(dev, zone)
+				if gctx.Err() == nil { // shutting down: the devices are about to close
+					svc.ResetRevoked(dev, zone)
+				}
 			case <-gctx.Done():
 			}
 		}
@@ -242,13 +246,18 @@ func Run(ctx context.Context, d *daemon.Daemon, o Options, log *slog.Logger) err
 	}
 	close(svcReady)
 	defer svc.Close()
+	defer func() { // before svc.Close and the devices: no reset may run on them
+		stopGrants()
+		if grants != nil {
+			grants.WaitResets()
+		}
+	}()
 	svc.SweepUngranted()
 	if cli != nil {
 		if err := WatchWeights(gctx, cli, log, svc.SetNamespaceWeight); err != nil {
 			return err
 		}
 	}
-	defer stopGrants()
 	if err := svc.Collector().Register(d.Registry); err != nil {
 		return err
 	}
