@@ -35,11 +35,16 @@
 //
 // Privileges on write: the mount negotiates HANDLE_KILLPRIV_V2, so lfs, not
 // the kernel, clears set-user/group-ID and file capabilities on write,
-// truncate and chown (the kernel flags the calls whose caller lacks
-// CAP_FSETID: WRITE_KILL_SUIDGID, FATTR_KILL_SUIDGID, OPEN_KILL_SUIDGID) and
-// the kernel stops asking GETXATTR security.capability before every WRITE;
-// with ATOMIC_O_TRUNC and HANDLE_KILLPRIV an O_TRUNC open is one OPEN that
-// truncates, without a SETATTR after it.
+// truncate, fallocate and chown (the kernel flags the calls whose caller
+// lacks CAP_FSETID: WRITE_KILL_SUIDGID, FATTR_KILL_SUIDGID,
+// OPEN_KILL_SUIDGID; it flags nothing for fallocate, so the binding reads
+// the caller's CAP_FSETID itself) and the kernel stops asking GETXATTR
+// security.capability before every WRITE. The rules are Linux 6.2's for
+// local file systems: set-group-ID also goes from a file that is not
+// group-executable when the caller is not in its group; the caller's
+// supplementary groups and capabilities come from /proc/<tid>/status, read
+// only for such files (see caller). With ATOMIC_O_TRUNC and HANDLE_KILLPRIV
+// an O_TRUNC open is one OPEN that truncates, without a SETATTR after it.
 //
 // Permissions are checked by the kernel: mounts use default_permissions.
 // Requests run with context.Background(): an interrupted system call does
@@ -281,6 +286,7 @@ func (f *FS) SetAttr(_ <-chan struct{}, in *fuse.SetAttrIn, out *fuse.AttrOut) f
 		// HANDLE_KILLPRIV_V2: a truncate by a caller without CAP_FSETID,
 		// or a chown of a file
 		s.Valid |= lfs.SetKillSUIDGID
+		s.Caller = newCaller(&in.InHeader)
 	}
 	a, err := f.fs.Setattr(bg(), in.NodeId, s)
 	if err != nil {
@@ -457,7 +463,7 @@ func (f *FS) Create(_ <-chan struct{}, in *fuse.CreateIn, name string, out *fuse
 			if a.Mode&syscall.S_IFMT == syscall.S_IFDIR {
 				return status(syscall.EISDIR)
 			}
-			if h, err = f.open(a.Ino, flags, in.OpenFlags); err == nil {
+			if h, err = f.open(&in.InHeader, a.Ino, flags, in.OpenFlags); err == nil {
 				a, err = f.fs.Getattr(bg(), a.Ino)
 			}
 		}
@@ -506,15 +512,15 @@ func (f *FS) openFlags(fl uint32) int {
 // open opens ino; openFlags are the kernel's OPEN_* flags: with
 // OPEN_KILL_SUIDGID (HANDLE_KILLPRIV_V2: O_TRUNC by a caller without
 // CAP_FSETID) the truncate also clears set-user/group-ID.
-func (f *FS) open(ino uint64, flags int, openFlags uint32) (lfs.Handle, error) {
+func (f *FS) open(h *fuse.InHeader, ino uint64, flags int, openFlags uint32) (lfs.Handle, error) {
 	if openFlags&fuse.OPEN_KILL_SUIDGID != 0 {
-		return f.fs.OpenKillSUIDGID(bg(), ino, flags)
+		return f.fs.OpenKillSUIDGID(bg(), ino, flags, newCaller(h))
 	}
 	return f.fs.Open(bg(), ino, flags)
 }
 
 func (f *FS) Open(_ <-chan struct{}, in *fuse.OpenIn, out *fuse.OpenOut) fuse.Status {
-	h, err := f.open(in.NodeId, f.openFlags(in.Flags), in.Mode) // (OpenIn.Mode holds the open_flags)
+	h, err := f.open(&in.InHeader, in.NodeId, f.openFlags(in.Flags), in.Mode) // (OpenIn.Mode holds the open_flags)
 	if err != nil {
 		return status(err)
 	}
@@ -597,15 +603,17 @@ func (r *vecResult) Done() {
 // reserve and makes later fsyncs fail when it fails; write(2) goes to
 // lfs.Write, which gets ENOSPC before the reserve.
 func (f *FS) Write(_ <-chan struct{}, in *fuse.WriteIn, data []byte) (uint32, fuse.Status) {
-	write := f.fs.Write
-	switch {
+	var n int
+	var err error
+	switch h := lfs.Handle(in.Fh); {
 	case in.WriteFlags&fuse.WRITE_CACHE != 0:
-		write = f.fs.WriteBack
+		n, err = f.fs.WriteBack(bg(), h, int64(in.Offset), data)
 	case in.WriteFlags&fuse.WRITE_KILL_SUIDGID != 0:
 		// HANDLE_KILLPRIV_V2: a write by a caller without CAP_FSETID
-		write = f.fs.WriteKillSUIDGID
+		n, err = f.fs.WriteKillSUIDGID(bg(), h, int64(in.Offset), data, newCaller(&in.InHeader))
+	default:
+		n, err = f.fs.Write(bg(), h, int64(in.Offset), data)
 	}
-	n, err := write(bg(), lfs.Handle(in.Fh), int64(in.Offset), data)
 	if err != nil {
 		return 0, status(err)
 	}
@@ -635,7 +643,7 @@ func (f *FS) Fsync(_ <-chan struct{}, in *fuse.FsyncIn) fuse.Status {
 // KEEP_SIZE) and ZERO_RANGE deallocate the range; collapse, insert and
 // unshare are EOPNOTSUPP.
 func (f *FS) Fallocate(_ <-chan struct{}, in *fuse.FallocateIn) fuse.Status {
-	return status(f.fs.Fallocate(bg(), in.NodeId, in.Mode, in.Offset, in.Length))
+	return status(f.fs.Fallocate(bg(), in.NodeId, in.Mode, in.Offset, in.Length, newCaller(&in.InHeader)))
 }
 
 // Lseek implements fuse.RawFileSystem: SEEK_DATA and SEEK_HOLE (the kernel

@@ -15,18 +15,26 @@ import (
 	"github.com/zonefleet/zonefleet/pkg/fusefs"
 )
 
-// asNobody runs a shell command as uid/gid 65534 without capabilities.
-func asNobody(t *testing.T, cmd string) {
+// asNobody runs a shell command as uid/gid 65534 without capabilities, in
+// the supplementary groups given (none by default).
+func asNobody(t *testing.T, cmd string, groups ...string) {
 	t.Helper()
-	out, err := exec.Command("setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", "--inh-caps=-all", "sh", "-c", cmd).CombinedOutput()
+	gr := "--clear-groups"
+	if len(groups) > 0 {
+		gr = "--groups=" + strings.Join(groups, ",")
+	}
+	out, err := exec.Command("setpriv", "--reuid=65534", "--regid=65534", gr, "--inh-caps=-all", "sh", "-c", cmd).CombinedOutput()
 	require.NoError(t, err, "%s: %s", cmd, out)
 }
 
 // With HANDLE_KILLPRIV_V2 the file system, not the kernel, clears what a
-// write, truncate or chown takes from a file, as on other Linux file
-// systems: set-user-ID always and set-group-ID of a group-executable file
-// when the caller lacks CAP_FSETID, file capabilities on every write; and
-// the kernel no longer asks for security.capability before each WRITE.
+// write, truncate, fallocate or chown takes from a file, as on other Linux
+// file systems: set-user-ID always, and set-group-ID of a group-executable
+// file or of a file whose group the caller is not in, when the caller
+// lacks CAP_FSETID (or for a chown); file capabilities on every change;
+// and the kernel no longer asks for security.capability before each
+// WRITE. Every case runs on the mount and on a directory of the host's own
+// file system (ext4 or tmpfs), and both must end the same.
 func TestKillPrivOnWriteTruncateChown(t *testing.T) {
 	if os.Geteuid() != 0 {
 		t.Skip("needs root: files owned by another user, setpriv")
@@ -43,9 +51,14 @@ func TestKillPrivOnWriteTruncateChown(t *testing.T) {
 	dir := filepath.Join(m.dir, "d")
 	require.NoError(t, os.Mkdir(dir, 0o777))
 	require.NoError(t, os.Chmod(dir, 0o777))
-	mk := func(name string, mode uint32, caps bool) string {
+	ref := t.TempDir() // the host's file system, as the reference
+	for d := ref; d != "/" && d != os.TempDir(); d = filepath.Dir(d) {
+		require.NoError(t, os.Chmod(d, 0o777))
+	}
+	mk := func(dir, name string, mode, gid uint32, caps bool) string {
 		p := filepath.Join(dir, name)
 		require.NoError(t, os.WriteFile(p, []byte("0123456789"), 0o644))
+		require.NoError(t, os.Chown(p, 0, int(gid)))
 		require.NoError(t, os.Chmod(p, os.FileMode(mode&0o777)|modeBits(mode)))
 		if caps {
 			// a version-2 capability set (cap_net_raw+ep), as setcap writes it
@@ -66,34 +79,53 @@ func TestKillPrivOnWriteTruncateChown(t *testing.T) {
 	for _, tc := range []struct {
 		name     string
 		mode     uint32
+		gid      uint32 // the file's group
 		caps     bool
-		by       string // "nobody" or "root"
+		by       string // "nobody", "nobody in group 0" or "root"
 		op       string // shell, $F is the file
 		wantMode uint32
 		wantCaps bool
 	}{
-		{"write by nobody clears suid and sgid of g+x", 0o6777, false, "nobody", `echo x >> "$F"`, 0o0777, false},
-		{"write by nobody keeps sgid without g+x (mandatory locking mark)", 0o2767, false, "nobody", `echo x >> "$F"`, 0o2767, false},
-		{"truncate by nobody clears suid", 0o4777, false, "nobody", `truncate -s 3 "$F"`, 0o0777, false},
-		{"O_TRUNC by nobody clears suid", 0o4777, false, "nobody", `: > "$F"`, 0o0777, false},
-		{"write by root keeps suid, drops capabilities", 0o4755, true, "root", `echo x >> "$F"`, 0o4755, false},
-		{"write by nobody drops capabilities", 0o0666, true, "nobody", `echo x >> "$F"`, 0o0666, false},
-		{"read keeps everything", 0o6755, true, "nobody", `cat "$F" > /dev/null`, 0o6755, true},
-		{"chown by root clears suid", 0o4755, false, "root", `chown 65534 "$F"`, 0o0755, false},
+		{"write by nobody clears suid and sgid of g+x", 0o6777, 0, false, "nobody", `echo x >> "$F"`, 0o0777, false},
+		{"write by nobody clears sgid without g+x of another group's file", 0o2767, 0, false, "nobody", `echo x >> "$F"`, 0o0767, false},
+		{"write by nobody keeps sgid without g+x of its group's file", 0o2767, 65534, false, "nobody", `echo x >> "$F"`, 0o2767, false},
+		{"write by nobody keeps sgid without g+x of a supplementary group's file", 0o6767, 0, false, "nobody in group 0", `echo x >> "$F"`, 0o2767, false},
+		{"truncate by nobody clears suid", 0o4777, 0, false, "nobody", `truncate -s 3 "$F"`, 0o0777, false},
+		{"O_TRUNC by nobody clears suid", 0o4777, 0, false, "nobody", `: > "$F"`, 0o0777, false},
+		{"O_TRUNC by nobody clears sgid without g+x of another group's file", 0o2766, 0, false, "nobody", `: > "$F"`, 0o0766, false},
+		{"write by root keeps suid, drops capabilities", 0o4755, 0, true, "root", `echo x >> "$F"`, 0o4755, false},
+		{"write by nobody drops capabilities", 0o0666, 0, true, "nobody", `echo x >> "$F"`, 0o0666, false},
+		{"read keeps everything", 0o6755, 0, true, "nobody", `cat "$F" > /dev/null`, 0o6755, true},
+		{"chown by root clears suid", 0o4755, 0, false, "root", `chown 65534 "$F"`, 0o0755, false},
+		{"chown by root keeps sgid without g+x", 0o6745, 65534, false, "root", `chown 65534 "$F"`, 0o2745, false},
+		{"fallocate by nobody clears suid and sgid", 0o6777, 0, false, "nobody", `fallocate -l 8192 "$F"`, 0o0777, false},
+		{"fallocate by root keeps suid and sgid, drops capabilities", 0o6755, 0, true, "root", `fallocate -l 8192 "$F"`, 0o6755, false},
+		{"KEEP_SIZE fallocate by nobody clears suid", 0o4777, 0, false, "nobody", `fallocate -n -l 65536 "$F"`, 0o0777, false},
+		{"punch hole by nobody clears suid, drops capabilities", 0o4777, 0, true, "nobody", `fallocate -p -o 0 -l 4096 "$F"`, 0o0777, false},
+		{"zero range by nobody in the file's group keeps sgid without g+x", 0o6767, 0, false, "nobody in group 0", `fallocate -z -o 0 -l 4096 "$F"`, 0o2767, false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			p := mk(strings.ReplaceAll(tc.name, " ", "_"), tc.mode, tc.caps)
-			require.Equal(t, tc.mode, mode(p))
-			require.Equal(t, tc.caps, hasCaps(p))
-			cmd := "F='" + p + "'; " + tc.op
-			if tc.by == "nobody" {
-				asNobody(t, cmd)
-			} else {
-				out, err := exec.Command("sh", "-c", cmd).CombinedOutput()
-				require.NoError(t, err, "%s", out)
+			for _, where := range []string{dir, ref} {
+				p := mk(where, strings.NewReplacer(" ", "_", "'", "").Replace(tc.name), tc.mode, tc.gid, tc.caps)
+				require.Equal(t, tc.mode, mode(p))
+				require.Equal(t, tc.caps, hasCaps(p))
+				cmd := "F='" + p + "'; " + tc.op
+				switch tc.by {
+				case "nobody":
+					asNobody(t, cmd)
+				case "nobody in group 0":
+					asNobody(t, cmd, "0")
+				default:
+					out, err := exec.Command("sh", "-c", cmd).CombinedOutput()
+					require.NoError(t, err, "%s", out)
+				}
+				fs := "the mount"
+				if where == ref {
+					fs = "the host's file system"
+				}
+				assert.Equal(t, tc.wantMode, mode(p), "%s: mode %o", fs, mode(p))
+				assert.Equal(t, tc.wantCaps, hasCaps(p), fs)
 			}
-			assert.Equal(t, tc.wantMode, mode(p), "mode %o", mode(p))
-			assert.Equal(t, tc.wantCaps, hasCaps(p))
 		})
 	}
 

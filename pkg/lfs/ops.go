@@ -55,8 +55,8 @@ const (
 	// SetKillSUIDGID: the change is made by a caller without CAP_FSETID
 	// (a truncate), or is a chown (FUSE's FATTR_KILL_SUIDGID with
 	// HANDLE_KILLPRIV_V2): clear the set-user-ID bit, and the set-group-ID
-	// bit of a group-executable file, as the kernel does on other file
-	// systems.
+	// bit of a group-executable file or of a file whose group
+	// SetattrIn.Caller is not in, as the kernel does on other file systems.
 	SetKillSUIDGID
 )
 
@@ -65,11 +65,26 @@ const (
 // leaves it to the file system when FUSE's HANDLE_KILLPRIV_V2 is on).
 const xattrCaps = "security.capability"
 
-// killPriv clears what a write, truncate or chown takes from a file: its
-// file capabilities always, and with suidgid the set-user-ID bit and the
-// set-group-ID bit of a group-executable file. It reports whether anything
+// Caller is who makes a change, as far as clearing set-user/group-ID needs
+// to know (the FUSE binding reads it from the request's header and
+// /proc). A nil Caller is a privileged one: only the kill flags and the
+// group-execute bit decide, as FUSE's HANDLE_KILLPRIV_V2 describes it.
+type Caller interface {
+	// InGroup reports whether gid is the caller's file-system group ID or
+	// one of its supplementary groups.
+	InGroup(gid uint32) bool
+	// CapFSetID reports whether the caller holds CAP_FSETID.
+	CapFSetID() bool
+}
+
+// killPriv clears what a write, truncate, fallocate or chown takes from a
+// file: its file capabilities always, and with suidgid (a caller without
+// CAP_FSETID, or a chown) the set-user-ID bit and the set-group-ID bit of a
+// group-executable file, or of any file whose group the caller is neither
+// in nor holds CAP_FSETID for (Linux 6.2's setattr_should_drop_sgid: what
+// the kernel does on local file systems). It reports whether anything
 // changed (the caller updates ctime and marks the inode dirty).
-func (in *inode) killPriv(suidgid bool) bool {
+func (in *inode) killPriv(suidgid bool, c Caller) bool {
 	changed := false
 	if len(in.body.Xattrs) > 0 {
 		if i := in.xattrIndex(xattrCaps); i >= 0 {
@@ -82,7 +97,7 @@ func (in *inode) killPriv(suidgid bool) bool {
 		if m&syscall.S_ISUID != 0 {
 			m &^= syscall.S_ISUID
 		}
-		if m&(syscall.S_ISGID|syscall.S_IXGRP) == syscall.S_ISGID|syscall.S_IXGRP {
+		if m&syscall.S_ISGID != 0 && (m&syscall.S_IXGRP != 0 || (c != nil && !c.InGroup(in.body.GID) && !c.CapFSetID())) {
 			m &^= syscall.S_ISGID
 		}
 		if m != in.body.Mode {
@@ -101,6 +116,7 @@ type SetattrIn struct {
 	Size         uint64
 	Atime, Mtime int64 // ns since the epoch
 	Ctime        int64
+	Caller       Caller // who makes the change (SetKillSUIDGID); nil: privileged
 }
 
 // StatfsOut is the result of Statfs.
@@ -473,7 +489,7 @@ func (fs *FS) Setattr(ctx context.Context, ino uint64, s SetattrIn) (a Attr, err
 		// a truncate or chown drops the file capabilities; the caller's
 		// kill flag says whether it also clears set-user/group-ID (an
 		// explicit mode in the same call wins)
-		in.killPriv(s.Valid&SetKillSUIDGID != 0)
+		in.killPriv(s.Valid&SetKillSUIDGID != 0, s.Caller)
 	}
 	if s.Valid&SetMode != 0 {
 		in.body.Mode = in.body.Mode&syscall.S_IFMT | s.Mode&0o7777
@@ -1038,17 +1054,17 @@ func (fs *FS) open(in *inode, flags int) Handle {
 // Open opens an inode; O_TRUNC truncates a regular file (and drops its
 // file capabilities).
 func (fs *FS) Open(ctx context.Context, ino uint64, flags int) (h Handle, err error) {
-	return fs.openIno(ctx, ino, flags, false)
+	return fs.openIno(ctx, ino, flags, false, nil)
 }
 
-// OpenKillSUIDGID is Open by a caller without CAP_FSETID (FUSE's
-// OPEN_KILL_SUIDGID): its O_TRUNC also clears the set-user-ID bit, and the
-// set-group-ID bit of a group-executable file, as a truncate does.
-func (fs *FS) OpenKillSUIDGID(ctx context.Context, ino uint64, flags int) (h Handle, err error) {
-	return fs.openIno(ctx, ino, flags, true)
+// OpenKillSUIDGID is Open by caller c, which lacks CAP_FSETID (FUSE's
+// OPEN_KILL_SUIDGID): its O_TRUNC also clears set-user/group-ID as a
+// truncate does (see Caller).
+func (fs *FS) OpenKillSUIDGID(ctx context.Context, ino uint64, flags int, c Caller) (h Handle, err error) {
+	return fs.openIno(ctx, ino, flags, true, c)
 }
 
-func (fs *FS) openIno(ctx context.Context, ino uint64, flags int, killSUIDGID bool) (h Handle, err error) {
+func (fs *FS) openIno(ctx context.Context, ino uint64, flags int, killSUIDGID bool, c Caller) (h Handle, err error) {
 	kind := opRead
 	if flags&syscall.O_TRUNC != 0 {
 		kind = opWrite
@@ -1074,7 +1090,7 @@ func (fs *FS) openIno(ctx context.Context, ino uint64, flags int, killSUIDGID bo
 		if err := fs.truncate(ctx, in, 0); err != nil {
 			return 0, err
 		}
-		in.killPriv(killSUIDGID) // a truncate drops the file capabilities
+		in.killPriv(killSUIDGID, c) // a truncate drops the file capabilities
 		fs.touchInode(in, true)
 	}
 	return fs.open(in, flags), nil
@@ -1152,15 +1168,14 @@ func (fs *FS) ReadVec(ctx context.Context, h Handle, off int64, buf []byte, vec 
 // write(2) on any Linux file system it drops the file's capabilities
 // (security.capability); WriteKillSUIDGID also clears set-user/group-ID.
 func (fs *FS) Write(ctx context.Context, h Handle, off int64, data []byte) (n int, err error) {
-	return fs.write(ctx, h, off, data, false, false)
+	return fs.write(ctx, h, off, data, false, false, nil)
 }
 
-// WriteKillSUIDGID is Write by a caller without CAP_FSETID (FUSE's
-// WRITE_KILL_SUIDGID): it also clears the set-user-ID bit, and the
-// set-group-ID bit of a group-executable file, as the kernel does on other
-// file systems.
-func (fs *FS) WriteKillSUIDGID(ctx context.Context, h Handle, off int64, data []byte) (n int, err error) {
-	return fs.write(ctx, h, off, data, false, true)
+// WriteKillSUIDGID is Write by caller c, which lacks CAP_FSETID (FUSE's
+// WRITE_KILL_SUIDGID): it also clears set-user/group-ID as the kernel does
+// on other file systems (see Caller).
+func (fs *FS) WriteKillSUIDGID(ctx context.Context, h Handle, off int64, data []byte, c Caller) (n int, err error) {
+	return fs.write(ctx, h, off, data, false, true, c)
 }
 
 // WriteBack is Write for the kernel's write-back of cached pages (pages
@@ -1171,7 +1186,7 @@ func (fs *FS) WriteKillSUIDGID(ctx context.Context, h Handle, off int64, data []
 // lost page is never acknowledged by fsync; StaleCache tells the binding
 // that the kernel's page cache of the file shows data that was lost.
 func (fs *FS) WriteBack(ctx context.Context, h Handle, off int64, data []byte) (n int, err error) {
-	return fs.write(ctx, h, off, data, true, false)
+	return fs.write(ctx, h, off, data, true, false, nil)
 }
 
 // StaleCache reports (once) whether a write-back of ino failed since the
@@ -1188,7 +1203,7 @@ func (fs *FS) StaleCache(ino uint64) bool {
 	return true
 }
 
-func (fs *FS) write(ctx context.Context, h Handle, off int64, data []byte, writeBack, killSUIDGID bool) (n int, err error) {
+func (fs *FS) write(ctx context.Context, h Handle, off int64, data []byte, writeBack, killSUIDGID bool, c Caller) (n int, err error) {
 	pages := (len(data) + fs.bs - 1) / fs.bs
 	if err := fs.admit(ctx, pages); err != nil {
 		return 0, err
@@ -1244,7 +1259,7 @@ func (fs *FS) write(ctx context.Context, h Handle, off int64, data []byte, write
 		fs.writeBackFailed(in, err)
 	}
 	if n > 0 {
-		in.killPriv(killSUIDGID)
+		in.killPriv(killSUIDGID, c)
 	}
 	fs.touchInode(in, true)
 	fs.m.bytes("write", n)

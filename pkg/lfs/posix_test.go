@@ -348,9 +348,9 @@ func TestBadInputIsAnErrnoNeverAPanic(t *testing.T) {
 		}, syscall.EPERM},
 		{"lookup of a long name", func() error { _, err := fs.Lookup(bg, lfs.RootIno, string(bytes.Repeat([]byte("n"), 256))); return err }, syscall.ENAMETOOLONG},
 		{"punch a directory", func() error {
-			return fs.Fallocate(bg, lfs.RootIno, lfs.FallocPunchHole|lfs.FallocKeepSize, 0, 1)
+			return fs.Fallocate(bg, lfs.RootIno, lfs.FallocPunchHole|lfs.FallocKeepSize, 0, 1, nil)
 		}, syscall.EISDIR},
-		{"collapse range", func() error { return fs.Fallocate(bg, a.Ino, 0x08, 0, 4096) }, syscall.EOPNOTSUPP},
+		{"collapse range", func() error { return fs.Fallocate(bg, a.Ino, 0x08, 0, 4096, nil) }, syscall.EOPNOTSUPP},
 		{"seek data past the end", func() error { _, err := fs.Lseek(bg, a.Ino, 1<<40, lfs.SeekData); return err }, syscall.ENXIO},
 		{"huge symlink", func() error {
 			_, err := fs.Symlink(bg, lfs.RootIno, "s", string(bytes.Repeat([]byte("x"), 5000)), 0, 0)

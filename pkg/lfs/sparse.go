@@ -124,7 +124,13 @@ func (in *inode) hasPagesIn(from, to uint64) bool {
 //
 // Anything else (collapse, insert, unshare, punch without KEEP_SIZE) is
 // EOPNOTSUPP.
-func (fs *FS) Fallocate(ctx context.Context, ino uint64, mode uint32, off, length uint64) (err error) {
+//
+// As on ext4, every fallocate that succeeds updates mtime and ctime and
+// drops the file's capabilities, and one by a caller without CAP_FSETID
+// clears set-user/group-ID as a write does (c says who calls; nil is a
+// privileged caller). The kernel leaves this to FUSE file systems that
+// handle killing privileges, and flags nothing for fallocate.
+func (fs *FS) Fallocate(ctx context.Context, ino uint64, mode uint32, off, length uint64, c Caller) (err error) {
 	o, err := fs.begin(ctx, "fallocate", opWrite)
 	if err != nil {
 		return err
@@ -148,6 +154,13 @@ func (fs *FS) Fallocate(ctx context.Context, ino uint64, mode uint32, off, lengt
 	if end/bs/fs.epd()+1 > maxDirect {
 		return syscall.EFBIG
 	}
+	defer func() {
+		if err == nil {
+			kill := c != nil && in.body.Mode&(syscall.S_ISUID|syscall.S_ISGID) != 0 && !c.CapFSetID()
+			in.killPriv(kill, c)
+			fs.touchInode(in, true)
+		}
+	}()
 	switch mode {
 	case 0, FallocKeepSize:
 		// Nothing is reserved (blocks are allocated when written), but a

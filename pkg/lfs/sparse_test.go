@@ -93,25 +93,25 @@ func TestFallocatePunchAndZero(t *testing.T) {
 	}
 	// punch blocks 2..5 whole and half of blocks 1 and 6
 	off, n := bs+bs/2, 5*bs
-	require.NoError(t, fs.Fallocate(bg, a.Ino, lfs.FallocPunchHole|lfs.FallocKeepSize, off, n))
+	require.NoError(t, fs.Fallocate(bg, a.Ino, lfs.FallocPunchHole|lfs.FallocKeepSize, off, n, nil))
 	clear(want[off : off+n])
 	check("punched", 12, 16*bs)
 	st1, err := fs.Statfs(bg)
 	require.NoError(t, err)
 	require.Equal(t, st0.Bfree+4, st1.Bfree, "the punched blocks are free again")
 	// zero range past the end extends the size without taking space
-	require.NoError(t, fs.Fallocate(bg, a.Ino, lfs.FallocZeroRange, 15*bs, 3*bs))
+	require.NoError(t, fs.Fallocate(bg, a.Ino, lfs.FallocZeroRange, 15*bs, 3*bs, nil))
 	clear(want[15*bs : 16*bs])
 	want = append(want, make([]byte, 2*bs)...)
 	check("zeroed", 11, 18*bs)
 	// KEEP_SIZE: the size stays
-	require.NoError(t, fs.Fallocate(bg, a.Ino, lfs.FallocZeroRange|lfs.FallocKeepSize, 17*bs, 8*bs))
+	require.NoError(t, fs.Fallocate(bg, a.Ino, lfs.FallocZeroRange|lfs.FallocKeepSize, 17*bs, 8*bs, nil))
 	check("zero keep size", 11, 18*bs)
 	// mode 0 extends; KEEP_SIZE alone does nothing
-	require.NoError(t, fs.Fallocate(bg, a.Ino, 0, 0, 20*bs))
+	require.NoError(t, fs.Fallocate(bg, a.Ino, 0, 0, 20*bs, nil))
 	want = append(want, make([]byte, 2*bs)...)
 	check("allocated", 11, 20*bs)
-	require.NoError(t, fs.Fallocate(bg, a.Ino, lfs.FallocKeepSize, 0, 40*bs))
+	require.NoError(t, fs.Fallocate(bg, a.Ino, lfs.FallocKeepSize, 0, 40*bs, nil))
 	check("keep size", 11, 20*bs)
 	for _, c := range []struct {
 		mode      uint32
@@ -123,11 +123,11 @@ func TestFallocatePunchAndZero(t *testing.T) {
 		{0x20, 0, bs, syscall.EOPNOTSUPP},                // insert range
 		{lfs.FallocPunchHole | lfs.FallocKeepSize, 0, 0, syscall.EINVAL},
 	} {
-		require.ErrorIs(t, fs.Fallocate(bg, a.Ino, c.mode, c.off, c.n), c.errWanted, "%+v", c)
+		require.ErrorIs(t, fs.Fallocate(bg, a.Ino, c.mode, c.off, c.n, nil), c.errWanted, "%+v", c)
 	}
 	dir, err := fs.Mkdir(bg, lfs.RootIno, "d", 0o755, 0, 0)
 	require.NoError(t, err)
-	require.ErrorIs(t, fs.Fallocate(bg, dir.Ino, lfs.FallocPunchHole|lfs.FallocKeepSize, 0, bs), syscall.EISDIR)
+	require.ErrorIs(t, fs.Fallocate(bg, dir.Ino, lfs.FallocPunchHole|lfs.FallocKeepSize, 0, bs, nil), syscall.EISDIR)
 	require.NoError(t, fs.Fsync(bg, h, false))
 	require.NoError(t, fs.Release(bg, h))
 	require.NoError(t, fs.Unmount(bg))
