@@ -82,11 +82,15 @@ func DefaultOptions() Options {
 
 // Result of the benchmark; JSON keys are stable. Throughputs are medians in MiB/s.
 type Result struct {
-	TCPDiscardMiBPerSecond  float64 `json:"tcp_discard_mib_per_second"`
-	TCPFileMiBPerSecond     float64 `json:"tcp_file_mib_per_second"`
-	GRPCWriteMiBPerSecond   float64 `json:"grpc_write_mib_per_second"` // one client, WriteStream, bulk codec
-	GRPCvsTCPFileRatio      float64 `json:"grpc_vs_tcp_file_ratio"`
-	GRPCvsTCPDiscardRatio   float64 `json:"grpc_vs_tcp_discard_ratio"`
+	TCPDiscardMiBPerSecond float64 `json:"tcp_discard_mib_per_second"`
+	TCPFileMiBPerSecond    float64 `json:"tcp_file_mib_per_second"`
+	GRPCWriteMiBPerSecond  float64 `json:"grpc_write_mib_per_second"` // one client, WriteStream, bulk codec
+	GRPCvsTCPFileRatio     float64 `json:"grpc_vs_tcp_file_ratio"`
+	GRPCvsTCPDiscardRatio  float64 `json:"grpc_vs_tcp_discard_ratio"`
+	// TCPFilevsDiscardRatio is tcp_file over tcp_discard: the ceiling of
+	// grpc_vs_tcp_discard_ratio for anything that writes the bytes into the
+	// drive, as the node does (the discarding receiver writes nothing).
+	TCPFilevsDiscardRatio   float64 `json:"tcp_file_vs_tcp_discard_ratio"`
 	GRPCStandardCodecStream float64 `json:"grpc_standard_codec_stream_mib_per_second"`
 	GRPCUnaryQD1            float64 `json:"grpc_unary_qd1_mib_per_second"`
 	GRPCUnaryQD4            float64 `json:"grpc_unary_qd4_mib_per_second"` // four unary writes in flight on one connection
@@ -97,6 +101,15 @@ type Result struct {
 	// one WriteStream at a time each).
 	WriteMiBPerSecond map[int]float64 `json:"write_mib_per_second_by_clients"`
 	ClientScaling     float64         `json:"client_scaling_8_vs_1"`
+	// The raw baseline of client scaling: eight TCP connections, each
+	// received into its own zones of the drive (tcp_file's receiver, eight
+	// at once), over one (TCPFileMiBPerSecond). What this host allows eight
+	// streams into one drive, whatever the protocol: ClientScaling is
+	// judged against it (ClientScalingVsTCP = ClientScaling /
+	// TCPFileScaling).
+	TCPFile8MiBPerSecond float64 `json:"tcp_file_8_streams_mib_per_second"`
+	TCPFileScaling       float64 `json:"tcp_file_scaling_8_vs_1"`
+	ClientScalingVsTCP   float64 `json:"client_scaling_vs_tcp_file_scaling"`
 	// Every run of every point, in MiB/s, to judge the noise.
 	Samples   map[string][]float64 `json:"samples_mib_per_second"`
 	Admission *AdmissionScenario   `json:"admission,omitempty"`
@@ -320,8 +333,15 @@ func Run(ctx context.Context, o Options) (*Result, error) {
 	}
 	res.GRPCvsTCPFileRatio = res.GRPCWriteMiBPerSecond / res.TCPFileMiBPerSecond
 	res.GRPCvsTCPDiscardRatio = res.GRPCWriteMiBPerSecond / res.TCPDiscardMiBPerSecond
+	res.TCPFilevsDiscardRatio = res.TCPFileMiBPerSecond / res.TCPDiscardMiBPerSecond
 	if one := res.WriteMiBPerSecond[1]; one > 0 {
 		res.ClientScaling = res.WriteMiBPerSecond[8] / one
+	}
+	if res.TCPFileMiBPerSecond > 0 {
+		res.TCPFileScaling = res.TCPFile8MiBPerSecond / res.TCPFileMiBPerSecond
+	}
+	if res.TCPFileScaling > 0 {
+		res.ClientScalingVsTCP = res.ClientScaling / res.TCPFileScaling
 	}
 	if o.Admission {
 		adm, err := admission(ctx, o)
@@ -333,65 +353,94 @@ func Run(ctx context.Context, o Options) (*Result, error) {
 	return res, nil
 }
 
-// tcpRun measures the raw TCP baseline once: one connection, 1 MiB
-// writes; the receiver discards the bytes (dev nil) or writes them, 1 MiB
-// at a time, through the same zone plan into dev, a drive identical to the
-// node's.
-func tcpRun(ctx context.Context, total int64, payload []byte, dev *zns.Device) (float64, error) {
+// tcpRun measures the raw TCP baseline once: n connections (dialed and
+// accepted before timing), 1 MiB writes each; the receivers discard the
+// bytes (dev nil) or write them, 1 MiB at a time, through the same zone plan
+// as n gRPC clients into dev, a drive identical to the node's.
+func tcpRun(ctx context.Context, total int64, payload []byte, dev *zns.Device, n int) (float64, error) {
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		return 0, err
 	}
 	defer l.Close()
-	c, err := net.Dial("tcp", l.Addr().String())
-	if err != nil {
-		return 0, err
+	conns := make([]net.Conn, 0, 2*n)
+	defer func() {
+		for _, c := range conns {
+			_ = c.Close()
+		}
+	}()
+	senders, receivers := make([]net.Conn, n), make([]net.Conn, n)
+	for i := 0; i < n; i++ {
+		c, err := net.Dial("tcp", l.Addr().String())
+		if err != nil {
+			return 0, err
+		}
+		conns = append(conns, c)
+		sc, err := l.Accept()
+		if err != nil {
+			return 0, err
+		}
+		conns = append(conns, sc)
+		senders[i], receivers[i] = c, sc
 	}
-	defer c.Close()
-	sc, err := l.Accept()
-	if err != nil {
-		return 0, err
+	var sum int64
+	for i := 0; i < n; i++ {
+		_, b := plan(total, i, n)
+		sum += b
 	}
-	defer sc.Close()
-	got := make(chan error, 1)
-	go func() {
+	receive := func(i int, sc net.Conn) error {
+		zones, bytes := plan(total, i, n)
 		if dev == nil {
-			k, err := io.Copy(io.Discard, io.LimitReader(sc, total))
-			if err == nil && k != total {
-				err = fmt.Errorf("received %d of %d bytes", k, total)
+			k, err := io.Copy(io.Discard, io.LimitReader(sc, bytes))
+			if err == nil && k != bytes {
+				err = fmt.Errorf("received %d of %d bytes", k, bytes)
 			}
-			got <- err
-			return
+			return err
 		}
 		zs := uint64(dev.Identify().ZoneSize)
 		buf := make([]byte, mib)
-		zones, _ := plan(total, 0, 1)
-		left := total
+		left := bytes
 		for _, z := range zones {
 			for off := int64(0); off < zoneBytes && left > 0; off += mib {
 				if _, err := io.ReadFull(sc, buf); err != nil {
-					got <- err
-					return
+					return err
 				}
 				if _, err := dev.Write(ctx, z*zs+uint64(off)/4096, buf, zns.Flags{}); err != nil {
-					got <- err
-					return
+					return err
 				}
 				left -= mib
 			}
 		}
-		got <- nil
-	}()
+		return nil
+	}
+	got := make(chan error, 2*n)
 	t0 := time.Now()
-	for sent := int64(0); sent < total; sent += mib {
-		if _, err := c.Write(payload); err != nil {
-			return 0, err
+	for i := 0; i < n; i++ {
+		go func() { got <- receive(i, receivers[i]) }()
+		go func() {
+			_, bytes := plan(total, i, n)
+			for sent := int64(0); sent < bytes; sent += mib {
+				if _, err := senders[i].Write(payload); err != nil {
+					got <- err
+					return
+				}
+			}
+			got <- nil
+		}()
+	}
+	var first error
+	for i := 0; i < 2*n; i++ {
+		if err := <-got; err != nil && first == nil {
+			first = err
+			for _, c := range conns { // unblock the others
+				_ = c.Close()
+			}
 		}
 	}
-	if err := <-got; err != nil {
-		return 0, err
+	if first != nil {
+		return 0, first
 	}
-	return float64(total) / mib / time.Since(t0).Seconds(), nil
+	return float64(sum) / mib / time.Since(t0).Seconds(), nil
 }
 
 // streamWriter writes a zone with one WriteStream of 1 MiB messages.
@@ -448,7 +497,7 @@ func throughput(ctx context.Context, o Options, res *Result, payload []byte) err
 		return err
 	}
 	defer b.close()
-	tdev, err := zns.Create(filepath.Join(o.Dir, "tcp.zns"), throughputDrive(o.WriteBytes, 1), clock.Off())
+	tdev, err := zns.Create(filepath.Join(o.Dir, "tcp.zns"), throughputDrive(o.WriteBytes, 8), clock.Off())
 	if err != nil {
 		return err
 	}
@@ -505,18 +554,22 @@ func throughput(ctx context.Context, o Options, res *Result, payload []byte) err
 			return runWriters(ctx, writers, bytes, zs)
 		}
 	}
-	points := []measure{
-		{"tcp_discard", func(bytes int64) (float64, error) {
-			syscall.Sync()
-			return tcpRun(ctx, bytes, payload, nil)
-		}, &res.TCPDiscardMiBPerSecond},
-		{"tcp_file", func(bytes int64) (float64, error) {
+	tcpFile := func(n int) func(int64) (float64, error) {
+		return func(bytes int64) (float64, error) {
 			if _, err := tdev.ZoneMgmt(ctx, 0, zns.ActionReset, true); err != nil {
 				return 0, err
 			}
 			syscall.Sync()
-			return tcpRun(ctx, bytes, payload, tdev)
-		}, &res.TCPFileMiBPerSecond},
+			return tcpRun(ctx, bytes, payload, tdev, n)
+		}
+	}
+	points := []measure{
+		{"tcp_discard", func(bytes int64) (float64, error) {
+			syscall.Sync()
+			return tcpRun(ctx, bytes, payload, nil, 1)
+		}, &res.TCPDiscardMiBPerSecond},
+		{"tcp_file", tcpFile(1), &res.TCPFileMiBPerSecond},
+		{"tcp_file_8_streams", tcpFile(8), &res.TCPFile8MiBPerSecond},
 		{"grpc_stream", grpcPoint(streamWriter(c, payload)), &res.GRPCWriteMiBPerSecond},
 		{"grpc_stream_standard_codec", grpcPoint(streamWriter(std, payload)), &res.GRPCStandardCodecStream},
 		{"grpc_unary_qd1", grpcPoint(unaryWriter(c, payload)), &res.GRPCUnaryQD1},
@@ -765,6 +818,7 @@ func (r *Result) WriteTable(w io.Writer) error {
 	fmt.Fprintf(tw, "gRPC WriteStream, bulk codec (1 client)\t%.0f MiB/s\n", r.GRPCWriteMiBPerSecond)
 	fmt.Fprintf(tw, "grpc_vs_tcp_file_ratio\t%.2f\n", r.GRPCvsTCPFileRatio)
 	fmt.Fprintf(tw, "grpc_vs_tcp_discard_ratio\t%.2f\n", r.GRPCvsTCPDiscardRatio)
+	fmt.Fprintf(tw, "tcp_file_vs_tcp_discard_ratio (its ceiling)\t%.2f\n", r.TCPFilevsDiscardRatio)
 	fmt.Fprintf(tw, "gRPC WriteStream, standard protobuf codec\t%.0f MiB/s\n", r.GRPCStandardCodecStream)
 	fmt.Fprintf(tw, "gRPC unary writes, 1 in flight\t%.0f MiB/s\n", r.GRPCUnaryQD1)
 	fmt.Fprintf(tw, "gRPC unary writes, 4 in flight\t%.0f MiB/s\n", r.GRPCUnaryQD4)
@@ -778,6 +832,9 @@ func (r *Result) WriteTable(w io.Writer) error {
 		fmt.Fprintf(tw, "WriteStream, %d clients (aggregate)\t%.0f MiB/s\n", n, r.WriteMiBPerSecond[n])
 	}
 	fmt.Fprintf(tw, "client_scaling_8_vs_1\t%.2f\n", r.ClientScaling)
+	fmt.Fprintf(tw, "raw TCP, 8 streams into the drive\t%.0f MiB/s\n", r.TCPFile8MiBPerSecond)
+	fmt.Fprintf(tw, "tcp_file_scaling_8_vs_1\t%.2f\n", r.TCPFileScaling)
+	fmt.Fprintf(tw, "client_scaling_vs_tcp_file_scaling\t%.2f\n", r.ClientScalingVsTCP)
 	if a := r.Admission; a != nil {
 		fmt.Fprintf(tw, "\nadmission (eZNS Fig. 29b, time scale %.0f)\tregular writer MiB/s (min)\tbusy writer MiB/s\tcache stalls\tpaced writes\n", a.TimeScale)
 		fmt.Fprintf(tw, "admission control off\t%.1f (%.1f)\t%.1f\t%d\t%d\n", a.Off.Regular, a.Off.RegularMin, a.Off.Busy, a.Off.CacheStalls, a.Off.Paced)

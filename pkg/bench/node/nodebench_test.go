@@ -4,8 +4,12 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"path/filepath"
 	"testing"
 	"time"
+
+	"github.com/zonefleet/zonefleet/pkg/clock"
+	"github.com/zonefleet/zonefleet/pkg/zns"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -20,14 +24,18 @@ func TestRunSmall(t *testing.T) {
 	res, err := Run(context.Background(), Options{Dir: t.TempDir(), WriteBytes: 40 << 20, Runs: 3, RandomReads: 50,
 		Clients: []int{2}, Admission: true, AdmissionWall: time.Second, TimeScale: 4, RegularWriters: 2})
 	require.NoError(t, err)
-	for _, v := range []float64{res.TCPDiscardMiBPerSecond, res.TCPFileMiBPerSecond, res.GRPCWriteMiBPerSecond,
+	for _, v := range []float64{res.TCPDiscardMiBPerSecond, res.TCPFileMiBPerSecond, res.TCPFile8MiBPerSecond, res.GRPCWriteMiBPerSecond,
 		res.GRPCStandardCodecStream, res.GRPCUnaryQD1, res.GRPCUnaryQD4, res.RandomReadIOPS} {
 		assert.Positive(t, v)
 	}
 	assert.InDelta(t, res.GRPCWriteMiBPerSecond/res.TCPFileMiBPerSecond, res.GRPCvsTCPFileRatio, 1e-9)
 	assert.InDelta(t, res.GRPCWriteMiBPerSecond/res.TCPDiscardMiBPerSecond, res.GRPCvsTCPDiscardRatio, 1e-9)
+	assert.InDelta(t, res.TCPFileMiBPerSecond/res.TCPDiscardMiBPerSecond, res.TCPFilevsDiscardRatio, 1e-9)
 	assert.Equal(t, []int{1, 2, 8}, keys(res.WriteMiBPerSecond), "1 and 8 clients are always measured")
 	assert.InDelta(t, res.WriteMiBPerSecond[8]/res.WriteMiBPerSecond[1], res.ClientScaling, 1e-9)
+	assert.InDelta(t, res.TCPFile8MiBPerSecond/res.TCPFileMiBPerSecond, res.TCPFileScaling, 1e-9)
+	assert.InDelta(t, res.ClientScaling/res.TCPFileScaling, res.ClientScalingVsTCP, 1e-9)
+	assert.Equal(t, benchstat.Median(res.Samples["tcp_file_8_streams"]), res.TCPFile8MiBPerSecond)
 	for name, xs := range res.Samples {
 		assert.Len(t, xs, 3, name)
 	}
@@ -41,12 +49,12 @@ func TestRunSmall(t *testing.T) {
 
 	var buf bytes.Buffer
 	require.NoError(t, res.WriteTable(&buf))
-	for _, k := range []string{"grpc_vs_tcp_file_ratio", "grpc_vs_tcp_discard_ratio", "client_scaling_8_vs_1", "regular_writer_gain"} {
+	for _, k := range []string{"grpc_vs_tcp_file_ratio", "grpc_vs_tcp_discard_ratio", "client_scaling_8_vs_1", "tcp_file_scaling_8_vs_1", "client_scaling_vs_tcp_file_scaling", "regular_writer_gain"} {
 		assert.Contains(t, buf.String(), k)
 	}
 	js, err := json.Marshal(res)
 	require.NoError(t, err)
-	for _, k := range []string{`"grpc_vs_tcp_file_ratio"`, `"grpc_vs_tcp_discard_ratio"`, `"client_scaling_8_vs_1"`, `"samples_mib_per_second"`} {
+	for _, k := range []string{`"grpc_vs_tcp_file_ratio"`, `"grpc_vs_tcp_discard_ratio"`, `"client_scaling_8_vs_1"`, `"tcp_file_scaling_8_vs_1"`, `"samples_mib_per_second"`} {
 		assert.Contains(t, string(js), k)
 	}
 }
@@ -94,4 +102,26 @@ func TestRunRejectsBadOptions(t *testing.T) {
 	assert.ErrorIs(t, err, zerr.ErrInvalidArgument)
 	_, err = Run(context.Background(), Options{RegularWriters: 9})
 	assert.ErrorIs(t, err, zerr.ErrInvalidArgument)
+}
+
+// The raw baseline moves every byte of every stream into the drive: eight
+// receivers, each into its own zones, and the drive's write pointers say so.
+func TestTCPRunWritesEveryStream(t *testing.T) {
+	dev, err := zns.Create(filepath.Join(t.TempDir(), "d.zns"), throughputDrive(64<<20, 8), clock.Off())
+	require.NoError(t, err)
+	defer dev.Close()
+	payload := make([]byte, mib)
+	v, err := tcpRun(context.Background(), 64<<20, payload, dev, 8)
+	require.NoError(t, err)
+	assert.Positive(t, v)
+	zs, err := dev.ReportZones(zns.StateAny, 0, 16)
+	require.NoError(t, err)
+	var written uint64
+	for i, z := range zs {
+		if i < 8 {
+			assert.Equal(t, uint64(8<<20)/4096, z.WP-z.Start, "zone %d: writer %d's 8 MiB", i, i)
+		}
+		written += z.WP - z.Start
+	}
+	assert.Equal(t, uint64(64<<20)/4096, written)
 }
