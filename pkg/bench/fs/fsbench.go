@@ -171,6 +171,12 @@ type Throughput struct {
 	// throughput once the cores are busy.
 	CPUPerGiB         float64 `json:"mount_cpu_seconds_per_gib,omitempty"`
 	LoopbackCPUPerGiB float64 `json:"loopback_cpu_seconds_per_gib,omitempty"`
+	// CPUCeiling, on the parallel_*_scaling rows: the CPUs the process may
+	// run on over the cores the one-thread phase kept busy (the whole
+	// process: getrusage over wall time). A CPU-bound workload cannot scale
+	// past it at any thread count; kernel threads (write-back) are not
+	// counted, so it is an upper bound.
+	CPUCeiling float64 `json:"cpu_ceiling,omitempty"`
 }
 
 // processCPU returns the CPU time (user and system) this process used so far.
@@ -245,6 +251,12 @@ type Result struct {
 	ParallelReadScaling  float64            `json:"parallel_read_scaling"`
 	ParallelWriteScaling float64            `json:"parallel_write_scaling"`
 	LoopbackScaling      map[string]float64 `json:"loopback_scaling,omitempty"`
+	// ParallelCPUCeiling is, per scaling point, the most the mount's ratio
+	// can reach on this machine when CPU-bound: the CPUs over the cores its
+	// one-thread phase kept busy (Throughput.CPUCeiling, median of Runs).
+	// LoopbackScaling and DevvolScaling carry theirs as
+	// <point>_cpu_ceiling.
+	ParallelCPUCeiling map[string]float64 `json:"parallel_scaling_cpu_ceiling,omitempty"`
 	// Devvol is the same workloads on lfs over local drives (devvol, no
 	// network, drive clock off) through the same FUSE binding, in the same
 	// run: the file system's own cost. DevvolVsFuseLoopback its ratios.
@@ -571,14 +583,16 @@ func throughput(ctx context.Context, o Options, dir string, res *Result) error {
 	med := func(t *target) []Throughput {
 		var out []Throughput
 		for i := range t.results[0] {
-			var xs, secs, cpus []float64
+			var xs, secs, cpus, ceils []float64
 			for _, run := range t.results {
 				xs = append(xs, run[i].ZoneFleet)
 				secs = append(secs, run[i].ZoneFleetSec)
 				cpus = append(cpus, run[i].CPUPerGiB)
+				ceils = append(ceils, run[i].CPUCeiling)
 			}
 			x := t.results[0][i]
 			x.ZoneFleet, x.ZoneFleetSec, x.CPUPerGiB = benchstat.Median(xs), benchstat.Median(secs), benchstat.Median(cpus)
+			x.CPUCeiling = benchstat.Median(ceils)
 			out = append(out, x)
 		}
 		return out
@@ -607,6 +621,9 @@ func throughput(ctx context.Context, o Options, dir string, res *Result) error {
 			switch t.Workload {
 			case "parallel_read_scaling", "parallel_write_scaling":
 				sc[t.Workload] = t.ZoneFleet
+				if t.CPUCeiling > 0 {
+					sc[t.Workload+"_cpu_ceiling"] = t.CPUCeiling
+				}
 			}
 		}
 		return sc
@@ -623,6 +640,12 @@ func throughput(ctx context.Context, o Options, dir string, res *Result) error {
 	}
 	sc := scaling("mount")
 	res.ParallelReadScaling, res.ParallelWriteScaling = sc["parallel_read_scaling"], sc["parallel_write_scaling"]
+	res.ParallelCPUCeiling = map[string]float64{}
+	for _, k := range []string{"parallel_read_scaling", "parallel_write_scaling"} {
+		if v, ok := sc[k+"_cpu_ceiling"]; ok {
+			res.ParallelCPUCeiling[k] = v
+		}
+	}
 	if !o.SkipLoopRef {
 		res.LoopbackScaling = scaling("loopback")
 	}
@@ -895,10 +918,10 @@ func parallel(ctx context.Context, dir string, o Options) ([]Throughput, error) 
 	}
 	// as many passes over each file as the sequential points make
 	passes := max(1, (o.SeqTotalMiB+o.SeqMiB-1)/o.SeqMiB)
-	run := func(n int, f func(string) error) (float64, error) {
+	run := func(n int, f func(string) error) (mibps, cores float64, err error) {
 		errs := make([]error, n)
 		var wg sync.WaitGroup
-		t0 := time.Now()
+		c0, t0 := processCPU(), time.Now()
 		for i := 0; i < n; i++ {
 			wg.Add(1)
 			go func(i int) {
@@ -915,20 +938,20 @@ func parallel(ctx context.Context, dir string, o Options) ([]Throughput, error) 
 			}(i)
 		}
 		wg.Wait()
-		d := time.Since(t0).Seconds()
+		d, cpu := time.Since(t0).Seconds(), processCPU()-c0
 		for _, err := range errs {
 			if err != nil {
-				return 0, err
+				return 0, 0, err
 			}
 		}
-		return float64(n*passes) * float64(size) / (1 << 20) / d, nil
+		return float64(n*passes) * float64(size) / (1 << 20) / d, cpu.Seconds() / d, nil
 	}
 	var out []Throughput
 	for _, w := range []struct {
 		name string
 		f    func(string) error
 	}{{"parallel_write_scaling", write}, {"parallel_read_scaling", read}} {
-		one, err := run(1, w.f)
+		one, cores, err := run(1, w.f)
 		if err != nil {
 			return nil, fmt.Errorf("%s (1 thread): %w", w.name, err)
 		}
@@ -940,11 +963,15 @@ func parallel(ctx context.Context, dir string, o Options) ([]Throughput, error) 
 				}
 			}
 		}
-		many, err := run(o.Parallel, w.f)
+		many, _, err := run(o.Parallel, w.f)
 		if err != nil {
 			return nil, fmt.Errorf("%s (%d threads): %w", w.name, o.Parallel, err)
 		}
-		out = append(out, Throughput{Workload: w.name, ZoneFleet: many / one, Bytes: size * int64(o.Parallel*passes)})
+		t := Throughput{Workload: w.name, ZoneFleet: many / one, Bytes: size * int64(o.Parallel*passes)}
+		if cores > 0 {
+			t.CPUCeiling = float64(runtime.NumCPU()) / cores
+		}
+		out = append(out, t)
 	}
 	for _, p := range names {
 		if err := os.Remove(p); err != nil {
@@ -1259,14 +1286,14 @@ func (r *Result) WriteTable(w io.Writer) error {
 		fmt.Fprintf(tw, "%s\t%d %%\t%.1f\t%.3f\t%d\t%.1f\t%.1f\t%.1f (%.1f)\t%.1f\t%.1f\t%d\t%d (%d)\n", x.Method, x.Util, x.MiBPerSecond, x.WAF, x.GCRuns,
 			x.AvgGCMs, x.AvgReadMs, x.AvgReadPhaseMs, x.ReadPhaseMiBps, x.AvgCopyMs, x.AvgWriteCPMs, x.MovedHost, x.MovedIZC, x.Copyback)
 	}
-	fmt.Fprintf(tw, "parallel_read_scaling\t%.2f\n", r.ParallelReadScaling)
-	fmt.Fprintf(tw, "parallel_write_scaling\t%.2f\n", r.ParallelWriteScaling)
+	fmt.Fprintf(tw, "parallel_read_scaling\t%.2f\t(cpu ceiling %.2f)\n", r.ParallelReadScaling, r.ParallelCPUCeiling["parallel_read_scaling"])
+	fmt.Fprintf(tw, "parallel_write_scaling\t%.2f\t(cpu ceiling %.2f)\n", r.ParallelWriteScaling, r.ParallelCPUCeiling["parallel_write_scaling"])
 	for _, k := range []string{"parallel_read_scaling", "parallel_write_scaling"} {
 		if v, ok := r.LoopbackScaling[k]; ok {
-			fmt.Fprintf(tw, "loopback %s\t%.2f\n", k, v)
+			fmt.Fprintf(tw, "loopback %s\t%.2f\t(cpu ceiling %.2f)\n", k, v, r.LoopbackScaling[k+"_cpu_ceiling"])
 		}
 		if v, ok := r.DevvolScaling[k]; ok {
-			fmt.Fprintf(tw, "devvol %s\t%.2f\n", k, v)
+			fmt.Fprintf(tw, "devvol %s\t%.2f\t(cpu ceiling %.2f)\n", k, v, r.DevvolScaling[k+"_cpu_ceiling"])
 		}
 	}
 	for _, t := range r.Devvol {

@@ -39,6 +39,15 @@ func TestRunSmall(t *testing.T) {
 	assert.Equal(t, runtime.NumCPU(), res.CPUs)
 	assert.Positive(t, res.ParallelWriteScaling)
 	assert.Contains(t, res.LoopbackScaling, "parallel_read_scaling")
+	// the CPU ceiling: the CPUs over the cores one thread used — about 1 or
+	// more (one thread keeps at most every CPU busy), and finite (a FUSE
+	// thread keeps at least a twentieth of a core busy)
+	for _, k := range []string{"parallel_read_scaling", "parallel_write_scaling"} {
+		c := res.ParallelCPUCeiling[k]
+		assert.Greater(t, c, 0.9, k)
+		assert.LessOrEqual(t, c, float64(runtime.NumCPU())*20, k)
+		assert.Positive(t, res.LoopbackScaling[k+"_cpu_ceiling"], k)
+	}
 	require.Len(t, res.Devvol, 4, "the same workloads over devvol")
 	for _, tp := range res.Devvol {
 		assert.Positive(t, tp.ZoneFleet, tp.Workload)
