@@ -31,6 +31,7 @@ type caller struct {
 	read     bool
 	groups   []uint32
 	capEff   uint64
+	killed   bool // lfs cleared set-user/group-ID or capabilities (see FS.killed)
 }
 
 func newCaller(h *fuse.InHeader) *caller { return &caller{gid: h.Gid, tid: h.Pid} }
@@ -56,6 +57,9 @@ func (c *caller) CapFSetID() bool {
 	c.load()
 	return c.capEff&(1<<capFSetID) != 0
 }
+
+// Killed implements lfs.Caller.
+func (c *caller) Killed() { c.killed = true }
 
 func (c *caller) load() {
 	if c.read {

@@ -43,8 +43,12 @@
 // local file systems: set-group-ID also goes from a file that is not
 // group-executable when the caller is not in its group; the caller's
 // supplementary groups and capabilities come from /proc/<tid>/status, read
-// only for such files (see caller). With ATOMIC_O_TRUNC and HANDLE_KILLPRIV
-// an O_TRUNC open is one OPEN that truncates, without a SETATTR after it.
+// only for such files (see caller). A WRITE, OPEN or FALLOCATE reply
+// carries no attributes, so when lfs cleared something the binding
+// invalidates the kernel's cached attributes of the file before replying
+// (FS.killed): otherwise `stat` and exec would see the old set-user-ID bit
+// until the attribute timeout. With ATOMIC_O_TRUNC and HANDLE_KILLPRIV an
+// O_TRUNC open is one OPEN that truncates, without a SETATTR after it.
 //
 // Permissions are checked by the kernel: mounts use default_permissions.
 // Requests run with context.Background(): an interrupted system call does
@@ -112,6 +116,8 @@ type FS struct {
 	// writeback: the kernel write-back cache is on (Mount sets it from
 	// what INIT negotiated, before any request can name a file)
 	writeback atomic.Bool
+	// srv is the serving connection (Init), for attribute invalidations
+	srv atomic.Pointer[fuse.Server]
 
 	mu     sync.Mutex
 	dirs   map[uint64]*dirHandle
@@ -147,6 +153,26 @@ func status(err error) fuse.Status {
 func bg() context.Context { return context.Background() }
 
 func (f *FS) String() string { return "zonefleet" }
+
+// Init implements fuse.RawFileSystem: it keeps the server, to tell the
+// kernel about attribute changes it did not ask for.
+func (f *FS) Init(s *fuse.Server) { f.srv.Store(s) }
+
+// killed tells the kernel that a write, O_TRUNC open or fallocate by c
+// changed ino's mode or capabilities (HANDLE_KILLPRIV_V2: lfs clears them,
+// the reply carries no attributes): its cached attributes are invalidated
+// (FUSE_NOTIFY_INVAL_INODE, offset -1: attributes only, no page cache, so
+// it is safe from within the request), before the reply. Otherwise the
+// kernel would show, and honour on exec, the old set-user-ID bit until its
+// attribute timeout.
+func (f *FS) killed(c *caller, ino uint64) {
+	if c == nil || !c.killed {
+		return
+	}
+	if s := f.srv.Load(); s != nil {
+		_ = s.InodeNotify(ino, -1, 0) // ENOENT: the kernel holds no attributes of it
+	}
+}
 
 func fillAttr(a lfs.Attr, out *fuse.Attr) {
 	out.Ino = a.Ino
@@ -514,7 +540,10 @@ func (f *FS) openFlags(fl uint32) int {
 // CAP_FSETID) the truncate also clears set-user/group-ID.
 func (f *FS) open(h *fuse.InHeader, ino uint64, flags int, openFlags uint32) (lfs.Handle, error) {
 	if openFlags&fuse.OPEN_KILL_SUIDGID != 0 {
-		return f.fs.OpenKillSUIDGID(bg(), ino, flags, newCaller(h))
+		c := newCaller(h)
+		fh, err := f.fs.OpenKillSUIDGID(bg(), ino, flags, c)
+		f.killed(c, ino)
+		return fh, err
 	}
 	return f.fs.Open(bg(), ino, flags)
 }
@@ -610,7 +639,9 @@ func (f *FS) Write(_ <-chan struct{}, in *fuse.WriteIn, data []byte) (uint32, fu
 		n, err = f.fs.WriteBack(bg(), h, int64(in.Offset), data)
 	case in.WriteFlags&fuse.WRITE_KILL_SUIDGID != 0:
 		// HANDLE_KILLPRIV_V2: a write by a caller without CAP_FSETID
-		n, err = f.fs.WriteKillSUIDGID(bg(), h, int64(in.Offset), data, newCaller(&in.InHeader))
+		c := newCaller(&in.InHeader)
+		n, err = f.fs.WriteKillSUIDGID(bg(), h, int64(in.Offset), data, c)
+		f.killed(c, in.NodeId)
 	default:
 		n, err = f.fs.Write(bg(), h, int64(in.Offset), data)
 	}
@@ -643,7 +674,10 @@ func (f *FS) Fsync(_ <-chan struct{}, in *fuse.FsyncIn) fuse.Status {
 // KEEP_SIZE) and ZERO_RANGE deallocate the range; collapse, insert and
 // unshare are EOPNOTSUPP.
 func (f *FS) Fallocate(_ <-chan struct{}, in *fuse.FallocateIn) fuse.Status {
-	return status(f.fs.Fallocate(bg(), in.NodeId, in.Mode, in.Offset, in.Length, newCaller(&in.InHeader)))
+	c := newCaller(&in.InHeader)
+	err := f.fs.Fallocate(bg(), in.NodeId, in.Mode, in.Offset, in.Length, c)
+	f.killed(c, in.NodeId)
+	return status(err)
 }
 
 // Lseek implements fuse.RawFileSystem: SEEK_DATA and SEEK_HOLE (the kernel

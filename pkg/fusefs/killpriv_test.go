@@ -67,10 +67,14 @@ func TestKillPrivOnWriteTruncateChown(t *testing.T) {
 		}
 		return p
 	}
+	// the mode as `stat -c %A` and exec see it: statx asking for the mode
+	// alone is answered from the kernel's attribute cache unless the mode
+	// itself was invalidated (a full stat also refreshes when only the
+	// size is stale, and would hide a stale mode)
 	mode := func(p string) uint32 {
-		var st syscall.Stat_t
-		require.NoError(t, syscall.Stat(p, &st))
-		return st.Mode & 0o7777
+		var st unix.Statx_t
+		require.NoError(t, unix.Statx(unix.AT_FDCWD, p, 0, unix.STATX_MODE, &st))
+		return uint32(st.Mode) & 0o7777
 	}
 	hasCaps := func(p string) bool {
 		_, err := unix.Getxattr(p, "security.capability", make([]byte, 64))
@@ -127,6 +131,27 @@ func TestKillPrivOnWriteTruncateChown(t *testing.T) {
 				assert.Equal(t, tc.wantCaps, hasCaps(p), fs)
 			}
 		})
+	}
+
+	// The kernel sees the cleared bits at once: a WRITE or FALLOCATE reply
+	// carries no attributes, so without an invalidation it kept showing
+	// (and honouring on exec) the old mode for its attribute timeout. The
+	// sequence of xfstests generic/193 and 355: an empty file of nobody's,
+	// made set-user/group-ID by root, then written by nobody.
+	for _, op := range []string{`echo x >> "$F"`, `dd if=/dev/zero of="$F" bs=4096 count=1 oflag=direct conv=notrunc status=none`, `fallocate -l 8192 "$F"`} {
+		for _, where := range []string{dir, ref} {
+			p := filepath.Join(where, "owned")
+			_ = os.Remove(p)
+			f, err := os.Create(p)
+			require.NoError(t, err)
+			require.NoError(t, f.Close())
+			require.NoError(t, os.Chown(p, 65534, 65534))
+			require.NoError(t, os.Chmod(p, 0o644|os.ModeSetuid|os.ModeSetgid))
+			require.NoError(t, os.Chmod(p, 0o754|os.ModeSetuid|os.ModeSetgid)) // a second SETATTR, as chmod u+x does
+			require.Equal(t, uint32(0o6754), mode(p))
+			asNobody(t, "F='"+p+"'; "+op)
+			assert.Equal(t, uint32(0o0754), mode(p), "%s in %s: stat right after", op, where)
+		}
 	}
 
 	// an O_TRUNC open of an existing file is one OPEN (ATOMIC_O_TRUNC and

@@ -21,6 +21,7 @@ type caller struct {
 
 func (c caller) InGroup(gid uint32) bool { return slices.Contains(c.groups, gid) }
 func (c caller) CapFSetID() bool         { return c.fsetid }
+func (c caller) Killed()                 {}
 
 // What a write, truncate, fallocate or chown takes from a file (the FUSE
 // binding asks for it with HANDLE_KILLPRIV_V2): file capabilities always;
@@ -160,4 +161,35 @@ func TestFailedFallocateKillsNothing(t *testing.T) {
 	assert.Equal(t, before.Ctime, after.Ctime)
 	_, err = fs.Getxattr(bg, a.Ino, "security.capability")
 	assert.NoError(t, err)
+}
+
+// countingCaller counts Killed calls.
+type countingCaller struct {
+	caller
+	killed int
+}
+
+func (c *countingCaller) Killed() { c.killed++ }
+
+// The caller hears of every change that cleared something (the FUSE
+// binding then invalidates the kernel's cached attributes), and only then.
+func TestKillPrivTellsTheCaller(t *testing.T) {
+	fs := mkfsMount(t, newVol(t, 32, 8), lfs.Options{})
+	t.Cleanup(func() { _ = fs.Unmount(bg) })
+	a, h, err := fs.Create(bg, lfs.RootIno, "f", 0o6745, 0, 0, syscall.O_RDWR)
+	require.NoError(t, err)
+	defer fs.Release(bg, h)
+	c := &countingCaller{caller: caller{groups: []uint32{65534}}}
+	_, err = fs.WriteKillSUIDGID(bg, h, 0, []byte("x"), c)
+	require.NoError(t, err)
+	assert.Equal(t, 1, c.killed, "set-user/group-ID cleared")
+	_, err = fs.WriteKillSUIDGID(bg, h, 1, []byte("y"), c)
+	require.NoError(t, err)
+	assert.Equal(t, 1, c.killed, "nothing left to clear")
+	require.NoError(t, fs.Setxattr(bg, a.Ino, "security.capability", []byte{1, 2, 3, 4}, 0))
+	p := &countingCaller{caller: caller{fsetid: true}}
+	require.NoError(t, fs.Fallocate(bg, a.Ino, 0, 0, 8192, p))
+	assert.Equal(t, 1, p.killed, "capabilities dropped")
+	require.NoError(t, fs.Fallocate(bg, a.Ino, 0, 0, 8192, p))
+	assert.Equal(t, 1, p.killed)
 }

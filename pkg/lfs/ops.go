@@ -75,6 +75,12 @@ type Caller interface {
 	InGroup(gid uint32) bool
 	// CapFSetID reports whether the caller holds CAP_FSETID.
 	CapFSetID() bool
+	// Killed is told that the change cleared set-user/group-ID or file
+	// capabilities: a kernel that caches the file's attributes must learn
+	// it (the FUSE binding invalidates them), or it goes on showing, and
+	// honouring on exec, the old mode. It runs under lfs's locks and must
+	// not call back into lfs.
+	Killed()
 }
 
 // killPriv clears what a write, truncate, fallocate or chown takes from a
@@ -104,6 +110,9 @@ func (in *inode) killPriv(suidgid bool, c Caller) bool {
 			in.body.Mode = m
 			changed = true
 		}
+	}
+	if changed && c != nil {
+		c.Killed()
 	}
 	return changed
 }
