@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"path/filepath"
+	"sync/atomic"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -14,14 +15,15 @@ import (
 	"github.com/zonefleet/zonefleet/pkg/zns"
 )
 
-// countVol counts the blocks a Volume is asked to write.
+// countVol counts the blocks a Volume is asked to write (lfs writes
+// concurrently: write-back lanes and the checkpoint).
 type countVol struct {
 	lfs.Volume
-	blocks uint64
+	blocks atomic.Uint64
 }
 
 func (c *countVol) Write(ctx context.Context, z lfs.ZoneID, off uint64, d []byte, fua bool) error {
-	c.blocks += uint64(len(d) / 4096)
+	c.blocks.Add(uint64(len(d) / 4096))
 	return c.Volume.Write(ctx, z, off, d, fua)
 }
 
@@ -41,14 +43,14 @@ func TestManyFilesInOneDirectory(t *testing.T) {
 	const n, batch = 30000, 3000
 	var perBatch []uint64
 	for b := 0; b < n/batch; b++ {
-		before := v.blocks
+		before := v.blocks.Load()
 		for i := b * batch; i < (b+1)*batch; i++ {
 			_, h, err := fs.Create(bg, dir.Ino, fmt.Sprintf("file-%06d", i), 0o644, 0, 0, 0)
 			require.NoError(t, err)
 			require.NoError(t, fs.Release(bg, h))
 		}
 		require.NoError(t, fs.Sync(bg))
-		perBatch = append(perBatch, v.blocks-before)
+		perBatch = append(perBatch, v.blocks.Load()-before)
 	}
 	t.Logf("blocks written per %d creates: %v", batch, perBatch)
 	for _, w := range perBatch[1:] {
