@@ -452,6 +452,23 @@ const (
 	aclDefault = "system.posix_acl_default"
 )
 
+// xattrNamespace checks a name to set against the namespaces a Linux disk
+// file system stores (user., trusted., security.; the kernel checks who
+// may use each). FUSE passes any name through; as on ext4, anything else
+// (other system.* names, a made-up prefix) is EOPNOTSUPP and a bare prefix
+// is EINVAL.
+func xattrNamespace(name string) error {
+	for _, p := range []string{"user.", "trusted.", "security."} {
+		if strings.HasPrefix(name, p) {
+			if len(name) == len(p) {
+				return syscall.EINVAL
+			}
+			return nil
+		}
+	}
+	return syscall.EOPNOTSUPP
+}
+
 // SetXAttr implements fuse.RawFileSystem.
 func (f *FS) SetXAttr(_ <-chan struct{}, in *fuse.SetXAttrIn, name string, data []byte) fuse.Status {
 	if in.NodeId == lfs.RootIno && name == StatsXattr {
@@ -463,6 +480,9 @@ func (f *FS) SetXAttr(_ <-chan struct{}, in *fuse.SetXAttrIn, name string, data 
 		// `setfacl -m o::- secret` would report success and leave the
 		// file readable. Refused, as by a file system mounted noacl.
 		return status(syscall.EOPNOTSUPP)
+	}
+	if err := xattrNamespace(name); err != nil {
+		return status(err)
 	}
 	return status(f.fs.Setxattr(bg(), in.NodeId, name, data, int(in.Flags)))
 }
