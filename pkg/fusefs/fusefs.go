@@ -701,8 +701,17 @@ func (f *FS) Fallocate(_ <-chan struct{}, in *fuse.FallocateIn) fuse.Status {
 }
 
 // Lseek implements fuse.RawFileSystem: SEEK_DATA and SEEK_HOLE (the kernel
-// handles SEEK_SET, SEEK_CUR and SEEK_END itself).
+// handles SEEK_SET, SEEK_CUR and SEEK_END itself). With the kernel
+// write-back cache the kernel holds written pages (and the size) that lfs
+// has not seen yet, and does not write them back before LSEEK: lfs would
+// call a freshly written range a hole, or a position below the kernel's
+// size past the end (ENXIO), and `cp`'s sparse copy would drop data. So
+// there it answers ENOSYS, and the kernel falls back, for good, to its own
+// seek over its own size (every byte data: correct, no holes found).
 func (f *FS) Lseek(_ <-chan struct{}, in *fuse.LseekIn, out *fuse.LseekOut) fuse.Status {
+	if f.writeback.Load() {
+		return fuse.ENOSYS
+	}
 	pos, err := f.fs.Lseek(bg(), in.NodeId, in.Offset, int(in.Whence))
 	if err != nil {
 		return status(err)

@@ -13,6 +13,7 @@ import (
 	"github.com/hanwen/go-fuse/v2/posixtest"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/stretchr/testify/require"
+	"golang.org/x/sys/unix"
 
 	"github.com/zonefleet/zonefleet/pkg/fusefs"
 	"github.com/zonefleet/zonefleet/pkg/lfs"
@@ -40,6 +41,23 @@ func TestWritebackCache(t *testing.T) {
 			require.NoError(t, os.Mkdir(sub, 0o755))
 			t.Run(n, func(t *testing.T) { posixtest.All[n](t, sub) })
 		}
+	})
+	t.Run("SEEK_DATA finds what the kernel still holds", func(t *testing.T) {
+		// cp's sparse copy walks SEEK_DATA/SEEK_HOLE: a range written a
+		// moment ago, still in the kernel's cache, must read as data
+		f, err := os.Create(filepath.Join(m.dir, "sparse-fresh"))
+		require.NoError(t, err)
+		defer f.Close()
+		_, err = f.WriteAt([]byte("x"), 1<<20)
+		require.NoError(t, err)
+		data, err := unix.Seek(int(f.Fd()), 0, unix.SEEK_DATA)
+		require.NoError(t, err, "SEEK_DATA over a file whose only byte is in the kernel's cache")
+		require.LessOrEqual(t, data, int64(1<<20))
+		hole, err := unix.Seek(int(f.Fd()), data, unix.SEEK_HOLE)
+		require.NoError(t, err)
+		require.Greater(t, hole, int64(1<<20), "the written byte is not in a hole")
+		_, err = unix.Seek(int(f.Fd()), (1<<20)+1, unix.SEEK_DATA)
+		require.ErrorIs(t, err, unix.ENXIO, "past the end")
 	})
 	t.Run("append through two descriptors", func(t *testing.T) {
 		p := filepath.Join(m.dir, "log")
