@@ -705,7 +705,8 @@ func (f *FS) Fallocate(_ <-chan struct{}, in *fuse.FallocateIn) fuse.Status {
 // write-back cache the kernel holds written pages (and the size) that lfs
 // has not seen yet, and does not write them back before LSEEK: lfs would
 // call a freshly written range a hole, or a position below the kernel's
-// size past the end (ENXIO), and `cp`'s sparse copy would drop data. So
+// size past the end (ENXIO), and a program walking SEEK_DATA (a sparse
+// copy, a backup tool) would skip data the writer holds open. So
 // there it answers ENOSYS, and the kernel falls back, for good, to its own
 // seek over its own size (every byte data: correct, no holes found).
 func (f *FS) Lseek(_ <-chan struct{}, in *fuse.LseekIn, out *fuse.LseekOut) fuse.Status {
