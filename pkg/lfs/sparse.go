@@ -154,7 +154,7 @@ func (fs *FS) Fallocate(ctx context.Context, ino uint64, mode uint32, off, lengt
 	if end/bs/fs.epd()+1 > maxDirect {
 		return syscall.EFBIG
 	}
-	defer func() {
+	defer func() { // (after any size change below: deferred later, runs first)
 		if err == nil {
 			kill := c != nil && in.body.Mode&(syscall.S_ISUID|syscall.S_ISGID) != 0 && !c.CapFSetID()
 			in.killPriv(kill, c)
@@ -175,7 +175,6 @@ func (fs *FS) Fallocate(ctx context.Context, ino uint64, mode uint32, off, lengt
 		}
 		if mode == 0 && end > in.body.Size {
 			in.body.Size = end
-			fs.touchInode(in, true)
 		}
 		return nil
 	case FallocPunchHole | FallocKeepSize, FallocZeroRange, FallocZeroRange | FallocKeepSize:
@@ -188,7 +187,6 @@ func (fs *FS) Fallocate(ctx context.Context, ino uint64, mode uint32, off, lengt
 		defer func() {
 			if err == nil {
 				in.body.Size = newSize
-				fs.touchInode(in, true)
 			}
 		}()
 	}
@@ -222,7 +220,6 @@ func (fs *FS) Fallocate(ctx context.Context, ino uint64, mode uint32, off, lengt
 			return err
 		}
 	}
-	fs.touchInode(in, true)
 	return nil
 }
 

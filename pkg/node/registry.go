@@ -139,7 +139,7 @@ type Grants struct {
 	node     string
 	onRevoke func(device, zone uint32)
 	resets   map[[2]uint32]*zoneReset // zones whose revocation reset is pending (under mu)
-	workers  sync.WaitGroup           // running reset workers (StopResets waits for them)
+	workers  sync.WaitGroup           // running reset workers (WaitResets waits for them)
 
 	revMu sync.Mutex
 	rev   int64         // etcd revision the cache reflects (every event up to it applied)
