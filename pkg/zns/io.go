@@ -428,19 +428,37 @@ func (d *Device) writeLocked(z *zone, off uint64, data []byte, fl Flags, t0 time
 	return res, nil
 }
 
-// writePhys stores data at zone offset off of FBG fbg, one pwrite per chunk.
+// writePhys stores data at zone offset off of FBG fbg: one pwrite per run
+// of chunks that lie back to back in the store (a zone on one die is one
+// run; a zone striped over dies is a run per chunk). A pwrite per chunk cost
+// the node about three times the CPU per byte of one per run (16 KiB
+// pwrites against 512 KiB ones into the page cache: the per-call work of the
+// host file system, not the copy).
 func (d *Device) writePhys(z *zone, fbg int, off uint64, data []byte) error {
 	bs := uint64(d.g.BlockSize)
 	cb := uint64(d.g.ChunkBlocks)
 	n := uint64(len(data)) / bs
+	var runOff int64 // store offset of the run data[runStart*bs:i*bs]
+	runStart := uint64(0)
 	for i := uint64(0); i < n; {
 		o := off + i
 		k := min(n-i, cb-o%cb)
 		l := d.flashLoc(z, fbg, o)
-		if _, err := d.f.WriteAt(data[i*bs:(i+k)*bs], l.off); err != nil {
-			return d.zoneFail(z, "write data", err)
+		if i > runStart && l.off != runOff+int64((i-runStart)*bs) {
+			if _, err := d.f.WriteAt(data[runStart*bs:i*bs], runOff); err != nil {
+				return d.zoneFail(z, "write data", err)
+			}
+			runStart = i
+		}
+		if i == runStart {
+			runOff = l.off
 		}
 		i += k
+	}
+	if n > runStart {
+		if _, err := d.f.WriteAt(data[runStart*bs:n*bs], runOff); err != nil {
+			return d.zoneFail(z, "write data", err)
+		}
 	}
 	return nil
 }
