@@ -257,6 +257,10 @@ type Result struct {
 	// LoopbackScaling and DevvolScaling carry theirs as
 	// <point>_cpu_ceiling.
 	ParallelCPUCeiling map[string]float64 `json:"parallel_scaling_cpu_ceiling,omitempty"`
+	// VolumeWriteScaling is parallel_write_scaling's workload on the
+	// mount's volume alone, in the same run (see VolumeScaling): the
+	// cluster's own scaling, which the file system's cannot exceed.
+	VolumeWriteScaling *VolumeScaling `json:"volume_write_scaling,omitempty"`
 	// Devvol is the same workloads on lfs over local drives (devvol, no
 	// network, drive clock off) through the same FUSE binding, in the same
 	// run: the file system's own cost. DevvolVsFuseLoopback its ratios.
@@ -542,6 +546,11 @@ func throughput(ctx context.Context, o Options, dir string, res *Result) error {
 	defer cl.close()
 	vol, err := fsvol.New(ctx, cl.c, fsvol.Options{})
 	if err != nil {
+		return err
+	}
+	// the volume alone first, with the parallel write point's workload
+	// (it resets what it wrote; mkfs then starts on an empty volume)
+	if res.VolumeWriteScaling, err = volumeScaling(ctx, vol, o); err != nil {
 		return err
 	}
 	if err := lfs.Mkfs(ctx, vol, lfs.MkfsOptions{}); err != nil {
@@ -1288,6 +1297,9 @@ func (r *Result) WriteTable(w io.Writer) error {
 	}
 	fmt.Fprintf(tw, "parallel_read_scaling\t%.2f\t(cpu ceiling %.2f)\n", r.ParallelReadScaling, r.ParallelCPUCeiling["parallel_read_scaling"])
 	fmt.Fprintf(tw, "parallel_write_scaling\t%.2f\t(cpu ceiling %.2f)\n", r.ParallelWriteScaling, r.ParallelCPUCeiling["parallel_write_scaling"])
+	if v := r.VolumeWriteScaling; v != nil {
+		fmt.Fprintf(tw, "volume_write_scaling (the volume alone, %d streams)\t%.2f\t(cpu ceiling %.2f; %.0f vs %.0f MiB/s)\n", v.Streams, v.Scaling, v.CPUCeiling, v.ManyMiBPerSecond, v.OneMiBPerSecond)
+	}
 	for _, k := range []string{"parallel_read_scaling", "parallel_write_scaling"} {
 		if v, ok := r.LoopbackScaling[k]; ok {
 			fmt.Fprintf(tw, "loopback %s\t%.2f\t(cpu ceiling %.2f)\n", k, v, r.LoopbackScaling[k+"_cpu_ceiling"])

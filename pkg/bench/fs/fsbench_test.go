@@ -48,6 +48,15 @@ func TestRunSmall(t *testing.T) {
 		assert.LessOrEqual(t, c, float64(runtime.NumCPU())*20, k)
 		assert.Positive(t, res.LoopbackScaling[k+"_cpu_ceiling"], k)
 	}
+	// the parallel write point on the volume alone, same run: two streams
+	// against one, each moving what one thread moves
+	v := res.VolumeWriteScaling
+	require.NotNil(t, v)
+	assert.Equal(t, 2, v.Streams)
+	assert.Positive(t, v.OneMiBPerSecond)
+	assert.Positive(t, v.ManyMiBPerSecond)
+	assert.InDelta(t, v.ManyMiBPerSecond/v.OneMiBPerSecond, v.Scaling, 1e-9, "one run: the median ratio is the ratio")
+	assert.Greater(t, v.CPUCeiling, 0.9)
 	require.Len(t, res.Devvol, 4, "the same workloads over devvol")
 	for _, tp := range res.Devvol {
 		assert.Positive(t, tp.ZoneFleet, tp.Workload)
@@ -82,12 +91,14 @@ func TestRunSmall(t *testing.T) {
 	require.NoError(t, res.WriteTable(&buf))
 	assert.Contains(t, buf.String(), "vs_fuse_loopback")
 	assert.Contains(t, buf.String(), "cpu s/GiB zonefleet")
+	assert.Contains(t, buf.String(), "volume_write_scaling")
 	js, err := json.Marshal(res)
 	require.NoError(t, err)
 	assert.Contains(t, string(js), `"vs_fuse_loopback":{`)
 	assert.Contains(t, string(js), `"mount_cpu_seconds_per_gib":`)
 	assert.Contains(t, string(js), `"parallel_read_scaling":`)
 	assert.Contains(t, string(js), `"parallel_write_scaling":`)
+	assert.Contains(t, string(js), `"volume_write_scaling":{`)
 	assert.Contains(t, string(js), `"fileserver_16_vs_1_threads":`)
 }
 
