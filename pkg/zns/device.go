@@ -180,7 +180,7 @@ func create(path string, cfg flash.Config, clk clock.Clock, opts []Option) (*Dev
 	if err := f.Truncate(lay.size); err != nil {
 		return fail(err)
 	}
-	if _, err := f.WriteAt(encodeHeader(cfg, uuid, knownFeatures), 0); err != nil {
+	if _, err := f.WriteAt(encodeHeader(cfg, uuid, newFeatures), 0); err != nil {
 		return fail(err)
 	}
 	if err := f.Sync(); err != nil {
@@ -244,10 +244,11 @@ func open(path string, cfg flash.Config, clk clock.Clock, opts []Option) (*Devic
 		}
 		return nil, &zerr.CorruptError{Path: path, Reason: "cannot read header: " + err.Error()}
 	}
-	uuid, version, err := checkHeader(path, hdr, cfg)
+	uuid, version, feat, err := checkHeader(path, hdr, cfg)
 	if err != nil {
 		return nil, err
 	}
+	lay.interleaved = feat.Incompat&featFBGInterleaved != 0
 	if sz, err := f.Size(); err != nil {
 		return nil, err
 	} else if sz < lay.size {
@@ -425,7 +426,8 @@ func open(path string, cfg flash.Config, clk clock.Clock, opts []Option) (*Devic
 		z.jgen = z.gen // the journal is rewritten and synced below
 	}
 	if version < formatVersion {
-		if _, err := f.WriteAt(encodeHeader(cfg, uuid, knownFeatures), 0); err != nil {
+		// (the drive's own features: a version 1 drive has the older layout)
+		if _, err := f.WriteAt(encodeHeader(cfg, uuid, feat), 0); err != nil {
 			return nil, err
 		}
 		if err := f.Sync(); err != nil {
@@ -919,9 +921,8 @@ func (d *Device) scrubFBG(fcg, b int, cleanAt uint64) error {
 }
 
 func (d *Device) punchFBG(fcg, b int) error {
-	for c := 0; c < d.g.DZone; c++ {
-		chip := fcg*d.g.DZone + c
-		if err := d.f.PunchHole(d.lay.off(chip, b, 0, 0), d.lay.blockBytes()); err != nil {
+	for _, r := range d.lay.fbgRanges(fcg, b) {
+		if err := d.f.PunchHole(r[0], r[1]); err != nil {
 			return d.deviceFail("punch flash block", err)
 		}
 	}
@@ -1016,6 +1017,13 @@ func (d *Device) zeroRange(z *zone, fbg int, a, b uint64) error {
 		return nil
 	}
 	ja, jb := a/cb, b/cb // whole chunks [ja, jb)
+	if d.lay.interleaved {
+		// the zone's chunks are back to back in the file
+		if err := d.f.PunchHole(d.flashLoc(z, fbg, ja*cb).off, int64(jb-ja)*int64(d.g.PageSize)); err != nil {
+			return d.zoneFail(z, "punch", err)
+		}
+		return nil
+	}
 	D := uint64(d.g.DZone)
 	for ch := uint64(0); ch < D; ch++ {
 		first := ja + (ch+D-ja%D)%D

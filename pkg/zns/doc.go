@@ -116,7 +116,10 @@
 // CRC32C slots per zone, written after the data of every write: the
 // acknowledgement point; the in-memory write pointer moves only once its
 // slot is written), the IPU region and the flash blocks at fixed offsets
-// (sparse; an FBG that may hold data of an earlier life is zeroed —
+// (by flash block group, its chips' pages interleaved, so that a zone is
+// contiguous in the file and one write of it is one pwrite whatever its
+// stripe — incompat feature bit 0; a drive made before it keeps its
+// chip-major layout, see layout.off; sparse; an FBG that may hold data of an earlier life is zeroed —
 // fallocate ZERO_RANGE, see vfs.OS — and synced when it is allocated, so a block below a write pointer never reads
 // as another zone's old data, even after a power loss). path.journal holds
 // records of zone state changes, FBG erase counts and IPU mappings in frames

@@ -57,6 +57,10 @@ func writeV1(t *testing.T, p string, uuid [16]byte) {
 }
 
 func TestFormatV1Upgrade(t *testing.T) {
+	// a version 1 drive has the older, chip-major layout
+	saved := newFeatures
+	newFeatures = ondisk.Features{}
+	t.Cleanup(func() { newFeatures = saved })
 	cfg := testCfg()
 	d, p := newDev(t, cfg, clock.Off())
 	bs := d.g.BlockSize

@@ -33,10 +33,24 @@ const (
 	maxRecord     = 1 << 24
 )
 
-// knownFeatures are the feature bits this build understands (none yet: the
-// sets exist so that threaded logging or in-place update state can be added
-// as compat, ro_compat or incompat features without a version bump).
-var knownFeatures = ondisk.Features{}
+// Device feature bits.
+const (
+	// featFBGInterleaved (incompat): the flash region is laid out by flash
+	// block group, its chips' pages interleaved (see layout.off), so that
+	// a zone striped over several dies is contiguous in the file. Without
+	// it (drives made before it; identical for one-die zones) each chip's
+	// blocks are contiguous and a striped zone's chunks lie a block apart.
+	featFBGInterleaved uint64 = 1 << 0
+)
+
+// knownFeatures are the feature bits this build understands; newFeatures
+// those of a device it creates (a test makes a drive of the older layout by
+// clearing them). The journal's header carries none of the device's.
+var (
+	knownFeatures   = ondisk.Features{Incompat: featFBGInterleaved}
+	newFeatures     = ondisk.Features{Incompat: featFBGInterleaved}
+	journalFeatures = ondisk.Features{}
+)
 
 var castagnoli = crc32.MakeTable(crc32.Castagnoli)
 
@@ -50,6 +64,8 @@ type layout struct {
 	size      int64
 	cfg       flash.Config
 	g         flash.Geometry
+	// interleaved: featFBGInterleaved (see off)
+	interleaved bool
 }
 
 func newLayout(cfg flash.Config) layout {
@@ -63,8 +79,39 @@ func newLayout(cfg flash.Config) layout {
 }
 
 // off is the file offset of block sub of page on chip's flash block blk.
+//
+// Interleaved (featFBGInterleaved), the flash region is a sequence of flash
+// block groups — block blk of every chip of one FCG — each holding its
+// chips' pages interleaved: page p of the group's chip c at (p*DZone+c)
+// pages from the group's start. A zone's chunk j lies on chip j mod DZone,
+// page j / DZone (flash.Geometry.Locate), so the zone is contiguous in the
+// file and a write or read of it is one pwrite or pread, whatever the
+// stripe. Otherwise (older drives) chip-major: each chip's blocks in turn,
+// a striped zone's chunks a block apart. With one die per zone both are the
+// same.
 func (l layout) off(chip, blk, page, sub int) int64 {
-	return l.flashBase + ((int64(chip)*int64(l.cfg.BlocksPerChip)+int64(blk))*int64(l.cfg.PagesPerBlock)+int64(page))*int64(l.cfg.PageSize) + int64(sub)*int64(l.cfg.BlockSize)
+	ps, bs := int64(l.cfg.PageSize), int64(l.cfg.BlockSize)
+	ppb, bpc := int64(l.cfg.PagesPerBlock), int64(l.cfg.BlocksPerChip)
+	if l.interleaved {
+		dz := int64(l.g.DZone)
+		fcg, c := int64(chip)/dz, int64(chip)%dz
+		return l.flashBase + (((fcg*bpc+int64(blk))*ppb+int64(page))*dz+c)*ps + int64(sub)*bs
+	}
+	return l.flashBase + ((int64(chip)*bpc+int64(blk))*ppb+int64(page))*ps + int64(sub)*bs
+}
+
+// fbgRanges are the file ranges (offset, length) of flash block group blk
+// of fcg: one when interleaved, one per chip otherwise.
+func (l layout) fbgRanges(fcg, blk int) [][2]int64 {
+	dz := l.g.DZone
+	if l.interleaved || dz == 1 {
+		return [][2]int64{{l.off(fcg*dz, blk, 0, 0), int64(dz) * l.blockBytes()}}
+	}
+	out := make([][2]int64, dz)
+	for c := range dz {
+		out[c] = [2]int64{l.off(fcg*dz+c, blk, 0, 0), l.blockBytes()}
+	}
+	return out
 }
 
 func (l layout) blockBytes() int64 { return int64(l.cfg.PagesPerBlock) * int64(l.cfg.PageSize) }
@@ -102,36 +149,37 @@ func encodeHeader(c flash.Config, uuid [16]byte, feat ondisk.Features) []byte {
 	return b
 }
 
-// checkHeader validates a device header and returns its UUID and format
-// version. Version 1 (no feature bits) is read; Open upgrades it.
-func checkHeader(path string, b []byte, c flash.Config) ([16]byte, uint32, error) {
-	var uuid [16]byte
+// checkHeader validates a device header and returns its UUID, format
+// version and feature bits. Version 1 (no feature bits) is read; Open
+// upgrades it.
+func checkHeader(path string, b []byte, c flash.Config) (uuid [16]byte, version uint32, feat ondisk.Features, err error) {
 	if len(b) < headerSize || string(b[:8]) != dataMagic {
-		return uuid, 0, &zerr.CorruptError{Path: path, Reason: "not a ZoneFleet device file (bad magic)"}
+		return uuid, 0, feat, &zerr.CorruptError{Path: path, Reason: "not a ZoneFleet device file (bad magic)"}
 	}
 	if crc(b[:headerSize-4]) != binary.LittleEndian.Uint32(b[headerSize-4:]) {
-		return uuid, 0, &zerr.CorruptError{Path: path, Reason: "header checksum mismatch"}
+		return uuid, 0, feat, &zerr.CorruptError{Path: path, Reason: "header checksum mismatch"}
 	}
 	v := binary.LittleEndian.Uint32(b[8:])
 	if v != 1 && v != formatVersion {
-		return uuid, 0, &zerr.CorruptError{Path: path, Reason: fmt.Sprintf("format version %d, this build reads 1..%d", v, formatVersion)}
+		return uuid, 0, feat, &zerr.CorruptError{Path: path, Reason: fmt.Sprintf("format version %d, this build reads 1..%d", v, formatVersion)}
 	}
 	if v >= 2 {
 		// The drive is always opened for writing: unknown ro_compat bits refuse too.
 		if _, err := ondisk.Check(path, ondisk.Decode(b[featOff:]), knownFeatures); err != nil {
-			return uuid, 0, err
+			return uuid, 0, ondisk.Features{}, err
 		}
+		feat = ondisk.Decode(b[featOff:])
 	}
 	copy(uuid[:], b[12:28])
 	p := 28
 	for _, f := range geomFields(c) {
 		have := binary.LittleEndian.Uint32(b[p:])
 		if have != f.v {
-			return uuid, 0, &zerr.GeometryMismatchError{Field: f.name, Have: strconv.Itoa(int(have)), Want: strconv.Itoa(int(f.v))}
+			return uuid, 0, feat, &zerr.GeometryMismatchError{Field: f.name, Have: strconv.Itoa(int(have)), Want: strconv.Itoa(int(f.v))}
 		}
 		p += 4
 	}
-	return uuid, v, nil
+	return uuid, v, feat, nil
 }
 
 // ---- write pointer slots ----
@@ -309,7 +357,7 @@ func journalHeader(uuid [16]byte, epoch uint64) []byte {
 	copy(b, journalMagic)
 	binary.LittleEndian.PutUint32(b[8:], formatVersion)
 	copy(b[12:28], uuid[:])
-	knownFeatures.Encode(b[jFeatOff:])
+	journalFeatures.Encode(b[jFeatOff:])
 	binary.LittleEndian.PutUint64(b[jEpochOff:], epoch)
 	binary.LittleEndian.PutUint32(b[jHeaderSize-4:], crc(b[:jHeaderSize-4]))
 	return b

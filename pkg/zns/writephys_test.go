@@ -8,6 +8,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/zonefleet/zonefleet/pkg/clock"
+	"github.com/zonefleet/zonefleet/pkg/ondisk"
 	"github.com/zonefleet/zonefleet/pkg/vfs"
 )
 
@@ -19,12 +20,21 @@ func TestWritePhysOnePwritePerRun(t *testing.T) {
 	for _, tc := range []struct {
 		name   string
 		dzone  int
+		older  bool                 // a drive of the older, chip-major layout (no featFBGInterleaved)
 		writes func(chunks int) int // data pwrites expected for a write of chunks whole chunks
 	}{
-		{"one die per zone", 1, func(int) int { return 1 }},
-		{"two dies per zone", 2, func(c int) int { return c }},
+		{"one die per zone", 1, false, func(int) int { return 1 }},
+		{"two dies per zone", 2, false, func(int) int { return 1 }},
+		{"four dies per zone", 4, false, func(int) int { return 1 }},
+		{"one die per zone, older layout", 1, true, func(int) int { return 1 }},
+		{"two dies per zone, older layout", 2, true, func(c int) int { return c }},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
+			if tc.older {
+				saved := newFeatures
+				newFeatures = ondisk.Features{}
+				t.Cleanup(func() { newFeatures = saved })
+			}
 			cfg := plCfg()
 			cfg.DZone, cfg.ZoneCapacity = tc.dzone, 0 // (zone capacity = size)
 			var mu sync.Mutex
@@ -78,6 +88,58 @@ func TestWritePhysOnePwritePerRun(t *testing.T) {
 			require.NoError(t, err)
 			defer d2.Close()
 			check(d2)
+			// a reset zone reads as zeros again (its FBG punched whichever
+			// the layout), and takes new data
+			_, err = d2.ZoneMgmt(bg, 0, ActionReset, false)
+			require.NoError(t, err)
+			_, err = d2.Write(bg, 0, tail, Flags{})
+			require.NoError(t, err)
+			got, _, err := d2.Read(bg, 0, 1)
+			require.NoError(t, err)
+			require.Equal(t, tail, got)
 		})
+	}
+}
+
+// TestLayoutOffsets: every flash page of every chip and block has its own
+// page-aligned place inside the flash region, in both layouts; interleaved,
+// every zone's chunks are back to back (the point of the layout).
+func TestLayoutOffsets(t *testing.T) {
+	for _, dz := range []int{1, 2, 4} {
+		for _, il := range []bool{false, true} {
+			cfg := plCfg()
+			cfg.DZone, cfg.ZoneCapacity = dz, 0
+			l := newLayout(cfg)
+			l.interleaved = il
+			seen := map[int64]bool{}
+			for chip := 0; chip < l.g.Chips; chip++ {
+				for blk := 0; blk < cfg.BlocksPerChip; blk++ {
+					for page := 0; page < cfg.PagesPerBlock; page++ {
+						o := l.off(chip, blk, page, 0)
+						require.GreaterOrEqual(t, o, l.flashBase)
+						require.LessOrEqual(t, o+int64(cfg.PageSize), l.size)
+						require.Zero(t, (o-l.flashBase)%int64(cfg.PageSize))
+						require.False(t, seen[o], "dzone %d interleaved %v: chip %d blk %d page %d shares %d", dz, il, chip, blk, page, o)
+						seen[o] = true
+					}
+				}
+			}
+			if !il && dz > 1 {
+				continue
+			}
+			for fcg := 0; fcg < l.g.NFCG; fcg++ {
+				for blk := 0; blk < cfg.BlocksPerChip; blk++ {
+					for b := uint64(1); b < l.g.ZoneSize; b++ {
+						a0, a1 := l.g.Locate(fcg, b-1), l.g.Locate(fcg, b)
+						require.Equal(t, l.off(a0.Chip, blk, a0.Page, a0.Sub)+int64(cfg.BlockSize), l.off(a1.Chip, blk, a1.Page, a1.Sub),
+							"dzone %d: zone block %d follows block %d in the file", dz, b, b-1)
+					}
+					r := l.fbgRanges(fcg, blk)
+					require.Len(t, r, 1)
+					require.Equal(t, l.off(fcg*dz, blk, 0, 0), r[0][0])
+					require.Equal(t, int64(l.g.ZoneSize)*int64(cfg.BlockSize), r[0][1], "the FBG is the zone's whole extent")
+				}
+			}
+		}
 	}
 }
