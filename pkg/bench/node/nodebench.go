@@ -39,6 +39,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"runtime"
 	"sort"
 	"sync"
 	"syscall"
@@ -110,6 +111,10 @@ type Result struct {
 	TCPFile8MiBPerSecond float64 `json:"tcp_file_8_streams_mib_per_second"`
 	TCPFileScaling       float64 `json:"tcp_file_scaling_8_vs_1"`
 	ClientScalingVsTCP   float64 `json:"client_scaling_vs_tcp_file_scaling"`
+	// ClientScalingCPUCeiling is the most ClientScaling can reach once the
+	// machine's cores are busy: the CPUs over the cores the one-client point
+	// kept busy (client, transport and in-process node; median of the runs).
+	ClientScalingCPUCeiling float64 `json:"client_scaling_cpu_ceiling"`
 	// Every run of every point, in MiB/s, to judge the noise.
 	Samples   map[string][]float64 `json:"samples_mib_per_second"`
 	Admission *AdmissionScenario   `json:"admission,omitempty"`
@@ -235,8 +240,10 @@ func plan(total int64, i, n int) (zones []uint64, bytes int64) {
 type zoneWriter func(ctx context.Context, zoneLBA uint64, bytes int64) error
 
 // runWriters times n writers, each writing its share of total through its
-// zones, and returns the aggregate MiB/s.
-func runWriters(ctx context.Context, writers []zoneWriter, total int64, zoneSize uint64) (float64, error) {
+// zones, and returns the aggregate MiB/s; with cores != nil it appends the
+// cores the process kept busy meanwhile (getrusage over wall time: client
+// and in-process node together).
+func runWriters(ctx context.Context, writers []zoneWriter, total int64, zoneSize uint64, cores *[]float64) (float64, error) {
 	n := len(writers)
 	var wg sync.WaitGroup
 	errs := make(chan error, n)
@@ -245,7 +252,7 @@ func runWriters(ctx context.Context, writers []zoneWriter, total int64, zoneSize
 		_, b := plan(total, i, n)
 		sum += b
 	}
-	t0 := time.Now()
+	t0, c0 := time.Now(), processCPU()
 	for i, w := range writers {
 		wg.Add(1)
 		go func() {
@@ -262,12 +269,24 @@ func runWriters(ctx context.Context, writers []zoneWriter, total int64, zoneSize
 		}()
 	}
 	wg.Wait()
-	el := time.Since(t0)
+	el, cpu := time.Since(t0), processCPU()-c0
 	close(errs)
 	if err := <-errs; err != nil {
 		return 0, err
 	}
+	if cores != nil {
+		*cores = append(*cores, cpu.Seconds()/el.Seconds())
+	}
 	return float64(sum) / mib / el.Seconds(), nil
+}
+
+// processCPU is the process's user and system CPU time so far.
+func processCPU() time.Duration {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		return 0
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }
 
 // Run runs the benchmark.
@@ -545,15 +564,16 @@ func throughput(ctx context.Context, o Options, res *Result, payload []byte) err
 
 	// grpcPoint resets the node's zones, syncs the page cache (so that one
 	// run's writeback does not slow the next) and times the writers.
-	grpcPoint := func(writers ...zoneWriter) func(int64) (float64, error) {
+	grpcPointCores := func(cores *[]float64, writers ...zoneWriter) func(int64) (float64, error) {
 		return func(bytes int64) (float64, error) {
 			if _, err := c.ZoneManagement(ctx, &v1.ZoneManagementRequest{SelectAll: true, Action: v1.ZoneAction_ZONE_ACTION_RESET}); err != nil {
 				return 0, err
 			}
 			syscall.Sync()
-			return runWriters(ctx, writers, bytes, zs)
+			return runWriters(ctx, writers, bytes, zs, cores)
 		}
 	}
+	grpcPoint := func(writers ...zoneWriter) func(int64) (float64, error) { return grpcPointCores(nil, writers...) }
 	tcpFile := func(n int) func(int64) (float64, error) {
 		return func(bytes int64) (float64, error) {
 			if _, err := tdev.ZoneMgmt(ctx, 0, zns.ActionReset, true); err != nil {
@@ -578,13 +598,25 @@ func throughput(ctx context.Context, o Options, res *Result, payload []byte) err
 	// Client scaling: each client its own connection and zones, one
 	// WriteStream at a time.
 	scaling := map[int]*float64{}
+	var oneCores, warmCores []float64 // the cores the 1-client point kept busy (timed runs; warm-up)
+	timedRuns := false
 	for _, n := range o.Clients {
 		ws := make([]zoneWriter, n)
 		for i := range ws {
 			ws[i] = streamWriter(pool[i], payload)
 		}
 		scaling[n] = new(float64)
-		points = append(points, measure{fmt.Sprintf("clients_%d", n), grpcPoint(ws...), scaling[n]})
+		run := grpcPoint(ws...)
+		if n == 1 {
+			timed, warm := grpcPointCores(&oneCores, ws...), grpcPointCores(&warmCores, ws...)
+			run = func(bytes int64) (float64, error) {
+				if timedRuns {
+					return timed(bytes)
+				}
+				return warm(bytes)
+			}
+		}
+		points = append(points, measure{fmt.Sprintf("clients_%d", n), run, scaling[n]})
 	}
 	// An untimed warm-up of each point: connections, flow-control windows,
 	// buffer pools and the backing files reach their steady state.
@@ -593,6 +625,7 @@ func throughput(ctx context.Context, o Options, res *Result, payload []byte) err
 			return fmt.Errorf("%s warm-up: %w", p.name, err)
 		}
 	}
+	timedRuns = true
 	for r := 0; r < o.Runs; r++ {
 		for _, p := range points {
 			v, err := p.run(o.WriteBytes)
@@ -607,6 +640,9 @@ func throughput(ctx context.Context, o Options, res *Result, payload []byte) err
 	}
 	for n, v := range scaling {
 		res.WriteMiBPerSecond[n] = *v
+	}
+	if c := benchstat.Median(oneCores); c > 0 {
+		res.ClientScalingCPUCeiling = float64(runtime.NumCPU()) / c
 	}
 
 	// 4 KiB random reads of what the last point wrote (client 0's zones),
@@ -831,7 +867,7 @@ func (r *Result) WriteTable(w io.Writer) error {
 	for _, n := range ns {
 		fmt.Fprintf(tw, "WriteStream, %d clients (aggregate)\t%.0f MiB/s\n", n, r.WriteMiBPerSecond[n])
 	}
-	fmt.Fprintf(tw, "client_scaling_8_vs_1\t%.2f\n", r.ClientScaling)
+	fmt.Fprintf(tw, "client_scaling_8_vs_1\t%.2f\t(cpu ceiling %.2f)\n", r.ClientScaling, r.ClientScalingCPUCeiling)
 	fmt.Fprintf(tw, "raw TCP, 8 streams into the drive\t%.0f MiB/s\n", r.TCPFile8MiBPerSecond)
 	fmt.Fprintf(tw, "tcp_file_scaling_8_vs_1\t%.2f\n", r.TCPFileScaling)
 	fmt.Fprintf(tw, "client_scaling_vs_tcp_file_scaling\t%.2f\n", r.ClientScalingVsTCP)

@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"path/filepath"
+	"runtime"
 	"testing"
 	"time"
 
@@ -36,6 +37,10 @@ func TestRunSmall(t *testing.T) {
 	assert.InDelta(t, res.TCPFile8MiBPerSecond/res.TCPFileMiBPerSecond, res.TCPFileScaling, 1e-9)
 	assert.InDelta(t, res.ClientScaling/res.TCPFileScaling, res.ClientScalingVsTCP, 1e-9)
 	assert.Equal(t, benchstat.Median(res.Samples["tcp_file_8_streams"]), res.TCPFile8MiBPerSecond)
+	// the CPUs over the cores one client kept busy: about 1 or more (one
+	// client keeps at most every CPU busy), and finite
+	assert.Greater(t, res.ClientScalingCPUCeiling, 0.9)
+	assert.Less(t, res.ClientScalingCPUCeiling, float64(runtime.NumCPU())*20)
 	for name, xs := range res.Samples {
 		assert.Len(t, xs, 3, name)
 	}
@@ -54,7 +59,7 @@ func TestRunSmall(t *testing.T) {
 	}
 	js, err := json.Marshal(res)
 	require.NoError(t, err)
-	for _, k := range []string{`"grpc_vs_tcp_file_ratio"`, `"grpc_vs_tcp_discard_ratio"`, `"client_scaling_8_vs_1"`, `"tcp_file_scaling_8_vs_1"`, `"samples_mib_per_second"`} {
+	for _, k := range []string{`"grpc_vs_tcp_file_ratio"`, `"grpc_vs_tcp_discard_ratio"`, `"client_scaling_8_vs_1"`, `"tcp_file_scaling_8_vs_1"`, `"samples_mib_per_second"`, `"client_scaling_cpu_ceiling"`} {
 		assert.Contains(t, string(js), k)
 	}
 }
