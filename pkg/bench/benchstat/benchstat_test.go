@@ -2,6 +2,7 @@ package benchstat
 
 import (
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 )
@@ -15,4 +16,18 @@ func TestMedian(t *testing.T) {
 		require.Equal(t, tc.want, Median(tc.in))
 		require.Equal(t, in, tc.in, "input unchanged")
 	}
+}
+
+// ProcessCPU grows while the process burns CPU (a busy loop reaches 20 ms
+// of it long before 10 s of wall time, even on a loaded machine), and never
+// goes back.
+func TestProcessCPU(t *testing.T) {
+	c0, t0 := ProcessCPU(), time.Now()
+	prev := c0
+	for ProcessCPU()-c0 < 20*time.Millisecond && time.Since(t0) < 10*time.Second {
+		c := ProcessCPU()
+		require.GreaterOrEqual(t, c, prev)
+		prev = c
+	}
+	require.GreaterOrEqual(t, ProcessCPU()-c0, 20*time.Millisecond)
 }

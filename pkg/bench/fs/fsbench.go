@@ -179,15 +179,6 @@ type Throughput struct {
 	CPUCeiling float64 `json:"cpu_ceiling,omitempty"`
 }
 
-// processCPU returns the CPU time (user and system) this process used so far.
-func processCPU() time.Duration {
-	var ru syscall.Rusage
-	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
-		return 0
-	}
-	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
-}
-
 // cpuPerGiB is cpu spread over bytes, in seconds per GiB.
 func cpuPerGiB(cpu time.Duration, bytes int64) float64 {
 	if bytes <= 0 {
@@ -745,13 +736,13 @@ func workloads(ctx context.Context, dir string, o Options) ([]Throughput, error)
 	p := filepath.Join(dir, "bench.dat")
 	var out []Throughput
 	measure := func(name string, bytes int64, f func() error) error {
-		t0, c0 := time.Now(), processCPU()
+		t0, c0 := time.Now(), benchstat.ProcessCPU()
 		if err := f(); err != nil {
 			return fmt.Errorf("%s: %w", name, err)
 		}
 		d := time.Since(t0).Seconds()
 		out = append(out, Throughput{Workload: name, ZoneFleet: float64(bytes) / (1 << 20) / d, Bytes: bytes, ZoneFleetSec: d,
-			CPUPerGiB: cpuPerGiB(processCPU()-c0, bytes)})
+			CPUPerGiB: cpuPerGiB(benchstat.ProcessCPU()-c0, bytes)})
 		return nil
 	}
 	// A sequential point is passes over the file until SeqTotalMiB moved;
@@ -765,12 +756,12 @@ func workloads(ctx context.Context, dir string, o Options) ([]Throughput, error)
 					return fmt.Errorf("%s: %w", name, err)
 				}
 			}
-			t0, c0 := time.Now(), processCPU()
+			t0, c0 := time.Now(), benchstat.ProcessCPU()
 			if err := f(); err != nil {
 				return fmt.Errorf("%s: %w", name, err)
 			}
 			d += time.Since(t0)
-			cpu += processCPU() - c0
+			cpu += benchstat.ProcessCPU() - c0
 		}
 		bytes := int64(passes) * size
 		out = append(out, Throughput{Workload: name, ZoneFleet: float64(bytes) / (1 << 20) / d.Seconds(), Bytes: bytes, ZoneFleetSec: d.Seconds(),
@@ -930,7 +921,7 @@ func parallel(ctx context.Context, dir string, o Options) ([]Throughput, error) 
 	run := func(n int, f func(string) error) (mibps, cores float64, err error) {
 		errs := make([]error, n)
 		var wg sync.WaitGroup
-		c0, t0 := processCPU(), time.Now()
+		c0, t0 := benchstat.ProcessCPU(), time.Now()
 		for i := 0; i < n; i++ {
 			wg.Add(1)
 			go func(i int) {
@@ -947,7 +938,7 @@ func parallel(ctx context.Context, dir string, o Options) ([]Throughput, error) 
 			}(i)
 		}
 		wg.Wait()
-		d, cpu := time.Since(t0).Seconds(), processCPU()-c0
+		d, cpu := time.Since(t0).Seconds(), benchstat.ProcessCPU()-c0
 		for _, err := range errs {
 			if err != nil {
 				return 0, 0, err

@@ -89,7 +89,7 @@ func volumeScaling(ctx context.Context, vol lfs.Volume, o Options) (*VolumeScali
 	run := func(n int) (mibps, cores float64, err error) {
 		errs := make([]error, n)
 		var wg sync.WaitGroup
-		t0, c0 := time.Now(), processCPU()
+		t0, c0 := time.Now(), benchstat.ProcessCPU()
 		for i := range n {
 			wg.Add(1)
 			go func() {
@@ -98,7 +98,7 @@ func volumeScaling(ctx context.Context, vol lfs.Volume, o Options) (*VolumeScali
 			}()
 		}
 		wg.Wait()
-		d, cpu := time.Since(t0).Seconds(), processCPU()-c0
+		d, cpu := time.Since(t0).Seconds(), benchstat.ProcessCPU()-c0
 		if err := errors.Join(errs...); err != nil {
 			return 0, 0, err
 		}

@@ -252,7 +252,7 @@ func runWriters(ctx context.Context, writers []zoneWriter, total int64, zoneSize
 		_, b := plan(total, i, n)
 		sum += b
 	}
-	t0, c0 := time.Now(), processCPU()
+	t0, c0 := time.Now(), benchstat.ProcessCPU()
 	for i, w := range writers {
 		wg.Add(1)
 		go func() {
@@ -269,7 +269,7 @@ func runWriters(ctx context.Context, writers []zoneWriter, total int64, zoneSize
 		}()
 	}
 	wg.Wait()
-	el, cpu := time.Since(t0), processCPU()-c0
+	el, cpu := time.Since(t0), benchstat.ProcessCPU()-c0
 	close(errs)
 	if err := <-errs; err != nil {
 		return 0, err
@@ -278,15 +278,6 @@ func runWriters(ctx context.Context, writers []zoneWriter, total int64, zoneSize
 		*cores = append(*cores, cpu.Seconds()/el.Seconds())
 	}
 	return float64(sum) / mib / el.Seconds(), nil
-}
-
-// processCPU is the process's user and system CPU time so far.
-func processCPU() time.Duration {
-	var ru syscall.Rusage
-	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
-		return 0
-	}
-	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }
 
 // Run runs the benchmark.
@@ -598,7 +589,7 @@ func throughput(ctx context.Context, o Options, res *Result, payload []byte) err
 	// Client scaling: each client its own connection and zones, one
 	// WriteStream at a time.
 	scaling := map[int]*float64{}
-	var oneCores, warmCores []float64 // the cores the 1-client point kept busy (timed runs; warm-up)
+	var oneCores []float64 // the cores the 1-client point kept busy in its timed runs
 	timedRuns := false
 	for _, n := range o.Clients {
 		ws := make([]zoneWriter, n)
@@ -608,12 +599,12 @@ func throughput(ctx context.Context, o Options, res *Result, payload []byte) err
 		scaling[n] = new(float64)
 		run := grpcPoint(ws...)
 		if n == 1 {
-			timed, warm := grpcPointCores(&oneCores, ws...), grpcPointCores(&warmCores, ws...)
+			timed := grpcPointCores(&oneCores, ws...)
 			run = func(bytes int64) (float64, error) {
 				if timedRuns {
 					return timed(bytes)
 				}
-				return warm(bytes)
+				return grpcPoint(ws...)(bytes) // the warm-up: not counted
 			}
 		}
 		points = append(points, measure{fmt.Sprintf("clients_%d", n), run, scaling[n]})
