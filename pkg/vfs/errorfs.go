@@ -194,6 +194,19 @@ func (f *errFile) WriteAt(p []byte, off int64) (int, error) {
 	return f.f.WriteAt(p, off)
 }
 
+// WriteAtV is one write of all of bufs for the injector, passed on as one
+// vectored write.
+func (f *errFile) WriteAtV(bufs [][]byte, off int64) (int, error) {
+	n := 0
+	for _, b := range bufs {
+		n += len(b)
+	}
+	if err := f.inj.MaybeError(Op{Kind: OpWrite, Path: f.name, Off: off, Len: n}); err != nil {
+		return 0, err
+	}
+	return WriteAtV(f.f, bufs, off)
+}
+
 func (f *errFile) Truncate(size int64) error {
 	if err := f.inj.MaybeError(Op{Kind: OpTruncate, Path: f.name, Off: size}); err != nil {
 		return err

@@ -2,6 +2,7 @@ package vfs
 
 import (
 	"fmt"
+	"io"
 	"os"
 
 	"golang.org/x/sys/unix"
@@ -55,6 +56,62 @@ func (f osFile) Size() (int64, error) {
 		return 0, err
 	}
 	return st.Size(), nil
+}
+
+// iovMax is the most buffers one pwritev takes (IOV_MAX on Linux).
+const iovMax = 1024
+
+// WriteAtV writes bufs back to back at off with pwritev(2): one call for up
+// to iovMax buffers however they are cut, so a write received as many
+// network frames costs the host file system one call instead of a copy into
+// one buffer first. Short writes and EINTR are continued.
+func (f osFile) WriteAtV(bufs [][]byte, off int64) (int, error) {
+	rc, err := f.SyscallConn()
+	if err != nil {
+		return 0, err
+	}
+	total := 0
+	var werr error
+	// (Control holds the descriptor: a Close meanwhile waits for it)
+	cerr := rc.Control(func(fd uintptr) {
+		for len(bufs) > 0 {
+			batch := bufs[:min(len(bufs), iovMax)]
+			n, err := unix.Pwritev(int(fd), batch, off)
+			if err == unix.EINTR {
+				continue
+			}
+			if err != nil {
+				werr = err
+				return
+			}
+			if n == 0 {
+				werr = io.ErrShortWrite
+				return
+			}
+			total += n
+			off += int64(n)
+			// drop what was written, cutting a buffer written in part
+			for n > 0 && len(bufs) > 0 {
+				if n >= len(bufs[0]) {
+					n -= len(bufs[0])
+					bufs = bufs[1:]
+					continue
+				}
+				rest := append([][]byte{bufs[0][n:]}, bufs[1:]...)
+				bufs, n = rest, 0
+			}
+			for len(bufs) > 0 && len(bufs[0]) == 0 {
+				bufs = bufs[1:]
+			}
+		}
+	})
+	if cerr != nil {
+		return total, &os.PathError{Op: "pwritev", Path: f.Name(), Err: fmt.Errorf("%w (%v)", os.ErrClosed, cerr)}
+	}
+	if werr != nil {
+		return total, &os.PathError{Op: "pwritev", Path: f.Name(), Err: werr}
+	}
+	return total, nil
 }
 
 // PunchHole makes the range read as zeros: FALLOC_FL_ZERO_RANGE where the

@@ -69,6 +69,36 @@ type WritebackStarter interface {
 	StartWriteback() error
 }
 
+// VectorWriter is implemented by a File that writes several buffers back
+// to back at one offset in one call (pwritev(2): the operating system's
+// files, Default). WriteAtV is the way to call it.
+type VectorWriter interface {
+	WriteAtV(bufs [][]byte, off int64) (int, error)
+}
+
+// WriteAtV writes bufs back to back at off and returns the bytes written:
+// one call where f is a VectorWriter, else one WriteAt per buffer (the
+// in-memory and fault-injecting files of the tests). As with WriteAt, a
+// short count comes with an error.
+func WriteAtV(f File, bufs [][]byte, off int64) (int, error) {
+	if len(bufs) == 1 {
+		return f.WriteAt(bufs[0], off)
+	}
+	if vw, ok := f.(VectorWriter); ok {
+		return vw.WriteAtV(bufs, off)
+	}
+	total := 0
+	for _, b := range bufs {
+		n, err := f.WriteAt(b, off)
+		total += n
+		off += int64(n)
+		if err != nil {
+			return total, err
+		}
+	}
+	return total, nil
+}
+
 // FS is the set of file system calls the drive store makes.
 type FS interface {
 	// OpenFile opens name with os.O_* flags (O_RDONLY, O_RDWR, O_WRONLY,

@@ -141,3 +141,57 @@ func TestInjectors(t *testing.T) {
 	require.ErrorAs(t, h.Sync(), &pe)
 	require.Equal(t, "/d/z", pe.Path)
 }
+
+// WriteAtV writes its buffers back to back, however many and however cut
+// (more than one pwritev's IOV_MAX, empty ones, odd lengths), on every
+// implementation; the operating system's file in one vectored call per
+// IOV_MAX buffers.
+func TestWriteAtV(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		fs   FS
+		dir  string
+	}{
+		{"os", Default, t.TempDir()},
+		{"mem", NewCrashableMem(), "/d"},
+		{"errors-none", WithErrors(NewCrashableMem(), &Counter{}), "/d"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			f, err := tc.fs.OpenFile(filepath.Join(tc.dir, "f"), os.O_RDWR|os.O_CREATE, 0o644)
+			require.NoError(t, err)
+			defer f.Close()
+			var want []byte
+			var bufs [][]byte
+			for i := 0; i < 2*iovMax+17; i++ {
+				b := fill(i%37, byte(i))
+				bufs = append(bufs, b)
+				want = append(want, b...)
+			}
+			n, err := WriteAtV(f, bufs, 123)
+			require.NoError(t, err)
+			require.Equal(t, len(want), n)
+			got := make([]byte, len(want))
+			_, err = f.ReadAt(got, 123)
+			require.NoError(t, err)
+			require.Equal(t, want, got)
+			size, err := f.Size()
+			require.NoError(t, err)
+			require.Equal(t, int64(123+len(want)), size)
+		})
+	}
+	t.Run("injected error", func(t *testing.T) {
+		fs := WithErrors(NewCrashableMem(), InjectorFunc(func(o Op) error {
+			if o.Kind == OpWrite && o.Len == 30 {
+				return ErrInjected
+			}
+			return nil
+		}))
+		f, err := fs.OpenFile("/d/f", os.O_RDWR|os.O_CREATE, 0o644)
+		require.NoError(t, err)
+		_, err = WriteAtV(f, [][]byte{fill(10, 1), fill(20, 2)}, 0)
+		require.ErrorIs(t, err, ErrInjected)
+		size, err := f.Size()
+		require.NoError(t, err)
+		require.Zero(t, size, "a refused vectored write writes nothing")
+	})
+}

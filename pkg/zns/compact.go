@@ -250,7 +250,7 @@ func (d *Device) runCompaction(cs []Copy, res *CompactionResult) ([]piece, error
 			}
 			dl := d.flashLoc(dz, dz.fbg, doff)
 			useCB := full && d.copybackAllowed(l0, dl)
-			err = d.writePhys(dz, dz.fbg, doff, buf)
+			err = d.writePhys(dz, dz.fbg, doff, iov{buf})
 			if err == nil {
 				err = d.persistWP(dz, doff+k)
 			}

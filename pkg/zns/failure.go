@@ -189,6 +189,15 @@ func (f *syncFile) WriteAt(p []byte, off int64) (int, error) {
 	return n, err
 }
 
+func (f *syncFile) WriteAtV(bufs [][]byte, off int64) (int, error) {
+	n, err := vfs.WriteAtV(f.File, bufs, off)
+	f.g.Modified()
+	if f.kickEvery > 0 && f.unkicked.Add(int64(n)) >= f.kickEvery {
+		f.kick()
+	}
+	return n, err
+}
+
 // kick starts the write-back of the file's dirty pages in the background,
 // unless one is running. Its error is ignored: the next fdatasync reports
 // what matters.

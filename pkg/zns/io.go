@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/zonefleet/zonefleet/pkg/flash"
+	"github.com/zonefleet/zonefleet/pkg/vfs"
 	"github.com/zonefleet/zonefleet/pkg/zerr"
 )
 
@@ -241,12 +242,15 @@ func (d *Device) ReadV(ctx context.Context, rs []Range, buf []byte) (IOResult, e
 	return res, d.wait(ctx, done)
 }
 
-func (d *Device) checkData(data []byte) (uint64, error) {
+func (d *Device) checkData(data []byte) (uint64, error) { return d.checkLen(len(data)) }
+
+// checkLen checks a transfer of size bytes and returns its blocks.
+func (d *Device) checkLen(size int) (uint64, error) {
 	bs := d.g.BlockSize
-	if len(data) == 0 || len(data)%bs != 0 {
-		return 0, &zerr.InvalidArgumentError{Field: "data", Reason: fmt.Sprintf("length %d is not a positive multiple of the %d-byte block", len(data), bs)}
+	if size == 0 || size%bs != 0 {
+		return 0, &zerr.InvalidArgumentError{Field: "data", Reason: fmt.Sprintf("length %d is not a positive multiple of the %d-byte block", size, bs)}
 	}
-	n := uint64(len(data) / bs)
+	n := uint64(size / bs)
 	if n > d.maxIOBlocks() {
 		return 0, &zerr.InvalidArgumentError{Field: "data", Reason: fmt.Sprintf("%d blocks is more than the %d-block maximum transfer", n, d.maxIOBlocks())}
 	}
@@ -270,10 +274,19 @@ func (d *Device) zoneFor(lba, n uint64) (*zone, error) {
 // into the IPU region; or, in a TL_opened zone, invalid blocks at or above the
 // write pointer).
 func (d *Device) Write(ctx context.Context, lba uint64, data []byte, fl Flags) (IOResult, error) {
+	return d.WriteV(ctx, lba, [][]byte{data}, fl)
+}
+
+// WriteV is Write of the buffers of data written back to back (any
+// lengths; the total a whole number of blocks). A sequential write goes to
+// the backing file with one vectored pwrite per run of flash pages, from
+// the caller's buffers: a node writes the network's receive buffers without
+// gathering them first.
+func (d *Device) WriteV(ctx context.Context, lba uint64, data [][]byte, fl Flags) (IOResult, error) {
 	if err := d.checkWritable(); err != nil {
 		return IOResult{}, err
 	}
-	n, err := d.checkData(data)
+	n, err := d.checkLen(iov(data).len())
 	if err != nil {
 		return IOResult{}, err
 	}
@@ -321,7 +334,7 @@ func (d *Device) Append(ctx context.Context, zoneStart uint64, data []byte, fl F
 	}
 	off := z.wp
 	fl.Overwrite = false
-	res, err := d.writeLocked(z, off, data, fl, t0, false)
+	res, err := d.writeLocked(z, off, [][]byte{data}, fl, t0, false)
 	z.mu.Unlock()
 	if err != nil {
 		return 0, IOResult{}, d.ioErr(err)
@@ -379,8 +392,8 @@ func (d *Device) Flush(ctx context.Context) (IOResult, error) {
 
 // writeLocked is the write path; caller holds z.mu. internal writes (copies)
 // skip the host link and the write cache; their data is ready at t0.
-func (d *Device) writeLocked(z *zone, off uint64, data []byte, fl Flags, t0 time.Duration, internal bool) (IOResult, error) {
-	n := uint64(len(data) / d.g.BlockSize)
+func (d *Device) writeLocked(z *zone, off uint64, data iov, fl Flags, t0 time.Duration, internal bool) (IOResult, error) {
+	n := uint64(data.len() / d.g.BlockSize)
 	switch z.state {
 	case StateReadOnly, StateOffline:
 		return IOResult{}, d.stateErr(z, "write")
@@ -392,7 +405,7 @@ func (d *Device) writeLocked(z *zone, off uint64, data []byte, fl Flags, t0 time
 		return d.tlWrite(z, off, data, fl, t0)
 	}
 	if fl.Overwrite && off < z.wp {
-		return d.ipuWrite(z, off, data, t0)
+		return d.ipuWrite(z, off, data.flat(), t0)
 	}
 	if z.state == StateFull {
 		return IOResult{}, &zerr.ZoneFullError{Zone: z.idx, Capacity: d.g.ZoneCap}
@@ -428,16 +441,17 @@ func (d *Device) writeLocked(z *zone, off uint64, data []byte, fl Flags, t0 time
 	return res, nil
 }
 
-// writePhys stores data at zone offset off of FBG fbg: one pwrite per run
-// of chunks that lie back to back in the store (a zone on one die is one
-// run; a zone striped over dies is a run per chunk). A pwrite per chunk cost
-// the node about three times the CPU per byte of one per run (16 KiB
-// pwrites against 512 KiB ones into the page cache: the per-call work of the
-// host file system, not the copy).
-func (d *Device) writePhys(z *zone, fbg int, off uint64, data []byte) error {
+// writePhys stores data at zone offset off of FBG fbg: one (vectored)
+// pwrite per run of chunks that lie back to back in the store (a zone on
+// one die is one run, as is any zone of a drive with the interleaved
+// layout; a zone striped over dies of the chip-major layout is a run per
+// chunk). A pwrite per chunk cost the node about three times the CPU per
+// byte of one per run (16 KiB pwrites against 512 KiB ones into the page
+// cache: the per-call work of the host file system, not the copy).
+func (d *Device) writePhys(z *zone, fbg int, off uint64, data iov) error {
 	bs := uint64(d.g.BlockSize)
 	cb := uint64(d.g.ChunkBlocks)
-	n := uint64(len(data)) / bs
+	n := uint64(data.len()) / bs
 	var runOff int64 // store offset of the run data[runStart*bs:i*bs]
 	runStart := uint64(0)
 	for i := uint64(0); i < n; {
@@ -445,7 +459,7 @@ func (d *Device) writePhys(z *zone, fbg int, off uint64, data []byte) error {
 		k := min(n-i, cb-o%cb)
 		l := d.flashLoc(z, fbg, o)
 		if i > runStart && l.off != runOff+int64((i-runStart)*bs) {
-			if _, err := d.f.WriteAt(data[runStart*bs:i*bs], runOff); err != nil {
+			if _, err := vfs.WriteAtV(d.f, data.slice(int(runStart*bs), int(i*bs)), runOff); err != nil {
 				return d.zoneFail(z, "write data", err)
 			}
 			runStart = i
@@ -456,11 +470,54 @@ func (d *Device) writePhys(z *zone, fbg int, off uint64, data []byte) error {
 		i += k
 	}
 	if n > runStart {
-		if _, err := d.f.WriteAt(data[runStart*bs:n*bs], runOff); err != nil {
+		if _, err := vfs.WriteAtV(d.f, data.slice(int(runStart*bs), int(n*bs)), runOff); err != nil {
 			return d.zoneFail(z, "write data", err)
 		}
 	}
 	return nil
+}
+
+// iov is a write's data: buffers of any lengths written back to back.
+type iov [][]byte
+
+func (v iov) len() int {
+	n := 0
+	for _, b := range v {
+		n += len(b)
+	}
+	return n
+}
+
+// slice returns bytes [from, to) of v as an iov sharing v's memory.
+func (v iov) slice(from, to int) iov {
+	if len(v) == 1 {
+		return iov{v[0][from:to]}
+	}
+	var out iov
+	pos := 0
+	for _, b := range v {
+		lo, hi := max(from-pos, 0), min(to-pos, len(b))
+		if lo < hi {
+			out = append(out, b[lo:hi])
+		}
+		pos += len(b)
+		if pos >= to {
+			break
+		}
+	}
+	return out
+}
+
+// flat returns v as one slice: its only buffer, or a copy.
+func (v iov) flat() []byte {
+	if len(v) == 1 {
+		return v[0]
+	}
+	out := make([]byte, 0, v.len())
+	for _, b := range v {
+		out = append(out, b...)
+	}
+	return out
 }
 
 // persistWP writes write pointer wp to the zone's next A/B slot and, once
@@ -622,7 +679,7 @@ func (d *Device) SimpleCopy(ctx context.Context, src []Range, dst uint64) (IORes
 		z.mu.Unlock()
 		return IOResult{}, &zerr.ZoneStateError{Zone: z.idx, State: z.state.String() + " (TL_opened)", Op: "simple copy into"}
 	}
-	res, err := d.writeLocked(z, dst-z.start, buf, Flags{}, ready, true)
+	res, err := d.writeLocked(z, dst-z.start, iov{buf}, Flags{}, ready, true)
 	z.mu.Unlock()
 	if err != nil {
 		return IOResult{}, err

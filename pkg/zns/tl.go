@@ -114,8 +114,8 @@ func (d *Device) TLOpen(ctx context.Context, zoneIdx uint64, bitmap []byte, mode
 }
 
 // tlWrite is a sparse sequential overwrite. Caller holds z.mu.
-func (d *Device) tlWrite(z *zone, off uint64, data []byte, fl Flags, t0 time.Duration) (IOResult, error) {
-	n := uint64(len(data) / d.g.BlockSize)
+func (d *Device) tlWrite(z *zone, off uint64, data iov, fl Flags, t0 time.Duration) (IOResult, error) {
+	n := uint64(data.len() / d.g.BlockSize)
 	if z.state == StateFull {
 		return IOResult{}, &zerr.ZoneFullError{Zone: z.idx, Capacity: d.g.ZoneCap}
 	}

@@ -10,6 +10,7 @@ import (
 	"github.com/zonefleet/zonefleet/pkg/clock"
 	"github.com/zonefleet/zonefleet/pkg/ondisk"
 	"github.com/zonefleet/zonefleet/pkg/vfs"
+	"github.com/zonefleet/zonefleet/pkg/zerr"
 )
 
 // TestWritePhysOnePwritePerRun checks that a write reaches the store as one
@@ -141,5 +142,91 @@ func TestLayoutOffsets(t *testing.T) {
 				}
 			}
 		}
+	}
+}
+
+// TestWriteV: a write handed over as buffers cut anywhere (not at blocks or
+// chunks; empty ones too) stores what Write of the same bytes stores, with
+// one vectored pwrite per run of back-to-back chunks, in either layout, and
+// a TL or in-place write of several buffers works too.
+func TestWriteV(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		dzone  int
+		older  bool
+		writes int // data pwrites expected for the 3-chunk write
+	}{
+		{"two dies per zone", 2, false, 1},
+		{"two dies per zone, older layout", 2, true, 3},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if tc.older {
+				saved := newFeatures
+				newFeatures = ondisk.Features{}
+				t.Cleanup(func() { newFeatures = saved })
+			}
+			cfg := plCfg()
+			cfg.DZone, cfg.ZoneCapacity = tc.dzone, 0
+			var mu sync.Mutex
+			var lens []int
+			rec := vfs.InjectorFunc(func(o vfs.Op) error {
+				if o.Kind == vfs.OpWrite && !strings.HasSuffix(o.Path, ".journal") && o.Len >= 4096 {
+					mu.Lock()
+					lens = append(lens, o.Len)
+					mu.Unlock()
+				}
+				return nil
+			})
+			mem := vfs.NewCrashableMem()
+			d, err := Create("/dev/zns0", cfg, clock.Off(), WithFS(vfs.WithErrors(mem, rec)), WithLogger(quiet))
+			require.NoError(t, err)
+			g := d.Geometry()
+			n := 3 * g.ChunkBlocks
+			data := pattern(g.BlockSize, 0, n, 11)
+			cuts := []int{0, 1000, 1000, 5000, g.BlockSize*g.ChunkBlocks + 7, len(data) - 1, len(data)}
+			var bufs [][]byte
+			for i := 1; i < len(cuts); i++ {
+				bufs = append(bufs, data[cuts[i-1]:cuts[i]])
+			}
+			mu.Lock()
+			lens = nil
+			mu.Unlock()
+			_, err = d.WriteV(bg, 0, bufs, Flags{})
+			require.NoError(t, err)
+			mu.Lock()
+			require.Len(t, lens, tc.writes, "data pwrites: %v", lens)
+			mu.Unlock()
+			got, _, err := d.Read(bg, 0, uint64(n))
+			require.NoError(t, err)
+			require.Equal(t, data, got)
+
+			// bad lengths change nothing
+			_, err = d.WriteV(bg, uint64(n), [][]byte{data[:100], data[:100]}, Flags{})
+			require.ErrorIs(t, err, zerr.ErrInvalidArgument)
+			_, err = d.WriteV(bg, uint64(n), nil, Flags{})
+			require.ErrorIs(t, err, zerr.ErrInvalidArgument)
+			zs, err := d.ReportZones(StateAny, 0, 1)
+			require.NoError(t, err)
+			require.Equal(t, uint64(n), zs[0].WP)
+
+			// an in-place update of written blocks given as two buffers
+			upd := pattern(g.BlockSize, 1, 2, 13)
+			_, err = d.WriteV(bg, 1, [][]byte{upd[:5000], upd[5000:]}, Flags{Overwrite: true})
+			require.NoError(t, err)
+			got, _, err = d.Read(bg, 1, 2)
+			require.NoError(t, err)
+			require.Equal(t, upd, got)
+
+			_, err = d.Flush(bg)
+			require.NoError(t, err)
+			require.NoError(t, d.Close())
+			d2, err := Open("/dev/zns0", cfg, clock.Off(), WithFS(mem), WithLogger(quiet))
+			require.NoError(t, err)
+			defer d2.Close()
+			want := append(append(append([]byte{}, data[:g.BlockSize]...), upd...), data[3*g.BlockSize:]...)
+			got, _, err = d2.Read(bg, 0, uint64(n))
+			require.NoError(t, err)
+			require.Equal(t, want, got)
+		})
 	}
 }
