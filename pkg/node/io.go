@@ -23,13 +23,17 @@ import (
 const StreamChunkBytes = 1 << 20
 
 func (d *device) blocksOf(field string, data []byte) (uint64, error) {
-	if len(data) == 0 {
+	return d.blocksOfLen(field, len(data))
+}
+
+func (d *device) blocksOfLen(field string, size int) (uint64, error) {
+	if size == 0 {
 		return 0, &zerr.InvalidArgumentError{Field: field, Reason: "is empty"}
 	}
-	if len(data)%d.geo.bs != 0 {
-		return 0, &zerr.InvalidArgumentError{Field: field, Reason: fmt.Sprintf("%d bytes is not a multiple of the %d-byte block", len(data), d.geo.bs)}
+	if size%d.geo.bs != 0 {
+		return 0, &zerr.InvalidArgumentError{Field: field, Reason: fmt.Sprintf("%d bytes is not a multiple of the %d-byte block", size, d.geo.bs)}
 	}
-	return uint64(len(data) / d.geo.bs), nil
+	return uint64(size / d.geo.bs), nil
 }
 
 // io runs one device operation for namespace ns in a WRR slot and records it.
@@ -66,11 +70,16 @@ func FromSlotRequest(asked time.Duration, res zns.IOResult) zns.IOResult {
 
 // write admits, writes and feeds the admission monitor.
 func (s *Service) write(ctx context.Context, d *device, op string, lba uint64, data []byte, fl zns.Flags) (zns.IOResult, error) {
-	n := len(data) / d.geo.bs
+	return s.writeV(ctx, d, op, lba, [][]byte{data}, len(data), fl)
+}
+
+// writeV writes the buffers of data (size bytes in all) back to back.
+func (s *Service) writeV(ctx context.Context, d *device, op string, lba uint64, data [][]byte, size int, fl zns.Flags) (zns.IOResult, error) {
+	n := size / d.geo.bs
 	if _, err := d.adm.Admit(ctx, d.idx, lba/d.geo.zoneSize, n); err != nil {
 		return zns.IOResult{}, err
 	}
-	res, err := s.io(ctx, d, op, len(data), func() (zns.IOResult, error) { return d.dev.Write(ctx, lba, data, fl) })
+	res, err := s.io(ctx, d, op, size, func() (zns.IOResult, error) { return d.dev.WriteV(ctx, lba, data, fl) })
 	if err == nil {
 		d.adm.Complete(n, res.Latency())
 	}
@@ -323,43 +332,41 @@ func flagsOf(req *v1.WriteRequest) zns.Flags {
 
 // Write serves writes up to the unary limit. Registered with Register, the
 // server decodes writes into wire.WriteChunks instead (writeChunk): the data
-// stays in the receive buffers and is gathered once into a pooled buffer.
+// stays in the receive buffers, which the drive writes from (WriteV).
 func (s *Service) Write(ctx context.Context, req *v1.WriteRequest) (*v1.WriteResponse, error) {
-	return s.writeUnary(ctx, req, req.GetData())
+	return s.writeUnary(ctx, req, [][]byte{req.GetData()}, len(req.GetData()))
 }
 
 func (s *Service) writeChunk(ctx context.Context, c *wire.WriteChunk) (*v1.WriteResponse, error) {
-	data, release := gather(c.Data())
-	defer release()
-	return s.writeUnary(ctx, c.Req, data)
+	p := c.Data()
+	return s.writeUnary(ctx, c.Req, views(p), p.Len())
 }
 
-// gather returns p as one slice: its only buffer, or a copy in a pooled
-// buffer that release gives back.
-func gather(p mem.BufferSlice) (data []byte, release func()) {
-	switch len(p) {
-	case 0:
-		return nil, func() {}
-	case 1:
-		return p[0].ReadOnlyData(), func() {}
+// views returns the bytes of p's buffers, in order, without copying. They
+// stay valid while p's references are held.
+func views(p mem.BufferSlice) [][]byte {
+	out := make([][]byte, 0, len(p))
+	for _, b := range p {
+		if b.Len() > 0 {
+			out = append(out, b.ReadOnlyData())
+		}
 	}
-	buf := wire.Pool.Get(p.Len())
-	p.CopyTo(*buf)
-	return *buf, func() { wire.Pool.Put(buf) }
+	return out
 }
 
-// writeUnary writes data with the header fields of req (whose Data is ignored).
-func (s *Service) writeUnary(ctx context.Context, req *v1.WriteRequest, data []byte) (*v1.WriteResponse, error) {
+// writeUnary writes data (size bytes in all) with the header fields of req
+// (whose Data is ignored).
+func (s *Service) writeUnary(ctx context.Context, req *v1.WriteRequest, data [][]byte, size int) (*v1.WriteResponse, error) {
 	d, err := s.device(req.GetDevice())
 	if err != nil {
 		return nil, err
 	}
-	n, err := d.blocksOf("data", data)
+	n, err := d.blocksOfLen("data", size)
 	if err != nil {
 		return nil, err
 	}
-	if len(data) > daemon.MaxUnaryData {
-		return nil, &zerr.InvalidArgumentError{Field: "data", Reason: fmt.Sprintf("%d bytes exceed the %d-byte unary limit; use WriteStream", len(data), daemon.MaxUnaryData)}
+	if size > daemon.MaxUnaryData {
+		return nil, &zerr.InvalidArgumentError{Field: "data", Reason: fmt.Sprintf("%d bytes exceed the %d-byte unary limit; use WriteStream", size, daemon.MaxUnaryData)}
 	}
 	if err := s.authorizeRange(ctx, d, req.GetLba(), n); err != nil {
 		return nil, err
@@ -368,7 +375,7 @@ func (s *Service) writeUnary(ctx context.Context, req *v1.WriteRequest, data []b
 	if err != nil {
 		return nil, err
 	}
-	res, err := s.write(ctx, d, "write", req.GetLba(), data, flagsOf(req))
+	res, err := s.writeV(ctx, d, "write", req.GetLba(), data, size, flagsOf(req))
 	unlock()
 	if err != nil {
 		return nil, err
@@ -389,8 +396,8 @@ func receive(stream grpc.ServerStream) received {
 
 // WriteStream serves writes of any size. The first message names device,
 // LBA and flags; every message carries data, written in order as it arrives
-// in pieces of StreamChunkBytes. The data stays in the receive buffers until
-// it is gathered into one pooled piece per drive write. While a piece is
+// in pieces of StreamChunkBytes. The data stays in the receive buffers and
+// the drive writes each piece from them (WriteV). While a piece is
 // written, the transport keeps receiving the next messages into the stream's
 // flow-control window (4 MiB with wire.ServerOptions), so the transfer
 // overlaps the drive. (A receiving goroutine running ahead measured slower
@@ -427,9 +434,8 @@ func (s *Service) WriteStream(stream v1.ZonedDevice_WriteStreamServer) error {
 	written := uint64(0)
 	var lat time.Duration
 	writePiece := func(piece mem.BufferSlice) error {
-		data, release := gather(piece)
-		defer release()
-		n, err := d.blocksOf("data", data)
+		size := piece.Len()
+		n, err := d.blocksOfLen("data", size)
 		if err != nil {
 			return err
 		}
@@ -441,7 +447,7 @@ func (s *Service) WriteStream(stream v1.ZonedDevice_WriteStreamServer) error {
 		if err != nil {
 			return err
 		}
-		res, err := s.write(ctx, d, "write", lba, data, fl)
+		res, err := s.writeV(ctx, d, "write", lba, views(piece), size, fl)
 		unlock()
 		if err != nil {
 			return err

@@ -8,11 +8,12 @@
 //
 // Served with wire.ServerOptions and registered with RegisterGRPC, a write's
 // data is never copied into a protobuf message: the bulk codec leaves it in
-// the transport's receive buffers (wire.WriteChunk) and the node gathers it
-// once into a pooled buffer (wire.Pool) for the drive's pwrite; a single
-// buffer is written in place. While WriteStream writes one piece, the
-// transport keeps receiving the next into the stream's 4 MiB flow-control
-// window (wire.ServerOptions), so the transfer overlaps the drive. Unary writes from one connection run
+// the transport's receive buffers (wire.WriteChunk), and the drive writes
+// it from there (zns.Device.WriteV: one pwritev per run of flash pages, of
+// the buffers as the network's frames cut them). While WriteStream writes
+// one piece, the transport keeps receiving the next into the stream's
+// 4 MiB flow-control window (wire.ServerOptions), so the transfer overlaps
+// the drive. Unary writes from one connection run
 // concurrently (one goroutine per call) and are ordered only by the zone
 // write pointer, so a client keeps several in flight on different zones.
 // Reads go into pooled buffers (zns.Device.ReadInto into wire.Pool) that
@@ -21,10 +22,7 @@
 // ReadV serves several ranges of the node's devices in one call (a
 // client's stripe legs on this node): per device one drive command with a
 // scatter list (zns.Device.ReadV, one modelled wait), devices in parallel.
-// What the drive library does not offer yet is a vectored write: zns
-// writes a piece chunk by chunk at chip-striped file offsets through
-// pkg/vfs, which has no pwritev, so the gather copy of a write's receive
-// buffers stays. With the standard codec everything still works: the
+// With the standard codec everything still works: the
 // chunks then hold the decoded bytes.
 //
 // # Isolation
