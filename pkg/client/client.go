@@ -19,9 +19,9 @@
 // group and in group order (no wait cycles between concurrent reads), one
 // unit per leg (device command); the window moves with the latency the node
 // reports, its WRR slot wait included. A
-// node without ReadV (an older version) is read leg by leg. A write sends a leg of one stripe straight
-// from the caller's data and gathers a leg of several stripes into a pooled
-// buffer; WriteFUA sets the FUA flag on every request instead of a Flush
+// node without ReadV (an older version) is read leg by leg. A write sends every leg straight from
+// the caller's data, a leg of several stripe units as several buffers of
+// one message (the node writes them with one pwritev); WriteFUA sets the FUA flag on every request instead of a Flush
 // round trip afterwards. Durability is per drive: Devices names the drives
 // of a v-zone and FlushDevices flushes several drives in parallel, one
 // result per drive. The device descriptions (block and zone sizes) are
@@ -94,7 +94,6 @@ import (
 	"crypto/tls"
 	"errors"
 	"fmt"
-	"github.com/zonefleet/zonefleet/pkg/bufpool"
 	"log/slog"
 	"strings"
 	"sync"
@@ -170,8 +169,6 @@ type Client struct {
 	log *slog.Logger
 	m   *metrics
 	etc *clientv3.Client
-
-	legBufs bufpool.Pool // gathered stripe legs of writes (VZone.writeGroup)
 
 	mu      sync.Mutex
 	leader  string
@@ -355,7 +352,15 @@ func (c *Client) nodeClient(addr string) (v1.ZonedDeviceClient, error) {
 	if err != nil {
 		return nil, err
 	}
-	return v1.NewZonedDeviceClient(cc), nil
+	return nodeConn{v1.NewZonedDeviceClient(cc), cc}, nil
+}
+
+// nodeConn is a node's client with its connection, for the calls the
+// generated client cannot make: a write of several buffers as one
+// wire.WriteChunk (writeBlocks).
+type nodeConn struct {
+	v1.ZonedDeviceClient
+	cc grpc.ClientConnInterface
 }
 
 // ctx adds the namespace to outgoing calls. The admin token is not sent on

@@ -374,7 +374,7 @@ func (c *Client) runBatch(ctx context.Context, b []cpiece) (CompactStats, error)
 			return st, err
 		}
 		_, err = nodeCall(ctx, c, p.dst.node, p.dst.addr, "host copy write", func(ctx context.Context, n v1.ZonedDeviceClient) (struct{}, error) {
-			return struct{}{}, writeBlocks(ctx, n, p.dst.dev, p.dstLBA, data, false)
+			return struct{}{}, writeBlocks(ctx, n, p.dst.dev, p.dstLBA, [][]byte{data}, false)
 		})
 		if err != nil {
 			return st, err

@@ -102,7 +102,7 @@ func (s *suspects) suspected(node string) bool {
 // another v-zone (the file system does) instead of waiting out the
 // retries; when every copy's node is unavailable (the client's own
 // network, more likely), the write is retried as usual.
-func (v *VZone) writeCopies(ctx context.Context, g *group, i int, zoff uint64, buf []byte, bs uint64, fua bool) error {
+func (v *VZone) writeCopies(ctx context.Context, g *group, i int, zoff uint64, buf [][]byte, bs uint64, fua bool) error {
 	n := g.copies()
 	if n == 1 {
 		return v.writeLeg(ctx, g.zones[i], zoff, buf, bs, fua)

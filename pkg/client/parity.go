@@ -275,7 +275,7 @@ func (v *VZone) writeParity(ctx context.Context, g *group, off uint64, data []by
 					errs[i] = v.appendPP(ctx, g, *j.pp, j.buf, bs, fua)
 					return
 				}
-				errs[i] = v.writeLeg(ctx, j.z, j.zoff, j.buf, bs, fua)
+				errs[i] = v.writeLeg(ctx, j.z, j.zoff, [][]byte{j.buf}, bs, fua)
 			}()
 		}
 		wg.Wait()
@@ -365,7 +365,7 @@ func (v *VZone) appendPP(ctx context.Context, g *group, h ppHeader, payload []by
 		return nil
 	}()
 	if err == nil {
-		err = v.writeLeg(ctx, z, st.wp, rec, bs, fua)
+		err = v.writeLeg(ctx, z, st.wp, [][]byte{rec}, bs, fua)
 	}
 	v.parMu.Lock()
 	defer v.parMu.Unlock()

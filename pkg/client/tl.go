@@ -251,7 +251,7 @@ func (v *VZone) tlLanded(ctx context.Context, n v1.ZonedDeviceClient, z pzone, d
 // z (cause): the zone is no longer TL_opened. Below its write pointer it is
 // TL_opened again with the bitmap plus what was written since; above it the
 // skipped (invalid) blocks are written as zeros with the data.
-func (v *VZone) tlResume(ctx context.Context, z pzone, d *devInfo, zoff uint64, buf []byte, bs uint64, fua bool, cause error) error {
+func (v *VZone) tlResume(ctx context.Context, z pzone, d *devInfo, zoff uint64, buf [][]byte, bs uint64, fua bool, cause error) error {
 	zd, err := v.reportZone(ctx, z)
 	if err != nil {
 		return errors.Join(cause, err)
@@ -281,8 +281,7 @@ func (v *VZone) tlResume(ctx context.Context, z pzone, d *devInfo, zoff uint64, 
 		v.c.m.retries.WithLabelValues("tl_reopen").Inc()
 		v.c.log.Info("threaded logging resumed on a zone its drive had finished", "vzone", v.id, "node", z.node, "device", z.dev, "zone", z.zone)
 	case zw < zoff:
-		pad := make([]byte, (zoff-zw)*bs, (zoff-zw)*bs+uint64(len(buf)))
-		buf = append(pad, buf...)
+		buf = append([][]byte{make([]byte, (zoff-zw)*bs)}, buf...)
 		lba -= zoff - zw
 	default:
 		return cause

@@ -14,7 +14,9 @@ import (
 	"github.com/zonefleet/zonefleet/pkg/daemon"
 	"github.com/zonefleet/zonefleet/pkg/wire"
 	"github.com/zonefleet/zonefleet/pkg/zerr"
+	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/mem"
 	"google.golang.org/grpc/status"
 )
 
@@ -787,25 +789,19 @@ func (v *VZone) writeGroup(ctx context.Context, g *group, off uint64, data []byt
 	one := func(li int, l *leg) {
 		if len(l.pieces) == 1 {
 			p := l.pieces[0]
-			errs[li] = v.writeCopies(ctx, g, l.idx, l.zoff, data[(p.voff-off)*bs:(p.voff-off+p.n)*bs], bs, fua)
+			errs[li] = v.writeCopies(ctx, g, l.idx, l.zoff, [][]byte{data[(p.voff-off)*bs : (p.voff-off+p.n)*bs]}, bs, fua)
 			return
 		}
-		// The zero-copy codec (pkg/wire) hands this buffer to the transport
-		// without copying, and the transport may still be writing it after
-		// a call that failed (an early error answer from the node, a
-		// cancelled context): it goes back to the pool only after every
-		// copy's write succeeded (the nodes then had all of it; an
-		// abandoned earlier attempt can only send bytes that the zone's
-		// write pointer refuses, see pkg/bufpool), else the garbage
-		// collector frees it once the transport is done.
-		buf := v.c.legBufs.Get(int(l.blocks * bs))
-		w := 0
-		for _, p := range l.pieces {
-			w += copy(buf[w:], data[(p.voff-off)*bs:(p.voff-off+p.n)*bs])
+		// Several stripe units of this zone: sent as they lie in data, one
+		// buffer each, without gathering them (the codec of pkg/wire
+		// frames them back to back; the node writes them with one
+		// pwritev). The transport reads data as long as for a leg of one
+		// piece, above.
+		bufs := make([][]byte, len(l.pieces))
+		for i, p := range l.pieces {
+			bufs[i] = data[(p.voff-off)*bs : (p.voff-off+p.n)*bs]
 		}
-		if errs[li] = v.writeCopies(ctx, g, l.idx, l.zoff, buf[:w], bs, fua); errs[li] == nil {
-			v.c.legBufs.Put(buf)
-		}
+		errs[li] = v.writeCopies(ctx, g, l.idx, l.zoff, bufs, bs, fua)
 	}
 	var wg sync.WaitGroup
 	for li, l := range legs[:len(legs)-1] {
@@ -830,15 +826,16 @@ func (v *VZone) writeGroup(ctx context.Context, g *group, off uint64, data []byt
 	return prefix - off, first
 }
 
-// writeLeg writes buf at zone offset zoff of z. A retried write whose first
-// attempt landed but whose answer was lost is recognized by the write pointer.
-func (v *VZone) writeLeg(ctx context.Context, z pzone, zoff uint64, buf []byte, bs uint64, fua bool) error {
+// writeLeg writes buf (its buffers back to back) at zone offset zoff of z.
+// A retried write whose first attempt landed but whose answer was lost is
+// recognized by the write pointer.
+func (v *VZone) writeLeg(ctx context.Context, z pzone, zoff uint64, buf [][]byte, bs uint64, fua bool) error {
 	d, err := v.c.device(ctx, z)
 	if err != nil {
 		return err
 	}
 	lba := uint64(z.zone)*d.zoneSize + zoff
-	blocks := uint64(len(buf)) / bs
+	blocks := uint64(bufLen(buf)) / bs
 	attempt := 0
 	_, err = nodeCall(ctx, v.c, z.node, z.addr, "write", func(ctx context.Context, n v1.ZonedDeviceClient) (struct{}, error) {
 		attempt++
@@ -868,11 +865,26 @@ func (v *VZone) writeLeg(ctx context.Context, z pzone, zoff uint64, buf []byte, 
 	return err
 }
 
-// writeBlocks sends one write: unary up to the node's limit, streamed above it.
-func writeBlocks(ctx context.Context, n v1.ZonedDeviceClient, dev uint32, lba uint64, buf []byte, fua bool) error {
-	if len(buf) <= daemon.MaxUnaryData {
-		_, err := n.Write(ctx, &v1.WriteRequest{Device: dev, Lba: lba, Data: buf, Fua: fua})
-		return err
+// writeBlocks sends one write of buf's buffers back to back: unary up to
+// the node's limit, streamed above it. Buffers go to the transport as they
+// are (the codec frames several as one bytes field); the caller must not
+// change them until the write returned — and, since the transport may
+// still be sending an abandoned attempt, should not reuse them for other
+// data before a write of them succeeded (see pkg/bufpool).
+func writeBlocks(ctx context.Context, n v1.ZonedDeviceClient, dev uint32, lba uint64, buf [][]byte, fua bool) error {
+	size := bufLen(buf)
+	nc, vec := n.(nodeConn)
+	if !vec && len(buf) > 1 {
+		buf = [][]byte{flatten(buf)} // (not a connection of this client's)
+	}
+	if size <= daemon.MaxUnaryData {
+		req := &v1.WriteRequest{Device: dev, Lba: lba, Fua: fua}
+		if len(buf) == 1 {
+			req.Data = buf[0]
+			_, err := n.Write(ctx, req)
+			return err
+		}
+		return nc.cc.Invoke(ctx, v1.ZonedDevice_Write_FullMethodName, &wire.WriteChunk{Req: req, Payload: sliceBuffers(buf)}, new(v1.WriteResponse), grpc.StaticMethod())
 	}
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
@@ -881,17 +893,69 @@ func writeBlocks(ctx context.Context, n v1.ZonedDeviceClient, dev uint32, lba ui
 		return err
 	}
 	const piece = 1 << 20
-	for off := 0; off < len(buf); off += piece {
-		req := &v1.WriteRequest{Data: buf[off:min(off+piece, len(buf))]}
+	for off := 0; off < size; off += piece {
+		req := &v1.WriteRequest{}
 		if off == 0 {
-			req.Device, req.Lba, req.TotalBlocks, req.Fua = dev, lba, uint32(len(buf)/4096), fua
+			req.Device, req.Lba, req.TotalBlocks, req.Fua = dev, lba, uint32(size/4096), fua
 		}
-		if err := s.Send(req); err != nil {
+		part := cutBufs(buf, off, min(off+piece, size))
+		if len(part) == 1 {
+			req.Data = part[0]
+			err = s.Send(req)
+		} else {
+			err = s.SendMsg(&wire.WriteChunk{Req: req, Payload: sliceBuffers(part)})
+		}
+		if err != nil {
 			break // the status comes from CloseAndRecv
 		}
 	}
 	_, err = s.CloseAndRecv()
 	return err
+}
+
+// bufLen is the bytes of bufs in all.
+func bufLen(bufs [][]byte) int {
+	n := 0
+	for _, b := range bufs {
+		n += len(b)
+	}
+	return n
+}
+
+// cutBufs returns bytes [from, to) of bufs (back to back), sharing their memory.
+func cutBufs(bufs [][]byte, from, to int) [][]byte {
+	var out [][]byte
+	pos := 0
+	for _, b := range bufs {
+		if lo, hi := max(from-pos, 0), min(to-pos, len(b)); lo < hi {
+			out = append(out, b[lo:hi])
+		}
+		if pos += len(b); pos >= to {
+			break
+		}
+	}
+	return out
+}
+
+// flatten copies bufs into one slice (one buffer: itself).
+func flatten(bufs [][]byte) []byte {
+	if len(bufs) == 1 {
+		return bufs[0]
+	}
+	out := make([]byte, 0, bufLen(bufs))
+	for _, b := range bufs {
+		out = append(out, b...)
+	}
+	return out
+}
+
+// sliceBuffers wraps bufs for the codec without copying.
+func sliceBuffers(bufs [][]byte) mem.BufferSlice {
+	out := make(mem.BufferSlice, len(bufs))
+	for i, b := range bufs {
+		out[i] = mem.SliceBuffer(b)
+	}
+	return out
 }
 
 // Read reads n blocks at off. Blocks never written read as zeroes.
