@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"sort"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -555,6 +556,18 @@ func (v *VZone) WriteFUA(ctx context.Context, off uint64, data []byte) error {
 	return v.write(ctx, off, data, true)
 }
 
+// WriteVec is Write (WriteFUA with fua) of the buffers of bufs back to back,
+// of any lengths (the total whole blocks): each stripe leg goes to its node
+// as the parts of bufs it covers, without gathering them into one buffer
+// (a file system writes back its cached pages this way). bufs are read
+// until WriteVec returns, and may be read by an abandoned earlier attempt
+// after that (see writeBlocks): they must not change.
+func (v *VZone) WriteVec(ctx context.Context, off uint64, bufs [][]byte, fua bool) error {
+	v.wmu.Lock()
+	defer v.wmu.Unlock()
+	return v.writeP(ctx, off, newPayload(bufs), fua)
+}
+
 // Append writes data at the write pointer and returns the offset it wrote at.
 func (v *VZone) Append(ctx context.Context, data []byte) (uint64, error) {
 	v.wmu.Lock()
@@ -570,6 +583,10 @@ func (v *VZone) Append(ctx context.Context, data []byte) (uint64, error) {
 }
 
 func (v *VZone) write(ctx context.Context, off uint64, data []byte, fua bool) error {
+	return v.writeP(ctx, off, newPayload([][]byte{data}), fua)
+}
+
+func (v *VZone) writeP(ctx context.Context, off uint64, data payload, fua bool) error {
 	start := time.Now()
 	if err := v.ensureLayout(ctx); err != nil {
 		return err
@@ -580,10 +597,10 @@ func (v *VZone) write(ctx context.Context, off uint64, data []byte, fua bool) er
 	if err != nil {
 		return err
 	}
-	if len(data) == 0 || uint64(len(data))%bs != 0 {
-		return &zerr.InvalidArgumentError{Field: "data", Reason: fmt.Sprintf("%d bytes is not a positive multiple of the %d-byte block", len(data), bs)}
+	if data.size == 0 || uint64(data.size)%bs != 0 {
+		return &zerr.InvalidArgumentError{Field: "data", Reason: fmt.Sprintf("%d bytes is not a positive multiple of the %d-byte block", data.size, bs)}
 	}
-	n := uint64(len(data)) / bs
+	n := uint64(data.size) / bs
 	wp, err := v.writePointer(ctx)
 	if err != nil {
 		return err
@@ -617,7 +634,7 @@ func (v *VZone) write(ctx context.Context, off uint64, data []byte, fua bool) er
 			return &WriteError{VZone: v.id, Offset: off, Written: done, Requested: n, Err: err}
 		}
 		chunk := min(n-done, g.start+g.capacity-cur)
-		got, err := v.writeGroup(v.withRev(base), g, cur, data[done*bs:(done+chunk)*bs], bs, fua)
+		got, err := v.writeGroup(v.withRev(base), g, cur, data, int(done*bs), chunk, bs, fua)
 		if err != nil && got == 0 && moved < maxLayoutMoves && v.layoutMoved(ctx, err, gen, cur, tl) {
 			// Nothing of this group landed where the layout now has it: a
 			// reclaim of an idle namespace (eZNS) moved the group's data to
@@ -648,7 +665,7 @@ func (v *VZone) write(ctx context.Context, off uint64, data []byte, fua bool) er
 		}
 	}
 	v.c.m.ops.WithLabelValues("write").Inc()
-	v.c.m.bytes.WithLabelValues("write").Add(float64(len(data)))
+	v.c.m.bytes.WithLabelValues("write").Add(float64(data.size))
 	v.c.m.latency.WithLabelValues("write").Observe(time.Since(start).Seconds())
 	v.reportActivity(n)
 	return nil
@@ -776,30 +793,24 @@ func (v *VZone) groupFor(ctx context.Context, off uint64) (*group, error) {
 	return nil, &zerr.UnavailableError{What: "arbiter", Reason: "no stripe group covers the write after 64 allocations"}
 }
 
-// writeGroup writes [off, off+n) of one group: one request per physical zone,
-// all in parallel (the last on the caller's goroutine, so a write of one leg
-// starts none). It returns the contiguous prefix that landed.
-func (v *VZone) writeGroup(ctx context.Context, g *group, off uint64, data []byte, bs uint64, fua bool) (uint64, error) {
+// writeGroup writes [off, off+n) of one group, the bytes of data from at:
+// one request per physical zone, all in parallel (the last on the caller's
+// goroutine, so a write of one leg starts none). It returns the contiguous
+// prefix that landed.
+func (v *VZone) writeGroup(ctx context.Context, g *group, off uint64, data payload, at int, n, bs uint64, fua bool) (uint64, error) {
 	if g.parity {
-		return v.writeParity(ctx, g, off, data, bs, fua)
+		return v.writeParity(ctx, g, off, data.flat(at, at+int(n*bs)), bs, fua)
 	}
-	n := uint64(len(data)) / bs
 	legs := g.legs(off, n)
 	errs := make([]error, len(legs))
 	one := func(li int, l *leg) {
-		if len(l.pieces) == 1 {
-			p := l.pieces[0]
-			errs[li] = v.writeCopies(ctx, g, l.idx, l.zoff, [][]byte{data[(p.voff-off)*bs : (p.voff-off+p.n)*bs]}, bs, fua)
-			return
-		}
-		// Several stripe units of this zone: sent as they lie in data, one
-		// buffer each, without gathering them (the codec of pkg/wire
-		// frames them back to back; the node writes them with one
-		// pwritev). The transport reads data as long as for a leg of one
-		// piece, above.
-		bufs := make([][]byte, len(l.pieces))
-		for i, p := range l.pieces {
-			bufs[i] = data[(p.voff-off)*bs : (p.voff-off+p.n)*bs]
+		// The leg's stripe units are sent as they lie in data, without
+		// gathering them (the codec of pkg/wire frames the buffers back to
+		// back; the node writes them with one pwritev).
+		var bufs [][]byte
+		for _, p := range l.pieces {
+			lo := at + int((p.voff-off)*bs)
+			bufs = data.cut(bufs, lo, lo+int(p.n*bs))
 		}
 		errs[li] = v.writeCopies(ctx, g, l.idx, l.zoff, bufs, bs, fua)
 	}
@@ -920,6 +931,48 @@ func bufLen(bufs [][]byte) int {
 		n += len(b)
 	}
 	return n
+}
+
+// payload is a write's data: buffers back to back (a caller's one slice, or
+// a file system's cached pages), with the end offset of each for cutting
+// stripe units out of it by binary search.
+type payload struct {
+	bufs [][]byte
+	ends []int // ends[i]: offset just past bufs[i]
+	size int
+}
+
+func newPayload(bufs [][]byte) payload {
+	p := payload{bufs: bufs, ends: make([]int, len(bufs))}
+	for i, b := range bufs {
+		p.size += len(b)
+		p.ends[i] = p.size
+	}
+	return p
+}
+
+// cut appends bytes [from, to) of p to dst, as parts of p's buffers.
+func (p payload) cut(dst [][]byte, from, to int) [][]byte {
+	i := sort.SearchInts(p.ends, from+1) // first buffer ending past from
+	for ; i < len(p.bufs) && from < to; i++ {
+		start := p.ends[i] - len(p.bufs[i])
+		lo, hi := from-start, min(to, p.ends[i])-start
+		if lo < hi {
+			dst = append(dst, p.bufs[i][lo:hi])
+		}
+		from = p.ends[i]
+	}
+	return dst
+}
+
+// flat returns bytes [from, to) of p as one slice: a part of one buffer, or
+// a copy.
+func (p payload) flat(from, to int) []byte {
+	parts := p.cut(nil, from, to)
+	if len(parts) == 1 {
+		return parts[0]
+	}
+	return flatten(parts)
 }
 
 // cutBufs returns bytes [from, to) of bufs (back to back), sharing their memory.

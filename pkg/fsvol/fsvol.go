@@ -575,19 +575,25 @@ func (v *Volume) Zones(ctx context.Context) ([]lfs.ZoneInfo, error) {
 
 // Write implements lfs.Volume.
 func (v *Volume) Write(ctx context.Context, z lfs.ZoneID, off uint64, data []byte, fua bool) error {
+	return v.WriteV(ctx, z, off, [][]byte{data}, fua)
+}
+
+// WriteV is Write of bufs back to back (lfs.VectorWriter): the client sends
+// each stripe leg as the parts of bufs it covers, with no gather copy.
+func (v *Volume) WriteV(ctx context.Context, z lfs.ZoneID, off uint64, bufs [][]byte, fua bool) error {
 	if err := v.fencedErr(); err != nil {
 		return err
 	}
 	if err := v.settleZone(ctx, z); err != nil {
 		return err
 	}
-	vz := v.vz(z)
-	var werr error
-	if fua {
-		werr = vz.WriteFUA(ctx, off, data) // durable when acknowledged: no Flush round trip
-	} else {
-		werr = vz.Write(ctx, off, data)
+	size := 0
+	for _, b := range bufs {
+		size += len(b)
 	}
+	vz := v.vz(z)
+	// with fua durable when acknowledged: no Flush round trip
+	werr := vz.WriteVec(ctx, off, bufs, fua)
 	var we *client.WriteError
 	if werr != nil && !(errors.As(werr, &we) && we.Written > 0) {
 		return werr
@@ -602,7 +608,7 @@ func (v *Volume) Write(ctx context.Context, z lfs.ZoneID, off uint64, data []byt
 		if werr != nil {
 			err = v.markDirty(ctx, vz)
 		} else {
-			err = v.markDirtyRange(ctx, vz, off, uint64(len(data))/uint64(v.geo.BlockSize))
+			err = v.markDirtyRange(ctx, vz, off, uint64(size)/uint64(v.geo.BlockSize))
 		}
 		if err != nil {
 			return errors.Join(werr, err)
@@ -611,7 +617,7 @@ func (v *Volume) Write(ctx context.Context, z lfs.ZoneID, off uint64, data []byt
 	if werr != nil {
 		return &lfs.PartialWriteError{Zone: z, Off: off, Written: we.Written, Err: werr}
 	}
-	v.finishIfFull(z, off+uint64(len(data))/uint64(v.geo.BlockSize))
+	v.finishIfFull(z, off+uint64(size)/uint64(v.geo.BlockSize))
 	return nil
 }
 

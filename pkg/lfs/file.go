@@ -266,8 +266,9 @@ func (fs *FS) holePage(ctx context.Context, in *inode, blk uint64, b []byte) (*p
 // in place once a page is cached, and a page buffer is never reused (no
 // pool): a reader takes p.b under the table lock and copies from it with no
 // lock held (readAt) or hands it out (ReadVec, whose caller writes it to the
-// kernel after the operation ended), and a write-back copies it with only
-// the inode lock.
+// kernel after the operation ended), and a write-back hands it to the
+// volume as it is (prepareFlush), which may read it after the write-back
+// ended (an abandoned network attempt).
 func setPage(p *page, b []byte) { p.b = b }
 
 // clonePage returns a copy of p's contents to change and then set (setPage).
@@ -316,13 +317,16 @@ type flushGroup struct {
 	blks  []uint64
 	pages []*page
 	gens  []uint64
-	buf   []byte
+	bufs  [][]byte // the pages' contents when planned (p.b: never changed in place)
 	addrs []Addr
 }
 
-// prepareFlush copies in's dirty pages that are not already in flight into
-// per-log buffers and marks them in flight (in.mu and fs.mu held; fs.mu is
-// released for the copy): the first limit of them by block number (0: all).
+// prepareFlush takes in's dirty pages that are not already in flight into
+// per-log groups and marks them in flight (in.mu and fs.mu held): the first
+// limit of them by block number (0: all). A group holds the pages'
+// buffers as they are now: page contents are never changed in place
+// (setPage), so a write that changes a page meanwhile makes a new buffer
+// and leaves the one being written alone — no copy of the batch is made.
 func (fs *FS) prepareFlush(in *inode, limit int) *flushPlan {
 	blks := make([]uint64, 0, len(in.dirtyBlks))
 	for b, p := range in.dirtyBlks {
@@ -366,6 +370,11 @@ func (fs *FS) prepareFlush(in *inode, limit int) *flushPlan {
 		g.blks = append(g.blks, b)
 		g.pages = append(g.pages, p)
 		g.gens = append(g.gens, p.gen)
+		b := p.b
+		if len(b) != fs.bs { // (pages are whole blocks; a short one would be zero-padded)
+			b = append(append(make([]byte, 0, fs.bs), b...), make([]byte, fs.bs-len(b))...)
+		}
+		g.bufs = append(g.bufs, b)
 		p.inflight = true
 	}
 	sort.Slice(plan.groups, func(i, j int) bool { return plan.groups[i].log < plan.groups[j].log })
@@ -373,21 +382,6 @@ func (fs *FS) prepareFlush(in *inode, limit int) *flushPlan {
 	plan.pages = len(blks)
 	fs.wbFlights++
 	fs.wbPages += plan.pages
-	// The copy runs without the table lock: page contents change only under
-	// the inode lock, which the caller holds (or no operation runs at all).
-	fs.mu.Unlock()
-	for gi := range plan.groups {
-		g := &plan.groups[gi]
-		// A pooled buffer (bufpool): a fresh one per write-back cost more in
-		// page faults and garbage collection than the copy.
-		g.buf = fs.gather.Get(len(g.pages) * fs.bs)
-		for i, p := range g.pages {
-			dst := g.buf[i*fs.bs : (i+1)*fs.bs]
-			n := copy(dst, p.b)
-			clear(dst[n:]) // (pages are whole blocks; a short one is zero-padded)
-		}
-	}
-	fs.mu.Lock()
 	return plan
 }
 
@@ -433,7 +427,7 @@ func selectLowest(s []uint64, k int) {
 func (fs *FS) writePlan(ctx context.Context, plan *flushPlan) error {
 	for gi := range plan.groups {
 		g := &plan.groups[gi]
-		err := fs.appendBlocks(ctx, g.log, g.buf, false, func(i int, a Addr) error {
+		err := fs.appendBlocks(ctx, g.log, blockData{pages: g.bufs}, false, func(i int, a Addr) error {
 			g.addrs = append(g.addrs, a)
 			if s := fs.segOf(a); s != nil {
 				s.pending++
@@ -455,18 +449,6 @@ func (fs *FS) writePlan(ctx context.Context, plan *flushPlan) error {
 func (fs *FS) commitFlush(ctx context.Context, plan *flushPlan, failed bool) error {
 	in := plan.in
 	defer func() {
-		if !failed {
-			// Every write of the plan returned success: the volume is done
-			// with the buffers (Volume.Write; over the network an
-			// abandoned earlier attempt may still send a frame of one,
-			// which the zone's write pointer refuses: pkg/bufpool). After
-			// a failure a transport may still be reading one, so it is
-			// left to the garbage collector.
-			for gi := range plan.groups {
-				fs.gather.Put(plan.groups[gi].buf)
-				plan.groups[gi].buf = nil
-			}
-		}
 		in.flights--
 		fs.wbFlights--
 		fs.wbPages -= plan.pages
@@ -782,7 +764,7 @@ func (fs *FS) writeDirtyNodes(ctx context.Context, only *inode, mode nodeWrite) 
 			}
 			buf = append(buf, encodeNode(h, body, fs.bs)...)
 		}
-		err := fs.appendBlocks(ctx, t, buf, mode == nodesFsyncInode, func(i int, a Addr) error {
+		err := fs.appendBlocks(ctx, t, blockData{flat: buf}, mode == nodesFsyncInode, func(i int, a Addr) error {
 			it := g[i]
 			nid := mkNid(it.in.ino, it.idx)
 			fs.invalidate(fs.nat[nid])

@@ -164,7 +164,8 @@ type FS struct {
 	xl         [numTemps][]xlane    // extra write lanes of the data logs (lanes.go)
 	lanes      int                  // write lanes per data log
 	wbPages    int                  // dirty pages in flight (a write-back copied them and has not committed)
-	gather     bufpool.Pool         // write-back buffers (prepareFlush), recycled after a write that landed
+	gather     bufpool.Pool         // write-back buffers of a volume without VectorWriter (writeData), recycled after a write that landed
+	vecw       VectorWriter         // the volume's vectored write, if it has one (write-back sends the pages as they are)
 	wbFlights  int                  // write-backs in flight (all inodes)
 	admitting  int                  // writes admitted to the dirty budget and not yet done (admit)
 	admitPages int                  // pages of the admitted writes
@@ -271,6 +272,7 @@ func newFS(vol Volume, opts Options) *FS {
 		touched: map[Addr]bool{}, inodes: map[uint64]*inode{}, active: map[uint64]*inode{}, handles: map[Handle]*handle{},
 		orphans: map[uint64]struct{}{}, nextFH: 1}
 	fs.bs = fs.geo.BlockSize
+	fs.vecw = vectorWriter(vol)
 	fs.pinCond = sync.NewCond(&fs.mu)
 	fs.flightCond = sync.NewCond(&fs.mu)
 	fs.admitGone = map[uint64]bool{}

@@ -1,6 +1,7 @@
 package lfs
 
 import (
+	"bytes"
 	"cmp"
 	"context"
 	"errors"
@@ -167,6 +168,16 @@ func (r *retrying) Zones(ctx context.Context) (zs []ZoneInfo, err error) {
 }
 func (r *retrying) Write(ctx context.Context, z ZoneID, off uint64, data []byte, fua bool) error {
 	return r.do(ctx, "write", func(ctx context.Context) error { return r.Volume.Write(ctx, z, off, data, fua) })
+}
+
+// WriteV passes a vectored write on (retried as Write is) when the inner
+// volume has it, else gathers the buffers for its Write.
+func (r *retrying) WriteV(ctx context.Context, z ZoneID, off uint64, bufs [][]byte, fua bool) error {
+	vw, ok := r.Volume.(VectorWriter)
+	if !ok {
+		return r.Write(ctx, z, off, bytes.Join(bufs, nil), fua)
+	}
+	return r.do(ctx, "write", func(ctx context.Context) error { return vw.WriteV(ctx, z, off, bufs, fua) })
 }
 func (r *retrying) Read(ctx context.Context, z ZoneID, off uint64, buf []byte) error {
 	return r.do(ctx, "read", func(ctx context.Context) error { return r.Volume.Read(ctx, z, off, buf) })

@@ -276,12 +276,11 @@ func (fs *FS) lockLog(l int) {
 // Lane 0 is the log's own head under fs.logMu; a data log may have extra
 // lanes (lanes.go), each writing its own segment, so that concurrent
 // write-backs of one log are in flight on different zones at once.
-func (fs *FS) appendBlocks(ctx context.Context, li int, data []byte, fua bool, place func(i int, a Addr) error) error {
+func (fs *FS) appendBlocks(ctx context.Context, li int, data blockData, fua bool, place func(i int, a Addr) error) error {
 	l := fs.logFor(li)
 	j := fs.acquireLane(l)
 	defer func() { fs.releaseLane(l, j) }()
-	bs := fs.bs
-	n := len(data) / bs
+	n := data.blocks(fs.bs)
 	degraded := 0
 	for i := 0; i < n; {
 		s := fs.laneHead(l, j)
@@ -321,7 +320,7 @@ func (fs *FS) appendBlocks(ctx context.Context, li int, data []byte, fua bool, p
 		}
 		g := fs.m.logWrites.WithLabelValues(fs.logName(l))
 		g.Inc()
-		err := fs.unlocked(func() error { return fs.vol.Write(ctx, s.zone, off, data[i*bs:(i+int(k))*bs], fua) })
+		err := fs.unlocked(func() error { return fs.writeData(ctx, s.zone, off, data, i, i+int(k), fua) })
 		g.Dec()
 		if err != nil {
 			// The zone's write pointer is now unknown: never write it again.
@@ -380,6 +379,60 @@ func (fs *FS) appendBlocks(ctx context.Context, li int, data []byte, fua bool, p
 		}
 	}
 	return nil
+}
+
+// blockData is what appendBlocks writes: one contiguous buffer (flat), or
+// one buffer of a whole block per block (pages: a write-back's cached
+// pages, which never change once cached, so they are written without a
+// copy where the volume takes several buffers, VectorWriter).
+type blockData struct {
+	flat  []byte
+	pages [][]byte
+}
+
+func (d blockData) blocks(bs int) int {
+	if d.pages != nil {
+		return len(d.pages)
+	}
+	return len(d.flat) / bs
+}
+
+// writeData writes blocks [i, j) of data to zone z at off (fs.mu not held):
+// pages as they are where the volume takes several buffers, else gathered
+// into a pooled buffer.
+func (fs *FS) writeData(ctx context.Context, z ZoneID, off uint64, data blockData, i, j int, fua bool) error {
+	bs := fs.bs
+	if data.pages == nil {
+		return fs.vol.Write(ctx, z, off, data.flat[i*bs:j*bs], fua)
+	}
+	if fs.vecw != nil {
+		return fs.vecw.WriteV(ctx, z, off, data.pages[i:j], fua)
+	}
+	// A pooled buffer (bufpool): a fresh one per write-back cost more in
+	// page faults and garbage collection than the copy. It goes back to
+	// the pool only after a write that succeeded (see pkg/bufpool).
+	buf := fs.gather.Get((j - i) * bs)
+	for k, p := range data.pages[i:j] {
+		copy(buf[k*bs:(k+1)*bs], p)
+	}
+	err := fs.vol.Write(ctx, z, off, buf, fua)
+	if err == nil {
+		fs.gather.Put(buf)
+	}
+	return err
+}
+
+// vectorWriter returns v's VectorWriter when its writes of several buffers
+// need no gather copy (a retrying wrapper counts as its inner volume).
+func vectorWriter(v Volume) VectorWriter {
+	if r, ok := v.(*retrying); ok {
+		if _, ok := r.Volume.(VectorWriter); !ok {
+			return nil
+		}
+		return r
+	}
+	vw, _ := v.(VectorWriter)
+	return vw
 }
 
 // readBlocks reads consecutive blocks at a with fs.mu released (held on

@@ -144,6 +144,17 @@ type Volume interface {
 	// Threaded logging (ZNS+ §3.2.2) is the optional TLOpener interface.
 }
 
+// VectorWriter is implemented by a Volume that writes several buffers back
+// to back in one call without gathering them first (fsvol: each stripe leg
+// goes to its node as the parts of the buffers it covers; devvol: one
+// pwritev). WriteV is Write of the buffers' bytes, with Write's errors. The
+// write-back hands it the cached pages themselves, which never change once
+// cached (setPage), so no copy of a batch is made; a Volume without it gets
+// the pages gathered into one buffer.
+type VectorWriter interface {
+	WriteV(ctx context.Context, z ZoneID, off uint64, bufs [][]byte, fua bool) error
+}
+
 // TLOpener is implemented by a Volume whose drives support ZNS+ threaded
 // logging (TL_open). It is optional: the file system checks for it with a type
 // assertion and falls back to compaction when it is missing.

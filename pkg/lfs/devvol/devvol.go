@@ -197,6 +197,12 @@ func (v *Volume) settleZone(ctx context.Context, z lfs.ZoneID) error {
 
 // Write implements lfs.Volume (the device writes all or nothing).
 func (v *Volume) Write(ctx context.Context, z lfs.ZoneID, off uint64, data []byte, fua bool) error {
+	return v.WriteV(ctx, z, off, [][]byte{data}, fua)
+}
+
+// WriteV implements lfs.VectorWriter: the drive writes bufs with one
+// pwritev (zns.Device.WriteV).
+func (v *Volume) WriteV(ctx context.Context, z lfs.ZoneID, off uint64, bufs [][]byte, fua bool) error {
 	d, _, start, err := v.split(z)
 	if err != nil {
 		return err
@@ -204,7 +210,7 @@ func (v *Volume) Write(ctx context.Context, z lfs.ZoneID, off uint64, data []byt
 	if err := v.settleZone(ctx, z); err != nil {
 		return err
 	}
-	_, err = d.Write(ctx, start+off, data, zns.Flags{FUA: fua})
+	_, err = d.WriteV(ctx, start+off, bufs, zns.Flags{FUA: fua})
 	return err
 }
 
