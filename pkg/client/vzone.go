@@ -1002,11 +1002,15 @@ func flatten(bufs [][]byte) []byte {
 	return out
 }
 
-// sliceBuffers wraps bufs for the codec without copying.
+// sliceBuffers wraps bufs for the codec without copying. (Pointers into one
+// array: a SliceBuffer value stored in the interface would be one
+// allocation per buffer, per cached page of a write-back.)
 func sliceBuffers(bufs [][]byte) mem.BufferSlice {
+	arr := make([]mem.SliceBuffer, len(bufs))
 	out := make(mem.BufferSlice, len(bufs))
 	for i, b := range bufs {
-		out[i] = mem.SliceBuffer(b)
+		arr[i] = b
+		out[i] = &arr[i]
 	}
 	return out
 }
