@@ -201,13 +201,17 @@
 //     in the reserved segments. The write-back goroutines check the reserve
 //     (foreground GC) before every batch, as writers do before every
 //     operation.
-//     Write-back takes an inode's lock only to copy its dirty pages into
-//     one buffer per log (pooled, pkg/bufpool: given back after a write
-//     that succeeded, left to the garbage collector after one that failed,
-//     as the transport may still read it) and mark them in flight (page.inflight, version
-//     page.gen), writes with no inode lock (a lane of the log and the
-//     checkpoint lock shared only), then retakes the inode lock to commit: a page still cached is repointed at its new
-//     block and is clean unless it changed since the copy; a page truncated
+//     Write-back takes an inode's lock only to take its dirty pages'
+//     buffers, per log, and mark them in flight (page.inflight, version
+//     page.gen). It makes no copy: a page buffer never changes once cached
+//     (a write swaps in a new one, setPage), so the buffers are handed to
+//     the volume as they are (VectorWriter; a volume without it gets them
+//     gathered into a pooled buffer, pkg/bufpool, given back after a write
+//     that succeeded) and may be read by the volume after the write-back
+//     ended (an abandoned network attempt). It writes with no inode lock (a
+//     lane of the log and the checkpoint lock shared only), then retakes
+//     the inode lock to commit: a page still cached is repointed at its new
+//     block and is clean unless it changed since it was taken; a page truncated
 //     or deleted meanwhile leaves its block invalid. Until the commit the
 //     written blocks' segment counts them as pending and is no recycling
 //     candidate, and readers read the dirty page from the cache. fsync
