@@ -12,17 +12,24 @@ import (
 
 func fill(n int, b byte) []byte { return bytes.Repeat([]byte{b}, n) }
 
-// Both implementations behave like a file system for the calls the store makes.
-func TestFSBasics(t *testing.T) {
-	for _, tc := range []struct {
-		name string
-		fs   FS
-		dir  string
-	}{
+type namedFS struct {
+	name string
+	fs   FS
+	dir  string
+}
+
+// everyFS is each implementation, with a directory to use on it.
+func everyFS(t *testing.T) []namedFS {
+	return []namedFS{
 		{"os", Default, t.TempDir()},
 		{"mem", NewCrashableMem(), "/d"},
 		{"errors-none", WithErrors(NewCrashableMem(), &Counter{}), "/d"},
-	} {
+	}
+}
+
+// Both implementations behave like a file system for the calls the store makes.
+func TestFSBasics(t *testing.T) {
+	for _, tc := range everyFS(t) {
 		t.Run(tc.name, func(t *testing.T) {
 			p := filepath.Join(tc.dir, "f")
 			_, err := tc.fs.OpenFile(p, os.O_RDWR, 0)
@@ -147,15 +154,7 @@ func TestInjectors(t *testing.T) {
 // implementation; the operating system's file in one vectored call per
 // IOV_MAX buffers.
 func TestWriteAtV(t *testing.T) {
-	for _, tc := range []struct {
-		name string
-		fs   FS
-		dir  string
-	}{
-		{"os", Default, t.TempDir()},
-		{"mem", NewCrashableMem(), "/d"},
-		{"errors-none", WithErrors(NewCrashableMem(), &Counter{}), "/d"},
-	} {
+	for _, tc := range everyFS(t) {
 		t.Run(tc.name, func(t *testing.T) {
 			f, err := tc.fs.OpenFile(filepath.Join(tc.dir, "f"), os.O_RDWR|os.O_CREATE, 0o644)
 			require.NoError(t, err)

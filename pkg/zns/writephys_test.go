@@ -8,6 +8,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/zonefleet/zonefleet/pkg/clock"
+	"github.com/zonefleet/zonefleet/pkg/flash"
 	"github.com/zonefleet/zonefleet/pkg/ondisk"
 	"github.com/zonefleet/zonefleet/pkg/vfs"
 	"github.com/zonefleet/zonefleet/pkg/zerr"
@@ -31,41 +32,24 @@ func TestWritePhysOnePwritePerRun(t *testing.T) {
 		{"two dies per zone, older layout", 2, true, func(c int) int { return c }},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			if tc.older {
-				saved := newFeatures
-				newFeatures = ondisk.Features{}
-				t.Cleanup(func() { newFeatures = saved })
-			}
-			cfg := plCfg()
-			cfg.DZone, cfg.ZoneCapacity = tc.dzone, 0 // (zone capacity = size)
-			var mu sync.Mutex
-			var lens []int
-			rec := vfs.InjectorFunc(func(o vfs.Op) error {
-				if o.Kind == vfs.OpWrite && !strings.HasSuffix(o.Path, ".journal") && o.Len >= 4096 { // (not a write-pointer slot or a journal frame)
-					mu.Lock()
-					lens = append(lens, o.Len)
-					mu.Unlock()
-				}
-				return nil
-			})
-			mem := vfs.NewCrashableMem()
-			d, err := Create("/dev/zns0", cfg, clock.Off(), WithFS(vfs.WithErrors(mem, rec)), WithLogger(quiet))
-			require.NoError(t, err)
+			r := newRecordedDrive(t, tc.dzone, tc.older)
+			d, cfg, mem, mu := r.d, r.cfg, r.mem, &r.mu
+			lens := &r.lens
 			g := d.Geometry()
 			cb := g.ChunkBlocks
 			chunks := 3
 			n := chunks * cb
 			require.LessOrEqual(t, uint64(n+1), g.ZoneCap)
 			mu.Lock()
-			lens = nil
+			*lens = nil
 			mu.Unlock()
 			data := pattern(g.BlockSize, 0, n, 7)
-			_, err = d.Write(bg, 0, data, Flags{})
+			_, err := d.Write(bg, 0, data, Flags{})
 			require.NoError(t, err)
 			mu.Lock()
-			require.Len(t, lens, tc.writes(chunks), "data pwrites of a %d-chunk write: %v", chunks, lens)
+			require.Len(t, *lens, tc.writes(chunks), "data pwrites of a %d-chunk write: %v", chunks, *lens)
 			total := 0
-			for _, l := range lens {
+			for _, l := range *lens {
 				total += l
 			}
 			mu.Unlock()
@@ -160,26 +144,9 @@ func TestWriteV(t *testing.T) {
 		{"two dies per zone, older layout", 2, true, 3},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			if tc.older {
-				saved := newFeatures
-				newFeatures = ondisk.Features{}
-				t.Cleanup(func() { newFeatures = saved })
-			}
-			cfg := plCfg()
-			cfg.DZone, cfg.ZoneCapacity = tc.dzone, 0
-			var mu sync.Mutex
-			var lens []int
-			rec := vfs.InjectorFunc(func(o vfs.Op) error {
-				if o.Kind == vfs.OpWrite && !strings.HasSuffix(o.Path, ".journal") && o.Len >= 4096 {
-					mu.Lock()
-					lens = append(lens, o.Len)
-					mu.Unlock()
-				}
-				return nil
-			})
-			mem := vfs.NewCrashableMem()
-			d, err := Create("/dev/zns0", cfg, clock.Off(), WithFS(vfs.WithErrors(mem, rec)), WithLogger(quiet))
-			require.NoError(t, err)
+			r := newRecordedDrive(t, tc.dzone, tc.older)
+			d, cfg, mem, mu := r.d, r.cfg, r.mem, &r.mu
+			lens := &r.lens
 			g := d.Geometry()
 			n := 3 * g.ChunkBlocks
 			data := pattern(g.BlockSize, 0, n, 11)
@@ -189,12 +156,12 @@ func TestWriteV(t *testing.T) {
 				bufs = append(bufs, data[cuts[i-1]:cuts[i]])
 			}
 			mu.Lock()
-			lens = nil
+			*lens = nil
 			mu.Unlock()
-			_, err = d.WriteV(bg, 0, bufs, Flags{})
+			_, err := d.WriteV(bg, 0, bufs, Flags{})
 			require.NoError(t, err)
 			mu.Lock()
-			require.Len(t, lens, tc.writes, "data pwrites: %v", lens)
+			require.Len(t, *lens, tc.writes, "data pwrites: %v", *lens)
 			mu.Unlock()
 			got, _, err := d.Read(bg, 0, uint64(n))
 			require.NoError(t, err)
@@ -229,4 +196,39 @@ func TestWriteV(t *testing.T) {
 			require.Equal(t, want, got)
 		})
 	}
+}
+
+// recordedDrive is a drive on an in-memory file system that records the
+// length of every data pwrite (not write-pointer slots or journal frames).
+type recordedDrive struct {
+	d    *Device
+	cfg  flash.Config
+	mem  vfs.FS
+	mu   sync.Mutex
+	lens []int
+}
+
+// newRecordedDrive makes one with dies per zone; older makes it with the
+// older, chip-major layout (no featFBGInterleaved).
+func newRecordedDrive(t *testing.T, dies int, older bool) *recordedDrive {
+	t.Helper()
+	if older {
+		saved := newFeatures
+		newFeatures = ondisk.Features{}
+		t.Cleanup(func() { newFeatures = saved })
+	}
+	r := &recordedDrive{cfg: plCfg(), mem: vfs.NewCrashableMem()}
+	r.cfg.DZone, r.cfg.ZoneCapacity = dies, 0 // (zone capacity = size)
+	rec := vfs.InjectorFunc(func(o vfs.Op) error {
+		if o.Kind == vfs.OpWrite && !strings.HasSuffix(o.Path, ".journal") && o.Len >= 4096 {
+			r.mu.Lock()
+			r.lens = append(r.lens, o.Len)
+			r.mu.Unlock()
+		}
+		return nil
+	})
+	var err error
+	r.d, err = Create("/dev/zns0", r.cfg, clock.Off(), WithFS(vfs.WithErrors(r.mem, rec)), WithLogger(quiet))
+	require.NoError(t, err)
+	return r
 }
