@@ -239,7 +239,11 @@ func New(ctx context.Context, cfg Config) (*Client, error) {
 
 // NewDirect returns a client that talks to nodes only: its v-zones come from
 // layouts the caller gives to StaticVZone (experiments and benchmarks that
-// need exact widths and stripe sizes). Arbiter calls fail.
+// need exact widths and stripe sizes). Arbiter calls fail. On nodes that
+// follow an arbiter's grants, zones written this way are granted to no one:
+// a node resets every non-empty zone without a grant when it starts
+// (grants deleted while it was down), so such data does not survive a node
+// restart; on standalone nodes (no grants) it does.
 func NewDirect(cfg Config) *Client {
 	if cfg.RetryDeadline <= 0 {
 		cfg.RetryDeadline = 15 * time.Second
