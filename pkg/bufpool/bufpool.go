@@ -1,8 +1,8 @@
 // Package bufpool recycles the large byte buffers of the write path.
 //
 // The file system gathers the dirty pages of a write-back into one buffer
-// (megabytes, written once and dropped after the write; the client sends
-// its stripe legs straight from it). Allocating them
+// when its volume cannot take the pages as they are (no lfs.VectorWriter;
+// megabytes, written once and dropped after the write). Allocating them
 // fresh each time cost more than the copy itself: the heap hands back
 // memory the runtime has returned to the kernel, so every page of a new
 // buffer faults in (about 25 µs a fault measured in this project's VMs,

@@ -12,7 +12,7 @@ import (
 // message, about 8 % of the node's CPU on the write path (profile of
 // BenchmarkDataPathWriteStreamCodec) — although every user overwrites the
 // buffer whole: the transport reads a frame into exactly the bytes it asks
-// for, and the node gathers a payload into exactly its length. Buffers come
+// for, and the node reads a drive range into exactly its length. Buffers come
 // in power-of-two classes from 512 B to 8 MiB; larger ones are not pooled.
 var Pool mem.BufferPool = newDirtyPool()
 

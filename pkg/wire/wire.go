@@ -47,8 +47,8 @@
 //
 // Pool is the data path's buffer pool: power-of-two classes, not zeroed on
 // Get (gRPC's default pool clears every buffer). ServerOptions makes the
-// server's transport read frames into it; the node gathers payloads into it
-// and reads the drive into it. A ReadChunk carries such a read buffer as a
+// server's transport read frames into it (the node writes a payload to the
+// drive from those frames, vectored) and the node reads the drive into it. A ReadChunk carries such a read buffer as a
 // reference-counted mem.Buffer: Marshal hands the reference to gRPC, which
 // frees it (back to Pool) once the frames are written, never earlier.
 //
