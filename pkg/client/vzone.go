@@ -883,10 +883,12 @@ func (v *VZone) writeLeg(ctx context.Context, z pzone, zoff uint64, buf [][]byte
 // still be sending an abandoned attempt, should not reuse them for other
 // data before a write of them succeeded (see pkg/bufpool).
 func writeBlocks(ctx context.Context, n v1.ZonedDeviceClient, dev uint32, lba uint64, buf [][]byte, fua bool) error {
-	size := bufLen(buf)
+	data := newPayload(buf)
+	size := data.size
 	nc, vec := n.(nodeConn)
 	if !vec && len(buf) > 1 {
-		buf = [][]byte{flatten(buf)} // (not a connection of this client's)
+		buf = [][]byte{data.flat(0, size)} // (not a connection of this client's)
+		data = newPayload(buf)
 	}
 	if size <= daemon.MaxUnaryData {
 		req := &v1.WriteRequest{Device: dev, Lba: lba, Fua: fua}
@@ -909,7 +911,7 @@ func writeBlocks(ctx context.Context, n v1.ZonedDeviceClient, dev uint32, lba ui
 		if off == 0 {
 			req.Device, req.Lba, req.TotalBlocks, req.Fua = dev, lba, uint32(size/4096), fua
 		}
-		part := cutBufs(buf, off, min(off+piece, size))
+		part := data.cut(nil, off, min(off+piece, size))
 		if len(part) == 1 {
 			req.Data = part[0]
 			err = s.Send(req)
@@ -972,31 +974,8 @@ func (p payload) flat(from, to int) []byte {
 	if len(parts) == 1 {
 		return parts[0]
 	}
-	return flatten(parts)
-}
-
-// cutBufs returns bytes [from, to) of bufs (back to back), sharing their memory.
-func cutBufs(bufs [][]byte, from, to int) [][]byte {
-	var out [][]byte
-	pos := 0
-	for _, b := range bufs {
-		if lo, hi := max(from-pos, 0), min(to-pos, len(b)); lo < hi {
-			out = append(out, b[lo:hi])
-		}
-		if pos += len(b); pos >= to {
-			break
-		}
-	}
-	return out
-}
-
-// flatten copies bufs into one slice (one buffer: itself).
-func flatten(bufs [][]byte) []byte {
-	if len(bufs) == 1 {
-		return bufs[0]
-	}
-	out := make([]byte, 0, bufLen(bufs))
-	for _, b := range bufs {
+	out := make([]byte, 0, to-from)
+	for _, b := range parts {
 		out = append(out, b...)
 	}
 	return out
