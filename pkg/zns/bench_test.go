@@ -102,3 +102,67 @@ func BenchmarkSeqWrite1M(b *testing.B) {
 		})
 	}
 }
+
+// BenchmarkZoneCompaction: zone_compaction of one zone's worth of blocks on a
+// drive of the default geometry (clock off, the real file system), as a
+// file system's recycling issues it: "whole" copies a full zone in one copy
+// (every chunk by copyback), "scattered" copies every other block of two
+// source zones (copies of one block: read and program). It reports the
+// process's CPU per MiB moved beside the throughput.
+//
+//	go test -run x -bench ZoneCompaction -count 4 ./pkg/zns
+func BenchmarkZoneCompaction(b *testing.B) {
+	for _, tc := range []struct {
+		name   string
+		stride uint64 // a copy of one block every stride blocks (1: one copy of the zone)
+	}{{"whole", 1}, {"scattered", 2}} {
+		b.Run(tc.name, func(b *testing.B) {
+			cfg := flash.Defaults()
+			cfg.MaxOpenZones, cfg.MaxActiveZones = 0, 0
+			d, err := Create(filepath.Join(b.TempDir(), "dev"), cfg, clock.Off())
+			require.NoError(b, err)
+			defer d.Close()
+			g := d.g
+			require.GreaterOrEqual(b, g.Zones, uint64(4))
+			// sources: zones 0 and 1, full
+			n := uint64(1 << 20 / g.BlockSize)
+			for z := uint64(0); z < 2; z++ {
+				for wp := uint64(0); wp < g.ZoneCap; wp += n {
+					k := min(n, g.ZoneCap-wp)
+					_, err := d.Write(bg, z*g.ZoneSize+wp, pattern(g.BlockSize, wp, int(k), byte(z)), Flags{})
+					require.NoError(b, err)
+				}
+			}
+			var copies []Copy
+			if tc.stride == 1 {
+				copies = []Copy{{Src: 0, Count: g.ZoneCap}}
+			} else {
+				for i := uint64(0); i < g.ZoneCap; i++ {
+					copies = append(copies, Copy{Src: (i*tc.stride)/g.ZoneCap*g.ZoneSize + (i*tc.stride)%g.ZoneCap, Count: 1})
+				}
+			}
+			b.SetBytes(int64(g.ZoneCap) * int64(g.BlockSize))
+			var ru0, ru1 syscall.Rusage
+			_ = syscall.Getrusage(syscall.RUSAGE_SELF, &ru0)
+			b.ResetTimer()
+			for i := 0; i < b.N; i++ {
+				dz := 2 + uint64(i)%2
+				for k := range copies {
+					copies[k].Dst = dz*g.ZoneSize + uint64(k)
+				}
+				id, err := d.ZoneCompaction(bg, copies)
+				require.NoError(b, err)
+				_, err = d.WaitCompaction(bg, id)
+				require.NoError(b, err)
+				b.StopTimer()
+				_, err = d.ZoneMgmt(bg, dz, ActionReset, false)
+				require.NoError(b, err)
+				b.StartTimer()
+			}
+			b.StopTimer()
+			_ = syscall.Getrusage(syscall.RUSAGE_SELF, &ru1)
+			cpu := time.Duration(ru1.Utime.Nano() + ru1.Stime.Nano() - ru0.Utime.Nano() - ru0.Stime.Nano())
+			b.ReportMetric(float64(cpu.Microseconds())/1000/(float64(b.N)*float64(g.ZoneCap)*float64(g.BlockSize)/(1<<20)), "cpu-ms/MiB")
+		})
+	}
+}

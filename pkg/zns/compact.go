@@ -173,9 +173,30 @@ func (d *Device) WaitCompaction(ctx context.Context, id uint64) (CompactionResul
 	return cp.res, d.wait(ctx, cp.res.Completed)
 }
 
+// compactStageBytes bounds the destination run runCompaction gathers before
+// writing it: one pwrite(v) and one write-pointer slot per run instead of
+// per chunk (a variable for tests; never below one chunk).
+var compactStageBytes uint64 = 1 << 20
+
+// runCompaction moves the data of cs (sorted by destination) and returns the
+// flash work to replay on the clock, piece by piece.
+//
+// Sources are read chunk by chunk under their zone's read lock (a source
+// zone reset meanwhile cannot hand the copy another zone's blocks) into one
+// staging buffer; a contiguous run of destination blocks is written once
+// it reaches compactStageBytes, a gap, a zone boundary or the end, and then
+// its write pointer is persisted. Readers of a destination zone see its
+// write pointer advance run by run. A run's accounting (the result's
+// counts, the device's counters) is applied once its data is written: a
+// failed write leaves them as they were before that run.
 func (d *Device) runCompaction(cs []Copy, res *CompactionResult) ([]piece, error) {
 	cb := uint64(d.g.ChunkBlocks)
 	bs := uint64(d.g.BlockSize)
+	var total uint64
+	for _, c := range cs {
+		total += c.Count
+	}
+	stage := make([]byte, min(total, max(compactStageBytes/bs, cb))*bs) // a piece is at most a chunk
 	var dz *zone
 	var pieces []piece
 	pendChunk := int64(-1)
@@ -188,8 +209,40 @@ func (d *Device) runCompaction(cs []Copy, res *CompactionResult) ([]piece, error
 		pendChunk = -1
 		pend = piece{}
 	}
+	// the staged run: destination blocks [runOff, runOff+runN) of dz, and
+	// what its blocks count for once written
+	var runOff, runN uint64
+	var acct struct{ blocks, cbBlocks, cbChunks, rpBlocks, nandRead, nandProg uint64 }
+	writeRun := func() error {
+		if runN == 0 {
+			return nil
+		}
+		dz.mu.Lock()
+		err := d.writePhys(dz, dz.fbg, runOff, iov{stage[:runN*bs]})
+		if err == nil {
+			err = d.persistWP(dz, runOff+runN)
+		}
+		dz.mu.Unlock()
+		if err != nil {
+			return err
+		}
+		res.Blocks += acct.blocks
+		res.CopybackBlocks += acct.cbBlocks
+		res.CopybackChunks += acct.cbChunks
+		res.ReadProgBlocks += acct.rpBlocks
+		d.st.cbChunks.Add(acct.cbChunks)
+		d.st.rpBlocks.Add(acct.rpBlocks)
+		d.st.nandRead.Add(acct.nandRead)
+		d.st.nandProg.Add(acct.nandProg)
+		runN = 0
+		acct = struct{ blocks, cbBlocks, cbChunks, rpBlocks, nandRead, nandProg uint64 }{}
+		return nil
+	}
 	finishZone := func() error {
 		flushProg()
+		if err := writeRun(); err != nil {
+			return err
+		}
 		if dz == nil {
 			return nil
 		}
@@ -215,7 +268,15 @@ func (d *Device) runCompaction(cs []Copy, res *CompactionResult) ([]piece, error
 			soff, doff := src-sz.start, dst-dz.start
 			// piece: up to the next source or destination chunk boundary
 			k := min(c.Count-i, cb-soff%cb, cb-doff%cb)
-			buf := make([]byte, k*bs)
+			if runN > 0 && (doff != runOff+runN || (runN+k)*bs > uint64(len(stage))) {
+				if err := writeRun(); err != nil {
+					return pieces, err
+				}
+			}
+			if runN == 0 {
+				runOff = doff
+			}
+			buf := stage[runN*bs : (runN+k)*bs]
 			sz.mu.RLock()
 			l0 := d.locate(sz, soff)
 			full := k == cb && l0.kind == srcFlash
@@ -240,37 +301,35 @@ func (d *Device) runCompaction(cs []Copy, res *CompactionResult) ([]piece, error
 				return pieces, err
 			}
 			dz.mu.Lock()
-			if doff > dz.wp { // gap in the destination: zero-filled
+			gap := runN == 0 && doff > dz.wp
+			dz.mu.Unlock()
+			if gap { // gap in the destination: zero-filled
 				flushProg()
-				if err := d.zeroRange(dz, dz.fbg, dz.wp, doff); err != nil {
-					dz.mu.Unlock()
+				dz.mu.Lock()
+				err := d.zeroRange(dz, dz.fbg, dz.wp, doff)
+				if err == nil {
+					dz.wp = doff
+				}
+				dz.mu.Unlock()
+				if err != nil {
 					return pieces, err
 				}
-				dz.wp = doff
 			}
 			dl := d.flashLoc(dz, dz.fbg, doff)
 			useCB := full && d.copybackAllowed(l0, dl)
-			err = d.writePhys(dz, dz.fbg, doff, iov{buf})
-			if err == nil {
-				err = d.persistWP(dz, doff+k)
-			}
-			dz.mu.Unlock()
-			if err != nil {
-				return pieces, err
-			}
+			runN += k
+			acct.blocks += k
 			if useCB {
-				res.CopybackBlocks += k
-				res.CopybackChunks++
-				d.st.cbChunks.Add(1)
-				d.st.nandProg.Add(1)
+				acct.cbBlocks += k
+				acct.cbChunks++
+				acct.nandProg++
 				pieces = append(pieces, piece{cb: true, dst: dl.chip})
 			} else {
 				if full {
-					d.st.nandRead.Add(1)
+					acct.nandRead++
 					reads = []pread{{l0.chip, int(k)}}
 				}
-				res.ReadProgBlocks += k
-				d.st.rpBlocks.Add(k)
+				acct.rpBlocks += k
 				ch := int64(doff / cb)
 				if pendChunk >= 0 && pendChunk != ch {
 					flushProg()
@@ -282,7 +341,6 @@ func (d *Device) runCompaction(cs []Copy, res *CompactionResult) ([]piece, error
 					flushProg()
 				}
 			}
-			res.Blocks += k
 			i += k
 		}
 	}

@@ -42,7 +42,10 @@
 // and destination are on the same chip are copied by copyback unless the
 // page's consecutive-copyback count reached copyback_threshold (or
 // disable_copyback is set), everything else by read and program. The data
-// moves when the command is submitted; its flash work is an asynchronous job
+// moves when the command is submitted, staged in runs of up to 1 MiB: a read
+// per source chunk under the source zone's lock, then one write and one
+// write-pointer slot per contiguous destination run (readers of a
+// destination zone see its write pointer advance run by run); its flash work is an asynchronous job
 // booked on the clock one destination chunk at a time per destination chip
 // (sched.go), so user requests to the same chips are served between the
 // pieces instead of waiting for the whole compaction, and the compaction's

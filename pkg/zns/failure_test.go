@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"sync"
+	"sync/atomic"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -278,4 +279,42 @@ func TestIOErrorTypes(t *testing.T) {
 	require.ErrorIs(t, e, vfs.ErrInjected)
 	require.Contains(t, e.Error(), "zone 3")
 	require.True(t, errors.Is(&IOError{Zone: -1, Err: vfs.ErrInjected}, zerr.ErrUnavailable))
+}
+
+// TestCompactionRunFails: a compaction whose second destination run fails
+// to write returns the typed error, counts only the run that landed, and
+// that run reads back below the zone's write pointer.
+func TestCompactionRunFails(t *testing.T) {
+	saved := compactStageBytes
+	compactStageBytes = 8 * 4096
+	defer func() { compactStageBytes = saved }()
+	var armed atomic.Bool
+	var data atomic.Int32
+	inj := vfs.InjectorFunc(func(o vfs.Op) error {
+		if armed.Load() && o.Kind == vfs.OpWrite && o.Len == 8*4096 && data.Add(1) == 2 {
+			return fmt.Errorf("second run: %w", vfs.ErrInjected)
+		}
+		return nil
+	})
+	d, err := Create("/dev/zns0", plCfg(), clock.Off(), WithFS(vfs.WithErrors(vfs.NewCrashableMem(), inj)), WithLogger(quiet))
+	require.NoError(t, err)
+	defer d.Close()
+	require.Equal(t, 4096, d.g.BlockSize)
+	fill(t, d, 0, 24, 1)
+	armed.Store(true)
+	zs := d.g.ZoneSize
+	id, err := d.ZoneCompaction(bg, []Copy{{Src: 0, Dst: 2 * zs, Count: 24}})
+	require.NoError(t, err)
+	res, err := d.WaitCompaction(bg, id)
+	require.ErrorIs(t, err, vfs.ErrInjected)
+	var ioe *IOError
+	require.ErrorAs(t, err, &ioe)
+	require.Equal(t, uint64(8), res.Blocks)
+	require.Equal(t, res.Blocks, res.CopybackBlocks+res.ReadProgBlocks)
+	rep, err := d.ReportZones(StateAny, 2, 1)
+	require.NoError(t, err)
+	require.Equal(t, 2*zs+8, rep[0].WP)
+	got, _, err := d.Read(bg, 2*zs, 8)
+	require.NoError(t, err)
+	require.Equal(t, pattern(d.g.BlockSize, 0, 8, 1), got)
 }

@@ -563,3 +563,70 @@ func TestTLFinishPlugsInBackground(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, pattern(d.g.BlockSize, 8, 8, 5), got)
 }
+
+// TestZoneCompactionRuns: the data, counts and write pointers of a
+// compaction do not depend on how its destination runs are staged (a chunk,
+// an odd number of blocks, the default), across two destination zones,
+// gaps, partial chunks and sources in two zones.
+func TestZoneCompactionRuns(t *testing.T) {
+	type outcome struct {
+		res      CompactionResult
+		log      Log
+		wp2, wp4 uint64
+		z2, z4   []byte
+		full2    bool
+	}
+	run := func(stage uint64) outcome {
+		saved := compactStageBytes
+		compactStageBytes = stage
+		defer func() { compactStageBytes = saved }()
+		d, _ := newDev(t, testCfgNoLimits(), clock.Off())
+		zs, zc := d.g.ZoneSize, d.g.ZoneCap
+		fill(t, d, 0, int(zc), 1)
+		fill(t, d, 1, int(zc), 2)
+		// the staging buffer is reused: a stale run must not show through zeros
+		copies := []Copy{
+			{Src: 0, Dst: 2 * zs, Count: 20},
+			{Src: 30, Dst: 2*zs + 21, Count: 7},           // one-block gap
+			{Src: zs + 3, Dst: 2*zs + 28, Count: zc - 28}, // to the zone's end: it becomes full
+			{Src: zs + 40, Dst: 4 * zs, Count: 15},
+			{Src: 5, Dst: 4*zs + 19, Count: 1}, // gap of 4
+			{Src: zs + 1, Dst: 4*zs + 20, Count: 9},
+		}
+		id, err := d.ZoneCompaction(bg, copies)
+		require.NoError(t, err)
+		res, err := d.WaitCompaction(bg, id)
+		require.NoError(t, err)
+		res.ID, res.Submitted, res.Completed = 0, 0, 0
+		var o outcome
+		o.res, o.log = res, d.Log()
+		rep, err := d.ReportZones(StateAny, 2, 3)
+		require.NoError(t, err)
+		o.wp2, o.wp4 = rep[0].WP-2*zs, rep[2].WP-4*zs
+		o.full2 = rep[0].State == StateFull
+		o.z2, _, err = d.Read(bg, 2*zs, zc)
+		require.NoError(t, err)
+		o.z4, _, err = d.Read(bg, 4*zs, 29)
+		require.NoError(t, err)
+		bs := d.g.BlockSize
+		want := func(z, lba uint64, n int, tag byte) []byte { return pattern(bs, z*zs+lba, n, tag) }
+		require.Equal(t, want(0, 0, 20, 1), o.z2[:20*bs])
+		require.Equal(t, make([]byte, bs), o.z2[20*bs:21*bs])
+		require.Equal(t, want(0, 30, 7, 1), o.z2[21*bs:28*bs])
+		require.Equal(t, want(1, 3, int(zc-28), 2), o.z2[28*bs:])
+		require.Equal(t, want(1, 40, 15, 2), o.z4[:15*bs])
+		require.Equal(t, make([]byte, 4*bs), o.z4[15*bs:19*bs])
+		require.Equal(t, want(0, 5, 1, 1), o.z4[19*bs:20*bs])
+		require.Equal(t, want(1, 1, 9, 2), o.z4[20*bs:])
+		return o
+	}
+	def := run(1 << 20)
+	require.Equal(t, uint64(20+7+(60-28)+15+1+9), def.res.Blocks)
+	require.Positive(t, def.res.CopybackBlocks)
+	require.Positive(t, def.res.ReadProgBlocks)
+	require.True(t, def.full2)
+	require.Equal(t, uint64(29), def.wp4)
+	for _, stage := range []uint64{1, 9 * 4096, 13 * 4096} {
+		require.Equal(t, def, run(stage), "stage %d bytes", stage)
+	}
+}
