@@ -62,11 +62,7 @@ func BenchmarkSeqWrite1M(b *testing.B) {
 			saved := newFeatures
 			newFeatures = tc.feat
 			defer func() { newFeatures = saved }()
-			cfg := flash.Defaults()
-			cfg.MaxOpenZones, cfg.MaxActiveZones = 0, 0
-			d, err := Create(filepath.Join(b.TempDir(), "dev"), cfg, clock.Off())
-			require.NoError(b, err)
-			defer d.Close()
+			d := defaultDrive(b)
 			g := d.g
 			const piece = 1 << 20
 			n := uint64(piece / g.BlockSize)
@@ -117,11 +113,7 @@ func BenchmarkZoneCompaction(b *testing.B) {
 		stride uint64 // a copy of one block every stride blocks (1: one copy of the zone)
 	}{{"whole", 1}, {"scattered", 2}} {
 		b.Run(tc.name, func(b *testing.B) {
-			cfg := flash.Defaults()
-			cfg.MaxOpenZones, cfg.MaxActiveZones = 0, 0
-			d, err := Create(filepath.Join(b.TempDir(), "dev"), cfg, clock.Off())
-			require.NoError(b, err)
-			defer d.Close()
+			d := defaultDrive(b)
 			g := d.g
 			require.GreaterOrEqual(b, g.Zones, uint64(4))
 			// sources: zones 0 and 1, full
@@ -165,4 +157,15 @@ func BenchmarkZoneCompaction(b *testing.B) {
 			b.ReportMetric(float64(cpu.Microseconds())/1000/(float64(b.N)*float64(g.ZoneCap)*float64(g.BlockSize)/(1<<20)), "cpu-ms/MiB")
 		})
 	}
+}
+
+// defaultDrive is a drive of the default geometry without open or active
+// limits, clock off, on the real file system, closed with b.
+func defaultDrive(b *testing.B) *Device {
+	cfg := flash.Defaults()
+	cfg.MaxOpenZones, cfg.MaxActiveZones = 0, 0
+	d, err := Create(filepath.Join(b.TempDir(), "dev"), cfg, clock.Off())
+	require.NoError(b, err)
+	b.Cleanup(func() { _ = d.Close() })
+	return d
 }
