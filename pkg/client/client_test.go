@@ -13,14 +13,21 @@ import (
 	"github.com/stretchr/testify/require"
 	v1 "github.com/zonefleet/zonefleet/api/zonefleet/v1"
 	"github.com/zonefleet/zonefleet/pkg/client"
+	"github.com/zonefleet/zonefleet/pkg/flash"
 	"github.com/zonefleet/zonefleet/pkg/localcluster"
 	"github.com/zonefleet/zonefleet/pkg/zerr"
 )
 
 func startCluster(t *testing.T, nodes, arbiters int) *localcluster.Cluster {
 	t.Helper()
+	return startClusterOf(t, nodes, arbiters, localcluster.TinyDevice())
+}
+
+// startClusterOf is startCluster with drives of configuration dev.
+func startClusterOf(t *testing.T, nodes, arbiters int, dev flash.Config) *localcluster.Cluster {
+	t.Helper()
 	c, err := localcluster.Start(context.Background(), localcluster.Config{Dir: t.TempDir(), Nodes: nodes, Arbiters: arbiters,
-		Clock: "off", SessionTTL: time.Second, Device: localcluster.TinyDevice()})
+		Clock: "off", SessionTTL: time.Second, Device: dev})
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = c.Close() })
 	return c

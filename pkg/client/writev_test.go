@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"testing"
-	"time"
 
 	"github.com/stretchr/testify/require"
 	v1 "github.com/zonefleet/zonefleet/api/zonefleet/v1"
@@ -21,9 +20,7 @@ import (
 func TestWriteLegsOfManyPieces(t *testing.T) {
 	dev := localcluster.SmallDevice()
 	dev.DZone = 2 // 8 MiB zones
-	c, err := localcluster.Start(context.Background(), localcluster.Config{Dir: t.TempDir(), Nodes: 2, Clock: "off", SessionTTL: time.Second, Device: dev})
-	require.NoError(t, err)
-	t.Cleanup(func() { _ = c.Close() })
+	c := startClusterOf(t, 2, 0, dev)
 	ctx := context.Background()
 	admin := newClient(t, c, "")
 	nodes, err := admin.ListNodes(ctx)

@@ -178,6 +178,9 @@ func (d *Device) WaitCompaction(ctx context.Context, id uint64) (CompactionResul
 // per chunk (a variable for tests; never below one chunk).
 var compactStageBytes uint64 = 1 << 20
 
+// runAcct is what a staged run counts for once its data is written.
+type runAcct struct{ blocks, cbBlocks, cbChunks, rpBlocks, nandRead, nandProg uint64 }
+
 // runCompaction moves the data of cs (sorted by destination) and returns the
 // flash work to replay on the clock, piece by piece.
 //
@@ -212,7 +215,7 @@ func (d *Device) runCompaction(cs []Copy, res *CompactionResult) ([]piece, error
 	// the staged run: destination blocks [runOff, runOff+runN) of dz, and
 	// what its blocks count for once written
 	var runOff, runN uint64
-	var acct struct{ blocks, cbBlocks, cbChunks, rpBlocks, nandRead, nandProg uint64 }
+	var acct runAcct
 	writeRun := func() error {
 		if runN == 0 {
 			return nil
@@ -235,7 +238,7 @@ func (d *Device) runCompaction(cs []Copy, res *CompactionResult) ([]piece, error
 		d.st.nandRead.Add(acct.nandRead)
 		d.st.nandProg.Add(acct.nandProg)
 		runN = 0
-		acct = struct{ blocks, cbBlocks, cbChunks, rpBlocks, nandRead, nandProg uint64 }{}
+		acct = runAcct{}
 		return nil
 	}
 	finishZone := func() error {

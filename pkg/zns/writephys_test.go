@@ -66,12 +66,7 @@ func TestWritePhysOnePwritePerRun(t *testing.T) {
 				require.Equal(t, append(append([]byte{}, data...), tail...), got)
 			}
 			check(d)
-			_, err = d.Flush(bg)
-			require.NoError(t, err)
-			require.NoError(t, d.Close())
-			d2, err := Open("/dev/zns0", cfg, clock.Off(), WithFS(mem), WithLogger(quiet))
-			require.NoError(t, err)
-			defer d2.Close()
+			d2 := flushReopen(t, d, cfg, mem)
 			check(d2)
 			// a reset zone reads as zeros again (its FBG punched whichever
 			// the layout), and takes new data
@@ -184,12 +179,7 @@ func TestWriteV(t *testing.T) {
 			require.NoError(t, err)
 			require.Equal(t, upd, got)
 
-			_, err = d.Flush(bg)
-			require.NoError(t, err)
-			require.NoError(t, d.Close())
-			d2, err := Open("/dev/zns0", cfg, clock.Off(), WithFS(mem), WithLogger(quiet))
-			require.NoError(t, err)
-			defer d2.Close()
+			d2 := flushReopen(t, d, cfg, mem)
 			want := append(append(append([]byte{}, data[:g.BlockSize]...), upd...), data[3*g.BlockSize:]...)
 			got, _, err = d2.Read(bg, 0, uint64(n))
 			require.NoError(t, err)
@@ -231,4 +221,17 @@ func newRecordedDrive(t *testing.T, dies int, older bool) *recordedDrive {
 	r.d, err = Create("/dev/zns0", r.cfg, clock.Off(), WithFS(vfs.WithErrors(r.mem, rec)), WithLogger(quiet))
 	require.NoError(t, err)
 	return r
+}
+
+// flushReopen flushes d, closes it and opens it again from mem (closed
+// with t).
+func flushReopen(t *testing.T, d *Device, cfg flash.Config, mem vfs.FS) *Device {
+	t.Helper()
+	_, err := d.Flush(bg)
+	require.NoError(t, err)
+	require.NoError(t, d.Close())
+	d2, err := Open("/dev/zns0", cfg, clock.Off(), WithFS(mem), WithLogger(quiet))
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = d2.Close() })
+	return d2
 }
