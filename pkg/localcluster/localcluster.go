@@ -38,6 +38,7 @@ import (
 	"github.com/zonefleet/zonefleet/pkg/rpcerr"
 	"github.com/zonefleet/zonefleet/pkg/wire"
 	"github.com/zonefleet/zonefleet/pkg/zerr"
+	"github.com/zonefleet/zonefleet/pkg/zns"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"google.golang.org/grpc"
 )
@@ -92,6 +93,35 @@ func SmallDevice() flash.Config {
 	c.Channels, c.Ways, c.PagesPerBlock, c.BlocksPerChip, c.SpareBlocksPerChip, c.DZone = 4, 2, 256, 9, 2, 1
 	c.WriteCacheBytes = 4 << 20
 	return c
+}
+
+// LocalDevice is `zctl local up`'s drive: SmallDevice's chips and 4 MiB
+// zones with four times the blocks per chip: 272 zones, 1088 MiB. With three
+// nodes and 32 MiB segments that is a 2.7 GiB file system whose data log has
+// free segments beyond its cleaning reserve to open a second write lane (on
+// SmallDevice's 56 zones free space sits at the reserve and concurrent
+// writers share one lane). The backing files are sparse: space is used as
+// data is written.
+func LocalDevice() flash.Config {
+	c := SmallDevice()
+	c.BlocksPerChip = 36
+	return c
+}
+
+// ExistingDevice returns the geometry of the drives an earlier run left in
+// dir (node-1's first backing file) over base, and whether there was one: a
+// cluster keeps the geometry it was created with, whatever the defaults of
+// the build that brings it back. A file that is there but unreadable is an
+// error.
+func ExistingDevice(dir string, base flash.Config) (flash.Config, bool, error) {
+	c, err := zns.ReadGeometry(filepath.Join(dir, "node-1", "dev0.zns"), base)
+	if errors.Is(err, zerr.ErrNotFound) {
+		return base, false, nil
+	}
+	if err != nil {
+		return base, false, err
+	}
+	return c, true, nil
 }
 
 // TinyDevice is a drive for tests: 8 chips, 512 KiB single-die zones (128
@@ -156,6 +186,11 @@ type proc struct {
 	fixedRPC string
 	fixedWeb string
 	sock     string // the node's unix socket ("": none)
+	// exited is closed when this run of the process returns, exitErr
+	// (set before) is what it returned: waitReady gives up on the first
+	// process that stopped instead of waiting out its deadline.
+	exited  chan struct{}
+	exitErr error
 }
 
 // Start brings the cluster up and waits until every node is registered and an
@@ -260,6 +295,9 @@ func (c *Cluster) waitReady(ctx context.Context) error {
 	defer cli.Close()
 	deadline := time.Now().Add(30 * time.Second)
 	for {
+		if err := c.stoppedEarly(); err != nil {
+			return err
+		}
 		nodes, _ := cli.Get(ctx, cluster.NodesPrefix(), clientv3WithPrefix())
 		leader, _ := cli.Get(ctx, cluster.Prefix+"arbiter/election", clientv3WithPrefix(),
 			clientv3.WithSort(clientv3.SortByCreateRevision, clientv3.SortAscend), clientv3.WithLimit(1))
@@ -276,6 +314,27 @@ func (c *Cluster) waitReady(ctx context.Context) error {
 		case <-time.After(20 * time.Millisecond):
 		}
 	}
+}
+
+// stoppedEarly is the error of a process that should run but has returned
+// (a node that cannot open its drives, say), or nil.
+func (c *Cluster) stoppedEarly() error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for _, p := range append(append([]*proc(nil), c.nodes...), c.arbiters...) {
+		if !p.running || p.exited == nil {
+			continue
+		}
+		select {
+		case <-p.exited:
+			if p.exitErr == nil {
+				return &zerr.UnavailableError{What: p.id, Reason: "stopped during start"}
+			}
+			return fmt.Errorf("%s: %w", p.id, p.exitErr)
+		default:
+		}
+	}
+	return nil
 }
 
 // leaderSees asks the leader how many nodes it counts as available.
@@ -338,7 +397,14 @@ func (c *Cluster) startProc(p *proc, name string, role pki.Role, run func(ctx co
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	p.grpc, p.http, p.cancel, p.done, p.running = d.GRPCAddr(), d.HTTPAddr(), cancel, make(chan error, 1), true
-	go func() { p.done <- run(ctx, d) }()
+	exited := make(chan struct{})
+	p.exited = exited
+	go func() {
+		err := run(ctx, d)
+		p.exitErr = err
+		close(exited)
+		p.done <- err
+	}()
 	return nil
 }
 

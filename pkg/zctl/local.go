@@ -37,6 +37,7 @@ func localUpCmd(g *Globals) *cobra.Command {
 		scale                               float64
 		admission                           bool
 		rebuildRate                         float64
+		blocksPerChip                       int
 	)
 	c := &cobra.Command{
 		Use:   "up",
@@ -58,7 +59,21 @@ makes it current, so every other zctl command finds it. Running it again on the 
 			if err != nil {
 				return err
 			}
-			dev := localcluster.SmallDevice()
+			dev := localcluster.LocalDevice()
+			have, existing, err := localcluster.ExistingDevice(abs, dev)
+			switch {
+			case err != nil:
+				return fmt.Errorf("the drives in %s: %w", abs, err) // corrupt: exit 1
+			case existing && cmd.Flags().Changed("blocks-per-chip") && have.BlocksPerChip != blocksPerChip:
+				return &exitError{code: ExitConflict, err: fmt.Errorf("the drives in %s were created with --blocks-per-chip %d; an existing drive keeps its size (start a new cluster with another --data)", abs, have.BlocksPerChip)}
+			case existing:
+				dev = have // the cluster keeps the drives it was created with
+			case cmd.Flags().Changed("blocks-per-chip"):
+				dev.BlocksPerChip = blocksPerChip
+				if err := dev.Validate(); err != nil {
+					return usageErr(err)
+				}
+			}
 			if media != "" {
 				dev.Media = media
 			}
@@ -123,6 +138,7 @@ makes it current, so every other zctl command finds it. Running it again on the 
 	f.IntVar(&basePort, "base-port", 0, "etcd on BASE, arbiter i on BASE+10+2i, node i on BASE+30+2i (metrics +1); 0 picks free ports")
 	f.StringVar(&clockName, "clock", "realtime", "drive timing clock: realtime, virtual or off")
 	f.Float64Var(&scale, "time-scale", 1, "realtime clock scale")
+	f.IntVar(&blocksPerChip, "blocks-per-chip", localcluster.LocalDevice().BlocksPerChip, "size of each drive on first start: 4 MiB flash blocks per chip (8 chips, 2 blocks each kept spare; 36 = 272 zones, 1088 MiB); later starts keep the drives' size")
 	f.StringVar(&media, "media", "", "media preset of the drives: TLC, MLC or ZNAND (default MLC)")
 	f.StringVar(&ns, "default-namespace", "default", "namespace created at start (empty: none)")
 	f.BoolVar(&admission, "admission-control", true, "write admission control on the nodes")

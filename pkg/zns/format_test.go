@@ -213,3 +213,55 @@ func FuzzParseJournal(f *testing.F) {
 		_, _ = decodeAll("j", jc) // typed error or records, never a panic
 	})
 }
+
+// ReadGeometry gives back the geometry a file was created with over any
+// base, so that the file opens with it, and refuses what is not a device.
+func TestReadGeometry(t *testing.T) {
+	dir := t.TempDir()
+	created := testCfg()
+	created.BlocksPerChip, created.ZoneCapacity = created.BlocksPerChip+3, 0
+	p := filepath.Join(dir, "dev")
+	d, err := Create(p, created, clock.Off())
+	require.NoError(t, err)
+	require.NoError(t, d.Close())
+
+	base := testCfg()
+	base.Media, base.MaxOpenZones = "TLC", 3 // run-time knobs: kept
+	got, err := ReadGeometry(p, base)
+	require.NoError(t, err)
+	require.Equal(t, "TLC", got.Media)
+	require.Equal(t, 3, got.MaxOpenZones)
+	require.Equal(t, created.BlocksPerChip, got.BlocksPerChip)
+	for i, f := range geomFields(got.Resolved()) {
+		require.Equal(t, geomFields(created.Resolved())[i], f, "field %s", f.name)
+	}
+	_, err = Open(p, base, clock.Off())
+	require.ErrorIs(t, err, zerr.ErrGeometryMismatch, "the base alone does not open it")
+	d, err = Open(p, got, clock.Off())
+	require.NoError(t, err, "the geometry read back opens it")
+	require.NoError(t, d.Close())
+
+	good, err := os.ReadFile(p)
+	require.NoError(t, err)
+	for _, tc := range []struct {
+		name string
+		mut  func(b []byte) []byte
+		want error
+	}{
+		{"missing", nil, zerr.ErrNotFound},
+		{"short", func(b []byte) []byte { return b[:100] }, zerr.ErrCorrupt},
+		{"bad magic", func(b []byte) []byte { b[0] ^= 1; resealHeader(b); return b }, zerr.ErrCorrupt},
+		{"bad checksum", func(b []byte) []byte { b[40] ^= 1; return b }, zerr.ErrCorrupt},
+		{"impossible geometry", func(b []byte) []byte { binary.LittleEndian.PutUint32(b[28:], 3); resealHeader(b); return b }, zerr.ErrCorrupt},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			q := filepath.Join(t.TempDir(), "dev")
+			if tc.mut != nil {
+				require.NoError(t, os.WriteFile(q, tc.mut(bytes.Clone(good[:headerSize])), 0o644))
+			}
+			c, err := ReadGeometry(q, base)
+			require.ErrorIs(t, err, tc.want)
+			require.Equal(t, base, c, "a refused file gives the base back")
+		})
+	}
+}

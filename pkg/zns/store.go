@@ -8,6 +8,8 @@ import (
 	"errors"
 	"fmt"
 	"hash/crc32"
+	"io"
+	"os"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -180,6 +182,45 @@ func checkHeader(path string, b []byte, c flash.Config) (uuid [16]byte, version 
 		p += 4
 	}
 	return uuid, v, feat, nil
+}
+
+// ReadGeometry reads the geometry a device file was created with and returns
+// base with its geometry fields (channels, ways, pages per block, page and
+// block size, blocks and spare blocks per chip, D_zone, zone capacity, IPU
+// region) replaced by the file's; base's run-time knobs (media, limits,
+// cache, budgets) stay. It checks the magic and the header checksum only:
+// Open checks the rest. A missing file is a zerr.NotFoundError, a foreign or
+// damaged one a zerr.CorruptError.
+func ReadGeometry(path string, base flash.Config) (flash.Config, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		if errors.Is(err, os.ErrNotExist) {
+			return base, &zerr.NotFoundError{Kind: "device file", Name: path}
+		}
+		return base, err
+	}
+	defer f.Close()
+	b := make([]byte, headerSize)
+	if _, err := io.ReadFull(f, b); err != nil {
+		return base, &zerr.CorruptError{Path: path, Reason: "cannot read header: " + err.Error()}
+	}
+	if string(b[:8]) != dataMagic {
+		return base, &zerr.CorruptError{Path: path, Reason: "not a ZoneFleet device file (bad magic)"}
+	}
+	if crc(b[:headerSize-4]) != binary.LittleEndian.Uint32(b[headerSize-4:]) {
+		return base, &zerr.CorruptError{Path: path, Reason: "header checksum mismatch"}
+	}
+	c := base
+	dst := []*int{&c.Channels, &c.Ways, &c.PagesPerBlock, &c.PageSize, &c.BlockSize, &c.BlocksPerChip,
+		&c.SpareBlocksPerChip, &c.DZone, &c.ZoneCapacity, &c.IPURegionBlocks}
+	// in geomFields' order (TestReadGeometry keeps the two in step)
+	for i, p := range dst {
+		*p = int(binary.LittleEndian.Uint32(b[28+4*i:]))
+	}
+	if err := c.Validate(); err != nil {
+		return base, &zerr.CorruptError{Path: path, Reason: "header geometry: " + err.Error()}
+	}
+	return c, nil
 }
 
 // ---- write pointer slots ----

@@ -88,6 +88,11 @@ func TestLocalUpSurvivesRestart(t *testing.T) {
 	}
 	_, code = zctl(t, env, "", "cluster", "status")
 	assert.Equal(t, 5, code, "no cluster: unavailable")
+	// The drives keep their size: another --blocks-per-chip is refused at
+	// once, before anything starts.
+	out, code = zctl(t, env, "", "local", "up", "--data", dir, "--clock", "off", "--nodes", "2", "--blocks-per-chip", "20")
+	assert.Equal(t, 4, code, out)
+	assert.Contains(t, out, "created with --blocks-per-chip 36")
 
 	// Up again on the same directory: the same namespace, v-zone and data.
 	up, done = localUp(t, dir, env)

@@ -361,7 +361,7 @@ var (
 	// localUp is `zctl local up`'s geometry: 4 MiB zones, 8 per v-zone
 	// (32 MiB segments). The throughput part runs on it: what a user's
 	// mount writes through.
-	localUp = geometry{localcluster.SmallDevice(), 8}
+	localUp = geometry{localcluster.LocalDevice(), 8}
 	// tiny is a small file system that fills fast (512 KiB zones, 4 per
 	// v-zone: 2 MiB segments, 168 MiB of drives): the recycling part's, so
 	// that a few hundred MiB of churn recycle many segments.
