@@ -220,6 +220,13 @@ func ReadGeometry(path string, base flash.Config) (flash.Config, error) {
 	if err := c.Validate(); err != nil {
 		return base, &zerr.CorruptError{Path: path, Reason: "header geometry: " + err.Error()}
 	}
+	// Devices store resolved values (a zone capacity, never 0 for "zone
+	// size"): what does not read back as written is not a device's header.
+	for i, f := range geomFields(c.Resolved()) {
+		if have := binary.LittleEndian.Uint32(b[28+4*i:]); have != f.v {
+			return base, &zerr.CorruptError{Path: path, Reason: fmt.Sprintf("header geometry: %s %d is not a resolved value (%d)", f.name, have, f.v)}
+		}
+	}
 	return c, nil
 }
 
