@@ -23,8 +23,10 @@ import (
 // and the table and JSON carry it.
 func TestRunSmall(t *testing.T) {
 	res, err := Run(context.Background(), Options{Dir: t.TempDir(), WriteBytes: 40 << 20, Runs: 3, RandomReads: 50,
-		Clients: []int{2}, Admission: true, AdmissionWall: time.Second, TimeScale: 4, RegularWriters: 2})
+		Clients: []int{2}, Admission: true, AdmissionWall: time.Second, TimeScale: 4, RegularWriters: 2, WritebackKickBytes: 1 << 20})
 	require.NoError(t, err)
+	assert.Equal(t, "1048576", res.Config["writeback_kick_bytes"])
+	assert.Positive(t, res.WritebackKicks, "the drives kicked their write-back")
 	for _, v := range []float64{res.TCPDiscardMiBPerSecond, res.TCPFileMiBPerSecond, res.TCPFile8MiBPerSecond, res.GRPCWriteMiBPerSecond,
 		res.GRPCStandardCodecStream, res.GRPCUnaryQD1, res.GRPCUnaryQD4, res.RandomReadIOPS} {
 		assert.Positive(t, v)
@@ -107,6 +109,16 @@ func TestRunRejectsBadOptions(t *testing.T) {
 	assert.ErrorIs(t, err, zerr.ErrInvalidArgument)
 	_, err = Run(context.Background(), Options{RegularWriters: 9})
 	assert.ErrorIs(t, err, zerr.ErrInvalidArgument)
+	_, err = Run(context.Background(), Options{WritebackKickBytes: -1})
+	assert.ErrorIs(t, err, zerr.ErrInvalidArgument)
+}
+
+// With the kick off (the zero Options) the drives start no write-back.
+func TestRunKickOff(t *testing.T) {
+	res, err := Run(context.Background(), Options{Dir: t.TempDir(), WriteBytes: 16 << 20, Runs: 1, RandomReads: 10, Clients: []int{1}})
+	require.NoError(t, err)
+	assert.Equal(t, "0", res.Config["writeback_kick_bytes"])
+	assert.Zero(t, res.WritebackKicks)
 }
 
 // The raw baseline moves every byte of every stream into the drive: eight
