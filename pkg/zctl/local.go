@@ -16,6 +16,7 @@ import (
 	v1 "github.com/zonefleet/zonefleet/api/zonefleet/v1"
 	"github.com/zonefleet/zonefleet/pkg/client"
 	"github.com/zonefleet/zonefleet/pkg/daemon"
+	"github.com/zonefleet/zonefleet/pkg/flash"
 	"github.com/zonefleet/zonefleet/pkg/localcluster"
 	"github.com/zonefleet/zonefleet/pkg/node"
 	"github.com/zonefleet/zonefleet/pkg/zerr"
@@ -69,6 +70,11 @@ makes it current, so every other zctl command finds it. Running it again on the 
 			case existing:
 				dev = have // the cluster keeps the drives it was created with
 			case cmd.Flags().Changed("blocks-per-chip"):
+				if blocksPerChip <= dev.SpareBlocksPerChip || blocksPerChip > maxLocalBlocksPerChip {
+					return usageErr(&zerr.InvalidArgumentError{Field: "blocks-per-chip", Reason: fmt.Sprintf(
+						"%d: want %d..%d (%d blocks of each chip are kept spare; %d makes drives of %d GiB)", blocksPerChip,
+						dev.SpareBlocksPerChip+1, maxLocalBlocksPerChip, dev.SpareBlocksPerChip, maxLocalBlocksPerChip, localDriveBytes(dev, maxLocalBlocksPerChip)>>30)})
+				}
 				dev.BlocksPerChip = blocksPerChip
 				if err := dev.Validate(); err != nil {
 					return usageErr(err)
@@ -148,6 +154,18 @@ makes it current, so every other zctl command finds it. Running it again on the 
 	f.BoolVar(&allowOther, "allow-other", false, "with --mount: let other users reach the mount (non-root needs user_allow_other in /etc/fuse.conf)")
 	f.BoolVar(&writebackCache, "writeback-cache", false, "with --mount: "+writebackCacheHelp)
 	return c
+}
+
+// maxLocalBlocksPerChip bounds --blocks-per-chip: the drives' state (zones,
+// flash blocks) is in memory, and a laptop cluster needs no more.
+const maxLocalBlocksPerChip = 4096
+
+// localDriveBytes is the capacity of a drive of dev's geometry with bpc
+// blocks per chip.
+func localDriveBytes(dev flash.Config, bpc int) int64 {
+	dev.BlocksPerChip = bpc
+	g := dev.Geometry()
+	return int64(g.Zones) * int64(g.ZoneCap) * int64(g.BlockSize)
 }
 
 // registerLocalWanted: `zctl local up` adds itself to the config file as
