@@ -168,6 +168,12 @@ func (c Config) Resolved() Config {
 
 func isPow2(n int) bool { return n > 0 && n&(n-1) == 0 }
 
+// Bounds of Validate: chips per drive and bytes of flash per drive (64 TiB).
+const (
+	maxChips       = 1 << 12
+	MaxDeviceBytes = 1 << 46
+)
+
 func bad(field, format string, a ...any) error {
 	return &zerr.InvalidArgumentError{Field: field, Reason: fmt.Sprintf(format, a...)}
 }
@@ -185,6 +191,25 @@ func (c Config) Validate() error {
 		if p.v <= 0 {
 			return bad(p.n, "must be > 0, got %d", p.v)
 		}
+	}
+	// Upper bounds: a drive's zone and flash-block state is held in memory
+	// and its backing file is one sparse file; values past these are typos
+	// (a drive of 1e9 blocks per chip), not drives.
+	for _, p := range []struct {
+		n   string
+		v   int
+		max int
+	}{{"channels", c.Channels, maxChips}, {"ways", c.Ways, maxChips}, {"pages_per_block", c.PagesPerBlock, 1 << 16},
+		{"page_size", c.PageSize, 1 << 24}, {"block_size", c.BlockSize, 1 << 20}, {"blocks_per_chip", c.BlocksPerChip, 1 << 20}} {
+		if p.v > p.max {
+			return bad(p.n, "must be at most %d, got %d", p.max, p.v)
+		}
+	}
+	if chips := c.Channels * c.Ways; chips > maxChips {
+		return bad("ways", "channels*ways must be at most %d, got %d", maxChips, chips)
+	}
+	if b := int64(c.Channels*c.Ways) * int64(c.BlocksPerChip) * int64(c.PagesPerBlock) * int64(c.PageSize); b > MaxDeviceBytes {
+		return bad("blocks_per_chip", "a drive of %d bytes of flash is more than %d", b, int64(MaxDeviceBytes))
 	}
 	if _, ok := Presets[c.Media]; !ok {
 		return bad("media", "unknown media %q (want TLC, MLC or ZNAND)", c.Media)

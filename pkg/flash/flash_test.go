@@ -6,6 +6,8 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/zonefleet/zonefleet/pkg/zerr"
 )
 
 func TestPresetsAndResolve(t *testing.T) {
@@ -142,4 +144,33 @@ func TestCacheDieBackpressure(t *testing.T) {
 
 	c.WriteCacheDieBytes = 1
 	require.Error(t, c.Validate(), "a limit below a page")
+}
+
+// Validate refuses geometries past its bounds with a typed error naming the
+// field, before anything sizes memory or a file from them.
+func TestValidateBounds(t *testing.T) {
+	for _, tc := range []struct {
+		name  string
+		mut   func(c *Config)
+		field string
+	}{
+		{"blocks per chip", func(c *Config) { c.BlocksPerChip = 1_000_000_000 }, "blocks_per_chip"},
+		{"drive bytes", func(c *Config) { c.BlocksPerChip, c.PagesPerBlock = 1<<20, 1<<10 }, "blocks_per_chip"},
+		{"channels", func(c *Config) { c.Channels = 1 << 13 }, "channels"},
+		{"chips", func(c *Config) { c.Channels, c.Ways = 1<<12, 2 }, "ways"},
+		{"pages per block", func(c *Config) { c.PagesPerBlock = 1 << 17 }, "pages_per_block"},
+		{"page size", func(c *Config) { c.PageSize = 1 << 25 }, "page_size"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			c := Defaults()
+			tc.mut(&c)
+			err := c.Validate()
+			var ia *zerr.InvalidArgumentError
+			require.ErrorAs(t, err, &ia)
+			require.Equal(t, tc.field, ia.Field, err.Error())
+		})
+	}
+	c := Defaults()
+	c.BlocksPerChip = 1 << 16 // 256 GiB of flash: allowed
+	require.NoError(t, c.Validate())
 }
