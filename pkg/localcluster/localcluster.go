@@ -114,7 +114,7 @@ func LocalDevice() flash.Config {
 // the build that brings it back. A file that is there but unreadable is an
 // error.
 func ExistingDevice(dir string, base flash.Config) (flash.Config, bool, error) {
-	c, err := zns.ReadGeometry(filepath.Join(dir, "node-1", "dev0.zns"), base)
+	c, err := zns.ReadGeometry(node.DevicePath(filepath.Join(dir, nodeID(0)), 0), base)
 	if errors.Is(err, zerr.ErrNotFound) {
 		return base, false, nil
 	}
@@ -123,6 +123,9 @@ func ExistingDevice(dir string, base flash.Config) (flash.Config, bool, error) {
 	}
 	return c, true, nil
 }
+
+// nodeID is the ID (and data subdirectory) of the cluster's node i.
+func nodeID(i int) string { return fmt.Sprintf("node-%d", i+1) }
 
 // TinyDevice is a drive for tests: 8 chips, 512 KiB single-die zones (128
 // blocks), 112 zones, MAR/MOR 14.
@@ -263,7 +266,7 @@ func Start(ctx context.Context, cfg Config) (*Cluster, error) {
 		return net.JoinHostPort(cfg.Host, fmt.Sprint(cfg.BasePort+base+2*i+off))
 	}
 	for i := 0; i < cfg.Nodes; i++ {
-		c.nodes = append(c.nodes, &proc{id: fmt.Sprintf("node-%d", i+1), fixedRPC: port(30, i, 0), fixedWeb: port(30, i, 1)})
+		c.nodes = append(c.nodes, &proc{id: nodeID(i), fixedRPC: port(30, i, 0), fixedWeb: port(30, i, 1)})
 	}
 	for i := 0; i < cfg.Arbiters; i++ {
 		c.arbiters = append(c.arbiters, &proc{id: fmt.Sprintf("arbiter-%d", i+1), fixedRPC: port(10, i, 0), fixedWeb: port(10, i, 1)})

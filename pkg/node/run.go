@@ -98,6 +98,11 @@ func AddFlags(fs *pflag.FlagSet, o *Options) {
 	fs.Int64Var(&c.HostLinkBytesPerSec, "host-link-bytes-per-second", c.HostLinkBytesPerSec, "host link bandwidth")
 }
 
+// DevicePath is the backing file of a node's drive i in its data directory.
+func DevicePath(dataDir string, i int) string {
+	return filepath.Join(dataDir, fmt.Sprintf("dev%d.zns", i))
+}
+
 // OpenDevices opens (or on first start creates) the node's backing files.
 func OpenDevices(o Options, clk clock.Clock) ([]*zns.Device, error) {
 	if o.Devices < 1 {
@@ -111,7 +116,7 @@ func OpenDevices(o Options, clk clock.Clock) ([]*zns.Device, error) {
 	}
 	var devs []*zns.Device
 	for i := 0; i < o.Devices; i++ {
-		path := filepath.Join(o.DataDir, fmt.Sprintf("dev%d.zns", i))
+		path := DevicePath(o.DataDir, i)
 		d, err := zns.OpenOrCreate(path, o.Device, clk, zns.WithWritebackKick(o.WritebackKickBytes))
 		if err != nil {
 			for _, d := range devs {

@@ -27,6 +27,7 @@ const (
 	jHeaderSize   = 64
 	dataMagic     = "ZFZNSDEV"
 	journalMagic  = "ZFZNSJNL"
+	geomOff       = 28 // offset of the geometry words (geomFields) in the device header
 	featOff       = 68 // offset of the feature sets in the device header (v2)
 	jFeatOff      = 28 // offset of the feature sets in the journal header (v2)
 	jEpochOff     = 52 // offset of the journal epoch (v2)
@@ -141,7 +142,7 @@ func encodeHeader(c flash.Config, uuid [16]byte, feat ondisk.Features) []byte {
 	copy(b, dataMagic)
 	binary.LittleEndian.PutUint32(b[8:], formatVersion)
 	copy(b[12:28], uuid[:])
-	p := 28
+	p := geomOff
 	for _, f := range geomFields(c) {
 		binary.LittleEndian.PutUint32(b[p:], f.v)
 		p += 4
@@ -155,11 +156,8 @@ func encodeHeader(c flash.Config, uuid [16]byte, feat ondisk.Features) []byte {
 // version and feature bits. Version 1 (no feature bits) is read; Open
 // upgrades it.
 func checkHeader(path string, b []byte, c flash.Config) (uuid [16]byte, version uint32, feat ondisk.Features, err error) {
-	if len(b) < headerSize || string(b[:8]) != dataMagic {
-		return uuid, 0, feat, &zerr.CorruptError{Path: path, Reason: "not a ZoneFleet device file (bad magic)"}
-	}
-	if crc(b[:headerSize-4]) != binary.LittleEndian.Uint32(b[headerSize-4:]) {
-		return uuid, 0, feat, &zerr.CorruptError{Path: path, Reason: "header checksum mismatch"}
+	if err := checkSealed(path, b); err != nil {
+		return uuid, 0, feat, err
 	}
 	v := binary.LittleEndian.Uint32(b[8:])
 	if v != 1 && v != formatVersion {
@@ -173,7 +171,7 @@ func checkHeader(path string, b []byte, c flash.Config) (uuid [16]byte, version 
 		feat = ondisk.Decode(b[featOff:])
 	}
 	copy(uuid[:], b[12:28])
-	p := 28
+	p := geomOff
 	for _, f := range geomFields(c) {
 		have := binary.LittleEndian.Uint32(b[p:])
 		if have != f.v {
@@ -182,6 +180,17 @@ func checkHeader(path string, b []byte, c flash.Config) (uuid [16]byte, version 
 		p += 4
 	}
 	return uuid, v, feat, nil
+}
+
+// checkSealed checks a device header's magic and checksum.
+func checkSealed(path string, b []byte) error {
+	if len(b) < headerSize || string(b[:8]) != dataMagic {
+		return &zerr.CorruptError{Path: path, Reason: "not a ZoneFleet device file (bad magic)"}
+	}
+	if crc(b[:headerSize-4]) != binary.LittleEndian.Uint32(b[headerSize-4:]) {
+		return &zerr.CorruptError{Path: path, Reason: "header checksum mismatch"}
+	}
+	return nil
 }
 
 // ReadGeometry reads the geometry a device file was created with and returns
@@ -204,18 +213,15 @@ func ReadGeometry(path string, base flash.Config) (flash.Config, error) {
 	if _, err := io.ReadFull(f, b); err != nil {
 		return base, &zerr.CorruptError{Path: path, Reason: "cannot read header: " + err.Error()}
 	}
-	if string(b[:8]) != dataMagic {
-		return base, &zerr.CorruptError{Path: path, Reason: "not a ZoneFleet device file (bad magic)"}
-	}
-	if crc(b[:headerSize-4]) != binary.LittleEndian.Uint32(b[headerSize-4:]) {
-		return base, &zerr.CorruptError{Path: path, Reason: "header checksum mismatch"}
+	if err := checkSealed(path, b); err != nil {
+		return base, err
 	}
 	c := base
 	dst := []*int{&c.Channels, &c.Ways, &c.PagesPerBlock, &c.PageSize, &c.BlockSize, &c.BlocksPerChip,
 		&c.SpareBlocksPerChip, &c.DZone, &c.ZoneCapacity, &c.IPURegionBlocks}
 	// in geomFields' order (TestReadGeometry keeps the two in step)
 	for i, p := range dst {
-		*p = int(binary.LittleEndian.Uint32(b[28+4*i:]))
+		*p = int(binary.LittleEndian.Uint32(b[geomOff+4*i:]))
 	}
 	if err := c.Validate(); err != nil {
 		return base, &zerr.CorruptError{Path: path, Reason: "header geometry: " + err.Error()}
@@ -223,7 +229,7 @@ func ReadGeometry(path string, base flash.Config) (flash.Config, error) {
 	// Devices store resolved values (a zone capacity, never 0 for "zone
 	// size"): what does not read back as written is not a device's header.
 	for i, f := range geomFields(c.Resolved()) {
-		if have := binary.LittleEndian.Uint32(b[28+4*i:]); have != f.v {
+		if have := binary.LittleEndian.Uint32(b[geomOff+4*i:]); have != f.v {
 			return base, &zerr.CorruptError{Path: path, Reason: fmt.Sprintf("header geometry: %s %d is not a resolved value (%d)", f.name, have, f.v)}
 		}
 	}
