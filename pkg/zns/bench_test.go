@@ -99,6 +99,42 @@ func BenchmarkSeqWrite1M(b *testing.B) {
 	}
 }
 
+// BenchmarkLogWrite1M: a log on a drive of the default geometry (clock
+// off, the real file system), as a log-structured host writes one: 1 MiB
+// writes fill zone after zone, and each time the head reaches a half of the
+// drive that half is reset, as a cleaner frees segments ahead of the log
+// (timed: the resets' syncs and the first writes of the zones' next
+// generations are the point).
+//
+//	go test -run x -bench LogWrite1M -count 4 ./pkg/zns
+func BenchmarkLogWrite1M(b *testing.B) {
+	d := defaultDrive(b)
+	g := d.g
+	const piece = 1 << 20
+	n := uint64(piece / g.BlockSize)
+	data := pattern(g.BlockSize, 0, int(n), 3)
+	zones := min(g.Zones, 16)
+	zi, wp := uint64(0), uint64(0)
+	b.SetBytes(piece)
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		if wp+n > g.ZoneCap {
+			zi, wp = (zi+1)%zones, 0
+			if zi%(zones/2) == 0 { // the cleaner frees the half of the drive written longest ago
+				for z := zi; z < zi+zones/2; z++ {
+					if _, err := d.ZoneMgmt(bg, z, ActionReset, false); err != nil {
+						b.Fatal(err)
+					}
+				}
+			}
+		}
+		if _, err := d.Write(bg, zi*g.ZoneSize+wp, data, Flags{}); err != nil {
+			b.Fatal(err)
+		}
+		wp += n
+	}
+}
+
 // BenchmarkZoneCompaction: zone_compaction of one zone's worth of blocks on a
 // drive of the default geometry (clock off, the real file system), as a
 // file system's recycling issues it: "whole" copies a full zone in one copy

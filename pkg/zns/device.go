@@ -1257,7 +1257,19 @@ func (d *Device) resetLocked(z *zone, to ZoneState) error {
 	if err := d.releaseFBG(z.fcg, oldFBG, true); err != nil {
 		return err
 	}
-	return d.releaseFBG(z.fcg, oldOrig, true)
+	if err := d.releaseFBG(z.fcg, oldOrig, true); err != nil {
+		return err
+	}
+	// The reset is durable when it returns: one journal sync for its record
+	// and the erase counts. It is cheap here (the data file was just synced,
+	// nothing queues in front of it), and it frees the new generation's first
+	// write from a journal sync of its own (see persistWP), which would wait
+	// behind whatever write-back runs by then.
+	if err := d.j.sync(); err != nil {
+		return d.deviceFail("fdatasync journal", err)
+	}
+	z.jgen = z.gen
+	return nil
 }
 
 func (d *Device) releasePend(z *zone) {

@@ -524,11 +524,16 @@ func (v iov) flat() []byte {
 // that succeeded, sets it in memory. On failure the zone goes read-only and
 // keeps its old write pointer. Caller holds z.mu.
 //
-// A slot of a new zone generation (after a reset, TL_open or TL finish) is
+// A slot of a new zone generation (after a TL_open or TL finish) is
 // written only once the journal record of that generation is durable: the
 // slots would otherwise overwrite the last durable slot of the generation
 // the journal still describes, and a power loss would take the write
-// pointer back past flushed data.
+// pointer back past flushed data. A reset syncs its record itself, so the
+// generation after a reset starts durable and its first write does not
+// wait: the record of the flash blocks that write opens the zone on may
+// still be lost, and recovery then drops a slot ahead of an empty zone —
+// data that no Flush, FUA write or SyncZone has made durable (each of them
+// syncs the journal).
 func (d *Device) persistWP(z *zone, wp uint64) error {
 	if z.jgen != z.gen {
 		if !d.j.covers(z.jn.Load()) { // else a SyncZone or another sync made it durable already

@@ -1,6 +1,7 @@
 package zns
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"strings"
@@ -17,9 +18,9 @@ import (
 )
 
 // TestJournalSyncDoesNotBlockAppends: while a journal fdatasync is in flight
-// (the first write of a zone's new generation waits for it), other zones'
-// state changes still append to the journal, and first writes of other
-// zones share that sync or the next one instead of queueing one each.
+// (a SyncZone waits for it), other zones' state changes still append to the
+// journal, and SyncZones of other zones share that sync or the next one
+// instead of queueing one each.
 func TestJournalSyncDoesNotBlockAppends(t *testing.T) {
 	var armed atomic.Bool
 	entered := make(chan struct{}, 16)
@@ -44,38 +45,34 @@ func TestJournalSyncDoesNotBlockAppends(t *testing.T) {
 	ctx := context.Background()
 	g := d.g
 	blk := make([]byte, g.BlockSize)
-	// zones 0..3 get a new generation each (written, then reset)
+	// zones 0..3 are opened by a write each: a journal record each, not synced
 	for z := uint64(0); z < 4; z++ {
 		_, err := d.Write(ctx, z*g.ZoneSize, blk, Flags{})
 		require.NoError(t, err)
-		_, err = d.ZoneMgmt(ctx, z, ActionReset, false)
-		require.NoError(t, err)
 	}
-	_, err = d.Write(ctx, 5*g.ZoneSize, blk, Flags{}) // zone 5 holds data: its reset appends to the journal
-	require.NoError(t, err)
 	armed.Store(true)
 	first := make(chan error, 1)
-	go func() { _, err := d.Write(ctx, 0, blk, Flags{}); first <- err }()
+	go func() { first <- d.SyncZone(0) }()
 	select {
 	case <-entered:
 	case <-time.After(10 * time.Second):
-		t.Fatal("the first write of zone 0's new generation did not sync the journal")
+		t.Fatal("SyncZone of a zone opened since the last sync did not sync the journal")
 	}
 	before := journalSyncs.Load()
-	// a reset of another zone (a journal append, no journal sync) completes
+	// opening another zone (a journal append, no journal sync) completes
 	// while the sync is held
 	done := make(chan error, 1)
-	go func() { _, err := d.ZoneMgmt(ctx, 5, ActionReset, false); done <- err }()
+	go func() { _, err := d.Write(ctx, 5*g.ZoneSize, blk, Flags{}); done <- err }()
 	select {
 	case err := <-done:
 		require.NoError(t, err)
 	case <-time.After(10 * time.Second):
 		t.Fatal("a journal append waited for an fdatasync in flight")
 	}
-	// first writes of zones 1..3 queue behind the held sync and share one round
+	// SyncZones of zones 1..3 queue behind the held sync and share one round
 	others := make(chan error, 3)
 	for z := uint64(1); z < 4; z++ {
-		go func() { _, err := d.Write(ctx, z*g.ZoneSize, blk, Flags{}); others <- err }()
+		go func() { others <- d.SyncZone(z) }()
 	}
 	time.Sleep(100 * time.Millisecond) // let them reach the sync (sharing is not required for correctness)
 	unblock()
@@ -83,47 +80,83 @@ func TestJournalSyncDoesNotBlockAppends(t *testing.T) {
 	for i := 0; i < 3; i++ {
 		require.NoError(t, <-others)
 	}
-	require.LessOrEqual(t, journalSyncs.Load()-before, int32(2), "first writes of 3 zones ran more than one journal sync after the held one")
+	require.LessOrEqual(t, journalSyncs.Load()-before, int32(2), "SyncZones of 3 zones ran more than one journal sync after the held one")
 }
 
-// TestSyncZone: SyncZone makes a zone's reset durable (a power loss right
-// after keeps it, whatever else is lost) and costs nothing once a sync
-// covers it.
+// TestSyncZone: a reset is durable when it returns (a power loss right after
+// keeps it, whatever else is lost), so SyncZone then costs nothing; the
+// first write of the new generation does not wait for a journal sync (its
+// zone-open record is synced by the next SyncZone, Flush or FUA write), and
+// no power loss before that brings back the old generation's data, even
+// once the new generation has overwritten both write pointer slots.
 func TestSyncZone(t *testing.T) {
 	mem := vfs.NewCrashableMem()
 	d, err := Create("/dev/zns0", plCfg(), clock.Off(), WithFS(mem), WithLogger(quiet))
 	require.NoError(t, err)
 	ctx := context.Background()
 	g := d.g
-	data := make([]byte, 4*g.BlockSize)
-	for i := range data {
-		data[i] = 0xA5
+	old := make([]byte, 4*g.BlockSize)
+	for i := range old {
+		old[i] = 0xA5
 	}
-	_, err = d.Write(ctx, g.ZoneSize, data, Flags{})
+	_, err = d.Write(ctx, g.ZoneSize, old, Flags{})
 	require.NoError(t, err)
 	_, err = d.Flush(ctx)
 	require.NoError(t, err)
+	syncs := d.Log().JournalSyncs
 	_, err = d.ZoneMgmt(ctx, 1, ActionReset, false)
 	require.NoError(t, err)
-	syncs := d.Log().JournalSyncs
+	assert.Equal(t, syncs+1, d.Log().JournalSyncs, "a reset syncs the journal once")
+	crashCheck := func(what string, maxWP uint64) {
+		t.Helper()
+		for seed := uint64(1); seed <= 8; seed++ {
+			crashed, err := Open("/dev/zns0", plCfg(), clock.Off(), WithFS(mem.CrashClone(seed)), WithLogger(quiet))
+			require.NoError(t, err, "seed %d", seed)
+			zs, err := crashed.ReportZones(StateAny, 1, 1)
+			require.NoError(t, err)
+			wp := zs[0].WP - zs[0].Start
+			require.LessOrEqual(t, wp, maxWP, "%s, seed %d: a power loss brought the reset zone's old data back (state %s)", what, seed, zs[0].State)
+			if wp > 0 {
+				// unflushed blocks may be lost (zeros) but never the old
+				// generation's
+				got, _, err := crashed.Read(ctx, g.ZoneSize, wp)
+				require.NoError(t, err)
+				assert.Equal(t, -1, bytes.IndexByte(got, old[0]), "%s, seed %d: the old generation's data is back", what, seed)
+			} else {
+				assert.Contains(t, []ZoneState{StateEmpty, StateClosed}, zs[0].State, "%s, seed %d", what, seed)
+			}
+			require.NoError(t, crashed.Close())
+		}
+	}
+	crashCheck("after the reset", 0)
 	require.NoError(t, d.SyncZone(1))
-	assert.Equal(t, syncs+1, d.Log().JournalSyncs, "the reset was not durable: one journal sync")
+	assert.Equal(t, syncs+1, d.Log().JournalSyncs, "SyncZone after a reset found it durable")
+	// the new generation: block after block, one slot each (both slots of
+	// the old generation are overwritten by the second)
+	fresh := make([]byte, 3*g.BlockSize)
+	for i := range fresh {
+		fresh[i] = 0x5A
+	}
+	for b := 0; b < 3; b++ {
+		_, err = d.Write(ctx, g.ZoneSize+uint64(b), fresh[b*g.BlockSize:(b+1)*g.BlockSize], Flags{})
+		require.NoError(t, err)
+		assert.Equal(t, syncs+1, d.Log().JournalSyncs, "write %d of the new generation synced the journal", b)
+		crashCheck("new generation before a sync", uint64(b+1))
+	}
 	require.NoError(t, d.SyncZone(1))
-	assert.Equal(t, syncs+1, d.Log().JournalSyncs, "a second SyncZone found it durable")
+	assert.Equal(t, syncs+2, d.Log().JournalSyncs, "SyncZone syncs the record that opened the zone")
+	require.NoError(t, d.SyncZone(1))
+	assert.Equal(t, syncs+2, d.Log().JournalSyncs, "a second SyncZone found it durable")
+	_, err = d.Flush(ctx)
+	require.NoError(t, err)
 	for seed := uint64(1); seed <= 8; seed++ {
 		crashed, err := Open("/dev/zns0", plCfg(), clock.Off(), WithFS(mem.CrashClone(seed)), WithLogger(quiet))
 		require.NoError(t, err, "seed %d", seed)
 		zs, err := crashed.ReportZones(StateAny, 1, 1)
 		require.NoError(t, err)
-		assert.Equal(t, StateEmpty, zs[0].State, "seed %d: a power loss after SyncZone brought the reset zone's data back", seed)
+		assert.Equal(t, uint64(3), zs[0].WP-zs[0].Start, "seed %d: flushed writes of the new generation survive", seed)
 		require.NoError(t, crashed.Close())
 	}
-	// the first write of the new generation still syncs once: the record of
-	// the flash blocks it opens the zone on must be durable before its
-	// write pointer slot
-	_, err = d.Write(ctx, g.ZoneSize, data[:g.BlockSize], Flags{})
-	require.NoError(t, err)
-	assert.Equal(t, syncs+2, d.Log().JournalSyncs)
 	require.ErrorIs(t, d.SyncZone(uint64(len(d.zones))), zerr.ErrOutOfRange)
 	require.NoError(t, d.Close())
 }
