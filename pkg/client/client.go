@@ -312,6 +312,7 @@ var reconnect = grpc.ConnectParams{
 // the namespace token goes with every call as over TLS.
 func (c *Client) dialOpts(local bool) []grpc.DialOption {
 	opts := append(rpcerr.DialOptions(), grpc.WithConnectParams(reconnect))
+	opts = append(opts, wire.TransportDialOptions(!local && c.cfg.TLS != nil)...)
 	switch {
 	case local:
 		opts = append(opts, grpc.WithTransportCredentials(grpclocal.NewCredentials()))

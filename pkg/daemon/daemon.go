@@ -24,6 +24,7 @@ import (
 	"github.com/spf13/pflag"
 	"github.com/zonefleet/zonefleet/pkg/buildinfo"
 	"github.com/zonefleet/zonefleet/pkg/rpcerr"
+	"github.com/zonefleet/zonefleet/pkg/wire"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/health"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
@@ -141,6 +142,7 @@ func New(cfg Config, logger *slog.Logger, extra ...grpc.ServerOption) (*Daemon, 
 	// error table nor a handler.
 	server := func(local bool) *grpc.Server {
 		opts := append(cfg.Security.serverOptions(local), rpcerr.ServerOptions()...)
+		opts = append(opts, wire.TransportServerOptions(!local && cfg.Security != nil && cfg.Security.TLS != nil)...)
 		opts = append(opts,
 			grpc.MaxRecvMsgSize(MaxMessageBytes), grpc.MaxSendMsgSize(MaxMessageBytes),
 			grpc.ChainUnaryInterceptor(m.unary), grpc.ChainStreamInterceptor(m.stream))

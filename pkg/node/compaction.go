@@ -446,7 +446,7 @@ func (p *peers) get(addr string) (*grpc.ClientConn, error) {
 	if c, ok := p.conns[addr]; ok {
 		return c, nil
 	}
-	opts := append(rpcerr.DialOptions(), grpc.WithTransportCredentials(insecure.NewCredentials()),
+	opts := append(append(rpcerr.DialOptions(), wire.TransportDialOptions(false)...), grpc.WithTransportCredentials(insecure.NewCredentials()),
 		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(daemon.MaxMessageBytes), grpc.MaxCallSendMsgSize(daemon.MaxMessageBytes)))
 	c, err := grpc.NewClient(addr, opts...)
 	if err != nil {

@@ -156,10 +156,16 @@
 // then the journal: everything acknowledged before survives a power loss.
 // Without them a power loss may keep any subset of the unflushed writes; the
 // device still opens, with write pointers no further than data of the
-// current zone generation. Some commands sync on their own: the first write
-// of a new zone generation (after a reset, TL_open or TL finish) waits for
-// the journal record of the generation, a reset first syncs the data file,
-// TL finish syncs the plugged copies before dropping the original FBG.
+// current zone generation. Some commands sync on their own: a reset syncs
+// the data file, then its journal record (a reset is durable when it
+// returns; the data file was just synced, so the journal sync has nothing
+// queued in front of it); the first write of a generation made by TL_open
+// or TL finish waits for the journal record of the generation; TL finish
+// syncs the plugged copies before dropping the original FBG. The first
+// write after a reset does not wait: the record of the flash blocks it
+// opens the zone on is synced by the next Flush, FUA write or SyncZone,
+// and a power loss before that drops the write-pointer slot ahead of the
+// (durably) empty zone — never the reset, so never the old data back.
 // Every WithWritebackKick bytes written (4 MiB by default) the device starts
 // the data file's write-back to the disk without waiting (sync_file_range),
 // on a goroutine, one at a time: a hint that changes when the disk works,

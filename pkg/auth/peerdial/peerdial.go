@@ -31,6 +31,7 @@ import (
 	"sync"
 
 	"github.com/zonefleet/zonefleet/pkg/pki"
+	"github.com/zonefleet/zonefleet/pkg/wire"
 	"github.com/zonefleet/zonefleet/pkg/zerr"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials"
@@ -158,6 +159,7 @@ func (p *Pool) Get(ctx context.Context, id string) (*grpc.ClientConn, error) {
 
 func (p *Pool) dial(id, addr string) (*grpc.ClientConn, error) {
 	opts := append([]grpc.DialOption{}, p.cfg.Options...)
+	opts = append(opts, wire.TransportDialOptions(!p.cfg.Insecure)...)
 	if p.cfg.Insecure {
 		opts = append(opts, grpc.WithTransportCredentials(insecure.NewCredentials()))
 	} else {

@@ -210,7 +210,7 @@ func (b *bench) client(ctx context.Context, standard bool) (v1.ZonedDeviceClient
 	if !standard {
 		call = append(call, wire.CallOptions()...)
 	}
-	conn, err := grpc.NewClient(b.dm.GRPCAddr(), append(rpcerr.DialOptions(), grpc.WithTransportCredentials(insecure.NewCredentials()),
+	conn, err := grpc.NewClient(b.dm.GRPCAddr(), append(append(rpcerr.DialOptions(), wire.TransportDialOptions(false)...), grpc.WithTransportCredentials(insecure.NewCredentials()),
 		grpc.WithDefaultCallOptions(call...))...)
 	if err != nil {
 		return nil, nil, err
