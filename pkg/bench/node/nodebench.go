@@ -415,7 +415,9 @@ func tcpRun(ctx context.Context, total int64, payload []byte, dev *zns.Device, n
 	receive := func(i int, sc net.Conn) error {
 		zones, bytes := plan(total, i, n)
 		if dev == nil {
-			k, err := io.Copy(io.Discard, io.LimitReader(sc, bytes))
+			// reads of up to 1 MiB, as tcp_file's receiver makes (io.Copy
+			// into io.Discard would read 8 KiB at a time: its ReadFrom)
+			k, err := io.CopyBuffer(struct{ io.Writer }{io.Discard}, io.LimitReader(sc, bytes), make([]byte, mib))
 			if err == nil && k != bytes {
 				err = fmt.Errorf("received %d of %d bytes", k, bytes)
 			}
