@@ -137,7 +137,9 @@
 // Log.JournalTailsDropped; a frame that checks but does not decode is
 // corruption), verifies the write pointers against the journal (generation,
 // capacity, state; a slot ahead of an open record that never reached the
-// disk is ignored), re-plugs the valid blocks of TL zones below their write
+// disk is ignored, and the zone moves to a new generation so that the slot
+// never counts again, even if a later incarnation loses its own slots),
+// re-plugs the valid blocks of TL zones below their write
 // pointer from the original FBG (the slot may have reached the disk before
 // the plugged copies), ends their threaded logging (see Reopen above),
 // closes zones that were open, and rewrites a compacted journal (a new

@@ -260,3 +260,48 @@ func TestFlushSkipsACleanJournal(t *testing.T) {
 	}
 	require.NoError(t, d.Close())
 }
+
+// TestStaleSlotAfterLostOpen: a first write whose zone-open record a power
+// loss takes while its write-pointer slot survives is dropped at the next
+// open, and stays dropped: a later write of the zone, lost in a second power
+// loss with its slot while its open record survives, must not bring the old
+// slot's write pointer back over blocks the new incarnation never wrote.
+func TestStaleSlotAfterLostOpen(t *testing.T) {
+	ctx := context.Background()
+	found := 0
+	for seed := uint64(1); seed <= 64; seed++ {
+		mem := vfs.NewCrashableMem()
+		d, err := Create("/dev/zns0", plCfg(), clock.Off(), WithFS(mem), WithLogger(quiet))
+		require.NoError(t, err)
+		g := d.g
+		_, err = d.Write(ctx, g.ZoneSize, make([]byte, 4*g.BlockSize), Flags{}) // opens zone 1: record not synced
+		require.NoError(t, err)
+		require.NoError(t, d.f.Datasync()) // the slot (wp 4) is durable, the open record is not
+		c1 := mem.CrashClone(seed)
+		require.NoError(t, d.Close())
+		d1, err := Open("/dev/zns0", plCfg(), clock.Off(), WithFS(c1), WithLogger(quiet))
+		require.NoError(t, err)
+		zs, err := d1.ReportZones(StateAny, 1, 1)
+		require.NoError(t, err)
+		if zs[0].WP != zs[0].Start { // the open record survived this time
+			require.NoError(t, d1.Close())
+			continue
+		}
+		// the slot was dropped; write one block, make its open record (only)
+		// durable, lose the rest
+		_, err = d1.Write(ctx, g.ZoneSize, bytes.Repeat([]byte{0x5A}, g.BlockSize), Flags{})
+		require.NoError(t, err)
+		require.NoError(t, d1.SyncZone(1))
+		for seed2 := uint64(1); seed2 <= 8; seed2++ {
+			d2, err := Open("/dev/zns0", plCfg(), clock.Off(), WithFS(c1.CrashClone(seed2)), WithLogger(quiet))
+			require.NoError(t, err)
+			zs, err := d2.ReportZones(StateAny, 1, 1)
+			require.NoError(t, err)
+			assert.LessOrEqual(t, zs[0].WP-zs[0].Start, uint64(1), "seed %d/%d: the dropped slot's write pointer came back", seed, seed2)
+			require.NoError(t, d2.Close())
+			found++
+		}
+		require.NoError(t, d1.Close())
+	}
+	require.Positive(t, found, "no seed lost the open record")
+}
