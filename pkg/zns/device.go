@@ -373,11 +373,11 @@ func open(path string, cfg flash.Config, clk clock.Clock, opts []Option) (*Devic
 				if z.state == StateEmpty || z.state == StateOffline || z.fbg < 0 {
 					// The journal record that opened the zone was not flushed
 					// (a power loss), so neither was the data: not acknowledged
-					// as durable, dropped.
-					// The zone moves to a new generation (recorded by the
-					// journal rewrite below, synced before Open returns), so
-					// the slot never matches again: a later incarnation that
-					// loses its own slot must not fall back to this one.
+					// as durable, dropped. The zone moves to a new generation
+					// (recorded by the journal rewrite below, synced before
+					// Open returns) so that the slot never matches again: a
+					// later incarnation that loses its own slot must not fall
+					// back to this one.
 					d.log.Warn("zns: write pointer slot ahead of an unflushed zone open, ignored",
 						"device", path, "zone", z.idx, "slot_wp", best.wp, "state", z.state.String())
 					z.gen++

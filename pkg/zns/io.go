@@ -360,9 +360,9 @@ func (d *Device) syncAll() error {
 	return nil
 }
 
-// SyncZone makes the zone's state changes so far (its last reset, open,
-// finish) durable: at once when a journal sync already covers them, else
-// with one (shared with concurrent callers). A node calls it after resetting
+// SyncZone makes the zone's state changes so far (its last open, finish;
+// a reset is durable by itself) durable: at once when a journal sync
+// already covers them, else with one (shared with concurrent callers). A node calls it after resetting
 // a zone for a new owner and before recording that owner, so no power loss
 // can keep the new owner without the reset.
 func (d *Device) SyncZone(zone uint64) error {
