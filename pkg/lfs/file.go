@@ -1,6 +1,7 @@
 package lfs
 
 import (
+	"bytes"
 	"context"
 	"slices"
 	"sort"
@@ -969,8 +970,7 @@ func (fs *FS) writeAt(ctx context.Context, in *inode, off uint64, data []byte) (
 		var p *page
 		var err error
 		if bo == 0 && uint64(k) == bs {
-			b := make([]byte, bs)
-			copy(b, data[n:n+k])
+			b := bytes.Clone(data[n : n+k]) // (not zeroed first, unlike make+copy)
 			p = in.pages[blk]
 			if p == nil {
 				a, err := fs.blockAddr(ctx, in, blk)

@@ -193,7 +193,7 @@ type FS struct {
 
 	nat      map[uint64]Addr
 	natDirty map[uint64]struct{}
-	touched  map[Addr]bool // validity changes since the last checkpoint (value: valid at it)
+	touched  touchLog // validity changes since the last checkpoint (and the validity at it)
 
 	inodes  map[uint64]*inode
 	active  map[uint64]*inode // inodes with dirty pages or nodes, or changed names, since the last checkpoint
@@ -269,7 +269,7 @@ func newFS(vol Volume, opts Options) *FS {
 	}
 	fs := &FS{vol: vol, geo: vol.Geometry(), opts: opts, clk: opts.Clock,
 		segs: map[ZoneID]*segment{}, nat: map[uint64]Addr{}, natDirty: map[uint64]struct{}{},
-		touched: map[Addr]bool{}, inodes: map[uint64]*inode{}, active: map[uint64]*inode{}, handles: map[Handle]*handle{},
+		touched: newTouchLog(), inodes: map[uint64]*inode{}, active: map[uint64]*inode{}, handles: map[Handle]*handle{},
 		orphans: map[uint64]struct{}{}, nextFH: 1}
 	fs.bs = fs.geo.BlockSize
 	fs.vecw = vectorWriter(vol)
@@ -587,7 +587,7 @@ func loadFS(ctx context.Context, vol Volume, opts Options) (*FS, []ZoneInfo, *me
 			return nil, nil, nil, err
 		}
 	}
-	fs.touched = map[Addr]bool{}
+	fs.touched.reset()
 	fs.natDirty = map[uint64]struct{}{}
 	fs.tl.preInvalid = 0
 	fs.mu.Lock()
@@ -851,7 +851,7 @@ func (fs *FS) checkpoint(ctx context.Context, forceSnapshot bool) (err error) {
 	}
 	fs.cpVer = cp.Version
 	fs.natDirty = map[uint64]struct{}{}
-	fs.touched = map[Addr]bool{}
+	fs.touched.reset()
 	cause := fs.cpCause
 	if cause == "" {
 		cause = "other"
@@ -952,7 +952,7 @@ func (fs *FS) buildCheckpoint(full bool, free []ZoneID) *checkpoint {
 		for nid := range fs.natDirty {
 			cp.NAT = append(cp.NAT, [2]uint64{nid, uint64(fs.nat[nid])})
 		}
-		for a, was := range fs.touched {
+		fs.touched.each(func(a Addr, was bool) {
 			s := fs.segOf(a)
 			now := s != nil && s.isValid(a.Off())
 			switch {
@@ -961,7 +961,7 @@ func (fs *FS) buildCheckpoint(full bool, free []ZoneID) *checkpoint {
 			case !now && was:
 				cp.Invalid = append(cp.Invalid, a)
 			}
-		}
+		})
 	}
 	sort.Slice(cp.NAT, func(i, j int) bool { return cp.NAT[i][0] < cp.NAT[j][0] })
 	sort.Slice(cp.Valid, func(i, j int) bool { return cp.Valid[i] < cp.Valid[j] })

@@ -126,9 +126,7 @@ func (fs *FS) segOf(a Addr) *segment {
 
 // touch records a validity change of a for the next checkpoint delta.
 func (fs *FS) touch(a Addr, wasValid bool) {
-	if _, ok := fs.touched[a]; !ok {
-		fs.touched[a] = wasValid
-	}
+	fs.touched.add(a, wasValid)
 }
 
 // setValid marks a valid and records its owner (SIT + SSA).
@@ -144,7 +142,7 @@ func (fs *FS) setValid(a Addr, owner uint64, ofs uint32) error {
 		}
 		return corrupt("SIT", "block %v already owned by %#x/%d, claimed by %#x/%d", a, s.owner[off], s.ofs[off], owner, ofs)
 	}
-	if was, ok := fs.touched[a]; ok && was && fs.tl.preInvalid > 0 {
+	if was, ok := fs.touched.get(a); ok && was && fs.tl.preInvalid > 0 {
 		fs.tl.preInvalid-- // valid again (roll-forward)
 	}
 	fs.touch(a, false)
@@ -165,7 +163,7 @@ func (fs *FS) invalidate(a Addr) {
 	if !s.isValid(off) {
 		return
 	}
-	if was, ok := fs.touched[a]; !ok || was {
+	if was, ok := fs.touched.get(a); !ok || was {
 		fs.tl.preInvalid++ // valid at the last checkpoint: pre-invalid until the next
 	}
 	fs.touch(a, true)

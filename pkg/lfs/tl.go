@@ -148,13 +148,7 @@ func (s *segment) tlNextRun(max uint64) (off, n uint64) {
 // preInvalidIn counts the blocks of s that were valid at the last checkpoint
 // and are invalid now (fs.mu held).
 func (fs *FS) preInvalidIn(s *segment) uint64 {
-	var n uint64
-	for a, was := range fs.touched {
-		if was && a.Zone() == s.zone && !s.isValid(a.Off()) {
-			n++
-		}
-	}
-	return n
+	return fs.touched.preInvalid(s.zone, s.valid)
 }
 
 // tlCosts is the HSR cost model for victim s (fs.mu held): C_TL =
@@ -204,9 +198,11 @@ func (fs *FS) tlTry(ctx context.Context, li int) *segment {
 		return nil
 	}
 	pre := map[ZoneID]uint64{}
-	for a, was := range fs.touched {
-		if s := fs.segs[a.Zone()]; was && s != nil && !s.isValid(a.Off()) {
-			pre[a.Zone()]++
+	for z := range fs.touched.zones {
+		if s := fs.segs[z]; s != nil {
+			if n := fs.touched.preInvalid(z, s.valid); n > 0 {
+				pre[z] = n
+			}
 		}
 	}
 	var best *segment
@@ -244,11 +240,7 @@ func (fs *FS) tlTry(ctx context.Context, li int) *segment {
 	// (pre-invalid: a crash would bring the checkpoint's owner back)
 	keep := make([]uint64, len(s.valid))
 	copy(keep, s.valid)
-	for a, was := range fs.touched {
-		if was && a.Zone() == s.zone {
-			keep[a.Off()/64] |= 1 << (a.Off() % 64)
-		}
-	}
+	fs.touched.wasValid(s.zone, keep)
 	end := s.cap
 	{
 		// Until a checkpoint records this segment, its last hole stays

@@ -76,9 +76,10 @@ type Options struct {
 	// WritebackKickBytes is the drives' write-back kick (ssdnode
 	// --writeback-kick-bytes; zns.WithWritebackKick): 0 = off (unlike the
 	// other fields, zero is not "default"); DefaultOptions has ssdnode's
-	// default. With it every zone's first write waits for a journal
-	// fdatasync queued behind the kicked write-back, so the throughput
-	// points measure the host disk as much as the data path.
+	// default. With it the drives start the write-back of what they write
+	// every that many bytes, as ssdnode does, so on a host disk slower than
+	// the stream the throughput points measure the disk as much as the data
+	// path; with 0 the kernel's own write-back thresholds decide.
 	WritebackKickBytes int64
 }
 
