@@ -96,7 +96,7 @@ func (fs *FS) lookupEnt(d *dirIndex, name string) (dentry, bool) {
 func (fs *FS) writeDirBlock(ctx context.Context, in *inode, b int) error {
 	data := encodeDentries(in.ino, in.dir.blocks[b].ents, fs.bs)
 	blk := uint64(b)
-	p := in.pages[blk]
+	p := in.pages.get(blk)
 	if p == nil {
 		var err error
 		if p, err = fs.getPage(ctx, in, blk, true); err != nil {

@@ -3,6 +3,7 @@ package lfs
 import (
 	"bytes"
 	"context"
+	"math"
 	"slices"
 	"sort"
 	"sync"
@@ -25,7 +26,7 @@ type inode struct {
 	body       inodeBody
 	dirty      bool // inode node must be written
 	dn         map[uint32]*dnode
-	pages      map[uint64]*page
+	pages      pageTable
 	dirtyBlks  map[uint64]*page // the dirty pages by block (write-back scans only these; each is in pages)
 	dir        *dirIndex        // loaded directory index (directories only)
 	opens      int
@@ -57,7 +58,7 @@ func (in *inode) isReg() bool { return in.body.Mode&syscall.S_IFMT == syscall.S_
 
 func (fs *FS) newInode(ino uint64, mode, uid, gid uint32, now int64) *inode {
 	in := &inode{ino: ino, body: inodeBody{Mode: mode, UID: uid, GID: gid, Nlink: 1, Atime: now, Mtime: now, Ctime: now, BlocksKnown: true},
-		dirty: true, dn: map[uint32]*dnode{}, pages: map[uint64]*page{}, needCP: true}
+		dirty: true, dn: map[uint32]*dnode{}, needCP: true}
 	fs.inodes[ino] = in
 	fs.active[ino] = in
 	fs.dirtyNodes++
@@ -138,7 +139,7 @@ func (fs *FS) decodeLoaded(ino uint64, b []byte) (*inode, error) {
 	if h.Ino != ino {
 		return nil, corrupt("inode", "NAT entry of %d points at inode %d", ino, h.Ino)
 	}
-	in := &inode{ino: ino, body: *body, dn: map[uint32]*dnode{}, pages: map[uint64]*page{}}
+	in := &inode{ino: ino, body: *body, dn: map[uint32]*dnode{}}
 	in.coldFile = in.xattrIndex("user.lfs.cold") >= 0
 	fs.inodes[ino] = in
 	return in, nil
@@ -214,7 +215,7 @@ func (fs *FS) blockAddr(ctx context.Context, in *inode, blk uint64) (Addr, error
 // does not exist yet (a hole) is created only with create, counting a new
 // block against the free space.
 func (fs *FS) getPage(ctx context.Context, in *inode, blk uint64, create bool) (*page, error) {
-	if p := in.pages[blk]; p != nil {
+	if p := in.pages.get(blk); p != nil {
 		return p, nil
 	}
 	a, err := fs.blockAddr(ctx, in, blk)
@@ -231,10 +232,10 @@ func (fs *FS) getPage(ctx context.Context, in *inode, blk uint64, create bool) (
 	if err := fs.readBlocks(ctx, a, p.b); err != nil {
 		return nil, err
 	}
-	if q := in.pages[blk]; q != nil {
+	if q := in.pages.get(blk); q != nil {
 		return q, nil
 	}
-	in.pages[blk] = p
+	in.pages.set(blk, p)
 	fs.cachePages++
 	return p, nil
 }
@@ -245,7 +246,7 @@ func (fs *FS) holePage(ctx context.Context, in *inode, blk uint64, b []byte) (*p
 	if _, err := fs.getDnode(ctx, in, uint32(blk/fs.epd()+1), true); err != nil {
 		return nil, err
 	}
-	if q := in.pages[blk]; q != nil {
+	if q := in.pages.get(blk); q != nil {
 		return q, nil // cached meanwhile (the caller writes it)
 	}
 	if fs.used+1 > fs.sb.UserBlocks {
@@ -258,7 +259,7 @@ func (fs *FS) holePage(ctx context.Context, in *inode, blk uint64, b []byte) (*p
 	fs.dirtyPages++
 	in.markDirtyBlk(blk, p)
 	fs.active[in.ino] = in
-	in.pages[blk] = p
+	in.pages.set(blk, p)
 	fs.cachePages++
 	return p, nil
 }
@@ -299,7 +300,7 @@ func (in *inode) markDirtyBlk(blk uint64, p *page) {
 
 // dropPage removes the cached page of blk (fs.mu held).
 func (fs *FS) dropPage(in *inode, blk uint64) {
-	delete(in.pages, blk)
+	in.pages.del(blk)
 	delete(in.dirtyBlks, blk)
 	fs.cachePages--
 }
@@ -357,7 +358,7 @@ func (fs *FS) prepareFlush(in *inode, limit int) *flushPlan {
 	idx := map[int]int{}
 	for _, b := range blks {
 		t := temp
-		p := in.pages[b]
+		p := in.pages.get(b)
 		if p.cold {
 			t = logColdData // moved by recycling
 		}
@@ -466,10 +467,10 @@ func (fs *FS) commitFlush(ctx context.Context, plan *flushPlan, failed bool) err
 		committed := 0
 		for i, blk := range g.blks {
 			p := g.pages[i]
-			if in.pages[blk] == p {
+			if in.pages.get(blk) == p {
 				p.inflight = false
 			}
-			if failed || i >= len(g.addrs) || in.gone || in.pages[blk] != p || firstErr != nil {
+			if failed || i >= len(g.addrs) || in.gone || in.pages.get(blk) != p || firstErr != nil {
 				continue
 			}
 			a := g.addrs[i]
@@ -479,7 +480,7 @@ func (fs *FS) commitFlush(ctx context.Context, plan *flushPlan, failed bool) err
 				firstErr = err
 				continue
 			}
-			if in.pages[blk] != p { // truncated while the node loaded
+			if in.pages.get(blk) != p { // truncated while the node loaded
 				continue
 			}
 			if d == nil {
@@ -846,7 +847,7 @@ func (fs *FS) readAt(ctx context.Context, in *inode, off uint64, buf []byte) (in
 	for n < len(buf) {
 		pos := off + uint64(n)
 		blk, bo := pos/bs, pos%bs
-		if p := in.pages[blk]; p != nil {
+		if p := in.pages.get(blk); p != nil {
 			k := min(int(bs-bo), len(buf)-n)
 			if len(copies) == cap(copies) {
 				flushCopies()
@@ -885,7 +886,7 @@ func (fs *FS) readVec(ctx context.Context, in *inode, off uint64, buf []byte, ve
 	for n < len(buf) {
 		pos := off + uint64(n)
 		blk, bo := pos/bs, pos%bs
-		if p := in.pages[blk]; p != nil {
+		if p := in.pages.get(blk); p != nil {
 			k := min(int(bs-bo), len(buf)-n)
 			vec = append(vec, p.b[bo:int(bo)+k:int(bo)+k])
 			bufStart = -1
@@ -927,7 +928,7 @@ func (fs *FS) readUncached(ctx context.Context, in *inode, blk, bo uint64, dst [
 	}
 	run := uint64(1)
 	for bo+run*bs < uint64(len(dst)) && run < 256 {
-		if in.pages[blk+run] != nil {
+		if in.pages.get(blk+run) != nil {
 			break
 		}
 		a2, err := fs.blockAddr(ctx, in, blk+run)
@@ -971,13 +972,13 @@ func (fs *FS) writeAt(ctx context.Context, in *inode, off uint64, data []byte) (
 		var err error
 		if bo == 0 && uint64(k) == bs {
 			b := bytes.Clone(data[n : n+k]) // (not zeroed first, unlike make+copy)
-			p = in.pages[blk]
+			p = in.pages.get(blk)
 			if p == nil {
 				a, err := fs.blockAddr(ctx, in, blk)
 				if err != nil {
 					return n, err
 				}
-				if q := in.pages[blk]; q != nil {
+				if q := in.pages.get(blk); q != nil {
 					p = q // read-ahead cached it meanwhile
 				} else if a == 0 {
 					if p, err = fs.holePage(ctx, in, blk, b); err != nil {
@@ -985,7 +986,7 @@ func (fs *FS) writeAt(ctx context.Context, in *inode, off uint64, data []byte) (
 					}
 				} else {
 					p = &page{b: b}
-					in.pages[blk] = p
+					in.pages.set(blk, p)
 					fs.cachePages++
 				}
 			}
@@ -1021,7 +1022,7 @@ func (fs *FS) truncate(ctx context.Context, in *inode, size uint64) error {
 			if err != nil {
 				return err
 			}
-			if in.pages[size/bs] != nil {
+			if in.pages.get(size/bs) != nil {
 				b := fs.clonePage(p)
 				clear(b[size%bs:])
 				setPage(p, b)
@@ -1039,8 +1040,8 @@ func (fs *FS) truncate(ctx context.Context, in *inode, size uint64) error {
 // freeFrom frees file blocks [from, to) (and direct nodes wholly past from).
 func (fs *FS) freeFrom(ctx context.Context, in *inode, from, to uint64) error {
 	epd := fs.epd()
-	for b, p := range in.pages {
-		if b >= from {
+	for _, b := range in.pages.blocks(from, math.MaxUint64) {
+		if p := in.pages.get(b); p != nil {
 			if p.dirty {
 				fs.dirtyPages--
 				a, err := fs.blockAddr(ctx, in, b)
@@ -1225,8 +1226,8 @@ func (fs *FS) evictCache() {
 	// on the virtual clock are reproducible
 	for _, ino := range fs.sortedInodes() {
 		in := fs.inodes[ino]
-		for b, p := range in.pages {
-			if !p.dirty {
+		for _, b := range in.pages.blocks(0, math.MaxUint64) {
+			if p := in.pages.get(b); p != nil && !p.dirty {
 				fs.dropPage(in, b)
 			}
 		}
@@ -1262,7 +1263,7 @@ func (fs *FS) evictInodes() {
 			if _, busy := fs.active[ino]; busy || in.busy > 0 || in.opens > 0 || ino == RootIno || in.dirty || (pass == 0 && in.isDir()) {
 				continue
 			}
-			fs.cachePages -= len(in.pages)
+			fs.cachePages -= in.pages.len()
 			delete(fs.inodes, ino)
 			if len(fs.inodes) <= fs.opts.CacheInodes/2 {
 				return

@@ -329,7 +329,7 @@ func (fs *FS) moveSegment(ctx context.Context, s *segment, method MoveMethod) (m
 			if it.ofs == ofsNode {
 				continue
 			}
-			if in := fs.inodes[nidIno(it.owner)]; in == nil || in.pages[uint64(nidIdx(it.owner)-1)*epd+uint64(it.ofs)] == nil {
+			if in := fs.inodes[nidIno(it.owner)]; in == nil || in.pages.get(uint64(nidIdx(it.owner)-1)*epd+uint64(it.ofs)) == nil {
 				need = append(need, it.off)
 			}
 		}
@@ -370,7 +370,7 @@ func (fs *FS) moveSegment(ctx context.Context, s *segment, method MoveMethod) (m
 		// data: read the block first, with no lock, when it will be host-copied
 		var data []byte
 		if method != Compact {
-			if in := fs.inodes[ino]; in == nil || in.pages[uint64(idx-1)*epd+uint64(ofs)] == nil {
+			if in := fs.inodes[ino]; in == nil || in.pages.get(uint64(idx-1)*epd+uint64(ofs)) == nil {
 				if data = pre[off]; data == nil {
 					data = make([]byte, fs.bs)
 					if err := fs.readBlocks(ctx, a, data); err != nil {
@@ -400,7 +400,7 @@ func (fs *FS) moveSegment(ctx context.Context, s *segment, method MoveMethod) (m
 			return st, corrupt("SSA", "block %v claims %#x[%d] which does not point at it", a, owner, ofs)
 		}
 		blk := uint64(idx-1)*epd + uint64(ofs)
-		p := in.pages[blk]
+		p := in.pages.get(blk)
 		switch {
 		case p != nil && p.dirty:
 			st.hostDirty++
@@ -415,9 +415,9 @@ func (fs *FS) moveSegment(ctx context.Context, s *segment, method MoveMethod) (m
 						return st, err
 					}
 				}
-				if p = in.pages[blk]; p == nil {
+				if p = in.pages.get(blk); p == nil {
 					p = &page{b: data}
-					in.pages[blk] = p
+					in.pages.set(blk, p)
 					fs.cachePages++
 				}
 				st.hostCopy++
@@ -493,7 +493,7 @@ func (fs *FS) moveSegment(ctx context.Context, s *segment, method MoveMethod) (m
 					return st, fmt.Errorf("lfs: load node %#x: %w", dv.owner, err)
 				}
 				blk := uint64(nidIdx(dv.owner)-1)*epd + uint64(dv.ofs)
-				if d.addrs[dv.ofs] != old || !s.isValid(dv.off) || in.pages[blk] != nil && in.pages[blk].dirty {
+				if d.addrs[dv.ofs] != old || !s.isValid(dv.off) || in.pages.get(blk) != nil && in.pages.get(blk).dirty {
 					fs.unlockIn(in)
 					continue
 				}
@@ -736,7 +736,7 @@ func (fs *FS) cachedChunks(s *segment, n int, at func(i int) (off, owner uint64,
 				cached, dirty = true, d.dirty
 			}
 		default:
-			if p := in.pages[uint64(nidIdx(owner)-1)*epd+uint64(ofs)]; p != nil {
+			if p := in.pages.get(uint64(nidIdx(owner)-1)*epd + uint64(ofs)); p != nil {
 				cached, dirty = true, p.dirty
 			}
 		}

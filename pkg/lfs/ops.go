@@ -1247,7 +1247,7 @@ func (fs *FS) write(ctx context.Context, h Handle, off int64, data []byte, write
 	bs := uint64(fs.bs)
 	need := uint64(0)
 	for b := uint64(off) / bs; b <= (uint64(off)+uint64(len(data))+bs-1)/bs && len(data) > 0; b++ {
-		if in.pages[b] == nil {
+		if in.pages.get(b) == nil {
 			a, err := fs.blockAddr(ctx, in, b)
 			if err != nil {
 				return 0, err

@@ -52,7 +52,7 @@ func (fs *FS) noteRead(in *inode, off uint64, n int) {
 	stop := min(start+win, size)
 	// skip what is cached already: a file read again from the page cache
 	// starts no goroutine (and takes fs.mu no second time) per read
-	for start < stop && in.pages[start] != nil {
+	for start < stop && in.pages.get(start) != nil {
 		start++
 	}
 	if start >= stop {
@@ -91,7 +91,7 @@ func (fs *FS) readAhead(in *inode, start, stop uint64) {
 		if fs.closed || in.gone {
 			return
 		}
-		if in.pages[blk] != nil {
+		if in.pages.get(blk) != nil {
 			blk++
 			continue
 		}
@@ -104,7 +104,7 @@ func (fs *FS) readAhead(in *inode, start, stop uint64) {
 			continue
 		}
 		run := uint64(1)
-		for blk+run < stop && in.pages[blk+run] == nil && mapped(blk+run) == a+Addr(run) && (a+Addr(run)).Zone() == a.Zone() {
+		for blk+run < stop && in.pages.get(blk+run) == nil && mapped(blk+run) == a+Addr(run) && (a+Addr(run)).Zone() == a.Zone() {
 			run++
 		}
 		buf := make([]byte, run*bs)
@@ -116,10 +116,10 @@ func (fs *FS) readAhead(in *inode, start, stop uint64) {
 		}
 		for j := uint64(0); j < run; j++ {
 			b := blk + j
-			if in.pages[b] != nil || mapped(b) != a+Addr(j) || in.gone {
+			if in.pages.get(b) != nil || mapped(b) != a+Addr(j) || in.gone {
 				continue
 			}
-			in.pages[b] = &page{b: buf[j*bs : (j+1)*bs : (j+1)*bs]}
+			in.pages.set(b, &page{b: buf[j*bs : (j+1)*bs : (j+1)*bs]})
 			fs.cachePages++
 			fs.stats.ReadAheadBlocks++
 		}

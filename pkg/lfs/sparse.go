@@ -21,7 +21,7 @@ const (
 // hasData reports whether file block blk holds data: a cached page (dirty or
 // clean) or a mapped block.
 func (fs *FS) hasData(ctx context.Context, in *inode, blk uint64) (bool, error) {
-	if in.pages[blk] != nil {
+	if in.pages.get(blk) != nil {
 		return true, nil
 	}
 	a, err := fs.blockAddr(ctx, in, blk)
@@ -90,20 +90,7 @@ func (fs *FS) Lseek(ctx context.Context, ino uint64, off uint64, whence int) (po
 
 // hasPagesIn reports whether a page of blocks [from, to) is cached.
 func (in *inode) hasPagesIn(from, to uint64) bool {
-	if uint64(len(in.pages)) < to-from {
-		for b := range in.pages {
-			if b >= from && b < to {
-				return true
-			}
-		}
-		return false
-	}
-	for b := from; b < to; b++ {
-		if in.pages[b] != nil {
-			return true
-		}
-	}
-	return false
+	return in.pages.any(from, to)
 }
 
 // Fallocate implements fallocate(2) on a regular file:
@@ -205,7 +192,7 @@ func (fs *FS) Fallocate(ctx context.Context, ino uint64, mode uint32, off, lengt
 		if err != nil {
 			return err
 		}
-		if in.pages[blk] == p { // data there (a hole is zero already)
+		if in.pages.get(blk) == p { // data there (a hole is zero already)
 			b := fs.clonePage(p)
 			clear(b[lo-blk*bs : hi-blk*bs])
 			setPage(p, b)
@@ -227,8 +214,9 @@ func (fs *FS) Fallocate(ctx context.Context, ino uint64, mode uint32, off, lengt
 // in flight stays unmapped: its commit sees the page gone), mapped blocks
 // invalidated. Direct nodes stay (they may map blocks outside the range).
 func (fs *FS) unmapRange(ctx context.Context, in *inode, from, to uint64) error {
-	for b, p := range in.pages {
-		if b < from || b >= to {
+	for _, b := range in.pages.blocks(from, to) {
+		p := in.pages.get(b)
+		if p == nil {
 			continue
 		}
 		if p.dirty {

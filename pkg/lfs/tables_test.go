@@ -2,6 +2,7 @@ package lfs
 
 import (
 	"math/rand/v2"
+	"sort"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -61,5 +62,49 @@ func TestTouchLogMatchesMap(t *testing.T) {
 			tl.wasValid(z, keep)
 			require.Equal(t, keepWant, keep, "seed %d zone %d", seed, z)
 		}
+	}
+}
+
+// The page table against a map: random sets, drops and lookups, then the
+// range queries the file system makes.
+func TestPageTableMatchesMap(t *testing.T) {
+	for seed := uint64(1); seed <= 20; seed++ {
+		rng := rand.New(rand.NewPCG(seed, 9))
+		ref := map[uint64]*page{}
+		var pt pageTable
+		span := uint64(50 + rng.IntN(1000))
+		for i := 0; i < 3000; i++ {
+			b := uint64(rng.IntN(int(span)))
+			switch rng.IntN(4) {
+			case 0, 1:
+				p := &page{}
+				ref[b] = p
+				pt.set(b, p)
+			case 2:
+				delete(ref, b)
+				pt.del(b)
+			default:
+				require.Same(t, ref[b], pt.get(b), "seed %d get %d", seed, b)
+			}
+			require.Equal(t, len(ref), pt.len())
+		}
+		for q := 0; q < 200; q++ {
+			from := uint64(rng.IntN(int(span) + 10))
+			to := from + uint64(rng.IntN(200))
+			var want []uint64
+			for b := range ref {
+				if b >= from && b < to {
+					want = append(want, b)
+				}
+			}
+			sort.Slice(want, func(i, j int) bool { return want[i] < want[j] })
+			require.Equal(t, want, pt.blocks(from, to), "seed %d blocks [%d,%d)", seed, from, to)
+			require.Equal(t, len(want) > 0, pt.any(from, to), "seed %d any [%d,%d)", seed, from, to)
+		}
+		for b := range ref { // drop them all: no chunk left behind
+			pt.del(b)
+		}
+		require.Zero(t, pt.len())
+		require.Empty(t, pt.chunks)
 	}
 }
