@@ -18,8 +18,6 @@ import "math/bits"
 // its zone's record, as the map did.
 type touchLog struct {
 	zones map[ZoneID]*touchSet
-	lastZ ZoneID
-	last  *touchSet // the zone of the last lookup (writes run along a zone)
 }
 
 // touchSet is one zone's record: touched has a bit per block whose
@@ -36,21 +34,10 @@ func newTouchLog() touchLog { return touchLog{zones: map[ZoneID]*touchSet{}} }
 // the tables fresh).
 func (t *touchLog) reset() { *t = newTouchLog() }
 
-func (t *touchLog) zone(z ZoneID) *touchSet {
-	if t.last != nil && t.lastZ == z {
-		return t.last
-	}
-	ts := t.zones[z]
-	if ts != nil {
-		t.lastZ, t.last = z, ts
-	}
-	return ts
-}
-
 // get reports whether a changed validity since the checkpoint (ok) and
 // whether it was valid at it.
 func (t *touchLog) get(a Addr) (was, ok bool) {
-	ts := t.zone(a.Zone())
+	ts := t.zones[a.Zone()]
 	if ts == nil {
 		return false, false
 	}
@@ -66,11 +53,10 @@ func (t *touchLog) get(a Addr) (was, ok bool) {
 // (wasValid); a block already recorded keeps its first record.
 func (t *touchLog) add(a Addr, wasValid bool) {
 	z, off := a.Zone(), a.Off()
-	ts := t.zone(z)
+	ts := t.zones[z]
 	if ts == nil {
 		ts = &touchSet{}
 		t.zones[z] = ts
-		t.lastZ, t.last = z, ts
 	}
 	i, bit := off/64, uint64(1)<<(off%64)
 	if n := int(i) + 1; n > len(ts.touched) {
@@ -84,17 +70,6 @@ func (t *touchLog) add(a Addr, wasValid bool) {
 	if wasValid {
 		ts.was[i] |= bit
 	}
-}
-
-// len is the number of blocks recorded.
-func (t *touchLog) len() int {
-	n := 0
-	for _, ts := range t.zones {
-		for _, w := range ts.touched {
-			n += bits.OnesCount64(w)
-		}
-	}
-	return n
 }
 
 // each calls f for every recorded block.
