@@ -259,10 +259,13 @@ type Result struct {
 	DevvolVsFuseLoopback map[string]float64 `json:"devvol_vs_fuse_loopback,omitempty"`
 	DevvolScaling        map[string]float64 `json:"devvol_scaling,omitempty"`
 	// FileserverThreads are the fileserver runs at ScalingUtil with
-	// ScalingThreads threads; FileserverThreadScaling is the last one's
-	// throughput over the first one's (16 vs 1 threads by default).
-	FileserverThreads       []Recycling `json:"fileserver_threads,omitempty"`
-	FileserverThreadScaling float64     `json:"fileserver_16_vs_1_threads,omitempty"`
+	// ScalingThreads threads, each count's median of Runs runs;
+	// FileserverThreadSamples every run's MiB/s by count ("threads_16").
+	// FileserverThreadScaling is the median over the Runs rounds of the
+	// last count's throughput over the first's (16 vs 1 threads by default).
+	FileserverThreads       []Recycling          `json:"fileserver_threads,omitempty"`
+	FileserverThreadSamples map[string][]float64 `json:"fileserver_threads_samples_mib_per_second,omitempty"`
+	FileserverThreadScaling float64              `json:"fileserver_16_vs_1_threads,omitempty"`
 	// GOMAXPROCS is the Go processors the run had (zctl bench fs raises it
 	// as a mount's process does: fusefs.ServingProcs); CPUs the machine's.
 	GOMAXPROCS int `json:"gomaxprocs"`
@@ -331,7 +334,7 @@ func Run(ctx context.Context, o Options) (*Result, error) {
 		res.NodeTransport = "tcp+tls"
 	}
 	res.Notes = append(res.Notes,
-		fmt.Sprintf("throughput: medians of %d runs, the mounts alternating within each run; parallel_*_scaling: %d threads on one file each (%d MiB) over one thread on one file; fileserver_16_vs_1_threads: fileserver at %d %% with IZC", o.Runs, o.Parallel, max(1, o.SeqMiB/o.Parallel), o.ScalingUtil),
+		fmt.Sprintf("throughput: medians of %d runs, the mounts alternating within each run; parallel_*_scaling: %d threads on one file each (%d MiB) over one thread on one file; fileserver_16_vs_1_threads: fileserver at %d %% with IZC, median of %d rounds' ratios", o.Runs, o.Parallel, max(1, o.SeqMiB/o.Parallel), o.ScalingUtil, o.Runs),
 		fmt.Sprintf("throughput: sequential points are passes over a %d MiB file until %d MiB moved (each write pass creates, writes and fsyncs it; each read pass first drops the kernel's cache of it), random points %d operations", o.SeqMiB, max(1, (o.SeqTotalMiB+o.SeqMiB-1)/o.SeqMiB)*o.SeqMiB, o.RandOps),
 		"throughput: drive clock off (software path); one thread; loopback = go-fuse fs.NewLoopbackRoot over a host directory, FUSE passthrough disabled; the kernel's FUSE page cache of the file is dropped (fadvise DONTNEED) before each read workload, the host file system under the loopback keeps its own",
 		"recycling: drives on the realtime clock; phases from timing lfs's Volume calls; the read phase also as lfs times it (host copy's victim reads, overlapped under P-GC); host_copy without P-GC, host_copy_pgc with 2 workers")
@@ -1046,27 +1049,73 @@ func histSum(reg *prometheus.Registry, name string) float64 {
 }
 
 // threadScaling runs the fileserver at o.ScalingUtil with each of
-// o.ScalingThreads thread counts (IZC) on the realtime clock.
+// o.ScalingThreads thread counts (IZC) on the realtime clock, o.Runs rounds
+// of every count (each run on a freshly made file system), the order
+// reversed every other round so that a slow spell of the machine or the
+// cluster's growing state does not always land on the same count. Each
+// count reports its median run; the scaling is the median of the rounds'
+// ratios, each taken between runs that ran next to each other.
 func threadScaling(ctx context.Context, o Options, dir string, res *Result) error {
 	cl, err := startCluster(ctx, filepath.Join(dir, "ts-cluster"), "realtime", o.TimeScale, nil, tiny, o.TCP)
 	if err != nil {
 		return err
 	}
 	defer cl.close()
-	for _, n := range o.ScalingThreads {
-		oo := o
-		oo.Threads = n
-		r, err := fileserver(ctx, oo, cl, filepath.Join(dir, "ts-mnt"), lfs.Compact, false, o.ScalingUtil)
-		if err != nil {
-			return fmt.Errorf("%d threads: %w", n, err)
+	runs := make([][]Recycling, len(o.ScalingThreads)) // [count][round]
+	for r := 0; r < o.Runs; r++ {
+		for k := range o.ScalingThreads {
+			if r%2 == 1 {
+				k = len(o.ScalingThreads) - 1 - k
+			}
+			n := o.ScalingThreads[k]
+			oo := o
+			oo.Threads = n
+			x, err := fileserver(ctx, oo, cl, filepath.Join(dir, "ts-mnt"), lfs.Compact, false, o.ScalingUtil)
+			if err != nil {
+				return fmt.Errorf("%d threads: %w", n, err)
+			}
+			x.Threads = n
+			runs[k] = append(runs[k], x)
 		}
-		r.Threads = n
-		res.FileserverThreads = append(res.FileserverThreads, r)
 	}
-	if first := res.FileserverThreads[0].MiBPerSecond; first > 0 {
-		res.FileserverThreadScaling = res.FileserverThreads[len(res.FileserverThreads)-1].MiBPerSecond / first
+	res.FileserverThreadSamples = map[string][]float64{}
+	for k, n := range o.ScalingThreads {
+		var mibs []float64
+		for _, x := range runs[k] {
+			mibs = append(mibs, x.MiBPerSecond)
+		}
+		res.FileserverThreadSamples[fmt.Sprintf("threads_%d", n)] = mibs
+		res.FileserverThreads = append(res.FileserverThreads, medianRun(runs[k]))
 	}
+	var ratios []float64
+	last := len(o.ScalingThreads) - 1
+	for r := 0; r < o.Runs; r++ {
+		if first := runs[0][r].MiBPerSecond; first > 0 {
+			ratios = append(ratios, runs[last][r].MiBPerSecond/first)
+		}
+	}
+	res.FileserverThreadScaling = benchstat.Median(ratios)
 	return nil
+}
+
+// formatSamples: "12.0 15.2 13.9".
+func formatSamples(xs []float64) string {
+	var b strings.Builder
+	for i, x := range xs {
+		if i > 0 {
+			b.WriteByte(' ')
+		}
+		fmt.Fprintf(&b, "%.1f", x)
+	}
+	return b.String()
+}
+
+// medianRun is the run of median throughput (the lower middle one of an
+// even count), whole: its GC figures are those of the run it reports.
+func medianRun(xs []Recycling) Recycling {
+	s := append([]Recycling(nil), xs...)
+	sort.SliceStable(s, func(i, j int) bool { return s[i].MiBPerSecond < s[j].MiBPerSecond })
+	return s[(len(s)-1)/2]
 }
 
 func fileserver(ctx context.Context, o Options, cl *cluster, mnt string, method lfs.MoveMethod, cached bool, util int) (Recycling, error) {
@@ -1303,7 +1352,8 @@ func (r *Result) WriteTable(w io.Writer) error {
 		fmt.Fprintf(tw, "devvol %s\t%.1f\t%.1f\t%.2f\n", t.Workload, t.ZoneFleet, t.Loopback, t.VsLoopback)
 	}
 	for _, x := range r.FileserverThreads {
-		fmt.Fprintf(tw, "fileserver %d threads at %d %%\t%.1f MiB/s\n", x.Threads, x.Util, x.MiBPerSecond)
+		fmt.Fprintf(tw, "fileserver %d threads at %d %% (median run)\t%.1f MiB/s\t(runs %s; %d gc runs, WAF %.3f)\n", x.Threads, x.Util, x.MiBPerSecond,
+			formatSamples(r.FileserverThreadSamples[fmt.Sprintf("threads_%d", x.Threads)]), x.GCRuns, x.WAF)
 	}
 	if r.FileserverThreadScaling > 0 {
 		fmt.Fprintf(tw, "fileserver_16_vs_1_threads\t%.2f\n", r.FileserverThreadScaling)

@@ -64,7 +64,9 @@ func TestRunSmall(t *testing.T) {
 	}
 	require.Len(t, res.FileserverThreads, 2)
 	assert.Equal(t, 4, res.FileserverThreads[1].Threads)
-	assert.InDelta(t, res.FileserverThreads[1].MiBPerSecond/res.FileserverThreads[0].MiBPerSecond, res.FileserverThreadScaling, 1e-9)
+	assert.InDelta(t, res.FileserverThreads[1].MiBPerSecond/res.FileserverThreads[0].MiBPerSecond, res.FileserverThreadScaling, 1e-9, "one round: the median ratio is the ratio")
+	assert.Equal(t, []float64{res.FileserverThreads[0].MiBPerSecond}, res.FileserverThreadSamples["threads_1"], "one sample per round")
+	assert.Equal(t, []float64{res.FileserverThreads[1].MiBPerSecond}, res.FileserverThreadSamples["threads_4"])
 	for _, tp := range res.Throughput {
 		assert.Positive(t, tp.ZoneFleet, tp.Workload)
 		assert.Positive(t, tp.Loopback, tp.Workload)
