@@ -1,6 +1,7 @@
 package zctl
 
 import (
+	"fmt"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -8,6 +9,7 @@ import (
 	fairbench "github.com/zonefleet/zonefleet/pkg/bench/fairness"
 	nodebench "github.com/zonefleet/zonefleet/pkg/bench/node"
 	overbench "github.com/zonefleet/zonefleet/pkg/bench/overdrive"
+	"github.com/zonefleet/zonefleet/pkg/zerr"
 )
 
 func benchCmd(g *Globals) *cobra.Command {
@@ -50,6 +52,9 @@ func benchNodeCmd(g *Globals) *cobra.Command {
 		Short: "ssdnode data path: gRPC vs raw TCP, client scaling, random reads, write admission (eZNS Fig. 29b)",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			if err := checkRuns(o.Runs); err != nil {
+				return err
+			}
 			done := g.timed("zctl bench node", 2*o.AdmissionWall+10*time.Second)
 			res, err := nodebench.Run(cmd.Context(), o)
 			done()
@@ -61,6 +66,7 @@ func benchNodeCmd(g *Globals) *cobra.Command {
 	}
 	c.Flags().StringVar(&o.Dir, "dir", "", "directory for the backing files (default: a temporary one)")
 	c.Flags().Int64Var(&o.WriteBytes, "write-bytes", o.WriteBytes, "bytes per throughput measurement")
+	c.Flags().IntVar(&o.Runs, "runs", o.Runs, "timed runs of each throughput point, in interleaved rounds; the median is reported (more runs: steadier medians on a noisy machine)")
 	c.Flags().IntSliceVar(&o.Clients, "clients", o.Clients, "concurrent client counts")
 	c.Flags().BoolVar(&o.Admission, "admission", o.Admission, "run the write admission scenario")
 	c.Flags().DurationVar(&o.AdmissionWall, "admission-duration", o.AdmissionWall, "wall time of each admission run")
@@ -116,4 +122,13 @@ func benchOverdriveCmd(g *Globals) *cobra.Command {
 	c.Flags().IntVar(&o.StaticWidth, "static-width", 1, "width of the static zones (writers × width must fit the drives' MAR)")
 	c.Flags().BoolVar(&o.SkipTimeline, "skip-timeline", false, "only Fig. 26")
 	return c
+}
+
+// checkRuns refuses a --runs below 1 (the benches would otherwise take
+// their default silently).
+func checkRuns(n int) error {
+	if n < 1 {
+		return usageErr(&zerr.InvalidArgumentError{Field: "runs", Reason: fmt.Sprintf("%d: want at least 1", n)})
+	}
+	return nil
 }

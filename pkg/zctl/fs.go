@@ -703,6 +703,9 @@ write+checkpoint.`,
 			// Ctrl-C stops the workloads and unmounts (no mount is left behind).
 			ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
 			defer stop()
+			if err := checkRuns(o.Runs); err != nil {
+				return err
+			}
 			o.NoPGC = !pgc
 			fusefs.ServingProcs() // as zctl mount runs, for the mount and the loopback alike
 			done := g.timed("zctl bench fs (a few minutes)", 0)
@@ -719,6 +722,7 @@ write+checkpoint.`,
 	f.IntVar(&o.SeqMiB, "seq-mib", 64, "size of the sequential file in MiB")
 	f.IntVar(&o.SeqTotalMiB, "seq-total-mib", 1024, "MiB moved per sequential point (passes over the sequential file; long points are stable)")
 	f.IntVar(&o.RandOps, "rand-ops", 8192, "random 4 KiB operations per random point")
+	f.IntVar(&o.Runs, "runs", 3, "runs of the throughput and parallel points (mounts alternating) and rounds of the fileserver thread scaling; medians are reported")
 	f.IntSliceVar(&o.Utils, "util", []int{80, 90}, "utilizations of the fileserver runs (percent)")
 	f.Float64Var(&o.Churn, "churn", 2, "bytes written per fileserver run, in file system capacities")
 	f.IntVar(&o.Threads, "threads", 4, "fileserver threads")
