@@ -4,8 +4,8 @@
 // messages into 32 MiB zones of a 16-chip drive with the clock off, so the
 // drive costs what its backing-file writes cost. Every point runs Runs
 // times (default 3) and reports the median; the runs are interleaved (each
-// round runs every point once, after an untimed full-size write of each
-// drive and a 64 MiB warm-up of each point), so that the shared machine's
+// round runs every point once, after an untimed 64 MiB warm-up of each
+// point and then a full-size write of each drive), so that the shared machine's
 // slow spells do not all land on one point; all connections are dialed and
 // ready before any timing; the page cache is synced and then the zones
 // reset before every run (in that order: see grpcPoint). In the same run it measures two baselines with the same
