@@ -1,7 +1,6 @@
 package zctl
 
 import (
-	"bytes"
 	"encoding/json"
 	"os"
 	"path/filepath"
@@ -12,12 +11,7 @@ import (
 
 func runPaper(t *testing.T, args ...string) (string, error) {
 	t.Helper()
-	t.Setenv("ZONEFLEET_CONFIG", filepath.Join(t.TempDir(), "none.yaml")) // never the user's config
-	var out, errOut bytes.Buffer
-	root := NewRoot(&out, &errOut)
-	root.SetArgs(append([]string{"bench", "paper"}, args...))
-	err := root.Execute()
-	return out.String(), err
+	return runBench(t, append([]string{"paper"}, args...)...)
 }
 
 func TestBenchPaperCmd(t *testing.T) {

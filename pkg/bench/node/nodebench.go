@@ -574,12 +574,13 @@ func throughput(ctx context.Context, o Options, res *Result, payload []byte) err
 	// grpcPoint syncs the page cache (so that one run's writeback does not
 	// slow the next), resets the node's zones and times the writers. Sync
 	// first: a reset zeroes the zones' flash blocks (FALLOC_FL_ZERO_RANGE),
-	// which frees their page cache, and the timed writes then take those
-	// pages back right away; a sync in between (seconds behind the last
-	// run's write-back) let this VM hand the freed memory to its host, and
-	// the next run paid the first touch of every page: 350-500 MiB/s
-	// instead of 1500-2000 on one run in four, tcp_file's as much as
-	// grpc's.
+	// which frees their page cache, so the timed writes allocate pages
+	// again; with nothing between the reset and the writes they can take
+	// the freed ones straight back. On this project's VM, pages it has
+	// meanwhile handed back to its host cost several times the copy, and
+	// runs then fall to 350-550 MiB/s (tcp_file's as well as grpc's); how
+	// often follows the machine's state over the day more than this order
+	// (README, fourteenth-session bullet).
 	grpcPointCores := func(cores *[]float64, writers ...zoneWriter) func(int64) (float64, error) {
 		return func(bytes int64) (float64, error) {
 			syscall.Sync()
