@@ -13,10 +13,12 @@ package etcdlocal
 import (
 	"context"
 	"crypto/tls"
+	"errors"
 	"fmt"
 	"net"
 	"net/url"
 	"strings"
+	"syscall"
 	"time"
 
 	"github.com/zonefleet/zonefleet/pkg/pki"
@@ -63,7 +65,37 @@ func Start(dir, clientAddr string) (*Server, error) {
 }
 
 // StartWith is Start with options.
+//
+// A free port is picked by listening on port 0 and closing the listener
+// before etcd binds it, so another process (a parallel test package) can
+// take it in between: when etcd's bind then fails with EADDRINUSE and a port
+// was picked here, it starts again with new ports (at most 5 attempts).
 func StartWith(dir, clientAddr string, o Options) (*Server, error) {
+	picked := picksPort(clientAddr) || picksPort(o.PeerAddr)
+	for attempt := 1; ; attempt++ {
+		s, err := startOnce(dir, clientAddr, o)
+		if err == nil || !picked || attempt == 5 || !addrInUse(err) {
+			return s, err
+		}
+	}
+}
+
+// picksPort: the address leaves the port to Start (empty or port 0).
+func picksPort(addr string) bool {
+	if addr == "" {
+		return true
+	}
+	_, port, err := net.SplitHostPort(addr)
+	return err == nil && port == "0"
+}
+
+// addrInUse: a listen failed because the address was taken (etcd does not
+// always wrap the net error, so its text is checked too).
+func addrInUse(err error) bool {
+	return errors.Is(err, syscall.EADDRINUSE) || strings.Contains(err.Error(), "address already in use")
+}
+
+func startOnce(dir, clientAddr string, o Options) (*Server, error) {
 	if clientAddr == "" {
 		clientAddr = "127.0.0.1:0"
 	}

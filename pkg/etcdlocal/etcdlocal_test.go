@@ -2,10 +2,13 @@ package etcdlocal
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"net"
 	"testing"
 	"time"
 
+	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
@@ -47,4 +50,21 @@ func TestAutoCompaction(t *testing.T) {
 			require.False(t, compacted())
 		})
 	}
+}
+
+func TestPicksPortAndAddrInUse(t *testing.T) {
+	for addr, want := range map[string]bool{"": true, "127.0.0.1:0": true, "127.0.0.1:2379": false, "bad": false} {
+		assert.Equal(t, want, picksPort(addr), addr)
+	}
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	defer l.Close()
+	_, err = net.Listen("tcp", l.Addr().String())
+	require.Error(t, err)
+	assert.True(t, addrInUse(err), "a real bind failure: %v", err)
+	assert.False(t, addrInUse(errors.New("permission denied")))
+	// a taken port given explicitly is not retried: the error comes back
+	_, err = Start(t.TempDir(), l.Addr().String())
+	require.Error(t, err)
+	assert.True(t, addrInUse(err), "%v", err)
 }
