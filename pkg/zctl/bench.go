@@ -7,6 +7,7 @@ import (
 	"github.com/spf13/cobra"
 	devbench "github.com/zonefleet/zonefleet/pkg/bench/device"
 	fairbench "github.com/zonefleet/zonefleet/pkg/bench/fairness"
+	"github.com/zonefleet/zonefleet/pkg/bench/hostenv"
 	nodebench "github.com/zonefleet/zonefleet/pkg/bench/node"
 	overbench "github.com/zonefleet/zonefleet/pkg/bench/overdrive"
 	"github.com/zonefleet/zonefleet/pkg/zerr"
@@ -55,6 +56,7 @@ func benchNodeCmd(g *Globals) *cobra.Command {
 			if err := checkRuns(o.Runs); err != nil {
 				return err
 			}
+			g.warnHostPageReporting()
 			done := g.timed("zctl bench node", 2*o.AdmissionWall+10*time.Second)
 			res, err := nodebench.Run(cmd.Context(), o)
 			done()
@@ -122,6 +124,15 @@ func benchOverdriveCmd(g *Globals) *cobra.Command {
 	c.Flags().IntVar(&o.StaticWidth, "static-width", 1, "width of the static zones (writers × width must fit the drives' MAR)")
 	c.Flags().BoolVar(&o.SkipTimeline, "skip-timeline", false, "only Fig. 26")
 	return c
+}
+
+// warnHostPageReporting says on stderr, before a throughput benchmark
+// starts, that this machine hands freed pages back to its host (the result
+// carries the same line: host_page_reporting).
+func (g *Globals) warnHostPageReporting() {
+	if desc, active := hostenv.Describe(); active {
+		fmt.Fprintf(g.Err, "zctl: warning: host free page reporting is %s\n", desc)
+	}
 }
 
 // checkRuns refuses a --runs below 1 (the benches would otherwise take

@@ -708,6 +708,7 @@ write+checkpoint.`,
 			}
 			o.NoPGC = !pgc
 			fusefs.ServingProcs() // as zctl mount runs, for the mount and the loopback alike
+			g.warnHostPageReporting()
 			done := g.timed("zctl bench fs (a few minutes)", 0)
 			res, err := fsbench.Run(ctx, o)
 			done()

@@ -51,6 +51,7 @@ import (
 
 	v1 "github.com/zonefleet/zonefleet/api/zonefleet/v1"
 	"github.com/zonefleet/zonefleet/pkg/bench/benchstat"
+	"github.com/zonefleet/zonefleet/pkg/bench/hostenv"
 	"github.com/zonefleet/zonefleet/pkg/client"
 	"github.com/zonefleet/zonefleet/pkg/clock"
 	"github.com/zonefleet/zonefleet/pkg/flash"
@@ -271,9 +272,12 @@ type Result struct {
 	GOMAXPROCS int `json:"gomaxprocs"`
 	// NodeTransport is how the mounts reach the nodes: "unix" (their unix
 	// sockets, as `zctl local up`'s mount) or "tcp+tls" (Options.TCP).
-	NodeTransport string   `json:"node_transport"`
-	CPUs          int      `json:"cpus"`
-	Notes         []string `json:"notes"`
+	NodeTransport string `json:"node_transport"`
+	// HostPageReporting is whether the machine hands freed pages back to
+	// its host (see pkg/bench/hostenv), which can slow a sample 3-5x.
+	HostPageReporting string   `json:"host_page_reporting"`
+	CPUs              int      `json:"cpus"`
+	Notes             []string `json:"notes"`
 }
 
 // Run runs both parts.
@@ -329,6 +333,7 @@ func Run(ctx context.Context, o Options) (*Result, error) {
 		}
 	}
 	res.GOMAXPROCS, res.CPUs = runtime.GOMAXPROCS(0), runtime.NumCPU()
+	res.HostPageReporting, _ = hostenv.Describe()
 	res.NodeTransport = "unix"
 	if o.TCP {
 		res.NodeTransport = "tcp+tls"
@@ -1323,6 +1328,9 @@ func (r *Result) WriteTable(w io.Writer) error {
 		fmt.Fprintf(tw, "GOMAXPROCS %d on %d CPUs\n", r.GOMAXPROCS, r.CPUs)
 		if r.NodeTransport != "" {
 			fmt.Fprintf(tw, "nodes reached over %s\n", r.NodeTransport)
+		}
+		if strings.HasPrefix(r.HostPageReporting, "active") {
+			fmt.Fprintf(tw, "host free page reporting: %s\n", r.HostPageReporting)
 		}
 	}
 	fmt.Fprintln(tw, "workload\tzonefleet MiB/s\tfuse loopback MiB/s\tvs_fuse_loopback\tcpu s/GiB zonefleet\tcpu s/GiB loopback")

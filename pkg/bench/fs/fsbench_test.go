@@ -12,6 +12,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	fsbench "github.com/zonefleet/zonefleet/pkg/bench/fs"
+	"github.com/zonefleet/zonefleet/pkg/bench/hostenv"
 )
 
 // A small run of every part: the keys are there and the numbers make sense.
@@ -37,6 +38,8 @@ func TestRunSmall(t *testing.T) {
 	assert.Equal(t, runtime.GOMAXPROCS(0), res.GOMAXPROCS)
 	assert.Equal(t, "unix", res.NodeTransport, "the mount reaches the nodes as `zctl local up`'s does")
 	assert.Equal(t, runtime.NumCPU(), res.CPUs)
+	want, _ := hostenv.Describe()
+	assert.Equal(t, want, res.HostPageReporting)
 	assert.Positive(t, res.ParallelWriteScaling)
 	assert.Contains(t, res.LoopbackScaling, "parallel_read_scaling")
 	// the CPU ceiling: the CPUs over the cores one thread used — about 1 or

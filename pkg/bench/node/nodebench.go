@@ -42,6 +42,7 @@ import (
 	"path/filepath"
 	"runtime"
 	"sort"
+	"strings"
 	"sync"
 	"syscall"
 	"text/tabwriter"
@@ -49,6 +50,7 @@ import (
 
 	v1 "github.com/zonefleet/zonefleet/api/zonefleet/v1"
 	"github.com/zonefleet/zonefleet/pkg/bench/benchstat"
+	"github.com/zonefleet/zonefleet/pkg/bench/hostenv"
 	"github.com/zonefleet/zonefleet/pkg/clock"
 	"github.com/zonefleet/zonefleet/pkg/daemon"
 	"github.com/zonefleet/zonefleet/pkg/flash"
@@ -351,6 +353,7 @@ func Run(ctx context.Context, o Options) (*Result, error) {
 		"transport":            "loopback TCP; gRPC: one connection per client, dialed before timing",
 		"writeback_kick_bytes": fmt.Sprint(o.WritebackKickBytes),
 	}}
+	res.Config["host_page_reporting"], _ = hostenv.Describe()
 	payload := make([]byte, mib)
 	_, _ = rand.Read(payload)
 
@@ -576,11 +579,11 @@ func throughput(ctx context.Context, o Options, res *Result, payload []byte) err
 	// first: a reset zeroes the zones' flash blocks (FALLOC_FL_ZERO_RANGE),
 	// which frees their page cache, so the timed writes allocate pages
 	// again; with nothing between the reset and the writes they can take
-	// the freed ones straight back. On this project's VM, pages it has
-	// meanwhile handed back to its host cost several times the copy, and
-	// runs then fall to 350-550 MiB/s (tcp_file's as well as grpc's); how
-	// often follows the machine's state over the day more than this order
-	// (README, fourteenth-session bullet).
+	// the freed ones straight back. On a VM with free page reporting
+	// (hostenv) pages handed back to the host meanwhile cost several times
+	// the copy, and runs then fall to 300-550 MiB/s (tcp_file's as well as
+	// grpc's); no ordering here prevents that (README, "Benchmarks on a
+	// VM").
 	grpcPointCores := func(cores *[]float64, writers ...zoneWriter) func(int64) (float64, error) {
 		return func(bytes int64) (float64, error) {
 			syscall.Sync()
@@ -878,6 +881,9 @@ func admissionRun(ctx context.Context, o Options, on bool) (WriterBandwidth, err
 // WriteTable prints the result for people.
 func (r *Result) WriteTable(w io.Writer) error {
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	if pr := r.Config["host_page_reporting"]; strings.HasPrefix(pr, "active") {
+		fmt.Fprintf(tw, "host free page reporting: %s\n\n", pr)
+	}
 	fmt.Fprintf(tw, "measure (1 MiB messages, median; drives' write-back kick %s bytes)\tvalue\n", r.Config["writeback_kick_bytes"])
 	fmt.Fprintf(tw, "raw TCP, receiver discards\t%.0f MiB/s\n", r.TCPDiscardMiBPerSecond)
 	fmt.Fprintf(tw, "raw TCP, receiver writes the drive\t%.0f MiB/s\n", r.TCPFileMiBPerSecond)

@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/zonefleet/zonefleet/pkg/bench/hostenv"
 	"github.com/zonefleet/zonefleet/pkg/clock"
 	"github.com/zonefleet/zonefleet/pkg/zns"
 
@@ -26,6 +27,8 @@ func TestRunSmall(t *testing.T) {
 		Clients: []int{2}, Admission: true, AdmissionWall: time.Second, TimeScale: 4, RegularWriters: 2, WritebackKickBytes: 1 << 20})
 	require.NoError(t, err)
 	assert.Equal(t, "1048576", res.Config["writeback_kick_bytes"])
+	want, _ := hostenv.Describe()
+	assert.Equal(t, want, res.Config["host_page_reporting"], "the result says whether the host takes freed pages back")
 	assert.Positive(t, res.WritebackKicks, "the drives kicked their write-back")
 	for _, v := range []float64{res.TCPDiscardMiBPerSecond, res.TCPFileMiBPerSecond, res.TCPFile8MiBPerSecond, res.GRPCWriteMiBPerSecond,
 		res.GRPCStandardCodecStream, res.GRPCUnaryQD1, res.GRPCUnaryQD4, res.RandomReadIOPS} {
