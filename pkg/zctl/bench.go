@@ -30,6 +30,7 @@ func benchDeviceCmd(g *Globals) *cobra.Command {
 		Short: "drive emulator: copyback vs read-and-program, IZC vs host copy, chip utilization, TL plugging, write scaling",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			g.warnHostPageReporting() // its write rows are wall time through the page cache
 			done := g.timed("zctl bench device ("+o.Media+")", 0)
 			res, err := devbench.Run(cmd.Context(), o)
 			done()

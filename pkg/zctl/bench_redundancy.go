@@ -14,6 +14,7 @@ func benchRedundancyCmd(g *Globals) *cobra.Command {
 		Short: "write/read throughput of none vs mirror:2 vs raid5 on one local cluster, degraded reads with a node stopped, mirror:2 and raid5 rebuild time per GiB, tenant throughput during a throttled and an unthrottled rebuild",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			g.warnHostPageReporting() // wall-time throughput and rebuild rates
 			g.progress("zctl bench redundancy: %d MiB per point, %d runs…", max(o.MiB, 1), max(o.Runs, 1))
 			res, err := redbench.Run(cmd.Context(), o)
 			if err != nil {
