@@ -10,11 +10,12 @@
 // host, which costs several times the copy that fills it. Benchmarks that
 // write through the page cache are exposed: a zone reset hole-punches the
 // drive's backing file, which frees its page cache, and the next writes
-// allocate pages again. On this project's 2-core VM (page_reporting_order 9,
-// reporting 0.2-2 s after a block is freed) writing 1 GiB into a file right
-// after FALLOC_FL_ZERO_RANGE ran at 5,500-6,600 MiB/s, but at 315-350 MiB/s
-// two seconds later; with reporting switched off (order 11, above x86-64's
-// largest buddy order 10) the same writes ran at 2,800-6,700 MiB/s. A
+// allocate pages again. On this project's 2-core VM (page_reporting_order
+// 9; freed blocks start going back within 0.2 s, most are gone after 2-5 s)
+// writing 1 GiB into a file right after FALLOC_FL_ZERO_RANGE of it ran at
+// 5,600-6,400 MiB/s, at 630-1,140 MiB/s two seconds later and at 315-350
+// five seconds later; with reporting switched off (order 11, above x86-64's
+// largest buddy order 10) five seconds later at 2,800-6,700 MiB/s. A
 // benchmark on such a machine therefore has samples several times slower
 // than the rest for no reason of its own; PageReporting tells them apart.
 //
