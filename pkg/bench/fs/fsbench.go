@@ -1329,7 +1329,7 @@ func (r *Result) WriteTable(w io.Writer) error {
 		if r.NodeTransport != "" {
 			fmt.Fprintf(tw, "nodes reached over %s\n", r.NodeTransport)
 		}
-		if strings.HasPrefix(r.HostPageReporting, "active") {
+		if hostenv.ActiveDescription(r.HostPageReporting) {
 			fmt.Fprintf(tw, "host free page reporting: %s\n", r.HostPageReporting)
 		}
 	}

@@ -74,12 +74,23 @@ func (p PageReporting) Active() bool {
 	return p.Device != "" && p.Order >= 0 && p.Order <= maxBuddyOrder
 }
 
+// activePrefix starts String's description of active reporting.
+const activePrefix = "active"
+
+// ActiveDescription reports whether desc, a String or Describe result kept
+// in a benchmark's output, describes active reporting.
+func ActiveDescription(desc string) bool {
+	return strings.HasPrefix(desc, activePrefix+" ")
+}
+
 // String is a one-line description for a benchmark's output.
 func (p PageReporting) String() string {
 	switch {
 	case p.Active():
-		return fmt.Sprintf("active (virtio-balloon %s, order %d: blocks of %s): pages freed, e.g. by a zone reset, go back to the host and cost several times the copy when allocated again; samples that write through the page cache can run 3-5x slower (README, \"Benchmarks on a VM\")",
+		return fmt.Sprintf(activePrefix+" (virtio-balloon %s, order %d: blocks of %s): pages freed, e.g. by a zone reset, go back to the host and cost several times the copy when allocated again; samples that write through the page cache can run 3-5x slower (README, \"Benchmarks on a VM\")",
 			p.Device, p.Order, blockSize(p.Order))
+	case p.Device != "" && p.Order < 0:
+		return fmt.Sprintf("off (virtio-balloon %s offers it, the kernel has no page_reporting module)", p.Device)
 	case p.Device != "":
 		return fmt.Sprintf("off (virtio-balloon %s offers it, page_reporting_order %d is above the largest buddy order)", p.Device, p.Order)
 	default:

@@ -72,6 +72,10 @@ func TestReadPageReporting(t *testing.T) {
 			"bus/virtio/devices/virtio3/device":                     "0x0005\n",
 			"bus/virtio/devices/virtio3/features":                   balloonReporting,
 		}, active: true, device: "virtio3", order: 10},
+		{name: "a balloon that offers it, a kernel without the module", files: map[string]string{
+			"bus/virtio/devices/virtio0/device":   "0x0005\n",
+			"bus/virtio/devices/virtio0/features": balloonReporting,
+		}, device: "virtio0", order: -1},
 		{name: "garbage order", files: map[string]string{
 			"module/page_reporting/parameters/page_reporting_order": "nine\n",
 		}, order: -1, errPath: "page_reporting_order"},
@@ -98,6 +102,7 @@ func TestReadPageReporting(t *testing.T) {
 			assert.Equal(t, tc.order, p.Order)
 			assert.Equal(t, tc.params, p.Params)
 			s := p.String()
+			assert.Equal(t, tc.active, ActiveDescription(s), s)
 			if tc.active {
 				assert.Contains(t, s, "active")
 				assert.Contains(t, s, tc.device)

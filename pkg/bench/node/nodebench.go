@@ -42,7 +42,6 @@ import (
 	"path/filepath"
 	"runtime"
 	"sort"
-	"strings"
 	"sync"
 	"syscall"
 	"text/tabwriter"
@@ -881,7 +880,7 @@ func admissionRun(ctx context.Context, o Options, on bool) (WriterBandwidth, err
 // WriteTable prints the result for people.
 func (r *Result) WriteTable(w io.Writer) error {
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
-	if pr := r.Config["host_page_reporting"]; strings.HasPrefix(pr, "active") {
+	if pr := r.Config["host_page_reporting"]; hostenv.ActiveDescription(pr) {
 		fmt.Fprintf(tw, "host free page reporting: %s\n\n", pr)
 	}
 	fmt.Fprintf(tw, "measure (1 MiB messages, median; drives' write-back kick %s bytes)\tvalue\n", r.Config["writeback_kick_bytes"])
