@@ -118,8 +118,8 @@ func (f osFile) WriteAtV(bufs [][]byte, off int64) (int, error) {
 // file system has it (ext4, XFS: the blocks stay allocated as unwritten
 // extents), else FALLOC_FL_PUNCH_HOLE (tmpfs), else it writes zeros.
 //
-// Zero range first because the drive store zeroes an erased flash block
-// group on every zone reset while other zones of the same file are written:
+// Zero range first because the drive store zeroes a flash block group
+// before every reuse while other zones of the same file are written:
 // on ext4 a punch frees the blocks (a discard at the next journal commit
 // with -o discard) and the rewrite allocates them again, and a punch took
 // about 15 ms under that load while holding the inode lock every buffered

@@ -48,6 +48,13 @@ type fcgAlloc struct {
 	// write count reaches this value (it was hole-punched before); dirtyFBG:
 	// it may hold old data and has not been punched.
 	cleanAt []uint64
+	// inHeld marks the FBGs in Device.held (guarded by Device.heldMu).
+	inHeld []bool
+	// punching counts FBGs marked used only while allocFBG punches them
+	// for another allocation; an allocation that finds no free FBG waits
+	// on punched for them rather than failing.
+	punching int
+	punched  *sync.Cond
 }
 
 // SetBeforeDataSync makes every fdatasync of the data file (Flush, FUA
@@ -91,6 +98,12 @@ type Device struct {
 
 	zones []*zone
 	fcgs  []*fcgAlloc
+	// held: FBGs this process released without punching them, oldest
+	// first, for allocFBG to punch (punchHeld); an entry taken or punched
+	// since is skipped when it comes up. heldMu is taken before an
+	// fcgAlloc's mu, never while holding one.
+	heldMu sync.Mutex
+	held   []heldFBG
 
 	resMu          sync.Mutex
 	nOpen, nActive int
@@ -290,7 +303,8 @@ func open(path string, cfg flash.Config, clk clock.Clock, opts []Option) (*Devic
 	d.cbCount = make([]atomic.Uint32, g.Chips*cfg.BlocksPerChip*cfg.PagesPerBlock)
 	d.fcgs = make([]*fcgAlloc, g.NFCG)
 	for i := range d.fcgs {
-		d.fcgs[i] = &fcgAlloc{erases: make([]uint64, g.FBGsPerFCG), used: make([]bool, g.FBGsPerFCG), cleanAt: make([]uint64, g.FBGsPerFCG)}
+		d.fcgs[i] = &fcgAlloc{erases: make([]uint64, g.FBGsPerFCG), used: make([]bool, g.FBGsPerFCG), cleanAt: make([]uint64, g.FBGsPerFCG), inHeld: make([]bool, g.FBGsPerFCG)}
+		d.fcgs[i].punched = sync.NewCond(&d.fcgs[i].mu)
 		for b := range d.fcgs[i].cleanAt {
 			if !o.fresh {
 				d.fcgs[i].cleanAt[b] = dirtyFBG // after a restart any free FBG may hold old data
@@ -876,15 +890,26 @@ func (d *Device) zoneRecord(z *zone) zoneRec {
 func (d *Device) journalZone(z *zone) error { return d.jappendZone(z, d.zoneRecord(z).encode()) }
 
 // allocFBG takes the least-erased free FBG of an FCG (wear levelling).
+//
+// Released FBGs are punched here, not at release (releaseFBGAt): a punch
+// frees the FBG's page cache, and the zone about to be written allocates as
+// many pages again. Freed just before, they are taken straight back; freed
+// at release, seconds or minutes earlier, a VM with free page reporting
+// (pkg/bench/hostenv) has handed them to its host by then and every page
+// faults there, several to twenty times the cost of the copy into it. So
+// the allocation punches the FBG it takes when that holds old data (and
+// syncs, scrubFBG), or else — the FBG is clean, e.g. never written — the
+// oldest FBG released and not yet punched, of any chip group, whose pages
+// the new zone's writes then reuse (punchHeld; no sync: it is clean once a
+// later sync covers the punch, as scrubFBG checks when it is taken).
 func (d *Device) allocFBG(fcg int) (int, error) {
 	a := d.fcgs[fcg]
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	best := -1
-	for b, u := range a.used {
-		if !u && (best < 0 || a.erases[b] < a.erases[best]) {
-			best = b
-		}
+	best := a.leastErased()
+	for best < 0 && a.punching > 0 {
+		a.punched.Wait()
+		best = a.leastErased()
 	}
 	if best < 0 {
 		return -1, &zerr.NoResourcesError{Resource: fmt.Sprintf("free flash block groups in chip group %d", fcg), Requested: 1}
@@ -893,7 +918,13 @@ func (d *Device) allocFBG(fcg int) (int, error) {
 	at := a.cleanAt[best]
 	a.cleanAt[best] = dirtyFBG // about to be written
 	a.mu.Unlock()
-	err := d.scrubFBG(fcg, best, at)
+	var err error
+	if at != dirtyFBG {
+		err = d.punchHeld()
+	}
+	if err == nil {
+		err = d.scrubFBG(fcg, best, at)
+	}
 	a.mu.Lock()
 	if err != nil {
 		a.used[best] = false
@@ -904,13 +935,68 @@ func (d *Device) allocFBG(fcg int) (int, error) {
 
 const dirtyFBG = ^uint64(0)
 
+// heldFBG is an FBG released without being punched (Device.held).
+type heldFBG struct{ fcg, fbg int }
+
+// punchHeld punches the oldest FBG released and not punched since, of
+// any chip group (page cache is the machine's, not a chip group's), if
+// there is one: allocFBG calls it for a new zone's writes to reuse the
+// pages. The FBG is marked used while it is punched, so that no zone takes
+// it meanwhile; it is clean once a later sync covers the punch.
+func (d *Device) punchHeld() error {
+	d.heldMu.Lock()
+	y, a := heldFBG{-1, -1}, (*fcgAlloc)(nil)
+	for y.fbg < 0 && len(d.held) > 0 {
+		h := d.held[0]
+		d.held = d.held[1:]
+		ha := d.fcgs[h.fcg]
+		ha.inHeld[h.fbg] = false
+		ha.mu.Lock()
+		if !ha.used[h.fbg] && ha.cleanAt[h.fbg] == dirtyFBG {
+			y, a = h, ha
+			ha.used[h.fbg] = true
+			ha.punching++
+		}
+		ha.mu.Unlock()
+	}
+	d.heldMu.Unlock()
+	if a == nil {
+		return nil
+	}
+	at := dirtyFBG
+	err := d.punchFBG(y.fcg, y.fbg)
+	if err == nil {
+		at = d.f.g.Seq()
+	}
+	a.mu.Lock()
+	a.used[y.fbg] = false
+	a.cleanAt[y.fbg] = at
+	a.punching--
+	a.punched.Broadcast()
+	a.mu.Unlock()
+	return err
+}
+
+// leastErased is the free FBG allocFBG takes (the first of the least
+// erased), -1 if none is free. Called with a.mu held.
+func (a *fcgAlloc) leastErased() int {
+	best := -1
+	for b, u := range a.used {
+		if !u && (best < 0 || a.erases[b] < a.erases[best]) {
+			best = b
+		}
+	}
+	return best
+}
+
 // scrubFBG makes sure a newly allocated FBG holds no data of its earlier
 // life, durably, before any block of the new zone is written: after a power
 // loss the write pointer may be ahead of data that never reached the disk,
 // and those blocks must read as zeros, not as old (possibly well-formed)
-// blocks. A released FBG is hole-punched at release; a sync since then
-// (any Flush) makes it clean for free, else one fdatasync here. An FBG of
-// unknown content (after a restart) is punched and synced here.
+// blocks. An FBG that may hold old data (released since its last punch, or
+// of unknown content after a restart) is punched and synced here; one
+// punched earlier (allocFBG) is clean if a sync since covers the punch,
+// else one fdatasync here.
 func (d *Device) scrubFBG(fcg, b int, cleanAt uint64) error {
 	if cleanAt == dirtyFBG {
 		if err := d.punchFBG(fcg, b); err != nil {
@@ -948,30 +1034,27 @@ func (d *Device) releaseFBGAt(fcg, b int, written bool, eraseAt time.Duration) e
 		return nil
 	}
 	a := d.fcgs[fcg]
-	// Erase: punch the FBG while it is still marked used (no other zone can
-	// take it meanwhile); it is clean once a later sync covers the punch.
-	at := dirtyFBG
-	var perr error
-	if written {
-		if perr = d.punchFBG(fcg, b); perr == nil {
-			at = d.f.g.Seq()
-		}
-	}
+	// Erase: the old data stays in the file (and its pages in the page
+	// cache) until allocFBG punches it, just before a new zone's writes
+	// need as many pages.
 	a.mu.Lock()
 	a.used[b] = false
 	var e uint64
 	if written {
 		a.erases[b]++
 		e = a.erases[b]
-		a.cleanAt[b] = at
+		a.cleanAt[b] = dirtyFBG
 	}
 	a.mu.Unlock()
 	if !written {
 		return nil
 	}
-	if perr != nil {
-		return perr
+	d.heldMu.Lock()
+	if !a.inHeld[b] {
+		a.inHeld[b] = true
+		d.held = append(d.held, heldFBG{fcg, b})
 	}
+	d.heldMu.Unlock()
 	if err := d.jappend(fbgRec{uint32(fcg), uint32(b), e}.encode()); err != nil {
 		return err
 	}

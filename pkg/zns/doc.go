@@ -124,7 +124,11 @@
 // stripe — incompat feature bit 0; a drive made before it keeps its
 // chip-major layout, see layout.off; sparse; an FBG that may hold data of an earlier life is zeroed —
 // fallocate ZERO_RANGE, see vfs.OS — and synced when it is allocated, so a block below a write pointer never reads
-// as another zone's old data, even after a power loss). path.journal holds
+// as another zone's old data, even after a power loss; a released FBG keeps
+// its data, and its page cache, until then, or until an allocation that
+// takes a clean FBG punches it: pages freed just before the new zone's
+// writes need as many, which a VM that hands freed memory to its host would
+// otherwise make those writes fault in again, see Device.allocFBG). path.journal holds
 // records of zone state changes, FBG erase counts and IPU mappings in frames
 // carrying a length, a sequence number and a CRC32C over the journal's epoch,
 // the sequence number and the payload; its header has the format version,
@@ -148,7 +152,7 @@
 // before the first write-pointer slot of that generation; ending threaded
 // logging fdatasyncs the plugged copies, then journals (and syncs, through
 // the new generation's first slot) the zone without its original FBG, and
-// only then hole-punches that FBG; a freshly allocated LogFBG is scrubbed
+// only then releases that FBG (punched when allocated again, above); a freshly allocated LogFBG is scrubbed
 // (see below), so a hole that was never written reads as zeros, not as data
 // of the FBG's earlier life. Version 1
 // devices (no feature bits, unsequenced frames) are read and upgraded.

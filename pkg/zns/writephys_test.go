@@ -1,10 +1,14 @@
 package zns
 
 import (
+	"bytes"
+	"fmt"
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
+	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
 	"github.com/zonefleet/zonefleet/pkg/clock"
@@ -234,4 +238,228 @@ func flushReopen(t *testing.T, d *Device, cfg flash.Config, mem vfs.FS) *Device 
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = d2.Close() })
 	return d2
+}
+
+// TestReleasedFBGPunchedAtReuse: a reset leaves the zone's flash block
+// group (and its page cache) alone; the next allocation, in any chip
+// group, punches it — the FBG it takes when that holds old data (then synced
+// before the first write), else the oldest released one — so that the new
+// zone's writes take back pages freed just before (allocFBG). Whichever
+// FBG a zone lands on, it reads only its own data, also after a reopen.
+func TestReleasedFBGPunchedAtReuse(t *testing.T) {
+	type punch struct{ off, n int64 }
+	var mu sync.Mutex
+	var punches []punch
+	syncs := 0
+	inj := vfs.InjectorFunc(func(o vfs.Op) error {
+		if !strings.HasSuffix(o.Path, ".zns") && !strings.HasSuffix(o.Path, "zns0") {
+			return nil
+		}
+		mu.Lock()
+		defer mu.Unlock()
+		switch o.Kind {
+		case vfs.OpPunch:
+			punches = append(punches, punch{o.Off, int64(o.Len)})
+		case vfs.OpSync:
+			syncs++
+		}
+		return nil
+	})
+	take := func() ([]punch, int) {
+		mu.Lock()
+		defer mu.Unlock()
+		p, s := punches, syncs
+		punches, syncs = nil, 0
+		return p, s
+	}
+	cfg := plCfg()
+	mem := vfs.NewCrashableMem()
+	d, err := Create("/dev/zns0", cfg, clock.Off(), WithFS(vfs.WithErrors(mem, inj)), WithLogger(quiet))
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = d.Close() })
+	g := d.Geometry()
+	// two zones of different chip groups: page cache is the machine's
+	z0 := uint64(0)
+	z1 := uint64(1)
+	for g.FCG(z1) == g.FCG(z0) {
+		z1++
+	}
+	fcg := g.FCG(z0)
+	rangesOf := func(fbg int) []punch {
+		var out []punch
+		for _, r := range d.lay.fbgRanges(fcg, fbg) {
+			out = append(out, punch{r[0], r[1]})
+		}
+		return out
+	}
+	n := int(g.ZoneCap / 2)
+	old := pattern(g.BlockSize, z0*g.ZoneSize, n, 1)
+	_, err = d.Write(bg, z0*g.ZoneSize, old, Flags{})
+	require.NoError(t, err)
+	oldFBG := d.zones[z0].fbg
+	require.GreaterOrEqual(t, oldFBG, 0)
+	take()
+
+	_, err = d.ZoneMgmt(bg, z0, ActionReset, false)
+	require.NoError(t, err)
+	p, _ := take()
+	require.Empty(t, p, "a reset punches nothing")
+
+	// z1 opens on a never-written FBG of its own chip group: it punches
+	// z0's old one
+	fresh := pattern(g.BlockSize, z1*g.ZoneSize, n, 2)
+	_, err = d.Write(bg, z1*g.ZoneSize, fresh, Flags{})
+	require.NoError(t, err)
+	p, s := take()
+	require.Equal(t, rangesOf(oldFBG), p, "the oldest released FBG is punched when a clean one is taken")
+	require.Zero(t, s, "a clean FBG needs no sync")
+
+	// z0 written and reset again; its FBG made the least erased, so that
+	// the next allocation takes it while it still holds old data: punched
+	// and synced then, before the zone's first write
+	_, err = d.Write(bg, z0*g.ZoneSize, old[:g.BlockSize], Flags{})
+	require.NoError(t, err)
+	again := d.zones[z0].fbg
+	_, err = d.ZoneMgmt(bg, z0, ActionReset, false)
+	require.NoError(t, err)
+	a := d.fcgs[fcg]
+	a.mu.Lock()
+	for b := range a.erases {
+		if b != again {
+			a.erases[b] += 100
+		}
+	}
+	a.mu.Unlock()
+	take()
+	_, err = d.Write(bg, z0*g.ZoneSize, old, Flags{})
+	require.NoError(t, err)
+	require.Equal(t, again, d.zones[z0].fbg)
+	p, s = take()
+	require.Equal(t, rangesOf(again), p, "an FBG holding old data is punched when taken")
+	require.Positive(t, s, "and synced before the zone's first write")
+
+	check := func(d *Device) {
+		got, _, err := d.Read(bg, z1*g.ZoneSize, uint64(n))
+		require.NoError(t, err)
+		require.Equal(t, fresh, got)
+		got, _, err = d.Read(bg, z0*g.ZoneSize, uint64(n))
+		require.NoError(t, err)
+		require.Equal(t, old, got)
+	}
+	check(d)
+	check(flushReopen(t, d, cfg, mem))
+}
+
+// TestFBGReuseConcurrent: every zone of a chip group written, read back
+// and reset by its own goroutine, so that allocations race with each
+// other's punches of released FBGs (allocFBG marks one used while it
+// punches it; an allocation finding nothing free waits for it rather than
+// failing). Each zone reads only its own latest data.
+func TestFBGReuseConcurrent(t *testing.T) {
+	cfg := testCfgNoLimits()
+	cfg.SpareBlocksPerChip = 1 // every zone active leaves one FBG free
+	d, _ := newDev(t, cfg, clock.Off())
+	g := d.Geometry()
+	var zones []uint64
+	for z := uint64(0); z < g.Zones; z++ {
+		if g.FCG(z) == 0 {
+			zones = append(zones, z)
+		}
+	}
+	require.Len(t, zones, int(g.ZonesPerFCG))
+	rounds := 60
+	if testing.Short() {
+		rounds = 15
+	}
+	var wg sync.WaitGroup
+	errs := make(chan error, len(zones))
+	for _, z := range zones {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			lba := z * g.ZoneSize
+			for r := 0; r < rounds; r++ {
+				n := 1 + (r*7+int(z))%int(g.ZoneCap)
+				data := pattern(g.BlockSize, lba, n, byte(r))
+				if _, err := d.Write(bg, lba, data, Flags{}); err != nil {
+					errs <- fmt.Errorf("zone %d round %d: write: %w", z, r, err)
+					return
+				}
+				got, _, err := d.Read(bg, lba, uint64(n))
+				if err != nil || !bytes.Equal(got, data) {
+					errs <- fmt.Errorf("zone %d round %d: read back %v (equal %t)", z, r, err, bytes.Equal(got, data))
+					return
+				}
+				if _, err := d.ZoneMgmt(bg, z, ActionReset, false); err != nil {
+					errs <- fmt.Errorf("zone %d round %d: reset: %w", z, r, err)
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Error(err)
+	}
+}
+
+// TestAllocWaitsForPunch: an allocation that finds no free FBG while
+// another allocation is punching a released one (marked used meanwhile)
+// waits for the punch and takes that FBG, rather than failing with
+// no-resources.
+func TestAllocWaitsForPunch(t *testing.T) {
+	block := make(chan struct{})
+	punching := make(chan struct{}, 1)
+	inj := vfs.InjectorFunc(func(o vfs.Op) error {
+		if o.Kind == vfs.OpPunch {
+			select {
+			case punching <- struct{}{}:
+				<-block
+			default:
+			}
+		}
+		return nil
+	})
+	d, err := Create("/dev/zns0", plCfg(), clock.Off(), WithFS(vfs.WithErrors(vfs.NewCrashableMem(), inj)), WithLogger(quiet))
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = d.Close() })
+	a := d.fcgs[0]
+	// every FBG used but two: clean (taken first) and released unpunched
+	clean, held := 0, 1
+	a.mu.Lock()
+	for b := range a.used {
+		a.used[b] = b != clean && b != held
+	}
+	a.erases[held] = 1
+	a.cleanAt[held] = dirtyFBG
+	a.mu.Unlock()
+	d.heldMu.Lock()
+	a.inHeld[held] = true
+	d.held = []heldFBG{{0, held}}
+	d.heldMu.Unlock()
+
+	first := make(chan int, 1)
+	go func() {
+		b, err := d.allocFBG(0)
+		assert.NoError(t, err)
+		first <- b
+	}()
+	<-punching // the first allocation took clean and is punching held
+	second := make(chan error, 1)
+	var got int
+	go func() {
+		var err error
+		got, err = d.allocFBG(0)
+		second <- err
+	}()
+	select {
+	case err := <-second:
+		t.Fatalf("the second allocation returned (%v) while the first was punching", err)
+	case <-time.After(50 * time.Millisecond):
+	}
+	close(block)
+	require.NoError(t, <-second)
+	require.Equal(t, clean, <-first)
+	require.Equal(t, held, got)
 }

@@ -8,9 +8,10 @@
 // back to its host in blocks of 2^page_reporting_order pages, shortly after
 // the blocks become free. The next allocation of such a page faults on the
 // host, which costs several times the copy that fills it. Benchmarks that
-// write through the page cache are exposed: a zone reset hole-punches the
-// drive's backing file, which frees its page cache, and the next writes
-// allocate pages again. On one of this project's 2-core VMs
+// write through the page cache are exposed: whatever frees page cache (a
+// file truncated, deleted or hole-punched, as a drive's flash block group
+// is before reuse) hands pages to the host, and the next writes allocate
+// pages again. On one of this project's 2-core VMs
 // (page_reporting_order 9; freed blocks start going back within 0.2 s,
 // most are gone after 2-5 s) writing 1 GiB into a file right after
 // FALLOC_FL_ZERO_RANGE of it ran at 5,600-6,400 MiB/s, at 630-1,140 MiB/s
@@ -91,7 +92,7 @@ func ActiveDescription(desc string) bool {
 func (p PageReporting) String() string {
 	switch {
 	case p.Active():
-		return fmt.Sprintf(activePrefix+" (virtio-balloon %s, order %d: blocks of %s): pages freed, e.g. by a zone reset, go back to the host and cost several times the copy when allocated again; samples that write through the page cache can run 3-5x slower (README, \"Benchmarks on a VM\")",
+		return fmt.Sprintf(activePrefix+" (virtio-balloon %s, order %d: blocks of %s): pages freed, e.g. by truncating or deleting a file, go back to the host and cost several times the copy when allocated again; samples that write through the page cache can run 3-5x slower (README, \"Benchmarks on a VM\")",
 			p.Device, p.Order, blockSize(p.Order))
 	case p.Device != "" && p.Order < 0:
 		return fmt.Sprintf("off (virtio-balloon %s offers it, the kernel has no page_reporting module)", p.Device)

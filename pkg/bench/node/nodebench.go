@@ -574,15 +574,14 @@ func throughput(ctx context.Context, o Options, res *Result, payload []byte) err
 	zs := id.GetZoneSize()
 
 	// grpcPoint syncs the page cache (so that one run's writeback does not
-	// slow the next), resets the node's zones and times the writers. Sync
-	// first: a reset zeroes the zones' flash blocks (FALLOC_FL_ZERO_RANGE),
-	// which frees their page cache, so the timed writes allocate pages
-	// again; with nothing between the reset and the writes they can take
-	// the freed ones straight back. On a VM with free page reporting
-	// (hostenv) pages handed back to the host meanwhile cost several times
-	// the copy, and runs then fall to 300-550 MiB/s (tcp_file's as well as
-	// grpc's); no ordering here prevents that (README, "Benchmarks on a
-	// VM").
+	// slow the next), resets the node's zones and times the writers. The
+	// drive zeroes a flash block group (FALLOC_FL_ZERO_RANGE, which frees
+	// its page cache) when a zone's first write allocates one, so the timed
+	// writes take the freed pages straight back; on a VM with free page
+	// reporting (hostenv), pages freed at the reset instead had gone back
+	// to the host by then and cost several times the copy: 11-17 of 39
+	// samples ran 300-800 MiB/s (tcp_file's as well as grpc's) before the
+	// drive moved the zeroing (README, "Benchmarks on a VM").
 	grpcPointCores := func(cores *[]float64, writers ...zoneWriter) func(int64) (float64, error) {
 		return func(bytes int64) (float64, error) {
 			syscall.Sync()
