@@ -176,7 +176,7 @@ var metricName = regexp.MustCompile(`\b((?:zonefleet|etcd)_[a-z0-9_]+)\b`)
 var histogramPart = regexp.MustCompile(`_(sum|count|bucket)$`)
 
 // Every metric a rule reads exists: documented in docs/operations.md's metrics
-// table, one of etcd's, or a future metric with the issue that adds it.
+// table, one of etcd's, or a future metric listed with what is missing.
 func TestRulesReadKnownMetrics(t *testing.T) {
 	b, err := os.ReadFile(filepath.Join("..", "..", "docs", "operations.md"))
 	require.NoError(t, err)

@@ -3,9 +3,8 @@
 // pkg/pki, signed namespace tokens, the admin token), puts a verified
 // Identity in the call's context and enforces a per-method policy. It also
 // holds the client side (per-RPC credentials, refreshing token sources) and
-// the secret-handling rules. This comment is the design of issue #15
-// ("tenants proven, not claimed"); "Wiring" at the end says where each
-// part lives.
+// the secret-handling rules. This comment is the design — tenants are
+// proven, not claimed; "Wiring" at the end says where each part lives.
 //
 // # Credentials
 //
@@ -44,8 +43,9 @@
 //     DefaultSkew (30 s) of clock difference both ways and refuse lifetimes
 //     above DefaultMaxTTL (24 h, for offline-minted tokens) even when
 //     correctly signed. Certificates are backdated 5 minutes for the same
-//     reason; their expiry is exported as zonefleet_tls_cert_expiry_seconds
-//     (pki.SecondsUntilExpiry) so operators are warned weeks ahead.
+//     reason; pki.SecondsUntilExpiry gives a certificate's remaining life
+//     (no process exports it as a metric yet, so the certificate-expiry
+//     alerts have no series).
 //   - Rotation. A tenant's client renews its token through the arbiter's
 //     IssueToken in the background at 2/3 of its lifetime, with jitter
 //     (pkg/client tokens.go); nothing reconnects. Signing
@@ -153,15 +153,16 @@
 //  4. may it: the method's Rule (policy.go) lists the identity kinds
 //     allowed; methods missing from the policy are denied to everyone; for
 //     arbiter methods whose request names a namespace, non-admin callers
-//     must act for exactly that namespace (no more ListVZones(victim));
+//     must act for exactly that namespace (ListVZones(victim) is refused);
 //  5. what the handler sees: the Identity in the context (FromContext), the
 //     zonefleet-namespace metadata replaced by the verified namespace, and
 //     the authorization and legacy zonefleet-token metadata removed.
 //
 // Failures are gRPC statuses UNAUTHENTICATED (with the ErrorInfo shape
 // pkg/rpcerr gives zerr.UnauthenticatedError) or PERMISSION_DENIED
-// (ErrorInfo reason PERMISSION_DENIED; PermissionDeniedError is to move into
-// pkg/zerr and the rpcerr table). A refused call never reaches a handler.
+// (ErrorInfo reason PERMISSION_DENIED; PermissionDeniedError is the one
+// error kind mapped outside pkg/rpcerr's table, see errors.go). A refused
+// call never reaches a handler.
 // Denials are logged at debug level only (a flood of bad calls must not
 // flood the logs) and counted through Config.Observe with bounded labels.
 //
@@ -201,15 +202,15 @@
 //	                                           admin only
 //	weak, empty or well-known secrets          CheckSecret ("zonefleet", "local-*", < 32 bytes,          TestCheckSecret, TestNewRefusesWeakOrEmptyConfig
 //	                                           < 128 bits estimated); New refuses a configuration in
-//	                                           which nobody can authenticate (no more "empty token =
-//	                                           everyone is admin")
+//	                                           which nobody can authenticate (an empty token never
+//	                                           makes everyone the operator)
 //	secrets in argv (ps)                       flags name files (0600, others refused); values only     TestLoadSecret
 //	                                           from files or the environment
 //	compromised node takes the CA key or      each component gets only its own files (ExportDir,       TestExportLeastPrivilege, test/deploy
 //	the token signing key                      zctl cert export; compose: one read-only volume per      TestComposeLeastPrivilegePKI,
 //	                                           component); ca.key never leaves the init volume          TestComponentsHoldOnlyTheirOwnKeys
-//	grant-miss amplification on etcd           identity first (random namespaces are no longer          limit tests
-//	                                           possible); limit.MissGuard: negative cache + per-
+//	grant-miss amplification on etcd           identity first (a caller cannot invent namespaces);      limit tests
+//	                                           limit.MissGuard: negative cache + per-
 //	                                           namespace and global token buckets before any etcd read
 //	cross-tenant read after zone reassignment  owner epoch (below), checked on every zone-touching      zoneowner tests; node TestOwnerChange*
 //	                                           call under the zone lock                                 (watch break, compaction, etcd restart)
@@ -262,7 +263,7 @@
 // when it gives the zone out and deletes it when it takes the zone back;
 // its grant repair overwrites keys of zones it still gives out, which keeps
 // the create revision, and a namespace change by overwrite is caught by the
-// namespace comparison. So no grant format change was needed and every
+// namespace comparison. So the grant format carries no epoch field and every
 // writer of grants gets the property for free. The owner file is
 // DATA/devN.owners; a node whose owner file is new (an upgrade) seeds it
 // from its grants before serving (Service.SeedOwners). ReportZones resets a
@@ -275,7 +276,7 @@
 //
 // # Wiring
 //
-// Done (issue #15, branch trust-wire): pkg/daemon.LoadSecurity turns the
+// pkg/daemon.LoadSecurity turns the
 // trust flags (--pki-dir or --ca-file/--cert-file/--key-file,
 // --token-verify-keys-file, --token-signing-key-file, --admin-token-file or
 // $ZONEFLEET_ADMIN_TOKEN, --insecure) into a Bundle, ServerTLS and the
@@ -303,8 +304,7 @@
 // TLS everywhere. Compose: a `pki` init service (zctl cert init
 // --keep-existing) and TLS on gRPC.
 //
-// Added in session 3 (branch trust): the owner epoch in the nodes' fencing
-// (above); Arbiter.IssueToken and RevokeTokens, tokengen tables watched by
+// Tokens and revocation: Arbiter.IssueToken and RevokeTokens, tokengen tables watched by
 // nodes and arbiters (daemon.Security.Generations, FollowTokenGenerations)
 // and wired as Config.Revoked; etcd over TLS with client-certificate
 // authentication in compose and in localcluster (`https://` endpoints select
@@ -315,7 +315,7 @@
 // logged at ERROR); ZoneManagement through the fencing; the table of
 // compactions not waited for is bounded.
 //
-// Added in session 3 (branch pkisplit): least privilege per component —
+// Least privilege per component:
 // ExportDir / `zctl cert export` copy out of the init directory only what
 // one component loads (etcd: ca.crt and its pair; arbiter: plus
 // token-verify.pub and token-signing.key; node: plus token-verify.pub;
@@ -334,5 +334,5 @@
 // every 5 s, re-reads on change) replaces the renewed token. PeekClaims
 // reads a token's times for that schedule without verifying it.
 //
-// Not yet: the Exchanger RPC (namespace credentials).
+// The Exchanger (namespace credentials, above) is not served by any RPC.
 package auth

@@ -42,9 +42,9 @@ func tokErr(kind error, format string, a ...any) error {
 }
 
 // ErrPermissionDenied is matched by *PermissionDeniedError. pkg/zerr has no
-// permission-denied kind yet; the lead moves this type into zerr and the
-// rpcerr table (reason PERMISSION_DENIED, code PERMISSION_DENIED), which this
-// package already uses on the wire.
+// permission-denied kind, so this type is the one error mapped outside
+// pkg/rpcerr's table: statusOf below sends it as PERMISSION_DENIED with
+// ErrorInfo reason PERMISSION_DENIED, the shape rpcerr gives its own errors.
 var ErrPermissionDenied = errors.New("permission denied")
 
 // PermissionDeniedError: an authenticated caller may not do this.

@@ -33,8 +33,8 @@ const (
 	// NamespaceKey is wire.NamespaceKey: the namespace an admin, arbiter or
 	// node acts for. From a tenant it must equal the token's namespace.
 	NamespaceKey = "zonefleet-namespace"
-	// legacyTokenKey is wire.TokenKey, the pre-#15 admin token. It is
-	// stripped from every call so no handler can consult it any more.
+	// legacyTokenKey is wire.TokenKey, the metadata key of an unverified
+	// admin token. It is stripped from every call so no handler can consult it.
 	legacyTokenKey = "zonefleet-token"
 	bearerPrefix   = "Bearer "
 )

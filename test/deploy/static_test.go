@@ -72,7 +72,7 @@ func loadDashboards(t testing.TB) []dashboard {
 
 var metricRE = regexp.MustCompile(`\b(zonefleet_[a-z0-9_]+|etcd_[a-z0-9_]+|up)\b`)
 
-// The dashboards are well formed: the four the issue asks for, stable uids
+// The dashboards are well formed: the four of deploy/grafana, stable uids
 // matching their file names, unique panel ids, the $datasource variable,
 // and every query names a metric and is complete once its template variables
 // are substituted (deploy/grafana's tests check units, variables and the

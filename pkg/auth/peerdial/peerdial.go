@@ -1,7 +1,8 @@
 // Package peerdial is how a node reaches another node (ZoneCompaction's
-// PeerWrite) without the hole of issue #15, where the node dialled whatever
-// address the request named, attached the admin token, and cached one
-// connection per address forever.
+// PeerWrite) without trusting the request: a node that dialled whatever
+// address the request named, attached the admin token and cached one
+// connection per address would hand its credentials to any listener and
+// grow without bound.
 //
 // A Pool is asked for a node by id, never by address. It resolves the
 // address through a Resolver that must answer from the registered node

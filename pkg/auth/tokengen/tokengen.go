@@ -1,5 +1,5 @@
 // Package tokengen keeps the per-namespace token generations that revoke
-// namespace tokens (issue #15). A namespace token carries the generation
+// namespace tokens. A namespace token carries the generation
 // current when it was issued (claim "gen"); the arbiter's RevokeTokens
 // (`zctl token revoke NS`) bumps the namespace's generation in etcd at
 // Key(ns), and every verifier refuses tokens of an older generation as
