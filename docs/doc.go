@@ -5,6 +5,8 @@
 //     file of the repository, and every #anchor a heading of its target, by
 //     GitHub's heading-to-anchor rule. Links that leave the repository fail:
 //     a reader of a fresh clone could not follow them.
+//   - The layout table of docs/architecture.md names every package under
+//     pkg/.
 //   - README.md stays at most 600 lines: it is for users, and the depth
 //     belongs in docs/.
 //   - The README's quickstart blocks (a ```sh block right after the marker

@@ -405,3 +405,34 @@ func startBackground(ctx context.Context, t *testing.T, dir string, env []string
 	}
 	return j
 }
+
+// The layout table of docs/architecture.md names every package under pkg/
+// (as `pkg/<path>`), so a new package cannot go undocumented.
+func TestLayoutCoversEveryPackage(t *testing.T) {
+	root := repoRoot(t)
+	md, err := os.ReadFile(filepath.Join(root, "docs", "architecture.md"))
+	require.NoError(t, err)
+	_, layout, ok := strings.Cut(string(md), "\n## Layout\n")
+	require.True(t, ok, "docs/architecture.md has a ## Layout section")
+	layout, _, _ = strings.Cut(layout, "\n## ")
+	var missing []string
+	err = filepath.WalkDir(filepath.Join(root, "pkg"), func(path string, d os.DirEntry, err error) error {
+		if err != nil || !d.IsDir() || d.Name() == "testdata" {
+			return err
+		}
+		gofiles, err := filepath.Glob(filepath.Join(path, "*.go"))
+		if err != nil || len(gofiles) == 0 {
+			return err
+		}
+		rel, err := filepath.Rel(root, path)
+		if err != nil {
+			return err
+		}
+		if !strings.Contains(layout, "`"+filepath.ToSlash(rel)+"`") {
+			missing = append(missing, rel)
+		}
+		return nil
+	})
+	require.NoError(t, err)
+	assert.Empty(t, missing, "packages missing from the layout table of docs/architecture.md")
+}
