@@ -1,9 +1,9 @@
 // Package docs holds no code: its tests check the documentation against the
 // tree (make docs-check, and make test).
 //
-//   - Every relative link in README.md, CONTRIBUTING.md and docs/*.md names a
-//     file of the repository, and every #anchor a heading of its target, by
-//     GitHub's heading-to-anchor rule. Links that leave the repository fail:
+//   - Every relative link in README.md, CONTRIBUTING.md, deploy/README.md and
+//     docs/*.md names a file of the repository, and every #anchor a heading
+//     of its target, by GitHub's heading-to-anchor rule. Links that leave the repository fail:
 //     a reader of a fresh clone could not follow them.
 //   - The layout table of docs/architecture.md names every package under
 //     pkg/.

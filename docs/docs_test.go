@@ -33,13 +33,15 @@ func repoRoot(t testing.TB) string {
 	return root
 }
 
-// documents are the Markdown files whose links are checked.
+// documents are the Markdown files whose links are checked: the README,
+// CONTRIBUTING.md, the operator's guide in deploy/ and docs/*.md.
 func documents(t testing.TB, root string) []string {
 	t.Helper()
 	docs, err := filepath.Glob(filepath.Join(root, "docs", "*.md"))
 	require.NoError(t, err)
 	require.NotEmpty(t, docs, "docs/*.md")
-	return append([]string{filepath.Join(root, "README.md"), filepath.Join(root, "CONTRIBUTING.md")}, docs...)
+	return append([]string{filepath.Join(root, "README.md"), filepath.Join(root, "CONTRIBUTING.md"),
+		filepath.Join(root, "deploy", "README.md")}, docs...)
 }
 
 var (
