@@ -11,7 +11,6 @@ import (
 	v1 "github.com/zonefleet/zonefleet/api/zonefleet/v1"
 	"github.com/zonefleet/zonefleet/pkg/auth"
 	"github.com/zonefleet/zonefleet/pkg/cluster"
-	"github.com/zonefleet/zonefleet/pkg/daemon"
 	"github.com/zonefleet/zonefleet/pkg/rpcerr"
 	"github.com/zonefleet/zonefleet/pkg/wire"
 	"github.com/zonefleet/zonefleet/pkg/zerr"
@@ -447,7 +446,7 @@ func (p *peers) get(addr string) (*grpc.ClientConn, error) {
 		return c, nil
 	}
 	opts := append(append(rpcerr.DialOptions(), wire.TransportDialOptions(false)...), grpc.WithTransportCredentials(insecure.NewCredentials()),
-		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(daemon.MaxMessageBytes), grpc.MaxCallSendMsgSize(daemon.MaxMessageBytes)))
+		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(wire.MaxMessageBytes), grpc.MaxCallSendMsgSize(wire.MaxMessageBytes)))
 	c, err := grpc.NewClient(addr, opts...)
 	if err != nil {
 		return nil, &zerr.UnavailableError{What: "peer " + addr, Reason: err.Error()}

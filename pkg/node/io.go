@@ -10,7 +10,6 @@ import (
 	"time"
 
 	v1 "github.com/zonefleet/zonefleet/api/zonefleet/v1"
-	"github.com/zonefleet/zonefleet/pkg/daemon"
 	"github.com/zonefleet/zonefleet/pkg/wire"
 	"github.com/zonefleet/zonefleet/pkg/zerr"
 	"github.com/zonefleet/zonefleet/pkg/zns"
@@ -127,8 +126,8 @@ func (s *Service) readChunk(ctx context.Context, req *v1.ReadRequest) (*wire.Rea
 		return nil, err
 	}
 	n := uint64(req.GetBlocks())
-	if n*uint64(d.geo.bs) > daemon.MaxUnaryData {
-		return nil, &zerr.InvalidArgumentError{Field: "blocks", Reason: fmt.Sprintf("%d blocks exceed the %d-byte unary limit; use ReadStream", n, daemon.MaxUnaryData)}
+	if n*uint64(d.geo.bs) > wire.MaxUnaryData {
+		return nil, &zerr.InvalidArgumentError{Field: "blocks", Reason: fmt.Sprintf("%d blocks exceed the %d-byte unary limit; use ReadStream", n, wire.MaxUnaryData)}
 	}
 	if err := s.authorizeRange(ctx, d, req.GetLba(), n); err != nil {
 		return nil, err
@@ -191,8 +190,8 @@ func (s *Service) readVChunk(ctx context.Context, req *v1.ReadVRequest) (*wire.R
 		if err := s.authorizeRange(ctx, d, r.GetLba(), n); err != nil {
 			return nil, fmt.Errorf("range %d: %w", i, err)
 		}
-		if total+n*uint64(d.geo.bs) > daemon.MaxUnaryData {
-			return nil, &zerr.InvalidArgumentError{Field: "ranges", Reason: fmt.Sprintf("more than the %d-byte unary limit in total; use ReadStream", daemon.MaxUnaryData)}
+		if total+n*uint64(d.geo.bs) > wire.MaxUnaryData {
+			return nil, &zerr.InvalidArgumentError{Field: "ranges", Reason: fmt.Sprintf("more than the %d-byte unary limit in total; use ReadStream", wire.MaxUnaryData)}
 		}
 		var p *devRanges
 		for _, x := range parts {
@@ -365,8 +364,8 @@ func (s *Service) writeUnary(ctx context.Context, req *v1.WriteRequest, data [][
 	if err != nil {
 		return nil, err
 	}
-	if size > daemon.MaxUnaryData {
-		return nil, &zerr.InvalidArgumentError{Field: "data", Reason: fmt.Sprintf("%d bytes exceed the %d-byte unary limit; use WriteStream", size, daemon.MaxUnaryData)}
+	if size > wire.MaxUnaryData {
+		return nil, &zerr.InvalidArgumentError{Field: "data", Reason: fmt.Sprintf("%d bytes exceed the %d-byte unary limit; use WriteStream", size, wire.MaxUnaryData)}
 	}
 	if err := s.authorizeRange(ctx, d, req.GetLba(), n); err != nil {
 		return nil, err
@@ -523,8 +522,8 @@ func (s *Service) Append(ctx context.Context, req *v1.AppendRequest) (*v1.Append
 	if err != nil {
 		return nil, err
 	}
-	if len(req.GetData()) > daemon.MaxUnaryData {
-		return nil, &zerr.InvalidArgumentError{Field: "data", Reason: fmt.Sprintf("%d bytes exceed the %d-byte append limit", len(req.GetData()), daemon.MaxUnaryData)}
+	if len(req.GetData()) > wire.MaxUnaryData {
+		return nil, &zerr.InvalidArgumentError{Field: "data", Reason: fmt.Sprintf("%d bytes exceed the %d-byte append limit", len(req.GetData()), wire.MaxUnaryData)}
 	}
 	if err := s.authorizeZone(ctx, d, req.GetZone()); err != nil {
 		return nil, err

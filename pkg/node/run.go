@@ -20,6 +20,7 @@ import (
 	"github.com/zonefleet/zonefleet/pkg/flash"
 	"github.com/zonefleet/zonefleet/pkg/pki"
 	"github.com/zonefleet/zonefleet/pkg/rpcerr"
+	"github.com/zonefleet/zonefleet/pkg/wire"
 	"github.com/zonefleet/zonefleet/pkg/zerr"
 	"github.com/zonefleet/zonefleet/pkg/zns"
 	"github.com/zonefleet/zonefleet/pkg/zoneowner"
@@ -312,7 +313,7 @@ func PeerPool(sec *daemon.Security, cli *clientv3.Client) (*peerdial.Pool, error
 		}
 		return rec.Addr, nil
 	}
-	opts := append(rpcerr.DialOptions(), grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(daemon.MaxMessageBytes), grpc.MaxCallSendMsgSize(daemon.MaxMessageBytes)))
+	opts := append(rpcerr.DialOptions(), grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(wire.MaxMessageBytes), grpc.MaxCallSendMsgSize(wire.MaxMessageBytes)))
 	cfg := peerdial.Config{Resolve: resolve, Options: opts}
 	switch {
 	case sec == nil || sec.Insecure:

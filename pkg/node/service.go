@@ -100,7 +100,6 @@ import (
 	"github.com/zonefleet/zonefleet/pkg/auth/peerdial"
 	"github.com/zonefleet/zonefleet/pkg/clock"
 	"github.com/zonefleet/zonefleet/pkg/cluster"
-	"github.com/zonefleet/zonefleet/pkg/daemon"
 	"github.com/zonefleet/zonefleet/pkg/wire"
 	"github.com/zonefleet/zonefleet/pkg/zerr"
 	"github.com/zonefleet/zonefleet/pkg/zns"
@@ -755,7 +754,7 @@ func (s *Service) Identify(_ context.Context, req *v1.IdentifyRequest) (*v1.Iden
 		},
 		Clock: clockPB(d.dev.Clock().Kind()), TimeScale: timeScale(d.dev.Clock()), WriteCacheBytes: uint64(c.WriteCacheBytes),
 		IpuBudgetBlocks: uint64(id.IPUBudget), CopybackThreshold: uint32(c.CopybackThreshold), TotalBlocks: id.TotalLBAs,
-		MaxUnaryBytes: daemon.MaxUnaryData, FormatVersion: zns.FormatName, Uuid: id.UUID,
+		MaxUnaryBytes: wire.MaxUnaryData, FormatVersion: zns.FormatName, Uuid: id.UUID,
 	}, nil
 }
 
