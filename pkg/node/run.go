@@ -16,7 +16,7 @@ import (
 	"github.com/zonefleet/zonefleet/pkg/clock"
 	"github.com/zonefleet/zonefleet/pkg/cluster"
 	"github.com/zonefleet/zonefleet/pkg/daemon"
-	"github.com/zonefleet/zonefleet/pkg/etcdlocal"
+	"github.com/zonefleet/zonefleet/pkg/etcdclient"
 	"github.com/zonefleet/zonefleet/pkg/flash"
 	"github.com/zonefleet/zonefleet/pkg/pki"
 	"github.com/zonefleet/zonefleet/pkg/rpcerr"
@@ -198,7 +198,7 @@ func Run(ctx context.Context, d *daemon.Daemon, o Options, log *slog.Logger) err
 		if err != nil {
 			return err
 		}
-		if cli, err = etcdlocal.ConnectWith(ctx, o.Etcd, etcdTLS, 30*time.Second); err != nil {
+		if cli, err = etcdclient.ConnectWith(ctx, o.Etcd, etcdTLS, 30*time.Second); err != nil {
 			return err
 		}
 		defer cli.Close()
