@@ -130,3 +130,16 @@ func TestClientConnectionLimit(t *testing.T) {
 	require.NoError(t, err, "the connected client is served")
 	assert.LessOrEqual(t, openFDs(), before+flood+limit+4, "etcd accepted past its limit")
 }
+
+// A message etcd repeats (once per rejected connection in a flood) is
+// logged once a second with the count of those dropped.
+func TestZapLogRateLimited(t *testing.T) {
+	var buf bytes.Buffer
+	lg := newZapLogger(slog.New(slog.NewTextHandler(&buf, nil)), zapcore.WarnLevel, nil)
+	for range 1000 {
+		lg.Warn("rejected connection on client endpoint")
+	}
+	lg.Warn("another")
+	assert.Equal(t, 1, bytes.Count(buf.Bytes(), []byte("rejected connection")), buf.String())
+	assert.Contains(t, buf.String(), "another")
+}

@@ -4,7 +4,9 @@ import (
 	"context"
 	"log/slog"
 	"sort"
+	"sync"
 	"sync/atomic"
+	"time"
 
 	"go.uber.org/zap"
 	"go.uber.org/zap/zapcore"
@@ -18,6 +20,35 @@ type slogCore struct {
 	min     zapcore.Level
 	attrs   []slog.Attr
 	closing *atomic.Bool // set by Server.Close: only fatal records pass
+	rate    *rateLimit
+}
+
+// rateLimit passes one record per message per second (a flood of
+// connections makes etcd warn once per connection) and counts the others,
+// which the next record passed reports as "suppressed".
+type rateLimit struct {
+	mu   sync.Mutex
+	last map[string]time.Time
+	skip map[string]int
+}
+
+const rateKeys = 1024 // distinct messages tracked at once (etcd's are constant strings)
+
+func (r *rateLimit) allow(msg string, now time.Time) (bool, int) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if now.Sub(r.last[msg]) < time.Second {
+		r.skip[msg]++
+		return false, 0
+	}
+	if len(r.last) >= rateKeys {
+		clear(r.last)
+		clear(r.skip)
+	}
+	n := r.skip[msg]
+	r.last[msg] = now
+	delete(r.skip, msg)
+	return true, n
 }
 
 // newZapLogger is a zap logger writing to log at level min and above
@@ -26,7 +57,8 @@ func newZapLogger(log *slog.Logger, min zapcore.Level, closing *atomic.Bool) *za
 	if closing == nil {
 		closing = new(atomic.Bool)
 	}
-	return zap.New(&slogCore{h: log.Handler().WithGroup("etcd"), min: min, closing: closing})
+	return zap.New(&slogCore{h: log.Handler().WithGroup("etcd"), min: min, closing: closing,
+		rate: &rateLimit{last: map[string]time.Time{}, skip: map[string]int{}}})
 }
 
 // quiet are etcd's warnings about choices made on purpose for an embedded
@@ -58,7 +90,17 @@ func (c *slogCore) Check(e zapcore.Entry, ce *zapcore.CheckedEntry) *zapcore.Che
 }
 
 func (c *slogCore) Write(e zapcore.Entry, fields []zapcore.Field) error {
+	ok, suppressed := true, 0
+	if e.Level < zapcore.DPanicLevel {
+		ok, suppressed = c.rate.allow(e.Message, e.Time)
+	}
+	if !ok {
+		return nil
+	}
 	r := slog.NewRecord(e.Time, levelOf(e.Level), e.Message, 0)
+	if suppressed > 0 {
+		r.AddAttrs(slog.Int("suppressed", suppressed))
+	}
 	r.AddAttrs(c.attrs...)
 	r.AddAttrs(attrsOf(fields)...)
 	if e.LoggerName != "" {
