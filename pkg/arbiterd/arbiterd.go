@@ -12,7 +12,7 @@ import (
 	v1 "github.com/zonefleet/zonefleet/api/zonefleet/v1"
 	"github.com/zonefleet/zonefleet/pkg/arbiter"
 	"github.com/zonefleet/zonefleet/pkg/daemon"
-	"github.com/zonefleet/zonefleet/pkg/etcdlocal"
+	"github.com/zonefleet/zonefleet/pkg/etcdclient"
 )
 
 // Options of an arbiter process.
@@ -66,7 +66,7 @@ func Run(ctx context.Context, d *daemon.Daemon, o Options, log *slog.Logger) err
 	if err != nil {
 		return err
 	}
-	cli, err := etcdlocal.ConnectWith(ctx, o.Etcd, etcdTLS, 30*time.Second)
+	cli, err := etcdclient.ConnectWith(ctx, o.Etcd, etcdTLS, 30*time.Second)
 	if err != nil {
 		return err
 	}

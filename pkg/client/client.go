@@ -104,7 +104,6 @@ import (
 	"github.com/zonefleet/zonefleet/pkg/auth"
 	"github.com/zonefleet/zonefleet/pkg/clock"
 	"github.com/zonefleet/zonefleet/pkg/cluster"
-	"github.com/zonefleet/zonefleet/pkg/daemon"
 	"github.com/zonefleet/zonefleet/pkg/rpcerr"
 	"github.com/zonefleet/zonefleet/pkg/wire"
 	"github.com/zonefleet/zonefleet/pkg/zerr"
@@ -325,7 +324,7 @@ func (c *Client) dialOpts(local bool) []grpc.DialOption {
 		opts = append(opts, grpc.WithPerRPCCredentials(auth.PerRPC(c.cfg.Credentials, !local && c.cfg.TLS == nil)))
 	}
 	return append(opts,
-		grpc.WithDefaultCallOptions(append(wire.CallOptions(), grpc.MaxCallRecvMsgSize(daemon.MaxMessageBytes), grpc.MaxCallSendMsgSize(daemon.MaxMessageBytes))...))
+		grpc.WithDefaultCallOptions(append(wire.CallOptions(), grpc.MaxCallRecvMsgSize(wire.MaxMessageBytes), grpc.MaxCallSendMsgSize(wire.MaxMessageBytes))...))
 }
 
 // conn is the pooled connection to addr; sock, when set, is a unix socket

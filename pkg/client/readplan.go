@@ -11,7 +11,6 @@ import (
 	"time"
 
 	v1 "github.com/zonefleet/zonefleet/api/zonefleet/v1"
-	"github.com/zonefleet/zonefleet/pkg/daemon"
 	"github.com/zonefleet/zonefleet/pkg/wire"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
@@ -51,13 +50,13 @@ func planRead(refs []readLegRef) []*readCall {
 	var calls []*readCall
 	for _, r := range refs {
 		n := r.bytes()
-		if n > daemon.MaxUnaryData {
+		if n > wire.MaxUnaryData {
 			calls = append(calls, &readCall{node: r.z.node, addr: r.z.addr, legs: []readLegRef{r}, bytes: n, stream: true})
 			continue
 		}
 		var c *readCall
 		for _, x := range calls {
-			if !x.stream && x.node == r.z.node && x.addr == r.z.addr && x.bytes+n <= daemon.MaxUnaryData && len(x.legs) < maxReadRanges {
+			if !x.stream && x.node == r.z.node && x.addr == r.z.addr && x.bytes+n <= wire.MaxUnaryData && len(x.legs) < maxReadRanges {
 				c = x
 				break
 			}
@@ -233,7 +232,7 @@ func (v *VZone) readLeg(ctx context.Context, z pzone, l *leg, base uint64, out [
 	lat, err := nodeConnCall(ctx, v.c, z.node, z.addr, "read", func(ctx context.Context, cc grpc.ClientConnInterface) (time.Duration, error) {
 		sc := scatter{l: l, out: out, base: base, bs: bs}
 		var lat time.Duration
-		if want <= daemon.MaxUnaryData {
+		if want <= wire.MaxUnaryData {
 			var ch wire.ReadChunk
 			if err := cc.Invoke(ctx, v1.ZonedDevice_Read_FullMethodName, req, &ch); err != nil {
 				return 0, err

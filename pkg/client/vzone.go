@@ -12,7 +12,6 @@ import (
 	"time"
 
 	v1 "github.com/zonefleet/zonefleet/api/zonefleet/v1"
-	"github.com/zonefleet/zonefleet/pkg/daemon"
 	"github.com/zonefleet/zonefleet/pkg/wire"
 	"github.com/zonefleet/zonefleet/pkg/zerr"
 	"google.golang.org/grpc"
@@ -890,7 +889,7 @@ func writeBlocks(ctx context.Context, n v1.ZonedDeviceClient, dev uint32, lba ui
 		buf = [][]byte{data.flat(0, size)} // (not a connection of this client's)
 		data = newPayload(buf)
 	}
-	if size <= daemon.MaxUnaryData {
+	if size <= wire.MaxUnaryData {
 		req := &v1.WriteRequest{Device: dev, Lba: lba, Fua: fua}
 		if len(buf) == 1 {
 			req.Data = buf[0]

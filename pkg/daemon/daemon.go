@@ -2,6 +2,31 @@
 // server with the error table's interceptors, request metrics and the standard
 // health service; an HTTP server with /metrics and /healthz; slog logging; and
 // graceful shutdown when its context ends (SIGINT/SIGTERM in the mains).
+//
+// # Overload
+//
+// Every server is bounded whatever its callers do (the limits are wire's
+// constants, Config.Limits in tests):
+//
+//   - Each listener (gRPC over TCP, the unix socket, HTTP) admits at most
+//     wire.MaxConnsPerListener connections, wire.MaxConnsPerSource from one
+//     IP address, and all listeners of the process together stay within
+//     ConnBudget, below RLIMIT_NOFILE (raised to its hard limit). A
+//     connection past a limit is closed as soon as it is accepted, before
+//     any TLS work; the connections already served are unaffected.
+//   - gRPC's transport limits: the TLS and HTTP/2 handshakes within
+//     wire.HandshakeTimeout, idle connections closed after
+//     wire.MaxConnectionIdle, wire.MaxConcurrentStreams per connection,
+//     header lists of wire.MaxHeaderListBytes (a block past it closes its
+//     connection), messages of wire.MaxMessageBytes.
+//   - A call's first message must arrive within wire.RequestTimeout of its
+//     headers, or its connection is closed (the stats handler of
+//     limits.go): gRPC reads a unary request whole before any interceptor
+//     runs and would hold a request sent in part for ever.
+//
+// Refused and closed connections are counted in
+// zonefleet_server_connections_refused_total{listener,reason} and logged at
+// warn at most once a second per listener.
 package daemon
 
 import (
@@ -23,6 +48,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"github.com/spf13/pflag"
 	"github.com/zonefleet/zonefleet/pkg/buildinfo"
+	"github.com/zonefleet/zonefleet/pkg/clock"
 	"github.com/zonefleet/zonefleet/pkg/rpcerr"
 	"github.com/zonefleet/zonefleet/pkg/wire"
 	"google.golang.org/grpc"
@@ -32,11 +58,11 @@ import (
 	"google.golang.org/grpc/status"
 )
 
-// MaxMessageBytes bounds one gRPC message. Unary reads and writes carry at
-// most MaxUnaryData bytes of data; larger transfers use the streaming calls.
+// MaxMessageBytes and MaxUnaryData are the protocol's message limits
+// (wire.MaxMessageBytes, wire.MaxUnaryData), which every server applies.
 const (
-	MaxMessageBytes = 8 << 20
-	MaxUnaryData    = 4 << 20
+	MaxMessageBytes = wire.MaxMessageBytes
+	MaxUnaryData    = wire.MaxUnaryData
 )
 
 // Config of the process skeleton.
@@ -65,6 +91,12 @@ type Config struct {
 	// (nothing accepts on it) is replaced; a socket still served, or any
 	// other file at the path, is an error.
 	UnixSocket string
+	// Limits bound the connections and requests of every listener (zero:
+	// wire's limits).
+	Limits Limits
+	// Clock times the request deadline (Limits.RequestTimeout); nil = real
+	// time.
+	Clock clock.Clock
 }
 
 // MaxUnixSocketPath is the longest unix socket path Linux takes (sun_path
@@ -119,6 +151,8 @@ type Daemon struct {
 	httpLis net.Listener
 	unixLis net.Listener
 
+	guards map[string]*connGuard // by listener: grpc, unix, http
+
 	mu     sync.Mutex
 	checks map[string]func() error
 }
@@ -138,19 +172,28 @@ func New(cfg Config, logger *slog.Logger, extra ...grpc.ServerOption) (*Daemon, 
 	d.Registry.MustRegister(buildInfo, collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 
 	m := newRPCMetrics(d.Registry)
+	clk := cfg.Clock
+	if clk == nil {
+		clk = clock.Realtime(1)
+	}
+	gm := newGuardMetrics(d.Registry)
+	d.guards = map[string]*connGuard{}
+	for _, name := range []string{"grpc", "unix", "http"} {
+		d.guards[name] = newConnGuard(name, cfg.Limits, clk, logger, gm)
+	}
 	// The authenticator runs first: a refused call reaches neither the
-	// error table nor a handler.
-	server := func(local bool) *grpc.Server {
+	// error table nor a handler. Every server takes wire's limits.
+	server := func(local bool, g *connGuard) *grpc.Server {
 		opts := append(cfg.Security.serverOptions(local), rpcerr.ServerOptions()...)
 		opts = append(opts, wire.TransportServerOptions(!local && cfg.Security != nil && cfg.Security.TLS != nil)...)
-		opts = append(opts,
-			grpc.MaxRecvMsgSize(MaxMessageBytes), grpc.MaxSendMsgSize(MaxMessageBytes),
+		opts = append(opts, wire.LimitServerOptions()...)
+		opts = append(opts, grpc.StatsHandler(g),
 			grpc.ChainUnaryInterceptor(m.unary), grpc.ChainStreamInterceptor(m.stream))
 		return grpc.NewServer(append(opts, extra...)...)
 	}
-	d.GRPC = server(false)
+	d.GRPC = server(false, d.guards["grpc"])
 	if cfg.UnixSocket != "" {
-		d.Local = server(true)
+		d.Local = server(true, d.guards["unix"])
 	}
 	d.Health = health.NewServer()
 	d.Health.SetServingStatus("", healthpb.HealthCheckResponse_NOT_SERVING)
@@ -163,11 +206,13 @@ func New(cfg Config, logger *slog.Logger, extra ...grpc.ServerOption) (*Daemon, 
 	if d.grpcLis, err = net.Listen("tcp", cfg.GRPCListen); err != nil {
 		return nil, fmt.Errorf("gRPC listen on %s: %w", cfg.GRPCListen, err)
 	}
+	d.grpcLis = &limitListener{Listener: d.grpcLis, g: d.guards["grpc"]}
 	if cfg.HTTPListen != "" {
 		if d.httpLis, err = net.Listen("tcp", cfg.HTTPListen); err != nil {
 			_ = d.grpcLis.Close()
 			return nil, fmt.Errorf("HTTP listen on %s: %w", cfg.HTTPListen, err)
 		}
+		d.httpLis = &limitListener{Listener: d.httpLis, g: d.guards["http"]}
 	}
 	if cfg.UnixSocket != "" {
 		if d.unixLis, err = listenUnix(cfg.UnixSocket); err != nil {
@@ -177,6 +222,7 @@ func New(cfg Config, logger *slog.Logger, extra ...grpc.ServerOption) (*Daemon, 
 			}
 			return nil, err
 		}
+		d.unixLis = &limitListener{Listener: d.unixLis, g: d.guards["unix"]}
 	}
 	d.Mux.Handle("/metrics", promhttp.HandlerFor(d.Registry, promhttp.HandlerOpts{Registry: d.Registry}))
 	d.Mux.HandleFunc("/healthz", d.healthz)
@@ -296,7 +342,8 @@ func (d *Daemon) Run(ctx context.Context) error {
 	}
 	var hs *http.Server
 	if d.httpLis != nil {
-		hs = &http.Server{Handler: d.Mux, ReadHeaderTimeout: 10 * time.Second}
+		hs = &http.Server{Handler: d.Mux, ReadHeaderTimeout: 10 * time.Second, IdleTimeout: wire.MaxConnectionIdle,
+			MaxHeaderBytes: wire.MaxHeaderListBytes}
 		go func() {
 			if err := hs.Serve(d.httpLis); !errors.Is(err, http.ErrServerClosed) {
 				errc <- err

@@ -11,6 +11,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	"github.com/zonefleet/zonefleet/pkg/auth"
+	"github.com/zonefleet/zonefleet/pkg/etcdclient"
 	"github.com/zonefleet/zonefleet/pkg/etcdlocal"
 	"github.com/zonefleet/zonefleet/pkg/pki"
 	"github.com/zonefleet/zonefleet/pkg/zerr"
@@ -29,7 +30,7 @@ func TestEtcdOverTLS(t *testing.T) {
 	require.NoError(t, err)
 	defer srv.Close()
 	ep := srv.Endpoints()[0]
-	require.True(t, etcdlocal.UsesTLS(ep), ep)
+	require.True(t, etcdclient.UsesTLS(ep), ep)
 	log := slog.New(slog.NewTextHandler(io.Discard, nil))
 	ctx := context.Background()
 
@@ -39,22 +40,22 @@ func TestEtcdOverTLS(t *testing.T) {
 		tc, err := sec.EtcdClientTLS()
 		require.NoError(t, err)
 		require.NotNil(t, tc)
-		cli, err := etcdlocal.ConnectWith(ctx, ep, tc, 10*time.Second)
+		cli, err := etcdclient.ConnectWith(ctx, ep, tc, 10*time.Second)
 		require.NoError(t, err, role.String())
 		_, err = cli.Put(ctx, "/zonefleet/probe", role.String())
 		assert.NoError(t, err)
 		_ = cli.Close()
 	}
 
-	_, err = etcdlocal.ConnectWith(ctx, ep, nil, time.Second)
+	_, err = etcdclient.ConnectWith(ctx, ep, nil, time.Second)
 	assert.ErrorIs(t, err, zerr.ErrInvalidArgument, "https:// without credentials is refused up front")
-	_, err = etcdlocal.Connect(ctx, ep[len("https://"):], 2*time.Second)
+	_, err = etcdclient.Connect(ctx, ep[len("https://"):], 2*time.Second)
 	assert.Error(t, err, "a plaintext client against the TLS port")
 	tenant, err := auth.Load(auth.Files{CA: filepath.Join(dir, auth.FileCA)})
 	require.NoError(t, err)
 	tc, err := tenant.ClientTLS(&pki.Role{Kind: pki.RoleEtcd}, "")
 	require.NoError(t, err)
-	_, err = etcdlocal.ConnectWith(ctx, ep, tc, 2*time.Second)
+	_, err = etcdclient.ConnectWith(ctx, ep, tc, 2*time.Second)
 	assert.Error(t, err, "no client certificate: refused")
 
 	insecureSec := &Security{Insecure: true}

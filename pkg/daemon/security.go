@@ -234,7 +234,7 @@ func (s *Security) Issuer() *auth.Issuer {
 // client-certificate authentication) and etcd's certificate pinned to the
 // etcd role of the cluster CA. nil with --insecure or without a
 // certificate: plaintext etcd (the endpoints' scheme decides, see
-// etcdlocal.ConnectWith).
+// etcdclient.ConnectWith).
 func (s *Security) EtcdClientTLS() (*tls.Config, error) {
 	if s == nil || s.Insecure || s.Bundle == nil || s.Bundle.Cert == nil {
 		return nil, nil

@@ -8,32 +8,71 @@
 // rate. The space quota (QuotaBackendBytes, 2 GiB) still applies: when it
 // is exceeded etcd raises the NOSPACE alarm and refuses writes, which the
 // arbiter reports as an error and the zonefleet_arbiter_etcd_alarm gauge.
+//
+// # Logging and overload
+//
+// etcd logs through the process's slog logger (Options.Logger; stderr by
+// default) at warn level and above, so that when it must stop — it exits
+// the process on a failure it cannot survive, such as a WAL segment it
+// cannot create — the reason is in the log.
+//
+// etcd shares the process's file descriptors with everything else in it.
+// Its client listener takes at most Options.MaxClientConns connections
+// (DefaultMaxClientConns; the rest wait in the kernel's accept queue and
+// cost no descriptor), so a flood of connections to it cannot take the
+// descriptors etcd needs for its own files. etcd sizes that limit from the
+// soft RLIMIT_NOFILE when it starts (the limit less 150): StartWith lowers
+// the soft limit for the start, under a process-wide lock, and raises it to
+// the hard limit afterwards. The peer listener has no such limit (see
+// docs/security.md); a single-member cluster listens for peers on loopback
+// only.
+//
+// Clients connect with pkg/etcdclient, which links no server code.
 package etcdlocal
 
 import (
-	"context"
 	"crypto/tls"
 	"errors"
 	"fmt"
+	"log/slog"
 	"net"
 	"net/url"
+	"os"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
 	"github.com/zonefleet/zonefleet/pkg/pki"
-	"github.com/zonefleet/zonefleet/pkg/zerr"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.etcd.io/etcd/server/v3/embed"
 	"go.uber.org/zap"
+	"go.uber.org/zap/zapcore"
 )
+
+// DefaultMaxClientConns is the client listener's connection limit when
+// Options.MaxClientConns is 0: far more than a cluster's components open
+// (a few per process), far below any file descriptor limit.
+const DefaultMaxClientConns = 1024
+
+// etcdReservedFDs is what etcd keeps out of its client listener's limit
+// (its reservedInternalFDNum).
+const etcdReservedFDs = 150
 
 // Server is a running embedded etcd.
 type Server struct {
 	e         *embed.Etcd
 	endpoints []string
 	tls       *tls.Config // client side of Client when the server runs TLS
+	connLimit int         // client listener's connection limit (0: unknown)
+	closing   *atomic.Bool
 }
+
+// ClientConnLimit is the connection limit etcd's client listener took
+// (MaxClientConns, or more when the process held many descriptors at the
+// start; 0 if unknown).
+func (s *Server) ClientConnLimit() int { return s.connLimit }
 
 // Options tune an embedded server; the zero value means the defaults.
 type Options struct {
@@ -50,6 +89,11 @@ type Options struct {
 	// client-certificate authentication (certificates from `zctl cert
 	// init`: etcd.crt/etcd.key, ca.crt); Endpoints are then https://.
 	TLS *TLSFiles
+	// Logger receives etcd's warnings and errors; nil = stderr.
+	Logger *slog.Logger
+	// MaxClientConns bounds the client listener's open connections;
+	// 0 = DefaultMaxClientConns.
+	MaxClientConns int
 }
 
 // TLSFiles name etcd's certificate, key and the CA its clients' (and
@@ -125,7 +169,6 @@ func startOnce(dir, clientAddr string, o Options) (*Server, error) {
 	cfg.ListenClientUrls, cfg.AdvertiseClientUrls = []url.URL{*cu}, []url.URL{*cu}
 	cfg.ListenPeerUrls, cfg.AdvertisePeerUrls = []url.URL{*pu}, []url.URL{*pu}
 	cfg.InitialCluster = cfg.Name + "=" + pu.String()
-	cfg.LogLevel = "error"
 	if o.AutoCompactionRetention == 0 {
 		o.AutoCompactionRetention = 5 * time.Minute
 	}
@@ -136,8 +179,20 @@ func startOnce(dir, clientAddr string, o Options) (*Server, error) {
 	if o.QuotaBackendBytes > 0 {
 		cfg.QuotaBackendBytes = o.QuotaBackendBytes
 	}
-	cfg.ZapLoggerBuilder = embed.NewZapLoggerBuilder(zap.NewNop())
-	e, err := embed.StartEtcd(cfg)
+	if o.Logger == nil {
+		o.Logger = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
+	}
+	cfg.LogLevel = "warn"
+	closing := new(atomic.Bool)
+	cfg.ZapLoggerBuilder = embed.NewZapLoggerBuilder(newZapLogger(o.Logger, zapcore.WarnLevel, closing))
+	if o.MaxClientConns <= 0 {
+		o.MaxClientConns = DefaultMaxClientConns
+	}
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return nil, fmt.Errorf("embedded etcd data directory: %w", err)
+	}
+	_ = os.Chmod(dir, 0o700) // etcd's data: its owner's only
+	e, connLimit, err := startLimited(cfg, o.MaxClientConns)
 	if err != nil {
 		return nil, fmt.Errorf("start embedded etcd in %s: %w", dir, err)
 	}
@@ -151,7 +206,7 @@ func startOnce(dir, clientAddr string, o Options) (*Server, error) {
 	if o.TLS != nil {
 		ep = "https://" + clientAddr
 	}
-	srv := &Server{e: e, endpoints: []string{ep}}
+	srv := &Server{e: e, endpoints: []string{ep}, connLimit: connLimit, closing: closing}
 	if o.TLS != nil {
 		// The server's own certificate (server and client usage) is the
 		// client certificate of Client: for the process that runs etcd.
@@ -168,6 +223,52 @@ func startOnce(dir, clientAddr string, o Options) (*Server, error) {
 		srv.tls = &tls.Config{MinVersion: tls.VersionTLS13, RootCAs: roots, Certificates: []tls.Certificate{cert}}
 	}
 	return srv, nil
+}
+
+// rlimitMu serialises the starts that lower RLIMIT_NOFILE.
+var rlimitMu sync.Mutex
+
+// startLimited starts etcd with its client listener limited to maxConns
+// connections: etcd takes that limit from the soft RLIMIT_NOFILE as it
+// starts, which is set for the start and raised to the hard limit after.
+// The soft limit for the start stays well above the descriptors the
+// process holds, so nothing else in the process runs short meanwhile.
+//
+// It returns the limit etcd took (0 if unknown).
+func startLimited(cfg *embed.Config, maxConns int) (*embed.Etcd, int, error) {
+	rlimitMu.Lock()
+	defer rlimitMu.Unlock()
+	var r syscall.Rlimit
+	if err := syscall.Getrlimit(syscall.RLIMIT_NOFILE, &r); err != nil {
+		e, err := embed.StartEtcd(cfg)
+		return e, 0, err
+	}
+	want := uint64(maxConns + etcdReservedFDs)
+	if floor := uint64(openFDs() + 256); want < floor {
+		want = floor
+	}
+	restore := r
+	restore.Cur = r.Max // a server process wants every descriptor it may have
+	defer func() { _ = syscall.Setrlimit(syscall.RLIMIT_NOFILE, &restore) }()
+	took := r.Cur
+	if want < r.Cur {
+		low := r
+		low.Cur = want
+		if syscall.Setrlimit(syscall.RLIMIT_NOFILE, &low) == nil {
+			took = want
+		}
+	}
+	e, err := embed.StartEtcd(cfg)
+	return e, int(took) - etcdReservedFDs, err
+}
+
+// openFDs counts the process's open file descriptors (0 if unknown).
+func openFDs() int {
+	ents, err := os.ReadDir("/proc/self/fd")
+	if err != nil {
+		return 0
+	}
+	return len(ents)
 }
 
 // resolve turns port 0 into a free port (etcd needs the address up front).
@@ -210,62 +311,10 @@ func (s *Server) ClientTLS() *tls.Config {
 // DBSize is the size of the server's database file in bytes.
 func (s *Server) DBSize() int64 { return s.e.Server.Backend().Size() }
 
-// Close stops the server.
+// Close stops the server. What etcd logs while stopping (its listeners
+// closing under its servers) is dropped, short of a fatal error.
 func (s *Server) Close() {
+	s.closing.Store(true)
 	s.e.Close()
 	<-s.e.Server.StopNotify()
-}
-
-// Connect returns a client of the comma-separated endpoints once etcd
-// answers, waiting up to wait (a cluster's processes may start in any order).
-func Connect(ctx context.Context, endpoints string, wait time.Duration) (*clientv3.Client, error) {
-	return ConnectWith(ctx, endpoints, nil, wait)
-}
-
-// UsesTLS reports whether the comma-separated endpoints ask for TLS (every
-// one is https://). The scheme decides, not the component's own trust
-// settings, so that a plaintext development etcd and a TLS one are both
-// explicit in the configuration.
-func UsesTLS(endpoints string) bool {
-	eps := strings.Split(endpoints, ",")
-	for _, ep := range eps {
-		if !strings.HasPrefix(strings.TrimSpace(ep), "https://") {
-			return false
-		}
-	}
-	return len(eps) > 0
-}
-
-// ConnectWith is Connect with a TLS client configuration, used when the
-// endpoints are https:// (UsesTLS): a client certificate for etcd's
-// client-certificate authentication and the CA that signed etcd's
-// certificate. https:// endpoints without a configuration are refused
-// (there is nothing to verify etcd with); tc is ignored for http://.
-func ConnectWith(ctx context.Context, endpoints string, tc *tls.Config, wait time.Duration) (*clientv3.Client, error) {
-	if !UsesTLS(endpoints) {
-		tc = nil
-	} else if tc == nil {
-		return nil, &zerr.InvalidArgumentError{Field: "etcd", Reason: endpoints + " asks for TLS but no CA/certificate is configured (--pki-dir)"}
-	}
-	cli, err := clientv3.New(clientv3.Config{Endpoints: strings.Split(endpoints, ","), TLS: tc, DialTimeout: 5 * time.Second, Logger: zap.NewNop()})
-	if err != nil {
-		return nil, &zerr.UnavailableError{What: "etcd " + endpoints, Reason: err.Error()}
-	}
-	deadline := time.Now().Add(wait)
-	for {
-		sctx, cancel := context.WithTimeout(ctx, 2*time.Second)
-		_, err = cli.Get(sctx, "/zonefleet/v1/ping")
-		cancel()
-		if err == nil {
-			return cli, nil
-		}
-		if time.Now().After(deadline) || ctx.Err() != nil {
-			_ = cli.Close()
-			return nil, &zerr.UnavailableError{What: "etcd " + endpoints, Reason: err.Error()}
-		}
-		select {
-		case <-ctx.Done():
-		case <-time.After(500 * time.Millisecond):
-		}
-	}
 }

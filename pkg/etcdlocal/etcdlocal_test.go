@@ -1,10 +1,13 @@
 package etcdlocal
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"net"
+	"syscall"
 	"testing"
 	"time"
 
@@ -12,6 +15,8 @@ import (
 	"github.com/stretchr/testify/require"
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.uber.org/zap"
+	"go.uber.org/zap/zapcore"
 )
 
 // TestAutoCompaction: the embedded server compacts its history by itself.
@@ -67,4 +72,74 @@ func TestPicksPortAndAddrInUse(t *testing.T) {
 	_, err = Start(t.TempDir(), l.Addr().String())
 	require.Error(t, err)
 	assert.True(t, addrInUse(err), "%v", err)
+}
+
+// etcd's records reach the process's slog logger from warn level on, with
+// their fields.
+func TestZapLogsToSlog(t *testing.T) {
+	var buf bytes.Buffer
+	lg := newZapLogger(slog.New(slog.NewTextHandler(&buf, &slog.HandlerOptions{Level: slog.LevelDebug})), zapcore.WarnLevel, nil)
+	lg.Info("routine")
+	lg.With(zap.String("member", "m1")).Warn("disk slow", zap.Int("took_ms", 1500))
+	lg.Error("cannot create WAL segment", zap.Error(errors.New("too many open files")))
+	out := buf.String()
+	assert.NotContains(t, out, "routine", "below warn is dropped")
+	assert.Contains(t, out, `level=WARN msg="disk slow" etcd.member=m1 etcd.took_ms=1500`)
+	assert.Contains(t, out, `level=ERROR msg="cannot create WAL segment" etcd.error="too many open files"`)
+}
+
+// A flood of connections to etcd's client port is held to MaxClientConns
+// accepted connections (the rest wait in the kernel's queue, costing the
+// process no file descriptor); the clients already connected are served,
+// and the soft file limit is back at the hard limit after the start.
+func TestClientConnectionLimit(t *testing.T) {
+	srv, err := StartWith(t.TempDir(), "", Options{MaxClientConns: 8})
+	require.NoError(t, err)
+	defer srv.Close()
+	var r syscall.Rlimit
+	require.NoError(t, syscall.Getrlimit(syscall.RLIMIT_NOFILE, &r))
+	assert.Equal(t, r.Max, r.Cur)
+	limit := srv.ClientConnLimit()
+	require.Positive(t, limit)
+	require.Less(t, limit, int(r.Max)/4, "the limit etcd took is far below the process's")
+
+	cli, err := srv.Client()
+	require.NoError(t, err)
+	defer cli.Close()
+	ctx := context.Background()
+	_, err = cli.Put(ctx, "/k", "before")
+	require.NoError(t, err)
+
+	flood := limit + 64
+	before := openFDs()
+	var conns []net.Conn
+	defer func() {
+		for _, c := range conns {
+			_ = c.Close()
+		}
+	}()
+	for range flood {
+		c, err := net.Dial("tcp", srv.Endpoints()[0])
+		require.NoError(t, err)
+		conns = append(conns, c)
+	}
+	// The flood's own descriptors plus those etcd accepted (up to its
+	// limit, less the client's connection).
+	require.Eventually(t, func() bool { return openFDs() >= before+flood+limit-1 }, 30*time.Second, 5*time.Millisecond)
+	_, err = cli.Put(ctx, "/k", "during")
+	require.NoError(t, err, "the connected client is served")
+	assert.LessOrEqual(t, openFDs(), before+flood+limit+4, "etcd accepted past its limit")
+}
+
+// A message etcd repeats (once per rejected connection in a flood) is
+// logged once a second with the count of those dropped.
+func TestZapLogRateLimited(t *testing.T) {
+	var buf bytes.Buffer
+	lg := newZapLogger(slog.New(slog.NewTextHandler(&buf, nil)), zapcore.WarnLevel, nil)
+	for range 1000 {
+		lg.Warn("rejected connection on client endpoint")
+	}
+	lg.Warn("another")
+	assert.Equal(t, 1, bytes.Count(buf.Bytes(), []byte("rejected connection")), buf.String())
+	assert.Contains(t, buf.String(), "another")
 }

@@ -11,7 +11,6 @@ import (
 	v1 "github.com/zonefleet/zonefleet/api/zonefleet/v1"
 	"github.com/zonefleet/zonefleet/pkg/auth"
 	"github.com/zonefleet/zonefleet/pkg/cluster"
-	"github.com/zonefleet/zonefleet/pkg/daemon"
 	"github.com/zonefleet/zonefleet/pkg/rpcerr"
 	"github.com/zonefleet/zonefleet/pkg/wire"
 	"github.com/zonefleet/zonefleet/pkg/zerr"
@@ -371,8 +370,10 @@ func (s *Service) PeerWrite(stream v1.ZonedDevice_PeerWriteServer) error {
 		}
 	}
 	var blocks uint64
+	rcv := newIdleReceiver(s, "peer_write", stream.Recv)
+	defer rcv.close()
 	for {
-		req, err := stream.Recv()
+		req, err := rcv.next(ctx)
 		if errors.Is(err, io.EOF) {
 			return stream.SendAndClose(&v1.PeerWriteResponse{Blocks: blocks})
 		}
@@ -447,7 +448,7 @@ func (p *peers) get(addr string) (*grpc.ClientConn, error) {
 		return c, nil
 	}
 	opts := append(append(rpcerr.DialOptions(), wire.TransportDialOptions(false)...), grpc.WithTransportCredentials(insecure.NewCredentials()),
-		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(daemon.MaxMessageBytes), grpc.MaxCallSendMsgSize(daemon.MaxMessageBytes)))
+		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(wire.MaxMessageBytes), grpc.MaxCallSendMsgSize(wire.MaxMessageBytes)))
 	c, err := grpc.NewClient(addr, opts...)
 	if err != nil {
 		return nil, &zerr.UnavailableError{What: "peer " + addr, Reason: err.Error()}

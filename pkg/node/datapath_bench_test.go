@@ -45,7 +45,7 @@ func benchNode(b *testing.B, srvOpts []grpc.ServerOption, callOpts []grpc.CallOp
 	done := make(chan error, 1)
 	go func() { done <- dm.Run(ctx) }()
 	conn, err := grpc.NewClient(dm.GRPCAddr(), append(append(rpcerr.DialOptions(), wire.TransportDialOptions(false)...), grpc.WithTransportCredentials(insecure.NewCredentials()),
-		grpc.WithDefaultCallOptions(append(callOpts, grpc.MaxCallRecvMsgSize(daemon.MaxMessageBytes), grpc.MaxCallSendMsgSize(daemon.MaxMessageBytes))...))...)
+		grpc.WithDefaultCallOptions(append(callOpts, grpc.MaxCallRecvMsgSize(wire.MaxMessageBytes), grpc.MaxCallSendMsgSize(wire.MaxMessageBytes))...))...)
 	require.NoError(b, err)
 	b.Cleanup(func() {
 		cancel()
@@ -135,7 +135,7 @@ func BenchmarkDataPathWriteStream8Clients(b *testing.B) {
 	var cls []v1.ZonedDeviceClient
 	for range clients {
 		conn, err := grpc.NewClient(addr, append(wire.TransportDialOptions(false), grpc.WithTransportCredentials(insecure.NewCredentials()),
-			grpc.WithDefaultCallOptions(append(wire.CallOptions(), grpc.MaxCallSendMsgSize(daemon.MaxMessageBytes))...))...)
+			grpc.WithDefaultCallOptions(append(wire.CallOptions(), grpc.MaxCallSendMsgSize(wire.MaxMessageBytes))...))...)
 		require.NoError(b, err)
 		b.Cleanup(func() { _ = conn.Close() })
 		cl := v1.NewZonedDeviceClient(conn)

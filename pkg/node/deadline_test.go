@@ -13,7 +13,6 @@ import (
 	"github.com/stretchr/testify/require"
 	v1 "github.com/zonefleet/zonefleet/api/zonefleet/v1"
 	"github.com/zonefleet/zonefleet/pkg/cluster"
-	"github.com/zonefleet/zonefleet/pkg/daemon"
 	"github.com/zonefleet/zonefleet/pkg/rpcerr"
 	"github.com/zonefleet/zonefleet/pkg/wire"
 	"github.com/zonefleet/zonefleet/pkg/zerr"
@@ -42,7 +41,7 @@ func TestStalledReaderBlocksNothing(t *testing.T) {
 	// The stalled reader: a small fixed window (no BDP growth) and no Recv.
 	conn, err := grpc.NewClient(n.addr, append(rpcerr.DialOptions(), grpc.WithTransportCredentials(insecure.NewCredentials()),
 		grpc.WithInitialWindowSize(64<<10), grpc.WithInitialConnWindowSize(64<<10),
-		grpc.WithDefaultCallOptions(append(wire.CallOptions(), grpc.MaxCallRecvMsgSize(daemon.MaxMessageBytes))...))...)
+		grpc.WithDefaultCallOptions(append(wire.CallOptions(), grpc.MaxCallRecvMsgSize(wire.MaxMessageBytes))...))...)
 	require.NoError(t, err)
 	defer conn.Close()
 	rctx, cancel := context.WithCancel(asNS("a"))

@@ -10,7 +10,6 @@ import (
 	"time"
 
 	v1 "github.com/zonefleet/zonefleet/api/zonefleet/v1"
-	"github.com/zonefleet/zonefleet/pkg/daemon"
 	"github.com/zonefleet/zonefleet/pkg/wire"
 	"github.com/zonefleet/zonefleet/pkg/zerr"
 	"github.com/zonefleet/zonefleet/pkg/zns"
@@ -127,8 +126,8 @@ func (s *Service) readChunk(ctx context.Context, req *v1.ReadRequest) (*wire.Rea
 		return nil, err
 	}
 	n := uint64(req.GetBlocks())
-	if n*uint64(d.geo.bs) > daemon.MaxUnaryData {
-		return nil, &zerr.InvalidArgumentError{Field: "blocks", Reason: fmt.Sprintf("%d blocks exceed the %d-byte unary limit; use ReadStream", n, daemon.MaxUnaryData)}
+	if n*uint64(d.geo.bs) > wire.MaxUnaryData {
+		return nil, &zerr.InvalidArgumentError{Field: "blocks", Reason: fmt.Sprintf("%d blocks exceed the %d-byte unary limit; use ReadStream", n, wire.MaxUnaryData)}
 	}
 	if err := s.authorizeRange(ctx, d, req.GetLba(), n); err != nil {
 		return nil, err
@@ -191,8 +190,8 @@ func (s *Service) readVChunk(ctx context.Context, req *v1.ReadVRequest) (*wire.R
 		if err := s.authorizeRange(ctx, d, r.GetLba(), n); err != nil {
 			return nil, fmt.Errorf("range %d: %w", i, err)
 		}
-		if total+n*uint64(d.geo.bs) > daemon.MaxUnaryData {
-			return nil, &zerr.InvalidArgumentError{Field: "ranges", Reason: fmt.Sprintf("more than the %d-byte unary limit in total; use ReadStream", daemon.MaxUnaryData)}
+		if total+n*uint64(d.geo.bs) > wire.MaxUnaryData {
+			return nil, &zerr.InvalidArgumentError{Field: "ranges", Reason: fmt.Sprintf("more than the %d-byte unary limit in total; use ReadStream", wire.MaxUnaryData)}
 		}
 		var p *devRanges
 		for _, x := range parts {
@@ -295,20 +294,32 @@ func (s *Service) ReadStream(req *v1.ReadRequest, stream v1.ZonedDevice_ReadStre
 	if err := s.authorizeRange(ctx, d, req.GetLba(), total); err != nil {
 		return err
 	}
+	lim, err := s.openStream(ctx)
+	if err != nil {
+		return err
+	}
+	defer lim.close()
 	per := uint64(StreamChunkBytes / d.geo.bs)
 	snd := asyncSender{s: s, op: "read_stream"}
 	var lat time.Duration
 	for done := uint64(0); done < total; {
 		n := min(per, total-done)
 		lba := req.GetLba() + done
+		size := int(n * uint64(d.geo.bs))
+		if err := lim.take(size); err != nil {
+			_ = snd.wait(ctx)
+			return fmt.Errorf("read stream stopped at LBA %d after %d of %d blocks: %w", lba, done, total, err)
+		}
 		unlock, err := s.hold(ctx, d, lba, n)
 		if err != nil {
+			lim.give(size)
 			_ = snd.wait(ctx) // the handler returns only once the send in flight ended (or timed out)
 			return fmt.Errorf("read stream stopped at LBA %d after %d of %d blocks: %w", lba, done, total, err)
 		}
 		buf, res, err := s.readBuf(ctx, d, lba, n)
 		unlock()
 		if err != nil {
+			lim.give(size)
 			_ = snd.wait(ctx)
 			return fmt.Errorf("read stream stopped at LBA %d after %d of %d blocks: %w", lba, done, total, err)
 		}
@@ -318,7 +329,8 @@ func (s *Service) ReadStream(req *v1.ReadRequest, stream v1.ZonedDevice_ReadStre
 		if done == total {
 			msg.Resp.LatencyNs = uint64(lat)
 		}
-		if err := snd.send(ctx, func() error { return stream.SendMsg(msg) }); err != nil {
+		if err := snd.send(ctx, func() error { defer lim.give(size); return stream.SendMsg(msg) }); err != nil {
+			lim.give(size)
 			msg.Free()
 			return err
 		}
@@ -365,8 +377,8 @@ func (s *Service) writeUnary(ctx context.Context, req *v1.WriteRequest, data [][
 	if err != nil {
 		return nil, err
 	}
-	if size > daemon.MaxUnaryData {
-		return nil, &zerr.InvalidArgumentError{Field: "data", Reason: fmt.Sprintf("%d bytes exceed the %d-byte unary limit; use WriteStream", size, daemon.MaxUnaryData)}
+	if size > wire.MaxUnaryData {
+		return nil, &zerr.InvalidArgumentError{Field: "data", Reason: fmt.Sprintf("%d bytes exceed the %d-byte unary limit; use WriteStream", size, wire.MaxUnaryData)}
 	}
 	if err := s.authorizeRange(ctx, d, req.GetLba(), n); err != nil {
 		return nil, err
@@ -405,10 +417,24 @@ func receive(stream grpc.ServerStream) received {
 // says how many blocks were written before it.
 func (s *Service) WriteStream(stream v1.ZonedDevice_WriteStreamServer) error {
 	ctx := stream.Context()
+	lim, err := s.openStream(ctx)
+	if err != nil {
+		return err
+	}
+	defer lim.close()
+	rcv := newIdleReceiver(s, "write_stream", receiveFrom(stream))
+	defer rcv.close()
 	var pending mem.BufferSlice // received, not yet written
 	defer func() { pending.Free() }()
 
-	r := receive(stream)
+	r, err := rcv.next(ctx)
+	if err != nil {
+		return err
+	}
+	if err := lim.take(r.c.Data().Len()); err != nil {
+		r.c.Free()
+		return err
+	}
 	if r.err != nil {
 		r.c.Free()
 		if errors.Is(r.err, io.EOF) {
@@ -461,6 +487,7 @@ func (s *Service) WriteStream(stream v1.ZonedDevice_WriteStreamServer) error {
 			piece, rest := splitAt(pending, min(per, pending.Len()))
 			pending = rest
 			err := writePiece(piece)
+			lim.give(piece.Len())
 			piece.Free()
 			if err != nil {
 				return err
@@ -474,7 +501,13 @@ func (s *Service) WriteStream(stream v1.ZonedDevice_WriteStreamServer) error {
 		if err := flush(false); err != nil {
 			return fmt.Errorf("write stream stopped at LBA %d after %d blocks: %w", start+written, written, err)
 		}
-		r = receive(stream)
+		if r, err = rcv.next(ctx); err != nil {
+			return fmt.Errorf("write stream stopped at LBA %d after %d blocks: %w", start+written, written, err)
+		}
+		if err := lim.take(r.c.Data().Len()); err != nil {
+			r.c.Free()
+			return fmt.Errorf("write stream stopped at LBA %d after %d blocks: %w", start+written, written, err)
+		}
 		if errors.Is(r.err, io.EOF) {
 			r.c.Free()
 			break
@@ -523,8 +556,8 @@ func (s *Service) Append(ctx context.Context, req *v1.AppendRequest) (*v1.Append
 	if err != nil {
 		return nil, err
 	}
-	if len(req.GetData()) > daemon.MaxUnaryData {
-		return nil, &zerr.InvalidArgumentError{Field: "data", Reason: fmt.Sprintf("%d bytes exceed the %d-byte append limit", len(req.GetData()), daemon.MaxUnaryData)}
+	if len(req.GetData()) > wire.MaxUnaryData {
+		return nil, &zerr.InvalidArgumentError{Field: "data", Reason: fmt.Sprintf("%d bytes exceed the %d-byte append limit", len(req.GetData()), wire.MaxUnaryData)}
 	}
 	if err := s.authorizeZone(ctx, d, req.GetZone()); err != nil {
 		return nil, err

@@ -40,6 +40,12 @@ type metrics struct {
 	// sendTimeouts counts stream sends that missed their deadline, by
 	// operation (read_stream, peer_push).
 	sendTimeouts *prometheus.CounterVec
+	// recvTimeouts counts client streams ended because no message came
+	// within the idle deadline, by operation (write_stream, peer_write).
+	recvTimeouts *prometheus.CounterVec
+	// limitRefusals counts streams refused by a per-namespace limit, by
+	// limit (streams, inflight_bytes, revision_waiters, revision_lead).
+	limitRefusals *prometheus.CounterVec
 	// compactionsExpired counts compactions dropped because nobody waited.
 	compactionsExpired prometheus.Counter
 
@@ -82,6 +88,10 @@ func newMetrics(s *Service) *metrics {
 			Help: "Writes and zone changes refused (UNAVAILABLE, retried by the client) because the zone's grant is sealed: the arbiter is moving its data (reclaim)."}),
 		sendTimeouts: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "zonefleet_node_send_timeouts_total",
 			Help: "Stream messages to a client or peer that missed the send deadline (the receiver stopped reading), by operation."}, []string{"op"}),
+		recvTimeouts: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "zonefleet_node_recv_timeouts_total",
+			Help: "Client streams ended because no message arrived within the stream idle deadline (a sender that went silent), by operation."}, []string{"op"}),
+		limitRefusals: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "zonefleet_node_limit_refusals_total",
+			Help: "Calls refused with RESOURCE_EXHAUSTED by a per-namespace or revision-wait limit, by limit."}, []string{"limit"}),
 		compactionsExpired: prometheus.NewCounter(prometheus.CounterOpts{Name: "zonefleet_node_compactions_expired_total",
 			Help: "Zone compactions dropped because nobody called WaitCompaction before their time to live ran out."}),
 		revokedResets: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "zonefleet_node_revoked_zone_resets_total",
@@ -128,7 +138,7 @@ func newMetrics(s *Service) *metrics {
 
 // Register adds the node's metrics to reg.
 func (m *metrics) Register(reg prometheus.Registerer) error {
-	for _, c := range []prometheus.Collector{m.ops, m.bytes, m.latency, m.errors, m.copied, m.peerPushed, m.revokedResets, m.ownerResets, m.grantMissRefused, m.staleLayoutRefused, m.sealedRefused, m.sendTimeouts, m.compactionsExpired, m} {
+	for _, c := range []prometheus.Collector{m.ops, m.bytes, m.latency, m.errors, m.copied, m.peerPushed, m.revokedResets, m.ownerResets, m.grantMissRefused, m.staleLayoutRefused, m.sealedRefused, m.sendTimeouts, m.recvTimeouts, m.limitRefusals, m.compactionsExpired, m} {
 		if err := reg.Register(c); err != nil {
 			return err
 		}

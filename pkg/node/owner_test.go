@@ -138,7 +138,7 @@ func startOwnerNodeOn(t *testing.T, id string, cli *clientv3.Client, mem vfs.FS)
 	n := &testNode{svc: svc, addr: dm.GRPCAddr(), devs: devs, cancel: cancel, done: make(chan error, 1), dir: dir}
 	go func() { n.done <- dm.Run(ctx) }()
 	conn, err := grpc.NewClient(n.addr, append(rpcerr.DialOptions(), grpc.WithTransportCredentials(insecure.NewCredentials()),
-		grpc.WithDefaultCallOptions(append(wire.CallOptions(), grpc.MaxCallRecvMsgSize(daemon.MaxMessageBytes))...))...)
+		grpc.WithDefaultCallOptions(append(wire.CallOptions(), grpc.MaxCallRecvMsgSize(wire.MaxMessageBytes))...))...)
 	require.NoError(t, err)
 	n.client = v1.NewZonedDeviceClient(conn)
 	t.Cleanup(func() {

@@ -6,9 +6,12 @@ import (
 	"log/slog"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/zonefleet/zonefleet/pkg/cluster"
+	"github.com/zonefleet/zonefleet/pkg/wire"
 	"github.com/zonefleet/zonefleet/pkg/zerr"
 	"github.com/zonefleet/zonefleet/pkg/zoneowner"
 	clientv3 "go.etcd.io/etcd/client/v3"
@@ -144,6 +147,20 @@ type Grants struct {
 	revMu sync.Mutex
 	rev   int64         // etcd revision the cache reflects (every event up to it applied)
 	revCh chan struct{} // closed when rev advances
+
+	// Bounds of the minimum-revision waits (CatchUp).
+	waiters      atomic.Int64 // calls waiting
+	maxWaiters   int64        // 0 = wire.MaxRevisionWaiters (tests set less)
+	lastProgress atomic.Int64 // unix nanoseconds of the last progress request
+	// refusals counts CatchUp's refusals by limit (the node's
+	// zonefleet_node_limit_refusals_total; nil: not counted).
+	refusals *prometheus.CounterVec
+}
+
+func (g *Grants) refused(limit string) {
+	if g.refusals != nil {
+		g.refusals.WithLabelValues(limit).Inc()
+	}
 }
 
 // grantEntry is a cached grant and its owner epoch: the etcd create
@@ -251,10 +268,17 @@ func (g *Grants) setRev(r int64) {
 // stream exists (or lost) is simply sent again. The request must carry the
 // watch's own metadata (WithRequireLeader): etcd's client keys watch streams
 // by it, and a request on another key reaches no watch.
+//
+// All waiters of the node share the progress requests: at most one per
+// wire.RevisionProgressInterval goes to etcd, whatever the number of calls
+// waiting.
 func (g *Grants) waitProgress(ctx context.Context, r int64) error {
 	for {
-		_ = g.cli.RequestProgress(clientv3.WithRequireLeader(ctx))
-		wctx, cancel := context.WithTimeout(ctx, 100*time.Millisecond)
+		now := time.Now().UnixNano()
+		if last := g.lastProgress.Load(); now-last >= int64(wire.RevisionProgressInterval) && g.lastProgress.CompareAndSwap(last, now) {
+			_ = g.cli.RequestProgress(clientv3.WithRequireLeader(ctx))
+		}
+		wctx, cancel := context.WithTimeout(ctx, wire.RevisionProgressInterval)
 		err := g.waitRev(wctx, r)
 		cancel()
 		if err == nil || ctx.Err() != nil {
@@ -385,15 +409,34 @@ func (g *Grants) follow(ctx context.Context, cli *clientv3.Client, rev int64) {
 }
 
 // CatchUp waits until the cache reflects etcd revision rev, asking the watch
-// for a progress notification if it is behind; it fails after a few seconds.
+// for a progress notification if it is behind; it fails (UNAVAILABLE) after
+// wire.RevisionWaitTimeout. The revision comes from the caller's metadata,
+// so the wait is bounded: a revision more than wire.MaxRevisionLead past
+// the cache's is refused at once, and so is a wait past
+// wire.MaxRevisionWaiters calls waiting already (zerr.LimitError,
+// RESOURCE_EXHAUSTED).
 func (g *Grants) CatchUp(ctx context.Context, rev int64) error {
 	g.revMu.Lock()
-	behind := g.rev < rev
+	cur := g.rev
 	g.revMu.Unlock()
-	if !behind || g.cli == nil {
+	if cur >= rev || g.cli == nil {
 		return nil
 	}
-	ctx, cancel := context.WithTimeout(ctx, 3*time.Second)
+	if rev-cur > wire.MaxRevisionLead {
+		g.refused("revision_lead")
+		return &zerr.LimitError{What: fmt.Sprintf("minimum revision %d is %d past node %s's view of etcd (revision %d)", rev, rev-cur, g.node, cur), Limit: wire.MaxRevisionLead}
+	}
+	max := int64(wire.MaxRevisionWaiters)
+	if g.maxWaiters > 0 {
+		max = g.maxWaiters
+	}
+	if g.waiters.Add(1) > max {
+		g.waiters.Add(-1)
+		g.refused("revision_waiters")
+		return &zerr.LimitError{What: fmt.Sprintf("calls waiting for a minimum revision on node %s", g.node), Limit: uint64(max)}
+	}
+	defer g.waiters.Add(-1)
+	ctx, cancel := context.WithTimeout(ctx, wire.RevisionWaitTimeout)
 	defer cancel()
 	if err := g.waitProgress(ctx, rev); err != nil {
 		return &zerr.UnavailableError{What: "node " + g.node, Reason: fmt.Sprintf("grants not yet at etcd revision %d", rev)}

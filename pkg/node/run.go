@@ -16,10 +16,11 @@ import (
 	"github.com/zonefleet/zonefleet/pkg/clock"
 	"github.com/zonefleet/zonefleet/pkg/cluster"
 	"github.com/zonefleet/zonefleet/pkg/daemon"
-	"github.com/zonefleet/zonefleet/pkg/etcdlocal"
+	"github.com/zonefleet/zonefleet/pkg/etcdclient"
 	"github.com/zonefleet/zonefleet/pkg/flash"
 	"github.com/zonefleet/zonefleet/pkg/pki"
 	"github.com/zonefleet/zonefleet/pkg/rpcerr"
+	"github.com/zonefleet/zonefleet/pkg/wire"
 	"github.com/zonefleet/zonefleet/pkg/zerr"
 	"github.com/zonefleet/zonefleet/pkg/zns"
 	"github.com/zonefleet/zonefleet/pkg/zoneowner"
@@ -197,7 +198,7 @@ func Run(ctx context.Context, d *daemon.Daemon, o Options, log *slog.Logger) err
 		if err != nil {
 			return err
 		}
-		if cli, err = etcdlocal.ConnectWith(ctx, o.Etcd, etcdTLS, 30*time.Second); err != nil {
+		if cli, err = etcdclient.ConnectWith(ctx, o.Etcd, etcdTLS, 30*time.Second); err != nil {
 			return err
 		}
 		defer cli.Close()
@@ -312,7 +313,7 @@ func PeerPool(sec *daemon.Security, cli *clientv3.Client) (*peerdial.Pool, error
 		}
 		return rec.Addr, nil
 	}
-	opts := append(rpcerr.DialOptions(), grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(daemon.MaxMessageBytes), grpc.MaxCallSendMsgSize(daemon.MaxMessageBytes)))
+	opts := append(rpcerr.DialOptions(), grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(wire.MaxMessageBytes), grpc.MaxCallSendMsgSize(wire.MaxMessageBytes)))
 	cfg := peerdial.Config{Resolve: resolve, Options: opts}
 	switch {
 	case sec == nil || sec.Insecure:

@@ -82,6 +82,27 @@
 // min) after it started unless a WaitCompaction is waiting then; its
 // device record and push are released when they end
 // (zonefleet_node_compactions_expired_total).
+//
+// # Overload
+//
+// What one caller can make the node hold is bounded (overload.go; the
+// limits are wire's constants). Receives have a deadline as sends do: a
+// client stream (WriteStream, PeerWrite) that sends no message for
+// Config.StreamIdleTimeout (wire.StreamIdleTimeout, 30 s) — typically part
+// of a message, then silence — ends with DeadlineExceeded
+// (zonefleet_node_recv_timeouts_total{op}); the receive runs on a goroutine
+// in lockstep with the handler so that the handler can stop waiting. A
+// namespace may have wire.MaxNamespaceStreams streams open on the node and
+// wire.MaxNamespaceInflightBytes of their data held (received, not yet
+// written; read, not yet sent); past either the stream is refused with
+// RESOURCE_EXHAUSTED (zerr.LimitError; zonefleet_node_limit_refusals_total)
+// and other namespaces are unaffected. A call's minimum revision
+// (wire.MinRevisionKey) is waited for at most wire.RevisionWaitTimeout,
+// by at most wire.MaxRevisionWaiters calls at once, sharing one etcd
+// progress request per wire.RevisionProgressInterval; one more than
+// wire.MaxRevisionLead past the node's view is refused at once. The
+// connection-level limits (connections, headers, streams per connection,
+// request deadline) are the daemon's.
 package node
 
 import (
@@ -100,7 +121,6 @@ import (
 	"github.com/zonefleet/zonefleet/pkg/auth/peerdial"
 	"github.com/zonefleet/zonefleet/pkg/clock"
 	"github.com/zonefleet/zonefleet/pkg/cluster"
-	"github.com/zonefleet/zonefleet/pkg/daemon"
 	"github.com/zonefleet/zonefleet/pkg/wire"
 	"github.com/zonefleet/zonefleet/pkg/zerr"
 	"github.com/zonefleet/zonefleet/pkg/zns"
@@ -148,6 +168,13 @@ type Config struct {
 	// DefaultRebuildBurst (an eighth of a second of RebuildRate, 64 KiB to
 	// 1 MiB).
 	RebuildBurst int64
+	// StreamIdleTimeout ends a client stream (WriteStream, PeerWrite) that
+	// sends no message for this long; 0 = wire.StreamIdleTimeout.
+	StreamIdleTimeout time.Duration
+	// MaxNamespaceStreams and MaxNamespaceInflightBytes bound one
+	// namespace's streams on this node (overload.go); 0 = wire's limits.
+	MaxNamespaceStreams       int
+	MaxNamespaceInflightBytes int64
 }
 
 // Service implements v1.ZonedDeviceServer over local devices.
@@ -169,6 +196,10 @@ type Service struct {
 
 	// sending counts stream sends in flight on sender goroutines (asyncSender).
 	sending atomic.Int64
+	// receiving counts stream receives waiting under the idle deadline
+	// (idleReceiver).
+	receiving atomic.Int64
+	limits    streamLimits
 	// rebuild is the node's rebuild rate limit (throttle.go).
 	rebuild *Bucket
 }
@@ -242,6 +273,9 @@ func New(cfg Config, devs []*zns.Device, grants *Grants, log *slog.Logger) (*Ser
 		})
 	}
 	s.m = newMetrics(s)
+	if grants != nil {
+		grants.refusals = s.m.limitRefusals
+	}
 	return s, nil
 }
 
@@ -755,7 +789,7 @@ func (s *Service) Identify(_ context.Context, req *v1.IdentifyRequest) (*v1.Iden
 		},
 		Clock: clockPB(d.dev.Clock().Kind()), TimeScale: timeScale(d.dev.Clock()), WriteCacheBytes: uint64(c.WriteCacheBytes),
 		IpuBudgetBlocks: uint64(id.IPUBudget), CopybackThreshold: uint32(c.CopybackThreshold), TotalBlocks: id.TotalLBAs,
-		MaxUnaryBytes: daemon.MaxUnaryData, FormatVersion: zns.FormatName, Uuid: id.UUID,
+		MaxUnaryBytes: wire.MaxUnaryData, FormatVersion: zns.FormatName, Uuid: id.UUID,
 	}, nil
 }
 

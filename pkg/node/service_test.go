@@ -112,7 +112,7 @@ func startNodeCfg(t *testing.T, id string, withGrants, serverCodec, clientCodec 
 	n := &testNode{svc: svc, addr: dm.GRPCAddr(), http: dm.HTTPAddr(), devs: devs, cancel: cancel, done: make(chan error, 1)}
 	go func() { n.done <- dm.Run(ctx) }()
 	conn, err := grpc.NewClient(n.addr, append(rpcerr.DialOptions(), grpc.WithTransportCredentials(insecure.NewCredentials()),
-		grpc.WithDefaultCallOptions(append(callOpts, grpc.MaxCallRecvMsgSize(daemon.MaxMessageBytes), grpc.MaxCallSendMsgSize(daemon.MaxMessageBytes))...))...)
+		grpc.WithDefaultCallOptions(append(callOpts, grpc.MaxCallRecvMsgSize(wire.MaxMessageBytes), grpc.MaxCallSendMsgSize(wire.MaxMessageBytes))...))...)
 	require.NoError(t, err)
 	n.client = v1.NewZonedDeviceClient(conn)
 	t.Cleanup(func() {

@@ -60,6 +60,7 @@ var table = []entry{
 	e("TL_VIOLATION", codes.FailedPrecondition, (*zerr.TLViolationError)(nil)),
 	e("GEOMETRY_MISMATCH", codes.FailedPrecondition, (*zerr.GeometryMismatchError)(nil)),
 	e("CLOSED", codes.Unavailable, (*zerr.ClosedError)(nil)),
+	e("LIMIT_EXCEEDED", codes.ResourceExhausted, (*zerr.LimitError)(nil)),
 }
 
 var byReason = func() map[string]entry {

@@ -1,6 +1,9 @@
 package wire
 
-import "google.golang.org/grpc"
+import (
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/keepalive"
+)
 
 // TransportBufferBytes is the gRPC transport's write buffer, and its read
 // buffer where that costs no idle memory, on every connection of the data
@@ -33,12 +36,35 @@ func TransportServerOptions(tls bool) []grpc.ServerOption {
 	return opts
 }
 
-// TransportDialOptions are the transport buffer options of a client
-// connection that is TLS (tls) or plaintext TCP / a unix socket.
+// TransportDialOptions are the transport options of a client connection
+// that is TLS (tls) or plaintext TCP / a unix socket: the buffers, and the
+// header list limit (MaxHeaderListBytes) on what the server sends back.
 func TransportDialOptions(tls bool) []grpc.DialOption {
-	opts := []grpc.DialOption{grpc.WithWriteBufferSize(TransportBufferBytes), grpc.WithSharedWriteBuffer(true)}
+	opts := []grpc.DialOption{grpc.WithWriteBufferSize(TransportBufferBytes), grpc.WithSharedWriteBuffer(true),
+		grpc.WithMaxHeaderListSize(MaxHeaderListBytes)}
 	if !tls {
 		opts = append(opts, grpc.WithReadBufferSize(TransportBufferBytes))
 	}
 	return opts
+}
+
+// LimitServerOptions are the per-connection limits of every server (see
+// the constants of limits.go): the message and header list sizes, the
+// streams one connection may carry at once, the handshake deadline and the
+// reaping of idle connections. Connection counts are the listener's
+// (daemon), the request deadline the server's stats handler (daemon).
+func LimitServerOptions() []grpc.ServerOption {
+	return []grpc.ServerOption{
+		grpc.MaxRecvMsgSize(MaxMessageBytes), grpc.MaxSendMsgSize(MaxMessageBytes),
+		grpc.MaxHeaderListSize(MaxHeaderListBytes),
+		grpc.MaxConcurrentStreams(MaxConcurrentStreams),
+		grpc.ConnectionTimeout(HandshakeTimeout),
+		grpc.KeepaliveParams(keepalive.ServerParameters{MaxConnectionIdle: MaxConnectionIdle}),
+	}
+}
+
+// CallSizeOptions are the message size limits of a client's calls (pass
+// to grpc.WithDefaultCallOptions).
+func CallSizeOptions() []grpc.CallOption {
+	return []grpc.CallOption{grpc.MaxCallRecvMsgSize(MaxMessageBytes), grpc.MaxCallSendMsgSize(MaxMessageBytes)}
 }

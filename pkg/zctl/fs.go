@@ -320,7 +320,7 @@ Prometheus metrics (zonefleet_fs_*, zonefleet_client_*) on --metrics-listen.`,
 	f.BoolVar(&o.allowOther, "allow-other", false, "let other users reach the mount (needs user_allow_other for non-root)")
 	f.BoolVar(&o.writebackCache, "writeback-cache", false, writebackCacheHelp)
 	f.BoolVar(&o.daemon, "daemon", false, "mount, then serve from a background process and return")
-	f.StringVar(&o.logFile, "log", "", "log file of a --daemon mount (default: $TMPDIR/zonefleet-mount-NAMESPACE.log)")
+	f.StringVar(&o.logFile, "log", "", "log file of a --daemon mount, opened without following a symbolic link and created 0600 (default: mount-NAMESPACE.log in the state directory, $XDG_STATE_HOME/zonefleet or ~/.local/state/zonefleet)")
 	f.BoolVar(&o.debug, "debug", false, "log every FUSE request")
 	return c
 }
@@ -345,9 +345,13 @@ func daemonize(g *Globals, o mountOptions) error {
 	}
 	logPath := o.logFile
 	if logPath == "" {
-		logPath = filepath.Join(os.TempDir(), "zonefleet-mount-"+g.Namespace+".log")
+		dir, err := stateDir()
+		if err != nil {
+			return fmt.Errorf("log of the mount: %w (or give --log)", err)
+		}
+		logPath = filepath.Join(dir, "mount-"+safeName(g.Namespace)+".log")
 	}
-	logf, err := os.OpenFile(logPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+	logf, err := openLog(logPath)
 	if err != nil {
 		return err
 	}
@@ -743,4 +747,74 @@ func mountHolder() string {
 	var r [4]byte
 	_, _ = rand.Read(r[:])
 	return fmt.Sprintf("%s pid %d %x", host, os.Getpid(), r)
+}
+
+// stateDir is zctl's state directory, $XDG_STATE_HOME/zonefleet or
+// ~/.local/state/zonefleet, created 0700: logs of background mounts live
+// there, out of shared directories such as /tmp where another user could
+// plant a symbolic link or a file of their own under the expected name.
+func stateDir() (string, error) {
+	base := os.Getenv("XDG_STATE_HOME")
+	if base == "" || !filepath.IsAbs(base) {
+		home, err := os.UserHomeDir()
+		if err != nil {
+			return "", err
+		}
+		base = filepath.Join(home, ".local", "state")
+	}
+	dir := filepath.Join(base, "zonefleet")
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return "", err
+	}
+	return dir, nil
+}
+
+// safeName keeps a namespace usable as a file name.
+func safeName(ns string) string {
+	if ns == "" {
+		return "default"
+	}
+	return strings.Map(func(r rune) rune {
+		if r == '/' || r == 0 || r == '\\' {
+			return '_'
+		}
+		return r
+	}, ns)
+}
+
+// openLog opens a log file for appending: never through a symbolic link
+// (O_NOFOLLOW), created 0600, and only a regular file of this user with
+// one name (not a device or FIFO, not a hard link to a file elsewhere);
+// an existing file's mode is narrowed to 0600.
+func openLog(path string) (*os.File, error) {
+	f, err := os.OpenFile(path, os.O_CREATE|os.O_WRONLY|os.O_APPEND|syscall.O_NOFOLLOW|syscall.O_NONBLOCK, 0o600)
+	if err != nil {
+		if errors.Is(err, syscall.ELOOP) {
+			return nil, &zerr.InvalidArgumentError{Field: "log", Reason: path + " is a symbolic link; a log file is not opened through one"}
+		}
+		return nil, err
+	}
+	var st syscall.Stat_t
+	if err := syscall.Fstat(int(f.Fd()), &st); err != nil {
+		f.Close()
+		return nil, err
+	}
+	reason := ""
+	switch {
+	case st.Mode&syscall.S_IFMT != syscall.S_IFREG:
+		reason = "is not a regular file"
+	case st.Uid != uint32(os.Geteuid()):
+		reason = fmt.Sprintf("belongs to user %d, not to this user", st.Uid)
+	case st.Nlink != 1:
+		reason = fmt.Sprintf("has %d names (a hard link)", st.Nlink)
+	}
+	if reason != "" {
+		f.Close()
+		return nil, &zerr.InvalidArgumentError{Field: "log", Reason: path + " " + reason}
+	}
+	if err := f.Chmod(0o600); err != nil {
+		f.Close()
+		return nil, err
+	}
+	return f, nil
 }

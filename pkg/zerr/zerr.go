@@ -35,6 +35,7 @@ var (
 	ErrTLViolation      = errors.New("threaded-logging write violates the valid bitmap")
 	ErrGeometryMismatch = errors.New("geometry mismatch")
 	ErrClosed           = errors.New("closed")
+	ErrLimit            = errors.New("limit reached")
 )
 
 // WritePointerError: a write did not start at the zone's write pointer.
@@ -273,6 +274,19 @@ type ClosedError struct{ What string }
 func (e *ClosedError) Error() string   { return e.What + " is closed" }
 func (e *ClosedError) Is(t error) bool { return t == ErrClosed }
 
+// LimitError: a caller reached a limit that bounds what it may make a
+// server hold (concurrent streams, in-flight bytes, waiting calls); the
+// request was refused and changed nothing. Retry later or use less.
+type LimitError struct {
+	What  string // the limited resource, e.g. "concurrent streams of namespace a on node n1"
+	Limit uint64
+}
+
+func (e *LimitError) Error() string {
+	return fmt.Sprintf("limit reached: %s (limit %d)", e.What, e.Limit)
+}
+func (e *LimitError) Is(t error) bool { return t == ErrLimit }
+
 // Typed lists one example of every typed error. pkg/rpcerr tests round-trip
 // each of them; a new typed error must be added here and to the rpcerr table.
 func Typed() []error {
@@ -298,5 +312,6 @@ func Typed() []error {
 		&TLViolationError{Zone: 4, LBA: 77, Reason: "block is marked valid"},
 		&GeometryMismatchError{Field: "zone_size", Have: "8192", Want: "4096"},
 		&ClosedError{What: "device dev0"},
+		&LimitError{What: "concurrent streams of namespace a on node n1", Limit: 32},
 	}
 }

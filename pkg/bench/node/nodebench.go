@@ -209,7 +209,7 @@ func removeDrive(path string) {
 // client dials a connection and waits until it is ready (an Identify call).
 // standard: the standard protobuf codec instead of the bulk codec.
 func (b *bench) client(ctx context.Context, standard bool) (v1.ZonedDeviceClient, func(), error) {
-	call := []grpc.CallOption{grpc.MaxCallRecvMsgSize(daemon.MaxMessageBytes), grpc.MaxCallSendMsgSize(daemon.MaxMessageBytes)}
+	call := []grpc.CallOption{grpc.MaxCallRecvMsgSize(wire.MaxMessageBytes), grpc.MaxCallSendMsgSize(wire.MaxMessageBytes)}
 	if !standard {
 		call = append(call, wire.CallOptions()...)
 	}
