@@ -90,3 +90,14 @@ test-deploy: images ## failure drills and dashboard checks against the compose c
 
 clean:
 	rm -rf $(BIN) $(TOOLS)
+
+# The fio engine: cgo against the installed fio's headers (Debian's source
+# package of the same version; bench/fio/build-engine.sh fetches and caches
+# them). Not part of `build`: it needs fio and a C compiler.
+.PHONY: fio-engine test-fio
+fio-engine: ## the fio external engine bin/zonefleet-fio.so (fio --thread --ioengine=external:bin/zonefleet-fio.so)
+	bench/fio/build-engine.sh $(BIN)/zonefleet-fio.so
+
+test-fio: build fio-engine ## fio job files (bench/fio/jobs) through the engine against `zctl local up`
+	ZONEFLEET_BIN_DIR=$(CURDIR)/$(BIN) ZONEFLEET_FIO_ENGINE=$(CURDIR)/$(BIN)/zonefleet-fio.so \
+	  $(GO) test -tags fio -count=1 -timeout 15m -v ./test/fio/

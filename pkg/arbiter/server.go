@@ -168,8 +168,13 @@ func (s *Server) DeleteNamespace(ctx context.Context, r *v1.DeleteNamespaceReque
 	return &v1.DeleteNamespaceResponse{}, nil
 }
 
-// OpenVZone implements v1.ArbiterServer: it opens the lowest empty v-zone.
+// OpenVZone implements v1.ArbiterServer: it opens the lowest empty v-zone,
+// or the one the request names.
 func (s *Server) OpenVZone(ctx context.Context, r *v1.OpenVZoneRequest) (*v1.VZone, error) {
+	if r.Id != nil { // this v-zone, not the lowest empty one
+		l, err := s.a.allocOpIDLike(ctx, r.GetNamespace(), r.GetId(), true, false, r.LikeVzone)
+		return s.vzone(ctx, l, err)
+	}
 	if r.LikeVzone != nil {
 		l, err := s.a.OpenNewVZoneLike(ctx, r.GetNamespace(), r.GetLikeVzone())
 		return s.vzone(ctx, l, err)

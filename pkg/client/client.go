@@ -669,6 +669,22 @@ func (c *Client) OpenVZoneLike(ctx context.Context, like uint64) (*VZone, uint64
 	return c.openVZone(ctx, &v1.OpenVZoneRequest{Namespace: c.cfg.Namespace, LikeVzone: &like})
 }
 
+// OpenVZoneID opens v-zone id, which must be empty (a *zerr.ZoneStateError
+// otherwise), instead of the lowest empty one: for users that address
+// v-zones by index, as a zoned block device's users address zones. An
+// arbiter that predates the request's id opens another v-zone: that one is
+// given back at once and the call fails with *zerr.UnavailableError.
+func (c *Client) OpenVZoneID(ctx context.Context, id uint64) (*VZone, uint64, error) {
+	vz, inc, err := c.openVZone(ctx, &v1.OpenVZoneRequest{Namespace: c.cfg.Namespace, Id: &id})
+	if err != nil || vz.ID() == id {
+		return vz, inc, err
+	}
+	if inc != 0 {
+		_ = vz.ResetIncarnation(ctx, inc)
+	}
+	return nil, 0, &zerr.UnavailableError{What: "arbiter", Reason: fmt.Sprintf("it opened v-zone %d when asked for %d: it does not open v-zones by id (upgrade it)", vz.ID(), id)}
+}
+
 func (c *Client) openVZone(ctx context.Context, req *v1.OpenVZoneRequest) (*VZone, uint64, error) {
 	l, err := arbiterCall(ctx, c, "open v-zone", func(ctx context.Context, a v1.ArbiterClient) (*v1.VZone, error) {
 		return a.OpenVZone(ctx, req)

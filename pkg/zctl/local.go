@@ -38,7 +38,7 @@ func localUpCmd(g *Globals) *cobra.Command {
 		scale                               float64
 		admission                           bool
 		rebuildRate                         float64
-		blocksPerChip                       int
+		blocksPerChip, zoneCapacity         int
 	)
 	c := &cobra.Command{
 		Use:   "up",
@@ -76,6 +76,15 @@ makes it current, so every other zctl command finds it. Running it again on the 
 						dev.SpareBlocksPerChip+1, maxLocalBlocksPerChip, dev.SpareBlocksPerChip, maxLocalBlocksPerChip, localDriveBytes(dev, maxLocalBlocksPerChip)>>30)})
 				}
 				dev.BlocksPerChip = blocksPerChip
+				if err := dev.Validate(); err != nil {
+					return usageErr(err)
+				}
+			}
+			if cmd.Flags().Changed("zone-capacity") {
+				if existing && have.ZoneCapacity != zoneCapacity {
+					return &exitError{code: ExitConflict, err: fmt.Errorf("the drives in %s were created with --zone-capacity %d; an existing drive keeps its zones (start a new cluster with another --data)", abs, have.ZoneCapacity)}
+				}
+				dev.ZoneCapacity = zoneCapacity
 				if err := dev.Validate(); err != nil {
 					return usageErr(err)
 				}
@@ -145,6 +154,7 @@ makes it current, so every other zctl command finds it. Running it again on the 
 	f.StringVar(&clockName, "clock", "realtime", "drive timing clock: realtime, virtual or off")
 	f.Float64Var(&scale, "time-scale", 1, "realtime clock scale")
 	f.IntVar(&blocksPerChip, "blocks-per-chip", localcluster.LocalDevice().BlocksPerChip, "size of each drive on first start: 4 MiB flash blocks per chip (8 chips, 2 blocks each kept spare; 36 = 272 zones, 1088 MiB); later starts keep the drives' size")
+	f.IntVar(&zoneCapacity, "zone-capacity", 0, "writable blocks of each zone on first start, below the zone size as on NVMe ZNS drives (0: the zone size, 1024 blocks); later starts keep it")
 	f.StringVar(&media, "media", "", "media preset of the drives: TLC, MLC or ZNAND (default MLC)")
 	f.StringVar(&ns, "default-namespace", "default", "namespace created at start (empty: none)")
 	f.BoolVar(&admission, "admission-control", true, "write admission control on the nodes")

@@ -29,3 +29,19 @@ func TestLocalUpRejectsDriveSize(t *testing.T) {
 		})
 	}
 }
+
+// A --zone-capacity above the zone size (or below zero) is a usage error
+// that names the bound, and starts nothing.
+func TestLocalUpRejectsZoneCapacity(t *testing.T) {
+	for _, value := range []string{"1025", "-1"} {
+		t.Run(value, func(t *testing.T) {
+			data := filepath.Join(t.TempDir(), "data")
+			_, stderr, code := run(t, "", "--config", filepath.Join(t.TempDir(), "c.yaml"), "local", "up", "--data", data, "--zone-capacity", value)
+			assert.Equal(t, ExitUsage, code, stderr)
+			assert.Contains(t, stderr, "zone_capacity")
+			assert.Contains(t, stderr, "zone size 1024 blocks")
+			_, err := os.Stat(data)
+			assert.True(t, os.IsNotExist(err), "nothing was created")
+		})
+	}
+}

@@ -904,7 +904,11 @@ type OpenVZoneRequest struct {
 	// from it into the new v-zone finds same-chip destinations (copyback).
 	// Best effort: an empty or reset v-zone, or a die without room, falls
 	// back to the usual placement. Must be a v-zone id of the namespace.
-	LikeVzone     *uint64 `protobuf:"varint,2,opt,name=like_vzone,json=likeVzone,proto3,oneof" json:"like_vzone,omitempty"`
+	LikeVzone *uint64 `protobuf:"varint,2,opt,name=like_vzone,json=likeVzone,proto3,oneof" json:"like_vzone,omitempty"`
+	// Open this v-zone, which must be empty (ZoneStateError otherwise),
+	// instead of the lowest empty one: for clients that address v-zones by
+	// index, as a zoned block device's user addresses zones.
+	Id            *uint64 `protobuf:"varint,3,opt,name=id,proto3,oneof" json:"id,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -949,6 +953,13 @@ func (x *OpenVZoneRequest) GetNamespace() string {
 func (x *OpenVZoneRequest) GetLikeVzone() uint64 {
 	if x != nil && x.LikeVzone != nil {
 		return *x.LikeVzone
+	}
+	return 0
+}
+
+func (x *OpenVZoneRequest) GetId() uint64 {
+	if x != nil && x.Id != nil {
+		return *x.Id
 	}
 	return 0
 }
@@ -2576,12 +2587,14 @@ const file_zonefleet_v1_arbiter_proto_rawDesc = "" +
 	"\retcd_revision\x18\b \x01(\x03R\fetcdRevision\x12 \n" +
 	"\vincarnation\x18\t \x01(\x04R\vincarnation\x12)\n" +
 	"\x10threaded_logging\x18\n" +
-	" \x01(\bR\x0fthreadedLogging\"c\n" +
+	" \x01(\bR\x0fthreadedLogging\"\x7f\n" +
 	"\x10OpenVZoneRequest\x12\x1c\n" +
 	"\tnamespace\x18\x01 \x01(\tR\tnamespace\x12\"\n" +
 	"\n" +
-	"like_vzone\x18\x02 \x01(\x04H\x00R\tlikeVzone\x88\x01\x01B\r\n" +
-	"\v_like_vzone\"^\n" +
+	"like_vzone\x18\x02 \x01(\x04H\x00R\tlikeVzone\x88\x01\x01\x12\x13\n" +
+	"\x02id\x18\x03 \x01(\x04H\x01R\x02id\x88\x01\x01B\r\n" +
+	"\v_like_vzoneB\x05\n" +
+	"\x03_id\"^\n" +
 	"\fVZoneRequest\x12\x1c\n" +
 	"\tnamespace\x18\x01 \x01(\tR\tnamespace\x12\x0e\n" +
 	"\x02id\x18\x02 \x01(\x04R\x02id\x12 \n" +

@@ -1,0 +1,351 @@
+//go:build fioengine
+
+/*
+ * The fio side of the ZoneFleet engine: fio's ioengine_ops (version
+ * FIO_IOOPS_VERSION of the fio headers it is built against, which must be
+ * the installed fio's), its options, and the mapping of fio's structures to
+ * the Go side's plain calls (zf.h, main.go).
+ *
+ * Lifecycle. fio sizes the file (get_file_size) and sets up zoned mode
+ * (get_zoned_model, report_zones, get_max_open_zones, reset_wp) in its main
+ * process, then starts the job; init runs in the job. The engine's state
+ * (struct zf_data in td->io_ops_data) is made by whichever of these comes
+ * first and holds the target (one connection per target per process,
+ * shared by the jobs that name the same one) and the job's queue.
+ *
+ * Threads only. The Go runtime runs in the process that loaded the engine;
+ * a forked job has none of its threads, so every entry point checks that it
+ * runs in that process and fails the job with a clear error otherwise.
+ *
+ * I/O. With iodepth=1 queue() runs the I/O on the job's thread and returns
+ * FIO_Q_COMPLETED; deeper, queue() hands it to the Go side, which runs it
+ * on a goroutine (a zone's writes one at a time, in order) and getevents()
+ * collects completions. Trims reset whole zones; fsync flushes the drives.
+ */
+#include <errno.h>
+#include <stddef.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "fio.h"
+#include "optgroup.h"
+#include "zbd_types.h"
+
+#include "zf.h"
+#include "_cgo_export.h"
+
+_Static_assert(sizeof(struct zf_zone) == sizeof(struct zbd_zone), "struct zbd_zone layout");
+_Static_assert(offsetof(struct zf_zone, capacity) == offsetof(struct zbd_zone, capacity), "struct zbd_zone layout");
+_Static_assert(offsetof(struct zf_zone, cond) == offsetof(struct zbd_zone, cond), "struct zbd_zone layout");
+_Static_assert(FIO_IOOPS_VERSION == 31, "built against the fio 3.33 engine ABI");
+
+struct zf_options {
+	void *pad; /* fio: an option's off1 is never 0 */
+	char *node;
+	char *addr;
+	unsigned int device;
+	char *ns;
+	char *arbiter;
+	char *etcd;
+	char *config;
+	char *cluster_name;
+	char *cluster;
+	char *token_file;
+	char *ca_file;
+	char *cert_file;
+	char *key_file;
+	unsigned int insecure;
+	unsigned int zone_append;
+	unsigned int zones;
+};
+
+#define ZF_OPT(nm, field, typ, hlp) { \
+	.name = nm, .lname = "zonefleet " nm, .type = typ, .help = hlp, \
+	.off1 = offsetof(struct zf_options, field), \
+	.category = FIO_OPT_C_ENGINE, .group = FIO_OPT_G_INVALID, }
+
+static struct fio_option options[] = {
+	ZF_OPT("node", node, FIO_OPT_STR_STORE, "drive target: node id (its address from the arbiter)"),
+	ZF_OPT("addr", addr, FIO_OPT_STR_STORE, "drive target: node address, instead of node="),
+	ZF_OPT("device", device, FIO_OPT_INT, "drive target: device index on the node (default 0)"),
+	ZF_OPT("namespace", ns, FIO_OPT_STR_STORE, "v-zone target: the tenant namespace (zone i is v-zone i)"),
+	ZF_OPT("zones", zones, FIO_OPT_INT, "v-zone target: use v-zones 0..zones-1 (default: the namespace's quota)"),
+	ZF_OPT("arbiter", arbiter, FIO_OPT_STR_STORE, "arbiter addresses, comma-separated ($ZONEFLEET_ARBITER)"),
+	ZF_OPT("etcd", etcd, FIO_OPT_STR_STORE, "etcd endpoints, comma-separated ($ZONEFLEET_ETCD)"),
+	ZF_OPT("config", config, FIO_OPT_STR_STORE, "zctl's config file ($ZONEFLEET_CONFIG)"),
+	ZF_OPT("cluster_name", cluster_name, FIO_OPT_STR_STORE, "cluster of zctl's config file ($ZONEFLEET_CLUSTER_NAME)"),
+	ZF_OPT("cluster", cluster, FIO_OPT_STR_STORE, "cluster.json of zctl local up ($ZONEFLEET_CLUSTER)"),
+	ZF_OPT("token_file", token_file, FIO_OPT_STR_STORE, "admin or namespace token file ($ZONEFLEET_TOKEN_FILE)"),
+	ZF_OPT("ca_file", ca_file, FIO_OPT_STR_STORE, "cluster CA certificate ($ZONEFLEET_CA_FILE)"),
+	ZF_OPT("cert_file", cert_file, FIO_OPT_STR_STORE, "client certificate ($ZONEFLEET_CERT_FILE)"),
+	ZF_OPT("key_file", key_file, FIO_OPT_STR_STORE, "client certificate key ($ZONEFLEET_KEY_FILE)"),
+	ZF_OPT("insecure", insecure, FIO_OPT_BOOL, "dial plaintext (clusters started with --insecure)"),
+	ZF_OPT("zone_append", zone_append, FIO_OPT_BOOL, "issue writes as zone appends and check where they landed"),
+	{ .name = NULL, },
+};
+
+struct zf_data {
+	uintptr_t target;
+	uintptr_t queue;
+	struct zf_geo geo;
+	int sync;
+	unsigned int depth;
+	struct io_u **events;
+	uintptr_t *tags;
+	int *errs;
+};
+
+static pid_t zf_loader_pid;
+
+__attribute__((constructor)) static void zf_loaded(void)
+{
+	zf_loader_pid = getpid();
+}
+
+static int zf_forked(struct thread_data *td)
+{
+	if (getpid() == zf_loader_pid)
+		return 0;
+	log_err("zonefleet: job %s runs in a forked process: the engine needs fio's threads (--thread or thread=1)\n", td->o.name);
+	td_verror(td, EINVAL, "zonefleet engine needs --thread");
+	return 1;
+}
+
+static void zf_str(const char **dst, const char *src)
+{
+	*dst = (src && *src) ? src : NULL;
+}
+
+/* zf_get returns the job's engine state, opening the target the first time. */
+static struct zf_data *zf_get(struct thread_data *td)
+{
+	struct zf_options *o = td->eo;
+	struct zf_data *d = td->io_ops_data;
+	struct zf_conn c;
+	char err[512] = "";
+
+	if (d)
+		return d;
+	if (zf_forked(td))
+		return NULL;
+	memset(&c, 0, sizeof(c));
+	zf_str(&c.node, o->node);
+	zf_str(&c.addr, o->addr);
+	c.device = o->device;
+	zf_str(&c.ns, o->ns);
+	zf_str(&c.arbiter, o->arbiter);
+	zf_str(&c.etcd, o->etcd);
+	zf_str(&c.config, o->config);
+	zf_str(&c.cluster_name, o->cluster_name);
+	zf_str(&c.cluster, o->cluster);
+	zf_str(&c.token_file, o->token_file);
+	zf_str(&c.ca_file, o->ca_file);
+	zf_str(&c.cert_file, o->cert_file);
+	zf_str(&c.key_file, o->key_file);
+	c.insecure = o->insecure;
+	c.zone_append = o->zone_append;
+	c.zones = o->zones;
+
+	d = calloc(1, sizeof(*d));
+	if (!d) {
+		td_verror(td, ENOMEM, "zonefleet: state");
+		return NULL;
+	}
+	d->target = zf_target_open(&c, &d->geo, err, sizeof(err));
+	if (!d->target) {
+		log_err("zonefleet: %s: %s\n", td->o.name, err);
+		td_verror(td, EINVAL, "zonefleet: open target");
+		free(d);
+		return NULL;
+	}
+	td->io_ops_data = d;
+	return d;
+}
+
+static int zf_get_file_size(struct thread_data *td, struct fio_file *f)
+{
+	struct zf_data *d = zf_get(td);
+
+	if (!d)
+		return 1;
+	f->real_file_size = d->geo.zones * d->geo.zone_size;
+	f->filetype = FIO_TYPE_BLOCK; /* a zoned block device, not a file fio emulates zones in */
+	fio_file_set_size_known(f);
+	return 0;
+}
+
+static int zf_init(struct thread_data *td)
+{
+	struct zf_data *d;
+	unsigned int depth = td->o.iodepth ? td->o.iodepth : 1;
+
+	if (zf_forked(td)) /* (the state the main process made is no use here) */
+		return 1;
+	d = zf_get(td);
+	if (!d)
+		return 1;
+	if (d->queue)
+		return 0;
+	d->depth = depth;
+	d->sync = depth == 1;
+	if (d->sync) /* fio accounts the I/O as a sync engine's (latency = the call) */
+		td->flags |= (unsigned long long)FIO_SYNCIO << TD_ENG_FLAG_SHIFT;
+	d->events = calloc(depth, sizeof(*d->events));
+	d->tags = calloc(depth, sizeof(*d->tags));
+	d->errs = calloc(depth, sizeof(*d->errs));
+	if (!d->events || !d->tags || !d->errs) {
+		td_verror(td, ENOMEM, "zonefleet: queue");
+		return 1;
+	}
+	d->queue = zf_queue_new(d->target, ((struct zf_options *)td->eo)->zone_append);
+	return 0;
+}
+
+static void zf_cleanup(struct thread_data *td)
+{
+	struct zf_data *d = td->io_ops_data;
+
+	if (!d)
+		return;
+	if (getpid() == zf_loader_pid) {
+		if (d->queue)
+			zf_queue_free(d->queue);
+		zf_target_release(d->target);
+	}
+	free(d->events);
+	free(d->tags);
+	free(d->errs);
+	free(d);
+	td->io_ops_data = NULL;
+}
+
+static enum fio_q_status zf_queue(struct thread_data *td, struct io_u *io_u)
+{
+	struct zf_data *d = td->io_ops_data;
+	uint64_t len = io_u->xfer_buflen;
+
+	fio_ro_check(td, io_u);
+	if (io_u->ddir != DDIR_READ && io_u->ddir != DDIR_WRITE && io_u->ddir != DDIR_TRIM &&
+	    io_u->ddir != DDIR_SYNC && io_u->ddir != DDIR_DATASYNC) {
+		io_u->error = EINVAL;
+		return FIO_Q_COMPLETED;
+	}
+	if (io_u->ddir == DDIR_TRIM)
+		len = io_u->xfer_buflen;
+	if (d->sync) {
+		io_u->error = zf_do(d->queue, io_u->ddir, io_u->offset, io_u->xfer_buf, len);
+		return FIO_Q_COMPLETED;
+	}
+	zf_submit(d->queue, (uintptr_t)io_u, io_u->ddir, io_u->offset, io_u->xfer_buf, len);
+	return FIO_Q_QUEUED;
+}
+
+static int zf_getevents(struct thread_data *td, unsigned int min, unsigned int max,
+			const struct timespec *t)
+{
+	struct zf_data *d = td->io_ops_data;
+	long long timeout = -1;
+	int i, n;
+
+	if (max > d->depth)
+		max = d->depth;
+	if (t)
+		timeout = (long long)t->tv_sec * 1000000000LL + t->tv_nsec;
+	n = zf_wait(d->queue, min, max, timeout, d->tags, d->errs);
+	for (i = 0; i < n; i++) {
+		d->events[i] = (struct io_u *)d->tags[i];
+		d->events[i]->error = d->errs[i];
+	}
+	return n;
+}
+
+static struct io_u *zf_event(struct thread_data *td, int event)
+{
+	struct zf_data *d = td->io_ops_data;
+
+	return d->events[event];
+}
+
+static int zf_open_file(struct thread_data *td, struct fio_file *f)
+{
+	return zf_get(td) ? 0 : 1;
+}
+
+static int zf_close_file(struct thread_data *td, struct fio_file *f)
+{
+	return 0;
+}
+
+static int zf_invalidate(struct thread_data *td, struct fio_file *f)
+{
+	return 0; /* no host cache to drop: every read goes to the nodes */
+}
+
+static int zf_get_zoned_model(struct thread_data *td, struct fio_file *f, enum zbd_zoned_model *model)
+{
+	if (!zf_get(td))
+		return -EINVAL;
+	*model = ZBD_HOST_MANAGED;
+	return 0;
+}
+
+static int zf_report_zones(struct thread_data *td, struct fio_file *f, uint64_t offset,
+			   struct zbd_zone *zones, unsigned int nr_zones)
+{
+	struct zf_data *d = zf_get(td);
+	char err[512] = "";
+	int n;
+
+	if (!d)
+		return -EINVAL;
+	n = zf_report(d->target, offset, (struct zf_zone *)zones, nr_zones, err, sizeof(err));
+	if (n < 0)
+		log_err("zonefleet: report zones: %s\n", err);
+	return n;
+}
+
+static int zf_reset_wp(struct thread_data *td, struct fio_file *f, uint64_t offset, uint64_t length)
+{
+	struct zf_data *d = zf_get(td);
+	char err[512] = "";
+	int ret;
+
+	if (!d)
+		return -EINVAL;
+	ret = zf_reset(d->target, offset, length, err, sizeof(err));
+	if (ret < 0)
+		log_err("zonefleet: reset zones: %s\n", err);
+	return ret;
+}
+
+static int zf_get_max_open_zones(struct thread_data *td, struct fio_file *f, unsigned int *max_open_zones)
+{
+	struct zf_data *d = zf_get(td);
+
+	if (!d)
+		return -EINVAL;
+	*max_open_zones = d->geo.max_open;
+	return 0;
+}
+
+struct ioengine_ops ioengine = {
+	.name			= "zonefleet",
+	.version		= FIO_IOOPS_VERSION,
+	.flags			= FIO_DISKLESSIO | FIO_NODISKUTIL | FIO_NOEXTEND | FIO_RAWIO,
+	.init			= zf_init,
+	.queue			= zf_queue,
+	.getevents		= zf_getevents,
+	.event			= zf_event,
+	.cleanup		= zf_cleanup,
+	.open_file		= zf_open_file,
+	.close_file		= zf_close_file,
+	.invalidate		= zf_invalidate,
+	.get_file_size		= zf_get_file_size,
+	.get_zoned_model	= zf_get_zoned_model,
+	.report_zones		= zf_report_zones,
+	.reset_wp		= zf_reset_wp,
+	.get_max_open_zones	= zf_get_max_open_zones,
+	.options		= options,
+	.option_struct_size	= sizeof(struct zf_options),
+};
