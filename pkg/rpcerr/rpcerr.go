@@ -60,6 +60,8 @@ var table = []entry{
 	e("TL_VIOLATION", codes.FailedPrecondition, (*zerr.TLViolationError)(nil)),
 	e("GEOMETRY_MISMATCH", codes.FailedPrecondition, (*zerr.GeometryMismatchError)(nil)),
 	e("CLOSED", codes.Unavailable, (*zerr.ClosedError)(nil)),
+	e("PERMISSION_DENIED", codes.PermissionDenied, (*zerr.PermissionDeniedError)(nil)),
+	e("PEER_IDENTITY", codes.Unauthenticated, (*zerr.PeerIdentityError)(nil)),
 }
 
 var byReason = func() map[string]entry {
