@@ -79,6 +79,15 @@ func Run(ctx context.Context, d *daemon.Daemon, o Options, log *slog.Logger) err
 		addr = d.GRPCAddr()
 	}
 	comp := arbiter.NewNodeCompactor(cli, o.AdminToken, d.PeerDialOptions()...)
+	if sec := d.SecurityConfig(); sec != nil && !sec.Insecure && sec.Bundle != nil {
+		// Nodes are dialled by id, their certificates pinned to node:<id>;
+		// the arbiter's certificate is the credential, no token is sent.
+		conf, err := sec.Bundle.ClientTLS(nil, "")
+		if err != nil {
+			return err
+		}
+		comp.WithNodeTLS(conf)
+	}
 	a, err := arbiter.New(arbiter.Config{Addr: addr, ID: o.ID, SessionTTL: o.SessionTTL, TReadOnly: o.TReadOnly,
 		BaseStripeSize: o.StripeSize, CompactInterval: o.CompactInterval, NodeDownAfter: o.NodeDownAfter, ReclaimTimeout: o.ReclaimTimeout, RebuildInterval: o.RebuildInterval, Registerer: d.Registry, Logger: log}, cli, comp)
 	if err != nil {

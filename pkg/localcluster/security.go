@@ -103,15 +103,17 @@ func (c *Cluster) ClientConfig(ns string) client.Config {
 		LocalSockets: c.localSockets()}
 }
 
-// localSockets maps the nodes' gRPC addresses to their unix sockets
-// (Config.TCPOnly; a node keeps both when it restarts).
+// localSockets maps the nodes' ids to their unix sockets (Config.TCPOnly;
+// a node keeps its socket when it restarts). Keyed by id, not address: the
+// client picks a socket for the node it means, whatever address the node's
+// record holds.
 func (c *Cluster) localSockets() map[string]string {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	m := map[string]string{}
 	for _, p := range c.nodes {
-		if p.sock != "" && p.grpc != "" {
-			m[p.grpc] = p.sock
+		if p.sock != "" && p.id != "" {
+			m[p.id] = p.sock
 		}
 	}
 	return m
