@@ -9,6 +9,7 @@ import (
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 
+	"github.com/zonefleet/zonefleet/pkg/auth/tokengen"
 	"github.com/zonefleet/zonefleet/pkg/cluster"
 	"github.com/zonefleet/zonefleet/pkg/zerr"
 )
@@ -351,8 +352,19 @@ func (a *Arbiter) nsInfo(st *State, ix *index, name string, ns *nsState) Namespa
 // DeleteNamespace deletes a namespace, revokes all its grants and
 // reprovisions the others. Without force it fails with *zerr.ZoneStateError
 // while the namespace has an open v-zone.
+//
+// The same transaction raises the namespace's token generation (tokengen):
+// every token of this incarnation is refused from then on, also by a
+// namespace created later under the same name, whose tokens carry the new
+// generation; the generation record outlives the namespace for that
+// reason. A RevokeTokens racing the deletion may be overwritten by it (both
+// raise the generation past every token issued before the deletion).
 func (a *Arbiter) DeleteNamespace(ctx context.Context, name string, force bool) error {
-	err := a.mutate(ctx, func(st *State, ix *index) ([]clientv3.Op, error) {
+	gen, _, err := tokengen.Current(ctx, a.cli, name)
+	if err != nil {
+		return err
+	}
+	err = a.mutate(ctx, func(st *State, ix *index) ([]clientv3.Op, error) {
 		ns, err := getNS(st, name)
 		if err != nil {
 			return nil, err
@@ -372,7 +384,8 @@ func (a *Arbiter) DeleteNamespace(ctx context.Context, name string, force bool) 
 		}
 		delete(st.Namespaces, name)
 		reprovision(st)
-		return append(ops, clientv3.OpDelete(cluster.NamespaceKey(name))), nil
+		return append(ops, clientv3.OpDelete(cluster.NamespaceKey(name)),
+			clientv3.OpPut(tokengen.Key(name), string(tokengen.Encode(gen+1)))), nil
 	})
 	if err != nil {
 		return err
