@@ -262,15 +262,24 @@ func checkQuotaReservable(st *State, spec NamespaceSpec) error {
 }
 
 // checkQuotaAlloc refuses a stripe group of n zones for namespace name
-// beyond its quota, or, for a namespace without one, into what the quotas
-// still reserve.
-func checkQuotaAlloc(st *State, name string, ns *nsState, n uint64) error {
+// beyond its quota, or, for a namespace without one, beyond its default
+// share (maxShare of the cluster's zones, when in (0,1)) or into what the
+// quotas still reserve.
+func checkQuotaAlloc(st *State, name string, ns *nsState, n uint64, maxShare float64) error {
 	if q := ns.Spec.quotaZones(); q > 0 {
 		if held := allocatedZones(ns); held+n > q {
 			return &zerr.NoResourcesError{Resource: fmt.Sprintf("physical zones of namespace %s's quota (%d v-zones)", name, ns.Spec.VZones),
 				Requested: n, Available: q - min(q, held)}
 		}
 		return nil
+	}
+	if maxShare > 0 && maxShare < 1 {
+		total := availableZones(st)
+		limit := uint64(float64(total) * maxShare)
+		if held := allocatedZones(ns); held+n > limit {
+			return &zerr.NoResourcesError{Resource: fmt.Sprintf("physical zones of namespace %s's default share (%.0f%% of the cluster's %d zones; an operator can give it a quota: zctl ns create --vzones)",
+				name, maxShare*100, total), Requested: n, Available: limit - min(limit, held)}
+		}
 	}
 	quotas := false
 	for _, o := range st.Namespaces {
@@ -549,7 +558,7 @@ func (a *Arbiter) allocGroup(st *State, name string, ns *nsState, vz *VZone, now
 		return nil, err
 	}
 	if !reclaim { // a reclaim gives back the group it replaces
-		if err := checkQuotaAlloc(st, name, ns, uint64(len(g.Zones))); err != nil {
+		if err := checkQuotaAlloc(st, name, ns, uint64(len(g.Zones)), a.cfg.MaxShare); err != nil {
 			return nil, err
 		}
 	}
