@@ -271,6 +271,12 @@ func Start(ctx context.Context, cfg Config) (*Cluster, error) {
 	for i := 0; i < cfg.Nodes; i++ {
 		c.nodes = append(c.nodes, &proc{id: nodeID(i), fixedRPC: port(30, i, 0), fixedWeb: port(30, i, 1)})
 	}
+	if !cfg.Insecure {
+		if err := c.etcdLeastPrivilege(ctx); err != nil {
+			c.Close()
+			return nil, err
+		}
+	}
 	for i := 0; i < cfg.Arbiters; i++ {
 		c.arbiters = append(c.arbiters, &proc{id: fmt.Sprintf("arbiter-%d", i+1), fixedRPC: port(10, i, 0), fixedWeb: port(10, i, 1)})
 	}

@@ -146,8 +146,8 @@ func (r *recorder) snapshot() []recorded {
 	return append([]recorded(nil), r.calls...)
 }
 
-// A node's record rewritten (with a stolen node certificate) to an address
-// served by another node's certificate: the client library, a remote
+// A node's record rewritten to an address served by another node's
+// certificate: the client library, a remote
 // tenant, the local tenant's mount path and zctl all refuse the server with
 // a *zerr.PeerIdentityError naming both identities, and nothing reaches it.
 func TestClientRefusesNodeUnderAnotherIdentity(t *testing.T) {
@@ -160,9 +160,11 @@ func TestClientRefusesNodeUnderAnotherIdentity(t *testing.T) {
 	if victim == other {
 		other = "node-2"
 	}
-	// The attacker holds the other node's certificate and listens with it.
+	// A listener presenting the other node's certificate, and the victim's
+	// record pointing at it (written with the victim's own certificate:
+	// etcd lets a node write only its own registration).
 	rec := startRecorder(t, ic, other)
-	ic.moveNode(t, ctx, ic.stolenEtcd(t, other), victim, rec.addr)
+	ic.moveNode(t, ctx, ic.stolenEtcd(t, victim), victim, rec.addr)
 
 	// A remote tenant (TLS, no unix sockets) reading the victim's zones.
 	remote := ic.cl.ClientConfig("t")
