@@ -15,7 +15,7 @@ import (
 	"github.com/zonefleet/zonefleet/pkg/zerr"
 )
 
-// Token issuance and revocation (issue #15). Any arbiter replica serves
+// Token issuance and revocation. Any arbiter replica serves
 // both: they touch no arbiter state, only the namespace record (read) and
 // the namespace's token generation (tokengen, in etcd), so a tenant renews
 // its token even while the leader changes.

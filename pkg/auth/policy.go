@@ -50,7 +50,7 @@ var (
 //	  Read, ReadStream, ReadV, Write, WriteStream,
 //	  Append, Flush, SimpleCopy, TLOpen    admin, tenant (the arbiter is never on the byte path)
 //	  GetLog                               admin
-//	  PeerWrite, PeerRead                  node only (never the admin token: issue #15);
+//	  PeerWrite, PeerRead                  node only (never the admin token);
 //	                                       PeerRead serves a peer's raid5 rebuild
 //	  RebuildParityLeg                     admin, arbiter (the target node then
 //	                                       pulls from its peers with PeerRead)

@@ -33,7 +33,7 @@ const (
 	// NamespaceKey is wire.NamespaceKey: the namespace an admin, arbiter or
 	// node acts for. From a tenant it must equal the token's namespace.
 	NamespaceKey = "zonefleet-namespace"
-	// legacyTokenKey is wire.TokenKey, the pre-#15 admin token. It is
+	// legacyTokenKey is wire.TokenKey, the legacy admin token key. It is
 	// stripped from every call so no handler can consult it any more.
 	legacyTokenKey = "zonefleet-token"
 	bearerPrefix   = "Bearer "

@@ -18,7 +18,7 @@ import (
 	"github.com/zonefleet/zonefleet/pkg/zerr"
 )
 
-// IssueToken asks the arbiter for a signed namespace token (issue #15):
+// IssueToken asks the arbiter for a signed namespace token:
 // the operator for any namespace, a tenant for its own (a renewal). ttl 0
 // is the arbiter's default (15 minutes).
 func (c *Client) IssueToken(ctx context.Context, namespace string, ttl time.Duration) (*v1.IssueTokenResponse, error) {
@@ -36,7 +36,7 @@ func (c *Client) RevokeTokens(ctx context.Context, namespace string) (uint64, er
 	return r.GetGeneration(), err
 }
 
-// Token renewal (issue #15). A tenant's namespace token is short-lived
+// Token renewal. A tenant's namespace token is short-lived
 // (auth.DefaultTokenTTL, 15 minutes, from `zctl token issue`); a mount or
 // any long-running program must not stop at its expiry. New wraps
 // Config.Credentials in a renewingSource:

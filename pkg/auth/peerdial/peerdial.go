@@ -1,7 +1,7 @@
 // Package peerdial is how a node reaches another node (ZoneCompaction's
-// PeerWrite) without the hole of issue #15, where the node dialled whatever
-// address the request named, attached the admin token, and cached one
-// connection per address forever.
+// PeerWrite, a rebuild's PeerRead) by id: never to an address a request
+// names, never with a bearer token, never with an unbounded connection
+// cache.
 //
 // A Pool is asked for a node by id, never by address. It resolves the
 // address through a Resolver that must answer from the registered node

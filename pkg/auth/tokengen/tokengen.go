@@ -1,5 +1,5 @@
 // Package tokengen keeps the per-namespace token generations that revoke
-// namespace tokens (issue #15). A namespace token carries the generation
+// namespace tokens. A namespace token carries the generation
 // current when it was issued (claim "gen"); the arbiter's RevokeTokens
 // (`zctl token revoke NS`) bumps the namespace's generation in etcd at
 // Key(ns), and every verifier refuses tokens of an older generation as
@@ -28,8 +28,9 @@
 // revocation issued during the outage takes effect when the watch is back,
 // bounded by the token lifetime (15 minutes by default).
 //
-// Residual risk: every node can write etcd, so a compromised node could
-// lower a generation (un-revoke); tokens still expire.
+// Only arbiters write generations: etcd's role-based access control
+// (package etcdrbac) gives nodes read access to this prefix only, so a
+// stolen node certificate cannot lower a generation (un-revoke).
 package tokengen
 
 import (
