@@ -35,6 +35,9 @@ type NodeCompactor struct {
 	// node:<id> (auth.NodeCredentials): the address in the node's record is
 	// not trusted.
 	nodeTLS *tls.Config
+	// grants signs the operation grants of the rebuilds it assigns (the
+	// token-signing key); nil sends none (clusters without one).
+	grants *auth.Issuer
 
 	mu    sync.Mutex
 	conns map[string]*grpc.ClientConn
@@ -60,6 +63,15 @@ func NewNodeCompactor(cli *clientv3.Client, token string, opts ...grpc.DialOptio
 func (c *NodeCompactor) WithNodeTLS(conf *tls.Config) *NodeCompactor {
 	c.nodeTLS = conf
 	c.token = ""
+	return c
+}
+
+// WithPeerGrants makes the compactor sign, for every raid5 leg rebuild it
+// assigns, a grant naming the rebuilding node, the namespace and the
+// survivors' zones (auth.IssuePeerRead): the survivors serve PeerRead only
+// with it.
+func (c *NodeCompactor) WithPeerGrants(iss *auth.Issuer) *NodeCompactor {
+	c.grants = iss
 	return c
 }
 
@@ -254,7 +266,27 @@ func (c *NodeCompactor) RebuildParityLeg(ctx context.Context, ns string, r Parit
 			}
 		}
 	}
-	resp, err := tn.client.RebuildParityLeg(c.auth(ctx, ns), req)
+	cctx := c.auth(ctx, ns)
+	if c.grants != nil {
+		// The zones the target reads: the surviving legs, and the
+		// partial-parity logs unless they are what is rebuilt.
+		read := append([]*v1.PeerZone{}, req.Legs...)
+		if r.Lost != r.Width {
+			read = append(read, req.PpLog, req.PpLogB)
+		}
+		var zones []string
+		for _, p := range read {
+			if p.GetNodeId() != "" {
+				zones = append(zones, cluster.PhysZone{Node: p.GetNodeId(), Device: p.GetDevice(), Zone: p.GetZone()}.String())
+			}
+		}
+		grant, err := c.grants.IssuePeerRead(r.Target.Node, ns, zones, auth.PeerGrantTTL)
+		if err != nil {
+			return 0, err
+		}
+		cctx = auth.WithPeerGrant(cctx, grant)
+	}
+	resp, err := tn.client.RebuildParityLeg(cctx, req)
 	if err != nil {
 		return 0, fmt.Errorf("rebuild raid5 leg on %s: %w", r.Target.Node, err)
 	}

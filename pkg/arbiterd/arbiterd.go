@@ -90,7 +90,7 @@ func Run(ctx context.Context, d *daemon.Daemon, o Options, log *slog.Logger) err
 		if err != nil {
 			return err
 		}
-		comp.WithNodeTLS(conf)
+		comp.WithNodeTLS(conf).WithPeerGrants(sec.Issuer())
 	}
 	a, err := arbiter.New(arbiter.Config{Addr: addr, ID: o.ID, SessionTTL: o.SessionTTL, TReadOnly: o.TReadOnly,
 		BaseStripeSize: o.StripeSize, CompactInterval: o.CompactInterval, NodeDownAfter: o.NodeDownAfter, ReclaimTimeout: o.ReclaimTimeout, RebuildInterval: o.RebuildInterval, MaxShare: o.MaxShare, Registerer: d.Registry, Logger: log}, cli, comp)

@@ -111,7 +111,19 @@
 // at most 1 KiB. Parsing is strict (unknown fields, trailing data, bad
 // base64, lifetimes out of range are refused) and fuzzed. Roles:
 // "namespace" (sub = namespace) and "node" (sub = node id, accepted only by
-// --insecure servers, where nodes have no certificates).
+// --insecure servers, where nodes have no certificates) are credentials;
+// "peer-read" is an operation grant (below), never a credential.
+//
+// Operation grants (peergrant.go): a node's certificate proves which node
+// calls, not what it was asked to do. When the arbiter assigns a raid5 leg
+// rebuild it signs a grant {role peer-read, sub = the rebuilding node, ns,
+// zones = the survivors' node/device/zone}, valid PeerGrantTTL (15
+// minutes), and sends it with RebuildParityLeg (metadata
+// zonefleet-peer-grant); the rebuilding node forwards it on its PeerRead
+// calls, and the serving node checks it against the caller's certificate,
+// the request's namespace and zone (CheckPeerRead). Without it PeerRead is
+// PERMISSION_DENIED, so a stolen node certificate reads no tenant's data
+// from other nodes.
 //
 // Issuance: Arbiter.IssueToken (pkg/arbiter tokens.go, `zctl token issue`)
 // signs a token with the arbiter's token-signing.key, carrying the
@@ -248,6 +260,8 @@
 //	                                           node write only its own record
 //	capturing the admin token at a node        never sent to nodes; operator node calls use the admin   TestAdminTokenNeverReachesANode
 //	                                           certificate
+//	stolen node certificate reading tenants'   PeerRead only with an arbiter-signed grant for that      TestPeerReadNeedsAnOperationGrant, TestPeerGrant
+//	zones on other nodes (PeerRead)            node, namespace and zone
 //	node certificate writing etcd (grants,     etcd authentication and roles (etcdrbac)                 TestEtcdLeastPrivilege
 //	namespaces, un-revoking tokens)
 //	tokens of a deleted, re-created namespace  generation raised with the deletion, record outlives     TestRecreatedNamespaceRefusesOldTokens
@@ -282,13 +296,13 @@
 //
 // # Residual risks
 //
-//   - A stolen node certificate still gives PeerRead and PeerWrite on every
-//     other node for any namespace (the peer checks that the zones are
-//     granted to the namespace named, not that the caller was assigned the
-//     operation). The intended fix is an arbiter-signed, short-lived
-//     operation grant (caller node, namespace, zones, read or write) that a
-//     rebuild or compaction carries and the peer verifies; until then the
-//     node certificate is as sensitive as the data on the cluster.
+//   - A stolen node certificate still gives PeerWrite on every other node
+//     for any namespace (the destination checks that the zones are granted
+//     to the namespace named, not that the caller was assigned the copy):
+//     it can overwrite or fill tenants' zones, not read them. Compactions
+//     are started by tenants as well as by the arbiter, so the grant for a
+//     PeerWrite needs the tenant's authority forwarded too; PeerRead (raid5
+//     rebuilds, arbiter-assigned only) already requires a grant.
 //   - A compromised node process reads what its own drives hold and sees
 //     the namespace tokens of tenants that call it (for at most their
 //     lifetime, 15 minutes by default).

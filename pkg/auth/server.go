@@ -294,6 +294,9 @@ func (a *Authenticator) fromBearer(v string) (Identity, error) {
 		if err != nil {
 			return Identity{}, refuse(reasonOf(err), unauth("%v", err))
 		}
+		if c.Role == TokenRolePeerRead {
+			return Identity{}, refuse(RefusedMalformed, unauth("an operation grant is not a credential"))
+		}
 		if c.Role == TokenRoleNode {
 			if !a.cfg.Insecure {
 				return Identity{}, refuse(RefusedNodeToken, unauth("node tokens are accepted only on --insecure clusters; nodes use certificates"))
