@@ -175,11 +175,22 @@ type Config struct {
 	// nodes to rebuild this often (and at once when a node is declared
 	// lost or goes down). Default 10s; negative disables.
 	RebuildInterval time.Duration
+	// MaxShare is the default capacity share of a namespace without a
+	// capacity quota (NamespaceSpec.VZones): the fraction of the cluster's
+	// physical zones it may hold, so that no tenant takes the last free
+	// zones from the others. A namespace with a quota is bound by its quota
+	// instead (its zones reserved). Default DefaultMaxShare; negative or >= 1
+	// disables the cap.
+	MaxShare float64
 	// Registerer receives the arbiter's metrics; nil means none are registered.
 	Registerer prometheus.Registerer
 	// Logger; nil means slog.Default().
 	Logger *slog.Logger
 }
+
+// DefaultMaxShare is Config.MaxShare's default: a namespace without a quota
+// holds at most half of the cluster's physical zones.
+const DefaultMaxShare = 0.5
 
 func (c *Config) setDefaults() error {
 	if c.Addr == "" {
@@ -187,6 +198,9 @@ func (c *Config) setDefaults() error {
 	}
 	if c.SessionTTL <= 0 {
 		c.SessionTTL = 5 * time.Second
+	}
+	if c.MaxShare == 0 {
+		c.MaxShare = DefaultMaxShare
 	}
 	if c.Now == nil {
 		c.Now = time.Now

@@ -2,6 +2,7 @@ package arbiter
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"math"
@@ -12,6 +13,7 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 
 	v1 "github.com/zonefleet/zonefleet/api/zonefleet/v1"
+	"github.com/zonefleet/zonefleet/pkg/auth"
 	"github.com/zonefleet/zonefleet/pkg/cluster"
 	"github.com/zonefleet/zonefleet/pkg/daemon"
 	"github.com/zonefleet/zonefleet/pkg/rpcerr"
@@ -29,6 +31,13 @@ type NodeCompactor struct {
 	cli   *clientv3.Client
 	token string
 	opts  []grpc.DialOption
+	// nodeTLS, when set, dials every node pinned to its certificate role
+	// node:<id> (auth.NodeCredentials): the address in the node's record is
+	// not trusted.
+	nodeTLS *tls.Config
+	// grants signs the operation grants of the rebuilds it assigns (the
+	// token-signing key); nil sends none (clusters without one).
+	grants *auth.Issuer
 
 	mu    sync.Mutex
 	conns map[string]*grpc.ClientConn
@@ -46,13 +55,33 @@ func NewNodeCompactor(cli *clientv3.Client, token string, opts ...grpc.DialOptio
 	return &NodeCompactor{cli: cli, token: token, opts: opts, conns: map[string]*grpc.ClientConn{}}
 }
 
+// WithNodeTLS makes the compactor dial each node over TLS with conf (the
+// arbiter's certificate and the cluster CA), accepting only a server whose
+// certificate names node:<id> for the node id it means, whatever address
+// the node's etcd record holds. It replaces the transport of the dial
+// options; no token is sent (the arbiter's certificate is the credential).
+func (c *NodeCompactor) WithNodeTLS(conf *tls.Config) *NodeCompactor {
+	c.nodeTLS = conf
+	c.token = ""
+	return c
+}
+
+// WithPeerGrants makes the compactor sign, for every raid5 leg rebuild it
+// assigns, a grant naming the rebuilding node, the namespace and the
+// survivors' zones (auth.IssuePeerRead): the survivors serve PeerRead only
+// with it.
+func (c *NodeCompactor) WithPeerGrants(iss *auth.Issuer) *NodeCompactor {
+	c.grants = iss
+	return c
+}
+
 // Close closes the connections to the nodes.
 func (c *NodeCompactor) Close() error {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	for addr, cc := range c.conns {
+	for key, cc := range c.conns {
 		_ = cc.Close()
-		delete(c.conns, addr)
+		delete(c.conns, key)
 	}
 	return nil
 }
@@ -76,13 +105,23 @@ func (c *NodeCompactor) node(ctx context.Context, id string) (nodeRef, error) {
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	cc := c.conns[rec.Addr]
+	key := id + "\x00" + rec.Addr
+	cc := c.conns[key]
 	if cc == nil {
-		cc, err = grpc.NewClient(rec.Addr, c.opts...)
+		opts := c.opts
+		if c.nodeTLS != nil {
+			creds, err := auth.NewNodeCredentials(c.nodeTLS, id)
+			if err != nil {
+				return nodeRef{}, err
+			}
+			opts = append(append([]grpc.DialOption{}, opts...), grpc.WithTransportCredentials(creds),
+				grpc.WithChainUnaryInterceptor(creds.UnaryInterceptor))
+		}
+		cc, err = grpc.NewClient(rec.Addr, opts...)
 		if err != nil {
 			return nodeRef{}, &zerr.UnavailableError{What: "node " + id, Reason: err.Error()}
 		}
-		c.conns[rec.Addr] = cc
+		c.conns[key] = cc
 	}
 	return nodeRef{rec: rec, client: v1.NewZonedDeviceClient(cc)}, nil
 }
@@ -227,7 +266,27 @@ func (c *NodeCompactor) RebuildParityLeg(ctx context.Context, ns string, r Parit
 			}
 		}
 	}
-	resp, err := tn.client.RebuildParityLeg(c.auth(ctx, ns), req)
+	cctx := c.auth(ctx, ns)
+	if c.grants != nil {
+		// The zones the target reads: the surviving legs, and the
+		// partial-parity logs unless they are what is rebuilt.
+		read := append([]*v1.PeerZone{}, req.Legs...)
+		if r.Lost != r.Width {
+			read = append(read, req.PpLog, req.PpLogB)
+		}
+		var zones []string
+		for _, p := range read {
+			if p.GetNodeId() != "" {
+				zones = append(zones, cluster.PhysZone{Node: p.GetNodeId(), Device: p.GetDevice(), Zone: p.GetZone()}.String())
+			}
+		}
+		grant, err := c.grants.IssuePeerRead(r.Target.Node, ns, zones, auth.PeerGrantTTL)
+		if err != nil {
+			return 0, err
+		}
+		cctx = auth.WithPeerGrant(cctx, grant)
+	}
+	resp, err := tn.client.RebuildParityLeg(cctx, req)
 	if err != nil {
 		return 0, fmt.Errorf("rebuild raid5 leg on %s: %w", r.Target.Node, err)
 	}

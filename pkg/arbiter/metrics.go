@@ -30,7 +30,8 @@ type metrics struct {
 	rebuilds        *prometheus.CounterVec // {outcome=ok|error}
 	rebuildBlocks   prometheus.Counter
 	rebuildWaiting  prometheus.Gauge
-	degradedVZones  *prometheus.GaugeVec // {namespace}
+	degradedVZones  *prometheus.GaugeVec   // {namespace}
+	tokens          *prometheus.CounterVec // {caller=admin|namespace|other, outcome=issued|rate_limited|refused}
 
 	mu    sync.Mutex
 	known map[string]bool
@@ -82,6 +83,8 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 			Help: "Blocks copied or rebuilt node to node by rebuilds of mirrored and raid5 legs."}),
 		rebuildWaiting: prometheus.NewGauge(prometheus.GaugeOpts{Name: "zonefleet_arbiter_degraded_zones",
 			Help: "Copies of mirrored legs and legs of raid5 groups on down nodes not rebuilt yet (the leader's last rebuild check)."}),
+		tokens: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "zonefleet_arbiter_token_issuance_total",
+			Help: "IssueToken requests by caller kind and outcome (issued, rate_limited, refused)."}, []string{"caller", "outcome"}),
 		degradedVZones: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "zonefleet_arbiter_degraded_vzones",
 			Help: "V-zones of a mirrored or parity namespace with a zone on an unavailable or down node (reads served by the other copies or reconstructed from parity)."}, []string{"namespace"}),
 		known: map[string]bool{},
@@ -89,7 +92,7 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 	if reg != nil {
 		for _, c := range []prometheus.Collector{m.leader, m.essentials, m.spares, m.activeVZones, m.openGroups, m.nodes,
 			m.allocations, m.allocatedZones, m.overdrive, m.namespaceEvents, m.width, m.allocLatency,
-			m.mutations, m.noops, m.txns, m.txnBytes, m.alarm, m.compactions, m.dbSize, m.rebuilds, m.rebuildBlocks, m.rebuildWaiting, m.degradedVZones} {
+			m.mutations, m.noops, m.txns, m.txnBytes, m.alarm, m.compactions, m.dbSize, m.rebuilds, m.rebuildBlocks, m.rebuildWaiting, m.degradedVZones, m.tokens} {
 			if err := reg.Register(c); err != nil {
 				return nil, err
 			}

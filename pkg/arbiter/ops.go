@@ -9,6 +9,7 @@ import (
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 
+	"github.com/zonefleet/zonefleet/pkg/auth/tokengen"
 	"github.com/zonefleet/zonefleet/pkg/cluster"
 	"github.com/zonefleet/zonefleet/pkg/zerr"
 )
@@ -261,15 +262,24 @@ func checkQuotaReservable(st *State, spec NamespaceSpec) error {
 }
 
 // checkQuotaAlloc refuses a stripe group of n zones for namespace name
-// beyond its quota, or, for a namespace without one, into what the quotas
-// still reserve.
-func checkQuotaAlloc(st *State, name string, ns *nsState, n uint64) error {
+// beyond its quota, or, for a namespace without one, beyond its default
+// share (maxShare of the cluster's zones, when in (0,1)) or into what the
+// quotas still reserve.
+func checkQuotaAlloc(st *State, name string, ns *nsState, n uint64, maxShare float64) error {
 	if q := ns.Spec.quotaZones(); q > 0 {
 		if held := allocatedZones(ns); held+n > q {
 			return &zerr.NoResourcesError{Resource: fmt.Sprintf("physical zones of namespace %s's quota (%d v-zones)", name, ns.Spec.VZones),
 				Requested: n, Available: q - min(q, held)}
 		}
 		return nil
+	}
+	if maxShare > 0 && maxShare < 1 {
+		total := availableZones(st)
+		limit := uint64(float64(total) * maxShare)
+		if held := allocatedZones(ns); held+n > limit {
+			return &zerr.NoResourcesError{Resource: fmt.Sprintf("physical zones of namespace %s's default share (%.0f%% of the cluster's %d zones; an operator can give it a quota: zctl ns create --vzones)",
+				name, maxShare*100, total), Requested: n, Available: limit - min(limit, held)}
+		}
 	}
 	quotas := false
 	for _, o := range st.Namespaces {
@@ -351,8 +361,19 @@ func (a *Arbiter) nsInfo(st *State, ix *index, name string, ns *nsState) Namespa
 // DeleteNamespace deletes a namespace, revokes all its grants and
 // reprovisions the others. Without force it fails with *zerr.ZoneStateError
 // while the namespace has an open v-zone.
+//
+// The same transaction raises the namespace's token generation (tokengen):
+// every token of this incarnation is refused from then on, also by a
+// namespace created later under the same name, whose tokens carry the new
+// generation; the generation record outlives the namespace for that
+// reason. A RevokeTokens racing the deletion may be overwritten by it (both
+// raise the generation past every token issued before the deletion).
 func (a *Arbiter) DeleteNamespace(ctx context.Context, name string, force bool) error {
-	err := a.mutate(ctx, func(st *State, ix *index) ([]clientv3.Op, error) {
+	gen, _, err := tokengen.Current(ctx, a.cli, name)
+	if err != nil {
+		return err
+	}
+	err = a.mutate(ctx, func(st *State, ix *index) ([]clientv3.Op, error) {
 		ns, err := getNS(st, name)
 		if err != nil {
 			return nil, err
@@ -372,7 +393,8 @@ func (a *Arbiter) DeleteNamespace(ctx context.Context, name string, force bool) 
 		}
 		delete(st.Namespaces, name)
 		reprovision(st)
-		return append(ops, clientv3.OpDelete(cluster.NamespaceKey(name))), nil
+		return append(ops, clientv3.OpDelete(cluster.NamespaceKey(name)),
+			clientv3.OpPut(tokengen.Key(name), string(tokengen.Encode(gen+1)))), nil
 	})
 	if err != nil {
 		return err
@@ -536,7 +558,7 @@ func (a *Arbiter) allocGroup(st *State, name string, ns *nsState, vz *VZone, now
 		return nil, err
 	}
 	if !reclaim { // a reclaim gives back the group it replaces
-		if err := checkQuotaAlloc(st, name, ns, uint64(len(g.Zones))); err != nil {
+		if err := checkQuotaAlloc(st, name, ns, uint64(len(g.Zones)), a.cfg.MaxShare); err != nil {
 			return nil, err
 		}
 	}

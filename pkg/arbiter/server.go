@@ -9,6 +9,7 @@ import (
 
 	v1 "github.com/zonefleet/zonefleet/api/zonefleet/v1"
 	"github.com/zonefleet/zonefleet/pkg/auth"
+	"github.com/zonefleet/zonefleet/pkg/auth/limit"
 	"github.com/zonefleet/zonefleet/pkg/cluster"
 	"github.com/zonefleet/zonefleet/pkg/rpcerr"
 	"github.com/zonefleet/zonefleet/pkg/zerr"
@@ -21,10 +22,15 @@ type Server struct {
 	v1.UnimplementedArbiterServer
 	a   *Arbiter
 	iss *auth.Issuer // IssueToken (tokens.go); nil: IssueToken is FAILED_PRECONDITION
+	// issue rate-limits IssueToken per caller identity (tokens.go).
+	issue *limit.Limiter
 }
 
 // NewServer returns the gRPC adapter of a.
-func NewServer(a *Arbiter) *Server { return &Server{a: a} }
+func NewServer(a *Arbiter) *Server {
+	return &Server{a: a, issue: limit.NewLimiter(limit.LimiterConfig{PerKeyRate: IssueRate, PerKeyBurst: IssueBurst,
+		GlobalRate: IssueGlobalRate, GlobalBurst: 2 * IssueGlobalRate, MaxKeys: 4096, Now: a.cfg.Now})}
+}
 
 var _ v1.ArbiterServer = (*Server)(nil)
 

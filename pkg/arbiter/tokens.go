@@ -15,7 +15,7 @@ import (
 	"github.com/zonefleet/zonefleet/pkg/zerr"
 )
 
-// Token issuance and revocation (see pkg/auth). Any arbiter replica serves
+// Token issuance and revocation. Any arbiter replica serves
 // both: they touch no arbiter state, only the namespace record (read) and
 // the namespace's token generation (tokengen, in etcd), so a tenant renews
 // its token even while the leader changes.
@@ -31,6 +31,20 @@ import (
 //
 // RevokeTokens (admin): tokengen.Bump; nodes and arbiters refuse older
 // tokens once their watch delivers the new generation.
+//
+// Issuance is rate-limited per caller identity (IssueRate a second, bursts
+// of IssueBurst; IssueGlobalRate over all callers): a renewing client needs
+// one token per 10 minutes, so the limit only stops a caller minting in a
+// loop. Past it the answer is RESOURCE_EXHAUSTED. Every request is logged
+// (issued at INFO, refused at WARN) and counted in
+// zonefleet_arbiter_token_issuance_total{caller,outcome}.
+
+// IssueToken rate limits.
+const (
+	IssueRate       = 1.0 // tokens a second per caller, sustained
+	IssueBurst      = 10.0
+	IssueGlobalRate = 50.0 // over all callers
+)
 
 // WithIssuer gives the server the token signing key (the arbiter's
 // token-signing.key); without it IssueToken answers UNAVAILABLE.
@@ -41,8 +55,30 @@ func (s *Server) WithIssuer(iss *auth.Issuer) *Server {
 
 // IssueToken implements v1.ArbiterServer.
 func (s *Server) IssueToken(ctx context.Context, req *v1.IssueTokenRequest) (*v1.IssueTokenResponse, error) {
+	id, authed := auth.FromContext(ctx)
+	caller, kind := "anonymous", "other"
+	if authed {
+		caller = id.String()
+		switch {
+		case id.IsAdmin():
+			kind = "admin"
+		case id.Kind == auth.KindNamespace:
+			kind = "namespace"
+		}
+	}
+	if !s.issue.Allow(caller) {
+		s.a.m.tokens.WithLabelValues(kind, "rate_limited").Inc()
+		s.a.log.Warn("token issuance refused: rate limited", "caller", caller, "namespace", req.GetNamespace())
+		return nil, rpcerr.ToError(&zerr.NoResourcesError{Resource: fmt.Sprintf("token issuance budget of %s (%.0f a second, bursts of %.0f)", caller, IssueRate, IssueBurst), Requested: 1})
+	}
 	resp, err := s.issueToken(ctx, req)
-	return resp, rpcerr.ToError(err)
+	if err != nil {
+		s.a.m.tokens.WithLabelValues(kind, "refused").Inc()
+		s.a.log.Warn("token issuance refused", "caller", caller, "namespace", req.GetNamespace(), "err", err)
+		return nil, rpcerr.ToError(err)
+	}
+	s.a.m.tokens.WithLabelValues(kind, "issued").Inc()
+	return resp, nil
 }
 
 func (s *Server) issueToken(ctx context.Context, req *v1.IssueTokenRequest) (*v1.IssueTokenResponse, error) {

@@ -37,13 +37,16 @@ type Options struct {
 	ReclaimTimeout time.Duration
 	// RebuildInterval: how often the leader looks for mirrored copies to rebuild (negative: never).
 	RebuildInterval time.Duration
+	// MaxShare: the default capacity share of a namespace without a quota
+	// (arbiter.Config.MaxShare).
+	MaxShare float64
 }
 
 // DefaultOptions are the flag defaults.
 func DefaultOptions() Options {
 	return Options{ID: "arbiter-1", Etcd: "127.0.0.1:2379", SessionTTL: 5 * time.Second, TReadOnly: 5 * time.Minute, StripeSize: 32 << 10,
 		CompactInterval: 5 * time.Minute, NodeDownAfter: 10 * time.Minute, ReclaimTimeout: 10 * time.Minute,
-		RebuildInterval: 10 * time.Second}
+		RebuildInterval: 10 * time.Second, MaxShare: arbiter.DefaultMaxShare}
 }
 
 // AddFlags registers the arbiter's flags.
@@ -57,6 +60,7 @@ func AddFlags(fs *pflag.FlagSet, o *Options) {
 	fs.DurationVar(&o.NodeDownAfter, "node-down-after", o.NodeDownAfter, "a node whose registration is gone this long is marked down; its records are removed once it holds no zone (negative: never)")
 	fs.DurationVar(&o.RebuildInterval, "rebuild-interval", o.RebuildInterval, "the leader looks for copies of mirrored legs on down nodes to rebuild this often, and at once when a node goes down or is removed (negative: never)")
 	fs.DurationVar(&o.ReclaimTimeout, "reclaim-timeout", o.ReclaimTimeout, "a reclaim whose node I/O (write pointers, zone_compaction) takes longer is rolled back")
+	fs.Float64Var(&o.MaxShare, "namespace-max-share", o.MaxShare, "the fraction of the cluster's physical zones a namespace without a capacity quota (zctl ns create --vzones) may hold, so no tenant takes the last free zones (>= 1: no cap)")
 	fs.Uint32Var(&o.StripeSize, "stripe-size", o.StripeSize, "stripe size in bytes at minimum stripe width (halved per doubling of the width)")
 }
 
@@ -79,8 +83,17 @@ func Run(ctx context.Context, d *daemon.Daemon, o Options, log *slog.Logger) err
 		addr = d.GRPCAddr()
 	}
 	comp := arbiter.NewNodeCompactor(cli, o.AdminToken, d.PeerDialOptions()...)
+	if sec := d.SecurityConfig(); sec != nil && !sec.Insecure && sec.Bundle != nil {
+		// Nodes are dialled by id, their certificates pinned to node:<id>;
+		// the arbiter's certificate is the credential, no token is sent.
+		conf, err := sec.Bundle.ClientTLS(nil, "")
+		if err != nil {
+			return err
+		}
+		comp.WithNodeTLS(conf).WithPeerGrants(sec.Issuer())
+	}
 	a, err := arbiter.New(arbiter.Config{Addr: addr, ID: o.ID, SessionTTL: o.SessionTTL, TReadOnly: o.TReadOnly,
-		BaseStripeSize: o.StripeSize, CompactInterval: o.CompactInterval, NodeDownAfter: o.NodeDownAfter, ReclaimTimeout: o.ReclaimTimeout, RebuildInterval: o.RebuildInterval, Registerer: d.Registry, Logger: log}, cli, comp)
+		BaseStripeSize: o.StripeSize, CompactInterval: o.CompactInterval, NodeDownAfter: o.NodeDownAfter, ReclaimTimeout: o.ReclaimTimeout, RebuildInterval: o.RebuildInterval, MaxShare: o.MaxShare, Registerer: d.Registry, Logger: log}, cli, comp)
 	if err != nil {
 		return err
 	}

@@ -2,9 +2,10 @@
 // caller may do: it verifies credentials (client certificates through
 // pkg/pki, signed namespace tokens, the admin token), puts a verified
 // Identity in the call's context and enforces a per-method policy. It also
-// holds the client side (per-RPC credentials, refreshing token sources) and
-// the secret-handling rules. This comment is the design — tenants are
-// proven, not claimed; "Wiring" at the end says where each part lives.
+// holds the client side (per-RPC credentials, refreshing token sources,
+// NodeCredentials for dialling a node by id) and the secret-handling rules.
+// Package etcdrbac holds the etcd roles, tokengen the token generations,
+// peerdial the node-to-node dialling, limit the bounded caches and buckets.
 //
 // # Credentials
 //
@@ -16,11 +17,13 @@
 //
 // Every gRPC connection is TLS 1.3 (pkg/pki). Components (arbiter, nodes,
 // etcd, the operator) hold certificates from the cluster CA that
-// `zctl cert init` creates; the role is a URI SAN in the certificate.
-// Tenants hold no certificate: they present a namespace token as
-// "authorization: Bearer <token>" over a server-authenticated TLS connection.
-// The admin token is a 32-byte random secret ("zfa_…") for scripts and
-// zctl users without a client certificate; it is accepted only over TLS.
+// `zctl cert init` creates; the role is a URI SAN in the certificate and its
+// common name (etcd maps the common name to its user). Tenants hold no
+// certificate: they present a namespace token as "authorization: Bearer
+// <token>" over a server-authenticated TLS connection. The admin token is a
+// 32-byte random secret ("zfa_…") for scripts and zctl users without a
+// client certificate; only arbiters accept it (nodes do not hold it), and it
+// is never sent to a node.
 //
 // # Decision: signed namespace tokens for tenants, mTLS for components
 //
@@ -37,8 +40,9 @@
 //     arbiter's RevokeTokens; a key per namespace in etcd, package
 //     tokengen) makes every node and arbiter refuse older tokens through
 //     Config.Revoked as soon as its watch delivers the new generation.
-//     Deleting a namespace also deletes its grants, so a not-yet-expired
-//     token then reaches no zone.
+//     Deleting a namespace raises its generation in the same etcd
+//     transaction and deletes its grants: a namespace created again under
+//     the same name accepts none of the previous incarnation's tokens.
 //   - Expiry and skew. Tokens carry iat/exp in seconds; verifiers tolerate
 //     DefaultSkew (30 s) of clock difference both ways and refuse lifetimes
 //     above DefaultMaxTTL (24 h, for offline-minted tokens) even when
@@ -88,10 +92,8 @@
 //     token-verify.pub — never ca.key, the signing key or the admin token —
 //     so a compromised node can neither issue itself an admin certificate
 //     nor mint tenant tokens; only arbiters hold token-signing.key. Not
-//     etcd: every node has write access to etcd (it registers itself), so
-//     a verification key published through etcd could be replaced by one
-//     compromised node, which could then mint tokens for all tenants.
-//     Files keep the trust anchors out of the shared store.
+//     etcd: the trust anchors stay out of the shared store, so that no
+//     etcd credential (not even the arbiter's) can replace them.
 //   - Operability. Tokens and token files are what etcdctl and kubectl
 //     users expect (--token-file, $ZONEFLEET_TOKEN, a config file); a
 //     per-tenant certificate needs a CSR flow and per-tenant key files on
@@ -99,8 +101,8 @@
 //     act for several namespaces over one connection with tokens.
 //
 // Components use certificates because they need them anyway (every server
-// presents one), their identities are few and long-lived, and the peer
-// dialling fix below needs the server to prove "I am node n2", which only a
+// presents one), their identities are few and long-lived, and a caller
+// dialling a node needs the server to prove "I am node n2", which only a
 // certificate can do before any byte of the call is sent.
 //
 // # Tokens
@@ -110,7 +112,19 @@
 // at most 1 KiB. Parsing is strict (unknown fields, trailing data, bad
 // base64, lifetimes out of range are refused) and fuzzed. Roles:
 // "namespace" (sub = namespace) and "node" (sub = node id, accepted only by
-// --insecure servers, where nodes have no certificates).
+// --insecure servers, where nodes have no certificates) are credentials;
+// "peer-read" is an operation grant (below), never a credential.
+//
+// Operation grants (peergrant.go): a node's certificate proves which node
+// calls, not what it was asked to do. When the arbiter assigns a raid5 leg
+// rebuild it signs a grant {role peer-read, sub = the rebuilding node, ns,
+// zones = the survivors' node/device/zone}, valid PeerGrantTTL (15
+// minutes), and sends it with RebuildParityLeg (metadata
+// zonefleet-peer-grant); the rebuilding node forwards it on its PeerRead
+// calls, and the serving node checks it against the caller's certificate,
+// the request's namespace and zone (CheckPeerRead). Without it PeerRead is
+// PERMISSION_DENIED, so a stolen node certificate reads no tenant's data
+// from other nodes.
 //
 // Issuance: Arbiter.IssueToken (pkg/arbiter tokens.go, `zctl token issue`)
 // signs a token with the arbiter's token-signing.key, carrying the
@@ -123,14 +137,25 @@
 // arbiter state is involved). `zctl cert token` still mints offline with
 // the signing key (bootstrap). Exchanger (a tenant trading a long-lived
 // namespace credential "zfn_…" for a token, with failure rate limits) is
-// the next step for tenants without any token; it is not wired to an RPC
-// yet.
+// for tenants without any token; it has no RPC.
+//
+// Issuance is rate-limited per caller identity (1 a second, bursts of 10,
+// 50 a second over all callers; RESOURCE_EXHAUSTED past it), logged (INFO
+// when issued, WARN when refused; never the token) and counted in
+// zonefleet_arbiter_token_issuance_total{caller,outcome}.
 //
 // Revocation: Arbiter.RevokeTokens (admin, `zctl token revoke NS`) bumps the
 // generation with a compare-and-swap in etcd (tokengen.Bump). A token is
 // refused when its generation is below the namespace's current one. Offline
-// tokens default to generation 0, so after a revocation `zctl cert token`
-// needs --generation.
+// tokens default to generation 0, so after a revocation or a re-creation
+// `zctl cert token` needs --generation.
+//
+// Incarnations: DeleteNamespace raises the generation in the transaction
+// that deletes the namespace, and the generation record outlives the
+// namespace. Tokens are thereby bound to the incarnation they were issued
+// for: after `ns delete` and a re-create under the same name, every node and
+// arbiter refuses the old tokens (UNAUTHENTICATED, revoked) and IssueToken
+// refuses to renew them (its linearizable generation check).
 //
 // # Server side
 //
@@ -158,16 +183,65 @@
 //     zonefleet-namespace metadata replaced by the verified namespace, and
 //     the authorization and legacy zonefleet-token metadata removed.
 //
-// Failures are gRPC statuses UNAUTHENTICATED (with the ErrorInfo shape
-// pkg/rpcerr gives zerr.UnauthenticatedError) or PERMISSION_DENIED
-// (ErrorInfo reason PERMISSION_DENIED; PermissionDeniedError is the one
-// error kind mapped outside pkg/rpcerr's table, see errors.go). A refused
-// call never reaches a handler.
-// Denials are logged at debug level only (a flood of bad calls must not
-// flood the logs) and counted through Config.Observe with bounded labels.
+// Failures are *zerr.UnauthenticatedError (UNAUTHENTICATED) and
+// *zerr.PermissionDeniedError (PERMISSION_DENIED), converted by pkg/rpcerr's
+// table like every typed error, so clients get the same typed errors back.
+// A refused call never reaches a handler.
+//
+// Audit: every refusal is classified once, where it is decided, into a
+// fixed set of reasons (Refused* in audit.go: plaintext, certificate,
+// no_credentials, token_expired, token_revoked, namespace_mismatch, policy,
+// ...) and counted in zonefleet_auth_refusals_total{reason,method}; method
+// is a method of the policy or "unknown", so callers cannot invent label
+// values. The Authenticator is a prometheus.Collector its server registers.
+// Refusals are logged at WARN through a token bucket (10 lines at once, then
+// one a second); the next line written says how many were left out, so a
+// flood of bad calls neither floods the log nor hides. Handlers that refuse
+// a call themselves use Authenticator.Refused to be counted the same way.
 //
 // The per-zone question — does this namespace own this zone right now — is
 // not the policy's: the node answers it from grants and the owner epoch.
+//
+// # Client side: a node is dialled by its id
+//
+// A node's address comes from its etcd record (through the arbiter's
+// layouts or node list). The record is not trusted: every client of a node
+// — pkg/client (library, mount), zctl, the arbiter's compactor, a node's
+// peer pool — dials the node by id and accepts only a server whose
+// verified certificate names node:<id> (NodeCredentials, pki
+// ClientOptions.WantRole). A server presenting another identity (another
+// node's stolen certificate, the arbiter's, anything of the cluster CA)
+// fails the TLS handshake before any byte of a call is sent; the caller
+// gets *zerr.PeerIdentityError naming the identity it wanted and the one it
+// got, not an UNAVAILABLE to retry. A client on a node's host reaches it
+// through the node's unix socket, chosen by node id, not by address.
+//
+// The admin token never goes to a node. Nodes do not hold it (their
+// exported key directory has none) and cannot verify it; the operator's
+// node calls (`zctl zone …`, Client.Device) are authorized by the admin
+// client certificate. Only an --insecure cluster, which has no identities
+// at all, still sends it.
+//
+// # etcd: least privilege
+//
+// etcd runs with client-certificate authentication and its own
+// authentication and roles (package etcdrbac, applied by `zctl local up` at
+// every start): a node's certificate writes only its own registration (under
+// its lease) and reads the registrations, its own grants, the namespaces and
+// the token generations; only arbiters write grants, layouts, namespaces,
+// token generations and the election; the operator's certificate reads;
+// tenants have no etcd credential. A stolen node certificate therefore
+// cannot move another node's address, write a grant, touch the arbiter's
+// state or lower a token generation.
+//
+// # Quotas by default
+//
+// A namespace without a capacity quota (`zctl ns create --vzones`) may hold
+// at most a default share of the cluster's physical zones (arbiter
+// --namespace-max-share, default one half): no tenant takes the last free
+// zones from the others; past its share it gets RESOURCE_EXHAUSTED naming
+// the share. A namespace with a quota has its zones reserved at creation
+// and is bound by the quota instead.
 //
 // # Threats and how each is stopped
 //
@@ -175,59 +249,78 @@
 //	forged zonefleet-namespace metadata        namespace comes from the verified token; a mismatch     TestAttacks
 //	                                           is PERMISSION_DENIED; handlers only see the verified
 //	                                           value; without a token UNAUTHENTICATED
-//	another tenant's token                     policy NamespaceField check (ListVZones/GetNamespace/    TestAttacks
-//	                                           v-zone calls of the victim); on nodes the grant check
+//	another tenant's token                     policy NamespaceField check; on nodes the grant check   TestAttacks
 //	                                           uses the token's namespace
 //	expired / not-yet-valid token              iat/exp with 30 s skew, also on verified-cache hits      TestAttacks, TestTokenRoundTripAndTimes
-//	tampered token, forged kid, other key      Ed25519 over kid+payload; unknown kid refused; strict    TestAttacks, TestVerifyRejectsMalformed, FuzzVerify
+//	tampered token, forged kid, other key      Ed25519 over kid+payload; unknown kid refused; strict    TestAttacks, FuzzVerify
 //	                                           parse after the signature
 //	tenant calling admin RPCs                  per-method policy; deny by default; a test fails when   TestAttacks, TestPolicyCoversEveryMethod
 //	                                           an API method has no rule
-//	ZoneCompaction peer-address token theft    PeerWrite only for KindNode (never the admin token);    TestPeerDialNeverLeaksCredentials, peerdial tests
-//	                                           nodes resolve the peer from the registered node record
-//	                                           by node id and ignore the request's address; the dial
-//	                                           pins the server role node:<id> (pki WantRole), so a
-//	                                           tenant's listener fails the TLS handshake before any
-//	                                           call; node-to-node calls carry no bearer token; the
-//	                                           peer connection pool is bounded and keyed by node id
-//	plaintext client vs TLS server             listeners are TLS-only: the plaintext preface never      TestAttacks (plaintext subtest), pki TestHandshakes
-//	                                           reaches gRPC (the client sees UNAVAILABLE, no handler
-//	                                           runs); a server accidentally without TLS refuses every
-//	                                           call UNAUTHENTICATED; call credentials refuse to send a
-//	                                           token over plaintext
-//	client certificate from another CA         chain verified per call → UNAUTHENTICATED; etcd uses     TestAttacks, pki TestHandshakes
-//	                                           handshake-level verification (ClientCertRequire)
-//	expired client certificate                 same, with the current time                              TestAttacks, pki TestHandshakes
-//	unauthenticated arbiter (force delete)     the same interceptor on the arbiter; namespace CRUD is   TestAttacks
-//	                                           admin only
-//	weak, empty or well-known secrets          CheckSecret ("zonefleet", "local-*", < 32 bytes,          TestCheckSecret, TestNewRefusesWeakOrEmptyConfig
-//	                                           < 128 bits estimated); New refuses a configuration in
-//	                                           which nobody can authenticate (an empty token never
-//	                                           makes everyone the operator)
+//	node record rewritten to another server    clients dial nodes by id and pin node:<id>; the          TestClientRefusesNodeUnderAnotherIdentity
+//	(stolen node certificate)                  handshake fails, *zerr.PeerIdentityError; etcd lets a    TestEtcdLeastPrivilege
+//	                                           node write only its own record
+//	capturing the admin token at a node        never sent to nodes; operator node calls use the admin   TestAdminTokenNeverReachesANode
+//	                                           certificate
+//	stolen node certificate reading tenants'   PeerRead only with an arbiter-signed grant for that      TestPeerReadNeedsAnOperationGrant, TestPeerGrant
+//	zones on other nodes (PeerRead)            node, namespace and zone
+//	node certificate writing etcd (grants,     etcd authentication and roles (etcdrbac)                 TestEtcdLeastPrivilege
+//	namespaces, un-revoking tokens)
+//	tokens of a deleted, re-created namespace  generation raised with the deletion, record outlives     TestRecreatedNamespaceRefusesOldTokens
+//	                                           it; renewal re-checks linearizably
+//	one tenant taking every free zone          default share per namespace without a quota              TestDefaultShareLeavesZonesForOthers
+//	minting tokens in a loop                   IssueToken rate limit per caller                         TestIssueTokenIsRateLimitedPerCaller
+//	refusals leaving no trace                  zonefleet_auth_refusals_total, rate-limited WARN log     TestRefusalsAreCountedByReason, TestRefusalLogIsRateLimited
+//	ZoneCompaction peer-address token theft    PeerWrite only for KindNode; nodes resolve the peer by   TestPeerDialNeverLeaksCredentials, peerdial tests
+//	                                           id from the registered record and pin node:<id>;
+//	                                           node-to-node calls carry no bearer token; the pool is
+//	                                           bounded and keyed by node id
+//	plaintext client vs TLS server             listeners are TLS-only; a server accidentally without    TestAttacks (plaintext), pki TestHandshakes
+//	                                           TLS refuses every call UNAUTHENTICATED; call
+//	                                           credentials refuse to send a token over plaintext
+//	client certificate from another CA,        chain verified per call with the current time;          TestAttacks, pki TestHandshakes
+//	expired client certificate                 etcd verifies at the handshake
+//	weak, empty or well-known secrets          CheckSecret; New refuses a configuration in which        TestCheckSecret, TestNewRefusesWeakOrEmptyConfig
+//	                                           nobody can authenticate
 //	secrets in argv (ps)                       flags name files (0600, others refused); values only     TestLoadSecret
 //	                                           from files or the environment
-//	compromised node takes the CA key or      each component gets only its own files (ExportDir,       TestExportLeastPrivilege, test/deploy
-//	the token signing key                      zctl cert export; compose: one read-only volume per      TestComposeLeastPrivilegePKI,
-//	                                           component); ca.key never leaves the init volume          TestComponentsHoldOnlyTheirOwnKeys
-//	grant-miss amplification on etcd           identity first (a caller cannot invent namespaces);      limit tests
-//	                                           limit.MissGuard: negative cache + per-
-//	                                           namespace and global token buckets before any etcd read
+//	compromised node takes the CA key or the   each component gets only its own files (ExportDir,       TestExportLeastPrivilege, test/deploy
+//	token signing key                          zctl cert export); ca.key never leaves the init volume
+//	grant-miss amplification on etcd           limit.MissGuard: negative cache, per-namespace and       limit tests
+//	                                           global token buckets before any etcd read
 //	cross-tenant read after zone reassignment  owner epoch (below), checked on every zone-touching      zoneowner tests; node TestOwnerChange*
-//	                                           call under the zone lock                                 (watch break, compaction, etcd restart)
-//	revoked token (also renewing itself)       token generation per namespace in etcd (tokengen),       TestAttacks "revoked token", tokengen tests
-//	                                           watched; IssueToken re-checks it with a linearizable read
-//	tenant issuing or revoking others' tokens  policy NamespaceField on IssueToken; RevokeTokens admin  TestAttacks
+//	                                           call under the zone lock
+//	revoked token renewing itself              generation watched; IssueToken re-checks it             TestAttacks "revoked token", tokengen tests
+//	                                           linearizably
 //	--insecure without credentials             refused at start; open access only with the explicit   daemon TestInsecureIsTransportOnly
 //	                                           --insecure-open-access, logged at ERROR
 //	unbounded per-client state                 bounded LRUs, labels, WRR queues, compaction table       limit tests, TestCompactionTableIsBounded
 //
-// Residual risks, accepted: a compromised arbiter can mint tokens for any
-// namespace (it assigns every zone anyway); a compromised node can act for
-// any namespace towards its peers' PeerWrite and PeerRead (peers still
-// check the zones' grants: a node reads from a peer only zones granted to
-// the namespace it names, as a raid5 rebuild does) and reads whatever its
-// own drives hold; a
-// stolen token works until it expires or its generation is bumped.
+// # Residual risks
+//
+//   - A stolen node certificate still gives PeerWrite on every other node
+//     for any namespace (the destination checks that the zones are granted
+//     to the namespace named, not that the caller was assigned the copy):
+//     it can overwrite or fill tenants' zones, not read them. Compactions
+//     are started by tenants as well as by the arbiter, so the grant for a
+//     PeerWrite needs the tenant's authority forwarded too; PeerRead (raid5
+//     rebuilds, arbiter-assigned only) already requires a grant.
+//   - A compromised node process reads what its own drives hold and sees
+//     the namespace tokens of tenants that call it (for at most their
+//     lifetime, 15 minutes by default).
+//   - A compromised arbiter can mint tokens for any namespace and assign
+//     any zone: it is the control plane.
+//   - A stolen namespace token works until it expires or its generation is
+//     bumped, and can renew itself until then.
+//   - A RevokeTokens racing a namespace deletion can be overwritten by the
+//     deletion's own raise of the generation; both refuse every token
+//     issued before the deletion.
+//   - The default share bounds each tenant, not their sum: enough tenants
+//     without quotas can still fill the cluster; operators give quotas
+//     (--vzones) where that matters.
+//   - An --insecure cluster has no identities: anyone on the network is
+//     whoever they claim, and the admin token travels in clear.
+//   - The etcd certificate is etcd's root; it lives only with etcd and
+//     with the tool that applies the roles.
 //
 // # Isolation: the owner epoch
 //
@@ -258,13 +351,13 @@
 // An overwrite the watch never delivered is still caught: the first call of
 // the new owner sees an epoch the zone does not carry, and resets first.
 //
-// As built (pkg/node): the epoch is the etcd create revision of the zone's
-// grant key, not a field the arbiter writes. The arbiter creates the key
+// The epoch is the etcd create revision of the zone's grant key, not a
+// field the arbiter writes. The arbiter creates the key
 // when it gives the zone out and deletes it when it takes the zone back;
 // its grant repair overwrites keys of zones it still gives out, which keeps
 // the create revision, and a namespace change by overwrite is caught by the
-// namespace comparison. So the grant format carries no epoch field and every
-// writer of grants gets the property for free. The owner file is
+// namespace comparison. Every writer of grants gets the property without a
+// field to fill in. The owner file is
 // DATA/devN.owners; a node whose owner file is new (an upgrade) seeds it
 // from its grants before serving (Service.SeedOwners). ReportZones resets a
 // stale zone before describing it (no previous write pointer leaks), and
@@ -274,65 +367,26 @@
 // another tenant, the history compacted and etcd restarted: the node never
 // sees the deletion and still resets), TestOwnerChangeBeforeReportAndZoneManagement.
 //
-// # Wiring
+// # Where it lives
 //
-// pkg/daemon.LoadSecurity turns the
-// trust flags (--pki-dir or --ca-file/--cert-file/--key-file,
-// --token-verify-keys-file, --token-signing-key-file, --admin-token-file or
-// $ZONEFLEET_ADMIN_TOKEN, --insecure) into a Bundle, ServerTLS and the
-// Authenticator, installed by daemon.New before the error table's
-// interceptors on every server (arbiter and ssdnode). Servers refuse to start
-// without credentials unless --insecure, and with a weak admin token; there
-// is no token value flag. Reflection is off on secure servers. Node: the
-// verified identity decides admin calls (operator or arbiter) and the
-// namespace (the metadata the handlers read is the verified one);
-// ZoneCompaction dials peers through a peerdial.Pool resolving node ids from
-// the etcd node records (TLS, node certificate, no token; on --insecure a
-// node token minted with the signing key when present); PeerWrite only from
-// nodes; SimpleCopy, TLOpen, ZoneCompaction (submission and each pushed
-// chunk) and PeerWrite destinations go through the zone fencing; grant-cache
-// misses pass a limit.MissGuard before the etcd read; WRR queues are dropped
-// when idle and namespace metric labels are bounded. Arbiter: the same
-// interceptor; the compactor dials nodes with the arbiter certificate
-// (daemon.PeerDialOptions); ClusterStatus shows a tenant only its own
-// namespace among the degraded ones. Client: Config.TLS, Config.Credentials
-// (a TokenSource on every call), Config.Token (the admin token, on
-// administrative calls only); client.Credentials loads them from files.
-// zctl: --ca-file/--cert-file/--key-file/--token-file/--insecure, their
-// ZONEFLEET_* twins, the config file's cluster entry, cluster.json.
-// localcluster and `zctl local up`: InitDir into DATA/pki at the first start,
-// TLS everywhere. Compose: a `pki` init service (zctl cert init
-// --keep-existing) and TLS on gRPC.
-//
-// Tokens and revocation: Arbiter.IssueToken and RevokeTokens, tokengen tables watched by
-// nodes and arbiters (daemon.Security.Generations, FollowTokenGenerations)
-// and wired as Config.Revoked; etcd over TLS with client-certificate
-// authentication in compose and in localcluster (`https://` endpoints select
-// TLS, daemon.Security.EtcdClientTLS presents the component certificate,
-// etcdlocal.ConnectWith); --insecure is transport only — a server with
-// --insecure and no credential refuses to start unless
-// --insecure-open-access is also given (then every caller is the operator,
-// logged at ERROR); ZoneManagement through the fencing; the table of
-// compactions not waited for is bounded.
-//
-// Least privilege per component:
-// ExportDir / `zctl cert export` copy out of the init directory only what
-// one component loads (etcd: ca.crt and its pair; arbiter: plus
-// token-verify.pub and token-signing.key; node: plus token-verify.pub;
-// admin: plus admin.token, for the operator), idempotently (unchanged files
-// stay, a renewed certificate is copied, trust files the component must
-// not hold are removed); compose runs one export service per component
-// into its own volume, mounted read-only at /pki, and no long-running
-// container mounts the init volume. Servers then hold no admin token: the
-// operator uses the admin certificate. The client renews a namespace token
-// by itself (pkg/client tokens.go): at 2/3 of its lifetime minus up to a
-// tenth as jitter, through IssueToken presenting the current token, with
-// jittered retries until expiry (WARN log and
-// zonefleet_client_token_renewals_total{outcome}); a refusal (revoked,
-// namespace gone) is final for that token and calls fail at once with
-// UNAUTHENTICATED saying so; a changed token file (FileToken stats it
-// every 5 s, re-reads on change) replaces the renewed token. PeekClaims
-// reads a token's times for that schedule without verifying it.
-//
-// The Exchanger (namespace credentials, above) is not served by any RPC.
+// pkg/daemon.LoadSecurity turns the trust flags (--pki-dir or
+// --ca-file/--cert-file/--key-file, --token-verify-keys-file,
+// --token-signing-key-file, --admin-token-file or $ZONEFLEET_ADMIN_TOKEN,
+// --insecure) into a Bundle, the server TLS and the Authenticator, which
+// daemon.New installs before the error table's interceptors and registers
+// for metrics. Servers refuse to start without credentials unless
+// --insecure (and then without a credential only with
+// --insecure-open-access). The node decides admin calls and the namespace
+// from the verified identity and resolves peers through peerdial; the
+// arbiter serves IssueToken and RevokeTokens (pkg/arbiter tokens.go) and
+// dials nodes pinned to node:<id> (NodeCompactor.WithNodeTLS). pkg/client
+// takes Config.TLS, Config.Credentials (a TokenSource on every call) and
+// Config.Token (the admin token, arbiter calls only), renews namespace
+// tokens at 2/3 of their lifetime (tokens.go) and dials nodes by id. zctl
+// has --ca-file/--cert-file/--key-file/--token-file/--insecure and their
+// ZONEFLEET_* twins. `zctl local up` creates the PKI (InitDir) at the first
+// start, serves TLS everywhere and applies the etcd roles; compose runs one
+// export service per component into its own read-only volume (ExportDir,
+// `zctl cert export`), so no long-running container holds the CA key or
+// another component's key.
 package auth

@@ -4,10 +4,8 @@ import (
 	"errors"
 	"fmt"
 
+	"github.com/zonefleet/zonefleet/pkg/rpcerr"
 	"github.com/zonefleet/zonefleet/pkg/zerr"
-	"google.golang.org/genproto/googleapis/rpc/errdetails"
-	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/status"
 )
 
 // Token error kinds. A *TokenError matches its kind and zerr.ErrUnauthenticated
@@ -41,58 +39,36 @@ func tokErr(kind error, format string, a ...any) error {
 	return &TokenError{Kind: kind, Reason: fmt.Sprintf(format, a...)}
 }
 
-// ErrPermissionDenied is matched by *PermissionDeniedError. pkg/zerr has no
-// permission-denied kind, so this type is the one error mapped outside
-// pkg/rpcerr's table: statusOf below sends it as PERMISSION_DENIED with
-// ErrorInfo reason PERMISSION_DENIED, the shape rpcerr gives its own errors.
-var ErrPermissionDenied = errors.New("permission denied")
+// ErrPermissionDenied is zerr.ErrPermissionDenied, matched by
+// *PermissionDeniedError.
+var ErrPermissionDenied = zerr.ErrPermissionDenied
 
-// PermissionDeniedError: an authenticated caller may not do this.
-type PermissionDeniedError struct {
-	Identity string // who asked, e.g. "namespace:tenant-a"
-	Method   string // full gRPC method
-	Reason   string
-}
+// PermissionDeniedError: an authenticated caller may not do this. It is the
+// zerr type, mapped by pkg/rpcerr's table like every typed error.
+type PermissionDeniedError = zerr.PermissionDeniedError
 
-func (e *PermissionDeniedError) Error() string {
-	return fmt.Sprintf("permission denied: %s may not call %s: %s", e.Identity, e.Method, e.Reason)
-}
-
-// Is matches ErrPermissionDenied.
-func (e *PermissionDeniedError) Is(t error) bool { return t == ErrPermissionDenied }
-
-// ErrorInfo reasons used on the wire (domain zonefleet.io, like pkg/rpcerr).
+// ErrorInfo reasons the rpcerr table gives the refusals on the wire.
 const (
 	ReasonUnauthenticated  = "UNAUTHENTICATED"
 	ReasonPermissionDenied = "PERMISSION_DENIED"
-	errorDomain            = "zonefleet.io"
 )
 
 // statusOf converts an authentication or authorization failure into the
-// gRPC status the interceptors return. Anything that is not a permission
-// denial is UNAUTHENTICATED: an interceptor failure never reaches a handler.
+// gRPC status the interceptors return, through pkg/rpcerr's table: a
+// permission denial stays a *zerr.PermissionDeniedError, anything else is a
+// *zerr.UnauthenticatedError (an interceptor failure never reaches a
+// handler). Clients get the same typed errors back from rpcerr.FromError.
 func statusOf(err error) error {
-	var pd *PermissionDeniedError
+	var pd *zerr.PermissionDeniedError
 	if errors.As(err, &pd) {
-		st := status.New(codes.PermissionDenied, pd.Error())
-		if d, derr := st.WithDetails(&errdetails.ErrorInfo{Reason: ReasonPermissionDenied, Domain: errorDomain,
-			Metadata: map[string]string{"Identity": pd.Identity, "Method": pd.Method, "Reason": pd.Reason}}); derr == nil {
-			st = d
-		}
-		return st.Err()
+		return rpcerr.ToError(pd)
 	}
 	reason := err.Error()
 	var ue *zerr.UnauthenticatedError
 	if errors.As(err, &ue) {
 		reason = ue.Reason
 	}
-	// Same shape as pkg/rpcerr gives zerr.UnauthenticatedError.
-	st := status.New(codes.Unauthenticated, (&zerr.UnauthenticatedError{Reason: reason}).Error())
-	if d, derr := st.WithDetails(&errdetails.ErrorInfo{Reason: ReasonUnauthenticated, Domain: errorDomain,
-		Metadata: map[string]string{"Reason": reason}}); derr == nil {
-		st = d
-	}
-	return st.Err()
+	return rpcerr.ToError(&zerr.UnauthenticatedError{Reason: reason})
 }
 
 // Status converts a refusal (PermissionDeniedError, an unauthenticated

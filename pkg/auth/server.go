@@ -33,8 +33,8 @@ const (
 	// NamespaceKey is wire.NamespaceKey: the namespace an admin, arbiter or
 	// node acts for. From a tenant it must equal the token's namespace.
 	NamespaceKey = "zonefleet-namespace"
-	// legacyTokenKey is wire.TokenKey, the metadata key of an unverified
-	// admin token. It is stripped from every call so no handler can consult it.
+	// legacyTokenKey is wire.TokenKey, the legacy admin token key. It is
+	// stripped from every call so no handler can consult it any more.
 	legacyTokenKey = "zonefleet-token"
 	bearerPrefix   = "Bearer "
 )
@@ -75,6 +75,7 @@ type Authenticator struct {
 	// chain, until the earliest NotAfter), so calls on a connection pay a
 	// hash, not an x509 verification. Sharded: no single lock on the data path.
 	verified [cacheShards]*limit.LRU[[32]byte, pki.Role]
+	audit    *audit
 }
 
 // New validates cfg and returns an authenticator. It refuses a weak admin
@@ -89,7 +90,7 @@ func New(cfg Config) (*Authenticator, error) {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
-	a := &Authenticator{cfg: cfg}
+	a := &Authenticator{cfg: cfg, audit: newAudit(cfg.Logger, cfg.Now)}
 	for i := range a.verified {
 		a.verified[i] = limit.NewLRU[[32]byte, pki.Role](256, cfg.Now)
 	}
@@ -145,7 +146,7 @@ func (a *Authenticator) authenticate(ctx context.Context, method string, req any
 		tlsInfo, isTLS = p.AuthInfo.(credentials.TLSInfo)
 	}
 	if !isTLS && !a.cfg.Insecure && !localUnix(p) {
-		return ctx, unauth("plaintext connection refused: this server requires TLS")
+		return ctx, refuse(RefusedPlaintext, unauth("plaintext connection refused: this server requires TLS"))
 	}
 	if isTLS {
 		chain = tlsInfo.State.PeerCertificates
@@ -158,13 +159,13 @@ func (a *Authenticator) authenticate(ctx context.Context, method string, req any
 	if len(chain) > 0 {
 		role, err := a.verifyChain(chain)
 		if err != nil {
-			return ctx, unauth("client certificate refused: %v", err)
+			return ctx, refuse(RefusedCertificate, unauth("client certificate refused: %v", err))
 		}
 		id, have = identityOfRole(role), true
 	}
 	auths := md.Get(AuthorizationKey)
 	if len(auths) > 1 {
-		return ctx, unauth("more than one %s value", AuthorizationKey)
+		return ctx, refuse(RefusedMalformed, unauth("more than one %s value", AuthorizationKey))
 	}
 	if len(auths) == 1 {
 		tid, err := a.fromBearer(auths[0])
@@ -174,13 +175,13 @@ func (a *Authenticator) authenticate(ctx context.Context, method string, req any
 		id, have = tid, true
 	}
 	if !have {
-		return ctx, unauth("no credentials: present a client certificate or a bearer token")
+		return ctx, refuse(RefusedNoCredentials, unauth("no credentials: present a client certificate or a bearer token"))
 	}
 
 	// 3. For which namespace.
 	nss := md.Get(NamespaceKey)
 	if len(nss) > 1 {
-		return ctx, &PermissionDeniedError{Identity: id.String(), Method: method, Reason: "more than one " + NamespaceKey + " value"}
+		return ctx, refuse(RefusedMalformed, &PermissionDeniedError{Identity: id.String(), Method: method, Reason: "more than one " + NamespaceKey + " value"})
 	}
 	claimed := ""
 	if len(nss) == 1 {
@@ -189,13 +190,13 @@ func (a *Authenticator) authenticate(ctx context.Context, method string, req any
 	switch id.Kind {
 	case KindNamespace:
 		if claimed != "" && claimed != id.Name {
-			return ctx, &PermissionDeniedError{Identity: id.String(), Method: method, Reason: "namespace metadata does not match the token"}
+			return ctx, refuse(RefusedNamespace, &PermissionDeniedError{Identity: id.String(), Method: method, Reason: "namespace metadata does not match the token"})
 		}
 		id.Namespace = id.Name
 	default:
 		if claimed != "" {
 			if err := ValidSubject(claimed); err != nil {
-				return ctx, &PermissionDeniedError{Identity: id.String(), Method: method, Reason: "namespace metadata " + err.Error()}
+				return ctx, refuse(RefusedMalformed, &PermissionDeniedError{Identity: id.String(), Method: method, Reason: "namespace metadata " + err.Error()})
 			}
 		}
 		id.Namespace = claimed
@@ -209,11 +210,11 @@ func (a *Authenticator) authenticate(ctx context.Context, method string, req any
 		return ctx, nil
 	}
 	if _, ok := a.cfg.Policy.allows(method, id.Kind); !ok {
-		reason := "not allowed by policy"
+		reason, label := "not allowed by policy", RefusedPolicy
 		if !known {
-			reason = "unknown method"
+			reason, label = "unknown method", RefusedUnknownMethod
 		}
-		return ctx, &PermissionDeniedError{Identity: id.String(), Method: method, Reason: reason}
+		return ctx, refuse(label, &PermissionDeniedError{Identity: id.String(), Method: method, Reason: reason})
 	}
 	if early {
 		return ctx, nil
@@ -221,10 +222,10 @@ func (a *Authenticator) authenticate(ctx context.Context, method string, req any
 	if rule.NamespaceField != "" && !id.IsAdmin() {
 		target, err := stringField(req, rule.NamespaceField)
 		if err != nil {
-			return ctx, &PermissionDeniedError{Identity: id.String(), Method: method, Reason: err.Error()}
+			return ctx, refuse(RefusedMalformed, &PermissionDeniedError{Identity: id.String(), Method: method, Reason: err.Error()})
 		}
 		if target != id.Namespace {
-			return ctx, &PermissionDeniedError{Identity: id.String(), Method: method, Reason: "request is about another namespace"}
+			return ctx, refuse(RefusedNamespace, &PermissionDeniedError{Identity: id.String(), Method: method, Reason: "request is about another namespace"})
 		}
 	}
 
@@ -280,28 +281,31 @@ func identityOfRole(r pki.Role) Identity {
 func (a *Authenticator) fromBearer(v string) (Identity, error) {
 	tok, ok := strings.CutPrefix(v, bearerPrefix)
 	if !ok || tok == "" {
-		return Identity{}, unauth("%s must be %q followed by a token", AuthorizationKey, bearerPrefix)
+		return Identity{}, refuse(RefusedMalformed, unauth("%s must be %q followed by a token", AuthorizationKey, bearerPrefix))
 	}
 	if len(tok) > MaxTokenLen {
-		return Identity{}, unauth("token longer than %d bytes", MaxTokenLen)
+		return Identity{}, refuse(RefusedMalformed, unauth("token longer than %d bytes", MaxTokenLen))
 	}
 	if strings.HasPrefix(tok, TokenPrefix) {
 		if a.cfg.Verifier == nil {
-			return Identity{}, unauth("this server accepts no signed tokens")
+			return Identity{}, refuse(RefusedTokenInvalid, unauth("this server accepts no signed tokens"))
 		}
 		c, err := a.cfg.Verifier.Verify(tok)
 		if err != nil {
-			return Identity{}, unauth("%v", err)
+			return Identity{}, refuse(reasonOf(err), unauth("%v", err))
+		}
+		if c.Role == TokenRolePeerRead {
+			return Identity{}, refuse(RefusedMalformed, unauth("an operation grant is not a credential"))
 		}
 		if c.Role == TokenRoleNode {
 			if !a.cfg.Insecure {
-				return Identity{}, unauth("node tokens are accepted only on --insecure clusters; nodes use certificates")
+				return Identity{}, refuse(RefusedNodeToken, unauth("node tokens are accepted only on --insecure clusters; nodes use certificates"))
 			}
 			return Identity{Kind: KindNode, Name: c.Subject, Via: "token"}, nil
 		}
 		if a.cfg.Revoked != nil {
 			if err := a.cfg.Revoked(c.Subject, c.Generation); err != nil {
-				return Identity{}, unauth("%v", &TokenError{Kind: ErrTokenRevoked, Reason: err.Error()})
+				return Identity{}, refuse(RefusedTokenRevoked, unauth("%v", &TokenError{Kind: ErrTokenRevoked, Reason: err.Error()}))
 			}
 		}
 		return Identity{Kind: KindNamespace, Name: c.Subject, Generation: c.Generation, Via: "token"}, nil
@@ -312,7 +316,7 @@ func (a *Authenticator) fromBearer(v string) (Identity, error) {
 			return Identity{Kind: KindAdmin, Via: "token"}, nil
 		}
 	}
-	return Identity{}, unauth("unknown bearer token")
+	return Identity{}, refuse(RefusedUnknownBearer, unauth("unknown bearer token"))
 }
 
 func stringField(req any, name string) (string, error) {
@@ -330,11 +334,8 @@ func stringField(req any, name string) (string, error) {
 
 func (a *Authenticator) decide(ctx context.Context, method string, req any) (context.Context, error) {
 	nctx, err := a.Authenticate(ctx, method, req)
+	m := a.methodLabel(method)
 	if a.cfg.Observe != nil {
-		m := method
-		if _, ok := a.cfg.Policy[method]; !ok {
-			m = "unknown"
-		}
 		code := codes.OK
 		if err != nil {
 			code = status.Code(statusOf(err))
@@ -342,10 +343,18 @@ func (a *Authenticator) decide(ctx context.Context, method string, req any) (con
 		a.cfg.Observe(m, code)
 	}
 	if err != nil {
-		a.cfg.Logger.Debug("call refused", "method", method, "err", err)
+		a.audit.refused(m, method, "call", err)
 		return ctx, statusOf(err)
 	}
 	return nctx, nil
+}
+
+// methodLabel bounds the method label: the policy's methods, else "unknown".
+func (a *Authenticator) methodLabel(method string) string {
+	if _, ok := a.cfg.Policy[method]; ok {
+		return method
+	}
+	return "unknown"
 }
 
 // UnaryServerInterceptor authenticates and authorizes unary calls.
@@ -391,14 +400,11 @@ func (s *ctxStream) Context() context.Context { return s.ctx }
 func (a *Authenticator) TapHandle() tap.ServerInHandle {
 	return func(ctx context.Context, info *tap.Info) (context.Context, error) {
 		if _, err := a.authenticate(ctx, info.FullMethodName, nil, true); err != nil {
+			m := a.methodLabel(info.FullMethodName)
 			if a.cfg.Observe != nil {
-				m := info.FullMethodName
-				if _, ok := a.cfg.Policy[m]; !ok {
-					m = "unknown"
-				}
 				a.cfg.Observe(m, status.Code(statusOf(err)))
 			}
-			a.cfg.Logger.Debug("call refused before its request was read", "method", info.FullMethodName, "err", err)
+			a.audit.refused(m, info.FullMethodName, "headers", err)
 			return ctx, statusOf(err)
 		}
 		return ctx, nil

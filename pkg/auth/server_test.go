@@ -134,6 +134,7 @@ type cluster struct {
 	addr, plainAddr              string
 	seen                         *seen
 	revokedGen                   atomic.Uint64
+	auth                         *Authenticator
 }
 
 func issue(t *testing.T, ca *pki.CA, role pki.Role, o ...func(*pki.LeafOptions)) *pki.KeyPair {
@@ -191,6 +192,7 @@ func startCluster(t *testing.T) *cluster {
 		}}
 	a, err := New(cfg)
 	require.NoError(t, err)
+	c.auth = a
 
 	serve := func(creds credentials.TransportCredentials) string {
 		ln, err := net.Listen("tcp", "127.0.0.1:0")

@@ -39,6 +39,9 @@ const (
 const (
 	TokenRoleNamespace = "namespace" // sub is a namespace name
 	TokenRoleNode      = "node"      // sub is a node id (plaintext --insecure clusters only)
+	// TokenRolePeerRead is an operation grant, not a credential: sub is the
+	// node allowed to PeerRead the listed zones of namespace ns (peergrant.go).
+	TokenRolePeerRead = "peer-read"
 )
 
 // Claims are the verified contents of a token.
@@ -50,6 +53,10 @@ type Claims struct {
 	ExpiresAt  time.Time
 	ID         string // random, for logs and audit
 	KeyID      string // the key that signed it
+	// Namespace and Zones scope an operation grant (TokenRolePeerRead);
+	// empty in credentials.
+	Namespace string
+	Zones     []string
 }
 
 type wireClaims struct {
@@ -59,6 +66,9 @@ type wireClaims struct {
 	Iat  int64  `json:"iat"`
 	Exp  int64  `json:"exp"`
 	Jti  string `json:"jti"`
+	// Operation grants only.
+	NS    string   `json:"ns,omitempty"`
+	Zones []string `json:"zones,omitempty"`
 }
 
 // KeyID is the identifier of a verification key: the first 8 bytes of the
@@ -123,6 +133,11 @@ func (i *Issuer) Issue(role, subject string, gen uint64, ttl time.Duration) (str
 	if err := ValidSubject(subject); err != nil {
 		return "", Claims{}, fmt.Errorf("auth: token subject: %w", err)
 	}
+	return i.sign(wireClaims{Role: role, Sub: subject, Gen: gen}, ttl)
+}
+
+// sign completes wc (times, jti) and signs it.
+func (i *Issuer) sign(wc wireClaims, ttl time.Duration) (string, Claims, error) {
 	if ttl == 0 {
 		ttl = DefaultTokenTTL
 	}
@@ -134,7 +149,7 @@ func (i *Issuer) Issue(role, subject string, gen uint64, ttl time.Duration) (str
 		return "", Claims{}, err
 	}
 	now := i.now().Truncate(time.Second)
-	wc := wireClaims{Role: role, Sub: subject, Gen: gen, Iat: now.Unix(), Exp: now.Add(ttl).Unix(), Jti: hex.EncodeToString(jti[:])}
+	wc.Iat, wc.Exp, wc.Jti = now.Unix(), now.Add(ttl).Unix(), hex.EncodeToString(jti[:])
 	js, err := json.Marshal(wc)
 	if err != nil {
 		return "", Claims{}, err
@@ -150,7 +165,7 @@ func (i *Issuer) Issue(role, subject string, gen uint64, ttl time.Duration) (str
 
 func (w wireClaims) claims(kid string) Claims {
 	return Claims{Role: w.Role, Subject: w.Sub, Generation: w.Gen, IssuedAt: time.Unix(w.Iat, 0).UTC(),
-		ExpiresAt: time.Unix(w.Exp, 0).UTC(), ID: w.Jti, KeyID: kid}
+		ExpiresAt: time.Unix(w.Exp, 0).UTC(), ID: w.Jti, KeyID: kid, Namespace: w.NS, Zones: w.Zones}
 }
 
 // Verifier checks tokens offline against a set of public keys (several during
@@ -316,7 +331,19 @@ func (v *Verifier) verify(tok string) (Claims, error) {
 	if err := dec.Decode(&wc); err != nil || dec.More() {
 		return Claims{}, tokErr(ErrTokenMalformed, "bad payload")
 	}
-	if wc.Role != TokenRoleNamespace && wc.Role != TokenRoleNode {
+	switch wc.Role {
+	case TokenRoleNamespace, TokenRoleNode:
+		if wc.NS != "" || wc.Zones != nil {
+			return Claims{}, tokErr(ErrTokenMalformed, "a credential carries no operation scope")
+		}
+	case TokenRolePeerRead:
+		if err := ValidSubject(wc.NS); err != nil {
+			return Claims{}, tokErr(ErrTokenMalformed, "grant namespace: %v", err)
+		}
+		if len(wc.Zones) == 0 || len(wc.Zones) > MaxGrantZones {
+			return Claims{}, tokErr(ErrTokenMalformed, "grant of %d zones: want 1..%d", len(wc.Zones), MaxGrantZones)
+		}
+	default:
 		return Claims{}, tokErr(ErrTokenMalformed, "unknown role %q", wc.Role)
 	}
 	if err := ValidSubject(wc.Sub); err != nil {

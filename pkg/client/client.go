@@ -153,9 +153,9 @@ type Config struct {
 	// Registerer receives the client's metrics; nil registers none.
 	Registerer prometheus.Registerer
 	Logger     *slog.Logger
-	// LocalSockets maps a node's gRPC address to a unix socket the same node
+	// LocalSockets maps a node's id to a unix socket the same node
 	// serves on this host (daemon.Config.UnixSocket): the client reaches
-	// such a node through the socket, with gRPC's local credentials instead
+	// such a node through the socket, whatever address its record holds, with gRPC's local credentials instead
 	// of TLS and its namespace token as everywhere (localcluster fills it in
 	// for `zctl local up`'s mount). Only a client with Credentials uses it: a
 	// client certificate cannot be presented over a unix socket.
@@ -172,7 +172,7 @@ type Client struct {
 	mu      sync.Mutex
 	leader  string
 	arbConn map[string]*grpc.ClientConn
-	nodes   map[string]*grpc.ClientConn
+	nodes   map[string]*nodeEntry // by node id and address
 	closed  bool
 
 	lastActivity   time.Time
@@ -208,7 +208,7 @@ func New(ctx context.Context, cfg Config) (*Client, error) {
 		cfg.Logger = slog.Default()
 	}
 	c := &Client{cfg: cfg, log: cfg.Logger, m: newMetrics(cfg.Registerer), arbConn: map[string]*grpc.ClientConn{},
-		nodes: map[string]*grpc.ClientConn{}, vzones: map[uint64]*VZone{}}
+		nodes: map[string]*nodeEntry{}, vzones: map[uint64]*VZone{}}
 	c.bg, c.bgCancel = context.WithCancel(context.Background())
 	if ecfg, ok := etcdConfig(cfg); ok {
 		etc, err := clientv3.New(ecfg)
@@ -257,7 +257,7 @@ func NewDirect(cfg Config) *Client {
 		cfg.Logger = slog.Default()
 	}
 	return &Client{cfg: cfg, log: cfg.Logger, m: newMetrics(cfg.Registerer), arbConn: map[string]*grpc.ClientConn{},
-		nodes: map[string]*grpc.ClientConn{}, vzones: map[uint64]*VZone{}, direct: true}
+		nodes: map[string]*nodeEntry{}, vzones: map[uint64]*VZone{}, direct: true}
 }
 
 // StaticVZone returns a handle over a fixed layout: no stripe group is ever
@@ -288,8 +288,8 @@ func (c *Client) Close() {
 	for _, cc := range c.arbConn {
 		_ = cc.Close()
 	}
-	for _, cc := range c.nodes {
-		_ = cc.Close()
+	for _, e := range c.nodes {
+		_ = e.cc.Close()
 	}
 	if c.etc != nil {
 		_ = c.etc.Close()
@@ -327,9 +327,8 @@ func (c *Client) dialOpts(local bool) []grpc.DialOption {
 		grpc.WithDefaultCallOptions(append(wire.CallOptions(), grpc.MaxCallRecvMsgSize(wire.MaxMessageBytes), grpc.MaxCallSendMsgSize(wire.MaxMessageBytes))...))
 }
 
-// conn is the pooled connection to addr; sock, when set, is a unix socket
-// that reaches the same server (a node's, Config.LocalSockets).
-func (c *Client) conn(pool map[string]*grpc.ClientConn, addr, sock string) (*grpc.ClientConn, error) {
+// conn is the pooled connection to an arbiter at addr.
+func (c *Client) conn(pool map[string]*grpc.ClientConn, addr string) (*grpc.ClientConn, error) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.closed {
@@ -338,12 +337,7 @@ func (c *Client) conn(pool map[string]*grpc.ClientConn, addr, sock string) (*grp
 	if cc, ok := pool[addr]; ok {
 		return cc, nil
 	}
-	target, local := addr, sock != "" && c.cfg.Credentials != nil
-	if local {
-		target = "unix://" + sock
-		c.log.Debug("node reached over its unix socket", "addr", addr, "socket", sock)
-	}
-	cc, err := grpc.NewClient(target, c.dialOpts(local)...)
+	cc, err := grpc.NewClient(addr, c.dialOpts(false)...)
 	if err != nil {
 		return nil, &zerr.UnavailableError{What: addr, Reason: err.Error()}
 	}
@@ -351,12 +345,80 @@ func (c *Client) conn(pool map[string]*grpc.ClientConn, addr, sock string) (*grp
 	return cc, nil
 }
 
-func (c *Client) nodeClient(addr string) (v1.ZonedDeviceClient, error) {
-	cc, err := c.conn(c.nodes, addr, c.cfg.LocalSockets[addr])
+// nodeEntry is the pooled connection to one node at one address. creds
+// (nil on a plaintext or unix-socket connection) pin the TLS handshake to
+// the node's certificate role node:<id>.
+type nodeEntry struct {
+	cc    *grpc.ClientConn
+	creds *auth.NodeCredentials
+}
+
+// nodeConn is the pooled connection to node id at addr (the address its
+// record or layout gives). The node is dialled by its id: over TLS the
+// server must present a certificate naming node:<id> (auth.NodeCredentials),
+// whatever the address; a unix socket is used only when Config.LocalSockets
+// names one for this node id. A node id is required over TLS.
+func (c *Client) nodeConnOf(node, addr string) (*nodeEntry, error) {
+	key := node + "\x00" + addr
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.closed {
+		return nil, &zerr.ClosedError{What: "client"}
+	}
+	if e, ok := c.nodes[key]; ok {
+		return e, nil
+	}
+	sock := ""
+	if node != "" && c.cfg.Credentials != nil {
+		sock = c.cfg.LocalSockets[node]
+	}
+	var (
+		cc    *grpc.ClientConn
+		creds *auth.NodeCredentials
+		err   error
+	)
+	switch {
+	case sock != "":
+		c.log.Debug("node reached over its unix socket", "node", node, "socket", sock)
+		cc, err = grpc.NewClient("unix://"+sock, c.dialOpts(true)...)
+	case c.cfg.TLS != nil:
+		if creds, err = auth.NewNodeCredentials(c.cfg.TLS, node); err != nil {
+			return nil, err
+		}
+		cc, err = grpc.NewClient(addr, append(c.dialOpts(false), grpc.WithTransportCredentials(creds),
+			grpc.WithChainUnaryInterceptor(creds.UnaryInterceptor))...)
+	default:
+		cc, err = grpc.NewClient(addr, c.dialOpts(false)...)
+	}
+	if err != nil {
+		return nil, &zerr.UnavailableError{What: addr, Reason: err.Error()}
+	}
+	e := &nodeEntry{cc: cc, creds: creds}
+	c.nodes[key] = e
+	return e, nil
+}
+
+func (c *Client) nodeClient(node, addr string) (v1.ZonedDeviceClient, error) {
+	e, err := c.nodeConnOf(node, addr)
 	if err != nil {
 		return nil, err
 	}
-	return nodeConn{v1.NewZonedDeviceClient(cc), cc}, nil
+	return nodeConn{v1.NewZonedDeviceClient(e.cc), e.cc}, nil
+}
+
+// nodeErr turns the UNAVAILABLE of a refused handshake into the node's
+// *zerr.PeerIdentityError (not retried: the same address answers the same).
+func (c *Client) nodeErr(node, addr string, err error) error {
+	if err == nil || !errors.Is(err, zerr.ErrUnavailable) {
+		return err
+	}
+	c.mu.Lock()
+	e := c.nodes[node+"\x00"+addr]
+	c.mu.Unlock()
+	if e == nil {
+		return err
+	}
+	return e.creds.RefusedOr(err)
 }
 
 // nodeConn is a node's client with its connection, for the calls the
@@ -367,19 +429,21 @@ type nodeConn struct {
 	cc grpc.ClientConnInterface
 }
 
-// ctx adds the namespace to outgoing calls. The admin token is not sent on
-// the data path: a tenant's I/O is always checked against its grants, so a
-// stale layout fails with NotOwner instead of reading another owner's zone.
-// A direct client (static layouts, no arbiter) places its own zones and so
-// sends the token it was given.
+// ctx adds the namespace to outgoing node calls. The admin token is never
+// sent to a node: a node cannot verify it (nodes hold no admin token), and
+// a node — or a server that took over its address — must not capture the
+// credential that administers the cluster. Administrative node calls
+// (`zctl zone`, a direct client's calls) are the operator's by its client
+// certificate. Only on an --insecure cluster, which has no identities, does
+// a direct client send the token it was given, as before.
 func (c *Client) ctx(ctx context.Context) context.Context {
-	if c.direct {
+	if c.direct && c.cfg.TLS == nil {
 		return c.withAdminToken(wire.WithNamespace(ctx, c.cfg.Namespace))
 	}
 	return wire.WithNamespace(ctx, c.cfg.Namespace)
 }
 
-// adminCtx adds the namespace and the admin token.
+// adminCtx adds the namespace and the admin token: arbiter calls only.
 func (c *Client) adminCtx(ctx context.Context) context.Context {
 	if c.direct {
 		return c.ctx(ctx)
@@ -455,7 +519,7 @@ func arbiterCall[T any](ctx context.Context, c *Client, op string, fn func(conte
 		}
 		for i := 0; i < len(cands); i++ {
 			addr := cands[i]
-			cc, err := c.conn(c.arbConn, addr, "")
+			cc, err := c.conn(c.arbConn, addr)
 			if err != nil {
 				last = err
 				continue
@@ -602,11 +666,14 @@ func (c *Client) RemoveNode(ctx context.Context, id string) error {
 	return err
 }
 
-// Device returns a client of a node's ZonedDevice service (calls carry the
-// client's namespace and token).
-func (c *Client) Device(addr string) (v1.ZonedDeviceClient, context.Context, error) {
-	n, err := c.nodeClient(addr)
-	return n, c.adminCtx(context.Background()), err
+// Device returns a client of node's ZonedDevice service at addr and a
+// context carrying the client's namespace. The node is dialled by its id
+// (its certificate must name node:<node>); calls carry the client's
+// certificate or namespace token, never the admin token. A refused
+// handshake fails a unary call with *zerr.PeerIdentityError.
+func (c *Client) Device(node, addr string) (v1.ZonedDeviceClient, context.Context, error) {
+	n, err := c.nodeClient(node, addr)
+	return n, c.ctx(context.Background()), err
 }
 
 // ClusterStatus returns the cluster's status from the leader.
@@ -726,13 +793,14 @@ func nodeCall[T any](ctx context.Context, c *Client, node, addr, op string, fn f
 	}
 	backoff := 20 * time.Millisecond
 	for {
-		nc, err := c.nodeClient(addr)
+		nc, err := c.nodeClient(node, addr)
 		if err == nil {
 			var res T
 			res, err = fn(c.ctx(ctx), nc)
 			if err == nil {
 				return res, nil
 			}
+			err = c.nodeErr(node, addr, err)
 		}
 		if !errors.Is(err, zerr.ErrUnavailable) || ctx.Err() != nil || time.Now().After(deadline) {
 			return zero, &NodeError{Node: node, Addr: addr, Op: op, Err: err}

@@ -163,7 +163,7 @@ func TestNamespacesAreIsolated(t *testing.T) {
 	l, err := vz.Layout(ctx)
 	require.NoError(t, err)
 	for _, z := range l.GetGroups()[0].GetZones() {
-		dev, bctx, err := b.Device(z.GetAddr())
+		dev, bctx, err := b.Device(z.GetNode(), z.GetAddr())
 		require.NoError(t, err)
 		id, err := dev.Identify(bctx, &v1.IdentifyRequest{Device: z.GetDevice()})
 		require.NoError(t, err)

@@ -65,7 +65,7 @@ func TestFinishedVZoneWithALaggingZone(t *testing.T) {
 	require.NoError(t, err)
 	z := l2.GetGroups()[0].GetZones()[0]
 	require.Equal(t, victim, z.GetNode())
-	dev, dctx, err := cl2.Device(z.GetAddr())
+	dev, dctx, err := cl2.Device(z.GetNode(), z.GetAddr())
 	require.NoError(t, err)
 	rep, err := dev.ReportZones(dctx, &v1.ReportZonesRequest{Device: z.GetDevice(), StartZone: z.GetZone(), MaxZones: 1})
 	require.NoError(t, err)

@@ -206,12 +206,12 @@ func (v *VZone) readV(ctx context.Context, c *readCall, out []byte, base uint64)
 // message: the client copies from the receive buffers to the caller's).
 func nodeConnCall[T any](ctx context.Context, c *Client, node, addr, op string, fn func(context.Context, grpc.ClientConnInterface) (T, error)) (T, error) {
 	return nodeCall(ctx, c, node, addr, op, func(ctx context.Context, _ v1.ZonedDeviceClient) (T, error) {
-		cc, err := c.conn(c.nodes, addr, c.cfg.LocalSockets[addr])
+		e, err := c.nodeConnOf(node, addr)
 		if err != nil {
 			var zero T
 			return zero, err
 		}
-		return fn(ctx, cc)
+		return fn(ctx, e.cc)
 	})
 }
 

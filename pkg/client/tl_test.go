@@ -282,7 +282,7 @@ func tlZones(t *testing.T, ctx context.Context, cl *client.Client, vz *client.VZ
 	n := 0
 	for _, g := range l.GetGroups() {
 		for _, z := range g.GetZones() {
-			dev, dctx, err := cl.Device(z.GetAddr())
+			dev, dctx, err := cl.Device(z.GetNode(), z.GetAddr())
 			require.NoError(t, err)
 			rep, err := dev.ReportZones(dctx, &v1.ReportZonesRequest{Device: z.GetDevice(), StartZone: z.GetZone(), MaxZones: 1})
 			require.NoError(t, err)

@@ -18,7 +18,7 @@ import (
 	"github.com/zonefleet/zonefleet/pkg/zerr"
 )
 
-// IssueToken asks the arbiter for a signed namespace token (see pkg/auth):
+// IssueToken asks the arbiter for a signed namespace token:
 // the operator for any namespace, a tenant for its own (a renewal). ttl 0
 // is the arbiter's default (15 minutes).
 func (c *Client) IssueToken(ctx context.Context, namespace string, ttl time.Duration) (*v1.IssueTokenResponse, error) {

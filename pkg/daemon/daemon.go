@@ -171,6 +171,9 @@ func New(cfg Config, logger *slog.Logger, extra ...grpc.ServerOption) (*Daemon, 
 	buildInfo.WithLabelValues(bi.Version, bi.Revision, bi.GoVersion, cfg.Name).Set(1)
 	d.Registry.MustRegister(buildInfo, collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 
+	if cfg.Security != nil && cfg.Security.Auth != nil {
+		d.Registry.MustRegister(cfg.Security.Auth) // zonefleet_auth_refusals_total
+	}
 	m := newRPCMetrics(d.Registry)
 	clk := cfg.Clock
 	if clk == nil {

@@ -43,7 +43,7 @@ func openDrive(ctx context.Context, cfg client.Config, o Options) (Target, error
 	} else {
 		c = client.NewDirect(cfg)
 	}
-	dev, dctx, err := c.Device(addr)
+	dev, dctx, err := c.Device(o.Node, addr)
 	if err != nil {
 		c.Close()
 		return nil, err

@@ -110,7 +110,7 @@ func BenchmarkVolume(b *testing.B) {
 	b.Run("grpcread4k", func(b *testing.B) {
 		loc, err := c.VZone(uint64(rz)).Locate(ctx, 0)
 		require.NoError(b, err)
-		dev, dctx, err := c.Device(loc.Addr)
+		dev, dctx, err := c.Device(loc.Node, loc.Addr)
 		require.NoError(b, err)
 		b.SetBytes(int64(bs))
 		for i := 0; i < b.N; i++ {

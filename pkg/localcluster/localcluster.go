@@ -66,9 +66,12 @@ type Config struct {
 	// BasePort: 0 picks free ports; otherwise etcd BasePort, arbiter i at
 	// BasePort+10+2i (metrics +1), node i at BasePort+30+2i (metrics +1), so a
 	// cluster started again on the same Dir comes back on the same addresses.
-	BasePort   int
-	Host       string // default 127.0.0.1
-	TReadOnly  time.Duration
+	BasePort  int
+	Host      string // default 127.0.0.1
+	TReadOnly time.Duration
+	// MaxShare is the arbiters' default capacity share of a namespace
+	// without a quota (arbiter.Config.MaxShare); 0 keeps the default.
+	MaxShare   float64
 	SessionTTL time.Duration
 	Admission  bool
 	// RebuildRate is every node's rebuild share in MiB/s (ssdnode
@@ -268,6 +271,12 @@ func Start(ctx context.Context, cfg Config) (*Cluster, error) {
 	for i := 0; i < cfg.Nodes; i++ {
 		c.nodes = append(c.nodes, &proc{id: nodeID(i), fixedRPC: port(30, i, 0), fixedWeb: port(30, i, 1)})
 	}
+	if !cfg.Insecure {
+		if err := c.etcdLeastPrivilege(ctx); err != nil {
+			c.Close()
+			return nil, err
+		}
+	}
 	for i := 0; i < cfg.Arbiters; i++ {
 		c.arbiters = append(c.arbiters, &proc{id: fmt.Sprintf("arbiter-%d", i+1), fixedRPC: port(10, i, 0), fixedWeb: port(10, i, 1)})
 	}
@@ -459,6 +468,9 @@ func (c *Cluster) StartArbiter(ctx context.Context, i int) error {
 	}
 	o := arbiterd.DefaultOptions()
 	o.ID, o.Etcd, o.SessionTTL, o.TReadOnly = p.id, c.Etcd.Endpoints()[0], c.cfg.SessionTTL, c.cfg.TReadOnly
+	if c.cfg.MaxShare != 0 {
+		o.MaxShare = c.cfg.MaxShare
+	}
 	return c.startProc(p, "arbiter", pki.Role{Kind: pki.RoleArbiter}, func(ctx context.Context, d *daemon.Daemon) error {
 		return arbiterd.Run(ctx, d, o, c.log.With("arbiter", p.id))
 	})

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/zonefleet/zonefleet/pkg/auth"
+	"github.com/zonefleet/zonefleet/pkg/auth/etcdrbac"
 	"github.com/zonefleet/zonefleet/pkg/client"
 	"github.com/zonefleet/zonefleet/pkg/pki"
 	"google.golang.org/grpc"
@@ -103,15 +104,17 @@ func (c *Cluster) ClientConfig(ns string) client.Config {
 		LocalSockets: c.localSockets()}
 }
 
-// localSockets maps the nodes' gRPC addresses to their unix sockets
-// (Config.TCPOnly; a node keeps both when it restarts).
+// localSockets maps the nodes' ids to their unix sockets (Config.TCPOnly;
+// a node keeps its socket when it restarts). Keyed by id, not address: the
+// client picks a socket for the node it means, whatever address the node's
+// record holds.
 func (c *Cluster) localSockets() map[string]string {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	m := map[string]string{}
 	for _, p := range c.nodes {
-		if p.sock != "" && p.grpc != "" {
-			m[p.grpc] = p.sock
+		if p.sock != "" && p.id != "" {
+			m[p.id] = p.sock
 		}
 	}
 	return m
@@ -137,4 +140,27 @@ func (c *Cluster) adminDialOptions() []grpc.DialOption {
 	}
 	conf, _ := c.adm.ClientTLS(nil, "")
 	return []grpc.DialOption{grpc.WithTransportCredentials(credentials.NewTLS(conf))}
+}
+
+// etcdLeastPrivilege turns on etcd's authentication with a role per
+// component (pkg/auth/etcdrbac): a node writes only its own registration,
+// only arbiters write grants, layouts, namespaces and token generations.
+// It runs at every start (idempotent), with the etcd certificate, which
+// etcd maps to its root role.
+func (c *Cluster) etcdLeastPrivilege(ctx context.Context) error {
+	cli, err := c.Etcd.Client()
+	if err != nil {
+		return err
+	}
+	defer cli.Close()
+	ids := make([]string, 0, len(c.nodes))
+	for _, p := range c.nodes {
+		ids = append(ids, p.id)
+	}
+	actx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	if err := etcdrbac.Apply(actx, cli, ids); err != nil {
+		return fmt.Errorf("local cluster etcd roles: %w", err)
+	}
+	return nil
 }

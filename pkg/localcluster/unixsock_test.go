@@ -36,7 +36,7 @@ func TestNodesServeUnixSockets(t *testing.T) {
 	cfg := cl.ClientConfig("t")
 	require.Len(t, cfg.LocalSockets, 2)
 	for _, n := range cl.Info().Nodes {
-		sock := cfg.LocalSockets[n.GRPC]
+		sock := cfg.LocalSockets[n.ID]
 		require.Equal(t, filepath.Join(dir, n.ID, "grpc.sock"), sock, n.ID)
 		assert.Equal(t, sock, n.Unix)
 		st, err := os.Stat(sock)
@@ -66,8 +66,8 @@ func TestNodesServeUnixSockets(t *testing.T) {
 	// The data path takes the sockets: with every one pointing nowhere, the
 	// tenant's I/O fails instead of going over TCP.
 	lost := cl.ClientConfig("t")
-	for addr := range lost.LocalSockets {
-		lost.LocalSockets[addr] = filepath.Join(t.TempDir(), "gone.sock")
+	for id := range lost.LocalSockets {
+		lost.LocalSockets[id] = filepath.Join(t.TempDir(), "gone.sock")
 	}
 	lost.RetryDeadline = time.Second
 	lc, err := client.New(ctx, lost)
@@ -83,7 +83,7 @@ func TestNodesServeUnixSockets(t *testing.T) {
 	// Straight on the socket: the caller is whoever its token says.
 	loc, err := vz.Locate(ctx, 0)
 	require.NoError(t, err)
-	cc, err := grpc.NewClient("unix://"+cfg.LocalSockets[loc.Addr], grpc.WithTransportCredentials(grpclocal.NewCredentials()))
+	cc, err := grpc.NewClient("unix://"+cfg.LocalSockets[loc.Node], grpc.WithTransportCredentials(grpclocal.NewCredentials()))
 	require.NoError(t, err)
 	defer cc.Close()
 	dev := v1.NewZonedDeviceClient(cc)

@@ -14,6 +14,7 @@ import (
 
 	v1 "github.com/zonefleet/zonefleet/api/zonefleet/v1"
 	"github.com/zonefleet/zonefleet/pkg/auth"
+	"github.com/zonefleet/zonefleet/pkg/cluster"
 	"github.com/zonefleet/zonefleet/pkg/rpcerr"
 	"github.com/zonefleet/zonefleet/pkg/wire"
 	"github.com/zonefleet/zonefleet/pkg/zerr"
@@ -473,6 +474,8 @@ func (b *rebuilder) pull(pz *v1.PeerZone, off, n uint64) ([]byte, error) {
 	var conn *grpc.ClientConn
 	var err error
 	pctx := wire.WithNamespace(ctx, b.r.ns) // the node certificate is the credential: no token
+	// The arbiter's grant for this rebuild goes with every pull.
+	pctx = auth.WithPeerGrant(pctx, auth.PeerGrantFrom(ctx))
 	if s.cfg.Peers != nil {
 		conn, err = s.cfg.Peers.Get(ctx, pz.GetNodeId())
 	} else {
@@ -536,6 +539,13 @@ func (s *Service) PeerRead(req *v1.PeerReadRequest, stream v1.ZonedDevice_PeerRe
 		}
 		if req.GetNamespace() != id.Namespace {
 			return auth.Status(&auth.PermissionDeniedError{Identity: id.String(), Method: "PeerRead", Reason: "request namespace differs from the call's"})
+		}
+		if s.cfg.PeerGrants != nil {
+			zone := cluster.PhysZone{Node: s.cfg.ID, Device: req.GetDevice(), Zone: req.GetZone()}.String()
+			if err := auth.CheckPeerRead(s.cfg.PeerGrants, auth.PeerGrantFrom(ctx), id.Name, req.GetNamespace(), zone); err != nil {
+				s.log.Warn("peer read refused", "caller", id.String(), "namespace", req.GetNamespace(), "zone", zone, "err", err)
+				return auth.Status(err)
+			}
 		}
 	} else if err := s.requireAdmin(ctx, "PeerRead"); err != nil {
 		return err

@@ -238,6 +238,9 @@ func Run(ctx context.Context, d *daemon.Daemon, o Options, log *slog.Logger) err
 		}()
 		o.Config.Owners = owners
 	}
+	if sec := d.SecurityConfig(); sec != nil && !sec.Insecure && sec.Bundle != nil && o.Config.PeerGrants == nil {
+		o.Config.PeerGrants = sec.Bundle.Verifier
+	}
 	svc, err = New(o.Config, devs, grants, log)
 	if err != nil {
 		return err

@@ -139,6 +139,12 @@ type Config struct {
 	// resolved from the registered node records, TLS pinned to node:<id>,
 	// no bearer token (peerdial). nil: remote copies fail.
 	Peers *peerdial.Pool
+	// PeerGrants verifies the operation grants of peer reads (the token
+	// verification keys). Set on TLS clusters: a node then serves PeerRead
+	// only to the node an arbiter-signed grant names, for the namespace and
+	// zones it lists (auth.CheckPeerRead). nil: a node's certificate is
+	// enough (--insecure clusters, in-process tests).
+	PeerGrants *auth.Verifier
 	// Standalone: no arbiter; any namespace may use any zone.
 	Standalone bool
 	Admission  AdmissionConfig

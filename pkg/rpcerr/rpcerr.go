@@ -61,6 +61,8 @@ var table = []entry{
 	e("GEOMETRY_MISMATCH", codes.FailedPrecondition, (*zerr.GeometryMismatchError)(nil)),
 	e("CLOSED", codes.Unavailable, (*zerr.ClosedError)(nil)),
 	e("LIMIT_EXCEEDED", codes.ResourceExhausted, (*zerr.LimitError)(nil)),
+	e("PERMISSION_DENIED", codes.PermissionDenied, (*zerr.PermissionDeniedError)(nil)),
+	e("PEER_IDENTITY", codes.Unauthenticated, (*zerr.PeerIdentityError)(nil)),
 }
 
 var byReason = func() map[string]entry {

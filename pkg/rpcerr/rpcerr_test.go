@@ -25,7 +25,7 @@ func sentinelOf(t *testing.T, err error) error {
 		zerr.ErrTooManyActive, zerr.ErrOutOfRange, zerr.ErrInvalidArgument, zerr.ErrInvalidBitmap, zerr.ErrNotOwner,
 		zerr.ErrIPUBudget, zerr.ErrNotLeader, zerr.ErrNotFound, zerr.ErrAlreadyExists, zerr.ErrNoResources,
 		zerr.ErrUnavailable, zerr.ErrCorrupt, zerr.ErrUnauthenticated, zerr.ErrStaleLayout, zerr.ErrTLViolation,
-		zerr.ErrGeometryMismatch, zerr.ErrClosed, zerr.ErrLimit}
+		zerr.ErrGeometryMismatch, zerr.ErrClosed, zerr.ErrLimit, zerr.ErrPermissionDenied, zerr.ErrPeerIdentity}
 	var found []error
 	for _, s := range sentinels {
 		if errors.Is(err, s) {

@@ -147,7 +147,8 @@ func codeFor(err error) int {
 	case errors.Is(err, zerr.ErrUnavailable), errors.Is(err, zerr.ErrNotLeader), errors.Is(err, zerr.ErrClosed),
 		errors.Is(err, context.DeadlineExceeded):
 		return ExitUnavailable
-	case errors.Is(err, zerr.ErrNotOwner), errors.Is(err, zerr.ErrUnauthenticated), errors.Is(err, auth.ErrPermissionDenied),
+	case errors.Is(err, zerr.ErrNotOwner), errors.Is(err, zerr.ErrUnauthenticated), errors.Is(err, zerr.ErrPermissionDenied),
+		errors.Is(err, zerr.ErrPeerIdentity),
 		status.Code(err) == codes.PermissionDenied: // the auth policy refused the call (e.g. a tenant's admin call)
 		return ExitDenied
 	case errors.Is(err, zerr.ErrNoResources), errors.Is(err, zerr.ErrTooManyActive), errors.Is(err, zerr.ErrTooManyOpen),
@@ -166,6 +167,8 @@ func hint(err error) string {
 		return "is the cluster running? (`zctl local up`; `zctl config current` shows which one zctl dials)"
 	case errors.Is(err, zerr.ErrNotFound) && strings.Contains(err.Error(), "namespace"):
 		return "create it with `zctl ns create NAME`"
+	case errors.Is(err, zerr.ErrPeerIdentity):
+		return "the node's registered address is served by another identity: check the node records (`zctl node show ID`) and the node's certificate"
 	case errors.Is(err, zerr.ErrUnauthenticated):
 		return "give credentials: --ca-file with --cert-file/--key-file, or --token-file (zctl cert init writes them)"
 	case errors.Is(err, zerr.ErrWritePointer):

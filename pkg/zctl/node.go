@@ -86,26 +86,24 @@ func nodeCmd(g *Globals) *cobra.Command {
 	return cmd
 }
 
-// nodeAddr resolves --node ID (or --addr) to a node's address.
-func nodeAddr(ctx context.Context, c *client.Client, id, addr string) (string, error) {
-	if addr != "" {
-		return addr, nil
-	}
+// nodeTarget is node id's registered address, or the first registered
+// node's id and address when id is empty.
+func nodeTarget(ctx context.Context, c *client.Client, id string) (string, string, error) {
 	if id == "" {
 		nodes, err := c.ListNodes(ctx)
 		if err != nil {
-			return "", err
+			return "", "", err
 		}
 		if len(nodes) == 0 {
-			return "", fmt.Errorf("no node is registered")
+			return "", "", fmt.Errorf("no node is registered")
 		}
-		return nodes[0].GetAddr(), nil
+		return nodes[0].GetId(), nodes[0].GetAddr(), nil
 	}
 	n, err := c.GetNode(ctx, id)
 	if err != nil {
-		return "", err
+		return "", "", err
 	}
-	return n.GetAddr(), nil
+	return n.GetId(), n.GetAddr(), nil
 }
 
 var _ = v1.ZoneState_ZONE_STATE_EMPTY

@@ -26,28 +26,36 @@ func (zt *zoneTarget) flags(cmd *cobra.Command) {
 	cmd.Flags().Uint32VarP(&zt.device, "device", "d", 0, "device index on the node")
 }
 
-// dial returns the drive's client and a context carrying namespace and token.
+// dial returns the drive's client and a context carrying the namespace.
+// The node is dialled by its id: over TLS its certificate must name
+// node:<id> whatever address is given or registered, so --addr needs --node
+// there. The admin token is never sent to a node; the operator is
+// identified by its client certificate (only an --insecure cluster, which
+// has no identities, gets the token).
 func (zt *zoneTarget) dial(ctx context.Context, g *Globals) (v1.ZonedDeviceClient, context.Context, func(), error) {
 	g.resolve()
 	var c *client.Client
-	addr := zt.addr
+	node, addr := zt.node, zt.addr
 	if addr == "" {
 		var err error
 		if c, err = g.connect(ctx, false); err != nil {
 			return nil, nil, nil, err
 		}
-		if addr, err = nodeAddr(ctx, c, zt.node, ""); err != nil {
+		if node, addr, err = nodeTarget(ctx, c, zt.node); err != nil {
 			c.Close()
 			return nil, nil, nil, err
 		}
 	} else {
+		if node == "" && !g.Insecure {
+			return nil, nil, nil, usageErr(fmt.Errorf("--addr needs --node: the node's certificate must name the node dialled"))
+		}
 		cfg, err := g.clientConfig(g.Namespace)
 		if err != nil {
 			return nil, nil, nil, err
 		}
 		c = client.NewDirect(cfg)
 	}
-	dev, _, err := c.Device(addr)
+	dev, _, err := c.Device(node, addr)
 	if err != nil {
 		c.Close()
 		return nil, nil, nil, err
@@ -56,7 +64,9 @@ func (zt *zoneTarget) dial(ctx context.Context, g *Globals) (v1.ZonedDeviceClien
 	if g.Namespace != "" {
 		cctx = withNS(cctx, g.Namespace)
 	}
-	cctx = withAdminToken(cctx, g.Token)
+	if g.Insecure {
+		cctx = withAdminToken(cctx, g.Token)
+	}
 	return dev, cctx, c.Close, nil
 }
 

@@ -36,6 +36,8 @@ var (
 	ErrGeometryMismatch = errors.New("geometry mismatch")
 	ErrClosed           = errors.New("closed")
 	ErrLimit            = errors.New("limit reached")
+	ErrPermissionDenied = errors.New("permission denied")
+	ErrPeerIdentity     = errors.New("peer identity mismatch")
 )
 
 // WritePointerError: a write did not start at the zone's write pointer.
@@ -287,6 +289,34 @@ func (e *LimitError) Error() string {
 }
 func (e *LimitError) Is(t error) bool { return t == ErrLimit }
 
+// PermissionDeniedError: an authenticated caller may not do this (the
+// per-method policy, an admin-only option, a peer call without an assigned
+// operation).
+type PermissionDeniedError struct {
+	Identity string // who asked, e.g. "namespace:tenant-a"
+	Method   string // full gRPC method or operation
+	Reason   string
+}
+
+func (e *PermissionDeniedError) Error() string {
+	return fmt.Sprintf("permission denied: %s may not call %s: %s", e.Identity, e.Method, e.Reason)
+}
+func (e *PermissionDeniedError) Is(t error) bool { return t == ErrPermissionDenied }
+
+// PeerIdentityError: the server reached at Addr did not prove the identity
+// the caller dialled (its certificate names Got, not Want). Nothing was sent
+// to it: the TLS handshake failed before any call.
+type PeerIdentityError struct {
+	Want string // the role dialled, e.g. "node:node-1"
+	Got  string // the role the certificate names, or why none was read
+	Addr string
+}
+
+func (e *PeerIdentityError) Error() string {
+	return fmt.Sprintf("server at %s is not %s: its certificate names %s", e.Addr, e.Want, e.Got)
+}
+func (e *PeerIdentityError) Is(t error) bool { return t == ErrPeerIdentity }
+
 // Typed lists one example of every typed error. pkg/rpcerr tests round-trip
 // each of them; a new typed error must be added here and to the rpcerr table.
 func Typed() []error {
@@ -313,5 +343,7 @@ func Typed() []error {
 		&GeometryMismatchError{Field: "zone_size", Have: "8192", Want: "4096"},
 		&ClosedError{What: "device dev0"},
 		&LimitError{What: "concurrent streams of namespace a on node n1", Limit: 32},
+		&PermissionDeniedError{Identity: "namespace:a", Method: "/zonefleet.v1.Arbiter/CreateNamespace", Reason: "needs the operator (admin)"},
+		&PeerIdentityError{Want: "node:node-1", Got: "node:node-2", Addr: "127.0.0.1:7100"},
 	}
 }

@@ -154,7 +154,7 @@ func workload(t *testing.T, reg prometheus.Registerer, d time.Duration) {
 	l, err := src.Layout(ctx)
 	require.NoError(t, err)
 	z := l.GetGroups()[0].GetZones()[0]
-	dev, dctx, err := cl.Device(z.GetAddr())
+	dev, dctx, err := cl.Device(z.GetNode(), z.GetAddr())
 	require.NoError(t, err)
 	id, err := dev.Identify(dctx, &v1.IdentifyRequest{Device: z.GetDevice()})
 	require.NoError(t, err)

@@ -6,9 +6,9 @@
 //
 // Why: every map keyed by something a client controls (a namespace name, a
 // zone address, a token) is a memory-exhaustion and an amplification vector.
-// Unguarded, every grant-cache miss on a node costs one linearizable etcd
-// read, so a client sending random namespaces or zones could load etcd at the
-// rate it could send RPCs. With authentication the namespace is not
+// Every grant-cache miss on a node costs one linearizable etcd read, so a
+// client sending random namespaces or zones could load etcd at the rate it
+// could send RPCs. With authentication the namespace is no longer
 // free-form (it comes from a verified token), but a tenant can still probe
 // zones it does not own; MissGuard answers repeated misses from a negative
 // cache and caps the etcd reads per namespace and in total.

@@ -1,8 +1,7 @@
 // Package peerdial is how a node reaches another node (ZoneCompaction's
-// PeerWrite) without trusting the request: a node that dialled whatever
-// address the request named, attached the admin token and cached one
-// connection per address would hand its credentials to any listener and
-// grow without bound.
+// PeerWrite, a rebuild's PeerRead) by id: never to an address a request
+// names, never with a bearer token, never with an unbounded connection
+// cache.
 //
 // A Pool is asked for a node by id, never by address. It resolves the
 // address through a Resolver that must answer from the registered node

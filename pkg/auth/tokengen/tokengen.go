@@ -6,6 +6,13 @@
 // UNAUTHENTICATED (auth.ErrTokenRevoked) as soon as its watch delivers the
 // new value. A namespace without a key is at generation 0.
 //
+// Incarnations: deleting a namespace raises its generation in the same
+// transaction (arbiter DeleteNamespace), and the record outlives the
+// namespace, so a namespace created again under the same name starts above
+// every token of the previous one: none of them is accepted, by nodes,
+// arbiters or IssueToken (no renewal). The records of deleted namespaces
+// stay (one small key per name the operator ever used).
+//
 // Table is the verifier's side: an in-memory map (one entry per namespace
 // key in etcd, which only the arbiter writes on an admin's request, so it is
 // bounded by the operator, not by callers) kept current by Follow: one
@@ -21,8 +28,9 @@
 // revocation issued during the outage takes effect when the watch is back,
 // bounded by the token lifetime (15 minutes by default).
 //
-// Residual risk: every node can write etcd, so a compromised node could
-// lower a generation (un-revoke); tokens still expire.
+// Only arbiters write generations: etcd's role-based access control
+// (package etcdrbac) gives nodes read access to this prefix only, so a
+// stolen node certificate cannot lower a generation (un-revoke).
 package tokengen
 
 import (

@@ -1,0 +1,97 @@
+package auth
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"time"
+
+	"github.com/zonefleet/zonefleet/pkg/zerr"
+	"google.golang.org/grpc/metadata"
+)
+
+// Operation grants. A node's certificate proves which node calls, not what
+// that node was asked to do: with the certificate alone any node could
+// PeerRead every tenant's zones on every other node. A raid5 leg rebuild
+// therefore carries a grant the arbiter signs with the token-signing key
+// when it assigns the rebuild: role TokenRolePeerRead, subject the node
+// that rebuilds, the namespace, the zones it may read (node/device/zone),
+// a lifetime of PeerGrantTTL. The arbiter sends it with RebuildParityLeg in
+// the PeerGrantKey metadata; the rebuilding node forwards it on its PeerRead
+// calls; the serving node checks it (CheckPeerRead) against the calling
+// node's certificate, the request's namespace and zone. A grant is not a
+// credential: the authenticator refuses it as a bearer token.
+
+// PeerGrantKey is the metadata key of an operation grant.
+const PeerGrantKey = "zonefleet-peer-grant"
+
+// PeerGrantTTL is the lifetime of an operation grant: one leg rebuild.
+const PeerGrantTTL = 15 * time.Minute
+
+// MaxGrantZones bounds the zones of one grant (a raid5 group's survivors
+// and partial-parity logs fit many times over; the token stays under
+// MaxTokenLen).
+const MaxGrantZones = 24
+
+// IssuePeerRead signs a grant for node to PeerRead zones of namespace ns.
+func (i *Issuer) IssuePeerRead(node, ns string, zones []string, ttl time.Duration) (string, error) {
+	if err := ValidSubject(node); err != nil {
+		return "", fmt.Errorf("auth: grant node: %w", err)
+	}
+	if err := ValidSubject(ns); err != nil {
+		return "", fmt.Errorf("auth: grant namespace: %w", err)
+	}
+	if len(zones) == 0 || len(zones) > MaxGrantZones {
+		return "", fmt.Errorf("auth: grant of %d zones: want 1..%d", len(zones), MaxGrantZones)
+	}
+	tok, _, err := i.sign(wireClaims{Role: TokenRolePeerRead, Sub: node, NS: ns, Zones: slices.Clone(zones)}, ttl)
+	return tok, err
+}
+
+// WithPeerGrant attaches grant to an outgoing call.
+func WithPeerGrant(ctx context.Context, grant string) context.Context {
+	if grant == "" {
+		return ctx
+	}
+	return metadata.AppendToOutgoingContext(ctx, PeerGrantKey, grant)
+}
+
+// PeerGrantFrom is the grant an incoming call carries ("" if none).
+func PeerGrantFrom(ctx context.Context) string {
+	md, _ := metadata.FromIncomingContext(ctx)
+	if v := md.Get(PeerGrantKey); len(v) == 1 {
+		return v[0]
+	}
+	return ""
+}
+
+// CheckPeerRead decides a node's PeerRead: caller (the node its certificate
+// names) may read zone (node/device/zone) of namespace ns only with a grant
+// from v's keys naming exactly that. The refusal is a
+// *zerr.PermissionDeniedError.
+func CheckPeerRead(v *Verifier, grant, caller, ns, zone string) error {
+	deny := func(reason string) error {
+		return refuse(RefusedPeerNotAssigned, &zerr.PermissionDeniedError{Identity: "node:" + caller, Method: "PeerRead", Reason: reason})
+	}
+	if v == nil {
+		return deny("this node verifies no operation grants")
+	}
+	if grant == "" {
+		return deny("no operation grant: the arbiter assigns peer reads (a rebuild) with a signed grant")
+	}
+	c, err := v.Verify(grant)
+	if err != nil {
+		return deny("operation grant: " + err.Error())
+	}
+	switch {
+	case c.Role != TokenRolePeerRead:
+		return deny("not an operation grant")
+	case c.Subject != caller:
+		return deny("the grant is for node " + c.Subject)
+	case c.Namespace != ns:
+		return deny("the grant is for namespace " + c.Namespace)
+	case !slices.Contains(c.Zones, zone):
+		return deny("zone " + zone + " is not in the grant")
+	}
+	return nil
+}
