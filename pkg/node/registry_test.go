@@ -11,10 +11,12 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+	"github.com/zonefleet/zonefleet/internal/leakcheck"
 	"github.com/zonefleet/zonefleet/pkg/cluster"
 	"github.com/zonefleet/zonefleet/pkg/etcdlocal"
 	"github.com/zonefleet/zonefleet/pkg/zerr"
 	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.uber.org/goleak"
 )
 
 var testEtcd *etcdlocal.Server
@@ -28,10 +30,16 @@ func TestMain(m *testing.M) {
 	if err != nil {
 		panic(err)
 	}
-	code := m.Run()
-	testEtcd.Close()
-	_ = os.RemoveAll(dir)
-	os.Exit(code)
+	// The process's wall clock for network deadlines lives as long as the
+	// process: made now, it is part of the goroutines the check ignores.
+	_ = wallClock()
+	leakcheck.Main(m, func() {
+		if fuzzNode.stop != nil {
+			fuzzNode.stop()
+		}
+		testEtcd.Close()
+		_ = os.RemoveAll(dir)
+	}, goleak.IgnoreCurrent())
 }
 
 func etcdClient(t *testing.T) *clientv3.Client {
