@@ -12,8 +12,18 @@ PROTOS       := $(wildcard $(PROTO_DIR)/*.proto)
 TOOLS        := .cache/tools
 # The README's test command runs exactly this.
 TEST_FLAGS   ?= -race -count=1 -timeout 20m
+# test-long: the randomized power-loss runs with -long (many seeds and crash
+# points, seeds from the process id: a new sample every run). LONG_RUN and
+# LONG_PKGS narrow it; CI runs a subset (see .ci/run).
+LONG_PKGS    ?= ./pkg/zns ./pkg/lfs
+LONG_RUN     ?= PowerLoss|TLCrash
+LONG_FLAGS   ?= -count=1 -timeout 120m
+LONG_ARGS    ?=
+# bench-smoke: the wall-clock benchmark runs (FUSE mounts, gRPC timed on the
+# wall clock), built with the benchsmoke tag and named TestSmoke*.
+SMOKE_FLAGS  ?= -count=1 -timeout 30m
 
-.PHONY: help build test test-short docs-check proto proto-check lint rules dashboards run images up down test-deploy bench clean
+.PHONY: help build test test-short test-long bench-smoke docs-check proto proto-check lint rules dashboards run images up down test-deploy bench clean
 
 help: ## this list
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-12s %s\n", $$1, $$2}'
@@ -22,8 +32,14 @@ build: ## static binaries into bin/
 	@mkdir -p $(BIN)
 	CGO_ENABLED=0 $(GO) build -trimpath -ldflags '$(LDFLAGS)' -o $(BIN)/ $(addprefix ./cmd/,$(CMDS))
 
-test: build ## every test, race detector on (e2e tests use bin/)
+test: build ## every deterministic test, race detector on (e2e tests use bin/)
 	ZONEFLEET_BIN_DIR=$(CURDIR)/$(BIN) $(GO) test $(TEST_FLAGS) ./...
+
+test-long: ## randomized long runs: power-loss seeds and crash points (-long)
+	$(GO) test $(LONG_FLAGS) -run '$(LONG_RUN)' $(LONG_PKGS) -args -long $(LONG_ARGS)
+
+bench-smoke: ## the wall-clock benchmarks (FUSE mounts, gRPC) on small configurations
+	$(GO) test -tags benchsmoke $(SMOKE_FLAGS) -run '^TestSmoke' ./pkg/bench/...
 
 test-short: ## unit tests only, no e2e
 	$(GO) test -short -count=1 ./...
@@ -51,6 +67,7 @@ proto-check: ## fail when the committed generated code differs from `make proto`
 lint: ## gofmt and go vet
 	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
 	$(GO) vet ./...
+	$(GO) vet -tags benchsmoke ./pkg/bench/...
 
 # promtool comes with Debian's prometheus package (.ci/run installs it).
 rules: ## check the Prometheus config and alerting rules, run their unit tests (promtool)

@@ -139,7 +139,8 @@ type Config struct {
 	// unless TLS is nil (an explicit --insecure cluster).
 	Credentials auth.TokenSource
 	// RetryDeadline bounds retries of transient failures (node unavailable,
-	// leader change) of one operation. Default 15s.
+	// leader change) of one operation, in the time of Clock (the clock the
+	// retries sleep on; wall time under the off clock). Default 15s.
 	RetryDeadline time.Duration
 	// CongestionControl enables eZNS read congestion control (default on; set
 	// DisableCongestionControl to turn it off for comparison).
@@ -509,7 +510,7 @@ func arbiterCall[T any](ctx context.Context, c *Client, op string, fn func(conte
 	if c.direct {
 		return zero, &zerr.UnavailableError{What: "arbiter", Reason: "a direct client has no arbiter (" + op + ")"}
 	}
-	deadline := time.Now().Add(c.cfg.RetryDeadline)
+	expired := c.retryDeadline(c.cfg.RetryDeadline)
 	backoff := 50 * time.Millisecond
 	var last error
 	for attempt := 0; ; attempt++ {
@@ -551,7 +552,7 @@ func arbiterCall[T any](ctx context.Context, c *Client, op string, fn func(conte
 		if ctx.Err() != nil {
 			return zero, ctx.Err()
 		}
-		if time.Now().After(deadline) {
+		if expired() {
 			return zero, fmt.Errorf("%s: no arbiter leader answered within %s: %w", op, c.cfg.RetryDeadline, last)
 		}
 		c.m.retries.WithLabelValues("arbiter").Inc()
@@ -783,14 +784,34 @@ func (c *Client) handle(id uint64) *VZone {
 	return vz
 }
 
+// retryDeadline returns the test of a retry loop's deadline, d from now on
+// the clock the loop sleeps its backoff on: a virtual clock's retries end on
+// modelled time, a realtime clock's on its scaled time, never on a wall
+// clock the sleeps do not follow. The off clock does not move (its sleeps
+// return at once): under it the wall clock counts. A zero d has expired at
+// once (one attempt).
+func (c *Client) retryDeadline(d time.Duration) (expired func() bool) {
+	if d <= 0 {
+		return func() bool { return true }
+	}
+	clk := c.cfg.Clock
+	if clk.Kind() == clock.KindOff {
+		end := time.Now().Add(d)
+		return func() bool { return time.Now().After(end) }
+	}
+	end := clk.Now() + d
+	return func() bool { return clk.Now() >= end }
+}
+
 // nodeCall runs one call on a node, retrying while the node is unavailable
 // (restarting, partitioned) until the retry deadline; the error names the node.
 func nodeCall[T any](ctx context.Context, c *Client, node, addr, op string, fn func(context.Context, v1.ZonedDeviceClient) (T, error)) (T, error) {
 	var zero T
-	deadline := time.Now().Add(c.cfg.RetryDeadline)
+	d := c.cfg.RetryDeadline
 	if isFailFast(ctx) {
-		deadline = time.Now() // another copy can serve it (mirror.go): one attempt
+		d = 0 // another copy can serve it (mirror.go): one attempt
 	}
+	expired := c.retryDeadline(d)
 	backoff := 20 * time.Millisecond
 	for {
 		nc, err := c.nodeClient(node, addr)
@@ -802,7 +823,7 @@ func nodeCall[T any](ctx context.Context, c *Client, node, addr, op string, fn f
 			}
 			err = c.nodeErr(node, addr, err)
 		}
-		if !errors.Is(err, zerr.ErrUnavailable) || ctx.Err() != nil || time.Now().After(deadline) {
+		if !errors.Is(err, zerr.ErrUnavailable) || ctx.Err() != nil || expired() {
 			return zero, &NodeError{Node: node, Addr: addr, Op: op, Err: err}
 		}
 		c.m.retries.WithLabelValues(op).Inc()

@@ -53,7 +53,7 @@ func TestMirror3SecondFailureDuringRebuild(t *testing.T) {
 			if vz == nil {
 				v, err := cl.OpenVZone(wctx)
 				if err != nil {
-					time.Sleep(50 * time.Millisecond) // e.g. no 3 distinct nodes yet
+					time.Sleep(50 * time.Millisecond) // a retry pause, e.g. no 3 distinct nodes yet
 					continue
 				}
 				vz = v
@@ -71,7 +71,7 @@ func TestMirror3SecondFailureDuringRebuild(t *testing.T) {
 			mu.Lock()
 			ref = append(ref, acked{vz: vz.ID(), off: off, data: data})
 			mu.Unlock()
-			time.Sleep(5 * time.Millisecond) // a paced workload: the tiny drives must keep room for the rebuilds
+			time.Sleep(5 * time.Millisecond) // pacing, not synchronization: the tiny drives must keep room for the rebuilds
 		}
 	}()
 	verify := func(when string) {
@@ -127,15 +127,31 @@ func TestMirror3SecondFailureDuringRebuild(t *testing.T) {
 		return ""
 	}
 
-	time.Sleep(time.Second)
+	// ackedMore waits until the workload acknowledged n appends more than it
+	// had: the failures below hit a running workload, however slow the
+	// machine. The bound only turns a stalled workload into a failure (a
+	// few appends take milliseconds).
+	ackedMore := func(n int, when string) {
+		t.Helper()
+		mu.Lock()
+		want := len(ref) + n
+		mu.Unlock()
+		require.Eventually(t, func() bool {
+			mu.Lock()
+			defer mu.Unlock()
+			return len(ref) >= want
+		}, 2*time.Minute, 10*time.Millisecond, "%s: %d more appends acknowledged", when, n)
+	}
+
+	ackedMore(20, "before the first failure")
 	a := firstNode("")
 	require.NoError(t, c.StopNode(nodeIndex(a)))
-	time.Sleep(time.Second)
+	ackedMore(10, "with one node down")
 	waitGone(a)
 	require.ErrorIs(t, admin.RemoveNode(ctx, a), zerr.ErrZoneState, "declared lost, rebuild started")
 	b := firstNode(a)
 	require.NoError(t, c.StopNode(nodeIndex(b))) // the second failure, while A's copies are rebuilt
-	time.Sleep(1500 * time.Millisecond)
+	ackedMore(5, "with two nodes down")
 	stop()
 	<-done
 	t.Logf("%d appends acknowledged; stopped %s, then %s during its rebuild", len(ref), a, b)

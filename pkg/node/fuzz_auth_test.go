@@ -30,6 +30,7 @@ var fuzzNode struct {
 	err  error
 	cc   *grpc.ClientConn
 	tok  string // a valid namespace token for "tenant"
+	stop func() // ends the node (the test main calls it after the tests)
 }
 
 func secureNode(f *testing.F) (v1.ZonedDeviceClient, string) {
@@ -57,7 +58,18 @@ func secureNode(f *testing.F) (v1.ZonedDeviceClient, string) {
 				return err
 			}
 			RegisterGRPC(dm.GRPC, svc)
-			go func() { _ = dm.Run(context.Background()) }() // lives for the test binary
+			ctx, cancel := context.WithCancel(context.Background())
+			ran := make(chan struct{})
+			go func() { defer close(ran); _ = dm.Run(ctx) }() // lives until the test main's cleanup
+			fuzzNode.stop = func() {
+				if fuzzNode.cc != nil {
+					_ = fuzzNode.cc.Close()
+				}
+				cancel()
+				<-ran
+				svc.Close()
+				_ = d.Close()
+			}
 			b, err := auth.Load(auth.DirFiles(pkiDir, pki.Role{Kind: pki.RoleAdmin}, true, false))
 			if err != nil {
 				return err

@@ -170,12 +170,23 @@ func assertNothingOf(t *testing.T, n *testNode, ns string, lba uint64, old []byt
 	assert.Equal(t, zns.StateEmpty, zs[0].State, "the zone was reset before the new owner's first I/O")
 }
 
-func putGrant(t *testing.T, cli *clientv3.Client, node string, zone uint32, ns string) {
+// putGrant writes a grant and returns the etcd revision of the write.
+func putGrant(t *testing.T, cli *clientv3.Client, node string, zone uint32, ns string) int64 {
 	t.Helper()
 	v, err := cluster.EncodeGrant(cluster.Grant{Namespace: ns, VZone: uint64(zone)})
 	require.NoError(t, err)
-	_, err = cli.Put(context.Background(), cluster.GrantKey(node, 0, zone), string(v))
+	resp, err := cli.Put(context.Background(), cluster.GrantKey(node, 0, zone), string(v))
 	require.NoError(t, err)
+	return resp.Header.Revision
+}
+
+// catchUp waits until the grants cache has applied etcd revision rev: an
+// event that would change anything has then done so. (CatchUp gives up
+// after a few seconds; a busy machine may need more.)
+func catchUp(t *testing.T, g *Grants, rev int64) {
+	t.Helper()
+	require.Eventually(t, func() bool { return g.CatchUp(context.Background(), rev) == nil }, time.Minute, time.Millisecond,
+		"the grants watch applies revision %d", rev)
 }
 
 // TestOwnerChangeByOverwrite: the arbiter's grant repair (or a transaction
@@ -208,8 +219,7 @@ func TestOwnerChangeByOverwrite(t *testing.T) {
 	require.NoError(t, err)
 	assert.Equal(t, bdata, got.GetData())
 	// A rewrite of the same assignment (same key, same namespace) keeps the epoch.
-	putGrant(t, cli, "owner-ow", 1, "b")
-	time.Sleep(100 * time.Millisecond)
+	catchUp(t, n.svc.grants, putGrant(t, cli, "owner-ow", 1, "b"))
 	got, err = n.client.Read(asNS("b"), &v1.ReadRequest{Device: 0, Lba: 2048, Blocks: 2})
 	require.NoError(t, err)
 	assert.Equal(t, bdata, got.GetData(), "a grant repair of the same owner must not reset")

@@ -11,10 +11,12 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+	"github.com/zonefleet/zonefleet/internal/leakcheck"
 	"github.com/zonefleet/zonefleet/pkg/cluster"
 	"github.com/zonefleet/zonefleet/pkg/etcdlocal"
 	"github.com/zonefleet/zonefleet/pkg/zerr"
 	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.uber.org/goleak"
 )
 
 var testEtcd *etcdlocal.Server
@@ -28,10 +30,16 @@ func TestMain(m *testing.M) {
 	if err != nil {
 		panic(err)
 	}
-	code := m.Run()
-	testEtcd.Close()
-	_ = os.RemoveAll(dir)
-	os.Exit(code)
+	// The process's wall clock for network deadlines lives as long as the
+	// process: made now, it is part of the goroutines the check ignores.
+	_ = wallClock()
+	leakcheck.Main(m, func() {
+		if fuzzNode.stop != nil {
+			fuzzNode.stop()
+		}
+		testEtcd.Close()
+		_ = os.RemoveAll(dir)
+	}, goleak.IgnoreCurrent())
 }
 
 func etcdClient(t *testing.T) *clientv3.Client {
@@ -71,15 +79,24 @@ func TestRegistrationLifecycle(t *testing.T) {
 	require.True(t, ok)
 	assert.Equal(t, uint32(16), rec.Devices[0].NumZones)
 
-	// The keep-alive holds the record beyond the TTL.
-	time.Sleep(2500 * time.Millisecond)
+	// The keep-alive holds the record beyond the TTL. Expiry is a wall-time
+	// event of etcd's: wait until an unrenewed lease would have expired
+	// twice over (etcd may grant more than the TTL asked), then ask etcd
+	// for the lease's time left, which it reckons at once, whether or not
+	// its lessor has revoked an expired lease yet.
+	reg.mu.Lock()
+	lease := reg.lease
+	reg.mu.Unlock()
+	ttl, err := cli.TimeToLive(ctx, lease)
+	require.NoError(t, err)
+	time.Sleep(2*time.Duration(ttl.GrantedTTL)*time.Second + 500*time.Millisecond)
+	ttl, err = cli.TimeToLive(ctx, lease)
+	require.NoError(t, err)
+	assert.Positive(t, ttl.TTL, "lease renewed past its TTL")
 	_, ok = get()
 	assert.True(t, ok, "record kept alive past its TTL")
 
 	// Losing the lease (as after a partition longer than the TTL) registers again.
-	reg.mu.Lock()
-	lease := reg.lease
-	reg.mu.Unlock()
 	_, err = cli.Revoke(ctx, lease)
 	require.NoError(t, err)
 	require.Eventually(t, func() bool { _, ok := get(); return ok && reg.Reregistrations() == 1 }, 10*time.Second, 50*time.Millisecond)
@@ -128,9 +145,9 @@ func TestGrantsFollowEtcd(t *testing.T) {
 
 	// Grants of other nodes are not this node's.
 	v, _ := cluster.EncodeGrant(cluster.Grant{Namespace: "a"})
-	_, err = cli.Put(ctx, cluster.GrantKey("other-node", 0, 3), string(v))
+	resp, err := cli.Put(ctx, cluster.GrantKey("other-node", 0, 3), string(v))
 	require.NoError(t, err)
-	time.Sleep(100 * time.Millisecond)
+	catchUp(t, g, resp.Header.Revision)
 	assert.Error(t, g.Check("a", 0, 3))
 }
 
@@ -142,7 +159,7 @@ func TestGrantCheckCatchesUpWithTheWatch(t *testing.T) {
 	defer cancel()
 	var resets []uint32
 	g, err := WatchGrantsFunc(ctx, cli, "catchup", quiet, func(_, zone uint32) {
-		time.Sleep(50 * time.Millisecond) // a slow reset
+		time.Sleep(50 * time.Millisecond) // a slow reset (the work, not a wait for anything)
 		resets = append(resets, zone)
 	})
 	require.NoError(t, err)

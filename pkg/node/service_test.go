@@ -588,7 +588,16 @@ func TestRevocationIsOrderedWithIO(t *testing.T) {
 	_, err = etcdClient(t).Delete(context.Background(), cluster.GrantKey("order", 0, 1))
 	require.NoError(t, err)
 	require.Eventually(t, func() bool { return !n.svc.grants.Cached("a", 0, 1) }, 5*time.Second, 5*time.Millisecond)
-	time.Sleep(50 * time.Millisecond)
+	// The reset is waiting for the zone's write lock: a writer waiting on a
+	// sync.RWMutex makes TryRLock fail. Only then can the zone's write
+	// pointer tell that the reset waited.
+	require.Eventually(t, func() bool {
+		if d.zl[1].TryRLock() {
+			d.zl[1].RUnlock()
+			return false
+		}
+		return true
+	}, time.Minute, time.Millisecond, "the revocation's reset reaches the zone lock")
 	assert.Equal(t, uint64(2056), zoneWP(t, n.client, 1), "the reset waits for the I/O in flight")
 	unlock()
 	require.Eventually(t, func() bool { return zoneWP(t, n.client, 1) == 2048 }, 5*time.Second, 5*time.Millisecond, "then the zone is reset")

@@ -15,11 +15,20 @@ import (
 )
 
 // Queues of namespaces that stopped waiting are dropped: callers inventing
-// namespace names leave no state behind, whether their requests
-// were served or gave up.
+// namespace names leave no state behind, whether their requests were served
+// or gave up.
 func TestWRRForgetsIdleNamespaces(t *testing.T) {
 	w := NewWRR(1)
 	require.NoError(t, w.Acquire(context.Background(), "holder")) // the only slot
+	waiting := func() int {
+		n := 0
+		for _, k := range w.Waiting() {
+			n += k
+		}
+		return n
+	}
+	giveUp, cancel := context.WithCancel(context.Background())
+	defer cancel()
 	var wg sync.WaitGroup
 	for i := 0; i < 200; i++ {
 		wg.Add(1)
@@ -27,16 +36,17 @@ func TestWRRForgetsIdleNamespaces(t *testing.T) {
 			defer wg.Done()
 			ctx := context.Background()
 			if i%2 == 0 { // half give up
-				var cancel context.CancelFunc
-				ctx, cancel = context.WithTimeout(ctx, 20*time.Millisecond)
-				defer cancel()
+				ctx = giveUp
 			}
 			if w.Acquire(ctx, fmt.Sprintf("ns-%d", i)) == nil {
 				w.Release()
 			}
 		}(i)
 	}
-	time.Sleep(50 * time.Millisecond)
+	require.Eventually(t, func() bool { return waiting() == 200 }, time.Minute, time.Millisecond, "every caller queued")
+	cancel()
+	require.Eventually(t, func() bool { return waiting() == 100 }, time.Minute, time.Millisecond, "the callers that gave up left their queues")
+	assert.Len(t, w.Waiting(), 100, "and their namespaces")
 	w.Release()
 	wg.Wait()
 	w.mu.Lock()

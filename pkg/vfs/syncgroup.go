@@ -22,6 +22,7 @@ type SyncGroup struct {
 	seq    atomic.Uint64 // completed modifications
 	synced atomic.Uint64 // seq covered by the last successful sync
 	rounds atomic.Uint64 // fsyncs run
+	parked atomic.Int64  // callers waiting for the round in flight
 
 	mu      sync.Mutex
 	running *syncRound // the round in flight, if any
@@ -45,6 +46,11 @@ func (g *SyncGroup) Synced() uint64 { return g.synced.Load() }
 // Rounds is the number of fsyncs run so far.
 func (g *SyncGroup) Rounds() uint64 { return g.rounds.Load() }
 
+// Waiting is the number of callers waiting for the round in flight (they
+// share the next round, or return with this one). Tests use it to reach the
+// point where callers share a sync instead of hoping a sleep got them there.
+func (g *SyncGroup) Waiting() int { return int(g.parked.Load()) }
+
 // SyncAll makes every modification completed before the call durable.
 func (g *SyncGroup) SyncAll(fsync func() error) error { return g.Sync(g.seq.Load(), fsync) }
 
@@ -57,8 +63,10 @@ func (g *SyncGroup) Sync(w uint64, fsync func() error) error {
 		}
 		g.mu.Lock()
 		if r := g.running; r != nil {
+			g.parked.Add(1)
 			g.mu.Unlock()
 			<-r.done
+			g.parked.Add(-1)
 			if r.err != nil && r.w >= w {
 				return r.err
 			}

@@ -23,6 +23,7 @@ var (
 	longPowerLoss = flag.Bool("long", false, "power-loss tests: many more seeds and crash points")
 	powerVerbose  = flag.Bool("powerloss.v", false, "power-loss tests: log every command")
 	powerSeed     = flag.Uint64("powerloss.seed", 0, "power-loss tests: run only this seed (as printed by a failure)")
+	powerSeeds    = flag.Int("powerloss.seeds", 0, "power-loss tests: run this many seeds (0: the default, or -long's)")
 )
 
 var quiet = slog.New(slog.NewTextHandler(io.Discard, nil))
@@ -323,6 +324,28 @@ func checkCrashPoint(t *testing.T, seed uint64, cp crashPoint) {
 	}
 }
 
+// powerLossSeeds is the list of n seeds a power-loss test runs: the same
+// ones on every run of the default tests (a failure reproduces), a new
+// sample per process with -long (seeds from the process id, printed on
+// failure); -powerloss.seeds overrides n, -powerloss.seed picks one.
+func powerLossSeeds(n int) []uint64 {
+	if *powerSeed != 0 {
+		return []uint64{*powerSeed}
+	}
+	if *powerSeeds > 0 {
+		n = *powerSeeds
+	}
+	base := uint64(1)
+	if *longPowerLoss {
+		base = uint64(os.Getpid())
+	}
+	list := make([]uint64, n)
+	for i := range list {
+		list[i] = base*1000 + uint64(i)
+	}
+	return list
+}
+
 // TestPowerLossDrive: random commands (writes, appends, FUA, Flush, IPU,
 // resets, finish, close, zone_compaction, TL_open + sparse writes) on the
 // crashable file system, power lost at random file operations (unsynced
@@ -337,14 +360,7 @@ func TestPowerLossDrive(t *testing.T) {
 	if *longPowerLoss {
 		seeds, nOps, every = 300, 150, 2
 	}
-	base := uint64(os.Getpid())
-	list := make([]uint64, seeds)
-	for i := range list {
-		list[i] = base*1000 + uint64(i)
-	}
-	if *powerSeed != 0 {
-		list = []uint64{*powerSeed}
-	}
+	list := powerLossSeeds(seeds)
 	total := 0
 	for _, seed := range list {
 		points, _ := runPowerLossWorkload(t, seed, nOps, every)

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
-	"os"
 	"slices"
 	"strings"
 	"testing"
@@ -458,14 +457,7 @@ func TestTLCrashPoints(t *testing.T) {
 	if *longPowerLoss {
 		seeds, nOps, every = 300, 150, 2
 	}
-	base := uint64(os.Getpid())
-	list := make([]uint64, seeds)
-	for i := range list {
-		list[i] = base*1000 + uint64(i)
-	}
-	if *powerSeed != 0 {
-		list = []uint64{*powerSeed}
-	}
+	list := powerLossSeeds(seeds)
 	total := 0
 	for _, seed := range list {
 		points := runTLCrashWorkload(t, seed, nOps, every)

@@ -160,8 +160,10 @@ type writer struct {
 	static *client.VZone // fixed layout: written over and over
 	bytes  atomic.Int64
 	paused atomic.Bool
-	widths []int
-	mu     sync.Mutex
+	// progress, when set, gets a token after each completed write
+	progress chan struct{}
+	widths   []int
+	mu       sync.Mutex
 }
 
 func (w *writer) run(ctx context.Context) error {
@@ -180,7 +182,7 @@ func (w *writer) run(ctx context.Context) error {
 					}
 					return err
 				}
-				w.bytes.Add(int64(len(buf)))
+				w.wrote(len(buf))
 			}
 			if err := w.static.Reset(ctx); err != nil && ctx.Err() == nil {
 				return err
@@ -220,7 +222,7 @@ func (w *writer) run(ctx context.Context) error {
 				}
 				return err
 			}
-			w.bytes.Add(int64(len(buf)))
+			w.wrote(len(buf))
 		}
 		if ctx.Err() != nil {
 			return nil
@@ -230,6 +232,17 @@ func (w *writer) run(ctx context.Context) error {
 		prev, vz = vz, nil
 	}
 	return nil
+}
+
+// wrote counts n written bytes.
+func (w *writer) wrote(n int) {
+	w.bytes.Add(int64(n))
+	if w.progress != nil {
+		select {
+		case w.progress <- struct{}{}:
+		default:
+		}
+	}
 }
 
 // record notes the stripe-group widths of a v-zone.
@@ -289,8 +302,10 @@ func vzoneRun(ctx context.Context, o Options, writers int) (float64, float64, er
 func measure(ctx context.Context, o Options, ws []*writer, d time.Duration) (float64, error) {
 	rctx, cancel := context.WithCancel(ctx)
 	errc := make(chan error, len(ws))
+	progress := make(chan struct{}, 1)
 	var wg sync.WaitGroup
 	for _, w := range ws {
+		w.progress = progress
 		wg.Add(1)
 		go func() { defer wg.Done(); errc <- w.run(rctx) }()
 	}
@@ -302,10 +317,38 @@ func measure(ctx context.Context, o Options, ws []*writer, d time.Duration) (flo
 	}
 	wall := time.Duration(float64(d) * o.TimeScale)
 	t0 := time.Now()
-	time.Sleep(wall)
+	// The window lasts d and, beyond it, until a write has completed in it:
+	// on a machine too busy to complete one in d the figure is still a
+	// bandwidth over the time taken, never a zero. A writer that fails ends
+	// the wait.
+	window := time.After(wall)
 	var end int64
-	for _, w := range ws {
-		end += w.bytes.Load()
+	failed := 0
+	for over := false; ; {
+		end = 0
+		for _, w := range ws {
+			end += w.bytes.Load()
+		}
+		if over && end > start {
+			break
+		}
+		select {
+		case <-window:
+			over, window = true, nil
+		case <-progress:
+		case err := <-errc:
+			failed++
+			if err != nil && !errors.Is(err, context.Canceled) {
+				cancel()
+				wg.Wait()
+				return 0, err
+			}
+			if failed == len(ws) {
+				cancel()
+				wg.Wait()
+				return 0, fmt.Errorf("the writers stopped: %w", context.Cause(ctx))
+			}
+		}
 	}
 	elapsed := time.Since(t0).Seconds() / o.TimeScale
 	cancel()

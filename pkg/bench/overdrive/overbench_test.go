@@ -11,11 +11,11 @@ import (
 	"github.com/zonefleet/zonefleet/pkg/zerr"
 )
 
-// A short run produces every figure (no speed is asserted: the machine is shared;
-// the Fig. 26 point is 1 s of wall time so that a loaded machine still completes
-// writes in it — 60 ms measured 0 MiB/s once under a parallel test load).
+// A short run produces every figure. No speed is asserted: each measured
+// window lasts until a write completed in it, so the bandwidths are positive
+// however busy the machine is.
 func TestRunShort(t *testing.T) {
-	res, err := Run(context.Background(), Options{Dir: t.TempDir(), TimeScale: 4, Run: 250 * time.Millisecond,
+	res, err := Run(context.Background(), Options{Dir: t.TempDir(), TimeScale: 4, Run: 60 * time.Millisecond,
 		Phase: 60 * time.Millisecond, Intervals: 1, Writers: []int{2}})
 	require.NoError(t, err)
 	require.Len(t, res.Fig26, 1)
