@@ -311,7 +311,7 @@ func (fs *FS) dropPage(in *inode, blk uint64) {
 type flushPlan struct {
 	in     *inode
 	groups []flushGroup
-	pages  int // pages in flight (FS.wbPages)
+	pages  int // pages in flight (wbScheduler.pages)
 }
 
 type flushGroup struct {
@@ -382,8 +382,8 @@ func (fs *FS) prepareFlush(in *inode, limit int) *flushPlan {
 	sort.Slice(plan.groups, func(i, j int) bool { return plan.groups[i].log < plan.groups[j].log })
 	in.flights++
 	plan.pages = len(blks)
-	fs.wbFlights++
-	fs.wbPages += plan.pages
+	fs.wb.flights++
+	fs.wb.pages += plan.pages
 	return plan
 }
 
@@ -452,9 +452,9 @@ func (fs *FS) commitFlush(ctx context.Context, plan *flushPlan, failed bool) err
 	in := plan.in
 	defer func() {
 		in.flights--
-		fs.wbFlights--
-		fs.wbPages -= plan.pages
-		fs.flightCond.Broadcast()
+		fs.wb.flights--
+		fs.wb.pages -= plan.pages
+		fs.wb.flight.Broadcast()
 	}()
 	var firstErr error
 	for gi := range plan.groups {
@@ -548,7 +548,7 @@ func (fs *FS) flushInode(ctx context.Context, in *inode) error {
 func (fs *FS) waitFlights(in *inode) {
 	for in.flights > 0 {
 		in.mu.Unlock()
-		fs.flightCond.Wait()
+		fs.wb.flight.Wait()
 		fs.mu.Unlock()
 		in.mu.Lock()
 		fs.mu.Lock()

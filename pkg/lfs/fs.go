@@ -153,39 +153,29 @@ func (fs *FS) writeReserve() uint64 {
 // FS is a mounted file system. All methods are safe for concurrent use.
 type FS struct {
 	// Locks, in the order they are taken (see doc.go):
-	gcMu       sync.Mutex           // one recycling round at a time
-	cpMu       sync.RWMutex         // checkpoint lock: mutating ops R, checkpoints W; readers never
-	renameMu   sync.Mutex           // renames (the directory tree's shape)
-	logMu      [numTemps]sync.Mutex // appends to one log (a zone takes writes only at its write pointer)
-	mu         sync.Mutex           // the tables (leaf lock): never held across a Volume call
-	pinCond    *sync.Cond           // on mu: a segment's readers left (pins 0)
-	flightCond *sync.Cond           // on mu: a write-back in flight committed
-	laneCond   *sync.Cond           // on mu: an extra write lane was released
-	xl         [numTemps][]xlane    // extra write lanes of the data logs (lanes.go)
-	lanes      int                  // write lanes per data log
-	wbPages    int                  // dirty pages in flight (a write-back copied them and has not committed)
-	gather     bufpool.Pool         // write-back buffers of a volume without VectorWriter (writeData), recycled after a write that landed
-	vecw       VectorWriter         // the volume's vectored write, if it has one (write-back sends the pages as they are)
-	wbFlights  int                  // write-backs in flight (all inodes)
-	admitting  int                  // writes admitted to the dirty budget and not yet done (admit)
-	admitPages int                  // pages of the admitted writes
-	admitHead  uint64               // the admission ticket whose turn it is
-	admitTail  uint64               // the next ticket handed out
-	admitGone  map[uint64]bool      // tickets of writers that failed before their turn
-	opening    int                  // OpenZone calls in flight (counted as used segments)
-	inflight   atomic.Int64         // operations running (the virtual clock's tick skips a busy FS)
-	bgWG       sync.WaitGroup
-	wbKick     chan struct{} // wakes the write-back goroutine (nil: none, writers flush)
-	wbStop     chan struct{}
-	wbOnce     sync.Once
-	vol        Volume
-	geo        VolumeGeometry
-	bs         int
-	sb         superblock
-	opts       Options
-	clk        clock.Clock
-	pol        RecyclePolicy
-	m          *metrics
+	gcMu     sync.Mutex           // one recycling round at a time
+	cpMu     sync.RWMutex         // checkpoint lock: mutating ops R, checkpoints W; readers never
+	renameMu sync.Mutex           // renames (the directory tree's shape)
+	logMu    [numTemps]sync.Mutex // appends to one log (a zone takes writes only at its write pointer)
+	mu       sync.Mutex           // the tables (leaf lock): never held across a Volume call
+	pinCond  *sync.Cond           // on mu: a segment's readers left (pins 0)
+	laneCond *sync.Cond           // on mu: an extra write lane was released
+	xl       [numTemps][]xlane    // extra write lanes of the data logs (lanes.go)
+	lanes    int                  // write lanes per data log
+	gather   bufpool.Pool         // write-back buffers of a volume without VectorWriter (writeData), recycled after a write that landed
+	vecw     VectorWriter         // the volume's vectored write, if it has one (write-back sends the pages as they are)
+	opening  int                  // OpenZone calls in flight (counted as used segments)
+	inflight atomic.Int64         // operations running (the virtual clock's tick skips a busy FS)
+	bgWG     sync.WaitGroup
+	wb       wbScheduler // write-back and admission to the dirty budget (writeback.go)
+	vol      Volume
+	geo      VolumeGeometry
+	bs       int
+	sb       superblock
+	opts     Options
+	clk      clock.Clock
+	pol      RecyclePolicy
+	m        *metrics
 
 	nlogs int
 	segs  map[ZoneID]*segment
@@ -274,8 +264,8 @@ func newFS(vol Volume, opts Options) *FS {
 	fs.bs = fs.geo.BlockSize
 	fs.vecw = vectorWriter(vol)
 	fs.pinCond = sync.NewCond(&fs.mu)
-	fs.flightCond = sync.NewCond(&fs.mu)
-	fs.admitGone = map[uint64]bool{}
+	fs.wb.flight = sync.NewCond(&fs.mu)
+	fs.wb.admitGone = map[uint64]bool{}
 	fs.laneCond = sync.NewCond(&fs.mu)
 	fs.lanes = 1
 	fs.pol = opts.Policy

@@ -207,7 +207,7 @@ func (fs *FS) begin1(ctx context.Context, name string, kind opKind) (*op, error)
 		// back itself past the budget.
 		soft, _ := fs.wbBudget()
 		fs.kickWriteBack()
-		if fs.wbKick == nil && fs.dirtyPages > soft {
+		if fs.wb.kick == nil && fs.dirtyPages > soft {
 			if err := fs.writeBack(ctx); err != nil {
 				o.done(&err)
 				return nil, err
