@@ -179,24 +179,72 @@ func (fs *FS) tlCosts(s *segment, npre uint64) (ctl, csc float64) {
 // lock held) and TL-opens it, or returns nil: no candidate, hybrid segment
 // recycling prefers compaction, the open-zone budget is used up, or the
 // volume refused. The segment returned is log li's new head.
+//
+// The phases: the gate (tlGate: free segments short, open-zone budget),
+// the victim (tlVictim), the cost model (tlCosts), the kept blocks and the
+// segment's last hole (tlKeepMap), β (tlSampleBeta), TL_open, and the
+// segment's new state (tlOpened).
 func (fs *FS) tlTry(ctx context.Context, li int) *segment {
+	if !fs.tlGate() {
+		return nil
+	}
+	s, pre := fs.tlVictim(li)
+	if s == nil {
+		fs.stats.TLNoCandidate++
+		return nil
+	}
+	ctl, csc := fs.tlCosts(s, pre)
+	if ctl > csc {
+		fs.stats.HSRCompaction++
+		return nil
+	}
+	keep, end, bm := tlKeepMap(fs, s)
+	fs.tlSampleBeta(s)
+	// claim it before the table lock is released: no recycling, freeing or
+	// second TL_open picks it meanwhile
+	s.log, s.kind, s.tl, s.stable = li, li, true, false
+	z := s.zone
+	err := fs.unlocked(func() error { return fs.tl.vol.TLOpen(ctx, z, bm) })
+	if err != nil {
+		s.log, s.tl = -1, false
+		if errors.Is(err, zerr.ErrTooManyOpen) || errors.Is(err, zerr.ErrTooManyActive) || errors.Is(err, zerr.ErrNoResources) || errors.Is(err, context.Canceled) {
+			// refused before anything changed (no open resource, no spare
+			// flash block group for the log): a fresh zone instead
+			fs.stats.TLRefused++
+			return nil
+		}
+		// the zone's state is unknown (TL_open may have happened)
+		_ = fs.goReadOnly("TL_open", err)
+		return nil
+	}
+	fs.tlOpened(li, s, keep, end)
+	return s
+}
+
+// tlGate reports whether threaded logging may open a segment now: it is on
+// and ready, free segments run short (F2FS's SSR / ZNS+ HSR point: a fresh
+// zone is cheaper while there are plenty), and one more segment left open
+// until the next checkpoint fits the volume's open zones (the log heads,
+// the extra write lanes' heads and two metadata zones during a rotation).
+func (fs *FS) tlGate() bool {
 	if !fs.tlOn() || !fs.tl.ready || fs.failed != nil {
-		return nil
+		return false
 	}
-	// Only when free segments run short (F2FS's SSR / ZNS+ HSR point): a
-	// fresh zone is cheaper while there are plenty.
 	if fs.freeSegments() > fs.gcReserve()+fs.nlogs {
-		return nil
+		return false
 	}
-	// Every TL segment opened since the last checkpoint may be left open
-	// until that checkpoint: keep within the volume's open zones (the log
-	// heads, the extra write lanes' heads and two metadata zones during a
-	// rotation).
 	if fs.tl.unrec+1 > fs.geo.MaxOpen-fs.nlogs-2-fs.openLanes() {
 		fs.tl.wantCP = true
 		fs.stats.TLNoBudget++
-		return nil
+		return false
 	}
+	return true
+}
+
+// tlVictim picks the stable closed segment of log li's type with the
+// fewest blocks to keep (valid or pre-invalid), holes enough, and returns
+// it with its pre-invalid count (nil: none).
+func (fs *FS) tlVictim(li int) (*segment, uint64) {
 	pre := map[ZoneID]uint64{}
 	for z := range fs.touched.zones {
 		if s := fs.segs[z]; s != nil {
@@ -227,73 +275,65 @@ func (fs *FS) tlTry(ctx context.Context, li int) *segment {
 		}
 	}
 	if best == nil {
-		fs.stats.TLNoCandidate++
-		return nil
+		return nil, 0
 	}
-	s := best
-	ctl, csc := fs.tlCosts(s, pre[s.zone])
-	if ctl > csc {
-		fs.stats.HSRCompaction++
-		return nil
-	}
-	// blocks the drives keep: valid now, or valid at the last checkpoint
-	// (pre-invalid: a crash would bring the checkpoint's owner back)
-	keep := make([]uint64, len(s.valid))
+	return best, pre[best.zone]
+}
+
+// tlKeepMap returns the blocks of s the drives keep (valid now, or valid at
+// the last checkpoint: pre-invalid, a crash would bring the checkpoint's
+// owner back), as words and as TL_open's bitmap, and where the log's
+// writes end.
+//
+// Until a checkpoint records this segment, its last hole stays unwritten:
+// the zone can then not turn full, and a mount tells a TL-opened zone by
+// its open state and its write pointer below the segment's written range.
+func tlKeepMap(fs *FS, s *segment) (keep []uint64, end uint64, bm []byte) {
+	keep = make([]uint64, len(s.valid))
 	copy(keep, s.valid)
 	fs.touched.wasValid(s.zone, keep)
-	end := s.cap
-	{
-		// Until a checkpoint records this segment, its last hole stays
-		// unwritten: the zone can then not turn full, and a mount tells a
-		// TL-opened zone by its open state and its write pointer below the
-		// segment's written range.
-		for end > 0 && keep[(end-1)/64]&(1<<((end-1)%64)) != 0 {
-			end--
-		}
-		if end > 0 {
-			end--
-		}
+	end = s.cap
+	for end > 0 && keep[(end-1)/64]&(1<<((end-1)%64)) != 0 {
+		end--
 	}
-	bm := make([]byte, (s.cap+7)/8)
+	if end > 0 {
+		end--
+	}
+	bm = make([]byte, (s.cap+7)/8)
 	for i := uint64(0); i < s.cap; i++ {
 		if keep[i/64]&(1<<(i%64)) != 0 {
 			bm[i/8] |= 1 << (i % 8)
 		}
 	}
-	// β (§3.3.2): the share of a segment's cold blocks (unchanged across
-	// two consecutive TL recyclings of it) still valid when it is TL-opened
-	// again. Sampled on the cold set of its last TL_open; a segment TL-opened
-	// for the second time only has the blocks valid at its first one.
-	if set := s.tlCold; set != nil || s.tlPrev != nil {
-		if set == nil {
-			set = s.tlPrev
-		}
-		var prev, still uint64
-		for i, w := range set {
-			prev += uint64(bits.OnesCount64(w))
-			still += uint64(bits.OnesCount64(w & s.valid[i]))
-		}
-		if prev > 0 {
-			fs.tl.beta = (1-ewma)*fs.tl.beta + ewma*float64(still)/float64(prev)
-		}
+	return keep, end, bm
+}
+
+// tlSampleBeta updates β (§3.3.2): the share of a segment's cold blocks
+// (unchanged across two consecutive TL recyclings of it) still valid when
+// it is TL-opened again. Sampled on the cold set of its last TL_open; a
+// segment TL-opened for the second time only has the blocks valid at its
+// first one.
+func (fs *FS) tlSampleBeta(s *segment) {
+	set := s.tlCold
+	if set == nil && s.tlPrev == nil {
+		return
 	}
-	// claim it before the table lock is released: no recycling, freeing or
-	// second TL_open picks it meanwhile
-	s.log, s.kind, s.tl, s.stable = li, li, true, false
-	z := s.zone
-	err := fs.unlocked(func() error { return fs.tl.vol.TLOpen(ctx, z, bm) })
-	if err != nil {
-		s.log, s.tl = -1, false
-		if errors.Is(err, zerr.ErrTooManyOpen) || errors.Is(err, zerr.ErrTooManyActive) || errors.Is(err, zerr.ErrNoResources) || errors.Is(err, context.Canceled) {
-			// refused before anything changed (no open resource, no spare
-			// flash block group for the log): a fresh zone instead
-			fs.stats.TLRefused++
-			return nil
-		}
-		// the zone's state is unknown (TL_open may have happened)
-		_ = fs.goReadOnly("TL_open", err)
-		return nil
+	if set == nil {
+		set = s.tlPrev
 	}
+	var prev, still uint64
+	for i, w := range set {
+		prev += uint64(bits.OnesCount64(w))
+		still += uint64(bits.OnesCount64(w & s.valid[i]))
+	}
+	if prev > 0 {
+		fs.tl.beta = (1-ewma)*fs.tl.beta + ewma*float64(still)/float64(prev)
+	}
+}
+
+// tlOpened makes the TL-opened segment s log li's head: its kept blocks,
+// cursor and end, its cold set for β, and the counters.
+func (fs *FS) tlOpened(li int, s *segment, keep []uint64, end uint64) {
 	s.tlKeep, s.tlCur, s.tlEnd, s.tlRec = keep, 0, end, false
 	if s.tlPrev != nil {
 		cold := make([]uint64, len(s.valid))
@@ -315,7 +355,6 @@ func (fs *FS) tlTry(ctx context.Context, li int) *segment {
 	fs.m.recycled.WithLabelValues("tl").Inc()
 	fs.logs[li] = s
 	fs.m.segOpened()
-	return s
 }
 
 // tlRetire ends log use of TL segment s (fs.mu held; s is no longer a head).
