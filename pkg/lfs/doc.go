@@ -143,10 +143,10 @@
 // are ever taken (a goroutine holding one never waits for one listed above
 // it):
 //
-//  1. FS.gcMu: one recycling round at a time. Foreground recycling waits for
+//  1. FS.gc.mu: one recycling round at a time. Foreground recycling waits for
 //     it (a writer that finds the reserve short waits for the round in
 //     progress); background recycling only tries it.
-//  2. FS.cpMu, the checkpoint lock (RWMutex). Every mutating operation and
+//  2. FS.cp.mu, the checkpoint lock (RWMutex). Every mutating operation and
 //     recycling's move phase hold it shared for their whole duration,
 //     including their I/O; a checkpoint holds it exclusively, so it sees no
 //     half-done operation (the checkpoint record, the NAT and SIT deltas and
@@ -163,7 +163,7 @@
 //     An operation holds its inode locks across its own I/O (a miss on a
 //     node, a read-modify-write of a partial page, its fsync): that waits
 //     only for operations on the same inodes, never readers.
-//  5. FS.logMu, per log: appends to one log's zone, which takes writes only
+//  5. FS.lg.mu, per log: appends to one log's zone, which takes writes only
 //     at its write pointer (or, threaded logging, into its holes in
 //     order). Held across that log's Write or Compact (and the
 //     OpenZone/Finish of its segments, or the TL_open of a dirty segment

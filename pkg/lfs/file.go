@@ -750,7 +750,7 @@ func (fs *FS) writeDirtyNodes(ctx context.Context, only *inode, mode nodeWrite) 
 		gcNode := make([]bool, len(g))
 		for i, it := range g {
 			gcNode[i] = it.idx == 0 && it.in.cold || it.idx > 0 && it.in.dn[it.idx].cold
-			h := nodeHeader{Nid: mkNid(it.in.ino, it.idx), Ino: it.in.ino, CPVer: fs.cpVer, Seq: fs.nodeSeq}
+			h := nodeHeader{Nid: mkNid(it.in.ino, it.idx), Ino: it.in.ino, CPVer: fs.cp.ver, Seq: fs.nodeSeq}
 			seqs[i] = fs.nodeSeq
 			fs.nodeSeq++
 			if mode == nodesFsyncInode {
@@ -771,7 +771,7 @@ func (fs *FS) writeDirtyNodes(ctx context.Context, only *inode, mode nodeWrite) 
 			nid := mkNid(it.in.ino, it.idx)
 			fs.invalidate(fs.nat[nid])
 			fs.nat[nid] = a
-			fs.natDirty[nid] = struct{}{}
+			fs.cp.natDirty[nid] = struct{}{}
 			if it.idx == 0 {
 				if it.in.dirty {
 					it.in.dirty = false
@@ -789,8 +789,8 @@ func (fs *FS) writeDirtyNodes(ctx context.Context, only *inode, mode nodeWrite) 
 			if !gcNode[i] {
 				fs.userBlocks++
 			}
-			if mode == nodesCheckpoint && fs.cpWrote != nil {
-				fs.cpWrote[it.in.ino] = it.in // unmarked: see checkpoint
+			if mode == nodesCheckpoint && fs.cp.wrote != nil {
+				fs.cp.wrote[it.in.ino] = it.in // unmarked: see checkpoint
 			}
 			return fs.setValid(a, nid, ofsNode)
 		})
@@ -1157,7 +1157,7 @@ func (fs *FS) dropDnode(in *inode, idx uint32) {
 	if a, ok := fs.nat[nid]; ok {
 		fs.invalidate(a)
 		delete(fs.nat, nid)
-		fs.natDirty[nid] = struct{}{}
+		fs.cp.natDirty[nid] = struct{}{}
 	}
 	fs.used--
 	fs.nodes--
@@ -1195,7 +1195,7 @@ func (fs *FS) maybeDelete(ctx context.Context, ino uint64) error {
 	if a, ok := fs.nat[nid]; ok {
 		fs.invalidate(a)
 		delete(fs.nat, nid)
-		fs.natDirty[nid] = struct{}{}
+		fs.cp.natDirty[nid] = struct{}{}
 	}
 	if in.dirty {
 		fs.dirtyNodes--

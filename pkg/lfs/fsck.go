@@ -55,13 +55,13 @@ func Fsck(ctx context.Context, vol Volume, repair bool) (Report, error) {
 	if err != nil {
 		return Report{}, err
 	}
-	fs.cpMu.Lock()
+	fs.cp.mu.Lock()
 	fs.mu.Lock()
 	rep, err := fs.check(ctx, true)
 	rep.Problems = append(fs.loadProblems, rep.Problems...)
 	rep.Repaired += len(fs.loadProblems)
 	if err == nil && rep.Repaired > 0 {
-		fs.cpCause = "fsck"
+		fs.cp.cause = "fsck"
 		if err = fs.checkpoint(ctx, true); err == nil {
 			var again Report
 			again, err = fs.check(ctx, false)
@@ -70,7 +70,7 @@ func Fsck(ctx context.Context, vol Volume, repair bool) (Report, error) {
 		}
 	}
 	fs.mu.Unlock()
-	fs.cpMu.Unlock()
+	fs.cp.mu.Unlock()
 	if e := fs.Unmount(ctx); err == nil {
 		err = e
 	}
@@ -79,11 +79,11 @@ func Fsck(ctx context.Context, vol Volume, repair bool) (Report, error) {
 
 // Fsck checkpoints a mounted file system and checks every invariant.
 func (fs *FS) Fsck(ctx context.Context) (Report, error) {
-	fs.cpMu.Lock()
-	defer fs.cpMu.Unlock()
+	fs.cp.mu.Lock()
+	defer fs.cp.mu.Unlock()
 	fs.mu.Lock()
 	defer fs.mu.Unlock()
-	fs.cpCause = "fsck"
+	fs.cp.cause = "fsck"
 	if err := fs.checkpoint(ctx, false); err != nil {
 		return Report{}, err
 	}
@@ -201,7 +201,7 @@ func (c *fsckRun) checkSegment(z ZoneID, s *segment) {
 			c.flag("sit-write-pointer", "sit", "segment %d: block %d valid above the write pointer %d", z, off, s.wp)
 		}
 	}
-	if z == c.fs.metaZone && c.fs.hasMeta {
+	if z == c.fs.cp.metaZone && c.fs.cp.hasMeta {
 		c.flag("sit-meta-zone", "sit", "segment %d is the metadata zone", z)
 	}
 	c.r.ValidBlocks += s.nvalid

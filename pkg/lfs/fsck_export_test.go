@@ -34,8 +34,8 @@ func FsckOnly(ctx context.Context, vol Volume, check string) (Report, error) {
 // CheckOnly runs one named check on the mounted file system as it is in
 // memory (no checkpoint first).
 func (fs *FS) CheckOnly(check string) (Report, error) {
-	fs.cpMu.Lock()
-	defer fs.cpMu.Unlock()
+	fs.cp.mu.Lock()
+	defer fs.cp.mu.Unlock()
 	fs.mu.Lock()
 	defer fs.mu.Unlock()
 	return fs.checkOnly(context.Background(), false, map[string]bool{check: true})
@@ -48,8 +48,8 @@ func (fs *FS) CheckOnly(check string) (Report, error) {
 // (an invariant a load recomputes; CheckOnly sees it). Undo, if not nil,
 // restores what a later Abandon must not trip over.
 func (fs *FS) CorruptFor(check string, dir, ino uint64, persist bool) (undo func(), err error) {
-	fs.cpMu.Lock()
-	defer fs.cpMu.Unlock()
+	fs.cp.mu.Lock()
+	defer fs.cp.mu.Unlock()
 	fs.mu.Lock()
 	defer fs.mu.Unlock()
 	ctx := context.Background()
@@ -79,18 +79,18 @@ func (fs *FS) CorruptFor(check string, dir, ino uint64, persist bool) (undo func
 		ds.nvalid++
 		fs.used++
 	case "sit-write-pointer":
-		s := fs.logs[fs.logFor(logWarmData)]
+		s := fs.lg.heads[fs.logFor(logWarmData)]
 		if s == nil || s.wp >= s.cap {
 			return nil, fmt.Errorf("no open data log")
 		}
 		s.valid[s.wp/64] |= 1 << (s.wp % 64)
 	case "sit-meta-zone":
-		z := fs.metaZone
+		z := fs.cp.metaZone
 		fs.segs[z] = newSegment(z, ds.cap)
 		undo = func() { delete(fs.segs, z) }
 	case "dir-readable":
 		fs.nat[mkNid(RootIno, 0)] = data // the root's inode reads as file data
-		fs.natDirty[mkNid(RootIno, 0)] = struct{}{}
+		fs.cp.natDirty[mkNid(RootIno, 0)] = struct{}{}
 	case "dir-entry-inode":
 		err = fs.addEnt(ctx, root, dentry{Name: "ghost", Ino: 999999, Type: dtReg})
 	case "dir-entry-type":
@@ -102,12 +102,12 @@ func (fs *FS) CorruptFor(check string, dir, ino uint64, persist bool) (undo func
 		err = fs.addEnt(ctx, root, dentry{Name: "d2", Ino: dir, Type: dtDir})
 	case "node-owner-inode":
 		fs.nat[mkNid(999999, 1)] = fs.nat[mkNid(ino, 1)]
-		fs.natDirty[mkNid(999999, 1)] = struct{}{}
+		fs.cp.natDirty[mkNid(999999, 1)] = struct{}{}
 	case "block-owner":
 		ds.owner[data.Off()]++
 	case "inode-readable":
 		fs.nat[mkNid(ino, 0)] = data // the file's inode reads as its data
-		fs.natDirty[mkNid(ino, 0)] = struct{}{}
+		fs.cp.natDirty[mkNid(ino, 0)] = struct{}{}
 	case "inode-reachable":
 		err = fs.removeEnt(ctx, d, "f")
 	case "nlink":

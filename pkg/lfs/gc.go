@@ -11,6 +11,16 @@ import (
 	"github.com/zonefleet/zonefleet/pkg/zerr"
 )
 
+// recycler is the recycling component: one round at a time (mu), the
+// policy that picks victims, and threaded logging's state. Its state but
+// the lock is guarded by FS.mu.
+type recycler struct {
+	mu      sync.Mutex // one recycling round at a time (taken first of all)
+	pol     RecyclePolicy
+	running bool    // a round is moving blocks
+	tl      tlState // threaded logging (tl.go)
+}
+
 // SegmentInfo describes a recycling candidate.
 type SegmentInfo struct {
 	Zone     ZoneID
@@ -101,8 +111,8 @@ func (fs *FS) candidates() []SegmentInfo {
 // with no lock held (housekeeping before an operation) and takes the GC lock:
 // a writer that finds the reserve short waits for the round in progress.
 func (fs *FS) foregroundGC(ctx context.Context) error {
-	fs.gcMu.Lock()
-	defer fs.gcMu.Unlock()
+	fs.gc.mu.Lock()
+	defer fs.gc.mu.Unlock()
 	for i := 0; ; i++ {
 		fs.mu.Lock()
 		before, bad := fs.freeSegments(), fs.closed || fs.failed != nil
@@ -135,18 +145,18 @@ func (fs *FS) foregroundGC(ctx context.Context) error {
 // writers, and the closing checkpoint takes it exclusively.
 func (fs *FS) gcOnce(ctx context.Context, foreground, excl bool) (bool, error) {
 	if !excl {
-		fs.cpMu.RLock()
+		fs.cp.mu.RLock()
 		fs.mu.Lock()
 	}
 	release := func() {
 		if !excl {
 			fs.mu.Unlock()
-			fs.cpMu.RUnlock()
+			fs.cp.mu.RUnlock()
 		}
 	}
 	cp := func() error {
 		if excl {
-			fs.cpCause = "gc"
+			fs.cp.cause = "gc"
 			return fs.checkpoint(ctx, false)
 		}
 		return fs.exclusiveCheckpoint(ctx, false, "gc")
@@ -167,7 +177,7 @@ func (fs *FS) gcOnce(ctx context.Context, foreground, excl bool) (bool, error) {
 		release()
 		return false, nil
 	}
-	z, ok := fs.pol.SelectVictim(cands, foreground)
+	z, ok := fs.gc.pol.SelectVictim(cands, foreground)
 	if !ok {
 		release()
 		return false, nil
@@ -183,7 +193,7 @@ func (fs *FS) gcOnce(ctx context.Context, foreground, excl bool) (bool, error) {
 			info = c
 		}
 	}
-	method := fs.pol.Method(info, foreground)
+	method := fs.gc.pol.Method(info, foreground)
 	// Threaded logging keeps off the victim until the closing checkpoint has
 	// written its dirty blocks elsewhere and freed it.
 	s.victim = true
@@ -202,7 +212,7 @@ func (fs *FS) gcOnce(ctx context.Context, foreground, excl bool) (bool, error) {
 		return false, err
 	}
 	if excl {
-		fs.cpCause = "gc"
+		fs.cp.cause = "gc"
 	}
 	tMoved := fs.now()
 	err = cp()
@@ -222,13 +232,13 @@ func (fs *FS) gcOnce(ctx context.Context, foreground, excl bool) (bool, error) {
 	ph.Copy += moved.copy
 	ph.Init += max(tMoved-t0-moved.read-moved.copy, 0)
 	cpd := fs.now() - tMoved
-	w := min(fs.lastCPWrite, cpd)
+	w := min(fs.cp.lastWrite, cpd)
 	ph.Write += w
 	cpd -= w
 	if moved.izc > 0 {
 		// zone_compaction is asynchronous: the checkpoint's Flush waits for
 		// the copies still running on the drives (copy phase)
-		f := min(fs.lastCPFlush, cpd)
+		f := min(fs.cp.lastFlush, cpd)
 		ph.Copy += f
 		cpd -= f
 	}
@@ -240,7 +250,7 @@ func (fs *FS) gcOnce(ctx context.Context, foreground, excl bool) (bool, error) {
 	// moved node blocks it rewrote from the host are not counted
 	if n := moved.izc + moved.hostCopy + moved.hostCached; n > 0 {
 		w := fs.blocksWritten - w0
-		w -= min(w, fs.lastCPData)
+		w -= min(w, fs.cp.lastData)
 		w -= min(w, moved.hostNodes)
 		fs.profileAlpha(victimNode, n, w)
 	}
@@ -354,7 +364,7 @@ func (fs *FS) allocCopies(ctx context.Context, li int, from ZoneID, src func(int
 	cb := uint64(max(fs.geo.ChunkBlocks, 1))
 	for i := 0; i < n; {
 		l := fs.logFor(li)
-		s := fs.logs[l]
+		s := fs.lg.heads[l]
 		if s == nil || s.closed || s.wp >= s.cap || s.tl {
 			// (zone_compaction writes sequentially from the write
 			// pointer: never into a threaded-logging segment)

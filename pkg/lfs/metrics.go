@@ -310,17 +310,17 @@ func (fs *FS) Stats() Stats {
 	s.Nodes, s.MaxNodes = fs.nodes, fs.sb.MaxNodes
 	s.CachedInodes, s.CachedPages, s.DirtyPages, s.DirtyNodes = len(fs.inodes), fs.cachePages, fs.dirtyPages, fs.dirtyNodes
 	s.OpenHandles, s.Orphans = len(fs.handles), len(fs.orphans)
-	s.CheckpointVersion = fs.cpVer
+	s.CheckpointVersion = fs.cp.ver
 	s.DriveBlocksWritten, s.UserBlocksWritten = fs.blocksWritten, fs.userBlocks
 	if fs.userBlocks > 0 {
 		s.WAF = float64(fs.blocksWritten) / float64(fs.userBlocks)
 	}
-	s.MetaZone, s.MetaEpoch = fs.metaZone, fs.metaEpoch
+	s.MetaZone, s.MetaEpoch = fs.cp.metaZone, fs.cp.metaEpoch
 	s.Mode = fs.opts.Mode.String()
 	if n := s.TLRecycledSegments + s.CompactedSegments; n > 0 {
 		s.TLShare = float64(s.TLRecycledSegments) / float64(n)
 	}
-	s.PreInvalidBlocks, s.PreInvalidThreshold, s.Alpha, s.AlphaNode, s.Beta = fs.tl.preInvalid, fs.tl.thetaPI, fs.tl.alpha, fs.tl.alphaNode, fs.tl.beta
+	s.PreInvalidBlocks, s.PreInvalidThreshold, s.Alpha, s.AlphaNode, s.Beta = fs.gc.tl.preInvalid, fs.gc.tl.thetaPI, fs.gc.tl.alpha, fs.gc.tl.alphaNode, fs.gc.tl.beta
 	s.CheckpointsByCause = make(map[string]uint64, len(fs.stats.CheckpointsByCause))
 	for k, v := range fs.stats.CheckpointsByCause {
 		s.CheckpointsByCause[k] = v
@@ -353,24 +353,24 @@ func (fs *FS) startTimer() {
 	var running atomic.Bool
 	var tick func()
 	tick = func() {
-		if fs.down.Load() {
+		if fs.bg.down.Load() {
 			return
 		}
 		if fs.clk.Kind() == clock.KindVirtual {
 			fs.backgroundSync(&lastCP)
 		} else if running.CompareAndSwap(false, true) {
-			fs.tmu.Lock()
-			if !fs.down.Load() {
-				fs.bgWG.Add(1)
+			fs.bg.mu.Lock()
+			if !fs.bg.down.Load() {
+				fs.bg.wg.Add(1)
 				go func() {
-					defer fs.bgWG.Done()
+					defer fs.bg.wg.Done()
 					defer running.Store(false)
 					fs.backgroundAsync(&lastCP)
 				}()
 			} else {
 				running.Store(false)
 			}
-			fs.tmu.Unlock()
+			fs.bg.mu.Unlock()
 		}
 		fs.arm(period, tick)
 	}
@@ -382,14 +382,14 @@ func (fs *FS) backgroundSync(lastCP *atomic.Int64) {
 	if fs.inflight.Load() > 0 {
 		return // fired inside an operation's I/O wait: the FS is not idle
 	}
-	if !fs.gcMu.TryLock() {
+	if !fs.gc.mu.TryLock() {
 		return
 	}
-	defer fs.gcMu.Unlock()
-	if !fs.cpMu.TryLock() {
+	defer fs.gc.mu.Unlock()
+	if !fs.cp.mu.TryLock() {
 		return
 	}
-	defer fs.cpMu.Unlock()
+	defer fs.cp.mu.Unlock()
 	fs.mu.Lock()
 	defer fs.mu.Unlock()
 	if fs.closed || fs.failed != nil {
@@ -402,7 +402,7 @@ func (fs *FS) backgroundSync(lastCP *atomic.Int64) {
 		fs.noteBackground(bgGC, err)
 	}
 	if fs.opts.CheckpointEvery > 0 && now-time.Duration(lastCP.Load()) >= fs.opts.CheckpointEvery && (fs.dirtyNodes > 0 || fs.dirtyPages > 0) {
-		fs.cpCause = "timer"
+		fs.cp.cause = "timer"
 		fs.noteBackground(bgCheckpoint, fs.checkpoint(ctx, false))
 		lastCP.Store(int64(now))
 	}
@@ -419,49 +419,49 @@ func (fs *FS) backgroundAsync(lastCP *atomic.Int64) {
 	now := fs.clk.Now()
 	idle := fs.opts.BackgroundGC > 0 && now-fs.lastOp >= fs.opts.BackgroundGC
 	fs.mu.Unlock()
-	if idle && fs.gcMu.TryLock() {
+	if idle && fs.gc.mu.TryLock() {
 		_, err := fs.gcOnce(ctx, false, false)
 		fs.noteBackground(bgGC, err)
-		fs.gcMu.Unlock()
+		fs.gc.mu.Unlock()
 	}
 	if fs.opts.CheckpointEvery > 0 && now-time.Duration(lastCP.Load()) >= fs.opts.CheckpointEvery {
-		fs.cpMu.Lock()
+		fs.cp.mu.Lock()
 		fs.mu.Lock()
 		if !fs.closed && fs.failed == nil && (fs.dirtyNodes > 0 || fs.dirtyPages > 0) {
-			fs.cpCause = "timer"
+			fs.cp.cause = "timer"
 			fs.noteBackground(bgCheckpoint, fs.checkpoint(ctx, false))
 			lastCP.Store(int64(now))
 		}
 		fs.mu.Unlock()
-		fs.cpMu.Unlock()
+		fs.cp.mu.Unlock()
 	}
 }
 
 // arm schedules tick; AfterFunc may run it at once, so no lock is held.
 func (fs *FS) arm(period time.Duration, tick func()) {
-	if fs.down.Load() {
+	if fs.bg.down.Load() {
 		return
 	}
 	stop := fs.clk.AfterFunc(fs.clk.Now()+period, tick)
-	fs.tmu.Lock()
-	fs.stopTimer = stop
-	fs.tmu.Unlock()
+	fs.bg.mu.Lock()
+	fs.bg.stopTimer = stop
+	fs.bg.mu.Unlock()
 }
 
 // stopBackground stops the ticks and waits for the background goroutine
 // (no lock of the FS may be held).
 func (fs *FS) stopBackground() {
-	fs.tmu.Lock()
-	fs.down.Store(true)
-	stop := fs.stopTimer
-	fs.tmu.Unlock()
+	fs.bg.mu.Lock()
+	fs.bg.down.Store(true)
+	stop := fs.bg.stopTimer
+	fs.bg.mu.Unlock()
 	if stop != nil {
 		stop()
 	}
 	if fs.wb.stop != nil {
 		fs.wb.stopOnce.Do(func() { close(fs.wb.stop) })
 	}
-	fs.bgWG.Wait()
+	fs.bg.wg.Wait()
 }
 
 // checkpointBy counts one checkpoint of cause.

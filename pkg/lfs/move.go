@@ -212,7 +212,7 @@ func (m *segMove) izcGroup(ctx context.Context, temp int, list []victimBlock) er
 	fs.lockLog(l)
 	dsts, copies, err := fs.allocCopies(ctx, temp, s.zone, func(i int) uint64 { return list[i].off }, len(list))
 	if err != nil {
-		fs.logMu[l].Unlock()
+		fs.lg.mu[l].Unlock()
 		return err
 	}
 	var cst CompactStats
@@ -232,13 +232,13 @@ func (m *segMove) izcGroup(ctx context.Context, temp int, list []victimBlock) er
 				ds.closed = true
 			}
 		}
-		if fs.logs[l] != nil && fs.logs[l].closed {
+		if fs.lg.heads[l] != nil && fs.lg.heads[l].closed {
 			fs.closeLog(ctx, l)
 		}
-		fs.logMu[l].Unlock()
+		fs.lg.mu[l].Unlock()
 		return err
 	}
-	fs.logMu[l].Unlock()
+	fs.lg.mu[l].Unlock()
 	fs.blocksWritten += uint64(len(list))
 	for i, dv := range list {
 		if err := m.izcCommit(ctx, dv, dsts[i]); err != nil {
@@ -264,7 +264,7 @@ func (m *segMove) izcCommit(ctx context.Context, dv victimBlock, na Addr) error 
 		}
 		fs.invalidate(old)
 		fs.nat[dv.owner] = na
-		fs.natDirty[dv.owner] = struct{}{}
+		fs.cp.natDirty[dv.owner] = struct{}{}
 	} else {
 		d, err := fs.getDnode(ctx, in, nidIdx(dv.owner), false)
 		if err != nil || d == nil {

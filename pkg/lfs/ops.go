@@ -186,14 +186,14 @@ func (fs *FS) begin1(ctx context.Context, name string, kind opKind) (*op, error)
 		}
 	}
 	if kind != opRead {
-		fs.cpMu.RLock()
+		fs.cp.mu.RLock()
 	}
 	fs.mu.Lock()
 	if fs.closed || kind == opWrite && fs.failed != nil {
 		err := fs.refuse()
 		fs.mu.Unlock()
 		if kind != opRead {
-			fs.cpMu.RUnlock()
+			fs.cp.mu.RUnlock()
 		}
 		return nil, err
 	}
@@ -238,7 +238,7 @@ func (o *op) done(errp *error) {
 		fs.renameMu.Unlock()
 	}
 	if o.kind != opRead {
-		fs.cpMu.RUnlock()
+		fs.cp.mu.RUnlock()
 	}
 	if o.after != nil && err == nil {
 		if e := o.after(); e != nil && errp != nil {
@@ -306,9 +306,9 @@ func (fs *FS) housekeep(ctx context.Context) error {
 	switch {
 	case fs.dirtyNodes > int(fs.geo.ZoneBlocks) || fs.dirtyNodes > 4096:
 		cause = "dirty_nodes"
-	case fs.tlOn() && fs.tl.wantCP:
+	case fs.tlOn() && fs.gc.tl.wantCP:
 		cause = "tl" // exhausted threaded-logging segments wait to be finished
-	case fs.tlOn() && fs.tl.preInvalid >= fs.tl.thetaPI:
+	case fs.tlOn() && fs.gc.tl.preInvalid >= fs.gc.tl.thetaPI:
 		cause = "pre_invalid" // periodic checkpointing (ZNS+ §3.3.2)
 	}
 	needGC := fs.freeSegments() < fs.gcReserve()
@@ -336,7 +336,7 @@ func (fs *FS) housekeep(ctx context.Context) error {
 func (fs *FS) checkpointAfter(ctx context.Context, cause string) func() error {
 	return func() error {
 		fs.mu.Lock()
-		t := fs.cpBegun
+		t := fs.cp.begun
 		fs.mu.Unlock()
 		return fs.checkpointSince(ctx, false, cause, t)
 	}
@@ -351,11 +351,11 @@ func (fs *FS) exclusiveCheckpoint(ctx context.Context, force bool, cause string)
 // checkpointSince is exclusiveCheckpoint, unless a checkpoint begun after
 // the t-th one has committed by the time the checkpoint lock is taken.
 func (fs *FS) checkpointSince(ctx context.Context, force bool, cause string, t uint64) error {
-	fs.cpMu.Lock()
-	defer fs.cpMu.Unlock()
+	fs.cp.mu.Lock()
+	defer fs.cp.mu.Unlock()
 	fs.mu.Lock()
 	defer fs.mu.Unlock()
-	if fs.cpCommitted > t {
+	if fs.cp.committed > t {
 		// (also the unmount's checkpoint, if the mount closed meanwhile)
 		fs.stats.CheckpointsShared++
 		fs.m.cpShared.Inc()
@@ -364,7 +364,7 @@ func (fs *FS) checkpointSince(ctx context.Context, force bool, cause string, t u
 	if fs.closed {
 		return syscall.EIO
 	}
-	fs.cpCause = cause
+	fs.cp.cause = cause
 	return fs.checkpoint(ctx, force)
 }
 

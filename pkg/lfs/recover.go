@@ -13,7 +13,7 @@ type foundNode struct {
 
 // numNodeLogs is how many of the first logs hold nodes.
 func (fs *FS) numNodeLogs() int {
-	if fs.nlogs == numTemps {
+	if fs.lg.n == numTemps {
 		return 3
 	}
 	return 1
@@ -33,7 +33,7 @@ func (fs *FS) scanNodes(ctx context.Context, z ZoneID, from, to uint64) ([]found
 		for i := uint64(0); i < n; i++ {
 			b := buf[i*uint64(fs.bs) : (i+1)*uint64(fs.bs)]
 			h, err := decodeNodeHeader(b)
-			if err != nil || h.CPVer != fs.cpVer {
+			if err != nil || h.CPVer != fs.cp.ver {
 				continue
 			}
 			out = append(out, foundNode{a: MakeAddr(z, off+i), h: h, b: append([]byte(nil), b...)})
@@ -84,7 +84,7 @@ func (fs *FS) recover(ctx context.Context, zones []ZoneInfo, ml *metaLog) error 
 			return err
 		}
 	}
-	fs.cpCause = "mount"
+	fs.cp.cause = "mount"
 	return fs.checkpoint(ctx, true)
 }
 
@@ -103,7 +103,7 @@ func (rc *recovery) classifyZones(context.Context) error {
 	for _, z := range rc.zones {
 		rc.zinfo[z.ID] = z
 	}
-	for _, z := range fs.cpTL {
+	for _, z := range fs.cp.tl {
 		rc.recTL[z] = true
 	}
 	if fs.sb.Features.Incompat&FeatureThreadedLog != 0 {
@@ -139,7 +139,7 @@ func (rc *recovery) scanNodes(ctx context.Context) error {
 		rc.found = append(rc.found, f...)
 		return err
 	}
-	for i, lz := range fs.cpLogs {
+	for i, lz := range fs.cp.logs {
 		if i >= fs.numNodeLogs() || lz == 0 {
 			continue
 		}
@@ -148,7 +148,7 @@ func (rc *recovery) scanNodes(ctx context.Context) error {
 		if !ok || fs.segs[z] == nil {
 			continue
 		}
-		if err := scan(z, fs.cpLogWP[i], zi.WP); err != nil {
+		if err := scan(z, fs.cp.logWP[i], zi.WP); err != nil {
 			return err
 		}
 	}
@@ -223,7 +223,7 @@ func (rc *recovery) rollForward(ctx context.Context) error {
 		}
 		fs.invalidate(old)
 		fs.nat[nid] = f.a
-		fs.natDirty[nid] = struct{}{}
+		fs.cp.natDirty[nid] = struct{}{}
 		if err := fs.setValid(f.a, nid, ofsNode); err != nil {
 			return err
 		}

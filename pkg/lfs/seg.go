@@ -81,7 +81,7 @@ func (s *segment) popcount() uint64 {
 
 // logFor maps a temperature to a log index given the number of logs.
 func (fs *FS) logFor(t int) int {
-	if fs.nlogs == numTemps {
+	if fs.lg.n == numTemps {
 		return t
 	}
 	if t <= logColdNode {
@@ -92,7 +92,7 @@ func (fs *FS) logFor(t int) int {
 
 // logIsNode reports whether log li writes node blocks.
 func (fs *FS) logIsNode(li int) bool {
-	if fs.nlogs == numTemps {
+	if fs.lg.n == numTemps {
 		return li <= logColdNode
 	}
 	return li == 0
@@ -112,7 +112,7 @@ func segIsNode(s *segment) bool {
 
 // freeSegments is how many more v-zones the file system may open.
 func (fs *FS) freeSegments() int {
-	return fs.geo.MaxZones - metaZonesReserved - len(fs.segs) - fs.opening - fs.deferredResets()
+	return fs.geo.MaxZones - metaZonesReserved - len(fs.segs) - fs.lg.opening - fs.deferredResets()
 }
 
 const metaZonesReserved = 2
@@ -126,7 +126,7 @@ func (fs *FS) segOf(a Addr) *segment {
 
 // touch records a validity change of a for the next checkpoint delta.
 func (fs *FS) touch(a Addr, wasValid bool) {
-	fs.touched.add(a, wasValid)
+	fs.cp.touched.add(a, wasValid)
 }
 
 // setValid marks a valid and records its owner (SIT + SSA).
@@ -142,8 +142,8 @@ func (fs *FS) setValid(a Addr, owner uint64, ofs uint32) error {
 		}
 		return corrupt("SIT", "block %v already owned by %#x/%d, claimed by %#x/%d", a, s.owner[off], s.ofs[off], owner, ofs)
 	}
-	if was, ok := fs.touched.get(a); ok && was && fs.tl.preInvalid > 0 {
-		fs.tl.preInvalid-- // valid again (roll-forward)
+	if was, ok := fs.cp.touched.get(a); ok && was && fs.gc.tl.preInvalid > 0 {
+		fs.gc.tl.preInvalid-- // valid again (roll-forward)
 	}
 	fs.touch(a, false)
 	s.valid[off/64] |= 1 << (off % 64)
@@ -163,8 +163,8 @@ func (fs *FS) invalidate(a Addr) {
 	if !s.isValid(off) {
 		return
 	}
-	if was, ok := fs.touched.get(a); !ok || was {
-		fs.tl.preInvalid++ // valid at the last checkpoint: pre-invalid until the next
+	if was, ok := fs.cp.touched.get(a); !ok || was {
+		fs.gc.tl.preInvalid++ // valid at the last checkpoint: pre-invalid until the next
 	}
 	fs.touch(a, true)
 	s.valid[off/64] &^= 1 << (off % 64)
@@ -189,7 +189,7 @@ func (fs *FS) openSeg(ctx context.Context, li int, tlOK bool, like ...ZoneID) (*
 	if err != nil {
 		return nil, err
 	}
-	fs.logs[li] = s
+	fs.lg.heads[li] = s
 	return s, nil
 }
 
@@ -200,7 +200,7 @@ func (fs *FS) openZoneSeg(ctx context.Context, li int, like ...ZoneID) (*segment
 		return nil, &zerr.NoResourcesError{Resource: "free segments", Requested: 1, Available: 0}
 	}
 	var z ZoneID
-	fs.opening++
+	fs.lg.opening++
 	err := fs.unlocked(func() error {
 		var err error
 		if lo, ok := fs.vol.(LikeOpener); ok && len(like) > 0 && !fs.opts.NoCopybackAware {
@@ -210,7 +210,7 @@ func (fs *FS) openZoneSeg(ctx context.Context, li int, like ...ZoneID) (*segment
 		}
 		return err
 	})
-	fs.opening--
+	fs.lg.opening--
 	if err != nil {
 		return nil, err
 	}
@@ -226,11 +226,11 @@ func (fs *FS) openZoneSeg(ctx context.Context, li int, like ...ZoneID) (*segment
 
 // closeLog retires the head segment of log li.
 func (fs *FS) closeLog(ctx context.Context, li int) {
-	s := fs.logs[li]
+	s := fs.lg.heads[li]
 	if s == nil {
 		return
 	}
-	fs.logs[li] = nil
+	fs.lg.heads[li] = nil
 	s.log = -1
 	if s.tl {
 		s.closed = true
@@ -255,11 +255,11 @@ func (fs *FS) retire(ctx context.Context, s *segment) {
 
 // lockLog takes the log lock of log l (fs.mu held on entry and return).
 func (fs *FS) lockLog(l int) {
-	if fs.logMu[l].TryLock() {
+	if fs.lg.mu[l].TryLock() {
 		return
 	}
 	fs.mu.Unlock()
-	fs.logMu[l].Lock()
+	fs.lg.mu[l].Lock()
 	fs.mu.Lock()
 }
 
@@ -271,7 +271,7 @@ func (fs *FS) lockLog(l int) {
 // (Volume.Write's fua). data must not change meanwhile (the caller copied
 // it, or holds the lock of the inode whose pages it is).
 //
-// Lane 0 is the log's own head under fs.logMu; a data log may have extra
+// Lane 0 is the log's own head under fs.lg.mu; a data log may have extra
 // lanes (lanes.go), each writing its own segment, so that concurrent
 // write-backs of one log are in flight on different zones at once.
 func (fs *FS) appendBlocks(ctx context.Context, li int, data blockData, fua bool, place func(i int, a Addr) error) error {
@@ -403,19 +403,19 @@ func (fs *FS) writeData(ctx context.Context, z ZoneID, off uint64, data blockDat
 	if data.pages == nil {
 		return fs.vol.Write(ctx, z, off, data.flat[i*bs:j*bs], fua)
 	}
-	if fs.vecw != nil {
-		return fs.vecw.WriteV(ctx, z, off, data.pages[i:j], fua)
+	if fs.lg.vecw != nil {
+		return fs.lg.vecw.WriteV(ctx, z, off, data.pages[i:j], fua)
 	}
 	// A pooled buffer (bufpool): a fresh one per write-back cost more in
 	// page faults and garbage collection than the copy. It goes back to
 	// the pool only after a write that succeeded (see pkg/bufpool).
-	buf := fs.gather.Get((j - i) * bs)
+	buf := fs.lg.gather.Get((j - i) * bs)
 	for k, p := range data.pages[i:j] {
 		copy(buf[k*bs:(k+1)*bs], p)
 	}
 	err := fs.vol.Write(ctx, z, off, buf, fua)
 	if err == nil {
-		fs.gather.Put(buf)
+		fs.lg.gather.Put(buf)
 	}
 	return err
 }

@@ -108,12 +108,12 @@ func (fs *FS) setupMode(vol Volume) {
 			fs.opts.Mode = ModeIZC
 			break
 		}
-		fs.tl.vol = tv
+		fs.gc.tl.vol = tv
 	}
 	if fs.opts.Policy == nil {
-		fs.pol = DefaultPolicy(fs.opts.Move)
+		fs.gc.pol = DefaultPolicy(fs.opts.Move)
 	}
-	fs.tl.alpha, fs.tl.alphaNode, fs.tl.beta = alphaInit, alphaInit, betaInit
+	fs.gc.tl.alpha, fs.gc.tl.alphaNode, fs.gc.tl.beta = alphaInit, alphaInit, betaInit
 }
 
 // Mode returns the recycling mode in effect (after any fallback).
@@ -122,11 +122,11 @@ func (fs *FS) Mode() Mode { return fs.opts.Mode }
 // setThetaPI scales the paper's 128 MiB of a 16 GiB file system (1/128) to
 // this one, at least a quarter zone.
 func (fs *FS) setThetaPI() {
-	fs.tl.thetaPI = max(fs.sb.UserBlocks/128, fs.geo.ZoneBlocks/4, 1)
+	fs.gc.tl.thetaPI = max(fs.sb.UserBlocks/128, fs.geo.ZoneBlocks/4, 1)
 }
 
 // tlOn reports whether threaded logging is in use.
-func (fs *FS) tlOn() bool { return fs.tl.vol != nil }
+func (fs *FS) tlOn() bool { return fs.gc.tl.vol != nil }
 
 // tlWritable reports whether the log may write block off of TL segment s.
 func (s *segment) tlWritable(off uint64) bool {
@@ -148,7 +148,7 @@ func (s *segment) tlNextRun(max uint64) (off, n uint64) {
 // preInvalidIn counts the blocks of s that were valid at the last checkpoint
 // and are invalid now (fs.mu held).
 func (fs *FS) preInvalidIn(s *segment) uint64 {
-	return fs.touched.preInvalid(s.zone, s.valid)
+	return fs.cp.touched.preInvalid(s.zone, s.valid)
 }
 
 // tlCosts is the HSR cost model for victim s (fs.mu held): C_TL =
@@ -166,12 +166,12 @@ func (fs *FS) tlCosts(s *segment, npre uint64) (ctl, csc float64) {
 	if c, w := fs.opts.HSRCopyCost, fs.opts.HSRWriteCost; c > 0 && w > 0 {
 		fw = costCopy * float64(w) / float64(c)
 	}
-	alpha := fs.tl.alpha
+	alpha := fs.gc.tl.alpha
 	if segIsNode(s) {
-		alpha = fs.tl.alphaNode
+		alpha = fs.gc.tl.alphaNode
 	}
 	ctl = costPlug * (float64(npre) + nv)
-	csc = costCopy*nv + fw*alpha*nv - costPlug*fs.tl.beta*float64(ncold)
+	csc = costCopy*nv + fw*alpha*nv - costPlug*fs.gc.tl.beta*float64(ncold)
 	return ctl, csc
 }
 
@@ -204,7 +204,7 @@ func (fs *FS) tlTry(ctx context.Context, li int) *segment {
 	// second TL_open picks it meanwhile
 	s.log, s.kind, s.tl, s.stable = li, li, true, false
 	z := s.zone
-	err := fs.unlocked(func() error { return fs.tl.vol.TLOpen(ctx, z, bm) })
+	err := fs.unlocked(func() error { return fs.gc.tl.vol.TLOpen(ctx, z, bm) })
 	if err != nil {
 		s.log, s.tl = -1, false
 		if errors.Is(err, zerr.ErrTooManyOpen) || errors.Is(err, zerr.ErrTooManyActive) || errors.Is(err, zerr.ErrNoResources) || errors.Is(err, context.Canceled) {
@@ -227,14 +227,14 @@ func (fs *FS) tlTry(ctx context.Context, li int) *segment {
 // until the next checkpoint fits the volume's open zones (the log heads,
 // the extra write lanes' heads and two metadata zones during a rotation).
 func (fs *FS) tlGate() bool {
-	if !fs.tlOn() || !fs.tl.ready || fs.failed != nil {
+	if !fs.tlOn() || !fs.gc.tl.ready || fs.failed != nil {
 		return false
 	}
-	if fs.freeSegments() > fs.gcReserve()+fs.nlogs {
+	if fs.freeSegments() > fs.gcReserve()+fs.lg.n {
 		return false
 	}
-	if fs.tl.unrec+1 > fs.geo.MaxOpen-fs.nlogs-2-fs.openLanes() {
-		fs.tl.wantCP = true
+	if fs.gc.tl.unrec+1 > fs.geo.MaxOpen-fs.lg.n-2-fs.openLanes() {
+		fs.gc.tl.wantCP = true
 		fs.stats.TLNoBudget++
 		return false
 	}
@@ -246,9 +246,9 @@ func (fs *FS) tlGate() bool {
 // it with its pre-invalid count (nil: none).
 func (fs *FS) tlVictim(li int) (*segment, uint64) {
 	pre := map[ZoneID]uint64{}
-	for z := range fs.touched.zones {
+	for z := range fs.cp.touched.zones {
 		if s := fs.segs[z]; s != nil {
-			if n := fs.touched.preInvalid(z, s.valid); n > 0 {
+			if n := fs.cp.touched.preInvalid(z, s.valid); n > 0 {
 				pre[z] = n
 			}
 		}
@@ -291,7 +291,7 @@ func (fs *FS) tlVictim(li int) (*segment, uint64) {
 func tlKeepMap(fs *FS, s *segment) (keep []uint64, end uint64, bm []byte) {
 	keep = make([]uint64, len(s.valid))
 	copy(keep, s.valid)
-	fs.touched.wasValid(s.zone, keep)
+	fs.cp.touched.wasValid(s.zone, keep)
 	end = s.cap
 	for end > 0 && keep[(end-1)/64]&(1<<((end-1)%64)) != 0 {
 		end--
@@ -327,7 +327,7 @@ func (fs *FS) tlSampleBeta(s *segment) {
 		still += uint64(bits.OnesCount64(w & s.valid[i]))
 	}
 	if prev > 0 {
-		fs.tl.beta = (1-ewma)*fs.tl.beta + ewma*float64(still)/float64(prev)
+		fs.gc.tl.beta = (1-ewma)*fs.gc.tl.beta + ewma*float64(still)/float64(prev)
 	}
 }
 
@@ -350,10 +350,10 @@ func (fs *FS) tlOpened(li int, s *segment, keep []uint64, end uint64) {
 		nkeep += uint64(bits.OnesCount64(w))
 	}
 	s.tlPlug = nkeep
-	fs.tl.unrec++
+	fs.gc.tl.unrec++
 	fs.stats.TLRecycledSegments++
 	fs.m.recycled.WithLabelValues("tl").Inc()
-	fs.logs[li] = s
+	fs.lg.heads[li] = s
 	fs.m.segOpened()
 }
 
@@ -363,8 +363,8 @@ func (fs *FS) tlOpened(li int, s *segment, keep []uint64, end uint64) {
 // record then covers its blocks (see tlTry).
 func (fs *FS) tlRetire(ctx context.Context, s *segment) {
 	if !s.tlRec {
-		fs.tl.exhausted = append(fs.tl.exhausted, s)
-		fs.tl.wantCP = true
+		fs.gc.tl.exhausted = append(fs.gc.tl.exhausted, s)
+		fs.gc.tl.wantCP = true
 		return
 	}
 	fs.tlFinish(ctx, s)
@@ -395,17 +395,17 @@ func (fs *FS) tlFinish(ctx context.Context, s *segment) {
 // tlAfterCheckpoint runs once a checkpoint record is durable (fs.mu held):
 // TL heads are recorded now, and exhausted TL segments can be finished.
 func (fs *FS) tlAfterCheckpoint(ctx context.Context) {
-	fs.tl.preInvalid = 0
+	fs.gc.tl.preInvalid = 0
 	if !fs.tlOn() {
 		return
 	}
-	for _, s := range fs.logs {
+	for _, s := range fs.lg.heads {
 		if s != nil && s.tl {
 			s.tlRec, s.tlEnd = true, s.cap // recorded: the last hole may be written too
 		}
 	}
-	ex := fs.tl.exhausted
-	fs.tl.exhausted, fs.tl.unrec, fs.tl.wantCP = nil, 0, false
+	ex := fs.gc.tl.exhausted
+	fs.gc.tl.exhausted, fs.gc.tl.unrec, fs.gc.tl.wantCP = nil, 0, false
 	for _, s := range ex {
 		s.tlRec = true
 		if fs.segs[s.zone] == s {
@@ -417,7 +417,7 @@ func (fs *FS) tlAfterCheckpoint(ctx context.Context) {
 // tlZones lists the TL segments a checkpoint records (log heads; fs.mu held).
 func (fs *FS) tlZones() []ZoneID {
 	var out []ZoneID
-	for _, s := range fs.logs {
+	for _, s := range fs.lg.heads {
 		if s != nil && s.tl {
 			out = append(out, s.zone)
 		}
@@ -434,10 +434,10 @@ func (fs *FS) profileAlpha(node bool, moved, written uint64) {
 	}
 	a := min(float64(written)/float64(moved), 4)
 	if node {
-		fs.tl.alphaNode = (1-ewma)*fs.tl.alphaNode + ewma*a
+		fs.gc.tl.alphaNode = (1-ewma)*fs.gc.tl.alphaNode + ewma*a
 		return
 	}
-	fs.tl.alpha = (1-ewma)*fs.tl.alpha + ewma*a
+	fs.gc.tl.alpha = (1-ewma)*fs.gc.tl.alpha + ewma*a
 }
 
 // gcReserve is the number of free segments below which writers recycle by

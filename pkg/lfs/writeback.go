@@ -84,12 +84,12 @@ func (fs *FS) startFlusher() {
 	if fs.clk.Kind() == clock.KindVirtual {
 		return
 	}
-	fs.wb.kick = make(chan struct{}, fs.lanes)
+	fs.wb.kick = make(chan struct{}, fs.lg.lanes)
 	fs.wb.stop = make(chan struct{})
-	for range fs.lanes {
-		fs.bgWG.Add(1)
+	for range fs.lg.lanes {
+		fs.bg.wg.Add(1)
 		go func() {
-			defer fs.bgWG.Done()
+			defer fs.bg.wg.Done()
 			for {
 				select {
 				case <-fs.wb.stop:
@@ -113,7 +113,7 @@ func (fs *FS) startFlusher() {
 // write them back under the checkpoint lock, where no GC can run.
 func (fs *FS) wbBudget() (soft, batch int) {
 	zb := int(fs.geo.ZoneBlocks)
-	soft = max(1, min(fs.opts.CacheBlocks/4, fs.lanes*zb, max(1, fs.gcReserve()-2)*zb/2))
+	soft = max(1, min(fs.opts.CacheBlocks/4, fs.lg.lanes*zb, max(1, fs.gcReserve()-2)*zb/2))
 	return soft, min(soft, zb, max(1, maxBatchBytes/fs.bs))
 }
 
@@ -240,8 +240,8 @@ func (fs *FS) wbOne(ctx context.Context) bool {
 	if err := fs.housekeep(ctx); err != nil {
 		return false
 	}
-	fs.cpMu.RLock()
-	defer fs.cpMu.RUnlock()
+	fs.cp.mu.RLock()
+	defer fs.cp.mu.RUnlock()
 	fs.mu.Lock()
 	defer fs.mu.Unlock()
 	if fs.closed || fs.failed != nil {
