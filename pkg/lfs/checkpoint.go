@@ -3,7 +3,6 @@ package lfs
 import (
 	"context"
 	"sort"
-	"sync"
 	"time"
 
 	"github.com/zonefleet/zonefleet/pkg/zerr"
@@ -15,7 +14,7 @@ import (
 // zones and the loaded checkpoint's log heads. Its state but the lock is
 // guarded by FS.mu.
 type checkpointer struct {
-	mu      sync.RWMutex // mutating ops R, checkpoints W; readers never
+	mu      rankedRWMutex // mutating ops R, checkpoints W; readers never
 	ver     uint64
 	logs    []ZoneID // log heads (zone+1) of the last checkpoint
 	logWP   []uint64

@@ -159,8 +159,8 @@ type FS struct {
 	lg       logSet       // log heads, write lanes, appends (seg.go, lanes.go)
 	wb       wbScheduler  // write-back and admission to the dirty budget (writeback.go)
 	bg       background   // ticks, background goroutines and their errors (metrics.go, health.go)
-	renameMu sync.Mutex   // renames (the directory tree's shape)
-	mu       sync.Mutex   // the tables (leaf lock): never held across a Volume call
+	renameMu rankedMutex  // renames (the directory tree's shape)
+	mu       rankedMutex  // the tables (leaf lock): never held across a Volume call
 	pinCond  *sync.Cond   // on mu: a segment's readers left (pins 0)
 	inflight atomic.Int64 // operations running (the virtual clock's tick skips a busy FS)
 
@@ -230,6 +230,7 @@ func newFS(vol Volume, opts Options) *FS {
 	fs.bs = fs.geo.BlockSize
 	fs.cp.natDirty = map[uint64]struct{}{}
 	fs.cp.touched = newTouchLog()
+	fs.setRanks()
 	fs.lg.vecw = vectorWriter(vol)
 	fs.pinCond = sync.NewCond(&fs.mu)
 	fs.wb.flight = sync.NewCond(&fs.mu)

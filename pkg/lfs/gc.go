@@ -15,7 +15,7 @@ import (
 // policy that picks victims, and threaded logging's state. Its state but
 // the lock is guarded by FS.mu.
 type recycler struct {
-	mu      sync.Mutex // one recycling round at a time (taken first of all)
+	mu      rankedMutex // one recycling round at a time (taken first of all)
 	pol     RecyclePolicy
 	running bool    // a round is moving blocks
 	tl      tlState // threaded logging (tl.go)

@@ -15,7 +15,7 @@ import (
 // i (a zone takes writes only at its write pointer); the rest is guarded
 // by FS.mu.
 type logSet struct {
-	mu       [numTemps]sync.Mutex
+	mu       [numTemps]rankedMutex
 	n        int               // logs (numTemps, or 2 for few open zones)
 	heads    []*segment        // each log's head segment
 	xl       [numTemps][]xlane // extra write lanes of the data logs (lanes.go)
