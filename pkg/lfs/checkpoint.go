@@ -132,6 +132,22 @@ func (fs *FS) checkpoint(ctx context.Context, forceSnapshot bool) (err error) {
 		fs.cp.running, fs.cp.wrote = false, nil
 	}()
 	fs.retryDeferred(ctx)
+	t0 := fs.now()
+	if err := fs.cpWriteBack(ctx); err != nil {
+		return err
+	}
+	free := fs.cpFreeable()
+	cp := fs.buildCheckpoint(false, free)
+	if err := fs.cpRecord(ctx, cp, forceSnapshot, free); err != nil {
+		return err
+	}
+	fs.cpCommitted(ctx, cp, free, t0)
+	return nil
+}
+
+// cpWriteBack writes the dirty pages and nodes and flushes the volume: the
+// first phase of a checkpoint.
+func (fs *FS) cpWriteBack(ctx context.Context) error {
 	t0, b0 := fs.now(), fs.blocksWritten
 	if err := fs.flushAll(ctx); err != nil {
 		return err
@@ -145,19 +161,33 @@ func (fs *FS) checkpoint(ctx context.Context, forceSnapshot bool) (err error) {
 		return err
 	}
 	fs.cp.lastFlush = fs.now() - tf
-	// Segments with no valid block that are not log heads are freed by this checkpoint.
+	return nil
+}
+
+// cpFreeable lists the segments this checkpoint frees: no valid block and
+// not a log head, in zone order (resets in a reproducible order).
+func (fs *FS) cpFreeable() []ZoneID {
 	var free []ZoneID
 	for z, s := range fs.segs {
 		if s.nvalid == 0 && s.log < 0 {
 			free = append(free, z)
 		}
 	}
-	sort.Slice(free, func(i, j int) bool { return free[i] < free[j] }) // resets in a reproducible order
-	cp := fs.buildCheckpoint(false, free)
+	sort.Slice(free, func(i, j int) bool { return free[i] < free[j] })
+	return free
+}
+
+// cpRecord writes checkpoint cp: a record appended to the metadata zone,
+// or a new metadata zone with a full snapshot (forced, none yet, every
+// 256 records, or no room). A failure it cannot ride through leaves the
+// freed segments away from threaded logging (transient) or turns the file
+// system read-only.
+func (fs *FS) cpRecord(ctx context.Context, cp *checkpoint, forceSnapshot bool, free []ZoneID) error {
 	payload := cp.encode()
 	need := uint64(metaBlocks(len(payload), fs.bs))
 	snap := forceSnapshot || !fs.cp.hasMeta || fs.cp.sinceSnap >= 256 ||
 		fs.cp.metaWP+need+fs.snapshotReserve() > fs.geo.ZoneBlocks
+	var err error
 	if snap {
 		err = fs.rotateMeta(ctx, fs.buildCheckpoint(true, free))
 	} else {
@@ -189,26 +219,33 @@ func (fs *FS) checkpoint(ctx context.Context, forceSnapshot bool) (err error) {
 		}
 		err = fs.rotateMeta(ctx, fs.buildCheckpoint(true, free))
 	}
-	if err != nil {
-		if transient(err) || noResources(err) {
-			// No zone for a new metadata zone (nothing written), or a
-			// node is unavailable: the record may or may not be on the
-			// drives. Both are checkpoints of states that existed, and the
-			// next checkpoint starts a new metadata zone with a full
-			// snapshot (metaWP was set past the end). Until then the
-			// segments this record frees must stay untouched (a mount from
-			// it resets them): no threaded logging into them.
-			for _, z := range free {
-				if s := fs.segs[z]; s != nil {
-					s.stable = false
-				}
-			}
-			return err
-		}
-		// The record may or may not be on the drives and the drive is
-		// failing: the tables cannot tell which checkpoint a mount would find.
-		return fs.goReadOnly("checkpoint record write", err)
+	if err == nil {
+		return nil
 	}
+	if transient(err) || noResources(err) {
+		// No zone for a new metadata zone (nothing written), or a node is
+		// unavailable: the record may or may not be on the drives. Both
+		// are checkpoints of states that existed, and the next checkpoint
+		// starts a new metadata zone with a full snapshot (metaWP was set
+		// past the end). Until then the segments this record frees must
+		// stay untouched (a mount from it resets them): no threaded
+		// logging into them.
+		for _, z := range free {
+			if s := fs.segs[z]; s != nil {
+				s.stable = false
+			}
+		}
+		return err
+	}
+	// The record may or may not be on the drives and the drive is failing:
+	// the tables cannot tell which checkpoint a mount would find.
+	return fs.goReadOnly("checkpoint record write", err)
+}
+
+// cpCommitted ends a checkpoint whose record cp is on the drives: the
+// deltas start over, the freed segments are dropped (once their readers
+// left) and their zones reset, and the closed segments become stable.
+func (fs *FS) cpCommitted(ctx context.Context, cp *checkpoint, free []ZoneID, t0 time.Duration) {
 	fs.cp.ver = cp.Version
 	fs.cp.natDirty = map[uint64]struct{}{}
 	fs.cp.touched.reset()
@@ -242,7 +279,6 @@ func (fs *FS) checkpoint(ctx context.Context, forceSnapshot bool) (err error) {
 	}
 	fs.stats.Checkpoints++
 	fs.m.checkpoint(fs.since(t0), cause)
-	return nil
 }
 
 // notRecorded runs when a checkpoint failed (fs.mu held): its record may

@@ -137,55 +137,27 @@ func (fs *FS) foregroundGC(ctx context.Context) error {
 	}
 }
 
-// gcOnce recycles one victim (or just checkpoints when empty segments wait
-// to be freed). It reports whether it did anything. The caller holds the GC
-// lock; with excl it also holds the checkpoint lock exclusively and fs.mu
-// (the virtual clock's synchronous tick), otherwise nothing else: the move
-// then runs under the checkpoint lock shared, concurrently with readers and
-// writers, and the closing checkpoint takes it exclusively.
-func (fs *FS) gcOnce(ctx context.Context, foreground, excl bool) (bool, error) {
-	if !excl {
-		fs.cp.mu.RLock()
-		fs.mu.Lock()
-	}
-	release := func() {
-		if !excl {
-			fs.mu.Unlock()
-			fs.cp.mu.RUnlock()
-		}
-	}
-	cp := func() error {
-		if excl {
-			fs.cp.cause = "gc"
-			return fs.checkpoint(ctx, false)
-		}
-		return fs.exclusiveCheckpoint(ctx, false, "gc")
-	}
-	if fs.closed || fs.failed != nil {
-		release()
-		return false, &zerr.ClosedError{What: "file system"}
-	}
-	t0 := fs.now()
+// gcPick chooses the round's victim among the candidates and its move
+// method. empty: a segment with no valid block waits to be freed (the
+// round is just a checkpoint); a nil segment otherwise: nothing to do, or
+// the policy's error.
+func (fs *FS) gcPick(foreground bool) (s *segment, method MoveMethod, empty bool, err error) {
 	cands := fs.candidates()
 	for _, c := range cands {
 		if c.Valid == 0 {
-			release()
-			return true, cp()
+			return nil, 0, true, nil
 		}
 	}
 	if len(cands) == 0 {
-		release()
-		return false, nil
+		return nil, 0, false, nil
 	}
 	z, ok := fs.gc.pol.SelectVictim(cands, foreground)
 	if !ok {
-		release()
-		return false, nil
+		return nil, 0, false, nil
 	}
-	s := fs.segs[z]
+	s = fs.segs[z]
 	if s == nil || s.log >= 0 {
-		release()
-		return false, fmt.Errorf("lfs: policy chose segment %d which is not a candidate", z)
+		return nil, 0, false, fmt.Errorf("lfs: policy chose segment %d which is not a candidate", z)
 	}
 	var info SegmentInfo
 	for _, c := range cands {
@@ -193,37 +165,13 @@ func (fs *FS) gcOnce(ctx context.Context, foreground, excl bool) (bool, error) {
 			info = c
 		}
 	}
-	method := fs.gc.pol.Method(info, foreground)
-	// Threaded logging keeps off the victim until the closing checkpoint has
-	// written its dirty blocks elsewhere and freed it.
-	s.victim = true
-	victimNode := segIsNode(s) // which α its checkpoint feeds (§3.3.2)
-	moved, err := fs.moveSegment(ctx, s, method)
-	w0 := fs.blocksWritten
-	release()
-	if err != nil {
-		if excl {
-			s.victim = false // (fs.mu held by the caller)
-		} else {
-			fs.mu.Lock()
-			s.victim = false
-			fs.mu.Unlock()
-		}
-		return false, err
-	}
-	if excl {
-		fs.cp.cause = "gc"
-	}
-	tMoved := fs.now()
-	err = cp()
-	if !excl {
-		fs.mu.Lock()
-		defer fs.mu.Unlock()
-	}
-	s.victim = false
-	if err != nil {
-		return false, err
-	}
+	return s, fs.gc.pol.Method(info, foreground), false, nil
+}
+
+// gcAccount adds a compaction round's phases (Fig. 6) and its α sample to
+// the statistics: t0 the round's start, tMoved the end of the move (the
+// closing checkpoint ran since), w0 the blocks written before it.
+func (fs *FS) gcAccount(moved moveStat, t0, tMoved time.Duration, w0 uint64, victimNode bool) {
 	fs.stats.CompactedSegments++
 	// phases (Fig. 6): what moveSegment did not spend reading or copying
 	// was init; the checkpoint's data write-back is the write phase
@@ -254,6 +202,78 @@ func (fs *FS) gcOnce(ctx context.Context, foreground, excl bool) (bool, error) {
 		w -= min(w, moved.hostNodes)
 		fs.profileAlpha(victimNode, n, w)
 	}
+}
+
+// gcOnce recycles one victim (or just checkpoints when empty segments wait
+// to be freed). It reports whether it did anything. The caller holds the GC
+// lock; with excl it also holds the checkpoint lock exclusively and fs.mu
+// (the virtual clock's synchronous tick), otherwise nothing else: the move
+// then runs under the checkpoint lock shared, concurrently with readers and
+// writers, and the closing checkpoint takes it exclusively.
+func (fs *FS) gcOnce(ctx context.Context, foreground, excl bool) (bool, error) {
+	if !excl {
+		fs.cp.mu.RLock()
+		fs.mu.Lock()
+	}
+	release := func() {
+		if !excl {
+			fs.mu.Unlock()
+			fs.cp.mu.RUnlock()
+		}
+	}
+	cp := func() error {
+		if excl {
+			fs.cp.cause = "gc"
+			return fs.checkpoint(ctx, false)
+		}
+		return fs.exclusiveCheckpoint(ctx, false, "gc")
+	}
+	if fs.closed || fs.failed != nil {
+		release()
+		return false, &zerr.ClosedError{What: "file system"}
+	}
+	t0 := fs.now()
+	s, method, empty, err := fs.gcPick(foreground)
+	if empty {
+		release()
+		return true, cp()
+	}
+	if s == nil {
+		release()
+		return false, err
+	}
+	z := s.zone
+	// Threaded logging keeps off the victim until the closing checkpoint has
+	// written its dirty blocks elsewhere and freed it.
+	s.victim = true
+	victimNode := segIsNode(s) // which α its checkpoint feeds (§3.3.2)
+	moved, err := fs.moveSegment(ctx, s, method)
+	w0 := fs.blocksWritten
+	release()
+	if err != nil {
+		if excl {
+			s.victim = false // (fs.mu held by the caller)
+		} else {
+			fs.mu.Lock()
+			s.victim = false
+			fs.mu.Unlock()
+		}
+		return false, err
+	}
+	if excl {
+		fs.cp.cause = "gc"
+	}
+	tMoved := fs.now()
+	err = cp()
+	if !excl {
+		fs.mu.Lock()
+		defer fs.mu.Unlock()
+	}
+	s.victim = false
+	if err != nil {
+		return false, err
+	}
+	fs.gcAccount(moved, t0, tMoved, w0, victimNode)
 	// (the zone may have been reset and reopened as a new segment meanwhile)
 	if left := fs.segs[z]; left == s && left.nvalid > 0 {
 		return false, corrupt("recycling", "segment %d still has %d valid blocks after moving", z, left.nvalid)

@@ -281,82 +281,25 @@ func (fs *FS) appendBlocks(ctx context.Context, li int, data blockData, fua bool
 	n := data.blocks(fs.bs)
 	degraded := 0
 	for i := 0; i < n; {
-		s := fs.laneHead(l, j)
-		if s != nil && s.tl && !s.closed {
-			if _, run := s.tlNextRun(1); run == 0 {
-				s.closed = true // no hole left
-			}
+		s, ok, err := fs.appendHead(ctx, l, &j)
+		if err != nil {
+			return err
 		}
-		if s == nil || s.closed || s.wp >= s.cap && !s.tl {
-			if s != nil {
-				fs.closeLane(ctx, l, j)
-			}
-			var err error
-			if j == 0 {
-				s, err = fs.openSeg(ctx, l, true)
-			} else if s, err = fs.openLane(ctx, l, j); s == nil && err == nil {
-				// no room for another open zone: the log's own head
-				fs.releaseLane(l, j)
-				j = 0
-				fs.lockLog(l)
-				continue
-			}
+		if !ok {
+			continue
+		}
+		off, k := appendRun(s, uint64(n-i))
+		g := fs.m.logWrites.WithLabelValues(fs.logName(l))
+		g.Inc()
+		err = fs.unlocked(func() error { return fs.writeData(ctx, s.zone, off, data, i, i+int(k), fua) })
+		g.Dec()
+		if err != nil {
+			adv, err := fs.appendFailed(ctx, l, j, s, off, err, &degraded, func(w int, a Addr) error { return place(i+w, a) })
 			if err != nil {
 				return err
 			}
+			i += adv
 			continue
-		}
-		k := uint64(n - i)
-		var off uint64
-		if s.tl {
-			off, k = s.tlNextRun(k)
-		} else {
-			if r := s.cap - s.wp; k > r {
-				k = r
-			}
-			off = s.wp
-		}
-		g := fs.m.logWrites.WithLabelValues(fs.logName(l))
-		g.Inc()
-		err := fs.unlocked(func() error { return fs.writeData(ctx, s.zone, off, data, i, i+int(k), fua) })
-		g.Dec()
-		if err != nil {
-			// The zone's write pointer is now unknown: never write it again.
-			var pw *PartialWriteError
-			if errors.As(err, &pw) && !s.tl {
-				s.wp += pw.Written
-			}
-			// closeLane finishes it (in the background: a degraded zone
-			// gives its active resources back to the namespace at once);
-			// marking it closed first skipped the finish, and after a node
-			// loss every degraded log kept an active zone until the next
-			// mount, so the replacements ran out of them.
-			fs.closeLane(ctx, l, j)
-			s.closed = true
-			// A mirrored zone that lost a copy takes no more writes: the
-			// blocks not written go to a new segment, placed on live
-			// nodes once the arbiter sees the node gone (its lease, a few
-			// seconds): until then a new segment may meet the same node,
-			// so the next tries wait 0.25, 0.5, 1, then 2 s (about 10 s
-			// in all, fs.mu released) before giving up.
-			if zerr.IsDegraded(err) && degraded < degradedTries {
-				if fs.degradedWait(ctx, degraded) != nil {
-					return err
-				}
-				degraded++
-				var pw *PartialWriteError
-				if errors.As(err, &pw) && !s.tl && pw.Written > 0 {
-					for j := 0; j < int(pw.Written); j++ {
-						if err := place(i+j, MakeAddr(s.zone, off+uint64(j))); err != nil {
-							return err
-						}
-					}
-					fs.blocksWritten += pw.Written
-					i += int(pw.Written)
-				}
-				continue
-			}
-			return err
 		}
 		if s.tl {
 			s.tlCur = off + k
@@ -377,6 +320,87 @@ func (fs *FS) appendBlocks(ctx context.Context, li int, data blockData, fua bool
 		}
 	}
 	return nil
+}
+
+// appendHead returns lane *j's head segment of log l when it takes writes
+// (ok); otherwise it closes the head and opens the next one (or, for an
+// extra lane with no room for another open zone, falls back to the log's
+// own head: *j becomes 0), and the caller looks again.
+func (fs *FS) appendHead(ctx context.Context, l int, j *int) (s *segment, ok bool, err error) {
+	s = fs.laneHead(l, *j)
+	if s != nil && s.tl && !s.closed {
+		if _, run := s.tlNextRun(1); run == 0 {
+			s.closed = true // no hole left
+		}
+	}
+	if s != nil && !s.closed && (s.wp < s.cap || s.tl) {
+		return s, true, nil
+	}
+	if s != nil {
+		fs.closeLane(ctx, l, *j)
+	}
+	if *j == 0 {
+		_, err = fs.openSeg(ctx, l, true)
+		return nil, false, err
+	}
+	if s, err = fs.openLane(ctx, l, *j); s == nil && err == nil {
+		// no room for another open zone: the log's own head
+		fs.releaseLane(l, *j)
+		*j = 0
+		fs.lockLog(l)
+	}
+	return nil, false, err
+}
+
+// appendRun is where the next write into s goes and how many of want
+// blocks it takes: at the write pointer up to the capacity, or the next
+// run of holes of a TL segment.
+func appendRun(s *segment, want uint64) (off, k uint64) {
+	if s.tl {
+		return s.tlNextRun(want)
+	}
+	return s.wp, min(want, s.cap-s.wp)
+}
+
+// appendFailed handles a failed write at off of segment s (lane j of log
+// l): the zone is closed (its write pointer is unknown: never written
+// again); a degraded zone's failure is ridden through (the blocks written
+// are placed, their count returned, and the rest goes to a new segment)
+// up to degradedTries times, any other is returned.
+func (fs *FS) appendFailed(ctx context.Context, l, j int, s *segment, off uint64, err error, degraded *int, place func(w int, a Addr) error) (int, error) {
+	var pw *PartialWriteError
+	if errors.As(err, &pw) && !s.tl {
+		s.wp += pw.Written
+	}
+	// closeLane finishes it (in the background: a degraded zone gives its
+	// active resources back to the namespace at once); marking it closed
+	// first skipped the finish, and after a node loss every degraded log
+	// kept an active zone until the next mount, so the replacements ran out
+	// of them.
+	fs.closeLane(ctx, l, j)
+	s.closed = true
+	// A mirrored zone that lost a copy takes no more writes: the blocks not
+	// written go to a new segment, placed on live nodes once the arbiter
+	// sees the node gone (its lease, a few seconds): until then a new
+	// segment may meet the same node, so the next tries wait 0.25, 0.5, 1,
+	// then 2 s (about 10 s in all, fs.mu released) before giving up.
+	if !zerr.IsDegraded(err) || *degraded >= degradedTries {
+		return 0, err
+	}
+	if fs.degradedWait(ctx, *degraded) != nil {
+		return 0, err
+	}
+	*degraded++
+	if !errors.As(err, &pw) || s.tl || pw.Written == 0 {
+		return 0, nil
+	}
+	for w := 0; w < int(pw.Written); w++ {
+		if err := place(w, MakeAddr(s.zone, off+uint64(w))); err != nil {
+			return 0, err
+		}
+	}
+	fs.blocksWritten += pw.Written
+	return int(pw.Written), nil
 }
 
 // blockData is what appendBlocks writes: one contiguous buffer (flat), or
