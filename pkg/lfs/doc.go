@@ -135,6 +135,54 @@
 // anything (no open zone, no spare flash block group) falls back to a fresh
 // zone; any other TL_open error turns the file system read-only.
 //
+// # Components
+//
+// FS is a coordinator: it holds the tables (segments with their SIT and
+// SSA, the NAT, the inode and page cache, handles, counters) under its
+// table lock FS.mu, and delegates to five components, each a field of FS
+// with its own lock (or, for write-back, its own condition on FS.mu):
+//
+//	         FS API (ops.go, file.go, dir.go, sparse.go)
+//	           |  admit, begin            |  fsync, checkpointAfter
+//	           v                          v
+//	+------------------+        +----------------------+
+//	| wbScheduler      |        | checkpointer         |  cp.mu (RW)
+//	| writeback.go     |        | checkpoint.go        |
+//	| budget, tickets, |        | NAT/SIT deltas,      |
+//	| flights, flusher,|        | metadata zones,      |
+//	| wbOne            |        | recover.go (phases), |
+//	+--------+---------+        | fsck.go (checks)     |
+//	         | write-back       +----------+-----------+
+//	         v                             | node write-back, record
+//	+------------------+                   v
+//	| logSet           | <-----------------+
+//	| seg.go, lanes.go |  lg.mu[log]    +----------------------+
+//	| heads, lanes,    | <--------------| recycler             |  gc.mu
+//	| appendBlocks,    |  moved blocks  | gc.go, move.go, tl.go|
+//	| segment alloc    |                | victims, host copy,  |
+//	+--------+---------+                | IZC, threaded        |
+//	         |                          | logging, P-GC        |
+//	         v                          +----------------------+
+//	      Volume  (Write, Compact, OpenZone, Finish, Reset, TLOpen)
+//
+//	background (health.go, metrics.go): timer (bg.mu), idle recycling
+//	and periodic checkpoints through the recycler and the checkpointer.
+//
+// fsck (fsck.go) is a list of named invariant checks (fsckChecks) run in
+// one walk; recovery (recover.go) is a list of named phases
+// (recoveryPhases); a recycling move (move.go) and a TL_open (tl.go) are
+// named phases too.
+//
+// The locks in order (taken top to bottom, never upwards):
+//
+//	gc.mu  ->  cp.mu  ->  renameMu  ->  inode.mu  ->  lg.mu[i]  ->  FS.mu
+//	(round)   (checkpoint) (tree)       (per inode)   (per log)      (tables)
+//
+// The order is checked at run time in every test of the package
+// (lockrank.go): the ranked locks record their holder, and a goroutine that
+// blocks on a lock ranked at or above one it holds panics. TryLock is
+// exempt (it never waits); inode locks are not ranked.
+//
 // # Concurrency
 //
 // Operations on different files run in parallel, and no lock that another
@@ -143,10 +191,10 @@
 // are ever taken (a goroutine holding one never waits for one listed above
 // it):
 //
-//  1. FS.gcMu: one recycling round at a time. Foreground recycling waits for
+//  1. FS.gc.mu: one recycling round at a time. Foreground recycling waits for
 //     it (a writer that finds the reserve short waits for the round in
 //     progress); background recycling only tries it.
-//  2. FS.cpMu, the checkpoint lock (RWMutex). Every mutating operation and
+//  2. FS.cp.mu, the checkpoint lock (RWMutex). Every mutating operation and
 //     recycling's move phase hold it shared for their whole duration,
 //     including their I/O; a checkpoint holds it exclusively, so it sees no
 //     half-done operation (the checkpoint record, the NAT and SIT deltas and
@@ -163,7 +211,7 @@
 //     An operation holds its inode locks across its own I/O (a miss on a
 //     node, a read-modify-write of a partial page, its fsync): that waits
 //     only for operations on the same inodes, never readers.
-//  5. FS.logMu, per log: appends to one log's zone, which takes writes only
+//  5. FS.lg.mu, per log: appends to one log's zone, which takes writes only
 //     at its write pointer (or, threaded logging, into its holes in
 //     order). Held across that log's Write or Compact (and the
 //     OpenZone/Finish of its segments, or the TL_open of a dirty segment

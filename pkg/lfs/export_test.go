@@ -11,7 +11,7 @@ import (
 func MkfsLogs(maxOpen int) int { return int(mkfsLogs(maxOpen)) }
 
 // Logs is how many logs the mounted file system has.
-func (fs *FS) Logs() int { return fs.nlogs }
+func (fs *FS) Logs() int { return fs.lg.n }
 
 // Abandon drops the FS without writing anything: a simulated crash.
 func (fs *FS) Abandon() { fs.abandon() }
@@ -22,8 +22,8 @@ func (fs *FS) Abandon() { fs.abandon() }
 // device number on a regular file), dangling (a name pointing at no inode),
 // unreachable (a file's only name removed, the inode kept).
 func (fs *FS) Corrupt(kind string, ino uint64) error {
-	fs.cpMu.Lock()
-	defer fs.cpMu.Unlock()
+	fs.cp.mu.Lock()
+	defer fs.cp.mu.Unlock()
 	fs.mu.Lock()
 	defer fs.mu.Unlock()
 	ctx := context.Background()
@@ -91,8 +91,8 @@ func (fs *FS) Corrupt(kind string, ino uint64) error {
 // ForgetBlockCount makes ino's block count unknown, as on an inode written
 // by a build without the field, and writes it so (a checkpoint).
 func (fs *FS) ForgetBlockCount(ino uint64) error {
-	fs.cpMu.Lock()
-	defer fs.cpMu.Unlock()
+	fs.cp.mu.Lock()
+	defer fs.cp.mu.Unlock()
 	fs.mu.Lock()
 	defer fs.mu.Unlock()
 	ctx := context.Background()
@@ -170,5 +170,5 @@ func IsNodeBlock(b []byte) bool {
 func (fs *FS) WriteLanes() int {
 	fs.mu.Lock()
 	defer fs.mu.Unlock()
-	return fs.lanes
+	return fs.lg.lanes
 }

@@ -311,7 +311,7 @@ func (fs *FS) dropPage(in *inode, blk uint64) {
 type flushPlan struct {
 	in     *inode
 	groups []flushGroup
-	pages  int // pages in flight (FS.wbPages)
+	pages  int // pages in flight (wbScheduler.pages)
 }
 
 type flushGroup struct {
@@ -382,8 +382,8 @@ func (fs *FS) prepareFlush(in *inode, limit int) *flushPlan {
 	sort.Slice(plan.groups, func(i, j int) bool { return plan.groups[i].log < plan.groups[j].log })
 	in.flights++
 	plan.pages = len(blks)
-	fs.wbFlights++
-	fs.wbPages += plan.pages
+	fs.wb.flights++
+	fs.wb.pages += plan.pages
 	return plan
 }
 
@@ -452,9 +452,9 @@ func (fs *FS) commitFlush(ctx context.Context, plan *flushPlan, failed bool) err
 	in := plan.in
 	defer func() {
 		in.flights--
-		fs.wbFlights--
-		fs.wbPages -= plan.pages
-		fs.flightCond.Broadcast()
+		fs.wb.flights--
+		fs.wb.pages -= plan.pages
+		fs.wb.flight.Broadcast()
 	}()
 	var firstErr error
 	for gi := range plan.groups {
@@ -548,7 +548,7 @@ func (fs *FS) flushInode(ctx context.Context, in *inode) error {
 func (fs *FS) waitFlights(in *inode) {
 	for in.flights > 0 {
 		in.mu.Unlock()
-		fs.flightCond.Wait()
+		fs.wb.flight.Wait()
 		fs.mu.Unlock()
 		in.mu.Lock()
 		fs.mu.Lock()
@@ -684,58 +684,18 @@ const (
 // of one append can survive an earlier one), so the marked inode must not
 // reach the disk before the direct nodes it covers.
 func (fs *FS) writeDirtyNodes(ctx context.Context, only *inode, mode nodeWrite) error {
-	type item struct {
-		in  *inode
-		idx uint32
-	}
-	var items []item
-	add := func(in *inode) {
-		if mode != nodesFsyncInode {
-			idxs := make([]uint32, 0, len(in.dn))
-			for idx, d := range in.dn {
-				if d.dirty {
-					idxs = append(idxs, idx)
-				}
-			}
-			sort.Slice(idxs, func(i, j int) bool { return idxs[i] < idxs[j] })
-			for _, idx := range idxs {
-				items = append(items, item{in, idx})
-			}
-			if mode == nodesFsyncDirect && len(idxs) > 0 {
-				// the marked inode written next covers these nodes: it
-				// stays due (dirty) until it is written, also if this
-				// write or the Flush after it fails and a later fsync
-				// finds them clean
-				fs.markDirty(in)
-			}
-		}
-		if mode != nodesFsyncDirect && in.dirty {
-			items = append(items, item{in, 0})
-		}
-	}
-	if only != nil {
-		add(only)
-	} else {
-		inos := make([]uint64, 0, len(fs.active))
-		for ino := range fs.active {
-			inos = append(inos, ino)
-		}
-		sort.Slice(inos, func(i, j int) bool { return inos[i] < inos[j] })
-		for _, ino := range inos {
-			add(fs.inodes[ino])
-		}
-	}
+	items := fs.dirtyNodeItems(only, mode)
 	if len(items) == 0 {
 		return nil
 	}
 	// group by log
-	groups := map[int][]item{}
+	groups := map[int][]nodeItem{}
 	for _, it := range items {
 		t := logWarmNode
 		if it.in.isDir() {
 			t = logHotNode
 		}
-		if it.idx == 0 && it.in.cold || it.idx > 0 && it.in.dn[it.idx].cold {
+		if it.cold() {
 			t = logColdNode
 		}
 		groups[t] = append(groups[t], it)
@@ -746,53 +706,13 @@ func (fs *FS) writeDirtyNodes(ctx context.Context, only *inode, mode nodeWrite) 
 			continue
 		}
 		buf := make([]byte, 0, len(g)*fs.bs)
-		seqs := make([]uint64, len(g))
 		gcNode := make([]bool, len(g))
 		for i, it := range g {
-			gcNode[i] = it.idx == 0 && it.in.cold || it.idx > 0 && it.in.dn[it.idx].cold
-			h := nodeHeader{Nid: mkNid(it.in.ino, it.idx), Ino: it.in.ino, CPVer: fs.cpVer, Seq: fs.nodeSeq}
-			seqs[i] = fs.nodeSeq
-			fs.nodeSeq++
-			if mode == nodesFsyncInode {
-				h.Flags |= nodeFlagFsync
-			}
-			var body []byte
-			if it.idx == 0 {
-				h.Kind = nodeInode
-				body = it.in.body.encode()
-			} else {
-				h.Kind = nodeDirect
-				body = encodeDirect(it.in.dn[it.idx].addrs)
-			}
-			buf = append(buf, encodeNode(h, body, fs.bs)...)
+			gcNode[i] = it.cold()
+			buf = append(buf, fs.encodeNodeItem(it, mode)...)
 		}
 		err := fs.appendBlocks(ctx, t, blockData{flat: buf}, mode == nodesFsyncInode, func(i int, a Addr) error {
-			it := g[i]
-			nid := mkNid(it.in.ino, it.idx)
-			fs.invalidate(fs.nat[nid])
-			fs.nat[nid] = a
-			fs.natDirty[nid] = struct{}{}
-			if it.idx == 0 {
-				if it.in.dirty {
-					it.in.dirty = false
-					fs.dirtyNodes--
-				}
-				it.in.cold = false
-			} else {
-				d := it.in.dn[it.idx]
-				if d.dirty {
-					d.dirty = false
-					fs.dirtyNodes--
-				}
-				d.cold = false
-			}
-			if !gcNode[i] {
-				fs.userBlocks++
-			}
-			if mode == nodesCheckpoint && fs.cpWrote != nil {
-				fs.cpWrote[it.in.ino] = it.in // unmarked: see checkpoint
-			}
-			return fs.setValid(a, nid, ofsNode)
+			return fs.placeNode(g[i], a, gcNode[i], mode)
 		})
 		if err != nil {
 			return err
@@ -800,6 +720,110 @@ func (fs *FS) writeDirtyNodes(ctx context.Context, only *inode, mode nodeWrite) 
 		fs.m.blocks("node", len(g))
 	}
 	return nil
+}
+
+// nodeItem is one dirty node to write: inode in's inode block (idx 0) or
+// its direct node idx.
+type nodeItem struct {
+	in  *inode
+	idx uint32
+}
+
+// cold reports whether the node was moved by recycling (the cold node log).
+func (it nodeItem) cold() bool {
+	return it.idx == 0 && it.in.cold || it.idx > 0 && it.in.dn[it.idx].cold
+}
+
+// dirtyNodeItems lists the dirty nodes to write, per mode: of only, or of
+// every active inode in inode order; direct nodes in index order before
+// the inode.
+func (fs *FS) dirtyNodeItems(only *inode, mode nodeWrite) []nodeItem {
+	var items []nodeItem
+	add := func(in *inode) {
+		if mode != nodesFsyncInode {
+			idxs := make([]uint32, 0, len(in.dn))
+			for idx, d := range in.dn {
+				if d.dirty {
+					idxs = append(idxs, idx)
+				}
+			}
+			sort.Slice(idxs, func(i, j int) bool { return idxs[i] < idxs[j] })
+			for _, idx := range idxs {
+				items = append(items, nodeItem{in, idx})
+			}
+			if mode == nodesFsyncDirect && len(idxs) > 0 {
+				// the marked inode written next covers these nodes: it
+				// stays due (dirty) until it is written, also if this
+				// write or the Flush after it fails and a later fsync
+				// finds them clean
+				fs.markDirty(in)
+			}
+		}
+		if mode != nodesFsyncDirect && in.dirty {
+			items = append(items, nodeItem{in, 0})
+		}
+	}
+	if only != nil {
+		add(only)
+		return items
+	}
+	inos := make([]uint64, 0, len(fs.active))
+	for ino := range fs.active {
+		inos = append(inos, ino)
+	}
+	sort.Slice(inos, func(i, j int) bool { return inos[i] < inos[j] })
+	for _, ino := range inos {
+		add(fs.inodes[ino])
+	}
+	return items
+}
+
+// encodeNodeItem encodes the node block of it with the next node sequence
+// (and the fsync mark for nodesFsyncInode).
+func (fs *FS) encodeNodeItem(it nodeItem, mode nodeWrite) []byte {
+	h := nodeHeader{Nid: mkNid(it.in.ino, it.idx), Ino: it.in.ino, CPVer: fs.cp.ver, Seq: fs.nodeSeq}
+	fs.nodeSeq++
+	if mode == nodesFsyncInode {
+		h.Flags |= nodeFlagFsync
+	}
+	var body []byte
+	if it.idx == 0 {
+		h.Kind = nodeInode
+		body = it.in.body.encode()
+	} else {
+		h.Kind = nodeDirect
+		body = encodeDirect(it.in.dn[it.idx].addrs)
+	}
+	return encodeNode(h, body, fs.bs)
+}
+
+// placeNode records node it written at a (NAT, SIT/SSA) and cleans it.
+func (fs *FS) placeNode(it nodeItem, a Addr, gcNode bool, mode nodeWrite) error {
+	nid := mkNid(it.in.ino, it.idx)
+	fs.invalidate(fs.nat[nid])
+	fs.nat[nid] = a
+	fs.cp.natDirty[nid] = struct{}{}
+	if it.idx == 0 {
+		if it.in.dirty {
+			it.in.dirty = false
+			fs.dirtyNodes--
+		}
+		it.in.cold = false
+	} else {
+		d := it.in.dn[it.idx]
+		if d.dirty {
+			d.dirty = false
+			fs.dirtyNodes--
+		}
+		d.cold = false
+	}
+	if !gcNode {
+		fs.userBlocks++
+	}
+	if mode == nodesCheckpoint && fs.cp.wrote != nil {
+		fs.cp.wrote[it.in.ino] = it.in // unmarked: see checkpoint
+	}
+	return fs.setValid(a, nid, ofsNode)
 }
 
 // unlockedCopyBytes is the smallest copy from cached pages that readAt
@@ -1157,7 +1181,7 @@ func (fs *FS) dropDnode(in *inode, idx uint32) {
 	if a, ok := fs.nat[nid]; ok {
 		fs.invalidate(a)
 		delete(fs.nat, nid)
-		fs.natDirty[nid] = struct{}{}
+		fs.cp.natDirty[nid] = struct{}{}
 	}
 	fs.used--
 	fs.nodes--
@@ -1195,7 +1219,7 @@ func (fs *FS) maybeDelete(ctx context.Context, ino uint64) error {
 	if a, ok := fs.nat[nid]; ok {
 		fs.invalidate(a)
 		delete(fs.nat, nid)
-		fs.natDirty[nid] = struct{}{}
+		fs.cp.natDirty[nid] = struct{}{}
 	}
 	if in.dirty {
 		fs.dirtyNodes--

@@ -5,7 +5,6 @@ import (
 	"crypto/rand"
 	"errors"
 	"fmt"
-	"github.com/zonefleet/zonefleet/pkg/bufpool"
 	"log/slog"
 	"sort"
 	"sync"
@@ -152,59 +151,36 @@ func (fs *FS) writeReserve() uint64 {
 
 // FS is a mounted file system. All methods are safe for concurrent use.
 type FS struct {
-	// Locks, in the order they are taken (see doc.go):
-	gcMu       sync.Mutex           // one recycling round at a time
-	cpMu       sync.RWMutex         // checkpoint lock: mutating ops R, checkpoints W; readers never
-	renameMu   sync.Mutex           // renames (the directory tree's shape)
-	logMu      [numTemps]sync.Mutex // appends to one log (a zone takes writes only at its write pointer)
-	mu         sync.Mutex           // the tables (leaf lock): never held across a Volume call
-	pinCond    *sync.Cond           // on mu: a segment's readers left (pins 0)
-	flightCond *sync.Cond           // on mu: a write-back in flight committed
-	laneCond   *sync.Cond           // on mu: an extra write lane was released
-	xl         [numTemps][]xlane    // extra write lanes of the data logs (lanes.go)
-	lanes      int                  // write lanes per data log
-	wbPages    int                  // dirty pages in flight (a write-back copied them and has not committed)
-	gather     bufpool.Pool         // write-back buffers of a volume without VectorWriter (writeData), recycled after a write that landed
-	vecw       VectorWriter         // the volume's vectored write, if it has one (write-back sends the pages as they are)
-	wbFlights  int                  // write-backs in flight (all inodes)
-	admitting  int                  // writes admitted to the dirty budget and not yet done (admit)
-	admitPages int                  // pages of the admitted writes
-	admitHead  uint64               // the admission ticket whose turn it is
-	admitTail  uint64               // the next ticket handed out
-	admitGone  map[uint64]bool      // tickets of writers that failed before their turn
-	opening    int                  // OpenZone calls in flight (counted as used segments)
-	inflight   atomic.Int64         // operations running (the virtual clock's tick skips a busy FS)
-	bgWG       sync.WaitGroup
-	wbKick     chan struct{} // wakes the write-back goroutine (nil: none, writers flush)
-	wbStop     chan struct{}
-	wbOnce     sync.Once
-	vol        Volume
-	geo        VolumeGeometry
-	bs         int
-	sb         superblock
-	opts       Options
-	clk        clock.Clock
-	pol        RecyclePolicy
-	m          *metrics
+	// The components, each with its own lock where it has one; the locks
+	// in the order they are taken (doc.go): gc.mu, cp.mu, renameMu, an
+	// inode's, lg.mu[i], mu (leaf). bg.mu guards only the timer.
+	gc       recycler     // victim choice, moves, threaded logging (gc.go, move.go, tl.go)
+	cp       checkpointer // NAT/SIT deltas, metadata zones, checkpoints (checkpoint.go)
+	lg       logSet       // log heads, write lanes, appends (seg.go, lanes.go)
+	wb       wbScheduler  // write-back and admission to the dirty budget (writeback.go)
+	bg       background   // ticks, background goroutines and their errors (metrics.go, health.go)
+	renameMu rankedMutex  // renames (the directory tree's shape)
+	mu       rankedMutex  // the tables (leaf lock): never held across a Volume call
+	pinCond  *sync.Cond   // on mu: a segment's readers left (pins 0)
+	inflight atomic.Int64 // operations running (the virtual clock's tick skips a busy FS)
 
-	nlogs int
-	segs  map[ZoneID]*segment
-	logs  []*segment
+	vol  Volume
+	geo  VolumeGeometry
+	bs   int
+	sb   superblock
+	opts Options
+	clk  clock.Clock
+	m    *metrics
 
-	nat      map[uint64]Addr
-	natDirty map[uint64]struct{}
-	touched  touchLog // validity changes since the last checkpoint (and the validity at it)
-
+	// The tables (mu).
+	segs    map[ZoneID]*segment
+	nat     map[uint64]Addr
 	inodes  map[uint64]*inode
 	active  map[uint64]*inode // inodes with dirty pages or nodes, or changed names, since the last checkpoint
 	handles map[Handle]*handle
 	nextFH  Handle
 	orphans map[uint64]struct{}
 
-	cpVer   uint64
-	cpLogs  []ZoneID // log heads (zone+1) of the last checkpoint
-	cpLogWP []uint64
-	cpTL    []ZoneID // TL-opened log heads of the loaded checkpoint (recover)
 	nodeSeq uint64
 	nextIno uint64
 	used    uint64 // user blocks in use: data blocks (mapped or dirty holes) + nodes
@@ -212,36 +188,16 @@ type FS struct {
 
 	cachePages, dirtyPages, dirtyNodes int
 
-	metaZone           ZoneID
-	metaWP, metaEpoch  uint64
-	metaSeq, sinceSnap uint64
-	hasMeta            bool
-	blocksWritten      uint64 // all blocks written to the drives (incl. meta and moves)
-	userBlocks         uint64 // blocks written on behalf of users (data + nodes)
-	inGC, inCP         bool
-	cpWrote            map[uint64]*inode // inodes with nodes the checkpoint in progress wrote (see checkpoint)
-	failed             error
-	deferred           []deferredOp           // Finish/Reset calls that failed while a node was unavailable (retried)
-	bgErr              *prometheus.CounterVec // background errors by task (health.go)
-	bgLog              bgLog
-	closed             bool
-	lastOp             time.Duration
-	stopTimer          func() bool // guarded by tmu
-	tmu                sync.Mutex
-	down               atomic.Bool // unmounted or abandoned: no more ticks
-	stats              Stats
-	lastCPWrite        time.Duration // the last checkpoint's data write-back (compaction phases)
-	lastCPFlush        time.Duration // the last checkpoint's Flush (waits for the drives' copies and writes)
-	lastCPData         uint64        // data blocks the last checkpoint's write-back wrote (α excludes them)
-	loadProblems       []Problem     // SIT/SSA disagreements found at load
-	gauges             *gaugeCollector
-	sitRepaired        bool
-	tl                 tlState // threaded logging (tl.go)
-	cpCause            string  // why the next checkpoint is taken (metrics; "" = other)
-	// cpBegun numbers the checkpoints begun, cpCommitted is the number of
-	// the last one that committed (fs.mu): a request for a checkpoint is
-	// answered by any checkpoint begun after it (checkpointAfter).
-	cpBegun, cpCommitted uint64
+	blocksWritten uint64 // all blocks written to the drives (incl. meta and moves)
+	userBlocks    uint64 // blocks written on behalf of users (data + nodes)
+	failed        error
+	deferred      []deferredOp // Finish/Reset calls that failed while a node was unavailable (retried)
+	closed        bool
+	lastOp        time.Duration
+	stats         Stats
+	loadProblems  []Problem // SIT/SSA disagreements found at load
+	gauges        *gaugeCollector
+	sitRepaired   bool
 }
 
 // unlocked runs f (one Volume call) with fs.mu released: the table lock is
@@ -268,22 +224,25 @@ func newFS(vol Volume, opts Options) *FS {
 		opts.CacheInodes = 65536
 	}
 	fs := &FS{vol: vol, geo: vol.Geometry(), opts: opts, clk: opts.Clock,
-		segs: map[ZoneID]*segment{}, nat: map[uint64]Addr{}, natDirty: map[uint64]struct{}{},
-		touched: newTouchLog(), inodes: map[uint64]*inode{}, active: map[uint64]*inode{}, handles: map[Handle]*handle{},
+		segs: map[ZoneID]*segment{}, nat: map[uint64]Addr{},
+		inodes: map[uint64]*inode{}, active: map[uint64]*inode{}, handles: map[Handle]*handle{},
 		orphans: map[uint64]struct{}{}, nextFH: 1}
 	fs.bs = fs.geo.BlockSize
-	fs.vecw = vectorWriter(vol)
+	fs.cp.natDirty = map[uint64]struct{}{}
+	fs.cp.touched = newTouchLog()
+	fs.setRanks()
+	fs.lg.vecw = vectorWriter(vol)
 	fs.pinCond = sync.NewCond(&fs.mu)
-	fs.flightCond = sync.NewCond(&fs.mu)
-	fs.admitGone = map[uint64]bool{}
-	fs.laneCond = sync.NewCond(&fs.mu)
-	fs.lanes = 1
-	fs.pol = opts.Policy
-	if fs.pol == nil {
-		fs.pol = DefaultPolicy(opts.Move)
+	fs.wb.flight = sync.NewCond(&fs.mu)
+	fs.wb.admitGone = map[uint64]bool{}
+	fs.lg.laneCond = sync.NewCond(&fs.mu)
+	fs.lg.lanes = 1
+	fs.gc.pol = opts.Policy
+	if fs.gc.pol == nil {
+		fs.gc.pol = DefaultPolicy(opts.Move)
 	}
 	fs.m = newMetrics(opts.Registry)
-	fs.bgErr = bgCounter(opts.Registry)
+	fs.bg.errs = bgCounter(opts.Registry)
 	fs.setupMode(vol)
 	return fs
 }
@@ -369,8 +328,8 @@ func Mkfs(ctx context.Context, vol Volume, opts MkfsOptions) error {
 	fs := newFS(vol, Options{})
 	fs.sb = sb
 	fs.sb.Features.Compat |= FeatureInodeRdev // written with the next superblock
-	fs.nlogs = int(sb.Logs)
-	fs.logs = make([]*segment, fs.nlogs)
+	fs.lg.n = int(sb.Logs)
+	fs.lg.heads = make([]*segment, fs.lg.n)
 	fs.nextIno = RootIno + 1
 	now := time.Now().UnixNano()
 	root := fs.newInode(RootIno, syscall.S_IFDIR|0o755, 0, 0, now)
@@ -379,12 +338,12 @@ func Mkfs(ctx context.Context, vol Volume, opts MkfsOptions) error {
 	root.dir = &dirIndex{ents: map[string]int{}}
 	fs.used++
 	fs.nodes++
-	fs.cpMu.Lock()
+	fs.cp.mu.Lock()
 	fs.mu.Lock()
-	fs.cpCause = "mkfs"
+	fs.cp.cause = "mkfs"
 	err = fs.checkpoint(ctx, true)
 	fs.mu.Unlock()
-	fs.cpMu.Unlock()
+	fs.cp.mu.Unlock()
 	if err != nil {
 		return err
 	}
@@ -484,14 +443,14 @@ func mount(ctx context.Context, vol Volume, opts Options, repair bool) (*FS, err
 	} else if len(fs.loadProblems) > 0 {
 		return nil, corrupt("file system", "%d inconsistencies, first: %v (run fsck with repair)", len(fs.loadProblems), fs.loadProblems[0])
 	}
-	fs.cpMu.Lock()
+	fs.cp.mu.Lock()
 	fs.mu.Lock()
 	err = fs.recover(ctx, zones, ml)
 	// threaded logging only once the mount's snapshot, under a superblock
 	// with FeatureThreadedLog, is on the drives
-	fs.tl.ready = err == nil
+	fs.gc.tl.ready = err == nil
 	fs.mu.Unlock()
-	fs.cpMu.Unlock()
+	fs.cp.mu.Unlock()
 	if err != nil && errors.Is(err, zerr.ErrCorrupt) && !repair {
 		// The drives disagree with the checkpoint (roll-forward found a
 		// block missing, a write pointer behind the data): mount the newest
@@ -563,7 +522,7 @@ func loadFS(ctx context.Context, vol Volume, opts Options) (*FS, []ZoneInfo, *me
 		// every TL_open would be over budget (tlTry).
 		slog.Warn("threaded logging needs an open zone beyond the logs and the metadata zones: mode zns+ falls back to izc",
 			"max_open", fs.geo.MaxOpen, "logs", sb.Logs, "need_at_least", int(sb.Logs)+3)
-		fs.tl.vol = nil
+		fs.gc.tl.vol = nil
 		fs.opts.Mode = ModeIZC
 	}
 	if fs.tlOn() {
@@ -579,17 +538,17 @@ func loadFS(ctx context.Context, vol Volume, opts Options) (*FS, []ZoneInfo, *me
 	if sb.MaxZones > 0 {
 		fs.geo.MaxZones = int(sb.MaxZones)
 	}
-	fs.nlogs = int(sb.Logs)
-	fs.logs = make([]*segment, fs.nlogs)
-	fs.metaZone, fs.metaEpoch, fs.hasMeta, fs.metaWP = ml.zone, ml.epoch, true, ml.wp
+	fs.lg.n = int(sb.Logs)
+	fs.lg.heads = make([]*segment, fs.lg.n)
+	fs.cp.metaZone, fs.cp.metaEpoch, fs.cp.hasMeta, fs.cp.metaWP = ml.zone, ml.epoch, true, ml.wp
 	for _, cp := range ml.cps {
 		if err := fs.applyCheckpoint(cp); err != nil {
 			return nil, nil, nil, err
 		}
 	}
-	fs.touched.reset()
-	fs.natDirty = map[uint64]struct{}{}
-	fs.tl.preInvalid = 0
+	fs.cp.touched.reset()
+	fs.cp.natDirty = map[uint64]struct{}{}
+	fs.gc.tl.preInvalid = 0
 	fs.mu.Lock()
 	probs, err := fs.rebuildSSA(ctx)
 	fs.mu.Unlock()
@@ -680,338 +639,12 @@ func (fs *FS) rebuildSSA(ctx context.Context) ([]Problem, error) {
 	return probs, nil
 }
 
-func (fs *FS) applyCheckpoint(cp *checkpoint) error {
-	if cp.Full {
-		fs.segs = map[ZoneID]*segment{}
-		fs.nat = map[uint64]Addr{}
-	}
-	fs.cpVer, fs.nodeSeq, fs.nextIno = cp.Version, cp.NextSeq, cp.NextIno
-	old := fs.segs
-	fs.segs = map[ZoneID]*segment{}
-	for _, sr := range cp.Segments {
-		s := old[sr.Zone]
-		if s == nil {
-			s = newSegment(sr.Zone, fs.geo.ZoneBlocks)
-		}
-		if sr.WP > s.cap {
-			return corrupt("checkpoint", "segment %d write pointer %d past capacity %d", sr.Zone, sr.WP, s.cap)
-		}
-		s.wp, s.mtime, s.log = sr.WP, sr.Mtime, -1
-		if cp.Full {
-			if len(sr.Bitmap) != int((s.cap+7)/8) {
-				return corrupt("checkpoint", "segment %d bitmap has %d bytes, want %d", sr.Zone, len(sr.Bitmap), (s.cap+7)/8)
-			}
-			for i := range s.valid {
-				s.valid[i] = 0
-			}
-			for i, b := range sr.Bitmap {
-				s.valid[i/8] |= uint64(b) << (8 * (i % 8))
-			}
-			s.nvalid = s.popcount()
-		}
-		fs.segs[sr.Zone] = s
-	}
-	fs.orphans = map[uint64]struct{}{}
-	for _, o := range cp.Orphans {
-		fs.orphans[o] = struct{}{}
-	}
-	for _, e := range cp.NAT {
-		if e[1] == 0 {
-			delete(fs.nat, e[0])
-		} else {
-			fs.nat[e[0]] = Addr(e[1])
-		}
-	}
-	for _, a := range cp.Invalid {
-		fs.invalidate(a)
-	}
-	for _, a := range cp.Valid {
-		s := fs.segOf(a)
-		if s == nil || a.Off() >= s.cap {
-			return corrupt("checkpoint", "SIT delta marks %v valid, in no segment", a)
-		}
-		if !s.isValid(a.Off()) {
-			s.valid[a.Off()/64] |= 1 << (a.Off() % 64)
-			s.nvalid++
-		}
-	}
-	fs.cpLogs, fs.cpLogWP, fs.cpTL = cp.Logs, cp.LogWP, cp.TL
-	return nil
-}
-
-// checkpoint writes back every dirty page and node, then appends a checkpoint
-// record (a full snapshot in a new metadata zone when needed), then resets the
-// segments that hold no valid block any more.
-//
-// Its node writes carry no fsync mark: until the record is durable, only the
-// record would make them count, and roll-forward ignores them. They mark
-// the nodes clean all the same, so a checkpoint that fails after writing
-// some (a record, Flush or node write that failed) marks the inodes it wrote
-// nodes of dirty again (notRecorded): the next fsync of such an inode then
-// writes it with the fsync mark (roll-forward applies every node of an inode
-// up to its last marked one, also the unmarked nodes this checkpoint wrote),
-// instead of finding nothing dirty and acknowledging state that only the
-// lost record covered.
-func (fs *FS) checkpoint(ctx context.Context, forceSnapshot bool) (err error) {
-	if fs.failed != nil {
-		return fs.failed
-	}
-	if fs.inCP {
-		return nil
-	}
-	fs.inCP = true
-	fs.cpWrote = map[uint64]*inode{}
-	fs.cpBegun++
-	seq := fs.cpBegun
-	defer func() {
-		if err != nil {
-			fs.notRecorded()
-		} else {
-			fs.cpCommitted = seq
-		}
-		fs.inCP, fs.cpWrote = false, nil
-	}()
-	fs.retryDeferred(ctx)
-	t0, b0 := fs.now(), fs.blocksWritten
-	if err := fs.flushAll(ctx); err != nil {
-		return err
-	}
-	fs.lastCPWrite, fs.lastCPData = fs.now()-t0, fs.blocksWritten-b0
-	if err := fs.writeDirtyNodes(ctx, nil, nodesCheckpoint); err != nil {
-		return err
-	}
-	tf := fs.now()
-	if err := fs.unlocked(func() error { return fs.vol.Flush(ctx) }); err != nil {
-		return err
-	}
-	fs.lastCPFlush = fs.now() - tf
-	// Segments with no valid block that are not log heads are freed by this checkpoint.
-	var free []ZoneID
-	for z, s := range fs.segs {
-		if s.nvalid == 0 && s.log < 0 {
-			free = append(free, z)
-		}
-	}
-	sort.Slice(free, func(i, j int) bool { return free[i] < free[j] }) // resets in a reproducible order
-	cp := fs.buildCheckpoint(false, free)
-	payload := cp.encode()
-	need := uint64(metaBlocks(len(payload), fs.bs))
-	snap := forceSnapshot || !fs.hasMeta || fs.sinceSnap >= 256 ||
-		fs.metaWP+need+fs.snapshotReserve() > fs.geo.ZoneBlocks
-	if snap {
-		err = fs.rotateMeta(ctx, fs.buildCheckpoint(true, free))
-	} else {
-		rec := encodeMetaRecord(metaRecord{Type: recCheckpoint, Epoch: fs.metaEpoch, Seq: fs.metaSeq, Payload: payload}, fs.bs)
-		mz, mwp := fs.metaZone, fs.metaWP
-		err = fs.unlocked(func() error { return fs.vol.Write(ctx, mz, mwp, rec, true) })
-		if err == nil {
-			fs.metaWP += need
-			fs.metaSeq++
-			fs.sinceSnap++
-			fs.blocksWritten += need
-		} else {
-			// The metadata zone's tail is unknown now: continue in a new one.
-			fs.metaWP = fs.geo.ZoneBlocks
-		}
-	}
-	// A mirrored metadata zone that lost a copy takes no more writes: the
-	// checkpoint goes to a new metadata zone with a full snapshot at once
-	// (the record may be on the live copies: a checkpoint of a state that
-	// existed; the snapshot's higher epoch wins at a mount). New zones may
-	// meet the lost node until the arbiter sees it gone: short waits.
-	// The burst of replacement zones after a node loss can also meet the
-	// namespace's active-zone limit while the degraded zones' finishes are
-	// still giving their resources back: a rotation refused for want of
-	// resources (nothing written) waits and tries again too.
-	for tries := 0; err != nil && (zerr.IsDegraded(err) || tries > 0 && noResources(err)) && tries < degradedTries; tries++ {
-		if fs.degradedWait(ctx, tries) != nil {
-			break
-		}
-		err = fs.rotateMeta(ctx, fs.buildCheckpoint(true, free))
-	}
-	if err != nil {
-		if transient(err) || noResources(err) {
-			// No zone for a new metadata zone (nothing written), or a
-			// node is unavailable: the record may or may not be on the
-			// drives. Both are checkpoints of states that existed, and the
-			// next checkpoint starts a new metadata zone with a full
-			// snapshot (metaWP was set past the end). Until then the
-			// segments this record frees must stay untouched (a mount from
-			// it resets them): no threaded logging into them.
-			for _, z := range free {
-				if s := fs.segs[z]; s != nil {
-					s.stable = false
-				}
-			}
-			return err
-		}
-		// The record may or may not be on the drives and the drive is
-		// failing: the tables cannot tell which checkpoint a mount would find.
-		return fs.goReadOnly("checkpoint record write", err)
-	}
-	fs.cpVer = cp.Version
-	fs.natDirty = map[uint64]struct{}{}
-	fs.touched.reset()
-	cause := fs.cpCause
-	if cause == "" {
-		cause = "other"
-	}
-	fs.cpCause = ""
-	fs.stats.checkpointBy(cause)
-	fs.tlAfterCheckpoint(ctx)
-	fs.cpLogs, fs.cpLogWP = cp.Logs, cp.LogWP
-	for _, in := range fs.active {
-		in.needCP = false
-	}
-	fs.active = map[uint64]*inode{}
-	for _, z := range free {
-		s := fs.segs[z]
-		delete(fs.segs, z)
-		for s != nil && s.pins > 0 {
-			fs.pinCond.Wait() // a reader still reads a block it resolved before
-		}
-	}
-	// The zones are free in the checkpoint (a mount resets them); they are
-	// reset together (one arbiter change for all over fsvol); a reset that
-	// fails while a node is unavailable is retried (zoneOp).
-	fs.resetZones(ctx, free, "reset of a freed segment")
-	// closed segments are stable now: threaded logging may reuse their
-	// holes (every block in them is older than this record)
-	for _, s := range fs.segs {
-		s.stable = s.closed && s.log < 0 && !s.tl
-	}
-	fs.stats.Checkpoints++
-	fs.m.checkpoint(fs.since(t0), cause)
-	return nil
-}
-
-// notRecorded runs when a checkpoint failed (fs.mu held): its record may
-// not be on the drives, so the nodes it wrote (unmarked) may not count at a
-// mount. Their inodes are dirty again: an fsync must write them with the
-// fsync mark, and the next checkpoint writes them again. An inode deleted
-// meanwhile is left alone (its NAT entries go with the next record).
-func (fs *FS) notRecorded() {
-	for ino, in := range fs.cpWrote {
-		if in.gone || fs.inodes[ino] != in {
-			continue
-		}
-		fs.markDirty(in)
-	}
-}
-
-// snapshotReserve is the room kept in the metadata zone for the next snapshot estimate.
-func (fs *FS) snapshotReserve() uint64 { return 2 }
-
-func (fs *FS) buildCheckpoint(full bool, free []ZoneID) *checkpoint {
-	isFree := map[ZoneID]bool{}
-	for _, z := range free {
-		isFree[z] = true
-	}
-	cp := &checkpoint{Full: full, Version: fs.cpVer + 1, NextSeq: fs.nodeSeq, NextIno: fs.nextIno, Used: fs.used,
-		HasTL: fs.sb.Features.Incompat&FeatureThreadedLog != 0, TL: fs.tlZones()}
-	zs := make([]ZoneID, 0, len(fs.segs))
-	for z := range fs.segs {
-		if !isFree[z] {
-			zs = append(zs, z)
-		}
-	}
-	sort.Slice(zs, func(i, j int) bool { return zs[i] < zs[j] })
-	for _, z := range zs {
-		s := fs.segs[z]
-		cp.Segments = append(cp.Segments, segRec{Zone: z, WP: s.wp, Mtime: s.mtime})
-	}
-	for _, s := range fs.logs {
-		if s == nil {
-			cp.Logs = append(cp.Logs, 0)
-			cp.LogWP = append(cp.LogWP, 0)
-		} else if s.tl {
-			cp.Logs = append(cp.Logs, s.zone+1)
-			cp.LogWP = append(cp.LogWP, s.tlCur) // roll-forward scans from the log's cursor
-		} else {
-			cp.Logs = append(cp.Logs, s.zone+1)
-			cp.LogWP = append(cp.LogWP, s.wp)
-		}
-	}
-	for o := range fs.orphans {
-		cp.Orphans = append(cp.Orphans, o)
-	}
-	sort.Slice(cp.Orphans, func(i, j int) bool { return cp.Orphans[i] < cp.Orphans[j] })
-	if full {
-		for nid, a := range fs.nat {
-			cp.NAT = append(cp.NAT, [2]uint64{nid, uint64(a)})
-		}
-		for i := range cp.Segments {
-			s := fs.segs[cp.Segments[i].Zone]
-			bm := make([]byte, (s.cap+7)/8)
-			for j := range bm {
-				bm[j] = byte(s.valid[j/8] >> (8 * (j % 8)))
-			}
-			cp.Segments[i].Bitmap = bm
-		}
-	} else {
-		for nid := range fs.natDirty {
-			cp.NAT = append(cp.NAT, [2]uint64{nid, uint64(fs.nat[nid])})
-		}
-		fs.touched.each(func(a Addr, was bool) {
-			s := fs.segOf(a)
-			now := s != nil && s.isValid(a.Off())
-			switch {
-			case now && !was:
-				cp.Valid = append(cp.Valid, a)
-			case !now && was:
-				cp.Invalid = append(cp.Invalid, a)
-			}
-		})
-	}
-	sort.Slice(cp.NAT, func(i, j int) bool { return cp.NAT[i][0] < cp.NAT[j][0] })
-	sort.Slice(cp.Valid, func(i, j int) bool { return cp.Valid[i] < cp.Valid[j] })
-	sort.Slice(cp.Invalid, func(i, j int) bool { return cp.Invalid[i] < cp.Invalid[j] })
-	return cp
-}
-
-// rotateMeta opens a new metadata zone, writes the superblock and a snapshot
-// there, and resets the previous metadata zone.
-func (fs *FS) rotateMeta(ctx context.Context, cp *checkpoint) error {
-	payload := cp.encode()
-	epoch := fs.metaEpoch + 1
-	sup := encodeMetaRecord(metaRecord{Type: recSuper, Epoch: epoch, Seq: 0, Payload: fs.sb.encode()}, fs.bs)
-	snap := encodeMetaRecord(metaRecord{Type: recSnapshot, Epoch: epoch, Seq: 1, Payload: payload}, fs.bs)
-	total := uint64((len(sup) + len(snap)) / fs.bs)
-	if total > fs.geo.ZoneBlocks {
-		return &zerr.NoResourcesError{Resource: "metadata zone blocks (snapshot too large)", Requested: total, Available: fs.geo.ZoneBlocks}
-	}
-	var z ZoneID
-	if err := fs.unlocked(func() error {
-		var err error
-		z, err = fs.vol.OpenZone(ctx)
-		return err
-	}); err != nil {
-		return err
-	}
-	buf := append(sup, snap...)
-	if err := fs.unlocked(func() error { return fs.vol.Write(ctx, z, 0, buf, true) }); err != nil {
-		fs.noteBackground(bgReset, fs.unlocked(func() error { return fs.vol.Reset(ctx, z) }))
-		return err
-	}
-	fs.blocksWritten += total
-	old, had := fs.metaZone, fs.hasMeta
-	fs.metaZone, fs.metaWP, fs.metaEpoch, fs.metaSeq, fs.sinceSnap, fs.hasMeta = z, total, epoch, 2, 0, true
-	if had {
-		// The old metadata zone is no longer referenced (the checkpoint is
-		// complete, so this call succeeds); a failed reset leaves it for the
-		// next mount's sweep of unreferenced zones, but the volume still
-		// counts it: go read-only rather than run on with a wrong count.
-		fs.zoneOp(ctx, true, old, "reset of the previous metadata zone")
-	}
-	return nil
-}
-
 // Unmount writes everything back, takes a final checkpoint and stops
 // background work. The FS cannot be used afterwards.
 func (fs *FS) Unmount(ctx context.Context) error {
 	fs.stopBackground()
-	fs.cpMu.Lock()
-	defer fs.cpMu.Unlock()
+	fs.cp.mu.Lock()
+	defer fs.cp.mu.Unlock()
 	fs.mu.Lock()
 	defer fs.mu.Unlock()
 	if fs.closed {
@@ -1029,7 +662,7 @@ func (fs *FS) Unmount(ctx context.Context) error {
 			return err
 		}
 	}
-	fs.cpCause = "unmount"
+	fs.cp.cause = "unmount"
 	err := fs.checkpoint(ctx, false)
 	if e := fs.shutdown(ctx); err == nil {
 		err = e
@@ -1044,8 +677,8 @@ func (fs *FS) shutdown(ctx context.Context) error {
 		fs.gauges = nil
 	}
 	fs.stopBackground()
-	for i := range fs.logs {
-		fs.logs[i] = nil
+	for i := range fs.lg.heads {
+		fs.lg.heads[i] = nil
 	}
 	fs.dropLanes()
 	return nil

@@ -55,13 +55,13 @@ func Fsck(ctx context.Context, vol Volume, repair bool) (Report, error) {
 	if err != nil {
 		return Report{}, err
 	}
-	fs.cpMu.Lock()
+	fs.cp.mu.Lock()
 	fs.mu.Lock()
 	rep, err := fs.check(ctx, true)
 	rep.Problems = append(fs.loadProblems, rep.Problems...)
 	rep.Repaired += len(fs.loadProblems)
 	if err == nil && rep.Repaired > 0 {
-		fs.cpCause = "fsck"
+		fs.cp.cause = "fsck"
 		if err = fs.checkpoint(ctx, true); err == nil {
 			var again Report
 			again, err = fs.check(ctx, false)
@@ -70,7 +70,7 @@ func Fsck(ctx context.Context, vol Volume, repair bool) (Report, error) {
 		}
 	}
 	fs.mu.Unlock()
-	fs.cpMu.Unlock()
+	fs.cp.mu.Unlock()
 	if e := fs.Unmount(ctx); err == nil {
 		err = e
 	}
@@ -79,94 +79,181 @@ func Fsck(ctx context.Context, vol Volume, repair bool) (Report, error) {
 
 // Fsck checkpoints a mounted file system and checks every invariant.
 func (fs *FS) Fsck(ctx context.Context) (Report, error) {
-	fs.cpMu.Lock()
-	defer fs.cpMu.Unlock()
+	fs.cp.mu.Lock()
+	defer fs.cp.mu.Unlock()
 	fs.mu.Lock()
 	defer fs.mu.Unlock()
-	fs.cpCause = "fsck"
+	fs.cp.cause = "fsck"
 	if err := fs.checkpoint(ctx, false); err != nil {
 		return Report{}, err
 	}
 	return fs.check(ctx, false)
 }
 
-// check verifies: SIT counts = bitmaps, every valid block owned exactly once
-// (SSA = NAT / direct nodes), every NAT entry reachable from the root,
-// directories consistent (types, parents, link counts), no block past EOF,
-// used-block accounting. With repair it fixes what it found.
+// check verifies every named invariant (fsckChecks) over the whole file
+// system; with repair it fixes what it found. The checks run in one walk:
+// segment checks per segment, entry checks per directory entry (breadth
+// first from the root), node checks per NAT entry, inode checks per inode,
+// then the whole-volume checks; problems are sorted stably by kind.
 func (fs *FS) check(ctx context.Context, repair bool) (Report, error) {
-	var r Report
-	r.Segments = len(fs.segs)
-	// 1. SIT counts = bitmaps, valid only below the write pointer
+	return fs.checkOnly(ctx, repair, nil)
+}
+
+// fsckCheck is one named invariant of the file system.
+type fsckCheck struct {
+	name string
+	doc  string
+}
+
+// The invariants fsck verifies, in the order a check reports them.
+var fsckChecks = []fsckCheck{
+	{"sit-count", "a segment's valid count equals its bitmap's population"},
+	{"sit-write-pointer", "no block is valid at or above its segment's write pointer"},
+	{"sit-meta-zone", "the metadata zone is no segment"},
+	{"dir-entry-inode", "every directory entry names an inode that exists"},
+	{"dir-entry-type", "an entry's type is its inode's file type"},
+	{"dir-parent", "a directory's parent is the directory holding its entry"},
+	{"dir-single-link", "a directory has one name"},
+	{"node-owner-inode", "every direct node in the NAT belongs to an inode that exists"},
+	{"block-owner", "a block points at a valid block of a segment, owned by it alone (SIT and SSA agree)"},
+	{"dir-readable", "every directory reached from the root reads back"},
+	{"inode-readable", "every inode and direct node in the NAT reads back"},
+	{"inode-reachable", "every inode but an orphan is reachable from the root"},
+	{"nlink", "a link count is the number of names (directories: 2 + subdirectories)"},
+	{"size", "no data block is mapped past the end of its file"},
+	{"rdev", "only devices carry a device number"},
+	{"special-data", "devices, FIFOs and sockets map no data blocks"},
+	{"file-type", "an inode's mode is a file type lfs makes"},
+	{"blocks", "a known block count (st_blocks) is the number of mapped blocks"},
+	{"unclaimed", "every valid block is pointed at"},
+	{"node-count", "the node count is the NAT's size"},
+	{"used-blocks", "the used-block count is the sum of the segments' valid counts"},
+}
+
+// fsckRun is the state of one check: the facts the walk gathers (links
+// found, blocks claimed, inodes seen) and the report.
+type fsckRun struct {
+	fs     *FS
+	ctx    context.Context
+	repair bool
+	only   map[string]bool // nil: every check reports
+	r      Report
+
+	refs    map[uint64]uint32 // ino -> links found
+	subdirs map[uint64]uint32 // directory ino -> subdirectories found
+	seen    map[uint64]bool   // reached from the root
+	claimed map[Addr]string   // block -> its owner's description
+	natMax  map[uint64]uint32 // ino -> highest direct node in the NAT
+	inodes  map[uint64]bool   // inodes named by the NAT or cached
+	lost    []uint64          // unreachable inodes (to /lost+found with repair)
+}
+
+// flag reports a violation of check and says whether to repair it (with
+// repair, and check selected).
+func (c *fsckRun) flag(check, kind, format string, a ...any) bool {
+	if c.only != nil && !c.only[check] {
+		return false
+	}
+	c.r.add(kind, format, a...)
+	return c.repair
+}
+
+// fixed counts one repair.
+func (c *fsckRun) fixed() { c.r.Repaired++ }
+
+// checkOnly runs the checks named in only (every check when nil); the walk
+// is the same, the other checks report nothing and repair nothing.
+func (fs *FS) checkOnly(ctx context.Context, repair bool, only map[string]bool) (Report, error) {
+	c := &fsckRun{fs: fs, ctx: ctx, repair: repair, only: only,
+		refs: map[uint64]uint32{}, subdirs: map[uint64]uint32{}, seen: map[uint64]bool{},
+		claimed: map[Addr]string{}, natMax: map[uint64]uint32{}, inodes: map[uint64]bool{}}
+	c.r.Segments = len(fs.segs)
 	for z, s := range fs.segs {
-		if pc := s.popcount(); pc != s.nvalid {
-			r.add("sit", "segment %d: count %d, bitmap has %d", z, s.nvalid, pc)
-			if repair {
-				s.nvalid = pc
-				r.Repaired++
-			}
-		}
-		for off := s.wp; off < s.cap; off++ {
-			if s.isValid(off) {
-				r.add("sit", "segment %d: block %d valid above the write pointer %d", z, off, s.wp)
-			}
-		}
-		if z == fs.metaZone && fs.hasMeta {
-			r.add("sit", "segment %d is the metadata zone", z)
-		}
-		r.ValidBlocks += s.nvalid
+		c.checkSegment(z, s)
 	}
-	// 2. walk the tree from the root
-	refs := map[uint64]uint32{} // ino -> links found
-	subdirs := map[uint64]uint32{}
-	isDir := map[uint64]bool{}
-	claimed := map[Addr]string{}
-	claim := func(a Addr, owner uint64, ofs uint32, what string) {
-		if a == 0 {
-			return
+	c.walkTree()
+	c.checkNodes()
+	for _, ino := range c.inodeList() {
+		c.checkInode(ino)
+	}
+	c.checkUnclaimed()
+	c.checkSpace()
+	if c.repair && len(c.lost) > 0 && (only == nil || only["inode-reachable"]) {
+		if err := fs.toLostFound(ctx, c.lost); err != nil {
+			return c.r, err
 		}
-		if prev, dup := claimed[a]; dup {
-			r.add("ssa", "block %v owned twice: %s and %s", a, prev, what)
-			return
-		}
-		claimed[a] = what
-		s := fs.segOf(a)
-		switch {
-		case s == nil:
-			r.add("ssa", "%s points at %v, in no segment", what, a)
-		case !s.isValid(a.Off()):
-			r.add("sit", "%s points at %v, which the SIT marks invalid", what, a)
-			if repair {
-				_ = fs.setValid(a, owner, ofs)
-				r.Repaired++
-			}
-		case s.owner[a.Off()] != owner || s.ofs[a.Off()] != ofs:
-			r.add("ssa", "%s points at %v, whose summary says %#x/%d", what, a, s.owner[a.Off()], s.ofs[a.Off()])
-			if repair {
-				s.owner[a.Off()], s.ofs[a.Off()] = owner, ofs
-				r.Repaired++
-			}
+		c.r.Repaired += len(c.lost)
+	}
+	sort.SliceStable(c.r.Problems, func(i, j int) bool { return c.r.Problems[i].Kind < c.r.Problems[j].Kind })
+	return c.r, nil
+}
+
+// checkSegment: sit-count, sit-write-pointer, sit-meta-zone.
+func (c *fsckRun) checkSegment(z ZoneID, s *segment) {
+	if pc := s.popcount(); pc != s.nvalid {
+		if c.flag("sit-count", "sit", "segment %d: count %d, bitmap has %d", z, s.nvalid, pc) {
+			s.nvalid = pc
+			c.fixed()
 		}
 	}
-	var lost []uint64
+	for off := s.wp; off < s.cap; off++ {
+		if s.isValid(off) {
+			c.flag("sit-write-pointer", "sit", "segment %d: block %d valid above the write pointer %d", z, off, s.wp)
+		}
+	}
+	if z == c.fs.cp.metaZone && c.fs.cp.hasMeta {
+		c.flag("sit-meta-zone", "sit", "segment %d is the metadata zone", z)
+	}
+	c.r.ValidBlocks += s.nvalid
+}
+
+// claim records that what (owner/ofs) points at a: block-owner.
+func (c *fsckRun) claim(a Addr, owner uint64, ofs uint32, what string) {
+	if a == 0 {
+		return
+	}
+	if prev, dup := c.claimed[a]; dup {
+		c.flag("block-owner", "ssa", "block %v owned twice: %s and %s", a, prev, what)
+		return
+	}
+	c.claimed[a] = what
+	s := c.fs.segOf(a)
+	switch {
+	case s == nil:
+		c.flag("block-owner", "ssa", "%s points at %v, in no segment", what, a)
+	case !s.isValid(a.Off()):
+		if c.flag("block-owner", "sit", "%s points at %v, which the SIT marks invalid", what, a) {
+			_ = c.fs.setValid(a, owner, ofs)
+			c.fixed()
+		}
+	case s.owner[a.Off()] != owner || s.ofs[a.Off()] != ofs:
+		if c.flag("block-owner", "ssa", "%s points at %v, whose summary says %#x/%d", what, a, s.owner[a.Off()], s.ofs[a.Off()]) {
+			s.owner[a.Off()], s.ofs[a.Off()] = owner, ofs
+			c.fixed()
+		}
+	}
+}
+
+// walkTree visits the directories breadth first from the root, counting
+// links: dir-entry-inode, dir-entry-type, dir-parent, dir-single-link.
+func (c *fsckRun) walkTree() {
 	queue := []uint64{RootIno}
-	refs[RootIno] = 1
-	seen := map[uint64]bool{RootIno: true}
+	c.refs[RootIno] = 1
+	c.seen[RootIno] = true
 	for len(queue) > 0 {
 		ino := queue[0]
 		queue = queue[1:]
-		in, err := fs.getInode(ctx, ino)
+		in, err := c.fs.getInode(c.ctx, ino)
 		if err != nil {
-			r.add("tree", "inode %d: %v", ino, err)
+			c.flag("dir-readable", "tree", "inode %d: %v", ino, err)
 			continue
 		}
 		if !in.isDir() {
 			continue
 		}
-		isDir[ino] = true
-		d, err := fs.loadDir(ctx, in)
+		d, err := c.fs.loadDir(c.ctx, in)
 		if err != nil {
-			r.add("dir", "directory %d: %v", ino, err)
+			c.flag("dir-readable", "dir", "directory %d: %v", ino, err)
 			continue
 		}
 		names := make([]string, 0, len(d.ents))
@@ -175,209 +262,238 @@ func (fs *FS) check(ctx context.Context, repair bool) (Report, error) {
 		}
 		sort.Strings(names)
 		for _, n := range names {
-			e, _ := fs.lookupEnt(d, n)
-			child, err := fs.getInode(ctx, e.Ino)
-			if err != nil {
-				r.add("dir", "directory %d: entry %q points at missing inode %d", ino, n, e.Ino)
-				if repair && fs.removeEnt(ctx, in, n) == nil {
-					r.Repaired++
-				}
-				continue
-			}
-			if modeType(child.body.Mode) != e.Type {
-				r.add("dir", "directory %d: entry %q type %d, inode %d has mode %o", ino, n, e.Type, e.Ino, child.body.Mode)
-				if repair && fs.setEnt(ctx, in, n, e.Ino, modeType(child.body.Mode)) == nil {
-					r.Repaired++
-				}
-			}
-			refs[e.Ino]++
-			if child.isDir() {
-				subdirs[ino]++
-				if child.body.Parent != ino {
-					r.add("dir", "directory %d (%q) has parent %d, found in %d", e.Ino, n, child.body.Parent, ino)
-					if repair {
-						child.body.Parent = ino
-						fs.markDirty(child)
-						r.Repaired++
-					}
-				}
-				if refs[e.Ino] > 1 {
-					r.add("dir", "directory %d linked twice", e.Ino)
-				}
-			}
-			if !seen[e.Ino] {
-				seen[e.Ino] = true
-				queue = append(queue, e.Ino)
+			if child, ok := c.checkEntry(in, d, n); ok && !c.seen[child] {
+				c.seen[child] = true
+				queue = append(queue, child)
 			}
 		}
 	}
-	// 3. NAT: every node reachable, every node block owned once
+}
+
+// checkEntry checks entry n of directory in and counts its link; it returns
+// the inode the entry names, false when there is none.
+func (c *fsckRun) checkEntry(in *inode, d *dirIndex, n string) (uint64, bool) {
+	fs, ino := c.fs, in.ino
+	e, _ := fs.lookupEnt(d, n)
+	child, err := fs.getInode(c.ctx, e.Ino)
+	if err != nil {
+		if c.flag("dir-entry-inode", "dir", "directory %d: entry %q points at missing inode %d", ino, n, e.Ino) && fs.removeEnt(c.ctx, in, n) == nil {
+			c.fixed()
+		}
+		return 0, false
+	}
+	if modeType(child.body.Mode) != e.Type {
+		if c.flag("dir-entry-type", "dir", "directory %d: entry %q type %d, inode %d has mode %o", ino, n, e.Type, e.Ino, child.body.Mode) &&
+			fs.setEnt(c.ctx, in, n, e.Ino, modeType(child.body.Mode)) == nil {
+			c.fixed()
+		}
+	}
+	c.refs[e.Ino]++
+	if child.isDir() {
+		c.subdirs[ino]++
+		if child.body.Parent != ino {
+			if c.flag("dir-parent", "dir", "directory %d (%q) has parent %d, found in %d", e.Ino, n, child.body.Parent, ino) {
+				child.body.Parent = ino
+				fs.markDirty(child)
+				c.fixed()
+			}
+		}
+		if c.refs[e.Ino] > 1 {
+			c.flag("dir-single-link", "dir", "directory %d linked twice", e.Ino)
+		}
+	}
+	return e.Ino, true
+}
+
+// checkNodes claims every NAT entry's node block (block-owner) and checks
+// its inode exists (node-owner-inode).
+func (c *fsckRun) checkNodes() {
+	fs := c.fs
 	nids := make([]uint64, 0, len(fs.nat))
 	for nid := range fs.nat {
 		nids = append(nids, nid)
 	}
 	sort.Slice(nids, func(i, j int) bool { return nids[i] < nids[j] })
-	inodes := map[uint64]bool{}
-	natMax := map[uint64]uint32{} // ino -> highest direct node in the NAT
 	for _, nid := range nids {
-		if idx := nidIdx(nid); idx > natMax[nidIno(nid)] {
-			natMax[nidIno(nid)] = idx
+		if idx := nidIdx(nid); idx > c.natMax[nidIno(nid)] {
+			c.natMax[nidIno(nid)] = idx
 		}
 	}
 	for _, nid := range nids {
 		if nidIdx(nid) == 0 {
-			inodes[nidIno(nid)] = true
+			c.inodes[nidIno(nid)] = true
 		}
 	}
 	for ino := range fs.inodes {
-		inodes[ino] = true
+		c.inodes[ino] = true
 	}
 	for _, nid := range nids {
 		ino := nidIno(nid)
-		claim(fs.nat[nid], nid, ofsNode, fmt.Sprintf("node %d/%d", ino, nidIdx(nid)))
-		if !inodes[ino] {
-			r.add("nat", "direct node %d of inode %d, which does not exist", nidIdx(nid), ino)
+		c.claim(fs.nat[nid], nid, ofsNode, fmt.Sprintf("node %d/%d", ino, nidIdx(nid)))
+		if !c.inodes[ino] {
+			c.flag("node-owner-inode", "nat", "direct node %d of inode %d, which does not exist", nidIdx(nid), ino)
 		}
 	}
-	inoList := make([]uint64, 0, len(inodes))
-	for ino := range inodes {
+}
+
+// inodeList is every inode the NAT names or the cache holds, in order.
+func (c *fsckRun) inodeList() []uint64 {
+	inoList := make([]uint64, 0, len(c.inodes))
+	for ino := range c.inodes {
 		inoList = append(inoList, ino)
 	}
 	sort.Slice(inoList, func(i, j int) bool { return inoList[i] < inoList[j] })
-	epd := fs.epd()
-	bs := uint64(fs.bs)
-	for _, ino := range inoList {
-		in, err := fs.getInode(ctx, ino)
+	return inoList
+}
+
+// checkInode runs the inode checks on ino: inode-readable,
+// inode-reachable, nlink, then its blocks (block-owner, size), its type
+// (rdev, special-data, file-type) and its block count (blocks).
+func (c *fsckRun) checkInode(ino uint64) {
+	fs := c.fs
+	in, err := fs.getInode(c.ctx, ino)
+	if err != nil {
+		c.flag("inode-readable", "nat", "inode %d: %v", ino, err)
+		return
+	}
+	c.r.Inodes++
+	if in.isDir() {
+		c.r.Dirs++
+	}
+	_, orphan := fs.orphans[ino]
+	if !c.seen[ino] && !orphan {
+		c.flag("inode-reachable", "nat", "inode %d is not reachable from the root", ino)
+		c.lost = append(c.lost, ino)
+	}
+	if c.seen[ino] {
+		c.checkNlink(in)
+	}
+	nmapped := c.checkData(in)
+	c.checkType(in, nmapped)
+	if in.body.BlocksKnown && in.holes == 0 && in.body.Blocks != nmapped {
+		if c.flag("blocks", "blocks", "inode %d: block count %d, %d blocks mapped", ino, in.body.Blocks, nmapped) {
+			in.body.Blocks = nmapped
+			fs.markDirty(in)
+			c.fixed()
+		}
+	}
+}
+
+// checkNlink: nlink.
+func (c *fsckRun) checkNlink(in *inode) {
+	want := c.refs[in.ino]
+	if in.isDir() {
+		want = 2 + c.subdirs[in.ino]
+	}
+	if in.body.Nlink != want {
+		if c.flag("nlink", "nlink", "inode %d: nlink %d, %d links found", in.ino, in.body.Nlink, want) {
+			in.body.Nlink = want
+			c.fs.markDirty(in)
+			c.fixed()
+		}
+	}
+}
+
+// checkData claims the data blocks of in's direct nodes (block-owner) and
+// checks none lies past the end (size); it returns how many are mapped.
+func (c *fsckRun) checkData(in *inode) uint64 {
+	fs, ino := c.fs, in.ino
+	epd, bs := fs.epd(), uint64(fs.bs)
+	end := (in.body.Size + bs - 1) / bs
+	maxIdx := c.natMax[ino]
+	for idx := range in.dn {
+		maxIdx = max(maxIdx, idx)
+	}
+	var nmapped uint64
+	for idx := uint32(1); idx <= maxIdx; idx++ {
+		d, err := fs.getDnode(c.ctx, in, idx, false)
 		if err != nil {
-			r.add("nat", "inode %d: %v", ino, err)
+			c.flag("inode-readable", "nat", "inode %d direct node %d: %v", ino, idx, err)
 			continue
 		}
-		r.Inodes++
-		if in.isDir() {
-			r.Dirs++
+		if d == nil {
+			continue
 		}
-		_, orphan := fs.orphans[ino]
-		if !seen[ino] && !orphan {
-			r.add("nat", "inode %d is not reachable from the root", ino)
-			lost = append(lost, ino)
-		}
-		if seen[ino] {
-			want := refs[ino]
-			if in.isDir() {
-				want = 2 + subdirs[ino]
-			}
-			if in.body.Nlink != want {
-				r.add("nlink", "inode %d: nlink %d, %d links found", ino, in.body.Nlink, want)
-				if repair {
-					in.body.Nlink = want
-					fs.markDirty(in)
-					r.Repaired++
-				}
-			}
-		}
-		// data blocks: owned by their direct node, none past EOF
-		end := (in.body.Size + bs - 1) / bs
-		maxIdx := natMax[ino]
-		for idx := range in.dn {
-			maxIdx = max(maxIdx, idx)
-		}
-		var nmapped uint64
-		for idx := uint32(1); idx <= maxIdx; idx++ {
-			d, err := fs.getDnode(ctx, in, idx, false)
-			if err != nil {
-				r.add("nat", "inode %d direct node %d: %v", ino, idx, err)
+		for e, a := range d.addrs {
+			if a == 0 {
 				continue
 			}
-			if d == nil {
-				continue
-			}
-			for e, a := range d.addrs {
-				if a == 0 {
-					continue
-				}
-				nmapped++
-				blk := uint64(idx-1)*epd + uint64(e)
-				claim(a, mkNid(ino, idx), uint32(e), fmt.Sprintf("inode %d block %d", ino, blk))
-				if blk >= end {
-					r.add("size", "inode %d: block %d mapped past the end (size %d)", ino, blk, in.body.Size)
-				}
-			}
-		}
-		// the file type is one lfs makes; only devices carry a device number
-		switch in.body.Mode & syscall.S_IFMT {
-		case syscall.S_IFREG, syscall.S_IFDIR, syscall.S_IFLNK, syscall.S_IFIFO, syscall.S_IFSOCK:
-			if in.body.Rdev != 0 {
-				r.add("mode", "inode %d: mode %o with device number %#x", ino, in.body.Mode, in.body.Rdev)
-				if repair {
-					in.body.Rdev = 0
-					fs.markDirty(in)
-					r.Repaired++
-				}
-			}
-			if in.body.Mode&syscall.S_IFMT != syscall.S_IFREG && in.body.Mode&syscall.S_IFMT != syscall.S_IFDIR &&
-				in.body.Mode&syscall.S_IFMT != syscall.S_IFLNK && nmapped > 0 {
-				r.add("size", "inode %d: special file (mode %o) maps %d data blocks", ino, in.body.Mode, nmapped)
-			}
-		case syscall.S_IFCHR, syscall.S_IFBLK:
-			if nmapped > 0 {
-				r.add("size", "inode %d: device (mode %o) maps %d data blocks", ino, in.body.Mode, nmapped)
-			}
-		default:
-			r.add("mode", "inode %d: unknown file type in mode %o", ino, in.body.Mode)
-		}
-		// the block count (st_blocks) matches the mapping
-		if in.body.BlocksKnown && in.holes == 0 && in.body.Blocks != nmapped {
-			r.add("blocks", "inode %d: block count %d, %d blocks mapped", ino, in.body.Blocks, nmapped)
-			if repair {
-				in.body.Blocks = nmapped
-				fs.markDirty(in)
-				r.Repaired++
+			nmapped++
+			blk := uint64(idx-1)*epd + uint64(e)
+			c.claim(a, mkNid(ino, idx), uint32(e), fmt.Sprintf("inode %d block %d", ino, blk))
+			if blk >= end {
+				c.flag("size", "size", "inode %d: block %d mapped past the end (size %d)", ino, blk, in.body.Size)
 			}
 		}
 	}
-	// 4. every valid block is claimed
-	for z, s := range fs.segs {
+	return nmapped
+}
+
+// checkType: the file type is one lfs makes (file-type); only devices carry
+// a device number (rdev); only regular files, directories and symlinks map
+// data (special-data).
+func (c *fsckRun) checkType(in *inode, nmapped uint64) {
+	ino, mode := in.ino, in.body.Mode
+	switch mode & syscall.S_IFMT {
+	case syscall.S_IFREG, syscall.S_IFDIR, syscall.S_IFLNK, syscall.S_IFIFO, syscall.S_IFSOCK:
+		if in.body.Rdev != 0 {
+			if c.flag("rdev", "mode", "inode %d: mode %o with device number %#x", ino, mode, in.body.Rdev) {
+				in.body.Rdev = 0
+				c.fs.markDirty(in)
+				c.fixed()
+			}
+		}
+		if t := mode & syscall.S_IFMT; t != syscall.S_IFREG && t != syscall.S_IFDIR && t != syscall.S_IFLNK && nmapped > 0 {
+			c.flag("special-data", "size", "inode %d: special file (mode %o) maps %d data blocks", ino, mode, nmapped)
+		}
+	case syscall.S_IFCHR, syscall.S_IFBLK:
+		if nmapped > 0 {
+			c.flag("special-data", "size", "inode %d: device (mode %o) maps %d data blocks", ino, mode, nmapped)
+		}
+	default:
+		c.flag("file-type", "mode", "inode %d: unknown file type in mode %o", ino, mode)
+	}
+}
+
+// checkUnclaimed: every valid block below a write pointer is claimed
+// (unclaimed).
+func (c *fsckRun) checkUnclaimed() {
+	for z, s := range c.fs.segs {
 		for off := uint64(0); off < s.wp; off++ {
 			if !s.isValid(off) {
 				continue
 			}
 			a := MakeAddr(z, off)
-			if _, ok := claimed[a]; !ok {
-				r.add("ssa", "block %v is valid (summary %#x/%d) but nothing points at it", a, s.owner[off], s.ofs[off])
-				if repair {
-					fs.invalidate(a)
-					r.Repaired++
+			if _, ok := c.claimed[a]; !ok {
+				if c.flag("unclaimed", "ssa", "block %v is valid (summary %#x/%d) but nothing points at it", a, s.owner[off], s.ofs[off]) {
+					c.fs.invalidate(a)
+					c.fixed()
 				}
 			}
 		}
 	}
-	// 5. space accounting
+}
+
+// checkSpace: node-count, used-blocks (only when nothing is dirty: dirty
+// nodes and pages are counted before they are written).
+func (c *fsckRun) checkSpace() {
+	fs := c.fs
 	var valid uint64
 	for _, s := range fs.segs {
 		valid += s.nvalid
 	}
 	if fs.dirtyNodes == 0 && fs.nodes != uint64(len(fs.nat)) {
-		r.add("space", "node count %d, NAT holds %d", fs.nodes, len(fs.nat))
-		if repair {
+		if c.flag("node-count", "space", "node count %d, NAT holds %d", fs.nodes, len(fs.nat)) {
 			fs.nodes = uint64(len(fs.nat))
-			r.Repaired++
+			c.fixed()
 		}
 	}
 	if fs.dirtyPages == 0 && fs.dirtyNodes == 0 && fs.used != valid {
-		r.add("space", "used blocks %d, valid blocks %d", fs.used, valid)
-		if repair {
+		if c.flag("used-blocks", "space", "used blocks %d, valid blocks %d", fs.used, valid) {
 			fs.used = valid
-			r.Repaired++
+			c.fixed()
 		}
 	}
-	if repair && len(lost) > 0 {
-		if err := fs.toLostFound(ctx, lost); err != nil {
-			return r, err
-		}
-		r.Repaired += len(lost)
-	}
-	sort.SliceStable(r.Problems, func(i, j int) bool { return r.Problems[i].Kind < r.Problems[j].Kind })
-	return r, nil
 }
 
 // toLostFound links unreachable inodes into /lost+found as "#ino".

@@ -11,6 +11,16 @@ import (
 	"github.com/zonefleet/zonefleet/pkg/zerr"
 )
 
+// recycler is the recycling component: one round at a time (mu), the
+// policy that picks victims, and threaded logging's state. Its state but
+// the lock is guarded by FS.mu.
+type recycler struct {
+	mu      rankedMutex // one recycling round at a time (taken first of all)
+	pol     RecyclePolicy
+	running bool    // a round is moving blocks
+	tl      tlState // threaded logging (tl.go)
+}
+
 // SegmentInfo describes a recycling candidate.
 type SegmentInfo struct {
 	Zone     ZoneID
@@ -101,8 +111,8 @@ func (fs *FS) candidates() []SegmentInfo {
 // with no lock held (housekeeping before an operation) and takes the GC lock:
 // a writer that finds the reserve short waits for the round in progress.
 func (fs *FS) foregroundGC(ctx context.Context) error {
-	fs.gcMu.Lock()
-	defer fs.gcMu.Unlock()
+	fs.gc.mu.Lock()
+	defer fs.gc.mu.Unlock()
 	for i := 0; ; i++ {
 		fs.mu.Lock()
 		before, bad := fs.freeSegments(), fs.closed || fs.failed != nil
@@ -127,6 +137,73 @@ func (fs *FS) foregroundGC(ctx context.Context) error {
 	}
 }
 
+// gcPick chooses the round's victim among the candidates and its move
+// method. empty: a segment with no valid block waits to be freed (the
+// round is just a checkpoint); a nil segment otherwise: nothing to do, or
+// the policy's error.
+func (fs *FS) gcPick(foreground bool) (s *segment, method MoveMethod, empty bool, err error) {
+	cands := fs.candidates()
+	for _, c := range cands {
+		if c.Valid == 0 {
+			return nil, 0, true, nil
+		}
+	}
+	if len(cands) == 0 {
+		return nil, 0, false, nil
+	}
+	z, ok := fs.gc.pol.SelectVictim(cands, foreground)
+	if !ok {
+		return nil, 0, false, nil
+	}
+	s = fs.segs[z]
+	if s == nil || s.log >= 0 {
+		return nil, 0, false, fmt.Errorf("lfs: policy chose segment %d which is not a candidate", z)
+	}
+	var info SegmentInfo
+	for _, c := range cands {
+		if c.Zone == z {
+			info = c
+		}
+	}
+	return s, fs.gc.pol.Method(info, foreground), false, nil
+}
+
+// gcAccount adds a compaction round's phases (Fig. 6) and its α sample to
+// the statistics: t0 the round's start, tMoved the end of the move (the
+// closing checkpoint ran since), w0 the blocks written before it.
+func (fs *FS) gcAccount(moved moveStat, t0, tMoved time.Duration, w0 uint64, victimNode bool) {
+	fs.stats.CompactedSegments++
+	// phases (Fig. 6): what moveSegment did not spend reading or copying
+	// was init; the checkpoint's data write-back is the write phase
+	ph := &fs.stats.CompactionPhases
+	ph.Read += moved.read
+	ph.Copy += moved.copy
+	ph.Init += max(tMoved-t0-moved.read-moved.copy, 0)
+	cpd := fs.now() - tMoved
+	w := min(fs.cp.lastWrite, cpd)
+	ph.Write += w
+	cpd -= w
+	if moved.izc > 0 {
+		// zone_compaction is asynchronous: the checkpoint's Flush waits for
+		// the copies still running on the drives (copy phase)
+		f := min(fs.cp.lastFlush, cpd)
+		ph.Copy += f
+		cpd -= f
+	}
+	ph.Checkpoint += cpd
+	fs.m.recycled.WithLabelValues("compaction").Inc()
+	// α (§3.3.2: (N_node + N_meta) / N_valid): node and metadata blocks the
+	// closing checkpoint wrote per valid block moved; the data blocks its
+	// write-back wrote (moved by host copy, or users' dirty pages) and the
+	// moved node blocks it rewrote from the host are not counted
+	if n := moved.izc + moved.hostCopy + moved.hostCached; n > 0 {
+		w := fs.blocksWritten - w0
+		w -= min(w, fs.cp.lastData)
+		w -= min(w, moved.hostNodes)
+		fs.profileAlpha(victimNode, n, w)
+	}
+}
+
 // gcOnce recycles one victim (or just checkpoints when empty segments wait
 // to be freed). It reports whether it did anything. The caller holds the GC
 // lock; with excl it also holds the checkpoint lock exclusively and fs.mu
@@ -135,18 +212,18 @@ func (fs *FS) foregroundGC(ctx context.Context) error {
 // writers, and the closing checkpoint takes it exclusively.
 func (fs *FS) gcOnce(ctx context.Context, foreground, excl bool) (bool, error) {
 	if !excl {
-		fs.cpMu.RLock()
+		fs.cp.mu.RLock()
 		fs.mu.Lock()
 	}
 	release := func() {
 		if !excl {
 			fs.mu.Unlock()
-			fs.cpMu.RUnlock()
+			fs.cp.mu.RUnlock()
 		}
 	}
 	cp := func() error {
 		if excl {
-			fs.cpCause = "gc"
+			fs.cp.cause = "gc"
 			return fs.checkpoint(ctx, false)
 		}
 		return fs.exclusiveCheckpoint(ctx, false, "gc")
@@ -156,34 +233,16 @@ func (fs *FS) gcOnce(ctx context.Context, foreground, excl bool) (bool, error) {
 		return false, &zerr.ClosedError{What: "file system"}
 	}
 	t0 := fs.now()
-	cands := fs.candidates()
-	for _, c := range cands {
-		if c.Valid == 0 {
-			release()
-			return true, cp()
-		}
-	}
-	if len(cands) == 0 {
+	s, method, empty, err := fs.gcPick(foreground)
+	if empty {
 		release()
-		return false, nil
+		return true, cp()
 	}
-	z, ok := fs.pol.SelectVictim(cands, foreground)
-	if !ok {
+	if s == nil {
 		release()
-		return false, nil
+		return false, err
 	}
-	s := fs.segs[z]
-	if s == nil || s.log >= 0 {
-		release()
-		return false, fmt.Errorf("lfs: policy chose segment %d which is not a candidate", z)
-	}
-	var info SegmentInfo
-	for _, c := range cands {
-		if c.Zone == z {
-			info = c
-		}
-	}
-	method := fs.pol.Method(info, foreground)
+	z := s.zone
 	// Threaded logging keeps off the victim until the closing checkpoint has
 	// written its dirty blocks elsewhere and freed it.
 	s.victim = true
@@ -202,7 +261,7 @@ func (fs *FS) gcOnce(ctx context.Context, foreground, excl bool) (bool, error) {
 		return false, err
 	}
 	if excl {
-		fs.cpCause = "gc"
+		fs.cp.cause = "gc"
 	}
 	tMoved := fs.now()
 	err = cp()
@@ -214,36 +273,7 @@ func (fs *FS) gcOnce(ctx context.Context, foreground, excl bool) (bool, error) {
 	if err != nil {
 		return false, err
 	}
-	fs.stats.CompactedSegments++
-	// phases (Fig. 6): what moveSegment did not spend reading or copying
-	// was init; the checkpoint's data write-back is the write phase
-	ph := &fs.stats.CompactionPhases
-	ph.Read += moved.read
-	ph.Copy += moved.copy
-	ph.Init += max(tMoved-t0-moved.read-moved.copy, 0)
-	cpd := fs.now() - tMoved
-	w := min(fs.lastCPWrite, cpd)
-	ph.Write += w
-	cpd -= w
-	if moved.izc > 0 {
-		// zone_compaction is asynchronous: the checkpoint's Flush waits for
-		// the copies still running on the drives (copy phase)
-		f := min(fs.lastCPFlush, cpd)
-		ph.Copy += f
-		cpd -= f
-	}
-	ph.Checkpoint += cpd
-	fs.m.recycled.WithLabelValues("compaction").Inc()
-	// α (§3.3.2: (N_node + N_meta) / N_valid): node and metadata blocks the
-	// closing checkpoint wrote per valid block moved; the data blocks its
-	// write-back wrote (moved by host copy, or users' dirty pages) and the
-	// moved node blocks it rewrote from the host are not counted
-	if n := moved.izc + moved.hostCopy + moved.hostCached; n > 0 {
-		w := fs.blocksWritten - w0
-		w -= min(w, fs.lastCPData)
-		w -= min(w, moved.hostNodes)
-		fs.profileAlpha(victimNode, n, w)
-	}
+	fs.gcAccount(moved, t0, tMoved, w0, victimNode)
 	// (the zone may have been reset and reopened as a new segment meanwhile)
 	if left := fs.segs[z]; left == s && left.nvalid > 0 {
 		return false, corrupt("recycling", "segment %d still has %d valid blocks after moving", z, left.nvalid)
@@ -293,231 +323,6 @@ func (fs *FS) gcLock(ctx context.Context, s *segment, off, owner uint64, ofs uin
 		return in, nil
 	}
 	return nil, fmt.Errorf("lfs: inode %d of block %v keeps changing", nidIno(owner), MakeAddr(s.zone, off))
-}
-
-// moveSegment moves every valid block of s out of it (the checkpoint that
-// follows writes what was marked dirty and frees s). The caller holds the GC
-// lock, the checkpoint lock (shared or exclusive) and fs.mu. Victim blocks
-// are read with fs.mu released and no inode lock; every block is then
-// committed under its inode's lock after revalidating that the block is still
-// valid, still owned by the same node entry, and still mapped at the victim:
-// a block a writer overwrote or truncated meanwhile is simply not moved (an
-// IZC copy of it stays an invalid block in the destination).
-func (fs *FS) moveSegment(ctx context.Context, s *segment, method MoveMethod) (moveStat, error) {
-	var st moveStat
-	type dev struct {
-		off   uint64
-		owner uint64
-		ofs   uint32
-	}
-	var devData, devNode, items []dev
-	for off := uint64(0); off < s.wp; off++ {
-		if s.isValid(off) {
-			items = append(items, dev{off, s.owner[off], s.ofs[off]})
-		}
-	}
-	epd := fs.epd()
-	// Host copy reads the victim's valid data blocks up front, one read per
-	// run of consecutive blocks (F2FS issues all reads of a victim at once,
-	// overlapped across chips), not one 4 KiB call per block; P-GC splits
-	// them across workers when more than half of the victim is valid.
-	var pre map[uint64][]byte
-	if method != Compact {
-		var err error
-		var need []uint64 // valid data blocks not cached on the host
-		for _, it := range items {
-			if it.ofs == ofsNode {
-				continue
-			}
-			if in := fs.inodes[nidIno(it.owner)]; in == nil || in.pages.get(uint64(nidIdx(it.owner)-1)*epd+uint64(it.ofs)) == nil {
-				need = append(need, it.off)
-			}
-		}
-		tr := fs.now()
-		var workers int
-		if pre, workers, err = fs.readVictim(ctx, s, need, uint64(len(items))); err != nil {
-			return st, err
-		}
-		st.read += fs.now() - tr
-		st.readBlocks = uint64(len(need))
-		if workers > 1 {
-			st.pgcWorkers = workers
-		}
-	}
-	hostChunk := fs.cachedChunks(s, len(items), func(i int) (uint64, uint64, uint32) { return items[i].off, items[i].owner, items[i].ofs })
-	for _, it := range items {
-		off, owner, ofs := it.off, it.owner, it.ofs
-		if !s.isValid(off) || s.owner[off] != owner || s.ofs[off] != ofs {
-			continue
-		}
-		ino, idx := nidIno(owner), nidIdx(owner)
-		a := MakeAddr(s.zone, off)
-		if ofs == ofsNode {
-			in, err := fs.gcLock(ctx, s, off, owner, ofs)
-			if err != nil || in == nil {
-				if err != nil {
-					return st, err
-				}
-				continue
-			}
-			err = fs.moveNode(ctx, in, idx, owner, a, method, fs.opts.CachedWrite || hostChunk(off), &st, func() { devNode = append(devNode, it) })
-			fs.unlockIn(in)
-			if err != nil {
-				return st, err
-			}
-			continue
-		}
-		// data: read the block first, with no lock, when it will be host-copied
-		var data []byte
-		if method != Compact {
-			if in := fs.inodes[ino]; in == nil || in.pages.get(uint64(idx-1)*epd+uint64(ofs)) == nil {
-				if data = pre[off]; data == nil {
-					data = make([]byte, fs.bs)
-					if err := fs.readBlocks(ctx, a, data); err != nil {
-						return st, err
-					}
-				}
-			}
-		}
-		in, err := fs.gcLock(ctx, s, off, owner, ofs)
-		if err != nil {
-			return st, err
-		}
-		if in == nil {
-			continue
-		}
-		d, err := fs.getDnode(ctx, in, idx, false)
-		if err != nil {
-			fs.unlockIn(in)
-			return st, err
-		}
-		if !s.isValid(off) || s.owner[off] != owner || s.ofs[off] != ofs {
-			fs.unlockIn(in)
-			continue
-		}
-		if d == nil || uint64(ofs) >= epd || d.addrs[ofs] != a {
-			fs.unlockIn(in)
-			return st, corrupt("SSA", "block %v claims %#x[%d] which does not point at it", a, owner, ofs)
-		}
-		blk := uint64(idx-1)*epd + uint64(ofs)
-		p := in.pages.get(blk)
-		switch {
-		case p != nil && p.dirty:
-			st.hostDirty++
-		case method == Compact && !(p != nil && (fs.opts.CachedWrite || hostChunk(off))):
-			devData = append(devData, it)
-		default:
-			if p == nil {
-				if data == nil {
-					data = make([]byte, fs.bs)
-					if err := fs.readBlocks(ctx, a, data); err != nil {
-						fs.unlockIn(in)
-						return st, err
-					}
-				}
-				if p = in.pages.get(blk); p == nil {
-					p = &page{b: data}
-					in.pages.set(blk, p)
-					fs.cachePages++
-				}
-				st.hostCopy++
-			} else {
-				st.hostCached++
-			}
-			p.cold = true
-			fs.dirtyPage(in, blk, p)
-		}
-		fs.unlockIn(in)
-	}
-	// device-side copies (IZC)
-	for _, grp := range []struct {
-		log  int
-		list []dev
-	}{{logColdData, devData}, {logColdNode, devNode}} {
-		if len(grp.list) == 0 {
-			continue
-		}
-		l := fs.logFor(grp.log)
-		fs.lockLog(l)
-		dsts, copies, err := fs.allocCopies(ctx, grp.log, s.zone, func(i int) uint64 { return grp.list[i].off }, len(grp.list))
-		if err != nil {
-			fs.logMu[l].Unlock()
-			return st, err
-		}
-		var cst CompactStats
-		tc := fs.now()
-		err = fs.unlocked(func() error {
-			var err error
-			cst, err = fs.vol.Compact(ctx, copies)
-			return err
-		})
-		st.copy += fs.now() - tc
-		fs.stats.CompactCopyback += cst.Copyback
-		fs.stats.CompactLocal += cst.Local
-		fs.stats.CompactRemote += cst.Remote
-		if err != nil {
-			for _, c := range copies {
-				if ds := fs.segs[c.Dst]; ds != nil {
-					ds.closed = true
-				}
-			}
-			if fs.logs[l] != nil && fs.logs[l].closed {
-				fs.closeLog(ctx, l)
-			}
-			fs.logMu[l].Unlock()
-			return st, err
-		}
-		fs.logMu[l].Unlock()
-		fs.blocksWritten += uint64(len(grp.list))
-		for i, dv := range grp.list {
-			na, old := dsts[i], MakeAddr(s.zone, dv.off)
-			in, err := fs.gcLock(ctx, s, dv.off, dv.owner, dv.ofs)
-			if err != nil {
-				return st, err
-			}
-			if in == nil {
-				continue // changed meanwhile: the copy at na stays invalid
-			}
-			if dv.ofs == ofsNode {
-				if fs.nat[dv.owner] != old || fs.nodeDirty(in, nidIdx(dv.owner)) {
-					fs.unlockIn(in)
-					continue
-				}
-				fs.invalidate(old)
-				fs.nat[dv.owner] = na
-				fs.natDirty[dv.owner] = struct{}{}
-			} else {
-				d, err := fs.getDnode(ctx, in, nidIdx(dv.owner), false)
-				if err != nil || d == nil {
-					fs.unlockIn(in)
-					return st, fmt.Errorf("lfs: load node %#x: %w", dv.owner, err)
-				}
-				blk := uint64(nidIdx(dv.owner)-1)*epd + uint64(dv.ofs)
-				if d.addrs[dv.ofs] != old || !s.isValid(dv.off) || in.pages.get(blk) != nil && in.pages.get(blk).dirty {
-					fs.unlockIn(in)
-					continue
-				}
-				fs.invalidate(old)
-				d.addrs[dv.ofs] = na
-				fs.markDnDirty(in, d)
-			}
-			err = fs.setValid(na, dv.owner, dv.ofs)
-			fs.unlockIn(in)
-			if err != nil {
-				return st, err
-			}
-			st.izc++
-		}
-	}
-	fs.stats.MovedHostCopy += st.hostCopy
-	fs.stats.MovedIZC += st.izc
-	fs.stats.MovedHostDirty += st.hostDirty
-	fs.stats.MovedHostCached += st.hostCached
-	fs.stats.GCVictimBlocksRead += st.readBlocks
-	if st.pgcWorkers > 1 {
-		fs.stats.PGCSplitMigrations++
-	}
-	return st, nil
 }
 
 // nodeDirty reports whether node idx of in is cached dirty.
@@ -579,7 +384,7 @@ func (fs *FS) allocCopies(ctx context.Context, li int, from ZoneID, src func(int
 	cb := uint64(max(fs.geo.ChunkBlocks, 1))
 	for i := 0; i < n; {
 		l := fs.logFor(li)
-		s := fs.logs[l]
+		s := fs.lg.heads[l]
 		if s == nil || s.closed || s.wp >= s.cap || s.tl {
 			// (zone_compaction writes sequentially from the write
 			// pointer: never into a threaded-logging segment)

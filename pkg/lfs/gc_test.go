@@ -3,14 +3,15 @@ package lfs_test
 import (
 	"encoding/binary"
 	"fmt"
-	"github.com/zonefleet/zonefleet/pkg/lfs/devvol"
-	"github.com/zonefleet/zonefleet/pkg/zns"
 	"hash/crc32"
 	"math/rand"
 	"path/filepath"
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/zonefleet/zonefleet/pkg/lfs/devvol"
+	"github.com/zonefleet/zonefleet/pkg/zns"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/stretchr/testify/require"

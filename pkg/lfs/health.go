@@ -5,11 +5,23 @@ import (
 	"errors"
 	"log/slog"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/zonefleet/zonefleet/pkg/zerr"
 )
+
+// background is the periodic work's state: the timer (mu), the goroutines
+// to wait for at unmount, and the errors they met (health.go).
+type background struct {
+	wg        sync.WaitGroup
+	errs      *prometheus.CounterVec // background errors by task (health.go)
+	log       bgLog
+	stopTimer func() bool // guarded by mu
+	mu        sync.Mutex
+	down      atomic.Bool // unmounted or abandoned: no more ticks
+}
 
 // Background work — recycling and checkpoints run by the timer, the finish
 // of a segment the file system leaves, the reset of the previous metadata
@@ -53,10 +65,10 @@ func (fs *FS) noteBackground(task string, err error) {
 	if err == nil || errors.Is(err, context.Canceled) || errors.Is(err, zerr.ErrClosed) {
 		return
 	}
-	if fs.bgErr != nil {
-		fs.bgErr.WithLabelValues(task).Inc()
+	if fs.bg.errs != nil {
+		fs.bg.errs.WithLabelValues(task).Inc()
 	}
-	l := &fs.bgLog
+	l := &fs.bg.log
 	l.mu.Lock()
 	if l.last == nil {
 		l.last, l.suppressed = map[string]time.Time{}, map[string]int{}

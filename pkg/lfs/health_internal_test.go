@@ -24,7 +24,7 @@ func TestNoteBackground(t *testing.T) {
 	defer slog.SetDefault(old)
 
 	reg := prometheus.NewRegistry()
-	fs := &FS{bgErr: bgCounter(reg)}
+	fs := &FS{bg: background{errs: bgCounter(reg)}}
 	boom := &zerr.UnavailableError{What: "node-2", Reason: "connection refused"}
 	for _, c := range []struct {
 		task string
@@ -36,10 +36,10 @@ func TestNoteBackground(t *testing.T) {
 	} {
 		fs.noteBackground(c.task, c.err)
 	}
-	assert.Equal(t, 3.0, testutil.ToFloat64(fs.bgErr.WithLabelValues(bgCheckpoint)))
-	assert.Equal(t, 1.0, testutil.ToFloat64(fs.bgErr.WithLabelValues(bgGC)))
-	assert.Equal(t, 0.0, testutil.ToFloat64(fs.bgErr.WithLabelValues(bgFinish)))
-	assert.Equal(t, 0.0, testutil.ToFloat64(fs.bgErr.WithLabelValues(bgReset)))
+	assert.Equal(t, 3.0, testutil.ToFloat64(fs.bg.errs.WithLabelValues(bgCheckpoint)))
+	assert.Equal(t, 1.0, testutil.ToFloat64(fs.bg.errs.WithLabelValues(bgGC)))
+	assert.Equal(t, 0.0, testutil.ToFloat64(fs.bg.errs.WithLabelValues(bgFinish)))
+	assert.Equal(t, 0.0, testutil.ToFloat64(fs.bg.errs.WithLabelValues(bgReset)))
 	out := buf.String()
 	assert.Equal(t, 1, strings.Count(out, "task=checkpoint"), "rate-limited: one line per task: %s", out)
 	assert.Equal(t, 1, strings.Count(out, "task=gc"), out)
@@ -47,7 +47,7 @@ func TestNoteBackground(t *testing.T) {
 	assert.NotContains(t, out, "task=reset")
 
 	// a remount in the same process keeps counting in the registered collector
-	fs2 := &FS{bgErr: bgCounter(reg)}
+	fs2 := &FS{bg: background{errs: bgCounter(reg)}}
 	fs2.noteBackground(bgCheckpoint, boom)
-	assert.Equal(t, 4.0, testutil.ToFloat64(fs.bgErr.WithLabelValues(bgCheckpoint)))
+	assert.Equal(t, 4.0, testutil.ToFloat64(fs.bg.errs.WithLabelValues(bgCheckpoint)))
 }

@@ -3,10 +3,28 @@ package lfs
 import (
 	"context"
 	"errors"
+	"sync"
 
+	"github.com/zonefleet/zonefleet/pkg/bufpool"
 	"github.com/zonefleet/zonefleet/pkg/clock"
 	"github.com/zonefleet/zonefleet/pkg/zerr"
 )
+
+// logSet is the logs component: the log heads, the extra write lanes of
+// the data logs and the appends into them. mu[i] serializes appends to log
+// i (a zone takes writes only at its write pointer); the rest is guarded
+// by FS.mu.
+type logSet struct {
+	mu       [numTemps]rankedMutex
+	n        int               // logs (numTemps, or 2 for few open zones)
+	heads    []*segment        // each log's head segment
+	xl       [numTemps][]xlane // extra write lanes of the data logs (lanes.go)
+	lanes    int               // write lanes per data log
+	laneCond *sync.Cond        // on FS.mu: an extra write lane was released
+	gather   bufpool.Pool      // write-back buffers of a volume without VectorWriter (writeData), recycled after a write that landed
+	vecw     VectorWriter      // the volume's vectored write, if it has one (write-back sends the pages as they are)
+	opening  int               // OpenZone calls in flight (counted as used segments)
+}
 
 // Write lanes. A zone takes writes only at its write pointer, so appends to
 // one segment are serialized (and the Volume below serializes the writes of
@@ -14,7 +32,7 @@ import (
 // flight at a time and the network and the drives idle while the next one is
 // prepared. The file data logs (warm and cold data; the data log of a
 // two-log layout) therefore have DefaultWriteLanes lanes: lane 0 is the
-// log's own head (FS.logs, under FS.logMu: what checkpoints record, what
+// log's own head (FS.lg.heads, under FS.lg.mu: what checkpoints record, what
 // threaded logging and recycling use), lanes 1.. each write their own
 // segment (xlane.seg, a fresh v-zone; never threaded logging), so two
 // write-backs of the same log go to different v-zones concurrently. An
@@ -60,29 +78,29 @@ func (fs *FS) setupLanes() {
 	if fs.clk.Kind() == clock.KindVirtual {
 		n = 1
 	}
-	fs.lanes = max(n, 1)
-	for l := 0; l < fs.nlogs; l++ {
+	fs.lg.lanes = max(n, 1)
+	for l := 0; l < fs.lg.n; l++ {
 		// (with six logs the hot data log, dentry blocks, keeps one: its
 		// write-backs are small, an extra head would only hold a zone open)
-		if fs.logIsNode(l) || fs.lanes < 2 || fs.nlogs == numTemps && l == logHotData {
-			fs.xl[l] = nil
+		if fs.logIsNode(l) || fs.lg.lanes < 2 || fs.lg.n == numTemps && l == logHotData {
+			fs.lg.xl[l] = nil
 			continue
 		}
-		fs.xl[l] = make([]xlane, fs.lanes-1)
+		fs.lg.xl[l] = make([]xlane, fs.lg.lanes-1)
 	}
 }
 
 // acquireLane takes a write lane of log l (fs.mu held on entry and return,
-// released while waiting): lane 0 (fs.logMu[l]) when it is free, else a
+// released while waiting): lane 0 (fs.lg.mu[l]) when it is free, else a
 // free extra lane, else it waits for one to be released.
 func (fs *FS) acquireLane(l int) int {
-	xl := fs.xl[l]
+	xl := fs.lg.xl[l]
 	if len(xl) == 0 {
 		fs.lockLog(l)
 		return 0
 	}
 	for {
-		if fs.logMu[l].TryLock() {
+		if fs.lg.mu[l].TryLock() {
 			return 0
 		}
 		for j := range xl {
@@ -93,26 +111,26 @@ func (fs *FS) acquireLane(l int) int {
 		}
 		// every extra lane is busy: one of them is released (and
 		// broadcasts) whatever holds lane 0
-		fs.laneCond.Wait()
+		fs.lg.laneCond.Wait()
 	}
 }
 
 // releaseLane gives lane j of log l back (fs.mu held).
 func (fs *FS) releaseLane(l, j int) {
 	if j == 0 {
-		fs.logMu[l].Unlock()
+		fs.lg.mu[l].Unlock()
 		return
 	}
-	fs.xl[l][j-1].busy = false
-	fs.laneCond.Broadcast()
+	fs.lg.xl[l][j-1].busy = false
+	fs.lg.laneCond.Broadcast()
 }
 
 // laneHead is the head segment of lane j of log l (nil: none).
 func (fs *FS) laneHead(l, j int) *segment {
 	if j == 0 {
-		return fs.logs[l]
+		return fs.lg.heads[l]
 	}
-	return fs.xl[l][j-1].seg
+	return fs.lg.xl[l][j-1].seg
 }
 
 // closeLane retires the head segment of lane j of log l.
@@ -121,7 +139,7 @@ func (fs *FS) closeLane(ctx context.Context, l, j int) {
 		fs.closeLog(ctx, l)
 		return
 	}
-	x := &fs.xl[l][j-1]
+	x := &fs.lg.xl[l][j-1]
 	s := x.seg
 	if s == nil {
 		return
@@ -149,16 +167,16 @@ func (fs *FS) openLane(ctx context.Context, l, j int) (*segment, error) {
 	if err != nil {
 		return nil, err
 	}
-	fs.xl[l][j-1].seg = s
+	fs.lg.xl[l][j-1].seg = s
 	return s, nil
 }
 
 // openLanes is how many extra lanes have a head segment (fs.mu held).
 func (fs *FS) openLanes() int {
 	n := 0
-	for l := range fs.xl {
-		for j := range fs.xl[l] {
-			if fs.xl[l][j].seg != nil {
+	for l := range fs.lg.xl {
+		for j := range fs.lg.xl[l] {
+			if fs.lg.xl[l][j].seg != nil {
 				n++
 			}
 		}
@@ -173,30 +191,30 @@ func (fs *FS) openLanes() int {
 // reserve plus one per log.
 func (fs *FS) laneRoom() bool {
 	open := 2 + fs.openLanes() + 1 // metadata zones, extra heads, the one asked for
-	for _, s := range fs.logs {
+	for _, s := range fs.lg.heads {
 		if s != nil {
 			open++
 		}
 	}
 	if fs.tlOn() {
-		open += fs.tl.unrec + 1
+		open += fs.gc.tl.unrec + 1
 	}
-	return open+1 <= fs.geo.MaxOpen && fs.freeSegments() > fs.gcReserve()+fs.nlogs
+	return open+1 <= fs.geo.MaxOpen && fs.freeSegments() > fs.gcReserve()+fs.lg.n
 }
 
 // dropLanes forgets the extra lanes' heads (unmount: like the log heads,
 // left for the next mount to finish).
 func (fs *FS) dropLanes() {
-	for l := range fs.xl {
-		for j := range fs.xl[l] {
-			fs.xl[l][j].seg = nil
+	for l := range fs.lg.xl {
+		for j := range fs.lg.xl[l] {
+			fs.lg.xl[l][j].seg = nil
 		}
 	}
 }
 
 // logName is the metrics label of log l.
 func (fs *FS) logName(l int) string {
-	if fs.nlogs == numTemps {
+	if fs.lg.n == numTemps {
 		return logNames[l]
 	}
 	if l == 0 {

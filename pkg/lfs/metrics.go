@@ -310,17 +310,17 @@ func (fs *FS) Stats() Stats {
 	s.Nodes, s.MaxNodes = fs.nodes, fs.sb.MaxNodes
 	s.CachedInodes, s.CachedPages, s.DirtyPages, s.DirtyNodes = len(fs.inodes), fs.cachePages, fs.dirtyPages, fs.dirtyNodes
 	s.OpenHandles, s.Orphans = len(fs.handles), len(fs.orphans)
-	s.CheckpointVersion = fs.cpVer
+	s.CheckpointVersion = fs.cp.ver
 	s.DriveBlocksWritten, s.UserBlocksWritten = fs.blocksWritten, fs.userBlocks
 	if fs.userBlocks > 0 {
 		s.WAF = float64(fs.blocksWritten) / float64(fs.userBlocks)
 	}
-	s.MetaZone, s.MetaEpoch = fs.metaZone, fs.metaEpoch
+	s.MetaZone, s.MetaEpoch = fs.cp.metaZone, fs.cp.metaEpoch
 	s.Mode = fs.opts.Mode.String()
 	if n := s.TLRecycledSegments + s.CompactedSegments; n > 0 {
 		s.TLShare = float64(s.TLRecycledSegments) / float64(n)
 	}
-	s.PreInvalidBlocks, s.PreInvalidThreshold, s.Alpha, s.AlphaNode, s.Beta = fs.tl.preInvalid, fs.tl.thetaPI, fs.tl.alpha, fs.tl.alphaNode, fs.tl.beta
+	s.PreInvalidBlocks, s.PreInvalidThreshold, s.Alpha, s.AlphaNode, s.Beta = fs.gc.tl.preInvalid, fs.gc.tl.thetaPI, fs.gc.tl.alpha, fs.gc.tl.alphaNode, fs.gc.tl.beta
 	s.CheckpointsByCause = make(map[string]uint64, len(fs.stats.CheckpointsByCause))
 	for k, v := range fs.stats.CheckpointsByCause {
 		s.CheckpointsByCause[k] = v
@@ -353,24 +353,24 @@ func (fs *FS) startTimer() {
 	var running atomic.Bool
 	var tick func()
 	tick = func() {
-		if fs.down.Load() {
+		if fs.bg.down.Load() {
 			return
 		}
 		if fs.clk.Kind() == clock.KindVirtual {
 			fs.backgroundSync(&lastCP)
 		} else if running.CompareAndSwap(false, true) {
-			fs.tmu.Lock()
-			if !fs.down.Load() {
-				fs.bgWG.Add(1)
+			fs.bg.mu.Lock()
+			if !fs.bg.down.Load() {
+				fs.bg.wg.Add(1)
 				go func() {
-					defer fs.bgWG.Done()
+					defer fs.bg.wg.Done()
 					defer running.Store(false)
 					fs.backgroundAsync(&lastCP)
 				}()
 			} else {
 				running.Store(false)
 			}
-			fs.tmu.Unlock()
+			fs.bg.mu.Unlock()
 		}
 		fs.arm(period, tick)
 	}
@@ -382,14 +382,14 @@ func (fs *FS) backgroundSync(lastCP *atomic.Int64) {
 	if fs.inflight.Load() > 0 {
 		return // fired inside an operation's I/O wait: the FS is not idle
 	}
-	if !fs.gcMu.TryLock() {
+	if !fs.gc.mu.TryLock() {
 		return
 	}
-	defer fs.gcMu.Unlock()
-	if !fs.cpMu.TryLock() {
+	defer fs.gc.mu.Unlock()
+	if !fs.cp.mu.TryLock() {
 		return
 	}
-	defer fs.cpMu.Unlock()
+	defer fs.cp.mu.Unlock()
 	fs.mu.Lock()
 	defer fs.mu.Unlock()
 	if fs.closed || fs.failed != nil {
@@ -402,7 +402,7 @@ func (fs *FS) backgroundSync(lastCP *atomic.Int64) {
 		fs.noteBackground(bgGC, err)
 	}
 	if fs.opts.CheckpointEvery > 0 && now-time.Duration(lastCP.Load()) >= fs.opts.CheckpointEvery && (fs.dirtyNodes > 0 || fs.dirtyPages > 0) {
-		fs.cpCause = "timer"
+		fs.cp.cause = "timer"
 		fs.noteBackground(bgCheckpoint, fs.checkpoint(ctx, false))
 		lastCP.Store(int64(now))
 	}
@@ -419,261 +419,49 @@ func (fs *FS) backgroundAsync(lastCP *atomic.Int64) {
 	now := fs.clk.Now()
 	idle := fs.opts.BackgroundGC > 0 && now-fs.lastOp >= fs.opts.BackgroundGC
 	fs.mu.Unlock()
-	if idle && fs.gcMu.TryLock() {
+	if idle && fs.gc.mu.TryLock() {
 		_, err := fs.gcOnce(ctx, false, false)
 		fs.noteBackground(bgGC, err)
-		fs.gcMu.Unlock()
+		fs.gc.mu.Unlock()
 	}
 	if fs.opts.CheckpointEvery > 0 && now-time.Duration(lastCP.Load()) >= fs.opts.CheckpointEvery {
-		fs.cpMu.Lock()
+		fs.cp.mu.Lock()
 		fs.mu.Lock()
 		if !fs.closed && fs.failed == nil && (fs.dirtyNodes > 0 || fs.dirtyPages > 0) {
-			fs.cpCause = "timer"
+			fs.cp.cause = "timer"
 			fs.noteBackground(bgCheckpoint, fs.checkpoint(ctx, false))
 			lastCP.Store(int64(now))
 		}
 		fs.mu.Unlock()
-		fs.cpMu.Unlock()
+		fs.cp.mu.Unlock()
 	}
 }
 
 // arm schedules tick; AfterFunc may run it at once, so no lock is held.
 func (fs *FS) arm(period time.Duration, tick func()) {
-	if fs.down.Load() {
+	if fs.bg.down.Load() {
 		return
 	}
 	stop := fs.clk.AfterFunc(fs.clk.Now()+period, tick)
-	fs.tmu.Lock()
-	fs.stopTimer = stop
-	fs.tmu.Unlock()
-}
-
-// startFlusher starts the write-back goroutines, one per write lane: kicked
-// when a batch of dirty pages is not yet in flight (or the dirty pages pass
-// the budget), each writes back one batch at a time (wbOne) while there is
-// one, so up to one write-back per lane is in flight while writers go on
-// copying (lanes.go). Writers do not wait for the drives unless the dirty
-// pages pass twice the budget.
-//
-// Not on the virtual clock: there a run must be reproducible, so writers
-// write back themselves, in the operation that crosses the budget.
-func (fs *FS) startFlusher() {
-	if fs.clk.Kind() == clock.KindVirtual {
-		return
-	}
-	fs.wbKick = make(chan struct{}, fs.lanes)
-	fs.wbStop = make(chan struct{})
-	for range fs.lanes {
-		fs.bgWG.Add(1)
-		go func() {
-			defer fs.bgWG.Done()
-			for {
-				select {
-				case <-fs.wbStop:
-					return
-				case <-fs.wbKick:
-				}
-				for fs.wbOne(context.Background()) {
-				}
-			}
-		}()
-	}
-}
-
-// wbBudget is the dirty-page budget in blocks (past twice it writers are
-// throttled) and the write-back batch: a quarter of the page cache, at most
-// one zone per write lane; a batch is at most one zone and at most
-// maxBatchBytes.
-//
-// Twice the budget stays two segments below the GC reserve, so that the
-// dirty pages always fit in the reserved segments: fsync and the checkpoint
-// write them back under the checkpoint lock, where no GC can run.
-func (fs *FS) wbBudget() (soft, batch int) {
-	zb := int(fs.geo.ZoneBlocks)
-	soft = max(1, min(fs.opts.CacheBlocks/4, fs.lanes*zb, max(1, fs.gcReserve()-2)*zb/2))
-	return soft, min(soft, zb, max(1, maxBatchBytes/fs.bs))
-}
-
-// maxBatchBytes bounds one write-back batch, written as one Volume.Write
-// (its pages as they are, VectorWriter). When batches were gathered into
-// one buffer, whole 32 MiB v-zones as batches left the copy unpipelined and
-// every buffer fresh from the kernel (8192 page faults each, which cost
-// more than the copy), so 4 MiB was chosen; without the copy
-// 16 MiB measures the same (BenchmarkSeqWriteCluster, 3 runs
-// each: 315–324 against 292–333 MiB/s) and 1 MiB worse (231–242: fsync
-// waits 1.6–1.8 s instead of 0.6 for many small writes).
-const maxBatchBytes = 4 << 20
-
-// kickWriteBack wakes a write-back goroutine when a batch of dirty pages is
-// not yet in flight or the dirty pages pass the budget (fs.mu held).
-func (fs *FS) kickWriteBack() {
-	soft, batch := fs.wbBudget()
-	if fs.wbKick != nil && (fs.dirtyPages-fs.wbPages >= batch || fs.dirtyPages > soft) {
-		select {
-		case fs.wbKick <- struct{}{}:
-		default:
-		}
-	}
-}
-
-// admit waits, with nothing held, until a write of pages pages fits in the
-// dirty budget: the dirty pages plus those of writes admitted and still
-// copying stay within twice the budget (a write larger than the budget
-// counts as the budget, and one goes on when no other is admitted, so that
-// large writes are never refused). Writers are admitted in arrival order
-// (tickets), so a large write is not starved by a stream of small ones. The
-// writer at the head waits for a write-back in flight to commit or an
-// admitted write to end, and writes one batch back itself when neither is
-// running (and goes on when it finds nothing it can write back). Counting
-// admitted writes bounds the dirty pages however many writers run at once
-// (the kernel's write-back cache sends up to 64 WRITEs concurrently); the
-// writer calls admitted when its pages are dirty. On the virtual clock (no
-// write-back goroutines) writers write back in begin.
-func (fs *FS) admit(ctx context.Context, pages int) (err error) {
-	if fs.wbKick == nil {
-		return nil
-	}
-	fs.mu.Lock()
-	defer fs.mu.Unlock()
-	t := fs.admitTail
-	fs.admitTail++
-	var t0 time.Duration
-	waited := false
-	defer func() {
-		if waited {
-			d := fs.since(t0)
-			fs.stats.WriteThrottled += d
-			fs.m.throttled.Add(d.Seconds())
-		}
-		if err == nil {
-			fs.admitting++
-			fs.admitPages += pages
-		}
-		if t == fs.admitHead {
-			fs.admitNext()
-		} else {
-			fs.admitGone[t] = true // (an error before its turn)
-		}
-	}()
-	for {
-		if fs.closed || fs.failed != nil {
-			return fs.refuse()
-		}
-		soft, _ := fs.wbBudget()
-		if t == fs.admitHead && (fs.dirtyPages+fs.admitPages+min(pages, soft) <= 2*soft || fs.admitting == 0 && fs.dirtyPages <= 2*soft) {
-			return nil
-		}
-		if !waited {
-			t0, waited = fs.now(), true
-		}
-		if t != fs.admitHead {
-			fs.flightCond.Wait() // an admission, a commit or an admitted write done
-			continue
-		}
-		fs.kickWriteBack()
-		if fs.wbFlights > 0 || fs.admitPages > 0 && fs.dirtyPages <= 2*soft {
-			fs.flightCond.Wait()
-			continue
-		}
-		fs.mu.Unlock()
-		if err := ctx.Err(); err != nil {
-			fs.mu.Lock()
-			return err
-		}
-		wrote := fs.wbOne(ctx)
-		fs.mu.Lock()
-		if !wrote && fs.wbFlights == 0 && !fs.closed && fs.failed == nil {
-			// nothing this writer could write back (the dirty inodes
-			// are busy: their operations end by themselves): go on
-			return nil
-		}
-	}
-}
-
-// admitNext moves the admission queue past its head and the tickets of
-// writers that gave up, and wakes the waiting writers (fs.mu held).
-func (fs *FS) admitNext() {
-	fs.admitHead++
-	for fs.admitGone[fs.admitHead] {
-		delete(fs.admitGone, fs.admitHead)
-		fs.admitHead++
-	}
-	fs.flightCond.Broadcast()
-}
-
-// admitted ends what admit let in: the write's pages are dirty (counted in
-// fs.dirtyPages) or the write failed.
-func (fs *FS) admitted(pages int) {
-	if fs.wbKick == nil {
-		return
-	}
-	fs.mu.Lock()
-	fs.admitting--
-	fs.admitPages -= pages
-	fs.flightCond.Broadcast()
-	fs.mu.Unlock()
-}
-
-// wbOne is one background write-back: the first batch of dirty pages not in
-// flight of the lowest-numbered inode that has any, copied under its lock,
-// written with no inode lock (a lane of the log, the checkpoint lock shared:
-// checkpoints get in between two batches), committed under its lock again.
-// It reports whether it wrote one and another may follow (a batch is
-// waiting, or the dirty pages are past the budget).
-//
-// Like a writer's operation it first keeps the free segments at the GC
-// reserve (housekeep: foreground GC, or the checkpoint that frees emptied
-// segments): the batch may open a segment, and the write-backs, not the
-// writers, are what consume segments during a long sequential write. A
-// write-back that found no free segment would otherwise fail with ENOSPC
-// while the segments of an overwritten file wait for a checkpoint.
-func (fs *FS) wbOne(ctx context.Context) bool {
-	if err := fs.housekeep(ctx); err != nil {
-		return false
-	}
-	fs.cpMu.RLock()
-	defer fs.cpMu.RUnlock()
-	fs.mu.Lock()
-	defer fs.mu.Unlock()
-	if fs.closed || fs.failed != nil {
-		return false
-	}
-	soft, batch := fs.wbBudget()
-	if fs.dirtyPages-fs.wbPages < batch && fs.dirtyPages <= soft {
-		return false
-	}
-	for _, ino := range fs.dirtyInos() {
-		in := fs.inodes[ino]
-		if in == nil || !fs.lockIn(in) {
-			continue
-		}
-		wrote, err := fs.writeBackLocked(ctx, in, batch)
-		if !wrote {
-			continue
-		}
-		if err != nil {
-			return false
-		}
-		fs.stats.WriteBacks++
-		return true
-	}
-	return false
+	fs.bg.mu.Lock()
+	fs.bg.stopTimer = stop
+	fs.bg.mu.Unlock()
 }
 
 // stopBackground stops the ticks and waits for the background goroutine
 // (no lock of the FS may be held).
 func (fs *FS) stopBackground() {
-	fs.tmu.Lock()
-	fs.down.Store(true)
-	stop := fs.stopTimer
-	fs.tmu.Unlock()
+	fs.bg.mu.Lock()
+	fs.bg.down.Store(true)
+	stop := fs.bg.stopTimer
+	fs.bg.mu.Unlock()
 	if stop != nil {
 		stop()
 	}
-	if fs.wbStop != nil {
-		fs.wbOnce.Do(func() { close(fs.wbStop) })
+	if fs.wb.stop != nil {
+		fs.wb.stopOnce.Do(func() { close(fs.wb.stop) })
 	}
-	fs.bgWG.Wait()
+	fs.bg.wg.Wait()
 }
 
 // checkpointBy counts one checkpoint of cause.

@@ -186,14 +186,14 @@ func (fs *FS) begin1(ctx context.Context, name string, kind opKind) (*op, error)
 		}
 	}
 	if kind != opRead {
-		fs.cpMu.RLock()
+		fs.cp.mu.RLock()
 	}
 	fs.mu.Lock()
 	if fs.closed || kind == opWrite && fs.failed != nil {
 		err := fs.refuse()
 		fs.mu.Unlock()
 		if kind != opRead {
-			fs.cpMu.RUnlock()
+			fs.cp.mu.RUnlock()
 		}
 		return nil, err
 	}
@@ -207,7 +207,7 @@ func (fs *FS) begin1(ctx context.Context, name string, kind opKind) (*op, error)
 		// back itself past the budget.
 		soft, _ := fs.wbBudget()
 		fs.kickWriteBack()
-		if fs.wbKick == nil && fs.dirtyPages > soft {
+		if fs.wb.kick == nil && fs.dirtyPages > soft {
 			if err := fs.writeBack(ctx); err != nil {
 				o.done(&err)
 				return nil, err
@@ -238,7 +238,7 @@ func (o *op) done(errp *error) {
 		fs.renameMu.Unlock()
 	}
 	if o.kind != opRead {
-		fs.cpMu.RUnlock()
+		fs.cp.mu.RUnlock()
 	}
 	if o.after != nil && err == nil {
 		if e := o.after(); e != nil && errp != nil {
@@ -306,9 +306,9 @@ func (fs *FS) housekeep(ctx context.Context) error {
 	switch {
 	case fs.dirtyNodes > int(fs.geo.ZoneBlocks) || fs.dirtyNodes > 4096:
 		cause = "dirty_nodes"
-	case fs.tlOn() && fs.tl.wantCP:
+	case fs.tlOn() && fs.gc.tl.wantCP:
 		cause = "tl" // exhausted threaded-logging segments wait to be finished
-	case fs.tlOn() && fs.tl.preInvalid >= fs.tl.thetaPI:
+	case fs.tlOn() && fs.gc.tl.preInvalid >= fs.gc.tl.thetaPI:
 		cause = "pre_invalid" // periodic checkpointing (ZNS+ §3.3.2)
 	}
 	needGC := fs.freeSegments() < fs.gcReserve()
@@ -336,7 +336,7 @@ func (fs *FS) housekeep(ctx context.Context) error {
 func (fs *FS) checkpointAfter(ctx context.Context, cause string) func() error {
 	return func() error {
 		fs.mu.Lock()
-		t := fs.cpBegun
+		t := fs.cp.begun
 		fs.mu.Unlock()
 		return fs.checkpointSince(ctx, false, cause, t)
 	}
@@ -351,11 +351,11 @@ func (fs *FS) exclusiveCheckpoint(ctx context.Context, force bool, cause string)
 // checkpointSince is exclusiveCheckpoint, unless a checkpoint begun after
 // the t-th one has committed by the time the checkpoint lock is taken.
 func (fs *FS) checkpointSince(ctx context.Context, force bool, cause string, t uint64) error {
-	fs.cpMu.Lock()
-	defer fs.cpMu.Unlock()
+	fs.cp.mu.Lock()
+	defer fs.cp.mu.Unlock()
 	fs.mu.Lock()
 	defer fs.mu.Unlock()
-	if fs.cpCommitted > t {
+	if fs.cp.committed > t {
 		// (also the unmount's checkpoint, if the mount closed meanwhile)
 		fs.stats.CheckpointsShared++
 		fs.m.cpShared.Inc()
@@ -364,7 +364,7 @@ func (fs *FS) checkpointSince(ctx context.Context, force bool, cause string, t u
 	if fs.closed {
 		return syscall.EIO
 	}
-	fs.cpCause = cause
+	fs.cp.cause = cause
 	return fs.checkpoint(ctx, force)
 }
 
@@ -860,68 +860,12 @@ func (fs *FS) Rename(ctx context.Context, oldParent uint64, oldName string, newP
 		return err
 	}
 	defer o.done(&err)
-	if flags&^(RenameNoReplace|RenameExchange) != 0 || flags == RenameNoReplace|RenameExchange {
-		return syscall.EINVAL
-	}
-	if len(oldName) > maxNameLen {
-		return syscall.ENAMETOOLONG
-	}
-	if err := checkName(newName); err != nil {
+	if err := checkRename(oldName, newName, flags); err != nil {
 		return err
 	}
-	if oldName == "." || oldName == ".." {
-		return syscall.EINVAL
-	}
-	// Lock order for rename: the rename lock (the tree's shape cannot change
-	// meanwhile), then the two parents, an ancestor before its descendant and
-	// otherwise by inode number, then the source and target by inode number.
-	o.renaming = true
-	if !fs.renameMu.TryLock() {
-		fs.mu.Unlock()
-		fs.renameMu.Lock()
-		fs.mu.Lock()
-	}
-	first, second := oldParent, newParent
-	if oldParent != newParent {
-		up, err := fs.isAncestor(ctx, newParent, oldParent)
-		if err != nil {
-			return err
-		}
-		down, err := fs.isAncestor(ctx, oldParent, newParent)
-		if err != nil {
-			return err
-		}
-		if up || !down && newParent < oldParent {
-			first, second = newParent, oldParent
-		}
-	}
-	if _, _, err := o.lockDir(ctx, first); err != nil {
-		return err
-	}
-	if _, _, err := o.lockDir(ctx, second); err != nil {
-		return err
-	}
-	op, od, err := fs.dirOf(ctx, oldParent)
+	op, od, np, nd, err := fs.renameLock(ctx, o, oldParent, oldName, newParent, newName)
 	if err != nil {
 		return err
-	}
-	np, nd, err := fs.dirOf(ctx, newParent)
-	if err != nil {
-		return err
-	}
-	if se, ok := fs.lookupEnt(od, oldName); ok {
-		kids := []uint64{se.Ino}
-		if te, ok := fs.lookupEnt(nd, newName); ok {
-			kids = append(kids, te.Ino)
-			if te.Ino < se.Ino {
-				kids[0], kids[1] = kids[1], kids[0]
-			}
-		}
-		for _, k := range kids {
-			if _, err := o.lock(ctx, k); err != nil {
-				return err
-			}
-		}
 	}
 	if np.body.Nlink == 0 {
 		return syscall.ENOENT
@@ -957,31 +901,7 @@ func (fs *FS) Rename(ctx context.Context, oldParent uint64, oldName string, newP
 		if te.Ino == se.Ino {
 			return nil // same file: POSIX says do nothing
 		}
-		dst, err := fs.getInode(ctx, te.Ino)
-		if err != nil {
-			return err
-		}
-		if dst.isDir() {
-			if !src.isDir() {
-				return syscall.EISDIR
-			}
-			dd, err := fs.loadDir(ctx, dst)
-			if err != nil {
-				return err
-			}
-			if len(dd.ents) > 0 {
-				return syscall.ENOTEMPTY
-			}
-		} else if src.isDir() {
-			return syscall.ENOTDIR
-		}
-		if err := fs.setEnt(ctx, np, newName, src.ino, modeType(src.body.Mode)); err != nil {
-			return err
-		}
-		if dst.isDir() {
-			np.body.Nlink--
-		}
-		if err := fs.dropLink(ctx, dst); err != nil {
+		if err := fs.renameReplace(ctx, np, newName, src, te.Ino); err != nil {
 			return err
 		}
 	} else {
@@ -1002,6 +922,108 @@ func (fs *FS) Rename(ctx context.Context, oldParent uint64, oldName string, newP
 	src.needCP = true
 	fs.touchInode(src, false)
 	return nil
+}
+
+// checkRename checks a rename's flags and names.
+func checkRename(oldName, newName string, flags uint32) error {
+	if flags&^(RenameNoReplace|RenameExchange) != 0 || flags == RenameNoReplace|RenameExchange {
+		return syscall.EINVAL
+	}
+	if len(oldName) > maxNameLen {
+		return syscall.ENAMETOOLONG
+	}
+	if err := checkName(newName); err != nil {
+		return err
+	}
+	if oldName == "." || oldName == ".." {
+		return syscall.EINVAL
+	}
+	return nil
+}
+
+// renameLock takes a rename's locks and returns the two parents and their
+// directory indexes. Lock order for rename: the rename lock (the tree's
+// shape cannot change meanwhile), then the two parents, an ancestor before
+// its descendant and otherwise by inode number, then the source and target
+// by inode number.
+func (fs *FS) renameLock(ctx context.Context, o *op, oldParent uint64, oldName string, newParent uint64, newName string) (op *inode, od *dirIndex, np *inode, nd *dirIndex, err error) {
+	o.renaming = true
+	if !fs.renameMu.TryLock() {
+		fs.mu.Unlock()
+		fs.renameMu.Lock()
+		fs.mu.Lock()
+	}
+	first, second := oldParent, newParent
+	if oldParent != newParent {
+		up, err := fs.isAncestor(ctx, newParent, oldParent)
+		if err != nil {
+			return nil, nil, nil, nil, err
+		}
+		down, err := fs.isAncestor(ctx, oldParent, newParent)
+		if err != nil {
+			return nil, nil, nil, nil, err
+		}
+		if up || !down && newParent < oldParent {
+			first, second = newParent, oldParent
+		}
+	}
+	if _, _, err := o.lockDir(ctx, first); err != nil {
+		return nil, nil, nil, nil, err
+	}
+	if _, _, err := o.lockDir(ctx, second); err != nil {
+		return nil, nil, nil, nil, err
+	}
+	if op, od, err = fs.dirOf(ctx, oldParent); err != nil {
+		return nil, nil, nil, nil, err
+	}
+	if np, nd, err = fs.dirOf(ctx, newParent); err != nil {
+		return nil, nil, nil, nil, err
+	}
+	if se, ok := fs.lookupEnt(od, oldName); ok {
+		kids := []uint64{se.Ino}
+		if te, ok := fs.lookupEnt(nd, newName); ok {
+			kids = append(kids, te.Ino)
+			if te.Ino < se.Ino {
+				kids[0], kids[1] = kids[1], kids[0]
+			}
+		}
+		for _, k := range kids {
+			if _, err := o.lock(ctx, k); err != nil {
+				return nil, nil, nil, nil, err
+			}
+		}
+	}
+	return op, od, np, nd, nil
+}
+
+// renameReplace points newName in np at src in place of inode dstIno (a
+// file, or an empty directory when src is one) and drops dst's link.
+func (fs *FS) renameReplace(ctx context.Context, np *inode, newName string, src *inode, dstIno uint64) error {
+	dst, err := fs.getInode(ctx, dstIno)
+	if err != nil {
+		return err
+	}
+	if dst.isDir() {
+		if !src.isDir() {
+			return syscall.EISDIR
+		}
+		dd, err := fs.loadDir(ctx, dst)
+		if err != nil {
+			return err
+		}
+		if len(dd.ents) > 0 {
+			return syscall.ENOTEMPTY
+		}
+	} else if src.isDir() {
+		return syscall.ENOTDIR
+	}
+	if err := fs.setEnt(ctx, np, newName, src.ino, modeType(src.body.Mode)); err != nil {
+		return err
+	}
+	if dst.isDir() {
+		np.body.Nlink--
+	}
+	return fs.dropLink(ctx, dst)
 }
 
 // exchange swaps oldName in op (naming src) and newName in np (naming dst)

@@ -5,8 +5,8 @@ import "context"
 // RecycleOnce runs one foreground recycling round (victim by the policy)
 // whatever the free segments (tests of P-GC and the IZC-H / IZC-D choice).
 func (fs *FS) RecycleOnce(ctx context.Context) (bool, error) {
-	fs.gcMu.Lock()
-	defer fs.gcMu.Unlock()
+	fs.gc.mu.Lock()
+	defer fs.gc.mu.Unlock()
 	return fs.gcOnce(ctx, true, false)
 }
 

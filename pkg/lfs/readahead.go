@@ -59,15 +59,15 @@ func (fs *FS) noteRead(in *inode, off uint64, n int) {
 		in.raUntil = max(in.raUntil, stop)
 		return
 	}
-	fs.tmu.Lock()
-	defer fs.tmu.Unlock()
-	if fs.down.Load() {
+	fs.bg.mu.Lock()
+	defer fs.bg.mu.Unlock()
+	if fs.bg.down.Load() {
 		return
 	}
 	in.raBusy = true
-	fs.bgWG.Add(1)
+	fs.bg.wg.Add(1)
 	go func() {
-		defer fs.bgWG.Done()
+		defer fs.bg.wg.Done()
 		fs.readAhead(in, start, stop)
 	}()
 }

@@ -13,7 +13,7 @@ type foundNode struct {
 
 // numNodeLogs is how many of the first logs hold nodes.
 func (fs *FS) numNodeLogs() int {
-	if fs.nlogs == numTemps {
+	if fs.lg.n == numTemps {
 		return 3
 	}
 	return 1
@@ -33,7 +33,7 @@ func (fs *FS) scanNodes(ctx context.Context, z ZoneID, from, to uint64) ([]found
 		for i := uint64(0); i < n; i++ {
 			b := buf[i*uint64(fs.bs) : (i+1)*uint64(fs.bs)]
 			h, err := decodeNodeHeader(b)
-			if err != nil || h.CPVer != fs.cpVer {
+			if err != nil || h.CPVer != fs.cp.ver {
 				continue
 			}
 			out = append(out, foundNode{a: MakeAddr(z, off+i), h: h, b: append([]byte(nil), b...)})
@@ -42,37 +42,80 @@ func (fs *FS) scanNodes(ctx context.Context, z ZoneID, from, to uint64) ([]found
 	return out, nil
 }
 
+// recovery is the state of one mount's recovery, shared by its phases.
+type recovery struct {
+	fs     *FS
+	zones  []ZoneInfo
+	ml     *metaLog
+	zinfo  map[ZoneID]ZoneInfo
+	recTL  map[ZoneID]bool // TL log heads the checkpoint names
+	tlZone map[ZoneID]bool // zones TL-opened by the last mount
+
+	found     []foundNode       // nodes written after the checkpoint, by sequence
+	lastFsync map[uint64]uint64 // ino -> sequence past its last fsynced node
+	recovered map[uint64]bool   // inodes rolled forward
+}
+
+// recoveryPhase is one named step of recovery.
+type recoveryPhase struct {
+	name string
+	run  func(*recovery, context.Context) error
+}
+
+// recoveryPhases are the steps of recovery, in order.
+var recoveryPhases = []recoveryPhase{
+	{"classify-zones", (*recovery).classifyZones},
+	{"scan-nodes", (*recovery).scanNodes},
+	{"roll-forward", (*recovery).rollForward},
+	{"trim-recovered", (*recovery).trimRecovered},
+	{"settle-zones", (*recovery).settleZones},
+	{"delete-orphans", (*recovery).deleteOrphans},
+}
+
 // recover brings the loaded checkpoint up to date with the volume: roll
 // forward fsynced nodes, finish half-written zones, reset zones the file
-// system does not use, delete orphans, and checkpoint.
+// system does not use, delete orphans, and checkpoint (recoveryPhases).
 func (fs *FS) recover(ctx context.Context, zones []ZoneInfo, ml *metaLog) error {
-	zinfo := map[ZoneID]ZoneInfo{}
-	for _, z := range zones {
-		zinfo[z.ID] = z
+	rc := &recovery{fs: fs, zones: zones, ml: ml, zinfo: map[ZoneID]ZoneInfo{},
+		recTL: map[ZoneID]bool{}, tlZone: map[ZoneID]bool{},
+		lastFsync: map[uint64]uint64{}, recovered: map[uint64]bool{}}
+	for _, p := range recoveryPhases {
+		if err := p.run(rc, ctx); err != nil {
+			return err
+		}
 	}
-	// Threaded logging: a zone TL-opened by the last mount has its write
-	// pointer below the segment's written range, or, when the drive ended
-	// threaded logging on its reopen and plugged the valid blocks after the
-	// last hole, at capacity but not full (a segment the checkpoint knew
-	// fully written whose zone is not full was TL-opened since). The
-	// checkpoint names the TL log heads it knew; one TL-opened after it is
-	// still open (its last hole was kept unwritten until a record named it,
-	// see tlTry).
-	recTL := map[ZoneID]bool{}
-	for _, z := range fs.cpTL {
-		recTL[z] = true
+	fs.cp.cause = "mount"
+	return fs.checkpoint(ctx, true)
+}
+
+// classifyZones finds the zones threaded logging opened and drops the
+// segments whose zone is behind them (holding nothing valid).
+//
+// Threaded logging: a zone TL-opened by the last mount has its write
+// pointer below the segment's written range, or, when the drive ended
+// threaded logging on its reopen and plugged the valid blocks after the
+// last hole, at capacity but not full (a segment the checkpoint knew fully
+// written whose zone is not full was TL-opened since). The checkpoint
+// names the TL log heads it knew; one TL-opened after it is still open
+// (its last hole was kept unwritten until a record named it, see tlTry).
+func (rc *recovery) classifyZones(context.Context) error {
+	fs := rc.fs
+	for _, z := range rc.zones {
+		rc.zinfo[z.ID] = z
 	}
-	tlZone := map[ZoneID]bool{}
+	for _, z := range fs.cp.tl {
+		rc.recTL[z] = true
+	}
 	if fs.sb.Features.Incompat&FeatureThreadedLog != 0 {
 		for z, s := range fs.segs {
-			if zi, ok := zinfo[z]; ok && (recTL[z] || zi.State == ZoneOpen && (zi.WP < s.wp || s.wp == s.cap)) {
-				tlZone[z] = true
+			if zi, ok := rc.zinfo[z]; ok && (rc.recTL[z] || zi.State == ZoneOpen && (zi.WP < s.wp || s.wp == s.cap)) {
+				rc.tlZone[z] = true
 			}
 		}
 	}
 	for z, s := range fs.segs {
-		zi, ok := zinfo[z]
-		if tlZone[z] {
+		zi, ok := rc.zinfo[z]
+		if rc.tlZone[z] {
 			continue
 		}
 		if !ok || zi.WP < s.wp {
@@ -82,171 +125,207 @@ func (fs *FS) recover(ctx context.Context, zones []ZoneInfo, ml *metaLog) error 
 			delete(fs.segs, z)
 		}
 	}
-	// roll forward
-	var found []foundNode
-	for i, lz := range fs.cpLogs {
+	return nil
+}
+
+// scanNodes reads the node blocks written after the checkpoint: past the
+// node logs' checkpointed cursors, in zones TL-opened since, and in zones
+// no segment holds; it orders them by sequence and notes each inode's
+// last fsync.
+func (rc *recovery) scanNodes(ctx context.Context) error {
+	fs := rc.fs
+	scan := func(z ZoneID, from, to uint64) error {
+		f, err := fs.scanNodes(ctx, z, from, to)
+		rc.found = append(rc.found, f...)
+		return err
+	}
+	for i, lz := range fs.cp.logs {
 		if i >= fs.numNodeLogs() || lz == 0 {
 			continue
 		}
 		z := lz - 1
-		zi, ok := zinfo[z]
+		zi, ok := rc.zinfo[z]
 		if !ok || fs.segs[z] == nil {
 			continue
 		}
-		f, err := fs.scanNodes(ctx, z, fs.cpLogWP[i], zi.WP)
-		if err != nil {
+		if err := scan(z, fs.cp.logWP[i], zi.WP); err != nil {
 			return err
 		}
-		found = append(found, f...)
 	}
-	for z := range tlZone {
-		if recTL[z] {
+	for z := range rc.tlZone {
+		if rc.recTL[z] {
 			continue // a log head: scanned from its cursor above
 		}
 		// TL-opened after the checkpoint: every node the log wrote is in a
 		// hole below the write pointer; the plugged blocks are older than
 		// the checkpoint (the segment was stable) and are skipped by version
-		f, err := fs.scanNodes(ctx, z, 0, zinfo[z].WP)
-		if err != nil {
+		if err := scan(z, 0, rc.zinfo[z].WP); err != nil {
 			return err
 		}
-		found = append(found, f...)
 	}
-	for _, zi := range zones {
-		if fs.segs[zi.ID] != nil || zi.ID == ml.zone || zi.WP == 0 {
+	for _, zi := range rc.zones {
+		if fs.segs[zi.ID] != nil || zi.ID == rc.ml.zone || zi.WP == 0 {
 			continue
 		}
-		f, err := fs.scanNodes(ctx, zi.ID, 0, zi.WP)
-		if err != nil {
+		if err := scan(zi.ID, 0, zi.WP); err != nil {
 			return err
 		}
-		found = append(found, f...)
 	}
-	sort.Slice(found, func(i, j int) bool { return found[i].h.Seq < found[j].h.Seq })
-	lastFsync := map[uint64]uint64{}
-	for _, f := range found {
+	sort.Slice(rc.found, func(i, j int) bool { return rc.found[i].h.Seq < rc.found[j].h.Seq })
+	for _, f := range rc.found {
 		if f.h.Flags&nodeFlagFsync != 0 {
-			lastFsync[f.h.Ino] = f.h.Seq + 1
+			rc.lastFsync[f.h.Ino] = f.h.Seq + 1
 		}
 		if f.h.Seq >= fs.nodeSeq {
 			fs.nodeSeq = f.h.Seq + 1
 		}
 	}
-	// ensureSeg checks that a block a rolled-forward node names is written
-	// (below its zone's write pointer, also in a segment the checkpoint
-	// knows: such a segment may have been written past its checkpointed
-	// write pointer, but never past the zone's) and makes its segment known.
-	ensureSeg := func(a Addr) error {
-		z := a.Zone()
-		zi, ok := zinfo[z]
-		if !ok || a.Off() >= zi.WP || z == ml.zone {
-			return corrupt("roll-forward", "block %v is not written", a)
-		}
-		if fs.segs[z] != nil {
-			return nil
-		}
-		s := newSegment(z, fs.geo.ZoneBlocks)
-		s.wp = zi.WP
-		fs.segs[z] = s
+	return nil
+}
+
+// ensureSeg checks that a block a rolled-forward node names is written
+// (below its zone's write pointer, also in a segment the checkpoint knows:
+// such a segment may have been written past its checkpointed write
+// pointer, but never past the zone's) and makes its segment known.
+func (rc *recovery) ensureSeg(a Addr) error {
+	fs := rc.fs
+	z := a.Zone()
+	zi, ok := rc.zinfo[z]
+	if !ok || a.Off() >= zi.WP || z == rc.ml.zone {
+		return corrupt("roll-forward", "block %v is not written", a)
+	}
+	if fs.segs[z] != nil {
 		return nil
 	}
-	recovered := map[uint64]bool{}
-	for _, f := range found {
-		if f.h.Seq >= lastFsync[f.h.Ino] {
+	s := newSegment(z, fs.geo.ZoneBlocks)
+	s.wp = zi.WP
+	fs.segs[z] = s
+	return nil
+}
+
+// rollForward applies every node up to its inode's last fsync (NAT, SIT,
+// SSA) and recounts the used blocks and nodes.
+func (rc *recovery) rollForward(ctx context.Context) error {
+	fs := rc.fs
+	for _, f := range rc.found {
+		if f.h.Seq >= rc.lastFsync[f.h.Ino] {
 			continue
 		}
-		if err := ensureSeg(f.a); err != nil {
+		if err := rc.ensureSeg(f.a); err != nil {
 			return err
 		}
 		nid := f.h.Nid
 		old := fs.nat[nid]
 		if f.h.Kind == nodeDirect {
-			_, nw, err := decodeDirect(f.b)
-			if err != nil {
+			if err := rc.rollDirect(ctx, nid, old, f.b); err != nil {
 				return err
-			}
-			ow := make([]Addr, len(nw))
-			if old != 0 {
-				ob, err := fs.readNode(ctx, nid)
-				if err != nil {
-					return err
-				}
-				if _, ow, err = decodeDirect(ob); err != nil {
-					return err
-				}
-			}
-			for e := range nw {
-				if nw[e] == ow[e] {
-					continue
-				}
-				fs.invalidate(ow[e])
-				if nw[e] != 0 {
-					if err := ensureSeg(nw[e]); err != nil {
-						return err
-					}
-					if err := fs.setValid(nw[e], nid, uint32(e)); err != nil {
-						return err
-					}
-				}
 			}
 		}
 		fs.invalidate(old)
 		fs.nat[nid] = f.a
-		fs.natDirty[nid] = struct{}{}
+		fs.cp.natDirty[nid] = struct{}{}
 		if err := fs.setValid(f.a, nid, ofsNode); err != nil {
 			return err
 		}
-		recovered[f.h.Ino] = true
+		rc.recovered[f.h.Ino] = true
 	}
 	fs.used = 0
 	for _, s := range fs.segs {
 		fs.used += s.nvalid
 	}
 	fs.nodes = uint64(len(fs.nat))
-	// recovered inodes: drop blocks past their size; delete unlinked ones
-	if len(recovered) > 0 {
-		maxIdx := map[uint64]uint32{}
-		for nid := range fs.nat {
-			if ino := nidIno(nid); recovered[ino] && nidIdx(nid) > maxIdx[ino] {
-				maxIdx[ino] = nidIdx(nid)
-			}
+	return nil
+}
+
+// rollDirect moves the validity of the data blocks direct node nid names
+// from its version at old (0: none) to the one in b.
+func (rc *recovery) rollDirect(ctx context.Context, nid uint64, old Addr, b []byte) error {
+	fs := rc.fs
+	_, nw, err := decodeDirect(b)
+	if err != nil {
+		return err
+	}
+	ow := make([]Addr, len(nw))
+	if old != 0 {
+		ob, err := fs.readNode(ctx, nid)
+		if err != nil {
+			return err
 		}
-		inos := make([]uint64, 0, len(recovered))
-		for ino := range recovered {
-			inos = append(inos, ino)
+		if _, ow, err = decodeDirect(ob); err != nil {
+			return err
 		}
-		sort.Slice(inos, func(i, j int) bool { return inos[i] < inos[j] })
-		for _, ino := range inos {
-			in, err := fs.getInode(ctx, ino)
-			if err != nil {
+	}
+	for e := range nw {
+		if nw[e] == ow[e] {
+			continue
+		}
+		fs.invalidate(ow[e])
+		if nw[e] != 0 {
+			if err := rc.ensureSeg(nw[e]); err != nil {
 				return err
 			}
-			bs := uint64(fs.bs)
-			// the inode and its direct nodes may come from different
-			// points of an fsync torn by the crash (nodes go to up to
-			// three logs): the block count is counted again
-			in.body.Blocks, in.body.BlocksKnown = 0, false
-			if err := fs.freeFrom(ctx, in, (in.body.Size+bs-1)/bs, uint64(maxIdx[ino])*fs.epd()); err != nil {
+			if err := fs.setValid(nw[e], nid, uint32(e)); err != nil {
 				return err
-			}
-			if err := fs.countBlocks(ctx, in); err != nil {
-				return err
-			}
-			fs.markDirty(in)
-			if in.body.Nlink == 0 {
-				fs.orphans[ino] = struct{}{}
 			}
 		}
 	}
-	// zones: finish the written ones we keep, reset the rest
-	ids := make([]ZoneID, 0, len(zones))
-	for _, z := range zones {
+	return nil
+}
+
+// trimRecovered drops the blocks of recovered inodes past their size,
+// recounts their blocks and makes unlinked ones orphans.
+func (rc *recovery) trimRecovered(ctx context.Context) error {
+	fs := rc.fs
+	if len(rc.recovered) == 0 {
+		return nil
+	}
+	maxIdx := map[uint64]uint32{}
+	for nid := range fs.nat {
+		if ino := nidIno(nid); rc.recovered[ino] && nidIdx(nid) > maxIdx[ino] {
+			maxIdx[ino] = nidIdx(nid)
+		}
+	}
+	inos := make([]uint64, 0, len(rc.recovered))
+	for ino := range rc.recovered {
+		inos = append(inos, ino)
+	}
+	sort.Slice(inos, func(i, j int) bool { return inos[i] < inos[j] })
+	for _, ino := range inos {
+		in, err := fs.getInode(ctx, ino)
+		if err != nil {
+			return err
+		}
+		bs := uint64(fs.bs)
+		// the inode and its direct nodes may come from different points of
+		// an fsync torn by the crash (nodes go to up to three logs): the
+		// block count is counted again
+		in.body.Blocks, in.body.BlocksKnown = 0, false
+		if err := fs.freeFrom(ctx, in, (in.body.Size+bs-1)/bs, uint64(maxIdx[ino])*fs.epd()); err != nil {
+			return err
+		}
+		if err := fs.countBlocks(ctx, in); err != nil {
+			return err
+		}
+		fs.markDirty(in)
+		if in.body.Nlink == 0 {
+			fs.orphans[ino] = struct{}{}
+		}
+	}
+	return nil
+}
+
+// settleZones finishes the written zones the file system keeps and resets
+// the rest.
+func (rc *recovery) settleZones(ctx context.Context) error {
+	fs := rc.fs
+	ids := make([]ZoneID, 0, len(rc.zones))
+	for _, z := range rc.zones {
 		ids = append(ids, z.ID)
 	}
 	sort.Slice(ids, func(i, j int) bool { return ids[i] < ids[j] })
 	for _, id := range ids {
-		zi := zinfo[id]
-		if id == ml.zone {
+		zi := rc.zinfo[id]
+		if id == rc.ml.zone {
 			continue
 		}
 		s := fs.segs[id]
@@ -256,7 +335,7 @@ func (fs *FS) recover(ctx context.Context, zones []ZoneInfo, ml *metaLog) error 
 			}
 			continue
 		}
-		if !tlZone[id] {
+		if !rc.tlZone[id] {
 			s.wp = zi.WP // (a TL zone keeps its written range: finish plugs the rest)
 		}
 		s.closed = true
@@ -266,11 +345,15 @@ func (fs *FS) recover(ctx context.Context, zones []ZoneInfo, ml *metaLog) error 
 			}
 		}
 	}
-	for o := range fs.orphans {
-		if err := fs.maybeDelete(ctx, o); err != nil {
+	return nil
+}
+
+// deleteOrphans deletes the unlinked inodes no file handle survives to.
+func (rc *recovery) deleteOrphans(ctx context.Context) error {
+	for o := range rc.fs.orphans {
+		if err := rc.fs.maybeDelete(ctx, o); err != nil {
 			return err
 		}
 	}
-	fs.cpCause = "mount"
-	return fs.checkpoint(ctx, true)
+	return nil
 }

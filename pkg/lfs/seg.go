@@ -81,7 +81,7 @@ func (s *segment) popcount() uint64 {
 
 // logFor maps a temperature to a log index given the number of logs.
 func (fs *FS) logFor(t int) int {
-	if fs.nlogs == numTemps {
+	if fs.lg.n == numTemps {
 		return t
 	}
 	if t <= logColdNode {
@@ -92,7 +92,7 @@ func (fs *FS) logFor(t int) int {
 
 // logIsNode reports whether log li writes node blocks.
 func (fs *FS) logIsNode(li int) bool {
-	if fs.nlogs == numTemps {
+	if fs.lg.n == numTemps {
 		return li <= logColdNode
 	}
 	return li == 0
@@ -112,7 +112,7 @@ func segIsNode(s *segment) bool {
 
 // freeSegments is how many more v-zones the file system may open.
 func (fs *FS) freeSegments() int {
-	return fs.geo.MaxZones - metaZonesReserved - len(fs.segs) - fs.opening - fs.deferredResets()
+	return fs.geo.MaxZones - metaZonesReserved - len(fs.segs) - fs.lg.opening - fs.deferredResets()
 }
 
 const metaZonesReserved = 2
@@ -126,7 +126,7 @@ func (fs *FS) segOf(a Addr) *segment {
 
 // touch records a validity change of a for the next checkpoint delta.
 func (fs *FS) touch(a Addr, wasValid bool) {
-	fs.touched.add(a, wasValid)
+	fs.cp.touched.add(a, wasValid)
 }
 
 // setValid marks a valid and records its owner (SIT + SSA).
@@ -142,8 +142,8 @@ func (fs *FS) setValid(a Addr, owner uint64, ofs uint32) error {
 		}
 		return corrupt("SIT", "block %v already owned by %#x/%d, claimed by %#x/%d", a, s.owner[off], s.ofs[off], owner, ofs)
 	}
-	if was, ok := fs.touched.get(a); ok && was && fs.tl.preInvalid > 0 {
-		fs.tl.preInvalid-- // valid again (roll-forward)
+	if was, ok := fs.cp.touched.get(a); ok && was && fs.gc.tl.preInvalid > 0 {
+		fs.gc.tl.preInvalid-- // valid again (roll-forward)
 	}
 	fs.touch(a, false)
 	s.valid[off/64] |= 1 << (off % 64)
@@ -163,8 +163,8 @@ func (fs *FS) invalidate(a Addr) {
 	if !s.isValid(off) {
 		return
 	}
-	if was, ok := fs.touched.get(a); !ok || was {
-		fs.tl.preInvalid++ // valid at the last checkpoint: pre-invalid until the next
+	if was, ok := fs.cp.touched.get(a); !ok || was {
+		fs.gc.tl.preInvalid++ // valid at the last checkpoint: pre-invalid until the next
 	}
 	fs.touch(a, true)
 	s.valid[off/64] &^= 1 << (off % 64)
@@ -189,7 +189,7 @@ func (fs *FS) openSeg(ctx context.Context, li int, tlOK bool, like ...ZoneID) (*
 	if err != nil {
 		return nil, err
 	}
-	fs.logs[li] = s
+	fs.lg.heads[li] = s
 	return s, nil
 }
 
@@ -200,7 +200,7 @@ func (fs *FS) openZoneSeg(ctx context.Context, li int, like ...ZoneID) (*segment
 		return nil, &zerr.NoResourcesError{Resource: "free segments", Requested: 1, Available: 0}
 	}
 	var z ZoneID
-	fs.opening++
+	fs.lg.opening++
 	err := fs.unlocked(func() error {
 		var err error
 		if lo, ok := fs.vol.(LikeOpener); ok && len(like) > 0 && !fs.opts.NoCopybackAware {
@@ -210,7 +210,7 @@ func (fs *FS) openZoneSeg(ctx context.Context, li int, like ...ZoneID) (*segment
 		}
 		return err
 	})
-	fs.opening--
+	fs.lg.opening--
 	if err != nil {
 		return nil, err
 	}
@@ -226,11 +226,11 @@ func (fs *FS) openZoneSeg(ctx context.Context, li int, like ...ZoneID) (*segment
 
 // closeLog retires the head segment of log li.
 func (fs *FS) closeLog(ctx context.Context, li int) {
-	s := fs.logs[li]
+	s := fs.lg.heads[li]
 	if s == nil {
 		return
 	}
-	fs.logs[li] = nil
+	fs.lg.heads[li] = nil
 	s.log = -1
 	if s.tl {
 		s.closed = true
@@ -255,11 +255,11 @@ func (fs *FS) retire(ctx context.Context, s *segment) {
 
 // lockLog takes the log lock of log l (fs.mu held on entry and return).
 func (fs *FS) lockLog(l int) {
-	if fs.logMu[l].TryLock() {
+	if fs.lg.mu[l].TryLock() {
 		return
 	}
 	fs.mu.Unlock()
-	fs.logMu[l].Lock()
+	fs.lg.mu[l].Lock()
 	fs.mu.Lock()
 }
 
@@ -271,7 +271,7 @@ func (fs *FS) lockLog(l int) {
 // (Volume.Write's fua). data must not change meanwhile (the caller copied
 // it, or holds the lock of the inode whose pages it is).
 //
-// Lane 0 is the log's own head under fs.logMu; a data log may have extra
+// Lane 0 is the log's own head under fs.lg.mu; a data log may have extra
 // lanes (lanes.go), each writing its own segment, so that concurrent
 // write-backs of one log are in flight on different zones at once.
 func (fs *FS) appendBlocks(ctx context.Context, li int, data blockData, fua bool, place func(i int, a Addr) error) error {
@@ -281,82 +281,25 @@ func (fs *FS) appendBlocks(ctx context.Context, li int, data blockData, fua bool
 	n := data.blocks(fs.bs)
 	degraded := 0
 	for i := 0; i < n; {
-		s := fs.laneHead(l, j)
-		if s != nil && s.tl && !s.closed {
-			if _, run := s.tlNextRun(1); run == 0 {
-				s.closed = true // no hole left
-			}
+		s, ok, err := fs.appendHead(ctx, l, &j)
+		if err != nil {
+			return err
 		}
-		if s == nil || s.closed || s.wp >= s.cap && !s.tl {
-			if s != nil {
-				fs.closeLane(ctx, l, j)
-			}
-			var err error
-			if j == 0 {
-				s, err = fs.openSeg(ctx, l, true)
-			} else if s, err = fs.openLane(ctx, l, j); s == nil && err == nil {
-				// no room for another open zone: the log's own head
-				fs.releaseLane(l, j)
-				j = 0
-				fs.lockLog(l)
-				continue
-			}
+		if !ok {
+			continue
+		}
+		off, k := appendRun(s, uint64(n-i))
+		g := fs.m.logWrites.WithLabelValues(fs.logName(l))
+		g.Inc()
+		err = fs.unlocked(func() error { return fs.writeData(ctx, s.zone, off, data, i, i+int(k), fua) })
+		g.Dec()
+		if err != nil {
+			adv, err := fs.appendFailed(ctx, l, j, s, off, err, &degraded, func(w int, a Addr) error { return place(i+w, a) })
 			if err != nil {
 				return err
 			}
+			i += adv
 			continue
-		}
-		k := uint64(n - i)
-		var off uint64
-		if s.tl {
-			off, k = s.tlNextRun(k)
-		} else {
-			if r := s.cap - s.wp; k > r {
-				k = r
-			}
-			off = s.wp
-		}
-		g := fs.m.logWrites.WithLabelValues(fs.logName(l))
-		g.Inc()
-		err := fs.unlocked(func() error { return fs.writeData(ctx, s.zone, off, data, i, i+int(k), fua) })
-		g.Dec()
-		if err != nil {
-			// The zone's write pointer is now unknown: never write it again.
-			var pw *PartialWriteError
-			if errors.As(err, &pw) && !s.tl {
-				s.wp += pw.Written
-			}
-			// closeLane finishes it (in the background: a degraded zone
-			// gives its active resources back to the namespace at once);
-			// marking it closed first skipped the finish, and after a node
-			// loss every degraded log kept an active zone until the next
-			// mount, so the replacements ran out of them.
-			fs.closeLane(ctx, l, j)
-			s.closed = true
-			// A mirrored zone that lost a copy takes no more writes: the
-			// blocks not written go to a new segment, placed on live
-			// nodes once the arbiter sees the node gone (its lease, a few
-			// seconds): until then a new segment may meet the same node,
-			// so the next tries wait 0.25, 0.5, 1, then 2 s (about 10 s
-			// in all, fs.mu released) before giving up.
-			if zerr.IsDegraded(err) && degraded < degradedTries {
-				if fs.degradedWait(ctx, degraded) != nil {
-					return err
-				}
-				degraded++
-				var pw *PartialWriteError
-				if errors.As(err, &pw) && !s.tl && pw.Written > 0 {
-					for j := 0; j < int(pw.Written); j++ {
-						if err := place(i+j, MakeAddr(s.zone, off+uint64(j))); err != nil {
-							return err
-						}
-					}
-					fs.blocksWritten += pw.Written
-					i += int(pw.Written)
-				}
-				continue
-			}
-			return err
 		}
 		if s.tl {
 			s.tlCur = off + k
@@ -377,6 +320,87 @@ func (fs *FS) appendBlocks(ctx context.Context, li int, data blockData, fua bool
 		}
 	}
 	return nil
+}
+
+// appendHead returns lane *j's head segment of log l when it takes writes
+// (ok); otherwise it closes the head and opens the next one (or, for an
+// extra lane with no room for another open zone, falls back to the log's
+// own head: *j becomes 0), and the caller looks again.
+func (fs *FS) appendHead(ctx context.Context, l int, j *int) (s *segment, ok bool, err error) {
+	s = fs.laneHead(l, *j)
+	if s != nil && s.tl && !s.closed {
+		if _, run := s.tlNextRun(1); run == 0 {
+			s.closed = true // no hole left
+		}
+	}
+	if s != nil && !s.closed && (s.wp < s.cap || s.tl) {
+		return s, true, nil
+	}
+	if s != nil {
+		fs.closeLane(ctx, l, *j)
+	}
+	if *j == 0 {
+		_, err = fs.openSeg(ctx, l, true)
+		return nil, false, err
+	}
+	if s, err = fs.openLane(ctx, l, *j); s == nil && err == nil {
+		// no room for another open zone: the log's own head
+		fs.releaseLane(l, *j)
+		*j = 0
+		fs.lockLog(l)
+	}
+	return nil, false, err
+}
+
+// appendRun is where the next write into s goes and how many of want
+// blocks it takes: at the write pointer up to the capacity, or the next
+// run of holes of a TL segment.
+func appendRun(s *segment, want uint64) (off, k uint64) {
+	if s.tl {
+		return s.tlNextRun(want)
+	}
+	return s.wp, min(want, s.cap-s.wp)
+}
+
+// appendFailed handles a failed write at off of segment s (lane j of log
+// l): the zone is closed (its write pointer is unknown: never written
+// again); a degraded zone's failure is ridden through (the blocks written
+// are placed, their count returned, and the rest goes to a new segment)
+// up to degradedTries times, any other is returned.
+func (fs *FS) appendFailed(ctx context.Context, l, j int, s *segment, off uint64, err error, degraded *int, place func(w int, a Addr) error) (int, error) {
+	var pw *PartialWriteError
+	if errors.As(err, &pw) && !s.tl {
+		s.wp += pw.Written
+	}
+	// closeLane finishes it (in the background: a degraded zone gives its
+	// active resources back to the namespace at once); marking it closed
+	// first skipped the finish, and after a node loss every degraded log
+	// kept an active zone until the next mount, so the replacements ran out
+	// of them.
+	fs.closeLane(ctx, l, j)
+	s.closed = true
+	// A mirrored zone that lost a copy takes no more writes: the blocks not
+	// written go to a new segment, placed on live nodes once the arbiter
+	// sees the node gone (its lease, a few seconds): until then a new
+	// segment may meet the same node, so the next tries wait 0.25, 0.5, 1,
+	// then 2 s (about 10 s in all, fs.mu released) before giving up.
+	if !zerr.IsDegraded(err) || *degraded >= degradedTries {
+		return 0, err
+	}
+	if fs.degradedWait(ctx, *degraded) != nil {
+		return 0, err
+	}
+	*degraded++
+	if !errors.As(err, &pw) || s.tl || pw.Written == 0 {
+		return 0, nil
+	}
+	for w := 0; w < int(pw.Written); w++ {
+		if err := place(w, MakeAddr(s.zone, off+uint64(w))); err != nil {
+			return 0, err
+		}
+	}
+	fs.blocksWritten += pw.Written
+	return int(pw.Written), nil
 }
 
 // blockData is what appendBlocks writes: one contiguous buffer (flat), or
@@ -403,19 +427,19 @@ func (fs *FS) writeData(ctx context.Context, z ZoneID, off uint64, data blockDat
 	if data.pages == nil {
 		return fs.vol.Write(ctx, z, off, data.flat[i*bs:j*bs], fua)
 	}
-	if fs.vecw != nil {
-		return fs.vecw.WriteV(ctx, z, off, data.pages[i:j], fua)
+	if fs.lg.vecw != nil {
+		return fs.lg.vecw.WriteV(ctx, z, off, data.pages[i:j], fua)
 	}
 	// A pooled buffer (bufpool): a fresh one per write-back cost more in
 	// page faults and garbage collection than the copy. It goes back to
 	// the pool only after a write that succeeded (see pkg/bufpool).
-	buf := fs.gather.Get((j - i) * bs)
+	buf := fs.lg.gather.Get((j - i) * bs)
 	for k, p := range data.pages[i:j] {
 		copy(buf[k*bs:(k+1)*bs], p)
 	}
 	err := fs.vol.Write(ctx, z, off, buf, fua)
 	if err == nil {
-		fs.gather.Put(buf)
+		fs.lg.gather.Put(buf)
 	}
 	return err
 }

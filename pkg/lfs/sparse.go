@@ -180,7 +180,14 @@ func (fs *FS) Fallocate(ctx context.Context, ino uint64, mode uint32, off, lengt
 	if off >= in.body.Size {
 		return nil
 	}
-	end = min(end, in.body.Size)
+	return fs.zeroRange(ctx, in, off, min(end, in.body.Size))
+}
+
+// zeroRange makes [off, end) of in (within its size) read as zeros: the
+// partial blocks at the edges are zeroed in place, the whole blocks
+// unmapped.
+func (fs *FS) zeroRange(ctx context.Context, in *inode, off, end uint64) error {
+	bs := uint64(fs.bs)
 	first, last := (off+bs-1)/bs, end/bs // whole blocks [first, last)
 	// the partial blocks at the edges: zeroed in place
 	for _, blk := range []uint64{off / bs, end / bs} {

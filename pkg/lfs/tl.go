@@ -108,12 +108,12 @@ func (fs *FS) setupMode(vol Volume) {
 			fs.opts.Mode = ModeIZC
 			break
 		}
-		fs.tl.vol = tv
+		fs.gc.tl.vol = tv
 	}
 	if fs.opts.Policy == nil {
-		fs.pol = DefaultPolicy(fs.opts.Move)
+		fs.gc.pol = DefaultPolicy(fs.opts.Move)
 	}
-	fs.tl.alpha, fs.tl.alphaNode, fs.tl.beta = alphaInit, alphaInit, betaInit
+	fs.gc.tl.alpha, fs.gc.tl.alphaNode, fs.gc.tl.beta = alphaInit, alphaInit, betaInit
 }
 
 // Mode returns the recycling mode in effect (after any fallback).
@@ -122,11 +122,11 @@ func (fs *FS) Mode() Mode { return fs.opts.Mode }
 // setThetaPI scales the paper's 128 MiB of a 16 GiB file system (1/128) to
 // this one, at least a quarter zone.
 func (fs *FS) setThetaPI() {
-	fs.tl.thetaPI = max(fs.sb.UserBlocks/128, fs.geo.ZoneBlocks/4, 1)
+	fs.gc.tl.thetaPI = max(fs.sb.UserBlocks/128, fs.geo.ZoneBlocks/4, 1)
 }
 
 // tlOn reports whether threaded logging is in use.
-func (fs *FS) tlOn() bool { return fs.tl.vol != nil }
+func (fs *FS) tlOn() bool { return fs.gc.tl.vol != nil }
 
 // tlWritable reports whether the log may write block off of TL segment s.
 func (s *segment) tlWritable(off uint64) bool {
@@ -148,7 +148,7 @@ func (s *segment) tlNextRun(max uint64) (off, n uint64) {
 // preInvalidIn counts the blocks of s that were valid at the last checkpoint
 // and are invalid now (fs.mu held).
 func (fs *FS) preInvalidIn(s *segment) uint64 {
-	return fs.touched.preInvalid(s.zone, s.valid)
+	return fs.cp.touched.preInvalid(s.zone, s.valid)
 }
 
 // tlCosts is the HSR cost model for victim s (fs.mu held): C_TL =
@@ -166,12 +166,12 @@ func (fs *FS) tlCosts(s *segment, npre uint64) (ctl, csc float64) {
 	if c, w := fs.opts.HSRCopyCost, fs.opts.HSRWriteCost; c > 0 && w > 0 {
 		fw = costCopy * float64(w) / float64(c)
 	}
-	alpha := fs.tl.alpha
+	alpha := fs.gc.tl.alpha
 	if segIsNode(s) {
-		alpha = fs.tl.alphaNode
+		alpha = fs.gc.tl.alphaNode
 	}
 	ctl = costPlug * (float64(npre) + nv)
-	csc = costCopy*nv + fw*alpha*nv - costPlug*fs.tl.beta*float64(ncold)
+	csc = costCopy*nv + fw*alpha*nv - costPlug*fs.gc.tl.beta*float64(ncold)
 	return ctl, csc
 }
 
@@ -179,28 +179,76 @@ func (fs *FS) tlCosts(s *segment, npre uint64) (ctl, csc float64) {
 // lock held) and TL-opens it, or returns nil: no candidate, hybrid segment
 // recycling prefers compaction, the open-zone budget is used up, or the
 // volume refused. The segment returned is log li's new head.
+//
+// The phases: the gate (tlGate: free segments short, open-zone budget),
+// the victim (tlVictim), the cost model (tlCosts), the kept blocks and the
+// segment's last hole (tlKeepMap), β (tlSampleBeta), TL_open, and the
+// segment's new state (tlOpened).
 func (fs *FS) tlTry(ctx context.Context, li int) *segment {
-	if !fs.tlOn() || !fs.tl.ready || fs.failed != nil {
+	if !fs.tlGate() {
 		return nil
 	}
-	// Only when free segments run short (F2FS's SSR / ZNS+ HSR point): a
-	// fresh zone is cheaper while there are plenty.
-	if fs.freeSegments() > fs.gcReserve()+fs.nlogs {
+	s, pre := fs.tlVictim(li)
+	if s == nil {
+		fs.stats.TLNoCandidate++
 		return nil
 	}
-	// Every TL segment opened since the last checkpoint may be left open
-	// until that checkpoint: keep within the volume's open zones (the log
-	// heads, the extra write lanes' heads and two metadata zones during a
-	// rotation).
-	if fs.tl.unrec+1 > fs.geo.MaxOpen-fs.nlogs-2-fs.openLanes() {
-		fs.tl.wantCP = true
+	ctl, csc := fs.tlCosts(s, pre)
+	if ctl > csc {
+		fs.stats.HSRCompaction++
+		return nil
+	}
+	keep, end, bm := tlKeepMap(fs, s)
+	fs.tlSampleBeta(s)
+	// claim it before the table lock is released: no recycling, freeing or
+	// second TL_open picks it meanwhile
+	s.log, s.kind, s.tl, s.stable = li, li, true, false
+	z := s.zone
+	err := fs.unlocked(func() error { return fs.gc.tl.vol.TLOpen(ctx, z, bm) })
+	if err != nil {
+		s.log, s.tl = -1, false
+		if errors.Is(err, zerr.ErrTooManyOpen) || errors.Is(err, zerr.ErrTooManyActive) || errors.Is(err, zerr.ErrNoResources) || errors.Is(err, context.Canceled) {
+			// refused before anything changed (no open resource, no spare
+			// flash block group for the log): a fresh zone instead
+			fs.stats.TLRefused++
+			return nil
+		}
+		// the zone's state is unknown (TL_open may have happened)
+		_ = fs.goReadOnly("TL_open", err)
+		return nil
+	}
+	fs.tlOpened(li, s, keep, end)
+	return s
+}
+
+// tlGate reports whether threaded logging may open a segment now: it is on
+// and ready, free segments run short (F2FS's SSR / ZNS+ HSR point: a fresh
+// zone is cheaper while there are plenty), and one more segment left open
+// until the next checkpoint fits the volume's open zones (the log heads,
+// the extra write lanes' heads and two metadata zones during a rotation).
+func (fs *FS) tlGate() bool {
+	if !fs.tlOn() || !fs.gc.tl.ready || fs.failed != nil {
+		return false
+	}
+	if fs.freeSegments() > fs.gcReserve()+fs.lg.n {
+		return false
+	}
+	if fs.gc.tl.unrec+1 > fs.geo.MaxOpen-fs.lg.n-2-fs.openLanes() {
+		fs.gc.tl.wantCP = true
 		fs.stats.TLNoBudget++
-		return nil
+		return false
 	}
+	return true
+}
+
+// tlVictim picks the stable closed segment of log li's type with the
+// fewest blocks to keep (valid or pre-invalid), holes enough, and returns
+// it with its pre-invalid count (nil: none).
+func (fs *FS) tlVictim(li int) (*segment, uint64) {
 	pre := map[ZoneID]uint64{}
-	for z := range fs.touched.zones {
+	for z := range fs.cp.touched.zones {
 		if s := fs.segs[z]; s != nil {
-			if n := fs.touched.preInvalid(z, s.valid); n > 0 {
+			if n := fs.cp.touched.preInvalid(z, s.valid); n > 0 {
 				pre[z] = n
 			}
 		}
@@ -227,73 +275,65 @@ func (fs *FS) tlTry(ctx context.Context, li int) *segment {
 		}
 	}
 	if best == nil {
-		fs.stats.TLNoCandidate++
-		return nil
+		return nil, 0
 	}
-	s := best
-	ctl, csc := fs.tlCosts(s, pre[s.zone])
-	if ctl > csc {
-		fs.stats.HSRCompaction++
-		return nil
-	}
-	// blocks the drives keep: valid now, or valid at the last checkpoint
-	// (pre-invalid: a crash would bring the checkpoint's owner back)
-	keep := make([]uint64, len(s.valid))
+	return best, pre[best.zone]
+}
+
+// tlKeepMap returns the blocks of s the drives keep (valid now, or valid at
+// the last checkpoint: pre-invalid, a crash would bring the checkpoint's
+// owner back), as words and as TL_open's bitmap, and where the log's
+// writes end.
+//
+// Until a checkpoint records this segment, its last hole stays unwritten:
+// the zone can then not turn full, and a mount tells a TL-opened zone by
+// its open state and its write pointer below the segment's written range.
+func tlKeepMap(fs *FS, s *segment) (keep []uint64, end uint64, bm []byte) {
+	keep = make([]uint64, len(s.valid))
 	copy(keep, s.valid)
-	fs.touched.wasValid(s.zone, keep)
-	end := s.cap
-	{
-		// Until a checkpoint records this segment, its last hole stays
-		// unwritten: the zone can then not turn full, and a mount tells a
-		// TL-opened zone by its open state and its write pointer below the
-		// segment's written range.
-		for end > 0 && keep[(end-1)/64]&(1<<((end-1)%64)) != 0 {
-			end--
-		}
-		if end > 0 {
-			end--
-		}
+	fs.cp.touched.wasValid(s.zone, keep)
+	end = s.cap
+	for end > 0 && keep[(end-1)/64]&(1<<((end-1)%64)) != 0 {
+		end--
 	}
-	bm := make([]byte, (s.cap+7)/8)
+	if end > 0 {
+		end--
+	}
+	bm = make([]byte, (s.cap+7)/8)
 	for i := uint64(0); i < s.cap; i++ {
 		if keep[i/64]&(1<<(i%64)) != 0 {
 			bm[i/8] |= 1 << (i % 8)
 		}
 	}
-	// β (§3.3.2): the share of a segment's cold blocks (unchanged across
-	// two consecutive TL recyclings of it) still valid when it is TL-opened
-	// again. Sampled on the cold set of its last TL_open; a segment TL-opened
-	// for the second time only has the blocks valid at its first one.
-	if set := s.tlCold; set != nil || s.tlPrev != nil {
-		if set == nil {
-			set = s.tlPrev
-		}
-		var prev, still uint64
-		for i, w := range set {
-			prev += uint64(bits.OnesCount64(w))
-			still += uint64(bits.OnesCount64(w & s.valid[i]))
-		}
-		if prev > 0 {
-			fs.tl.beta = (1-ewma)*fs.tl.beta + ewma*float64(still)/float64(prev)
-		}
+	return keep, end, bm
+}
+
+// tlSampleBeta updates β (§3.3.2): the share of a segment's cold blocks
+// (unchanged across two consecutive TL recyclings of it) still valid when
+// it is TL-opened again. Sampled on the cold set of its last TL_open; a
+// segment TL-opened for the second time only has the blocks valid at its
+// first one.
+func (fs *FS) tlSampleBeta(s *segment) {
+	set := s.tlCold
+	if set == nil && s.tlPrev == nil {
+		return
 	}
-	// claim it before the table lock is released: no recycling, freeing or
-	// second TL_open picks it meanwhile
-	s.log, s.kind, s.tl, s.stable = li, li, true, false
-	z := s.zone
-	err := fs.unlocked(func() error { return fs.tl.vol.TLOpen(ctx, z, bm) })
-	if err != nil {
-		s.log, s.tl = -1, false
-		if errors.Is(err, zerr.ErrTooManyOpen) || errors.Is(err, zerr.ErrTooManyActive) || errors.Is(err, zerr.ErrNoResources) || errors.Is(err, context.Canceled) {
-			// refused before anything changed (no open resource, no spare
-			// flash block group for the log): a fresh zone instead
-			fs.stats.TLRefused++
-			return nil
-		}
-		// the zone's state is unknown (TL_open may have happened)
-		_ = fs.goReadOnly("TL_open", err)
-		return nil
+	if set == nil {
+		set = s.tlPrev
 	}
+	var prev, still uint64
+	for i, w := range set {
+		prev += uint64(bits.OnesCount64(w))
+		still += uint64(bits.OnesCount64(w & s.valid[i]))
+	}
+	if prev > 0 {
+		fs.gc.tl.beta = (1-ewma)*fs.gc.tl.beta + ewma*float64(still)/float64(prev)
+	}
+}
+
+// tlOpened makes the TL-opened segment s log li's head: its kept blocks,
+// cursor and end, its cold set for β, and the counters.
+func (fs *FS) tlOpened(li int, s *segment, keep []uint64, end uint64) {
 	s.tlKeep, s.tlCur, s.tlEnd, s.tlRec = keep, 0, end, false
 	if s.tlPrev != nil {
 		cold := make([]uint64, len(s.valid))
@@ -310,12 +350,11 @@ func (fs *FS) tlTry(ctx context.Context, li int) *segment {
 		nkeep += uint64(bits.OnesCount64(w))
 	}
 	s.tlPlug = nkeep
-	fs.tl.unrec++
+	fs.gc.tl.unrec++
 	fs.stats.TLRecycledSegments++
 	fs.m.recycled.WithLabelValues("tl").Inc()
-	fs.logs[li] = s
+	fs.lg.heads[li] = s
 	fs.m.segOpened()
-	return s
 }
 
 // tlRetire ends log use of TL segment s (fs.mu held; s is no longer a head).
@@ -324,8 +363,8 @@ func (fs *FS) tlTry(ctx context.Context, li int) *segment {
 // record then covers its blocks (see tlTry).
 func (fs *FS) tlRetire(ctx context.Context, s *segment) {
 	if !s.tlRec {
-		fs.tl.exhausted = append(fs.tl.exhausted, s)
-		fs.tl.wantCP = true
+		fs.gc.tl.exhausted = append(fs.gc.tl.exhausted, s)
+		fs.gc.tl.wantCP = true
 		return
 	}
 	fs.tlFinish(ctx, s)
@@ -356,17 +395,17 @@ func (fs *FS) tlFinish(ctx context.Context, s *segment) {
 // tlAfterCheckpoint runs once a checkpoint record is durable (fs.mu held):
 // TL heads are recorded now, and exhausted TL segments can be finished.
 func (fs *FS) tlAfterCheckpoint(ctx context.Context) {
-	fs.tl.preInvalid = 0
+	fs.gc.tl.preInvalid = 0
 	if !fs.tlOn() {
 		return
 	}
-	for _, s := range fs.logs {
+	for _, s := range fs.lg.heads {
 		if s != nil && s.tl {
 			s.tlRec, s.tlEnd = true, s.cap // recorded: the last hole may be written too
 		}
 	}
-	ex := fs.tl.exhausted
-	fs.tl.exhausted, fs.tl.unrec, fs.tl.wantCP = nil, 0, false
+	ex := fs.gc.tl.exhausted
+	fs.gc.tl.exhausted, fs.gc.tl.unrec, fs.gc.tl.wantCP = nil, 0, false
 	for _, s := range ex {
 		s.tlRec = true
 		if fs.segs[s.zone] == s {
@@ -378,7 +417,7 @@ func (fs *FS) tlAfterCheckpoint(ctx context.Context) {
 // tlZones lists the TL segments a checkpoint records (log heads; fs.mu held).
 func (fs *FS) tlZones() []ZoneID {
 	var out []ZoneID
-	for _, s := range fs.logs {
+	for _, s := range fs.lg.heads {
 		if s != nil && s.tl {
 			out = append(out, s.zone)
 		}
@@ -395,10 +434,10 @@ func (fs *FS) profileAlpha(node bool, moved, written uint64) {
 	}
 	a := min(float64(written)/float64(moved), 4)
 	if node {
-		fs.tl.alphaNode = (1-ewma)*fs.tl.alphaNode + ewma*a
+		fs.gc.tl.alphaNode = (1-ewma)*fs.gc.tl.alphaNode + ewma*a
 		return
 	}
-	fs.tl.alpha = (1-ewma)*fs.tl.alpha + ewma*a
+	fs.gc.tl.alpha = (1-ewma)*fs.gc.tl.alpha + ewma*a
 }
 
 // gcReserve is the number of free segments below which writers recycle by

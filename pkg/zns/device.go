@@ -17,6 +17,7 @@ import (
 
 	"github.com/zonefleet/zonefleet/pkg/clock"
 	"github.com/zonefleet/zonefleet/pkg/flash"
+	"github.com/zonefleet/zonefleet/pkg/ondisk"
 	"github.com/zonefleet/zonefleet/pkg/vfs"
 	"github.com/zonefleet/zonefleet/pkg/zerr"
 )
@@ -226,6 +227,11 @@ func Open(path string, cfg flash.Config, clk clock.Clock, opts ...Option) (*Devi
 	return d, typedOpenErr(path, "open", err)
 }
 
+// open reopens the device at path in named phases: the header
+// (readHeader), the journal (readJournal, replayJournal), the write
+// pointers (verifyZones), the in-place updates, the open zones
+// (settleZones), the format upgrade (upgradeHeader) and the compacted
+// journal.
 func open(path string, cfg flash.Config, clk clock.Clock, opts []Option) (*Device, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
@@ -236,7 +242,6 @@ func open(path string, cfg flash.Config, clk clock.Clock, opts []Option) (*Devic
 	}
 	cfg = cfg.Resolved()
 	lay := newLayout(cfg)
-	g := lay.g
 	f, err := o.fs.OpenFile(path, os.O_RDWR, 0)
 	if err != nil {
 		if errors.Is(err, os.ErrNotExist) {
@@ -250,38 +255,108 @@ func open(path string, cfg flash.Config, clk clock.Clock, opts []Option) (*Devic
 			f.Close()
 		}
 	}()
+	uuid, version, feat, err := readHeader(f, path, cfg, &lay)
+	if err != nil {
+		return nil, err
+	}
+	jc, recs, err := readJournal(o.fs, path, uuid)
+	if err != nil {
+		return nil, err
+	}
+	d := newOpenedDevice(path, cfg, lay, clk, o, uuid, f)
+	if jc.dropped > 0 {
+		d.st.tailDropped.Add(1)
+		d.log.Warn("zns: journal tail dropped (torn, zeroed or garbage: writes after the last flush)",
+			"device", path, "records", len(jc.recs), "dropped_bytes", jc.dropped)
+	}
+	ipus, err := d.replayJournal(recs)
+	if err != nil {
+		return nil, err
+	}
+	if err := d.verifyZones(f); err != nil {
+		return nil, err
+	}
+	for _, r := range ipus {
+		d.replayIPU(r)
+	}
+	// Records written while finishing the open (TL finalization) go to the
+	// old journal after its last valid record; the rewrite below replaces it.
+	jf0, err := o.fs.OpenFile(path+".journal", os.O_RDWR, 0)
+	if err != nil {
+		return nil, err
+	}
+	d.j = &journal{path: path + ".journal", f: newSyncFile(jf0, &d.st.journalSyncs), off: jc.end, epoch: jc.epoch, seq: jc.seq, limit: journalLimit}
+	if err := d.settleZones(); err != nil {
+		return nil, err
+	}
+	if version < formatVersion {
+		if err := d.upgradeHeader(f, feat, version); err != nil {
+			return nil, err
+		}
+	}
+	// Compacted journal.
+	if err := d.rewriteJournal(); err != nil {
+		if d.j.f != nil {
+			d.j.f.Close()
+		}
+		return nil, err
+	}
+	d.j.checkpoint = d.checkpoint
+	ok = true
+	return d, nil
+}
+
+// readHeader reads and checks the header of the device file f (foreign
+// file, other geometry, unknown feature bits) and that the file is as long
+// as the geometry needs; it sets lay's FBG interleaving from the features.
+func readHeader(f vfs.File, path string, cfg flash.Config, lay *layout) (uuid [16]byte, version uint32, feat ondisk.Features, err error) {
 	hdr := make([]byte, headerSize)
 	if _, err := f.ReadAt(hdr, 0); err != nil {
 		if !errors.Is(err, io.EOF) {
-			return nil, err // an I/O error, not a short file
+			return uuid, 0, feat, err // an I/O error, not a short file
 		}
-		return nil, &zerr.CorruptError{Path: path, Reason: "cannot read header: " + err.Error()}
+		return uuid, 0, feat, &zerr.CorruptError{Path: path, Reason: "cannot read header: " + err.Error()}
 	}
-	uuid, version, feat, err := checkHeader(path, hdr, cfg)
+	uuid, version, feat, err = checkHeader(path, hdr, cfg)
 	if err != nil {
-		return nil, err
+		return uuid, 0, feat, err
 	}
 	lay.interleaved = feat.Incompat&featFBGInterleaved != 0
 	if sz, err := f.Size(); err != nil {
-		return nil, err
+		return uuid, 0, feat, err
 	} else if sz < lay.size {
-		return nil, &zerr.CorruptError{Path: path, Reason: fmt.Sprintf("file is shorter than the geometry needs (%d bytes)", lay.size)}
+		return uuid, 0, feat, &zerr.CorruptError{Path: path, Reason: fmt.Sprintf("file is shorter than the geometry needs (%d bytes)", lay.size)}
 	}
-	jb, err := vfs.ReadFile(o.fs, path+".journal")
+	return uuid, version, feat, nil
+}
+
+// readJournal reads the journal of the device at path and decodes its
+// records (a torn, zeroed or garbage tail is dropped, jc.dropped says how
+// much).
+func readJournal(fsys vfs.FS, path string, uuid [16]byte) (jcontent, []any, error) {
+	jb, err := vfs.ReadFile(fsys, path+".journal")
 	if err != nil {
 		if errors.Is(err, os.ErrNotExist) {
-			return nil, &zerr.CorruptError{Path: path + ".journal", Reason: "journal missing"}
+			return jcontent{}, nil, &zerr.CorruptError{Path: path + ".journal", Reason: "journal missing"}
 		}
-		return nil, err
+		return jcontent{}, nil, err
 	}
 	jc, err := parseJournal(path+".journal", jb, uuid)
 	if err != nil {
-		return nil, err
+		return jcontent{}, nil, err
 	}
 	recs, err := decodeAll(path+".journal", jc)
 	if err != nil {
-		return nil, err
+		return jcontent{}, nil, err
 	}
+	return jc, recs, nil
+}
+
+// newOpenedDevice builds the device's state before the journal replay:
+// every zone empty, every FBG free (and, unless the file is fresh, maybe
+// holding old data).
+func newOpenedDevice(path string, cfg flash.Config, lay layout, clk clock.Clock, o options, uuid [16]byte, f vfs.File) *Device {
+	g := lay.g
 	d := &Device{path: path, cfg: cfg, g: g, lay: lay, clk: clk, fs: o.fs, log: o.log, uuid: uuid, comps: map[uint64]*compaction{}, jobs: map[*job]struct{}{}}
 	d.f = newSyncFile(f, &d.st.dataSyncs)
 	d.f.kickEvery, d.f.kicks = o.kick, &d.st.kicks
@@ -290,11 +365,6 @@ func open(path string, cfg flash.Config, clk clock.Clock, opts []Option) (*Devic
 			return (*fn)()
 		}
 		return nil
-	}
-	if jc.dropped > 0 {
-		d.st.tailDropped.Add(1)
-		d.log.Warn("zns: journal tail dropped (torn, zeroed or garbage: writes after the last flush)",
-			"device", path, "records", len(jc.recs), "dropped_bytes", jc.dropped)
 	}
 	d.live.Store(&cfg)
 	if clk.Kind() != clock.KindOff {
@@ -317,36 +387,51 @@ func open(path string, cfg flash.Config, clk clock.Clock, opts []Option) (*Devic
 			ipuPages: map[uint32]uint32{}, ipuChunks: map[uint32]uint32{}}
 	}
 	d.ipu = newIPURegion(cfg.IPURegionBlocks)
-	bad := func(format string, a ...any) error {
-		return &zerr.CorruptError{Path: path + ".journal", Reason: fmt.Sprintf(format, a...)}
-	}
+	return d
+}
+
+// badJournal is a corrupt-journal error.
+func (d *Device) badJournal(format string, a ...any) error {
+	return &zerr.CorruptError{Path: d.path + ".journal", Reason: fmt.Sprintf(format, a...)}
+}
+
+// replayJournal applies the zone and FBG records (range-checked) and
+// returns the in-place-update records, replayed once the write pointers
+// are known.
+func (d *Device) replayJournal(recs []any) ([]ipuRec, error) {
+	g := d.g
 	var ipus []ipuRec
 	for _, r := range recs {
 		switch r := r.(type) {
 		case zoneRec:
 			if r.zone >= g.Zones || r.state > StateOffline || r.wp > g.ZoneCap ||
 				r.fbg < -1 || int(r.fbg) >= g.FBGsPerFCG || r.logFBG < -1 || int(r.logFBG) >= g.FBGsPerFCG {
-				return nil, bad("zone record out of range: zone %d state %d wp %d", r.zone, r.state, r.wp)
+				return nil, d.badJournal("zone record out of range: zone %d state %d wp %d", r.zone, r.state, r.wp)
 			}
 			z := d.zones[r.zone]
 			z.state, z.wp, z.gen, z.fbg = r.state, r.wp, r.gen, int(r.fbg)
 			z.tl = nil
 			if r.tl {
 				if uint64(len(r.bitmap)) != (g.ZoneCap+7)/8 {
-					return nil, bad("zone %d: bad TL record", r.zone)
+					return nil, d.badJournal("zone %d: bad TL record", r.zone)
 				}
 				z.tl = &tlState{orig: int(r.logFBG), mode: r.tlMode, bitmap: r.bitmap, plugged: map[uint64]bool{}}
 			}
 		case fbgRec:
 			if int(r.fcg) >= g.NFCG || int(r.fbg) >= g.FBGsPerFCG {
-				return nil, bad("FBG record out of range")
+				return nil, d.badJournal("FBG record out of range")
 			}
 			d.fcgs[r.fcg].erases[r.fbg] = r.erases
 		case ipuRec:
 			ipus = append(ipus, r)
 		}
 	}
-	// FBG ownership, write pointers.
+	return ipus, nil
+}
+
+// verifyZones checks FBG ownership (no FBG mapped twice) and brings every
+// zone's write pointer up to its newest valid slot in f.
+func (d *Device) verifyZones(f vfs.File) error {
 	for _, z := range d.zones {
 		a := d.fcgs[z.fcg]
 		for _, b := range []int{z.fbg, z.origFBG()} {
@@ -354,82 +439,98 @@ func open(path string, cfg flash.Config, clk clock.Clock, opts []Option) (*Devic
 				continue
 			}
 			if a.used[b] {
-				return nil, bad("FBG %d of chip group %d mapped twice", b, z.fcg)
+				return d.badJournal("FBG %d of chip group %d mapped twice", b, z.fcg)
 			}
 			a.used[b] = true
 		}
-		var best *slot
-		for k := 0; k < 2; k++ {
-			buf := make([]byte, slotSize)
-			if _, err := f.ReadAt(buf, lay.slotBase+int64(z.idx*2+uint64(k))*slotSize); err != nil {
-				return nil, err
-			}
-			s, written, valid := decodeSlot(buf)
-			if !written {
-				continue
-			}
-			if !valid {
-				continue
-			}
-			if s.seq > z.slotSeq {
-				z.slotSeq = s.seq
-			}
-			if s.gen == z.gen && (best == nil || s.seq > best.seq) {
-				sc := s
-				best = &sc
-			}
+		best, err := d.readSlots(f, z)
+		if err != nil {
+			return err
 		}
-		if best != nil {
-			if best.wp > g.ZoneCap {
-				return nil, &zerr.CorruptError{Path: path, Reason: fmt.Sprintf("zone %d: write pointer %d past capacity %d", z.idx, best.wp, g.ZoneCap)}
-			}
-			if best.wp > z.wp {
-				if z.state == StateEmpty || z.state == StateOffline || z.fbg < 0 {
-					// The journal record that opened the zone was not flushed
-					// (a power loss), so neither was the data: not acknowledged
-					// as durable, dropped. The zone moves to a new generation
-					// (recorded by the journal rewrite below, synced before
-					// Open returns) so that the slot never matches again: a
-					// later incarnation that loses its own slot must not fall
-					// back to this one.
-					d.log.Warn("zns: write pointer slot ahead of an unflushed zone open, ignored",
-						"device", path, "zone", z.idx, "slot_wp", best.wp, "state", z.state.String())
-					z.gen++
-				} else {
-					z.wp = best.wp
-				}
-			}
-		}
-		if z.state == StateEmpty && z.wp != 0 {
-			return nil, &zerr.CorruptError{Path: path, Reason: fmt.Sprintf("zone %d: empty with write pointer %d", z.idx, z.wp)}
-		}
-		if z.state == StateFull {
-			z.wp = g.ZoneCap
+		if err := d.verifyWP(z, best); err != nil {
+			return err
 		}
 	}
-	for _, r := range ipus {
-		d.replayIPU(r)
+	return nil
+}
+
+// readSlots reads zone z's two write-pointer slots and returns the newest
+// valid one of its generation (nil: none); it raises z.slotSeq to the
+// newest sequence seen.
+func (d *Device) readSlots(f vfs.File, z *zone) (*slot, error) {
+	var best *slot
+	for k := 0; k < 2; k++ {
+		buf := make([]byte, slotSize)
+		if _, err := f.ReadAt(buf, d.lay.slotBase+int64(z.idx*2+uint64(k))*slotSize); err != nil {
+			return nil, err
+		}
+		s, written, valid := decodeSlot(buf)
+		if !written {
+			continue
+		}
+		if !valid {
+			continue
+		}
+		if s.seq > z.slotSeq {
+			z.slotSeq = s.seq
+		}
+		if s.gen == z.gen && (best == nil || s.seq > best.seq) {
+			sc := s
+			best = &sc
+		}
 	}
-	// Records written while finishing the open (TL finalization) go to the
-	// old journal after its last valid record; the rewrite below replaces it.
-	jf0, err := o.fs.OpenFile(path+".journal", os.O_RDWR, 0)
-	if err != nil {
-		return nil, err
+	return best, nil
+}
+
+// verifyWP moves z's write pointer to its slot's when that is ahead, and
+// checks the result against the zone's state.
+func (d *Device) verifyWP(z *zone, best *slot) error {
+	g, path := d.g, d.path
+	if best != nil {
+		if best.wp > g.ZoneCap {
+			return &zerr.CorruptError{Path: path, Reason: fmt.Sprintf("zone %d: write pointer %d past capacity %d", z.idx, best.wp, g.ZoneCap)}
+		}
+		if best.wp > z.wp {
+			if z.state == StateEmpty || z.state == StateOffline || z.fbg < 0 {
+				// The journal record that opened the zone was not flushed
+				// (a power loss), so neither was the data: not acknowledged
+				// as durable, dropped. The zone moves to a new generation
+				// (recorded by the journal rewrite below, synced before
+				// Open returns) so that the slot never matches again: a
+				// later incarnation that loses its own slot must not fall
+				// back to this one.
+				d.log.Warn("zns: write pointer slot ahead of an unflushed zone open, ignored",
+					"device", path, "zone", z.idx, "slot_wp", best.wp, "state", z.state.String())
+				z.gen++
+			} else {
+				z.wp = best.wp
+			}
+		}
 	}
-	d.j = &journal{path: path + ".journal", f: newSyncFile(jf0, &d.st.journalSyncs), off: jc.end, epoch: jc.epoch, seq: jc.seq, limit: journalLimit}
-	// Open zones come back closed (or empty); TL zones are finalized.
+	if z.state == StateEmpty && z.wp != 0 {
+		return &zerr.CorruptError{Path: path, Reason: fmt.Sprintf("zone %d: empty with write pointer %d", z.idx, z.wp)}
+	}
+	if z.state == StateFull {
+		z.wp = g.ZoneCap
+	}
+	return nil
+}
+
+// settleZones brings open zones back closed (or empty) and finalizes
+// threaded-logging zones; the journal rewrite that follows records them.
+func (d *Device) settleZones() error {
 	for _, z := range d.zones {
 		if z.state.open() {
 			z.state = StateClosed
 		}
 		if z.tl != nil && z.state != StateOffline {
 			if err := d.tlRecover(z); err != nil {
-				return nil, err
+				return err
 			}
 		}
 		if z.tl != nil && z.state == StateClosed {
 			if err := d.tlFinalize(z); err != nil {
-				return nil, err
+				return err
 			}
 		}
 		if z.state == StateClosed && z.wp == 0 && z.tl == nil && len(z.ipuPages)+len(z.ipuChunks) == 0 {
@@ -444,26 +545,20 @@ func open(path string, cfg flash.Config, clk clock.Clock, opts []Option) (*Devic
 		}
 		z.jgen = z.gen // the journal is rewritten and synced below
 	}
-	if version < formatVersion {
-		// (the drive's own features: a version 1 drive has the older layout)
-		if _, err := f.WriteAt(encodeHeader(cfg, uuid, feat), 0); err != nil {
-			return nil, err
-		}
-		if err := f.Sync(); err != nil {
-			return nil, err
-		}
-		d.log.Info("zns: device upgraded", "device", path, "from_version", version, "to_version", formatVersion)
+	return nil
+}
+
+// upgradeHeader rewrites an older version's header in the current format
+// (the drive's own features: a version 1 drive has the older layout).
+func (d *Device) upgradeHeader(f vfs.File, feat ondisk.Features, version uint32) error {
+	if _, err := f.WriteAt(encodeHeader(d.cfg, d.uuid, feat), 0); err != nil {
+		return err
 	}
-	// Compacted journal.
-	if err := d.rewriteJournal(); err != nil {
-		if d.j.f != nil {
-			d.j.f.Close()
-		}
-		return nil, err
+	if err := f.Sync(); err != nil {
+		return err
 	}
-	d.j.checkpoint = d.checkpoint
-	ok = true
-	return d, nil
+	d.log.Info("zns: device upgraded", "device", d.path, "from_version", version, "to_version", formatVersion)
+	return nil
 }
 
 // snapshot returns journal records describing the whole current state.
