@@ -30,8 +30,9 @@ type NodeCompactor struct {
 	token string
 	opts  []grpc.DialOption
 
-	mu    sync.Mutex
-	conns map[string]*grpc.ClientConn
+	mu     sync.Mutex
+	conns  map[string]*grpc.ClientConn
+	closed bool // Close ran: no connection is dialled any more
 }
 
 // NewNodeCompactor finds nodes through their etcd registrations (cli) and
@@ -50,6 +51,7 @@ func NewNodeCompactor(cli *clientv3.Client, token string, opts ...grpc.DialOptio
 func (c *NodeCompactor) Close() error {
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	c.closed = true
 	for addr, cc := range c.conns {
 		_ = cc.Close()
 		delete(c.conns, addr)
@@ -76,6 +78,9 @@ func (c *NodeCompactor) node(ctx context.Context, id string) (nodeRef, error) {
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	if c.closed { // a reclaim still running when its owner closed the compactor
+		return nodeRef{}, &zerr.UnavailableError{What: "node " + id, Reason: "the compactor is closed"}
+	}
 	cc := c.conns[rec.Addr]
 	if cc == nil {
 		cc, err = grpc.NewClient(rec.Addr, c.opts...)
