@@ -129,6 +129,7 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.etcd.io/etcd/client/v3/concurrency"
 
+	"github.com/zonefleet/zonefleet/pkg/clock"
 	"github.com/zonefleet/zonefleet/pkg/cluster"
 	"github.com/zonefleet/zonefleet/pkg/wire"
 	"github.com/zonefleet/zonefleet/pkg/zerr"
@@ -146,12 +147,19 @@ type Config struct {
 	ID string
 	// SessionTTL is the etcd lease TTL of the leadership (rounded to seconds, min 1s). Default 5s.
 	SessionTTL time.Duration
-	// Now is the clock used for every timestamp and for T_ReadOnly. Default time.Now.
+	// Clock is what the arbiter waits on: the reclaim, node, rebuild and
+	// compaction ticks and the pause between leadership terms. Default the
+	// wall clock (clock.Realtime(1) for each Run). Under a virtual clock the
+	// ticks fire as the clock is advanced, and nothing waits on wall time.
+	Clock clock.Clock
+	// Now is the clock used for every timestamp and for T_ReadOnly. Default
+	// Clock's time from the wall time at New when Clock is set, else
+	// time.Now.
 	Now func() time.Time
 	// TReadOnly: a namespace with no writes for this long is frozen and reclaimed. Default 5m.
 	TReadOnly time.Duration
-	// ReclaimInterval is how often the leader looks for frozen namespaces (real
-	// time). 0 means TReadOnly/4; negative disables the background check
+	// ReclaimInterval is how often the leader looks for frozen namespaces (on
+	// Clock). 0 means TReadOnly/4; negative disables the background check
 	// (CheckReclaim can still be called).
 	ReclaimInterval time.Duration
 	// EWMAAlpha weighs the newest sample of active v-zones in local overdrive. Default 0.5.
@@ -204,6 +212,10 @@ func (c *Config) setDefaults() error {
 	}
 	if c.Now == nil {
 		c.Now = time.Now
+		if clk := c.Clock; clk != nil && clk.Kind() != clock.KindOff {
+			epoch := time.Now().Add(-clk.Now())
+			c.Now = func() time.Time { return epoch.Add(clk.Now()) }
+		}
 	}
 	if c.TReadOnly <= 0 {
 		c.TReadOnly = 5 * time.Minute
@@ -329,19 +341,22 @@ func (a *Arbiter) Run(ctx context.Context) error {
 		a.running = false
 		a.runMu.Unlock()
 	}()
+	clk := a.cfg.Clock
+	if clk == nil {
+		rt := clock.Realtime(1)
+		defer rt.Stop()
+		clk = rt
+	}
 	for ctx.Err() == nil {
-		if err := a.runTerm(ctx); err != nil && ctx.Err() == nil {
+		if err := a.runTerm(ctx, clk); err != nil && ctx.Err() == nil {
 			a.log.Warn("leadership term ended", "err", err)
 		}
-		select {
-		case <-ctx.Done():
-		case <-time.After(100 * time.Millisecond):
-		}
+		_ = clock.Sleep(ctx, clk, 100*time.Millisecond) // the pause before campaigning again
 	}
 	return nil
 }
 
-func (a *Arbiter) runTerm(ctx context.Context) error {
+func (a *Arbiter) runTerm(ctx context.Context, clk clock.Clock) error {
 	ttl := max(int((a.cfg.SessionTTL+time.Second-1)/time.Second), 1)
 	// The session outlives ctx so that a graceful stop can revoke the lease
 	// (immediate failover); a crash leaves the lease to expire after its TTL.
@@ -428,30 +443,30 @@ func (a *Arbiter) runTerm(ctx context.Context) error {
 	a.refreshMetrics()
 
 	wch := a.cli.Watch(clientv3.WithRequireLeader(cctx), cluster.NodesPrefix(), clientv3.WithPrefix(), clientv3.WithRev(resp.Header.Revision+1))
-	var tick <-chan time.Time
+	var tick <-chan struct{}
 	if a.cfg.ReclaimInterval > 0 {
-		tk := time.NewTicker(a.cfg.ReclaimInterval)
-		defer tk.Stop()
-		tick = tk.C
+		c, stop := every(clk, a.cfg.ReclaimInterval)
+		defer stop()
+		tick = c
 	}
-	var downTick <-chan time.Time
+	var downTick <-chan struct{}
 	if a.cfg.NodeDownAfter > 0 {
-		tk := time.NewTicker(max(a.cfg.NodeDownAfter/4, time.Second))
-		defer tk.Stop()
-		downTick = tk.C
+		c, stop := every(clk, max(a.cfg.NodeDownAfter/4, time.Second))
+		defer stop()
+		downTick = c
 	}
-	var rebuildTick <-chan time.Time
+	var rebuildTick <-chan struct{}
 	if a.cfg.RebuildInterval > 0 {
-		tk := time.NewTicker(a.cfg.RebuildInterval)
-		defer tk.Stop()
-		rebuildTick = tk.C
+		c, stop := every(clk, a.cfg.RebuildInterval)
+		defer stop()
+		rebuildTick = c
 	}
-	var compact <-chan time.Time
+	var compact <-chan struct{}
 	hist := &historyKeeper{}
 	if a.cfg.CompactInterval > 0 {
-		tk := time.NewTicker(a.cfg.CompactInterval)
-		defer tk.Stop()
-		compact = tk.C
+		c, stop := every(clk, a.cfg.CompactInterval)
+		defer stop()
+		compact = c
 		if err := a.historyTick(cctx, hist); err != nil {
 			a.log.Warn("etcd compaction failed", "err", err)
 		}
@@ -503,6 +518,45 @@ func (a *Arbiter) runTerm(ctx context.Context) error {
 				a.log.Warn("etcd compaction failed", "err", err)
 			}
 		}
+	}
+}
+
+// every returns a channel that gets a token every d of clk's time, and the
+// function that stops it. Like a time.Ticker it holds one token at most (a
+// slow receiver misses ticks) and skips the ticks a jump of the clock
+// passed over. The clock's callback never blocks: it only offers the token
+// and arms the next tick.
+func every(clk clock.Clock, d time.Duration) (<-chan struct{}, func()) {
+	ch := make(chan struct{}, 1)
+	var mu sync.Mutex
+	stopped := false
+	var cancel func() bool
+	var arm func(at time.Duration)
+	arm = func(at time.Duration) {
+		cancel = clk.AfterFunc(at, func() {
+			select {
+			case ch <- struct{}{}:
+			default:
+			}
+			mu.Lock()
+			defer mu.Unlock()
+			if !stopped {
+				next := at + d
+				if now := clk.Now(); next <= now {
+					next = now + d
+				}
+				arm(next)
+			}
+		})
+	}
+	mu.Lock()
+	arm(clk.Now() + d)
+	mu.Unlock()
+	return ch, func() {
+		mu.Lock()
+		defer mu.Unlock()
+		stopped = true
+		cancel()
 	}
 }
 

@@ -39,8 +39,9 @@ type NodeCompactor struct {
 	// token-signing key); nil sends none (clusters without one).
 	grants *auth.Issuer
 
-	mu    sync.Mutex
-	conns map[string]*grpc.ClientConn
+	mu     sync.Mutex
+	conns  map[string]*grpc.ClientConn
+	closed bool // Close ran: no connection is dialled any more
 }
 
 // NewNodeCompactor finds nodes through their etcd registrations (cli) and
@@ -79,6 +80,7 @@ func (c *NodeCompactor) WithPeerGrants(iss *auth.Issuer) *NodeCompactor {
 func (c *NodeCompactor) Close() error {
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	c.closed = true
 	for key, cc := range c.conns {
 		_ = cc.Close()
 		delete(c.conns, key)
@@ -105,6 +107,9 @@ func (c *NodeCompactor) node(ctx context.Context, id string) (nodeRef, error) {
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	if c.closed { // a reclaim still running when its owner closed the compactor
+		return nodeRef{}, &zerr.UnavailableError{What: "node " + id, Reason: "the compactor is closed"}
+	}
 	key := id + "\x00" + rec.Addr
 	cc := c.conns[key]
 	if cc == nil {

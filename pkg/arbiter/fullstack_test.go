@@ -40,7 +40,9 @@ func (tc *testCluster) startServed() *testArb {
 // then a reclaim that moves the data under the client's cached layout.
 func TestFullStack(t *testing.T) {
 	tc := newTestCluster(t)
-	comp := NewNodeCompactor(newClient(t, tc.pfx), nodeToken)
+	compCli := newClient(t, tc.pfx)
+	t.Cleanup(func() { compCli.Close() }) // after comp.Close (cleanups run last first)
+	comp := NewNodeCompactor(compCli, nodeToken)
 	t.Cleanup(func() { _ = comp.Close() })
 	tc.comp = comp
 	n0 := startRealNode(t, tc, "n0")

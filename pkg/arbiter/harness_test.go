@@ -20,6 +20,7 @@ import (
 	"go.uber.org/zap"
 	"google.golang.org/grpc"
 
+	"github.com/zonefleet/zonefleet/internal/leakcheck"
 	"github.com/zonefleet/zonefleet/pkg/cluster"
 	"github.com/zonefleet/zonefleet/pkg/zerr"
 )
@@ -76,10 +77,10 @@ func TestMain(m *testing.M) {
 	if etcdEndpoint == "" {
 		panic(fmt.Sprintf("embedded etcd: %v", err))
 	}
-	code := m.Run()
-	e.Close()
-	os.RemoveAll(dir)
-	os.Exit(code)
+	leakcheck.Main(m, func() {
+		e.Close()
+		os.RemoveAll(dir)
+	}, leakcheck.ProcessClocks...) // the in-process nodes' wall clock
 }
 
 var testSeq atomic.Int64

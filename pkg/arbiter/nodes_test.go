@@ -13,6 +13,7 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+	clientv3 "go.etcd.io/etcd/client/v3"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 
@@ -34,6 +35,21 @@ type realNode struct {
 	id     string
 	client v1.ZonedDeviceClient
 	rec    cluster.NodeRecord
+	grants *node.Grants
+}
+
+// waitGrantsApplied waits until every node's grant watch has applied every
+// etcd event up to now (a lagging watch included): the revocations and
+// grants committed so far are then in force on the nodes.
+func waitGrantsApplied(t *testing.T, tc *testCluster, nodes map[string]*realNode) {
+	t.Helper()
+	resp, err := tc.cli.Get(context.Background(), "/", clientv3.WithCountOnly())
+	require.NoError(t, err)
+	rev := resp.Header.Revision
+	for id, n := range nodes {
+		require.Eventually(t, func() bool { return n.grants.CatchUp(context.Background(), rev) == nil }, time.Minute, 10*time.Millisecond,
+			"node %s's grants apply etcd revision %d", id, rev)
+	}
 }
 
 // startRealNode runs a real ssdnode service (pkg/node over a pkg/zns device
@@ -92,7 +108,7 @@ func startLaggingNode(t *testing.T, tc *testCluster, id string, lag time.Duratio
 	require.NoError(t, err)
 	_, err = tc.cli.Put(ctx, cluster.NodeKey(id), string(b))
 	require.NoError(t, err)
-	return &realNode{id: id, client: v1.NewZonedDeviceClient(conn), rec: rec}
+	return &realNode{id: id, client: v1.NewZonedDeviceClient(conn), rec: rec, grants: grants}
 }
 
 // startRealCluster runs real nodes n0 and n1 (their grant watches lag
@@ -104,7 +120,9 @@ func startRealCluster(t *testing.T, lag time.Duration) (*testCluster, *testArb, 
 	for _, id := range []string{"n0", "n1"} {
 		nodes[id] = startLaggingNode(t, tc, id, lag)
 	}
-	comp := NewNodeCompactor(newClient(t, tc.pfx), nodeToken)
+	compCli := newClient(t, tc.pfx)
+	t.Cleanup(func() { compCli.Close() }) // after comp.Close (cleanups run last first)
+	comp := NewNodeCompactor(compCli, nodeToken)
 	t.Cleanup(func() { _ = comp.Close() })
 	tc.comp = comp
 	a := tc.start("arb-0:9000")

@@ -22,15 +22,29 @@ type laggingWatcher struct {
 }
 
 func (w *laggingWatcher) Watch(ctx context.Context, key string, opts ...clientv3.OpOption) clientv3.WatchChan {
+	type stamped struct {
+		resp clientv3.WatchResponse
+		due  time.Time
+	}
 	in := w.Watcher.Watch(ctx, key, opts...)
+	q := make(chan stamped, 1<<16)
 	out := make(chan clientv3.WatchResponse, 1024)
-	go func() {
-		defer close(out)
+	go func() { // stamps each response as it arrives: lag after etcd sent it
+		defer close(q)
 		for resp := range in {
-			due := time.Now().Add(w.lag)
-			time.Sleep(time.Until(due))
 			select {
-			case out <- resp:
+			case q <- stamped{resp, time.Now().Add(w.lag)}:
+			case <-ctx.Done():
+				return
+			}
+		}
+	}()
+	go func() { // and delivers it then (a burst is delayed lag, not lag each)
+		defer close(out)
+		for s := range q {
+			time.Sleep(time.Until(s.due)) // the modelled lag itself, not a wait for an event
+			select {
+			case out <- s.resp:
 			case <-ctx.Done():
 				return
 			}
@@ -74,7 +88,7 @@ func TestReclaimIntoZonesJustRevokedOnLaggingNodes(t *testing.T) {
 	// The nodes have applied v-zone 1's grants. Then v-zone 1 is reset (its
 	// zones go back to the pool; the lagging nodes still hold the grants to
 	// "r" for lag), and the reclaim of the idle namespace follows at once.
-	time.Sleep(3 * lag)
+	waitGrantsApplied(t, tc, nodes)
 	require.NoError(t, a.ResetVZone(ctx, "r", 1))
 	tc.clock.Advance(2 * time.Minute)
 	res, err := a.CheckReclaim(ctx)
@@ -100,7 +114,7 @@ func TestReclaimIntoZonesJustRevokedOnLaggingNodes(t *testing.T) {
 
 	// Every block reads back through the new layout, also once the nodes
 	// have caught up with every revocation.
-	time.Sleep(3 * lag)
+	waitGrantsApplied(t, tc, nodes)
 	g := nl.Groups[len(nl.Groups)-1]
 	require.Len(t, nl.Groups, 1)
 	for b := uint64(0); b < total; b++ {

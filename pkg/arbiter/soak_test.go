@@ -14,6 +14,7 @@ import (
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
 
+	"github.com/zonefleet/zonefleet/pkg/clock"
 	"github.com/zonefleet/zonefleet/pkg/cluster"
 	"github.com/zonefleet/zonefleet/pkg/etcdlocal"
 	"github.com/zonefleet/zonefleet/pkg/zerr"
@@ -89,7 +90,18 @@ func TestEtcdSizeBoundedByCompaction(t *testing.T) {
 	}
 	srv, cli := ownEtcd(t, etcdlocal.Options{AutoCompactionRetention: -1})
 	registerNodes(t, cli, 4)
-	a := startOn(t, cli, Config{CompactInterval: 100 * time.Millisecond})
+	// The compaction ticks run on a virtual clock, advanced every
+	// sixteenth of the run: a tick compacts at the revision of the one
+	// before, as every 100 ms of wall time would, but at the same points
+	// of the workload on every run, however busy the machine.
+	vc := clock.NewVirtual()
+	a := startOn(t, cli, Config{Clock: vc, CompactInterval: time.Minute})
+	compactRound := func() {
+		t.Helper()
+		n := counterOf(a.m.compactions)
+		vc.Advance(time.Minute)
+		require.Eventually(t, func() bool { return counterOf(a.m.compactions) > n }, time.Minute, time.Millisecond, "a compaction tick compacts")
+	}
 	ctx := context.Background()
 	require.Eventually(t, func() bool { s, err := a.Status(ctx); return err == nil && s.AvailableNodes == 4 }, 60*time.Second, 10*time.Millisecond)
 	_, err := a.CreateNamespace(ctx, NamespaceSpec{Name: "soak", MARLogical: 4, ZonesPerVZone: 1024})
@@ -101,8 +113,10 @@ func TestEtcdSizeBoundedByCompaction(t *testing.T) {
 	cycles := mutations / 4
 	for i := 0; i < cycles; i++ {
 		require.NoError(t, cycle(ctx, a, "soak", uint64(i%4)))
+		if (i+1)%max(cycles/16, 1) == 0 {
+			compactRound()
+		}
 		if (i+1)%(cycles/4) == 0 {
-			time.Sleep(250 * time.Millisecond) // let a compaction round run
 			sizes = append(sizes, srv.DBSize())
 		}
 	}

@@ -77,7 +77,10 @@ func TestOneMountPerNamespace(t *testing.T) {
 	}
 	require.NoError(t, write(fa, "a1"))
 
-	time.Sleep(2 * time.Second) // a's renewals keep the 3 s lease past its first term
+	// a's renewals (every third of the 3 s TTL) keep the lease past its
+	// first term
+	require.Eventually(t, func() bool { return gauge("zonefleet_fs_mount_lease_renewals_total") >= 3 }, time.Minute, 10*time.Millisecond,
+		"the mount renews its lease")
 	_, err = newVol("b", false)
 	require.Error(t, err, "a second mount is refused")
 	assert.ErrorIs(t, err, zerr.ErrAlreadyExists)
@@ -88,15 +91,15 @@ func TestOneMountPerNamespace(t *testing.T) {
 
 	vb, err := newVol("b", true)
 	require.NoError(t, err, "a forced mount takes the lease over")
-	deadline := time.Now().Add(10 * time.Second)
+	// The next renewal (within a third of the TTL) finds the lease taken;
+	// the bound only turns a mount that never stops into a failure.
 	var werr error
-	for i := 0; time.Now().Before(deadline); i++ {
-		if werr = write(fa, "late"+string(rune('a'+i%26))); werr != nil {
-			break
-		}
-		time.Sleep(200 * time.Millisecond)
-	}
-	require.Error(t, werr, "the first mount stops writing once its renewal finds the lease taken")
+	i := 0
+	require.Eventually(t, func() bool {
+		i++
+		werr = write(fa, "late"+string(rune('a'+i%26)))
+		return werr != nil
+	}, time.Minute, 50*time.Millisecond, "the first mount stops writing once its renewal finds the lease taken")
 	var fe *fsvol.FencedError
 	rofs := errors.As(werr, &fe) || lfs.Errno(werr) != 0
 	assert.True(t, rofs, "%v", werr)

@@ -235,7 +235,8 @@ func nodeOutage(t *testing.T, pick func(perNode map[string]int, meta string) str
 	require.GreaterOrEqual(t, victim, 0, "node %q", victimID)
 	t.Logf("zones per node %v, metadata log on %s; stopping %s", perNode, ml.Node, victimID)
 
-	wd := newWatchdog(retryDeadline + 13*time.Second)
+	// a hang guard, not a timing claim: fifteen times the retry deadline
+	wd := newWatchdog(15 * retryDeadline)
 	stopWD := make(chan struct{})
 	go wd.run(stopWD)
 	var phase atomic.Int32 // 0 before, 1 node down, 2 node back
@@ -345,10 +346,24 @@ func nodeOutage(t *testing.T, pick func(perNode map[string]int, meta string) str
 		}
 	}()
 
-	time.Sleep(300 * time.Millisecond)
+	// the workload runs before the outage
+	require.Eventually(t, func() bool {
+		errsMu.Lock()
+		defer errsMu.Unlock()
+		return writeOK[0] >= 3 && readOK[0] >= 3
+	}, time.Minute, 5*time.Millisecond, "the workload runs")
 	phase.Store(1)
 	require.NoError(t, cl.StopNode(victim))
+	// The outage lasts its time and, on a machine too busy to get that far
+	// in it, until a read of a live node's data succeeded and an operation
+	// needing the dead node failed (the bound turns a wedged mount into a
+	// failure).
 	time.Sleep(outage)
+	require.Eventually(t, func() bool {
+		errsMu.Lock()
+		defer errsMu.Unlock()
+		return readOK[1] > 0 && readEIO[1]+writeEIO[1] > 0
+	}, 2*time.Minute, 10*time.Millisecond, "reads of live data and failures of dead-node operations during the outage")
 	stalled, failedOps := fs.Stalls()
 	t.Logf("during the outage: %d operations retrying, %d gave up after the deadline", stalled, failedOps)
 	require.NoError(t, cl.StartNode(ctx, victim))

@@ -8,6 +8,7 @@ import (
 )
 
 func TestFig26(t *testing.T) {
+	t.Parallel() // an independent simulation: runs beside the other figures
 	c := DefaultFig26()
 	res, err := RunFig26(context.Background(), t.TempDir(), c)
 	require.NoError(t, err)

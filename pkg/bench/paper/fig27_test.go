@@ -12,6 +12,7 @@ import (
 // gives the spares back when the others resume; with ZoneFleet's default
 // T_ReadOnly (5 min, scaled) nothing is reclaimed and NS4 gains nothing.
 func TestFig27(t *testing.T) {
+	t.Parallel() // an independent simulation: runs beside the other figures
 	res, _ := sharedShort(t, "fig27_28")
 	r := res.Figures["fig27_28"].(*Fig27Result)
 	p, d := r.Paper, r.Default

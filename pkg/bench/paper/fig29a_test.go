@@ -26,6 +26,7 @@ import (
 // alone, B keeps its full window in sc. 2; per-leg admission collapses B in
 // sc. 1.
 func TestFig29a(t *testing.T) {
+	t.Parallel() // an independent simulation: runs beside the other figures
 	c := DefaultFig29a()
 	res, err := RunFig29a(context.Background(), t.TempDir(), c)
 	require.NoError(t, err)

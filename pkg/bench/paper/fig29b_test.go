@@ -15,6 +15,7 @@ import (
 // the device's total, with and without shared dies (paper: +6.6 % and
 // +24.7 %; here far more, see docs/paper-figures.md), and paces the busy writer.
 func TestFig29b(t *testing.T) {
+	t.Parallel() // an independent simulation: runs beside the other figures
 	c := DefaultFig29b()
 	if raceDetector {
 		// the per-die rows' warm-up 1 s instead of 1.5 s (their numbers

@@ -13,6 +13,7 @@ import (
 // up read bandwidth and multiplies the writers' (paper: busy x2.98, regular
 // x2.57). The same holds with an NVMe-deep queue.
 func TestFig29c(t *testing.T) {
+	t.Parallel() // an independent simulation: runs beside the other figures
 	res, err := RunFig29c(context.Background(), t.TempDir(), DefaultFig29c())
 	require.NoError(t, err)
 	for _, r := range res.Runs {

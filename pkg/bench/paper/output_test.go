@@ -15,6 +15,7 @@ import (
 )
 
 func TestOutput(t *testing.T) {
+	t.Parallel() // an independent simulation: runs beside the other figures
 	o := Options{Short: true}
 	res := sharedShortAll(t)
 	require.Equal(t, IDs(), res.Order)

@@ -13,6 +13,7 @@ import (
 // (1.33-2.91 over ZNS), threaded logging recycling most segments (Table 5:
 // 85.8-94.8 %), and a table line per ratio.
 func TestZNSPlusFigure(t *testing.T) {
+	t.Parallel() // an independent simulation: runs beside the other figures
 	res, _ := sharedShort(t, "zns_plus")
 	r, ok := res.Figures["zns_plus"].(*ZNSPlusResult)
 	require.True(t, ok)
