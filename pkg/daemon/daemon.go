@@ -19,10 +19,12 @@
 //     wire.MaxConnectionIdle, wire.MaxConcurrentStreams per connection,
 //     header lists of wire.MaxHeaderListBytes (a block past it closes its
 //     connection), messages of wire.MaxMessageBytes.
-//   - A call's first message must arrive within wire.RequestTimeout of its
-//     headers, or its connection is closed (the stats handler of
-//     limits.go): gRPC reads a unary request whole before any interceptor
-//     runs and would hold a request sent in part for ever.
+//   - The request of a unary or server-streaming call must arrive within
+//     wire.RequestTimeout of its headers, or its connection is closed (the
+//     stats handler of limits.go): gRPC reads such a request whole before
+//     any interceptor runs and would hold one sent in part for ever.
+//     Client streams are bounded by their handlers (the node's WriteStream
+//     idle deadline).
 //
 // Refused and closed connections are counted in
 // zonefleet_server_connections_refused_total{listener,reason} and logged at
@@ -339,8 +341,10 @@ func (d *Daemon) healthz(w http.ResponseWriter, _ *http.Request) {
 // returns nil after a clean shutdown.
 func (d *Daemon) Run(ctx context.Context) error {
 	errc := make(chan error, 3)
+	d.guards["grpc"].setMethods(d.GRPC)
 	go func() { errc <- d.GRPC.Serve(d.grpcLis) }()
 	if d.unixLis != nil {
+		d.guards["unix"].setMethods(d.Local)
 		go func() { errc <- d.Local.Serve(d.unixLis) }()
 	}
 	var hs *http.Server

@@ -12,6 +12,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/zonefleet/zonefleet/pkg/clock"
 	"github.com/zonefleet/zonefleet/pkg/wire"
+	"google.golang.org/grpc"
 	"google.golang.org/grpc/stats"
 )
 
@@ -98,6 +99,10 @@ type connGuard struct {
 
 	refused *prometheus.CounterVec // reason
 	open    prometheus.Gauge
+
+	// clientStreams are the full names of the server's client-streaming
+	// methods (setMethods), which the request deadline leaves alone.
+	clientStreams atomic.Pointer[map[string]bool]
 
 	mu     sync.Mutex
 	total  int
@@ -250,10 +255,12 @@ func (c *limitConn) Close() error {
 	return err
 }
 
-// The stats handler of a gRPC server: it closes a connection when a call's
-// first message has not arrived RequestTimeout after the call began (gRPC
-// reads a unary request whole before any handler or interceptor runs, and
-// has no deadline of its own for it).
+// The stats handler of a gRPC server: it closes a connection when the
+// request of a unary or server-streaming call has not arrived
+// RequestTimeout after the call began (gRPC reads such a request whole
+// before any handler or interceptor runs, and has no deadline of its own
+// for it). Client-streaming calls are left to their handlers, which
+// receive as they go and may pace their senders (setMethods).
 type connKey struct{}
 type rpcKey struct{}
 
@@ -268,7 +275,10 @@ func (g *connGuard) TagConn(ctx context.Context, info *stats.ConnTagInfo) contex
 
 func (g *connGuard) HandleConn(context.Context, stats.ConnStats) {}
 
-func (g *connGuard) TagRPC(ctx context.Context, _ *stats.RPCTagInfo) context.Context {
+func (g *connGuard) TagRPC(ctx context.Context, info *stats.RPCTagInfo) context.Context {
+	if cs := g.clientStreams.Load(); cs != nil && (*cs)[info.FullMethodName] {
+		return ctx
+	}
 	remote, _ := ctx.Value(connKey{}).(net.Addr)
 	if g.conn(remote) == nil {
 		return ctx // nothing to close (unix socket)
@@ -295,4 +305,18 @@ func (g *connGuard) HandleRPC(ctx context.Context, s stats.RPCStats) {
 	if st, ok := ctx.Value(rpcKey{}).(*rpcState); ok && st.done.CompareAndSwap(false, true) {
 		st.stop()
 	}
+}
+
+// setMethods records the client-streaming methods of the server's
+// registered services (called before it serves).
+func (g *connGuard) setMethods(s *grpc.Server) {
+	m := map[string]bool{}
+	for svc, info := range s.GetServiceInfo() {
+		for _, md := range info.Methods {
+			if md.IsClientStream {
+				m["/"+svc+"/"+md.Name] = true
+			}
+		}
+	}
+	g.clientStreams.Store(&m)
 }

@@ -152,15 +152,22 @@ func TestConnectionLimitPerSource(t *testing.T) {
 // rawH2 is an HTTP/2 connection to a gRPC server over TLS, written frame by
 // frame (what a hostile peer can send, not what a gRPC client would).
 type rawH2 struct {
-	c  *tls.Conn
+	c  net.Conn
 	fr *http2.Framer
 }
 
+// dialH2 connects over TLS, or plaintext TCP without tc.
 func dialH2(t *testing.T, addr string, tc *tls.Config) *rawH2 {
 	t.Helper()
-	tc = tc.Clone()
-	tc.NextProtos = []string{"h2"}
-	c, err := tls.Dial("tcp", addr, tc)
+	var c net.Conn
+	var err error
+	if tc != nil {
+		tc = tc.Clone()
+		tc.NextProtos = []string{"h2"}
+		c, err = tls.Dial("tcp", addr, tc)
+	} else {
+		c, err = net.Dial("tcp", addr)
+	}
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = c.Close() })
 	_, err = io.WriteString(c, http2.ClientPreface)
@@ -176,10 +183,15 @@ func dialH2(t *testing.T, addr string, tc *tls.Config) *rawH2 {
 // goes in 16 KiB frames.
 func (h *rawH2) headers(t *testing.T, id uint32, pad, field int, endStream bool) {
 	t.Helper()
+	h.headersFor(t, "/grpc.health.v1.Health/Check", id, pad, field, endStream)
+}
+
+func (h *rawH2) headersFor(t *testing.T, path string, id uint32, pad, field int, endStream bool) {
+	t.Helper()
 	var buf bytes.Buffer
 	enc := hpack.NewEncoder(&buf)
 	for _, f := range [][2]string{
-		{":method", "POST"}, {":scheme", "https"}, {":path", "/grpc.health.v1.Health/Check"},
+		{":method", "POST"}, {":scheme", "https"}, {":path", path},
 		{":authority", "n1"}, {"content-type", "application/grpc"}, {"te", "trailers"},
 	} {
 		require.NoError(t, enc.WriteField(hpack.HeaderField{Name: f[0], Value: f[1]}))
@@ -312,4 +324,42 @@ func TestConnBudgetBelowFileLimit(t *testing.T) {
 	b := ConnBudget()
 	assert.Positive(t, b)
 	assert.Less(t, uint64(b), limit)
+}
+
+// A client stream paces its own messages (a node's rebuild push waits for
+// its rate limit): the request deadline leaves it alone, and its
+// connection is served on. (Plaintext and no authenticator: the test's
+// service is not in the authenticator's policy.)
+func TestClientStreamNotCutByRequestDeadline(t *testing.T) {
+	clk := clock.NewVirtual()
+	started := make(chan struct{}, 1)
+	desc := &grpc.ServiceDesc{
+		ServiceName: "test.Streams",
+		HandlerType: (*any)(nil),
+		Streams: []grpc.StreamDesc{{StreamName: "Up", ClientStreams: true, Handler: func(_ any, ss grpc.ServerStream) error {
+			started <- struct{}{}
+			<-ss.Context().Done()
+			return nil
+		}}},
+	}
+	log, _ := NewLogger(io.Discard, "text", "error")
+	d, err := New(Config{Name: "test", GRPCListen: "127.0.0.1:0", Limits: Limits{RequestTimeout: time.Minute}, Clock: clk}, log)
+	require.NoError(t, err)
+	d.GRPC.RegisterService(desc, struct{}{})
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- d.Run(ctx) }()
+	defer func() { cancel(); <-done }()
+
+	h := dialH2(t, d.GRPCAddr(), nil)
+	h.headersFor(t, "/test.Streams/Up", 1, 0, 0, false)
+	select {
+	case <-started:
+	case <-time.After(30 * time.Second):
+		t.Fatal("the client stream's handler did not start")
+	}
+	clk.Advance(10 * time.Minute)
+	h.headers(t, 3, 0, 0, true)
+	assert.Equal(t, "headers", h.answer(t, 3), "the connection is still served")
+	assert.Zero(t, refusedConns(d, "grpc", "request_timeout"))
 }

@@ -370,10 +370,8 @@ func (s *Service) PeerWrite(stream v1.ZonedDevice_PeerWriteServer) error {
 		}
 	}
 	var blocks uint64
-	rcv := newIdleReceiver(s, "peer_write", stream.Recv)
-	defer rcv.close()
 	for {
-		req, err := rcv.next(ctx)
+		req, err := stream.Recv()
 		if errors.Is(err, io.EOF) {
 			return stream.SendAndClose(&v1.PeerWriteResponse{Blocks: blocks})
 		}

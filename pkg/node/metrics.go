@@ -41,7 +41,7 @@ type metrics struct {
 	// operation (read_stream, peer_push).
 	sendTimeouts *prometheus.CounterVec
 	// recvTimeouts counts client streams ended because no message came
-	// within the idle deadline, by operation (write_stream, peer_write).
+	// within the idle deadline, by operation (write_stream).
 	recvTimeouts *prometheus.CounterVec
 	// limitRefusals counts streams refused by a per-namespace limit, by
 	// limit (streams, inflight_bytes, revision_waiters, revision_lead).

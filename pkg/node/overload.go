@@ -153,8 +153,8 @@ func (s *Service) nsUsage(ns string) (int, int64) {
 	return s.limits.streams[ns], s.limits.bytes[ns]
 }
 
-// idleReceiver receives a client stream's messages on a goroutine of its
-// own, in lockstep with the handler (one message asked, one received: it
+// idleReceiver receives a client stream's messages (WriteStream) on a
+// goroutine of its own, in lockstep with the handler (one message asked, one received: it
 // never runs ahead), so that the handler can stop waiting: a server stream
 // has no receive deadline, and a client that sends part of a message and
 // goes silent would hold the handler and the buffered bytes for ever.

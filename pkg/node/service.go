@@ -87,11 +87,13 @@
 //
 // What one caller can make the node hold is bounded (overload.go; the
 // limits are wire's constants). Receives have a deadline as sends do: a
-// client stream (WriteStream, PeerWrite) that sends no message for
-// Config.StreamIdleTimeout (wire.StreamIdleTimeout, 30 s) — typically part
-// of a message, then silence — ends with DeadlineExceeded
+// tenant's WriteStream that sends no message for Config.StreamIdleTimeout
+// (wire.StreamIdleTimeout, 30 s) — typically part of a message, then
+// silence — ends with DeadlineExceeded
 // (zonefleet_node_recv_timeouts_total{op}); the receive runs on a goroutine
 // in lockstep with the handler so that the handler can stop waiting. A
+// peer's PeerWrite has no such deadline: its sender paces itself by the
+// rebuild rate limit, which may hold a message longer. A
 // namespace may have wire.MaxNamespaceStreams streams open on the node and
 // wire.MaxNamespaceInflightBytes of their data held (received, not yet
 // written; read, not yet sent); past either the stream is refused with
@@ -174,8 +176,8 @@ type Config struct {
 	// DefaultRebuildBurst (an eighth of a second of RebuildRate, 64 KiB to
 	// 1 MiB).
 	RebuildBurst int64
-	// StreamIdleTimeout ends a client stream (WriteStream, PeerWrite) that
-	// sends no message for this long; 0 = wire.StreamIdleTimeout.
+	// StreamIdleTimeout ends a WriteStream that sends no message for this
+	// long; 0 = wire.StreamIdleTimeout.
 	StreamIdleTimeout time.Duration
 	// MaxNamespaceStreams and MaxNamespaceInflightBytes bound one
 	// namespace's streams on this node (overload.go); 0 = wire's limits.

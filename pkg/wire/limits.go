@@ -41,17 +41,17 @@ const (
 	// this long (GOAWAY; a gRPC client reconnects on its next call), so
 	// idle connections do not pile up against the connection limits.
 	MaxConnectionIdle = 5 * time.Minute
-	// RequestTimeout bounds how long the first message of a call may take
-	// to arrive once its headers did. gRPC reads a unary request whole
-	// before any handler runs, with no deadline of its own: a request sent
-	// in part, then held, would keep its buffered bytes for ever. A
-	// connection with such a call is closed.
+	// RequestTimeout bounds how long the request of a unary or
+	// server-streaming call may take to arrive once its headers did. gRPC
+	// reads such a request whole before any handler runs, with no deadline
+	// of its own: a request sent in part, then held, would keep its
+	// buffered bytes for ever. A connection with such a call is closed.
+	// (Client streams are the handlers' to bound: StreamIdleTimeout.)
 	RequestTimeout = 30 * time.Second
-	// StreamIdleTimeout bounds the wait for the next message of a client
-	// stream (WriteStream, PeerWrite): a stream that sends part of a
-	// message and goes silent is ended with DEADLINE_EXCEEDED and its
-	// buffers freed. The sending side's counterpart is the node's
-	// SendTimeout.
+	// StreamIdleTimeout bounds the wait for the next message of a tenant's
+	// client stream (WriteStream): a stream that sends part of a message
+	// and goes silent is ended with DEADLINE_EXCEEDED and its buffers
+	// freed. The sending side's counterpart is the node's SendTimeout.
 	StreamIdleTimeout = 30 * time.Second
 
 	// MaxConnsPerListener bounds the open connections of one listener,

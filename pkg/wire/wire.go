@@ -1,7 +1,10 @@
 // Package wire holds what callers and servers agree on beside the protobuf
 // API: the gRPC metadata keys that carry the caller's namespace and the admin
-// token, and helpers to set and read them; and the bulk codec and buffer
-// pool of the data path.
+// token, and helpers to set and read them; the limits of the protocol and of
+// every server, each with its reason (limits.go: message and header sizes,
+// connections, streams, deadlines, per-namespace shares), with the gRPC
+// options that apply them; and the bulk codec and buffer pool of the data
+// path. It links no server code: clients take their limits from here.
 //
 // # The bulk codec
 //
