@@ -239,6 +239,9 @@ func Run(ctx context.Context, d *daemon.Daemon, o Options, log *slog.Logger) err
 	}
 	if sec := d.SecurityConfig(); sec != nil && !sec.Insecure && sec.Bundle != nil && o.Config.PeerGrants == nil {
 		o.Config.PeerGrants = sec.Bundle.Verifier
+		if sec.Generations != nil {
+			o.Config.PeerRevoked = sec.Generations.Revoked
+		}
 	}
 	svc, err = New(o.Config, devs, grants, log)
 	if err != nil {

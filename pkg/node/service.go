@@ -119,12 +119,17 @@ type Config struct {
 	// resolved from the registered node records, TLS pinned to node:<id>,
 	// no bearer token (peerdial). nil: remote copies fail.
 	Peers *peerdial.Pool
-	// PeerGrants verifies the operation grants of peer reads (the token
+	// PeerGrants verifies the operation grants of peer calls (the token
 	// verification keys). Set on TLS clusters: a node then serves PeerRead
 	// only to the node an arbiter-signed grant names, for the namespace and
-	// zones it lists (auth.CheckPeerRead). nil: a node's certificate is
-	// enough (--insecure clusters, in-process tests).
+	// zones it lists (auth.CheckPeerRead), and takes PeerWrite only with
+	// such a grant or the namespace's own token forwarded from the tenant
+	// who asked for the compaction (auth.CheckPeerWrite). nil: a node's
+	// certificate is enough (--insecure clusters, in-process tests).
 	PeerGrants *auth.Verifier
+	// PeerRevoked refuses forwarded namespace tokens of revoked generations
+	// on PeerWrite (the token generations the node follows); may be nil.
+	PeerRevoked func(namespace string, generation uint64) error
 	// Standalone: no arbiter; any namespace may use any zone.
 	Standalone bool
 	Admission  AdmissionConfig
