@@ -4,6 +4,8 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"io"
+	"net/http"
 	"testing"
 	"time"
 
@@ -114,6 +116,21 @@ func TestPeerReadNeedsAnOperationGrant(t *testing.T) {
 	require.NoError(t, err)
 	got, err = peerRead(forged)
 	denied("a grant signed by another key", got, err)
+
+	// Every refusal is counted on the victim node.
+	var metricsAddr string
+	for _, n := range cl.Info().Nodes {
+		if n.ID == victim {
+			metricsAddr = n.Metrics
+		}
+	}
+	require.NotEmpty(t, metricsAddr)
+	resp, err := http.Get(metricsAddr) // a URL
+	require.NoError(t, err)
+	body, err := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	require.NoError(t, err)
+	assert.Contains(t, string(body), `zonefleet_auth_refusals_total{method="/zonefleet.v1.ZonedDevice/PeerRead",reason="peer_not_assigned"} 6`)
 
 	// The grant the arbiter would sign for this node's rebuild.
 	good, err := iss.IssuePeerRead(thief, "t", []string{zoneName}, time.Minute)

@@ -413,8 +413,7 @@ func (s *Service) PeerWrite(stream v1.ZonedDevice_PeerWriteServer) error {
 						authorized[key] = true // once per zone and stream: a long copy outlives no check it passed
 						zone := cluster.PhysZone{Node: s.cfg.ID, Device: d.idx, Zone: uint32(z)}.String()
 						if err := auth.CheckPeerWrite(s.cfg.PeerGrants, s.cfg.PeerRevoked, auth.PeerGrantFrom(ctx), id.Name, ns, zone); err != nil {
-							s.log.Warn("peer write refused", "caller", id.String(), "namespace", ns, "zone", zone, "err", err)
-							return auth.Status(err)
+							return s.refused(v1.ZonedDevice_PeerWrite_FullMethodName, auth.RefusedPeerNotAssigned, err)
 						}
 					}
 					if err := s.checkGrant(ns, d.idx, uint32(z), wire.MinRevision(ctx)); err != nil {

@@ -243,6 +243,9 @@ func Run(ctx context.Context, d *daemon.Daemon, o Options, log *slog.Logger) err
 			o.Config.PeerRevoked = sec.Generations.Revoked
 		}
 	}
+	if sec := d.SecurityConfig(); sec != nil && sec.Auth != nil && o.Config.Audit == nil {
+		o.Config.Audit = sec.Auth
+	}
 	svc, err = New(o.Config, devs, grants, log)
 	if err != nil {
 		return err

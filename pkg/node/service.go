@@ -130,6 +130,10 @@ type Config struct {
 	// PeerRevoked refuses forwarded namespace tokens of revoked generations
 	// on PeerWrite (the token generations the node follows); may be nil.
 	PeerRevoked func(namespace string, generation uint64) error
+	// Audit counts and logs the refusals the service decides itself (peer
+	// calls without authority, admin-only calls) like the authenticator's
+	// (zonefleet_auth_refusals_total, rate-limited WARN); nil: returned only.
+	Audit *auth.Authenticator
 	// Standalone: no arbiter; any namespace may use any zone.
 	Standalone bool
 	Admission  AdmissionConfig
@@ -462,9 +466,18 @@ func (s *Service) requireAdmin(ctx context.Context, what string) error {
 		return nil
 	}
 	if id, ok := auth.FromContext(ctx); ok {
-		return auth.Status(&auth.PermissionDeniedError{Identity: id.String(), Method: what, Reason: "needs the operator (admin)"})
+		return s.refused("/zonefleet.v1.ZonedDevice/"+what, auth.RefusedPolicy, &auth.PermissionDeniedError{Identity: id.String(), Method: what, Reason: "needs the operator (admin)"})
 	}
 	return &zerr.UnauthenticatedError{Reason: what + " needs the node's admin token (metadata " + wire.TokenKey + ")"}
+}
+
+// refused returns a refusal the service decided itself as its gRPC status,
+// counted and logged by Config.Audit when set.
+func (s *Service) refused(method, reason string, err error) error {
+	if s.cfg.Audit != nil {
+		return s.cfg.Audit.Refused(method, reason, err)
+	}
+	return auth.Status(err)
 }
 
 // authorizeZones checks that the caller may do I/O on every zone in [first, last].
