@@ -67,10 +67,12 @@ func (c *NodeCompactor) WithNodeTLS(conf *tls.Config) *NodeCompactor {
 	return c
 }
 
-// WithPeerGrants makes the compactor sign, for every raid5 leg rebuild it
-// assigns, a grant naming the rebuilding node, the namespace and the
-// survivors' zones (auth.IssuePeerRead): the survivors serve PeerRead only
-// with it.
+// WithPeerGrants makes the compactor sign operation grants for the peer
+// calls it assigns: for a raid5 leg rebuild, the rebuilding node may
+// PeerRead the survivors' zones (auth.IssuePeerRead); for a copy between
+// nodes (reclaim, a mirror rebuild), the source node may PeerWrite into the
+// destination zone (auth.IssuePeerWrite). Peers accept those calls only
+// with them.
 func (c *NodeCompactor) WithPeerGrants(iss *auth.Issuer) *NodeCompactor {
 	c.grants = iss
 	return c
@@ -204,7 +206,17 @@ func (c *NodeCompactor) Compact(ctx context.Context, ns string, dst cluster.Phys
 				lba, next, left = lba+n, next+n, left-n
 			}
 		}
-		resp, err := sn.client.ZoneCompaction(c.auth(ctx, ns), &v1.ZoneCompactionRequest{Device: src.Device, Copies: copies, Rebuild: isRebuild(ctx)})
+		cctx := c.auth(ctx, ns)
+		if c.grants != nil && src.Node != dst.Node {
+			// The source pushes into dst with PeerWrite: this grant, for
+			// the source node and dst only, is what dst accepts.
+			grant, err := c.grants.IssuePeerWrite(src.Node, ns, []string{dst.String()}, auth.PeerGrantTTL)
+			if err != nil {
+				return err
+			}
+			cctx = auth.WithPeerGrant(cctx, grant)
+		}
+		resp, err := sn.client.ZoneCompaction(cctx, &v1.ZoneCompactionRequest{Device: src.Device, Copies: copies, Rebuild: isRebuild(ctx)})
 		if err != nil {
 			return fmt.Errorf("zone_compaction on %s/%d into %s: %w", src.Node, src.Device, dst, err)
 		}

@@ -113,7 +113,8 @@
 // base64, lifetimes out of range are refused) and fuzzed. Roles:
 // "namespace" (sub = namespace) and "node" (sub = node id, accepted only by
 // --insecure servers, where nodes have no certificates) are credentials;
-// "peer-read" is an operation grant (below), never a credential.
+// "peer-read" and "peer-write" are operation grants (below), never
+// credentials.
 //
 // Operation grants (peergrant.go): a node's certificate proves which node
 // calls, not what it was asked to do. When the arbiter assigns a raid5 leg
@@ -122,9 +123,16 @@
 // minutes), and sends it with RebuildParityLeg (metadata
 // zonefleet-peer-grant); the rebuilding node forwards it on its PeerRead
 // calls, and the serving node checks it against the caller's certificate,
-// the request's namespace and zone (CheckPeerRead). Without it PeerRead is
-// PERMISSION_DENIED, so a stolen node certificate reads no tenant's data
-// from other nodes.
+// the request's namespace and zone (CheckPeerRead). A copy between nodes
+// the arbiter assigns (reclaim, a mirror rebuild) carries a "peer-write"
+// grant for the source node and the destination zone with ZoneCompaction;
+// the source forwards it on PeerWrite and the destination checks each zone
+// once per stream (CheckPeerWrite). A compaction a tenant asks for carries
+// the tenant's own token instead: the source forwards the token the
+// tenant's call was authenticated with (ForwardableToken), and the
+// destination accepts it for that namespace unless revoked. Without a
+// grant or token PeerRead and PeerWrite are PERMISSION_DENIED, so a stolen
+// node certificate neither reads nor writes tenants' data on other nodes.
 //
 // Issuance: Arbiter.IssueToken (pkg/arbiter tokens.go, `zctl token issue`)
 // signs a token with the arbiter's token-signing.key, carrying the
@@ -261,8 +269,9 @@
 //	                                           node write only its own record
 //	capturing the admin token at a node        never sent to nodes; operator node calls use the admin   TestAdminTokenNeverReachesANode
 //	                                           certificate
-//	stolen node certificate reading tenants'   PeerRead only with an arbiter-signed grant for that      TestPeerReadNeedsAnOperationGrant, TestPeerGrant
-//	zones on other nodes (PeerRead)            node, namespace and zone
+//	stolen node certificate reading or         PeerRead / PeerWrite only with an arbiter-signed grant   TestPeerReadNeedsAnOperationGrant,
+//	writing tenants' zones on other nodes      for that node, namespace and zone, or (PeerWrite) the    TestPeerWriteNeedsAuthority, TestPeerGrant
+//	                                           tenant's token forwarded
 //	node certificate writing etcd (grants,     etcd authentication and roles (etcdrbac)                 TestEtcdLeastPrivilege
 //	namespaces, un-revoking tokens)
 //	tokens of a deleted, re-created namespace  generation raised with the deletion, record outlives     TestRecreatedNamespaceRefusesOldTokens
@@ -297,13 +306,11 @@
 //
 // # Residual risks
 //
-//   - A stolen node certificate still gives PeerWrite on every other node
-//     for any namespace (the destination checks that the zones are granted
-//     to the namespace named, not that the caller was assigned the copy):
-//     it can overwrite or fill tenants' zones, not read them. Compactions
-//     are started by tenants as well as by the arbiter, so the grant for a
-//     PeerWrite needs the tenant's authority forwarded too; PeerRead (raid5
-//     rebuilds, arbiter-assigned only) already requires a grant.
+//   - A node that has seen a tenant's token (the tenant called it) can use
+//     it as that tenant anywhere, peer writes included, until it expires:
+//     a forwarded token is the authority of a compaction the tenant asked
+//     for. The operator's certificate carries no such authority, so
+//     `zctl zone compact --peer` is refused on TLS clusters.
 //   - A compromised node process reads what its own drives hold and sees
 //     the namespace tokens of tenants that call it (for at most their
 //     lifetime, 15 minutes by default).

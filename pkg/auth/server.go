@@ -238,6 +238,9 @@ func (a *Authenticator) authenticate(ctx context.Context, method string, req any
 		md.Delete(NamespaceKey)
 	}
 	ctx = metadata.NewIncomingContext(ctx, md)
+	if id.Kind == KindNamespace && id.Via == "token" && len(auths) == 1 {
+		ctx = context.WithValue(ctx, bearerKey{}, strings.TrimPrefix(auths[0], bearerPrefix))
+	}
 	return NewContext(ctx, id), nil
 }
 
@@ -294,7 +297,7 @@ func (a *Authenticator) fromBearer(v string) (Identity, error) {
 		if err != nil {
 			return Identity{}, refuse(reasonOf(err), unauth("%v", err))
 		}
-		if c.Role == TokenRolePeerRead {
+		if c.Role == TokenRolePeerRead || c.Role == TokenRolePeerWrite {
 			return Identity{}, refuse(RefusedMalformed, unauth("an operation grant is not a credential"))
 		}
 		if c.Role == TokenRoleNode {

@@ -42,6 +42,8 @@ const (
 	// TokenRolePeerRead is an operation grant, not a credential: sub is the
 	// node allowed to PeerRead the listed zones of namespace ns (peergrant.go).
 	TokenRolePeerRead = "peer-read"
+	// TokenRolePeerWrite is the same for PeerWrite (a copy into the zones).
+	TokenRolePeerWrite = "peer-write"
 )
 
 // Claims are the verified contents of a token.
@@ -336,7 +338,7 @@ func (v *Verifier) verify(tok string) (Claims, error) {
 		if wc.NS != "" || wc.Zones != nil {
 			return Claims{}, tokErr(ErrTokenMalformed, "a credential carries no operation scope")
 		}
-	case TokenRolePeerRead:
+	case TokenRolePeerRead, TokenRolePeerWrite:
 		if err := ValidSubject(wc.NS); err != nil {
 			return Claims{}, tokErr(ErrTokenMalformed, "grant namespace: %v", err)
 		}

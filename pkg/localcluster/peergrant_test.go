@@ -4,6 +4,8 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"io"
+	"net/http"
 	"testing"
 	"time"
 
@@ -115,10 +117,103 @@ func TestPeerReadNeedsAnOperationGrant(t *testing.T) {
 	got, err = peerRead(forged)
 	denied("a grant signed by another key", got, err)
 
+	// Every refusal is counted on the victim node.
+	var metricsAddr string
+	for _, n := range cl.Info().Nodes {
+		if n.ID == victim {
+			metricsAddr = n.Metrics
+		}
+	}
+	require.NotEmpty(t, metricsAddr)
+	resp, err := http.Get(metricsAddr) // a URL
+	require.NoError(t, err)
+	body, err := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	require.NoError(t, err)
+	assert.Contains(t, string(body), `zonefleet_auth_refusals_total{method="/zonefleet.v1.ZonedDevice/PeerRead",reason="peer_not_assigned"} 6`)
+
 	// The grant the arbiter would sign for this node's rebuild.
 	good, err := iss.IssuePeerRead(thief, "t", []string{zoneName}, time.Minute)
 	require.NoError(t, err)
 	got, err = peerRead(good)
 	require.NoError(t, err)
 	assert.True(t, bytes.HasPrefix(secret, got[:4096]), "the granted read returns the zone's data")
+}
+
+// A node certificate pushes compaction data into a tenant's zone on another
+// node (PeerWrite) only with the arbiter's grant for that node and zone, or
+// with the tenant's own token (a compaction the tenant asked for).
+func TestPeerWriteNeedsAuthority(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	cl, err := Start(ctx, Config{Dir: t.TempDir(), Nodes: 2, Clock: "off", Device: TinyDevice()})
+	require.NoError(t, err)
+	defer cl.Close()
+	admin, err := client.New(ctx, cl.AdminClientConfig())
+	require.NoError(t, err)
+	defer admin.Close()
+	for _, ns := range []string{"t", "u"} {
+		_, err = admin.Namespaces().Create(ctx, &v1.CreateNamespaceRequest{Name: ns, MaxActiveVzones: 2, ZonesPerVzone: 2})
+		require.NoError(t, err)
+	}
+	tenant, err := client.New(ctx, cl.ClientConfig("t"))
+	require.NoError(t, err)
+	defer tenant.Close()
+	vz, err := tenant.OpenVZone(ctx) // empty: its zones' write pointers are at their starts
+	require.NoError(t, err)
+	loc, err := vz.Locate(ctx, 0)
+	require.NoError(t, err)
+	victim, thief := loc.Node, "node-1"
+	if victim == thief {
+		thief = "node-2"
+	}
+	zoneName := cluster.PhysZone{Node: victim, Device: loc.Device, Zone: loc.Zone}.String()
+
+	b, err := auth.Load(auth.DirFiles(cl.PKIDir(), pki.Role{Kind: pki.RoleNode, Name: thief}, false, true))
+	require.NoError(t, err)
+	conf, err := b.ClientTLS(nil, "")
+	require.NoError(t, err)
+	creds, err := auth.NewNodeCredentials(conf, victim)
+	require.NoError(t, err)
+	cc, err := grpc.NewClient(loc.Addr, append(rpcerr.DialOptions(), grpc.WithTransportCredentials(creds))...)
+	require.NoError(t, err)
+	defer cc.Close()
+	push := func(authority string) error {
+		st, err := v1.NewZonedDeviceClient(cc).PeerWrite(auth.WithPeerGrant(wire.WithNamespace(ctx, "t"), authority))
+		if err != nil {
+			return rpcerr.FromError(err)
+		}
+		if err := st.Send(&v1.PeerWriteRequest{Namespace: "t", Device: loc.Device,
+			Extents: []*v1.PeerExtent{{DstLba: loc.LBA, Data: bytes.Repeat([]byte("forged!!"), 512)}}}); err != nil {
+			_, err = st.CloseAndRecv()
+			return rpcerr.FromError(err)
+		}
+		_, err = st.CloseAndRecv()
+		return rpcerr.FromError(err)
+	}
+	denied := func(what string, err error) {
+		t.Helper()
+		var pd *zerr.PermissionDeniedError
+		assert.True(t, errors.As(err, &pd), "%s: want *zerr.PermissionDeniedError, got %T: %v", what, err, err)
+	}
+	iss := cl.adm.Issuer
+	denied("no authority", push(""))
+	read, err := iss.IssuePeerRead(thief, "t", []string{zoneName}, time.Minute)
+	require.NoError(t, err)
+	denied("a read grant", push(read))
+	other, err := iss.IssuePeerWrite(victim, "t", []string{zoneName}, time.Minute)
+	require.NoError(t, err)
+	denied("a grant for another node", push(other))
+	tokU, err := cl.MintToken("u", time.Minute)
+	require.NoError(t, err)
+	denied("another tenant's token", push(tokU))
+	got, err := vz.Read(ctx, 0, 1)
+	if err == nil {
+		assert.False(t, bytes.Contains(got, []byte("forged!!")), "a refused push wrote nothing")
+	}
+
+	// The arbiter's grant for this node and zone is accepted.
+	good, err := iss.IssuePeerWrite(thief, "t", []string{zoneName}, time.Minute)
+	require.NoError(t, err)
+	require.NoError(t, push(good))
 }

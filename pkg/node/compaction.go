@@ -195,6 +195,13 @@ func (s *Service) pushRemote(ctx context.Context, op *compactionOp, copies []*v1
 		// copies into zones it has just granted, maybe revoked from another
 		// v-zone a moment before): it applies them before the first extent.
 		pctx = wire.WithMinRevision(pctx, wire.MinRevision(ctx))
+		// The copy's authority goes with it: the arbiter's grant, or the
+		// token of the tenant who asked for the compaction.
+		authority := auth.PeerGrantFrom(ctx)
+		if authority == "" {
+			authority = auth.ForwardableToken(ctx)
+		}
+		pctx = auth.WithPeerGrant(pctx, authority)
 		if s.cfg.Peers != nil {
 			conn, err = s.cfg.Peers.Get(ctx, c.GetPeer().GetNodeId())
 		} else {
@@ -370,6 +377,7 @@ func (s *Service) PeerWrite(stream v1.ZonedDevice_PeerWriteServer) error {
 		}
 	}
 	var blocks uint64
+	authorized := map[[2]uint64]bool{} // destination zones whose authority was checked (bounded by the drives' zones)
 	for {
 		req, err := stream.Recv()
 		if errors.Is(err, io.EOF) {
@@ -400,6 +408,13 @@ func (s *Service) PeerWrite(stream v1.ZonedDevice_PeerWriteServer) error {
 					return &zerr.NotOwnerError{Zone: cluster.PhysZone{Node: s.cfg.ID, Device: d.idx, Zone: uint32(ext.GetDstLba() / d.geo.zoneSize)}.String()}
 				}
 				for z := ext.GetDstLba() / d.geo.zoneSize; z <= (ext.GetDstLba()+n-1)/d.geo.zoneSize; z++ {
+					if key := [2]uint64{uint64(d.idx), z}; verified && s.cfg.PeerGrants != nil && !authorized[key] {
+						authorized[key] = true // once per zone and stream: a long copy outlives no check it passed
+						zone := cluster.PhysZone{Node: s.cfg.ID, Device: d.idx, Zone: uint32(z)}.String()
+						if err := auth.CheckPeerWrite(s.cfg.PeerGrants, s.cfg.PeerRevoked, auth.PeerGrantFrom(ctx), id.Name, ns, zone); err != nil {
+							return s.refused(v1.ZonedDevice_PeerWrite_FullMethodName, auth.RefusedPeerNotAssigned, err)
+						}
+					}
 					if err := s.checkGrant(ns, d.idx, uint32(z), wire.MinRevision(ctx)); err != nil {
 						return err
 					}

@@ -543,8 +543,7 @@ func (s *Service) PeerRead(req *v1.PeerReadRequest, stream v1.ZonedDevice_PeerRe
 		if s.cfg.PeerGrants != nil {
 			zone := cluster.PhysZone{Node: s.cfg.ID, Device: req.GetDevice(), Zone: req.GetZone()}.String()
 			if err := auth.CheckPeerRead(s.cfg.PeerGrants, auth.PeerGrantFrom(ctx), id.Name, req.GetNamespace(), zone); err != nil {
-				s.log.Warn("peer read refused", "caller", id.String(), "namespace", req.GetNamespace(), "zone", zone, "err", err)
-				return auth.Status(err)
+				return s.refused(v1.ZonedDevice_PeerRead_FullMethodName, auth.RefusedPeerNotAssigned, err)
 			}
 		}
 	} else if err := s.requireAdmin(ctx, "PeerRead"); err != nil {

@@ -240,6 +240,12 @@ func Run(ctx context.Context, d *daemon.Daemon, o Options, log *slog.Logger) err
 	}
 	if sec := d.SecurityConfig(); sec != nil && !sec.Insecure && sec.Bundle != nil && o.Config.PeerGrants == nil {
 		o.Config.PeerGrants = sec.Bundle.Verifier
+		if sec.Generations != nil {
+			o.Config.PeerRevoked = sec.Generations.Revoked
+		}
+	}
+	if sec := d.SecurityConfig(); sec != nil && sec.Auth != nil && o.Config.Audit == nil {
+		o.Config.Audit = sec.Auth
 	}
 	svc, err = New(o.Config, devs, grants, log)
 	if err != nil {

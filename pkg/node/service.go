@@ -141,12 +141,21 @@ type Config struct {
 	// resolved from the registered node records, TLS pinned to node:<id>,
 	// no bearer token (peerdial). nil: remote copies fail.
 	Peers *peerdial.Pool
-	// PeerGrants verifies the operation grants of peer reads (the token
+	// PeerGrants verifies the operation grants of peer calls (the token
 	// verification keys). Set on TLS clusters: a node then serves PeerRead
 	// only to the node an arbiter-signed grant names, for the namespace and
-	// zones it lists (auth.CheckPeerRead). nil: a node's certificate is
-	// enough (--insecure clusters, in-process tests).
+	// zones it lists (auth.CheckPeerRead), and takes PeerWrite only with
+	// such a grant or the namespace's own token forwarded from the tenant
+	// who asked for the compaction (auth.CheckPeerWrite). nil: a node's
+	// certificate is enough (--insecure clusters, in-process tests).
 	PeerGrants *auth.Verifier
+	// PeerRevoked refuses forwarded namespace tokens of revoked generations
+	// on PeerWrite (the token generations the node follows); may be nil.
+	PeerRevoked func(namespace string, generation uint64) error
+	// Audit counts and logs the refusals the service decides itself (peer
+	// calls without authority, admin-only calls) like the authenticator's
+	// (zonefleet_auth_refusals_total, rate-limited WARN); nil: returned only.
+	Audit *auth.Authenticator
 	// Standalone: no arbiter; any namespace may use any zone.
 	Standalone bool
 	Admission  AdmissionConfig
@@ -493,9 +502,18 @@ func (s *Service) requireAdmin(ctx context.Context, what string) error {
 		return nil
 	}
 	if id, ok := auth.FromContext(ctx); ok {
-		return auth.Status(&auth.PermissionDeniedError{Identity: id.String(), Method: what, Reason: "needs the operator (admin)"})
+		return s.refused("/zonefleet.v1.ZonedDevice/"+what, auth.RefusedPolicy, &auth.PermissionDeniedError{Identity: id.String(), Method: what, Reason: "needs the operator (admin)"})
 	}
 	return &zerr.UnauthenticatedError{Reason: what + " needs the node's admin token (metadata " + wire.TokenKey + ")"}
+}
+
+// refused returns a refusal the service decided itself as its gRPC status,
+// counted and logged by Config.Audit when set.
+func (s *Service) refused(method, reason string, err error) error {
+	if s.cfg.Audit != nil {
+		return s.cfg.Audit.Refused(method, reason, err)
+	}
+	return auth.Status(err)
 }
 
 // authorizeZones checks that the caller may do I/O on every zone in [first, last].

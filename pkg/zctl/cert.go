@@ -10,6 +10,8 @@ import (
 
 	"github.com/spf13/cobra"
 	"github.com/zonefleet/zonefleet/pkg/auth"
+	"github.com/zonefleet/zonefleet/pkg/auth/etcdrbac"
+	"github.com/zonefleet/zonefleet/pkg/etcdlocal"
 	"github.com/zonefleet/zonefleet/pkg/pki"
 	"github.com/zonefleet/zonefleet/pkg/zerr"
 )
@@ -64,7 +66,7 @@ func certCmd(g *Globals) *cobra.Command {
 			"`cert export` then gives each component only its own files (never ca.key; the signing key only\n" +
 			"to arbiters). No secret is ever taken from or printed to the command line, except a token you ask for.",
 	}
-	c.AddCommand(certInitCmd(g), certIssueCmd(g), certTokenCmd(g), certExportCmd(g))
+	c.AddCommand(certInitCmd(g), certIssueCmd(g), certTokenCmd(g), certExportCmd(g), certEtcdRolesCmd(g))
 	return c
 }
 
@@ -169,6 +171,65 @@ func certExportCmd(g *Globals) *cobra.Command {
 	f.StringVarP(&dir, "dir", "d", "", "PKI directory of `zctl cert init`")
 	f.StringVar(&out, "out", "", "directory to export into (created with mode 0700)")
 	f.StringVar(&component, "component", "", "one component (etcd, arbiter, admin, node-<id>): its files go straight into --out")
+	return c
+}
+
+func certEtcdRolesCmd(g *Globals) *cobra.Command {
+	var (
+		dir, endpoints string
+		nodes          []string
+		wait           time.Duration
+	)
+	c := &cobra.Command{
+		Use:   "etcd-roles",
+		Short: "turn on etcd's authentication with a role per component (least privilege)",
+		Long: "etcd-roles connects to etcd with the etcd certificate of --dir (etcd's root) and, idempotently,\n" +
+			"creates a role per component and enables authentication (users are certificate common names):\n" +
+			"  node:<id>  writes only its own registration; reads registrations, its grants, namespaces, token generations\n" +
+			"  arbiter    reads and writes the cluster's keys\n" +
+			"  admin      reads them\n" +
+			"Run it before the components start, and again with the full --nodes list when nodes are added.",
+		Example: "  zctl cert etcd-roles --dir /pki --etcd https://etcd:2379 --nodes node-1,node-2,node-3",
+		Args:    cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			g := certGlobals(g, cmd)
+			if dir == "" || endpoints == "" {
+				return usageErr(errors.New("--dir and --etcd are required"))
+			}
+			for _, id := range nodes {
+				if err := (pki.Role{Kind: pki.RoleNode, Name: id}).Validate(); err != nil || id == "" {
+					return usageErr(fmt.Errorf("--nodes: bad node id %q", id))
+				}
+			}
+			files := auth.DirFiles(dir, pki.Role{Kind: pki.RoleEtcd}, false, false)
+			files.VerifyKeys, files.AdminToken = "", "" // the etcd certificate and the CA only
+			b, err := auth.Load(files)
+			if err != nil {
+				return err
+			}
+			tc, err := b.ClientTLS(&pki.Role{Kind: pki.RoleEtcd}, "")
+			if err != nil {
+				return err
+			}
+			cli, err := etcdlocal.ConnectWith(cmd.Context(), endpoints, tc, wait)
+			if err != nil {
+				return err
+			}
+			defer cli.Close()
+			if err := etcdrbac.Apply(cmd.Context(), cli, nodes); err != nil {
+				return err
+			}
+			return g.emit(map[string]any{"authentication": "enabled", "nodes": nodes}, func(w io.Writer) error {
+				_, err := fmt.Fprintf(w, "etcd authentication enabled; roles for the arbiter, the operator and %d node(s)\n", len(nodes))
+				return err
+			})
+		},
+	}
+	f := c.Flags()
+	f.StringVarP(&dir, "dir", "d", "", "directory holding ca.crt, etcd.crt and etcd.key (the init directory or the etcd export)")
+	f.StringVar(&endpoints, "etcd", "", "etcd endpoints (https://)")
+	f.StringSliceVar(&nodes, "nodes", nil, "every node id of the cluster")
+	f.DurationVar(&wait, "wait", 30*time.Second, "how long to wait for etcd to answer")
 	return c
 }
 

@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"net"
+	"os"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -272,4 +273,36 @@ func TestAdminTokenNeverReachesANode(t *testing.T) {
 	for _, m := range []string{"/zonefleet.v1.ZonedDevice/ReportZones", "/zonefleet.v1.ZonedDevice/Identify"} {
 		assert.True(t, methods[m], "%s never reached the recording node (got %v)", m, methods)
 	}
+}
+
+// `zctl cert etcd-roles` (what compose runs before the components start)
+// adds the roles of new nodes to a running etcd with authentication, with
+// the etcd certificate only; another certificate cannot.
+func TestCertEtcdRoles(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	ic := startIdentityCluster(t, ctx)
+	ep := strings.Join(ic.cl.Etcd.Endpoints(), ",")
+	out, errOut, code := run(t, "", "cert", "etcd-roles", "--dir", ic.cl.PKIDir(), "--etcd", ep, "--nodes", "node-1,node-2,node-9", "-o", "json")
+	require.Equal(t, 0, code, errOut)
+	assert.Contains(t, out, `"authentication": "enabled"`)
+	cli, err := ic.cl.Etcd.Client()
+	require.NoError(t, err)
+	defer cli.Close()
+	r, err := cli.RoleGet(ctx, "zonefleet-node-node-9")
+	require.NoError(t, err)
+	assert.NotEmpty(t, r.Perm)
+	_, _, code = run(t, "", "cert", "etcd-roles", "--dir", ic.cl.PKIDir(), "--etcd", ep, "--nodes", "bad/id")
+	assert.Equal(t, ExitUsage, code)
+
+	// With a node's files in place of etcd's: refused by etcd.
+	dir := t.TempDir()
+	for _, f := range []string{auth.FileCA, "node-node-1.crt", "node-node-1.key"} {
+		b, err := os.ReadFile(filepath.Join(ic.cl.PKIDir(), f))
+		require.NoError(t, err)
+		require.NoError(t, os.WriteFile(filepath.Join(dir, strings.Replace(f, "node-node-1", "etcd", 1)), b, 0o600))
+	}
+	_, errOut, code = run(t, "", "cert", "etcd-roles", "--dir", dir, "--etcd", ep, "--nodes", "node-1", "--wait", "1s")
+	assert.NotEqual(t, 0, code)
+	assert.Contains(t, errOut, "permission denied")
 }
