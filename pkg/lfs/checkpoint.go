@@ -38,6 +38,9 @@ type checkpointer struct {
 	// last one that committed (FS.mu): a request for a checkpoint is
 	// answered by any checkpoint begun after it (checkpointAfter).
 	begun, committed uint64
+
+	loadProblems []Problem // SIT/SSA disagreements the load found
+	sitRepaired  bool      // the load made the SIT agree with the nodes (repair)
 }
 
 func (fs *FS) applyCheckpoint(cp *checkpoint) error {
@@ -45,7 +48,7 @@ func (fs *FS) applyCheckpoint(cp *checkpoint) error {
 		fs.segs = map[ZoneID]*segment{}
 		fs.nat = map[uint64]Addr{}
 	}
-	fs.cp.ver, fs.nodeSeq, fs.nextIno = cp.Version, cp.NextSeq, cp.NextIno
+	fs.cp.ver, fs.count.nodeSeq, fs.count.nextIno = cp.Version, cp.NextSeq, cp.NextIno
 	old := fs.segs
 	fs.segs = map[ZoneID]*segment{}
 	for _, sr := range cp.Segments {
@@ -71,9 +74,9 @@ func (fs *FS) applyCheckpoint(cp *checkpoint) error {
 		}
 		fs.segs[sr.Zone] = s
 	}
-	fs.orphans = map[uint64]struct{}{}
+	fs.files.orphans = map[uint64]struct{}{}
 	for _, o := range cp.Orphans {
-		fs.orphans[o] = struct{}{}
+		fs.files.orphans[o] = struct{}{}
 	}
 	for _, e := range cp.NAT {
 		if e[1] == 0 {
@@ -148,11 +151,11 @@ func (fs *FS) checkpoint(ctx context.Context, forceSnapshot bool) (err error) {
 // cpWriteBack writes the dirty pages and nodes and flushes the volume: the
 // first phase of a checkpoint.
 func (fs *FS) cpWriteBack(ctx context.Context) error {
-	t0, b0 := fs.now(), fs.blocksWritten
+	t0, b0 := fs.now(), fs.count.blocksWritten
 	if err := fs.flushAll(ctx); err != nil {
 		return err
 	}
-	fs.cp.lastWrite, fs.cp.lastData = fs.now()-t0, fs.blocksWritten-b0
+	fs.cp.lastWrite, fs.cp.lastData = fs.now()-t0, fs.count.blocksWritten-b0
 	if err := fs.writeDirtyNodes(ctx, nil, nodesCheckpoint); err != nil {
 		return err
 	}
@@ -198,7 +201,7 @@ func (fs *FS) cpRecord(ctx context.Context, cp *checkpoint, forceSnapshot bool, 
 			fs.cp.metaWP += need
 			fs.cp.metaSeq++
 			fs.cp.sinceSnap++
-			fs.blocksWritten += need
+			fs.count.blocksWritten += need
 		} else {
 			// The metadata zone's tail is unknown now: continue in a new one.
 			fs.cp.metaWP = fs.geo.ZoneBlocks
@@ -257,10 +260,10 @@ func (fs *FS) cpCommitted(ctx context.Context, cp *checkpoint, free []ZoneID, t0
 	fs.stats.checkpointBy(cause)
 	fs.tlAfterCheckpoint(ctx)
 	fs.cp.logs, fs.cp.logWP = cp.Logs, cp.LogWP
-	for _, in := range fs.active {
+	for _, in := range fs.ic.active {
 		in.needCP = false
 	}
-	fs.active = map[uint64]*inode{}
+	fs.ic.active = map[uint64]*inode{}
 	for _, z := range free {
 		s := fs.segs[z]
 		delete(fs.segs, z)
@@ -288,7 +291,7 @@ func (fs *FS) cpCommitted(ctx context.Context, cp *checkpoint, free []ZoneID, t0
 // meanwhile is left alone (its NAT entries go with the next record).
 func (fs *FS) notRecorded() {
 	for ino, in := range fs.cp.wrote {
-		if in.gone || fs.inodes[ino] != in {
+		if in.gone || fs.ic.inodes[ino] != in {
 			continue
 		}
 		fs.markDirty(in)
@@ -303,7 +306,7 @@ func (fs *FS) buildCheckpoint(full bool, free []ZoneID) *checkpoint {
 	for _, z := range free {
 		isFree[z] = true
 	}
-	cp := &checkpoint{Full: full, Version: fs.cp.ver + 1, NextSeq: fs.nodeSeq, NextIno: fs.nextIno, Used: fs.used,
+	cp := &checkpoint{Full: full, Version: fs.cp.ver + 1, NextSeq: fs.count.nodeSeq, NextIno: fs.count.nextIno, Used: fs.count.used,
 		HasTL: fs.sb.Features.Incompat&FeatureThreadedLog != 0, TL: fs.tlZones()}
 	zs := make([]ZoneID, 0, len(fs.segs))
 	for z := range fs.segs {
@@ -328,7 +331,7 @@ func (fs *FS) buildCheckpoint(full bool, free []ZoneID) *checkpoint {
 			cp.LogWP = append(cp.LogWP, s.wp)
 		}
 	}
-	for o := range fs.orphans {
+	for o := range fs.files.orphans {
 		cp.Orphans = append(cp.Orphans, o)
 	}
 	sort.Slice(cp.Orphans, func(i, j int) bool { return cp.Orphans[i] < cp.Orphans[j] })
@@ -389,7 +392,7 @@ func (fs *FS) rotateMeta(ctx context.Context, cp *checkpoint) error {
 		fs.noteBackground(bgReset, fs.unlocked(func() error { return fs.vol.Reset(ctx, z) }))
 		return err
 	}
-	fs.blocksWritten += total
+	fs.count.blocksWritten += total
 	old, had := fs.cp.metaZone, fs.cp.hasMeta
 	fs.cp.metaZone, fs.cp.metaWP, fs.cp.metaEpoch, fs.cp.metaSeq, fs.cp.sinceSnap, fs.cp.hasMeta = z, total, epoch, 2, 0, true
 	if had {

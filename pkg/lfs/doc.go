@@ -178,10 +178,12 @@
 //	gc.mu  ->  cp.mu  ->  renameMu  ->  inode.mu  ->  lg.mu[i]  ->  FS.mu
 //	(round)   (checkpoint) (tree)       (per inode)   (per log)      (tables)
 //
-// The order is checked at run time in every test of the package
-// (lockrank.go): the ranked locks record their holder, and a goroutine that
-// blocks on a lock ranked at or above one it holds panics. TryLock is
-// exempt (it never waits); inode locks are not ranked.
+// The order is checked at run time in tests (lockrank.go): the ranked locks
+// record their holder goroutine, and one that blocks on a lock ranked at or
+// above one it holds panics. The concurrent stress test runs under the
+// checker; ZONEFLEET_LFS_LOCKRANK=1 turns it on for every test of the
+// package (it costs microseconds per lock). TryLock is exempt (it never
+// waits); inode locks are not ranked.
 //
 // # Concurrency
 //

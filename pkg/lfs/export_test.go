@@ -44,7 +44,7 @@ func (fs *FS) Corrupt(kind string, ino uint64) error {
 		off := d.addrs[0].Off()
 		s.valid[off/64] &^= 1 << (off % 64)
 		s.nvalid--
-		fs.used--
+		fs.count.used--
 		fs.touch(d.addrs[0], true)
 	case "nlink":
 		in.body.Nlink++

@@ -59,25 +59,25 @@ func (in *inode) isReg() bool { return in.body.Mode&syscall.S_IFMT == syscall.S_
 func (fs *FS) newInode(ino uint64, mode, uid, gid uint32, now int64) *inode {
 	in := &inode{ino: ino, body: inodeBody{Mode: mode, UID: uid, GID: gid, Nlink: 1, Atime: now, Mtime: now, Ctime: now, BlocksKnown: true},
 		dirty: true, dn: map[uint32]*dnode{}, needCP: true}
-	fs.inodes[ino] = in
-	fs.active[ino] = in
-	fs.dirtyNodes++
+	fs.ic.inodes[ino] = in
+	fs.ic.active[ino] = in
+	fs.ic.dirtyNodes++
 	return in
 }
 
 func (fs *FS) markDirty(in *inode) {
-	fs.active[in.ino] = in
+	fs.ic.active[in.ino] = in
 	if !in.dirty {
 		in.dirty = true
-		fs.dirtyNodes++
+		fs.ic.dirtyNodes++
 	}
 }
 
 func (fs *FS) markDnDirty(in *inode, d *dnode) {
-	fs.active[in.ino] = in
+	fs.ic.active[in.ino] = in
 	if !d.dirty {
 		d.dirty = true
-		fs.dirtyNodes++
+		fs.ic.dirtyNodes++
 	}
 }
 
@@ -109,7 +109,7 @@ func (fs *FS) getInode(ctx context.Context, ino uint64) (*inode, error) {
 }
 
 func (fs *FS) loadInode(ctx context.Context, ino uint64) (*inode, bool, error) {
-	if in := fs.inodes[ino]; in != nil {
+	if in := fs.ic.inodes[ino]; in != nil {
 		return in, false, nil
 	}
 	if ino == 0 || ino > maxIno {
@@ -121,7 +121,7 @@ func (fs *FS) loadInode(ctx context.Context, ino uint64) (*inode, bool, error) {
 	if err != nil {
 		return nil, false, err
 	}
-	if in := fs.inodes[ino]; in != nil {
+	if in := fs.ic.inodes[ino]; in != nil {
 		return in, false, nil
 	}
 	if fs.nat[nid] != a {
@@ -141,7 +141,7 @@ func (fs *FS) decodeLoaded(ino uint64, b []byte) (*inode, error) {
 	}
 	in := &inode{ino: ino, body: *body, dn: map[uint32]*dnode{}}
 	in.coldFile = in.xattrIndex("user.lfs.cold") >= 0
-	fs.inodes[ino] = in
+	fs.ic.inodes[ino] = in
 	return in, nil
 }
 
@@ -185,11 +185,11 @@ func (fs *FS) loadDnode(ctx context.Context, in *inode, idx uint32, create bool)
 	if !create {
 		return nil, false, nil
 	}
-	if fs.used+1 > fs.sb.UserBlocks || fs.nodes+1 > fs.sb.MaxNodes {
+	if fs.count.used+1 > fs.sb.UserBlocks || fs.count.nodes+1 > fs.sb.MaxNodes {
 		return nil, false, errNoSpace
 	}
-	fs.used++
-	fs.nodes++
+	fs.count.used++
+	fs.count.nodes++
 	d := &dnode{addrs: make([]Addr, directEntries(fs.bs))}
 	in.dn[idx] = d
 	fs.markDnDirty(in, d)
@@ -236,7 +236,7 @@ func (fs *FS) getPage(ctx context.Context, in *inode, blk uint64, create bool) (
 		return q, nil
 	}
 	in.pages.set(blk, p)
-	fs.cachePages++
+	fs.ic.pages++
 	return p, nil
 }
 
@@ -249,18 +249,18 @@ func (fs *FS) holePage(ctx context.Context, in *inode, blk uint64, b []byte) (*p
 	if q := in.pages.get(blk); q != nil {
 		return q, nil // cached meanwhile (the caller writes it)
 	}
-	if fs.used+1 > fs.sb.UserBlocks {
+	if fs.count.used+1 > fs.sb.UserBlocks {
 		return nil, errNoSpace
 	}
 	p := &page{b: b}
-	fs.used++
+	fs.count.used++
 	in.holes++
 	p.dirty = true
-	fs.dirtyPages++
+	fs.ic.dirtyPages++
 	in.markDirtyBlk(blk, p)
-	fs.active[in.ino] = in
+	fs.ic.active[in.ino] = in
 	in.pages.set(blk, p)
-	fs.cachePages++
+	fs.ic.pages++
 	return p, nil
 }
 
@@ -282,10 +282,10 @@ func (fs *FS) clonePage(p *page) []byte {
 
 func (fs *FS) dirtyPage(in *inode, blk uint64, p *page) {
 	p.gen++
-	fs.active[in.ino] = in
+	fs.ic.active[in.ino] = in
 	if !p.dirty {
 		p.dirty = true
-		fs.dirtyPages++
+		fs.ic.dirtyPages++
 		in.markDirtyBlk(blk, p)
 	}
 }
@@ -302,7 +302,7 @@ func (in *inode) markDirtyBlk(blk uint64, p *page) {
 func (fs *FS) dropPage(in *inode, blk uint64) {
 	in.pages.del(blk)
 	delete(in.dirtyBlks, blk)
-	fs.cachePages--
+	fs.ic.pages--
 }
 
 // flushPlan is one write-back of an inode's dirty pages: the pages (marked
@@ -503,11 +503,11 @@ func (fs *FS) commitFlush(ctx context.Context, plan *flushPlan, failed bool) err
 			if p.gen == g.gens[i] {
 				p.dirty = false
 				p.cold = false
-				fs.dirtyPages--
+				fs.ic.dirtyPages--
 				delete(in.dirtyBlks, blk)
 			}
 			if !gcMoved {
-				fs.userBlocks++
+				fs.count.userBlocks++
 			}
 			if err := fs.setValid(a, mkNid(in.ino, di), uint32(e)); err != nil && firstErr == nil {
 				firstErr = err
@@ -565,7 +565,7 @@ func (fs *FS) lockIn(in *inode) bool {
 		in.mu.Lock()
 		fs.mu.Lock()
 	}
-	if in.gone || fs.inodes[in.ino] != in {
+	if in.gone || fs.ic.inodes[in.ino] != in {
 		in.busy--
 		in.mu.Unlock()
 		return false
@@ -583,7 +583,7 @@ func (fs *FS) unlockIn(in *inode) {
 // caller holds the checkpoint lock shared and no inode lock).
 func (fs *FS) writeBack(ctx context.Context) error {
 	for _, ino := range fs.dirtyInos() {
-		in := fs.inodes[ino]
+		in := fs.ic.inodes[ino]
 		if in == nil || !fs.lockIn(in) {
 			continue
 		}
@@ -598,7 +598,7 @@ func (fs *FS) writeBack(ctx context.Context) error {
 // held).
 func (fs *FS) dirtyInos() []uint64 {
 	inos := make([]uint64, 0, 4)
-	for ino, in := range fs.active {
+	for ino, in := range fs.ic.active {
 		if len(in.dirtyBlks) > 0 {
 			inos = append(inos, ino)
 		}
@@ -644,14 +644,14 @@ func (fs *FS) lockInHeld(in *inode) {
 // no operation holds an inode lock).
 func (fs *FS) flushAll(ctx context.Context) error {
 	inos := make([]uint64, 0)
-	for ino, in := range fs.active {
+	for ino, in := range fs.ic.active {
 		if len(in.dirtyBlks) > 0 {
 			inos = append(inos, ino)
 		}
 	}
 	sort.Slice(inos, func(i, j int) bool { return inos[i] < inos[j] })
 	for _, ino := range inos {
-		if err := fs.flushInode(ctx, fs.inodes[ino]); err != nil {
+		if err := fs.flushInode(ctx, fs.ic.inodes[ino]); err != nil {
 			return err
 		}
 	}
@@ -767,13 +767,13 @@ func (fs *FS) dirtyNodeItems(only *inode, mode nodeWrite) []nodeItem {
 		add(only)
 		return items
 	}
-	inos := make([]uint64, 0, len(fs.active))
-	for ino := range fs.active {
+	inos := make([]uint64, 0, len(fs.ic.active))
+	for ino := range fs.ic.active {
 		inos = append(inos, ino)
 	}
 	sort.Slice(inos, func(i, j int) bool { return inos[i] < inos[j] })
 	for _, ino := range inos {
-		add(fs.inodes[ino])
+		add(fs.ic.inodes[ino])
 	}
 	return items
 }
@@ -781,8 +781,8 @@ func (fs *FS) dirtyNodeItems(only *inode, mode nodeWrite) []nodeItem {
 // encodeNodeItem encodes the node block of it with the next node sequence
 // (and the fsync mark for nodesFsyncInode).
 func (fs *FS) encodeNodeItem(it nodeItem, mode nodeWrite) []byte {
-	h := nodeHeader{Nid: mkNid(it.in.ino, it.idx), Ino: it.in.ino, CPVer: fs.cp.ver, Seq: fs.nodeSeq}
-	fs.nodeSeq++
+	h := nodeHeader{Nid: mkNid(it.in.ino, it.idx), Ino: it.in.ino, CPVer: fs.cp.ver, Seq: fs.count.nodeSeq}
+	fs.count.nodeSeq++
 	if mode == nodesFsyncInode {
 		h.Flags |= nodeFlagFsync
 	}
@@ -806,19 +806,19 @@ func (fs *FS) placeNode(it nodeItem, a Addr, gcNode bool, mode nodeWrite) error 
 	if it.idx == 0 {
 		if it.in.dirty {
 			it.in.dirty = false
-			fs.dirtyNodes--
+			fs.ic.dirtyNodes--
 		}
 		it.in.cold = false
 	} else {
 		d := it.in.dn[it.idx]
 		if d.dirty {
 			d.dirty = false
-			fs.dirtyNodes--
+			fs.ic.dirtyNodes--
 		}
 		d.cold = false
 	}
 	if !gcNode {
-		fs.userBlocks++
+		fs.count.userBlocks++
 	}
 	if mode == nodesCheckpoint && fs.cp.wrote != nil {
 		fs.cp.wrote[it.in.ino] = it.in // unmarked: see checkpoint
@@ -1011,7 +1011,7 @@ func (fs *FS) writeAt(ctx context.Context, in *inode, off uint64, data []byte) (
 				} else {
 					p = &page{b: b}
 					in.pages.set(blk, p)
-					fs.cachePages++
+					fs.ic.pages++
 				}
 			}
 			setPage(p, b)
@@ -1067,13 +1067,13 @@ func (fs *FS) freeFrom(ctx context.Context, in *inode, from, to uint64) error {
 	for _, b := range in.pages.blocks(from, math.MaxUint64) {
 		if p := in.pages.get(b); p != nil {
 			if p.dirty {
-				fs.dirtyPages--
+				fs.ic.dirtyPages--
 				a, err := fs.blockAddr(ctx, in, b)
 				if err != nil {
 					return err
 				}
 				if a == 0 {
-					fs.used-- // a dirty hole page counted a block
+					fs.count.used-- // a dirty hole page counted a block
 					in.holes = max(in.holes, 1) - 1
 				}
 			}
@@ -1095,7 +1095,7 @@ func (fs *FS) freeFrom(ctx context.Context, in *inode, from, to uint64) error {
 			if base+uint64(e) >= from && d.addrs[e] != 0 {
 				fs.invalidate(d.addrs[e])
 				d.addrs[e] = 0
-				fs.used--
+				fs.count.used--
 				fs.mapped(in, -1)
 				fs.markDnDirty(in, d)
 			}
@@ -1175,7 +1175,7 @@ func (fs *FS) countBlocks(ctx context.Context, in *inode) error {
 func (fs *FS) dropDnode(in *inode, idx uint32) {
 	nid := mkNid(in.ino, idx)
 	if d := in.dn[idx]; d != nil && d.dirty {
-		fs.dirtyNodes--
+		fs.ic.dirtyNodes--
 	}
 	delete(in.dn, idx)
 	if a, ok := fs.nat[nid]; ok {
@@ -1183,8 +1183,8 @@ func (fs *FS) dropDnode(in *inode, idx uint32) {
 		delete(fs.nat, nid)
 		fs.cp.natDirty[nid] = struct{}{}
 	}
-	fs.used--
-	fs.nodes--
+	fs.count.used--
+	fs.count.nodes--
 }
 
 // maybeDelete removes an inode that has no links and no open handles.
@@ -1192,7 +1192,7 @@ func (fs *FS) maybeDelete(ctx context.Context, ino uint64) error {
 	in, err := fs.getInode(ctx, ino)
 	if err != nil {
 		if err == syscall.ENOENT {
-			delete(fs.orphans, ino)
+			delete(fs.files.orphans, ino)
 			return nil
 		}
 		return err
@@ -1222,14 +1222,14 @@ func (fs *FS) maybeDelete(ctx context.Context, ino uint64) error {
 		fs.cp.natDirty[nid] = struct{}{}
 	}
 	if in.dirty {
-		fs.dirtyNodes--
+		fs.ic.dirtyNodes--
 	}
-	fs.used--
-	fs.nodes--
+	fs.count.used--
+	fs.count.nodes--
 	in.gone = true
-	delete(fs.inodes, ino)
-	delete(fs.active, ino)
-	delete(fs.orphans, ino)
+	delete(fs.ic.inodes, ino)
+	delete(fs.ic.active, ino)
+	delete(fs.files.orphans, ino)
 	return nil
 }
 
@@ -1242,20 +1242,20 @@ func (in *inode) dirBlocksOrNil() []dirBlock {
 
 // evictCache drops clean pages when the cache is over its bound.
 func (fs *FS) evictCache() {
-	if fs.cachePages <= fs.opts.CacheBlocks {
+	if fs.ic.pages <= fs.opts.CacheBlocks {
 		return
 	}
 	target := fs.opts.CacheBlocks / 2
 	// in inode order: which pages go does not depend on map order, so runs
 	// on the virtual clock are reproducible
 	for _, ino := range fs.sortedInodes() {
-		in := fs.inodes[ino]
+		in := fs.ic.inodes[ino]
 		for _, b := range in.pages.blocks(0, math.MaxUint64) {
 			if p := in.pages.get(b); p != nil && !p.dirty {
 				fs.dropPage(in, b)
 			}
 		}
-		if fs.cachePages <= target {
+		if fs.ic.pages <= target {
 			return
 		}
 	}
@@ -1263,8 +1263,8 @@ func (fs *FS) evictCache() {
 
 // sortedInodes returns the cached inode numbers in increasing order.
 func (fs *FS) sortedInodes() []uint64 {
-	inos := make([]uint64, 0, len(fs.inodes))
-	for ino := range fs.inodes {
+	inos := make([]uint64, 0, len(fs.ic.inodes))
+	for ino := range fs.ic.inodes {
 		inos = append(inos, ino)
 	}
 	sort.Slice(inos, func(i, j int) bool { return inos[i] < inos[j] })
@@ -1273,23 +1273,23 @@ func (fs *FS) sortedInodes() []uint64 {
 
 // evictInodes drops clean, closed inodes when the inode cache is over its bound.
 func (fs *FS) evictInodes() {
-	if len(fs.inodes) <= fs.opts.CacheInodes {
+	if len(fs.ic.inodes) <= fs.opts.CacheInodes {
 		return
 	}
 	// files first: a directory's index is costly to reload
 	inos := fs.sortedInodes()
 	for pass := 0; pass < 2; pass++ {
 		for _, ino := range inos {
-			in := fs.inodes[ino]
+			in := fs.ic.inodes[ino]
 			if in == nil {
 				continue
 			}
-			if _, busy := fs.active[ino]; busy || in.busy > 0 || in.opens > 0 || ino == RootIno || in.dirty || (pass == 0 && in.isDir()) {
+			if _, busy := fs.ic.active[ino]; busy || in.busy > 0 || in.opens > 0 || ino == RootIno || in.dirty || (pass == 0 && in.isDir()) {
 				continue
 			}
-			fs.cachePages -= in.pages.len()
-			delete(fs.inodes, ino)
-			if len(fs.inodes) <= fs.opts.CacheInodes/2 {
+			fs.ic.pages -= in.pages.len()
+			delete(fs.ic.inodes, ino)
+			if len(fs.ic.inodes) <= fs.opts.CacheInodes/2 {
 				return
 			}
 		}

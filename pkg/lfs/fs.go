@@ -173,31 +173,42 @@ type FS struct {
 	m    *metrics
 
 	// The tables (mu).
-	segs    map[ZoneID]*segment
-	nat     map[uint64]Addr
-	inodes  map[uint64]*inode
-	active  map[uint64]*inode // inodes with dirty pages or nodes, or changed names, since the last checkpoint
+	segs  map[ZoneID]*segment
+	nat   map[uint64]Addr
+	ic    inodeCache
+	files openFiles
+	count counters
+
+	failed   error
+	deferred []deferredOp // Finish/Reset calls that failed while a node was unavailable (retried)
+	closed   bool
+	stats    Stats
+}
+
+// inodeCache is the inode and page cache's bookkeeping (FS.mu).
+type inodeCache struct {
+	inodes     map[uint64]*inode
+	active     map[uint64]*inode // inodes with dirty pages or nodes, or changed names, since the last checkpoint
+	pages      int               // cached pages
+	dirtyPages int
+	dirtyNodes int
+}
+
+// openFiles is the open handles and the unlinked inodes they keep (FS.mu).
+type openFiles struct {
 	handles map[Handle]*handle
 	nextFH  Handle
 	orphans map[uint64]struct{}
+}
 
-	nodeSeq uint64
-	nextIno uint64
-	used    uint64 // user blocks in use: data blocks (mapped or dirty holes) + nodes
-	nodes   uint64 // nodes (inodes + direct nodes) in use, bounded by the superblock's MaxNodes
-
-	cachePages, dirtyPages, dirtyNodes int
-
+// counters is the allocation and space counters (FS.mu).
+type counters struct {
+	nodeSeq       uint64
+	nextIno       uint64
+	used          uint64 // user blocks in use: data blocks (mapped or dirty holes) + nodes
+	nodes         uint64 // nodes (inodes + direct nodes) in use, bounded by the superblock's MaxNodes
 	blocksWritten uint64 // all blocks written to the drives (incl. meta and moves)
 	userBlocks    uint64 // blocks written on behalf of users (data + nodes)
-	failed        error
-	deferred      []deferredOp // Finish/Reset calls that failed while a node was unavailable (retried)
-	closed        bool
-	lastOp        time.Duration
-	stats         Stats
-	loadProblems  []Problem // SIT/SSA disagreements found at load
-	gauges        *gaugeCollector
-	sitRepaired   bool
 }
 
 // unlocked runs f (one Volume call) with fs.mu released: the table lock is
@@ -225,8 +236,8 @@ func newFS(vol Volume, opts Options) *FS {
 	}
 	fs := &FS{vol: vol, geo: vol.Geometry(), opts: opts, clk: opts.Clock,
 		segs: map[ZoneID]*segment{}, nat: map[uint64]Addr{},
-		inodes: map[uint64]*inode{}, active: map[uint64]*inode{}, handles: map[Handle]*handle{},
-		orphans: map[uint64]struct{}{}, nextFH: 1}
+		ic:    inodeCache{inodes: map[uint64]*inode{}, active: map[uint64]*inode{}},
+		files: openFiles{handles: map[Handle]*handle{}, orphans: map[uint64]struct{}{}, nextFH: 1}}
 	fs.bs = fs.geo.BlockSize
 	fs.cp.natDirty = map[uint64]struct{}{}
 	fs.cp.touched = newTouchLog()
@@ -330,14 +341,14 @@ func Mkfs(ctx context.Context, vol Volume, opts MkfsOptions) error {
 	fs.sb.Features.Compat |= FeatureInodeRdev // written with the next superblock
 	fs.lg.n = int(sb.Logs)
 	fs.lg.heads = make([]*segment, fs.lg.n)
-	fs.nextIno = RootIno + 1
+	fs.count.nextIno = RootIno + 1
 	now := time.Now().UnixNano()
 	root := fs.newInode(RootIno, syscall.S_IFDIR|0o755, 0, 0, now)
 	root.body.Nlink = 2
 	root.body.Parent = RootIno
 	root.dir = &dirIndex{ents: map[string]int{}}
-	fs.used++
-	fs.nodes++
+	fs.count.used++
+	fs.count.nodes++
 	fs.cp.mu.Lock()
 	fs.mu.Lock()
 	fs.cp.cause = "mkfs"
@@ -438,10 +449,10 @@ func mount(ctx context.Context, vol Volume, opts Options, repair bool) (*FS, err
 	if err != nil {
 		return nil, err
 	}
-	if repair && len(fs.loadProblems) > 0 {
+	if repair && len(fs.cp.loadProblems) > 0 {
 		fs.repairSIT()
-	} else if len(fs.loadProblems) > 0 {
-		return nil, corrupt("file system", "%d inconsistencies, first: %v (run fsck with repair)", len(fs.loadProblems), fs.loadProblems[0])
+	} else if len(fs.cp.loadProblems) > 0 {
+		return nil, corrupt("file system", "%d inconsistencies, first: %v (run fsck with repair)", len(fs.cp.loadProblems), fs.cp.loadProblems[0])
 	}
 	fs.cp.mu.Lock()
 	fs.mu.Lock()
@@ -456,7 +467,7 @@ func mount(ctx context.Context, vol Volume, opts Options, repair bool) (*FS, err
 		// block missing, a write pointer behind the data): mount the newest
 		// checkpoint read-only, so what it holds can be read and copied
 		// off, rather than refuse the whole file system.
-		if ro, _, _, e := loadFS(ctx, vol, opts); e == nil && len(ro.loadProblems) == 0 {
+		if ro, _, _, e := loadFS(ctx, vol, opts); e == nil && len(ro.cp.loadProblems) == 0 {
 			ro.mu.Lock()
 			_ = ro.goReadOnly("roll-forward", err)
 			ro.mu.Unlock()
@@ -555,7 +566,7 @@ func loadFS(ctx context.Context, vol Volume, opts Options) (*FS, []ZoneInfo, *me
 	if err != nil {
 		return nil, nil, nil, err
 	}
-	fs.loadProblems = probs
+	fs.cp.loadProblems = probs
 	return fs, zones, ml, nil
 }
 
@@ -577,7 +588,7 @@ func (fs *FS) repairSIT() {
 			s.owner[a.Off()], s.ofs[a.Off()] = nid, ofsNode
 		}
 	}
-	fs.sitRepaired = true
+	fs.cp.sitRepaired = true
 }
 
 // rebuildSSA fills every segment's summary from the nodes (the NAT for node
@@ -651,13 +662,13 @@ func (fs *FS) Unmount(ctx context.Context) error {
 		return &zerr.ClosedError{What: "file system"}
 	}
 	// Open files are closed: their orphans can go now.
-	for h, of := range fs.handles {
-		delete(fs.handles, h)
-		if in := fs.inodes[of.ino]; in != nil {
+	for h, of := range fs.files.handles {
+		delete(fs.files.handles, h)
+		if in := fs.ic.inodes[of.ino]; in != nil {
 			in.opens--
 		}
 	}
-	for o := range fs.orphans {
+	for o := range fs.files.orphans {
 		if err := fs.maybeDelete(ctx, o); err != nil {
 			return err
 		}
@@ -672,9 +683,9 @@ func (fs *FS) Unmount(ctx context.Context) error {
 
 func (fs *FS) shutdown(ctx context.Context) error {
 	fs.closed = true
-	if fs.gauges != nil && fs.opts.Registry != nil {
-		fs.opts.Registry.Unregister(fs.gauges)
-		fs.gauges = nil
+	if fs.m.gauges != nil && fs.opts.Registry != nil {
+		fs.opts.Registry.Unregister(fs.m.gauges)
+		fs.m.gauges = nil
 	}
 	fs.stopBackground()
 	for i := range fs.lg.heads {

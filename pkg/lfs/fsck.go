@@ -41,14 +41,14 @@ func Fsck(ctx context.Context, vol Volume, repair bool) (Report, error) {
 		if err != nil {
 			return Report{}, err
 		}
-		fs.used, fs.nodes = 0, uint64(len(fs.nat))
+		fs.count.used, fs.count.nodes = 0, uint64(len(fs.nat))
 		for _, s := range fs.segs {
-			fs.used += s.nvalid
+			fs.count.used += s.nvalid
 		}
 		fs.mu.Lock()
 		rep, err := fs.check(ctx, false)
 		fs.mu.Unlock()
-		rep.Problems = append(fs.loadProblems, rep.Problems...)
+		rep.Problems = append(fs.cp.loadProblems, rep.Problems...)
 		return rep, err
 	}
 	fs, err := mount(ctx, vol, Options{}, true)
@@ -58,8 +58,8 @@ func Fsck(ctx context.Context, vol Volume, repair bool) (Report, error) {
 	fs.cp.mu.Lock()
 	fs.mu.Lock()
 	rep, err := fs.check(ctx, true)
-	rep.Problems = append(fs.loadProblems, rep.Problems...)
-	rep.Repaired += len(fs.loadProblems)
+	rep.Problems = append(fs.cp.loadProblems, rep.Problems...)
+	rep.Repaired += len(fs.cp.loadProblems)
 	if err == nil && rep.Repaired > 0 {
 		fs.cp.cause = "fsck"
 		if err = fs.checkpoint(ctx, true); err == nil {
@@ -324,7 +324,7 @@ func (c *fsckRun) checkNodes() {
 			c.inodes[nidIno(nid)] = true
 		}
 	}
-	for ino := range fs.inodes {
+	for ino := range fs.ic.inodes {
 		c.inodes[ino] = true
 	}
 	for _, nid := range nids {
@@ -360,7 +360,7 @@ func (c *fsckRun) checkInode(ino uint64) {
 	if in.isDir() {
 		c.r.Dirs++
 	}
-	_, orphan := fs.orphans[ino]
+	_, orphan := fs.files.orphans[ino]
 	if !c.seen[ino] && !orphan {
 		c.flag("inode-reachable", "nat", "inode %d is not reachable from the root", ino)
 		c.lost = append(c.lost, ino)
@@ -482,15 +482,15 @@ func (c *fsckRun) checkSpace() {
 	for _, s := range fs.segs {
 		valid += s.nvalid
 	}
-	if fs.dirtyNodes == 0 && fs.nodes != uint64(len(fs.nat)) {
-		if c.flag("node-count", "space", "node count %d, NAT holds %d", fs.nodes, len(fs.nat)) {
-			fs.nodes = uint64(len(fs.nat))
+	if fs.ic.dirtyNodes == 0 && fs.count.nodes != uint64(len(fs.nat)) {
+		if c.flag("node-count", "space", "node count %d, NAT holds %d", fs.count.nodes, len(fs.nat)) {
+			fs.count.nodes = uint64(len(fs.nat))
 			c.fixed()
 		}
 	}
-	if fs.dirtyPages == 0 && fs.dirtyNodes == 0 && fs.used != valid {
-		if c.flag("used-blocks", "space", "used blocks %d, valid blocks %d", fs.used, valid) {
-			fs.used = valid
+	if fs.ic.dirtyPages == 0 && fs.ic.dirtyNodes == 0 && fs.count.used != valid {
+		if c.flag("used-blocks", "space", "used blocks %d, valid blocks %d", fs.count.used, valid) {
+			fs.count.used = valid
 			c.fixed()
 		}
 	}

@@ -22,9 +22,9 @@ func FsckOnly(ctx context.Context, vol Volume, check string) (Report, error) {
 	if err != nil {
 		return Report{}, err
 	}
-	fs.used, fs.nodes = 0, uint64(len(fs.nat))
+	fs.count.used, fs.count.nodes = 0, uint64(len(fs.nat))
 	for _, s := range fs.segs {
-		fs.used += s.nvalid
+		fs.count.used += s.nvalid
 	}
 	fs.mu.Lock()
 	defer fs.mu.Unlock()
@@ -77,7 +77,7 @@ func (fs *FS) CorruptFor(check string, dir, ino uint64, persist bool) (undo func
 	switch check {
 	case "sit-count":
 		ds.nvalid++
-		fs.used++
+		fs.count.used++
 	case "sit-write-pointer":
 		s := fs.lg.heads[fs.logFor(logWarmData)]
 		if s == nil || s.wp >= s.cap {
@@ -136,13 +136,13 @@ func (fs *FS) CorruptFor(check string, dir, ino uint64, persist bool) (undo func
 		if err := fs.setValid(a, 0, 0); err != nil {
 			return nil, err
 		}
-		fs.used++
+		fs.count.used++
 	case "node-count":
-		fs.nodes++
-		undo = func() { fs.nodes-- }
+		fs.count.nodes++
+		undo = func() { fs.count.nodes-- }
 	case "used-blocks":
-		fs.used++
-		undo = func() { fs.used-- }
+		fs.count.used++
+		undo = func() { fs.count.used-- }
 	default:
 		return nil, fmt.Errorf("no corruption for %q", check)
 	}

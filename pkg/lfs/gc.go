@@ -101,7 +101,7 @@ func (fs *FS) candidates() []SegmentInfo {
 		if s.log >= 0 || !s.closed || s.pending > 0 || s.tl {
 			continue
 		}
-		out = append(out, SegmentInfo{Zone: z, Valid: s.nvalid, Written: s.wp, Capacity: s.cap, Age: fs.nodeSeq - min(s.mtime, fs.nodeSeq)})
+		out = append(out, SegmentInfo{Zone: z, Valid: s.nvalid, Written: s.wp, Capacity: s.cap, Age: fs.count.nodeSeq - min(s.mtime, fs.count.nodeSeq)})
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].Zone < out[j].Zone })
 	return out
@@ -197,7 +197,7 @@ func (fs *FS) gcAccount(moved moveStat, t0, tMoved time.Duration, w0 uint64, vic
 	// write-back wrote (moved by host copy, or users' dirty pages) and the
 	// moved node blocks it rewrote from the host are not counted
 	if n := moved.izc + moved.hostCopy + moved.hostCached; n > 0 {
-		w := fs.blocksWritten - w0
+		w := fs.count.blocksWritten - w0
 		w -= min(w, fs.cp.lastData)
 		w -= min(w, moved.hostNodes)
 		fs.profileAlpha(victimNode, n, w)
@@ -248,7 +248,7 @@ func (fs *FS) gcOnce(ctx context.Context, foreground, excl bool) (bool, error) {
 	s.victim = true
 	victimNode := segIsNode(s) // which α its checkpoint feeds (§3.3.2)
 	moved, err := fs.moveSegment(ctx, s, method)
-	w0 := fs.blocksWritten
+	w0 := fs.count.blocksWritten
 	release()
 	if err != nil {
 		if excl {
@@ -434,7 +434,7 @@ func (fs *FS) allocCopies(ctx context.Context, li int, from ZoneID, src func(int
 			}
 		}
 		s.wp += k
-		s.mtime = fs.nodeSeq
+		s.mtime = fs.count.nodeSeq
 		i += int(k)
 		if s.wp >= s.cap {
 			s.closed = true
@@ -530,7 +530,7 @@ func (fs *FS) cachedChunks(s *segment, n int, at func(i int) (off, owner uint64,
 		if c.uncached {
 			continue
 		}
-		in := fs.inodes[nidIno(owner)]
+		in := fs.ic.inodes[nidIno(owner)]
 		cached, dirty := false, false
 		switch {
 		case in == nil:

@@ -20,7 +20,8 @@ type background struct {
 	log       bgLog
 	stopTimer func() bool // guarded by mu
 	mu        sync.Mutex
-	down      atomic.Bool // unmounted or abandoned: no more ticks
+	down      atomic.Bool   // unmounted or abandoned: no more ticks
+	lastOp    time.Duration // the clock at the last operation (idle recycling; FS.mu)
 }
 
 // Background work — recycling and checkpoints run by the timer, the finish

@@ -10,9 +10,12 @@ import (
 )
 
 // The lock order (doc.go, Concurrency) is checked at run time when
-// lockRankChecks is on (every test binary of this package turns it on): a
-// goroutine that blocks on a ranked lock while holding one of the same or a
-// higher rank panics, naming both. TryLock never blocks, so it is exempt
+// lockRankChecks is on (tests: the concurrent stress test runs under it,
+// and ZONEFLEET_LFS_LOCKRANK=1 turns it on for every test of the package):
+// a goroutine that blocks on a ranked lock while holding one of the same
+// or a higher rank panics, naming both. A check identifies the goroutine
+// from its stack trace's header, which costs microseconds per lock: too
+// slow to be on for every test by default. TryLock never blocks, so it is exempt
 // from the order but recorded as held. Logs share a rank: a goroutine may
 // hold several log locks (lane 0 of one log and a lane of another), so the
 // order among them is not checked; inode locks are not ranked (parents
@@ -34,6 +37,16 @@ func (r lockRank) String() string { return rankNames[r] }
 
 // lockRankChecks turns the checker on (tests).
 var lockRankChecks atomic.Bool
+
+// setLockRankChecks turns the checker on or off and forgets every hold
+// recorded (a lock taken with the checker off and released with it on, or
+// the reverse, must not be remembered).
+func setLockRankChecks(on bool) {
+	held.Lock()
+	held.by = nil
+	lockRankChecks.Store(on)
+	held.Unlock()
+}
 
 // rankedMutex is a sync.Mutex with a rank.
 type rankedMutex struct {

@@ -1,19 +1,33 @@
 package lfs
 
 import (
+	"os"
 	"sync"
 	"testing"
 
 	"github.com/stretchr/testify/require"
 )
 
-// Every test of the package runs with the lock-order checker on.
-func init() { lockRankChecks.Store(true) }
+// ZONEFLEET_LFS_LOCKRANK=1 runs every test of the package with the
+// lock-order checker on.
+func init() {
+	if os.Getenv("ZONEFLEET_LFS_LOCKRANK") == "1" {
+		setLockRankChecks(true)
+	}
+}
+
+// CheckLockOrder turns the lock-order checker on for the rest of t.
+func CheckLockOrder(t testing.TB) {
+	was := lockRankChecks.Load()
+	setLockRankChecks(true)
+	t.Cleanup(func() { setLockRankChecks(was) })
+}
 
 // TestLockRankOrder: taking the locks in their order passes; blocking on a
 // lock ranked at or above one held panics; TryLock is exempt; log locks may
 // be held together.
 func TestLockRankOrder(t *testing.T) {
+	CheckLockOrder(t)
 	fs := &FS{}
 	fs.setRanks()
 

@@ -31,6 +31,7 @@ type metrics struct {
 	pgcSplit   prometheus.Counter
 	logWrites  *prometheus.GaugeVec
 	throttled  prometheus.Counter
+	gauges     *gaugeCollector // the live gauges registered at mount (nil: none)
 }
 
 func newMetrics(reg prometheus.Registerer) *metrics {
@@ -157,7 +158,7 @@ func registerGauges(fs *FS, reg prometheus.Registerer) {
 		return
 	}
 	var g *gaugeCollector
-	defer func() { fs.gauges = g }()
+	defer func() { fs.m.gauges = g }()
 	g = &gaugeCollector{fs: fs,
 		free:       prometheus.NewDesc("zonefleet_fs_segments_free", "Free segments (v-zones the file system may still open).", nil, nil),
 		dirty:      prometheus.NewDesc("zonefleet_fs_segments_dirty", "In-use segments that are not log heads.", nil, nil),
@@ -295,7 +296,7 @@ func (fs *FS) Stats() Stats {
 	fs.mu.Lock()
 	defer fs.mu.Unlock()
 	s := fs.stats
-	s.BlockSize, s.ZoneBlocks, s.UserBlocks, s.UsedBlocks = fs.bs, fs.geo.ZoneBlocks, fs.sb.UserBlocks, fs.used
+	s.BlockSize, s.ZoneBlocks, s.UserBlocks, s.UsedBlocks = fs.bs, fs.geo.ZoneBlocks, fs.sb.UserBlocks, fs.count.used
 	s.SegmentsTotal = fs.geo.MaxZones - metaZonesReserved
 	s.SegmentsFree = fs.freeSegments()
 	for _, sg := range fs.segs {
@@ -307,13 +308,13 @@ func (fs *FS) Stats() Stats {
 		}
 	}
 	s.ReserveSegments = int(fs.sb.ReserveSegs)
-	s.Nodes, s.MaxNodes = fs.nodes, fs.sb.MaxNodes
-	s.CachedInodes, s.CachedPages, s.DirtyPages, s.DirtyNodes = len(fs.inodes), fs.cachePages, fs.dirtyPages, fs.dirtyNodes
-	s.OpenHandles, s.Orphans = len(fs.handles), len(fs.orphans)
+	s.Nodes, s.MaxNodes = fs.count.nodes, fs.sb.MaxNodes
+	s.CachedInodes, s.CachedPages, s.DirtyPages, s.DirtyNodes = len(fs.ic.inodes), fs.ic.pages, fs.ic.dirtyPages, fs.ic.dirtyNodes
+	s.OpenHandles, s.Orphans = len(fs.files.handles), len(fs.files.orphans)
 	s.CheckpointVersion = fs.cp.ver
-	s.DriveBlocksWritten, s.UserBlocksWritten = fs.blocksWritten, fs.userBlocks
-	if fs.userBlocks > 0 {
-		s.WAF = float64(fs.blocksWritten) / float64(fs.userBlocks)
+	s.DriveBlocksWritten, s.UserBlocksWritten = fs.count.blocksWritten, fs.count.userBlocks
+	if fs.count.userBlocks > 0 {
+		s.WAF = float64(fs.count.blocksWritten) / float64(fs.count.userBlocks)
 	}
 	s.MetaZone, s.MetaEpoch = fs.cp.metaZone, fs.cp.metaEpoch
 	s.Mode = fs.opts.Mode.String()
@@ -397,11 +398,11 @@ func (fs *FS) backgroundSync(lastCP *atomic.Int64) {
 	}
 	ctx := context.Background()
 	now := fs.clk.Now()
-	if fs.opts.BackgroundGC > 0 && now-fs.lastOp >= fs.opts.BackgroundGC {
+	if fs.opts.BackgroundGC > 0 && now-fs.bg.lastOp >= fs.opts.BackgroundGC {
 		_, err := fs.gcOnce(ctx, false, true)
 		fs.noteBackground(bgGC, err)
 	}
-	if fs.opts.CheckpointEvery > 0 && now-time.Duration(lastCP.Load()) >= fs.opts.CheckpointEvery && (fs.dirtyNodes > 0 || fs.dirtyPages > 0) {
+	if fs.opts.CheckpointEvery > 0 && now-time.Duration(lastCP.Load()) >= fs.opts.CheckpointEvery && (fs.ic.dirtyNodes > 0 || fs.ic.dirtyPages > 0) {
 		fs.cp.cause = "timer"
 		fs.noteBackground(bgCheckpoint, fs.checkpoint(ctx, false))
 		lastCP.Store(int64(now))
@@ -417,7 +418,7 @@ func (fs *FS) backgroundAsync(lastCP *atomic.Int64) {
 		return
 	}
 	now := fs.clk.Now()
-	idle := fs.opts.BackgroundGC > 0 && now-fs.lastOp >= fs.opts.BackgroundGC
+	idle := fs.opts.BackgroundGC > 0 && now-fs.bg.lastOp >= fs.opts.BackgroundGC
 	fs.mu.Unlock()
 	if idle && fs.gc.mu.TryLock() {
 		_, err := fs.gcOnce(ctx, false, false)
@@ -427,7 +428,7 @@ func (fs *FS) backgroundAsync(lastCP *atomic.Int64) {
 	if fs.opts.CheckpointEvery > 0 && now-time.Duration(lastCP.Load()) >= fs.opts.CheckpointEvery {
 		fs.cp.mu.Lock()
 		fs.mu.Lock()
-		if !fs.closed && fs.failed == nil && (fs.dirtyNodes > 0 || fs.dirtyPages > 0) {
+		if !fs.closed && fs.failed == nil && (fs.ic.dirtyNodes > 0 || fs.ic.dirtyPages > 0) {
 			fs.cp.cause = "timer"
 			fs.noteBackground(bgCheckpoint, fs.checkpoint(ctx, false))
 			lastCP.Store(int64(now))

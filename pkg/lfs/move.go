@@ -87,7 +87,7 @@ func (m *segMove) prefetch(ctx context.Context) error {
 		if it.ofs == ofsNode {
 			continue
 		}
-		if in := fs.inodes[nidIno(it.owner)]; in == nil || in.pages.get(uint64(nidIdx(it.owner)-1)*m.epd+uint64(it.ofs)) == nil {
+		if in := fs.ic.inodes[nidIno(it.owner)]; in == nil || in.pages.get(uint64(nidIdx(it.owner)-1)*m.epd+uint64(it.ofs)) == nil {
 			need = append(need, it.off)
 		}
 	}
@@ -149,7 +149,7 @@ func (m *segMove) hostData(ctx context.Context, it victimBlock) error {
 	a := MakeAddr(s.zone, off)
 	var data []byte
 	if m.method != Compact {
-		if in := fs.inodes[ino]; in == nil || in.pages.get(uint64(idx-1)*epd+uint64(ofs)) == nil {
+		if in := fs.ic.inodes[ino]; in == nil || in.pages.get(uint64(idx-1)*epd+uint64(ofs)) == nil {
 			if data = m.pre[off]; data == nil {
 				data = make([]byte, fs.bs)
 				if err := fs.readBlocks(ctx, a, data); err != nil {
@@ -191,7 +191,7 @@ func (m *segMove) hostData(ctx context.Context, it victimBlock) error {
 			if p = in.pages.get(blk); p == nil {
 				p = &page{b: data}
 				in.pages.set(blk, p)
-				fs.cachePages++
+				fs.ic.pages++
 			}
 			m.st.hostCopy++
 		} else {
@@ -239,7 +239,7 @@ func (m *segMove) izcGroup(ctx context.Context, temp int, list []victimBlock) er
 		return err
 	}
 	fs.lg.mu[l].Unlock()
-	fs.blocksWritten += uint64(len(list))
+	fs.count.blocksWritten += uint64(len(list))
 	for i, dv := range list {
 		if err := m.izcCommit(ctx, dv, dsts[i]); err != nil {
 			return err

@@ -207,7 +207,7 @@ func (fs *FS) begin1(ctx context.Context, name string, kind opKind) (*op, error)
 		// back itself past the budget.
 		soft, _ := fs.wbBudget()
 		fs.kickWriteBack()
-		if fs.wb.kick == nil && fs.dirtyPages > soft {
+		if fs.wb.kick == nil && fs.ic.dirtyPages > soft {
 			if err := fs.writeBack(ctx); err != nil {
 				o.done(&err)
 				return nil, err
@@ -225,7 +225,7 @@ func (o *op) done(errp *error) {
 		err = *errp
 	}
 	d := fs.since(o.t0)
-	fs.lastOp = fs.clk.Now()
+	fs.bg.lastOp = fs.clk.Now()
 	for _, in := range o.locked {
 		in.busy--
 	}
@@ -304,7 +304,7 @@ func (fs *FS) housekeep(ctx context.Context) error {
 	fs.evictInodes()
 	cause := ""
 	switch {
-	case fs.dirtyNodes > int(fs.geo.ZoneBlocks) || fs.dirtyNodes > 4096:
+	case fs.ic.dirtyNodes > int(fs.geo.ZoneBlocks) || fs.ic.dirtyNodes > 4096:
 		cause = "dirty_nodes"
 	case fs.tlOn() && fs.gc.tl.wantCP:
 		cause = "tl" // exhausted threaded-logging segments wait to be finished
@@ -538,27 +538,27 @@ func (fs *FS) mknode(ctx context.Context, o *op, parent uint64, name string, mod
 	if _, ok := d.ents[name]; ok {
 		return nil, syscall.EEXIST
 	}
-	if fs.used+3 > fs.sb.UserBlocks || fs.nodes+2 > fs.sb.MaxNodes {
+	if fs.count.used+3 > fs.sb.UserBlocks || fs.count.nodes+2 > fs.sb.MaxNodes {
 		return nil, errNoSpace
 	}
-	if fs.nextIno > maxIno {
+	if fs.count.nextIno > maxIno {
 		return nil, syscall.ENOSPC
 	}
-	ino := fs.nextIno
-	fs.nextIno++
+	ino := fs.count.nextIno
+	fs.count.nextIno++
 	in := fs.newInode(ino, mode, uid, gid, nowNs())
 	in.body.Parent = parent
 	fs.lockIn(in) // new: never contended
 	o.locked = append(o.locked, in)
-	fs.used++
-	fs.nodes++
+	fs.count.used++
+	fs.count.nodes++
 	if err := fs.addEnt(ctx, pin, dentry{Name: name, Ino: ino, Type: modeType(mode)}); err != nil {
-		fs.used--
-		fs.nodes--
-		fs.dirtyNodes--
+		fs.count.used--
+		fs.count.nodes--
+		fs.ic.dirtyNodes--
 		in.gone = true
-		delete(fs.inodes, ino)
-		delete(fs.active, ino)
+		delete(fs.ic.inodes, ino)
+		delete(fs.ic.active, ino)
 		return nil, err
 	}
 	if in.isDir() {
@@ -630,23 +630,23 @@ func (fs *FS) CreateTmp(ctx context.Context, parent uint64, mode, uid, gid uint3
 	if pin.body.Nlink == 0 {
 		return a, 0, syscall.ENOENT
 	}
-	if fs.used+3 > fs.sb.UserBlocks || fs.nodes+2 > fs.sb.MaxNodes {
+	if fs.count.used+3 > fs.sb.UserBlocks || fs.count.nodes+2 > fs.sb.MaxNodes {
 		return a, 0, errNoSpace
 	}
-	if fs.nextIno > maxIno {
+	if fs.count.nextIno > maxIno {
 		return a, 0, syscall.ENOSPC
 	}
-	ino := fs.nextIno
-	fs.nextIno++
+	ino := fs.count.nextIno
+	fs.count.nextIno++
 	in := fs.newInode(ino, syscall.S_IFREG|mode&0o7777, uid, gid, nowNs())
 	in.body.Parent = parent
 	in.body.Nlink = 0
 	in.tmpfile = flags&syscall.O_EXCL == 0
 	fs.lockIn(in) // new: never contended
 	o.locked = append(o.locked, in)
-	fs.used++
-	fs.nodes++
-	fs.orphans[ino] = struct{}{}
+	fs.count.used++
+	fs.count.nodes++
+	fs.files.orphans[ino] = struct{}{}
 	return fs.attr(in), fs.open(in, flags), nil
 }
 
@@ -737,7 +737,7 @@ func (fs *FS) Link(ctx context.Context, ino, newParent uint64, newName string) (
 		return a, err
 	}
 	if in.body.Nlink == 0 { // an O_TMPFILE file gets its first name
-		delete(fs.orphans, in.ino)
+		delete(fs.files.orphans, in.ino)
 		in.tmpfile = false
 		in.body.Parent = newParent
 	}
@@ -758,7 +758,7 @@ func (fs *FS) dropLink(ctx context.Context, in *inode) error {
 	fs.touchInode(in, false)
 	if in.body.Nlink == 0 {
 		if in.opens > 0 {
-			fs.orphans[in.ino] = struct{}{}
+			fs.files.orphans[in.ino] = struct{}{}
 			return nil
 		}
 		return fs.maybeDelete(ctx, in.ino)
@@ -1075,9 +1075,9 @@ func (fs *FS) exchange(ctx context.Context, op, np *inode, oldName, newName stri
 }
 
 func (fs *FS) open(in *inode, flags int) Handle {
-	h := fs.nextFH
-	fs.nextFH++
-	fs.handles[h] = &handle{ino: in.ino, flags: flags}
+	h := fs.files.nextFH
+	fs.files.nextFH++
+	fs.files.handles[h] = &handle{ino: in.ino, flags: flags}
 	in.opens++
 	return h
 }
@@ -1127,10 +1127,10 @@ func (fs *FS) openIno(ctx context.Context, ino uint64, flags int, killSUIDGID bo
 	return fs.open(in, flags), nil
 }
 
-func (fs *FS) isOrphan(ino uint64) bool { _, ok := fs.orphans[ino]; return ok }
+func (fs *FS) isOrphan(ino uint64) bool { _, ok := fs.files.orphans[ino]; return ok }
 
 func (fs *FS) handleInode(ctx context.Context, h Handle) (*handle, *inode, error) {
-	of := fs.handles[h]
+	of := fs.files.handles[h]
 	if of == nil {
 		return nil, nil, syscall.EBADF
 	}
@@ -1226,7 +1226,7 @@ func (fs *FS) WriteBack(ctx context.Context, h Handle, off int64, data []byte) (
 func (fs *FS) StaleCache(ino uint64) bool {
 	fs.mu.Lock()
 	defer fs.mu.Unlock()
-	in := fs.inodes[ino]
+	in := fs.ic.inodes[ino]
 	if in == nil || !in.staleCache {
 		return false
 	}
@@ -1245,7 +1245,7 @@ func (fs *FS) write(ctx context.Context, h Handle, off int64, data []byte, write
 		return 0, err
 	}
 	defer o.done(&err)
-	of := fs.handles[h]
+	of := fs.files.handles[h]
 	if of == nil {
 		return 0, syscall.EBADF
 	}
@@ -1315,7 +1315,7 @@ func (fs *FS) fits(need uint64, withReserve bool) bool {
 	if withReserve {
 		limit -= min(limit, fs.writeReserve())
 	}
-	return fs.used+need+need/fs.epd()+2 <= limit
+	return fs.count.used+need+need/fs.epd()+2 <= limit
 }
 
 // Fsync persists the file's data and nodes (fdatasync is the same here).
@@ -1325,7 +1325,7 @@ func (fs *FS) Fsync(ctx context.Context, h Handle, datasync bool) (err error) {
 		return err
 	}
 	defer o.done(&err)
-	of := fs.handles[h]
+	of := fs.files.handles[h]
 	if of == nil {
 		return syscall.EBADF
 	}
@@ -1405,7 +1405,7 @@ func (fs *FS) Flush(ctx context.Context, h Handle) (err error) {
 		return err
 	}
 	defer o.done(&err)
-	if fs.handles[h] == nil {
+	if fs.files.handles[h] == nil {
 		return syscall.EBADF
 	}
 	return nil
@@ -1418,20 +1418,20 @@ func (fs *FS) Release(ctx context.Context, h Handle) (err error) {
 		return err
 	}
 	defer o.done(&err)
-	of := fs.handles[h]
+	of := fs.files.handles[h]
 	if of == nil {
 		return syscall.EBADF
 	}
-	in := fs.inodes[of.ino]
+	in := fs.ic.inodes[of.ino]
 	if in != nil && !fs.lockIn(in) {
 		in = nil
 	} else if in != nil {
 		o.locked = append(o.locked, in)
 	}
-	if fs.handles[h] != of {
+	if fs.files.handles[h] != of {
 		return syscall.EBADF
 	}
-	delete(fs.handles, h)
+	delete(fs.files.handles, h)
 	if in == nil {
 		return nil
 	}
@@ -1440,7 +1440,7 @@ func (fs *FS) Release(ctx context.Context, h Handle) (err error) {
 		in.wbErr = nil // reported to every fsync until the last close
 	}
 	if in.opens == 0 && in.body.Nlink == 0 && fs.failed == nil {
-		delete(fs.orphans, in.ino)
+		delete(fs.files.orphans, in.ino)
 		return fs.maybeDelete(ctx, in.ino)
 	}
 	return nil
@@ -1486,12 +1486,12 @@ func (fs *FS) Statfs(ctx context.Context) (s StatfsOut, err error) {
 	}
 	defer o.done(&err)
 	free := uint64(0)
-	if fs.used < fs.sb.UserBlocks {
-		free = fs.sb.UserBlocks - fs.used
+	if fs.count.used < fs.sb.UserBlocks {
+		free = fs.sb.UserBlocks - fs.count.used
 	}
 	avail := free - min(free, fs.writeReserve()) // the write-back reserve is not for write(2)
 	return StatfsOut{Bsize: uint32(fs.bs), Blocks: fs.sb.UserBlocks, Bfree: free, Bavail: avail,
-		Files: fs.sb.MaxNodes, Ffree: fs.sb.MaxNodes - min(fs.nodes, fs.sb.MaxNodes), NameLen: maxNameLen}, nil
+		Files: fs.sb.MaxNodes, Ffree: fs.sb.MaxNodes - min(fs.count.nodes, fs.sb.MaxNodes), NameLen: maxNameLen}, nil
 }
 
 func (in *inode) xattrIndex(name string) int {

@@ -111,7 +111,7 @@ func (fs *FS) readAhead(in *inode, start, stop uint64) {
 		if err := fs.readBlocks(ctx, a, buf); err != nil {
 			return
 		}
-		if fs.cachePages+int(run) > fs.opts.CacheBlocks {
+		if fs.ic.pages+int(run) > fs.opts.CacheBlocks {
 			fs.evictCache()
 		}
 		for j := uint64(0); j < run; j++ {
@@ -120,7 +120,7 @@ func (fs *FS) readAhead(in *inode, start, stop uint64) {
 				continue
 			}
 			in.pages.set(b, &page{b: buf[j*bs : (j+1)*bs : (j+1)*bs]})
-			fs.cachePages++
+			fs.ic.pages++
 			fs.stats.ReadAheadBlocks++
 		}
 		blk += run

@@ -176,8 +176,8 @@ func (rc *recovery) scanNodes(ctx context.Context) error {
 		if f.h.Flags&nodeFlagFsync != 0 {
 			rc.lastFsync[f.h.Ino] = f.h.Seq + 1
 		}
-		if f.h.Seq >= fs.nodeSeq {
-			fs.nodeSeq = f.h.Seq + 1
+		if f.h.Seq >= fs.count.nodeSeq {
+			fs.count.nodeSeq = f.h.Seq + 1
 		}
 	}
 	return nil
@@ -229,11 +229,11 @@ func (rc *recovery) rollForward(ctx context.Context) error {
 		}
 		rc.recovered[f.h.Ino] = true
 	}
-	fs.used = 0
+	fs.count.used = 0
 	for _, s := range fs.segs {
-		fs.used += s.nvalid
+		fs.count.used += s.nvalid
 	}
-	fs.nodes = uint64(len(fs.nat))
+	fs.count.nodes = uint64(len(fs.nat))
 	return nil
 }
 
@@ -308,7 +308,7 @@ func (rc *recovery) trimRecovered(ctx context.Context) error {
 		}
 		fs.markDirty(in)
 		if in.body.Nlink == 0 {
-			fs.orphans[ino] = struct{}{}
+			fs.files.orphans[ino] = struct{}{}
 		}
 	}
 	return nil
@@ -350,7 +350,7 @@ func (rc *recovery) settleZones(ctx context.Context) error {
 
 // deleteOrphans deletes the unlinked inodes no file handle survives to.
 func (rc *recovery) deleteOrphans(ctx context.Context) error {
-	for o := range rc.fs.orphans {
+	for o := range rc.fs.files.orphans {
 		if err := rc.fs.maybeDelete(ctx, o); err != nil {
 			return err
 		}

@@ -306,8 +306,8 @@ func (fs *FS) appendBlocks(ctx context.Context, li int, data blockData, fua bool
 		} else {
 			s.wp += k
 		}
-		s.mtime = fs.nodeSeq
-		fs.blocksWritten += k
+		s.mtime = fs.count.nodeSeq
+		fs.count.blocksWritten += k
 		for j := 0; j < int(k); j++ {
 			if err := place(i+j, MakeAddr(s.zone, off+uint64(j))); err != nil {
 				return err
@@ -399,7 +399,7 @@ func (fs *FS) appendFailed(ctx context.Context, l, j int, s *segment, off uint64
 			return 0, err
 		}
 	}
-	fs.blocksWritten += pw.Written
+	fs.count.blocksWritten += pw.Written
 	return int(pw.Written), nil
 }
 

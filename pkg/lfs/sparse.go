@@ -227,13 +227,13 @@ func (fs *FS) unmapRange(ctx context.Context, in *inode, from, to uint64) error 
 			continue
 		}
 		if p.dirty {
-			fs.dirtyPages--
+			fs.ic.dirtyPages--
 			a, err := fs.blockAddr(ctx, in, b)
 			if err != nil {
 				return err
 			}
 			if a == 0 {
-				fs.used-- // a dirty hole page counted a block
+				fs.count.used-- // a dirty hole page counted a block
 				in.holes = max(in.holes, 1) - 1
 			}
 		}
@@ -257,7 +257,7 @@ func (fs *FS) unmapRange(ctx context.Context, in *inode, from, to uint64) error 
 			if b >= from && b < to && d.addrs[e] != 0 {
 				fs.invalidate(d.addrs[e])
 				d.addrs[e] = 0
-				fs.used--
+				fs.count.used--
 				fs.mapped(in, -1)
 				fs.markDnDirty(in, d)
 			}

@@ -344,7 +344,7 @@ func (fs *FS) tlOpened(li int, s *segment, keep []uint64, end uint64) {
 	}
 	s.tlPrev = append([]uint64(nil), s.valid...)
 	s.closed = false
-	s.mtime = fs.nodeSeq
+	s.mtime = fs.count.nodeSeq
 	var nkeep uint64
 	for _, w := range keep {
 		nkeep += uint64(bits.OnesCount64(w))

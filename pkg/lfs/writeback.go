@@ -131,7 +131,7 @@ const maxBatchBytes = 4 << 20
 // not yet in flight or the dirty pages pass the budget (fs.mu held).
 func (fs *FS) kickWriteBack() {
 	soft, batch := fs.wbBudget()
-	if fs.wb.kick != nil && (fs.dirtyPages-fs.wb.pages >= batch || fs.dirtyPages > soft) {
+	if fs.wb.kick != nil && (fs.ic.dirtyPages-fs.wb.pages >= batch || fs.ic.dirtyPages > soft) {
 		select {
 		case fs.wb.kick <- struct{}{}:
 		default:
@@ -180,7 +180,7 @@ func (fs *FS) admit(ctx context.Context, pages int) (err error) {
 			return fs.refuse()
 		}
 		soft, _ := fs.wbBudget()
-		if t == fs.wb.admitHead && fs.wb.fits(fs.dirtyPages, pages, soft) {
+		if t == fs.wb.admitHead && fs.wb.fits(fs.ic.dirtyPages, pages, soft) {
 			return nil
 		}
 		if !waited {
@@ -191,7 +191,7 @@ func (fs *FS) admit(ctx context.Context, pages int) (err error) {
 			continue
 		}
 		fs.kickWriteBack()
-		if fs.wb.flights > 0 || fs.wb.admitPages > 0 && fs.dirtyPages <= 2*soft {
+		if fs.wb.flights > 0 || fs.wb.admitPages > 0 && fs.ic.dirtyPages <= 2*soft {
 			fs.wb.flight.Wait()
 			continue
 		}
@@ -248,11 +248,11 @@ func (fs *FS) wbOne(ctx context.Context) bool {
 		return false
 	}
 	soft, batch := fs.wbBudget()
-	if fs.dirtyPages-fs.wb.pages < batch && fs.dirtyPages <= soft {
+	if fs.ic.dirtyPages-fs.wb.pages < batch && fs.ic.dirtyPages <= soft {
 		return false
 	}
 	for _, ino := range fs.dirtyInos() {
-		in := fs.inodes[ino]
+		in := fs.ic.inodes[ino]
 		if in == nil || !fs.lockIn(in) {
 			continue
 		}
