@@ -58,9 +58,10 @@ var workloads = []workload{
 
 // BenchmarkEngineVsClient measures each workload through fio and the
 // engine and through the raw client on the same drive of a three-node
-// local cluster, three runs each interleaved, and reports the medians and
-// the engine-over-client throughput ratio (the engine must not be the
-// bottleneck: ≥ 0.8).
+// local cluster, three runs each interleaved (in alternating order), and
+// reports the medians and the engine-over-client throughput ratio (the
+// engine must not be the bottleneck: ≥ 0.8). ZONEFLEET_FIO_RUNS changes
+// the number of runs, ZONEFLEET_FIO_ARGS adds fio arguments (busy_poll=1).
 //
 //	make build fio-engine && ZONEFLEET_BIN_DIR=$PWD/bin ZONEFLEET_FIO_ENGINE=$PWD/bin/zonefleet-fio.so \
 //	  go test -tags fio -run '^$' -bench EngineVsClient -benchtime 1x ./test/fio/
@@ -75,9 +76,17 @@ func BenchmarkEngineVsClient(b *testing.B) {
 	fmt.Fprintf(&table, "\n%-22s %12s %10s %10s %12s %10s %10s %7s\n", "workload", "engine MiB/s", "p50", "p99", "client MiB/s", "p50", "p99", "ratio")
 	for _, w := range workloads {
 		var eng, cli []figure
-		for r := 0; r < runs; r++ {
+		for r := 0; r < runs; r++ { // alternately engine first and client first
+			if r%2 == 1 {
+				cli = append(cli, raw.run(b, w))
+			}
+			if w.write { // fio finds the zones empty: it would reset full ones as it reaches them, timed
+				raw.reset(b)
+			}
 			eng = append(eng, c.fioFigure(b, w))
-			cli = append(cli, raw.run(b, w))
+			if r%2 == 0 {
+				cli = append(cli, raw.run(b, w))
+			}
 		}
 		e, k := median(eng), median(cli)
 		ratio := e.MiBps / k.MiBps
@@ -150,16 +159,21 @@ func rawDrive(b *testing.B, c *cluster) *raw {
 	return &raw{dev: dev, ctx: ctx, zone: id.GetZoneSize(), cap: id.GetZoneCapacity()}
 }
 
+// reset empties the benchmark's zones.
+func (r *raw) reset(b *testing.B) {
+	for z := uint64(benchOffset); z < benchOffset+benchZones; z++ {
+		_, err := r.dev.ZoneManagement(r.ctx, &v1.ZoneManagementRequest{Zone: uint32(z), Action: v1.ZoneAction_ZONE_ACTION_RESET})
+		require.NoError(b, err)
+	}
+}
+
 func (r *raw) run(b *testing.B, w workload) figure {
 	buf := make([]byte, w.bs)
 	_, _ = rand.Read(buf)
 	lats := make([]time.Duration, w.ops)
 	var start time.Time
-	if w.write { // the zones fio wrote: reset, then written 1 MiB at a time, zone after zone
-		for z := uint64(benchOffset); z < benchOffset+benchZones; z++ {
-			_, err := r.dev.ZoneManagement(r.ctx, &v1.ZoneManagementRequest{Zone: uint32(z), Action: v1.ZoneAction_ZONE_ACTION_RESET})
-			require.NoError(b, err)
-		}
+	if w.write { // the zones fio wrote: reset (untimed), then written 1 MiB at a time, zone after zone
+		r.reset(b)
 		per := int(r.cap * 4096 / uint64(w.bs))
 		start = time.Now()
 		for i := 0; i < w.ops; i++ {
