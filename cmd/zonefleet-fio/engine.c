@@ -17,13 +17,18 @@
  * a forked job has none of its threads, so every entry point checks that it
  * runs in that process and fails the job with a clear error otherwise.
  *
- * I/O. With iodepth=1 queue() runs the I/O on the job's thread and returns
- * FIO_Q_COMPLETED; deeper, queue() hands it to the Go side, which runs it
- * on a goroutine (a zone's writes one at a time, in order) and getevents()
- * collects completions. Trims reset whole zones; fsync flushes the drives.
+ * I/O. queue() hands an I/O to the Go side, which runs it on a goroutine (a
+ * zone's writes one at a time, in order) and adds its completion to the
+ * job's completion queue (struct zf_cq); getevents() sleeps on that. With
+ * iodepth=1 queue() waits for the completion itself and returns
+ * FIO_Q_COMPLETED (fio accounts it as a sync engine's). Trims reset whole
+ * zones; fsync flushes the drives.
  */
 #include <errno.h>
+#include <pthread.h>
 #include <stddef.h>
+#include <sched.h>
+#include <time.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -58,6 +63,7 @@ struct zf_options {
 	unsigned int insecure;
 	unsigned int zone_append;
 	unsigned int zones;
+	unsigned int busy_poll;
 };
 
 #define ZF_OPT(nm, field, typ, hlp) { \
@@ -82,8 +88,85 @@ static struct fio_option options[] = {
 	ZF_OPT("key_file", key_file, FIO_OPT_STR_STORE, "client certificate key ($ZONEFLEET_KEY_FILE)"),
 	ZF_OPT("insecure", insecure, FIO_OPT_BOOL, "dial plaintext (clusters started with --insecure)"),
 	ZF_OPT("zone_append", zone_append, FIO_OPT_BOOL, "issue writes as zone appends and check where they landed"),
+	ZF_OPT("busy_poll", busy_poll, FIO_OPT_BOOL, "poll for completions instead of sleeping (fewer thread wake-ups, one core busy)"),
 	{ .name = NULL, },
 };
+
+/*
+ * A job's completion queue: goroutines add completed I/Os (zf_complete),
+ * the job's thread sleeps on it in getevents. The thread never waits inside
+ * Go (see pkg/fioengine NewQueueFunc). It holds at most iodepth entries:
+ * fio has no more in flight.
+ */
+struct zf_done {
+	uintptr_t tag;
+	int err;
+};
+
+struct zf_cq {
+	pthread_mutex_t mu;
+	pthread_cond_t cv;
+	unsigned int cap, head, count;
+	struct zf_done *ring;
+	int busy_poll;
+};
+
+void zf_complete(void *p, uintptr_t tag, int err)
+{
+	struct zf_cq *q = p;
+
+	pthread_mutex_lock(&q->mu);
+	if (q->count < q->cap) {
+		q->ring[(q->head + q->count) % q->cap] = (struct zf_done){ .tag = tag, .err = err };
+		__atomic_store_n(&q->count, q->count + 1, __ATOMIC_RELEASE);
+	}
+	pthread_cond_signal(&q->cv);
+	pthread_mutex_unlock(&q->mu);
+}
+
+/* zf_cq_wait waits until min completions are there (or t passes), then
+ * takes up to max into out and returns how many. */
+static unsigned int zf_cq_wait(struct zf_cq *q, unsigned int min, unsigned int max,
+			       const struct timespec *t, struct zf_done *out)
+{
+	struct timespec until;
+	unsigned int n = 0;
+
+	if (t) {
+		clock_gettime(CLOCK_REALTIME, &until);
+		until.tv_sec += t->tv_sec;
+		until.tv_nsec += t->tv_nsec;
+		if (until.tv_nsec >= 1000000000L) {
+			until.tv_sec++;
+			until.tv_nsec -= 1000000000L;
+		}
+	}
+	if (q->busy_poll) /* wait running: the completion needs no wake-up */
+		while (__atomic_load_n(&q->count, __ATOMIC_ACQUIRE) < min) {
+			if (t) {
+				struct timespec now;
+
+				clock_gettime(CLOCK_REALTIME, &now);
+				if (now.tv_sec > until.tv_sec || (now.tv_sec == until.tv_sec && now.tv_nsec >= until.tv_nsec))
+					break;
+			}
+			sched_yield();
+		}
+	pthread_mutex_lock(&q->mu);
+	while (q->count < min) {
+		if (!t)
+			pthread_cond_wait(&q->cv, &q->mu);
+		else if (pthread_cond_timedwait(&q->cv, &q->mu, &until) == ETIMEDOUT)
+			break;
+	}
+	while (n < max && q->count > 0) {
+		out[n++] = q->ring[q->head];
+		q->head = (q->head + 1) % q->cap;
+		q->count--;
+	}
+	pthread_mutex_unlock(&q->mu);
+	return n;
+}
 
 struct zf_data {
 	uintptr_t target;
@@ -91,9 +174,9 @@ struct zf_data {
 	struct zf_geo geo;
 	int sync;
 	unsigned int depth;
+	struct zf_cq cq;
 	struct io_u **events;
-	uintptr_t *tags;
-	int *errs;
+	struct zf_done *dones;
 };
 
 static pid_t zf_loader_pid;
@@ -192,13 +275,17 @@ static int zf_init(struct thread_data *td)
 	if (d->sync) /* fio accounts the I/O as a sync engine's (latency = the call) */
 		td->flags |= (unsigned long long)FIO_SYNCIO << TD_ENG_FLAG_SHIFT;
 	d->events = calloc(depth, sizeof(*d->events));
-	d->tags = calloc(depth, sizeof(*d->tags));
-	d->errs = calloc(depth, sizeof(*d->errs));
-	if (!d->events || !d->tags || !d->errs) {
+	d->dones = calloc(depth, sizeof(*d->dones));
+	d->cq.ring = calloc(depth, sizeof(*d->cq.ring));
+	if (!d->events || !d->dones || !d->cq.ring) {
 		td_verror(td, ENOMEM, "zonefleet: queue");
 		return 1;
 	}
-	d->queue = zf_queue_new(d->target, ((struct zf_options *)td->eo)->zone_append);
+	d->cq.cap = depth;
+	d->cq.busy_poll = ((struct zf_options *)td->eo)->busy_poll;
+	pthread_mutex_init(&d->cq.mu, NULL);
+	pthread_cond_init(&d->cq.cv, NULL);
+	d->queue = zf_queue_new(d->target, ((struct zf_options *)td->eo)->zone_append, &d->cq);
 	return 0;
 }
 
@@ -213,9 +300,13 @@ static void zf_cleanup(struct thread_data *td)
 			zf_queue_free(d->queue);
 		zf_target_release(d->target);
 	}
+	if (d->cq.ring) {
+		pthread_mutex_destroy(&d->cq.mu);
+		pthread_cond_destroy(&d->cq.cv);
+	}
+	free(d->cq.ring);
 	free(d->events);
-	free(d->tags);
-	free(d->errs);
+	free(d->dones);
 	free(d);
 	td->io_ops_data = NULL;
 }
@@ -234,7 +325,9 @@ static enum fio_q_status zf_queue(struct thread_data *td, struct io_u *io_u)
 	if (io_u->ddir == DDIR_TRIM)
 		len = io_u->xfer_buflen;
 	if (d->sync) {
-		io_u->error = zf_do(d->queue, io_u->ddir, io_u->offset, io_u->xfer_buf, len);
+		zf_submit(d->queue, (uintptr_t)io_u, io_u->ddir, io_u->offset, io_u->xfer_buf, len);
+		zf_cq_wait(&d->cq, 1, 1, NULL, d->dones);
+		io_u->error = d->dones[0].err;
 		return FIO_Q_COMPLETED;
 	}
 	zf_submit(d->queue, (uintptr_t)io_u, io_u->ddir, io_u->offset, io_u->xfer_buf, len);
@@ -245,17 +338,14 @@ static int zf_getevents(struct thread_data *td, unsigned int min, unsigned int m
 			const struct timespec *t)
 {
 	struct zf_data *d = td->io_ops_data;
-	long long timeout = -1;
-	int i, n;
+	unsigned int i, n;
 
 	if (max > d->depth)
 		max = d->depth;
-	if (t)
-		timeout = (long long)t->tv_sec * 1000000000LL + t->tv_nsec;
-	n = zf_wait(d->queue, min, max, timeout, d->tags, d->errs);
+	n = zf_cq_wait(&d->cq, min, max, t, d->dones);
 	for (i = 0; i < n; i++) {
-		d->events[i] = (struct io_u *)d->tags[i];
-		d->events[i]->error = d->errs[i];
+		d->events[i] = (struct io_u *)d->dones[i].tag;
+		d->events[i]->error = d->dones[i].err;
 	}
 	return n;
 }

@@ -144,10 +144,18 @@ func (q *queue) tell(c fioengine.Completion) {
 	fmt.Fprintf(os.Stderr, "zonefleet: %s at offset %d, %d bytes: %v\n", kind, c.Op.Off, c.Op.Len, c.Err)
 }
 
+// zf_queue_new returns a queue on target h whose completions go to the
+// C completion queue cq (zf_complete).
+//
 //export zf_queue_new
-func zf_queue_new(h C.uintptr_t, zoneAppend C.int) C.uintptr_t {
+func zf_queue_new(h C.uintptr_t, zoneAppend C.int, cq unsafe.Pointer) C.uintptr_t {
 	t := cgo.Handle(h).Value().(fioengine.Target)
-	return C.uintptr_t(cgo.NewHandle(&queue{Queue: fioengine.NewQueue(t, zoneAppend != 0)}))
+	q := &queue{}
+	q.Queue = fioengine.NewQueueFunc(t, zoneAppend != 0, func(c fioengine.Completion) {
+		q.tell(c)
+		C.zf_complete(cq, C.uintptr_t(c.Tag), C.int(c.Errno))
+	})
+	return C.uintptr_t(cgo.NewHandle(q))
 }
 
 //export zf_queue_free
@@ -157,43 +165,14 @@ func zf_queue_free(h C.uintptr_t) {
 	ch.Delete()
 }
 
-func op(tag C.uintptr_t, kind C.int, off C.uint64_t, buf unsafe.Pointer, n C.uint64_t) fioengine.Op {
-	o := fioengine.Op{Tag: uintptr(tag), Kind: fioengine.Kind(kind), Off: uint64(off), Len: uint64(n)}
-	if (o.Kind == fioengine.KindRead || o.Kind == fioengine.KindWrite) && buf != nil && n > 0 {
-		o.Buf = unsafe.Slice((*byte)(buf), int(n)) // fio's buffer (C memory), used until the I/O completes
-	}
-	return o
-}
-
-// zf_do runs one I/O on the calling thread and returns 0 or an errno.
-//
-//export zf_do
-func zf_do(h C.uintptr_t, kind C.int, off C.uint64_t, buf unsafe.Pointer, n C.uint64_t) C.int {
-	q := cgo.Handle(h).Value().(*queue)
-	c := q.Do(op(0, kind, off, buf, n))
-	q.tell(c)
-	return C.int(c.Errno)
-}
-
-// zf_submit starts one I/O; zf_wait collects it under tag.
+// zf_submit starts one I/O; its completion goes to the queue's cq under tag.
 //
 //export zf_submit
 func zf_submit(h C.uintptr_t, tag C.uintptr_t, kind C.int, off C.uint64_t, buf unsafe.Pointer, n C.uint64_t) {
 	q := cgo.Handle(h).Value().(*queue)
-	q.Submit(op(tag, kind, off, buf, n))
-}
-
-// zf_wait waits for at least min completions (timeout_ns < 0: without a
-// time limit), takes up to max into tags and errs, and returns how many.
-//
-//export zf_wait
-func zf_wait(h C.uintptr_t, min, max C.int, timeoutNS C.longlong, tags *C.uintptr_t, errs *C.int) C.int {
-	q := cgo.Handle(h).Value().(*queue)
-	done := q.Wait(int(min), int(max), time.Duration(timeoutNS))
-	t, e := unsafe.Slice(tags, int(max)), unsafe.Slice(errs, int(max))
-	for i, c := range done {
-		t[i], e[i] = C.uintptr_t(c.Tag), C.int(c.Errno)
-		q.tell(c)
+	o := fioengine.Op{Tag: uintptr(tag), Kind: fioengine.Kind(kind), Off: uint64(off), Len: uint64(n)}
+	if (o.Kind == fioengine.KindRead || o.Kind == fioengine.KindWrite) && buf != nil && n > 0 {
+		o.Buf = unsafe.Slice((*byte)(buf), int(n)) // fio's buffer (C memory), used until the I/O completes
 	}
-	return C.int(len(done))
+	q.Submit(o)
 }

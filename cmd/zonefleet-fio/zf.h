@@ -47,4 +47,7 @@ struct zf_zone {
 	int cond;
 };
 
+/* Go hands a completed I/O to the job's completion queue (engine.c). */
+void zf_complete(void *cq, uintptr_t tag, int err);
+
 #endif

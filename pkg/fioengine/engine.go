@@ -60,14 +60,25 @@ type Queue struct {
 	notify chan struct{} // a completion was added (capacity 1)
 	zones  map[uint64]*zoneWrites
 	busy   int // submitted, not yet completed
+	done   func(Completion)
 }
 
 type zoneWrites struct{ ops []Op }
 
-// NewQueue returns a queue on t; with zoneAppend, writes that start at
-// their zone's write pointer go as zone appends (Options.ZoneAppend).
+// NewQueue returns a queue on t; with zoneAppend, writes go as zone
+// appends (Options.ZoneAppend).
 func NewQueue(t Target, zoneAppend bool) *Queue {
-	q := &Queue{t: t, geo: t.Geometry(), append: zoneAppend, notify: make(chan struct{}, 1), zones: map[uint64]*zoneWrites{}}
+	return NewQueueFunc(t, zoneAppend, nil)
+}
+
+// NewQueueFunc is NewQueue whose completions go to done, called on the
+// goroutine that ran the Op, instead of to Wait. The engine hands them to
+// fio's thread this way (a C completion queue it sleeps on), so that the
+// thread never waits inside Go: a goroutine that a C thread runs is locked
+// to it, and waking it takes a scheduler handoff more than waking the
+// thread itself.
+func NewQueueFunc(t Target, zoneAppend bool, done func(Completion)) *Queue {
+	q := &Queue{t: t, geo: t.Geometry(), append: zoneAppend, notify: make(chan struct{}, 1), zones: map[uint64]*zoneWrites{}, done: done}
 	q.ctx, q.cancel = context.WithCancel(context.Background())
 	return q
 }
@@ -84,7 +95,9 @@ func (q *Queue) Do(op Op) Completion {
 // Submit starts op.
 func (q *Queue) Submit(op Op) {
 	q.mu.Lock()
-	q.busy++
+	if q.done == nil {
+		q.busy++
+	}
 	if op.Kind != KindWrite {
 		q.mu.Unlock()
 		go q.complete(op)
@@ -126,6 +139,10 @@ func (q *Queue) completion(op Op, err error) Completion {
 
 func (q *Queue) complete(op Op) {
 	c := q.completion(op, q.run(op))
+	if q.done != nil {
+		q.done(c)
+		return
+	}
 	q.mu.Lock()
 	q.ready = append(q.ready, c)
 	q.busy--

@@ -58,7 +58,7 @@ type cluster struct {
 
 // localUp starts a three-node local cluster with args and waits for its
 // "Ready." line; the test's cleanup stops it with Ctrl-C.
-func localUp(t *testing.T, args ...string) *cluster {
+func localUp(t testing.TB, args ...string) *cluster {
 	t.Helper()
 	dir := t.TempDir()
 	c := &cluster{dir: dir, env: []string{"ZONEFLEET_CLUSTER=" + filepath.Join(dir, "data", "cluster.json"),
@@ -99,7 +99,7 @@ func localUp(t *testing.T, args ...string) *cluster {
 	return c
 }
 
-func (c *cluster) zctl(t *testing.T, args ...string) string {
+func (c *cluster) zctl(t testing.TB, args ...string) string {
 	t.Helper()
 	cmd := exec.Command(filepath.Join(binDir, "zctl"), args...)
 	cmd.Env = append(os.Environ(), c.env...)
@@ -136,7 +136,8 @@ type ddir struct {
 		Percentile map[string]float64 `json:"percentile"`
 	} `json:"clat_ns"`
 	LatNS struct {
-		Mean float64 `json:"mean"`
+		Mean       float64            `json:"mean"`
+		Percentile map[string]float64 `json:"percentile"`
 	} `json:"lat_ns"`
 }
 
@@ -144,7 +145,7 @@ var resetsRE = regexp.MustCompile(`; (\d+) zone resets`)
 
 // fio runs a job file of bench/fio/jobs (or a job given as arguments) with
 // env added.
-func (c *cluster) fio(t *testing.T, env []string, args ...string) result {
+func (c *cluster) fio(t testing.TB, env []string, args ...string) result {
 	t.Helper()
 	cmd := exec.Command("fio", append([]string{"--output-format=json,normal"}, args...)...)
 	cmd.Env = append(append(os.Environ(), c.env...), env...)
@@ -171,7 +172,9 @@ func (c *cluster) fio(t *testing.T, env []string, args ...string) result {
 		n, _ := strconv.Atoi(m[1])
 		r.resets = append(r.resets, n)
 	}
-	t.Logf("fio %s: exit %d\n%s%s", strings.Join(args, " "), r.code, r.normal, r.stderr)
+	if _, bench := t.(*testing.B); !bench {
+		t.Logf("fio %s: exit %d\n%s%s", strings.Join(args, " "), r.code, r.normal, r.stderr)
+	}
 	return r
 }
 
@@ -233,6 +236,14 @@ func TestDriveJobs(t *testing.T) {
 		w := r.report.Jobs[0]
 		assert.Equal(t, int64(4*zoneCap), w.Write.IOBytes)
 		assert.Equal(t, int64(4*zoneCap), w.Read.IOBytes, "verified")
+	})
+
+	t.Run("busy polling for completions", func(t *testing.T) {
+		r := c.fio(t, node, "--name=poll", "--thread", "--ioengine=external:"+engine, "--filename=zf", "--node=node-1",
+			"--busy_poll=1", "--zonemode=zbd", "--direct=1", "--offset=140z", "--size=2z", "--rw=write", "--bs=256k",
+			"--iodepth=4", "--verify=crc32c")
+		clean(t, r)
+		assert.Equal(t, int64(2*zoneCap), r.report.Jobs[0].Read.IOBytes, "verified")
 	})
 
 	t.Run("a write off the write pointer fails the job with EIO", func(t *testing.T) {
