@@ -268,12 +268,13 @@ func (d *Device) checkRange(lba, n uint64) error {
 	return nil
 }
 
-// enter admits a command: false once the device is closed.
-func (d *Device) enterLocked() error {
+// enterLocked admits a command: refused once the device is closed, and a
+// command that writes once it failed.
+func (d *Device) enterLocked(write bool) error {
 	if d.closed {
 		return &zerr.ClosedError{What: "fdp device " + d.path}
 	}
-	if d.failed != nil {
+	if write && d.failed != nil {
 		return &zerr.UnavailableError{What: "fdp device " + d.path, Reason: "read-only after an I/O error: " + d.failed.Error()}
 	}
 	d.ops.Add(1)
@@ -592,7 +593,7 @@ func (d *Device) Write(ctx context.Context, lba uint64, data []byte, pid Placeme
 	res := IOResult{Submitted: at}
 
 	d.mu.Lock()
-	if err := d.enterLocked(); err != nil {
+	if err := d.enterLocked(true); err != nil {
 		d.mu.Unlock()
 		return res, err
 	}
@@ -718,7 +719,7 @@ func (d *Device) Read(ctx context.Context, lba, n uint64) ([]byte, IOResult, err
 	at := d.now()
 	res := IOResult{Submitted: at}
 	d.mu.Lock()
-	if err := d.enterLocked(); err != nil {
+	if err := d.enterLocked(false); err != nil {
 		d.mu.Unlock()
 		return nil, res, err
 	}
@@ -785,7 +786,7 @@ func (d *Device) Trim(ctx context.Context, lba, n uint64) error {
 	}
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	if err := d.enterLocked(); err != nil {
+	if err := d.enterLocked(true); err != nil {
 		return err
 	}
 	defer d.ops.Done()
@@ -813,7 +814,7 @@ func (d *Device) Trim(ctx context.Context, lba, n uint64) error {
 // Flush makes every acknowledged write and trim durable.
 func (d *Device) Flush(ctx context.Context) error {
 	d.mu.Lock()
-	if err := d.enterLocked(); err != nil {
+	if err := d.enterLocked(true); err != nil {
 		d.mu.Unlock()
 		return err
 	}
@@ -856,7 +857,7 @@ func (d *Device) UpdateHandles(ctx context.Context, pids []PlacementID) error {
 	}
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	if err := d.enterLocked(); err != nil {
+	if err := d.enterLocked(true); err != nil {
 		return err
 	}
 	defer d.ops.Done()

@@ -46,6 +46,8 @@ type Options struct {
 	// their backing file's dirty pages to the disk every this many bytes
 	// written (zns.WithWritebackKick; 0 = leave it to the kernel).
 	WritebackKickBytes int64
+	// FDP are the node's FDP drives (--fdp-*).
+	FDP FDPOptions
 }
 
 // DefaultOptions are the defaults of the ssdnode flags.
@@ -54,7 +56,7 @@ func DefaultOptions() Options {
 		Config:  Config{ID: "node-1", Admission: AdmissionConfig{Enabled: true}},
 		DataDir: "./data", Devices: 1, Device: flash.Defaults(), Clock: "realtime", TimeScale: 1,
 		Etcd: "127.0.0.1:2379", LeaseTTL: 5 * time.Second, RebuildRateMiB: DefaultRebuildRate,
-		WritebackKickBytes: zns.DefaultWritebackKick,
+		WritebackKickBytes: zns.DefaultWritebackKick, FDP: DefaultFDPOptions(),
 	}
 }
 
@@ -74,6 +76,8 @@ func AddFlags(fs *pflag.FlagSet, o *Options) {
 	fs.Float64Var(&o.RebuildRateMiB, "rebuild-rate", o.RebuildRateMiB, "MiB/s this node's drives read or write for rebuilds (mirror and raid5 legs, as source or target), so tenants keep the rest; 0 = unlimited")
 
 	fs.Int64Var(&o.WritebackKickBytes, "writeback-kick-bytes", o.WritebackKickBytes, "start writing a drive's backing file to the disk (without waiting) every this many bytes written, so that a flush has less left to write; durability does not change (0 = leave it to the kernel's thresholds)")
+
+	AddFDPFlags(fs, &o.FDP)
 
 	c := &o.Device
 	fs.IntVar(&c.Channels, "channels", c.Channels, "flash channels")
@@ -277,6 +281,11 @@ func Run(ctx context.Context, d *daemon.Daemon, o Options, log *slog.Logger) err
 		return err
 	}
 	RegisterGRPC(d, svc) // on the unix socket too (daemon.Config.UnixSocket)
+	closeFDP, err := serveFDP(d, o, clk, svc, log)
+	if err != nil {
+		return err
+	}
+	defer closeFDP()
 	d.AddHealthCheck("devices", svc.Healthy)
 
 	var reg *Registration

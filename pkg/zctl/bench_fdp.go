@@ -1,0 +1,35 @@
+package zctl
+
+import (
+	"github.com/spf13/cobra"
+
+	fdpbench "github.com/zonefleet/zonefleet/pkg/bench/fdp"
+)
+
+// benchFDPCmd is `zctl bench fdp`: device WAF of the FDP drive under
+// placement policies, on the virtual clock (deterministic).
+func benchFDPCmd(g *Globals) *cobra.Command {
+	o := fdpbench.Defaults()
+	c := &cobra.Command{
+		Use:   "fdp",
+		Short: "FDP drive WAF: lifetime-matched placement vs one handle vs no FDP, and a three-stream mismatched-lifetime workload (deterministic)",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			g.progress("zctl bench fdp: %v, %.1f passes…", o.Workloads, o.Passes)
+			res, err := fdpbench.Run(cmd.Context(), o)
+			if err != nil {
+				return err
+			}
+			return g.emit(res, res.WriteTable)
+		},
+	}
+	c.Flags().Uint64Var(&o.Seed, "seed", o.Seed, "workload generator seed")
+	c.Flags().Float64Var(&o.Passes, "passes", o.Passes, "measured writes after the fill, in multiples of the used LBAs")
+	c.Flags().Float64Var(&o.Utilization, "utilization", o.Utilization, "fraction of the LBAs the workload uses")
+	c.Flags().Float64Var(&o.OverProvision, "over-provision", o.OverProvision, "fraction of the flash not exposed as LBAs")
+	c.Flags().IntVar(&o.RUChips, "ru-chips", o.RUChips, "reclaim unit size in chips (one flash block each)")
+	c.Flags().IntVar(&o.BlocksPerChip, "blocks-per-chip", o.BlocksPerChip, "flash blocks per chip (drive size)")
+	c.Flags().StringVar(&o.Victim, "victim", o.Victim, "garbage collection victim policy: greedy or cost-benefit")
+	c.Flags().StringSliceVar(&o.Workloads, "workloads", o.Workloads, "workloads: lifetime, hotcold, three-stream")
+	return c
+}
