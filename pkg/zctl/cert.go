@@ -11,7 +11,7 @@ import (
 	"github.com/spf13/cobra"
 	"github.com/zonefleet/zonefleet/pkg/auth"
 	"github.com/zonefleet/zonefleet/pkg/auth/etcdrbac"
-	"github.com/zonefleet/zonefleet/pkg/etcdlocal"
+	"github.com/zonefleet/zonefleet/pkg/etcdclient"
 	"github.com/zonefleet/zonefleet/pkg/pki"
 	"github.com/zonefleet/zonefleet/pkg/zerr"
 )
@@ -211,7 +211,7 @@ func certEtcdRolesCmd(g *Globals) *cobra.Command {
 			if err != nil {
 				return err
 			}
-			cli, err := etcdlocal.ConnectWith(cmd.Context(), endpoints, tc, wait)
+			cli, err := etcdclient.ConnectWith(cmd.Context(), endpoints, tc, wait)
 			if err != nil {
 				return err
 			}
