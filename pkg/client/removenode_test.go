@@ -88,7 +88,7 @@ func TestRemoveNode(t *testing.T) {
 		code codes.Code // gRPC code when is is nil and the call fails
 		gone bool       // the node is no longer listed afterwards
 	}{
-		{"tenant is denied", tenant, free, nil, codes.PermissionDenied, false},
+		{"tenant is denied", tenant, free, zerr.ErrPermissionDenied, 0, false},
 		{"unknown node", admin, "node-nope", zerr.ErrNotFound, 0, false},
 		{"registered node", admin, running, zerr.ErrInvalidArgument, 0, false},
 		{"stopped node holding zones", admin, holder, zerr.ErrZoneState, 0, false},

@@ -154,6 +154,9 @@ type Daemon struct {
 	unixLis net.Listener
 
 	guards map[string]*connGuard // by listener: grpc, unix, http
+	// ownClock is the real-time clock New started when Config.Clock was
+	// nil; Run stops it when it returns.
+	ownClock *clock.RealtimeClock
 
 	mu     sync.Mutex
 	checks map[string]func() error
@@ -179,7 +182,8 @@ func New(cfg Config, logger *slog.Logger, extra ...grpc.ServerOption) (*Daemon, 
 	m := newRPCMetrics(d.Registry)
 	clk := cfg.Clock
 	if clk == nil {
-		clk = clock.Realtime(1)
+		d.ownClock = clock.Realtime(1)
+		clk = d.ownClock
 	}
 	gm := newGuardMetrics(d.Registry)
 	d.guards = map[string]*connGuard{}
@@ -408,6 +412,9 @@ loop:
 		sctx, cancel := context.WithTimeout(context.Background(), time.Second)
 		_ = hs.Shutdown(sctx)
 		cancel()
+	}
+	if d.ownClock != nil {
+		d.ownClock.Stop()
 	}
 	return runErr
 }
