@@ -804,7 +804,9 @@ func (c *Client) retryDeadline(d time.Duration) (expired func() bool) {
 }
 
 // nodeCall runs one call on a node, retrying while the node is unavailable
-// (restarting, partitioned) until the retry deadline; the error names the node.
+// (restarting, partitioned) or refuses the call at a per-namespace limit
+// (zerr.LimitError: the namespace's other calls end and free their share)
+// until the retry deadline; the error names the node.
 func nodeCall[T any](ctx context.Context, c *Client, node, addr, op string, fn func(context.Context, v1.ZonedDeviceClient) (T, error)) (T, error) {
 	var zero T
 	d := c.cfg.RetryDeadline
@@ -823,7 +825,7 @@ func nodeCall[T any](ctx context.Context, c *Client, node, addr, op string, fn f
 			}
 			err = c.nodeErr(node, addr, err)
 		}
-		if !errors.Is(err, zerr.ErrUnavailable) || ctx.Err() != nil || expired() {
+		if !errors.Is(err, zerr.ErrUnavailable) && !errors.Is(err, zerr.ErrLimit) || ctx.Err() != nil || expired() {
 			return zero, &NodeError{Node: node, Addr: addr, Op: op, Err: err}
 		}
 		c.m.retries.WithLabelValues(op).Inc()

@@ -52,7 +52,7 @@ func loadPoint(ctx context.Context, o Options, rateMiB float64) (LoadPoint, erro
 		return lp, err
 	}
 	defer os.RemoveAll(dir)
-	cl, err := localcluster.Start(ctx, localcluster.Config{Dir: dir, Nodes: o.Nodes, Arbiters: 1, SessionTTL: time.Second,
+	cl, err := localcluster.Start(ctx, localcluster.Config{Dir: dir, Nodes: o.Nodes, Arbiters: 1, SessionTTL: 5 * time.Second, // one arbiter, never failed over: a short lease only risks losing it on a busy machine
 		Device: localcluster.SmallDevice(), Admission: true, Logger: slog.New(slog.NewTextHandler(io.Discard, nil)),
 		RebuildRate: rateMiB, UnlimitedRebuild: rateMiB == 0})
 	if err != nil {

@@ -144,7 +144,7 @@ func Run(ctx context.Context, o Options) (Result, error) {
 		defer os.RemoveAll(d)
 		dir = d
 	}
-	cl, err := localcluster.Start(ctx, localcluster.Config{Dir: dir, Nodes: o.Nodes, Arbiters: 1, SessionTTL: time.Second,
+	cl, err := localcluster.Start(ctx, localcluster.Config{Dir: dir, Nodes: o.Nodes, Arbiters: 1, SessionTTL: 5 * time.Second, // one arbiter, never failed over: a short lease only risks losing it on a busy machine
 		Device: localcluster.SmallDevice(), Admission: true, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
 	if err != nil {
 		return res, err
