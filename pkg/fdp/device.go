@@ -116,6 +116,7 @@ type Device struct {
 	rotor   int
 	jOff    int64
 	hostW   uint64 // host writes, the cost-benefit clock
+	mapped  uint64 // LBAs with a slot
 	st      Stats
 	events  []Event
 	evSeq   uint64
@@ -669,6 +670,8 @@ func (d *Device) Write(ctx context.Context, lba uint64, data []byte, pid Placeme
 		if old := d.l2p[l]; old >= 0 {
 			d.p2l[old] = -1
 			d.blkRU[d.blockOf(int(old))].valid--
+		} else {
+			d.mapped++
 		}
 		d.l2p[l] = int32(slots[i])
 		d.seq[l] = seqs[i]
@@ -803,6 +806,7 @@ func (d *Device) Trim(ctx context.Context, lba, n uint64) error {
 			d.p2l[old] = -1
 			d.blkRU[d.blockOf(int(old))].valid--
 			d.l2p[l] = -1
+			d.mapped--
 		}
 		d.seq[l] = s
 		d.copies[l] = 0

@@ -101,6 +101,41 @@
 // Trims append their journal record under the mutex. Close waits for the
 // commands in flight.
 //
+// # ZNS and FDP on one drive (design)
+//
+// The drive and pkg/zns share the flash geometry, the timing model and the
+// file layer, but each owns its chips today. Serving zoned and FDP
+// namespaces from one drive over one chip pool and one garbage collector
+// takes:
+//
+//   - One flash.Model per drive, shared: both FTLs book reads, programs,
+//     copybacks and erases on the same chips and channels, so the FDP
+//     collector's copies queue behind zoned I/O and the reverse (the
+//     resources are CAS-booked FIFOs already; pkg/zns books its compaction
+//     piecewise, and the FDP collector would do the same instead of
+//     booking a victim at once).
+//   - One block allocator: a chip's flash blocks are handed out to zone
+//     FBGs (whole block groups across d_zone chips) or to reclaim units
+//     (one block per chip) from one free list with erase counts, so wear
+//     levelling and the spare pool are the drive's, and a namespace's
+//     capacity is a block budget. The backing file keeps one flash region;
+//     the out-of-band table covers it, zoned blocks marked by a record
+//     kind so that Open's scan leaves them to the zoned journal.
+//   - One collector: zoned namespaces have no device GC (the host resets
+//     and compacts zones); the FDP collector works only on reclaim units,
+//     but its free-block target counts the zoned namespaces' pending lazy
+//     erases, and its copies use copyback when source and destination are
+//     on one chip, as zone_compaction does.
+//   - Namespaces: a namespace kind (zoned or fdp), created with `zctl ns
+//     create --kind fdp --capacity ... --handles ...`; the arbiter grants
+//     an FDP namespace a block budget on a drive and placement handles
+//     (a tenant's placement ids map to the drive's handles, so two tenants
+//     never share a persistently isolated handle), with the quota and
+//     isolation rules it applies to zones. pkg/client carries a placement
+//     id per write (the FDP gRPC Write already does); lfs maps its logs
+//     (hot/warm/cold node and data) to placement ids, as F2FS maps write
+//     hints to streams, through an lfs.Volume over an FDP namespace.
+//
 // # Failure
 //
 // A failed file write or sync makes the device read-only: every later

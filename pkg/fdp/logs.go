@@ -196,11 +196,7 @@ func (d *Device) Status() Status {
 			s.ClosedRUs++
 		}
 	}
-	for _, p := range d.l2p {
-		if p >= 0 {
-			s.MappedLBAs++
-		}
-	}
+	s.MappedLBAs = d.mapped
 	if d.model != nil {
 		for c := range d.g.chips {
 			s.ChipBusyNs = append(s.ChipBusyNs, int64(d.model.ChipBusy(c)))

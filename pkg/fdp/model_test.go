@@ -68,7 +68,7 @@ func checkInvariants(t *testing.T, d *Device) {
 			require.Equal(t, int32(s), d.l2p[l])
 		}
 	}
-	require.Equal(t, len(validPerRU) > 0 || mapped == 0, true)
+	require.Equal(t, uint64(mapped), d.mapped, "mapped LBA counter")
 	for _, r := range d.rus {
 		require.Equal(t, validPerRU[r], r.valid, "valid count of RU %d", r.id)
 		require.LessOrEqual(t, r.written, r.cap(d.g))

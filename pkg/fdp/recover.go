@@ -158,6 +158,7 @@ func (d *Device) recover() error {
 		if s >= 0 {
 			d.p2l[s] = int32(l)
 			valid[d.blockOf(int(s))]++
+			d.mapped++
 		}
 	}
 	for b, m := range metas {

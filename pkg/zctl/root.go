@@ -113,7 +113,7 @@ func newRoot(out, errOut io.Writer) (*cobra.Command, *Globals) {
 	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return usageErr(err) })
 
 	root.AddCommand(versionCmd(g), benchCmd(g), localCmd(g), clusterCmd(g), nodeCmd(g), nsCmd(g), vzoneCmd(g), zoneCmd(g), mkfsCmd(g), mountCmd(g), fsckCmd(g), fsCmd(g))
-	root.AddCommand(healthCmd(g), configCmd(g), certCmd(g), tokenCmd(g))
+	root.AddCommand(healthCmd(g), configCmd(g), certCmd(g), tokenCmd(g), fdpCmd(g))
 	annotateTree(root)
 	flagenv.Annotate(pf)
 	return root, g

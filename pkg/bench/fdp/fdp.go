@@ -14,13 +14,15 @@
 //     (lifetime-matched), a reclaim unit holds one log's consecutive writes
 //     and is wholly invalid when garbage collection takes it (WAF 1).
 //   - hotcold: the same split, random overwrites inside each region.
-//   - three-stream: a mismatched-lifetime workload after WARP's
-//     adversarial case: a hot random stream (10 % of the used LBAs, 65 %
-//     of the writes), a warm circular log (30 %, 30 %) and a cold stream
-//     (60 %, 5 %, random), each on its own handle. With initially isolated
-//     handles, garbage collection mixes the survivors of all three in one
-//     reclaim unit per group; persistently isolated handles keep them
-//     apart.
+//   - three-stream: three streams of different lifetimes, in the spirit
+//     of WARP's adversarial three-stream case (its exact parameters are
+//     not reproduced here): a hot random stream (10 % of the used LBAs,
+//     65 % of the writes), a warm circular log (30 %, 30 %) and a cold
+//     stream (60 %, 5 %, random). Matched, each stream has its own handle;
+//     with initially isolated handles garbage collection mixes the
+//     survivors of all three in one reclaim unit per group, persistently
+//     isolated handles keep them apart. Crossed, the hints say nothing of
+//     lifetimes (the adversarial case for placement).
 //
 // Placements: matched (each stream on its own handle; initially isolated
 // unless the row says persistently isolated), crossed (each write on a
