@@ -71,6 +71,7 @@ var (
 func DefaultPolicy() Policy {
 	const dev = "/zonefleet.v1.ZonedDevice/"
 	const arb = "/zonefleet.v1.Arbiter/"
+	const fdp = "/zonefleet.v1.FDP/"
 	p := Policy{
 		dev + "Identify":        {Kinds: anyComponent},
 		dev + "IdentifyMapping": {Kinds: anyComponent},
@@ -93,6 +94,18 @@ func DefaultPolicy() Policy {
 		// a raid5 leg rebuild is started by the arbiter (or the operator);
 		// the bytes then move node to node (PeerRead)
 		dev + "RebuildParityLeg": {Kinds: []Kind{KindAdmin, KindArbiter}},
+
+		fdp + "Configs":       {Kinds: []Kind{KindAdmin}},
+		fdp + "Usage":         {Kinds: []Kind{KindAdmin}},
+		fdp + "Stats":         {Kinds: []Kind{KindAdmin}},
+		fdp + "Events":        {Kinds: []Kind{KindAdmin}},
+		fdp + "Status":        {Kinds: []Kind{KindAdmin}},
+		fdp + "Write":         {Kinds: []Kind{KindAdmin}},
+		fdp + "Read":          {Kinds: []Kind{KindAdmin}},
+		fdp + "Trim":          {Kinds: []Kind{KindAdmin}},
+		fdp + "Flush":         {Kinds: []Kind{KindAdmin}},
+		fdp + "UpdateHandles": {Kinds: []Kind{KindAdmin}},
+		fdp + "SetConfig":     {Kinds: []Kind{KindAdmin}},
 
 		arb + "CreateNamespace": {Kinds: []Kind{KindAdmin}},
 		arb + "DeleteNamespace": {Kinds: []Kind{KindAdmin}},

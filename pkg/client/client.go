@@ -399,6 +399,18 @@ func (c *Client) nodeConnOf(node, addr string) (*nodeEntry, error) {
 	return e, nil
 }
 
+// NodeConn returns the connection to node at addr, dialled as every node
+// call is (TLS pinned to the node's certificate role node:<id>, the
+// client's credentials), for the node's services beside ZonedDevice (FDP).
+// The client owns the connection: it is closed with the client.
+func (c *Client) NodeConn(node, addr string) (grpc.ClientConnInterface, error) {
+	e, err := c.nodeConnOf(node, addr)
+	if err != nil {
+		return nil, err
+	}
+	return e.cc, nil
+}
+
 func (c *Client) nodeClient(node, addr string) (v1.ZonedDeviceClient, error) {
 	e, err := c.nodeConnOf(node, addr)
 	if err != nil {

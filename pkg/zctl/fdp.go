@@ -7,15 +7,8 @@ import (
 	"strings"
 
 	"github.com/spf13/cobra"
-	"google.golang.org/grpc"
-	"google.golang.org/grpc/credentials"
-	"google.golang.org/grpc/credentials/insecure"
 
 	v1 "github.com/zonefleet/zonefleet/api/zonefleet/v1"
-	"github.com/zonefleet/zonefleet/pkg/auth"
-	"github.com/zonefleet/zonefleet/pkg/rpcerr"
-	"github.com/zonefleet/zonefleet/pkg/wire"
-	"github.com/zonefleet/zonefleet/pkg/zerr"
 )
 
 // fdpTarget selects one FDP drive of one node.
@@ -30,40 +23,19 @@ func (ft *fdpTarget) flags(cmd *cobra.Command) {
 	cmd.Flags().Uint32VarP(&ft.device, "device", "d", 0, "FDP device index on the node")
 }
 
-// dial connects to the node's FDP service with the CLI's credentials (the
-// admin token or certificate: every FDP call is device-level).
+// dial connects to the node's FDP service the way every drive-level call
+// reaches a node (dialNode: by node id, the operator's certificate).
 func (ft *fdpTarget) dial(ctx context.Context, g *Globals) (v1.FDPClient, context.Context, func(), error) {
-	g.resolve()
-	addr := ft.addr
-	if addr == "" {
-		c, err := g.connect(ctx, false)
-		if err != nil {
-			return nil, nil, nil, err
-		}
-		addr, err = nodeAddr(ctx, c, ft.node, "")
-		c.Close()
-		if err != nil {
-			return nil, nil, nil, err
-		}
-	}
-	cfg, err := g.clientConfig(g.Namespace)
+	c, node, addr, cctx, err := dialNode(ctx, g, ft.node, ft.addr)
 	if err != nil {
 		return nil, nil, nil, err
 	}
-	opts := append(rpcerr.DialOptions(), wire.TransportDialOptions(cfg.TLS != nil)...)
-	if cfg.TLS != nil {
-		opts = append(opts, grpc.WithTransportCredentials(credentials.NewTLS(cfg.TLS)))
-	} else {
-		opts = append(opts, grpc.WithTransportCredentials(insecure.NewCredentials()))
-	}
-	if cfg.Credentials != nil {
-		opts = append(opts, grpc.WithPerRPCCredentials(auth.PerRPC(cfg.Credentials, cfg.TLS == nil)))
-	}
-	cc, err := grpc.NewClient(addr, opts...)
+	cc, err := c.NodeConn(node, addr)
 	if err != nil {
-		return nil, nil, nil, &zerr.UnavailableError{What: addr, Reason: err.Error()}
+		c.Close()
+		return nil, nil, nil, err
 	}
-	return v1.NewFDPClient(cc), withAdminToken(ctx, g.Token), func() { _ = cc.Close() }, nil
+	return v1.NewFDPClient(cc), cctx, c.Close, nil
 }
 
 // fdpCmd is `zctl fdp`: a node's FDP drives, in the style of nvme-cli's

@@ -27,38 +27,47 @@ func (zt *zoneTarget) flags(cmd *cobra.Command) {
 }
 
 // dial returns the drive's client and a context carrying the namespace.
-// The node is dialled by its id: over TLS its certificate must name
-// node:<id> whatever address is given or registered, so --addr needs --node
-// there. The admin token is never sent to a node; the operator is
-// identified by its client certificate (only an --insecure cluster, which
-// has no identities, gets the token).
 func (zt *zoneTarget) dial(ctx context.Context, g *Globals) (v1.ZonedDeviceClient, context.Context, func(), error) {
-	g.resolve()
-	var c *client.Client
-	node, addr := zt.node, zt.addr
-	if addr == "" {
-		var err error
-		if c, err = g.connect(ctx, false); err != nil {
-			return nil, nil, nil, err
-		}
-		if node, addr, err = nodeTarget(ctx, c, zt.node); err != nil {
-			c.Close()
-			return nil, nil, nil, err
-		}
-	} else {
-		if node == "" && !g.Insecure {
-			return nil, nil, nil, usageErr(fmt.Errorf("--addr needs --node: the node's certificate must name the node dialled"))
-		}
-		cfg, err := g.clientConfig(g.Namespace)
-		if err != nil {
-			return nil, nil, nil, err
-		}
-		c = client.NewDirect(cfg)
+	c, node, addr, cctx, err := dialNode(ctx, g, zt.node, zt.addr)
+	if err != nil {
+		return nil, nil, nil, err
 	}
 	dev, _, err := c.Device(node, addr)
 	if err != nil {
 		c.Close()
 		return nil, nil, nil, err
+	}
+	return dev, cctx, c.Close, nil
+}
+
+// dialNode returns a client that reaches node (the first registered one
+// when empty; at addr when given, else at its registered address) and the
+// context its calls carry. The node is dialled by its id: over TLS its
+// certificate must name node:<id> whatever address is given or registered,
+// so --addr needs --node there. The admin token is never sent to a node;
+// the operator is identified by its client certificate (only an --insecure
+// cluster, which has no identities, gets the token).
+func dialNode(ctx context.Context, g *Globals, node, addr string) (*client.Client, string, string, context.Context, error) {
+	g.resolve()
+	var c *client.Client
+	if addr == "" {
+		var err error
+		if c, err = g.connect(ctx, false); err != nil {
+			return nil, "", "", nil, err
+		}
+		if node, addr, err = nodeTarget(ctx, c, node); err != nil {
+			c.Close()
+			return nil, "", "", nil, err
+		}
+	} else {
+		if node == "" && !g.Insecure {
+			return nil, "", "", nil, usageErr(fmt.Errorf("--addr needs --node: the node's certificate must name the node dialled"))
+		}
+		cfg, err := g.clientConfig(g.Namespace)
+		if err != nil {
+			return nil, "", "", nil, err
+		}
+		c = client.NewDirect(cfg)
 	}
 	cctx := ctx
 	if g.Namespace != "" {
@@ -67,7 +76,7 @@ func (zt *zoneTarget) dial(ctx context.Context, g *Globals) (v1.ZonedDeviceClien
 	if g.Insecure {
 		cctx = withAdminToken(cctx, g.Token)
 	}
-	return dev, cctx, c.Close, nil
+	return c, node, addr, cctx, nil
 }
 
 var stateNames = map[v1.ZoneState]string{
