@@ -190,6 +190,20 @@ type Client struct {
 	suspect suspects // nodes that failed a mirrored read lately (mirror.go)
 }
 
+var (
+	wallOnce sync.Once
+	wall     clock.Clock
+)
+
+// wallClock is the clock of the clients given none: one wall clock (one
+// timer goroutine) for the process, however many clients come and go. A
+// clock per client outlived the client: Close cannot stop a clock that
+// calls in flight may still sleep on.
+func wallClock() clock.Clock {
+	wallOnce.Do(func() { wall = clock.Realtime(1) })
+	return wall
+}
+
 // New connects to the cluster: it finds the arbiter leader and checks that
 // the namespace exists.
 func New(ctx context.Context, cfg Config) (*Client, error) {
@@ -203,7 +217,7 @@ func New(ctx context.Context, cfg Config) (*Client, error) {
 		cfg.LatThreshold = 500 * time.Microsecond
 	}
 	if cfg.Clock == nil {
-		cfg.Clock = clock.Realtime(1)
+		cfg.Clock = wallClock()
 	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
@@ -252,7 +266,7 @@ func NewDirect(cfg Config) *Client {
 		cfg.LatThreshold = 500 * time.Microsecond
 	}
 	if cfg.Clock == nil {
-		cfg.Clock = clock.Realtime(1)
+		cfg.Clock = wallClock()
 	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()

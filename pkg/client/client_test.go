@@ -4,11 +4,14 @@ import (
 	"bytes"
 	"context"
 	"crypto/rand"
+	"errors"
 	mrand "math/rand/v2"
 	"sync"
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+	dto "github.com/prometheus/client_model/go"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	v1 "github.com/zonefleet/zonefleet/api/zonefleet/v1"
@@ -184,7 +187,12 @@ func TestNamespacesAreIsolated(t *testing.T) {
 func TestNodeRestartDuringReads(t *testing.T) {
 	c := startCluster(t, 2, 1)
 	createNS(t, c, "r", 4)
-	cl := newClient(t, c, "r")
+	reg := prometheus.NewRegistry()
+	cfg := c.ClientConfig("r")
+	cfg.Etcd, cfg.RetryDeadline, cfg.Registerer = c.Etcd.Endpoints(), 20*time.Second, reg
+	cl, err := client.New(context.Background(), cfg)
+	require.NoError(t, err)
+	t.Cleanup(cl.Close)
 	ctx := context.Background()
 	vz, err := cl.OpenVZone(ctx)
 	require.NoError(t, err)
@@ -193,8 +201,21 @@ func TestNodeRestartDuringReads(t *testing.T) {
 
 	require.NoError(t, c.StopNode(0))
 	restarted := make(chan error, 1)
+	stop := make(chan struct{})
+	defer close(stop)
 	go func() {
-		time.Sleep(500 * time.Millisecond)
+		// the node comes back once a read has retried against it
+		for {
+			select {
+			case <-stop:
+				restarted <- errors.New("no read retried")
+				return
+			case <-time.After(time.Millisecond): // polling the counter
+			}
+			if mfs, err := reg.Gather(); err == nil && retried(mfs) {
+				break
+			}
+		}
 		restarted <- c.StartNode(ctx, 0)
 	}()
 	for i := 0; i < 5; i++ {
@@ -203,6 +224,23 @@ func TestNodeRestartDuringReads(t *testing.T) {
 		require.True(t, bytes.Equal(data, got))
 	}
 	require.NoError(t, <-restarted)
+}
+
+// retried reports whether the client's metrics count a node call retry.
+func retried(mfs []*dto.MetricFamily) bool {
+	for _, mf := range mfs {
+		if mf.GetName() != "zonefleet_client_retries_total" {
+			continue
+		}
+		for _, m := range mf.GetMetric() {
+			for _, l := range m.GetLabel() {
+				if l.GetValue() != "arbiter" && m.GetCounter().GetValue() > 0 {
+					return true
+				}
+			}
+		}
+	}
+	return false
 }
 
 // Leader failover during writes: writes keep going across stripe groups.
@@ -225,19 +263,22 @@ func TestLeaderFailoverDuringWrites(t *testing.T) {
 
 	var ref []byte
 	var wg sync.WaitGroup
-	wg.Add(1)
-	go func() {
-		defer wg.Done()
-		time.Sleep(100 * time.Millisecond)
-		assert.NoError(t, c.StopArbiter(leader))
-	}()
 	chunk := int(info.AllocatedUpTo / 4) // four writes per stripe group: several group allocations
 	writes := min(12, int(info.Capacity)/chunk)
 	for i := 0; i < writes; i++ {
+		if i == 2 { // the leader stops while the third write runs, and later ones need the other
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				assert.NoError(t, c.StopArbiter(leader))
+			}()
+		}
+		if i == writes/2 {
+			wg.Wait() // the second half runs after the failover at the latest
+		}
 		data := random(chunk * int(bs))
 		require.NoError(t, vz.Write(ctx, uint64(len(ref))/bs, data), "write %d", i)
 		ref = append(ref, data...)
-		time.Sleep(30 * time.Millisecond)
 	}
 	wg.Wait()
 	st, err = cl.ClusterStatus(ctx)

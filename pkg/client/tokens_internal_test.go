@@ -123,7 +123,16 @@ func TestRenewingSourceSchedule(t *testing.T) {
 	mu.Lock()
 	n := len(calls)
 	mu.Unlock()
-	time.Sleep(50 * time.Millisecond) // many fake minutes
+	// many fake minutes: the loop goes on waking (each wait moves the fake
+	// wall clock) and would have retried by then
+	wall.mu.Lock()
+	w0 := len(wall.waits)
+	wall.mu.Unlock()
+	require.Eventually(t, func() bool {
+		wall.mu.Lock()
+		defer wall.mu.Unlock()
+		return len(wall.waits) >= w0+24
+	}, time.Minute, time.Millisecond, "the renewal loop runs on")
 	mu.Lock()
 	assert.Equal(t, n, len(calls), "a refused token is not retried")
 	refuse = nil
@@ -152,7 +161,12 @@ func TestRenewingSourcePassesOtherTokens(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
 	go func() { r.run(ctx); close(done) }()
-	time.Sleep(30 * time.Millisecond)
+	// the loop has decided (and would have renewed) several times over
+	require.Eventually(t, func() bool {
+		wall.mu.Lock()
+		defer wall.mu.Unlock()
+		return len(wall.waits) >= 3
+	}, time.Minute, time.Millisecond, "the renewal loop runs")
 	cancel()
 	<-done
 	tok, err := r.Token(context.Background())

@@ -1,0 +1,13 @@
+package client_test
+
+import (
+	"testing"
+
+	"github.com/zonefleet/zonefleet/internal/leakcheck"
+)
+
+// TestMain fails the run when a goroutine of the package's code outlives
+// the tests (see internal/leakcheck).
+func TestMain(m *testing.M) {
+	leakcheck.Main(m, nil, leakcheck.ProcessClocks...)
+}
