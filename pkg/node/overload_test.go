@@ -1,9 +1,13 @@
 package node
 
 import (
+	"bytes"
 	"context"
+	"encoding/binary"
 	"errors"
+	"io"
 	"math"
+	"net"
 	"testing"
 	"time"
 
@@ -15,6 +19,8 @@ import (
 	"github.com/zonefleet/zonefleet/pkg/rpcerr"
 	"github.com/zonefleet/zonefleet/pkg/wire"
 	"github.com/zonefleet/zonefleet/pkg/zerr"
+	"golang.org/x/net/http2"
+	"golang.org/x/net/http2/hpack"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 )
@@ -146,4 +152,59 @@ func TestMinRevisionBounded(t *testing.T) {
 	require.ErrorIs(t, <-waited, zerr.ErrUnavailable, "the waiter gives up after the bounded wait")
 
 	require.NoError(t, read(cur), "a revision the node has seen is served")
+}
+
+// A WriteStream whose first message stops in the middle — its length
+// prefix promises 1 MiB, 1000 bytes come — is ended with DEADLINE_EXCEEDED
+// after the idle deadline (virtual time). Written frame by frame over
+// HTTP/2, as a hostile client would.
+func TestPartialWriteStreamMessageEnds(t *testing.T) {
+	clk := clock.NewVirtual()
+	n := startNodeCfg(t, "partial", false, true, true, func(c *Config) { c.Clock, c.StreamIdleTimeout = clk, time.Minute })
+	c, err := net.Dial("tcp", n.addr)
+	require.NoError(t, err)
+	defer c.Close()
+	_, err = io.WriteString(c, http2.ClientPreface)
+	require.NoError(t, err)
+	fr := http2.NewFramer(c, c)
+	fr.ReadMetaHeaders = hpack.NewDecoder(4096, nil)
+	require.NoError(t, fr.WriteSettings())
+	var hb bytes.Buffer
+	enc := hpack.NewEncoder(&hb)
+	for _, f := range [][2]string{{":method", "POST"}, {":scheme", "http"}, {":path", v1.ZonedDevice_WriteStream_FullMethodName},
+		{":authority", "node"}, {"content-type", "application/grpc"}, {"te", "trailers"}, {wire.NamespaceKey, "a"}} {
+		require.NoError(t, enc.WriteField(hpack.HeaderField{Name: f[0], Value: f[1]}))
+	}
+	require.NoError(t, fr.WriteHeaders(http2.HeadersFrameParam{StreamID: 1, BlockFragment: hb.Bytes(), EndHeaders: true}))
+	msg := make([]byte, 5+1000)
+	binary.BigEndian.PutUint32(msg[1:5], 1<<20)
+	require.NoError(t, fr.WriteData(1, false, msg))
+	require.Eventually(t, func() bool { return n.svc.receiving.Load() == 1 }, 10*time.Second, time.Millisecond,
+		"the node waits for the rest of the message")
+
+	clk.Advance(time.Minute)
+	require.NoError(t, c.SetReadDeadline(time.Now().Add(30*time.Second)))
+	for {
+		f, err := fr.ReadFrame()
+		require.NoError(t, err)
+		if s, ok := f.(*http2.SettingsFrame); ok && !s.IsAck() {
+			_ = fr.WriteSettingsAck()
+		}
+		mh, ok := f.(*http2.MetaHeadersFrame)
+		if !ok || f.Header().StreamID != 1 {
+			continue
+		}
+		fields := map[string]string{}
+		for _, hf := range mh.RegularFields() {
+			fields[hf.Name] = hf.Value
+		}
+		if st := fields["grpc-status"]; st != "" {
+			assert.Equal(t, "4", st, "DEADLINE_EXCEEDED: %s", fields["grpc-message"])
+			break
+		}
+	}
+	assert.Equal(t, 1.0, testutil.ToFloat64(n.svc.m.recvTimeouts.WithLabelValues("write_stream")))
+	s, b := n.svc.nsUsage("a")
+	assert.Zero(t, s)
+	assert.Zero(t, b)
 }
