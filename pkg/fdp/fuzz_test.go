@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/binary"
 	"errors"
+	"os"
 	"testing"
 
 	"github.com/zonefleet/zonefleet/pkg/clock"
@@ -163,5 +164,72 @@ func FuzzCommands(f *testing.F) {
 		}
 		defer d.Close()
 		check(0, d.Capacity())
+	})
+}
+
+// FuzzOpenDamaged writes garbage over part of a drive's files (the
+// out-of-band table, the journal or the header) and opens it: a typed
+// error or a consistent drive, never a panic.
+func FuzzOpenDamaged(f *testing.F) {
+	f.Add(uint8(0), uint32(0), []byte{0xff, 0xff})
+	f.Add(uint8(1), uint32(64), []byte("FDPO garbage record"))
+	f.Add(uint8(2), uint32(64), []byte{1, 0, 0, 0, 5, 0, 0, 0})
+	f.Add(uint8(1), uint32(130), make([]byte, 64))
+	cfg := crashConfig()
+	base := vfs.NewCrashableMem()
+	d, err := Create("/f", cfg, clock.Off(), WithFS(base), WithLogger(quiet))
+	if err != nil {
+		f.Fatal(err)
+	}
+	bs := d.BlockSize()
+	for i := range uint64(200) {
+		if _, err := d.Write(bg, (i*7)%d.Capacity(), block(bs, (i*7)%d.Capacity(), i+1), PlacementID{Handle: uint16(i % 4)}, Flags{}); err != nil {
+			f.Fatal(err)
+		}
+	}
+	if err := d.Trim(bg, 3, 5); err != nil {
+		f.Fatal(err)
+	}
+	if err := d.Close(); err != nil {
+		f.Fatal(err)
+	}
+	f.Fuzz(func(t *testing.T, where uint8, off uint32, junk []byte) {
+		if len(junk) > 4096 {
+			junk = junk[:4096]
+		}
+		fs := base.Clone()
+		name, at := "/f", int64(0)
+		switch where % 3 {
+		case 0: // header
+			at = int64(off % headerSize)
+		case 1: // out-of-band table
+			at = headerSize + int64(off)%(int64(cfg.geometry().slots)*oobSize)
+		case 2: // journal
+			name = "/f.journal"
+			at = int64(off % 4096)
+		}
+		fh, err := fs.OpenFile(name, os.O_RDWR, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := fh.WriteAt(junk, at); err != nil {
+			t.Fatal(err)
+		}
+		fh.Close()
+		d, err := Open("/f", cfg, clock.Off(), WithFS(fs), WithLogger(quiet))
+		if err != nil {
+			if !typed(err) {
+				t.Fatalf("untyped error %T: %v", err, err)
+			}
+			return
+		}
+		defer d.Close()
+		checkInvariants(t, d)
+		if _, _, err := d.Read(bg, 0, d.Capacity()); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := d.Write(bg, 0, make([]byte, bs), PlacementID{}, Flags{}); err != nil {
+			t.Fatal(err)
+		}
 	})
 }

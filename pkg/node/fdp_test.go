@@ -14,8 +14,10 @@ import (
 	"github.com/stretchr/testify/require"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/metadata"
 
 	v1 "github.com/zonefleet/zonefleet/api/zonefleet/v1"
+	"github.com/zonefleet/zonefleet/pkg/auth"
 	"github.com/zonefleet/zonefleet/pkg/clock"
 	"github.com/zonefleet/zonefleet/pkg/rpcerr"
 	"github.com/zonefleet/zonefleet/pkg/wire"
@@ -147,4 +149,60 @@ func TestFDPService(t *testing.T) {
 # TYPE zonefleet_fdp_host_bytes_total counter
 zonefleet_fdp_host_bytes_total{device="0"} 32768
 `), "zonefleet_fdp_host_bytes_total"))
+}
+
+// TestFDPServiceAuthenticated: behind the real authenticator, with admin
+// rules for the FDP methods (the rows DefaultPolicy needs), the operator's
+// token reaches the drive and a caller without credentials does not; the
+// handler sees the verified identity, not a bare metadata claim.
+func TestFDPServiceAuthenticated(t *testing.T) {
+	dir := t.TempDir()
+	zd, err := zns.Create(filepath.Join(dir, "dev0.zns"), testGeometry(), clock.Off())
+	require.NoError(t, err)
+	defer zd.Close()
+	log := slog.New(slog.NewTextHandler(io.Discard, nil))
+	// No legacy token: only the authenticator's verdict can make a caller admin.
+	svc, err := New(Config{ID: "n1", Standalone: true, AdminToken: "unused-legacy-token-0123456789abcdef"}, []*zns.Device{zd}, nil, log)
+	require.NoError(t, err)
+	defer svc.Close()
+	o := DefaultOptions()
+	o.DataDir = dir
+	o.Device = testGeometry()
+	o.Device.BlocksPerChip = 64
+	o.FDP.Devices = 1
+	fdevs, err := OpenFDPDevices(o, clock.Off())
+	require.NoError(t, err)
+	defer fdevs[0].Close()
+
+	pol := auth.DefaultPolicy()
+	for _, m := range v1.FDP_ServiceDesc.Methods {
+		pol["/"+v1.FDP_ServiceDesc.ServiceName+"/"+m.MethodName] = auth.Rule{Kinds: []auth.Kind{auth.KindAdmin}}
+	}
+	const admin = "fdp-auth-admin-token-0123456789abcdefXYZ"
+	a, err := auth.New(auth.Config{AdminToken: admin, Insecure: true, Policy: pol, Logger: log})
+	require.NoError(t, err)
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	srv := grpc.NewServer(append(a.ServerOptions(), rpcerr.ServerOptions()...)...)
+	RegisterFDP(srv, NewFDPService(fdevs, svc))
+	go func() { _ = srv.Serve(lis) }()
+	defer srv.Stop()
+	conn, err := grpc.NewClient(lis.Addr().String(), append(rpcerr.DialOptions(), grpc.WithTransportCredentials(insecure.NewCredentials()))...)
+	require.NoError(t, err)
+	defer conn.Close()
+	c := v1.NewFDPClient(conn)
+	ctx := context.Background()
+
+	_, err = c.Stats(ctx, &v1.FDPDeviceRequest{})
+	require.ErrorIs(t, err, zerr.ErrUnauthenticated)
+	// The legacy token alone is not a credential the authenticator accepts.
+	_, err = c.Stats(wire.WithToken(ctx, "unused-legacy-token-0123456789abcdef"), &v1.FDPDeviceRequest{})
+	require.Error(t, err)
+
+	actx := metadata.AppendToOutgoingContext(ctx, auth.AuthorizationKey, "Bearer "+admin)
+	_, err = c.Write(actx, &v1.FDPWriteRequest{Data: make([]byte, 4096), Placement: &v1.PlacementID{Handle: 3}})
+	require.NoError(t, err)
+	st, err := c.Stats(actx, &v1.FDPDeviceRequest{})
+	require.NoError(t, err)
+	require.Equal(t, uint64(4096), st.HostBytesWithMetadataWritten)
 }
