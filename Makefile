@@ -13,7 +13,7 @@ TOOLS        := .cache/tools
 # The README's test command runs exactly this.
 TEST_FLAGS   ?= -race -count=1 -timeout 20m
 
-.PHONY: help build test test-short proto proto-check lint rules dashboards run images up down test-deploy bench clean
+.PHONY: help build test test-short docs-check proto proto-check lint rules dashboards run images up down test-deploy bench clean
 
 help: ## this list
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-12s %s\n", $$1, $$2}'
@@ -27,6 +27,9 @@ test: build ## every test, race detector on (e2e tests use bin/)
 
 test-short: ## unit tests only, no e2e
 	$(GO) test -short -count=1 ./...
+
+docs-check: build ## links and anchors of README.md, CONTRIBUTING.md, docs/; README length; the README quickstart against bin/
+	ZONEFLEET_BIN_DIR=$(CURDIR)/$(BIN) $(GO) test -count=1 ./docs/
 
 $(TOOLS)/protoc-gen-go $(TOOLS)/protoc-gen-go-grpc: go.mod
 	@mkdir -p $(TOOLS)

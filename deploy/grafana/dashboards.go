@@ -4,7 +4,7 @@ package grafana
 // $__rate_interval (at least four scrape intervals, wider when zoomed out).
 const ri = "[$__rate_interval]"
 
-// Dashboard uids (stable: links, the README and test/deploy name them).
+// Dashboard uids (stable: dashboard links and test/deploy name them).
 const (
 	ClusterUID = "zonefleet-cluster"
 	DrivesUID  = "zonefleet-drives"

@@ -12,8 +12,8 @@ import (
 
 // Mount leases. A namespace's file system is written by one mount at a
 // time: two mounts each believe they own the segments, and the second's
-// mount resets zones the first still writes (found by mounting a namespace
-// twice: both came up read-write). zctl mount takes the lease before it
+// mount resets zones the first still writes (without the lease a namespace
+// mounted twice comes up read-write twice). zctl mount takes the lease before it
 // writes anything and renews it every third of its TTL; the lease lives in
 // the namespace's record (one etcd transaction per renewal), on the
 // arbiter's clock. A lease that is not renewed expires and the next mount

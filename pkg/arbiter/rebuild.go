@@ -12,7 +12,7 @@ import (
 	"github.com/zonefleet/zonefleet/pkg/zerr"
 )
 
-// Rebuild of mirrored legs (namespace redundancy mirror:N, issue 19).
+// Rebuild of mirrored legs (namespace redundancy mirror:N).
 //
 // When a node is down (its registration gone for Config.NodeDownAfter, or
 // an operator's `zctl node remove` of a stopped node that still holds

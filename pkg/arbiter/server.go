@@ -347,7 +347,7 @@ func (s *Server) ClusterStatus(ctx context.Context, _ *v1.ClusterStatusRequest) 
 
 // redactStatus keeps other tenants out of a tenant's ClusterStatus: a
 // namespace caller sees only its own namespace among the degraded ones
-// (issue #15). The operator and the components see everything; so does a
+// (tenants are isolated). The operator and the components see everything; so does a
 // server without the authenticator (in-process tests).
 func redactStatus(ctx context.Context, out *v1.ClusterStatusResponse) {
 	id, ok := auth.FromContext(ctx)

@@ -125,7 +125,7 @@ func (s *Server) TLOpenVZone(ctx context.Context, r *v1.TLOpenVZoneRequest) (*v1
 	return s.vzone(ctx, l, nil)
 }
 
-// ---- copyback-aware layout (ZNS+ §3.3.1, issue 13) ------------------------
+// ---- copyback-aware layout (ZNS+ §3.3.1) ----------------------------------
 //
 // Copyback moves a chunk inside one flash chip without the channel, so a
 // compaction gains from it only when the destination of a block sits on the

@@ -47,8 +47,9 @@
 //     DefaultSkew (30 s) of clock difference both ways and refuse lifetimes
 //     above DefaultMaxTTL (24 h, for offline-minted tokens) even when
 //     correctly signed. Certificates are backdated 5 minutes for the same
-//     reason; their expiry is exported as zonefleet_tls_cert_expiry_seconds
-//     (pki.SecondsUntilExpiry) so operators are warned weeks ahead.
+//     reason; pki.SecondsUntilExpiry gives a certificate's remaining life
+//     (no process exports it as a metric yet, so the certificate-expiry
+//     alerts have no series).
 //   - Rotation. A tenant's client renews its token through the arbiter's
 //     IssueToken in the background at 2/3 of its lifetime, with jitter
 //     (pkg/client tokens.go); nothing reconnects. Signing
@@ -185,7 +186,7 @@
 //  4. may it: the method's Rule (policy.go) lists the identity kinds
 //     allowed; methods missing from the policy are denied to everyone; for
 //     arbiter methods whose request names a namespace, non-admin callers
-//     must act for exactly that namespace (no more ListVZones(victim));
+//     must act for exactly that namespace (ListVZones(victim) is refused);
 //  5. what the handler sees: the Identity in the context (FromContext), the
 //     zonefleet-namespace metadata replaced by the verified namespace, and
 //     the authorization and legacy zonefleet-token metadata removed.

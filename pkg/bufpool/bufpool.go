@@ -34,10 +34,10 @@
 // write where no data lfs uses is: at a block the successful attempt
 // already wrote (the zone's write pointer, or a threaded-logging hole
 // filled once, refuses it), or in a zone whose write failed and whose blocks
-// past the acknowledged prefix the file system never maps. (An earlier
-// session declined pooling for this reason alone; this is the argument for
-// it. pkg/lfs TestFailedWriteBuffersAreNotRecycled checks the other half: a
-// buffer of a write that failed is never handed out again.)
+// past the acknowledged prefix the file system never maps. (This is why a
+// late frame is no reason to give up pooling. pkg/lfs
+// TestFailedWriteBuffersAreNotRecycled checks the other half: a buffer of a
+// write that failed is never handed out again.)
 package bufpool
 
 import (

@@ -24,8 +24,9 @@ func waitClosed(t *testing.T, ch <-chan struct{}, what string) {
 	}
 }
 
-// TestCallbackSleepsOnSameClock is issue 21's root cause: a timer callback
-// that backs off on the clock that runs it must complete.
+// TestCallbackSleepsOnSameClock: a timer callback that backs off on the
+// clock that runs it must complete (a periodic checkpoint retrying against an
+// unavailable node does exactly that).
 func TestCallbackSleepsOnSameClock(t *testing.T) {
 	for _, tc := range []struct {
 		name string

@@ -19,7 +19,7 @@ import (
 	grpclocal "google.golang.org/grpc/credentials/local"
 )
 
-// SecurityFlags are the trust flags every server binary shares (issue #15).
+// SecurityFlags are the trust flags every server binary shares (see pkg/auth).
 // Secrets are named by file (or come from the environment), never given as
 // values in argv, where `ps` shows them.
 //

@@ -15,7 +15,7 @@ import (
 	"github.com/zonefleet/zonefleet/pkg/zerr"
 )
 
-// TestMirroredFSRidesThroughNodeLoss is issue 19 in process: the file system
+// TestMirroredFSRidesThroughNodeLoss, in process: the file system
 // over a mirror:2 namespace of 4 real nodes. The node holding the metadata
 // log's zone stops; every fsync and checkpoint afterwards succeeds (writes
 // continue in v-zones on the live nodes, the checkpoint in a new metadata

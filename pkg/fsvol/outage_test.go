@@ -136,7 +136,7 @@ func eioOrNil(err error) error {
 	return fmt.Errorf("want success or EIO, got %v (errno %v)", err, lfs.Errno(err))
 }
 
-// TestNodeOutageUnderMountedFS is issue 21 in process: real etcd, arbiter and
+// TestNodeOutageUnderMountedFS, in process: real etcd, arbiter and
 // nodes over gRPC, the file system over fsvol with periodic checkpoints on a
 // realtime clock and a mixed workload. One node's gRPC server stops and comes
 // back. Every operation returns (success or EIO) within the retry deadline

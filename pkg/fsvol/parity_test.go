@@ -8,7 +8,7 @@ import (
 	v1 "github.com/zonefleet/zonefleet/api/zonefleet/v1"
 )
 
-// TestParityFSRidesThroughNodeLoss is issue 19's file-system test for a
+// TestParityFSRidesThroughNodeLoss is the file-system test for a
 // raid5 namespace (2 data legs + a parity leg + the two partial-parity logs per
 // group, on 4 real nodes). The node holding a data leg of finished v-zones
 // (and of the metadata log's, when one node holds both) stops: every file

@@ -16,8 +16,8 @@ import (
 // A cluster restarted on the same directory (zctl local up again) serves
 // reads of v-zones written before, including after v-zone resets: the nodes'
 // grant caches catch up with the layouts' etcd revision through a watch
-// progress notification. (Found by the FUSE binding's engineer: the progress
-// request went to another watch stream and nodes waited forever.)
+// progress notification. (A progress request sent on another watch stream
+// than the grants' would leave the nodes waiting forever.)
 func TestReadAfterResetAndRestart(t *testing.T) {
 	ctx := context.Background()
 	dir := t.TempDir()

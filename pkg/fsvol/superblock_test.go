@@ -15,7 +15,6 @@ import (
 // it); fsvol derives its figure from the cluster's capacity shared by the
 // namespaces, so it changes when namespaces come and go. Mount must keep the
 // superblock's segments, so the space promised to users always fits them.
-// (Found by the FUSE binding's engineer.)
 func TestMountKeepsTheSuperblocksSegments(t *testing.T) {
 	ctx := context.Background()
 	_, c := tenantCluster(t, 3, "fs", 8, 4)

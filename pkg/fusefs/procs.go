@@ -22,7 +22,7 @@ import (
 // GOMAXPROCS=2 and 4 alternating, runtime/metrics /sched/latencies): the
 // mean scheduling latency fell from 320–350 µs to 155–190 µs, fsync time
 // from 1.4–1.7 s to 0.9–1.0 s per GiB, and sequential writes were faster in
-// every one of five pairs (the README has the figures).
+// every one of five pairs (docs/benchmarks.md has the figures).
 const ExtraProcs = 2
 
 var procsOnce sync.Once

@@ -143,13 +143,11 @@ func crashWorker(fs *lfs.FS, id int, rng *rand.Rand, h *history) {
 }
 
 // TestCrashRecovery runs zns+ also with devvol's asynchronous
-// zone_compaction (devvol.SetAsyncCompaction, as the ZNS+ benchmark). That
-// case used to find, now and then, an fsynced file matching none of its
-// versions (issue 13): a checkpoint whose record was the crash point had
-// written the other worker's nodes without the fsync mark and marked them
-// clean, and that worker's fsync then found nothing to write and succeeded
-// (TestFsyncAfterUnrecordedCheckpoint; the compaction mode only changed the
-// timing). To hunt for such rare interleavings:
+// zone_compaction (devvol.SetAsyncCompaction, as the ZNS+ benchmark): its
+// timing makes a rare interleaving likely, in which a checkpoint whose
+// record is the crash point has written the other worker's nodes without
+// the fsync mark and marked them clean, and that worker's fsync must still
+// write them (TestFsyncAfterUnrecordedCheckpoint). To hunt for such rare interleavings:
 //
 //	go test -race ./pkg/lfs -run 'TestCrashRecovery/zns\+' -count 32
 func TestCrashRecovery(t *testing.T) {

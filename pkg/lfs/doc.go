@@ -317,7 +317,7 @@
 // away from threaded logging until a checkpoint succeeds); such a Finish or
 // Reset is deferred and retried at every checkpoint, a zone waiting for its
 // reset counted as used (ENOSPC rather than EROFS when an outage lasts).
-// The file system then recovers by itself when the node returns (issue 21).
+// The file system then recovers by itself when the node returns.
 //
 // A Volume error in a write-back or checkpoint leaves the pages dirty and
 // the old mapping in place: the operation returns EIO and nothing that was

@@ -524,7 +524,7 @@ func (fs *FS) commitFlush(ctx context.Context, plan *flushPlan, failed bool) err
 // are in flight, releasing in.mu meanwhile (the caller holds in.busy). The
 // pages go in write-back batches (wbBudget), each committed before the next
 // is copied. (Two batches at a time on the data logs' two write lanes
-// measured no faster: BenchmarkSeqWriteCluster, 2026-11-28.)
+// measured no faster on BenchmarkSeqWriteCluster.)
 func (fs *FS) flushInode(ctx context.Context, in *inode) error {
 	fs.waitFlights(in)
 	_, batch := fs.wbBudget()

@@ -499,7 +499,7 @@ func (fs *FS) wbBudget() (soft, batch int) {
 // one buffer, whole 32 MiB v-zones as batches left the copy unpipelined and
 // every buffer fresh from the kernel (8192 page faults each, which cost
 // more than the copy), so 4 MiB was chosen; without the copy
-// (2026-11-29) 16 MiB measured the same (BenchmarkSeqWriteCluster, 3 runs
+// 16 MiB measures the same (BenchmarkSeqWriteCluster, 3 runs
 // each: 315–324 against 292–333 MiB/s) and 1 MiB worse (231–242: fsync
 // waits 1.6–1.8 s instead of 0.6 for many small writes).
 const maxBatchBytes = 4 << 20

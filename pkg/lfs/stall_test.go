@@ -116,7 +116,7 @@ func returnsWithin(t *testing.T, limit time.Duration, what string, f func() erro
 	}
 }
 
-// TestOutageDuringPeriodicCheckpoint is issue 21 at the lfs level: the
+// TestOutageDuringPeriodicCheckpoint, at the lfs level: the
 // periodic checkpoint runs as a realtime-clock callback and meets an
 // unavailable node; it must back off on that clock, give up after the retry
 // deadline, leave the file system usable, and recover once the node is back.

@@ -375,8 +375,8 @@ func TestOwnerChangeBeforeReportAndZoneManagement(t *testing.T) {
 // TestOwnerChangeAcrossWatchBreakAndEtcdRestart: the node's watch is cut
 // while the zone is taken from a and given to b (delete + create) and the
 // history is compacted, then etcd restarts (a new leader term) and the node
-// reconnects: it reloads its grants and never sees the deletion event the
-// old code reset on. b's first I/O still finds the zone reset, and that
+// reconnects: it reloads its grants and never sees the deletion event (a
+// reset triggered by that event alone would miss it). b's first I/O still finds the zone reset, and that
 // survives a node restart (the owner is persisted with the device).
 func TestOwnerChangeAcrossWatchBreakAndEtcdRestart(t *testing.T) {
 	dir := t.TempDir()

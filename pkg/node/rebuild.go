@@ -21,7 +21,7 @@ import (
 	"github.com/zonefleet/zonefleet/pkg/zns"
 )
 
-// Rebuild of a lost leg of a raid5 stripe group (issue 19; the layout is
+// Rebuild of a lost leg of a raid5 stripe group (the layout is
 // pkg/client parity.go's, the arbiter's side pkg/arbiter rebuild.go).
 //
 // The arbiter grants a zone of this node (a node holding no zone of the

@@ -9,7 +9,7 @@ import (
 	"github.com/zonefleet/zonefleet/pkg/clock"
 )
 
-// Rebuild throttle (issue 19: a rebuild is throttled so tenants keep their
+// Rebuild throttle (a rebuild is throttled so tenants keep their
 // bandwidth).
 //
 // Every node has one token bucket of bytes per second for rebuild traffic

@@ -15,7 +15,7 @@ import (
 )
 
 // Queues of namespaces that stopped waiting are dropped: callers inventing
-// namespace names leave no state behind (issue #15), whether their requests
+// namespace names leave no state behind, whether their requests
 // were served or gave up.
 func TestWRRForgetsIdleNamespaces(t *testing.T) {
 	w := NewWRR(1)

@@ -74,7 +74,7 @@ func benchNodeCmd(g *Globals) *cobra.Command {
 	c.Flags().BoolVar(&o.Admission, "admission", o.Admission, "run the write admission scenario")
 	c.Flags().DurationVar(&o.AdmissionWall, "admission-duration", o.AdmissionWall, "wall time of each admission run")
 	c.Flags().Float64Var(&o.TimeScale, "time-scale", o.TimeScale, "realtime clock scale of the admission runs")
-	c.Flags().Int64Var(&o.WritebackKickBytes, "writeback-kick-bytes", o.WritebackKickBytes, "the drives' write-back kick, as ssdnode --writeback-kick-bytes (0 = off: the points then measure the data path rather than the host disk; see the README)")
+	c.Flags().Int64Var(&o.WritebackKickBytes, "writeback-kick-bytes", o.WritebackKickBytes, "the drives' write-back kick, as ssdnode --writeback-kick-bytes (0 = off: the points then measure the data path rather than the host disk; see docs/benchmarks.md)")
 	return c
 }
 

@@ -29,7 +29,7 @@ import (
 )
 
 // runCert runs `cert args...` under a minimal root that has the -o flag,
-// the way the lead wires it: root.AddCommand(NewCertCmd()).
+// the way the root command wires it: root.AddCommand(NewCertCmd()).
 func runCert(t *testing.T, args ...string) (string, error) {
 	t.Helper()
 	var out bytes.Buffer

@@ -64,11 +64,12 @@ type ClusterEntry struct {
 	Etcd      []string `json:"etcd,omitempty"`
 	Arbiters  []string `json:"arbiters,omitempty"`
 	Namespace string   `json:"namespace,omitempty"`
-	// TokenFile names a file holding the nodes' admin token (mode 0600).
+	// TokenFile names a file (mode 0600) holding the admin token or a
+	// namespace token.
 	TokenFile string `json:"token-file,omitempty"`
-	// CAFile, CertFile and KeyFile are the TLS files of the cluster. zctl
-	// stores and shows them; it dials without TLS until the servers serve it
-	// (the trust work, issue 15), which will read them from here.
+	// CAFile, CertFile and KeyFile are the TLS files of the cluster: the CA
+	// zctl verifies the servers with, and the client certificate and key it
+	// presents (the operator's admin.crt and admin.key).
 	CAFile   string `json:"ca-file,omitempty"`
 	CertFile string `json:"cert-file,omitempty"`
 	KeyFile  string `json:"key-file,omitempty"`

@@ -1,14 +1,14 @@
 // Package zoneowner persists, per zone of one device, which namespace owns
 // the zone's data and under which owner epoch — the state the node compares
 // with the arbiter's grant on every zone-touching call so that a zone whose
-// owner changed is always reset before the new owner's first I/O (issue #15,
-// "old data can reach the next owner").
+// owner changed is always reset before the new owner's first I/O, so old
+// data never reaches the next owner.
 //
-// Why state and not events: nodes used to reset a zone when they saw its
-// grant key deleted. Owner changes that are overwrites (a watch reconnect
+// Why state and not events: resetting a zone when the node sees its grant
+// key deleted is not enough. Owner changes that are overwrites (a watch reconnect
 // after an etcd leader change, the arbiter's grant repair, grants split over
-// transactions) never produce that event, and the next tenant read the
-// previous tenant's blocks. With an owner epoch for every grant (the etcd
+// transactions) never produce that event, and the next tenant would read
+// the previous tenant's blocks. With an owner epoch for every grant (the etcd
 // create revision of the grant key: new for every assignment, unchanged by
 // the arbiter's repairs, which overwrite) and the epoch persisted here, the
 // node decides from what is, not from what it happened to hear:

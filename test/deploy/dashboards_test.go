@@ -187,7 +187,7 @@ func TestDashboards(t *testing.T) {
 	require.NoError(t, err)
 	require.NotEmpty(t, mfs)
 	for _, mf := range mfs {
-		assert.True(t, doc[mf.GetName()], "client metric %s is documented nowhere (README.md)", mf.GetName())
+		assert.True(t, doc[mf.GetName()], "client metric %s is documented nowhere (docs/operations.md)", mf.GetName())
 	}
 
 	// Every scrape target is up (the client one is this test).
@@ -276,7 +276,7 @@ func promRules(t *testing.T, base string) []promRule {
 }
 
 // Every zonefleet_* metric the running cluster exports (and the client
-// library, as the mount will) is documented in README.md.
+// library, as the mount will) is documented in docs/operations.md.
 func TestExportedMetricsAreDocumented(t *testing.T) {
 	doc := readmeMetrics(t)
 	fams := map[string]string{}
@@ -303,7 +303,7 @@ func TestExportedMetricsAreDocumented(t *testing.T) {
 		}
 	}
 	sort.Strings(missing)
-	assert.Empty(t, missing, "exported metrics documented nowhere (add them to README.md's metrics table)")
+	assert.Empty(t, missing, "exported metrics documented nowhere (add them to docs/operations.md's metrics table)")
 }
 
 // fsWorkload runs the file system in this process on the namespace dash-fs,

@@ -3,7 +3,7 @@
 //
 // Without build tags (plain `go test ./...`) only the static checks run: the
 // dashboards are well formed and every metric name in the source is in the
-// README's metrics tables.
+// metrics table in docs/operations.md.
 //
 // With `-tags deploy` and ZONEFLEET_DEPLOY_TEST=1 (`make test-deploy`) the
 // suite brings up deploy/docker-compose.yml from scratch (it deletes the
@@ -16,7 +16,7 @@
 //     dashboard panel query that returns no series, except the panels listed
 //     in exemptPanels with their reason;
 //   - TestExportedMetricsAreDocumented: every zonefleet_* metric the running
-//     processes (and the client library) export is in README.md;
+//     processes (and the client library) export is in docs/operations.md;
 //   - the failure drills TestDrill*: arbiter leader killed under load, ssdnode
 //     killed under load and restarted, ssdnode partitioned (docker pause) and
 //     back, whole-cluster restart, etcd quorum lost (the healthchecks fail)

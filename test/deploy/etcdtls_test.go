@@ -18,7 +18,7 @@ import (
 )
 
 // TestEtcdRequiresClusterCertificate: the compose etcd serves TLS only and
-// authenticates clients by certificate (issue #15): a plaintext client and
+// authenticates clients by certificate: a plaintext client and
 // a TLS client without a certificate are refused, the operator's cluster
 // certificate gets in.
 func TestEtcdRequiresClusterCertificate(t *testing.T) {

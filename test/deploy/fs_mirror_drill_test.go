@@ -19,7 +19,7 @@ import (
 	"github.com/zonefleet/zonefleet/pkg/fsvol"
 )
 
-// Issue 19: a mounted file system on a mirror:2 namespace keeps serving
+// A mounted file system on a mirror:2 namespace keeps serving
 // reads and writes (with fsync) while `docker kill` stops an ssdnode; the
 // operator declares the node lost (`zctl node remove`), its copies are
 // rebuilt node to node, and every file's checksum is right, through the

@@ -59,7 +59,7 @@ func mountFSWith(t *testing.T, ns, dir string, args ...string) (*exec.Cmd, *sync
 }
 
 // bounded runs f and fails the test if it does not return within limit (a
-// hang, the bug of issue 21; not a speed assertion).
+// hang: the mount must not wedge on a dead node; not a speed assertion).
 func bounded(t *testing.T, limit time.Duration, what string, f func() error) error {
 	t.Helper()
 	errc := make(chan error, 1)
@@ -73,7 +73,7 @@ func bounded(t *testing.T, limit time.Duration, what string, f func() error) err
 	}
 }
 
-// Issue 21: `docker kill` an ssdnode under a mounted file system. Reads of
+// `docker kill` an ssdnode under a mounted file system. Reads of
 // data on the other nodes, stat and readdir keep working; operations that
 // need the dead node fail with EIO within the retry deadline and a killed
 // reader goes away; after `docker start` the mount recovers by itself (no

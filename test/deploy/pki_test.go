@@ -15,8 +15,8 @@ import (
 	"github.com/zonefleet/zonefleet/pkg/auth"
 )
 
-// TestComponentsHoldOnlyTheirOwnKeys: least privilege per component (issue
-// #15). Each running container's /pki (its own volume, mounted read-only)
+// TestComponentsHoldOnlyTheirOwnKeys: least privilege per component. Each
+// running container's /pki (its own volume, mounted read-only)
 // holds exactly what `zctl cert export` gives that component: never the CA
 // key, never the admin token, the token signing key only on arbiters. The
 // files are copied out of the live containers (docker cp reads the mount

@@ -72,7 +72,7 @@ func loadDashboards(t testing.TB) []dashboard {
 
 var metricRE = regexp.MustCompile(`\b(zonefleet_[a-z0-9_]+|etcd_[a-z0-9_]+|up)\b`)
 
-// The dashboards are well formed: the four the issue asks for, stable uids
+// The dashboards are well formed: the four of deploy/grafana, stable uids
 // matching their file names, unique panel ids, the $datasource variable,
 // and every query names a metric and is complete once its template variables
 // are substituted (deploy/grafana's tests check units, variables and the
@@ -108,10 +108,10 @@ func TestDashboardsWellFormed(t *testing.T) {
 	}
 }
 
-// readmeMetrics are the metric names README.md mentions.
+// readmeMetrics are the metric names docs/operations.md mentions.
 func readmeMetrics(t testing.TB) map[string]bool {
 	t.Helper()
-	b, err := os.ReadFile(filepath.Join(repoRoot(), "README.md"))
+	b, err := os.ReadFile(filepath.Join(repoRoot(), "docs", "operations.md"))
 	require.NoError(t, err)
 	m := map[string]bool{}
 	for _, name := range regexp.MustCompile(`zonefleet_[a-z0-9_]+`).FindAllString(string(b), -1) {
@@ -120,7 +120,7 @@ func readmeMetrics(t testing.TB) map[string]bool {
 	return m
 }
 
-// Every metric name registered in the source is documented in README.md (the
+// Every metric name registered in the source is documented in docs/operations.md (the
 // running-cluster version of this check is TestExportedMetricsAreDocumented).
 func TestSourceMetricsAreDocumented(t *testing.T) {
 	doc := readmeMetrics(t)
@@ -146,7 +146,7 @@ func TestSourceMetricsAreDocumented(t *testing.T) {
 	})
 	require.NoError(t, err)
 	sort.Strings(missing)
-	assert.Empty(t, missing, "metrics missing from README.md's metrics tables")
+	assert.Empty(t, missing, "metrics missing from docs/operations.md's metrics table")
 }
 
 // exemptPanel is a dashboard panel the live test does not require series

@@ -27,8 +27,8 @@ import (
 )
 
 // TestAttacks runs what a tenant with a valid account (mallory) would try
-// against a running secure local cluster (real gRPC over TLS, real etcd),
-// issue #15. Every attack must fail with UNAUTHENTICATED or
+// against a running secure local cluster (real gRPC over TLS, real etcd).
+// Every attack must fail with UNAUTHENTICATED or
 // PERMISSION_DENIED (UNAVAILABLE for a plaintext client: the TLS listener
 // never lets its preface reach gRPC) and change nothing: the victim's data
 // and namespace are intact afterwards.

@@ -7,8 +7,8 @@
 // FinishVZone, ResetVZone: four state mutations and two stripe-group
 // allocations — from several workers on distinct v-zones and reports:
 //
-//   - allocations_per_second: allocation cycles per second (the issue's
-//     "v-zone open + stripe group + finish + reset cycles per second"),
+//   - allocations_per_second: allocation cycles per second (a cycle is
+//     v-zone open + stripe group + finish + reset),
 //     the median of Repeats runs;
 //   - bytes_per_mutation: key and value bytes the arbiter wrote to etcd per
 //     mutation, counted by a wrapper around the etcd client's KV (every

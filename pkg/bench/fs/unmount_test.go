@@ -17,8 +17,8 @@ import (
 
 // TestUnmountNeverHangs: the harness's unmount returns whether or not a file
 // of the mount is still open. A benchmark that failed part-way (a write
-// refused with ENOSPC) with its file still open used to hang for ever in its
-// deferred unmount: the lazy unmount waited for the last user of the mount,
+// refused with ENOSPC) with its file still open must not hang in its
+// deferred unmount: a lazy unmount waits for the last user of the mount,
 // the very goroutine waiting (and a mount only detached would hang the
 // process at exit, when the kernel flushes that handle to the exiting
 // process's own FUSE server).

@@ -92,7 +92,7 @@ func ActiveDescription(desc string) bool {
 func (p PageReporting) String() string {
 	switch {
 	case p.Active():
-		return fmt.Sprintf(activePrefix+" (virtio-balloon %s, order %d: blocks of %s): pages freed, e.g. by truncating or deleting a file, go back to the host and cost several times the copy when allocated again; samples that write through the page cache can run 3-5x slower (README, \"Benchmarks on a VM\")",
+		return fmt.Sprintf(activePrefix+" (virtio-balloon %s, order %d: blocks of %s): pages freed, e.g. by truncating or deleting a file, go back to the host and cost several times the copy when allocated again; samples that write through the page cache can run 3-5x slower (docs/benchmarks.md, \"Virtual machines: free page reporting\")",
 			p.Device, p.Order, blockSize(p.Order))
 	case p.Device != "" && p.Order < 0:
 		return fmt.Sprintf("off (virtio-balloon %s offers it, the kernel has no page_reporting module)", p.Device)

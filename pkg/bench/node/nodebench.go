@@ -581,7 +581,7 @@ func throughput(ctx context.Context, o Options, res *Result, payload []byte) err
 	// reporting (hostenv), pages freed at the reset instead had gone back
 	// to the host by then and cost several times the copy: 11-17 of 39
 	// samples ran 300-800 MiB/s (tcp_file's as well as grpc's) before the
-	// drive moved the zeroing (README, "Benchmarks on a VM").
+	// drive moved the zeroing (docs/benchmarks.md, "Virtual machines: free page reporting").
 	grpcPointCores := func(cores *[]float64, writers ...zoneWriter) func(int64) (float64, error) {
 		return func(bytes int64) (float64, error) {
 			syscall.Sync()

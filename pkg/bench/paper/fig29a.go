@@ -36,9 +36,9 @@ type Fig29aScenario struct {
 // is "one outstanding I/O per die in the sequential case" (§4.5.1).
 // cc_on_zonefleet runs the product's own unit and latency instead of the
 // harness's: client.ReadUnits (what pkg/client's admitRead charges) and
-// node.FromSlotRequest (what pkg/node reports for a read) — since issue 14
-// the paper's, so it matches cc_on. The ablations run what ZoneFleet did
-// before: cc_on_stripe_units counts the window in stripes,
+// node.FromSlotRequest (what pkg/node reports for a read) — the paper's
+// unit and latency, so it matches cc_on. The ablations run the other
+// choices: cc_on_stripe_units counts the window in stripes,
 // cc_on_device_latency reports only the drive's modelled latency (without
 // the WRR wait), cc_on_zonefleet_before both; cc_on_client_legs also admits
 // every physical zone's leg on its own, as pkg/client did before admitRead:
@@ -124,9 +124,8 @@ type Fig29aRow struct {
 	// OnZoneFleet is CC on with pkg/client's and pkg/node's own unit and
 	// latency (client.ReadUnits, node.FromSlotRequest).
 	OnZoneFleet Fig29aRun `json:"cc_on_zonefleet"`
-	// The ablations, what ZoneFleet did before issue 14: the window in
-	// stripes, the drive's latency without the WRR wait, both, and the
-	// client's former per-leg admission.
+	// The ablations: the window in stripes, the drive's latency without
+	// the WRR wait, both, and admission per leg instead of per read.
 	OnStripes         Fig29aRun `json:"cc_on_stripe_units"`
 	OnDevLat          Fig29aRun `json:"cc_on_device_latency"`
 	OnZoneFleetBefore Fig29aRun `json:"cc_on_zonefleet_before"`
@@ -363,7 +362,7 @@ const (
 	// same span, from the drive's result).
 	latNode
 	// latDevice: the drive's modelled latency alone, without the WRR wait
-	// (what pkg/node reported before issue 14).
+	// (an ablation: the paper's latency includes the device's arbitration).
 	latDevice
 )
 

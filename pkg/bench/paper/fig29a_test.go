@@ -14,7 +14,7 @@ import (
 //   - sc. 1, CC on: fair (paper: 290 and 290 MB/s), within 1.2x;
 //   - sc. 2, CC on: B's reads pass lat_thresh and its window is cut (the
 //     paper's "similar behavior"); A/B rises well above CC off but stays
-//     near 0.5, not 1 (README: Algorithm 1 cuts B only at 4 outstanding
+//     near 0.5, not 1 (docs/paper-figures.md: Algorithm 1 cuts B only at 4 outstanding
 //     I/Os, 6 pages per die, on a drive whose dies read ~180-200 MB/s);
 //   - sc. 3, CC on: no read reaches lat_thresh, B keeps its full window
 //     ("the I/O scheduler chooses to max out the bandwidth").

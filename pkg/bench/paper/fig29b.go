@@ -42,7 +42,7 @@ type Fig29bConfig struct {
 	// DieBackpressure reruns every scenario, AC off and on, on the same
 	// drive with the write cache's per-die back-pressure
 	// (flash.Config.WriteCacheDieBytes) at each of these limits: an
-	// ablation of the cache's admission policy (see the README).
+	// ablation of the cache's admission policy (see docs/paper-figures.md).
 	DieBackpressure []int64 `json:"die_backpressure_bytes,omitempty"`
 	// DieWarmup is the ablation's warm-up (0: Warmup). With AC on, the
 	// dies shared by the busy writer and zone A (sc. 2) take about a second

@@ -13,7 +13,7 @@ import (
 // write: cap 1), and an uncapped bank (a zone starts with it full) leaves
 // every writer unpaced for the whole run; with every writer busy it raises
 // the device's total, with and without shared dies (paper: +6.6 % and
-// +24.7 %; here far more, see the README), and paces the busy writer.
+// +24.7 %; here far more, see docs/paper-figures.md), and paces the busy writer.
 func TestFig29b(t *testing.T) {
 	c := DefaultFig29b()
 	if raceDetector {
@@ -47,7 +47,7 @@ func TestFig29b(t *testing.T) {
 	// busy writer's backlog, so the device totals without AC land near the
 	// paper's (2,161 and 2,403 MB/s) and so do AC's gains (paper ×1.066 and
 	// ×1.247); sc. 1's effect is gone under this policy (no single cache
-	// policy fits all three: README).
+	// policy fits all three: docs/paper-figures.md).
 	require.Len(t, res.Die, 1)
 	d := res.Die[0]
 	for _, row := range d.Rows {

@@ -66,7 +66,7 @@ type Options struct {
 type Figure struct {
 	ID    string
 	Title string
-	Paper string // the paper's number, for the table and README
+	Paper string // the paper's number, for the table and docs/paper-figures.md
 	run   func(ctx context.Context, dir string, o Options) (any, []Line, error)
 }
 

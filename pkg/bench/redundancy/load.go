@@ -21,7 +21,7 @@ import (
 	"github.com/zonefleet/zonefleet/pkg/zerr"
 )
 
-// Tenant throughput during a rebuild (issue 19: a rebuild is throttled so
+// Tenant throughput during a rebuild (a rebuild is throttled so
 // tenants keep their bandwidth). Each point starts its own cluster of
 // Options.Nodes nodes with the rebuild rate under test, writes LoadMiB into
 // a mirror:2 namespace, stops the node of its first copy, and then a

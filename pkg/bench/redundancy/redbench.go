@@ -1,5 +1,5 @@
 // Package redbench measures what redundancy costs and what it buys
-// (`zctl bench redundancy`, issue 19): on one local cluster (real gRPC over
+// (`zctl bench redundancy`): on one local cluster (real gRPC over
 // loopback, TLS, real backing files, the drives' timing model on the
 // realtime clock) it writes and reads back the same bytes in a namespace
 // without redundancy, in a mirror:2 namespace and in a raid5 namespace,
