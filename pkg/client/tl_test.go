@@ -6,12 +6,14 @@ import (
 	"errors"
 	mrand "math/rand/v2"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
 	v1 "github.com/zonefleet/zonefleet/api/zonefleet/v1"
 	"github.com/zonefleet/zonefleet/pkg/client"
+	"github.com/zonefleet/zonefleet/pkg/localcluster"
 	"github.com/zonefleet/zonefleet/pkg/rpcerr"
 	"github.com/zonefleet/zonefleet/pkg/zerr"
 )
@@ -362,9 +364,13 @@ func TestTLOpenPartlyWritten(t *testing.T) {
 // stayed in threaded logging and the file system, told "refused", met it
 // there at its next TL_open and turned read-only (fio at 75 %).
 func TestTLOpenRefusedByADriveRollsBack(t *testing.T) {
-	c := startCluster(t, 1, 1)
+	// One tenant fills the whole drive: no default share.
+	c, err := localcluster.Start(context.Background(), localcluster.Config{Dir: t.TempDir(), Nodes: 1, Arbiters: 1,
+		Clock: "off", SessionTTL: time.Second, Device: localcluster.TinyDevice(), MaxShare: 1})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = c.Close() })
 	admin := newClient(t, c, "")
-	_, err := admin.Namespaces().Create(context.Background(), &v1.CreateNamespaceRequest{Name: "tlnr", MaxActiveVzones: 8, ZonesPerVzone: 1})
+	_, err = admin.Namespaces().Create(context.Background(), &v1.CreateNamespaceRequest{Name: "tlnr", MaxActiveVzones: 8, ZonesPerVzone: 1})
 	require.NoError(t, err)
 	cl := newClient(t, c, "tlnr")
 	ctx := context.Background()
