@@ -364,7 +364,7 @@ func TestTLOpenPartlyWritten(t *testing.T) {
 // stayed in threaded logging and the file system, told "refused", met it
 // there at its next TL_open and turned read-only (fio at 75 %).
 func TestTLOpenRefusedByADriveRollsBack(t *testing.T) {
-	// The test fills the drive with one namespace: no default share caps it.
+	// One tenant fills the whole drive: no default share.
 	c, err := localcluster.Start(context.Background(), localcluster.Config{Dir: t.TempDir(), Nodes: 1, Arbiters: 1,
 		Clock: "off", SessionTTL: time.Second, Device: localcluster.TinyDevice(), MaxShare: 1})
 	require.NoError(t, err)
