@@ -170,7 +170,7 @@ func itoa(n int64) string { return strconv.FormatInt(n, 10) }
 // without a decision.
 func TestPolicyCoversEveryMethod(t *testing.T) {
 	pol := DefaultPolicy()
-	for _, sd := range []grpc.ServiceDesc{v1.ZonedDevice_ServiceDesc, v1.Arbiter_ServiceDesc} {
+	for _, sd := range []grpc.ServiceDesc{v1.ZonedDevice_ServiceDesc, v1.Arbiter_ServiceDesc, v1.FDP_ServiceDesc} {
 		for _, m := range sd.Methods {
 			r, ok := pol["/"+sd.ServiceName+"/"+m.MethodName]
 			assert.True(t, ok, "%s/%s has no rule", sd.ServiceName, m.MethodName)
