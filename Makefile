@@ -41,7 +41,7 @@ test-long: ## randomized long runs: power-loss seeds and crash points (-long)
 bench-smoke: ## the wall-clock benchmarks (FUSE mounts, gRPC) on small configurations
 	$(GO) test -tags benchsmoke $(SMOKE_FLAGS) -run '^TestSmoke' ./pkg/bench/...
 
-test-short: ## unit tests only, no e2e
+test-short: ## every test but the long scenarios, no race detector
 	$(GO) test -short -count=1 ./...
 
 docs-check: build ## links and anchors of README.md, CONTRIBUTING.md, docs/; README length; the README quickstart against bin/
