@@ -98,28 +98,17 @@ import (
 // with the group and reset with the v-zone. zone_compaction and TL_open are
 // refused (mirroredError); the file system recycles by host copy.
 
-// The partial-parity record header is pkg/ondisk's (PPHeader: version 2
-// carries Seq; version 1 headers, one PP log per group, still decode with
-// Seq 0, older than every version 2 record). ppSealed marks a seal record
-// (sealParity): written before the group's zones are finished, when the
-// drives' write pointers stop telling how far each zone was written.
-type ppHeader = ondisk.PPHeader
-
-const (
-	ppMagic       = ondisk.PPMagic
-	ppMagicV1     = ondisk.PPMagicV1
-	ppHeaderLen   = ondisk.PPHeaderLen
-	ppHeaderLenV1 = ondisk.PPHeaderLenV1
-	ppSealed      = ondisk.PPSealed
-)
-
-var crcTable = ondisk.PPCRC
-
-func decodePPHeader(b []byte) (ppHeader, bool) { return ondisk.DecodePPHeader(b) }
+// decodePPHeader decodes pkg/ondisk's partial-parity record header
+// (version 2 carries Seq; version 1 headers, one PP log per group, still
+// decode with Seq 0, older than every version 2 record). ondisk.PPSealed
+// marks a seal record (sealParity): written before the group's zones are
+// finished, when the drives' write pointers stop telling how far each zone
+// was written.
+func decodePPHeader(b []byte) (ondisk.PPHeader, bool) { return ondisk.DecodePPHeader(b) }
 
 // ppRecord is a decoded, intact record.
 type ppRecord struct {
-	ppHeader
+	ondisk.PPHeader
 	xor []byte // Blocks blocks of parity
 }
 
@@ -141,8 +130,8 @@ func parseLog(b []byte, bs uint64) []ppRecord {
 			continue
 		}
 		payload := b[p+bs : end]
-		if crc32.Checksum(payload, crcTable) == h.CRC {
-			out = append(out, ppRecord{ppHeader: h, xor: payload})
+		if crc32.Checksum(payload, ondisk.Castagnoli) == h.CRC {
+			out = append(out, ppRecord{PPHeader: h, xor: payload})
 			p = end
 			continue
 		}
@@ -247,7 +236,7 @@ func (v *VZone) writeParity(ctx context.Context, g *group, off uint64, data []by
 		z    pzone
 		zoff uint64
 		buf  []byte
-		pp   *ppHeader // a PP record: buf is its payload
+		pp   *ondisk.PPHeader // a PP record: buf is its payload
 	}
 	var jobs []job
 	for _, l := range g.legs(off, n) {
@@ -262,7 +251,7 @@ func (v *VZone) writeParity(ctx context.Context, g *group, off uint64, data []by
 	}
 	if q > 0 {
 		payload := min(q, S)
-		jobs = append(jobs, job{z: g.ppLogs()[0], buf: acc[:payload*bs], pp: &ppHeader{Group: g.index, Row: rEnd, Covered: q}})
+		jobs = append(jobs, job{z: g.ppLogs()[0], buf: acc[:payload*bs], pp: &ondisk.PPHeader{Group: g.index, Row: rEnd, Covered: q}})
 	}
 	errs := make([]error, len(jobs))
 	run := func(ctx context.Context) {
@@ -324,7 +313,7 @@ func (v *VZone) writeParity(ctx context.Context, g *group, off uint64, data []by
 // the active log: until the record lands, the active log still holds the
 // newest record of every row, so no acknowledged block is unprotected
 // between the reset and the write. (A group with one PP log resets that.)
-func (v *VZone) appendPP(ctx context.Context, g *group, h ppHeader, payload []byte, bs uint64, fua bool) error {
+func (v *VZone) appendPP(ctx context.Context, g *group, h ondisk.PPHeader, payload []byte, bs uint64, fua bool) error {
 	logs := g.ppLogs()
 	v.parMu.Lock()
 	st := v.par.pp[g.index]
@@ -343,7 +332,7 @@ func (v *VZone) appendPP(ctx context.Context, g *group, h ppHeader, payload []by
 	}
 	rec := make([]byte, bs+uint64(len(payload)))
 	copy(rec[bs:], payload)
-	h.Blocks, h.CRC, h.Seq = uint32(uint64(len(payload))/bs), crc32.Checksum(payload, crcTable), st.seq+1
+	h.Blocks, h.CRC, h.Seq = uint32(uint64(len(payload))/bs), crc32.Checksum(payload, ondisk.Castagnoli), st.seq+1
 	h.Encode(rec[:bs])
 	blocks := uint64(len(rec)) / bs
 	err = func() error {
@@ -567,7 +556,7 @@ func (v *VZone) reconstruct(ctx context.Context, g *group, l *leg, bad map[strin
 	var seal *ppRecord
 	for i := len(recs) - 1; i >= 0; i-- {
 		if recs[i].Group == g.index {
-			if recs[i].Flags&ppSealed != 0 {
+			if recs[i].Flags&ondisk.PPSealed != 0 {
 				seal = &recs[i]
 			}
 			break
@@ -617,7 +606,7 @@ func (v *VZone) reconstruct(ctx context.Context, g *group, l *leg, bad map[strin
 				if x.Group != g.index || x.Row != r || !held(x.Covered) {
 					continue
 				}
-				if seal != nil && x.Flags&ppSealed == 0 && r == seal.Row {
+				if seal != nil && x.Flags&ondisk.PPSealed == 0 && r == seal.Row {
 					continue // the seal's cover is what was acknowledged of its row
 				}
 				rec = x
@@ -698,7 +687,7 @@ func (v *VZone) sealParity(ctx context.Context, groups []*group) error {
 			return err
 		}
 		payload := min(c, S)
-		h := ppHeader{Group: g.index, Row: r, Covered: c, Flags: ppSealed, ParityRows: min(pwp/S, r)}
+		h := ondisk.PPHeader{Group: g.index, Row: r, Covered: c, Flags: ondisk.PPSealed, ParityRows: min(pwp/S, r)}
 		if err := v.appendPP(ctx, g, h, acc[:payload*bs], bs, true); err != nil {
 			return fmt.Errorf("seal parity group %d: %w", g.index, err)
 		}

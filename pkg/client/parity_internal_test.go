@@ -7,12 +7,14 @@ import (
 	"testing"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/zonefleet/zonefleet/pkg/ondisk"
 )
 
-func ppRec(bs uint64, h ppHeader, payload []byte) []byte {
+func ppRec(bs uint64, h ondisk.PPHeader, payload []byte) []byte {
 	b := make([]byte, bs+uint64(len(payload)))
 	copy(b[bs:], payload)
-	h.Blocks, h.CRC = uint32(uint64(len(payload))/bs), crc32.Checksum(payload, crcTable)
+	h.Blocks, h.CRC = uint32(uint64(len(payload))/bs), crc32.Checksum(payload, ondisk.Castagnoli)
 	h.Encode(b[:bs])
 	return b
 }
@@ -24,12 +26,12 @@ func TestParseLogSkipsTornRecords(t *testing.T) {
 	p1 := bytes.Repeat([]byte{1}, 2*bs)
 	p2 := bytes.Repeat([]byte{2}, bs)
 	p3 := bytes.Repeat([]byte{3}, 2*bs)
-	r1 := ppRec(bs, ppHeader{Group: 0, Row: 4, Covered: 3}, p1)
-	torn := ppRec(bs, ppHeader{Group: 0, Row: 4, Covered: 5}, p2)
+	r1 := ppRec(bs, ondisk.PPHeader{Group: 0, Row: 4, Covered: 3}, p1)
+	torn := ppRec(bs, ondisk.PPHeader{Group: 0, Row: 4, Covered: 5}, p2)
 	torn[len(torn)-1] ^= 0xff // its payload did not land whole
-	tornHdr := ppRec(bs, ppHeader{Group: 0, Row: 4, Covered: 6}, p2)
+	tornHdr := ppRec(bs, ondisk.PPHeader{Group: 0, Row: 4, Covered: 6}, p2)
 	tornHdr[20] ^= 1
-	r3 := ppRec(bs, ppHeader{Group: 1, Row: 0, Covered: 7}, p3)
+	r3 := ppRec(bs, ondisk.PPHeader{Group: 1, Row: 0, Covered: 7}, p3)
 	log := append(append(append(append(append([]byte{}, r1...), torn...), tornHdr...), r3...), make([]byte, 3*bs)...)
 	recs := parseLog(log, bs)
 	require.Len(t, recs, 2)
@@ -42,9 +44,9 @@ func TestParseLogSkipsTornRecords(t *testing.T) {
 }
 
 // encodeV1 writes a version 1 header (one PP log per group, no Seq).
-func encodeV1(h ppHeader, b []byte) {
+func encodeV1(h ondisk.PPHeader, b []byte) {
 	clear(b)
-	binary.LittleEndian.PutUint32(b[0:], ppMagicV1)
+	binary.LittleEndian.PutUint32(b[0:], ondisk.PPMagicV1)
 	binary.LittleEndian.PutUint32(b[4:], h.Group)
 	binary.LittleEndian.PutUint64(b[8:], h.Row)
 	binary.LittleEndian.PutUint64(b[16:], h.Covered)
@@ -52,13 +54,13 @@ func encodeV1(h ppHeader, b []byte) {
 	binary.LittleEndian.PutUint32(b[28:], h.CRC)
 	binary.LittleEndian.PutUint32(b[32:], h.Flags)
 	binary.LittleEndian.PutUint64(b[36:], h.ParityRows)
-	binary.LittleEndian.PutUint32(b[44:], crc32.Checksum(b[:44], crcTable))
+	binary.LittleEndian.PutUint32(b[44:], crc32.Checksum(b[:44], ondisk.Castagnoli))
 }
 
 // Version 2 headers carry Seq; version 1 headers (written before groups
 // had two PP logs) still decode, with Seq 0; a torn one of either does not.
 func TestDecodePPHeaderVersions(t *testing.T) {
-	h := ppHeader{Group: 3, Row: 9, Covered: 17, Blocks: 2, CRC: 7, Flags: ppSealed, ParityRows: 8, Seq: 41}
+	h := ondisk.PPHeader{Group: 3, Row: 9, Covered: 17, Blocks: 2, CRC: 7, Flags: ondisk.PPSealed, ParityRows: 8, Seq: 41}
 	b := make([]byte, 64)
 	h.Encode(b)
 	got, ok := decodePPHeader(b)
@@ -67,10 +69,10 @@ func TestDecodePPHeaderVersions(t *testing.T) {
 	b[50] ^= 1
 	_, ok = decodePPHeader(b)
 	require.False(t, ok, "a torn version 2 header")
-	_, ok = decodePPHeader(b[:ppHeaderLenV1])
+	_, ok = decodePPHeader(b[:ondisk.PPHeaderLenV1])
 	require.False(t, ok, "a version 2 header cut short")
 	encodeV1(h, b)
-	got, ok = decodePPHeader(b[:ppHeaderLenV1])
+	got, ok = decodePPHeader(b[:ondisk.PPHeaderLenV1])
 	require.True(t, ok)
 	h.Seq = 0
 	require.Equal(t, h, got)
@@ -81,10 +83,10 @@ func TestDecodePPHeaderVersions(t *testing.T) {
 
 func FuzzDecodePPHeader(f *testing.F) {
 	b := make([]byte, 64)
-	ppHeader{Group: 3, Row: 9, Covered: 17, Blocks: 2, CRC: 7, Seq: 5}.Encode(b)
+	ondisk.PPHeader{Group: 3, Row: 9, Covered: 17, Blocks: 2, CRC: 7, Seq: 5}.Encode(b)
 	f.Add(b)
 	v1 := make([]byte, 64)
-	encodeV1(ppHeader{Group: 3, Row: 9, Covered: 17, Blocks: 2, CRC: 7}, v1)
+	encodeV1(ondisk.PPHeader{Group: 3, Row: 9, Covered: 17, Blocks: 2, CRC: 7}, v1)
 	f.Add(v1)
 	f.Add(make([]byte, 64))
 	f.Fuzz(func(t *testing.T, b []byte) {
@@ -92,7 +94,7 @@ func FuzzDecodePPHeader(f *testing.F) {
 		if !ok {
 			return
 		}
-		out := make([]byte, max(len(b), ppHeaderLen))
+		out := make([]byte, max(len(b), ondisk.PPHeaderLen))
 		h.Encode(out)
 		back, ok := decodePPHeader(out)
 		require.True(t, ok)

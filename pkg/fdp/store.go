@@ -34,9 +34,7 @@ const (
 // format can add some without a flag day (pkg/ondisk).
 var knownFeatures = ondisk.Features{}
 
-var castagnoli = crc32.MakeTable(crc32.Castagnoli)
-
-func crc(b []byte) uint32 { return crc32.Checksum(b, castagnoli) }
+func crc(b []byte) uint32 { return crc32.Checksum(b, ondisk.Castagnoli) }
 
 // layout of the data file.
 type layout struct {

@@ -42,9 +42,7 @@ const (
 	magicDentry = 0x4544465a // "ZFDE" dentry block
 )
 
-var castagnoli = crc32.MakeTable(crc32.Castagnoli)
-
-func checksum(b []byte) uint32 { return crc32.Checksum(b, castagnoli) }
+func checksum(b []byte) uint32 { return crc32.Checksum(b, ondisk.Castagnoli) }
 
 func corrupt(what, format string, a ...any) error {
 	return &zerr.CorruptError{Path: what, Reason: fmt.Sprintf(format, a...)}
@@ -219,7 +217,7 @@ func decodeMetaRecord(b []byte) (metaRecord, error) {
 	copy(h, b[:metaHdrLen])
 	want := binary.LittleEndian.Uint32(h[28:])
 	binary.LittleEndian.PutUint32(h[28:], 0)
-	c := crc32.Update(checksum(h), castagnoli, b[metaHdrLen:metaHdrLen+pl])
+	c := crc32.Update(checksum(h), ondisk.Castagnoli, b[metaHdrLen:metaHdrLen+pl])
 	if c != want {
 		return metaRecord{}, corrupt("metadata record", "checksum mismatch")
 	}
@@ -561,8 +559,8 @@ func decodeNodeHeader(b []byte) (nodeHeader, error) {
 	}
 	want := binary.LittleEndian.Uint32(b[4:])
 	c := checksum(b[:4])
-	c = crc32.Update(c, castagnoli, []byte{0, 0, 0, 0})
-	c = crc32.Update(c, castagnoli, b[8:])
+	c = crc32.Update(c, ondisk.Castagnoli, []byte{0, 0, 0, 0})
+	c = crc32.Update(c, ondisk.Castagnoli, b[8:])
 	if c != want {
 		return nodeHeader{}, corrupt("node block", "checksum mismatch")
 	}
@@ -709,8 +707,8 @@ func decodeDentries(b []byte, dir uint64) ([]dentry, error) {
 	}
 	want := binary.LittleEndian.Uint32(b[4:])
 	c := checksum(b[:4])
-	c = crc32.Update(c, castagnoli, []byte{0, 0, 0, 0})
-	c = crc32.Update(c, castagnoli, b[8:])
+	c = crc32.Update(c, ondisk.Castagnoli, []byte{0, 0, 0, 0})
+	c = crc32.Update(c, ondisk.Castagnoli, b[8:])
 	if c != want {
 		return nil, corrupt("dentry block", "dir %d: checksum mismatch", dir)
 	}

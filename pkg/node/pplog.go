@@ -21,25 +21,13 @@ import (
 // round trip with the client's encoder is tested end to end
 // (TestRebuildParityLeg*: the node parses the records the client wrote).
 
-// The record header is pkg/ondisk's PPHeader (one definition for the
+// decodePPHeader decodes pkg/ondisk's PPHeader (one definition for the
 // client's writer and this reader).
-type ppHeader = ondisk.PPHeader
-
-const (
-	ppMagic       = ondisk.PPMagic
-	ppMagicV1     = ondisk.PPMagicV1
-	ppHeaderLen   = ondisk.PPHeaderLen
-	ppHeaderLenV1 = ondisk.PPHeaderLenV1
-	ppSealed      = ondisk.PPSealed
-)
-
-var ppCRC = ondisk.PPCRC
-
-func decodePPHeader(b []byte) (ppHeader, bool) { return ondisk.DecodePPHeader(b) }
+func decodePPHeader(b []byte) (ondisk.PPHeader, bool) { return ondisk.DecodePPHeader(b) }
 
 // ppRecord is an intact record.
 type ppRecord struct {
-	ppHeader
+	ondisk.PPHeader
 	xor []byte
 }
 
@@ -61,8 +49,8 @@ func parsePPLog(b []byte, bs uint64) []ppRecord {
 			continue
 		}
 		payload := b[p+bs : end]
-		if crc32.Checksum(payload, ppCRC) == h.CRC {
-			out = append(out, ppRecord{ppHeader: h, xor: payload})
+		if crc32.Checksum(payload, ondisk.Castagnoli) == h.CRC {
+			out = append(out, ppRecord{PPHeader: h, xor: payload})
 			p = end
 			continue
 		}
@@ -78,11 +66,11 @@ func sortPPRecords(recs []ppRecord) {
 }
 
 // encodePPRecord returns a record (header block + payload blocks).
-func encodePPRecord(h ppHeader, payload []byte, bs uint64) []byte {
+func encodePPRecord(h ondisk.PPHeader, payload []byte, bs uint64) []byte {
 	rec := make([]byte, bs+uint64(len(payload)))
 	copy(rec[bs:], payload)
 	h.Blocks = uint32(uint64(len(payload)) / bs)
-	h.CRC = crc32.Checksum(rec[bs:], ppCRC)
+	h.CRC = crc32.Checksum(rec[bs:], ondisk.Castagnoli)
 	h.Encode(rec[:bs])
 	return rec
 }

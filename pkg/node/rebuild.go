@@ -15,6 +15,7 @@ import (
 	v1 "github.com/zonefleet/zonefleet/api/zonefleet/v1"
 	"github.com/zonefleet/zonefleet/pkg/auth"
 	"github.com/zonefleet/zonefleet/pkg/cluster"
+	"github.com/zonefleet/zonefleet/pkg/ondisk"
 	"github.com/zonefleet/zonefleet/pkg/rpcerr"
 	"github.com/zonefleet/zonefleet/pkg/wire"
 	"github.com/zonefleet/zonefleet/pkg/zerr"
@@ -251,7 +252,7 @@ func (b *rebuilder) run(wctx context.Context) (*v1.RebuildParityLegResponse, err
 			}
 		}
 		var seal *ppRecord
-		if n := len(mine); n > 0 && mine[n-1].Flags&ppSealed != 0 {
+		if n := len(mine); n > 0 && mine[n-1].Flags&ondisk.PPSealed != 0 {
 			seal = mine[n-1]
 		}
 		held := func(row, c uint64) bool {
@@ -280,7 +281,7 @@ func (b *rebuilder) run(wctx context.Context) (*v1.RebuildParityLegResponse, err
 			if x.Row < P || x.Row >= rows || recs[x.Row] != nil || !held(x.Row, x.Covered) {
 				continue
 			}
-			if seal != nil && x.Flags&ppSealed == 0 && x.Row == seal.Row {
+			if seal != nil && x.Flags&ondisk.PPSealed == 0 && x.Row == seal.Row {
 				continue // the seal's cover is what was acknowledged of its row
 			}
 			recs[x.Row] = x
@@ -384,7 +385,7 @@ func (b *rebuilder) run(wctx context.Context) (*v1.RebuildParityLegResponse, err
 				xorInto(acc[:m*bs], units[j][:m*bs])
 			}
 		}
-		rec := encodePPRecord(ppHeader{Group: r.group, Row: P, Covered: cover, Seq: 1}, acc[:min(cover, S)*bs], bs)
+		rec := encodePPRecord(ondisk.PPHeader{Group: r.group, Row: P, Covered: cover, Seq: 1}, acc[:min(cover, S)*bs], bs)
 		pw, err := b.s.zoneWritten(r.ppDev, r.pp.GetZone())
 		if err != nil {
 			return nil, err

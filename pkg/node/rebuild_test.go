@@ -10,6 +10,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	v1 "github.com/zonefleet/zonefleet/api/zonefleet/v1"
+	"github.com/zonefleet/zonefleet/pkg/ondisk"
 	"github.com/zonefleet/zonefleet/pkg/rpcerr"
 	"github.com/zonefleet/zonefleet/pkg/wire"
 	"github.com/zonefleet/zonefleet/pkg/zerr"
@@ -72,11 +73,11 @@ func newRaidGroupCfg(t *testing.T, prefix string, tune func(*Config)) *raidGroup
 	// the PP log (zone 1 of p): an older record of row 3, a torn block, the newest record
 	acc := make([]byte, S*rbBS)
 	xorBlocks(acc, g.legs[0][g.rows*S*rbBS:])
-	old := encodePPRecord(ppHeader{Group: 7, Row: g.rows, Covered: S}, acc, rbBS)
+	old := encodePPRecord(ondisk.PPHeader{Group: 7, Row: g.rows, Covered: S}, acc, rbBS)
 	xorBlocks(acc[:5*rbBS], g.legs[1][g.rows*S*rbBS:])
-	rec := encodePPRecord(ppHeader{Group: 7, Row: g.rows, Covered: g.cover}, acc, rbBS)
+	rec := encodePPRecord(ondisk.PPHeader{Group: 7, Row: g.rows, Covered: g.cover}, acc, rbBS)
 	torn := make([]byte, rbBS)
-	copy(torn, rec[:ppHeaderLen-1])
+	copy(torn, rec[:ondisk.PPHeaderLen-1])
 	log := append(append(append([]byte{}, old...), torn...), rec...)
 	_, err = g.p.client.Write(ctx, &v1.WriteRequest{Lba: 2048, Data: log})
 	require.NoError(t, err)
@@ -151,9 +152,9 @@ func TestRebuildParityLegTwoPPLogs(t *testing.T) {
 	require.NoError(t, err)
 	acc := make([]byte, S*rbBS)
 	xorBlocks(acc, g.legs[0][g.rows*S*rbBS:])
-	old := encodePPRecord(ppHeader{Group: 7, Row: g.rows, Covered: S, Seq: 4}, acc, rbBS)
+	old := encodePPRecord(ondisk.PPHeader{Group: 7, Row: g.rows, Covered: S, Seq: 4}, acc, rbBS)
 	xorBlocks(acc[:5*rbBS], g.legs[1][g.rows*S*rbBS:])
-	rec := encodePPRecord(ppHeader{Group: 7, Row: g.rows, Covered: g.cover, Seq: 5}, acc, rbBS)
+	rec := encodePPRecord(ondisk.PPHeader{Group: 7, Row: g.rows, Covered: g.cover, Seq: 5}, acc, rbBS)
 	_, err = g.p.client.Write(ctx, &v1.WriteRequest{Lba: 2048, Data: rec})
 	require.NoError(t, err)
 	_, err = g.p.client.Write(ctx, &v1.WriteRequest{Lba: 2 * 2048, Data: old})
@@ -212,7 +213,7 @@ func TestRebuildParityLegSealed(t *testing.T) {
 	acc := make([]byte, S*rbBS)
 	xorBlocks(acc, g.legs[0][g.rows*S*rbBS:])
 	xorBlocks(acc[:5*rbBS], g.legs[1][g.rows*S*rbBS:])
-	seal := encodePPRecord(ppHeader{Group: 7, Row: g.rows, Covered: g.cover, Flags: ppSealed, ParityRows: g.rows}, acc, rbBS)
+	seal := encodePPRecord(ondisk.PPHeader{Group: 7, Row: g.rows, Covered: g.cover, Flags: ondisk.PPSealed, ParityRows: g.rows}, acc, rbBS)
 	_, err := g.p.client.Write(asNS("a"), &v1.WriteRequest{Lba: 2048 + 2*(1+S) + 1, Data: seal})
 	require.NoError(t, err)
 	for _, n := range []*testNode{g.d0, g.d1, g.p} {
@@ -318,7 +319,7 @@ func TestRebuildParityLegBadInputs(t *testing.T) {
 
 func FuzzParsePPLog(f *testing.F) {
 	const bs = 64
-	rec := encodePPRecord(ppHeader{Group: 1, Row: 2, Covered: 3}, bytes.Repeat([]byte{7}, 2*bs), bs)
+	rec := encodePPRecord(ondisk.PPHeader{Group: 1, Row: 2, Covered: 3}, bytes.Repeat([]byte{7}, 2*bs), bs)
 	f.Add(rec)
 	f.Add(append(append([]byte{}, rec...), rec[:bs]...))
 	f.Add(make([]byte, 3*bs))
@@ -327,9 +328,9 @@ func FuzzParsePPLog(f *testing.F) {
 		var again []byte
 		for _, r := range recs {
 			if uint64(len(r.xor)) != uint64(r.Blocks)*bs {
-				t.Fatalf("record %+v with %d payload bytes", r.ppHeader, len(r.xor))
+				t.Fatalf("record %+v with %d payload bytes", r.PPHeader, len(r.xor))
 			}
-			again = append(again, encodePPRecord(r.ppHeader, r.xor, bs)...)
+			again = append(again, encodePPRecord(r.PPHeader, r.xor, bs)...)
 		}
 		if len(again) > len(b) {
 			t.Fatalf("%d bytes of records from %d", len(again), len(b))
@@ -340,8 +341,8 @@ func FuzzParsePPLog(f *testing.F) {
 			t.Fatalf("%d records re-parse as %d", len(recs), len(back))
 		}
 		for i := range back {
-			if back[i].ppHeader != recs[i].ppHeader || !bytes.Equal(back[i].xor, recs[i].xor) {
-				t.Fatalf("record %d: %+v re-parses as %+v", i, recs[i].ppHeader, back[i].ppHeader)
+			if back[i].PPHeader != recs[i].PPHeader || !bytes.Equal(back[i].xor, recs[i].xor) {
+				t.Fatalf("record %d: %+v re-parses as %+v", i, recs[i].PPHeader, back[i].PPHeader)
 			}
 		}
 	})

@@ -23,8 +23,10 @@ const (
 	PPSealed      = 1          // Flags: a seal record (the group was finished after it)
 )
 
-// PPCRC is the CRC-32C table of the header and payload checksums.
-var PPCRC = crc32.MakeTable(crc32.Castagnoli)
+// Castagnoli is the CRC-32C table of every checksum ZoneFleet persists
+// (drive journal and slots, zone owners, file system blocks, FDP records,
+// partial-parity headers and payloads): built once, shared read-only.
+var Castagnoli = crc32.MakeTable(crc32.Castagnoli)
 
 // PPHeader is a partial-parity record's header.
 type PPHeader struct {
@@ -55,7 +57,7 @@ func (h PPHeader) Encode(b []byte) {
 	binary.LittleEndian.PutUint32(b[32:], h.Flags)
 	binary.LittleEndian.PutUint64(b[36:], h.ParityRows)
 	binary.LittleEndian.PutUint64(b[44:], h.Seq)
-	binary.LittleEndian.PutUint32(b[52:], crc32.Checksum(b[:52], PPCRC))
+	binary.LittleEndian.PutUint32(b[52:], crc32.Checksum(b[:52], Castagnoli))
 }
 
 // DecodePPHeader parses a header block (version 2, or version 1 with Seq
@@ -68,12 +70,12 @@ func DecodePPHeader(b []byte) (h PPHeader, ok bool) {
 	var seq uint64
 	switch binary.LittleEndian.Uint32(b) {
 	case PPMagic:
-		if len(b) < PPHeaderLen || binary.LittleEndian.Uint32(b[52:]) != crc32.Checksum(b[:52], PPCRC) {
+		if len(b) < PPHeaderLen || binary.LittleEndian.Uint32(b[52:]) != crc32.Checksum(b[:52], Castagnoli) {
 			return PPHeader{}, false
 		}
 		seq = binary.LittleEndian.Uint64(b[44:])
 	case PPMagicV1:
-		if binary.LittleEndian.Uint32(b[44:]) != crc32.Checksum(b[:44], PPCRC) {
+		if binary.LittleEndian.Uint32(b[44:]) != crc32.Checksum(b[:44], Castagnoli) {
 			return PPHeader{}, false
 		}
 	default:

@@ -55,9 +55,7 @@ var (
 	journalFeatures = ondisk.Features{}
 )
 
-var castagnoli = crc32.MakeTable(crc32.Castagnoli)
-
-func crc(b []byte) uint32 { return crc32.Checksum(b, castagnoli) }
+func crc(b []byte) uint32 { return crc32.Checksum(b, ondisk.Castagnoli) }
 
 // layout of the backing file: header | WP slot table | IPU region | flash.
 type layout struct {
@@ -420,9 +418,9 @@ func journalHeader(uuid [16]byte, epoch uint64) []byte {
 func frameCRC(epoch uint64, hdr, payload []byte) uint32 {
 	var e [8]byte
 	binary.LittleEndian.PutUint64(e[:], epoch)
-	c := crc32.Update(0, castagnoli, e[:])
-	c = crc32.Update(c, castagnoli, hdr[:12])
-	return crc32.Update(c, castagnoli, payload)
+	c := crc32.Update(0, ondisk.Castagnoli, e[:])
+	c = crc32.Update(c, ondisk.Castagnoli, hdr[:12])
+	return crc32.Update(c, ondisk.Castagnoli, payload)
 }
 
 func frame(epoch, seq uint64, payload []byte) []byte {

@@ -41,6 +41,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"github.com/zonefleet/zonefleet/pkg/ondisk"
 	"hash/crc32"
 	"io"
 	"os"
@@ -63,8 +64,6 @@ const (
 	// knownFeatures is every feature bit this version understands.
 	knownFeatures = featureNone
 )
-
-var castagnoli = crc32.MakeTable(crc32.Castagnoli)
 
 // Owner is who owns a zone's data. The zero Owner means "free": the zone
 // was reset and no namespace has written to it since.
@@ -147,7 +146,7 @@ func (s *Store) header() []byte {
 	binary.LittleEndian.PutUint32(h[8:], Version)
 	binary.LittleEndian.PutUint64(h[12:], knownFeatures)
 	binary.LittleEndian.PutUint32(h[20:], s.zones)
-	binary.LittleEndian.PutUint32(h[24:], crc32.Checksum(h[:24], castagnoli))
+	binary.LittleEndian.PutUint32(h[24:], crc32.Checksum(h[:24], ondisk.Castagnoli))
 	return h
 }
 
@@ -186,7 +185,7 @@ func (s *Store) load(fsys vfs.FS) error {
 	if string(h[:8]) != magic {
 		return &zerr.CorruptError{Path: s.path, Reason: "not a ZoneFleet owner file (bad magic)"}
 	}
-	if crc32.Checksum(h[:24], castagnoli) != binary.LittleEndian.Uint32(h[24:]) {
+	if crc32.Checksum(h[:24], ondisk.Castagnoli) != binary.LittleEndian.Uint32(h[24:]) {
 		return &zerr.CorruptError{Path: s.path, Reason: "header checksum mismatch"}
 	}
 	if v := binary.LittleEndian.Uint32(h[8:]); v != Version {
@@ -226,8 +225,8 @@ func record(zone uint32, o Owner) []byte {
 func recordCRC(zone uint32, r []byte) uint32 {
 	var z [4]byte
 	binary.LittleEndian.PutUint32(z[:], zone)
-	c := crc32.Update(0, castagnoli, z[:])
-	return crc32.Update(c, castagnoli, r[:1+MaxNSLen+8])
+	c := crc32.Update(0, ondisk.Castagnoli, z[:])
+	return crc32.Update(c, ondisk.Castagnoli, r[:1+MaxNSLen+8])
 }
 
 func parse(zone uint32, r []byte) (Owner, bool) {

@@ -10,6 +10,7 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+	"github.com/zonefleet/zonefleet/pkg/ondisk"
 	"github.com/zonefleet/zonefleet/pkg/zerr"
 )
 
@@ -142,7 +143,7 @@ func TestCorruptionFailsClosed(t *testing.T) {
 }
 
 func fixHeaderCRC(b []byte) {
-	c := crc32.Checksum(b[:24], castagnoli)
+	c := crc32.Checksum(b[:24], ondisk.Castagnoli)
 	b[24], b[25], b[26], b[27] = byte(c), byte(c>>8), byte(c>>16), byte(c>>24)
 }
 
