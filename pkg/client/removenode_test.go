@@ -9,9 +9,9 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	"github.com/zonefleet/zonefleet/pkg/client"
+	"github.com/zonefleet/zonefleet/pkg/rpcerr"
 	"github.com/zonefleet/zonefleet/pkg/zerr"
 	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/status"
 )
 
 // An operator removes a stopped node over real gRPC (TLS, admin certificate):
@@ -105,7 +105,7 @@ func TestRemoveNode(t *testing.T) {
 				require.NoError(t, err)
 			default:
 				require.Error(t, err)
-				assert.Equal(t, tt.code, status.Code(err), "%v", err)
+				assert.Equal(t, tt.code, rpcerr.Code(err), "%v", err) // typed errors and statuses alike
 			}
 			if tt.node != "node-nope" {
 				assert.Equal(t, !tt.gone, listed(admin, tt.node))

@@ -253,7 +253,7 @@ func (r *renewingSource) renewOnce(ctx context.Context, tok string, cl auth.Clai
 		return 0
 	}
 	r.lastErr = err
-	if errors.Is(err, zerr.ErrUnauthenticated) || errors.Is(err, zerr.ErrNotFound) ||
+	if errors.Is(err, zerr.ErrUnauthenticated) || errors.Is(err, zerr.ErrNotFound) || errors.Is(err, zerr.ErrPermissionDenied) ||
 		status.Code(err) == codes.PermissionDenied || status.Code(err) == codes.Unauthenticated {
 		r.refused = err
 		r.count.WithLabelValues("refused").Inc()
