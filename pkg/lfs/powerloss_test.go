@@ -27,6 +27,7 @@ var (
 	fsPowerLong  = flag.Bool("long", false, "power-loss tests: many more seeds and crash points")
 	fsPowerTrace = flag.Bool("powerloss.trace", false, "power-loss tests: log every drive file operation that can be a crash point (to stderr)")
 	fsPowerSeed  = flag.Int64("powerloss.seed", 0, "power-loss tests: run only this seed (as printed by a failure)")
+	fsPowerSeeds = flag.Int("powerloss.seeds", 0, "power-loss tests: run this many seeds (0: the default, or -long's)")
 	// The file whose fsync is in flight at the crash is checked like every
 	// fsynced file: it holds, block by block, one of its versions since its
 	// last completed fsync. fsync makes its data and direct nodes durable
@@ -499,7 +500,7 @@ func TestPowerLossFSWriteBack(t *testing.T) {
 // TestPowerLossFSReproducible: without background goroutines, a seed replays
 // the same drive file operations and takes the same crash points.
 func TestPowerLossFSReproducible(t *testing.T) {
-	seed := int64(os.Getpid())
+	seed := powerLossSeeds(1)[0]
 	crashAt := func() []int {
 		var at []int
 		for _, cp := range runFSPowerLoss(t, seed, 200, 3, false) {
@@ -523,14 +524,7 @@ func testPowerLossFS(t *testing.T, writeBack bool) {
 	if *fsPowerLong {
 		seeds, nOps, every = 200, 200, 3
 	}
-	list := make([]int64, seeds)
-	for i := range list {
-		list[i] = int64(os.Getpid())*100 + int64(i)
-	}
-	if *fsPowerSeed != 0 {
-		list = []int64{*fsPowerSeed}
-	}
-	runPowerLossSeeds(t, list, nOps, every, writeBack)
+	runPowerLossSeeds(t, powerLossSeeds(seeds), nOps, every, writeBack)
 }
 
 // TestPowerLossFSRegression replays the seeds that once failed, with the
@@ -568,14 +562,29 @@ func TestPowerLossFSThreadedLogging(t *testing.T) {
 	if *fsPowerLong {
 		seeds, nOps, every = 40, 150, 6
 	}
-	list := make([]int64, seeds)
-	for i := range list {
-		list[i] = int64(os.Getpid())*100 + int64(i)
-	}
+	runPowerLossSeeds(t, powerLossSeeds(seeds), nOps, every, false)
+}
+
+// powerLossSeeds is the list of n seeds a power-loss test runs: the same
+// ones on every run of the default tests (a failure reproduces), a new
+// sample per process with -long (seeds from the process id, printed on
+// failure); -powerloss.seeds overrides n, -powerloss.seed picks one.
+func powerLossSeeds(n int) []int64 {
 	if *fsPowerSeed != 0 {
-		list = []int64{*fsPowerSeed}
+		return []int64{*fsPowerSeed}
 	}
-	runPowerLossSeeds(t, list, nOps, every, false)
+	if *fsPowerSeeds > 0 {
+		n = *fsPowerSeeds
+	}
+	base := int64(1)
+	if *fsPowerLong {
+		base = int64(os.Getpid())
+	}
+	list := make([]int64, n)
+	for i := range list {
+		list[i] = base*1000 + int64(i)
+	}
+	return list
 }
 
 func runPowerLossSeeds(t *testing.T, list []int64, nOps, every int, writeBack bool) {

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"slices"
 	"sync"
+	"syscall"
 	"testing"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -91,6 +92,7 @@ func TestCheckpointResetsFreedZonesTogether(t *testing.T) {
 			if tt.readOnly {
 				require.True(t, ro, "a reset failing with a media error makes the file system read-only")
 				require.Contains(t, fmt.Sprint(why), "reset of a freed segment")
+				require.Equal(t, syscall.EROFS, lfs.Errno(fs.Unmount(bg)), "unmount cannot checkpoint a read-only file system")
 				return
 			}
 			require.NoError(t, err)
