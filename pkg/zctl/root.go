@@ -115,6 +115,9 @@ func newRoot(out, errOut io.Writer) (*cobra.Command, *Globals) {
 	root.AddCommand(versionCmd(g), benchCmd(g), localCmd(g), clusterCmd(g), nodeCmd(g), nsCmd(g), vzoneCmd(g), zoneCmd(g), mkfsCmd(g), mountCmd(g), fsckCmd(g), fsCmd(g))
 	root.AddCommand(healthCmd(g), configCmd(g), certCmd(g), tokenCmd(g), fdpCmd(g))
 	annotateTree(root)
+	for _, c := range root.Commands() {
+		guardGroups(c)
+	}
 	flagenv.Annotate(pf)
 	return root, g
 }
@@ -146,6 +149,25 @@ func Main(ctx context.Context, args []string) int {
 		fmt.Fprintln(os.Stderr, errorLine(err))
 	}
 	return ExitCode(err)
+}
+
+// guardGroups makes every command group (subcommands and no action of its
+// own) refuse an unknown subcommand as a usage error (exit 2): cobra would
+// print the group's help and exit 0, so a typo in a script would pass.
+// Without arguments a group prints its help, as before.
+func guardGroups(c *cobra.Command) {
+	if c.HasSubCommands() && !c.Runnable() {
+		c.Args = cobra.ArbitraryArgs
+		c.RunE = func(cmd *cobra.Command, args []string) error {
+			if len(args) > 0 {
+				return usageErr(fmt.Errorf("unknown command %q for %q", args[0], cmd.CommandPath()))
+			}
+			return cmd.Help()
+		}
+	}
+	for _, sub := range c.Commands() {
+		guardGroups(sub)
+	}
 }
 
 func annotateTree(c *cobra.Command) {
