@@ -68,6 +68,9 @@ lint: ## gofmt and go vet
 	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
 	$(GO) vet ./...
 	$(GO) vet -tags benchsmoke ./pkg/bench/...
+	$(GO) vet -tags fio ./test/fio/
+	$(GO) vet -tags overload ./pkg/localcluster/
+	$(GO) vet -tags deploy ./test/deploy/
 
 # promtool comes with Debian's prometheus package (.ci/run installs it).
 rules: ## check the Prometheus config and alerting rules, run their unit tests (promtool)

@@ -150,7 +150,7 @@ func rawDrive(b *testing.B, c *cluster) *raw {
 	b.Cleanup(cl.Close)
 	n, err := cl.GetNode(context.Background(), "node-1")
 	require.NoError(b, err)
-	dev, dctx, err := cl.Device(n.GetAddr())
+	dev, dctx, err := cl.Device("node-1", n.GetAddr())
 	require.NoError(b, err)
 	md, _ := metadata.FromOutgoingContext(dctx)
 	ctx := metadata.NewOutgoingContext(context.Background(), md)
