@@ -3,6 +3,7 @@ package deploy
 import (
 	"os"
 	"path/filepath"
+	"sort"
 	"strings"
 	"testing"
 
@@ -73,4 +74,56 @@ func TestComposeLeastPrivilegePKI(t *testing.T) {
 		}
 		assert.Len(t, mounts, 1, "%s: one PKI volume at /pki", name)
 	}
+}
+
+// TestComposeAppliesEtcdRoles checks deploy/docker-compose.yml without
+// docker: the one-shot etcd-roles runs `zctl cert etcd-roles` with the
+// etcd export only, after etcd is healthy, naming every node the compose
+// file runs; every arbiter and ssdnode starts only after it succeeded, so
+// no component ever reaches etcd before authentication is on.
+func TestComposeAppliesEtcdRoles(t *testing.T) {
+	b, err := os.ReadFile(filepath.Join(repoRoot(), "deploy", "docker-compose.yml"))
+	require.NoError(t, err)
+	type dep struct {
+		Condition string `json:"condition"`
+	}
+	var f struct {
+		Services map[string]struct {
+			Command   []string       `json:"command"`
+			Volumes   []string       `json:"volumes"`
+			Restart   string         `json:"restart"`
+			DependsOn map[string]dep `json:"depends_on"`
+		} `json:"services"`
+	}
+	require.NoError(t, yaml.Unmarshal(b, &f))
+	roles, ok := f.Services["etcd-roles"]
+	require.True(t, ok, "a one-shot etcd-roles service")
+	assert.Equal(t, "no", roles.Restart)
+	require.GreaterOrEqual(t, len(roles.Command), 3)
+	assert.Equal(t, []string{"zctl", "cert", "etcd-roles"}, roles.Command[:3])
+	assert.Equal(t, []string{"pki-etcd:/pki:ro"}, roles.Volumes, "the etcd export only (never the CA key)")
+	var nodes []string
+	for _, a := range roles.Command {
+		if v, ok := strings.CutPrefix(a, "--nodes="); ok {
+			nodes = strings.Split(v, ",")
+		}
+	}
+	for _, m := range []string{"etcd-1", "etcd-2", "etcd-3"} {
+		assert.Equal(t, "service_healthy", roles.DependsOn[m].Condition, "etcd-roles waits for %s", m)
+	}
+	var want []string
+	for name, s := range f.Services {
+		if !strings.HasPrefix(name, "arbiter-") && !strings.HasPrefix(name, "ssdnode-") {
+			continue
+		}
+		assert.Equal(t, "service_completed_successfully", s.DependsOn["etcd-roles"].Condition, "%s starts after etcd-roles", name)
+		for _, a := range s.Command {
+			if v, ok := strings.CutPrefix(a, "--id="); ok && strings.HasPrefix(name, "ssdnode-") {
+				want = append(want, v)
+			}
+		}
+	}
+	sort.Strings(want)
+	sort.Strings(nodes)
+	assert.Equal(t, want, nodes, "etcd-roles gives every node of the compose file its role")
 }
