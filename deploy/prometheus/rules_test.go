@@ -29,9 +29,7 @@ import (
 // futureMetrics are read by rules before any process exports them; the
 // value says what is missing. Until then their rules have no series and
 // never fire.
-var futureMetrics = map[string]string{
-	"zonefleet_tls_certificate_expiry_timestamp_seconds": "no server registers a certificate expiry gauge yet (pki.SecondsUntilExpiry computes it)",
-}
+var futureMetrics = map[string]string{}
 
 // etcdMetrics are etcd's own (checked against etcd v3.7's source).
 var etcdMetrics = map[string]bool{

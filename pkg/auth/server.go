@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"log/slog"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/zonefleet/zonefleet/pkg/auth/limit"
@@ -76,6 +77,39 @@ type Authenticator struct {
 	// hash, not an x509 verification. Sharded: no single lock on the data path.
 	verified [cacheShards]*limit.LRU[[32]byte, pki.Role]
 	audit    *audit
+	// observers are told every decision besides cfg.Observe (OnDecision);
+	// copy on write, read without a lock on every call.
+	observers atomic.Pointer[[]func(method string, code codes.Code)]
+}
+
+// OnDecision adds f to the functions told the outcome of every decision,
+// like Config.Observe (method bounded by the policy: an API method or
+// "unknown"). A refusal never reaches the server's interceptors or
+// handlers, so this is how the server that installs the authenticator
+// counts refusals with its other requests. Safe to call at any time.
+func (a *Authenticator) OnDecision(f func(method string, code codes.Code)) {
+	for {
+		old := a.observers.Load()
+		var next []func(string, codes.Code)
+		if old != nil {
+			next = append(next, *old...)
+		}
+		next = append(next, f)
+		if a.observers.CompareAndSwap(old, &next) {
+			return
+		}
+	}
+}
+
+func (a *Authenticator) observe(method string, code codes.Code) {
+	if a.cfg.Observe != nil {
+		a.cfg.Observe(method, code)
+	}
+	if fs := a.observers.Load(); fs != nil {
+		for _, f := range *fs {
+			f(method, code)
+		}
+	}
 }
 
 // New validates cfg and returns an authenticator. It refuses a weak admin
@@ -338,13 +372,11 @@ func stringField(req any, name string) (string, error) {
 func (a *Authenticator) decide(ctx context.Context, method string, req any) (context.Context, error) {
 	nctx, err := a.Authenticate(ctx, method, req)
 	m := a.methodLabel(method)
-	if a.cfg.Observe != nil {
-		code := codes.OK
-		if err != nil {
-			code = status.Code(statusOf(err))
-		}
-		a.cfg.Observe(m, code)
+	code := codes.OK
+	if err != nil {
+		code = status.Code(statusOf(err))
 	}
+	a.observe(m, code)
 	if err != nil {
 		a.audit.refused(m, method, "call", err)
 		return ctx, statusOf(err)
@@ -404,9 +436,7 @@ func (a *Authenticator) TapHandle() tap.ServerInHandle {
 	return func(ctx context.Context, info *tap.Info) (context.Context, error) {
 		if _, err := a.authenticate(ctx, info.FullMethodName, nil, true); err != nil {
 			m := a.methodLabel(info.FullMethodName)
-			if a.cfg.Observe != nil {
-				a.cfg.Observe(m, status.Code(statusOf(err)))
-			}
+			a.observe(m, status.Code(statusOf(err)))
 			a.audit.refused(m, info.FullMethodName, "headers", err)
 			return ctx, statusOf(err)
 		}

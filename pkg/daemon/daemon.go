@@ -54,6 +54,7 @@ import (
 	"github.com/zonefleet/zonefleet/pkg/rpcerr"
 	"github.com/zonefleet/zonefleet/pkg/wire"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/health"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/reflection"
@@ -154,6 +155,7 @@ type Daemon struct {
 	unixLis net.Listener
 
 	guards map[string]*connGuard // by listener: grpc, unix, http
+	rpcm   *rpcMetrics
 	// ownClock is the real-time clock New started when Config.Clock was
 	// nil; Run stops it when it returns.
 	ownClock *clock.RealtimeClock
@@ -176,10 +178,12 @@ func New(cfg Config, logger *slog.Logger, extra ...grpc.ServerOption) (*Daemon, 
 	buildInfo.WithLabelValues(bi.Version, bi.Revision, bi.GoVersion, cfg.Name).Set(1)
 	d.Registry.MustRegister(buildInfo, collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 
+	d.Registry.MustRegister(newCertExpiry(cfg.Security)) // zonefleet_tls_certificate_expiry_timestamp_seconds
+	m := newRPCMetrics(d.Registry)
+	d.rpcm = m
 	if cfg.Security != nil && cfg.Security.Auth != nil {
 		d.Registry.MustRegister(cfg.Security.Auth) // zonefleet_auth_refusals_total
 	}
-	m := newRPCMetrics(d.Registry)
 	clk := cfg.Clock
 	if clk == nil {
 		d.ownClock = clock.Realtime(1)
@@ -235,6 +239,12 @@ func New(cfg Config, logger *slog.Logger, extra ...grpc.ServerOption) (*Daemon, 
 	}
 	d.Mux.Handle("/metrics", promhttp.HandlerFor(d.Registry, promhttp.HandlerOpts{Registry: d.Registry}))
 	d.Mux.HandleFunc("/healthz", d.healthz)
+	if cfg.Security != nil && cfg.Security.Auth != nil {
+		// A refused call never reaches the metrics interceptors: the
+		// authenticator reports it, so the request metrics count it too
+		// (once the daemon exists: a failed New leaves no observer).
+		cfg.Security.Auth.OnDecision(m.refused)
+	}
 	return d, nil
 }
 
@@ -451,6 +461,15 @@ func newRPCMetrics(reg prometheus.Registerer) *rpcMetrics {
 	}
 	reg.MustRegister(m.requests, m.duration)
 	return m
+}
+
+// refused counts a call the authenticator refused (its method label is an
+// API method or "unknown": bounded).
+func (m *rpcMetrics) refused(full string, code codes.Code) {
+	if code == codes.OK || strings.HasPrefix(full, "/grpc.") {
+		return
+	}
+	m.requests.WithLabelValues(method(full), code.String()).Inc()
 }
 
 // method keeps the label bounded: the method name without the package path.

@@ -23,9 +23,9 @@
 // descriptors etcd needs for its own files. etcd sizes that limit from the
 // soft RLIMIT_NOFILE when it starts (the limit less 150): StartWith lowers
 // the soft limit for the start, under a process-wide lock, and raises it to
-// the hard limit afterwards. The peer listener has no such limit (see
-// docs/security.md); a single-member cluster listens for peers on loopback
-// only.
+// the hard limit afterwards. etcd would put no limit at all on a peer
+// listener, so the single member opens none: it advertises its peer URL
+// (part of its stored identity) and takes no peer connections.
 //
 // Clients connect with pkg/etcdclient, which links no server code.
 package etcdlocal
@@ -81,11 +81,13 @@ type Options struct {
 	AutoCompactionRetention time.Duration
 	// QuotaBackendBytes is the database quota (NOSPACE above it). Default 2 GiB.
 	QuotaBackendBytes int64
-	// PeerAddr is host:port of the (single) member's peer listener; "" picks
-	// a free loopback port. A restart over the same data directory needs the
-	// same peer address (the member's URLs are stored with its data).
+	// PeerAddr is host:port of the (single) member's peer URL; "" picks a
+	// free loopback port. It is advertised and stored with the member's
+	// data, nothing listens on it: a single member has no peers, and etcd
+	// bounds no connections on a peer listener. A restart over the same
+	// data directory needs the same peer address.
 	PeerAddr string
-	// TLS, if set, serves clients and the peer port over TLS with
+	// TLS, if set, serves clients over TLS with
 	// client-certificate authentication (certificates from `zctl cert
 	// init`: etcd.crt/etcd.key, ca.crt); Endpoints are then https://.
 	TLS *TLSFiles
@@ -96,8 +98,8 @@ type Options struct {
 	MaxClientConns int
 }
 
-// TLSFiles name etcd's certificate, key and the CA its clients' (and
-// peers') certificates must chain to.
+// TLSFiles name etcd's certificate, key and the CA its clients'
+// certificates must chain to.
 type TLSFiles struct {
 	CertFile, KeyFile, CAFile string
 }
@@ -167,7 +169,11 @@ func startOnce(dir, clientAddr string, o Options) (*Server, error) {
 	cu, _ := url.Parse(scheme + clientAddr)
 	pu, _ := url.Parse(scheme + peerAddr)
 	cfg.ListenClientUrls, cfg.AdvertiseClientUrls = []url.URL{*cu}, []url.URL{*cu}
-	cfg.ListenPeerUrls, cfg.AdvertisePeerUrls = []url.URL{*pu}, []url.URL{*pu}
+	// The member advertises its peer URL (stored with its data) but listens
+	// for no peers: a single-member cluster has none, and a listener nobody
+	// needs would be one more port anyone on the host can flood (etcd puts
+	// no connection limit on it). See Options.PeerAddr.
+	cfg.ListenPeerUrls, cfg.AdvertisePeerUrls = nil, []url.URL{*pu}
 	cfg.InitialCluster = cfg.Name + "=" + pu.String()
 	if o.AutoCompactionRetention == 0 {
 		o.AutoCompactionRetention = 5 * time.Minute

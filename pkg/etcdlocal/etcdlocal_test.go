@@ -143,3 +143,39 @@ func TestZapLogRateLimited(t *testing.T) {
 	assert.Equal(t, 1, bytes.Count(buf.Bytes(), []byte("rejected connection")), buf.String())
 	assert.Contains(t, buf.String(), "another")
 }
+
+// The single member takes no peer connections: its peer address (kept in
+// its data) has no listener, so no flood can reach etcd's peer side.
+func TestNoPeerListener(t *testing.T) {
+	peer := "127.0.0.1:0"
+	l, err := net.Listen("tcp", peer)
+	require.NoError(t, err)
+	peer = l.Addr().String()
+	require.NoError(t, l.Close())
+	dir := t.TempDir()
+	srv, err := StartWith(dir, "", Options{PeerAddr: peer})
+	require.NoError(t, err)
+	cli, err := srv.Client()
+	require.NoError(t, err)
+	_, err = cli.Put(context.Background(), "/k", "v")
+	require.NoError(t, err)
+	_ = cli.Close()
+	_, err = net.Dial("tcp", peer)
+	assert.Error(t, err, "nothing listens on the peer address")
+	srv.Close()
+
+	// A restart over the same data keeps the member's peer URL.
+	srv, err = StartWith(dir, "", Options{PeerAddr: peer})
+	require.NoError(t, err)
+	defer srv.Close()
+	cli, err = srv.Client()
+	require.NoError(t, err)
+	defer cli.Close()
+	resp, err := cli.Get(context.Background(), "/k")
+	require.NoError(t, err)
+	require.Len(t, resp.Kvs, 1)
+	m, err := cli.MemberList(context.Background())
+	require.NoError(t, err)
+	require.Len(t, m.Members, 1)
+	assert.Equal(t, []string{"http://" + peer}, m.Members[0].PeerURLs)
+}
