@@ -22,14 +22,17 @@ type Server struct {
 	v1.UnimplementedArbiterServer
 	a   *Arbiter
 	iss *auth.Issuer // IssueToken (tokens.go); nil: IssueToken is FAILED_PRECONDITION
-	// issue rate-limits IssueToken per caller identity (tokens.go).
-	issue *limit.Limiter
+	// issue rate-limits IssueToken per caller identity (tokens.go), grant
+	// the PeerWrite grants it signs.
+	issue, grant *limit.Limiter
 }
 
 // NewServer returns the gRPC adapter of a.
 func NewServer(a *Arbiter) *Server {
 	return &Server{a: a, issue: limit.NewLimiter(limit.LimiterConfig{PerKeyRate: IssueRate, PerKeyBurst: IssueBurst,
-		GlobalRate: IssueGlobalRate, GlobalBurst: 2 * IssueGlobalRate, MaxKeys: 4096, Now: a.cfg.Now})}
+		GlobalRate: IssueGlobalRate, GlobalBurst: 2 * IssueGlobalRate, MaxKeys: 4096, Now: a.cfg.Now}),
+		grant: limit.NewLimiter(limit.LimiterConfig{PerKeyRate: GrantRate, PerKeyBurst: GrantBurst,
+			GlobalRate: GrantGlobalRate, GlobalBurst: 2 * GrantGlobalRate, MaxKeys: 4096, Now: a.cfg.Now})}
 }
 
 var _ v1.ArbiterServer = (*Server)(nil)

@@ -44,7 +44,27 @@ const (
 	IssueRate       = 1.0 // tokens a second per caller, sustained
 	IssueBurst      = 10.0
 	IssueGlobalRate = 50.0 // over all callers
+	// PeerWrite grants (IssueToken with peer_write) have their own budget:
+	// a tenant asks for one per compaction that copies across nodes (the
+	// client reuses a grant while it covers the zones), more often than it
+	// renews its token, and still cannot mint in a loop.
+	GrantRate       = 20.0
+	GrantBurst      = 100.0
+	GrantGlobalRate = 500.0
 )
+
+// PeerWrite grants a tenant asks for (IssueToken with peer_write): the
+// tenant names the node it asks for a compaction and the destination zones;
+// the arbiter signs a peer-write grant for exactly that
+// (auth.DelegatePeerWrite), carrying the namespace's token generation and
+// valid auth.PeerGrantTTL. The tenant sends it with ZoneCompaction; the
+// source node forwards it on PeerWrite and the destination accepts it from
+// that node only, for those zones, until it expires or the namespace's
+// tokens are revoked. So the tenant's own token, which every node it calls
+// sees, is never an authority for one node to write into another: a node
+// can use a grant only as the node it names and only for the zones the
+// tenant named. The zones need not be checked here: the destination
+// writes only zones granted to the namespace (its zone fencing).
 
 // WithIssuer gives the server the token signing key (the arbiter's
 // token-signing.key); without it IssueToken answers UNAVAILABLE.
@@ -66,10 +86,14 @@ func (s *Server) IssueToken(ctx context.Context, req *v1.IssueTokenRequest) (*v1
 			kind = "namespace"
 		}
 	}
-	if !s.issue.Allow(caller) {
+	lim, what, rate, burst := s.issue, "token issuance", IssueRate, IssueBurst
+	if req.GetPeerWrite() != nil {
+		lim, what, rate, burst = s.grant, "PeerWrite grant", GrantRate, GrantBurst
+	}
+	if !lim.Allow(caller) {
 		s.a.m.tokens.WithLabelValues(kind, "rate_limited").Inc()
-		s.a.log.Warn("token issuance refused: rate limited", "caller", caller, "namespace", req.GetNamespace())
-		return nil, rpcerr.ToError(&zerr.NoResourcesError{Resource: fmt.Sprintf("token issuance budget of %s (%.0f a second, bursts of %.0f)", caller, IssueRate, IssueBurst), Requested: 1})
+		s.a.log.Warn(what+" refused: rate limited", "caller", caller, "namespace", req.GetNamespace())
+		return nil, rpcerr.ToError(&zerr.NoResourcesError{Resource: fmt.Sprintf("%s budget of %s (%.0f a second, bursts of %.0f)", what, caller, rate, burst), Requested: 1})
 	}
 	resp, err := s.issueToken(ctx, req)
 	if err != nil {
@@ -115,11 +139,39 @@ func (s *Server) issueToken(ctx context.Context, req *v1.IssueTokenRequest) (*v1
 	if authed && id.Kind == auth.KindNamespace && id.Generation < gen {
 		return nil, &zerr.UnauthenticatedError{Reason: fmt.Sprintf("token of generation %d was revoked (namespace %q is at generation %d)", id.Generation, ns, gen)}
 	}
+	if pw := req.GetPeerWrite(); pw != nil {
+		return s.delegatePeerWrite(ns, gen, pw, id)
+	}
 	tok, c, err := s.iss.Issue(auth.TokenRoleNamespace, ns, gen, ttl)
 	if err != nil {
 		return nil, err
 	}
 	s.a.log.Info("issued a namespace token", "namespace", ns, "generation", gen, "expires", c.ExpiresAt, "caller", id.String())
+	return &v1.IssueTokenResponse{Token: tok, Namespace: ns, Generation: gen, Expires: timestamppb.New(c.ExpiresAt)}, nil
+}
+
+func (s *Server) delegatePeerWrite(ns string, gen uint64, pw *v1.PeerWriteScope, id auth.Identity) (*v1.IssueTokenResponse, error) {
+	if err := auth.ValidSubject(pw.GetSourceNode()); err != nil {
+		return nil, &zerr.InvalidArgumentError{Field: "peer_write.source_node", Reason: err.Error()}
+	}
+	zones := pw.GetZones()
+	if len(zones) == 0 || len(zones) > auth.MaxGrantZones {
+		return nil, &zerr.InvalidArgumentError{Field: "peer_write.zones", Reason: fmt.Sprintf("%d zones: want 1 to %d", len(zones), auth.MaxGrantZones)}
+	}
+	for _, z := range zones {
+		pz, err := cluster.ParsePhysZone(z)
+		if err != nil {
+			return nil, err
+		}
+		if pz.String() != z {
+			return nil, &zerr.InvalidArgumentError{Field: "peer_write.zones", Reason: fmt.Sprintf("%q is not in the form %q", z, pz.String())}
+		}
+	}
+	tok, c, err := s.iss.DelegatePeerWrite(pw.GetSourceNode(), ns, gen, zones, auth.PeerGrantTTL)
+	if err != nil {
+		return nil, &zerr.InvalidArgumentError{Field: "peer_write", Reason: err.Error()}
+	}
+	s.a.log.Debug("issued a PeerWrite grant", "namespace", ns, "node", pw.GetSourceNode(), "zones", len(zones), "caller", id.String())
 	return &v1.IssueTokenResponse{Token: tok, Namespace: ns, Generation: gen, Expires: timestamppb.New(c.ExpiresAt)}, nil
 }
 

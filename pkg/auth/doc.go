@@ -128,11 +128,18 @@
 // grant for the source node and the destination zone with ZoneCompaction;
 // the source forwards it on PeerWrite and the destination checks each zone
 // once per stream (CheckPeerWrite). A compaction a tenant asks for carries
-// the tenant's own token instead: the source forwards the token the
-// tenant's call was authenticated with (ForwardableToken), and the
-// destination accepts it for that namespace unless revoked. Without a
-// grant or token PeerRead and PeerWrite are PERMISSION_DENIED, so a stolen
-// node certificate neither reads nor writes tenants' data on other nodes.
+// a grant too: before it, the tenant asks the arbiter (IssueToken with a
+// peer_write scope: the source node, the destination zones) and the
+// arbiter signs a "peer-write" grant for that node and those zones, marked
+// delegated and carrying the namespace's token generation
+// (DelegatePeerWrite); the tenant sends it with ZoneCompaction, the source
+// forwards it, and the destination refuses it from any other node, for any
+// other zone, and once the namespace's tokens are revoked. The tenant's
+// token itself is never an authority for PeerWrite: every node a tenant
+// calls sees it, so a node could otherwise write the tenant's zones on
+// every other node. Without a grant PeerRead and PeerWrite are
+// PERMISSION_DENIED, so a stolen node certificate neither reads nor writes
+// tenants' data on other nodes.
 //
 // Issuance: Arbiter.IssueToken (pkg/arbiter tokens.go, `zctl token issue`)
 // signs a token with the arbiter's token-signing.key, carrying the
@@ -270,8 +277,10 @@
 //	capturing the admin token at a node        never sent to nodes; operator node calls use the admin   TestAdminTokenNeverReachesANode
 //	                                           certificate
 //	stolen node certificate reading or         PeerRead / PeerWrite only with an arbiter-signed grant   TestPeerReadNeedsAnOperationGrant,
-//	writing tenants' zones on other nodes      for that node, namespace and zone, or (PeerWrite) the    TestPeerWriteNeedsAuthority, TestPeerGrant
-//	                                           tenant's token forwarded
+//	writing tenants' zones on other nodes      for that node, namespace and zone (for a tenant's        TestPeerWriteNeedsAuthority, TestPeerGrant,
+//	                                           compaction: the grant the tenant asked for that node)    TestPeerWriteDelegation
+//	a node replaying a tenant's token as       PeerWrite takes grants only; a tenant's grant names the  TestPeerWriteDelegation,
+//	PeerWrite authority on other nodes         node and zones it asked for, dies with a revocation      TestPeerWriteNeedsAuthority
 //	node certificate writing etcd (grants,     etcd authentication and roles (etcdrbac)                 TestEtcdLeastPrivilege
 //	namespaces, un-revoking tokens)
 //	tokens of a deleted, re-created namespace  generation raised with the deletion, record outlives     TestRecreatedNamespaceRefusesOldTokens
@@ -306,10 +315,14 @@
 //
 // # Residual risks
 //
-//   - A node that has seen a tenant's token (the tenant called it) can use
-//     it as that tenant anywhere, peer writes included, until it expires:
-//     a forwarded token is the authority of a compaction the tenant asked
-//     for. The operator's certificate carries no such authority, so
+//   - Namespace tokens are bearer tokens, not bound to a sender: a node
+//     that has seen a tenant's token (the tenant called it) can present it
+//     as that tenant until it expires — to other nodes' data-path calls, or
+//     to the arbiter to obtain a PeerWrite grant for itself. What it can no
+//     longer do is use a token or a grant it was handed as PeerWrite
+//     authority for another node or other zones. Closing the rest needs
+//     sender-constrained tokens (a tenant key the token is bound to).
+//   - The operator's certificate carries no PeerWrite authority, so
 //     `zctl zone compact --peer` is refused on TLS clusters.
 //   - A compromised node process reads what its own drives hold and sees
 //     the namespace tokens of tenants that call it (for at most their

@@ -44,15 +44,36 @@ func (i *Issuer) IssuePeerWrite(node, ns string, zones []string, ttl time.Durati
 	return i.issuePeer(TokenRolePeerWrite, node, ns, zones, ttl)
 }
 
-func (i *Issuer) issuePeer(role, node, ns string, zones []string, ttl time.Duration) (string, error) {
+// DelegatePeerWrite signs the grant a tenant of namespace ns asks for
+// (Arbiter.IssueToken with a PeerWrite scope) before a compaction it asks
+// node to run: node may PeerWrite into zones of ns, for ttl, while the
+// namespace's token generation stays gen. Unlike the tenant's own token,
+// which every node the tenant calls sees, the grant names the one node it
+// was given to and the zones the tenant named: a node cannot reuse a
+// tenant's token it saw to write the tenant's zones elsewhere.
+func (i *Issuer) DelegatePeerWrite(node, ns string, gen uint64, zones []string, ttl time.Duration) (string, Claims, error) {
+	if err := checkGrantScope(node, ns, zones); err != nil {
+		return "", Claims{}, err
+	}
+	return i.sign(wireClaims{Role: TokenRolePeerWrite, Sub: node, NS: ns, Gen: gen, Zones: slices.Clone(zones), Dlg: true}, ttl)
+}
+
+func checkGrantScope(node, ns string, zones []string) error {
 	if err := ValidSubject(node); err != nil {
-		return "", fmt.Errorf("auth: grant node: %w", err)
+		return fmt.Errorf("auth: grant node: %w", err)
 	}
 	if err := ValidSubject(ns); err != nil {
-		return "", fmt.Errorf("auth: grant namespace: %w", err)
+		return fmt.Errorf("auth: grant namespace: %w", err)
 	}
 	if len(zones) == 0 || len(zones) > MaxGrantZones {
-		return "", fmt.Errorf("auth: grant of %d zones: want 1..%d", len(zones), MaxGrantZones)
+		return fmt.Errorf("auth: grant of %d zones: want 1..%d", len(zones), MaxGrantZones)
+	}
+	return nil
+}
+
+func (i *Issuer) issuePeer(role, node, ns string, zones []string, ttl time.Duration) (string, error) {
+	if err := checkGrantScope(node, ns, zones); err != nil {
+		return "", err
 	}
 	tok, _, err := i.sign(wireClaims{Role: role, Sub: node, NS: ns, Zones: slices.Clone(zones)}, ttl)
 	return tok, err
@@ -83,11 +104,12 @@ func CheckPeerRead(v *Verifier, grant, caller, ns, zone string) error {
 	return checkPeer(v, nil, grant, caller, ns, zone, false)
 }
 
-// CheckPeerWrite decides one destination zone of a node's PeerWrite: with
-// a peer-write grant naming caller, ns and zone (a compaction the arbiter
-// assigned), or with the namespace's own token, forwarded by the caller
-// from the tenant who asked it for the compaction (revoked generations
-// refused through revoked, which may be nil).
+// CheckPeerWrite decides one destination zone of a node's PeerWrite: only
+// with a peer-write grant naming caller, ns and zone — one the arbiter's
+// compactor signed for a copy it assigned, or one a tenant asked the
+// arbiter for (DelegatePeerWrite), refused through revoked (may be nil)
+// once the namespace's tokens were revoked. A namespace token is no
+// authority here: every node a tenant calls sees it.
 func CheckPeerWrite(v *Verifier, revoked func(string, uint64) error, grant, caller, ns, zone string) error {
 	return checkPeer(v, revoked, grant, caller, ns, zone, true)
 }
@@ -110,16 +132,8 @@ func checkPeer(v *Verifier, revoked func(string, uint64) error, grant, caller, n
 	if err != nil {
 		return deny("operation grant: " + err.Error())
 	}
-	if write && c.Role == TokenRoleNamespace {
-		if c.Subject != ns {
-			return deny("the forwarded token is namespace " + c.Subject + "'s")
-		}
-		if revoked != nil {
-			if err := revoked(c.Subject, c.Generation); err != nil {
-				return deny("the forwarded token: " + err.Error())
-			}
-		}
-		return nil
+	if c.Role == TokenRoleNamespace {
+		return deny("a namespace token is not an operation grant: the tenant asks the arbiter for a grant naming the node that pushes the copies (IssueToken with peer_write)")
 	}
 	switch {
 	case c.Role != role:
@@ -131,15 +145,10 @@ func checkPeer(v *Verifier, revoked func(string, uint64) error, grant, caller, n
 	case !slices.Contains(c.Zones, zone):
 		return deny("zone " + zone + " is not in the grant")
 	}
+	if c.Delegated && revoked != nil {
+		if err := revoked(c.Namespace, c.Generation); err != nil {
+			return deny("the tenant's grant: " + err.Error())
+		}
+	}
 	return nil
-}
-
-type bearerKey struct{}
-
-// ForwardableToken is the namespace token a tenant's call was authenticated
-// with ("" otherwise): a node forwards it as the authority of the PeerWrite
-// calls of that tenant's compaction. Handlers never log it.
-func ForwardableToken(ctx context.Context) string {
-	s, _ := ctx.Value(bearerKey{}).(string)
-	return s
 }

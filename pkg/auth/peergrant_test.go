@@ -64,3 +64,58 @@ func TestPeerGrant(t *testing.T) {
 		v1.ZonedDevice_Read_FullMethodName, &v1.ReadRequest{})
 	assert.ErrorIs(t, err, zerr.ErrUnauthenticated)
 }
+
+// A tenant's PeerWrite authority is a grant the arbiter signs for the node
+// the tenant asked (DelegatePeerWrite), never the tenant's token: a node
+// that saw the token cannot use it to write the tenant's zones on another
+// node, and the grant works only for the node and zones it names, only
+// while the namespace's tokens are not revoked.
+func TestPeerWriteDelegation(t *testing.T) {
+	k, err := GenerateSigningKey()
+	require.NoError(t, err)
+	iss, err := NewIssuer(k, nil)
+	require.NoError(t, err)
+	v, err := NewVerifier(VerifierConfig{Keys: []ed25519.PublicKey{k.Public().(ed25519.PublicKey)}})
+	require.NoError(t, err)
+	gen := uint64(3)
+	revoked := func(ns string, g uint64) error {
+		if g < gen {
+			return zerr.ErrUnauthenticated
+		}
+		return nil
+	}
+	d, c, err := iss.DelegatePeerWrite("n1", "t", 3, []string{"n2/0/5"}, PeerGrantTTL)
+	require.NoError(t, err)
+	assert.True(t, c.Delegated)
+	tok, _, err := iss.Issue(TokenRoleNamespace, "t", 3, time.Minute)
+	require.NoError(t, err)
+	compactor, err := iss.IssuePeerWrite("n1", "t", []string{"n2/0/5"}, PeerGrantTTL)
+	require.NoError(t, err)
+	cases := []struct {
+		name, grant, caller, ns, zone string
+		ok                            bool
+	}{
+		{"the tenant's grant, from the node it names", d, "n1", "t", "n2/0/5", true},
+		{"the arbiter's compactor grant", compactor, "n1", "t", "n2/0/5", true},
+		{"the tenant's grant, replayed by another node", d, "n3", "t", "n2/0/5", false},
+		{"the tenant's grant, another zone", d, "n1", "t", "n2/0/6", false},
+		{"the tenant's grant, another namespace", d, "n1", "u", "n2/0/5", false},
+		{"the tenant's own token, forwarded by the node it called", tok, "n1", "t", "n2/0/5", false},
+		{"the tenant's own token, replayed by another node", tok, "n3", "t", "n2/0/5", false},
+	}
+	for _, tc := range cases {
+		err := CheckPeerWrite(v, revoked, tc.grant, tc.caller, tc.ns, tc.zone)
+		if tc.ok {
+			assert.NoError(t, err, tc.name)
+			continue
+		}
+		assert.ErrorIs(t, err, zerr.ErrPermissionDenied, tc.name)
+		assert.Equal(t, RefusedPeerNotAssigned, reasonOf(err), tc.name)
+	}
+	gen = 4 // the namespace's tokens were revoked
+	assert.ErrorIs(t, CheckPeerWrite(v, revoked, d, "n1", "t", "n2/0/5"), zerr.ErrPermissionDenied, "revoked with the tenant's tokens")
+	assert.NoError(t, CheckPeerWrite(v, revoked, compactor, "n1", "t", "n2/0/5"), "the arbiter's own grant follows no tenant generation")
+	assert.ErrorIs(t, CheckPeerRead(v, d, "n1", "t", "n2/0/5"), zerr.ErrPermissionDenied, "a write grant reads nothing")
+	_, _, err = iss.DelegatePeerWrite("n1", "t", 3, nil, PeerGrantTTL)
+	assert.Error(t, err, "no zones")
+}

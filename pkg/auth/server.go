@@ -272,9 +272,6 @@ func (a *Authenticator) authenticate(ctx context.Context, method string, req any
 		md.Delete(NamespaceKey)
 	}
 	ctx = metadata.NewIncomingContext(ctx, md)
-	if id.Kind == KindNamespace && id.Via == "token" && len(auths) == 1 {
-		ctx = context.WithValue(ctx, bearerKey{}, strings.TrimPrefix(auths[0], bearerPrefix))
-	}
 	return NewContext(ctx, id), nil
 }
 

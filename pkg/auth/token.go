@@ -59,6 +59,10 @@ type Claims struct {
 	// empty in credentials.
 	Namespace string
 	Zones     []string
+	// Delegated marks a PeerWrite grant a tenant asked for (its namespace's
+	// token generation in Generation, so a revocation refuses it) rather
+	// than one the arbiter's own compactor signed.
+	Delegated bool
 }
 
 type wireClaims struct {
@@ -71,6 +75,7 @@ type wireClaims struct {
 	// Operation grants only.
 	NS    string   `json:"ns,omitempty"`
 	Zones []string `json:"zones,omitempty"`
+	Dlg   bool     `json:"dlg,omitempty"` // a tenant's PeerWrite delegation
 }
 
 // KeyID is the identifier of a verification key: the first 8 bytes of the
@@ -167,7 +172,7 @@ func (i *Issuer) sign(wc wireClaims, ttl time.Duration) (string, Claims, error) 
 
 func (w wireClaims) claims(kid string) Claims {
 	return Claims{Role: w.Role, Subject: w.Sub, Generation: w.Gen, IssuedAt: time.Unix(w.Iat, 0).UTC(),
-		ExpiresAt: time.Unix(w.Exp, 0).UTC(), ID: w.Jti, KeyID: kid, Namespace: w.NS, Zones: w.Zones}
+		ExpiresAt: time.Unix(w.Exp, 0).UTC(), ID: w.Jti, KeyID: kid, Namespace: w.NS, Zones: w.Zones, Delegated: w.Dlg}
 }
 
 // Verifier checks tokens offline against a set of public keys (several during
@@ -335,10 +340,13 @@ func (v *Verifier) verify(tok string) (Claims, error) {
 	}
 	switch wc.Role {
 	case TokenRoleNamespace, TokenRoleNode:
-		if wc.NS != "" || wc.Zones != nil {
+		if wc.NS != "" || wc.Zones != nil || wc.Dlg {
 			return Claims{}, tokErr(ErrTokenMalformed, "a credential carries no operation scope")
 		}
 	case TokenRolePeerRead, TokenRolePeerWrite:
+		if wc.Dlg && wc.Role != TokenRolePeerWrite {
+			return Claims{}, tokErr(ErrTokenMalformed, "only PeerWrite grants are delegated")
+		}
 		if err := ValidSubject(wc.NS); err != nil {
 			return Claims{}, tokErr(ErrTokenMalformed, "grant namespace: %v", err)
 		}

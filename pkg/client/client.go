@@ -186,8 +186,9 @@ type Client struct {
 
 	vzMu    sync.Mutex
 	vzones  map[uint64]*VZone
-	maps    sync.Map // node/device → *devMapping
-	suspect suspects // nodes that failed a mirrored read lately (mirror.go)
+	maps    sync.Map   // node/device → *devMapping
+	suspect suspects   // nodes that failed a mirrored read lately (mirror.go)
+	grants  peerGrants // PeerWrite grants of compactions (peergrant.go)
 }
 
 var (

@@ -4,10 +4,12 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"sort"
 	"sync"
 
 	v1 "github.com/zonefleet/zonefleet/api/zonefleet/v1"
+	"github.com/zonefleet/zonefleet/pkg/auth"
 	"github.com/zonefleet/zonefleet/pkg/wire"
 	"github.com/zonefleet/zonefleet/pkg/zerr"
 )
@@ -336,11 +338,19 @@ func (c *Client) runBatch(ctx context.Context, b []cpiece) (CompactStats, error)
 	src := b[0].src
 	req := &v1.ZoneCompactionRequest{Device: src.dev}
 	var host []cpiece
+	var remote []string // destination zones on other nodes: the PeerWrite grant's (peergrant.go)
 	for _, p := range b {
 		cc := &v1.CompactionCopy{SrcLba: p.srcLBA, Blocks: uint32(p.n), DstLba: p.dstLBA}
 		switch {
 		case p.dst.node == src.node && p.dst.dev == src.dev:
 		case p.dst.node != src.node:
+			if k := p.dstKey(); !slices.Contains(remote, k) {
+				if c.cfg.TLS != nil && len(remote) == auth.MaxGrantZones {
+					host = append(host, p) // past one grant's zones: copied by the client
+					continue
+				}
+				remote = append(remote, k)
+			}
 			cc.Peer = &v1.PeerTarget{NodeId: p.dst.node, Addr: p.dst.addr, Device: p.dst.dev}
 		default:
 			host = append(host, p)
@@ -349,8 +359,12 @@ func (c *Client) runBatch(ctx context.Context, b []cpiece) (CompactStats, error)
 		req.Copies = append(req.Copies, cc)
 	}
 	if len(req.Copies) > 0 {
+		grant, err := c.peerWriteGrant(ctx, src.node, remote)
+		if err != nil {
+			return st, err
+		}
 		op, err := nodeCall(ctx, c, src.node, src.addr, "zone compaction", func(ctx context.Context, n v1.ZonedDeviceClient) (*v1.ZoneCompactionResponse, error) {
-			return n.ZoneCompaction(ctx, req)
+			return n.ZoneCompaction(auth.WithPeerGrant(ctx, grant), req)
 		})
 		if err != nil {
 			return st, err

@@ -178,13 +178,14 @@ func TestPeerWriteNeedsAuthority(t *testing.T) {
 	cc, err := grpc.NewClient(loc.Addr, append(rpcerr.DialOptions(), grpc.WithTransportCredentials(creds))...)
 	require.NoError(t, err)
 	defer cc.Close()
+	lba := loc.LBA
 	push := func(authority string) error {
 		st, err := v1.NewZonedDeviceClient(cc).PeerWrite(auth.WithPeerGrant(wire.WithNamespace(ctx, "t"), authority))
 		if err != nil {
 			return rpcerr.FromError(err)
 		}
 		if err := st.Send(&v1.PeerWriteRequest{Namespace: "t", Device: loc.Device,
-			Extents: []*v1.PeerExtent{{DstLba: loc.LBA, Data: bytes.Repeat([]byte("forged!!"), 512)}}}); err != nil {
+			Extents: []*v1.PeerExtent{{DstLba: lba, Data: bytes.Repeat([]byte("forged!!"), 512)}}}); err != nil {
 			_, err = st.CloseAndRecv()
 			return rpcerr.FromError(err)
 		}
@@ -207,13 +208,78 @@ func TestPeerWriteNeedsAuthority(t *testing.T) {
 	tokU, err := cl.MintToken("u", time.Minute)
 	require.NoError(t, err)
 	denied("another tenant's token", push(tokU))
+	// The thief's node served tenant t and saw its token: the token is no
+	// authority to write t's zones on another node.
+	tokT, err := cl.MintToken("t", time.Minute)
+	require.NoError(t, err)
+	denied("the tenant's own token, replayed by a node that saw it", push(tokT))
+	// A grant t asked for names the node it asked: another node's is refused.
+	forVictim, _, err := iss.DelegatePeerWrite(victim, "t", 0, []string{zoneName}, time.Minute)
+	require.NoError(t, err)
+	denied("the tenant's grant for another node", push(forVictim))
 	got, err := vz.Read(ctx, 0, 1)
 	if err == nil {
 		assert.False(t, bytes.Contains(got, []byte("forged!!")), "a refused push wrote nothing")
 	}
 
-	// The arbiter's grant for this node and zone is accepted.
+	// The arbiter's grant for this node and zone is accepted, and so is the
+	// grant t asked for this node, until t's tokens are revoked.
 	good, err := iss.IssuePeerWrite(thief, "t", []string{zoneName}, time.Minute)
 	require.NoError(t, err)
 	require.NoError(t, push(good))
+	lba++
+	delegated, _, err := iss.DelegatePeerWrite(thief, "t", 0, []string{zoneName}, time.Minute)
+	require.NoError(t, err)
+	require.NoError(t, push(delegated))
+	lba++
+	_, err = admin.RevokeTokens(ctx, "t")
+	require.NoError(t, err)
+	require.Eventually(t, func() bool {
+		var pd *zerr.PermissionDeniedError
+		return errors.As(push(delegated), &pd)
+	}, time.Minute, 10*time.Millisecond, "the tenant's grant dies with its tokens")
+}
+
+// A tenant's compaction that copies to another node runs on a TLS cluster:
+// the client asks the arbiter for a PeerWrite grant naming the source node
+// and the destination zone, the source node forwards it, the destination
+// accepts it.
+func TestTenantCompactionAcrossNodes(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	cl, err := Start(ctx, Config{Dir: t.TempDir(), Nodes: 2, Clock: "off", Device: TinyDevice()})
+	require.NoError(t, err)
+	defer cl.Close()
+	admin, err := client.New(ctx, cl.AdminClientConfig())
+	require.NoError(t, err)
+	defer admin.Close()
+	_, err = admin.Namespaces().Create(ctx, &v1.CreateNamespaceRequest{Name: "t", MaxActiveVzones: 8, ZonesPerVzone: 1})
+	require.NoError(t, err)
+	tenant, err := client.New(ctx, cl.ClientConfig("t"))
+	require.NoError(t, err)
+	defer tenant.Close()
+	src, err := tenant.OpenVZone(ctx)
+	require.NoError(t, err)
+	block := bytes.Repeat([]byte("moved!"), 4096/6+1)[:4096]
+	require.NoError(t, src.Write(ctx, 0, block))
+	from, err := src.Locate(ctx, 0)
+	require.NoError(t, err)
+	var dst *client.VZone
+	for range 6 { // a v-zone with its first zone on the other node
+		vz, err := tenant.OpenVZone(ctx)
+		require.NoError(t, err)
+		to, err := vz.Locate(ctx, 0)
+		require.NoError(t, err)
+		if to.Node != from.Node {
+			dst = vz
+			break
+		}
+	}
+	require.NotNil(t, dst, "no v-zone on the other node")
+	st, err := tenant.Compact(ctx, []client.Copy{{Src: src.ID(), Dst: dst.ID(), Blocks: 1}})
+	require.NoError(t, err)
+	assert.Equal(t, uint64(1), st.Remote, "%+v", st)
+	got, err := dst.Read(ctx, 0, 1)
+	require.NoError(t, err)
+	assert.Equal(t, block, got)
 }

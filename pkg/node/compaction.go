@@ -195,13 +195,9 @@ func (s *Service) pushRemote(ctx context.Context, op *compactionOp, copies []*v1
 		// copies into zones it has just granted, maybe revoked from another
 		// v-zone a moment before): it applies them before the first extent.
 		pctx = wire.WithMinRevision(pctx, wire.MinRevision(ctx))
-		// The copy's authority goes with it: the arbiter's grant, or the
-		// token of the tenant who asked for the compaction.
-		authority := auth.PeerGrantFrom(ctx)
-		if authority == "" {
-			authority = auth.ForwardableToken(ctx)
-		}
-		pctx = auth.WithPeerGrant(pctx, authority)
+		// The copy's authority goes with it: the grant the arbiter signed
+		// for this node, for its compactor or for the tenant who asked.
+		pctx = auth.WithPeerGrant(pctx, auth.PeerGrantFrom(ctx))
 		if s.cfg.Peers != nil {
 			conn, err = s.cfg.Peers.Get(ctx, c.GetPeer().GetNodeId())
 		} else {

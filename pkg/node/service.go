@@ -145,12 +145,12 @@ type Config struct {
 	// verification keys). Set on TLS clusters: a node then serves PeerRead
 	// only to the node an arbiter-signed grant names, for the namespace and
 	// zones it lists (auth.CheckPeerRead), and takes PeerWrite only with
-	// such a grant or the namespace's own token forwarded from the tenant
+	// such a grant, signed for the arbiter's compactor or for the tenant
 	// who asked for the compaction (auth.CheckPeerWrite). nil: a node's
 	// certificate is enough (--insecure clusters, in-process tests).
 	PeerGrants *auth.Verifier
-	// PeerRevoked refuses forwarded namespace tokens of revoked generations
-	// on PeerWrite (the token generations the node follows); may be nil.
+	// PeerRevoked refuses tenants' PeerWrite grants of revoked generations
+	// (the token generations the node follows); may be nil.
 	PeerRevoked func(namespace string, generation uint64) error
 	// Audit counts and logs the refusals the service decides itself (peer
 	// calls without authority, admin-only calls) like the authenticator's

@@ -2296,9 +2296,18 @@ func (x *TLOpenVZoneRequest) GetGeneration() uint64 {
 }
 
 type IssueTokenRequest struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Namespace     string                 `protobuf:"bytes,1,opt,name=namespace,proto3" json:"namespace,omitempty"`
-	TtlSeconds    uint32                 `protobuf:"varint,2,opt,name=ttl_seconds,json=ttlSeconds,proto3" json:"ttl_seconds,omitempty"` // 0: the default (15 minutes); tenants at most the default, admin at most 24 h
+	state      protoimpl.MessageState `protogen:"open.v1"`
+	Namespace  string                 `protobuf:"bytes,1,opt,name=namespace,proto3" json:"namespace,omitempty"`
+	TtlSeconds uint32                 `protobuf:"varint,2,opt,name=ttl_seconds,json=ttlSeconds,proto3" json:"ttl_seconds,omitempty"` // 0: the default (15 minutes); tenants at most the default, admin at most 24 h
+	// Set: the answer is not a credential but an operation grant for
+	// source_node to PeerWrite into the listed zones of the namespace (the
+	// copies of a compaction the caller asks source_node for), valid 15
+	// minutes and refused once the namespace's tokens are revoked. The caller
+	// sends it with ZoneCompaction (metadata zonefleet-peer-grant); the
+	// source node forwards it on its PeerWrite calls and the destination
+	// accepts it only from source_node, for those zones. ttl_seconds is
+	// ignored.
+	PeerWrite     *PeerWriteScope `protobuf:"bytes,3,opt,name=peer_write,json=peerWrite,proto3" json:"peer_write,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2347,6 +2356,66 @@ func (x *IssueTokenRequest) GetTtlSeconds() uint32 {
 	return 0
 }
 
+func (x *IssueTokenRequest) GetPeerWrite() *PeerWriteScope {
+	if x != nil {
+		return x.PeerWrite
+	}
+	return nil
+}
+
+// The scope of a PeerWrite grant a tenant asks for.
+type PeerWriteScope struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	SourceNode    string                 `protobuf:"bytes,1,opt,name=source_node,json=sourceNode,proto3" json:"source_node,omitempty"` // the node that runs the compaction and pushes the copies
+	Zones         []string               `protobuf:"bytes,2,rep,name=zones,proto3" json:"zones,omitempty"`                             // destination zones "node/device/zone", 1 to 24
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *PeerWriteScope) Reset() {
+	*x = PeerWriteScope{}
+	mi := &file_zonefleet_v1_arbiter_proto_msgTypes[34]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *PeerWriteScope) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*PeerWriteScope) ProtoMessage() {}
+
+func (x *PeerWriteScope) ProtoReflect() protoreflect.Message {
+	mi := &file_zonefleet_v1_arbiter_proto_msgTypes[34]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use PeerWriteScope.ProtoReflect.Descriptor instead.
+func (*PeerWriteScope) Descriptor() ([]byte, []int) {
+	return file_zonefleet_v1_arbiter_proto_rawDescGZIP(), []int{34}
+}
+
+func (x *PeerWriteScope) GetSourceNode() string {
+	if x != nil {
+		return x.SourceNode
+	}
+	return ""
+}
+
+func (x *PeerWriteScope) GetZones() []string {
+	if x != nil {
+		return x.Zones
+	}
+	return nil
+}
+
 type IssueTokenResponse struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Token         string                 `protobuf:"bytes,1,opt,name=token,proto3" json:"token,omitempty"` // "zf1.<kid>.<payload>.<sig>"; a bearer secret
@@ -2359,7 +2428,7 @@ type IssueTokenResponse struct {
 
 func (x *IssueTokenResponse) Reset() {
 	*x = IssueTokenResponse{}
-	mi := &file_zonefleet_v1_arbiter_proto_msgTypes[34]
+	mi := &file_zonefleet_v1_arbiter_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2371,7 +2440,7 @@ func (x *IssueTokenResponse) String() string {
 func (*IssueTokenResponse) ProtoMessage() {}
 
 func (x *IssueTokenResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_zonefleet_v1_arbiter_proto_msgTypes[34]
+	mi := &file_zonefleet_v1_arbiter_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2384,7 +2453,7 @@ func (x *IssueTokenResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use IssueTokenResponse.ProtoReflect.Descriptor instead.
 func (*IssueTokenResponse) Descriptor() ([]byte, []int) {
-	return file_zonefleet_v1_arbiter_proto_rawDescGZIP(), []int{34}
+	return file_zonefleet_v1_arbiter_proto_rawDescGZIP(), []int{35}
 }
 
 func (x *IssueTokenResponse) GetToken() string {
@@ -2424,7 +2493,7 @@ type RevokeTokensRequest struct {
 
 func (x *RevokeTokensRequest) Reset() {
 	*x = RevokeTokensRequest{}
-	mi := &file_zonefleet_v1_arbiter_proto_msgTypes[35]
+	mi := &file_zonefleet_v1_arbiter_proto_msgTypes[36]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2436,7 +2505,7 @@ func (x *RevokeTokensRequest) String() string {
 func (*RevokeTokensRequest) ProtoMessage() {}
 
 func (x *RevokeTokensRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_zonefleet_v1_arbiter_proto_msgTypes[35]
+	mi := &file_zonefleet_v1_arbiter_proto_msgTypes[36]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2449,7 +2518,7 @@ func (x *RevokeTokensRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RevokeTokensRequest.ProtoReflect.Descriptor instead.
 func (*RevokeTokensRequest) Descriptor() ([]byte, []int) {
-	return file_zonefleet_v1_arbiter_proto_rawDescGZIP(), []int{35}
+	return file_zonefleet_v1_arbiter_proto_rawDescGZIP(), []int{36}
 }
 
 func (x *RevokeTokensRequest) GetNamespace() string {
@@ -2468,7 +2537,7 @@ type RevokeTokensResponse struct {
 
 func (x *RevokeTokensResponse) Reset() {
 	*x = RevokeTokensResponse{}
-	mi := &file_zonefleet_v1_arbiter_proto_msgTypes[36]
+	mi := &file_zonefleet_v1_arbiter_proto_msgTypes[37]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2480,7 +2549,7 @@ func (x *RevokeTokensResponse) String() string {
 func (*RevokeTokensResponse) ProtoMessage() {}
 
 func (x *RevokeTokensResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_zonefleet_v1_arbiter_proto_msgTypes[36]
+	mi := &file_zonefleet_v1_arbiter_proto_msgTypes[37]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2493,7 +2562,7 @@ func (x *RevokeTokensResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RevokeTokensResponse.ProtoReflect.Descriptor instead.
 func (*RevokeTokensResponse) Descriptor() ([]byte, []int) {
-	return file_zonefleet_v1_arbiter_proto_rawDescGZIP(), []int{36}
+	return file_zonefleet_v1_arbiter_proto_rawDescGZIP(), []int{37}
 }
 
 func (x *RevokeTokensResponse) GetGeneration() uint64 {
@@ -2699,11 +2768,17 @@ const file_zonefleet_v1_arbiter_proto_rawDesc = "" +
 	"\x02id\x18\x02 \x01(\x04R\x02id\x12\x1e\n" +
 	"\n" +
 	"generation\x18\x03 \x01(\x04R\n" +
-	"generation\"R\n" +
+	"generation\"\x8f\x01\n" +
 	"\x11IssueTokenRequest\x12\x1c\n" +
 	"\tnamespace\x18\x01 \x01(\tR\tnamespace\x12\x1f\n" +
 	"\vttl_seconds\x18\x02 \x01(\rR\n" +
-	"ttlSeconds\"\x9e\x01\n" +
+	"ttlSeconds\x12;\n" +
+	"\n" +
+	"peer_write\x18\x03 \x01(\v2\x1c.zonefleet.v1.PeerWriteScopeR\tpeerWrite\"G\n" +
+	"\x0ePeerWriteScope\x12\x1f\n" +
+	"\vsource_node\x18\x01 \x01(\tR\n" +
+	"sourceNode\x12\x14\n" +
+	"\x05zones\x18\x02 \x03(\tR\x05zones\"\x9e\x01\n" +
 	"\x12IssueTokenResponse\x12\x14\n" +
 	"\x05token\x18\x01 \x01(\tR\x05token\x12\x1c\n" +
 	"\tnamespace\x18\x02 \x01(\tR\tnamespace\x12\x1e\n" +
@@ -2763,7 +2838,7 @@ func file_zonefleet_v1_arbiter_proto_rawDescGZIP() []byte {
 }
 
 var file_zonefleet_v1_arbiter_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_zonefleet_v1_arbiter_proto_msgTypes = make([]protoimpl.MessageInfo, 37)
+var file_zonefleet_v1_arbiter_proto_msgTypes = make([]protoimpl.MessageInfo, 38)
 var file_zonefleet_v1_arbiter_proto_goTypes = []any{
 	(VZoneState)(0),                 // 0: zonefleet.v1.VZoneState
 	(*Namespace)(nil),               // 1: zonefleet.v1.Namespace
@@ -2800,14 +2875,15 @@ var file_zonefleet_v1_arbiter_proto_goTypes = []any{
 	(*ClusterStatusRequest)(nil),    // 32: zonefleet.v1.ClusterStatusRequest
 	(*TLOpenVZoneRequest)(nil),      // 33: zonefleet.v1.TLOpenVZoneRequest
 	(*IssueTokenRequest)(nil),       // 34: zonefleet.v1.IssueTokenRequest
-	(*IssueTokenResponse)(nil),      // 35: zonefleet.v1.IssueTokenResponse
-	(*RevokeTokensRequest)(nil),     // 36: zonefleet.v1.RevokeTokensRequest
-	(*RevokeTokensResponse)(nil),    // 37: zonefleet.v1.RevokeTokensResponse
-	(*timestamppb.Timestamp)(nil),   // 38: google.protobuf.Timestamp
+	(*PeerWriteScope)(nil),          // 35: zonefleet.v1.PeerWriteScope
+	(*IssueTokenResponse)(nil),      // 36: zonefleet.v1.IssueTokenResponse
+	(*RevokeTokensRequest)(nil),     // 37: zonefleet.v1.RevokeTokensRequest
+	(*RevokeTokensResponse)(nil),    // 38: zonefleet.v1.RevokeTokensResponse
+	(*timestamppb.Timestamp)(nil),   // 39: google.protobuf.Timestamp
 }
 var file_zonefleet_v1_arbiter_proto_depIdxs = []int32{
-	38, // 0: zonefleet.v1.Namespace.created:type_name -> google.protobuf.Timestamp
-	38, // 1: zonefleet.v1.Namespace.last_write:type_name -> google.protobuf.Timestamp
+	39, // 0: zonefleet.v1.Namespace.created:type_name -> google.protobuf.Timestamp
+	39, // 1: zonefleet.v1.Namespace.last_write:type_name -> google.protobuf.Timestamp
 	1,  // 2: zonefleet.v1.ListNamespacesResponse.namespaces:type_name -> zonefleet.v1.Namespace
 	8,  // 3: zonefleet.v1.StripeGroup.zones:type_name -> zonefleet.v1.PhysicalZone
 	0,  // 4: zonefleet.v1.VZone.state:type_name -> zonefleet.v1.VZoneState
@@ -2815,59 +2891,60 @@ var file_zonefleet_v1_arbiter_proto_depIdxs = []int32{
 	12, // 6: zonefleet.v1.ResetVZonesRequest.vzones:type_name -> zonefleet.v1.VZoneRequest
 	10, // 7: zonefleet.v1.ResetVZonesResponse.vzones:type_name -> zonefleet.v1.VZone
 	10, // 8: zonefleet.v1.ListVZonesResponse.vzones:type_name -> zonefleet.v1.VZone
-	38, // 9: zonefleet.v1.MountLease.expires:type_name -> google.protobuf.Timestamp
-	38, // 10: zonefleet.v1.Node.started:type_name -> google.protobuf.Timestamp
+	39, // 9: zonefleet.v1.MountLease.expires:type_name -> google.protobuf.Timestamp
+	39, // 10: zonefleet.v1.Node.started:type_name -> google.protobuf.Timestamp
 	23, // 11: zonefleet.v1.Node.devices:type_name -> zonefleet.v1.DeviceInfo
 	24, // 12: zonefleet.v1.ListNodesResponse.nodes:type_name -> zonefleet.v1.Node
 	30, // 13: zonefleet.v1.ClusterStatusResponse.arbiters:type_name -> zonefleet.v1.ArbiterMember
-	38, // 14: zonefleet.v1.IssueTokenResponse.expires:type_name -> google.protobuf.Timestamp
-	2,  // 15: zonefleet.v1.Arbiter.CreateNamespace:input_type -> zonefleet.v1.CreateNamespaceRequest
-	3,  // 16: zonefleet.v1.Arbiter.GetNamespace:input_type -> zonefleet.v1.GetNamespaceRequest
-	4,  // 17: zonefleet.v1.Arbiter.ListNamespaces:input_type -> zonefleet.v1.ListNamespacesRequest
-	6,  // 18: zonefleet.v1.Arbiter.DeleteNamespace:input_type -> zonefleet.v1.DeleteNamespaceRequest
-	11, // 19: zonefleet.v1.Arbiter.OpenVZone:input_type -> zonefleet.v1.OpenVZoneRequest
-	12, // 20: zonefleet.v1.Arbiter.NextStripeGroup:input_type -> zonefleet.v1.VZoneRequest
-	12, // 21: zonefleet.v1.Arbiter.FinishVZone:input_type -> zonefleet.v1.VZoneRequest
-	12, // 22: zonefleet.v1.Arbiter.ResetVZone:input_type -> zonefleet.v1.VZoneRequest
-	13, // 23: zonefleet.v1.Arbiter.ResetVZones:input_type -> zonefleet.v1.ResetVZonesRequest
-	12, // 24: zonefleet.v1.Arbiter.GetVZone:input_type -> zonefleet.v1.VZoneRequest
-	15, // 25: zonefleet.v1.Arbiter.ListVZones:input_type -> zonefleet.v1.ListVZonesRequest
-	17, // 26: zonefleet.v1.Arbiter.ReportActivity:input_type -> zonefleet.v1.ReportActivityRequest
-	19, // 27: zonefleet.v1.Arbiter.AcquireMount:input_type -> zonefleet.v1.AcquireMountRequest
-	21, // 28: zonefleet.v1.Arbiter.ReleaseMount:input_type -> zonefleet.v1.ReleaseMountRequest
-	25, // 29: zonefleet.v1.Arbiter.ListNodes:input_type -> zonefleet.v1.ListNodesRequest
-	27, // 30: zonefleet.v1.Arbiter.GetNode:input_type -> zonefleet.v1.GetNodeRequest
-	28, // 31: zonefleet.v1.Arbiter.RemoveNode:input_type -> zonefleet.v1.RemoveNodeRequest
-	32, // 32: zonefleet.v1.Arbiter.ClusterStatus:input_type -> zonefleet.v1.ClusterStatusRequest
-	33, // 33: zonefleet.v1.Arbiter.TLOpenVZone:input_type -> zonefleet.v1.TLOpenVZoneRequest
-	34, // 34: zonefleet.v1.Arbiter.IssueToken:input_type -> zonefleet.v1.IssueTokenRequest
-	36, // 35: zonefleet.v1.Arbiter.RevokeTokens:input_type -> zonefleet.v1.RevokeTokensRequest
-	1,  // 36: zonefleet.v1.Arbiter.CreateNamespace:output_type -> zonefleet.v1.Namespace
-	1,  // 37: zonefleet.v1.Arbiter.GetNamespace:output_type -> zonefleet.v1.Namespace
-	5,  // 38: zonefleet.v1.Arbiter.ListNamespaces:output_type -> zonefleet.v1.ListNamespacesResponse
-	7,  // 39: zonefleet.v1.Arbiter.DeleteNamespace:output_type -> zonefleet.v1.DeleteNamespaceResponse
-	10, // 40: zonefleet.v1.Arbiter.OpenVZone:output_type -> zonefleet.v1.VZone
-	10, // 41: zonefleet.v1.Arbiter.NextStripeGroup:output_type -> zonefleet.v1.VZone
-	10, // 42: zonefleet.v1.Arbiter.FinishVZone:output_type -> zonefleet.v1.VZone
-	10, // 43: zonefleet.v1.Arbiter.ResetVZone:output_type -> zonefleet.v1.VZone
-	14, // 44: zonefleet.v1.Arbiter.ResetVZones:output_type -> zonefleet.v1.ResetVZonesResponse
-	10, // 45: zonefleet.v1.Arbiter.GetVZone:output_type -> zonefleet.v1.VZone
-	16, // 46: zonefleet.v1.Arbiter.ListVZones:output_type -> zonefleet.v1.ListVZonesResponse
-	18, // 47: zonefleet.v1.Arbiter.ReportActivity:output_type -> zonefleet.v1.ReportActivityResponse
-	20, // 48: zonefleet.v1.Arbiter.AcquireMount:output_type -> zonefleet.v1.MountLease
-	22, // 49: zonefleet.v1.Arbiter.ReleaseMount:output_type -> zonefleet.v1.ReleaseMountResponse
-	26, // 50: zonefleet.v1.Arbiter.ListNodes:output_type -> zonefleet.v1.ListNodesResponse
-	24, // 51: zonefleet.v1.Arbiter.GetNode:output_type -> zonefleet.v1.Node
-	29, // 52: zonefleet.v1.Arbiter.RemoveNode:output_type -> zonefleet.v1.RemoveNodeResponse
-	31, // 53: zonefleet.v1.Arbiter.ClusterStatus:output_type -> zonefleet.v1.ClusterStatusResponse
-	10, // 54: zonefleet.v1.Arbiter.TLOpenVZone:output_type -> zonefleet.v1.VZone
-	35, // 55: zonefleet.v1.Arbiter.IssueToken:output_type -> zonefleet.v1.IssueTokenResponse
-	37, // 56: zonefleet.v1.Arbiter.RevokeTokens:output_type -> zonefleet.v1.RevokeTokensResponse
-	36, // [36:57] is the sub-list for method output_type
-	15, // [15:36] is the sub-list for method input_type
-	15, // [15:15] is the sub-list for extension type_name
-	15, // [15:15] is the sub-list for extension extendee
-	0,  // [0:15] is the sub-list for field type_name
+	35, // 14: zonefleet.v1.IssueTokenRequest.peer_write:type_name -> zonefleet.v1.PeerWriteScope
+	39, // 15: zonefleet.v1.IssueTokenResponse.expires:type_name -> google.protobuf.Timestamp
+	2,  // 16: zonefleet.v1.Arbiter.CreateNamespace:input_type -> zonefleet.v1.CreateNamespaceRequest
+	3,  // 17: zonefleet.v1.Arbiter.GetNamespace:input_type -> zonefleet.v1.GetNamespaceRequest
+	4,  // 18: zonefleet.v1.Arbiter.ListNamespaces:input_type -> zonefleet.v1.ListNamespacesRequest
+	6,  // 19: zonefleet.v1.Arbiter.DeleteNamespace:input_type -> zonefleet.v1.DeleteNamespaceRequest
+	11, // 20: zonefleet.v1.Arbiter.OpenVZone:input_type -> zonefleet.v1.OpenVZoneRequest
+	12, // 21: zonefleet.v1.Arbiter.NextStripeGroup:input_type -> zonefleet.v1.VZoneRequest
+	12, // 22: zonefleet.v1.Arbiter.FinishVZone:input_type -> zonefleet.v1.VZoneRequest
+	12, // 23: zonefleet.v1.Arbiter.ResetVZone:input_type -> zonefleet.v1.VZoneRequest
+	13, // 24: zonefleet.v1.Arbiter.ResetVZones:input_type -> zonefleet.v1.ResetVZonesRequest
+	12, // 25: zonefleet.v1.Arbiter.GetVZone:input_type -> zonefleet.v1.VZoneRequest
+	15, // 26: zonefleet.v1.Arbiter.ListVZones:input_type -> zonefleet.v1.ListVZonesRequest
+	17, // 27: zonefleet.v1.Arbiter.ReportActivity:input_type -> zonefleet.v1.ReportActivityRequest
+	19, // 28: zonefleet.v1.Arbiter.AcquireMount:input_type -> zonefleet.v1.AcquireMountRequest
+	21, // 29: zonefleet.v1.Arbiter.ReleaseMount:input_type -> zonefleet.v1.ReleaseMountRequest
+	25, // 30: zonefleet.v1.Arbiter.ListNodes:input_type -> zonefleet.v1.ListNodesRequest
+	27, // 31: zonefleet.v1.Arbiter.GetNode:input_type -> zonefleet.v1.GetNodeRequest
+	28, // 32: zonefleet.v1.Arbiter.RemoveNode:input_type -> zonefleet.v1.RemoveNodeRequest
+	32, // 33: zonefleet.v1.Arbiter.ClusterStatus:input_type -> zonefleet.v1.ClusterStatusRequest
+	33, // 34: zonefleet.v1.Arbiter.TLOpenVZone:input_type -> zonefleet.v1.TLOpenVZoneRequest
+	34, // 35: zonefleet.v1.Arbiter.IssueToken:input_type -> zonefleet.v1.IssueTokenRequest
+	37, // 36: zonefleet.v1.Arbiter.RevokeTokens:input_type -> zonefleet.v1.RevokeTokensRequest
+	1,  // 37: zonefleet.v1.Arbiter.CreateNamespace:output_type -> zonefleet.v1.Namespace
+	1,  // 38: zonefleet.v1.Arbiter.GetNamespace:output_type -> zonefleet.v1.Namespace
+	5,  // 39: zonefleet.v1.Arbiter.ListNamespaces:output_type -> zonefleet.v1.ListNamespacesResponse
+	7,  // 40: zonefleet.v1.Arbiter.DeleteNamespace:output_type -> zonefleet.v1.DeleteNamespaceResponse
+	10, // 41: zonefleet.v1.Arbiter.OpenVZone:output_type -> zonefleet.v1.VZone
+	10, // 42: zonefleet.v1.Arbiter.NextStripeGroup:output_type -> zonefleet.v1.VZone
+	10, // 43: zonefleet.v1.Arbiter.FinishVZone:output_type -> zonefleet.v1.VZone
+	10, // 44: zonefleet.v1.Arbiter.ResetVZone:output_type -> zonefleet.v1.VZone
+	14, // 45: zonefleet.v1.Arbiter.ResetVZones:output_type -> zonefleet.v1.ResetVZonesResponse
+	10, // 46: zonefleet.v1.Arbiter.GetVZone:output_type -> zonefleet.v1.VZone
+	16, // 47: zonefleet.v1.Arbiter.ListVZones:output_type -> zonefleet.v1.ListVZonesResponse
+	18, // 48: zonefleet.v1.Arbiter.ReportActivity:output_type -> zonefleet.v1.ReportActivityResponse
+	20, // 49: zonefleet.v1.Arbiter.AcquireMount:output_type -> zonefleet.v1.MountLease
+	22, // 50: zonefleet.v1.Arbiter.ReleaseMount:output_type -> zonefleet.v1.ReleaseMountResponse
+	26, // 51: zonefleet.v1.Arbiter.ListNodes:output_type -> zonefleet.v1.ListNodesResponse
+	24, // 52: zonefleet.v1.Arbiter.GetNode:output_type -> zonefleet.v1.Node
+	29, // 53: zonefleet.v1.Arbiter.RemoveNode:output_type -> zonefleet.v1.RemoveNodeResponse
+	31, // 54: zonefleet.v1.Arbiter.ClusterStatus:output_type -> zonefleet.v1.ClusterStatusResponse
+	10, // 55: zonefleet.v1.Arbiter.TLOpenVZone:output_type -> zonefleet.v1.VZone
+	36, // 56: zonefleet.v1.Arbiter.IssueToken:output_type -> zonefleet.v1.IssueTokenResponse
+	38, // 57: zonefleet.v1.Arbiter.RevokeTokens:output_type -> zonefleet.v1.RevokeTokensResponse
+	37, // [37:58] is the sub-list for method output_type
+	16, // [16:37] is the sub-list for method input_type
+	16, // [16:16] is the sub-list for extension type_name
+	16, // [16:16] is the sub-list for extension extendee
+	0,  // [0:16] is the sub-list for field type_name
 }
 
 func init() { file_zonefleet_v1_arbiter_proto_init() }
@@ -2882,7 +2959,7 @@ func file_zonefleet_v1_arbiter_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_zonefleet_v1_arbiter_proto_rawDesc), len(file_zonefleet_v1_arbiter_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   37,
+			NumMessages:   38,
 			NumExtensions: 0,
 			NumServices:   1,
 		},
