@@ -17,7 +17,7 @@ type metrics struct {
 	allocations     *prometheus.CounterVec
 	allocatedZones  *prometheus.CounterVec
 	overdrive       *prometheus.CounterVec // {kind=local|lend|recall|return|reclaim}
-	namespaceEvents *prometheus.CounterVec // {op=create|delete}
+	namespaceEvents *prometheus.CounterVec // {op=create|update|delete}
 	width           prometheus.Histogram
 	allocLatency    prometheus.Histogram
 	mutations       prometheus.Counter   // state changes committed
@@ -58,7 +58,7 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 		overdrive: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "zonefleet_arbiter_overdrive_events_total",
 			Help: "Overdrive events: local (group wider than minimum), lend, recall, return, reclaim."}, []string{"kind"}),
 		namespaceEvents: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "zonefleet_arbiter_namespace_operations_total",
-			Help: "Namespace creations and deletions."}, []string{"op"}),
+			Help: "Namespace creations, updates and deletions."}, []string{"op"}),
 		width: prometheus.NewHistogram(prometheus.HistogramOpts{Name: "zonefleet_arbiter_stripe_width_zones",
 			Help: "Width of allocated stripe groups.", Buckets: []float64{1, 2, 4, 8, 16, 32, 64, 128}}),
 		allocLatency: prometheus.NewHistogram(prometheus.HistogramOpts{Name: "zonefleet_arbiter_allocation_duration_seconds",

@@ -7,6 +7,9 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	v1 "github.com/zonefleet/zonefleet/api/zonefleet/v1"
+	"github.com/zonefleet/zonefleet/pkg/cluster"
+	"github.com/zonefleet/zonefleet/pkg/rpcerr"
 	"github.com/zonefleet/zonefleet/pkg/zerr"
 )
 
@@ -28,7 +31,9 @@ func TestMirroredNamespaceLayout(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			cl, a := oneLeader(t, tc.nodes) // 16 essentials + 16 spares per node
 			ctx := context.Background()
-			info, err := a.CreateNamespace(ctx, NamespaceSpec{Name: "m", MARLogical: 4, ZonesPerVZone: 8, Redundancy: tc.red})
+			red, err := cluster.ParseRedundancy(tc.red)
+			require.NoError(t, err)
+			info, err := a.CreateNamespace(ctx, NamespaceSpec{Name: "m", MARLogical: 4, ZonesPerVZone: 8, Redundancy: red})
 			require.NoError(t, err)
 			assert.Equal(t, tc.canon, Redundancy(info.NamespaceSpec).String())
 			wantMin := pow2Floor(info.Essentials / (4 * tc.copies))
@@ -67,12 +72,17 @@ func TestMirroredNamespaceLayout(t *testing.T) {
 func TestMirroredNamespaceNeedsNodes(t *testing.T) {
 	_, a := oneLeader(t, 2)
 	ctx := context.Background()
+	srv := NewServer(a.Arbiter)
 	for _, bad := range []string{"mirror:1", "mirror:9", "raid6", "mirror"} {
+		_, err := srv.CreateNamespace(ctx, &v1.CreateNamespaceRequest{Name: "x", MaxActiveVzones: 1, ZonesPerVzone: 4, Redundancy: bad})
+		require.ErrorIs(t, rpcerr.FromError(err), zerr.ErrInvalidArgument, bad)
+	}
+	for _, bad := range []cluster.Redundancy{{Copies: cluster.MaxCopies + 1}, {Copies: 2, Parity: true}} {
 		_, err := a.CreateNamespace(ctx, NamespaceSpec{Name: "x", MARLogical: 1, ZonesPerVZone: 4, Redundancy: bad})
-		require.ErrorIs(t, err, zerr.ErrInvalidArgument, bad)
+		require.ErrorIs(t, err, zerr.ErrInvalidArgument, "%+v", bad)
 	}
 	// three copies need three nodes: the open fails, typed, and changes nothing
-	_, err := a.CreateNamespace(ctx, NamespaceSpec{Name: "m3", MARLogical: 1, ZonesPerVZone: 4, Redundancy: "mirror:3"})
+	_, err := a.CreateNamespace(ctx, NamespaceSpec{Name: "m3", MARLogical: 1, ZonesPerVZone: 4, Redundancy: cluster.Redundancy{Copies: 3}})
 	require.NoError(t, err)
 	_, err = a.OpenVZone(ctx, "m3", 0)
 	require.ErrorIs(t, err, zerr.ErrNoResources)

@@ -128,8 +128,8 @@ func (s NamespaceSpec) validate() error {
 	if s.VZones > 1<<32 {
 		return &zerr.InvalidArgumentError{Field: "vzones", Reason: "must be at most 2^32"}
 	}
-	if _, err := cluster.ParseRedundancy(s.Redundancy); err != nil {
-		return err
+	if r := s.Redundancy; r.Copies > cluster.MaxCopies || (r.Parity && r.Copies > 1) {
+		return &zerr.InvalidArgumentError{Field: "redundancy", Reason: fmt.Sprintf("%d copies (parity %t): want 1 to %d copies, or parity with 1", r.Copies, r.Parity, cluster.MaxCopies)}
 	}
 	return nil
 }
@@ -161,9 +161,7 @@ func (a *Arbiter) CreateNamespace(ctx context.Context, spec NamespaceSpec) (Name
 	if err := spec.validate(); err != nil {
 		return NamespaceInfo{}, err
 	}
-	if spec.Redundancy = Redundancy(spec).String(); spec.Redundancy == "none" {
-		spec.Redundancy = "" // the record's default
-	}
+	spec.Redundancy = Redundancy(spec)
 	now := a.cfg.Now()
 	err := a.mutate(ctx, func(st *State, ix *index) ([]clientv3.Op, error) {
 		if st.Namespaces[spec.Name] != nil {
@@ -196,6 +194,82 @@ func (a *Arbiter) CreateNamespace(ctx context.Context, spec NamespaceSpec) (Name
 	a.touch(spec.Name, now)
 	a.m.namespaceEvents.WithLabelValues("create").Inc()
 	return a.GetNamespace(ctx, spec.Name)
+}
+
+// NamespaceUpdate is a change of a namespace's spec: the fields set replace
+// the namespace's.
+type NamespaceUpdate struct {
+	MARLogical *uint32
+	Weight     *uint32
+	// VZones is the capacity quota (0 removes it).
+	VZones     *uint64
+	Redundancy *cluster.Redundancy
+}
+
+// UpdateNamespace changes an existing namespace, all or nothing, and
+// reprovisions essentials and spares like CreateNamespace. Refused, typed,
+// changing nothing: a spec CreateNamespace would refuse; a quota below the
+// v-zone ids the namespace holds or below the physical zones it holds
+// (*zerr.InvalidArgumentError); a larger quota the cluster cannot reserve,
+// or essentials some namespace would no longer get (*zerr.NoResourcesError);
+// a new redundancy while the namespace holds a v-zone, since its layouts
+// were placed for the old one (*zerr.ZoneStateError).
+func (a *Arbiter) UpdateNamespace(ctx context.Context, name string, u NamespaceUpdate) (NamespaceInfo, error) {
+	err := a.mutate(ctx, func(st *State, ix *index) ([]clientv3.Op, error) {
+		ns, err := getNS(st, name)
+		if err != nil {
+			return nil, err
+		}
+		spec := ns.Spec
+		if u.MARLogical != nil {
+			spec.MARLogical = *u.MARLogical
+		}
+		if u.Weight != nil {
+			spec.Weight = *u.Weight
+		}
+		if u.VZones != nil {
+			spec.VZones = *u.VZones
+		}
+		if u.Redundancy != nil {
+			spec.Redundancy = u.Redundancy.Normal()
+		}
+		if err := spec.validate(); err != nil {
+			return nil, err
+		}
+		if Redundancy(spec) != Redundancy(ns.Spec) {
+			for _, id := range sortedKeys(ns.VZones) {
+				if len(ns.VZones[id].allGroups()) > 0 {
+					return nil, &zerr.ZoneStateError{Zone: id, State: string(ns.VZones[id].State), Op: "change the namespace's redundancy (its v-zones were laid out for " + Redundancy(ns.Spec).String() + ")"}
+				}
+			}
+		}
+		if spec.VZones > 0 {
+			if ids := sortedKeys(ns.VZones); len(ids) > 0 && ids[len(ids)-1] >= spec.VZones {
+				return nil, &zerr.InvalidArgumentError{Field: "vzones", Reason: fmt.Sprintf("the namespace holds v-zone %d: a quota of %d v-zones would not cover it", ids[len(ids)-1], spec.VZones)}
+			}
+			if held := allocatedZones(ns); held > spec.quotaZones() {
+				return nil, &zerr.InvalidArgumentError{Field: "vzones", Reason: fmt.Sprintf("the namespace holds %d physical zones, more than the %d a quota of %d v-zones reserves", held, spec.quotaZones(), spec.VZones)}
+			}
+		}
+		ns.Spec = spec
+		if short := reprovision(st); len(short) > 0 {
+			sf := short[0]
+			return nil, &zerr.NoResourcesError{Resource: fmt.Sprintf("essential zones (namespace %s would keep too few)", sf.Namespace), Requested: uint64(sf.Need), Available: uint64(sf.Got)}
+		}
+		if err := checkQuotaReservable(st, spec); err != nil {
+			return nil, err
+		}
+		rec, err := cluster.EncodeNamespace(cluster.NamespaceRecord{Name: spec.Name, Weight: uint32(ns.weight())})
+		if err != nil {
+			return nil, err
+		}
+		return []clientv3.Op{clientv3.OpPut(cluster.NamespaceKey(spec.Name), string(rec))}, nil
+	})
+	if err != nil {
+		return NamespaceInfo{}, err
+	}
+	a.m.namespaceEvents.WithLabelValues("update").Inc()
+	return a.GetNamespace(ctx, name)
 }
 
 // ---- capacity quotas ----------------------------------------------------

@@ -39,7 +39,7 @@ func TestRebuildMirroredCopies(t *testing.T) {
 	tc.leader(a)
 	tc.waitNodes(a, 3)
 	ctx := context.Background()
-	_, err := a.CreateNamespace(ctx, NamespaceSpec{Name: "m", MARLogical: 2, ZonesPerVZone: 4, Redundancy: "mirror:2"})
+	_, err := a.CreateNamespace(ctx, NamespaceSpec{Name: "m", MARLogical: 2, ZonesPerVZone: 4, Redundancy: cluster.Redundancy{Copies: 2}})
 	require.NoError(t, err)
 
 	// v-zone 0: written and finished; v-zone 1: open

@@ -139,8 +139,29 @@ func (s *Server) layoutRev(ctx context.Context) int64 {
 
 // CreateNamespace implements v1.ArbiterServer.
 func (s *Server) CreateNamespace(ctx context.Context, r *v1.CreateNamespaceRequest) (*v1.Namespace, error) {
+	red, err := cluster.ParseRedundancy(r.GetRedundancy()) // the one parse: the API's text to the spec's value
+	if err != nil {
+		return nil, rpcerr.ToError(err)
+	}
 	n, err := s.a.CreateNamespace(ctx, NamespaceSpec{Name: r.GetName(), MARLogical: r.GetMaxActiveVzones(),
-		ZonesPerVZone: r.GetZonesPerVzone(), Weight: r.GetWeight(), Redundancy: r.GetRedundancy(), VZones: r.GetVzones()})
+		ZonesPerVZone: r.GetZonesPerVzone(), Weight: r.GetWeight(), Redundancy: red, VZones: r.GetVzones()})
+	if err != nil {
+		return nil, rpcerr.ToError(err)
+	}
+	return toNamespace(n), nil
+}
+
+// UpdateNamespace implements v1.ArbiterServer.
+func (s *Server) UpdateNamespace(ctx context.Context, r *v1.UpdateNamespaceRequest) (*v1.Namespace, error) {
+	u := NamespaceUpdate{MARLogical: r.MaxActiveVzones, Weight: r.Weight, VZones: r.Vzones}
+	if r.Redundancy != nil {
+		red, err := cluster.ParseRedundancy(r.GetRedundancy()) // the API's text to the spec's value
+		if err != nil {
+			return nil, rpcerr.ToError(err)
+		}
+		u.Redundancy = &red
+	}
+	n, err := s.a.UpdateNamespace(ctx, r.GetName(), u)
 	if err != nil {
 		return nil, rpcerr.ToError(err)
 	}

@@ -164,19 +164,14 @@ type NamespaceSpec struct {
 	VZones uint64 `json:"vzones,omitempty"`
 	// Weight of the namespace in the partition of essentials and spares; 0 means 1.
 	Weight uint32 `json:"weight,omitempty"`
-	// Redundancy is "none", "mirror:N" or "raid5" (cluster.ParseRedundancy); empty
-	// means none. Fixed at creation.
-	Redundancy string `json:"redundancy,omitempty"`
+	// Redundancy of every stripe group. Parsed where it enters (the API
+	// request, a stored record: "none", "mirror:N" or "raid5", left out for
+	// none); the zero value is none.
+	Redundancy cluster.Redundancy `json:"redundancy,omitzero"`
 }
 
-// Redundancy is the namespace's redundancy (none for an unparsable value).
-func Redundancy(s NamespaceSpec) cluster.Redundancy {
-	r, err := cluster.ParseRedundancy(s.Redundancy)
-	if err != nil {
-		return cluster.Redundancy{Copies: 1}
-	}
-	return r
-}
+// Redundancy is the namespace's redundancy (the zero value made none).
+func Redundancy(s NamespaceSpec) cluster.Redundancy { return s.Redundancy.Normal() }
 
 // parity tells whether the namespace's stripe groups are raid5 groups.
 func (s NamespaceSpec) parity() bool { return Redundancy(s).Parity }
@@ -212,13 +207,7 @@ func (s NamespaceSpec) widthFor(z uint32) uint32 {
 // copies is the number of copies of every leg of the namespace's stripe
 // groups (1 without redundancy; an unparsable stored value counts as 1,
 // validate refuses it at creation).
-func (s NamespaceSpec) copies() uint32 {
-	r, err := cluster.ParseRedundancy(s.Redundancy)
-	if err != nil {
-		return 1
-	}
-	return r.Copies
-}
+func (s NamespaceSpec) copies() uint32 { return Redundancy(s).Copies }
 
 // nsState is the persisted record of a namespace.
 type nsState struct {

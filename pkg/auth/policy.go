@@ -109,6 +109,7 @@ func DefaultPolicy() Policy {
 
 		arb + "CreateNamespace": {Kinds: []Kind{KindAdmin}},
 		arb + "DeleteNamespace": {Kinds: []Kind{KindAdmin}},
+		arb + "UpdateNamespace": {Kinds: []Kind{KindAdmin}},
 		arb + "ListNamespaces":  {Kinds: []Kind{KindAdmin}},
 		arb + "GetNamespace":    {Kinds: tenantData, NamespaceField: "name"},
 		arb + "OpenVZone":       {Kinds: tenantData, NamespaceField: "namespace"},

@@ -660,6 +660,13 @@ func (n NamespaceAdmin) List(ctx context.Context) ([]*v1.Namespace, error) {
 	return r.GetNamespaces(), err
 }
 
+// Update changes an existing namespace (admin only; the fields set in req).
+func (n NamespaceAdmin) Update(ctx context.Context, req *v1.UpdateNamespaceRequest) (*v1.Namespace, error) {
+	return arbiterCall(ctx, n.c, "update namespace", func(ctx context.Context, a v1.ArbiterClient) (*v1.Namespace, error) {
+		return a.UpdateNamespace(ctx, req)
+	})
+}
+
 // Delete deletes a namespace (force: even with open v-zones).
 func (n NamespaceAdmin) Delete(ctx context.Context, name string, force bool) error {
 	_, err := arbiterCall(ctx, n.c, "delete namespace", func(ctx context.Context, a v1.ArbiterClient) (*v1.DeleteNamespaceResponse, error) {

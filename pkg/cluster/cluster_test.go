@@ -1,6 +1,7 @@
 package cluster
 
 import (
+	"encoding/json"
 	"errors"
 	"testing"
 	"time"
@@ -195,4 +196,37 @@ func FuzzParseRedundancy(f *testing.F) {
 		require.NoError(t, err)
 		require.Equal(t, r, back)
 	})
+}
+
+// A record keeps the redundancy as its canonical text and leaves none out
+// (as records written before it was typed); a record without the field,
+// or with "", reads back as none; a bad value fails to decode, typed.
+func TestRedundancyInRecords(t *testing.T) {
+	type rec struct {
+		R Redundancy `json:"redundancy,omitzero"`
+	}
+	for _, tc := range []struct {
+		r    Redundancy
+		json string
+	}{
+		{None, `{}`},
+		{Redundancy{}, `{}`},
+		{Redundancy{Copies: 3}, `{"redundancy":"mirror:3"}`},
+		{Redundancy{Copies: 1, Parity: true}, `{"redundancy":"raid5"}`},
+	} {
+		b, err := json.Marshal(rec{tc.r})
+		require.NoError(t, err)
+		assert.Equal(t, tc.json, string(b))
+		var back rec
+		require.NoError(t, json.Unmarshal(b, &back))
+		assert.Equal(t, tc.r.Normal(), back.R.Normal())
+	}
+	for _, old := range []string{`{}`, `{"redundancy":""}`, `{"redundancy":"none"}`} {
+		var r rec
+		require.NoError(t, json.Unmarshal([]byte(old), &r), old)
+		assert.Equal(t, None, r.R.Normal(), old)
+	}
+	var r rec
+	err := json.Unmarshal([]byte(`{"redundancy":"mirror:9"}`), &r)
+	assert.ErrorIs(t, err, zerr.ErrInvalidArgument)
 }

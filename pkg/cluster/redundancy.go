@@ -65,6 +65,36 @@ func ParseRedundancy(s string) (Redundancy, error) {
 	return Redundancy{Copies: uint32(c)}, nil
 }
 
+// None is one copy without parity (RAID-0 legs). The zero Redundancy means
+// the same: a record without the field (Normal makes it explicit).
+var None = Redundancy{Copies: 1}
+
+// Normal is r with the zero value made None.
+func (r Redundancy) Normal() Redundancy {
+	if r.Copies == 0 {
+		r.Copies = 1
+	}
+	return r
+}
+
+// IsZero reports whether r is None (so `omitzero` leaves it out of a
+// record, as a record without the field reads back as None).
+func (r Redundancy) IsZero() bool { return r.Copies <= 1 && !r.Parity }
+
+// MarshalText is the canonical form (String): records and messages keep
+// the redundancy as text.
+func (r Redundancy) MarshalText() ([]byte, error) { return []byte(r.String()), nil }
+
+// UnmarshalText parses like ParseRedundancy.
+func (r *Redundancy) UnmarshalText(b []byte) error {
+	v, err := ParseRedundancy(string(b))
+	if err != nil {
+		return err
+	}
+	*r = v
+	return nil
+}
+
 // String is the canonical form: "none", "mirror:N" or "raid5".
 func (r Redundancy) String() string {
 	switch {

@@ -1,6 +1,7 @@
 package zctl
 
 import (
+	"errors"
 	"fmt"
 	"io"
 
@@ -10,18 +11,29 @@ import (
 	"github.com/zonefleet/zonefleet/pkg/cluster"
 )
 
+// redundancyFlag is --redundancy: parsed once, as the flag is set (a bad
+// value is a usage error), sent in its canonical form.
+type redundancyFlag struct{ r cluster.Redundancy }
+
+func (f *redundancyFlag) String() string { return f.r.Normal().String() }
+func (f *redundancyFlag) Set(s string) error {
+	return f.r.UnmarshalText([]byte(s))
+}
+func (f *redundancyFlag) Type() string { return "redundancy" }
+
+const redundancyHelp = "none (RAID-0 legs), mirror:N (N copies of every leg on distinct nodes, N in 2..4; takes N× the active zones) or raid5 (k data legs + 1 parity leg on k+1 distinct nodes, at least 2, + two partial-parity log zones per stripe group); redundant namespaces recycle by host copy"
+
 func nsCmd(g *Globals) *cobra.Command {
 	cmd := &cobra.Command{Use: "ns", Aliases: []string{"namespace"}, Short: "tenant namespaces: essential and spare active zones"}
 	var req v1.CreateNamespaceRequest
+	red := &redundancyFlag{r: cluster.None}
 	create := &cobra.Command{
 		Use:   "create NAME",
 		Short: "create a namespace (fails if its essentials cannot be provisioned)",
 		Args:  cobra.ExactArgs(1),
 		RunE: g.run(false, func(cmd *cobra.Command, c *client.Client, args []string) error {
 			req.Name = args[0]
-			if _, err := cluster.ParseRedundancy(req.Redundancy); err != nil {
-				return usageErr(err)
-			}
+			req.Redundancy = red.String()
 			n, err := c.Namespaces().Create(cmd.Context(), &req)
 			if err != nil {
 				return err
@@ -33,7 +45,7 @@ func nsCmd(g *Globals) *cobra.Command {
 	create.Flags().Uint32Var(&req.ZonesPerVzone, "zones-per-vzone", 8, "physical zones per v-zone (a power of two)")
 	create.Flags().Uint32Var(&req.Weight, "weight", 1, "share of the essentials and spares")
 	create.Flags().Uint64Var(&req.Vzones, "vzones", 0, "capacity quota: the v-zones the namespace may hold, their physical zones reserved now (refused when the cluster cannot reserve them; 0: no quota, the namespace shares what quotas leave)")
-	create.Flags().StringVar(&req.Redundancy, "redundancy", "none", "none (RAID-0 legs), mirror:N (N copies of every leg on distinct nodes, N in 2..4; takes N× the active zones) or raid5 (k data legs + 1 parity leg on k+1 distinct nodes, at least 2, + two partial-parity log zones per stripe group); redundant namespaces recycle by host copy")
+	create.Flags().Var(red, "redundancy", redundancyHelp)
 
 	var force bool
 	del := &cobra.Command{
@@ -52,7 +64,7 @@ func nsCmd(g *Globals) *cobra.Command {
 	}
 	del.Flags().BoolVar(&force, "force", false, "delete even with open v-zones (their data is lost)")
 
-	cmd.AddCommand(create, del, &cobra.Command{
+	cmd.AddCommand(create, nsUpdateCmd(g), del, &cobra.Command{
 		Use:   "list",
 		Short: "every namespace with its active-zone shares",
 		Args:  cobra.NoArgs,
@@ -90,6 +102,54 @@ func nsCmd(g *Globals) *cobra.Command {
 		}),
 	})
 	return cmd
+}
+
+// nsUpdateCmd is `zctl ns update`: the flags given replace the namespace's.
+func nsUpdateCmd(g *Globals) *cobra.Command {
+	var (
+		mar, weight uint32
+		vzones      uint64
+	)
+	red := &redundancyFlag{r: cluster.None}
+	c := &cobra.Command{
+		Use:   "update NAME",
+		Short: "change an existing namespace's quota, share, active v-zones or redundancy (admin)",
+		Long: "update changes the namespace's settings given as flags, all or nothing, and reprovisions the essentials and spares.\n" +
+			"--vzones 0 removes the quota; a quota is refused below the v-zones the namespace holds or when the cluster cannot\n" +
+			"reserve it; --redundancy only while the namespace holds no v-zone.",
+		Example: "  zctl ns update t1 --vzones 64 --weight 2\n  zctl ns update t2 --redundancy mirror:2 -o json",
+		Args:    cobra.ExactArgs(1),
+		RunE: g.run(false, func(cmd *cobra.Command, c *client.Client, args []string) error {
+			req := &v1.UpdateNamespaceRequest{Name: args[0]}
+			f := cmd.Flags()
+			if f.Changed("max-active-vzones") {
+				req.MaxActiveVzones = &mar
+			}
+			if f.Changed("weight") {
+				req.Weight = &weight
+			}
+			if f.Changed("vzones") {
+				req.Vzones = &vzones
+			}
+			if f.Changed("redundancy") {
+				s := red.String()
+				req.Redundancy = &s
+			}
+			if req.MaxActiveVzones == nil && req.Weight == nil && req.Vzones == nil && req.Redundancy == nil {
+				return usageErr(errors.New("nothing to change: give --max-active-vzones, --weight, --vzones or --redundancy"))
+			}
+			n, err := c.Namespaces().Update(cmd.Context(), req)
+			if err != nil {
+				return err
+			}
+			return g.emit(n, func(w io.Writer) error { return nsTable(w, []*v1.Namespace{n}) })
+		}),
+	}
+	c.Flags().Uint32Var(&mar, "max-active-vzones", 0, "v-zones open at once (MAR_logical)")
+	c.Flags().Uint32Var(&weight, "weight", 0, "share of the essentials and spares (0: 1)")
+	c.Flags().Uint64Var(&vzones, "vzones", 0, "capacity quota in v-zones (0: no quota)")
+	c.Flags().Var(red, "redundancy", redundancyHelp)
+	return c
 }
 
 func redundancy(n *v1.Namespace) string {

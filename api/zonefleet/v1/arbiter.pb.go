@@ -490,6 +490,82 @@ func (x *ListNamespacesResponse) GetNamespaces() []*Namespace {
 	return nil
 }
 
+type UpdateNamespaceRequest struct {
+	state           protoimpl.MessageState `protogen:"open.v1"`
+	Name            string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	MaxActiveVzones *uint32                `protobuf:"varint,2,opt,name=max_active_vzones,json=maxActiveVzones,proto3,oneof" json:"max_active_vzones,omitempty"`
+	Weight          *uint32                `protobuf:"varint,3,opt,name=weight,proto3,oneof" json:"weight,omitempty"`        // the share of the essentials and spares; 0 = 1
+	Vzones          *uint64                `protobuf:"varint,4,opt,name=vzones,proto3,oneof" json:"vzones,omitempty"`        // capacity quota in v-zones; 0 removes it
+	Redundancy      *string                `protobuf:"bytes,5,opt,name=redundancy,proto3,oneof" json:"redundancy,omitempty"` // as CreateNamespaceRequest.redundancy
+	unknownFields   protoimpl.UnknownFields
+	sizeCache       protoimpl.SizeCache
+}
+
+func (x *UpdateNamespaceRequest) Reset() {
+	*x = UpdateNamespaceRequest{}
+	mi := &file_zonefleet_v1_arbiter_proto_msgTypes[5]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *UpdateNamespaceRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*UpdateNamespaceRequest) ProtoMessage() {}
+
+func (x *UpdateNamespaceRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_zonefleet_v1_arbiter_proto_msgTypes[5]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use UpdateNamespaceRequest.ProtoReflect.Descriptor instead.
+func (*UpdateNamespaceRequest) Descriptor() ([]byte, []int) {
+	return file_zonefleet_v1_arbiter_proto_rawDescGZIP(), []int{5}
+}
+
+func (x *UpdateNamespaceRequest) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *UpdateNamespaceRequest) GetMaxActiveVzones() uint32 {
+	if x != nil && x.MaxActiveVzones != nil {
+		return *x.MaxActiveVzones
+	}
+	return 0
+}
+
+func (x *UpdateNamespaceRequest) GetWeight() uint32 {
+	if x != nil && x.Weight != nil {
+		return *x.Weight
+	}
+	return 0
+}
+
+func (x *UpdateNamespaceRequest) GetVzones() uint64 {
+	if x != nil && x.Vzones != nil {
+		return *x.Vzones
+	}
+	return 0
+}
+
+func (x *UpdateNamespaceRequest) GetRedundancy() string {
+	if x != nil && x.Redundancy != nil {
+		return *x.Redundancy
+	}
+	return ""
+}
+
 type DeleteNamespaceRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Name          string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
@@ -500,7 +576,7 @@ type DeleteNamespaceRequest struct {
 
 func (x *DeleteNamespaceRequest) Reset() {
 	*x = DeleteNamespaceRequest{}
-	mi := &file_zonefleet_v1_arbiter_proto_msgTypes[5]
+	mi := &file_zonefleet_v1_arbiter_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -512,7 +588,7 @@ func (x *DeleteNamespaceRequest) String() string {
 func (*DeleteNamespaceRequest) ProtoMessage() {}
 
 func (x *DeleteNamespaceRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_zonefleet_v1_arbiter_proto_msgTypes[5]
+	mi := &file_zonefleet_v1_arbiter_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -525,7 +601,7 @@ func (x *DeleteNamespaceRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteNamespaceRequest.ProtoReflect.Descriptor instead.
 func (*DeleteNamespaceRequest) Descriptor() ([]byte, []int) {
-	return file_zonefleet_v1_arbiter_proto_rawDescGZIP(), []int{5}
+	return file_zonefleet_v1_arbiter_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *DeleteNamespaceRequest) GetName() string {
@@ -550,7 +626,7 @@ type DeleteNamespaceResponse struct {
 
 func (x *DeleteNamespaceResponse) Reset() {
 	*x = DeleteNamespaceResponse{}
-	mi := &file_zonefleet_v1_arbiter_proto_msgTypes[6]
+	mi := &file_zonefleet_v1_arbiter_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -562,7 +638,7 @@ func (x *DeleteNamespaceResponse) String() string {
 func (*DeleteNamespaceResponse) ProtoMessage() {}
 
 func (x *DeleteNamespaceResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_zonefleet_v1_arbiter_proto_msgTypes[6]
+	mi := &file_zonefleet_v1_arbiter_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -575,7 +651,7 @@ func (x *DeleteNamespaceResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteNamespaceResponse.ProtoReflect.Descriptor instead.
 func (*DeleteNamespaceResponse) Descriptor() ([]byte, []int) {
-	return file_zonefleet_v1_arbiter_proto_rawDescGZIP(), []int{6}
+	return file_zonefleet_v1_arbiter_proto_rawDescGZIP(), []int{7}
 }
 
 type PhysicalZone struct {
@@ -592,7 +668,7 @@ type PhysicalZone struct {
 
 func (x *PhysicalZone) Reset() {
 	*x = PhysicalZone{}
-	mi := &file_zonefleet_v1_arbiter_proto_msgTypes[7]
+	mi := &file_zonefleet_v1_arbiter_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -604,7 +680,7 @@ func (x *PhysicalZone) String() string {
 func (*PhysicalZone) ProtoMessage() {}
 
 func (x *PhysicalZone) ProtoReflect() protoreflect.Message {
-	mi := &file_zonefleet_v1_arbiter_proto_msgTypes[7]
+	mi := &file_zonefleet_v1_arbiter_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -617,7 +693,7 @@ func (x *PhysicalZone) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PhysicalZone.ProtoReflect.Descriptor instead.
 func (*PhysicalZone) Descriptor() ([]byte, []int) {
-	return file_zonefleet_v1_arbiter_proto_rawDescGZIP(), []int{7}
+	return file_zonefleet_v1_arbiter_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *PhysicalZone) GetNode() string {
@@ -687,7 +763,7 @@ type StripeGroup struct {
 
 func (x *StripeGroup) Reset() {
 	*x = StripeGroup{}
-	mi := &file_zonefleet_v1_arbiter_proto_msgTypes[8]
+	mi := &file_zonefleet_v1_arbiter_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -699,7 +775,7 @@ func (x *StripeGroup) String() string {
 func (*StripeGroup) ProtoMessage() {}
 
 func (x *StripeGroup) ProtoReflect() protoreflect.Message {
-	mi := &file_zonefleet_v1_arbiter_proto_msgTypes[8]
+	mi := &file_zonefleet_v1_arbiter_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -712,7 +788,7 @@ func (x *StripeGroup) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StripeGroup.ProtoReflect.Descriptor instead.
 func (*StripeGroup) Descriptor() ([]byte, []int) {
-	return file_zonefleet_v1_arbiter_proto_rawDescGZIP(), []int{8}
+	return file_zonefleet_v1_arbiter_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *StripeGroup) GetIndex() uint32 {
@@ -797,7 +873,7 @@ type VZone struct {
 
 func (x *VZone) Reset() {
 	*x = VZone{}
-	mi := &file_zonefleet_v1_arbiter_proto_msgTypes[9]
+	mi := &file_zonefleet_v1_arbiter_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -809,7 +885,7 @@ func (x *VZone) String() string {
 func (*VZone) ProtoMessage() {}
 
 func (x *VZone) ProtoReflect() protoreflect.Message {
-	mi := &file_zonefleet_v1_arbiter_proto_msgTypes[9]
+	mi := &file_zonefleet_v1_arbiter_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -822,7 +898,7 @@ func (x *VZone) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use VZone.ProtoReflect.Descriptor instead.
 func (*VZone) Descriptor() ([]byte, []int) {
-	return file_zonefleet_v1_arbiter_proto_rawDescGZIP(), []int{9}
+	return file_zonefleet_v1_arbiter_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *VZone) GetNamespace() string {
@@ -915,7 +991,7 @@ type OpenVZoneRequest struct {
 
 func (x *OpenVZoneRequest) Reset() {
 	*x = OpenVZoneRequest{}
-	mi := &file_zonefleet_v1_arbiter_proto_msgTypes[10]
+	mi := &file_zonefleet_v1_arbiter_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -927,7 +1003,7 @@ func (x *OpenVZoneRequest) String() string {
 func (*OpenVZoneRequest) ProtoMessage() {}
 
 func (x *OpenVZoneRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_zonefleet_v1_arbiter_proto_msgTypes[10]
+	mi := &file_zonefleet_v1_arbiter_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -940,7 +1016,7 @@ func (x *OpenVZoneRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use OpenVZoneRequest.ProtoReflect.Descriptor instead.
 func (*OpenVZoneRequest) Descriptor() ([]byte, []int) {
-	return file_zonefleet_v1_arbiter_proto_rawDescGZIP(), []int{10}
+	return file_zonefleet_v1_arbiter_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *OpenVZoneRequest) GetNamespace() string {
@@ -977,7 +1053,7 @@ type VZoneRequest struct {
 
 func (x *VZoneRequest) Reset() {
 	*x = VZoneRequest{}
-	mi := &file_zonefleet_v1_arbiter_proto_msgTypes[11]
+	mi := &file_zonefleet_v1_arbiter_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -989,7 +1065,7 @@ func (x *VZoneRequest) String() string {
 func (*VZoneRequest) ProtoMessage() {}
 
 func (x *VZoneRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_zonefleet_v1_arbiter_proto_msgTypes[11]
+	mi := &file_zonefleet_v1_arbiter_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1002,7 +1078,7 @@ func (x *VZoneRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use VZoneRequest.ProtoReflect.Descriptor instead.
 func (*VZoneRequest) Descriptor() ([]byte, []int) {
-	return file_zonefleet_v1_arbiter_proto_rawDescGZIP(), []int{11}
+	return file_zonefleet_v1_arbiter_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *VZoneRequest) GetNamespace() string {
@@ -1038,7 +1114,7 @@ type ResetVZonesRequest struct {
 
 func (x *ResetVZonesRequest) Reset() {
 	*x = ResetVZonesRequest{}
-	mi := &file_zonefleet_v1_arbiter_proto_msgTypes[12]
+	mi := &file_zonefleet_v1_arbiter_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1050,7 +1126,7 @@ func (x *ResetVZonesRequest) String() string {
 func (*ResetVZonesRequest) ProtoMessage() {}
 
 func (x *ResetVZonesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_zonefleet_v1_arbiter_proto_msgTypes[12]
+	mi := &file_zonefleet_v1_arbiter_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1063,7 +1139,7 @@ func (x *ResetVZonesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ResetVZonesRequest.ProtoReflect.Descriptor instead.
 func (*ResetVZonesRequest) Descriptor() ([]byte, []int) {
-	return file_zonefleet_v1_arbiter_proto_rawDescGZIP(), []int{12}
+	return file_zonefleet_v1_arbiter_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *ResetVZonesRequest) GetNamespace() string {
@@ -1089,7 +1165,7 @@ type ResetVZonesResponse struct {
 
 func (x *ResetVZonesResponse) Reset() {
 	*x = ResetVZonesResponse{}
-	mi := &file_zonefleet_v1_arbiter_proto_msgTypes[13]
+	mi := &file_zonefleet_v1_arbiter_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1101,7 +1177,7 @@ func (x *ResetVZonesResponse) String() string {
 func (*ResetVZonesResponse) ProtoMessage() {}
 
 func (x *ResetVZonesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_zonefleet_v1_arbiter_proto_msgTypes[13]
+	mi := &file_zonefleet_v1_arbiter_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1114,7 +1190,7 @@ func (x *ResetVZonesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ResetVZonesResponse.ProtoReflect.Descriptor instead.
 func (*ResetVZonesResponse) Descriptor() ([]byte, []int) {
-	return file_zonefleet_v1_arbiter_proto_rawDescGZIP(), []int{13}
+	return file_zonefleet_v1_arbiter_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *ResetVZonesResponse) GetVzones() []*VZone {
@@ -1133,7 +1209,7 @@ type ListVZonesRequest struct {
 
 func (x *ListVZonesRequest) Reset() {
 	*x = ListVZonesRequest{}
-	mi := &file_zonefleet_v1_arbiter_proto_msgTypes[14]
+	mi := &file_zonefleet_v1_arbiter_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1145,7 +1221,7 @@ func (x *ListVZonesRequest) String() string {
 func (*ListVZonesRequest) ProtoMessage() {}
 
 func (x *ListVZonesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_zonefleet_v1_arbiter_proto_msgTypes[14]
+	mi := &file_zonefleet_v1_arbiter_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1158,7 +1234,7 @@ func (x *ListVZonesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListVZonesRequest.ProtoReflect.Descriptor instead.
 func (*ListVZonesRequest) Descriptor() ([]byte, []int) {
-	return file_zonefleet_v1_arbiter_proto_rawDescGZIP(), []int{14}
+	return file_zonefleet_v1_arbiter_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *ListVZonesRequest) GetNamespace() string {
@@ -1177,7 +1253,7 @@ type ListVZonesResponse struct {
 
 func (x *ListVZonesResponse) Reset() {
 	*x = ListVZonesResponse{}
-	mi := &file_zonefleet_v1_arbiter_proto_msgTypes[15]
+	mi := &file_zonefleet_v1_arbiter_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1189,7 +1265,7 @@ func (x *ListVZonesResponse) String() string {
 func (*ListVZonesResponse) ProtoMessage() {}
 
 func (x *ListVZonesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_zonefleet_v1_arbiter_proto_msgTypes[15]
+	mi := &file_zonefleet_v1_arbiter_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1202,7 +1278,7 @@ func (x *ListVZonesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListVZonesResponse.ProtoReflect.Descriptor instead.
 func (*ListVZonesResponse) Descriptor() ([]byte, []int) {
-	return file_zonefleet_v1_arbiter_proto_rawDescGZIP(), []int{15}
+	return file_zonefleet_v1_arbiter_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *ListVZonesResponse) GetVzones() []*VZone {
@@ -1222,7 +1298,7 @@ type ReportActivityRequest struct {
 
 func (x *ReportActivityRequest) Reset() {
 	*x = ReportActivityRequest{}
-	mi := &file_zonefleet_v1_arbiter_proto_msgTypes[16]
+	mi := &file_zonefleet_v1_arbiter_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1234,7 +1310,7 @@ func (x *ReportActivityRequest) String() string {
 func (*ReportActivityRequest) ProtoMessage() {}
 
 func (x *ReportActivityRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_zonefleet_v1_arbiter_proto_msgTypes[16]
+	mi := &file_zonefleet_v1_arbiter_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1247,7 +1323,7 @@ func (x *ReportActivityRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReportActivityRequest.ProtoReflect.Descriptor instead.
 func (*ReportActivityRequest) Descriptor() ([]byte, []int) {
-	return file_zonefleet_v1_arbiter_proto_rawDescGZIP(), []int{16}
+	return file_zonefleet_v1_arbiter_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *ReportActivityRequest) GetNamespace() string {
@@ -1272,7 +1348,7 @@ type ReportActivityResponse struct {
 
 func (x *ReportActivityResponse) Reset() {
 	*x = ReportActivityResponse{}
-	mi := &file_zonefleet_v1_arbiter_proto_msgTypes[17]
+	mi := &file_zonefleet_v1_arbiter_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1284,7 +1360,7 @@ func (x *ReportActivityResponse) String() string {
 func (*ReportActivityResponse) ProtoMessage() {}
 
 func (x *ReportActivityResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_zonefleet_v1_arbiter_proto_msgTypes[17]
+	mi := &file_zonefleet_v1_arbiter_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1297,7 +1373,7 @@ func (x *ReportActivityResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReportActivityResponse.ProtoReflect.Descriptor instead.
 func (*ReportActivityResponse) Descriptor() ([]byte, []int) {
-	return file_zonefleet_v1_arbiter_proto_rawDescGZIP(), []int{17}
+	return file_zonefleet_v1_arbiter_proto_rawDescGZIP(), []int{18}
 }
 
 type AcquireMountRequest struct {
@@ -1312,7 +1388,7 @@ type AcquireMountRequest struct {
 
 func (x *AcquireMountRequest) Reset() {
 	*x = AcquireMountRequest{}
-	mi := &file_zonefleet_v1_arbiter_proto_msgTypes[18]
+	mi := &file_zonefleet_v1_arbiter_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1324,7 +1400,7 @@ func (x *AcquireMountRequest) String() string {
 func (*AcquireMountRequest) ProtoMessage() {}
 
 func (x *AcquireMountRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_zonefleet_v1_arbiter_proto_msgTypes[18]
+	mi := &file_zonefleet_v1_arbiter_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1337,7 +1413,7 @@ func (x *AcquireMountRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AcquireMountRequest.ProtoReflect.Descriptor instead.
 func (*AcquireMountRequest) Descriptor() ([]byte, []int) {
-	return file_zonefleet_v1_arbiter_proto_rawDescGZIP(), []int{18}
+	return file_zonefleet_v1_arbiter_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *AcquireMountRequest) GetNamespace() string {
@@ -1379,7 +1455,7 @@ type MountLease struct {
 
 func (x *MountLease) Reset() {
 	*x = MountLease{}
-	mi := &file_zonefleet_v1_arbiter_proto_msgTypes[19]
+	mi := &file_zonefleet_v1_arbiter_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1391,7 +1467,7 @@ func (x *MountLease) String() string {
 func (*MountLease) ProtoMessage() {}
 
 func (x *MountLease) ProtoReflect() protoreflect.Message {
-	mi := &file_zonefleet_v1_arbiter_proto_msgTypes[19]
+	mi := &file_zonefleet_v1_arbiter_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1404,7 +1480,7 @@ func (x *MountLease) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MountLease.ProtoReflect.Descriptor instead.
 func (*MountLease) Descriptor() ([]byte, []int) {
-	return file_zonefleet_v1_arbiter_proto_rawDescGZIP(), []int{19}
+	return file_zonefleet_v1_arbiter_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *MountLease) GetNamespace() string {
@@ -1438,7 +1514,7 @@ type ReleaseMountRequest struct {
 
 func (x *ReleaseMountRequest) Reset() {
 	*x = ReleaseMountRequest{}
-	mi := &file_zonefleet_v1_arbiter_proto_msgTypes[20]
+	mi := &file_zonefleet_v1_arbiter_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1450,7 +1526,7 @@ func (x *ReleaseMountRequest) String() string {
 func (*ReleaseMountRequest) ProtoMessage() {}
 
 func (x *ReleaseMountRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_zonefleet_v1_arbiter_proto_msgTypes[20]
+	mi := &file_zonefleet_v1_arbiter_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1463,7 +1539,7 @@ func (x *ReleaseMountRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReleaseMountRequest.ProtoReflect.Descriptor instead.
 func (*ReleaseMountRequest) Descriptor() ([]byte, []int) {
-	return file_zonefleet_v1_arbiter_proto_rawDescGZIP(), []int{20}
+	return file_zonefleet_v1_arbiter_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *ReleaseMountRequest) GetNamespace() string {
@@ -1488,7 +1564,7 @@ type ReleaseMountResponse struct {
 
 func (x *ReleaseMountResponse) Reset() {
 	*x = ReleaseMountResponse{}
-	mi := &file_zonefleet_v1_arbiter_proto_msgTypes[21]
+	mi := &file_zonefleet_v1_arbiter_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1500,7 +1576,7 @@ func (x *ReleaseMountResponse) String() string {
 func (*ReleaseMountResponse) ProtoMessage() {}
 
 func (x *ReleaseMountResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_zonefleet_v1_arbiter_proto_msgTypes[21]
+	mi := &file_zonefleet_v1_arbiter_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1513,7 +1589,7 @@ func (x *ReleaseMountResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReleaseMountResponse.ProtoReflect.Descriptor instead.
 func (*ReleaseMountResponse) Descriptor() ([]byte, []int) {
-	return file_zonefleet_v1_arbiter_proto_rawDescGZIP(), []int{21}
+	return file_zonefleet_v1_arbiter_proto_rawDescGZIP(), []int{22}
 }
 
 type DeviceInfo struct {
@@ -1538,7 +1614,7 @@ type DeviceInfo struct {
 
 func (x *DeviceInfo) Reset() {
 	*x = DeviceInfo{}
-	mi := &file_zonefleet_v1_arbiter_proto_msgTypes[22]
+	mi := &file_zonefleet_v1_arbiter_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1550,7 +1626,7 @@ func (x *DeviceInfo) String() string {
 func (*DeviceInfo) ProtoMessage() {}
 
 func (x *DeviceInfo) ProtoReflect() protoreflect.Message {
-	mi := &file_zonefleet_v1_arbiter_proto_msgTypes[22]
+	mi := &file_zonefleet_v1_arbiter_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1563,7 +1639,7 @@ func (x *DeviceInfo) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeviceInfo.ProtoReflect.Descriptor instead.
 func (*DeviceInfo) Descriptor() ([]byte, []int) {
-	return file_zonefleet_v1_arbiter_proto_rawDescGZIP(), []int{22}
+	return file_zonefleet_v1_arbiter_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *DeviceInfo) GetIndex() uint32 {
@@ -1678,7 +1754,7 @@ type Node struct {
 
 func (x *Node) Reset() {
 	*x = Node{}
-	mi := &file_zonefleet_v1_arbiter_proto_msgTypes[23]
+	mi := &file_zonefleet_v1_arbiter_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1690,7 +1766,7 @@ func (x *Node) String() string {
 func (*Node) ProtoMessage() {}
 
 func (x *Node) ProtoReflect() protoreflect.Message {
-	mi := &file_zonefleet_v1_arbiter_proto_msgTypes[23]
+	mi := &file_zonefleet_v1_arbiter_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1703,7 +1779,7 @@ func (x *Node) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Node.ProtoReflect.Descriptor instead.
 func (*Node) Descriptor() ([]byte, []int) {
-	return file_zonefleet_v1_arbiter_proto_rawDescGZIP(), []int{23}
+	return file_zonefleet_v1_arbiter_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *Node) GetId() string {
@@ -1756,7 +1832,7 @@ type ListNodesRequest struct {
 
 func (x *ListNodesRequest) Reset() {
 	*x = ListNodesRequest{}
-	mi := &file_zonefleet_v1_arbiter_proto_msgTypes[24]
+	mi := &file_zonefleet_v1_arbiter_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1768,7 +1844,7 @@ func (x *ListNodesRequest) String() string {
 func (*ListNodesRequest) ProtoMessage() {}
 
 func (x *ListNodesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_zonefleet_v1_arbiter_proto_msgTypes[24]
+	mi := &file_zonefleet_v1_arbiter_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1781,7 +1857,7 @@ func (x *ListNodesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListNodesRequest.ProtoReflect.Descriptor instead.
 func (*ListNodesRequest) Descriptor() ([]byte, []int) {
-	return file_zonefleet_v1_arbiter_proto_rawDescGZIP(), []int{24}
+	return file_zonefleet_v1_arbiter_proto_rawDescGZIP(), []int{25}
 }
 
 type ListNodesResponse struct {
@@ -1793,7 +1869,7 @@ type ListNodesResponse struct {
 
 func (x *ListNodesResponse) Reset() {
 	*x = ListNodesResponse{}
-	mi := &file_zonefleet_v1_arbiter_proto_msgTypes[25]
+	mi := &file_zonefleet_v1_arbiter_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1805,7 +1881,7 @@ func (x *ListNodesResponse) String() string {
 func (*ListNodesResponse) ProtoMessage() {}
 
 func (x *ListNodesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_zonefleet_v1_arbiter_proto_msgTypes[25]
+	mi := &file_zonefleet_v1_arbiter_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1818,7 +1894,7 @@ func (x *ListNodesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListNodesResponse.ProtoReflect.Descriptor instead.
 func (*ListNodesResponse) Descriptor() ([]byte, []int) {
-	return file_zonefleet_v1_arbiter_proto_rawDescGZIP(), []int{25}
+	return file_zonefleet_v1_arbiter_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *ListNodesResponse) GetNodes() []*Node {
@@ -1837,7 +1913,7 @@ type GetNodeRequest struct {
 
 func (x *GetNodeRequest) Reset() {
 	*x = GetNodeRequest{}
-	mi := &file_zonefleet_v1_arbiter_proto_msgTypes[26]
+	mi := &file_zonefleet_v1_arbiter_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1849,7 +1925,7 @@ func (x *GetNodeRequest) String() string {
 func (*GetNodeRequest) ProtoMessage() {}
 
 func (x *GetNodeRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_zonefleet_v1_arbiter_proto_msgTypes[26]
+	mi := &file_zonefleet_v1_arbiter_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1862,7 +1938,7 @@ func (x *GetNodeRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetNodeRequest.ProtoReflect.Descriptor instead.
 func (*GetNodeRequest) Descriptor() ([]byte, []int) {
-	return file_zonefleet_v1_arbiter_proto_rawDescGZIP(), []int{26}
+	return file_zonefleet_v1_arbiter_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *GetNodeRequest) GetId() string {
@@ -1881,7 +1957,7 @@ type RemoveNodeRequest struct {
 
 func (x *RemoveNodeRequest) Reset() {
 	*x = RemoveNodeRequest{}
-	mi := &file_zonefleet_v1_arbiter_proto_msgTypes[27]
+	mi := &file_zonefleet_v1_arbiter_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1893,7 +1969,7 @@ func (x *RemoveNodeRequest) String() string {
 func (*RemoveNodeRequest) ProtoMessage() {}
 
 func (x *RemoveNodeRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_zonefleet_v1_arbiter_proto_msgTypes[27]
+	mi := &file_zonefleet_v1_arbiter_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1906,7 +1982,7 @@ func (x *RemoveNodeRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RemoveNodeRequest.ProtoReflect.Descriptor instead.
 func (*RemoveNodeRequest) Descriptor() ([]byte, []int) {
-	return file_zonefleet_v1_arbiter_proto_rawDescGZIP(), []int{27}
+	return file_zonefleet_v1_arbiter_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *RemoveNodeRequest) GetId() string {
@@ -1924,7 +2000,7 @@ type RemoveNodeResponse struct {
 
 func (x *RemoveNodeResponse) Reset() {
 	*x = RemoveNodeResponse{}
-	mi := &file_zonefleet_v1_arbiter_proto_msgTypes[28]
+	mi := &file_zonefleet_v1_arbiter_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1936,7 +2012,7 @@ func (x *RemoveNodeResponse) String() string {
 func (*RemoveNodeResponse) ProtoMessage() {}
 
 func (x *RemoveNodeResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_zonefleet_v1_arbiter_proto_msgTypes[28]
+	mi := &file_zonefleet_v1_arbiter_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1949,7 +2025,7 @@ func (x *RemoveNodeResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RemoveNodeResponse.ProtoReflect.Descriptor instead.
 func (*RemoveNodeResponse) Descriptor() ([]byte, []int) {
-	return file_zonefleet_v1_arbiter_proto_rawDescGZIP(), []int{28}
+	return file_zonefleet_v1_arbiter_proto_rawDescGZIP(), []int{29}
 }
 
 type ArbiterMember struct {
@@ -1963,7 +2039,7 @@ type ArbiterMember struct {
 
 func (x *ArbiterMember) Reset() {
 	*x = ArbiterMember{}
-	mi := &file_zonefleet_v1_arbiter_proto_msgTypes[29]
+	mi := &file_zonefleet_v1_arbiter_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1975,7 +2051,7 @@ func (x *ArbiterMember) String() string {
 func (*ArbiterMember) ProtoMessage() {}
 
 func (x *ArbiterMember) ProtoReflect() protoreflect.Message {
-	mi := &file_zonefleet_v1_arbiter_proto_msgTypes[29]
+	mi := &file_zonefleet_v1_arbiter_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1988,7 +2064,7 @@ func (x *ArbiterMember) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ArbiterMember.ProtoReflect.Descriptor instead.
 func (*ArbiterMember) Descriptor() ([]byte, []int) {
-	return file_zonefleet_v1_arbiter_proto_rawDescGZIP(), []int{29}
+	return file_zonefleet_v1_arbiter_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *ArbiterMember) GetId() string {
@@ -2043,7 +2119,7 @@ type ClusterStatusResponse struct {
 
 func (x *ClusterStatusResponse) Reset() {
 	*x = ClusterStatusResponse{}
-	mi := &file_zonefleet_v1_arbiter_proto_msgTypes[30]
+	mi := &file_zonefleet_v1_arbiter_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2055,7 +2131,7 @@ func (x *ClusterStatusResponse) String() string {
 func (*ClusterStatusResponse) ProtoMessage() {}
 
 func (x *ClusterStatusResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_zonefleet_v1_arbiter_proto_msgTypes[30]
+	mi := &file_zonefleet_v1_arbiter_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2068,7 +2144,7 @@ func (x *ClusterStatusResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ClusterStatusResponse.ProtoReflect.Descriptor instead.
 func (*ClusterStatusResponse) Descriptor() ([]byte, []int) {
-	return file_zonefleet_v1_arbiter_proto_rawDescGZIP(), []int{30}
+	return file_zonefleet_v1_arbiter_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *ClusterStatusResponse) GetLeader() string {
@@ -2205,7 +2281,7 @@ type ClusterStatusRequest struct {
 
 func (x *ClusterStatusRequest) Reset() {
 	*x = ClusterStatusRequest{}
-	mi := &file_zonefleet_v1_arbiter_proto_msgTypes[31]
+	mi := &file_zonefleet_v1_arbiter_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2217,7 +2293,7 @@ func (x *ClusterStatusRequest) String() string {
 func (*ClusterStatusRequest) ProtoMessage() {}
 
 func (x *ClusterStatusRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_zonefleet_v1_arbiter_proto_msgTypes[31]
+	mi := &file_zonefleet_v1_arbiter_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2230,7 +2306,7 @@ func (x *ClusterStatusRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ClusterStatusRequest.ProtoReflect.Descriptor instead.
 func (*ClusterStatusRequest) Descriptor() ([]byte, []int) {
-	return file_zonefleet_v1_arbiter_proto_rawDescGZIP(), []int{31}
+	return file_zonefleet_v1_arbiter_proto_rawDescGZIP(), []int{32}
 }
 
 type TLOpenVZoneRequest struct {
@@ -2246,7 +2322,7 @@ type TLOpenVZoneRequest struct {
 
 func (x *TLOpenVZoneRequest) Reset() {
 	*x = TLOpenVZoneRequest{}
-	mi := &file_zonefleet_v1_arbiter_proto_msgTypes[32]
+	mi := &file_zonefleet_v1_arbiter_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2258,7 +2334,7 @@ func (x *TLOpenVZoneRequest) String() string {
 func (*TLOpenVZoneRequest) ProtoMessage() {}
 
 func (x *TLOpenVZoneRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_zonefleet_v1_arbiter_proto_msgTypes[32]
+	mi := &file_zonefleet_v1_arbiter_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2271,7 +2347,7 @@ func (x *TLOpenVZoneRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TLOpenVZoneRequest.ProtoReflect.Descriptor instead.
 func (*TLOpenVZoneRequest) Descriptor() ([]byte, []int) {
-	return file_zonefleet_v1_arbiter_proto_rawDescGZIP(), []int{32}
+	return file_zonefleet_v1_arbiter_proto_rawDescGZIP(), []int{33}
 }
 
 func (x *TLOpenVZoneRequest) GetNamespace() string {
@@ -2314,7 +2390,7 @@ type IssueTokenRequest struct {
 
 func (x *IssueTokenRequest) Reset() {
 	*x = IssueTokenRequest{}
-	mi := &file_zonefleet_v1_arbiter_proto_msgTypes[33]
+	mi := &file_zonefleet_v1_arbiter_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2326,7 +2402,7 @@ func (x *IssueTokenRequest) String() string {
 func (*IssueTokenRequest) ProtoMessage() {}
 
 func (x *IssueTokenRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_zonefleet_v1_arbiter_proto_msgTypes[33]
+	mi := &file_zonefleet_v1_arbiter_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2339,7 +2415,7 @@ func (x *IssueTokenRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use IssueTokenRequest.ProtoReflect.Descriptor instead.
 func (*IssueTokenRequest) Descriptor() ([]byte, []int) {
-	return file_zonefleet_v1_arbiter_proto_rawDescGZIP(), []int{33}
+	return file_zonefleet_v1_arbiter_proto_rawDescGZIP(), []int{34}
 }
 
 func (x *IssueTokenRequest) GetNamespace() string {
@@ -2374,7 +2450,7 @@ type PeerWriteScope struct {
 
 func (x *PeerWriteScope) Reset() {
 	*x = PeerWriteScope{}
-	mi := &file_zonefleet_v1_arbiter_proto_msgTypes[34]
+	mi := &file_zonefleet_v1_arbiter_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2386,7 +2462,7 @@ func (x *PeerWriteScope) String() string {
 func (*PeerWriteScope) ProtoMessage() {}
 
 func (x *PeerWriteScope) ProtoReflect() protoreflect.Message {
-	mi := &file_zonefleet_v1_arbiter_proto_msgTypes[34]
+	mi := &file_zonefleet_v1_arbiter_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2399,7 +2475,7 @@ func (x *PeerWriteScope) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PeerWriteScope.ProtoReflect.Descriptor instead.
 func (*PeerWriteScope) Descriptor() ([]byte, []int) {
-	return file_zonefleet_v1_arbiter_proto_rawDescGZIP(), []int{34}
+	return file_zonefleet_v1_arbiter_proto_rawDescGZIP(), []int{35}
 }
 
 func (x *PeerWriteScope) GetSourceNode() string {
@@ -2428,7 +2504,7 @@ type IssueTokenResponse struct {
 
 func (x *IssueTokenResponse) Reset() {
 	*x = IssueTokenResponse{}
-	mi := &file_zonefleet_v1_arbiter_proto_msgTypes[35]
+	mi := &file_zonefleet_v1_arbiter_proto_msgTypes[36]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2440,7 +2516,7 @@ func (x *IssueTokenResponse) String() string {
 func (*IssueTokenResponse) ProtoMessage() {}
 
 func (x *IssueTokenResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_zonefleet_v1_arbiter_proto_msgTypes[35]
+	mi := &file_zonefleet_v1_arbiter_proto_msgTypes[36]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2453,7 +2529,7 @@ func (x *IssueTokenResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use IssueTokenResponse.ProtoReflect.Descriptor instead.
 func (*IssueTokenResponse) Descriptor() ([]byte, []int) {
-	return file_zonefleet_v1_arbiter_proto_rawDescGZIP(), []int{35}
+	return file_zonefleet_v1_arbiter_proto_rawDescGZIP(), []int{36}
 }
 
 func (x *IssueTokenResponse) GetToken() string {
@@ -2493,7 +2569,7 @@ type RevokeTokensRequest struct {
 
 func (x *RevokeTokensRequest) Reset() {
 	*x = RevokeTokensRequest{}
-	mi := &file_zonefleet_v1_arbiter_proto_msgTypes[36]
+	mi := &file_zonefleet_v1_arbiter_proto_msgTypes[37]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2505,7 +2581,7 @@ func (x *RevokeTokensRequest) String() string {
 func (*RevokeTokensRequest) ProtoMessage() {}
 
 func (x *RevokeTokensRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_zonefleet_v1_arbiter_proto_msgTypes[36]
+	mi := &file_zonefleet_v1_arbiter_proto_msgTypes[37]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2518,7 +2594,7 @@ func (x *RevokeTokensRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RevokeTokensRequest.ProtoReflect.Descriptor instead.
 func (*RevokeTokensRequest) Descriptor() ([]byte, []int) {
-	return file_zonefleet_v1_arbiter_proto_rawDescGZIP(), []int{36}
+	return file_zonefleet_v1_arbiter_proto_rawDescGZIP(), []int{37}
 }
 
 func (x *RevokeTokensRequest) GetNamespace() string {
@@ -2537,7 +2613,7 @@ type RevokeTokensResponse struct {
 
 func (x *RevokeTokensResponse) Reset() {
 	*x = RevokeTokensResponse{}
-	mi := &file_zonefleet_v1_arbiter_proto_msgTypes[37]
+	mi := &file_zonefleet_v1_arbiter_proto_msgTypes[38]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2549,7 +2625,7 @@ func (x *RevokeTokensResponse) String() string {
 func (*RevokeTokensResponse) ProtoMessage() {}
 
 func (x *RevokeTokensResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_zonefleet_v1_arbiter_proto_msgTypes[37]
+	mi := &file_zonefleet_v1_arbiter_proto_msgTypes[38]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2562,7 +2638,7 @@ func (x *RevokeTokensResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RevokeTokensResponse.ProtoReflect.Descriptor instead.
 func (*RevokeTokensResponse) Descriptor() ([]byte, []int) {
-	return file_zonefleet_v1_arbiter_proto_rawDescGZIP(), []int{37}
+	return file_zonefleet_v1_arbiter_proto_rawDescGZIP(), []int{38}
 }
 
 func (x *RevokeTokensResponse) GetGeneration() uint64 {
@@ -2621,7 +2697,19 @@ const file_zonefleet_v1_arbiter_proto_rawDesc = "" +
 	"\x16ListNamespacesResponse\x127\n" +
 	"\n" +
 	"namespaces\x18\x01 \x03(\v2\x17.zonefleet.v1.NamespaceR\n" +
-	"namespaces\"B\n" +
+	"namespaces\"\xf7\x01\n" +
+	"\x16UpdateNamespaceRequest\x12\x12\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\x12/\n" +
+	"\x11max_active_vzones\x18\x02 \x01(\rH\x00R\x0fmaxActiveVzones\x88\x01\x01\x12\x1b\n" +
+	"\x06weight\x18\x03 \x01(\rH\x01R\x06weight\x88\x01\x01\x12\x1b\n" +
+	"\x06vzones\x18\x04 \x01(\x04H\x02R\x06vzones\x88\x01\x01\x12#\n" +
+	"\n" +
+	"redundancy\x18\x05 \x01(\tH\x03R\n" +
+	"redundancy\x88\x01\x01B\x14\n" +
+	"\x12_max_active_vzonesB\t\n" +
+	"\a_weightB\t\n" +
+	"\a_vzonesB\r\n" +
+	"\v_redundancy\"B\n" +
 	"\x16DeleteNamespaceRequest\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x14\n" +
 	"\x05force\x18\x02 \x01(\bR\x05force\"\x19\n" +
@@ -2797,12 +2885,13 @@ const file_zonefleet_v1_arbiter_proto_rawDesc = "" +
 	"\x17VZONE_STATE_UNSPECIFIED\x10\x00\x12\x14\n" +
 	"\x10VZONE_STATE_OPEN\x10\x01\x12\x14\n" +
 	"\x10VZONE_STATE_FULL\x10\x02\x12\x15\n" +
-	"\x11VZONE_STATE_EMPTY\x10\x032\xf0\f\n" +
+	"\x11VZONE_STATE_EMPTY\x10\x032\xc2\r\n" +
 	"\aArbiter\x12P\n" +
 	"\x0fCreateNamespace\x12$.zonefleet.v1.CreateNamespaceRequest\x1a\x17.zonefleet.v1.Namespace\x12J\n" +
 	"\fGetNamespace\x12!.zonefleet.v1.GetNamespaceRequest\x1a\x17.zonefleet.v1.Namespace\x12[\n" +
 	"\x0eListNamespaces\x12#.zonefleet.v1.ListNamespacesRequest\x1a$.zonefleet.v1.ListNamespacesResponse\x12^\n" +
-	"\x0fDeleteNamespace\x12$.zonefleet.v1.DeleteNamespaceRequest\x1a%.zonefleet.v1.DeleteNamespaceResponse\x12@\n" +
+	"\x0fDeleteNamespace\x12$.zonefleet.v1.DeleteNamespaceRequest\x1a%.zonefleet.v1.DeleteNamespaceResponse\x12P\n" +
+	"\x0fUpdateNamespace\x12$.zonefleet.v1.UpdateNamespaceRequest\x1a\x17.zonefleet.v1.Namespace\x12@\n" +
 	"\tOpenVZone\x12\x1e.zonefleet.v1.OpenVZoneRequest\x1a\x13.zonefleet.v1.VZone\x12B\n" +
 	"\x0fNextStripeGroup\x12\x1a.zonefleet.v1.VZoneRequest\x1a\x13.zonefleet.v1.VZone\x12>\n" +
 	"\vFinishVZone\x12\x1a.zonefleet.v1.VZoneRequest\x1a\x13.zonefleet.v1.VZone\x12=\n" +
@@ -2838,7 +2927,7 @@ func file_zonefleet_v1_arbiter_proto_rawDescGZIP() []byte {
 }
 
 var file_zonefleet_v1_arbiter_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_zonefleet_v1_arbiter_proto_msgTypes = make([]protoimpl.MessageInfo, 38)
+var file_zonefleet_v1_arbiter_proto_msgTypes = make([]protoimpl.MessageInfo, 39)
 var file_zonefleet_v1_arbiter_proto_goTypes = []any{
 	(VZoneState)(0),                 // 0: zonefleet.v1.VZoneState
 	(*Namespace)(nil),               // 1: zonefleet.v1.Namespace
@@ -2846,102 +2935,105 @@ var file_zonefleet_v1_arbiter_proto_goTypes = []any{
 	(*GetNamespaceRequest)(nil),     // 3: zonefleet.v1.GetNamespaceRequest
 	(*ListNamespacesRequest)(nil),   // 4: zonefleet.v1.ListNamespacesRequest
 	(*ListNamespacesResponse)(nil),  // 5: zonefleet.v1.ListNamespacesResponse
-	(*DeleteNamespaceRequest)(nil),  // 6: zonefleet.v1.DeleteNamespaceRequest
-	(*DeleteNamespaceResponse)(nil), // 7: zonefleet.v1.DeleteNamespaceResponse
-	(*PhysicalZone)(nil),            // 8: zonefleet.v1.PhysicalZone
-	(*StripeGroup)(nil),             // 9: zonefleet.v1.StripeGroup
-	(*VZone)(nil),                   // 10: zonefleet.v1.VZone
-	(*OpenVZoneRequest)(nil),        // 11: zonefleet.v1.OpenVZoneRequest
-	(*VZoneRequest)(nil),            // 12: zonefleet.v1.VZoneRequest
-	(*ResetVZonesRequest)(nil),      // 13: zonefleet.v1.ResetVZonesRequest
-	(*ResetVZonesResponse)(nil),     // 14: zonefleet.v1.ResetVZonesResponse
-	(*ListVZonesRequest)(nil),       // 15: zonefleet.v1.ListVZonesRequest
-	(*ListVZonesResponse)(nil),      // 16: zonefleet.v1.ListVZonesResponse
-	(*ReportActivityRequest)(nil),   // 17: zonefleet.v1.ReportActivityRequest
-	(*ReportActivityResponse)(nil),  // 18: zonefleet.v1.ReportActivityResponse
-	(*AcquireMountRequest)(nil),     // 19: zonefleet.v1.AcquireMountRequest
-	(*MountLease)(nil),              // 20: zonefleet.v1.MountLease
-	(*ReleaseMountRequest)(nil),     // 21: zonefleet.v1.ReleaseMountRequest
-	(*ReleaseMountResponse)(nil),    // 22: zonefleet.v1.ReleaseMountResponse
-	(*DeviceInfo)(nil),              // 23: zonefleet.v1.DeviceInfo
-	(*Node)(nil),                    // 24: zonefleet.v1.Node
-	(*ListNodesRequest)(nil),        // 25: zonefleet.v1.ListNodesRequest
-	(*ListNodesResponse)(nil),       // 26: zonefleet.v1.ListNodesResponse
-	(*GetNodeRequest)(nil),          // 27: zonefleet.v1.GetNodeRequest
-	(*RemoveNodeRequest)(nil),       // 28: zonefleet.v1.RemoveNodeRequest
-	(*RemoveNodeResponse)(nil),      // 29: zonefleet.v1.RemoveNodeResponse
-	(*ArbiterMember)(nil),           // 30: zonefleet.v1.ArbiterMember
-	(*ClusterStatusResponse)(nil),   // 31: zonefleet.v1.ClusterStatusResponse
-	(*ClusterStatusRequest)(nil),    // 32: zonefleet.v1.ClusterStatusRequest
-	(*TLOpenVZoneRequest)(nil),      // 33: zonefleet.v1.TLOpenVZoneRequest
-	(*IssueTokenRequest)(nil),       // 34: zonefleet.v1.IssueTokenRequest
-	(*PeerWriteScope)(nil),          // 35: zonefleet.v1.PeerWriteScope
-	(*IssueTokenResponse)(nil),      // 36: zonefleet.v1.IssueTokenResponse
-	(*RevokeTokensRequest)(nil),     // 37: zonefleet.v1.RevokeTokensRequest
-	(*RevokeTokensResponse)(nil),    // 38: zonefleet.v1.RevokeTokensResponse
-	(*timestamppb.Timestamp)(nil),   // 39: google.protobuf.Timestamp
+	(*UpdateNamespaceRequest)(nil),  // 6: zonefleet.v1.UpdateNamespaceRequest
+	(*DeleteNamespaceRequest)(nil),  // 7: zonefleet.v1.DeleteNamespaceRequest
+	(*DeleteNamespaceResponse)(nil), // 8: zonefleet.v1.DeleteNamespaceResponse
+	(*PhysicalZone)(nil),            // 9: zonefleet.v1.PhysicalZone
+	(*StripeGroup)(nil),             // 10: zonefleet.v1.StripeGroup
+	(*VZone)(nil),                   // 11: zonefleet.v1.VZone
+	(*OpenVZoneRequest)(nil),        // 12: zonefleet.v1.OpenVZoneRequest
+	(*VZoneRequest)(nil),            // 13: zonefleet.v1.VZoneRequest
+	(*ResetVZonesRequest)(nil),      // 14: zonefleet.v1.ResetVZonesRequest
+	(*ResetVZonesResponse)(nil),     // 15: zonefleet.v1.ResetVZonesResponse
+	(*ListVZonesRequest)(nil),       // 16: zonefleet.v1.ListVZonesRequest
+	(*ListVZonesResponse)(nil),      // 17: zonefleet.v1.ListVZonesResponse
+	(*ReportActivityRequest)(nil),   // 18: zonefleet.v1.ReportActivityRequest
+	(*ReportActivityResponse)(nil),  // 19: zonefleet.v1.ReportActivityResponse
+	(*AcquireMountRequest)(nil),     // 20: zonefleet.v1.AcquireMountRequest
+	(*MountLease)(nil),              // 21: zonefleet.v1.MountLease
+	(*ReleaseMountRequest)(nil),     // 22: zonefleet.v1.ReleaseMountRequest
+	(*ReleaseMountResponse)(nil),    // 23: zonefleet.v1.ReleaseMountResponse
+	(*DeviceInfo)(nil),              // 24: zonefleet.v1.DeviceInfo
+	(*Node)(nil),                    // 25: zonefleet.v1.Node
+	(*ListNodesRequest)(nil),        // 26: zonefleet.v1.ListNodesRequest
+	(*ListNodesResponse)(nil),       // 27: zonefleet.v1.ListNodesResponse
+	(*GetNodeRequest)(nil),          // 28: zonefleet.v1.GetNodeRequest
+	(*RemoveNodeRequest)(nil),       // 29: zonefleet.v1.RemoveNodeRequest
+	(*RemoveNodeResponse)(nil),      // 30: zonefleet.v1.RemoveNodeResponse
+	(*ArbiterMember)(nil),           // 31: zonefleet.v1.ArbiterMember
+	(*ClusterStatusResponse)(nil),   // 32: zonefleet.v1.ClusterStatusResponse
+	(*ClusterStatusRequest)(nil),    // 33: zonefleet.v1.ClusterStatusRequest
+	(*TLOpenVZoneRequest)(nil),      // 34: zonefleet.v1.TLOpenVZoneRequest
+	(*IssueTokenRequest)(nil),       // 35: zonefleet.v1.IssueTokenRequest
+	(*PeerWriteScope)(nil),          // 36: zonefleet.v1.PeerWriteScope
+	(*IssueTokenResponse)(nil),      // 37: zonefleet.v1.IssueTokenResponse
+	(*RevokeTokensRequest)(nil),     // 38: zonefleet.v1.RevokeTokensRequest
+	(*RevokeTokensResponse)(nil),    // 39: zonefleet.v1.RevokeTokensResponse
+	(*timestamppb.Timestamp)(nil),   // 40: google.protobuf.Timestamp
 }
 var file_zonefleet_v1_arbiter_proto_depIdxs = []int32{
-	39, // 0: zonefleet.v1.Namespace.created:type_name -> google.protobuf.Timestamp
-	39, // 1: zonefleet.v1.Namespace.last_write:type_name -> google.protobuf.Timestamp
+	40, // 0: zonefleet.v1.Namespace.created:type_name -> google.protobuf.Timestamp
+	40, // 1: zonefleet.v1.Namespace.last_write:type_name -> google.protobuf.Timestamp
 	1,  // 2: zonefleet.v1.ListNamespacesResponse.namespaces:type_name -> zonefleet.v1.Namespace
-	8,  // 3: zonefleet.v1.StripeGroup.zones:type_name -> zonefleet.v1.PhysicalZone
+	9,  // 3: zonefleet.v1.StripeGroup.zones:type_name -> zonefleet.v1.PhysicalZone
 	0,  // 4: zonefleet.v1.VZone.state:type_name -> zonefleet.v1.VZoneState
-	9,  // 5: zonefleet.v1.VZone.groups:type_name -> zonefleet.v1.StripeGroup
-	12, // 6: zonefleet.v1.ResetVZonesRequest.vzones:type_name -> zonefleet.v1.VZoneRequest
-	10, // 7: zonefleet.v1.ResetVZonesResponse.vzones:type_name -> zonefleet.v1.VZone
-	10, // 8: zonefleet.v1.ListVZonesResponse.vzones:type_name -> zonefleet.v1.VZone
-	39, // 9: zonefleet.v1.MountLease.expires:type_name -> google.protobuf.Timestamp
-	39, // 10: zonefleet.v1.Node.started:type_name -> google.protobuf.Timestamp
-	23, // 11: zonefleet.v1.Node.devices:type_name -> zonefleet.v1.DeviceInfo
-	24, // 12: zonefleet.v1.ListNodesResponse.nodes:type_name -> zonefleet.v1.Node
-	30, // 13: zonefleet.v1.ClusterStatusResponse.arbiters:type_name -> zonefleet.v1.ArbiterMember
-	35, // 14: zonefleet.v1.IssueTokenRequest.peer_write:type_name -> zonefleet.v1.PeerWriteScope
-	39, // 15: zonefleet.v1.IssueTokenResponse.expires:type_name -> google.protobuf.Timestamp
+	10, // 5: zonefleet.v1.VZone.groups:type_name -> zonefleet.v1.StripeGroup
+	13, // 6: zonefleet.v1.ResetVZonesRequest.vzones:type_name -> zonefleet.v1.VZoneRequest
+	11, // 7: zonefleet.v1.ResetVZonesResponse.vzones:type_name -> zonefleet.v1.VZone
+	11, // 8: zonefleet.v1.ListVZonesResponse.vzones:type_name -> zonefleet.v1.VZone
+	40, // 9: zonefleet.v1.MountLease.expires:type_name -> google.protobuf.Timestamp
+	40, // 10: zonefleet.v1.Node.started:type_name -> google.protobuf.Timestamp
+	24, // 11: zonefleet.v1.Node.devices:type_name -> zonefleet.v1.DeviceInfo
+	25, // 12: zonefleet.v1.ListNodesResponse.nodes:type_name -> zonefleet.v1.Node
+	31, // 13: zonefleet.v1.ClusterStatusResponse.arbiters:type_name -> zonefleet.v1.ArbiterMember
+	36, // 14: zonefleet.v1.IssueTokenRequest.peer_write:type_name -> zonefleet.v1.PeerWriteScope
+	40, // 15: zonefleet.v1.IssueTokenResponse.expires:type_name -> google.protobuf.Timestamp
 	2,  // 16: zonefleet.v1.Arbiter.CreateNamespace:input_type -> zonefleet.v1.CreateNamespaceRequest
 	3,  // 17: zonefleet.v1.Arbiter.GetNamespace:input_type -> zonefleet.v1.GetNamespaceRequest
 	4,  // 18: zonefleet.v1.Arbiter.ListNamespaces:input_type -> zonefleet.v1.ListNamespacesRequest
-	6,  // 19: zonefleet.v1.Arbiter.DeleteNamespace:input_type -> zonefleet.v1.DeleteNamespaceRequest
-	11, // 20: zonefleet.v1.Arbiter.OpenVZone:input_type -> zonefleet.v1.OpenVZoneRequest
-	12, // 21: zonefleet.v1.Arbiter.NextStripeGroup:input_type -> zonefleet.v1.VZoneRequest
-	12, // 22: zonefleet.v1.Arbiter.FinishVZone:input_type -> zonefleet.v1.VZoneRequest
-	12, // 23: zonefleet.v1.Arbiter.ResetVZone:input_type -> zonefleet.v1.VZoneRequest
-	13, // 24: zonefleet.v1.Arbiter.ResetVZones:input_type -> zonefleet.v1.ResetVZonesRequest
-	12, // 25: zonefleet.v1.Arbiter.GetVZone:input_type -> zonefleet.v1.VZoneRequest
-	15, // 26: zonefleet.v1.Arbiter.ListVZones:input_type -> zonefleet.v1.ListVZonesRequest
-	17, // 27: zonefleet.v1.Arbiter.ReportActivity:input_type -> zonefleet.v1.ReportActivityRequest
-	19, // 28: zonefleet.v1.Arbiter.AcquireMount:input_type -> zonefleet.v1.AcquireMountRequest
-	21, // 29: zonefleet.v1.Arbiter.ReleaseMount:input_type -> zonefleet.v1.ReleaseMountRequest
-	25, // 30: zonefleet.v1.Arbiter.ListNodes:input_type -> zonefleet.v1.ListNodesRequest
-	27, // 31: zonefleet.v1.Arbiter.GetNode:input_type -> zonefleet.v1.GetNodeRequest
-	28, // 32: zonefleet.v1.Arbiter.RemoveNode:input_type -> zonefleet.v1.RemoveNodeRequest
-	32, // 33: zonefleet.v1.Arbiter.ClusterStatus:input_type -> zonefleet.v1.ClusterStatusRequest
-	33, // 34: zonefleet.v1.Arbiter.TLOpenVZone:input_type -> zonefleet.v1.TLOpenVZoneRequest
-	34, // 35: zonefleet.v1.Arbiter.IssueToken:input_type -> zonefleet.v1.IssueTokenRequest
-	37, // 36: zonefleet.v1.Arbiter.RevokeTokens:input_type -> zonefleet.v1.RevokeTokensRequest
-	1,  // 37: zonefleet.v1.Arbiter.CreateNamespace:output_type -> zonefleet.v1.Namespace
-	1,  // 38: zonefleet.v1.Arbiter.GetNamespace:output_type -> zonefleet.v1.Namespace
-	5,  // 39: zonefleet.v1.Arbiter.ListNamespaces:output_type -> zonefleet.v1.ListNamespacesResponse
-	7,  // 40: zonefleet.v1.Arbiter.DeleteNamespace:output_type -> zonefleet.v1.DeleteNamespaceResponse
-	10, // 41: zonefleet.v1.Arbiter.OpenVZone:output_type -> zonefleet.v1.VZone
-	10, // 42: zonefleet.v1.Arbiter.NextStripeGroup:output_type -> zonefleet.v1.VZone
-	10, // 43: zonefleet.v1.Arbiter.FinishVZone:output_type -> zonefleet.v1.VZone
-	10, // 44: zonefleet.v1.Arbiter.ResetVZone:output_type -> zonefleet.v1.VZone
-	14, // 45: zonefleet.v1.Arbiter.ResetVZones:output_type -> zonefleet.v1.ResetVZonesResponse
-	10, // 46: zonefleet.v1.Arbiter.GetVZone:output_type -> zonefleet.v1.VZone
-	16, // 47: zonefleet.v1.Arbiter.ListVZones:output_type -> zonefleet.v1.ListVZonesResponse
-	18, // 48: zonefleet.v1.Arbiter.ReportActivity:output_type -> zonefleet.v1.ReportActivityResponse
-	20, // 49: zonefleet.v1.Arbiter.AcquireMount:output_type -> zonefleet.v1.MountLease
-	22, // 50: zonefleet.v1.Arbiter.ReleaseMount:output_type -> zonefleet.v1.ReleaseMountResponse
-	26, // 51: zonefleet.v1.Arbiter.ListNodes:output_type -> zonefleet.v1.ListNodesResponse
-	24, // 52: zonefleet.v1.Arbiter.GetNode:output_type -> zonefleet.v1.Node
-	29, // 53: zonefleet.v1.Arbiter.RemoveNode:output_type -> zonefleet.v1.RemoveNodeResponse
-	31, // 54: zonefleet.v1.Arbiter.ClusterStatus:output_type -> zonefleet.v1.ClusterStatusResponse
-	10, // 55: zonefleet.v1.Arbiter.TLOpenVZone:output_type -> zonefleet.v1.VZone
-	36, // 56: zonefleet.v1.Arbiter.IssueToken:output_type -> zonefleet.v1.IssueTokenResponse
-	38, // 57: zonefleet.v1.Arbiter.RevokeTokens:output_type -> zonefleet.v1.RevokeTokensResponse
-	37, // [37:58] is the sub-list for method output_type
-	16, // [16:37] is the sub-list for method input_type
+	7,  // 19: zonefleet.v1.Arbiter.DeleteNamespace:input_type -> zonefleet.v1.DeleteNamespaceRequest
+	6,  // 20: zonefleet.v1.Arbiter.UpdateNamespace:input_type -> zonefleet.v1.UpdateNamespaceRequest
+	12, // 21: zonefleet.v1.Arbiter.OpenVZone:input_type -> zonefleet.v1.OpenVZoneRequest
+	13, // 22: zonefleet.v1.Arbiter.NextStripeGroup:input_type -> zonefleet.v1.VZoneRequest
+	13, // 23: zonefleet.v1.Arbiter.FinishVZone:input_type -> zonefleet.v1.VZoneRequest
+	13, // 24: zonefleet.v1.Arbiter.ResetVZone:input_type -> zonefleet.v1.VZoneRequest
+	14, // 25: zonefleet.v1.Arbiter.ResetVZones:input_type -> zonefleet.v1.ResetVZonesRequest
+	13, // 26: zonefleet.v1.Arbiter.GetVZone:input_type -> zonefleet.v1.VZoneRequest
+	16, // 27: zonefleet.v1.Arbiter.ListVZones:input_type -> zonefleet.v1.ListVZonesRequest
+	18, // 28: zonefleet.v1.Arbiter.ReportActivity:input_type -> zonefleet.v1.ReportActivityRequest
+	20, // 29: zonefleet.v1.Arbiter.AcquireMount:input_type -> zonefleet.v1.AcquireMountRequest
+	22, // 30: zonefleet.v1.Arbiter.ReleaseMount:input_type -> zonefleet.v1.ReleaseMountRequest
+	26, // 31: zonefleet.v1.Arbiter.ListNodes:input_type -> zonefleet.v1.ListNodesRequest
+	28, // 32: zonefleet.v1.Arbiter.GetNode:input_type -> zonefleet.v1.GetNodeRequest
+	29, // 33: zonefleet.v1.Arbiter.RemoveNode:input_type -> zonefleet.v1.RemoveNodeRequest
+	33, // 34: zonefleet.v1.Arbiter.ClusterStatus:input_type -> zonefleet.v1.ClusterStatusRequest
+	34, // 35: zonefleet.v1.Arbiter.TLOpenVZone:input_type -> zonefleet.v1.TLOpenVZoneRequest
+	35, // 36: zonefleet.v1.Arbiter.IssueToken:input_type -> zonefleet.v1.IssueTokenRequest
+	38, // 37: zonefleet.v1.Arbiter.RevokeTokens:input_type -> zonefleet.v1.RevokeTokensRequest
+	1,  // 38: zonefleet.v1.Arbiter.CreateNamespace:output_type -> zonefleet.v1.Namespace
+	1,  // 39: zonefleet.v1.Arbiter.GetNamespace:output_type -> zonefleet.v1.Namespace
+	5,  // 40: zonefleet.v1.Arbiter.ListNamespaces:output_type -> zonefleet.v1.ListNamespacesResponse
+	8,  // 41: zonefleet.v1.Arbiter.DeleteNamespace:output_type -> zonefleet.v1.DeleteNamespaceResponse
+	1,  // 42: zonefleet.v1.Arbiter.UpdateNamespace:output_type -> zonefleet.v1.Namespace
+	11, // 43: zonefleet.v1.Arbiter.OpenVZone:output_type -> zonefleet.v1.VZone
+	11, // 44: zonefleet.v1.Arbiter.NextStripeGroup:output_type -> zonefleet.v1.VZone
+	11, // 45: zonefleet.v1.Arbiter.FinishVZone:output_type -> zonefleet.v1.VZone
+	11, // 46: zonefleet.v1.Arbiter.ResetVZone:output_type -> zonefleet.v1.VZone
+	15, // 47: zonefleet.v1.Arbiter.ResetVZones:output_type -> zonefleet.v1.ResetVZonesResponse
+	11, // 48: zonefleet.v1.Arbiter.GetVZone:output_type -> zonefleet.v1.VZone
+	17, // 49: zonefleet.v1.Arbiter.ListVZones:output_type -> zonefleet.v1.ListVZonesResponse
+	19, // 50: zonefleet.v1.Arbiter.ReportActivity:output_type -> zonefleet.v1.ReportActivityResponse
+	21, // 51: zonefleet.v1.Arbiter.AcquireMount:output_type -> zonefleet.v1.MountLease
+	23, // 52: zonefleet.v1.Arbiter.ReleaseMount:output_type -> zonefleet.v1.ReleaseMountResponse
+	27, // 53: zonefleet.v1.Arbiter.ListNodes:output_type -> zonefleet.v1.ListNodesResponse
+	25, // 54: zonefleet.v1.Arbiter.GetNode:output_type -> zonefleet.v1.Node
+	30, // 55: zonefleet.v1.Arbiter.RemoveNode:output_type -> zonefleet.v1.RemoveNodeResponse
+	32, // 56: zonefleet.v1.Arbiter.ClusterStatus:output_type -> zonefleet.v1.ClusterStatusResponse
+	11, // 57: zonefleet.v1.Arbiter.TLOpenVZone:output_type -> zonefleet.v1.VZone
+	37, // 58: zonefleet.v1.Arbiter.IssueToken:output_type -> zonefleet.v1.IssueTokenResponse
+	39, // 59: zonefleet.v1.Arbiter.RevokeTokens:output_type -> zonefleet.v1.RevokeTokensResponse
+	38, // [38:60] is the sub-list for method output_type
+	16, // [16:38] is the sub-list for method input_type
 	16, // [16:16] is the sub-list for extension type_name
 	16, // [16:16] is the sub-list for extension extendee
 	0,  // [0:16] is the sub-list for field type_name
@@ -2952,14 +3044,15 @@ func file_zonefleet_v1_arbiter_proto_init() {
 	if File_zonefleet_v1_arbiter_proto != nil {
 		return
 	}
-	file_zonefleet_v1_arbiter_proto_msgTypes[10].OneofWrappers = []any{}
+	file_zonefleet_v1_arbiter_proto_msgTypes[5].OneofWrappers = []any{}
+	file_zonefleet_v1_arbiter_proto_msgTypes[11].OneofWrappers = []any{}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_zonefleet_v1_arbiter_proto_rawDesc), len(file_zonefleet_v1_arbiter_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   38,
+			NumMessages:   39,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -28,6 +28,7 @@ const (
 	Arbiter_GetNamespace_FullMethodName    = "/zonefleet.v1.Arbiter/GetNamespace"
 	Arbiter_ListNamespaces_FullMethodName  = "/zonefleet.v1.Arbiter/ListNamespaces"
 	Arbiter_DeleteNamespace_FullMethodName = "/zonefleet.v1.Arbiter/DeleteNamespace"
+	Arbiter_UpdateNamespace_FullMethodName = "/zonefleet.v1.Arbiter/UpdateNamespace"
 	Arbiter_OpenVZone_FullMethodName       = "/zonefleet.v1.Arbiter/OpenVZone"
 	Arbiter_NextStripeGroup_FullMethodName = "/zonefleet.v1.Arbiter/NextStripeGroup"
 	Arbiter_FinishVZone_FullMethodName     = "/zonefleet.v1.Arbiter/FinishVZone"
@@ -55,6 +56,14 @@ type ArbiterClient interface {
 	GetNamespace(ctx context.Context, in *GetNamespaceRequest, opts ...grpc.CallOption) (*Namespace, error)
 	ListNamespaces(ctx context.Context, in *ListNamespacesRequest, opts ...grpc.CallOption) (*ListNamespacesResponse, error)
 	DeleteNamespace(ctx context.Context, in *DeleteNamespaceRequest, opts ...grpc.CallOption) (*DeleteNamespaceResponse, error)
+	// Changes an existing namespace (admin only): each field present replaces
+	// the namespace's, all or nothing, and the answer is the namespace after.
+	// NOT_FOUND for an unknown namespace, INVALID_ARGUMENT for a value
+	// CreateNamespace would refuse or a quota below the v-zones it holds,
+	// RESOURCE_EXHAUSTED when the cluster cannot reserve a larger quota or
+	// provision the essentials, FAILED_PRECONDITION (ZONE_STATE) for a new
+	// redundancy while the namespace holds v-zones.
+	UpdateNamespace(ctx context.Context, in *UpdateNamespaceRequest, opts ...grpc.CallOption) (*Namespace, error)
 	// Opens a new v-zone of a namespace and allocates its first stripe group.
 	OpenVZone(ctx context.Context, in *OpenVZoneRequest, opts ...grpc.CallOption) (*VZone, error)
 	// Allocates the next stripe group of an open v-zone (its width chosen by local overdrive).
@@ -150,6 +159,16 @@ func (c *arbiterClient) DeleteNamespace(ctx context.Context, in *DeleteNamespace
 	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
 	out := new(DeleteNamespaceResponse)
 	err := c.cc.Invoke(ctx, Arbiter_DeleteNamespace_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *arbiterClient) UpdateNamespace(ctx context.Context, in *UpdateNamespaceRequest, opts ...grpc.CallOption) (*Namespace, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(Namespace)
+	err := c.cc.Invoke(ctx, Arbiter_UpdateNamespace_FullMethodName, in, out, cOpts...)
 	if err != nil {
 		return nil, err
 	}
@@ -334,6 +353,14 @@ type ArbiterServer interface {
 	GetNamespace(context.Context, *GetNamespaceRequest) (*Namespace, error)
 	ListNamespaces(context.Context, *ListNamespacesRequest) (*ListNamespacesResponse, error)
 	DeleteNamespace(context.Context, *DeleteNamespaceRequest) (*DeleteNamespaceResponse, error)
+	// Changes an existing namespace (admin only): each field present replaces
+	// the namespace's, all or nothing, and the answer is the namespace after.
+	// NOT_FOUND for an unknown namespace, INVALID_ARGUMENT for a value
+	// CreateNamespace would refuse or a quota below the v-zones it holds,
+	// RESOURCE_EXHAUSTED when the cluster cannot reserve a larger quota or
+	// provision the essentials, FAILED_PRECONDITION (ZONE_STATE) for a new
+	// redundancy while the namespace holds v-zones.
+	UpdateNamespace(context.Context, *UpdateNamespaceRequest) (*Namespace, error)
 	// Opens a new v-zone of a namespace and allocates its first stripe group.
 	OpenVZone(context.Context, *OpenVZoneRequest) (*VZone, error)
 	// Allocates the next stripe group of an open v-zone (its width chosen by local overdrive).
@@ -406,6 +433,9 @@ func (UnimplementedArbiterServer) ListNamespaces(context.Context, *ListNamespace
 }
 func (UnimplementedArbiterServer) DeleteNamespace(context.Context, *DeleteNamespaceRequest) (*DeleteNamespaceResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method DeleteNamespace not implemented")
+}
+func (UnimplementedArbiterServer) UpdateNamespace(context.Context, *UpdateNamespaceRequest) (*Namespace, error) {
+	return nil, status.Error(codes.Unimplemented, "method UpdateNamespace not implemented")
 }
 func (UnimplementedArbiterServer) OpenVZone(context.Context, *OpenVZoneRequest) (*VZone, error) {
 	return nil, status.Error(codes.Unimplemented, "method OpenVZone not implemented")
@@ -547,6 +577,24 @@ func _Arbiter_DeleteNamespace_Handler(srv interface{}, ctx context.Context, dec 
 	}
 	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
 		return srv.(ArbiterServer).DeleteNamespace(ctx, req.(*DeleteNamespaceRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _Arbiter_UpdateNamespace_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(UpdateNamespaceRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(ArbiterServer).UpdateNamespace(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Arbiter_UpdateNamespace_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(ArbiterServer).UpdateNamespace(ctx, req.(*UpdateNamespaceRequest))
 	}
 	return interceptor(ctx, in, info, handler)
 }
@@ -879,6 +927,10 @@ var Arbiter_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "DeleteNamespace",
 			Handler:    _Arbiter_DeleteNamespace_Handler,
+		},
+		{
+			MethodName: "UpdateNamespace",
+			Handler:    _Arbiter_UpdateNamespace_Handler,
 		},
 		{
 			MethodName: "OpenVZone",
