@@ -55,9 +55,10 @@ var (
 //	  RebuildParityLeg                     admin, arbiter (the target node then
 //	                                       pulls from its peers with PeerRead)
 //	Arbiter
-//	  Create/Delete/ListNamespaces         admin
+//	  Create/Update/Delete/ListNamespaces  admin
 //	  RemoveNode                           admin (an operator forgets a dead node)
-//	  IssueToken                           admin, tenant (renews its own namespace's token)
+//	  IssueToken                           admin, tenant (renews its own namespace's token,
+//	                                       or asks a PeerWrite grant for its compaction)
 //	  RevokeTokens                         admin
 //	  GetNamespace                         admin, tenant (own namespace, field name)
 //	  v-zone calls, ReportActivity,
