@@ -2,6 +2,7 @@ package arbiter
 
 import (
 	"cmp"
+	"encoding/json"
 	"fmt"
 	"maps"
 	"math/bits"
@@ -168,6 +169,17 @@ type NamespaceSpec struct {
 	// request, a stored record: "none", "mirror:N" or "raid5", left out for
 	// none); the zero value is none.
 	Redundancy cluster.Redundancy `json:"redundancy,omitzero"`
+}
+
+// UnmarshalJSON reads a stored spec: a record without a redundancy (none
+// is left out) reads back as the none a creation stores.
+func (s *NamespaceSpec) UnmarshalJSON(b []byte) error {
+	type plain NamespaceSpec
+	if err := json.Unmarshal(b, (*plain)(s)); err != nil {
+		return err
+	}
+	s.Redundancy = s.Redundancy.Normal()
+	return nil
 }
 
 // Redundancy is the namespace's redundancy (the zero value made none).
