@@ -37,6 +37,8 @@ type inode struct {
 	needCP     bool   // created/linked/renamed/unlinked since the last checkpoint: fsync checkpoints
 	cold       bool   // GC moved it: write its node to the cold node log
 	coldFile   bool   // user.lfs.cold set: its data goes to the cold data log
+	durSize    uint64 // the size its last fsync-marked inode recorded, if durSizeOK (ipu.go)
+	durSizeOK  bool
 }
 
 type dnode struct {
@@ -809,6 +811,7 @@ func (fs *FS) placeNode(it nodeItem, a Addr, gcNode bool, mode nodeWrite) error 
 			fs.ic.dirtyNodes--
 		}
 		it.in.cold = false
+		it.in.durSize, it.in.durSizeOK = it.in.body.Size, mode == nodesFsyncInode
 	} else {
 		d := it.in.dn[it.idx]
 		if d.dirty {

@@ -110,6 +110,7 @@ type Device struct {
 	nOpen, nActive int
 
 	ipu *ipuRegion
+	l2p *l2pCache // the L2P cache model (WithL2P), nil without it
 	st  stats
 
 	cbCount []atomic.Uint32 // consecutive copyback count per physical page
@@ -134,6 +135,7 @@ type options struct {
 	log   *slog.Logger
 	fresh bool // Create: every FBG is known to be empty
 	kick  int64
+	l2p   *L2PConfig
 }
 
 // DefaultWritebackKick is how many bytes written to a device's data file
@@ -177,6 +179,9 @@ func create(path string, cfg flash.Config, clk clock.Clock, opts []Option) (*Dev
 	o := getOptions(opts)
 	cfg = cfg.Resolved()
 	lay := newLayout(cfg)
+	if _, err := o.newL2P(lay); err != nil {
+		return nil, err
+	}
 	f, err := o.fs.OpenFile(path, os.O_RDWR|os.O_CREATE|os.O_EXCL, 0o644)
 	if err != nil {
 		if errors.Is(err, os.ErrExist) {
@@ -242,6 +247,10 @@ func open(path string, cfg flash.Config, clk clock.Clock, opts []Option) (*Devic
 	}
 	cfg = cfg.Resolved()
 	lay := newLayout(cfg)
+	l2p, err := o.newL2P(lay)
+	if err != nil {
+		return nil, err
+	}
 	f, err := o.fs.OpenFile(path, os.O_RDWR, 0)
 	if err != nil {
 		if errors.Is(err, os.ErrNotExist) {
@@ -264,6 +273,7 @@ func open(path string, cfg flash.Config, clk clock.Clock, opts []Option) (*Devic
 		return nil, err
 	}
 	d := newOpenedDevice(path, cfg, lay, clk, o, uuid, f)
+	d.l2p = l2p
 	if jc.dropped > 0 {
 		d.st.tailDropped.Add(1)
 		d.log.Warn("zns: journal tail dropped (torn, zeroed or garbage: writes after the last flush)",
@@ -1503,6 +1513,9 @@ func (d *Device) Log() Log {
 	l.OpenZones, l.ActiveZones = d.nOpen, d.nActive
 	d.resMu.Unlock()
 	l.IPUUsed = d.ipu.usedCount()
+	if d.l2p != nil {
+		l.L2PLookups, l.L2PMisses = d.l2p.counts()
+	}
 	first := true
 	for _, a := range d.fcgs {
 		a.mu.Lock()

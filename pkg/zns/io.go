@@ -211,7 +211,8 @@ func (d *Device) ReadV(ctx context.Context, rs []Range, buf []byte) (IOResult, e
 		return IOResult{}, &zerr.InvalidArgumentError{Field: "buffer", Reason: fmt.Sprintf("%d bytes for %d blocks of %d bytes", len(buf), total, bs)}
 	}
 	t0 := d.now()
-	done := t0
+	tm := d.l2pTranslate(t0, rs) // the map entries are in memory (L2P cache model)
+	done := tm
 	at := uint64(0) // blocks of buf filled
 	for _, r := range rs {
 		lba, n := r.LBA, r.Count
@@ -224,7 +225,7 @@ func (d *Device) ReadV(ctx context.Context, rs []Range, buf []byte) (IOResult, e
 				z.mu.RUnlock()
 				return IOResult{}, d.stateErr(z, "read")
 			}
-			t, err := d.readZone(z, pos-z.start, end-z.start, buf[(at+pos-lba)*bs:], t0)
+			t, err := d.readZone(z, pos-z.start, end-z.start, buf[(at+pos-lba)*bs:], tm)
 			z.mu.RUnlock()
 			if err != nil {
 				return IOResult{}, d.ioErr(err)

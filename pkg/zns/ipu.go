@@ -253,6 +253,14 @@ func (d *Device) ipuWrite(z *zone, off uint64, data []byte, t0 time.Duration) (I
 			return IOResult{}, d.zoneFail(z, "write IPU block", err)
 		}
 	}
+	// The slots' data is durable before any record names it, and the
+	// records are durable before the old slots are freed for reuse: a
+	// power loss at any point leaves each block its old or its new
+	// contents, never a slot another update reused.
+	if err := d.f.Datasync(); err != nil {
+		release()
+		return IOResult{}, d.deviceFail("fdatasync IPU blocks", err)
+	}
 	for i := uint64(0); i < n; i++ {
 		if err := d.jappend(ipuRec{z.idx, z.gen, off + i, slots[i]}.encode()); err != nil {
 			// The device is read-only now; records already appended may
@@ -261,6 +269,10 @@ func (d *Device) ipuWrite(z *zone, off uint64, data []byte, t0 time.Duration) (I
 			release()
 			return IOResult{}, err
 		}
+	}
+	if err := d.j.sync(); err != nil {
+		release()
+		return IOResult{}, d.deviceFail("fdatasync journal", err)
 	}
 	d.ipu.mu.Lock()
 	for i := uint64(0); i < n; i++ {
