@@ -192,7 +192,6 @@ func (fs *FS) ipuNodesDone(in *inode) bool {
 	return true
 }
 
-
 // overwriter returns v's Overwriter (with the retries of a retrying
 // volume), nil when it has none.
 func overwriter(v Volume) Overwriter {
