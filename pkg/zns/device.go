@@ -111,6 +111,7 @@ type Device struct {
 
 	ipu *ipuRegion
 	l2p *l2pCache // the L2P cache model (WithL2P), nil without it
+	wb  *wbufs    // the write-buffer model (WithWriteBuffers), nil without it
 	st  stats
 
 	cbCount []atomic.Uint32 // consecutive copyback count per physical page
@@ -136,6 +137,7 @@ type options struct {
 	fresh bool // Create: every FBG is known to be empty
 	kick  int64
 	l2p   *L2PConfig
+	wbufs int
 }
 
 // DefaultWritebackKick is how many bytes written to a device's data file
@@ -397,6 +399,7 @@ func newOpenedDevice(path string, cfg flash.Config, lay layout, clk clock.Clock,
 			ipuPages: map[uint32]uint32{}, ipuChunks: map[uint32]uint32{}}
 	}
 	d.ipu = newIPURegion(cfg.IPURegionBlocks)
+	d.wb = newWbufs(o.wbufs, uint64(g.ChunkBlocks*g.DZone))
 	return d
 }
 
@@ -1466,6 +1469,9 @@ func (d *Device) resetLocked(z *zone, to ZoneState) error {
 }
 
 func (d *Device) releasePend(z *zone) {
+	if d.wb != nil {
+		d.wb.drop(z.idx)
+	}
 	if z.pend > 0 && d.model != nil {
 		d.model.CacheReleaseChip(d.now(), z.pend, z.pendChip)
 	}
@@ -1515,6 +1521,9 @@ func (d *Device) Log() Log {
 	l.IPUUsed = d.ipu.usedCount()
 	if d.l2p != nil {
 		l.L2PLookups, l.L2PMisses = d.l2p.counts()
+	}
+	if d.wb != nil {
+		l.SLCBufferedBlocks, l.WriteBufferSwitches = d.wb.counts()
 	}
 	first := true
 	for _, a := range d.fcgs {

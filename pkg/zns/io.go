@@ -388,7 +388,11 @@ func (d *Device) Flush(ctx context.Context) (IOResult, error) {
 		return IOResult{}, err
 	}
 	t := d.now()
-	return IOResult{Submitted: t, Completed: t}, d.syncAll()
+	done := d.wbufFlush(t) // no PLP: the write buffers' content goes to SLC first
+	if err := d.syncAll(); err != nil {
+		return IOResult{}, err
+	}
+	return IOResult{Submitted: t, Completed: done}, d.wait(ctx, done)
 }
 
 // writeLocked is the write path; caller holds z.mu. internal writes (copies)
@@ -431,6 +435,7 @@ func (d *Device) writeLocked(z *zone, off uint64, data iov, fl Flags, t0 time.Du
 	res := d.writeTiming(z, off, n, t0, fl.FUA, internal)
 	if !internal {
 		d.st.hostW.Add(n)
+		res = d.wbufWrite(z, off, n, fl.FUA, res)
 	}
 	if z.wp == d.g.ZoneCap {
 		_ = d.setState(z, StateFull)
