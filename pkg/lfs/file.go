@@ -37,8 +37,7 @@ type inode struct {
 	needCP     bool   // created/linked/renamed/unlinked since the last checkpoint: fsync checkpoints
 	cold       bool   // GC moved it: write its node to the cold node log
 	coldFile   bool   // user.lfs.cold set: its data goes to the cold data log
-	durSize    uint64 // the size its last fsync-marked inode recorded, if durSizeOK (ipu.go)
-	durSizeOK  bool
+	ipu        ipuInode // the durable size, for in-place fsyncs (ipu.go)
 }
 
 type dnode struct {
@@ -811,7 +810,7 @@ func (fs *FS) placeNode(it nodeItem, a Addr, gcNode bool, mode nodeWrite) error 
 			fs.ic.dirtyNodes--
 		}
 		it.in.cold = false
-		it.in.durSize, it.in.durSizeOK = it.in.body.Size, mode == nodesFsyncInode
+		it.in.ipu.wrote(it.in.body.Size, mode == nodesFsyncInode)
 	} else {
 		d := it.in.dn[it.idx]
 		if d.dirty {

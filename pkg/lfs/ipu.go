@@ -61,7 +61,7 @@ func (fs *FS) ipuFsync(ctx context.Context, in *inode) (bool, error) {
 	// an update in place is visible after a crash without any node, so it
 	// must not come with a new size that a crash could lose (the block
 	// would then read as neither version of the file).
-	if !in.durSizeOK || in.durSize != in.body.Size || in.needCP {
+	if !in.ipu.sizeOK || in.ipu.size != in.body.Size || in.needCP {
 		return false, nil
 	}
 	runs, ok, err := fs.ipuRuns(ctx, in)
@@ -176,6 +176,41 @@ func (fs *FS) ipuRun(ctx context.Context, ow Overwriter, in *inode, r ipuRunT) (
 func (fs *FS) ipuQuiesce(s *segment) {
 	for fs.ipu.busy[s] > 0 {
 		fs.pinCond.Wait()
+	}
+}
+
+// ipuInode is what an inode knows of its durable size (fs.mu).
+type ipuInode struct {
+	size      uint64 // the size the drives hold, if sizeOK
+	sizeOK    bool
+	cpSize    uint64 // the size a running checkpoint wrote, if cpPending
+	cpPending bool
+}
+
+// wrote notes that an inode node recording size was written: durable now
+// when it carried the fsync mark (written with FUA), else once the
+// checkpoint that wrote it commits (ipuCheckpointed).
+func (u *ipuInode) wrote(size uint64, marked bool) {
+	if marked {
+		u.size, u.sizeOK = size, true
+		return
+	}
+	u.sizeOK = false
+	u.cpSize, u.cpPending = size, true
+}
+
+// ipuCheckpointed runs when a checkpoint ended (fs.mu held, the checkpoint
+// lock exclusive: no fsync wrote a marked inode meanwhile): the inodes it
+// wrote have the sizes it recorded durable if it committed; if it failed,
+// unknown ones.
+func (fs *FS) ipuCheckpointed(committed bool) {
+	for _, in := range fs.cp.wrote {
+		if in.ipu.cpPending {
+			in.ipu.cpPending = false
+			if committed {
+				in.ipu.size, in.ipu.sizeOK = in.ipu.cpSize, true
+			}
+		}
 	}
 }
 
