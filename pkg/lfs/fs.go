@@ -92,6 +92,10 @@ type Options struct {
 	// Volume is an Overwriter and the drives' budget allows (ipu.go; ZMS's
 	// budget-based in-place update; F2FS's min_fsync_blocks is 8). 0: off.
 	IPUFsyncBlocks int
+	// IOTailor cuts write-backs under memory pressure at the superpage
+	// boundaries of the log heads (iotailor.go; ZMS's IOTailor), when the
+	// Volume reports its superpage.
+	IOTailor bool
 	// NoCopybackAware turns off ZNS+ copyback-aware allocation of IZC destinations.
 	NoCopybackAware bool
 	// BackgroundGC runs one recycling round after this much idle (modelled)
