@@ -192,54 +192,11 @@ func (d *Device) ipuWrite(z *zone, off uint64, data []byte, t0 time.Duration) (I
 	if off+n > z.wp {
 		return IOResult{}, &zerr.InvalidArgumentError{Field: "lba", Reason: fmt.Sprintf("in-place update of [%d, %d) reaches past the write pointer %d", z.start+off, z.start+off+n, z.start+z.wp)}
 	}
-	budget := uint64(d.conf().IPUBudgetBlocks)
+	slots, err := d.ipuAlloc(z, off, n)
+	if err != nil {
+		return IOResult{}, err
+	}
 	cb := uint64(d.g.ChunkBlocks)
-	d.ipu.mu.Lock()
-	var fresh uint64
-	for o := off; o < off+n; o++ {
-		if _, ok := z.ipuLookup(o, int(cb)); !ok {
-			fresh++
-		}
-	}
-	if d.ipu.used+n > uint64(len(d.ipu.owner)) || d.ipu.used+fresh > budget {
-		used := d.ipu.used
-		d.ipu.mu.Unlock()
-		return IOResult{}, &zerr.IPUBudgetError{Budget: budget, Used: used}
-	}
-	slots := make([]uint32, n)
-	var got []uint32
-	ok := true
-	for i := uint64(0); i < n && ok; {
-		o := off + i
-		k := uint64(1)
-		if o%cb == 0 && n-i >= cb {
-			if b, ok2 := d.ipu.alloc(int(cb), true, z.start+o); ok2 {
-				for j := uint64(0); j < cb; j++ {
-					slots[i+j] = uint32(b) + uint32(j)
-					got = append(got, uint32(b)+uint32(j))
-				}
-				i += cb
-				continue
-			}
-		}
-		b, ok2 := d.ipu.alloc(1, false, z.start+o)
-		if !ok2 {
-			ok = false
-			break
-		}
-		slots[i] = uint32(b)
-		got = append(got, uint32(b))
-		i += k
-	}
-	if !ok {
-		for _, s := range got {
-			d.ipu.free(s)
-		}
-		used := d.ipu.used
-		d.ipu.mu.Unlock()
-		return IOResult{}, &zerr.IPUBudgetError{Budget: budget, Used: used}
-	}
-	d.ipu.mu.Unlock()
 	release := func() {
 		d.ipu.mu.Lock()
 		for _, s := range slots {
@@ -292,4 +249,60 @@ func (d *Device) ipuWrite(z *zone, off uint64, data []byte, t0 time.Duration) (I
 		i += k
 	}
 	return IOResult{Submitted: t0, Completed: done}, nil
+}
+
+// ipuAlloc takes region slots for blocks [off, off+n) of z, chunk-aligned
+// runs for whole chunks where it can, or returns a zerr.IPUBudgetError when
+// the budget (counting only blocks not updated in place yet) or the region
+// is spent. Caller holds z.mu.
+func (d *Device) ipuAlloc(z *zone, off, n uint64) ([]uint32, error) {
+	budget := uint64(d.conf().IPUBudgetBlocks)
+	cb := uint64(d.g.ChunkBlocks)
+	d.ipu.mu.Lock()
+	var fresh uint64
+	for o := off; o < off+n; o++ {
+		if _, ok := z.ipuLookup(o, int(cb)); !ok {
+			fresh++
+		}
+	}
+	if d.ipu.used+n > uint64(len(d.ipu.owner)) || d.ipu.used+fresh > budget {
+		used := d.ipu.used
+		d.ipu.mu.Unlock()
+		return nil, &zerr.IPUBudgetError{Budget: budget, Used: used}
+	}
+	slots := make([]uint32, n)
+	var got []uint32
+	ok := true
+	for i := uint64(0); i < n && ok; {
+		o := off + i
+		k := uint64(1)
+		if o%cb == 0 && n-i >= cb {
+			if b, ok2 := d.ipu.alloc(int(cb), true, z.start+o); ok2 {
+				for j := uint64(0); j < cb; j++ {
+					slots[i+j] = uint32(b) + uint32(j)
+					got = append(got, uint32(b)+uint32(j))
+				}
+				i += cb
+				continue
+			}
+		}
+		b, ok2 := d.ipu.alloc(1, false, z.start+o)
+		if !ok2 {
+			ok = false
+			break
+		}
+		slots[i] = uint32(b)
+		got = append(got, uint32(b))
+		i += k
+	}
+	if !ok {
+		for _, s := range got {
+			d.ipu.free(s)
+		}
+		used := d.ipu.used
+		d.ipu.mu.Unlock()
+		return nil, &zerr.IPUBudgetError{Budget: budget, Used: used}
+	}
+	d.ipu.mu.Unlock()
+	return slots, nil
 }
