@@ -390,7 +390,10 @@ func (d *Device) Flush(ctx context.Context) (IOResult, error) {
 	t := d.now()
 	done := d.wbufFlush(t) // no PLP: the write buffers' content goes to SLC first
 	if err := d.syncAll(); err != nil {
-		return IOResult{}, err
+		return IOResult{Submitted: t, Completed: t}, err
+	}
+	if done == t {
+		return IOResult{Submitted: t, Completed: t}, nil
 	}
 	return IOResult{Submitted: t, Completed: done}, d.wait(ctx, done)
 }
