@@ -109,8 +109,10 @@ func (fs *FS) ipuRuns(ctx context.Context, in *inode) ([]ipuRunT, bool, error) {
 			return nil, false, err
 		}
 		p := in.pages.get(b)
-		if a == 0 || p == nil || !p.dirty || p.inflight || len(p.b) != fs.bs {
-			return nil, false, nil // a hole (a new block), or changed while a node loaded
+		if a == 0 || p == nil || !p.dirty || p.inflight || p.cold || len(p.b) != fs.bs {
+			// a hole (a new block), changed while a node loaded, or moved
+			// by recycling (its victim waits for it to leave)
+			return nil, false, nil
 		}
 		s := fs.segOf(a)
 		if s == nil || s.victim || s.tl || a.Off() >= s.wp {
