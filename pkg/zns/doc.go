@@ -108,6 +108,12 @@
 // in-place updated blocks have their own small, resident IPU map). Log's
 // L2PLookups and L2PMisses count them.
 //
+// Write-buffer model (WithWriteBuffers): n volatile superpage buffers and
+// no power-loss protection. What a buffer holds when a FUA write, a Flush
+// or another zone's write empties it early is programmed to SLC first
+// (Log.SLCBufferedBlocks) and the operation waits for those programs; a
+// zone written in whole superpages never is. Off by default.
+//
 // # Timing
 //
 // With a virtual or realtime clock every chip and channel has a next-free
