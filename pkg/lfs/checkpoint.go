@@ -132,6 +132,7 @@ func (fs *FS) checkpoint(ctx context.Context, forceSnapshot bool) (err error) {
 		} else {
 			fs.cp.committed = seq
 		}
+		fs.ipuCheckpointed(err == nil)
 		fs.cp.running, fs.cp.wrote = false, nil
 	}()
 	fs.retryDeferred(ctx)

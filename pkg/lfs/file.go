@@ -30,13 +30,14 @@ type inode struct {
 	dirtyBlks  map[uint64]*page // the dirty pages by block (write-back scans only these; each is in pages)
 	dir        *dirIndex        // loaded directory index (directories only)
 	opens      int
-	wbErr      error  // a write-back (WriteBack) failed: fsync returns it until the last close
-	staleCache bool   // a write-back failed: the kernel's cached pages are stale (StaleCache)
-	tmpfile    bool   // O_TMPFILE without O_EXCL: no link yet, but Link may give it one
-	holes      uint64 // dirty pages over holes: blocks charged, not mapped yet (st_blocks counts them)
-	needCP     bool   // created/linked/renamed/unlinked since the last checkpoint: fsync checkpoints
-	cold       bool   // GC moved it: write its node to the cold node log
-	coldFile   bool   // user.lfs.cold set: its data goes to the cold data log
+	wbErr      error    // a write-back (WriteBack) failed: fsync returns it until the last close
+	staleCache bool     // a write-back failed: the kernel's cached pages are stale (StaleCache)
+	tmpfile    bool     // O_TMPFILE without O_EXCL: no link yet, but Link may give it one
+	holes      uint64   // dirty pages over holes: blocks charged, not mapped yet (st_blocks counts them)
+	needCP     bool     // created/linked/renamed/unlinked since the last checkpoint: fsync checkpoints
+	cold       bool     // GC moved it: write its node to the cold node log
+	coldFile   bool     // user.lfs.cold set: its data goes to the cold data log
+	ipu        ipuInode // the durable size, for in-place fsyncs (ipu.go)
 }
 
 type dnode struct {
@@ -612,7 +613,10 @@ func (fs *FS) dirtyInos() []uint64 {
 // The pages are in flight meanwhile: writers of the file go on, and the
 // inode stays cached (busy). wrote says whether there was anything to write.
 func (fs *FS) writeBackLocked(ctx context.Context, in *inode, batch int) (wrote bool, err error) {
-	plan := fs.prepareFlush(in, batch)
+	var plan *flushPlan
+	if b, ok := fs.tailorBatch(in, batch); ok { // IOTailor (iotailor.go)
+		plan = fs.prepareFlush(in, b)
+	}
 	in.busy++ // stays cached (dirty anyway) while unlocked
 	fs.unlockIn(in)
 	if plan == nil {
@@ -809,6 +813,7 @@ func (fs *FS) placeNode(it nodeItem, a Addr, gcNode bool, mode nodeWrite) error 
 			fs.ic.dirtyNodes--
 		}
 		it.in.cold = false
+		it.in.ipu.wrote(it.in.body.Size, mode == nodesFsyncInode)
 	} else {
 		d := it.in.dn[it.idx]
 		if d.dirty {

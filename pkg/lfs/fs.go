@@ -87,6 +87,15 @@ type Options struct {
 	// the paper's 2; 1 or negative: off). The moves are committed as
 	// without it. On the virtual clock the reads are never split (gc.go).
 	PGCWorkers int
+	// IPUFsyncBlocks: an fsync of at most this many dirty pages, all
+	// overwriting blocks the file has, updates them in place when the
+	// Volume is an Overwriter and the drives' budget allows (ipu.go; ZMS's
+	// budget-based in-place update; F2FS's min_fsync_blocks is 8). 0: off.
+	IPUFsyncBlocks int
+	// IOTailor cuts write-backs under memory pressure at the superpage
+	// boundaries of the log heads (iotailor.go; ZMS's IOTailor), when the
+	// Volume reports its superpage.
+	IOTailor bool
 	// NoCopybackAware turns off ZNS+ copyback-aware allocation of IZC destinations.
 	NoCopybackAware bool
 	// BackgroundGC runs one recycling round after this much idle (modelled)
@@ -161,7 +170,8 @@ type FS struct {
 	bg       background   // ticks, background goroutines and their errors (metrics.go, health.go)
 	renameMu rankedMutex  // renames (the directory tree's shape)
 	mu       rankedMutex  // the tables (leaf lock): never held across a Volume call
-	pinCond  *sync.Cond   // on mu: a segment's readers left (pins 0)
+	pinCond  *sync.Cond   // on mu: a segment's readers left (pins 0), or its in-place updates
+	ipu      ipuState     // in-place updates in flight (ipu.go; mu)
 	inflight atomic.Int64 // operations running (the virtual clock's tick skips a busy FS)
 
 	vol  Volume

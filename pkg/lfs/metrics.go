@@ -237,6 +237,8 @@ type Stats struct {
 	CompactCopyback    uint64 // blocks the drives moved by copyback (Volume.Compact stats)
 	CompactLocal       uint64 // blocks the drives moved by read and program
 	CompactRemote      uint64 // blocks moved node to node
+	IPUBlocks          uint64 // blocks fsyncs updated in place (ipu.go)
+	IPUFallbacks       uint64 // in-place updates the drives refused (budget spent): the pages went to the log
 	DriveBlocksWritten uint64
 	UserBlocksWritten  uint64
 	WAF                float64

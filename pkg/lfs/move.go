@@ -19,6 +19,7 @@ import (
 // device (hostPass), copy those on the device and commit them (izcGroup),
 // and account the round (account).
 func (fs *FS) moveSegment(ctx context.Context, s *segment, method MoveMethod) (moveStat, error) {
+	fs.ipuQuiesce(s)
 	m := &segMove{fs: fs, s: s, method: method, epd: fs.epd()}
 	for off := uint64(0); off < s.wp; off++ {
 		if s.isValid(off) {

@@ -1318,7 +1318,8 @@ func (fs *FS) fits(need uint64, withReserve bool) bool {
 	return fs.count.used+need+need/fs.epd()+2 <= limit
 }
 
-// Fsync persists the file's data and nodes (fdatasync is the same here).
+// Fsync persists the file's data and nodes; fdatasync (datasync) skips the
+// inode when only its timestamps changed and its pages went in place (ipu.go).
 func (fs *FS) Fsync(ctx context.Context, h Handle, datasync bool) (err error) {
 	o, err := fs.begin(ctx, "fsync", opWrite)
 	if err != nil {
@@ -1333,7 +1334,7 @@ func (fs *FS) Fsync(ctx context.Context, h Handle, datasync bool) (err error) {
 	if err != nil {
 		return err
 	}
-	return fs.fsync(ctx, o, in)
+	return fs.fsync(ctx, o, in, datasync)
 }
 
 // FsyncIno is Fsync by inode number (for callers without a handle).
@@ -1347,13 +1348,13 @@ func (fs *FS) FsyncIno(ctx context.Context, ino uint64) (err error) {
 	if err != nil {
 		return err
 	}
-	return fs.fsync(ctx, o, in)
+	return fs.fsync(ctx, o, in, false)
 }
 
 // fsync writes in's pages and nodes with the fsync mark (roll-forward), or
 // asks for a checkpoint (run when the operation has released its locks) when
 // names changed.
-func (fs *FS) fsync(ctx context.Context, o *op, in *inode) error {
+func (fs *FS) fsync(ctx context.Context, o *op, in *inode, datasync bool) error {
 	if in.wbErr != nil {
 		return in.wbErr // a write-back of this file failed: its data is not all there
 	}
@@ -1365,6 +1366,13 @@ func (fs *FS) fsync(ctx context.Context, o *op, in *inode) error {
 	}
 	if in.needCP || in.isDir() {
 		o.after = fs.checkpointAfter(ctx, "fsync")
+		return nil
+	}
+	inPlace, err := fs.ipuFsync(ctx, in)
+	if err != nil {
+		return err
+	}
+	if inPlace && datasync && fs.ipuNodesDone(in) {
 		return nil
 	}
 	if err := fs.flushInode(ctx, in); err != nil {

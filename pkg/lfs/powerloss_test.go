@@ -299,7 +299,7 @@ func runFSPowerLoss(t *testing.T, seed int64, nOps, every int, writeBack bool) [
 	ov = &oracleVol{Volume: dv, bs: dv.Geometry().BlockSize, cur: map[zblk][]byte{}, dur: map[zblk][]byte{}, unsure: map[lfs.ZoneID]int{}}
 	v := lfs.Volume(ov)
 	require.NoError(t, lfs.Mkfs(bg, v, lfs.MkfsOptions{}))
-	opts := lfs.Options{CacheBlocks: 64, Mode: plTL.mode}
+	opts := lfs.Options{CacheBlocks: 64, Mode: plTL.mode, IPUFsyncBlocks: plTL.ipu}
 	if !writeBack {
 		opts.Clock = clock.NewVirtual()
 	}
@@ -534,7 +534,10 @@ func TestPowerLossFSRegression(t *testing.T) {
 }
 
 // plTL selects the recycling mode of the power-loss runs (TestPowerLossFSThreadedLogging).
-var plTL struct{ mode lfs.Mode }
+var plTL struct {
+	mode lfs.Mode
+	ipu  int // Options.IPUFsyncBlocks (TestPowerLossFSInPlace)
+}
 
 // TestPowerLossFSThreadedLogging: power losses while threaded logging
 // writes into recycled segments' holes (ZNS+ mode over a file system

@@ -40,8 +40,12 @@ type VolumeGeometry struct {
 	BlockSize   int    // bytes per logical block (every offset and count below is in blocks)
 	ZoneBlocks  uint64 // writable capacity of one v-zone, in blocks
 	ChunkBlocks int    // blocks per flash page (the copyback unit); 1 when unknown
-	MaxOpen     int    // v-zones that may be open (written) at once: MAR_logical
-	MaxZones    int    // v-zones the namespace may hold at once (open + full)
+	// SuperpageBlocks is the program unit of a zone's write buffer: a flash
+	// page on each die of a zone's stripe (ChunkBlocks x the stripe width);
+	// 0 when unknown (IOTailor is then off).
+	SuperpageBlocks int
+	MaxOpen         int // v-zones that may be open (written) at once: MAR_logical
+	MaxZones        int // v-zones the namespace may hold at once (open + full)
 }
 
 // ZoneInfo is one v-zone in Zones.

@@ -19,7 +19,7 @@ func benchCmd(g *Globals) *cobra.Command {
 		Short: "run the benchmarks that check ZoneFleet against the papers",
 		Long:  "Each scenario prints a table (-o json for the machine-readable keys). They run in this process on temporary backing files.",
 	}
-	cmd.AddCommand(benchDeviceCmd(g), benchNodeCmd(g), benchFairnessCmd(g), benchOverdriveCmd(g), benchFSCmd(g), benchArbiterCmd(g), benchPaperCmd(g), benchRedundancyCmd(g), benchFDPCmd(g))
+	cmd.AddCommand(benchDeviceCmd(g), benchNodeCmd(g), benchFairnessCmd(g), benchOverdriveCmd(g), benchFSCmd(g), benchArbiterCmd(g), benchPaperCmd(g), benchRedundancyCmd(g), benchFDPCmd(g), benchZMSCmd(g))
 	return cmd
 }
 

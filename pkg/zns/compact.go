@@ -27,106 +27,13 @@ func (d *Device) ZoneCompaction(ctx context.Context, copies []Copy) (uint64, err
 	if err := d.checkWritable(); err != nil {
 		return 0, err
 	}
-	if len(copies) == 0 {
-		return 0, &zerr.InvalidArgumentError{Field: "copies", Reason: "empty copy list"}
+	cs, err := d.checkCopies(copies)
+	if err != nil {
+		return 0, err
 	}
-	cs := append([]Copy(nil), copies...)
-	for i, c := range cs {
-		if c.Count == 0 {
-			return 0, &zerr.InvalidArgumentError{Field: "copies", Reason: fmt.Sprintf("copy %d has no blocks", i)}
-		}
-		if _, err := d.zoneFor(c.Src, c.Count); err != nil {
-			return 0, err
-		}
-		if _, err := d.zoneFor(c.Dst, c.Count); err != nil {
-			return 0, err
-		}
-	}
-	sort.SliceStable(cs, func(i, j int) bool { return cs[i].Dst < cs[j].Dst })
-	for i := 1; i < len(cs); i++ {
-		if cs[i].Dst < cs[i-1].Dst+cs[i-1].Count {
-			return 0, &zerr.InvalidArgumentError{Field: "copies", Reason: fmt.Sprintf("destinations overlap at LBA %d", cs[i].Dst)}
-		}
-	}
-	// sources must be written
-	for _, c := range cs {
-		sz := d.zones[c.Src/d.g.ZoneSize]
-		sz.mu.RLock()
-		ok := sz.tl != nil || c.Src-sz.start+c.Count <= sz.wp
-		st := sz.state
-		wp := sz.start + sz.wp
-		sz.mu.RUnlock()
-		if st == StateOffline {
-			return 0, &zerr.ZoneStateError{Zone: sz.idx, State: st.String(), Op: "copy from"}
-		}
-		if !ok {
-			return 0, &zerr.InvalidArgumentError{Field: "copies", Reason: fmt.Sprintf("source [%d, %d) reaches past the write pointer %d", c.Src, c.Src+c.Count, wp)}
-		}
-	}
-	// claim destination zones
-	var claimed []*zone
-	type prior struct {
-		state ZoneState
-		fbg   int
-	}
-	var priors []prior
-	undo := func() {
-		for _, z := range claimed {
-			z.mu.Lock()
-			z.compacting = false
-			z.mu.Unlock()
-		}
-	}
-	// rollback returns the zones claimed so far to their state: a refused
-	// compaction changes nothing.
-	rollback := func() {
-		for k, z := range claimed {
-			z.mu.Lock()
-			z.compacting = false
-			if p := priors[k]; z.state != p.state {
-				_ = d.setState(z, p.state)
-				if p.fbg < 0 && z.fbg >= 0 {
-					_ = d.releaseFBG(z.fcg, z.fbg, false)
-					z.fbg = -1
-				}
-				_ = d.journalZone(z) // best effort: a failure made the device read-only
-			}
-			z.mu.Unlock()
-		}
-	}
-	for i := 0; i < len(cs); {
-		z := d.zones[cs[i].Dst/d.g.ZoneSize]
-		j := i
-		for j < len(cs) && cs[j].Dst/d.g.ZoneSize == z.idx {
-			j++
-		}
-		z.mu.Lock()
-		var err error
-		switch {
-		case z.compacting || z.tl != nil:
-			err = &zerr.ZoneStateError{Zone: z.idx, State: z.state.String() + " (busy)", Op: "zone_compaction into"}
-		case z.state == StateFull:
-			err = &zerr.ZoneFullError{Zone: z.idx, Capacity: d.g.ZoneCap}
-		case cs[i].Dst-z.start < z.wp:
-			err = &zerr.WritePointerError{Zone: z.idx, Expected: z.start + z.wp, Got: cs[i].Dst}
-		case cs[j-1].Dst+cs[j-1].Count-z.start > d.g.ZoneCap:
-			err = &zerr.ZoneFullError{Zone: z.idx, Capacity: d.g.ZoneCap}
-		default:
-			p := prior{z.state, z.fbg}
-			if err = d.openForWrite(z, false); err == nil {
-				priors = append(priors, p)
-			}
-		}
-		if err == nil {
-			z.compacting = true
-			claimed = append(claimed, z)
-		}
-		z.mu.Unlock()
-		if err != nil {
-			rollback()
-			return 0, err
-		}
-		i = j
+	claimed, err := d.claimDestinations(cs)
+	if err != nil {
+		return 0, err
 	}
 	d.cmu.Lock()
 	d.nextComp++
@@ -147,9 +54,132 @@ func (d *Device) ZoneCompaction(ctx context.Context, copies []Copy) (uint64, err
 		if d.model == nil {
 			cp.res.Submitted, cp.res.Completed = 0, 0
 		}
-		undo()
+		releaseClaims(claimed)
 	})
 	return id, nil
+}
+
+// checkCopies validates a copy list and returns it sorted by destination:
+// every copy has blocks and stays in one source and one destination zone,
+// destinations do not overlap, sources are written (or in a TL zone) and
+// not offline.
+func (d *Device) checkCopies(copies []Copy) ([]Copy, error) {
+	if len(copies) == 0 {
+		return nil, &zerr.InvalidArgumentError{Field: "copies", Reason: "empty copy list"}
+	}
+	cs := append([]Copy(nil), copies...)
+	for i, c := range cs {
+		if c.Count == 0 {
+			return nil, &zerr.InvalidArgumentError{Field: "copies", Reason: fmt.Sprintf("copy %d has no blocks", i)}
+		}
+		if _, err := d.zoneFor(c.Src, c.Count); err != nil {
+			return nil, err
+		}
+		if _, err := d.zoneFor(c.Dst, c.Count); err != nil {
+			return nil, err
+		}
+	}
+	sort.SliceStable(cs, func(i, j int) bool { return cs[i].Dst < cs[j].Dst })
+	for i := 1; i < len(cs); i++ {
+		if cs[i].Dst < cs[i-1].Dst+cs[i-1].Count {
+			return nil, &zerr.InvalidArgumentError{Field: "copies", Reason: fmt.Sprintf("destinations overlap at LBA %d", cs[i].Dst)}
+		}
+	}
+	// sources must be written
+	for _, c := range cs {
+		sz := d.zones[c.Src/d.g.ZoneSize]
+		sz.mu.RLock()
+		ok := sz.tl != nil || c.Src-sz.start+c.Count <= sz.wp
+		st := sz.state
+		wp := sz.start + sz.wp
+		sz.mu.RUnlock()
+		if st == StateOffline {
+			return nil, &zerr.ZoneStateError{Zone: sz.idx, State: st.String(), Op: "copy from"}
+		}
+		if !ok {
+			return nil, &zerr.InvalidArgumentError{Field: "copies", Reason: fmt.Sprintf("source [%d, %d) reaches past the write pointer %d", c.Src, c.Src+c.Count, wp)}
+		}
+	}
+	return cs, nil
+}
+
+// claimPrior is a destination zone's state before a compaction claimed it.
+type claimPrior struct {
+	state ZoneState
+	fbg   int
+}
+
+// claimDestinations opens the destination zones of cs (sorted by
+// destination) and marks them compacting; a refused claim returns every
+// zone claimed so far to its state (a refused compaction changes nothing).
+func (d *Device) claimDestinations(cs []Copy) ([]*zone, error) {
+	var claimed []*zone
+	var priors []claimPrior
+	for i := 0; i < len(cs); {
+		z := d.zones[cs[i].Dst/d.g.ZoneSize]
+		j := i
+		for j < len(cs) && cs[j].Dst/d.g.ZoneSize == z.idx {
+			j++
+		}
+		z.mu.Lock()
+		p, err := d.claimZone(z, cs[i], cs[j-1])
+		if err == nil {
+			priors = append(priors, p)
+			z.compacting = true
+			claimed = append(claimed, z)
+		}
+		z.mu.Unlock()
+		if err != nil {
+			d.rollbackClaims(claimed, priors)
+			return nil, err
+		}
+		i = j
+	}
+	return claimed, nil
+}
+
+// claimZone checks that z can take copies first..last (its first and last
+// copy) and opens it (z.mu held).
+func (d *Device) claimZone(z *zone, first, last Copy) (claimPrior, error) {
+	switch {
+	case z.compacting || z.tl != nil:
+		return claimPrior{}, &zerr.ZoneStateError{Zone: z.idx, State: z.state.String() + " (busy)", Op: "zone_compaction into"}
+	case z.state == StateFull:
+		return claimPrior{}, &zerr.ZoneFullError{Zone: z.idx, Capacity: d.g.ZoneCap}
+	case first.Dst-z.start < z.wp:
+		return claimPrior{}, &zerr.WritePointerError{Zone: z.idx, Expected: z.start + z.wp, Got: first.Dst}
+	case last.Dst+last.Count-z.start > d.g.ZoneCap:
+		return claimPrior{}, &zerr.ZoneFullError{Zone: z.idx, Capacity: d.g.ZoneCap}
+	}
+	p := claimPrior{z.state, z.fbg}
+	return p, d.openForWrite(z, false)
+}
+
+// rollbackClaims returns claimed zones to their prior states.
+func (d *Device) rollbackClaims(claimed []*zone, priors []claimPrior) {
+	for k, z := range claimed {
+		z.mu.Lock()
+		z.compacting = false
+		if p := priors[k]; z.state != p.state {
+			_ = d.setState(z, p.state)
+			if p.fbg < 0 && z.fbg >= 0 {
+				_ = d.releaseFBG(z.fcg, z.fbg, false)
+				z.fbg = -1
+			}
+			_ = d.journalZone(z) // best effort: a failure made the device read-only
+		}
+		z.mu.Unlock()
+	}
+}
+
+// releaseClaims lets the destination zones of a finished compaction take
+// host writes again.
+func releaseClaims(claimed []*zone) {
+	for _, z := range claimed {
+		z.mu.Lock()
+		z.compacting = false
+		z.mu.Unlock()
+	}
 }
 
 // WaitCompaction waits for a compaction and returns its result (once; the id
@@ -193,161 +223,213 @@ type runAcct struct{ blocks, cbBlocks, cbChunks, rpBlocks, nandRead, nandProg ui
 // counts, the device's counters) is applied once its data is written: a
 // failed write leaves them as they were before that run.
 func (d *Device) runCompaction(cs []Copy, res *CompactionResult) ([]piece, error) {
-	cb := uint64(d.g.ChunkBlocks)
-	bs := uint64(d.g.BlockSize)
+	r := &compactRun{d: d, res: res, cb: uint64(d.g.ChunkBlocks), bs: uint64(d.g.BlockSize), pendChunk: -1}
 	var total uint64
 	for _, c := range cs {
 		total += c.Count
 	}
-	stage := make([]byte, min(total, max(compactStageBytes/bs, cb))*bs) // a piece is at most a chunk
-	var dz *zone
-	var pieces []piece
-	pendChunk := int64(-1)
-	var pend piece
-	flushProg := func() {
-		if pendChunk >= 0 {
-			d.st.nandProg.Add(1)
-			pieces = append(pieces, pend)
-		}
-		pendChunk = -1
-		pend = piece{}
-	}
-	// the staged run: destination blocks [runOff, runOff+runN) of dz, and
-	// what its blocks count for once written
-	var runOff, runN uint64
-	var acct runAcct
-	writeRun := func() error {
-		if runN == 0 {
-			return nil
-		}
-		dz.mu.Lock()
-		err := d.writePhys(dz, dz.fbg, runOff, iov{stage[:runN*bs]})
-		if err == nil {
-			err = d.persistWP(dz, runOff+runN)
-		}
-		dz.mu.Unlock()
-		if err != nil {
-			return err
-		}
-		res.Blocks += acct.blocks
-		res.CopybackBlocks += acct.cbBlocks
-		res.CopybackChunks += acct.cbChunks
-		res.ReadProgBlocks += acct.rpBlocks
-		d.st.cbChunks.Add(acct.cbChunks)
-		d.st.rpBlocks.Add(acct.rpBlocks)
-		d.st.nandRead.Add(acct.nandRead)
-		d.st.nandProg.Add(acct.nandProg)
-		runN = 0
-		acct = runAcct{}
-		return nil
-	}
-	finishZone := func() error {
-		flushProg()
-		if err := writeRun(); err != nil {
-			return err
-		}
-		if dz == nil {
-			return nil
-		}
-		dz.mu.Lock()
-		defer dz.mu.Unlock()
-		if dz.wp == d.g.ZoneCap {
-			_ = d.setState(dz, StateFull)
-			return d.journalZone(dz) // a failure made the device read-only
-		}
-		return nil
-	}
+	r.stage = make([]byte, min(total, max(compactStageBytes/r.bs, r.cb))*r.bs) // a piece is at most a chunk
 	for _, c := range cs {
-		z := d.zones[c.Dst/d.g.ZoneSize]
-		if z != dz {
-			if err := finishZone(); err != nil {
-				return pieces, err
+		if z := d.zones[c.Dst/d.g.ZoneSize]; z != r.dz {
+			if err := r.finishZone(); err != nil {
+				return r.pieces, err
 			}
-			dz = z
+			r.dz = z
 		}
 		for i := uint64(0); i < c.Count; {
-			src, dst := c.Src+i, c.Dst+i
-			sz := d.zones[src/d.g.ZoneSize]
-			soff, doff := src-sz.start, dst-dz.start
-			// piece: up to the next source or destination chunk boundary
-			k := min(c.Count-i, cb-soff%cb, cb-doff%cb)
-			if runN > 0 && (doff != runOff+runN || (runN+k)*bs > uint64(len(stage))) {
-				if err := writeRun(); err != nil {
-					return pieces, err
-				}
-			}
-			if runN == 0 {
-				runOff = doff
-			}
-			buf := stage[runN*bs : (runN+k)*bs]
-			sz.mu.RLock()
-			l0 := d.locate(sz, soff)
-			full := k == cb && l0.kind == srcFlash
-			if full {
-				for j := uint64(1); j < k; j++ {
-					if l := d.locate(sz, soff+j); l.kind != srcFlash || l.off != l0.off+int64(j*bs) {
-						full = false
-					}
-				}
-			}
-			var reads []pread
-			var err error
-			if full {
-				if _, err = d.f.ReadAt(buf, l0.off); err != nil {
-					err = d.readFail(sz, err)
-				}
-			} else {
-				_, err = d.readZoneTo(sz, soff, soff+k, buf, 0, &reads)
-			}
-			sz.mu.RUnlock()
+			k, err := r.copyPiece(c, i)
 			if err != nil {
-				return pieces, err
-			}
-			dz.mu.Lock()
-			gap := runN == 0 && doff > dz.wp
-			dz.mu.Unlock()
-			if gap { // gap in the destination: zero-filled
-				flushProg()
-				dz.mu.Lock()
-				err := d.zeroRange(dz, dz.fbg, dz.wp, doff)
-				if err == nil {
-					dz.wp = doff
-				}
-				dz.mu.Unlock()
-				if err != nil {
-					return pieces, err
-				}
-			}
-			dl := d.flashLoc(dz, dz.fbg, doff)
-			useCB := full && d.copybackAllowed(l0, dl)
-			runN += k
-			acct.blocks += k
-			if useCB {
-				acct.cbBlocks += k
-				acct.cbChunks++
-				acct.nandProg++
-				pieces = append(pieces, piece{cb: true, dst: dl.chip})
-			} else {
-				if full {
-					acct.nandRead++
-					reads = []pread{{l0.chip, int(k)}}
-				}
-				acct.rpBlocks += k
-				ch := int64(doff / cb)
-				if pendChunk >= 0 && pendChunk != ch {
-					flushProg()
-				}
-				pendChunk = ch
-				pend.dst = dl.chip
-				pend.reads = append(pend.reads, reads...)
-				if (doff+k)%cb == 0 || doff+k == d.g.ZoneCap {
-					flushProg()
-				}
+				return r.pieces, err
 			}
 			i += k
 		}
 	}
-	return pieces, finishZone()
+	return r.pieces, r.finishZone()
+}
+
+// compactRun is one runCompaction: the destination zone being filled, the
+// staged run of its blocks and the flash pieces gathered so far.
+type compactRun struct {
+	d      *Device
+	res    *CompactionResult
+	cb, bs uint64
+	stage  []byte
+	dz     *zone
+	pieces []piece
+	// the read-and-program piece of the destination chunk pendChunk (-1:
+	// none) still gathering its reads
+	pendChunk int64
+	pend      piece
+	// the staged run: destination blocks [runOff, runOff+runN) of dz, and
+	// what its blocks count for once written
+	runOff, runN uint64
+	acct         runAcct
+}
+
+// flushProg ends the pending read-and-program piece.
+func (r *compactRun) flushProg() {
+	if r.pendChunk >= 0 {
+		r.d.st.nandProg.Add(1)
+		r.pieces = append(r.pieces, r.pend)
+	}
+	r.pendChunk = -1
+	r.pend = piece{}
+}
+
+// writeRun writes the staged run and persists its write pointer, then
+// applies its accounting.
+func (r *compactRun) writeRun() error {
+	if r.runN == 0 {
+		return nil
+	}
+	d, dz := r.d, r.dz
+	dz.mu.Lock()
+	err := d.writePhys(dz, dz.fbg, r.runOff, iov{r.stage[:r.runN*r.bs]})
+	if err == nil {
+		err = d.persistWP(dz, r.runOff+r.runN)
+	}
+	dz.mu.Unlock()
+	if err != nil {
+		return err
+	}
+	a := r.acct
+	r.res.Blocks += a.blocks
+	r.res.CopybackBlocks += a.cbBlocks
+	r.res.CopybackChunks += a.cbChunks
+	r.res.ReadProgBlocks += a.rpBlocks
+	d.st.cbChunks.Add(a.cbChunks)
+	d.st.rpBlocks.Add(a.rpBlocks)
+	d.st.nandRead.Add(a.nandRead)
+	d.st.nandProg.Add(a.nandProg)
+	r.runN = 0
+	r.acct = runAcct{}
+	return nil
+}
+
+// finishZone writes what is staged for the current destination zone and
+// marks it full when the copies filled it.
+func (r *compactRun) finishZone() error {
+	r.flushProg()
+	if err := r.writeRun(); err != nil {
+		return err
+	}
+	dz := r.dz
+	if dz == nil {
+		return nil
+	}
+	dz.mu.Lock()
+	defer dz.mu.Unlock()
+	if dz.wp == r.d.g.ZoneCap {
+		_ = r.d.setState(dz, StateFull)
+		return r.d.journalZone(dz) // a failure made the device read-only
+	}
+	return nil
+}
+
+// copyPiece stages block i of copy c and the following ones up to the next
+// source or destination chunk boundary, and returns how many.
+func (r *compactRun) copyPiece(c Copy, i uint64) (uint64, error) {
+	d, dz, bs := r.d, r.dz, r.bs
+	src, dst := c.Src+i, c.Dst+i
+	sz := d.zones[src/d.g.ZoneSize]
+	soff, doff := src-sz.start, dst-dz.start
+	k := min(c.Count-i, r.cb-soff%r.cb, r.cb-doff%r.cb)
+	if r.runN > 0 && (doff != r.runOff+r.runN || (r.runN+k)*bs > uint64(len(r.stage))) {
+		if err := r.writeRun(); err != nil {
+			return 0, err
+		}
+	}
+	if r.runN == 0 {
+		r.runOff = doff
+	}
+	l0, full, reads, err := r.readSource(sz, soff, k, r.stage[r.runN*bs:(r.runN+k)*bs])
+	if err != nil {
+		return 0, err
+	}
+	if err := r.fillGap(doff); err != nil {
+		return 0, err
+	}
+	r.account(l0, full, reads, doff, k)
+	return k, nil
+}
+
+// readSource reads k blocks of source zone sz at soff into buf under its
+// read lock: a whole flash chunk with one read (full, from l0), anything
+// else block by block with its page reads collected.
+func (r *compactRun) readSource(sz *zone, soff, k uint64, buf []byte) (bloc, bool, []pread, error) {
+	d := r.d
+	sz.mu.RLock()
+	defer sz.mu.RUnlock()
+	l0 := d.locate(sz, soff)
+	full := k == r.cb && l0.kind == srcFlash
+	if full {
+		for j := uint64(1); j < k; j++ {
+			if l := d.locate(sz, soff+j); l.kind != srcFlash || l.off != l0.off+int64(j*r.bs) {
+				full = false
+			}
+		}
+	}
+	if full {
+		if _, err := d.f.ReadAt(buf, l0.off); err != nil {
+			return l0, full, nil, d.readFail(sz, err)
+		}
+		return l0, full, nil, nil
+	}
+	var reads []pread
+	_, err := d.readZoneTo(sz, soff, soff+k, buf, 0, &reads)
+	return l0, full, reads, err
+}
+
+// fillGap zero-fills the destination below doff when a new run starts past
+// the destination's write pointer (a gap between copies).
+func (r *compactRun) fillGap(doff uint64) error {
+	dz := r.dz
+	dz.mu.Lock()
+	gap := r.runN == 0 && doff > dz.wp
+	dz.mu.Unlock()
+	if !gap {
+		return nil
+	}
+	r.flushProg()
+	dz.mu.Lock()
+	defer dz.mu.Unlock()
+	if err := r.d.zeroRange(dz, dz.fbg, dz.wp, doff); err != nil {
+		return err
+	}
+	dz.wp = doff
+	return nil
+}
+
+// account adds k staged blocks at destination offset doff to the run and
+// gathers their flash work: a copyback piece for a whole chunk on the same
+// chip, else the reads and the program of the destination chunk.
+func (r *compactRun) account(l0 bloc, full bool, reads []pread, doff, k uint64) {
+	d := r.d
+	dl := d.flashLoc(r.dz, r.dz.fbg, doff)
+	r.runN += k
+	r.acct.blocks += k
+	if full && d.copybackAllowed(l0, dl) {
+		r.acct.cbBlocks += k
+		r.acct.cbChunks++
+		r.acct.nandProg++
+		r.pieces = append(r.pieces, piece{cb: true, dst: dl.chip})
+		return
+	}
+	if full {
+		r.acct.nandRead++
+		reads = []pread{{l0.chip, int(k)}}
+	}
+	r.acct.rpBlocks += k
+	ch := int64(doff / r.cb)
+	if r.pendChunk >= 0 && r.pendChunk != ch {
+		r.flushProg()
+	}
+	r.pendChunk = ch
+	r.pend.dst = dl.chip
+	r.pend.reads = append(r.pend.reads, reads...)
+	if (doff+k)%r.cb == 0 || doff+k == d.g.ZoneCap {
+		r.flushProg()
+	}
 }
 
 // CompactionCounts returns how compaction id moves its blocks (copyback and

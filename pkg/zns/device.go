@@ -110,6 +110,8 @@ type Device struct {
 	nOpen, nActive int
 
 	ipu *ipuRegion
+	l2p *l2pCache // the L2P cache model (WithL2P), nil without it
+	wb  *wbufs    // the write-buffer model (WithWriteBuffers), nil without it
 	st  stats
 
 	cbCount []atomic.Uint32 // consecutive copyback count per physical page
@@ -134,6 +136,8 @@ type options struct {
 	log   *slog.Logger
 	fresh bool // Create: every FBG is known to be empty
 	kick  int64
+	l2p   *L2PConfig
+	wbufs int
 }
 
 // DefaultWritebackKick is how many bytes written to a device's data file
@@ -177,6 +181,9 @@ func create(path string, cfg flash.Config, clk clock.Clock, opts []Option) (*Dev
 	o := getOptions(opts)
 	cfg = cfg.Resolved()
 	lay := newLayout(cfg)
+	if _, err := o.newL2P(lay); err != nil {
+		return nil, err
+	}
 	f, err := o.fs.OpenFile(path, os.O_RDWR|os.O_CREATE|os.O_EXCL, 0o644)
 	if err != nil {
 		if errors.Is(err, os.ErrExist) {
@@ -242,6 +249,10 @@ func open(path string, cfg flash.Config, clk clock.Clock, opts []Option) (*Devic
 	}
 	cfg = cfg.Resolved()
 	lay := newLayout(cfg)
+	l2p, err := o.newL2P(lay)
+	if err != nil {
+		return nil, err
+	}
 	f, err := o.fs.OpenFile(path, os.O_RDWR, 0)
 	if err != nil {
 		if errors.Is(err, os.ErrNotExist) {
@@ -264,6 +275,7 @@ func open(path string, cfg flash.Config, clk clock.Clock, opts []Option) (*Devic
 		return nil, err
 	}
 	d := newOpenedDevice(path, cfg, lay, clk, o, uuid, f)
+	d.l2p = l2p
 	if jc.dropped > 0 {
 		d.st.tailDropped.Add(1)
 		d.log.Warn("zns: journal tail dropped (torn, zeroed or garbage: writes after the last flush)",
@@ -387,6 +399,7 @@ func newOpenedDevice(path string, cfg flash.Config, lay layout, clk clock.Clock,
 			ipuPages: map[uint32]uint32{}, ipuChunks: map[uint32]uint32{}}
 	}
 	d.ipu = newIPURegion(cfg.IPURegionBlocks)
+	d.wb = newWbufs(o.wbufs, uint64(g.ChunkBlocks*g.DZone))
 	return d
 }
 
@@ -1456,6 +1469,9 @@ func (d *Device) resetLocked(z *zone, to ZoneState) error {
 }
 
 func (d *Device) releasePend(z *zone) {
+	if d.wb != nil {
+		d.wb.drop(z.idx)
+	}
 	if z.pend > 0 && d.model != nil {
 		d.model.CacheReleaseChip(d.now(), z.pend, z.pendChip)
 	}
@@ -1503,6 +1519,12 @@ func (d *Device) Log() Log {
 	l.OpenZones, l.ActiveZones = d.nOpen, d.nActive
 	d.resMu.Unlock()
 	l.IPUUsed = d.ipu.usedCount()
+	if d.l2p != nil {
+		l.L2PLookups, l.L2PMisses = d.l2p.counts()
+	}
+	if d.wb != nil {
+		l.SLCBufferedBlocks, l.WriteBufferSwitches = d.wb.counts()
+	}
 	first := true
 	for _, a := range d.fcgs {
 		a.mu.Lock()

@@ -92,6 +92,27 @@
 // valid IPU blocks stays within ipu_budget_blocks, else zerr.IPUBudgetError.
 // The per-zone map is multi-granularity: a chunk whose blocks map to an
 // aligned run of region slots is one chunk entry, the rest page entries.
+// An in-place update is durable when it returns, FUA or not (it serves
+// fsync): its slots are synced before the journal records that map them,
+// and the records are synced before the slots they supersede are freed for
+// reuse, so a power loss at any point leaves each block its old or its new
+// contents.
+//
+// L2P cache model (WithL2P): the emulator keeps its maps in memory, but a
+// mobile-class controller has a few MiB of SRAM and loads its map on
+// demand (ZMS §2.1). With WithL2P every read first looks up the map pages
+// of its blocks in an LRU of L2PConfig.CacheBytes; each miss is a flash read
+// of the map page (on chip page mod chips) before the data reads start.
+// The granularity sets how many blocks one entry covers: page (the
+// block-interface baseline), chunk, or zone (what sequential zones need;
+// in-place updated blocks have their own small, resident IPU map). Log's
+// L2PLookups and L2PMisses count them.
+//
+// Write-buffer model (WithWriteBuffers): n volatile superpage buffers and
+// no power-loss protection. What a buffer holds when a FUA write, a Flush
+// or another zone's write empties it early is programmed to SLC first
+// (Log.SLCBufferedBlocks) and the operation waits for those programs; a
+// zone written in whole superpages never is. Off by default.
 //
 // # Timing
 //

@@ -78,6 +78,10 @@ func ioWorkload(d *Device, acked map[uint64][]byte, maybe map[uint64]bool) (stri
 			_, err := d.Write(bg, z(0)+1, data, Flags{Overwrite: true})
 			if err == nil {
 				ack(z(0)+1, data)
+			} else {
+				// its records may be in the journal when the sync that
+				// makes it durable failed: a restart may find either
+				maybe[z(0)+1] = true
 			}
 			return err
 		}},

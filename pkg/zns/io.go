@@ -211,7 +211,8 @@ func (d *Device) ReadV(ctx context.Context, rs []Range, buf []byte) (IOResult, e
 		return IOResult{}, &zerr.InvalidArgumentError{Field: "buffer", Reason: fmt.Sprintf("%d bytes for %d blocks of %d bytes", len(buf), total, bs)}
 	}
 	t0 := d.now()
-	done := t0
+	tm := d.l2pTranslate(t0, rs) // the map entries are in memory (L2P cache model)
+	done := tm
 	at := uint64(0) // blocks of buf filled
 	for _, r := range rs {
 		lba, n := r.LBA, r.Count
@@ -224,7 +225,7 @@ func (d *Device) ReadV(ctx context.Context, rs []Range, buf []byte) (IOResult, e
 				z.mu.RUnlock()
 				return IOResult{}, d.stateErr(z, "read")
 			}
-			t, err := d.readZone(z, pos-z.start, end-z.start, buf[(at+pos-lba)*bs:], t0)
+			t, err := d.readZone(z, pos-z.start, end-z.start, buf[(at+pos-lba)*bs:], tm)
 			z.mu.RUnlock()
 			if err != nil {
 				return IOResult{}, d.ioErr(err)
@@ -387,7 +388,14 @@ func (d *Device) Flush(ctx context.Context) (IOResult, error) {
 		return IOResult{}, err
 	}
 	t := d.now()
-	return IOResult{Submitted: t, Completed: t}, d.syncAll()
+	done := d.wbufFlush(t) // no PLP: the write buffers' content goes to SLC first
+	if err := d.syncAll(); err != nil {
+		return IOResult{Submitted: t, Completed: t}, err
+	}
+	if done == t {
+		return IOResult{Submitted: t, Completed: t}, nil
+	}
+	return IOResult{Submitted: t, Completed: done}, d.wait(ctx, done)
 }
 
 // writeLocked is the write path; caller holds z.mu. internal writes (copies)
@@ -430,6 +438,7 @@ func (d *Device) writeLocked(z *zone, off uint64, data iov, fl Flags, t0 time.Du
 	res := d.writeTiming(z, off, n, t0, fl.FUA, internal)
 	if !internal {
 		d.st.hostW.Add(n)
+		res = d.wbufWrite(z, off, n, fl.FUA, res)
 	}
 	if z.wp == d.g.ZoneCap {
 		_ = d.setState(z, StateFull)

@@ -192,6 +192,70 @@ func (d *Device) ipuWrite(z *zone, off uint64, data []byte, t0 time.Duration) (I
 	if off+n > z.wp {
 		return IOResult{}, &zerr.InvalidArgumentError{Field: "lba", Reason: fmt.Sprintf("in-place update of [%d, %d) reaches past the write pointer %d", z.start+off, z.start+off+n, z.start+z.wp)}
 	}
+	slots, err := d.ipuAlloc(z, off, n)
+	if err != nil {
+		return IOResult{}, err
+	}
+	cb := uint64(d.g.ChunkBlocks)
+	release := func() {
+		d.ipu.mu.Lock()
+		for _, s := range slots {
+			d.ipu.free(s)
+		}
+		d.ipu.mu.Unlock()
+	}
+	for i := uint64(0); i < n; i++ {
+		if _, err := d.f.WriteAt(data[i*bs:(i+1)*bs], d.lay.ipuBase+int64(slots[i])*int64(bs)); err != nil {
+			release()
+			return IOResult{}, d.zoneFail(z, "write IPU block", err)
+		}
+	}
+	// The slots' data is durable before any record names it, and the
+	// records are durable before the old slots are freed for reuse: a
+	// power loss at any point leaves each block its old or its new
+	// contents, never a slot another update reused.
+	if err := d.f.Datasync(); err != nil {
+		release()
+		return IOResult{}, d.deviceFail("fdatasync IPU blocks", err)
+	}
+	for i := uint64(0); i < n; i++ {
+		if err := d.jappend(ipuRec{z.idx, z.gen, off + i, slots[i]}.encode()); err != nil {
+			// The device is read-only now; records already appended may
+			// replay after a restart, which is fine: this write was not
+			// acknowledged and the slots hold its data.
+			release()
+			return IOResult{}, err
+		}
+	}
+	if err := d.j.sync(); err != nil {
+		release()
+		return IOResult{}, d.deviceFail("fdatasync journal", err)
+	}
+	d.ipu.mu.Lock()
+	for i := uint64(0); i < n; i++ {
+		d.ipuSet(z, off+i, slots[i])
+	}
+	d.ipu.mu.Unlock()
+	d.st.hostW.Add(n)
+	d.st.nandProg.Add((n + cb - 1) / cb)
+	if d.model == nil {
+		return IOResult{}, nil
+	}
+	ready := d.model.Link(t0, len(data))
+	done := ready
+	for i := uint64(0); i < n; {
+		k := min(n-i, cb)
+		done = max(done, d.model.SLCProgram(ready, d.g.ChipOfLBA(z.start+off+i), int(k)))
+		i += k
+	}
+	return IOResult{Submitted: t0, Completed: done}, nil
+}
+
+// ipuAlloc takes region slots for blocks [off, off+n) of z, chunk-aligned
+// runs for whole chunks where it can, or returns a zerr.IPUBudgetError when
+// the budget (counting only blocks not updated in place yet) or the region
+// is spent. Caller holds z.mu.
+func (d *Device) ipuAlloc(z *zone, off, n uint64) ([]uint32, error) {
 	budget := uint64(d.conf().IPUBudgetBlocks)
 	cb := uint64(d.g.ChunkBlocks)
 	d.ipu.mu.Lock()
@@ -204,7 +268,7 @@ func (d *Device) ipuWrite(z *zone, off uint64, data []byte, t0 time.Duration) (I
 	if d.ipu.used+n > uint64(len(d.ipu.owner)) || d.ipu.used+fresh > budget {
 		used := d.ipu.used
 		d.ipu.mu.Unlock()
-		return IOResult{}, &zerr.IPUBudgetError{Budget: budget, Used: used}
+		return nil, &zerr.IPUBudgetError{Budget: budget, Used: used}
 	}
 	slots := make([]uint32, n)
 	var got []uint32
@@ -237,47 +301,8 @@ func (d *Device) ipuWrite(z *zone, off uint64, data []byte, t0 time.Duration) (I
 		}
 		used := d.ipu.used
 		d.ipu.mu.Unlock()
-		return IOResult{}, &zerr.IPUBudgetError{Budget: budget, Used: used}
+		return nil, &zerr.IPUBudgetError{Budget: budget, Used: used}
 	}
 	d.ipu.mu.Unlock()
-	release := func() {
-		d.ipu.mu.Lock()
-		for _, s := range slots {
-			d.ipu.free(s)
-		}
-		d.ipu.mu.Unlock()
-	}
-	for i := uint64(0); i < n; i++ {
-		if _, err := d.f.WriteAt(data[i*bs:(i+1)*bs], d.lay.ipuBase+int64(slots[i])*int64(bs)); err != nil {
-			release()
-			return IOResult{}, d.zoneFail(z, "write IPU block", err)
-		}
-	}
-	for i := uint64(0); i < n; i++ {
-		if err := d.jappend(ipuRec{z.idx, z.gen, off + i, slots[i]}.encode()); err != nil {
-			// The device is read-only now; records already appended may
-			// replay after a restart, which is fine: this write was not
-			// acknowledged and the slots hold its data.
-			release()
-			return IOResult{}, err
-		}
-	}
-	d.ipu.mu.Lock()
-	for i := uint64(0); i < n; i++ {
-		d.ipuSet(z, off+i, slots[i])
-	}
-	d.ipu.mu.Unlock()
-	d.st.hostW.Add(n)
-	d.st.nandProg.Add((n + cb - 1) / cb)
-	if d.model == nil {
-		return IOResult{}, nil
-	}
-	ready := d.model.Link(t0, len(data))
-	done := ready
-	for i := uint64(0); i < n; {
-		k := min(n-i, cb)
-		done = max(done, d.model.SLCProgram(ready, d.g.ChipOfLBA(z.start+off+i), int(k)))
-		i += k
-	}
-	return IOResult{Submitted: t0, Completed: done}, nil
+	return slots, nil
 }

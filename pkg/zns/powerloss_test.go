@@ -158,8 +158,12 @@ func runPowerLossWorkload(t *testing.T, seed uint64, nOps, every int) ([]crashPo
 			}
 			exp = m.expect()
 			if _, err = d.Write(bg, zs+off, data, Flags{Overwrite: true}); err == nil {
+				// durable when it returns, without a Flush
 				for i := uint64(0); i < k; i++ {
-					m.ack(zs+off+i, data[i*uint64(bs):(i+1)*uint64(bs)])
+					b := data[i*uint64(bs) : (i+1)*uint64(bs)]
+					m.ack(zs+off+i, b)
+					m.dur[zs+off+i] = b
+					delete(m.unsure, zs+off+i)
 				}
 			}
 		case r < 60:

@@ -183,9 +183,18 @@ type Log struct {
 	IPUUsed             uint64          `json:"ipu_used_blocks"`
 	IPUPageEntries      uint64          `json:"ipu_page_entries"`
 	IPUChunkEntries     uint64          `json:"ipu_chunk_entries"`
-	EraseCountMin       uint64          `json:"erase_count_min"`
-	EraseCountMax       uint64          `json:"erase_count_max"`
-	JournalCheckpoints  uint64          `json:"journal_checkpoints"`
+	// L2PLookups and L2PMisses count the map-page lookups of reads and
+	// SLCBufferedBlocks counts the blocks unaligned write-buffer flushes
+	// programmed to SLC, and WriteBufferSwitches the buffers taken from
+	// another zone (WithWriteBuffers; 0 without it).
+	SLCBufferedBlocks   uint64 `json:"slc_buffered_blocks,omitempty"`
+	WriteBufferSwitches uint64 `json:"write_buffer_switches,omitempty"`
+	// those that missed the L2P cache model (WithL2P; 0 without it).
+	L2PLookups         uint64 `json:"l2p_lookups,omitempty"`
+	L2PMisses          uint64 `json:"l2p_misses,omitempty"`
+	EraseCountMin      uint64 `json:"erase_count_min"`
+	EraseCountMax      uint64 `json:"erase_count_max"`
+	JournalCheckpoints uint64 `json:"journal_checkpoints"`
 	// JournalCheckpointFailures counts checkpoints that failed (the old
 	// journal stayed in use).
 	JournalCheckpointFailures uint64 `json:"journal_checkpoint_failures"`

@@ -78,7 +78,7 @@ func New(devs ...*zns.Device) (*Volume, error) {
 		chunk = 1
 	}
 	v.geo = lfs.VolumeGeometry{BlockSize: id.BlockSize, ZoneBlocks: id.ZoneCapacity, ChunkBlocks: chunk,
-		MaxOpen: maxOpen, MaxZones: int(id.Zones) * len(devs)}
+		SuperpageBlocks: chunk * max(id.DZone, 1), MaxOpen: maxOpen, MaxZones: int(id.Zones) * len(devs)}
 	return v, nil
 }
 

@@ -33,7 +33,7 @@ func TestVolume(t *testing.T) {
 	v, err := devvol.New(newDevs(t, 2, 8)...)
 	require.NoError(t, err)
 	g := v.Geometry()
-	require.Equal(t, lfs.VolumeGeometry{BlockSize: 4096, ZoneBlocks: 64, ChunkBlocks: 4, MaxOpen: 32, MaxZones: 16}, g)
+	require.Equal(t, lfs.VolumeGeometry{BlockSize: 4096, ZoneBlocks: 64, ChunkBlocks: 4, SuperpageBlocks: 8, MaxOpen: 32, MaxZones: 16}, g)
 	zs, err := v.Zones(bg)
 	require.NoError(t, err)
 	require.Empty(t, zs)
