@@ -2,6 +2,7 @@ package fdpbench
 
 import (
 	"image/color"
+	"strings"
 
 	"gonum.org/v1/plot"
 	"gonum.org/v1/plot/plotter"
@@ -18,15 +19,31 @@ var palette = []color.Color{
 	color.RGBA{R: 0x8c, G: 0x8c, B: 0x8c, A: 0xff},
 }
 
+// series1 names a row's bar: its placement, the handle type for the
+// placements that use several handles.
+func series1(x Row) string {
+	switch x.Placement {
+	case "matched", "fs-hints":
+		if strings.HasSuffix(x.Handles, "pi") {
+			return "matched / fs-hints, persistently isolated"
+		}
+		return "matched / fs-hints, initially isolated"
+	case "one-handle":
+		return "one handle"
+	case "no-fdp":
+		return "no FDP (page-mapped SSD)"
+	}
+	return x.Placement
+}
+
 // Plot writes a grouped bar chart of the WAF, one group per workload and
-// one bar per placement (with its handles), to path (PNG, SVG or PDF by
-// its extension).
+// one bar per placement, to path (PNG, SVG or PDF by its extension).
 func (r *Result) Plot(path string) error {
 	var workloads, series []string
 	val := map[[2]string]float64{}
 	seen := map[string]bool{}
 	for _, x := range r.Rows {
-		s := x.Placement + " (" + x.Handles + ")"
+		s := series1(x)
 		if !seen[x.Workload] {
 			seen[x.Workload] = true
 			workloads = append(workloads, x.Workload)
@@ -46,7 +63,7 @@ func (r *Result) Plot(path string) error {
 		top = max(top, v)
 	}
 	p.Y.Max = top * 1.5 // room for the legend
-	w := vg.Points(9)
+	w := vg.Points(14)
 	for i, s := range series {
 		vs := make(plotter.Values, len(workloads))
 		for j, wl := range workloads {
