@@ -28,6 +28,7 @@
  * flushes the drives.
  */
 #include <errno.h>
+#include <limits.h>
 #include <pthread.h>
 #include <stddef.h>
 #include <sched.h>
@@ -114,6 +115,7 @@ struct zf_cq {
 	pthread_mutex_t mu;
 	pthread_cond_t cv;
 	unsigned int cap, head, count;
+	unsigned int want; /* the sleeping waiter's minimum (UINT_MAX: none) */
 	struct zf_done *ring;
 	int busy_poll;
 };
@@ -127,7 +129,8 @@ void zf_complete(void *p, uintptr_t tag, int err)
 		q->ring[(q->head + q->count) % q->cap] = (struct zf_done){ .tag = tag, .err = err };
 		__atomic_store_n(&q->count, q->count + 1, __ATOMIC_RELEASE);
 	}
-	pthread_cond_signal(&q->cv);
+	if (q->count >= q->want) /* wake the thread once for its batch, not per completion */
+		pthread_cond_signal(&q->cv);
 	pthread_mutex_unlock(&q->mu);
 }
 
@@ -160,12 +163,14 @@ static unsigned int zf_cq_wait(struct zf_cq *q, unsigned int min, unsigned int m
 			sched_yield();
 		}
 	pthread_mutex_lock(&q->mu);
+	q->want = min;
 	while (q->count < min) {
 		if (!t)
 			pthread_cond_wait(&q->cv, &q->mu);
 		else if (pthread_cond_timedwait(&q->cv, &q->mu, &until) == ETIMEDOUT)
 			break;
 	}
+	q->want = UINT_MAX;
 	while (n < max && q->count > 0) {
 		out[n++] = q->ring[q->head];
 		q->head = (q->head + 1) % q->cap;
@@ -294,6 +299,7 @@ static int zf_init(struct thread_data *td)
 		return 1;
 	}
 	d->cq.cap = depth;
+	d->cq.want = UINT_MAX;
 	d->cq.busy_poll = ((struct zf_options *)td->eo)->busy_poll;
 	pthread_mutex_init(&d->cq.mu, NULL);
 	pthread_cond_init(&d->cq.cv, NULL);
