@@ -56,7 +56,7 @@ func TestPlacementBands(t *testing.T) {
 // TestDeterministic: the same options give the same figures.
 func TestDeterministic(t *testing.T) {
 	o := Defaults()
-	o.Passes = 0.5
+	o.Passes = 0.25
 	o.Workloads = []string{"hotcold", "varmail"}
 	a, err := Run(context.Background(), o)
 	require.NoError(t, err)
@@ -75,7 +75,7 @@ func TestDeterministic(t *testing.T) {
 // writes what Passes asks; the plot is written.
 func TestFileSystemWorkloads(t *testing.T) {
 	o := Defaults()
-	o.Passes = 1
+	o.Passes = 0.5
 	o.Workloads = []string{"fileserver", "varmail"}
 	r, err := Run(context.Background(), o)
 	require.NoError(t, err)
