@@ -17,14 +17,18 @@
  * a forked job has none of its threads, so every entry point checks that it
  * runs in that process and fails the job with a clear error otherwise.
  *
- * I/O. queue() hands an I/O to the Go side, which runs it on a goroutine (a
- * zone's writes one at a time, in order) and adds its completion to the
- * job's completion queue (struct zf_cq); getevents() sleeps on that. With
- * iodepth=1 queue() waits for the completion itself and returns
- * FIO_Q_COMPLETED (fio accounts it as a sync engine's). Trims reset whole
- * zones; fsync flushes the drives.
+ * I/O. With iodepth=1, queue() runs the I/O inside Go on fio's thread
+ * (zf_do) and returns FIO_Q_COMPLETED (fio accounts it as a sync engine's):
+ * the thread sleeps only in the Go runtime, until the reply, with no
+ * goroutine to start and no completion to hand back. Deeper queues collect
+ * I/Os in queue() and hand them to the Go side in commit(), one call per
+ * batch, which runs each on a goroutine (a zone's writes one at a time, in
+ * order) and adds its completion to the job's completion queue (struct
+ * zf_cq); getevents() sleeps on that. Trims reset whole zones; fsync
+ * flushes the drives.
  */
 #include <errno.h>
+#include <limits.h>
 #include <pthread.h>
 #include <stddef.h>
 #include <sched.h>
@@ -64,6 +68,7 @@ struct zf_options {
 	unsigned int zone_append;
 	unsigned int zones;
 	unsigned int busy_poll;
+	unsigned int inline_sync;
 };
 
 #define ZF_OPT(nm, field, typ, hlp) { \
@@ -89,6 +94,9 @@ static struct fio_option options[] = {
 	ZF_OPT("insecure", insecure, FIO_OPT_BOOL, "dial plaintext (clusters started with --insecure)"),
 	ZF_OPT("zone_append", zone_append, FIO_OPT_BOOL, "issue writes as zone appends and check where they landed"),
 	ZF_OPT("busy_poll", busy_poll, FIO_OPT_BOOL, "poll for completions instead of sleeping (fewer thread wake-ups, one core busy)"),
+	{ .name = "inline", .lname = "zonefleet inline", .type = FIO_OPT_BOOL, .def = "1",
+	  .help = "iodepth=1: run each I/O inside Go on fio's thread (0: on a goroutine, completion through the queue)",
+	  .off1 = offsetof(struct zf_options, inline_sync), .category = FIO_OPT_C_ENGINE, .group = FIO_OPT_G_INVALID, },
 	{ .name = NULL, },
 };
 
@@ -107,6 +115,7 @@ struct zf_cq {
 	pthread_mutex_t mu;
 	pthread_cond_t cv;
 	unsigned int cap, head, count;
+	unsigned int want; /* the sleeping waiter's minimum (UINT_MAX: none) */
 	struct zf_done *ring;
 	int busy_poll;
 };
@@ -120,7 +129,8 @@ void zf_complete(void *p, uintptr_t tag, int err)
 		q->ring[(q->head + q->count) % q->cap] = (struct zf_done){ .tag = tag, .err = err };
 		__atomic_store_n(&q->count, q->count + 1, __ATOMIC_RELEASE);
 	}
-	pthread_cond_signal(&q->cv);
+	if (q->count >= q->want) /* wake the thread once for its batch, not per completion */
+		pthread_cond_signal(&q->cv);
 	pthread_mutex_unlock(&q->mu);
 }
 
@@ -153,12 +163,14 @@ static unsigned int zf_cq_wait(struct zf_cq *q, unsigned int min, unsigned int m
 			sched_yield();
 		}
 	pthread_mutex_lock(&q->mu);
+	q->want = min;
 	while (q->count < min) {
 		if (!t)
 			pthread_cond_wait(&q->cv, &q->mu);
 		else if (pthread_cond_timedwait(&q->cv, &q->mu, &until) == ETIMEDOUT)
 			break;
 	}
+	q->want = UINT_MAX;
 	while (n < max && q->count > 0) {
 		out[n++] = q->ring[q->head];
 		q->head = (q->head + 1) % q->cap;
@@ -173,7 +185,10 @@ struct zf_data {
 	uintptr_t queue;
 	struct zf_geo geo;
 	int sync;
+	int inline_sync;
 	unsigned int depth;
+	unsigned int npend;
+	struct zf_io *pend;
 	struct zf_cq cq;
 	struct io_u **events;
 	struct zf_done *dones;
@@ -276,12 +291,15 @@ static int zf_init(struct thread_data *td)
 		td->flags |= (unsigned long long)FIO_SYNCIO << TD_ENG_FLAG_SHIFT;
 	d->events = calloc(depth, sizeof(*d->events));
 	d->dones = calloc(depth, sizeof(*d->dones));
+	d->pend = calloc(depth, sizeof(*d->pend));
+	d->inline_sync = d->sync && ((struct zf_options *)td->eo)->inline_sync;
 	d->cq.ring = calloc(depth, sizeof(*d->cq.ring));
-	if (!d->events || !d->dones || !d->cq.ring) {
+	if (!d->events || !d->dones || !d->cq.ring || !d->pend) {
 		td_verror(td, ENOMEM, "zonefleet: queue");
 		return 1;
 	}
 	d->cq.cap = depth;
+	d->cq.want = UINT_MAX;
 	d->cq.busy_poll = ((struct zf_options *)td->eo)->busy_poll;
 	pthread_mutex_init(&d->cq.mu, NULL);
 	pthread_cond_init(&d->cq.cv, NULL);
@@ -307,6 +325,7 @@ static void zf_cleanup(struct thread_data *td)
 	free(d->cq.ring);
 	free(d->events);
 	free(d->dones);
+	free(d->pend);
 	free(d);
 	td->io_ops_data = NULL;
 }
@@ -324,14 +343,50 @@ static enum fio_q_status zf_queue(struct thread_data *td, struct io_u *io_u)
 	}
 	if (io_u->ddir == DDIR_TRIM)
 		len = io_u->xfer_buflen;
-	if (d->sync) {
-		zf_submit(d->queue, (uintptr_t)io_u, io_u->ddir, io_u->offset, io_u->xfer_buf, len);
-		zf_cq_wait(&d->cq, 1, 1, NULL, d->dones);
-		io_u->error = d->dones[0].err;
+	if (d->sync) { /* (an engine with commit() counts its own submissions) */
+		if (d->inline_sync) {
+			io_u->error = zf_do(d->queue, io_u->ddir, io_u->offset, io_u->xfer_buf, len);
+		} else {
+			zf_submit(d->queue, (uintptr_t)io_u, io_u->ddir, io_u->offset, io_u->xfer_buf, len);
+			zf_cq_wait(&d->cq, 1, 1, NULL, d->dones);
+			io_u->error = d->dones[0].err;
+		}
+		io_u_mark_submit(td, 1);
+		io_u_mark_complete(td, 1);
 		return FIO_Q_COMPLETED;
 	}
-	zf_submit(d->queue, (uintptr_t)io_u, io_u->ddir, io_u->offset, io_u->xfer_buf, len);
+	if (d->npend == d->depth) /* (fio commits before it queues more than iodepth) */
+		return FIO_Q_BUSY;
+	d->pend[d->npend++] = (struct zf_io){ .tag = (uintptr_t)io_u, .kind = io_u->ddir, .off = io_u->offset,
+					      .buf = io_u->xfer_buf, .len = len };
 	return FIO_Q_QUEUED;
+}
+
+/* zf_commit starts what queue() collected since the last commit: one entry
+ * into Go per batch (fio's iodepth_batch_submit sets its size). */
+static int zf_commit(struct thread_data *td)
+{
+	struct zf_data *d = td->io_ops_data;
+	struct timespec now;
+	unsigned int i;
+
+	if (!d->npend)
+		return 0;
+	/* (an engine with commit() stamps the issue time and counts its own
+	 * submissions: fio's latencies start here) */
+	if (fio_fill_issue_time(td))
+		fio_gettime(&now, NULL);
+	for (i = 0; i < d->npend; i++) {
+		struct io_u *io_u = (struct io_u *)d->pend[i].tag;
+
+		if (fio_fill_issue_time(td))
+			io_u->issue_time = now;
+		io_u_queued(td, io_u);
+	}
+	zf_submit_batch(d->queue, d->pend, d->npend);
+	io_u_mark_submit(td, d->npend);
+	d->npend = 0;
+	return 0;
 }
 
 static int zf_getevents(struct thread_data *td, unsigned int min, unsigned int max,
@@ -422,9 +477,11 @@ static int zf_get_max_open_zones(struct thread_data *td, struct fio_file *f, uns
 struct ioengine_ops ioengine = {
 	.name			= "zonefleet",
 	.version		= FIO_IOOPS_VERSION,
-	.flags			= FIO_DISKLESSIO | FIO_NODISKUTIL | FIO_NOEXTEND | FIO_RAWIO,
+	.flags			= FIO_DISKLESSIO | FIO_NODISKUTIL | FIO_NOEXTEND | FIO_RAWIO |
+			  FIO_ASYNCIO_SETS_ISSUE_TIME,
 	.init			= zf_init,
 	.queue			= zf_queue,
+	.commit			= zf_commit,
 	.getevents		= zf_getevents,
 	.event			= zf_event,
 	.cleanup		= zf_cleanup,

@@ -165,14 +165,41 @@ func zf_queue_free(h C.uintptr_t) {
 	ch.Delete()
 }
 
-// zf_submit starts one I/O; its completion goes to the queue's cq under tag.
-//
-//export zf_submit
-func zf_submit(h C.uintptr_t, tag C.uintptr_t, kind C.int, off C.uint64_t, buf unsafe.Pointer, n C.uint64_t) {
-	q := cgo.Handle(h).Value().(*queue)
+func op(tag C.uintptr_t, kind C.int, off C.uint64_t, buf unsafe.Pointer, n C.uint64_t) fioengine.Op {
 	o := fioengine.Op{Tag: uintptr(tag), Kind: fioengine.Kind(kind), Off: uint64(off), Len: uint64(n)}
 	if (o.Kind == fioengine.KindRead || o.Kind == fioengine.KindWrite) && buf != nil && n > 0 {
 		o.Buf = unsafe.Slice((*byte)(buf), int(n)) // fio's buffer (C memory), used until the I/O completes
 	}
-	q.Submit(o)
+	return o
+}
+
+// zf_submit starts one I/O; its completion goes to the queue's cq under tag.
+//
+//export zf_submit
+func zf_submit(h C.uintptr_t, tag C.uintptr_t, kind C.int, off C.uint64_t, buf unsafe.Pointer, n C.uint64_t) {
+	cgo.Handle(h).Value().(*queue).Submit(op(tag, kind, off, buf, n))
+}
+
+// zf_submit_batch starts n I/Os (fio's commit of what it queued): one
+// entry into Go for the batch.
+//
+//export zf_submit_batch
+func zf_submit_batch(h C.uintptr_t, ios *C.struct_zf_io, n C.int) {
+	q := cgo.Handle(h).Value().(*queue)
+	for _, io := range unsafe.Slice(ios, int(n)) {
+		q.Submit(op(io.tag, io.kind, io.off, io.buf, io.len))
+	}
+}
+
+// zf_do runs one I/O on the calling thread, fio's, and returns 0 or its
+// errno: the synchronous path (iodepth=1) with no goroutine of its own and
+// no completion queue, so an I/O costs one wake-up of fio's thread (the
+// reply's) instead of a goroutine start and a completion hand-off.
+//
+//export zf_do
+func zf_do(h C.uintptr_t, kind C.int, off C.uint64_t, buf unsafe.Pointer, n C.uint64_t) C.int {
+	q := cgo.Handle(h).Value().(*queue)
+	c := q.Do(op(0, kind, off, buf, n))
+	q.tell(c)
+	return C.int(c.Errno)
 }

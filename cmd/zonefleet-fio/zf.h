@@ -47,6 +47,15 @@ struct zf_zone {
 	int cond;
 };
 
+/* One I/O of a batch (zf_submit_batch). */
+struct zf_io {
+	uintptr_t tag;
+	int kind;
+	uint64_t off;
+	void *buf;
+	uint64_t len;
+};
+
 /* Go hands a completed I/O to the job's completion queue (engine.c). */
 void zf_complete(void *cq, uintptr_t tag, int err);
 

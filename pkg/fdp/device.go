@@ -120,7 +120,9 @@ type Device struct {
 	st      Stats
 	events  []Event
 	evSeq   uint64
-	failed  error // a failed file operation made the device read-only
+	failed  error      // a failed file operation made the device read-only
+	gcBusy  []bool     // group -> a collector is moving a victim's data (with d.mu released)
+	gcDone  *sync.Cond // on d.mu: a collector finished
 }
 
 // Create makes a new, empty device at path (the file must not exist).
@@ -357,7 +359,7 @@ func (d *Device) closeRU(r *ru) {
 // free blocks run low) when the handle has none or its unit is full.
 func (d *Device) hostSlot(ctx context.Context, at time.Duration, group, h int) (int, *ru, time.Duration, error) {
 	hs := &d.handles[group][h]
-	if hs.cur == nil || hs.cur.written == hs.cur.cap(d.g) {
+	for hs.cur == nil || hs.cur.written == hs.cur.cap(d.g) {
 		if hs.cur != nil {
 			hs.cur.open = false
 		}
@@ -367,6 +369,9 @@ func (d *Device) hostSlot(ctx context.Context, at time.Duration, group, h int) (
 			return 0, nil, 0, err
 		}
 		at = max(at, end)
+		if hs.cur != nil { // another writer of the handle opened a unit while d.mu was released
+			continue
+		}
 		r, err := d.allocRU(group, h, false)
 		if err != nil {
 			return 0, nil, 0, err
@@ -406,11 +411,21 @@ func (d *Device) gcSlot(group, h int) (int, *ru, error) {
 // ---- garbage collection ----
 
 // reclaim collects garbage in group until it has a reserve of free
-// blocks for the next reclaim unit; returns when the chips are done.
+// blocks for the next reclaim unit; returns when the chips are done. One
+// collector runs per group; a writer that needs space while another
+// collects waits for it. d.mu is held on entry and return but released
+// while a victim's data moves (collect).
 func (d *Device) reclaim(at time.Duration, group int) (time.Duration, error) {
-	need := (gcReserveRUs + 1) * d.width()
 	end := at
-	for d.nfree[group] < need {
+	for d.nfree[group] < (gcReserveRUs+1)*d.width() {
+		if d.failed != nil {
+			return end, &zerr.UnavailableError{What: "fdp device " + d.path, Reason: "read-only after an I/O error: " + d.failed.Error()}
+		}
+		if d.gcBusy[group] {
+			d.gcDone.Wait()
+			continue
+		}
+		need := (gcReserveRUs + 1) * d.width()
 		v := d.pickVictim(group)
 		if v == nil {
 			if d.nfree[group] > 0 {
@@ -418,7 +433,10 @@ func (d *Device) reclaim(at time.Duration, group int) (time.Duration, error) {
 			}
 			return end, &zerr.NoResourcesError{Resource: fmt.Sprintf("reclaimable flash in reclaim group %d", group), Requested: uint64(need), Available: uint64(d.nfree[group])}
 		}
+		d.gcBusy[group] = true
 		e, err := d.collect(at, v)
+		d.gcBusy[group] = false
+		d.gcDone.Broadcast()
 		if err != nil {
 			return end, err
 		}
@@ -465,20 +483,45 @@ func (d *Device) pickVictim(group int) *ru {
 	return best
 }
 
+// gcMove is one LBA a collection moves: from slot src of the victim to
+// slot dst of a GC unit, as of the victim's snapshot.
+type gcMove struct {
+	src, dst int
+	lba      int32
+	seq      uint64
+	copies   uint32
+	to       *ru
+}
+
 // collect moves v's valid data to GC units (the handle's own when it is
 // persistently isolated, the group's shared one otherwise), makes the
-// copies durable, then erases v's blocks.
+// copies durable, then erases v's blocks. It is called with d.mu held and
+// returns with it held, but does its file I/O with d.mu released, in
+// three steps:
+//
+//  1. under d.mu: snapshot v's valid LBAs (LBA, sequence number, GC
+//     moves), take a GC slot for each (its unit counts the copy in
+//     flight, so it is never a victim meanwhile) and book the moves on the
+//     flash model;
+//  2. without d.mu: read each LBA's data from v and write it, with its
+//     out-of-band record (the host write's sequence number, one more GC
+//     move), to its GC slot; hosts read and write meanwhile (v is closed
+//     and only this collector erases it, so its data stays readable);
+//  3. under d.mu: publish each copy whose LBA still maps to the slot it
+//     came from. A copy of an LBA written or trimmed since step 1 is left
+//     unmapped: the newer write or trim has the higher sequence number,
+//     so it also wins at recovery. Then, with d.mu released again, the
+//     erase barrier (data file and journal made durable), and under d.mu
+//     the erase.
 func (d *Device) collect(at time.Duration, v *ru) (time.Duration, error) {
 	dst := gcShared
 	if v.handle != gcShared && d.cfg.Handles[v.handle] == PersistentlyIsolated {
 		dst = v.handle
 	}
 	end := at
-	moved := uint64(0)
-	buf := make([]byte, d.g.bs)
-	ob := make([]byte, oobSize)
 	lastRead := -1
 	cfg := d.cfg.Flash.Resolved()
+	var moves []gcMove
 	for _, b := range v.blocks {
 		for s := b * d.g.slotsPerBlock; s < (b+1)*d.g.slotsPerBlock; s++ {
 			lba := d.p2l[s]
@@ -487,31 +530,11 @@ func (d *Device) collect(at time.Duration, v *ru) (time.Duration, error) {
 			}
 			ns, nr, err := d.gcSlot(v.group, dst)
 			if err != nil {
+				d.abandon(moves)
 				return end, err
 			}
-			if _, err := d.data.ReadAt(buf, d.l.dataOff(s)); err != nil && !errors.Is(err, io.EOF) {
-				return end, d.fail("gc read", err)
-			}
-			d.copies[lba]++
-			o := oob{dcrc: crc(buf), lba: uint64(lba), seq: d.seq[lba], ru: nr.id, group: uint16(nr.group), handle: uint16(dst), gc: true, copies: d.copies[lba]}
-			o.encode(ob)
-			if _, err := d.data.WriteAt(buf, d.l.dataOff(ns)); err != nil {
-				return end, d.fail("gc write", err)
-			}
-			if _, err := d.data.WriteAt(ob, d.l.oobOff(ns)); err != nil {
-				return end, d.fail("gc write", err)
-			}
-			d.p2l[s] = -1
-			v.valid--
-			d.p2l[ns] = lba
-			d.l2p[lba] = int32(ns)
-			nr.valid++
-			moved++
-			d.st.MediaBytesWritten += uint64(d.g.bs)
-			d.st.GCCopies++
-			if v.handle != gcShared {
-				d.handles[v.group][v.handle].gcInBytes += uint64(d.g.bs)
-			}
+			nr.inflight++
+			moves = append(moves, gcMove{src: s, dst: ns, lba: lba, seq: d.seq[lba], copies: d.copies[lba] + 1, to: nr})
 			if d.model != nil {
 				sc, dc := d.chipOf(d.blockOf(s)), d.chipOf(d.blockOf(ns))
 				lastPage := (ns+1)%d.g.chunk == 0
@@ -532,12 +555,43 @@ func (d *Device) collect(at time.Duration, v *ru) (time.Duration, error) {
 			}
 		}
 	}
+
+	d.mu.Unlock()
+	err := d.copyOut(moves, dst)
+	d.mu.Lock()
+	if err != nil {
+		d.abandon(moves)
+		return end, d.fail("gc", err)
+	}
+	moved := uint64(0)
+	for _, m := range moves {
+		m.to.inflight--
+		d.st.MediaBytesWritten += uint64(d.g.bs)
+		d.st.GCCopies++
+		if v.handle != gcShared {
+			d.handles[v.group][v.handle].gcInBytes += uint64(d.g.bs)
+		}
+		if d.l2p[m.lba] != int32(m.src) {
+			continue // written or trimmed since the snapshot: the copy is stale
+		}
+		d.p2l[m.src] = -1
+		v.valid--
+		d.p2l[m.dst] = m.lba
+		d.l2p[m.lba] = int32(m.dst)
+		d.copies[m.lba] = m.copies
+		m.to.valid++
+		moved++
+	}
+
 	// Erase barrier: the copies and every trim record reach the disk
 	// before the blocks that held the old data may be reused.
-	if err := d.data.Datasync(); err != nil {
-		return end, d.fail("gc sync", err)
+	d.mu.Unlock()
+	err = d.data.Datasync()
+	if err == nil {
+		err = d.jnl.Datasync()
 	}
-	if err := d.jnl.Datasync(); err != nil {
+	d.mu.Lock()
+	if err != nil {
 		return end, d.fail("gc sync", err)
 	}
 	if moved > 0 {
@@ -561,6 +615,34 @@ func (d *Device) collect(at time.Duration, v *ru) (time.Duration, error) {
 	}
 	d.st.RUsReclaimed++
 	return end, nil
+}
+
+// copyOut writes the moves' data and out-of-band records to their GC
+// slots; d.mu is not held.
+func (d *Device) copyOut(moves []gcMove, dst int) error {
+	buf := make([]byte, d.g.bs)
+	ob := make([]byte, oobSize)
+	for _, m := range moves {
+		if _, err := d.data.ReadAt(buf, d.l.dataOff(m.src)); err != nil && !errors.Is(err, io.EOF) {
+			return fmt.Errorf("read: %w", err)
+		}
+		o := oob{dcrc: crc(buf), lba: uint64(m.lba), seq: m.seq, ru: m.to.id, group: uint16(m.to.group), handle: uint16(dst), gc: true, copies: m.copies}
+		o.encode(ob)
+		if _, err := d.data.WriteAt(buf, d.l.dataOff(m.dst)); err != nil {
+			return fmt.Errorf("write: %w", err)
+		}
+		if _, err := d.data.WriteAt(ob, d.l.oobOff(m.dst)); err != nil {
+			return fmt.Errorf("write: %w", err)
+		}
+	}
+	return nil
+}
+
+// abandon gives up the moves' GC slots (they stay unwritten, invalid).
+func (d *Device) abandon(moves []gcMove) {
+	for _, m := range moves {
+		m.to.inflight--
+	}
 }
 
 // fail makes the device read-only after a failed file operation.

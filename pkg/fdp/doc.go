@@ -95,11 +95,19 @@
 // never a GC victim) and publish the mapping under it (an older sequence
 // number never replaces a newer one). Reads look up and pin the blocks
 // under it and read the file with no lock held; a block erased while
-// pinned is freed by its last reader. Garbage collection, which runs
-// inside the write that needs space, does its file I/O under the mutex:
-// foreground GC stalls the drive's writers, as it does on a real drive.
-// Trims append their journal record under the mutex. Close waits for the
-// commands in flight.
+// pinned is freed by its last reader. Garbage collection runs inside the
+// write that needs space (foreground, as on a real drive: that writer
+// waits for it), one collector per reclaim group; a writer of the same
+// group that needs a unit meanwhile waits for it, every other command
+// goes on. A collection snapshots its victim's valid LBAs and takes their
+// GC slots under the mutex, copies the data and out-of-band records with
+// no lock held (the victim is closed and only its collector erases it,
+// so its data stays readable), publishes under the mutex each copy whose
+// LBA still maps to the slot it was copied from (an LBA written or
+// trimmed meanwhile keeps the newer content, which also has the higher
+// sequence number at recovery), and makes the erase barrier durable with
+// no lock held before it frees the victim's blocks. Trims append their
+// journal record under the mutex. Close waits for the commands in flight.
 //
 // # ZNS and FDP on one drive (design)
 //

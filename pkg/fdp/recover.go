@@ -4,6 +4,7 @@ import (
 	"errors"
 	"io"
 	"os"
+	"sync"
 
 	"github.com/zonefleet/zonefleet/pkg/vfs"
 	"github.com/zonefleet/zonefleet/pkg/zerr"
@@ -40,6 +41,8 @@ func (d *Device) initState() {
 	d.pending = make([]bool, nb)
 	d.free = make([][]int, g.chips)
 	d.nfree = make([]int, g.groups)
+	d.gcBusy = make([]bool, g.groups)
+	d.gcDone = sync.NewCond(&d.mu)
 	d.rus = map[uint64]*ru{}
 	d.handles = make([][]handleState, g.groups)
 	d.gcRU = make([][]*ru, g.groups)

@@ -73,10 +73,13 @@ func NewQueue(t Target, zoneAppend bool) *Queue {
 
 // NewQueueFunc is NewQueue whose completions go to done, called on the
 // goroutine that ran the Op, instead of to Wait. The engine hands them to
-// fio's thread this way (a C completion queue it sleeps on), so that the
-// thread never waits inside Go: a goroutine that a C thread runs is locked
-// to it, and waking it takes a scheduler handoff more than waking the
-// thread itself.
+// fio's thread this way (a C completion queue it sleeps on) when several
+// I/Os are in flight: a goroutine that a C thread runs is locked to it,
+// so waking it inside Go for each completion takes a scheduler hand-off
+// more than waking the thread itself. A synchronous I/O, whose caller
+// would wait for its completion anyway, runs with Do on the caller's
+// thread instead: one hand-off (the reply's) instead of two (starting a
+// goroutine, handing back its completion).
 func NewQueueFunc(t Target, zoneAppend bool, done func(Completion)) *Queue {
 	q := &Queue{t: t, geo: t.Geometry(), append: zoneAppend, notify: make(chan struct{}, 1), zones: map[uint64]*zoneWrites{}, done: done}
 	q.ctx, q.cancel = context.WithCancel(context.Background())

@@ -10,15 +10,21 @@ import (
 // placement policies, on the virtual clock (deterministic).
 func benchFDPCmd(g *Globals) *cobra.Command {
 	o := fdpbench.Defaults()
+	var plotPath string
 	c := &cobra.Command{
 		Use:   "fdp",
-		Short: "FDP drive WAF: lifetime-matched placement vs one handle vs no FDP, and a three-stream mismatched-lifetime workload (deterministic)",
+		Short: "FDP drive WAF: lifetime-matched placement vs one handle vs no FDP, a three-stream mismatched-lifetime workload, fileserver and varmail (deterministic)",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			g.progress("zctl bench fdp: %v, %.1f passes…", o.Workloads, o.Passes)
 			res, err := fdpbench.Run(cmd.Context(), o)
 			if err != nil {
 				return err
+			}
+			if plotPath != "" {
+				if err := res.Plot(plotPath); err != nil {
+					return err
+				}
 			}
 			return g.emit(res, res.WriteTable)
 		},
@@ -30,6 +36,7 @@ func benchFDPCmd(g *Globals) *cobra.Command {
 	c.Flags().IntVar(&o.RUChips, "ru-chips", o.RUChips, "reclaim unit size in chips (one flash block each)")
 	c.Flags().IntVar(&o.BlocksPerChip, "blocks-per-chip", o.BlocksPerChip, "flash blocks per chip (drive size)")
 	c.Flags().StringVar(&o.Victim, "victim", o.Victim, "garbage collection victim policy: greedy or cost-benefit")
-	c.Flags().StringSliceVar(&o.Workloads, "workloads", o.Workloads, "workloads: lifetime, hotcold, three-stream")
+	c.Flags().StringSliceVar(&o.Workloads, "workloads", o.Workloads, "workloads: lifetime, hotcold, three-stream, fileserver, varmail")
+	c.Flags().StringVar(&plotPath, "plot", "", "also write a bar chart of the WAF per workload and placement to this file (.png, .svg or .pdf)")
 	return c
 }

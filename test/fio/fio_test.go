@@ -246,6 +246,23 @@ func TestDriveJobs(t *testing.T) {
 		assert.Equal(t, int64(2*zoneCap), r.report.Jobs[0].Read.IOBytes, "verified")
 	})
 
+	t.Run("synchronous I/O through the completion queue (inline=0)", func(t *testing.T) {
+		r := c.fio(t, node, "--name=queued", "--thread", "--ioengine=external:"+engine, "--filename=zf", "--node=node-1",
+			"--inline=0", "--zonemode=zbd", "--direct=1", "--offset=122z", "--size=2z", "--rw=write", "--bs=128k",
+			"--iodepth=1", "--verify=crc32c")
+		clean(t, r)
+		assert.Equal(t, int64(2*zoneCap), r.report.Jobs[0].Read.IOBytes, "verified")
+	})
+
+	t.Run("batched submission", func(t *testing.T) {
+		r := c.fio(t, node, "--name=batch", "--thread", "--ioengine=external:"+engine, "--filename=zf", "--node=node-1",
+			"--zonemode=zbd", "--direct=1", "--offset=124z", "--size=2z", "--rw=randwrite", "--bs=64k", "--iodepth=16",
+			"--iodepth_batch_submit=8", "--iodepth_batch_complete_min=4", "--verify=crc32c")
+		clean(t, r)
+		assert.Equal(t, int64(2*zoneCap), r.report.Jobs[0].Write.IOBytes)
+		assert.Equal(t, int64(2*zoneCap), r.report.Jobs[0].Read.IOBytes, "verified")
+	})
+
 	t.Run("a write off the write pointer fails the job with EIO", func(t *testing.T) {
 		r := c.fio(t, node, job("drive-wp-violation.fio"))
 		assert.NotEqual(t, 0, r.code, "fio must fail")

@@ -23,12 +23,26 @@
 //     survivors of all three in one reclaim unit per group, persistently
 //     isolated handles keep them apart. Crossed, the hints say nothing of
 //     lifetimes (the adversarial case for placement).
+//   - fileserver and varmail: Filebench's personalities as the block I/O
+//     a journaling file system with discard sends the drive (fs.go): file
+//     data in extents of a next-fit allocator, inode and directory blocks
+//     rewritten in place, a circular journal, a trim of every extent of a
+//     deleted file. fileserver: files of 128 KiB mean (exponential), per
+//     iteration a file created, one appended 16 KiB, one deleted, a
+//     journal commit. varmail: 16 KiB files, one created, two appended
+//     16 KiB with an fsync each, one deleted: three journal commits. The
+//     file set is created up to the utilization (the fill), then
+//     iterations run until the host has written Passes x the used
+//     capacity, files deleted at random to stay at the utilization. Reads
+//     are left out: they move no data on the flash.
 //
 // Placements: matched (each stream on its own handle; initially isolated
 // unless the row says persistently isolated), crossed (each write on a
 // random handle: hints that say nothing of lifetimes), one-handle (the same FDP
 // drive, every write on handle 0) and no-fdp (a drive with one handle:
-// a conventional page-mapped SSD).
+// a conventional page-mapped SSD); for the file-system workloads,
+// fs-hints (the journal, the metadata and the file data each on its own
+// handle, as F2FS tags its logs with write hints) in place of matched.
 //
 // Figures per row: host and media bytes of the measured phase, WAF =
 // media/host, GC copies and copybacks, modelled host throughput and chip
@@ -66,7 +80,7 @@ type Options struct {
 // units of 2 chips, greedy victims, every workload.
 func Defaults() Options {
 	return Options{Seed: 1, Passes: 3, Utilization: 0.9, OverProvision: 0.12, RUChips: 2, BlocksPerChip: 64, Victim: "greedy",
-		Workloads: []string{"lifetime", "hotcold", "three-stream"}}
+		Workloads: []string{"lifetime", "hotcold", "three-stream", "fileserver", "varmail"}}
 }
 
 // Row is one workload under one placement.
@@ -175,7 +189,10 @@ func workload(name string) ([]stream, []placement, error) {
 		ss = []s{{0.1, 0.65, false}, {0.3, 0.3, true}, {0.6, 0.05, false}}
 		pl = []placement{{"matched", ii(3), true, false}, {"matched", pi(3), true, false}, {"crossed", ii(3), false, true}, {"one-handle", ii(3), false, false}, {"no-fdp", ii(1), false, false}}
 	default:
-		return nil, nil, &zerr.InvalidArgumentError{Field: "workloads", Reason: fmt.Sprintf("unknown workload %q (want lifetime, hotcold or three-stream)", name)}
+		if _, ok := fsProfiles[name]; ok {
+			return nil, fsPlacements(), nil
+		}
+		return nil, nil, &zerr.InvalidArgumentError{Field: "workloads", Reason: fmt.Sprintf("unknown workload %q (want lifetime, hotcold, three-stream, fileserver or varmail)", name)}
 	}
 	out := make([]stream, len(ss))
 	for i, x := range ss {
@@ -222,7 +239,12 @@ func Run(ctx context.Context, o Options) (*Result, error) {
 					cfg.Flash.Channels*cfg.Flash.Ways, cfg.Flash.BlocksPerChip, cfg.Flash.PagesPerBlock, cfg.Flash.PageSize>>10, phys>>20, lbas>>20,
 					cfg.RUChips, cfg.RUChips*cfg.Flash.PagesPerBlock*cfg.Flash.PageSize>>10)
 			}
-			row, err := runOne(ctx, o, cfg, w, streams, p)
+			var row Row
+			if _, fs := fsProfiles[w]; fs {
+				row, err = runFS(ctx, o, cfg, w, p)
+			} else {
+				row, err = runOne(ctx, o, cfg, w, streams, p)
+			}
 			if err != nil {
 				return nil, err
 			}
@@ -280,10 +302,7 @@ func runOne(ctx context.Context, o Options, cfg fdp.Config, name string, proto [
 			}
 		}
 	}
-	before := dev.Stats()
-	t0 := clk.Now()
-	busy0 := dev.Status().ChipBusyNs
-	events0 := len(dev.Events(0))
+	m := startMeasure(dev, clk)
 	total := uint64(o.Passes * float64(units))
 	for range total {
 		x := rng.Float64()
@@ -306,19 +325,26 @@ func runOne(ctx context.Context, o Options, cfg fdp.Config, name string, proto [
 			return Row{}, err
 		}
 	}
+	return m.row(dev, clk, name, p), dev.Close()
+}
+
+// row is the figures of the measured phase that started at m.
+func (m measure) row(dev *fdp.Device, clk clock.Clock, name string, p placement) Row {
+	before := m.before
 	after := dev.Stats()
 	st := dev.Status()
-	dt := clk.Now() - t0
+	dt := clk.Now() - m.t0
 	var busy int64
 	for c, b := range st.ChipBusyNs {
-		busy += b - busy0[c]
+		busy += b - m.busy0[c]
 	}
 	row := Row{Workload: name, Placement: p.name, Handles: handlesName(p.handles),
 		HostBytes: after.HostBytesWritten - before.HostBytesWritten, MediaBytes: after.MediaBytesWritten - before.MediaBytesWritten,
 		ErasedBytes: after.MediaBytesErased - before.MediaBytesErased, GCCopies: after.GCCopies - before.GCCopies,
 		Copybacks: after.Copybacks - before.Copybacks, RUsReclaimed: after.RUsReclaimed - before.RUsReclaimed,
 		ModelledMs: float64(dt) / float64(time.Millisecond)}
-	for _, e := range dev.Events(0)[min(events0, len(dev.Events(0))):] {
+	evs := dev.Events(0)
+	for _, e := range evs[min(m.ev0, len(evs)):] {
 		if e.Type == fdp.EventMediaReallocated {
 			row.MediaRealloc++
 		}
@@ -331,7 +357,11 @@ func runOne(ctx context.Context, o Options, cfg fdp.Config, name string, proto [
 		row.ChipUtil = round(float64(busy)/float64(int64(dt)*int64(len(st.ChipBusyNs))), 3)
 	}
 	row.ModelledMs = round(row.ModelledMs, 1)
-	return row, dev.Close()
+	return row
+}
+
+func bad(field, format string, a ...any) error {
+	return &zerr.InvalidArgumentError{Field: field, Reason: fmt.Sprintf(format, a...)}
 }
 
 func round(x float64, digits int) float64 {

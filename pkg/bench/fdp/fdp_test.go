@@ -1,8 +1,11 @@
 package fdpbench
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
+	"os"
+	"path/filepath"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -53,8 +56,8 @@ func TestPlacementBands(t *testing.T) {
 // TestDeterministic: the same options give the same figures.
 func TestDeterministic(t *testing.T) {
 	o := Defaults()
-	o.Passes = 0.5
-	o.Workloads = []string{"hotcold"}
+	o.Passes = 0.25
+	o.Workloads = []string{"hotcold", "varmail"}
 	a, err := Run(context.Background(), o)
 	require.NoError(t, err)
 	b, err := Run(context.Background(), o)
@@ -64,4 +67,33 @@ func TestDeterministic(t *testing.T) {
 	require.Equal(t, string(ja), string(jb))
 	_, err = Run(context.Background(), Options{Workloads: []string{"nope"}})
 	require.ErrorIs(t, err, zerr.ErrInvalidArgument)
+}
+
+// TestFileSystemWorkloads: on fileserver and varmail, the file system's
+// hints (journal, metadata, data on their own handles) lower the WAF well
+// below one handle, which behaves as a conventional SSD; the measured phase
+// writes what Passes asks; the plot is written.
+func TestFileSystemWorkloads(t *testing.T) {
+	o := Defaults()
+	o.Passes = 0.5
+	o.Workloads = []string{"fileserver", "varmail"}
+	r, err := Run(context.Background(), o)
+	require.NoError(t, err)
+	require.Len(t, r.Rows, 8)
+	for _, x := range r.Rows {
+		require.GreaterOrEqual(t, x.WAF, 1.0, "%+v", x)
+		require.GreaterOrEqual(t, float64(x.HostBytes), o.Passes*o.Utilization*float64(56<<20)*0.99, "%+v", x)
+	}
+	for _, w := range o.Workloads {
+		h, one, none := find(t, r, w, "fs-hints", "3 ii"), find(t, r, w, "one-handle", "3 ii"), find(t, r, w, "no-fdp", "1")
+		require.Less(t, h.WAF, one.WAF-0.1, "%s: file-system hints", w)
+		require.Less(t, h.GCCopies, one.GCCopies, w)
+		require.InDelta(t, one.WAF, none.WAF, 0.05, "%s: one handle of an FDP drive is a conventional SSD", w)
+		require.Greater(t, h.HostMBps, one.HostMBps, w)
+	}
+	path := filepath.Join(t.TempDir(), "waf.png")
+	require.NoError(t, r.Plot(path))
+	b, err := os.ReadFile(path)
+	require.NoError(t, err)
+	require.True(t, bytes.HasPrefix(b, []byte("\x89PNG")), "a PNG")
 }
