@@ -583,7 +583,7 @@ func localMount(ctx context.Context, g *Globals, cl *localcluster.Cluster, ns, d
 
 func fsCmd(g *Globals) *cobra.Command {
 	cmd := &cobra.Command{Use: "fs", Short: "mounted file systems"}
-	cmd.AddCommand(fsStatCmd(g))
+	cmd.AddCommand(fsStatCmd(g), fsDropCachesCmd(g))
 	return cmd
 }
 
