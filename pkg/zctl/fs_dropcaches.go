@@ -26,6 +26,12 @@ func DropMountCaches(dir string) (before, after int, err error) {
 		}
 		return 0, 0, fmt.Errorf("drop the caches of %s: %w", dir, err)
 	}
+	if _, err := unix.Getxattr(dir, fusefs.DropCachesXattr, nil); err == nil {
+		// a mount without the control stored the name as an ordinary
+		// attribute: take it away again and say so
+		_ = unix.Removexattr(dir, fusefs.DropCachesXattr)
+		return 0, 0, &exitError{code: ExitFailed, err: fmt.Errorf("the mount at %s has no drop-caches control (an older zctl mount)", dir)}
+	}
 	so, err := ReadMountStats(dir)
 	if err != nil {
 		return 0, 0, err
