@@ -2,39 +2,60 @@
 # Real applications on a ZoneFleet mount vs go-fuse's loopback over a plain
 # directory, in the same run: RocksDB db_bench (fillseq, overwrite,
 # readrandom, readwhilewriting; one thread, 400-byte values, as eZNS §5.3
-# evaluates with RocksDB) and an sqlite transaction workload (WAL,
-# synchronous=FULL: every commit is an fsync). Prints ops/s per target and
-# the ratio zonefleet / loopback (1.0 = as fast as the kernel FUSE path over
-# a local directory).
+# evaluates with RocksDB), an sqlite transaction workload (WAL,
+# synchronous=FULL: every commit is an fsync) and fio (sequential 1 MiB write
+# and read, random 4 KiB read at QD1 and libaio QD16, random 4 KiB write
+# with an fsync every 32). Prints the figure per target and the ratio
+# zonefleet / loopback (1.0 = as fast as the kernel FUSE path over a local
+# directory).
+#
+# The loopback is bench/apps/loopback: go-fuse's loopback file system
+# WITHOUT FUSE passthrough (every byte goes through its daemon, as on a
+# ZoneFleet mount); LOOPBACK_PASSTHROUGH=1 lets the kernel pass reads and
+# writes straight to the backing files instead (go-fuse's default as root).
+# fio's file (FIO_SIZE, default 1 GiB) is four times lfs's page cache; fio
+# drops the kernel's cache of it before each job (invalidate=1), the host
+# page cache under both sides stays.
 #
 #   make build                        # bin/zctl
-#   apt-get install rocksdb-tools sqlite3
+#   apt-get install rocksdb-tools sqlite3 fio   # a missing tool skips its rows
 #   sudo bench/apps/run.sh            # FUSE mounts: root, or fusermount3 + user_allow_other
 #
 # Environment: NUM (db_bench keys, default 200000), SQLITE_TXNS (default 2000),
-# SQLITE_ROWS (rows per transaction, default 10), WORK (scratch directory,
-# default a new one under /tmp), CLOCK (drive clock of the local cluster:
-# realtime (default) or off), ZCTL (default bin/zctl).
+# SQLITE_ROWS (rows per transaction, default 10), FIO_SIZE (default 1G),
+# FIO_RUNTIME (seconds of each random fio job, default 15), WORK (scratch
+# directory, default a new one under /tmp), CLOCK (drive clock of the local
+# cluster: realtime (default) or off), ZCTL (default bin/zctl),
+# LOOPBACK_PASSTHROUGH (default 0).
 set -euo pipefail
 
 cd "$(dirname "$0")/../.."
 NUM=${NUM:-200000}
 SQLITE_TXNS=${SQLITE_TXNS:-2000}
 SQLITE_ROWS=${SQLITE_ROWS:-10}
+FIO_SIZE=${FIO_SIZE:-1G}
+FIO_RUNTIME=${FIO_RUNTIME:-15}
+LOOPBACK_PASSTHROUGH=${LOOPBACK_PASSTHROUGH:-0}
 CLOCK=${CLOCK:-realtime}
 ZCTL=${ZCTL:-bin/zctl}
 WORK=${WORK:-$(mktemp -d /tmp/zf-apps.XXXXXX)}
 DB_BENCH=${DB_BENCH:-$(command -v db_bench || command -v rocksdb_db_bench || true)}
 
-for tool in "$ZCTL" "$DB_BENCH" sqlite3 fusermount3; do
-	if [[ -z "$tool" ]] || ! command -v "$tool" >/dev/null; then
-		echo "missing tool: ${tool:-db_bench} (make build; apt-get install rocksdb-tools sqlite3 fuse3)" >&2
+for tool in "$ZCTL" fusermount3; do
+	if ! command -v "$tool" >/dev/null; then
+		echo "missing tool: $tool (make build; apt-get install fuse3)" >&2
 		exit 2
 	fi
 done
+have() { [[ -n "$1" ]] && command -v "$1" >/dev/null; }
+for tool in "${DB_BENCH:-db_bench}" sqlite3 fio; do
+	have "$tool" || echo "missing $tool: its rows are skipped (apt-get install rocksdb-tools sqlite3 fio)" >&2
+done
 
 mkdir -p "$WORK/zf-mnt" "$WORK/lb-mnt" "$WORK/lb-dir"
-go build -o "$WORK/loopback" github.com/hanwen/go-fuse/v2/example/loopback
+go build -o "$WORK/loopback" ./bench/apps/loopback
+lb_flags=()
+[[ $LOOPBACK_PASSTHROUGH == 1 ]] && lb_flags=(-passthrough)
 
 pids=()
 cleanup() {
@@ -56,7 +77,7 @@ wait_mount() {
 
 "$ZCTL" local up --data "$WORK/zf-data" --mount "$WORK/zf-mnt" --clock "$CLOCK" >"$WORK/zctl.log" 2>&1 &
 pids+=($!)
-"$WORK/loopback" -q "$WORK/lb-mnt" "$WORK/lb-dir" >"$WORK/loopback.log" 2>&1 &
+"$WORK/loopback" "${lb_flags[@]}" "$WORK/lb-mnt" "$WORK/lb-dir" >"$WORK/loopback.log" 2>&1 &
 pids+=($!)
 wait_mount "$WORK/zf-mnt"
 wait_mount "$WORK/lb-mnt"
@@ -104,19 +125,48 @@ run_sqlite() { # target dir
 	result[$target.sqlite_txn]=$(echo "$SQLITE_TXNS / ($t1 - $t0)" | bc -l | xargs printf '%.0f')
 }
 
+# fio: MiB/s for the sequential jobs, IOPS for the random ones; fio's own
+# JSON output of every job goes to $WORK/fio.TARGET.json.
+fio_job() { # target dir name args...
+	local target=$1 dir=$2 name=$3
+	shift 3
+	fio --name="$name" --filename="$dir/fio.dat" --size="$FIO_SIZE" --output-format=json "$@" \
+		>"$WORK/fio.$target.$name.json" 2>>"$WORK/fio.$target.log" || return 0
+	cat "$WORK/fio.$target.$name.json" >>"$WORK/fio.$target.json"
+	result[$target.fio_$name]=$(python3 -c '
+import json, sys
+j = json.load(open(sys.argv[1]))["jobs"][0]
+rw = j["read"] if j["read"]["io_bytes"] else j["write"]
+print("%.1f" % (rw["bw"] / 1024) if sys.argv[2] == "seq" else "%.0f" % rw["iops"])' \
+		"$WORK/fio.$target.$name.json" "${name%%_*}")
+}
+run_fio() { # target dir
+	local target=$1 dir=$2
+	rm -f "$dir/fio.dat"
+	fio_job "$target" "$dir" seq_write_1m --rw=write --bs=1M --ioengine=psync --end_fsync=1
+	fio_job "$target" "$dir" seq_read_1m --rw=read --bs=1M --ioengine=psync
+	fio_job "$target" "$dir" rand_read_4k_qd1 --rw=randread --bs=4k --ioengine=psync --runtime="$FIO_RUNTIME" --time_based
+	fio_job "$target" "$dir" rand_read_4k_qd16 --rw=randread --bs=4k --ioengine=libaio --iodepth=16 --runtime="$FIO_RUNTIME" --time_based
+	fio_job "$target" "$dir" rand_write_4k_fsync32 --rw=randwrite --bs=4k --ioengine=psync --fsync=32 --runtime="$FIO_RUNTIME" --time_based
+	rm -f "$dir/fio.dat"
+}
+
 for target in zonefleet loopback; do
 	dir="$WORK/zf-mnt"
 	[[ $target == loopback ]] && dir="$WORK/lb-mnt"
 	echo "running on $target ($dir)…" >&2
-	run_db_bench "$target" "$dir"
-	run_sqlite "$target" "$dir"
+	if have "$DB_BENCH"; then run_db_bench "$target" "$dir"; fi
+	if have sqlite3; then run_sqlite "$target" "$dir"; fi
+	if have fio; then run_fio "$target" "$dir"; fi
 	rm -rf "$dir/rocksdb" "$dir"/bench.sqlite*
 done
 
-printf '%-18s %16s %16s %8s\n' workload "zonefleet ops/s" "loopback ops/s" ratio
-for w in fillseq overwrite readrandom readwhilewriting sqlite_txn; do
+printf '%-22s %16s %16s %8s\n' workload "zonefleet" "loopback" ratio
+for w in fillseq overwrite readrandom readwhilewriting sqlite_txn \
+	fio_seq_write_1m fio_seq_read_1m fio_rand_read_4k_qd1 fio_rand_read_4k_qd16 fio_rand_write_4k_fsync32; do
 	z=${result[zonefleet.$w]:-0} l=${result[loopback.$w]:-0}
 	r=$(if [[ $l != 0 ]]; then echo "$z / $l" | bc -l | xargs printf '%.2f'; else echo nan; fi)
-	printf '%-18s %16s %16s %8s\n' "$w" "$z" "$l" "$r"
+	printf '%-22s %16s %16s %8s\n' "$w" "$z" "$l" "$r"
 done
+echo "(ops/s; fio_seq_*: MiB/s, fio_rand_*: IOPS; loopback: bench/apps/loopback, passthrough=$LOOPBACK_PASSTHROUGH)"
 echo "(NUM=$NUM keys of 400 bytes, one thread; sqlite: $SQLITE_TXNS transactions of $SQLITE_ROWS rows, WAL, synchronous=FULL; logs in $WORK)"

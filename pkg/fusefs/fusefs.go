@@ -474,6 +474,9 @@ func (f *FS) SetXAttr(_ <-chan struct{}, in *fuse.SetXAttrIn, name string, data 
 	if in.NodeId == lfs.RootIno && name == StatsXattr {
 		return status(syscall.EPERM)
 	}
+	if in.NodeId == lfs.RootIno && name == DropCachesXattr {
+		return f.dropCaches(in, data)
+	}
 	if name == aclAccess || name == aclDefault {
 		// The kernel checks permissions from the mode bits alone (no
 		// FUSE_POSIX_ACL): a stored ACL would not be enforced, so that

@@ -2,6 +2,7 @@ package wire
 
 import (
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/experimental"
 	"google.golang.org/grpc/keepalive"
 )
 
@@ -37,11 +38,16 @@ func TransportServerOptions(tls bool) []grpc.ServerOption {
 }
 
 // TransportDialOptions are the transport options of a client connection
-// that is TLS (tls) or plaintext TCP / a unix socket: the buffers, and the
-// header list limit (MaxHeaderListBytes) on what the server sends back.
+// that is TLS (tls) or plaintext TCP / a unix socket: the buffers, the
+// header list limit (MaxHeaderListBytes) on what the server sends back, and
+// Pool for the receive buffers, as the server has (ServerOptions): gRPC's
+// default pool clears every buffer it hands out, and a client reading 1 MiB
+// replies clears each of them before the transport overwrites it whole
+// (memclr was 3.7 % of a FUSE mount's CPU on a sequential read, all of it
+// under the client transport's reader).
 func TransportDialOptions(tls bool) []grpc.DialOption {
 	opts := []grpc.DialOption{grpc.WithWriteBufferSize(TransportBufferBytes), grpc.WithSharedWriteBuffer(true),
-		grpc.WithMaxHeaderListSize(MaxHeaderListBytes)}
+		grpc.WithMaxHeaderListSize(MaxHeaderListBytes), experimental.WithBufferPool(Pool)}
 	if !tls {
 		opts = append(opts, grpc.WithReadBufferSize(TransportBufferBytes))
 	}

@@ -583,7 +583,7 @@ func localMount(ctx context.Context, g *Globals, cl *localcluster.Cluster, ns, d
 
 func fsCmd(g *Globals) *cobra.Command {
 	cmd := &cobra.Command{Use: "fs", Short: "mounted file systems"}
-	cmd.AddCommand(fsStatCmd(g))
+	cmd.AddCommand(fsStatCmd(g), fsDropCachesCmd(g))
 	return cmd
 }
 
@@ -695,7 +695,12 @@ Throughput: sequential 1 MiB and random 4 KiB writes and reads on the ZoneFleet 
 and on go-fuse's loopback file system over a plain directory in the same run
 (vs_fuse_loopback = ZoneFleet / loopback; drive clock off: the software path),
 medians of 3 runs with the mounts alternating; each sequential point moves
---seq-total-mib in passes over the --seq-mib file.
+--seq-total-mib in passes over the --seq-mib file. The points follow fio's
+semantics: the file is twice lfs's page cache; before each read point the
+kernel's cache of the file (fio's invalidate) and lfs's clean cache (zctl fs
+drop-caches) are dropped, on both sides the storage under the FUSE daemon keeps
+its host page cache; random writes fsync every 32 (fio --fsync=32). The
+loopback runs without FUSE passthrough (every byte through its daemon).
 
 Recycling: a fileserver-style workload (whole-file replacement, 16 KiB overwrites,
 stat; --threads threads) at each --util on a small namespace, with host-copy (without
@@ -724,7 +729,7 @@ write+checkpoint.`,
 	}
 	f := c.Flags()
 	f.StringVar(&o.Dir, "dir", "", "directory for the clusters, mount points and the loopback's files (default: a temporary one)")
-	f.IntVar(&o.SeqMiB, "seq-mib", 64, "size of the sequential file in MiB")
+	f.IntVar(&o.SeqMiB, "seq-mib", fsbench.SeqMiBDefault, "size of the sequential file in MiB (default twice lfs's page cache: reads are not served from it by size alone)")
 	f.IntVar(&o.SeqTotalMiB, "seq-total-mib", 1024, "MiB moved per sequential point (passes over the sequential file; long points are stable)")
 	f.IntVar(&o.RandOps, "rand-ops", 8192, "random 4 KiB operations per random point")
 	f.IntVar(&o.Runs, "runs", 3, "runs of the throughput and parallel points (mounts alternating) and rounds of the fileserver thread scaling; medians are reported")

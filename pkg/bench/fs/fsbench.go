@@ -74,7 +74,7 @@ const fileserverCacheBlocks = 4096
 // Options of the benchmark.
 type Options struct {
 	Dir         string  // cluster files, mount points, the loopback's directory (default: a temporary one)
-	SeqMiB      int     // sequential file size (default 64)
+	SeqMiB      int     // sequential file size (default SeqMiBDefault: twice lfs's page cache)
 	RandOps     int     // random 4 KiB operations (default 8192)
 	Utils       []int   // utilizations of the fileserver runs in percent (default 80, 90)
 	Churn       float64 // bytes written per fileserver run / file system capacity (default 2)
@@ -118,9 +118,19 @@ type Options struct {
 	pgc            bool // this host-copy run splits victim reads (lfs.Options.PGCWorkers 2)
 }
 
+// SeqMiBDefault is the default size of the sequential file: twice lfs's
+// default page cache, so that, as with fio's file sizes, neither a re-read
+// nor a random read is served from the mount's own cache by its size alone
+// (the kernel's cache of the file is dropped before each read point).
+const SeqMiBDefault = 2 * lfs.DefaultCacheBlocks * 4096 >> 20
+
+// RandFsyncEvery is how many random writes the random write point makes
+// per fsync (fio --fsync=32).
+const RandFsyncEvery = 32
+
 func (o *Options) defaults() {
 	if o.SeqMiB <= 0 {
-		o.SeqMiB = 64
+		o.SeqMiB = SeqMiBDefault
 	}
 	if o.SeqTotalMiB < o.SeqMiB {
 		o.SeqTotalMiB = o.SeqMiB
@@ -341,7 +351,7 @@ func Run(ctx context.Context, o Options) (*Result, error) {
 	res.Notes = append(res.Notes,
 		fmt.Sprintf("throughput: medians of %d runs, the mounts alternating within each run; parallel_*_scaling: %d threads on one file each (%d MiB) over one thread on one file; fileserver_16_vs_1_threads: fileserver at %d %% with IZC, median of %d rounds' ratios", o.Runs, o.Parallel, max(1, o.SeqMiB/o.Parallel), o.ScalingUtil, o.Runs),
 		fmt.Sprintf("throughput: sequential points are passes over a %d MiB file until %d MiB moved (each write pass creates, writes and fsyncs it; each read pass first drops the kernel's cache of it), random points %d operations", o.SeqMiB, max(1, (o.SeqTotalMiB+o.SeqMiB-1)/o.SeqMiB)*o.SeqMiB, o.RandOps),
-		"throughput: drive clock off (software path); one thread; loopback = go-fuse fs.NewLoopbackRoot over a host directory, FUSE passthrough disabled; the kernel's FUSE page cache of the file is dropped (fadvise DONTNEED) before each read workload, the host file system under the loopback keeps its own",
+		"throughput: drive clock off (software path); one thread; loopback = go-fuse fs.NewLoopbackRoot over a host directory, FUSE passthrough disabled; fio semantics: the sequential file is twice lfs's page cache unless --seq-mib says otherwise, before each read point the kernel's FUSE page cache of the file is dropped (fadvise DONTNEED, fio's invalidate) and so is lfs's clean page cache (zctl fs drop-caches), the host page cache under both sides (the loopback's backing file, the drives' backing files) is kept; random writes fsync every 32 (fio --fsync=32)",
 		"recycling: drives on the realtime clock; phases from timing lfs's Volume calls; the read phase also as lfs times it (host copy's victim reads, overlapped under P-GC); host_copy without P-GC, host_copy_pgc with 2 workers")
 	return res, nil
 }
@@ -529,7 +539,25 @@ type target struct {
 	name    string
 	dir     string
 	close   func() error
-	results [][]Throughput // per run
+	drop    func(p string) error // empties every cache of the file at p above the drives (see dropper)
+	results [][]Throughput       // per run
+}
+
+// dropper returns the cold-read preparation of a target: the kernel's page
+// cache of the FUSE file at p (as fio's invalidate=1 does) and, on an lfs
+// mount, lfs's own page cache (`zctl fs drop-caches`). The storage under
+// each side keeps its host page cache: the loopback's backing file and the
+// drives' backing files alike.
+func dropper(fs *lfs.FS) func(p string) error {
+	return func(p string) error {
+		if err := dropCache(p); err != nil {
+			return err
+		}
+		if fs != nil {
+			fs.DropCleanCache()
+		}
+		return nil
+	}
 }
 
 func throughput(ctx context.Context, o Options, dir string, res *Result) error {
@@ -559,7 +587,7 @@ func throughput(ctx context.Context, o Options, dir string, res *Result) error {
 	if err != nil {
 		return err
 	}
-	targets := []*target{{name: "mount", dir: m.dir, close: func() error { return m.unmount(ctx) }}}
+	targets := []*target{{name: "mount", dir: m.dir, close: func() error { return m.unmount(ctx) }, drop: dropper(m.fs)}}
 	defer func() {
 		for _, t := range targets {
 			_ = t.close()
@@ -581,7 +609,7 @@ func throughput(ctx context.Context, o Options, dir string, res *Result) error {
 	}
 	for r := 0; r < o.Runs; r++ {
 		for _, t := range targets {
-			tp, err := workloads(ctx, t.dir, o)
+			tp, err := workloads(ctx, t.dir, t.drop, o)
 			if err != nil {
 				return fmt.Errorf("%s: %w", t.name, err)
 			}
@@ -699,7 +727,7 @@ func loopbackTarget(dir string) (*target, error) {
 	}
 	// the same kernel read-ahead as the ZoneFleet mount
 	_ = fusefs.SetReadAhead(mnt, 1024)
-	return &target{name: "loopback", dir: mnt, close: srv.Unmount}, nil
+	return &target{name: "loopback", dir: mnt, close: srv.Unmount, drop: dropper(nil)}, nil
 }
 
 // devvolTarget mounts lfs over one local emulated drive (devvol, drive clock
@@ -730,11 +758,11 @@ func devvolTarget(ctx context.Context, dir string, o Options) (*target, error) {
 			err = e
 		}
 		return err
-	}}, nil
+	}, drop: dropper(m.fs)}, nil
 }
 
 // workloads runs the four throughput workloads in dir (one thread).
-func workloads(ctx context.Context, dir string, o Options) ([]Throughput, error) {
+func workloads(ctx context.Context, dir string, drop func(string) error, o Options) ([]Throughput, error) {
 	const chunk = 1 << 20
 	size := int64(o.SeqMiB) << 20
 	buf := make([]byte, chunk)
@@ -799,7 +827,7 @@ func workloads(ctx context.Context, dir string, o Options) ([]Throughput, error)
 	}); err != nil {
 		return nil, err
 	}
-	if err := measurePasses("seq_read_1m", func() error { return dropCache(p) }, func() error {
+	if err := measurePasses("seq_read_1m", func() error { return drop(p) }, func() error {
 		f, err := os.Open(p)
 		if err != nil {
 			return err
@@ -833,6 +861,12 @@ func workloads(ctx context.Context, dir string, o Options) ([]Throughput, error)
 				f.Close()
 				return err
 			}
+			if (i+1)%RandFsyncEvery == 0 {
+				if err := f.Sync(); err != nil {
+					f.Close()
+					return err
+				}
+			}
 		}
 		if err := f.Sync(); err != nil {
 			f.Close()
@@ -842,7 +876,7 @@ func workloads(ctx context.Context, dir string, o Options) ([]Throughput, error)
 	}); err != nil {
 		return nil, err
 	}
-	if err := dropCache(p); err != nil {
+	if err := drop(p); err != nil {
 		return nil, err
 	}
 	if err := measure("rand_read_4k", int64(o.RandOps)*4096, func() error {
@@ -866,7 +900,7 @@ func workloads(ctx context.Context, dir string, o Options) ([]Throughput, error)
 	if err := os.Remove(p); err != nil {
 		return nil, err
 	}
-	par, err := parallel(ctx, dir, o)
+	par, err := parallel(ctx, dir, drop, o)
 	return append(out, par...), err
 }
 
@@ -878,7 +912,7 @@ func workloads(ctx context.Context, dir string, o Options) ([]Throughput, error)
 // The results are the two ratios, as Throughput rows named
 // parallel_write_scaling and parallel_read_scaling (MiB/s fields hold the
 // ratio).
-func parallel(ctx context.Context, dir string, o Options) ([]Throughput, error) {
+func parallel(ctx context.Context, dir string, drop func(string) error, o Options) ([]Throughput, error) {
 	const chunk = 1 << 20
 	size := int64(max(1, o.SeqMiB/o.Parallel)) << 20
 	names := make([]string, o.Parallel)
@@ -937,7 +971,7 @@ func parallel(ctx context.Context, dir string, o Options) ([]Throughput, error) 
 				for k := 0; k < passes && errs[i] == nil; k++ {
 					if _, err := os.Stat(names[i]); err == nil {
 						// the kernel's cache of the file (a read pass reads from the file system)
-						if errs[i] = dropCache(names[i]); errs[i] != nil {
+						if errs[i] = drop(names[i]); errs[i] != nil {
 							return
 						}
 					}

@@ -17,7 +17,7 @@ import (
 func BenchmarkParallelCluster(b *testing.B) {
 	for i := 0; i < b.N; i++ {
 		m, done := mountCluster(b)
-		out, err := parallel(context.Background(), m.dir, Options{SeqMiB: 64, SeqTotalMiB: 1024, Parallel: 4})
+		out, err := parallel(context.Background(), m.dir, dropper(m.fs), Options{SeqMiB: 64, SeqTotalMiB: 1024, Parallel: 4})
 		require.NoError(b, err)
 		for _, r := range out {
 			b.ReportMetric(r.ZoneFleet, r.Workload)
