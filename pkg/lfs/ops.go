@@ -373,7 +373,7 @@ func (fs *FS) attr(in *inode) Attr {
 	// space used: the data blocks mapped plus the dirty pages over holes
 	// (charged against the free space already, as delayed allocation);
 	// a count not known yet (see countBlocks) is estimated from the size
-	blocks := in.body.Blocks + in.holes
+	blocks := in.body.Blocks + in.holes + fs.prealloc[in.ino] // reserved blocks count, as preallocated ones do elsewhere
 	if !in.body.BlocksKnown {
 		blocks = (in.body.Size + bs - 1) / bs
 	}
@@ -1267,19 +1267,21 @@ func (fs *FS) write(ctx context.Context, h Handle, off int64, data []byte, write
 	}
 	// check space up front so a write is never partial for lack of space
 	bs := uint64(fs.bs)
-	need := uint64(0)
+	need, reserved := uint64(0), uint64(0)
 	for b := uint64(off) / bs; b <= (uint64(off)+uint64(len(data))+bs-1)/bs && len(data) > 0; b++ {
 		if in.pages.get(b) == nil {
 			a, err := fs.blockAddr(ctx, in, b)
 			if err != nil {
 				return 0, err
 			}
-			if a == 0 {
+			if a == 0 && fs.preallocHas(in, b) {
+				reserved++ // fallocate holds its block
+			} else if a == 0 {
 				need++
 			}
 		}
 	}
-	if !fs.fits(need, !writeBack) {
+	if (need > 0 || reserved == 0) && !fs.fits(need, !writeBack) {
 		if writeBack {
 			fs.writeBackFailed(in, errNoSpace)
 		}
