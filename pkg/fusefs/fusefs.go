@@ -233,7 +233,20 @@ func (f *FS) Lookup(_ <-chan struct{}, h *fuse.InHeader, name string, out *fuse.
 func (f *FS) Forget(nodeid, nlookup uint64) {}
 
 // GetAttr implements fuse.RawFileSystem.
+//
+// With the kernel write-back cache, a GETATTR through a handle is the one
+// request the kernel sends before a write(2) into its cache (when the
+// attributes expired or were invalidated), and it returns a GETATTR error
+// from write(2): so a writable handle of a file whose write-back had to
+// use the write-back reserve gets ENOSPC here while the file system stays
+// full (lfs.NoSpaceFor), and the writer stops at write(2) instead of
+// filling the kernel's cache with pages that cannot be stored.
 func (f *FS) GetAttr(_ <-chan struct{}, in *fuse.GetAttrIn, out *fuse.AttrOut) fuse.Status {
+	if in.Flags()&fuse.FUSE_GETATTR_FH != 0 && f.writeback.Load() {
+		if err := f.fs.NoSpaceFor(lfs.Handle(in.Fh())); err != nil {
+			return status(err)
+		}
+	}
 	a, err := f.fs.Getattr(bg(), in.NodeId)
 	if err != nil {
 		return status(err)
@@ -657,6 +670,13 @@ func (f *FS) Write(_ <-chan struct{}, in *fuse.WriteIn, data []byte) (uint32, fu
 	switch h := lfs.Handle(in.Fh); {
 	case in.WriteFlags&fuse.WRITE_CACHE != 0:
 		n, err = f.fs.WriteBack(bg(), h, int64(in.Offset), data)
+		if f.writeback.Load() && f.fs.NoSpaceFor(h) != nil {
+			// the kernel revalidates the attributes at the next
+			// write(2), which GetAttr then fails with ENOSPC
+			if s := f.srv.Load(); s != nil {
+				_ = s.InodeNotify(in.NodeId, -1, 0)
+			}
+		}
 	case in.WriteFlags&fuse.WRITE_KILL_SUIDGID != 0:
 		// HANDLE_KILLPRIV_V2: a write by a caller without CAP_FSETID
 		c := newCaller(&in.InHeader)
@@ -889,6 +909,14 @@ func Mount(f *FS, dir string, o MountOptions) (*Server, error) {
 		if !on {
 			slog.Warn("fusefs: the kernel did not enable its write-back cache", "dir", dir)
 		}
+		// the kernel's dirty pages of this mount stay within half the
+		// write-back reserve: when write(2) starts failing (GetAttr),
+		// what the kernel still holds fits in the reserve
+		if on {
+			if err := SetDirtyLimit(dir, f.fs.WriteReserveBytes()/2); err != nil {
+				slog.Warn("fusefs: the kernel's dirty-page limit of the mount stays at its default: write(2) may accept more than the file system can store, which fsync then reports", "dir", dir, "err", err)
+			}
+		}
 	}
 	if ra := o.ReadAheadKiB; ra >= 0 {
 		if ra == 0 {
@@ -909,6 +937,29 @@ func SetReadAhead(dir string, kib int) error {
 	}
 	p := fmt.Sprintf("/sys/class/bdi/%d:%d/read_ahead_kb", unix.Major(st.Dev), unix.Minor(st.Dev))
 	return os.WriteFile(p, []byte(fmt.Sprintf("%d\n", kib)), 0o644)
+}
+
+// SetDirtyLimit lowers the kernel's bound on the dirty pages of the mount
+// at dir (its backing device's max_bytes, root only) to at most limit
+// bytes; a lower bound already set stays. The kernel turns the figure into
+// a share of its global dirty limit, so it follows that limit as memory
+// use changes; FUSE mounts have strict per-device limits, so writers are
+// throttled at it.
+func SetDirtyLimit(dir string, limit uint64) error {
+	var st syscall.Stat_t
+	if err := syscall.Stat(dir, &st); err != nil {
+		return err
+	}
+	p := fmt.Sprintf("/sys/class/bdi/%d:%d/max_bytes", unix.Major(st.Dev), unix.Minor(st.Dev))
+	b, err := os.ReadFile(p)
+	if err != nil {
+		return err
+	}
+	var cur uint64
+	if _, err := fmt.Sscanf(string(b), "%d", &cur); err == nil && cur <= limit {
+		return nil
+	}
+	return os.WriteFile(p, []byte(fmt.Sprintf("%d\n", max(limit, 1<<20))), 0o644)
 }
 
 // ReadAhead returns the kernel read-ahead of the mount at dir in KiB.

@@ -181,6 +181,9 @@ type FS struct {
 	// prealloc is the blocks each inode's fallocate reservation still
 	// needs (space.go); their sum is count.resv, part of count.used.
 	prealloc map[uint64]uint64
+	// wbFull is the files whose write-back needed the write-back reserve
+	// (wbspace.go).
+	wbFull map[uint64]bool
 
 	failed   error
 	deferred []deferredOp // Finish/Reset calls that failed while a node was unavailable (retried)

@@ -1281,6 +1281,12 @@ func (fs *FS) write(ctx context.Context, h Handle, off int64, data []byte, write
 			}
 		}
 	}
+	if writeBack && (wbExtendRefused(in, uint64(off)+uint64(len(data))) && len(data) > 0) {
+		return 0, in.wbErr // not past a range already lost (wbspace.go)
+	}
+	if writeBack && need > 0 && !fs.fits(need, true) {
+		fs.markWBFull(in) // the reserve is in use: write(2) gets ENOSPC (wbspace.go)
+	}
 	if (need > 0 || reserved == 0) && !fs.fits(need, !writeBack) {
 		if writeBack {
 			fs.writeBackFailed(in, errNoSpace)
@@ -1480,20 +1486,14 @@ func dtMode(t uint8) uint32 {
 	return uint32(t) << 12
 }
 
-// Statfs reports the real free space.
+// Statfs reports the real free space (space.go, statfsLocked).
 func (fs *FS) Statfs(ctx context.Context) (s StatfsOut, err error) {
 	o, err := fs.begin(ctx, "statfs", opRead)
 	if err != nil {
 		return s, err
 	}
 	defer o.done(&err)
-	free := uint64(0)
-	if fs.count.used < fs.sb.UserBlocks {
-		free = fs.sb.UserBlocks - fs.count.used
-	}
-	avail := free - min(free, fs.writeReserve()) // the write-back reserve is not for write(2)
-	return StatfsOut{Bsize: uint32(fs.bs), Blocks: fs.sb.UserBlocks, Bfree: free, Bavail: avail,
-		Files: fs.sb.MaxNodes, Ffree: fs.sb.MaxNodes - min(fs.count.nodes, fs.sb.MaxNodes), NameLen: maxNameLen}, nil
+	return fs.statfsLocked(), nil
 }
 
 func (in *inode) xattrIndex(name string) int {

@@ -337,3 +337,29 @@ func (c *fsckRun) checkPrealloc(in *inode) {
 func (fs *FS) preallocHas(in *inode, blk uint64) bool {
 	return fs.prealloc[in.ino] > 0 && inRanges(in.body.Prealloc, blk)
 }
+
+// statfsLocked derives statfs from what can really be stored (fs.mu held):
+//   - Blocks are the user blocks (the data segments less the reserved
+//     segments and the over-provisioning, fixed by Mkfs), Bfree those no
+//     block, node or reservation holds;
+//   - Bavail is what write(2) can still fill: the free blocks less the
+//     write-back reserve, less the direct nodes that map the data (one per
+//     directEntries blocks) and the slack a write keeps (fits) — so one
+//     file written until ENOSPC takes Bavail blocks;
+//   - Ffree is how many more inodes fit: each takes a node block (and a
+//     share of a dentry block), creation keeps a few blocks of slack, and
+//     the NAT bounds the nodes (MaxNodes); Files is the nodes in use plus
+//     that, so df -i's use is the nodes in use.
+func (fs *FS) statfsLocked() StatfsOut {
+	free := fs.sb.UserBlocks - min(fs.count.used, fs.sb.UserBlocks)
+	avail := free - min(free, fs.writeReserve()+2) // the write-back reserve is not for write(2)
+	epd := fs.epd()
+	avail = avail * epd / (epd + 1)
+	nodesFree := fs.sb.MaxNodes - min(fs.count.nodes, fs.sb.MaxNodes)
+	ffree := min(nodesFree, free-min(free, createSlack))
+	return StatfsOut{Bsize: uint32(fs.bs), Blocks: fs.sb.UserBlocks, Bfree: free, Bavail: avail,
+		Files: min(fs.count.nodes, fs.sb.MaxNodes) + ffree, Ffree: ffree, NameLen: maxNameLen}
+}
+
+// createSlack is the free blocks Create and Mkdir keep beyond the new inode.
+const createSlack = 3
