@@ -121,6 +121,9 @@ type Options struct {
 	// store (FUSE has no page_mkwrite): Write gets ENOSPC when it would dip
 	// into it. 0: DefaultWriteReserve; negative: none.
 	WriteReserveBlocks int
+	// Atime is when reads update the access time (atime.go; the zero
+	// value is relatime).
+	Atime AtimeMode
 }
 
 // DefaultCacheBlocks is the default bound of the host page cache in blocks:

@@ -1159,6 +1159,7 @@ func (fs *FS) Read(ctx context.Context, h Handle, off int64, buf []byte) (n int,
 	fs.m.bytes("read", n)
 	if err == nil {
 		fs.noteRead(in, uint64(off), n)
+		fs.noteAccess(in) // atime.go
 	}
 	return n, err
 }
@@ -1189,6 +1190,7 @@ func (fs *FS) ReadVec(ctx context.Context, h Handle, off int64, buf []byte, vec 
 	fs.m.bytes("read", n)
 	if err == nil {
 		fs.noteRead(in, uint64(off), n)
+		fs.noteAccess(in) // atime.go
 	}
 	return vec, n, err
 }

@@ -1,0 +1,72 @@
+package lfs
+
+import (
+	"fmt"
+	"time"
+
+	"github.com/zonefleet/zonefleet/pkg/zerr"
+)
+
+// AtimeMode is when a read updates a file's access time (the mount options
+// relatime, noatime and strictatime). FUSE marks every inode S_NOATIME in
+// the kernel, so the kernel never updates atime of a FUSE file: lfs does,
+// on Read and ReadVec of a regular file.
+type AtimeMode int
+
+const (
+	// AtimeRelative (relatime, the default): a read updates atime when it
+	// is not after mtime or ctime, or is more than a day old — so a program
+	// asking "read since the last change?" gets the answer, and a file read
+	// over and over changes its inode once a day at most.
+	AtimeRelative AtimeMode = iota
+	// AtimeNever (noatime): reads never update atime.
+	AtimeNever
+	// AtimeStrict (strictatime): every read updates atime.
+	AtimeStrict
+)
+
+// relatimeAge is how old relatime lets atime get before a read updates it.
+const relatimeAge = 24 * time.Hour
+
+// ParseAtime parses a mount option: relatime, noatime or strictatime.
+func ParseAtime(s string) (AtimeMode, error) {
+	switch s {
+	case "", "relatime":
+		return AtimeRelative, nil
+	case "noatime":
+		return AtimeNever, nil
+	case "strictatime":
+		return AtimeStrict, nil
+	}
+	return 0, &zerr.InvalidArgumentError{Field: "atime", Reason: fmt.Sprintf("%q is not relatime, noatime or strictatime", s)}
+}
+
+func (m AtimeMode) String() string {
+	switch m {
+	case AtimeNever:
+		return "noatime"
+	case AtimeStrict:
+		return "strictatime"
+	}
+	return "relatime"
+}
+
+// noteAccess updates in's atime after a read, per Options.Atime (fs.mu
+// held). The change is persisted lazily: the inode is marked dirty, so
+// the next checkpoint (or an fsync of the file) writes it; a crash before
+// that loses only the access time. A read-only file system keeps it.
+func (fs *FS) noteAccess(in *inode) {
+	if fs.opts.Atime == AtimeNever || fs.failed != nil || !in.isReg() {
+		return
+	}
+	now := nowNs()
+	a := in.body.Atime
+	if fs.opts.Atime == AtimeRelative && a > in.body.Mtime && a > in.body.Ctime && now-a < int64(relatimeAge) {
+		return
+	}
+	if a == now {
+		return
+	}
+	in.body.Atime = now
+	fs.markDirty(in)
+}
