@@ -591,8 +591,12 @@ func (f *FS) Open(_ <-chan struct{}, in *fuse.OpenIn, out *fuse.OpenOut) fuse.St
 	// (lfs never changes data on its own; recycling moves blocks without
 	// changing them), so the cache stays valid from one open to the next,
 	// except after a failed write-back: the kernel still shows the pages
-	// that could not be written, so this open drops them.
-	if !f.fs.StaleCache(in.NodeId) {
+	// that could not be written, so this open drops them; and when a read
+	// would update the access time (lfs.AtimeDue: FUSE inodes are
+	// S_NOATIME in the kernel, lfs keeps atime), so the first read
+	// reaches lfs instead of the kernel's cache.
+	readable := in.Flags&syscall.O_ACCMODE != syscall.O_WRONLY
+	if !f.fs.StaleCache(in.NodeId) && !(readable && f.fs.AtimeDue(in.NodeId)) {
 		out.OpenFlags = fuse.FOPEN_KEEP_CACHE
 	}
 	return fuse.OK
@@ -843,6 +847,46 @@ type MountOptions struct {
 	// kernel writes it back — fsync and close report ENOSPC, write(2)
 	// already returned — where without it write(2) itself fails.
 	WritebackCache bool
+	// Dev lets device nodes on the mount be opened (the mount option dev;
+	// without it nodev, as fusermount3 mounts). Root only: a user who can
+	// create device nodes would reach any device.
+	Dev bool
+	// ReadOnly mounts read-only (ro): the kernel refuses every change
+	// with EROFS. lfs still rolls forward at mount, as ext4 replays its
+	// journal on a read-only mount; give lfs Atime noatime.
+	ReadOnly bool
+	// Atime is the atime option the kernel shows for the mount (relatime,
+	// noatime or strictatime). lfs applies it (lfs.Options.Atime): FUSE
+	// inodes are S_NOATIME in the kernel.
+	Atime lfs.AtimeMode
+}
+
+// mountFlags are the mount(2) flags and fusermount3 options of o.
+func (o MountOptions) mountFlags() (uintptr, []string) {
+	flags := uintptr(syscall.MS_NOSUID | syscall.MS_NODEV)
+	opts := []string{"nosuid"}
+	if o.Dev {
+		flags &^= syscall.MS_NODEV
+		opts = append(opts, "dev")
+	} else {
+		opts = append(opts, "nodev")
+	}
+	if o.ReadOnly {
+		flags |= syscall.MS_RDONLY
+		opts = append(opts, "ro")
+	}
+	switch o.Atime {
+	case lfs.AtimeNever:
+		flags |= syscall.MS_NOATIME
+		opts = append(opts, "noatime")
+	case lfs.AtimeStrict:
+		flags |= syscall.MS_STRICTATIME
+		opts = append(opts, "strictatime")
+	default:
+		flags |= syscall.MS_RELATIME
+		opts = append(opts, "relatime")
+	}
+	return flags, opts
 }
 
 // maxBackground is the number of asynchronous requests (read-ahead, write-
@@ -870,6 +914,12 @@ func Mount(f *FS, dir string, o MountOptions) (*Server, error) {
 		MaxBackground:      maxBackground,
 		DisableReadDirPlus: true,
 		Options:            []string{"default_permissions"},
+	}
+	flags, fopts := o.mountFlags()
+	if o.Direct {
+		opts.DirectMountFlags = flags
+	} else {
+		opts.Options = append(opts.Options, fopts...)
 	}
 	if o.WritebackCache {
 		opts.ExtraCapabilities |= fuse.CAP_WRITEBACK_CACHE

@@ -60,13 +60,30 @@ func (fs *FS) noteAccess(in *inode) {
 		return
 	}
 	now := nowNs()
-	a := in.body.Atime
-	if fs.opts.Atime == AtimeRelative && a > in.body.Mtime && a > in.body.Ctime && now-a < int64(relatimeAge) {
-		return
-	}
-	if a == now {
+	if fs.opts.Atime == AtimeRelative && !atimeStale(in, now) || in.body.Atime == now {
 		return
 	}
 	in.body.Atime = now
 	fs.markDirty(in)
+}
+
+// AtimeDue reports whether the next read of ino would update its atime.
+// The binding opens such a file without keeping the kernel's cached pages,
+// so the first read reaches lfs (a read the kernel serves from its cache
+// never does) and updates it.
+func (fs *FS) AtimeDue(ino uint64) bool {
+	fs.mu.Lock()
+	defer fs.mu.Unlock()
+	in := fs.ic.inodes[ino]
+	if in == nil || fs.opts.Atime == AtimeNever || !in.isReg() {
+		return false
+	}
+	return fs.opts.Atime == AtimeStrict || atimeStale(in, nowNs())
+}
+
+// atimeStale is relatime's rule: atime not after mtime or ctime, or older
+// than relatimeAge.
+func atimeStale(in *inode, now int64) bool {
+	a := in.body.Atime
+	return a <= in.body.Mtime || a <= in.body.Ctime || now-a >= int64(relatimeAge)
 }
