@@ -11,7 +11,7 @@
 //   - create of an existing name without O_EXCL opens it (racing creators);
 //   - mknod of regular files, FIFOs, sockets and device nodes (lfs.Mknod);
 //   - O_TMPFILE (lfs.CreateTmp) and renameat2 RENAME_EXCHANGE;
-//   - fallocate (lfs.Fallocate: size extension, punch hole, zero range)
+//   - fallocate (lfs.Fallocate: reservation, punch hole, zero range)
 //     and lseek SEEK_DATA/SEEK_HOLE (lfs.Lseek);
 //   - FOPEN_KEEP_CACHE: the kernel's page cache of a file survives close and
 //     open, as on a local file system (all data changes pass through it);
@@ -714,9 +714,9 @@ func (f *FS) Fsync(_ <-chan struct{}, in *fuse.FsyncIn) fuse.Status {
 }
 
 // Fallocate implements fuse.RawFileSystem through lfs.Fallocate: mode 0
-// extends the size, KEEP_SIZE alone does nothing, PUNCH_HOLE (with
-// KEEP_SIZE) and ZERO_RANGE deallocate the range; collapse, insert and
-// unshare are EOPNOTSUPP.
+// and KEEP_SIZE reserve the range (mode 0 also extends the size),
+// PUNCH_HOLE (with KEEP_SIZE) and ZERO_RANGE deallocate it; collapse,
+// insert and unshare are EOPNOTSUPP.
 func (f *FS) Fallocate(_ <-chan struct{}, in *fuse.FallocateIn) fuse.Status {
 	c := newCaller(&in.InHeader)
 	err := f.fs.Fallocate(bg(), in.NodeId, in.Mode, in.Offset, in.Length, c)
