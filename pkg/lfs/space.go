@@ -106,17 +106,21 @@ func inRanges(rs []blkRange, blk uint64) bool {
 // not exist (fs.mu held; released while a direct node loads).
 func (fs *FS) countPrealloc(ctx context.Context, in *inode, rs []blkRange) (uint64, error) {
 	epd := fs.epd()
-	n := uint64(0)
+	n, counted := uint64(0), uint64(0) // counted: the last direct node counted (ranges are sorted)
 	for _, r := range rs {
 		for blk := r.From; blk < r.To; {
 			idx := blk/epd + 1
 			end := min(r.To, idx*epd)
+			if idx > maxDirect {
+				return 0, syscall.EFBIG
+			}
 			d, err := fs.getDnode(ctx, in, uint32(idx), false)
 			if err != nil {
 				return 0, err
 			}
-			if d == nil {
-				n++ // the direct node
+			if d == nil && idx != counted {
+				n++ // the direct node, once for all ranges it maps
+				counted = idx
 			}
 			for b := blk; b < end; b++ {
 				if in.pages.get(b) == nil && (d == nil || d.addrs[b%epd] == 0) {

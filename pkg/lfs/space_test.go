@@ -163,3 +163,24 @@ func TestFallocateReservationPersists(t *testing.T) {
 		})
 	}
 }
+
+// Two reserved ranges sharing one missing direct node reserve it once: the
+// reservation is spent exactly when both ranges are written.
+func TestFallocateRangesShareDirectNode(t *testing.T) {
+	v := newVol(t, 32, 8)
+	fs := mkfsMount(t, v, lfs.Options{})
+	a, h := mustCreate(t, fs, lfs.RootIno, "f")
+	bs := int64(a.Blksize)
+	require.NoError(t, fs.Fallocate(bg, a.Ino, lfs.FallocKeepSize, 0, uint64(4*bs), nil))
+	require.NoError(t, fs.Fallocate(bg, a.Ino, lfs.FallocKeepSize, uint64(8*bs), uint64(4*bs), nil))
+	require.Equal(t, uint64(8+1), fs.Reserved(), "8 blocks and the one direct node")
+	writeRange(t, fs, h, bs, 0, 4, 'a')
+	writeRange(t, fs, h, bs, 8, 12, 'b')
+	require.Zero(t, fs.Reserved())
+	require.NoError(t, fs.Fsync(bg, h, false))
+	require.NoError(t, fs.Release(bg, h))
+	rep, err := fs.Fsck(bg)
+	require.NoError(t, err)
+	require.Empty(t, rep.Problems)
+	require.NoError(t, fs.Unmount(bg))
+}
