@@ -52,9 +52,12 @@ func (m AtimeMode) String() string {
 }
 
 // noteAccess updates in's atime after a read, per Options.Atime (fs.mu
-// held). The change is persisted lazily: the inode is marked dirty, so
-// the next checkpoint (or an fsync of the file) writes it; a crash before
-// that loses only the access time. A read-only file system keeps it.
+// held). The change is persisted lazily: a read holds neither the inode's
+// lock nor the checkpoint lock (reads never wait for checkpoints or
+// recycling), so it does not dirty the inode itself; it records the inode,
+// and the next checkpoint marks it dirty and writes it (markAtimes). A
+// crash before that, or the inode leaving the cache first, loses only the
+// access time. A read-only file system keeps it.
 func (fs *FS) noteAccess(in *inode) {
 	if fs.opts.Atime == AtimeNever || fs.failed != nil || !in.isReg() {
 		return
@@ -64,7 +67,22 @@ func (fs *FS) noteAccess(in *inode) {
 		return
 	}
 	in.body.Atime = now
-	fs.markDirty(in)
+	if fs.atimes == nil {
+		fs.atimes = map[uint64]struct{}{}
+	}
+	fs.atimes[in.ino] = struct{}{}
+}
+
+// markAtimes marks dirty the inodes whose atime reads changed, so the
+// checkpoint writes them (the checkpoint holds cp.mu exclusively and
+// fs.mu: no operation is changing them).
+func (fs *FS) markAtimes() {
+	for ino := range fs.atimes {
+		if in := fs.ic.inodes[ino]; in != nil && !in.gone {
+			fs.markDirty(in)
+		}
+	}
+	fs.atimes = nil
 }
 
 // AtimeDue reports whether the next read of ino would update its atime.

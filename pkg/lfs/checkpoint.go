@@ -136,6 +136,7 @@ func (fs *FS) checkpoint(ctx context.Context, forceSnapshot bool) (err error) {
 		fs.cp.running, fs.cp.wrote = false, nil
 	}()
 	fs.retryDeferred(ctx)
+	fs.markAtimes()
 	t0 := fs.now()
 	if err := fs.cpWriteBack(ctx); err != nil {
 		return err

@@ -187,6 +187,9 @@ type FS struct {
 	// wbFull is the files whose write-back needed the write-back reserve
 	// (wbspace.go).
 	wbFull map[uint64]bool
+	// atimes is the inodes whose atime reads changed since the last
+	// checkpoint (atime.go).
+	atimes map[uint64]struct{}
 
 	failed   error
 	deferred []deferredOp // Finish/Reset calls that failed while a node was unavailable (retried)
