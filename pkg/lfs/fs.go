@@ -122,7 +122,7 @@ type Options struct {
 	// into it. 0: DefaultWriteReserve; negative: none.
 	WriteReserveBlocks int
 	// Atime is when reads update the access time (atime.go; the zero
-	// value is relatime).
+	// value is relatime); checkpoints persist the changes.
 	Atime AtimeMode
 }
 
