@@ -23,7 +23,7 @@ LONG_ARGS    ?=
 # wall clock), built with the benchsmoke tag and named TestSmoke*.
 SMOKE_FLAGS  ?= -count=1 -timeout 30m
 
-.PHONY: help build test test-short test-long bench-smoke docs-check proto proto-check lint rules dashboards run images up down test-deploy bench clean
+.PHONY: help build test test-short test-long test-posix bench-smoke docs-check proto proto-check lint rules dashboards run images up down test-deploy bench clean
 
 help: ## this list
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-12s %s\n", $$1, $$2}'
@@ -37,6 +37,9 @@ test: build ## every deterministic test, race detector on (e2e tests use bin/)
 
 test-long: ## randomized long runs: power-loss seeds and crash points (-long)
 	$(GO) test $(LONG_FLAGS) -run '$(LONG_RUN)' $(LONG_PKGS) -args -long $(LONG_ARGS)
+
+test-posix: build ## pjdfstest (POSIX conformance) against a `zctl local up --allow-other` mount, as root
+	.ci/pjdfstest $(CURDIR)/$(BIN)/zctl
 
 bench-smoke: ## the wall-clock benchmarks (FUSE mounts, gRPC) on small configurations
 	$(GO) test -tags benchsmoke $(SMOKE_FLAGS) -run '^TestSmoke' ./pkg/bench/...

@@ -11,7 +11,7 @@
 //   - create of an existing name without O_EXCL opens it (racing creators);
 //   - mknod of regular files, FIFOs, sockets and device nodes (lfs.Mknod);
 //   - O_TMPFILE (lfs.CreateTmp) and renameat2 RENAME_EXCHANGE;
-//   - fallocate (lfs.Fallocate: size extension, punch hole, zero range)
+//   - fallocate (lfs.Fallocate: reservation, punch hole, zero range)
 //     and lseek SEEK_DATA/SEEK_HOLE (lfs.Lseek);
 //   - FOPEN_KEEP_CACHE: the kernel's page cache of a file survives close and
 //     open, as on a local file system (all data changes pass through it);
@@ -233,7 +233,20 @@ func (f *FS) Lookup(_ <-chan struct{}, h *fuse.InHeader, name string, out *fuse.
 func (f *FS) Forget(nodeid, nlookup uint64) {}
 
 // GetAttr implements fuse.RawFileSystem.
+//
+// With the kernel write-back cache, a GETATTR through a handle is the one
+// request the kernel sends before a write(2) into its cache (when the
+// attributes expired or were invalidated), and it returns a GETATTR error
+// from write(2): so a writable handle of a file whose write-back had to
+// use the write-back reserve gets ENOSPC here while the file system stays
+// full (lfs.NoSpaceFor), and the writer stops at write(2) instead of
+// filling the kernel's cache with pages that cannot be stored.
 func (f *FS) GetAttr(_ <-chan struct{}, in *fuse.GetAttrIn, out *fuse.AttrOut) fuse.Status {
+	if in.Flags()&fuse.FUSE_GETATTR_FH != 0 && f.writeback.Load() {
+		if err := f.fs.NoSpaceFor(lfs.Handle(in.Fh())); err != nil {
+			return status(err)
+		}
+	}
 	a, err := f.fs.Getattr(bg(), in.NodeId)
 	if err != nil {
 		return status(err)
@@ -581,8 +594,12 @@ func (f *FS) Open(_ <-chan struct{}, in *fuse.OpenIn, out *fuse.OpenOut) fuse.St
 	// (lfs never changes data on its own; recycling moves blocks without
 	// changing them), so the cache stays valid from one open to the next,
 	// except after a failed write-back: the kernel still shows the pages
-	// that could not be written, so this open drops them.
-	if !f.fs.StaleCache(in.NodeId) {
+	// that could not be written, so this open drops them; and when a read
+	// would update the access time (lfs.AtimeDue: FUSE inodes are
+	// S_NOATIME in the kernel, lfs keeps atime), so the first read
+	// reaches lfs instead of the kernel's cache.
+	readable := in.Flags&syscall.O_ACCMODE != syscall.O_WRONLY
+	if !f.fs.StaleCache(in.NodeId) && !(readable && f.fs.AtimeDue(in.NodeId)) {
 		out.OpenFlags = fuse.FOPEN_KEEP_CACHE
 	}
 	return fuse.OK
@@ -660,6 +677,13 @@ func (f *FS) Write(_ <-chan struct{}, in *fuse.WriteIn, data []byte) (uint32, fu
 	switch h := lfs.Handle(in.Fh); {
 	case in.WriteFlags&fuse.WRITE_CACHE != 0:
 		n, err = f.fs.WriteBack(bg(), h, int64(in.Offset), data)
+		if f.writeback.Load() && f.fs.NoSpaceFor(h) != nil {
+			// the kernel revalidates the attributes at the next
+			// write(2), which GetAttr then fails with ENOSPC
+			if s := f.srv.Load(); s != nil {
+				_ = s.InodeNotify(in.NodeId, -1, 0)
+			}
+		}
 	case in.WriteFlags&fuse.WRITE_KILL_SUIDGID != 0:
 		// HANDLE_KILLPRIV_V2: a write by a caller without CAP_FSETID
 		c := newCaller(&in.InHeader)
@@ -693,9 +717,9 @@ func (f *FS) Fsync(_ <-chan struct{}, in *fuse.FsyncIn) fuse.Status {
 }
 
 // Fallocate implements fuse.RawFileSystem through lfs.Fallocate: mode 0
-// extends the size, KEEP_SIZE alone does nothing, PUNCH_HOLE (with
-// KEEP_SIZE) and ZERO_RANGE deallocate the range; collapse, insert and
-// unshare are EOPNOTSUPP.
+// and KEEP_SIZE reserve the range (mode 0 also extends the size),
+// PUNCH_HOLE (with KEEP_SIZE) and ZERO_RANGE deallocate it; collapse,
+// insert and unshare are EOPNOTSUPP.
 func (f *FS) Fallocate(_ <-chan struct{}, in *fuse.FallocateIn) fuse.Status {
 	c := newCaller(&in.InHeader)
 	err := f.fs.Fallocate(bg(), in.NodeId, in.Mode, in.Offset, in.Length, c)
@@ -826,6 +850,46 @@ type MountOptions struct {
 	// kernel writes it back — fsync and close report ENOSPC, write(2)
 	// already returned — where without it write(2) itself fails.
 	WritebackCache bool
+	// Dev lets device nodes on the mount be opened (the mount option dev;
+	// without it nodev, as fusermount3 mounts). Root only: a user who can
+	// create device nodes would reach any device.
+	Dev bool
+	// ReadOnly mounts read-only (ro): the kernel refuses every change
+	// with EROFS. lfs still rolls forward at mount, as ext4 replays its
+	// journal on a read-only mount; give lfs Atime noatime.
+	ReadOnly bool
+	// Atime is the atime option the kernel shows for the mount (relatime,
+	// noatime or strictatime). lfs applies it (lfs.Options.Atime): FUSE
+	// inodes are S_NOATIME in the kernel.
+	Atime lfs.AtimeMode
+}
+
+// mountFlags are the mount(2) flags and fusermount3 options of o.
+func (o MountOptions) mountFlags() (uintptr, []string) {
+	flags := uintptr(syscall.MS_NOSUID | syscall.MS_NODEV)
+	opts := []string{"nosuid"}
+	if o.Dev {
+		flags &^= syscall.MS_NODEV
+		opts = append(opts, "dev")
+	} else {
+		opts = append(opts, "nodev")
+	}
+	if o.ReadOnly {
+		flags |= syscall.MS_RDONLY
+		opts = append(opts, "ro")
+	}
+	switch o.Atime {
+	case lfs.AtimeNever:
+		flags |= syscall.MS_NOATIME
+		opts = append(opts, "noatime")
+	case lfs.AtimeStrict:
+		flags |= syscall.MS_STRICTATIME
+		opts = append(opts, "strictatime")
+	default:
+		flags |= syscall.MS_RELATIME
+		opts = append(opts, "relatime")
+	}
+	return flags, opts
 }
 
 // maxBackground is the number of asynchronous requests (read-ahead, write-
@@ -853,6 +917,12 @@ func Mount(f *FS, dir string, o MountOptions) (*Server, error) {
 		MaxBackground:      maxBackground,
 		DisableReadDirPlus: true,
 		Options:            []string{"default_permissions"},
+	}
+	flags, fopts := o.mountFlags()
+	if o.Direct {
+		opts.DirectMountFlags = flags
+	} else {
+		opts.Options = append(opts.Options, fopts...)
 	}
 	if o.WritebackCache {
 		opts.ExtraCapabilities |= fuse.CAP_WRITEBACK_CACHE
@@ -892,6 +962,14 @@ func Mount(f *FS, dir string, o MountOptions) (*Server, error) {
 		if !on {
 			slog.Warn("fusefs: the kernel did not enable its write-back cache", "dir", dir)
 		}
+		// the kernel's dirty pages of this mount stay within half the
+		// write-back reserve: when write(2) starts failing (GetAttr),
+		// what the kernel still holds fits in the reserve
+		if on {
+			if err := SetDirtyLimit(dir, f.fs.WriteReserveBytes()/2); err != nil {
+				slog.Warn("fusefs: the kernel's dirty-page limit of the mount stays at its default: write(2) may accept more than the file system can store, which fsync then reports", "dir", dir, "err", err)
+			}
+		}
 	}
 	if ra := o.ReadAheadKiB; ra >= 0 {
 		if ra == 0 {
@@ -912,6 +990,29 @@ func SetReadAhead(dir string, kib int) error {
 	}
 	p := fmt.Sprintf("/sys/class/bdi/%d:%d/read_ahead_kb", unix.Major(st.Dev), unix.Minor(st.Dev))
 	return os.WriteFile(p, []byte(fmt.Sprintf("%d\n", kib)), 0o644)
+}
+
+// SetDirtyLimit lowers the kernel's bound on the dirty pages of the mount
+// at dir (its backing device's max_bytes, root only) to at most limit
+// bytes; a lower bound already set stays. The kernel turns the figure into
+// a share of its global dirty limit, so it follows that limit as memory
+// use changes; FUSE mounts have strict per-device limits, so writers are
+// throttled at it.
+func SetDirtyLimit(dir string, limit uint64) error {
+	var st syscall.Stat_t
+	if err := syscall.Stat(dir, &st); err != nil {
+		return err
+	}
+	p := fmt.Sprintf("/sys/class/bdi/%d:%d/max_bytes", unix.Major(st.Dev), unix.Minor(st.Dev))
+	b, err := os.ReadFile(p)
+	if err != nil {
+		return err
+	}
+	var cur uint64
+	if _, err := fmt.Sscanf(string(b), "%d", &cur); err == nil && cur <= limit {
+		return nil
+	}
+	return os.WriteFile(p, []byte(fmt.Sprintf("%d\n", max(limit, 1<<20))), 0o644)
 }
 
 // ReadAhead returns the kernel read-ahead of the mount at dir in KiB.

@@ -42,6 +42,12 @@ func mountCluster(t *testing.T) *mounted { return mountClusterWith(t, fusefs.Mou
 // for root).
 func mountClusterWith(t *testing.T, mo fusefs.MountOptions) *mounted {
 	t.Helper()
+	return mountClusterOpts(t, mo, lfs.Options{Move: lfs.Compact})
+}
+
+// mountClusterOpts is mountClusterWith with lfs options (Registry is set).
+func mountClusterOpts(t *testing.T, mo fusefs.MountOptions, lo lfs.Options) *mounted {
+	t.Helper()
 	needFuse(t)
 	ctx := context.Background()
 	cl, err := localcluster.Start(ctx, localcluster.Config{Dir: t.TempDir(), Nodes: 3, Clock: "off", Device: localcluster.TinyDevice(), AdminToken: "tok"})
@@ -59,7 +65,8 @@ func mountClusterWith(t *testing.T, mo fusefs.MountOptions) *mounted {
 	require.NoError(t, err)
 	require.NoError(t, lfs.Mkfs(ctx, vol, lfs.MkfsOptions{OPPercent: 20}))
 	reg := prometheus.NewRegistry()
-	fs, err := lfs.Mount(ctx, vol, lfs.Options{Move: lfs.Compact, Registry: reg})
+	lo.Registry = reg
+	fs, err := lfs.Mount(ctx, vol, lo)
 	require.NoError(t, err)
 	dir := t.TempDir()
 	mo.Direct = os.Geteuid() == 0

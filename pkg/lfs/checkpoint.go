@@ -14,12 +14,13 @@ import (
 // zones and the loaded checkpoint's log heads. Its state but the lock is
 // guarded by FS.mu.
 type checkpointer struct {
-	mu      rankedRWMutex // mutating ops R, checkpoints W; readers never
-	ver     uint64
-	logs    []ZoneID // log heads (zone+1) of the last checkpoint
-	logWP   []uint64
-	tl      []ZoneID // TL-opened log heads of the loaded checkpoint (recover)
-	running bool     // a checkpoint is writing
+	mu       rankedRWMutex // mutating ops R, checkpoints W; readers never
+	ver      uint64
+	logs     []ZoneID // log heads (zone+1) of the last checkpoint
+	logWP    []uint64
+	tl       []ZoneID // TL-opened log heads of the loaded checkpoint (recover)
+	prealloc []uint64 // inodes holding reservations in the loaded checkpoint (recover)
+	running  bool     // a checkpoint is writing
 
 	natDirty map[uint64]struct{}
 	touched  touchLog // validity changes since the last checkpoint (and the validity at it)
@@ -98,7 +99,7 @@ func (fs *FS) applyCheckpoint(cp *checkpoint) error {
 			s.nvalid++
 		}
 	}
-	fs.cp.logs, fs.cp.logWP, fs.cp.tl = cp.Logs, cp.LogWP, cp.TL
+	fs.cp.logs, fs.cp.logWP, fs.cp.tl, fs.cp.prealloc = cp.Logs, cp.LogWP, cp.TL, cp.Prealloc
 	return nil
 }
 
@@ -136,6 +137,7 @@ func (fs *FS) checkpoint(ctx context.Context, forceSnapshot bool) (err error) {
 		fs.cp.running, fs.cp.wrote = false, nil
 	}()
 	fs.retryDeferred(ctx)
+	fs.markAtimes()
 	t0 := fs.now()
 	if err := fs.cpWriteBack(ctx); err != nil {
 		return err
@@ -308,7 +310,8 @@ func (fs *FS) buildCheckpoint(full bool, free []ZoneID) *checkpoint {
 		isFree[z] = true
 	}
 	cp := &checkpoint{Full: full, Version: fs.cp.ver + 1, NextSeq: fs.count.nodeSeq, NextIno: fs.count.nextIno, Used: fs.count.used,
-		HasTL: fs.sb.Features.Incompat&FeatureThreadedLog != 0, TL: fs.tlZones()}
+		HasTL: fs.sb.Features.Incompat&FeatureThreadedLog != 0, TL: fs.tlZones(),
+		HasPrealloc: fs.sb.Features.Incompat&FeaturePrealloc != 0, Prealloc: fs.preallocList()}
 	zs := make([]ZoneID, 0, len(fs.segs))
 	for z := range fs.segs {
 		if !isFree[z] {

@@ -45,7 +45,9 @@
 // name until Link gives them one.
 //
 // Space. Users may fill sb.UserBlocks (over-provisioning and the GC reserve
-// segments are outside it). Write keeps a write-back reserve
+// segments are outside it); fallocate reservations count as used until
+// written (space.go), and Statfs derives what is available from what a
+// fill can store. Write keeps a write-back reserve
 // (Options.WriteReserveBlocks) free: it is for WriteBack, the kernel's
 // write-back of pages dirtied through shared mappings, whose stores could
 // not be refused (FUSE has no page_mkwrite). A WriteBack that fails anyway

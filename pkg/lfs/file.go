@@ -186,7 +186,7 @@ func (fs *FS) loadDnode(ctx context.Context, in *inode, idx uint32, create bool)
 	if !create {
 		return nil, false, nil
 	}
-	if fs.count.used+1 > fs.sb.UserBlocks || fs.count.nodes+1 > fs.sb.MaxNodes {
+	if fs.count.nodes+1 > fs.sb.MaxNodes || (!fs.takePreallocNode(in, idx) && fs.count.used+1 > fs.sb.UserBlocks) {
 		return nil, false, errNoSpace
 	}
 	fs.count.used++
@@ -250,7 +250,7 @@ func (fs *FS) holePage(ctx context.Context, in *inode, blk uint64, b []byte) (*p
 	if q := in.pages.get(blk); q != nil {
 		return q, nil // cached meanwhile (the caller writes it)
 	}
-	if fs.count.used+1 > fs.sb.UserBlocks {
+	if !fs.takePrealloc(in, blk) && fs.count.used+1 > fs.sb.UserBlocks {
 		return nil, errNoSpace
 	}
 	p := &page{b: b}
@@ -1062,6 +1062,11 @@ func (fs *FS) truncate(ctx context.Context, in *inode, size uint64) error {
 			return err
 		}
 	}
+	if size <= old { // reservations past the new end go, as blocks preallocated there do
+		if err := fs.releasePrealloc(ctx, in, (size+bs-1)/bs, math.MaxUint64); err != nil {
+			return err
+		}
+	}
 	in.body.Size = size
 	return nil
 }
@@ -1205,6 +1210,7 @@ func (fs *FS) maybeDelete(ctx context.Context, ino uint64) error {
 	if in.body.Nlink > 0 || in.opens > 0 {
 		return nil
 	}
+	fs.dropPrealloc(in)
 	bs := uint64(fs.bs)
 	end := in.body.Size
 	if in.isDir() {

@@ -24,7 +24,7 @@ const FormatVersion = 2
 // mount (*ondisk.FeatureError, class ro_compat: the image could only be
 // mounted read-only); an unknown incompat bit refuses the mount.
 // FeatureThreadedLog (tl.go) is incompat.
-var KnownFeatures = ondisk.Features{Compat: FeatureInodeRdev, Incompat: FeatureThreadedLog}
+var KnownFeatures = ondisk.Features{Compat: FeatureInodeRdev, Incompat: FeatureThreadedLog | FeaturePrealloc}
 
 // FeatureInodeRdev (compat) says inodes may carry a device number: an inode
 // whose Flags has inodeFlagRdev stores a u64 rdev after its xattrs. Images
@@ -332,6 +332,11 @@ type checkpoint struct {
 	// follows (their LogWP is the log's cursor in the segment's holes).
 	HasTL bool
 	TL    []ZoneID
+	// HasPrealloc (FeaturePrealloc): after the TL list (empty without
+	// threaded logging) the inodes holding fallocate reservations follow
+	// (space.go).
+	HasPrealloc bool
+	Prealloc    []uint64
 }
 
 func (c *checkpoint) encode() []byte {
@@ -377,10 +382,16 @@ func (c *checkpoint) encode() []byte {
 	for _, a := range c.Invalid {
 		w.u64(uint64(a))
 	}
-	if c.HasTL {
+	if c.HasTL || c.HasPrealloc {
 		w.u32(uint32(len(c.TL)))
 		for _, z := range c.TL {
 			w.u32(uint32(z))
+		}
+	}
+	if c.HasPrealloc {
+		w.u32(uint32(len(c.Prealloc)))
+		for _, ino := range c.Prealloc {
+			w.u64(ino)
 		}
 	}
 	return w.b
@@ -451,6 +462,15 @@ func decodeCheckpoint(p []byte) (*checkpoint, error) {
 			c.TL[i] = ZoneID(r.u32())
 		}
 	}
+	if len(r.b) > 0 && !r.bad {
+		// FeaturePrealloc: the inodes holding reservations
+		c.HasPrealloc = true
+		n = r.count(8)
+		c.Prealloc = make([]uint64, n)
+		for i := range c.Prealloc {
+			c.Prealloc[i] = r.u64()
+		}
+	}
 	if r.bad {
 		return nil, corrupt("checkpoint", "truncated")
 	}
@@ -500,14 +520,19 @@ type inodeBody struct {
 	// counted from their direct nodes when first needed.
 	Blocks      uint64
 	BlocksKnown bool
+	// Prealloc are the file block ranges fallocate reserved
+	// (inodeFlagPrealloc, FeaturePrealloc; space.go): the holes in them are
+	// counted as used until written or released.
+	Prealloc []blkRange
 }
 
 // Inode flags (inodeBody.Flags). Each flag says that a u64 field follows the
 // xattrs, in this order.
 const (
-	inodeFlagRdev   = 1 << 0 // the device number
-	inodeFlagBlocks = 1 << 1 // the mapped data block count
-	inodeFlagsExt   = inodeFlagRdev | inodeFlagBlocks
+	inodeFlagRdev     = 1 << 0 // the device number
+	inodeFlagBlocks   = 1 << 1 // the mapped data block count
+	inodeFlagPrealloc = 1 << 2 // the reserved ranges: a u16 count, then a u64 pair each (not a u64)
+	inodeFlagsExt     = inodeFlagRdev | inodeFlagBlocks | inodeFlagPrealloc
 )
 
 // extLen is the room the fields after the xattrs take in the inode block.
@@ -518,6 +543,9 @@ func (in *inodeBody) extLen() int {
 	}
 	if in.BlocksKnown {
 		n += 8
+	}
+	if len(in.Prealloc) > 0 {
+		n += 2 + 16*len(in.Prealloc)
 	}
 	return n
 }
@@ -593,6 +621,9 @@ func (in *inodeBody) encode() []byte {
 	if in.BlocksKnown {
 		flags |= inodeFlagBlocks
 	}
+	if len(in.Prealloc) > 0 {
+		flags |= inodeFlagPrealloc
+	}
 	w.u32(flags)
 	w.u16(uint16(len(in.Xattrs)))
 	for _, x := range in.Xattrs {
@@ -604,6 +635,13 @@ func (in *inodeBody) encode() []byte {
 	}
 	if in.BlocksKnown {
 		w.u64(in.Blocks)
+	}
+	if len(in.Prealloc) > 0 {
+		w.u16(uint16(len(in.Prealloc)))
+		for _, r := range in.Prealloc {
+			w.u64(r.From)
+			w.u64(r.To)
+		}
 	}
 	return w.b
 }
@@ -640,6 +678,22 @@ func decodeInode(b []byte) (nodeHeader, *inodeBody, error) {
 	if in.Flags&inodeFlagBlocks != 0 && len(r.b) >= 8 {
 		in.Blocks = r.u64()
 		in.BlocksKnown = in.Blocks != 0 || in.Size == 0
+	}
+	if in.Flags&inodeFlagPrealloc != 0 {
+		n := int(r.u16())
+		if n > maxPreallocRanges {
+			return h, nil, corrupt("inode", "ino %d: %d reserved ranges", h.Ino, n)
+		}
+		for i := 0; i < n && !r.bad; i++ {
+			rg := blkRange{From: r.u64(), To: r.u64()}
+			if rg.From >= rg.To || (i > 0 && rg.From <= in.Prealloc[i-1].To) {
+				return h, nil, corrupt("inode", "ino %d: reserved range %d..%d out of order", h.Ino, rg.From, rg.To)
+			}
+			in.Prealloc = append(in.Prealloc, rg)
+		}
+		if r.bad {
+			return h, nil, corrupt("inode", "ino %d: reserved ranges truncated", h.Ino)
+		}
 	}
 	in.Flags &^= inodeFlagsExt
 	return h, in, nil

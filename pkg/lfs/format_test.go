@@ -133,6 +133,9 @@ func FuzzDecodeMetaRecord(f *testing.F) {
 func FuzzDecodeCheckpoint(f *testing.F) {
 	f.Add(sampleCheckpoint(true).encode())
 	f.Add(sampleCheckpoint(false).encode())
+	withPrealloc := sampleCheckpoint(true)
+	withPrealloc.HasPrealloc, withPrealloc.Prealloc = true, []uint64{7, 9}
+	f.Add(withPrealloc.encode())
 	f.Fuzz(func(t *testing.T, b []byte) {
 		c, err := decodeCheckpoint(b)
 		if !isTyped(err) {
@@ -159,6 +162,8 @@ func FuzzDecodeSuperblock(f *testing.F) {
 func FuzzDecodeNode(f *testing.F) {
 	in := inodeBody{Mode: 0o40755, Nlink: 2, Xattrs: []xattr{{Name: "user.x", Value: []byte("y")}}}
 	f.Add(encodeNode(nodeHeader{Kind: nodeInode, Nid: mkNid(1, 0), Ino: 1}, in.encode(), 512))
+	pre := inodeBody{Mode: 0o100644, Nlink: 1, Size: 1 << 20, BlocksKnown: true, Prealloc: []blkRange{{0, 8}, {16, 300}}}
+	f.Add(encodeNode(nodeHeader{Kind: nodeInode, Nid: mkNid(2, 0), Ino: 2}, pre.encode(), 512))
 	f.Add(encodeNode(nodeHeader{Kind: nodeDirect, Nid: mkNid(1, 1), Ino: 1}, encodeDirect(make([]Addr, directEntries(512))), 512))
 	f.Fuzz(func(t *testing.T, b []byte) {
 		if _, _, err := decodeInode(b); !isTyped(err) {
@@ -255,4 +260,24 @@ func TestInodeRdevCompat(t *testing.T) {
 	require.Len(t, got.Xattrs, 1)
 	// the superblock says so, and the bit is compat (an old build ignores it)
 	require.NotZero(t, KnownFeatures.Compat&FeatureInodeRdev)
+}
+
+// Reserved ranges and the checkpoint's list of their inodes round-trip;
+// ranges out of order are corrupt.
+func TestPreallocEncoding(t *testing.T) {
+	in := inodeBody{Mode: 0o100644, Nlink: 1, Size: 5, BlocksKnown: true, Blocks: 1, Prealloc: []blkRange{{0, 8}, {16, 300}}}
+	_, got, err := decodeInode(encodeNode(nodeHeader{Kind: nodeInode, Nid: mkNid(2, 0), Ino: 2}, in.encode(), 512))
+	require.NoError(t, err)
+	require.Equal(t, in.Prealloc, got.Prealloc)
+	require.Equal(t, uint64(1), got.Blocks)
+	bad := in
+	bad.Prealloc = []blkRange{{16, 300}, {0, 8}}
+	_, _, err = decodeInode(encodeNode(nodeHeader{Kind: nodeInode, Nid: mkNid(2, 0), Ino: 2}, bad.encode(), 512))
+	require.ErrorIs(t, err, zerr.ErrCorrupt)
+	c := sampleCheckpoint(false)
+	c.HasPrealloc, c.Prealloc = true, []uint64{3, 11}
+	c2, err := decodeCheckpoint(c.encode())
+	require.NoError(t, err)
+	require.Equal(t, c.Prealloc, c2.Prealloc)
+	require.Empty(t, c2.TL)
 }

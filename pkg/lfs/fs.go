@@ -130,6 +130,9 @@ type Options struct {
 	// store (FUSE has no page_mkwrite): Write gets ENOSPC when it would dip
 	// into it. 0: DefaultWriteReserve; negative: none.
 	WriteReserveBlocks int
+	// Atime is when reads update the access time (atime.go; the zero
+	// value is relatime); checkpoints persist the changes.
+	Atime AtimeMode
 }
 
 // DefaultCacheBlocks is the default bound of the host page cache in blocks:
@@ -188,6 +191,15 @@ type FS struct {
 	ic    inodeCache
 	files openFiles
 	count counters
+	// prealloc is the blocks each inode's fallocate reservation still
+	// needs (space.go); their sum is count.resv, part of count.used.
+	prealloc map[uint64]uint64
+	// wbFull is the files whose write-back needed the write-back reserve
+	// (wbspace.go).
+	wbFull map[uint64]bool
+	// atimes is the inodes whose atime reads changed since the last
+	// checkpoint (atime.go).
+	atimes map[uint64]struct{}
 
 	failed   error
 	deferred []deferredOp // Finish/Reset calls that failed while a node was unavailable (retried)
@@ -219,6 +231,7 @@ type counters struct {
 	nodes         uint64 // nodes (inodes + direct nodes) in use, bounded by the superblock's MaxNodes
 	blocksWritten uint64 // all blocks written to the drives (incl. meta and moves)
 	userBlocks    uint64 // blocks written on behalf of users (data + nodes)
+	resv          uint64 // blocks fallocate reserved and not written yet (included in used)
 }
 
 // unlocked runs f (one Volume call) with fs.mu released: the table lock is
@@ -245,7 +258,7 @@ func newFS(vol Volume, opts Options) *FS {
 		opts.CacheInodes = 65536
 	}
 	fs := &FS{vol: vol, geo: vol.Geometry(), opts: opts, clk: opts.Clock,
-		segs: map[ZoneID]*segment{}, nat: map[uint64]Addr{},
+		segs: map[ZoneID]*segment{}, nat: map[uint64]Addr{}, prealloc: map[uint64]uint64{},
 		ic:    inodeCache{inodes: map[uint64]*inode{}, active: map[uint64]*inode{}},
 		files: openFiles{handles: map[Handle]*handle{}, orphans: map[uint64]struct{}{}, nextFH: 1}}
 	fs.bs = fs.geo.BlockSize
@@ -329,7 +342,7 @@ func Mkfs(ctx context.Context, vol Volume, opts MkfsOptions) error {
 	}
 	sb := superblock{Version: FormatVersion, BlockSize: uint32(g.BlockSize), ZoneBlocks: g.ZoneBlocks,
 		MaxZones: uint32(g.MaxZones), OPPercent: uint32(op), Logs: 6,
-		Features: ondisk.Features{Compat: FeatureInodeRdev}}
+		Features: ondisk.Features{Compat: FeatureInodeRdev, Incompat: FeaturePrealloc}}
 	_, _ = rand.Read(sb.UUID[:])
 	sb.Logs = mkfsLogs(g.MaxOpen)
 	sb.ReserveSegs = sb.Logs + 4
@@ -537,6 +550,7 @@ func loadFS(ctx context.Context, vol Volume, opts Options) (*FS, []ZoneInfo, *me
 	fs := newFS(vol, opts)
 	fs.sb = sb
 	fs.sb.Features.Compat |= FeatureInodeRdev // written with the next superblock
+	fs.sb.Features.Incompat |= FeaturePrealloc
 	if fs.tlOn() && sb.Features.Incompat&FeatureThreadedLog == 0 && fs.geo.MaxOpen-int(sb.Logs)-2 < 1 {
 		// A TL segment stays open until a checkpoint records it, beside the
 		// log heads and two metadata zones: with no open zone to spare,

@@ -46,6 +46,10 @@ func Fsck(ctx context.Context, vol Volume, repair bool) (Report, error) {
 			fs.count.used += s.nvalid
 		}
 		fs.mu.Lock()
+		if err := fs.loadPrealloc(ctx, nil); err != nil {
+			fs.mu.Unlock()
+			return Report{}, err
+		}
 		rep, err := fs.check(ctx, false)
 		fs.mu.Unlock()
 		rep.Problems = append(fs.cp.loadProblems, rep.Problems...)
@@ -127,7 +131,8 @@ var fsckChecks = []fsckCheck{
 	{"blocks", "a known block count (st_blocks) is the number of mapped blocks"},
 	{"unclaimed", "every valid block is pointed at"},
 	{"node-count", "the node count is the NAT's size"},
-	{"used-blocks", "the used-block count is the sum of the segments' valid counts"},
+	{"used-blocks", "the used-block count is the sum of the segments' valid counts and the reservations, within the user blocks"},
+	{"prealloc-list", "an inode with reserved ranges is in the checkpoint's list of them"},
 }
 
 // fsckRun is the state of one check: the facts the walk gathers (links
@@ -368,6 +373,7 @@ func (c *fsckRun) checkInode(ino uint64) {
 	if c.seen[ino] {
 		c.checkNlink(in)
 	}
+	c.checkPrealloc(in)
 	nmapped := c.checkData(in)
 	c.checkType(in, nmapped)
 	if in.body.BlocksKnown && in.holes == 0 && in.body.Blocks != nmapped {
@@ -488,11 +494,14 @@ func (c *fsckRun) checkSpace() {
 			c.fixed()
 		}
 	}
-	if fs.ic.dirtyPages == 0 && fs.ic.dirtyNodes == 0 && fs.count.used != valid {
-		if c.flag("used-blocks", "space", "used blocks %d, valid blocks %d", fs.count.used, valid) {
-			fs.count.used = valid
+	if fs.ic.dirtyPages == 0 && fs.ic.dirtyNodes == 0 && fs.count.used != valid+fs.count.resv {
+		if c.flag("used-blocks", "space", "used blocks %d, valid blocks %d, reserved %d", fs.count.used, valid, fs.count.resv) {
+			fs.count.used = valid + fs.count.resv
 			c.fixed()
 		}
+	}
+	if fs.count.used > fs.sb.UserBlocks {
+		c.flag("used-blocks", "space", "used blocks %d (reserved %d) exceed the %d user blocks", fs.count.used, fs.count.resv, fs.sb.UserBlocks)
 	}
 }
 

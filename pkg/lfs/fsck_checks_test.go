@@ -17,7 +17,7 @@ import (
 func TestFsckChecksEachCatchTheirCorruption(t *testing.T) {
 	online := map[string]bool{"sit-count": true, "sit-meta-zone": true, "block-owner": true, "node-count": true, "used-blocks": true}
 	names := lfs.FsckCheckNames()
-	require.Len(t, names, 21)
+	require.Len(t, names, 22)
 	for _, name := range names {
 		t.Run(name, func(t *testing.T) {
 			v := newVol(t, 32, 8)

@@ -128,6 +128,10 @@ func (fs *FS) CorruptFor(check string, dir, ino uint64, persist bool) (undo func
 	case "blocks":
 		in.body.Blocks += 3
 		fs.markDirty(in)
+	case "prealloc-list":
+		// ranges the checkpoint's list does not name
+		in.body.Prealloc = []blkRange{{From: 1 << 20, To: 1<<20 + 8}}
+		fs.markDirty(in)
 	case "unclaimed":
 		a, ok := fs.invalidBlock(ds)
 		if !ok {

@@ -373,7 +373,7 @@ func (fs *FS) attr(in *inode) Attr {
 	// space used: the data blocks mapped plus the dirty pages over holes
 	// (charged against the free space already, as delayed allocation);
 	// a count not known yet (see countBlocks) is estimated from the size
-	blocks := in.body.Blocks + in.holes
+	blocks := in.body.Blocks + in.holes + fs.prealloc[in.ino] // reserved blocks count, as preallocated ones do elsewhere
 	if !in.body.BlocksKnown {
 		blocks = (in.body.Size + bs - 1) / bs
 	}
@@ -1159,6 +1159,7 @@ func (fs *FS) Read(ctx context.Context, h Handle, off int64, buf []byte) (n int,
 	fs.m.bytes("read", n)
 	if err == nil {
 		fs.noteRead(in, uint64(off), n)
+		fs.noteAccess(in) // atime.go
 	}
 	return n, err
 }
@@ -1189,6 +1190,7 @@ func (fs *FS) ReadVec(ctx context.Context, h Handle, off int64, buf []byte, vec 
 	fs.m.bytes("read", n)
 	if err == nil {
 		fs.noteRead(in, uint64(off), n)
+		fs.noteAccess(in) // atime.go
 	}
 	return vec, n, err
 }
@@ -1267,19 +1269,27 @@ func (fs *FS) write(ctx context.Context, h Handle, off int64, data []byte, write
 	}
 	// check space up front so a write is never partial for lack of space
 	bs := uint64(fs.bs)
-	need := uint64(0)
+	need, reserved := uint64(0), uint64(0)
 	for b := uint64(off) / bs; b <= (uint64(off)+uint64(len(data))+bs-1)/bs && len(data) > 0; b++ {
 		if in.pages.get(b) == nil {
 			a, err := fs.blockAddr(ctx, in, b)
 			if err != nil {
 				return 0, err
 			}
-			if a == 0 {
+			if a == 0 && fs.preallocHas(in, b) {
+				reserved++ // fallocate holds its block
+			} else if a == 0 {
 				need++
 			}
 		}
 	}
-	if !fs.fits(need, !writeBack) {
+	if writeBack && (wbExtendRefused(in, uint64(off)+uint64(len(data))) && len(data) > 0) {
+		return 0, in.wbErr // not past a range already lost (wbspace.go)
+	}
+	if writeBack && need > 0 && !fs.fits(need, true) {
+		fs.markWBFull(in) // the reserve is in use: write(2) gets ENOSPC (wbspace.go)
+	}
+	if (need > 0 || reserved == 0) && !fs.fits(need, !writeBack) {
 		if writeBack {
 			fs.writeBackFailed(in, errNoSpace)
 		}
@@ -1486,20 +1496,14 @@ func dtMode(t uint8) uint32 {
 	return uint32(t) << 12
 }
 
-// Statfs reports the real free space.
+// Statfs reports the real free space (space.go, statfsLocked).
 func (fs *FS) Statfs(ctx context.Context) (s StatfsOut, err error) {
 	o, err := fs.begin(ctx, "statfs", opRead)
 	if err != nil {
 		return s, err
 	}
 	defer o.done(&err)
-	free := uint64(0)
-	if fs.count.used < fs.sb.UserBlocks {
-		free = fs.sb.UserBlocks - fs.count.used
-	}
-	avail := free - min(free, fs.writeReserve()) // the write-back reserve is not for write(2)
-	return StatfsOut{Bsize: uint32(fs.bs), Blocks: fs.sb.UserBlocks, Bfree: free, Bavail: avail,
-		Files: fs.sb.MaxNodes, Ffree: fs.sb.MaxNodes - min(fs.count.nodes, fs.sb.MaxNodes), NameLen: maxNameLen}, nil
+	return fs.statfsLocked(), nil
 }
 
 func (in *inode) xattrIndex(name string) int {

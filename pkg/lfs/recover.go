@@ -70,6 +70,7 @@ var recoveryPhases = []recoveryPhase{
 	{"trim-recovered", (*recovery).trimRecovered},
 	{"settle-zones", (*recovery).settleZones},
 	{"delete-orphans", (*recovery).deleteOrphans},
+	{"count-reservations", func(rc *recovery, ctx context.Context) error { return rc.fs.loadPrealloc(ctx, rc.recovered) }},
 }
 
 // recover brings the loaded checkpoint up to date with the volume: roll

@@ -94,20 +94,20 @@ func (in *inode) hasPagesIn(from, to uint64) bool {
 }
 
 // Fallocate implements fallocate(2) on a regular file:
-//   - mode 0 extends the size (a log-structured file system allocates
-//     blocks when they are written: nothing is reserved), FallocKeepSize
-//     alone does nothing, and both are ENOSPC when the range cannot fit in
-//     the free space now (at least its blocks less those the file holds):
-//     a 100 GiB fallocate on a small file system fails as on ext4, though a
-//     success still promises nothing about other writers filling the space
-//     before this file's writes;
+//   - mode 0 and FallocKeepSize reserve the range (space.go): every hole
+//     in it, and every direct node it lacks, is counted as used at once,
+//     so free space drops and a later write into the range never gets
+//     ENOSPC; ENOSPC, changing nothing, when that does not fit in the
+//     space write(2) may take. Mode 0 also extends the size to off+length;
 //   - FallocPunchHole|FallocKeepSize deallocates [off, off+length): whole
 //     blocks are unmapped (invalidated in their segments, so recycling
-//     reclaims them, and no longer counted in st_blocks), the partial
-//     blocks at the edges are zeroed; the size never changes;
+//     reclaims them, and no longer counted in st_blocks) and released from
+//     any reservation, the partial blocks at the edges are zeroed; the
+//     size never changes;
 //   - FallocZeroRange [|FallocKeepSize] does the same and, without
 //     KEEP_SIZE, extends the size to off+length (the range reads as zeros,
-//     and takes no space: as a punched hole, not as unwritten extents).
+//     and takes no space: as a punched hole, not as unwritten extents, so
+//     unlike mode 0 it reserves nothing).
 //
 // Anything else (collapse, insert, unshare, punch without KEEP_SIZE) is
 // EOPNOTSUPP.
@@ -150,15 +150,8 @@ func (fs *FS) Fallocate(ctx context.Context, ino uint64, mode uint32, off, lengt
 	}()
 	switch mode {
 	case 0, FallocKeepSize:
-		// Nothing is reserved (blocks are allocated when written), but a
-		// range that cannot fit in the free space now is ENOSPC, as on
-		// any file system, not a success that the writes then contradict.
-		// The blocks it needs are at least the range's less every block
-		// the file holds.
-		span := (end+bs-1)/bs - off/bs
-		need := span - min(span, in.body.Blocks+in.holes)
-		if need > 0 && !fs.fits(need, true) {
-			return errNoSpace
+		if err := fs.reserve(ctx, in, off/bs, (end+bs-1)/bs); err != nil {
+			return err
 		}
 		if mode == 0 && end > in.body.Size {
 			in.body.Size = end
@@ -177,10 +170,14 @@ func (fs *FS) Fallocate(ctx context.Context, ino uint64, mode uint32, off, lengt
 			}
 		}()
 	}
-	if off >= in.body.Size {
-		return nil
+	if off < in.body.Size {
+		if err := fs.zeroRange(ctx, in, off, min(end, in.body.Size)); err != nil {
+			return err
+		}
 	}
-	return fs.zeroRange(ctx, in, off, min(end, in.body.Size))
+	// the whole blocks of the range leave any reservation: a punched or
+	// zeroed range takes no space
+	return fs.releasePrealloc(ctx, in, (off+bs-1)/bs, end/bs)
 }
 
 // zeroRange makes [off, end) of in (within its size) read as zeros: the

@@ -262,6 +262,8 @@ type mountOptions struct {
 	ns, dir, gc, metrics, logFile string
 	cachedWrite, allowOther       bool
 	writebackCache                bool
+	dev, readOnly                 bool
+	atime                         string
 	daemon, debug                 bool
 	asyncCompaction               bool
 	forceMount                    bool
@@ -295,6 +297,12 @@ Prometheus metrics (zonefleet_fs_*, zonefleet_client_*) on --metrics-listen.`,
 			if _, err := lfs.ParseMode(o.gc); err != nil {
 				return usageErr(fmt.Errorf("--gc %q: want zns+, izc or host-copy (zns)", o.gc))
 			}
+			if _, err := lfs.ParseAtime(o.atime); err != nil {
+				return usageErr(fmt.Errorf("--atime %q: want relatime, noatime or strictatime", o.atime))
+			}
+			if o.dev && os.Geteuid() != 0 {
+				return usageErr(fmt.Errorf("--dev needs root: device nodes on a mount reach the devices they name"))
+			}
 			if st, err := os.Stat(o.dir); err != nil || !st.IsDir() {
 				return usageErr(fmt.Errorf("mount point %s: not a directory", o.dir))
 			}
@@ -319,6 +327,9 @@ Prometheus metrics (zonefleet_fs_*, zonefleet_client_*) on --metrics-listen.`,
 	f.StringVar(&o.metrics, "metrics-listen", "", "serve /metrics on this address (e.g. 127.0.0.1:7901)")
 	f.BoolVar(&o.allowOther, "allow-other", false, "let other users reach the mount (needs user_allow_other for non-root)")
 	f.BoolVar(&o.writebackCache, "writeback-cache", false, writebackCacheHelp)
+	f.BoolVar(&o.dev, "dev", false, "allow opening device nodes on the mount (mount option dev; default nodev; root only)")
+	f.BoolVar(&o.readOnly, "read-only", false, "mount read-only (ro): every change is refused with EROFS; the file system still rolls forward at mount")
+	f.StringVar(&o.atime, "atime", "relatime", "when reads update the access time: relatime (when it is not after the last change or is a day old), noatime (never) or strictatime (every read)")
 	f.BoolVar(&o.daemon, "daemon", false, "mount, then serve from a background process and return")
 	f.StringVar(&o.logFile, "log", "", "log file of a --daemon mount, opened without following a symbolic link and created 0600 (default: mount-NAMESPACE.log in the state directory, $XDG_STATE_HOME/zonefleet or ~/.local/state/zonefleet)")
 	f.BoolVar(&o.debug, "debug", false, "log every FUSE request")
@@ -469,8 +480,17 @@ func serveMount(sigCtx context.Context, g *Globals, o mountOptions, mounted func
 			"redundancy", ns.GetRedundancy(), "gc", o.gc)
 		mode, o.gc = lfs.ModeZNS, "host-copy"
 	}
+	atime, err := lfs.ParseAtime(o.atime)
+	if err != nil {
+		return usageErr(err)
+	}
+	lfsAtime := atime
+	if o.readOnly {
+		lfsAtime = lfs.AtimeNever // a read-only mount writes no access times
+	}
 	fs, err := lfs.Mount(sigCtx, vol, lfs.Options{Clock: clk, Registry: reg, Mode: mode, CachedWrite: o.cachedWrite,
-		PGCWorkers: o.pgcWorkers, BackgroundGC: o.bgGC, CheckpointEvery: o.cpEvery, CacheBlocks: o.cacheBlocks, RetryDeadline: o.retryDeadline})
+		PGCWorkers: o.pgcWorkers, BackgroundGC: o.bgGC, CheckpointEvery: o.cpEvery, CacheBlocks: o.cacheBlocks, RetryDeadline: o.retryDeadline,
+		Atime: lfsAtime})
 	if err != nil {
 		return fmt.Errorf("mount %s: %w", g.Namespace, err)
 	}
@@ -498,7 +518,7 @@ func serveMount(sigCtx context.Context, g *Globals, o mountOptions, mounted func
 		CachedWrite: o.cachedWrite, MetricsAddr: metricsAddr, BackgroundGC: o.bgGC.String(), CheckpointEach: o.cpEvery.String(),
 		Started: time.Now().UTC().Format(time.RFC3339)}})
 	srv, err := fusefs.Mount(bfs, o.dir, fusefs.MountOptions{FsName: "zonefleet:" + g.Namespace, AllowOther: o.allowOther,
-		Debug: o.debug, Direct: os.Geteuid() == 0, WritebackCache: o.writebackCache})
+		Debug: o.debug, Direct: os.Geteuid() == 0, WritebackCache: o.writebackCache, Dev: o.dev, ReadOnly: o.readOnly, Atime: atime})
 	if err != nil {
 		return err
 	}
