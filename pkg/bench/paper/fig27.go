@@ -220,6 +220,29 @@ func (g *gsim) Compact(ctx context.Context, _ string, dst cluster.PhysZone, rang
 	return nil
 }
 
+// newArbiter makes the in-memory arbiter over the rig's drive (one node,
+// one device reporting MAR deviceMAR) on the simulated clock, with g as its
+// Compactor; tro is T_ReadOnly (0: the arbiter's default).
+func (g *gsim) newArbiter(deviceMAR uint32, tro time.Duration) (*arbiter.Arbiter, error) {
+	r := g.r
+	id := r.dev.Identify()
+	rec := cluster.NodeRecord{ID: fig27Node, Addr: "sim", Version: "sim", StartedAt: time.Unix(0, 0).UTC(),
+		Devices: []cluster.DeviceInfo{{Index: 0, Channels: uint32(r.geo.Channels), Ways: uint32(r.geo.Chips / r.geo.Channels),
+			DZone: uint32(r.geo.DZone), FCGs: uint32(r.geo.NFCG), MAR: deviceMAR, MOR: deviceMAR,
+			BlockSize: uint32(id.BlockSize), PageSize: uint32(id.PageSize), ZoneSize: id.ZoneSize, ZoneCapacity: id.ZoneCapacity,
+			NumZones: uint32(id.Zones), Media: id.Media}}}
+	epoch := time.Unix(0, 0).UTC()
+	arb, err := arbiter.NewInMemory(arbiter.Config{
+		Now:       func() time.Time { return epoch.Add(r.s.Now()) },
+		TReadOnly: tro, Logger: discardLogger(),
+	}, []cluster.NodeRecord{rec}, g)
+	if err != nil {
+		return nil, err
+	}
+	g.arb = arb
+	return arb, nil
+}
+
 // gwriter writes one v-zone of a namespace sequentially.
 type gwriter struct {
 	g   *gsim
@@ -390,21 +413,10 @@ func fig27Run(ctx context.Context, dir string, c Fig27Config, tro time.Duration)
 	}
 	defer r.close()
 	g := &gsim{r: r, zcap: r.geo.ZoneCap, block: r.geo.BlockSize, wp: map[uint32]uint64{}, stale: map[uint32]bool{}}
-	id := r.dev.Identify()
-	rec := cluster.NodeRecord{ID: fig27Node, Addr: "sim", Version: "sim", StartedAt: time.Unix(0, 0).UTC(),
-		Devices: []cluster.DeviceInfo{{Index: 0, Channels: uint32(r.geo.Channels), Ways: uint32(r.geo.Chips / r.geo.Channels),
-			DZone: uint32(r.geo.DZone), FCGs: uint32(r.geo.NFCG), MAR: c.DeviceMAR, MOR: c.DeviceMAR,
-			BlockSize: uint32(id.BlockSize), PageSize: uint32(id.PageSize), ZoneSize: id.ZoneSize, ZoneCapacity: id.ZoneCapacity,
-			NumZones: uint32(id.Zones), Media: id.Media}}}
-	epoch := time.Unix(0, 0).UTC()
-	arb, err := arbiter.NewInMemory(arbiter.Config{
-		Now:       func() time.Time { return epoch.Add(r.s.Now()) },
-		TReadOnly: tro, Logger: discardLogger(),
-	}, []cluster.NodeRecord{rec}, g)
+	arb, err := g.newArbiter(c.DeviceMAR, tro)
 	if err != nil {
 		return nil, err
 	}
-	g.arb = arb
 	names := make([]string, len(c.Writers))
 	for i := range c.Writers {
 		names[i] = fmt.Sprintf("ns%d", i+1)
