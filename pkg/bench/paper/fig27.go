@@ -85,12 +85,18 @@ type Fig27Series struct {
 
 // Fig27Run is one reclaim timing.
 type Fig27Run struct {
-	Timing     string        `json:"timing"` // "paper" or "default"
-	TReadOnly  time.Duration `json:"t_read_only_ns"`
-	Series     []Fig27Series `json:"series"`
-	Reclaims   int           `json:"reclaims"`
-	Aborted    int           `json:"reclaims_aborted"` // the namespace wrote again during the copy
-	MovedBytes uint64        `json:"reclaim_moved_bytes"`
+	Timing    string        `json:"timing"` // "paper" or "default"
+	TReadOnly time.Duration `json:"t_read_only_ns"`
+	Series    []Fig27Series `json:"series"`
+	// AllocationsPerSecondBusy is the physical zone allocations per
+	// second of the busy phase, and TwoCycles the time two cycles of global
+	// overdrive (2 x N_essential allocations) take at that rate: the
+	// paper's T_ReadOnly in this run.
+	AllocationsPerSecondBusy float64       `json:"allocations_per_second_busy"`
+	TwoCycles                time.Duration `json:"two_overdrive_cycles_ns"`
+	Reclaims                 int           `json:"reclaims"`
+	Aborted                  int           `json:"reclaims_aborted"` // the namespace wrote again during the copy
+	MovedBytes               uint64        `json:"reclaim_moved_bytes"`
 	// NS4 in the phases: busy (second half before IdleFrom), idle (second
 	// half of the idle phase), resumed (second half after IdleTo).
 	NS4MBpsBusy      float64 `json:"ns4_mb_per_second_busy"`
@@ -479,6 +485,33 @@ func fig27Run(ctx context.Context, dir string, c Fig27Config, tro time.Duration)
 			})
 		}
 	}
+	// The paper's reclaim timing in this run: "no write activity for two
+	// cycles of global overdrive" (§4.4.4), a cycle being the last
+	// N_essential physical zone allocations (§4.4.3). The busy phase's
+	// allocation rate gives the time of two cycles.
+	r.s.Go(func(ctx context.Context) {
+		from := c.IdleFrom / 2
+		if err := r.s.WaitUntil(ctx, from); err != nil {
+			return
+		}
+		s0, err := arb.Status(ctx)
+		if err != nil {
+			fail(err)
+			return
+		}
+		if err := r.s.WaitUntil(ctx, c.IdleFrom); err != nil {
+			return
+		}
+		s1, err := arb.Status(ctx)
+		if err != nil {
+			fail(err)
+			return
+		}
+		if n := s1.AllocSeq - s0.AllocSeq; n > 0 {
+			out.AllocationsPerSecondBusy = round(float64(n) / (c.IdleFrom - from).Seconds())
+			out.TwoCycles = time.Duration(float64(2*s1.Essentials) / float64(n) * float64(c.IdleFrom-from))
+		}
+	})
 	// Sampler: spares in use per namespace at the end of every bin.
 	r.s.Go(func(ctx context.Context) {
 		for b := 0; b < bins; b++ {

@@ -35,15 +35,15 @@ func (r *Result) WriteTable(w io.Writer) error {
 
 // Manifest records what produced a set of plots.
 type Manifest struct {
-	Commit    string          `json:"commit"`
-	Version   string          `json:"version"`
-	GoVersion string          `json:"go_version"`
-	Figures   []string        `json:"figures"`
-	Options   Options         `json:"options"`
-	Seed      int64           `json:"seed"`
-	Clock     string          `json:"clock"`
-	Config    map[string]any  `json:"config"`
-	Files     []string        `json:"files"`
+	Commit    string         `json:"commit"`
+	Version   string         `json:"version"`
+	GoVersion string         `json:"go_version"`
+	Figures   []string       `json:"figures"`
+	Options   Options        `json:"options"`
+	Seed      int64          `json:"seed"`
+	Clock     string         `json:"clock"`
+	Config    map[string]any `json:"config"`
+	Files     []string       `json:"files"`
 	// Lines are the table's rows per figure (ours beside the paper's), and
 	// Fidelity the rows with the paper's number: docs/paper-figures.md's
 	// fidelity table is generated from them.

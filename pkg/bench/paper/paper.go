@@ -197,6 +197,7 @@ func runFig27(ctx context.Context, dir string, o Options) (any, []Line, error) {
 			Line{Label: "ns4_mb_per_second_idle_over_busy" + t, Ours: run.NS4MBpsIdleOverBusy, Paper: ">1 (maxes out)"},
 			Line{Label: "ns4_idle_over_total_busy" + t, Ours: run.NS4IdleOverTotalBusy, Paper: "~1 (~2.3 GB/s)", Ref: ref(1)},
 			Line{Label: "ns4_spares_resumed_over_busy" + t, Ours: run.NS4SparesResumedOverBusy, Paper: "~1 (released)", Ref: ref(1)})
+		lines = append(lines, Line{Label: "t_read_only / two overdrive cycles" + t, Ours: ratio(float64(run.TReadOnly), float64(run.TwoCycles)), Paper: "1 (\"two cycles of global overdrive\")"})
 	}
 	return r, lines, nil
 }

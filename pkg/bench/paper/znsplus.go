@@ -21,7 +21,8 @@ func znsplusConfig(workload string, o Options) znsplus.Config {
 	// znsplus.Default: 16 chips, 96 zones of 1 MiB, the copyback share
 	// on 32 zones of 4 MiB, all four utilizations (minutes); short:
 	// znsplus.Small at 85 %, no copyback geometry (seconds).
-	c := znsplus.Default() // Threads 0: the paper's (Table 3)
+	c := znsplus.Default()  // Threads 0: the paper's (Table 3)
+	c.NoCopybackUtil = 0.90 // Fig. 7a's w/o cpbk bars, at the paper's default utilization
 	if workload == znsplus.Varmail {
 		c.Overwrite = 0.5 // its small fsynced files take about 3x the wall time per byte
 	}
@@ -95,6 +96,11 @@ func runZNSPlus(ctx context.Context, dir string, o Options) (any, []Line, error)
 				Line{Label: "table5 background plugging share, " + tag, Ours: u.ZNSPlus.BackgroundPlugShare, Paper: fmt.Sprintf("%.3f", table5BP[wl]), Ref: table5BP[wl]},
 				Line{Label: fmt.Sprintf("§4.1 copyback share of in-storage copies (%g MiB zones), %s", cbZoneMiB(r, u), tag), Ours: u.CopybackShareCAB, Paper: fmt.Sprintf("%.2f", cb), Ref: cb},
 				Line{Label: "zns chip utilization, " + tag, Ours: u.ZNS.ChipUtilization, Paper: "-"})
+			if u.IZCNoCopybackVsZNS != nil && u.ZNSPlusNoCopybackVsZNS != nil {
+				lines = append(lines,
+					Line{Label: "fig7a izc w/o copyback / zns, " + tag, Ours: *u.IZCNoCopybackVsZNS, Paper: "below IZC"},
+					Line{Label: "fig7a zns+ w/o copyback / zns, " + tag, Ours: *u.ZNSPlusNoCopybackVsZNS, Paper: "below ZNS+"})
+			}
 			if wl == znsplus.Fileserver {
 				lines = append(lines,
 					Line{Label: "table4 zns MB/s (MLC), " + tag, Ours: u.ZNS.ThroughputMBps, Paper: "84.5", Ref: 84.5},
@@ -114,8 +120,8 @@ func cbZoneMiB(r znsplus.Result, u znsplus.UtilResult) float64 {
 }
 
 func znsplusPlot(r *ZNSPlusResult, path string) error {
-	b := bars{title: "ZNS+ Fig. 7: throughput normalized to ZNS (fs = fileserver, mail = varmail; utilization %)", ylabel: "throughput / ZNS",
-		series: []string{"ZNS", "IZC", "ZNS+"}, values: make([][]float64, 3)}
+	b := bars{title: "ZNS+ Fig. 7-8: throughput normalized to ZNS (fs = fileserver, mail = varmail; utilization %; paper: fs Fig. 8)", ylabel: "throughput / ZNS",
+		series: []string{"ZNS", "IZC", "ZNS+", "paper IZC", "paper ZNS+"}, values: make([][]float64, 5)}
 	for _, w := range r.Workloads {
 		for _, u := range w.Utils {
 			short := map[string]string{"fileserver": "fs", "varmail": "mail"}[w.Workload]
@@ -123,6 +129,9 @@ func znsplusPlot(r *ZNSPlusResult, path string) error {
 			b.values[0] = append(b.values[0], 1)
 			b.values[1] = append(b.values[1], u.IZCvsZNS)
 			b.values[2] = append(b.values[2], u.ZNSPlusVsZNS)
+			pct := int(math.Round(u.Utilization * 100))
+			b.values[3] = append(b.values[3], fig8IZC[w.Workload][pct])
+			b.values[4] = append(b.values[4], fig8Plus[w.Workload][pct])
 		}
 	}
 	return b.save(path)
