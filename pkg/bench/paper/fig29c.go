@@ -59,7 +59,8 @@ func DefaultFig29c() Fig29cConfig {
 		Readers: 16, ReaderWidth: 2, ReaderStripe: 32 << 10, ReaderQD: 32, ReadBytes: 128 << 10,
 		BusyWidth: 2, BusyStripe: 32 << 10, Regular: 16, RegularWidth: 8, RegularStripe: 32 << 10,
 		Interval: 5 * time.Millisecond, WriteBytes: 512 << 10, LatThreshold: 500 * time.Microsecond,
-		QueueSlots: 256, DeepQueueSlots: 1024, // the node's default: two slots per chip Prefill: 1 << 20, Warmup: 30 * time.Millisecond, Run: 100 * time.Millisecond, Drive: Fig29cDrive(),
+		QueueSlots: 256, DeepQueueSlots: 1024, // QueueSlots: the node's default, two per chip
+		Prefill: 1 << 20, Warmup: 30 * time.Millisecond, Run: 100 * time.Millisecond, Drive: Fig29cDrive(),
 	}
 }
 
