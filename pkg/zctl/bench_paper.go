@@ -40,6 +40,9 @@ func benchPaperCmd(g *Globals) *cobra.Command {
 				}
 				return tw.Flush()
 			}
+			if doc != "" && (len(args) != 0 || o.Short) {
+				return &zerr.InvalidArgumentError{Field: "doc", Reason: "needs the full run of every figure (no FIGURE arguments, no --short)"}
+			}
 			work := dir
 			if work == "" {
 				d, err := os.MkdirTemp("", "zonefleet-paper-")
@@ -56,9 +59,6 @@ func benchPaperCmd(g *Globals) *cobra.Command {
 				return err
 			}
 			if doc != "" {
-				if len(args) != 0 || o.Short {
-					return &zerr.InvalidArgumentError{Field: "doc", Reason: "needs the full run of every figure (no FIGURE arguments, no --short)"}
-				}
 				if err := res.UpdateDoc(doc); err != nil {
 					return err
 				}

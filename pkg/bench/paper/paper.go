@@ -1,6 +1,10 @@
 // Package paper is `zctl bench paper`: the eZNS figures and the ZNS+ figure
-// (package znsplus) reproduced
-// deterministically on a simulated clock.
+// (package znsplus) reproduced deterministically on a simulated clock. The
+// registry (figures, in paper.go) lists the figures that run; a figure is
+// added with its id, title, the paper's numbers and a run function whose
+// lines carry the paper's number (Line.Ref) where the paper states one, so
+// the fidelity table picks it up. The figures that do not run are listed in
+// catalog.go with the reason.
 //
 // # What runs
 //
@@ -27,7 +31,8 @@
 // like the client writes them (the stripes of one I/O coalesced per physical
 // zone, submitted in parallel, the I/O completing with the last). Stripe
 // widths are the experiment's variable, set as in the paper's figure, except
-// in Fig. 27–28, where the arbiter itself places every stripe group:
+// for Fig. 26's v-zones and in Fig. 27–28, where the arbiter itself places
+// every stripe group:
 // arbiter.NewInMemory is the leader's code (local and global overdrive,
 // recalls, CheckReclaim with zone_compaction through the harness's
 // Compactor, which copies on the simulated drive) with its state published
