@@ -34,8 +34,6 @@ var unavailable = []Entry{
 		Reason: "the drive accumulates chip busy time; no timeline is sampled"},
 	{ID: "zns_plus_fig11_12", Title: "ZNS+ Fig. 11-12: chip sweep 2-32, link x chips", Status: Pending,
 		Reason: "each point is a full zns_plus run; within the bench's 10-minute budget only 16 chips run"},
-	{ID: "zns_plus_fig9", Title: "ZNS+ Fig. 9: chip utilization with LBA- vs PPA-ordered plugging", Status: Pending,
-		Reason: "devvol.SetTLMode has both orders and the runs report chip utilization; the LBA-ordered runs are not in the bench yet"},
 	{ID: "zns_plus_table4_media", Title: "ZNS+ Table 4: TLC / MLC / ZNAND x forced IZC-H / IZC-D", Status: Pending,
 		Reason: "lfs chooses host or drive per chunk by cost; no option forces either policy"},
 	{ID: "zns_plus_theta_pi", Title: "ZNS+ §3.3.2: the theta_PI sweep and hybrid segment recycling on/off", Status: Pending,

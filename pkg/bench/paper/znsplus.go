@@ -23,6 +23,7 @@ func znsplusConfig(workload string, o Options) znsplus.Config {
 	// znsplus.Small at 85 %, no copyback geometry (seconds).
 	c := znsplus.Default()  // Threads 0: the paper's (Table 3)
 	c.NoCopybackUtil = 0.90 // Fig. 7a's w/o cpbk bars, at the paper's default utilization
+	c.LBAOrderedUtil = 0.90 // Fig. 9: LBA- vs PPA-ordered plugging
 	if workload == znsplus.Varmail {
 		c.Overwrite = 0.5 // its small fsynced files take about 3x the wall time per byte
 	}
@@ -100,6 +101,12 @@ func runZNSPlus(ctx context.Context, dir string, o Options) (any, []Line, error)
 				lines = append(lines,
 					Line{Label: "fig7a izc w/o copyback / zns, " + tag, Ours: *u.IZCNoCopybackVsZNS, Paper: "below IZC"},
 					Line{Label: "fig7a zns+ w/o copyback / zns, " + tag, Ours: *u.ZNSPlusNoCopybackVsZNS, Paper: "below ZNS+"})
+			}
+			if lp := u.ZNSPlusLBAOrdered; lp != nil {
+				lines = append(lines,
+					Line{Label: "fig9 zns+ chip utilization PPA-ordered, " + tag, Ours: u.ZNSPlus.ChipUtilization, Paper: "above LBA-ordered"},
+					Line{Label: "fig9 zns+ chip utilization LBA-ordered, " + tag, Ours: lp.ChipUtilization, Paper: "-"},
+					Line{Label: "fig9 zns+ PPA-ordered / LBA-ordered throughput, " + tag, Ours: ratio(u.ZNSPlus.ThroughputMBps, lp.ThroughputMBps), Paper: ">1"})
 			}
 			if wl == znsplus.Fileserver {
 				lines = append(lines,

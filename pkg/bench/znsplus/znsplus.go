@@ -130,6 +130,12 @@ type Config struct {
 	// every in-storage copy is a read and a program), ZNS+ Fig. 7a's
 	// "w/o cpbk" bars.
 	NoCopybackUtil float64
+	// LBAOrderedUtil, when set, is the utilization at which zns+ also runs
+	// with LBA-ordered plugging (ZNS+ Fig. 9: chip utilization of LBA- vs
+	// PPA-ordered plugging).
+	LBAOrderedUtil float64
+	// lbaOrdered makes runOne plug in LBA order (the Fig. 9 run).
+	lbaOrdered bool
 	// UnscaledErase keeps the media's erase time per block on the
 	// scaled-down blocks (an ablation; see flashConfig).
 	UnscaledErase bool
@@ -237,6 +243,9 @@ type UtilResult struct {
 	// drives without copyback, over zns (Fig. 7a's w/o cpbk bars).
 	IZCNoCopybackVsZNS     *float64 `json:"izc_no_copyback_vs_zns,omitempty"`
 	ZNSPlusNoCopybackVsZNS *float64 `json:"zns_plus_no_copyback_vs_zns,omitempty"`
+	// With Config.LBAOrderedUtil at this utilization: zns+ with LBA-ordered
+	// plugging (its chip utilization beside the PPA-ordered run's: Fig. 9).
+	ZNSPlusLBAOrdered *ModeResult `json:"zns_plus_lba_ordered,omitempty"`
 }
 
 // Result is a whole run.
@@ -426,6 +435,16 @@ func assemble(cfg Config, dir string, runOne runner) (Result, error) {
 				}
 			}
 		}
+		if cfg.LBAOrderedUtil == u {
+			lc := cfg
+			lc.lbaOrdered = true
+			n++
+			mr, _, err := runOne(lc, fc, filepath.Join(dir, fmt.Sprintf("drive%d", n)), u, lfs.ModeZNSPlus, false)
+			if err != nil {
+				return res, fmt.Errorf("%s at %.0f %% in mode zns+ with LBA-ordered plugging: %w", cfg.Workload, 100*u, err)
+			}
+			ur.ZNSPlusLBAOrdered = &mr
+		}
 		ur.TLShare, ur.CopybackShare, ur.CopybackShareCAB = ur.ZNSPlus.TLShare, ur.IZC.CopybackShare, ur.IZC.CopybackShare
 		ur.IZCHostWrittenShare = ur.IZC.HostWrittenShare
 		if cfg.CopybackPagesPerBlock > 0 && slices.Contains(modes, lfs.ModeIZC) {
@@ -494,6 +513,9 @@ func runOne(ctx context.Context, cfg Config, fc flash.Config, path string, util 
 	}
 	dv.SetAsyncCompaction(true)  // ZNS+ §3.2.1: the host overlaps its checkpoint with the copies
 	dv.SetTLMode(zns.PPAOrdered) // ZNS+ §4.1: "PPA-ordered plugging was used by default"
+	if cfg.lbaOrdered {
+		dv.SetTLMode(zns.LBAOrdered)
+	}
 	ov := cfg.HostIOOverhead
 	if ov == 0 {
 		ov = HostSubmission
