@@ -8,6 +8,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/zonefleet/zonefleet/pkg/bench/paper"
+	"github.com/zonefleet/zonefleet/pkg/zerr"
 )
 
 // benchPaperCmd is `zctl bench paper [FIGURE...]`: the eZNS figures on the
@@ -17,6 +18,7 @@ func benchPaperCmd(g *Globals) *cobra.Command {
 		list bool
 		out  string
 		dir  string
+		doc  string
 		o    paper.Options
 	)
 	c := &cobra.Command{
@@ -28,11 +30,18 @@ func benchPaperCmd(g *Globals) *cobra.Command {
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if list {
 				tw := tabwriter.NewWriter(g.Out, 0, 4, 2, ' ', 0)
-				fmt.Fprintln(tw, "ID\tFIGURE\tPAPER")
-				for _, f := range paper.Figures() {
-					fmt.Fprintf(tw, "%s\t%s\t%s\n", f.ID, f.Title, f.Paper)
+				fmt.Fprintln(tw, "ID\tSTATUS\tFIGURE\tPAPER / WHY NOT")
+				for _, f := range paper.Catalog() {
+					why := f.Paper
+					if f.Status != paper.Runs {
+						why = f.Reason
+					}
+					fmt.Fprintf(tw, "%s\t%s\t%s\t%s\n", f.ID, f.Status, f.Title, why)
 				}
 				return tw.Flush()
+			}
+			if doc != "" && (len(args) != 0 || o.Short) {
+				return &zerr.InvalidArgumentError{Field: "doc", Reason: "needs the full run of every figure (no FIGURE arguments, no --short)"}
 			}
 			work := dir
 			if work == "" {
@@ -49,6 +58,11 @@ func benchPaperCmd(g *Globals) *cobra.Command {
 			if err != nil {
 				return err
 			}
+			if doc != "" {
+				if err := res.UpdateDoc(doc); err != nil {
+					return err
+				}
+			}
 			if out != "" {
 				if _, err := res.WriteOut(out, o); err != nil {
 					return err
@@ -60,6 +74,7 @@ func benchPaperCmd(g *Globals) *cobra.Command {
 	c.Flags().BoolVar(&list, "list", false, "list the figures and exit")
 	c.Flags().StringVar(&out, "out", "", "directory for one PNG plot per figure and manifest.json")
 	c.Flags().StringVar(&dir, "dir", "", "directory for the drives' backing files (default: a temporary one)")
+	c.Flags().StringVar(&doc, "doc", "", "rewrite the fidelity table of this markdown file (docs/paper-figures.md) from the run")
 	c.Flags().BoolVar(&o.Short, "short", false, "a reduced configuration (what the determinism test runs)")
 	return c
 }

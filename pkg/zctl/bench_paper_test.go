@@ -17,9 +17,22 @@ func runPaper(t *testing.T, args ...string) (string, error) {
 func TestBenchPaperCmd(t *testing.T) {
 	out, err := runPaper(t, "--list")
 	require.NoError(t, err)
-	for _, id := range []string{"fig26", "fig29a", "fig29b", "fig29c"} {
+	for _, id := range []string{"fig26", "fig29a", "fig29b", "fig29c", "zns_plus"} {
 		require.Contains(t, out, id)
 	}
+	// the figures that do not run are listed with their status
+	require.Contains(t, out, "qblk_scaling")
+	require.Contains(t, out, "pending")
+	require.Contains(t, out, "not reproducible")
+
+	// --doc needs the full run of every figure
+	doc := filepath.Join(t.TempDir(), "doc.md")
+	require.NoError(t, os.WriteFile(doc, []byte("x"), 0o644))
+	_, err = runPaper(t, "fig26", "--short", "--doc", doc)
+	require.Error(t, err)
+	b, err := os.ReadFile(doc)
+	require.NoError(t, err)
+	require.Equal(t, "x", string(b), "a refused --doc changes nothing")
 
 	dir := t.TempDir()
 	out, err = runPaper(t, "fig26", "--short", "-o", "json", "--dir", t.TempDir(), "--out", dir)

@@ -85,12 +85,18 @@ type Fig27Series struct {
 
 // Fig27Run is one reclaim timing.
 type Fig27Run struct {
-	Timing     string        `json:"timing"` // "paper" or "default"
-	TReadOnly  time.Duration `json:"t_read_only_ns"`
-	Series     []Fig27Series `json:"series"`
-	Reclaims   int           `json:"reclaims"`
-	Aborted    int           `json:"reclaims_aborted"` // the namespace wrote again during the copy
-	MovedBytes uint64        `json:"reclaim_moved_bytes"`
+	Timing    string        `json:"timing"` // "paper" or "default"
+	TReadOnly time.Duration `json:"t_read_only_ns"`
+	Series    []Fig27Series `json:"series"`
+	// AllocationsPerSecondBusy is the physical zone allocations per
+	// second of the busy phase, and TwoCycles the time two cycles of global
+	// overdrive (2 x N_essential allocations) take at that rate: the
+	// paper's T_ReadOnly in this run.
+	AllocationsPerSecondBusy float64       `json:"allocations_per_second_busy"`
+	TwoCycles                time.Duration `json:"two_overdrive_cycles_ns"`
+	Reclaims                 int           `json:"reclaims"`
+	Aborted                  int           `json:"reclaims_aborted"` // the namespace wrote again during the copy
+	MovedBytes               uint64        `json:"reclaim_moved_bytes"`
 	// NS4 in the phases: busy (second half before IdleFrom), idle (second
 	// half of the idle phase), resumed (second half after IdleTo).
 	NS4MBpsBusy      float64 `json:"ns4_mb_per_second_busy"`
@@ -218,6 +224,29 @@ func (g *gsim) Compact(ctx context.Context, _ string, dst cluster.PhysZone, rang
 	g.wp[dst.Zone] += n
 	g.moved += n * uint64(g.block)
 	return nil
+}
+
+// newArbiter makes the in-memory arbiter over the rig's drive (one node,
+// one device reporting MAR deviceMAR) on the simulated clock, with g as its
+// Compactor; tro is T_ReadOnly (0: the arbiter's default).
+func (g *gsim) newArbiter(deviceMAR uint32, tro time.Duration) (*arbiter.Arbiter, error) {
+	r := g.r
+	id := r.dev.Identify()
+	rec := cluster.NodeRecord{ID: fig27Node, Addr: "sim", Version: "sim", StartedAt: time.Unix(0, 0).UTC(),
+		Devices: []cluster.DeviceInfo{{Index: 0, Channels: uint32(r.geo.Channels), Ways: uint32(r.geo.Chips / r.geo.Channels),
+			DZone: uint32(r.geo.DZone), FCGs: uint32(r.geo.NFCG), MAR: deviceMAR, MOR: deviceMAR,
+			BlockSize: uint32(id.BlockSize), PageSize: uint32(id.PageSize), ZoneSize: id.ZoneSize, ZoneCapacity: id.ZoneCapacity,
+			NumZones: uint32(id.Zones), Media: id.Media}}}
+	epoch := time.Unix(0, 0).UTC()
+	arb, err := arbiter.NewInMemory(arbiter.Config{
+		Now:       func() time.Time { return epoch.Add(r.s.Now()) },
+		TReadOnly: tro, Logger: discardLogger(),
+	}, []cluster.NodeRecord{rec}, g)
+	if err != nil {
+		return nil, err
+	}
+	g.arb = arb
+	return arb, nil
 }
 
 // gwriter writes one v-zone of a namespace sequentially.
@@ -390,21 +419,10 @@ func fig27Run(ctx context.Context, dir string, c Fig27Config, tro time.Duration)
 	}
 	defer r.close()
 	g := &gsim{r: r, zcap: r.geo.ZoneCap, block: r.geo.BlockSize, wp: map[uint32]uint64{}, stale: map[uint32]bool{}}
-	id := r.dev.Identify()
-	rec := cluster.NodeRecord{ID: fig27Node, Addr: "sim", Version: "sim", StartedAt: time.Unix(0, 0).UTC(),
-		Devices: []cluster.DeviceInfo{{Index: 0, Channels: uint32(r.geo.Channels), Ways: uint32(r.geo.Chips / r.geo.Channels),
-			DZone: uint32(r.geo.DZone), FCGs: uint32(r.geo.NFCG), MAR: c.DeviceMAR, MOR: c.DeviceMAR,
-			BlockSize: uint32(id.BlockSize), PageSize: uint32(id.PageSize), ZoneSize: id.ZoneSize, ZoneCapacity: id.ZoneCapacity,
-			NumZones: uint32(id.Zones), Media: id.Media}}}
-	epoch := time.Unix(0, 0).UTC()
-	arb, err := arbiter.NewInMemory(arbiter.Config{
-		Now:       func() time.Time { return epoch.Add(r.s.Now()) },
-		TReadOnly: tro, Logger: discardLogger(),
-	}, []cluster.NodeRecord{rec}, g)
+	arb, err := g.newArbiter(c.DeviceMAR, tro)
 	if err != nil {
 		return nil, err
 	}
-	g.arb = arb
 	names := make([]string, len(c.Writers))
 	for i := range c.Writers {
 		names[i] = fmt.Sprintf("ns%d", i+1)
@@ -467,6 +485,33 @@ func fig27Run(ctx context.Context, dir string, c Fig27Config, tro time.Duration)
 			})
 		}
 	}
+	// The paper's reclaim timing in this run: "no write activity for two
+	// cycles of global overdrive" (§4.4.4), a cycle being the last
+	// N_essential physical zone allocations (§4.4.3). The busy phase's
+	// allocation rate gives the time of two cycles.
+	r.s.Go(func(ctx context.Context) {
+		from := c.IdleFrom / 2
+		if err := r.s.WaitUntil(ctx, from); err != nil {
+			return
+		}
+		s0, err := arb.Status(ctx)
+		if err != nil {
+			fail(err)
+			return
+		}
+		if err := r.s.WaitUntil(ctx, c.IdleFrom); err != nil {
+			return
+		}
+		s1, err := arb.Status(ctx)
+		if err != nil {
+			fail(err)
+			return
+		}
+		if n := s1.AllocSeq - s0.AllocSeq; n > 0 {
+			out.AllocationsPerSecondBusy = round(float64(n) / (c.IdleFrom - from).Seconds())
+			out.TwoCycles = time.Duration(float64(2*s1.Essentials) / float64(n) * float64(c.IdleFrom-from))
+		}
+	})
 	// Sampler: spares in use per namespace at the end of every bin.
 	r.s.Go(func(ctx context.Context) {
 		for b := 0; b < bins; b++ {

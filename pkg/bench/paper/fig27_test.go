@@ -26,6 +26,14 @@ func TestFig27(t *testing.T) {
 	require.Greater(t, p.NS4IdleOverTotalBusy, 0.8, "NS4 alone gets near the device's busy-phase total")
 	require.InDelta(t, 1.0, p.NS4SparesResumedOverBusy, 0.3, "the harvested spares are released")
 
+	// the paper's timing is two cycles of global overdrive: the run's
+	// T_ReadOnly is within a few times the time the busy phase took for
+	// 2 x N_essential allocations; the default is far above it
+	t.Logf("two overdrive cycles: %v (%.0f allocations/s); paper timing T_ReadOnly %v, default %v", p.TwoCycles, p.AllocationsPerSecondBusy, p.TReadOnly, d.TReadOnly)
+	require.Positive(t, p.TwoCycles)
+	require.Less(t, float64(p.TReadOnly), 4*float64(p.TwoCycles))
+	require.Greater(t, float64(p.TReadOnly), float64(p.TwoCycles)/4)
+	require.Greater(t, float64(d.TReadOnly), 10*float64(d.TwoCycles))
 	require.Zero(t, d.Reclaims, "T_ReadOnly of 5 min (scaled) does not expire in the idle phase")
 	require.Less(t, d.NS4SparesIdleOverBusy, 1.3)
 	require.Less(t, d.NS4MBpsIdleOverBusy, 1.15)

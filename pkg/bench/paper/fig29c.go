@@ -40,11 +40,13 @@ type Fig29cConfig struct {
 	Drive          flash.Config  `json:"drive"`
 }
 
-// Fig29cDrive has 32 single-die chip groups (8 channels x 4 ways, MLC), a
-// 16 MiB write cache and a 3.2 GB/s link.
+// Fig29cDrive is the paper's drive (eZNS Table 1): 128 single-die chip
+// groups (16 channels x 8 ways, MLC), a 16 MiB write cache and a 3.2 GB/s
+// link, so that the writers' 130 zones (one busy writer of width 2, 16
+// regular writers of width 8) take about one zone per die, as in the paper.
 func Fig29cDrive() flash.Config {
 	c := flash.Defaults()
-	c.Channels, c.Ways, c.DZone = 8, 4, 1
+	c.Channels, c.Ways, c.DZone = 16, 8, 1
 	c.PagesPerBlock, c.BlocksPerChip, c.SpareBlocksPerChip = 1024, 8, 1
 	c.MaxOpenZones, c.MaxActiveZones = 0, 0
 	c.HostLinkBytesPerSec = 3_200_000_000
@@ -57,7 +59,8 @@ func DefaultFig29c() Fig29cConfig {
 		Readers: 16, ReaderWidth: 2, ReaderStripe: 32 << 10, ReaderQD: 32, ReadBytes: 128 << 10,
 		BusyWidth: 2, BusyStripe: 32 << 10, Regular: 16, RegularWidth: 8, RegularStripe: 32 << 10,
 		Interval: 5 * time.Millisecond, WriteBytes: 512 << 10, LatThreshold: 500 * time.Microsecond,
-		QueueSlots: 64, DeepQueueSlots: 1024, Prefill: 1 << 20, Warmup: 30 * time.Millisecond, Run: 100 * time.Millisecond, Drive: Fig29cDrive(),
+		QueueSlots: 256, DeepQueueSlots: 1024, // QueueSlots: the node's default, two per chip
+		Prefill: 1 << 20, Warmup: 30 * time.Millisecond, Run: 100 * time.Millisecond, Drive: Fig29cDrive(),
 	}
 }
 

@@ -11,6 +11,7 @@ import (
 	"strings"
 	"text/tabwriter"
 
+	"github.com/zonefleet/zonefleet/pkg/bench/znsplus"
 	"github.com/zonefleet/zonefleet/pkg/buildinfo"
 )
 
@@ -34,16 +35,21 @@ func (r *Result) WriteTable(w io.Writer) error {
 
 // Manifest records what produced a set of plots.
 type Manifest struct {
-	Commit    string          `json:"commit"`
-	Version   string          `json:"version"`
-	GoVersion string          `json:"go_version"`
-	Figures   []string        `json:"figures"`
-	Options   Options         `json:"options"`
-	Seed      int64           `json:"seed"`
-	Clock     string          `json:"clock"`
-	Config    map[string]any  `json:"config"`
-	Files     []string        `json:"files"`
-	Results   json.RawMessage `json:"results"`
+	Commit    string         `json:"commit"`
+	Version   string         `json:"version"`
+	GoVersion string         `json:"go_version"`
+	Figures   []string       `json:"figures"`
+	Options   Options        `json:"options"`
+	Seed      int64          `json:"seed"`
+	Clock     string         `json:"clock"`
+	Config    map[string]any `json:"config"`
+	Files     []string       `json:"files"`
+	// Lines are the table's rows per figure (ours beside the paper's), and
+	// Fidelity the rows with the paper's number: docs/paper-figures.md's
+	// fidelity table is generated from them.
+	Lines    map[string][]Line `json:"lines"`
+	Fidelity []FidelityRow     `json:"fidelity"`
+	Results  json.RawMessage   `json:"results"`
 }
 
 // Seed is the seed of every random choice of the harness. The figures
@@ -71,6 +77,8 @@ func (r *Result) WriteOut(dir string, o Options) (*Manifest, error) {
 			m.Config[id] = v.Config
 		case *Fig29cResult:
 			m.Config[id] = v.Config
+		case *ZNSPlusResult:
+			m.Config[id] = map[string]any{"calibrations": znsplus.Calibrations(), "runs": v.Configs}
 		}
 		name := id + ".png"
 		if err := plotFigure(id, r.Figures[id], filepath.Join(dir, name)); err != nil {
@@ -78,6 +86,7 @@ func (r *Result) WriteOut(dir string, o Options) (*Manifest, error) {
 		}
 		m.Files = append(m.Files, name)
 	}
+	m.Lines, m.Fidelity = r.Lines, r.Fidelity()
 	res, err := json.Marshal(r.Figures)
 	if err != nil {
 		return nil, err

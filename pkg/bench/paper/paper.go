@@ -1,6 +1,10 @@
 // Package paper is `zctl bench paper`: the eZNS figures and the ZNS+ figure
-// (package znsplus) reproduced
-// deterministically on a simulated clock.
+// (package znsplus) reproduced deterministically on a simulated clock. The
+// registry (figures, in paper.go) lists the figures that run; a figure is
+// added with its id, title, the paper's numbers and a run function whose
+// lines carry the paper's number (Line.Ref) where the paper states one, so
+// the fidelity table picks it up. The figures that do not run are listed in
+// catalog.go with the reason.
 //
 // # What runs
 //
@@ -27,7 +31,8 @@
 // like the client writes them (the stripes of one I/O coalesced per physical
 // zone, submitted in parallel, the I/O completing with the last). Stripe
 // widths are the experiment's variable, set as in the paper's figure, except
-// in Fig. 27–28, where the arbiter itself places every stripe group:
+// for Fig. 26's v-zones and in Fig. 27–28, where the arbiter itself places
+// every stripe group:
 // arbiter.NewInMemory is the leader's code (local and global overdrive,
 // recalls, CheckReclaim with zone_compaction through the harness's
 // Compactor, which copies on the simulated drive) with its state published
@@ -75,10 +80,14 @@ type Line struct {
 	Label string  `json:"label"`
 	Ours  float64 `json:"ours"`
 	Paper string  `json:"paper"`
+	// Ref is the paper's number where it states one for exactly this
+	// quantity (0: none, only a range or a direction); the line is then a
+	// row of the fidelity table.
+	Ref float64 `json:"paper_value,omitempty"`
 }
 
 var figures = []Figure{
-	{ID: "fig26", Title: "Fig. 26 local overdrive: v-zones (width 8) over static (width 4)", Paper: "2.0x at 4 writers, ~1.0x at 8 and 16", run: runFig26},
+	{ID: "fig26", Title: "Fig. 26 local overdrive: v-zones (widths chosen by the arbiter) over static (width 4)", Paper: "2.0x at 4 writers (width 8), ~1.0x at 8 and 16 (width 4)", run: runFig26},
 	{ID: "fig27_28", Title: "Fig. 27-28 global overdrive: NS4 (8 writers) while NS1-3 (2 each) idle", Paper: "NS4 takes up to 3x more spares and maxes out the device; releases them when the others resume", run: runFig27},
 	{ID: "fig29a", Title: "Fig. 29a read-read fairness: congestion control", Paper: "A/B per thread: CC off 0.06 (sc. 1), CC on 1.0 (sc. 1), similar in sc. 2, B maxes out (sc. 3)", run: runFig29a},
 	{ID: "fig29b", Title: "Fig. 29b write-write fairness: admission control", Paper: "regular writer +35.7% (sc. 1); device +6.6% (sc. 2), +24.7% (sc. 3)", run: runFig29b},
@@ -154,11 +163,16 @@ func runFig26(ctx context.Context, dir string, o Options) (any, []Line, error) {
 	}
 	var lines []Line
 	for _, row := range r.Rows {
-		p := "~1.0"
+		p, ref := "~1.0", 1.0
 		if row.Writers == 4 {
-			p = "2.0"
+			p, ref = "2.0", 2.0
 		}
-		lines = append(lines, Line{Label: fmt.Sprintf("vzone_over_static, %d writers", row.Writers), Ours: row.VZoneOverStatic, Paper: p})
+		lines = append(lines, Line{Label: fmt.Sprintf("vzone_over_static, %d writers", row.Writers), Ours: row.VZoneOverStatic, Paper: p, Ref: ref})
+		w := 4.0
+		if row.Writers == 4 {
+			w = 8
+		}
+		lines = append(lines, Line{Label: fmt.Sprintf("vzone_mean_width, %d writers", row.Writers), Ours: row.VZoneWidth, Paper: fmt.Sprint(w), Ref: w})
 	}
 	return r, lines, nil
 }
@@ -175,13 +189,20 @@ func runFig27(ctx context.Context, dir string, o Options) (any, []Line, error) {
 		return nil, nil, err
 	}
 	var lines []Line
-	for _, run := range []*Fig27Run{&r.Paper, &r.Default} {
+	for i, run := range []*Fig27Run{&r.Paper, &r.Default} {
 		t := " (" + run.Timing + " reclaim timing)"
+		ref := func(v float64) float64 { // the paper's timing only
+			if i == 0 {
+				return v
+			}
+			return 0
+		}
 		lines = append(lines,
-			Line{Label: "ns4_spares_idle_over_busy" + t, Ours: run.NS4SparesIdleOverBusy, Paper: "up to 3"},
+			Line{Label: "ns4_spares_idle_over_busy" + t, Ours: run.NS4SparesIdleOverBusy, Paper: "up to 3", Ref: ref(3)},
 			Line{Label: "ns4_mb_per_second_idle_over_busy" + t, Ours: run.NS4MBpsIdleOverBusy, Paper: ">1 (maxes out)"},
-			Line{Label: "ns4_idle_over_total_busy" + t, Ours: run.NS4IdleOverTotalBusy, Paper: "~1 (~2.3 GB/s)"},
-			Line{Label: "ns4_spares_resumed_over_busy" + t, Ours: run.NS4SparesResumedOverBusy, Paper: "~1 (released)"})
+			Line{Label: "ns4_idle_over_total_busy" + t, Ours: run.NS4IdleOverTotalBusy, Paper: "~1 (~2.3 GB/s)", Ref: ref(1)},
+			Line{Label: "ns4_spares_resumed_over_busy" + t, Ours: run.NS4SparesResumedOverBusy, Paper: "~1 (released)", Ref: ref(1)})
+		lines = append(lines, Line{Label: "t_read_only / two overdrive cycles" + t, Ours: ratio(float64(run.TReadOnly), float64(run.TwoCycles)), Paper: "1 (\"two cycles of global overdrive\")"})
 	}
 	return r, lines, nil
 }
@@ -200,14 +221,16 @@ func runFig29a(ctx context.Context, dir string, o Options) (any, []Line, error) 
 	var lines []Line
 	for _, row := range r.Rows {
 		off, on := "-", "~1.0"
+		var offRef, onRef float64
 		switch row.Scenario.AWidth {
 		case 2:
 			off, on = "0.059", "1.0" // per thread: 76 / 1,287 and 290 / 290 MB/s
+			offRef, onRef = 0.059, 1.0
 		case 8:
 			on = "<1 (B maxes out)" // "the read latency also becomes below the threshold"
 		}
-		lines = append(lines, Line{Label: "a_over_b cc_off, " + row.Scenario.Name, Ours: row.Off.AOverB, Paper: off})
-		lines = append(lines, Line{Label: "a_over_b cc_on, " + row.Scenario.Name, Ours: row.On.AOverB, Paper: on})
+		lines = append(lines, Line{Label: "a_over_b cc_off, " + row.Scenario.Name, Ours: row.Off.AOverB, Paper: off, Ref: offRef})
+		lines = append(lines, Line{Label: "a_over_b cc_on, " + row.Scenario.Name, Ours: row.On.AOverB, Paper: on, Ref: onRef})
 		lines = append(lines, Line{Label: "b_window_mean/cap cc_on, " + row.Scenario.Name, Ours: round(row.On.BWindowMean / float64(4*r.Config.BWidth)), Paper: bwin[row.Scenario.AWidth]})
 		lines = append(lines, Line{Label: "b_window_mean/cap cc_on_zonefleet, " + row.Scenario.Name, Ours: round(row.OnZoneFleet.BWindowMean / float64(4*r.Config.BWidth)), Paper: bwin[row.Scenario.AWidth]})
 		for _, ab := range []struct {
@@ -230,20 +253,23 @@ func runFig29c(ctx context.Context, dir string, o Options) (any, []Line, error) 
 		return nil, nil, err
 	}
 	paperGain := map[string]string{"busy": "2.98", "regular": "2.57"} // CC+AC over none, from % of max
+	gainRef := map[string]float64{"busy": 2.98, "regular": 2.57}
 	var lines []Line
 	add := func(res *Fig29cResult, suffix string) {
 		for _, m := range []string{"cc", "ac", "cc+ac"} {
 			pa, pb, pr := "-", "-", "-"
+			var rb, rr float64
 			if m != "ac" {
 				pa = "<1"
 			}
 			if m == "cc+ac" {
 				pb, pr = paperGain["busy"], paperGain["regular"]
+				rb, rr = gainRef["busy"], gainRef["regular"]
 			}
 			lines = append(lines,
 				Line{Label: "reader_gain, " + m + suffix, Ours: res.ReaderGain[m], Paper: pa},
-				Line{Label: "busy_gain, " + m + suffix, Ours: res.BusyGain[m], Paper: pb},
-				Line{Label: "regular_gain, " + m + suffix, Ours: res.RegularGain[m], Paper: pr})
+				Line{Label: "busy_gain, " + m + suffix, Ours: res.BusyGain[m], Paper: pb, Ref: rb},
+				Line{Label: "regular_gain, " + m + suffix, Ours: res.RegularGain[m], Paper: pr, Ref: rr})
 		}
 	}
 	add(r, fmt.Sprintf(" (%d slots)", c.QueueSlots))
@@ -265,6 +291,9 @@ func runFig29b(ctx context.Context, dir string, o Options) (any, []Line, error) 
 	}
 	paperRegular := map[string]string{"1-regular": "1.357", "2-all-busy": "1.076 (zone A)", "3-collision-free": "-"}
 	paperTotal := map[string]string{"1-regular": "-", "2-all-busy": "1.066", "3-collision-free": "1.247"}
+	refRegular := map[string]float64{"1-regular": 1.357}
+	refTotal := map[string]float64{"2-all-busy": 1.066, "3-collision-free": 1.247}
+	refOff := map[string]float64{"2-all-busy": 2160.9, "3-collision-free": 2403.3}
 	var lines []Line
 	names := make([]string, 0, len(r.Rows))
 	for _, row := range r.Rows {
@@ -272,8 +301,8 @@ func runFig29b(ctx context.Context, dir string, o Options) (any, []Line, error) 
 	}
 	sort.Strings(names)
 	for _, n := range names {
-		lines = append(lines, Line{Label: "regular_gain, " + n, Ours: r.RegularGain[n], Paper: paperRegular[n]})
-		lines = append(lines, Line{Label: "total_gain, " + n, Ours: r.TotalGain[n], Paper: paperTotal[n]})
+		lines = append(lines, Line{Label: "regular_gain, " + n, Ours: r.RegularGain[n], Paper: paperRegular[n], Ref: refRegular[n]})
+		lines = append(lines, Line{Label: "total_gain, " + n, Ours: r.TotalGain[n], Paper: paperTotal[n], Ref: refTotal[n]})
 	}
 	for _, b := range r.Bursts {
 		p := "-"
@@ -285,17 +314,17 @@ func runFig29b(ctx context.Context, dir string, o Options) (any, []Line, error) 
 	paperOff := map[string]string{"2-all-busy": "2,160.9", "3-collision-free": "2,403.3"}
 	for _, row := range r.Rows {
 		if p, ok := paperOff[row.Scenario.Name]; ok {
-			lines = append(lines, Line{Label: "device MB/s AC off, " + row.Scenario.Name, Ours: row.Off.TotalMBps, Paper: p})
+			lines = append(lines, Line{Label: "device MB/s AC off, " + row.Scenario.Name, Ours: row.Off.TotalMBps, Paper: p, Ref: refOff[row.Scenario.Name]})
 		}
 	}
 	for _, d := range r.Die {
 		for _, row := range d.Rows {
 			if p, ok := paperOff[row.Scenario.Name]; ok {
-				lines = append(lines, Line{Label: fmt.Sprintf("device MB/s AC off, %s, die back-pressure %d KiB", row.Scenario.Name, d.DieBytes>>10), Ours: row.Off.TotalMBps, Paper: p})
+				lines = append(lines, Line{Label: fmt.Sprintf("device MB/s AC off, %s, die back-pressure %d KiB", row.Scenario.Name, d.DieBytes>>10), Ours: row.Off.TotalMBps, Paper: p, Ref: refOff[row.Scenario.Name]})
 			}
 		}
 		for _, n := range names {
-			lines = append(lines, Line{Label: fmt.Sprintf("total_gain, %s, die back-pressure %d KiB", n, d.DieBytes>>10), Ours: d.TotalGain[n], Paper: paperTotal[n]})
+			lines = append(lines, Line{Label: fmt.Sprintf("total_gain, %s, die back-pressure %d KiB", n, d.DieBytes>>10), Ours: d.TotalGain[n], Paper: paperTotal[n], Ref: refTotal[n]})
 		}
 	}
 	return r, lines, nil

@@ -136,10 +136,10 @@ func plotFigure(id string, v any, path string) error {
 	case *Fig27Result:
 		return fig27Plot(r, path)
 	case *Fig26Result:
-		b := bars{title: "Fig. 26: static (width 4) vs v-zones (width 8)", ylabel: "aggregate write MB/s",
+		b := bars{title: "Fig. 26: static (width 4) vs v-zones (widths by local overdrive)", ylabel: "aggregate write MB/s",
 			series: []string{"static", "v-zone"}, values: make([][]float64, 2)}
 		for _, row := range r.Rows {
-			b.labels = append(b.labels, fmt.Sprintf("%d writers", row.Writers))
+			b.labels = append(b.labels, fmt.Sprintf("%d writers (width %g)", row.Writers, row.VZoneWidth))
 			b.values[0] = append(b.values[0], row.StaticMBps)
 			b.values[1] = append(b.values[1], row.VZoneMBps)
 		}

@@ -3,6 +3,7 @@ package paper
 import (
 	"context"
 	"fmt"
+	"math"
 
 	"github.com/zonefleet/zonefleet/pkg/bench/znsplus"
 )
@@ -13,22 +14,49 @@ import (
 // harness on the virtual clock; see its doc for what is modelled).
 type ZNSPlusResult struct {
 	Workloads []znsplus.Result `json:"workloads"`
+	Configs   []znsplus.Config `json:"-"` // the runs' configurations (the manifest records them)
 }
 
 func znsplusConfig(workload string, o Options) znsplus.Config {
 	// znsplus.Default: 16 chips, 96 zones of 1 MiB, the copyback share
 	// on 32 zones of 4 MiB, all four utilizations (minutes); short:
 	// znsplus.Small at 85 %, no copyback geometry (seconds).
-	c := znsplus.Default()
+	c := znsplus.Default()  // Threads 0: the paper's (Table 3)
+	c.NoCopybackUtil = 0.90 // Fig. 7a's w/o cpbk bars, at the paper's default utilization
+	c.LBAOrderedUtil = 0.90 // Fig. 9: LBA- vs PPA-ordered plugging
 	if workload == znsplus.Varmail {
 		c.Overwrite = 0.5 // its small fsynced files take about 3x the wall time per byte
 	}
 	if o.Short {
 		c = znsplus.Small()
-		c.Utilizations, c.Overwrite, c.NoCABRun = []float64{0.85}, 0.6, true
+		c.Utilizations, c.Overwrite, c.NoCABRun, c.Threads = []float64{0.85}, 0.6, true, 8
 	}
 	c.Workload = workload
 	return c
+}
+
+// The paper's numbers (ZNS+ §4). Fig. 8 (fileserver) labels ZNS+ and IZC
+// over ZNS at 80, 85, 90 and 95 % utilization; Fig. 6 labels IZC's cut of
+// the compaction time per workload (F 51.7 %, V 44.8 %); Table 5 the share
+// of segments recycled by threaded logging (TL) and of copied blocks
+// plugged in the background (BP); §4.1 the share of in-storage copies made
+// by copyback.
+var (
+	fig8IZC     = map[string]map[int]float64{znsplus.Fileserver: {80: 1.47, 85: 1.73, 90: 1.89, 95: 2.65}}
+	fig8Plus    = map[string]map[int]float64{znsplus.Fileserver: {80: 1.87, 85: 2.33, 90: 2.91, 95: 3.93}}
+	fig6Cut     = map[string]float64{znsplus.Fileserver: -0.517, znsplus.Varmail: -0.448}
+	table5TL    = map[string]float64{znsplus.Fileserver: 0.948, znsplus.Varmail: 0.921}
+	table5BP    = map[string]float64{znsplus.Fileserver: 0.113, znsplus.Varmail: 0.317}
+	copybackOps = map[string]float64{znsplus.Fileserver: 0.87, znsplus.Varmail: 0.74}
+)
+
+// ref is the paper's number for workload wl at utilization pct, or 0 and
+// what the paper gives instead.
+func ref(m map[string]map[int]float64, wl string, pct int, instead string) (float64, string) {
+	if v, ok := m[wl][pct]; ok {
+		return v, fmt.Sprintf("%.2f (Fig. 8)", v)
+	}
+	return 0, instead
 }
 
 func runZNSPlus(ctx context.Context, dir string, o Options) (any, []Line, error) {
@@ -42,13 +70,49 @@ func runZNSPlus(ctx context.Context, dir string, o Options) (any, []Line, error)
 			return nil, nil, err
 		}
 		res.Workloads = append(res.Workloads, r)
+		c.Dir = ""
+		res.Configs = append(res.Configs, c)
 		for _, u := range r.Utils {
 			tag := fmt.Sprintf("%s %.0f%%", wl, u.Utilization*100)
+			pct := int(math.Round(u.Utilization * 100))
+			izc, izcP := ref(fig8IZC, wl, pct, "1.21-1.77 (Fig. 7, over workloads)")
+			plus, plusP := ref(fig8Plus, wl, pct, "1.33-2.91 (Fig. 7, over workloads)")
 			lines = append(lines,
-				Line{Label: "izc_vs_zns, " + tag, Ours: u.IZCvsZNS, Paper: "1.21-1.77"},
-				Line{Label: "zns_plus_vs_zns, " + tag, Ours: u.ZNSPlusVsZNS, Paper: "1.33-2.91"},
+				Line{Label: "izc_vs_zns, " + tag, Ours: u.IZCvsZNS, Paper: izcP, Ref: izc},
+				Line{Label: "zns_plus_vs_zns, " + tag, Ours: u.ZNSPlusVsZNS, Paper: plusP, Ref: plus},
 				Line{Label: "tl_share, " + tag, Ours: u.TLShare, Paper: "0.858-0.948"},
 				Line{Label: fmt.Sprintf("copyback_share_cab (%g MiB zones), %s", cbZoneMiB(r, u), tag), Ours: u.CopybackShareCAB, Paper: "> 0.80"})
+			if pct != 90 {
+				continue
+			}
+			// the paper's default utilization: Fig. 6, Table 4, Table 5, §4.1
+			var cut float64
+			if u.ZNS.CompactionMs > 0 {
+				cut = round(u.IZC.CompactionMs/u.ZNS.CompactionMs - 1)
+			}
+			cb := copybackOps[wl]
+			lines = append(lines,
+				Line{Label: "fig6 compaction time izc/zns - 1, " + tag, Ours: cut, Paper: fmt.Sprintf("%.3f", fig6Cut[wl]), Ref: fig6Cut[wl]},
+				Line{Label: "table5 tl share, " + tag, Ours: u.TLShare, Paper: fmt.Sprintf("%.3f", table5TL[wl]), Ref: table5TL[wl]},
+				Line{Label: "table5 background plugging share, " + tag, Ours: u.ZNSPlus.BackgroundPlugShare, Paper: fmt.Sprintf("%.3f", table5BP[wl]), Ref: table5BP[wl]},
+				Line{Label: fmt.Sprintf("§4.1 copyback share of in-storage copies (%g MiB zones), %s", cbZoneMiB(r, u), tag), Ours: u.CopybackShareCAB, Paper: fmt.Sprintf("%.2f", cb), Ref: cb},
+				Line{Label: "zns chip utilization, " + tag, Ours: u.ZNS.ChipUtilization, Paper: "-"})
+			if u.IZCNoCopybackVsZNS != nil && u.ZNSPlusNoCopybackVsZNS != nil {
+				lines = append(lines,
+					Line{Label: "fig7a izc w/o copyback / zns, " + tag, Ours: *u.IZCNoCopybackVsZNS, Paper: "below IZC"},
+					Line{Label: "fig7a zns+ w/o copyback / zns, " + tag, Ours: *u.ZNSPlusNoCopybackVsZNS, Paper: "below ZNS+"})
+			}
+			if lp := u.ZNSPlusLBAOrdered; lp != nil {
+				lines = append(lines,
+					Line{Label: "fig9 zns+ chip utilization PPA-ordered, " + tag, Ours: u.ZNSPlus.ChipUtilization, Paper: "above LBA-ordered"},
+					Line{Label: "fig9 zns+ chip utilization LBA-ordered, " + tag, Ours: lp.ChipUtilization, Paper: "-"},
+					Line{Label: "fig9 zns+ PPA-ordered / LBA-ordered throughput, " + tag, Ours: ratio(u.ZNSPlus.ThroughputMBps, lp.ThroughputMBps), Paper: ">1"})
+			}
+			if wl == znsplus.Fileserver {
+				lines = append(lines,
+					Line{Label: "table4 zns MB/s (MLC), " + tag, Ours: u.ZNS.ThroughputMBps, Paper: "84.5", Ref: 84.5},
+					Line{Label: "table4 izc MB/s (MLC, IZC-H by cost), " + tag, Ours: u.IZC.ThroughputMBps, Paper: "154.6 (IZC-H)", Ref: 154.6})
+			}
 		}
 	}
 	return res, lines, nil
@@ -63,8 +127,8 @@ func cbZoneMiB(r znsplus.Result, u znsplus.UtilResult) float64 {
 }
 
 func znsplusPlot(r *ZNSPlusResult, path string) error {
-	b := bars{title: "ZNS+ Fig. 7: throughput normalized to ZNS (fs = fileserver, mail = varmail; utilization %)", ylabel: "throughput / ZNS",
-		series: []string{"ZNS", "IZC", "ZNS+"}, values: make([][]float64, 3)}
+	b := bars{title: "ZNS+ Fig. 7-8: throughput normalized to ZNS (fs = fileserver, mail = varmail; utilization %; paper: fs Fig. 8)", ylabel: "throughput / ZNS",
+		series: []string{"ZNS", "IZC", "ZNS+", "paper IZC", "paper ZNS+"}, values: make([][]float64, 5)}
 	for _, w := range r.Workloads {
 		for _, u := range w.Utils {
 			short := map[string]string{"fileserver": "fs", "varmail": "mail"}[w.Workload]
@@ -72,6 +136,9 @@ func znsplusPlot(r *ZNSPlusResult, path string) error {
 			b.values[0] = append(b.values[0], 1)
 			b.values[1] = append(b.values[1], u.IZCvsZNS)
 			b.values[2] = append(b.values[2], u.ZNSPlusVsZNS)
+			pct := int(math.Round(u.Utilization * 100))
+			b.values[3] = append(b.values[3], fig8IZC[w.Workload][pct])
+			b.values[4] = append(b.values[4], fig8Plus[w.Workload][pct])
 		}
 	}
 	return b.save(path)
