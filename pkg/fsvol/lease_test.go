@@ -12,6 +12,7 @@ import (
 	"github.com/stretchr/testify/require"
 	v1 "github.com/zonefleet/zonefleet/api/zonefleet/v1"
 	"github.com/zonefleet/zonefleet/pkg/client"
+	"github.com/zonefleet/zonefleet/pkg/clock"
 	"github.com/zonefleet/zonefleet/pkg/fsvol"
 	"github.com/zonefleet/zonefleet/pkg/lfs"
 	"github.com/zonefleet/zonefleet/pkg/localcluster"
@@ -135,7 +136,15 @@ func TestOneMountPerNamespace(t *testing.T) {
 // a namespace another mount may own by then.
 func TestStaleLeaseFencesWithoutTheRenewalGoroutine(t *testing.T) {
 	ctx := context.Background()
-	_, c := tenantCluster(t, 3, "fs", 8, 4)
+	cl, _ := tenantCluster(t, 3, "fs", 8, 4)
+	// the holder's lease age is on the client's clock: a virtual one, moved
+	// past two thirds of the TTL by the test
+	clk := clock.NewVirtual()
+	ccfg := cl.ClientConfig("fs")
+	ccfg.Clock = clk
+	c, err := client.New(ctx, ccfg)
+	require.NoError(t, err)
+	defer c.Close()
 	const ttl = 3 * time.Second
 	v, err := fsvol.New(ctx, c, fsvol.Options{MaxZones: 28, MountHolder: "frozen", MountTTL: ttl})
 	require.NoError(t, err)
@@ -145,8 +154,9 @@ func TestStaleLeaseFencesWithoutTheRenewalGoroutine(t *testing.T) {
 	require.NoError(t, v.Write(ctx, z, 0, make([]byte, bs), false), "a fresh lease writes")
 
 	fsvol.FreezeRenewals(v)
-	time.Sleep(ttl*2/3 + 100*time.Millisecond)
-	err = v.Write(ctx, z, 1, make([]byte, bs), false)
+	require.NoError(t, v.Write(ctx, z, 1, make([]byte, bs), false), "a frozen lease writes until 2/3 of the TTL passed")
+	clk.Advance(ttl * 2 / 3)
+	err = v.Write(ctx, z, 2, make([]byte, bs), false)
 	var fe *fsvol.FencedError
 	require.ErrorAs(t, err, &fe, "a write after 2/3 of the TTL without a renewal is refused")
 	assert.False(t, fe.Final)

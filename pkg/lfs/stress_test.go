@@ -101,7 +101,7 @@ func TestStressConcurrentOps(t *testing.T) {
 						errs <- fmt.Errorf("statfs: %w", err)
 						return
 					}
-					time.Sleep(2 * time.Millisecond)
+					time.Sleep(2 * time.Millisecond) // pacing of the background syncer, not a wait for anything
 				}
 			}()
 			wg.Wait()
