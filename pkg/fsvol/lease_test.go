@@ -11,6 +11,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	v1 "github.com/zonefleet/zonefleet/api/zonefleet/v1"
+	"github.com/zonefleet/zonefleet/internal/testcluster"
 	"github.com/zonefleet/zonefleet/pkg/client"
 	"github.com/zonefleet/zonefleet/pkg/clock"
 	"github.com/zonefleet/zonefleet/pkg/fsvol"
@@ -28,14 +29,8 @@ import (
 // the first still wrote.
 func TestOneMountPerNamespace(t *testing.T) {
 	ctx := context.Background()
-	cl, err := localcluster.Start(ctx, localcluster.Config{Dir: t.TempDir(), Nodes: 3, Clock: "off", Device: localcluster.TinyDevice()})
-	require.NoError(t, err)
-	t.Cleanup(func() { _ = cl.Close() })
-	admin, err := client.New(ctx, cl.AdminClientConfig())
-	require.NoError(t, err)
-	defer admin.Close()
-	_, err = admin.Namespaces().Create(ctx, &v1.CreateNamespaceRequest{Name: "fs", MaxActiveVzones: 8, ZonesPerVzone: 4})
-	require.NoError(t, err)
+	cl := testcluster.Start(t, localcluster.Config{Nodes: 3})
+	testcluster.CreateNamespace(t, cl, &v1.CreateNamespaceRequest{Name: "fs", MaxActiveVzones: 8, ZonesPerVzone: 4})
 	regA := prometheus.NewRegistry()
 	newVol := func(holder string, force bool) (*fsvol.Volume, error) {
 		c, err := client.New(ctx, cl.ClientConfig("fs"))
@@ -140,11 +135,7 @@ func TestStaleLeaseFencesWithoutTheRenewalGoroutine(t *testing.T) {
 	// the holder's lease age is on the client's clock: a virtual one, moved
 	// past two thirds of the TTL by the test
 	clk := clock.NewVirtual()
-	ccfg := cl.ClientConfig("fs")
-	ccfg.Clock = clk
-	c, err := client.New(ctx, ccfg)
-	require.NoError(t, err)
-	defer c.Close()
+	c := testcluster.Client(t, cl, "fs", testcluster.WithClock(clk))
 	const ttl = 3 * time.Second
 	v, err := fsvol.New(ctx, c, fsvol.Options{MaxZones: 28, MountHolder: "frozen", MountTTL: ttl})
 	require.NoError(t, err)

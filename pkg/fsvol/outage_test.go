@@ -15,7 +15,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	v1 "github.com/zonefleet/zonefleet/api/zonefleet/v1"
-	"github.com/zonefleet/zonefleet/pkg/client"
+	"github.com/zonefleet/zonefleet/internal/testcluster"
 	"github.com/zonefleet/zonefleet/pkg/clock"
 	"github.com/zonefleet/zonefleet/pkg/fsvol"
 	"github.com/zonefleet/zonefleet/pkg/lfs"
@@ -186,21 +186,11 @@ func nodeOutage(t *testing.T, pick func(perNode map[string]int, meta string) str
 	const retryDeadline = 2 * time.Second
 	const outage = 3 * retryDeadline
 	ctx := context.Background()
-	cl, err := localcluster.Start(ctx, localcluster.Config{Dir: t.TempDir(), Nodes: 3, Clock: "off", Device: localcluster.TinyDevice()})
-	require.NoError(t, err)
-	defer cl.Close()
-	admin, err := client.New(ctx, cl.AdminClientConfig())
-	require.NoError(t, err)
-	defer admin.Close()
 	// one zone per v-zone: each segment lives on one node, so a node outage
-	// leaves the other nodes' data readable
-	_, err = admin.Namespaces().Create(ctx, &v1.CreateNamespaceRequest{Name: "fs", MaxActiveVzones: 9, ZonesPerVzone: 1}) // six logs (lfs mkfs), spread over the nodes
-	require.NoError(t, err)
-	ccfg := cl.ClientConfig("fs")
-	ccfg.RetryDeadline = retryDeadline / 2
-	c, err := client.New(ctx, ccfg)
-	require.NoError(t, err)
-	defer c.Close()
+	// leaves the other nodes' data readable; nine active v-zones hold the
+	// six logs (lfs mkfs), spread over the nodes
+	cl, c := testcluster.Tenant(t, localcluster.Config{Nodes: 3}, &v1.CreateNamespaceRequest{Name: "fs", MaxActiveVzones: 9, ZonesPerVzone: 1},
+		testcluster.RetryDeadline(retryDeadline/2))
 	vol, err := fsvol.New(ctx, c, fsvol.Options{MaxZones: 60})
 	require.NoError(t, err)
 	require.NoError(t, lfs.Mkfs(ctx, vol, lfs.MkfsOptions{OPPercent: 20}))
