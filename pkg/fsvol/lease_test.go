@@ -28,6 +28,7 @@ import (
 // namespace both came up read-write and the second's recovery reset zones
 // the first still wrote.
 func TestOneMountPerNamespace(t *testing.T) {
+	t.Parallel() // its own cluster: nothing shared with other tests
 	ctx := context.Background()
 	cl := testcluster.Start(t, localcluster.Config{Nodes: 3})
 	testcluster.CreateNamespace(t, cl, &v1.CreateNamespaceRequest{Name: "fs", MaxActiveVzones: 8, ZonesPerVzone: 4})
