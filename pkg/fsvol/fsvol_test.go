@@ -31,7 +31,6 @@ func content(name string, pass, n int) []byte {
 // The file system over a real cluster: mkfs, files, fsync, remount, and
 // recycling that offloads compaction to the drives through the nodes.
 func TestFileSystemOverTheCluster(t *testing.T) {
-	t.Parallel() // its own cluster: nothing shared with other tests
 	ctx := context.Background()
 	_, c := testcluster.Tenant(t, localcluster.Config{Nodes: 3}, &v1.CreateNamespaceRequest{Name: "fs", MaxActiveVzones: 8, ZonesPerVzone: 4})
 	vol, err := fsvol.New(ctx, c, fsvol.Options{MaxZones: 28})

@@ -22,7 +22,6 @@ type plainVolume struct{ lfs.Volume }
 // drives copy moves by on-chip copyback than with destinations placed
 // without the hint, on the same workload.
 func TestCopybackShareWithTheLayoutHint(t *testing.T) {
-	t.Parallel() // its own cluster: nothing shared with other tests
 	share := func(hint bool) float64 {
 		ctx := context.Background()
 		_, c := tenantCluster(t, 3, "fs", 9, 4) // 9 active: six logs (lfs mkfs)

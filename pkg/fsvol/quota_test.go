@@ -51,7 +51,6 @@ func fillFS(ctx context.Context, t *testing.T, fs *lfs.FS, stopFree uint64) (int
 // reservation the first took the zones and the second got ENOSPC at a few
 // percent (found with two mounts on one `zctl local up`).
 func TestQuotaProtectsAFileSystemFromAnother(t *testing.T) {
-	t.Parallel() // its own cluster: nothing shared with other tests
 	ctx := context.Background()
 	cl := testcluster.Start(t, localcluster.Config{Nodes: 3}) // closed after the unmounts (cleanups run last in, first out)
 	admin := testcluster.Client(t, cl, "")

@@ -22,7 +22,6 @@ import (
 // system went read-only (found with a `zctl local up --mount` left idle for
 // 13 minutes).
 func TestMountSurvivesReclaimWhileIdle(t *testing.T) {
-	t.Parallel() // its own cluster: nothing shared with other tests
 	ctx := context.Background()
 	const tro = 3 * time.Second
 	_, c := tenantClusterWith(t, localcluster.Config{Nodes: 3, TReadOnly: tro}, "fs", 6, 8)

@@ -22,7 +22,6 @@ import (
 // was written, and every v-zone handed out is distinct from the others in
 // use.
 func TestConcurrentLifeCycles(t *testing.T) {
-	t.Parallel() // its own cluster: nothing shared with other tests
 	ctx := context.Background()
 	e := newEnv(t, 10*time.Second)
 	vol, err := fsvol.New(ctx, e.c, fsvol.Options{MaxZones: 28, OpenAhead: 2})

@@ -16,7 +16,6 @@ import (
 // namespaces, so it changes when namespaces come and go. Mount must keep the
 // superblock's segments, so the space promised to users always fits them.
 func TestMountKeepsTheSuperblocksSegments(t *testing.T) {
-	t.Parallel() // its own cluster: nothing shared with other tests
 	ctx := context.Background()
 	_, c := tenantCluster(t, 3, "fs", 8, 4)
 	vol40, err := fsvol.New(ctx, c, fsvol.Options{MaxZones: 40})

@@ -34,7 +34,6 @@ func zoneInfo(t *testing.T, ctx context.Context, vol lfs.Volume, z lfs.ZoneID) l
 // at every step (the whole zone), refuses writes over valid blocks, counts
 // against MaxOpen, and ends full after Finish.
 func TestVolumeTLOpen(t *testing.T) {
-	t.Parallel() // its own cluster: nothing shared with other tests
 	ctx := context.Background()
 	_, c := tenantCluster(t, 2, "tl", 3, 2)
 	vol, err := fsvol.New(ctx, c, fsvol.Options{MaxZones: 12, OpenAhead: -1})

@@ -164,7 +164,6 @@ func TestCrashRecovery(t *testing.T) {
 		{"zns+-async-compaction", lfs.Compact, 10, lfs.ModeZNSPlus, true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			t.Parallel() // its own volume
 			v := newVol(t, 48, 8)
 			v.SetAsyncCompaction(tc.async)
 			require.NoError(t, lfs.Mkfs(bg, v, lfs.MkfsOptions{}))

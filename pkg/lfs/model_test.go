@@ -342,7 +342,6 @@ func TestModelRandom(t *testing.T) {
 		{"zns+", 4, 1500, 3, lfs.ModeZNSPlus},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			t.Parallel() // its own volume
 			v := newVol(t, 64, 8)
 			fs := mkfsMount(t, v, lfs.Options{Mode: tc.mode, CacheBlocks: 256})
 			shared := []string{"a", "b", "c"}
