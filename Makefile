@@ -13,10 +13,11 @@ TOOLS        := .cache/tools
 # The README's test command runs exactly this.
 TEST_FLAGS   ?= -race -count=1 -timeout 20m
 # test-long: the randomized power-loss runs with -long (many seeds and crash
-# points, seeds from the process id: a new sample every run). LONG_RUN and
+# points, seeds from the process id: a new sample every run), and lfs's
+# concurrent stress workload without the lock-order checker. LONG_RUN and
 # LONG_PKGS narrow it; CI runs a subset (see .ci/run).
 LONG_PKGS    ?= ./pkg/zns ./pkg/lfs
-LONG_RUN     ?= PowerLoss|TLCrash
+LONG_RUN     ?= PowerLoss|TLCrash|StressConcurrentOps
 LONG_FLAGS   ?= -count=1 -timeout 120m
 LONG_ARGS    ?=
 # bench-smoke: the wall-clock benchmark runs (FUSE mounts, gRPC timed on the

@@ -296,6 +296,6 @@ func onLeader[T any](t *testing.T, live []*testArb, fn func(a *testArb) (T, erro
 		if time.Now().After(deadline) {
 			return v, err
 		}
-		time.Sleep(5 * time.Millisecond)
+		time.Sleep(5 * time.Millisecond) // a client's retry pause between polls of the leader, not a wait for an event
 	}
 }

@@ -51,14 +51,18 @@ func TestActivityReportsNeverBlockWrites(t *testing.T) {
 
 	require.NoError(t, c.StopArbiter(0))
 	for i := uint64(1); i <= 3; i++ {
-		time.Sleep(1100 * time.Millisecond) // a report is due at most once a second
+		// each write is due to report (the interval is backdated, no
+		// report in flight): the report goes out to a stopped arbiter
+		require.Eventually(t, func() bool { return client.ActivityIdle(cl) }, 20*time.Second, 5*time.Millisecond,
+			"the previous report ended")
+		client.MakeActivityDue(cl)
 		wctx, cancel := context.WithTimeout(ctx, 20*time.Second)
 		require.NoError(t, vz.Write(wctx, i, block))
 		assert.NoError(t, wctx.Err(), "write %d returned before its deadline: it did not wait for the arbiter", i)
 		cancel()
 	}
-	require.Eventually(t, func() bool { return activityReports(t, reg, "error") >= 1 }, 20*time.Second, 50*time.Millisecond,
-		"the reports due while the arbiter was down failed in the background")
+	require.Eventually(t, func() bool { return activityReports(t, reg, "error") >= 3 }, 20*time.Second, 50*time.Millisecond,
+		"the three reports due while the arbiter was down failed in the background")
 	got, err := vz.Read(ctx, 0, 4)
 	require.NoError(t, err)
 	assert.Equal(t, block, got[3*4096:])

@@ -15,6 +15,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	v1 "github.com/zonefleet/zonefleet/api/zonefleet/v1"
+	"github.com/zonefleet/zonefleet/internal/testcluster"
 	"github.com/zonefleet/zonefleet/pkg/client"
 	"github.com/zonefleet/zonefleet/pkg/flash"
 	"github.com/zonefleet/zonefleet/pkg/localcluster"
@@ -29,28 +30,19 @@ func startCluster(t *testing.T, nodes, arbiters int) *localcluster.Cluster {
 // startClusterOf is startCluster with drives of configuration dev.
 func startClusterOf(t *testing.T, nodes, arbiters int, dev flash.Config) *localcluster.Cluster {
 	t.Helper()
-	c, err := localcluster.Start(context.Background(), localcluster.Config{Dir: t.TempDir(), Nodes: nodes, Arbiters: arbiters,
-		Clock: "off", SessionTTL: time.Second, Device: dev})
-	require.NoError(t, err)
-	t.Cleanup(func() { _ = c.Close() })
-	return c
+	return testcluster.Start(t, localcluster.Config{Nodes: nodes, Arbiters: arbiters, SessionTTL: time.Second, Device: dev})
 }
 
+// newClient is a client of ns (the operator's for "") that watches
+// layouts in etcd and retries for 20 s.
 func newClient(t *testing.T, c *localcluster.Cluster, ns string) *client.Client {
 	t.Helper()
-	cfg := c.ClientConfig(ns) // TLS; the admin certificate, or a namespace token
-	cfg.Etcd, cfg.RetryDeadline = c.Etcd.Endpoints(), 20*time.Second
-	cl, err := client.New(context.Background(), cfg)
-	require.NoError(t, err)
-	t.Cleanup(cl.Close)
-	return cl
+	return testcluster.Client(t, c, ns, testcluster.WithEtcd(c), testcluster.RetryDeadline(20*time.Second))
 }
 
 func createNS(t *testing.T, c *localcluster.Cluster, name string, zonesPerVZone uint32) {
 	t.Helper()
-	admin := newClient(t, c, "")
-	_, err := admin.Namespaces().Create(context.Background(), &v1.CreateNamespaceRequest{Name: name, MaxActiveVzones: 2, ZonesPerVzone: zonesPerVZone})
-	require.NoError(t, err)
+	testcluster.CreateNamespace(t, c, &v1.CreateNamespaceRequest{Name: name, MaxActiveVzones: 2, ZonesPerVzone: zonesPerVZone})
 }
 
 func random(n int) []byte {

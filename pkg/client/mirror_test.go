@@ -12,6 +12,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	v1 "github.com/zonefleet/zonefleet/api/zonefleet/v1"
+	"github.com/zonefleet/zonefleet/internal/testcluster"
 	"github.com/zonefleet/zonefleet/pkg/client"
 	"github.com/zonefleet/zonefleet/pkg/zerr"
 )
@@ -31,11 +32,7 @@ func TestMirroredVZoneSurvivesANode(t *testing.T) {
 	require.Equal(t, "mirror:2", ns.GetRedundancy())
 
 	reg := prometheus.NewRegistry()
-	cfg := c.ClientConfig("m")
-	cfg.Etcd, cfg.RetryDeadline, cfg.Registerer = c.Etcd.Endpoints(), 3*time.Second, reg
-	cl, err := client.New(ctx, cfg)
-	require.NoError(t, err)
-	t.Cleanup(cl.Close)
+	cl := testcluster.Client(t, c, "m", testcluster.WithEtcd(c), testcluster.RetryDeadline(3*time.Second), testcluster.WithRegisterer(reg))
 
 	vz, err := cl.OpenVZone(ctx)
 	require.NoError(t, err)

@@ -14,6 +14,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	v1 "github.com/zonefleet/zonefleet/api/zonefleet/v1"
+	"github.com/zonefleet/zonefleet/internal/testcluster"
 	"github.com/zonefleet/zonefleet/pkg/client"
 	"github.com/zonefleet/zonefleet/pkg/zerr"
 )
@@ -34,11 +35,7 @@ func TestParityVZoneSurvivesANode(t *testing.T) {
 	require.Equal(t, "raid5", ns.GetRedundancy())
 
 	reg := prometheus.NewRegistry()
-	cfg := c.ClientConfig("p")
-	cfg.Etcd, cfg.RetryDeadline, cfg.Registerer = c.Etcd.Endpoints(), 3*time.Second, reg
-	cl, err := client.New(ctx, cfg)
-	require.NoError(t, err)
-	t.Cleanup(cl.Close)
+	cl := testcluster.Client(t, c, "p", testcluster.WithEtcd(c), testcluster.RetryDeadline(3*time.Second), testcluster.WithRegisterer(reg))
 
 	vz, err := cl.OpenVZone(ctx)
 	require.NoError(t, err)

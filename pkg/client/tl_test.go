@@ -12,6 +12,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	v1 "github.com/zonefleet/zonefleet/api/zonefleet/v1"
+	"github.com/zonefleet/zonefleet/internal/testcluster"
 	"github.com/zonefleet/zonefleet/pkg/client"
 	"github.com/zonefleet/zonefleet/pkg/localcluster"
 	"github.com/zonefleet/zonefleet/pkg/rpcerr"
@@ -365,13 +366,8 @@ func TestTLOpenPartlyWritten(t *testing.T) {
 // there at its next TL_open and turned read-only (fio at 75 %).
 func TestTLOpenRefusedByADriveRollsBack(t *testing.T) {
 	// One tenant fills the whole drive: no default share.
-	c, err := localcluster.Start(context.Background(), localcluster.Config{Dir: t.TempDir(), Nodes: 1, Arbiters: 1,
-		Clock: "off", SessionTTL: time.Second, Device: localcluster.TinyDevice(), MaxShare: 1})
-	require.NoError(t, err)
-	t.Cleanup(func() { _ = c.Close() })
-	admin := newClient(t, c, "")
-	_, err = admin.Namespaces().Create(context.Background(), &v1.CreateNamespaceRequest{Name: "tlnr", MaxActiveVzones: 8, ZonesPerVzone: 1})
-	require.NoError(t, err)
+	c := testcluster.Start(t, localcluster.Config{Nodes: 1, Arbiters: 1, SessionTTL: time.Second, MaxShare: 1})
+	testcluster.CreateNamespace(t, c, &v1.CreateNamespaceRequest{Name: "tlnr", MaxActiveVzones: 8, ZonesPerVzone: 1})
 	cl := newClient(t, c, "tlnr")
 	ctx := context.Background()
 	rng := mrand.New(mrand.NewPCG(5, 6))

@@ -1,12 +1,10 @@
 package fsvol_test
 
 import (
-	"context"
 	"testing"
 
-	"github.com/stretchr/testify/require"
-
 	v1 "github.com/zonefleet/zonefleet/api/zonefleet/v1"
+	"github.com/zonefleet/zonefleet/internal/testcluster"
 	"github.com/zonefleet/zonefleet/pkg/client"
 	"github.com/zonefleet/zonefleet/pkg/localcluster"
 )
@@ -23,18 +21,5 @@ func tenantCluster(t testing.TB, nodes int, ns string, maxActive, zonesPerVZone 
 // configuration (Dir, Clock and Device are set here).
 func tenantClusterWith(t testing.TB, cfg localcluster.Config, ns string, maxActive, zonesPerVZone uint32) (*localcluster.Cluster, *client.Client) {
 	t.Helper()
-	ctx := context.Background()
-	cfg.Dir, cfg.Clock, cfg.Device = t.TempDir(), "off", localcluster.TinyDevice()
-	cl, err := localcluster.Start(ctx, cfg)
-	require.NoError(t, err)
-	t.Cleanup(func() { cl.Close() })
-	admin, err := client.New(ctx, cl.AdminClientConfig())
-	require.NoError(t, err)
-	defer admin.Close()
-	_, err = admin.Namespaces().Create(ctx, &v1.CreateNamespaceRequest{Name: ns, MaxActiveVzones: maxActive, ZonesPerVzone: zonesPerVZone})
-	require.NoError(t, err)
-	c, err := client.New(ctx, cl.ClientConfig(ns))
-	require.NoError(t, err)
-	t.Cleanup(func() { c.Close() })
-	return cl, c
+	return testcluster.Tenant(t, cfg, &v1.CreateNamespaceRequest{Name: ns, MaxActiveVzones: maxActive, ZonesPerVzone: zonesPerVZone})
 }

@@ -11,7 +11,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	v1 "github.com/zonefleet/zonefleet/api/zonefleet/v1"
-	"github.com/zonefleet/zonefleet/pkg/client"
+	"github.com/zonefleet/zonefleet/internal/testcluster"
 	"github.com/zonefleet/zonefleet/pkg/fsvol"
 	"github.com/zonefleet/zonefleet/pkg/lfs"
 	"github.com/zonefleet/zonefleet/pkg/localcluster"
@@ -143,19 +143,8 @@ func TestAsyncCompactionOrdering(t *testing.T) {
 // the destination holds the data.
 func TestAsyncCompactionFailureSurfacesAtFlush(t *testing.T) {
 	ctx := context.Background()
-	cl, err := localcluster.Start(ctx, localcluster.Config{Dir: t.TempDir(), Nodes: 3, Clock: "off", Device: localcluster.TinyDevice()})
-	require.NoError(t, err)
-	t.Cleanup(func() { _ = cl.Close() })
-	admin, err := client.New(ctx, cl.AdminClientConfig())
-	require.NoError(t, err)
-	defer admin.Close()
-	_, err = admin.Namespaces().Create(ctx, &v1.CreateNamespaceRequest{Name: "fs", MaxActiveVzones: 8, ZonesPerVzone: 1})
-	require.NoError(t, err)
-	ccfg := cl.ClientConfig("fs")
-	ccfg.RetryDeadline = 500 * time.Millisecond
-	c, err := client.New(ctx, ccfg)
-	require.NoError(t, err)
-	t.Cleanup(c.Close)
+	cl, c := testcluster.Tenant(t, localcluster.Config{Nodes: 3}, &v1.CreateNamespaceRequest{Name: "fs", MaxActiveVzones: 8, ZonesPerVzone: 1},
+		testcluster.RetryDeadline(500*time.Millisecond))
 	vol, err := fsvol.New(ctx, c, fsvol.Options{MaxZones: 16, OpenAhead: -1})
 	require.NoError(t, err)
 	defer vol.Close(ctx)

@@ -11,6 +11,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	v1 "github.com/zonefleet/zonefleet/api/zonefleet/v1"
+	"github.com/zonefleet/zonefleet/internal/testcluster"
 	"github.com/zonefleet/zonefleet/pkg/client"
 	"github.com/zonefleet/zonefleet/pkg/fsvol"
 	"github.com/zonefleet/zonefleet/pkg/lfs"
@@ -29,21 +30,9 @@ type env struct {
 // retryDeadline.
 func newEnv(t *testing.T, retryDeadline time.Duration) env {
 	t.Helper()
-	ctx := context.Background()
-	cl, err := localcluster.Start(ctx, localcluster.Config{Dir: t.TempDir(), Nodes: 3, Clock: "off", Device: localcluster.TinyDevice()})
-	require.NoError(t, err)
-	t.Cleanup(func() { _ = cl.Close() })
-	admin, err := client.New(ctx, cl.AdminClientConfig())
-	require.NoError(t, err)
-	defer admin.Close()
-	_, err = admin.Namespaces().Create(ctx, &v1.CreateNamespaceRequest{Name: "fs", MaxActiveVzones: 8, ZonesPerVzone: 4})
-	require.NoError(t, err)
 	reg := prometheus.NewRegistry()
-	ccfg := cl.ClientConfig("fs")
-	ccfg.RetryDeadline, ccfg.Registerer = retryDeadline, reg
-	c, err := client.New(ctx, ccfg)
-	require.NoError(t, err)
-	t.Cleanup(c.Close)
+	cl, c := testcluster.Tenant(t, localcluster.Config{Nodes: 3}, &v1.CreateNamespaceRequest{Name: "fs", MaxActiveVzones: 8, ZonesPerVzone: 4},
+		testcluster.RetryDeadline(retryDeadline), testcluster.WithRegisterer(reg))
 	return env{cl: cl, c: c, reg: reg}
 }
 

@@ -13,7 +13,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	v1 "github.com/zonefleet/zonefleet/api/zonefleet/v1"
-	"github.com/zonefleet/zonefleet/pkg/client"
+	"github.com/zonefleet/zonefleet/internal/testcluster"
 	"github.com/zonefleet/zonefleet/pkg/fsvol"
 	"github.com/zonefleet/zonefleet/pkg/lfs"
 	"github.com/zonefleet/zonefleet/pkg/localcluster"
@@ -32,18 +32,7 @@ func content(name string, pass, n int) []byte {
 // recycling that offloads compaction to the drives through the nodes.
 func TestFileSystemOverTheCluster(t *testing.T) {
 	ctx := context.Background()
-	cl, err := localcluster.Start(ctx, localcluster.Config{Dir: t.TempDir(), Nodes: 3, Clock: "off", Device: localcluster.TinyDevice()})
-	require.NoError(t, err)
-	defer cl.Close()
-	admin, err := client.New(ctx, cl.AdminClientConfig())
-	require.NoError(t, err)
-	defer admin.Close()
-	_, err = admin.Namespaces().Create(ctx, &v1.CreateNamespaceRequest{Name: "fs", MaxActiveVzones: 8, ZonesPerVzone: 4})
-	require.NoError(t, err)
-
-	c, err := client.New(ctx, cl.ClientConfig("fs"))
-	require.NoError(t, err)
-	defer c.Close()
+	_, c := testcluster.Tenant(t, localcluster.Config{Nodes: 3}, &v1.CreateNamespaceRequest{Name: "fs", MaxActiveVzones: 8, ZonesPerVzone: 4})
 	vol, err := fsvol.New(ctx, c, fsvol.Options{MaxZones: 28})
 	require.NoError(t, err)
 	geo := vol.Geometry()

@@ -9,7 +9,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	v1 "github.com/zonefleet/zonefleet/api/zonefleet/v1"
-	"github.com/zonefleet/zonefleet/pkg/client"
+	"github.com/zonefleet/zonefleet/internal/testcluster"
 	"github.com/zonefleet/zonefleet/pkg/fsvol"
 	"github.com/zonefleet/zonefleet/pkg/localcluster"
 	"github.com/zonefleet/zonefleet/pkg/zerr"
@@ -113,20 +113,10 @@ func TestOpenZoneWhileAFinishWaitsForADeadNode(t *testing.T) {
 		t.Skip("starts a cluster and stops a node")
 	}
 	ctx := context.Background()
-	cl, err := localcluster.Start(ctx, localcluster.Config{Dir: t.TempDir(), Nodes: 3, Clock: "off", Device: localcluster.TinyDevice(), SessionTTL: time.Second})
-	require.NoError(t, err)
-	defer cl.Close()
-	admin, err := client.New(ctx, cl.AdminClientConfig())
-	require.NoError(t, err)
-	defer admin.Close()
-	_, err = admin.Namespaces().Create(ctx, &v1.CreateNamespaceRequest{Name: "two", MaxActiveVzones: 2, ZonesPerVzone: 1})
-	require.NoError(t, err)
-	ccfg := cl.ClientConfig("two")
 	const retry = 4 * time.Second
-	ccfg.RetryDeadline = retry
-	c, err := client.New(ctx, ccfg)
-	require.NoError(t, err)
-	defer c.Close()
+	cl, c := testcluster.Tenant(t, localcluster.Config{Nodes: 3, SessionTTL: time.Second}, &v1.CreateNamespaceRequest{Name: "two", MaxActiveVzones: 2, ZonesPerVzone: 1},
+		testcluster.RetryDeadline(retry))
+	admin := testcluster.Client(t, cl, "")
 	vol, err := fsvol.New(ctx, c, fsvol.Options{MaxZones: 20, OpenAhead: -1})
 	require.NoError(t, err)
 	a, err := vol.OpenZone(ctx)

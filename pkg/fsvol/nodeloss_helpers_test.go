@@ -10,6 +10,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	v1 "github.com/zonefleet/zonefleet/api/zonefleet/v1"
+	"github.com/zonefleet/zonefleet/internal/testcluster"
 	"github.com/zonefleet/zonefleet/pkg/client"
 	"github.com/zonefleet/zonefleet/pkg/clock"
 	"github.com/zonefleet/zonefleet/pkg/fsvol"
@@ -31,14 +32,9 @@ type lossFS struct {
 func newLossFS(t *testing.T, redundancy string, maxActive, zonesPerVZone uint32) *lossFS {
 	t.Helper()
 	ctx := context.Background()
-	cl, err := localcluster.Start(ctx, localcluster.Config{Dir: t.TempDir(), Nodes: 4, Clock: "off", Device: localcluster.TinyDevice(), SessionTTL: time.Second})
-	require.NoError(t, err)
-	t.Cleanup(func() { _ = cl.Close() })
-	admin, err := client.New(ctx, cl.AdminClientConfig())
-	require.NoError(t, err)
-	t.Cleanup(admin.Close)
-	_, err = admin.Namespaces().Create(ctx, &v1.CreateNamespaceRequest{Name: "fs", MaxActiveVzones: maxActive, ZonesPerVzone: zonesPerVZone, Redundancy: redundancy})
-	require.NoError(t, err)
+	cl := testcluster.Start(t, localcluster.Config{Nodes: 4, SessionTTL: time.Second})
+	admin := testcluster.Client(t, cl, "")
+	testcluster.CreateNamespace(t, cl, &v1.CreateNamespaceRequest{Name: "fs", MaxActiveVzones: maxActive, ZonesPerVzone: zonesPerVZone, Redundancy: redundancy})
 	c, err := client.New(ctx, cl.ClientConfig("fs"))
 	require.NoError(t, err)
 	vol, err := fsvol.New(ctx, c, fsvol.Options{MaxZones: 60})

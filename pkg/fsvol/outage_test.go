@@ -15,7 +15,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	v1 "github.com/zonefleet/zonefleet/api/zonefleet/v1"
-	"github.com/zonefleet/zonefleet/pkg/client"
+	"github.com/zonefleet/zonefleet/internal/testcluster"
 	"github.com/zonefleet/zonefleet/pkg/clock"
 	"github.com/zonefleet/zonefleet/pkg/fsvol"
 	"github.com/zonefleet/zonefleet/pkg/lfs"
@@ -58,6 +58,19 @@ func (w *watchdog) do(what string, f func() error) error {
 	delete(w.running, id)
 	w.mu.Unlock()
 	return err
+}
+
+// startedBefore counts the operations in flight that began before t0.
+func (w *watchdog) startedBefore(t0 time.Time) int {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	n := 0
+	for _, op := range w.running {
+		if op.start.Before(t0) {
+			n++
+		}
+	}
+	return n
 }
 
 // check records every operation running longer than the limit.
@@ -173,21 +186,11 @@ func nodeOutage(t *testing.T, pick func(perNode map[string]int, meta string) str
 	const retryDeadline = 2 * time.Second
 	const outage = 3 * retryDeadline
 	ctx := context.Background()
-	cl, err := localcluster.Start(ctx, localcluster.Config{Dir: t.TempDir(), Nodes: 3, Clock: "off", Device: localcluster.TinyDevice()})
-	require.NoError(t, err)
-	defer cl.Close()
-	admin, err := client.New(ctx, cl.AdminClientConfig())
-	require.NoError(t, err)
-	defer admin.Close()
 	// one zone per v-zone: each segment lives on one node, so a node outage
-	// leaves the other nodes' data readable
-	_, err = admin.Namespaces().Create(ctx, &v1.CreateNamespaceRequest{Name: "fs", MaxActiveVzones: 9, ZonesPerVzone: 1}) // six logs (lfs mkfs), spread over the nodes
-	require.NoError(t, err)
-	ccfg := cl.ClientConfig("fs")
-	ccfg.RetryDeadline = retryDeadline / 2
-	c, err := client.New(ctx, ccfg)
-	require.NoError(t, err)
-	defer c.Close()
+	// leaves the other nodes' data readable; nine active v-zones hold the
+	// six logs (lfs mkfs), spread over the nodes
+	cl, c := testcluster.Tenant(t, localcluster.Config{Nodes: 3}, &v1.CreateNamespaceRequest{Name: "fs", MaxActiveVzones: 9, ZonesPerVzone: 1},
+		testcluster.RetryDeadline(retryDeadline/2))
 	vol, err := fsvol.New(ctx, c, fsvol.Options{MaxZones: 60})
 	require.NoError(t, err)
 	require.NoError(t, lfs.Mkfs(ctx, vol, lfs.MkfsOptions{OPPercent: 20}))
@@ -288,7 +291,7 @@ func nodeOutage(t *testing.T, pick func(perNode map[string]int, meta string) str
 					synced[name] = data
 					mu.Unlock()
 				}
-				time.Sleep(20 * time.Millisecond)
+				time.Sleep(20 * time.Millisecond) // pacing of the workload, not a wait for anything
 			}
 		}(w)
 	}
@@ -321,7 +324,7 @@ func nodeOutage(t *testing.T, pick func(perNode map[string]int, meta string) str
 				} else if err == nil && !bytes.Equal(got, before[name]) {
 					fail("read %s in phase %d: wrong content", name, p)
 				}
-				time.Sleep(5 * time.Millisecond)
+				time.Sleep(5 * time.Millisecond) // pacing, as for the writers
 			}
 		}()
 	}
@@ -342,7 +345,7 @@ func nodeOutage(t *testing.T, pick func(perNode map[string]int, meta string) str
 				errsMu.Unlock()
 				fail("stat/readdir in phase %d: %v", p, err)
 			}
-			time.Sleep(5 * time.Millisecond)
+			time.Sleep(5 * time.Millisecond) // pacing, as for the writers
 		}
 	}()
 
@@ -354,7 +357,9 @@ func nodeOutage(t *testing.T, pick func(perNode map[string]int, meta string) str
 	}, time.Minute, 5*time.Millisecond, "the workload runs")
 	phase.Store(1)
 	require.NoError(t, cl.StopNode(victim))
-	// The outage lasts its time and, on a machine too busy to get that far
+	// The outage lasts its time (a scenario length, not a wait for an
+	// event: the periodic checkpoint and the workload meet the dead node
+	// for that long) and, on a machine too busy to get that far
 	// in it, until a read of a live node's data succeeded and an operation
 	// needing the dead node failed (the bound turns a wedged mount into a
 	// failure).
@@ -369,8 +374,12 @@ func nodeOutage(t *testing.T, pick func(perNode map[string]int, meta string) str
 	require.NoError(t, cl.StartNode(ctx, victim))
 	require.NoError(t, cl.WaitReady(ctx))
 	// operations that began before the node was serving again may still
-	// exhaust their deadline; "after" counts from here
-	time.Sleep(time.Second)
+	// exhaust their deadline (and hold what later ones wait for): "after"
+	// counts from the point where all of them returned (a hang guard:
+	// each returns within the retry deadline)
+	back := time.Now()
+	require.Eventually(t, func() bool { return wd.startedBefore(back) == 0 }, 15*retryDeadline, 5*time.Millisecond,
+		"the operations begun during the outage return")
 	phase.Store(2)
 	// the workload goes on against the returned node until writes succeed again
 	recovered := assert.Eventually(t, func() bool {

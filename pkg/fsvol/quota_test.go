@@ -11,7 +11,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	v1 "github.com/zonefleet/zonefleet/api/zonefleet/v1"
-	"github.com/zonefleet/zonefleet/pkg/client"
+	"github.com/zonefleet/zonefleet/internal/testcluster"
 	"github.com/zonefleet/zonefleet/pkg/fsvol"
 	"github.com/zonefleet/zonefleet/pkg/lfs"
 	"github.com/zonefleet/zonefleet/pkg/localcluster"
@@ -52,16 +52,10 @@ func fillFS(ctx context.Context, t *testing.T, fs *lfs.FS, stopFree uint64) (int
 // percent (found with two mounts on one `zctl local up`).
 func TestQuotaProtectsAFileSystemFromAnother(t *testing.T) {
 	ctx := context.Background()
-	cl, err := localcluster.Start(ctx, localcluster.Config{Dir: t.TempDir(), Nodes: 3, Clock: "off", Device: localcluster.TinyDevice()})
-	require.NoError(t, err)
-	t.Cleanup(func() { _ = cl.Close() }) // after the unmounts (cleanups run last in, first out)
-	admin, err := client.New(ctx, cl.AdminClientConfig())
-	require.NoError(t, err)
-	defer admin.Close()
+	cl := testcluster.Start(t, localcluster.Config{Nodes: 3}) // closed after the unmounts (cleanups run last in, first out)
+	admin := testcluster.Client(t, cl, "")
 	mount := func(name string) (*lfs.FS, *fsvol.Volume) {
-		c, err := client.New(ctx, cl.ClientConfig(name))
-		require.NoError(t, err)
-		t.Cleanup(c.Close)
+		c := testcluster.Client(t, cl, name)
 		vol, err := fsvol.New(ctx, c, fsvol.Options{})
 		require.NoError(t, err)
 		require.NoError(t, lfs.Mkfs(ctx, vol, lfs.MkfsOptions{}))
@@ -70,7 +64,7 @@ func TestQuotaProtectsAFileSystemFromAnother(t *testing.T) {
 		t.Cleanup(func() { _ = fs.Unmount(ctx); _ = vol.Close(ctx) })
 		return fs, vol
 	}
-	_, err = admin.Namespaces().Create(ctx, &v1.CreateNamespaceRequest{Name: "hog", MaxActiveVzones: 8, ZonesPerVzone: 4})
+	_, err := admin.Namespaces().Create(ctx, &v1.CreateNamespaceRequest{Name: "hog", MaxActiveVzones: 8, ZonesPerVzone: 4})
 	require.NoError(t, err)
 	hog, _ := mount("hog") // formatted as the only namespace: the whole cluster
 

@@ -85,7 +85,7 @@ func TestConcurrentLifeCycles(t *testing.T) {
 			_, err := vol.Zones(ctx)
 			assert.NoError(t, err)
 			assert.NoError(t, vol.Flush(ctx))
-			time.Sleep(20 * time.Millisecond)
+			time.Sleep(20 * time.Millisecond) // pacing of the background flusher, not a wait for anything
 		}
 	}()
 	wg.Wait()

@@ -8,18 +8,18 @@ import (
 	"sync/atomic"
 	"syscall"
 	"testing"
-	"time"
 
 	"github.com/stretchr/testify/require"
 
 	"github.com/zonefleet/zonefleet/pkg/lfs"
 )
 
-// slowFlushVol makes every Flush take at least delay (a drive's cache flush)
-// and fails them while fail is set.
+// slowFlushVol counts flushes, holds every Flush while hold is set (until
+// hold returns: a drive's cache flush that lasts until the test says) and
+// fails them while fail is set.
 type slowFlushVol struct {
 	lfs.Volume
-	delay   time.Duration
+	hold    atomic.Pointer[func()]
 	fail    atomic.Bool
 	flushes atomic.Int64
 }
@@ -28,7 +28,9 @@ var errFlushFailed = errors.New("drive flush failed")
 
 func (v *slowFlushVol) Flush(ctx context.Context) error {
 	v.flushes.Add(1)
-	time.Sleep(v.delay)
+	if h := v.hold.Load(); h != nil {
+		(*h)()
+	}
 	if v.fail.Load() {
 		return errFlushFailed
 	}
@@ -121,10 +123,12 @@ func TestFsyncOfAnUnnamedFile(t *testing.T) {
 // Concurrent requests for a checkpoint share them: threads that each rename
 // a file in their own directory and fsync the directory (each fsync needs a
 // checkpoint) wait for far fewer checkpoints than there are threads, and
-// every name is durable when its fsync returned.
+// every name is durable when its fsync returned. The drive's flush lasts
+// until every thread has asked for its fsync (all renamed first), so the
+// requests meet a checkpoint in progress however the threads are scheduled.
 func TestConcurrentFsyncsShareCheckpoints(t *testing.T) {
 	const n = 16
-	v := &slowFlushVol{Volume: newVol(t, 40, 8), delay: 20 * time.Millisecond}
+	v := &slowFlushVol{Volume: newVol(t, 40, 8)}
 	fs := mkfsMount(t, v, lfs.Options{})
 	dirs := make([]uint64, n)
 	for i := range dirs {
@@ -135,21 +139,38 @@ func TestConcurrentFsyncsShareCheckpoints(t *testing.T) {
 	}
 	require.NoError(t, fs.Sync(bg))
 	st0 := fs.Stats()
-	start := make(chan struct{})
-	var wg sync.WaitGroup
+	start, asked := make(chan struct{}), make(chan struct{})
+	var entered atomic.Int64
+	var fsyncing atomic.Bool // every rename is done
+	hold := func() {
+		if fsyncing.Load() {
+			<-asked
+		}
+	}
+	v.hold.Store(&hold)
+	var wg, renamed sync.WaitGroup
 	errs := make([]error, n)
+	renamed.Add(n)
 	for i := 0; i < n; i++ {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
 			<-start
-			if errs[i] = fs.Rename(bg, dirs[i], "tmp", dirs[i], "final", 0); errs[i] == nil {
+			errs[i] = fs.Rename(bg, dirs[i], "tmp", dirs[i], "final", 0)
+			renamed.Done()
+			renamed.Wait()
+			fsyncing.Store(true)
+			if entered.Add(1) == n {
+				close(asked)
+			}
+			if errs[i] == nil {
 				errs[i] = fs.FsyncIno(bg, dirs[i])
 			}
 		}()
 	}
 	close(start)
 	wg.Wait()
+	v.hold.Store(nil)
 	for _, err := range errs {
 		require.NoError(t, err)
 	}

@@ -125,7 +125,7 @@ func TestKillPriv(t *testing.T) {
 			before, err := fs.Getattr(bg, a.Ino)
 			require.NoError(t, err)
 			require.Equal(t, tc.mode, before.Mode&0o7777)
-			time.Sleep(2 * time.Millisecond) // a later mtime
+			waitPastNs(t, before.Mtime) // a later mtime
 			require.NoError(t, tc.op(a.Ino, h))
 			after, err := fs.Getattr(bg, a.Ino)
 			require.NoError(t, err)
@@ -149,7 +149,7 @@ func TestFailedFallocateKillsNothing(t *testing.T) {
 	require.NoError(t, fs.Setxattr(bg, a.Ino, "security.capability", []byte{1, 2, 3, 4}, 0))
 	before, err := fs.Getattr(bg, a.Ino)
 	require.NoError(t, err)
-	time.Sleep(2 * time.Millisecond)
+	waitPastNs(t, before.Mtime) // an mtime update would show
 	c := caller{groups: []uint32{65534}}
 	require.ErrorIs(t, fs.Fallocate(bg, a.Ino, 0x08 /* collapse range */, 0, 4096, c), syscall.EOPNOTSUPP)
 	require.ErrorIs(t, fs.Fallocate(bg, a.Ino, 0, 0, 0, c), syscall.EINVAL)
@@ -192,4 +192,11 @@ func TestKillPrivTellsTheCaller(t *testing.T) {
 	assert.Equal(t, 1, p.killed, "capabilities dropped")
 	require.NoError(t, fs.Fallocate(bg, a.Ino, 0, 0, 8192, p))
 	assert.Equal(t, 1, p.killed)
+}
+
+// waitPastNs returns once the wall clock (what timestamps come from) is past
+// ns, so an operation from now on stamps a later time.
+func waitPastNs(t *testing.T, ns int64) {
+	t.Helper()
+	require.Eventually(t, func() bool { return time.Now().UnixNano() > ns }, time.Minute, 10*time.Microsecond, "the wall clock passes %d", ns)
 }

@@ -12,5 +12,5 @@ import (
 // or above one it holds panics.
 func TestStressLockOrder(t *testing.T) {
 	lfs.CheckLockOrder(t)
-	TestStressConcurrentOps(t)
+	stressConcurrentOps(t)
 }

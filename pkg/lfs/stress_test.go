@@ -34,7 +34,18 @@ import (
 // Then the tree must equal the union of the models (racers clean up their
 // directory), fsck must be clean on-line and off-line, and a remount must
 // show the same tree.
+//
+// make test runs this workload once, under TestStressLockOrder (the same
+// checks plus the lock-order checker); -long (make test-long) runs it
+// without the checker too, whose timing gives other interleavings.
 func TestStressConcurrentOps(t *testing.T) {
+	if !*fsPowerLong {
+		t.Skip("runs under TestStressLockOrder in make test; -long runs it without the lock-order checker too")
+	}
+	stressConcurrentOps(t)
+}
+
+func stressConcurrentOps(t *testing.T) {
 	for _, tc := range []struct {
 		name string
 		move lfs.MoveMethod
@@ -101,7 +112,7 @@ func TestStressConcurrentOps(t *testing.T) {
 						errs <- fmt.Errorf("statfs: %w", err)
 						return
 					}
-					time.Sleep(2 * time.Millisecond)
+					time.Sleep(2 * time.Millisecond) // pacing of the background syncer, not a wait for anything
 				}
 			}()
 			wg.Wait()

@@ -1,4 +1,4 @@
-package localcluster
+package localcluster_test
 
 import (
 	"bytes"
@@ -10,8 +10,10 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	v1 "github.com/zonefleet/zonefleet/api/zonefleet/v1"
+	"github.com/zonefleet/zonefleet/internal/testcluster"
 	"github.com/zonefleet/zonefleet/pkg/auth"
 	"github.com/zonefleet/zonefleet/pkg/client"
+	"github.com/zonefleet/zonefleet/pkg/localcluster"
 	"github.com/zonefleet/zonefleet/pkg/rpcerr"
 	"github.com/zonefleet/zonefleet/pkg/zerr"
 	"google.golang.org/grpc"
@@ -24,15 +26,10 @@ import (
 func TestRecreatedNamespaceRefusesOldTokens(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
-	cl, err := Start(ctx, Config{Dir: t.TempDir(), Nodes: 2, Clock: "off", Device: TinyDevice()})
-	require.NoError(t, err)
-	defer cl.Close()
-	admin, err := client.New(ctx, cl.AdminClientConfig())
-	require.NoError(t, err)
-	defer admin.Close()
+	cl := testcluster.Start(t, localcluster.Config{Nodes: 2})
+	admin := testcluster.Client(t, cl, "")
 	create := func() {
-		_, err := admin.Namespaces().Create(ctx, &v1.CreateNamespaceRequest{Name: "inc", MaxActiveVzones: 2, ZonesPerVzone: 2})
-		require.NoError(t, err)
+		testcluster.CreateNamespace(t, cl, &v1.CreateNamespaceRequest{Name: "inc", MaxActiveVzones: 2, ZonesPerVzone: 2})
 	}
 	tenant := func(tok string) (*client.Client, error) {
 		return client.New(ctx, client.Config{Arbiters: cl.ArbiterAddrs(), Namespace: "inc", TLS: cl.ClientTLS(),

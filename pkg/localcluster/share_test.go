@@ -1,4 +1,4 @@
-package localcluster
+package localcluster_test
 
 import (
 	"context"
@@ -9,7 +9,8 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	v1 "github.com/zonefleet/zonefleet/api/zonefleet/v1"
-	"github.com/zonefleet/zonefleet/pkg/client"
+	"github.com/zonefleet/zonefleet/internal/testcluster"
+	"github.com/zonefleet/zonefleet/pkg/localcluster"
 	"github.com/zonefleet/zonefleet/pkg/rpcerr"
 	"github.com/zonefleet/zonefleet/pkg/zerr"
 	"google.golang.org/grpc/codes"
@@ -21,23 +22,16 @@ import (
 func TestDefaultShareLeavesZonesForOthers(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
-	cl, err := Start(ctx, Config{Dir: t.TempDir(), Nodes: 2, Clock: "off", Device: TinyDevice()})
-	require.NoError(t, err)
-	defer cl.Close()
-	admin, err := client.New(ctx, cl.AdminClientConfig())
-	require.NoError(t, err)
-	defer admin.Close()
+	cl := testcluster.Start(t, localcluster.Config{Nodes: 2})
+	admin := testcluster.Client(t, cl, "")
 	for _, ns := range []string{"hog", "other"} {
-		_, err := admin.Namespaces().Create(ctx, &v1.CreateNamespaceRequest{Name: ns, MaxActiveVzones: 2, ZonesPerVzone: 2})
-		require.NoError(t, err)
+		testcluster.CreateNamespace(t, cl, &v1.CreateNamespaceRequest{Name: ns, MaxActiveVzones: 2, ZonesPerVzone: 2})
 	}
 	st, err := admin.ClusterStatus(ctx)
 	require.NoError(t, err)
 	t.Logf("cluster status: %v", st)
 
-	hog, err := client.New(ctx, cl.ClientConfig("hog"))
-	require.NoError(t, err)
-	defer hog.Close()
+	hog := testcluster.Client(t, cl, "hog")
 	// Open and finish empty v-zones (each holds its first stripe group)
 	// until refused.
 	var refused error
@@ -62,9 +56,7 @@ func TestDefaultShareLeavesZonesForOthers(t *testing.T) {
 	require.NoError(t, err)
 	t.Logf("hog opened %d v-zones, holds %d zones", opened, hns.GetAllocatedZones())
 
-	other, err := client.New(ctx, cl.ClientConfig("other"))
-	require.NoError(t, err)
-	defer other.Close()
+	other := testcluster.Client(t, cl, "other")
 	for i := 0; i < 2; i++ {
 		_, err := other.OpenVZone(ctx)
 		require.NoError(t, err, "another tenant must still open v-zones")

@@ -235,7 +235,7 @@ func waitReady(t testing.TB, n int, within time.Duration) *v1.ClusterStatusRespo
 		if err == nil && st.GetLeader() != "" && int(st.GetNodesAvailable()) == n {
 			return st
 		}
-		time.Sleep(250 * time.Millisecond)
+		time.Sleep(250 * time.Millisecond) // the poll interval of the status call
 	}
 	require.FailNow(t, "cluster not ready", "want %d nodes available and a leader within %s; last status %v, err %v", n, within, last, lastErr)
 	return nil
@@ -334,6 +334,21 @@ func (w *writer) run(ctx context.Context) {
 		case <-time.After(w.pause):
 		}
 	}
+}
+
+// waitWrites waits until every writer has acknowledged at least n writes:
+// the workload runs (a hang guard of two minutes; a writer's error shows
+// in the drill's later checks).
+func waitWrites(t testing.TB, ws []*writer, n int) {
+	t.Helper()
+	require.Eventually(t, func() bool {
+		for _, w := range ws {
+			if _, writes, _, err := w.state(); err != nil || writes < n {
+				return false
+			}
+		}
+		return true
+	}, 2*time.Minute, 20*time.Millisecond, "every writer acknowledged %d writes", n)
 }
 
 func (w *writer) state() (acked uint64, writes int, maxGap time.Duration, err error) {

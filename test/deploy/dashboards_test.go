@@ -135,7 +135,7 @@ func workload(t *testing.T, reg prometheus.Registerer, d time.Duration) {
 		require.NoError(t, err)
 		require.Equal(t, pattern("dash", src.ID(), 0, min(wp, 256), bs), got)
 		round++
-		time.Sleep(300 * time.Millisecond)
+		time.Sleep(300 * time.Millisecond) // the workload's pace over its d, not a wait
 	}
 	t.Logf("workload: %d blocks written in %d rounds", wp, round)
 
@@ -179,7 +179,14 @@ func TestDashboards(t *testing.T) {
 
 	base := startPrometheus(t)
 	workload(t, reg, 25*time.Second)
-	time.Sleep(12 * time.Second) // two more scrapes after the last step
+	// Two more scrapes of every target after the last step: each target's
+	// latest sample is more than one scrape interval (5 s) younger than the
+	// workload's end (a hang guard of two minutes).
+	end := time.Now().Unix()
+	require.Eventually(t, func() bool {
+		n, err := promQuery(base, fmt.Sprintf(`timestamp(up) > %d`, end+5))
+		return err == nil && n == len(metricsAddrs)+1
+	}, 2*time.Minute, 250*time.Millisecond, "every target scraped twice after the workload")
 
 	// The client library's metrics (what the mount will export) are documented.
 	doc := readmeMetrics(t)

@@ -106,10 +106,13 @@ func TestDrillArbiterLeaderKilled(t *testing.T) {
 				cpLastOK = time.Now()
 			}
 			cpMu.Unlock()
-			time.Sleep(100 * time.Millisecond)
+			time.Sleep(100 * time.Millisecond) // the pace of the control-plane probe
 		}
 	}()
-	time.Sleep(2 * time.Second)
+	// the workload and the control-plane probe run before the kill
+	waitWrites(t, ws, 5)
+	require.Eventually(t, func() bool { cpMu.Lock(); defer cpMu.Unlock(); return cpCalls >= 3 }, 2*time.Minute, 20*time.Millisecond,
+		"the control-plane probe answers")
 	var layouts [][]string
 	for _, w := range ws {
 		layouts = append(layouts, layoutKey(t, w.vz))
@@ -127,6 +130,8 @@ func TestDrillArbiterLeaderKilled(t *testing.T) {
 	cancel()
 	t.Logf("a new v-zone opened and written %s after the kill", time.Since(killed).Round(time.Millisecond))
 	ws = append(ws, w3)
+	// the drill's window: the writers and the probe run for 15 s from the
+	// kill (its length, not a wait for an event), through the failover
 	time.Sleep(max(0, 15*time.Second-time.Since(killed)))
 	stop()
 	wg.Wait()
@@ -181,7 +186,7 @@ func TestDrillSSDNodeKilled(t *testing.T) {
 		wg.Add(1)
 		go func() { defer wg.Done(); w.run(lctx) }()
 	}
-	time.Sleep(2 * time.Second)
+	waitWrites(t, ws, 10) // the workload runs before the kill
 	// The victim holds a zone of the stripe group writer 0 is filling.
 	l, err := ws[0].vz.Layout(ctx)
 	require.NoError(t, err)

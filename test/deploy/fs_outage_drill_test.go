@@ -11,6 +11,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime"
 	"sort"
 	"strings"
 	"sync"
@@ -221,7 +222,8 @@ func TestDrillSSDNodeKilledUnderMountedFS(t *testing.T) {
 	if deadFile != "" {
 		cat := exec.Command("cat", deadFile)
 		require.NoError(t, cat.Start())
-		time.Sleep(500 * time.Millisecond)
+		require.Eventually(t, func() bool { return inRead(cat.Process.Pid) }, time.Minute, 10*time.Millisecond,
+			"the reader waits in read(2)")
 		_ = cat.Process.Signal(syscall.SIGKILL)
 		require.NoError(t, bounded(t, 30*time.Second, "SIGKILLed reader", func() error { _ = cat.Wait(); return nil }))
 	}
@@ -252,4 +254,21 @@ func TestDrillSSDNodeKilledUnderMountedFS(t *testing.T) {
 	require.NoError(t, m.Wait(), "a clean unmount on SIGTERM: %s", mlog)
 	out, err = zctlFS(t, "fsck", "-n", ns)
 	require.NoError(t, err, "fsck after the outage: %s", out)
+}
+
+// inRead reports whether process pid is blocked in the read system call
+// (the first field of /proc/PID/syscall is the call's number).
+func inRead(pid int) bool {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/syscall", pid))
+	if err != nil {
+		return false
+	}
+	nr, _, _ := strings.Cut(string(b), " ")
+	switch runtime.GOARCH {
+	case "amd64":
+		return nr == "0"
+	case "arm64":
+		return nr == "63"
+	}
+	return false
 }

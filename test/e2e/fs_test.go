@@ -12,6 +12,7 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -234,13 +235,14 @@ func TestFSCrash(t *testing.T) {
 	out, code := zctl(t, env, "", "mkfs", "--ns", "default")
 	require.Equal(t, 0, code, out)
 
-	seed := uint64(time.Now().UnixNano())
-	t.Logf("kill times from seed %d", seed)
-	rng := rand.New(rand.NewPCG(7, seed))
+	// The kill points are fixed by progress, not by time: round r kills the
+	// mount once killAfter[r] files of that round were fsynced (the writers'
+	// other files are in flight at that point, synced or not).
+	killAfter := [...]int{3, 12, 30}
 	durable := map[string][]byte{} // every file whose fsync returned
 	var mu sync.Mutex
-	const rounds = 3
-	for round := 0; round < rounds; round++ {
+	for round := range len(killAfter) {
+		var roundSynced atomic.Int64
 		p := mountFG(t, env, mnt, "--ns", "default", "--checkpoint-every", "300ms", "--background-gc", "200ms")
 		// what survived the previous crashes is intact
 		for name, want := range durable {
@@ -282,6 +284,7 @@ func TestFSCrash(t *testing.T) {
 						mu.Lock()
 						durable[name] = data
 						mu.Unlock()
+						roundSynced.Add(1)
 					} else if r.IntN(3) == 0 {
 						if os.Rename(filepath.Join(mnt, name), filepath.Join(mnt, name+".tmp")) != nil || os.Remove(filepath.Join(mnt, name+".tmp")) != nil {
 							return
@@ -290,7 +293,9 @@ func TestFSCrash(t *testing.T) {
 				}
 			}(w)
 		}
-		time.Sleep(time.Duration(300+rng.IntN(1500)) * time.Millisecond)
+		// a hang guard: the writers fsync several files a second
+		require.Eventually(t, func() bool { return roundSynced.Load() >= int64(killAfter[round]) }, 5*time.Minute, time.Millisecond,
+			"round %d: %d files fsynced", round, killAfter[round])
 		require.NoError(t, p.cmd.Process.Signal(syscall.SIGKILL))
 		<-p.done
 		close(stop)
