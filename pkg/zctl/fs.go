@@ -270,6 +270,7 @@ type mountOptions struct {
 	bgGC, cpEvery, retryDeadline  time.Duration
 	cacheBlocks, maxZones         int
 	pgcWorkers                    int
+	ipuFsyncBlocks                int
 }
 
 // readyFD is the descriptor a daemonized mount reports readiness on.
@@ -319,6 +320,7 @@ Prometheus metrics (zonefleet_fs_*, zonefleet_client_*) on --metrics-listen.`,
 	f.BoolVar(&o.asyncCompaction, "async-compaction", false, "zone_compaction returns once submitted and overlaps the checkpoint (ZNS+ §3.2.1); a compaction that fails on the nodes and cannot be finished by host copy then fails every fsync until its nodes return (default: each compaction completes before the file system goes on)")
 	f.BoolVar(&o.cachedWrite, "izc-cached-write", false, "IZC-H: write blocks cached on the host from the host instead of copying them on the drives")
 	f.IntVar(&o.pgcWorkers, "pgc-workers", lfs.DefaultPGCWorkers, "P-GC: host copy reads a victim more than half valid with this many parallel workers (1: off; 0: the default)")
+	f.IntVar(&o.ipuFsyncBlocks, "ipu-fsync-blocks", 0, "ZMS in-place update: an fsync of at most this many dirty blocks, all overwriting blocks the file has, rewrites them in the drives' in-place update region instead of appending to the log, while the drives' budget lasts (0: off; F2FS's min_fsync_blocks is 8; mirrored and parity namespaces always use the log)")
 	f.DurationVar(&o.bgGC, "background-gc", 2*time.Second, "recycle one segment after this much idle time (0: off)")
 	f.DurationVar(&o.cpEvery, "checkpoint-every", 5*time.Second, "checkpoint at this period when something changed (0: off)")
 	f.IntVar(&o.cacheBlocks, "cache-blocks", 0, "host page cache in blocks (0: lfs default, 65536 = 256 MiB at 4 KiB blocks)")
@@ -490,7 +492,7 @@ func serveMount(sigCtx context.Context, g *Globals, o mountOptions, mounted func
 	}
 	fs, err := lfs.Mount(sigCtx, vol, lfs.Options{Clock: clk, Registry: reg, Mode: mode, CachedWrite: o.cachedWrite,
 		PGCWorkers: o.pgcWorkers, BackgroundGC: o.bgGC, CheckpointEvery: o.cpEvery, CacheBlocks: o.cacheBlocks, RetryDeadline: o.retryDeadline,
-		Atime: lfsAtime})
+		Atime: lfsAtime, IPUFsyncBlocks: o.ipuFsyncBlocks})
 	if err != nil {
 		return fmt.Errorf("mount %s: %w", g.Namespace, err)
 	}
