@@ -266,11 +266,18 @@ func runTLCrashWorkload(t *testing.T, seed uint64, nOps, every int) []tlPoint {
 				off = vs[rng.IntN(len(vs))]
 			}
 			data := pattern(bs, zs+off, 1, tag)
+			prev, had := m.cur[zs+off]
 			delete(m.dur, zs+off) // old or new until the next flush
 			delete(m.zero, zs+off)
+			// While the update is in flight a kill may leave the old or the
+			// new contents: the slot is written and its record appended
+			// before the journal sync that acknowledges it.
+			delete(m.cur, zs+off)
 			exp = m.expect()
 			if _, err = d.Write(bg, zs+off, data, Flags{Overwrite: true}); err == nil {
 				m.cur[zs+off] = data
+			} else if had {
+				m.cur[zs+off] = prev
 			}
 		case z.TL && r < 50: // TL writes: a run in a hole at or above the write pointer
 			var holes []uint64
