@@ -30,7 +30,8 @@ type metrics struct {
 	rebuilds        *prometheus.CounterVec // {outcome=ok|error}
 	rebuildBlocks   prometheus.Counter
 	rebuildWaiting  prometheus.Gauge
-	degradedVZones  *prometheus.GaugeVec   // {namespace}
+	degradedVZones  *prometheus.GaugeVec // {namespace}
+	fdpGranted      prometheus.Gauge
 	tokens          *prometheus.CounterVec // {caller=admin|namespace|other, outcome=issued|rate_limited|refused}
 
 	mu    sync.Mutex
@@ -87,12 +88,14 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 			Help: "IssueToken requests by caller kind and outcome (issued, rate_limited, refused)."}, []string{"caller", "outcome"}),
 		degradedVZones: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "zonefleet_arbiter_degraded_vzones",
 			Help: "V-zones of a mirrored or parity namespace with a zone on an unavailable or down node (reads served by the other copies or reconstructed from parity)."}, []string{"namespace"}),
+		fdpGranted: prometheus.NewGauge(prometheus.GaugeOpts{Name: "zonefleet_arbiter_fdp_granted_bytes",
+			Help: "FDP drive capacity granted to fdp namespaces (their capacity quotas, in whole LBAs)."}),
 		known: map[string]bool{},
 	}
 	if reg != nil {
 		for _, c := range []prometheus.Collector{m.leader, m.essentials, m.spares, m.activeVZones, m.openGroups, m.nodes,
 			m.allocations, m.allocatedZones, m.overdrive, m.namespaceEvents, m.width, m.allocLatency,
-			m.mutations, m.noops, m.txns, m.txnBytes, m.alarm, m.compactions, m.dbSize, m.rebuilds, m.rebuildBlocks, m.rebuildWaiting, m.degradedVZones, m.tokens} {
+			m.mutations, m.noops, m.txns, m.txnBytes, m.alarm, m.compactions, m.dbSize, m.rebuilds, m.rebuildBlocks, m.rebuildWaiting, m.degradedVZones, m.tokens, m.fdpGranted} {
 			if err := reg.Register(c); err != nil {
 				return nil, err
 			}
@@ -184,6 +187,7 @@ func (m *metrics) refresh(st *State, ix *index) {
 	m.nodes.WithLabelValues("available").Set(up)
 	m.nodes.WithLabelValues("unavailable").Set(unavail)
 	m.nodes.WithLabelValues("down").Set(down)
+	m.fdpGranted.Set(float64(fdpGrantedBytes(st)))
 }
 
 func (m *metrics) forget(name string) {

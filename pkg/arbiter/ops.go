@@ -43,6 +43,12 @@ type NamespaceInfo struct {
 	UnderProvisioned bool
 	UnavailableZones []cluster.PhysZone
 	LastWrite        time.Time
+	// FDP is an fdp namespace's grant and FDPDrive the drive it is on (as
+	// its node registered it; zero when the node is unknown), FDPAddr the
+	// node's address.
+	FDP      *cluster.FDPExtent
+	FDPDrive cluster.FDPDeviceInfo
+	FDPAddr  string
 }
 
 // Layout is a v-zone's stripe groups.
@@ -116,14 +122,17 @@ func (s NamespaceSpec) validate() error {
 	if err := validName("namespace name", s.Name); err != nil {
 		return err
 	}
+	if s.Weight > 1<<16 {
+		return &zerr.InvalidArgumentError{Field: "weight", Reason: "must be at most 65536"}
+	}
+	if err := s.validateKind(); err != nil || s.Kind == cluster.KindFDP {
+		return err
+	}
 	if s.MARLogical == 0 || s.MARLogical > 1<<16 {
 		return &zerr.InvalidArgumentError{Field: "mar_logical", Reason: "must be in [1, 65536]"}
 	}
 	if !isPow2(s.ZonesPerVZone) || s.ZonesPerVZone > 1<<16 {
 		return &zerr.InvalidArgumentError{Field: "zones_per_vzone", Reason: fmt.Sprintf("%d is not a power of two in [1, 65536]", s.ZonesPerVZone)}
-	}
-	if s.Weight > 1<<16 {
-		return &zerr.InvalidArgumentError{Field: "weight", Reason: "must be at most 65536"}
 	}
 	if s.VZones > 1<<32 {
 		return &zerr.InvalidArgumentError{Field: "vzones", Reason: "must be at most 2^32"}
@@ -167,7 +176,15 @@ func (a *Arbiter) CreateNamespace(ctx context.Context, spec NamespaceSpec) (Name
 		if st.Namespaces[spec.Name] != nil {
 			return nil, &zerr.AlreadyExistsError{Kind: "namespace", Name: spec.Name}
 		}
-		st.Namespaces[spec.Name] = &nsState{Spec: spec, CreatedAt: now, LastWrite: now, LastAlloc: st.AllocSeq, VZones: map[uint64]*VZone{}}
+		ns := &nsState{Spec: spec, CreatedAt: now, LastWrite: now, LastAlloc: st.AllocSeq, VZones: map[uint64]*VZone{}}
+		if spec.Kind == cluster.KindFDP {
+			ext, err := placeFDP(st, spec)
+			if err != nil {
+				return nil, err
+			}
+			ns.FDP = ext
+		}
+		st.Namespaces[spec.Name] = ns
 		short := reprovision(st)
 		for _, sf := range short {
 			if sf.Namespace == spec.Name {
@@ -181,8 +198,9 @@ func (a *Arbiter) CreateNamespace(ctx context.Context, spec NamespaceSpec) (Name
 		if err := checkQuotaReservable(st, spec); err != nil {
 			return nil, err
 		}
-		// The nodes' round robin learns the weight from this record.
-		rec, err := cluster.EncodeNamespace(cluster.NamespaceRecord{Name: spec.Name, Weight: uint32(st.Namespaces[spec.Name].weight())})
+		// The nodes' round robin learns the weight from this record, the
+		// node of an fdp namespace's drive its grant.
+		rec, err := cluster.EncodeNamespace(cluster.NamespaceRecord{Name: spec.Name, Weight: uint32(ns.weight()), FDP: ns.FDP})
 		if err != nil {
 			return nil, err
 		}
@@ -259,7 +277,7 @@ func (a *Arbiter) UpdateNamespace(ctx context.Context, name string, u NamespaceU
 		if err := checkQuotaReservable(st, spec); err != nil {
 			return nil, err
 		}
-		rec, err := cluster.EncodeNamespace(cluster.NamespaceRecord{Name: spec.Name, Weight: uint32(ns.weight())})
+		rec, err := cluster.EncodeNamespace(cluster.NamespaceRecord{Name: spec.Name, Weight: uint32(ns.weight()), FDP: ns.FDP})
 		if err != nil {
 			return nil, err
 		}
@@ -428,7 +446,17 @@ func (a *Arbiter) nsInfo(st *State, ix *index, name string, ns *nsState) Namespa
 			}
 		}
 	}
-	info.Degraded = len(info.UnavailableZones) > 0 || info.UnderProvisioned
+	if e := ns.FDP; e != nil {
+		info.FDP = e
+		if n := st.Nodes[e.Node]; n != nil {
+			info.FDPAddr = n.Record.Addr
+			info.FDPDrive, _ = n.Record.FDPDevice(e.Device)
+			info.Degraded = !n.Available
+		} else {
+			info.Degraded = true
+		}
+	}
+	info.Degraded = info.Degraded || len(info.UnavailableZones) > 0 || info.UnderProvisioned
 	return info
 }
 
@@ -541,7 +569,7 @@ func (a *Arbiter) allocOpIDLike(ctx context.Context, name string, id uint64, ope
 	var out Layout
 	err := a.mutate(ctx, func(st *State, ix *index) ([]clientv3.Op, error) {
 		ev = events{}
-		ns, err := getNS(st, name)
+		ns, err := zonedNS(st, name)
 		if err != nil {
 			return nil, err
 		}

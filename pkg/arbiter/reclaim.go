@@ -58,7 +58,7 @@ func (a *Arbiter) CheckReclaim(ctx context.Context) ([]ReclaimResult, error) {
 	var freeze []string
 	for _, name := range sortedKeys(st.Namespaces) {
 		ns := st.Namespaces[name]
-		if !ns.Frozen && now.Sub(a.lastWriteOf(name, ns)) >= a.cfg.TReadOnly {
+		if !ns.Frozen && ns.Spec.Kind == cluster.KindZoned && now.Sub(a.lastWriteOf(name, ns)) >= a.cfg.TReadOnly {
 			freeze = append(freeze, name)
 		}
 	}

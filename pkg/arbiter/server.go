@@ -45,14 +45,20 @@ func ts(t time.Time) *timestamppb.Timestamp {
 }
 
 func toNamespace(n NamespaceInfo) *v1.Namespace {
-	return &v1.Namespace{
+	out := &v1.Namespace{
 		Name: n.Name, MaxActiveVzones: n.MARLogical, ZonesPerVzone: n.ZonesPerVZone, Weight: max(n.Weight, 1),
 		Essentials: n.Essentials, Spares: n.SparesProvisioned, SparesLent: n.SparesLent, SparesBorrowed: n.SparesBorrowed,
 		ActiveVzones: n.ActiveVZones, ActiveZones: n.EssentialsInUse + n.SparesInUse, MinStripeWidth: n.MinWidth,
 		Active: !n.Inactive, Frozen: n.Frozen, Degraded: n.Degraded, Created: ts(n.CreatedAt), LastWrite: ts(n.LastWrite),
 		Redundancy: Redundancy(n.NamespaceSpec).String(),
 		Vzones:     n.VZones, AllocatedZones: n.AllocatedZones, QuotaZones: n.quotaZones(),
+		Kind: n.Kind.String(),
 	}
+	if e := n.FDP; e != nil {
+		out.Fdp = &v1.FDPGrant{Node: e.Node, Addr: n.FDPAddr, Device: e.Device, FirstLba: e.FirstLBA, Lbas: e.LBAs,
+			BlockSize: n.FDPDrive.BlockSize, Handles: e.Handles, ReclaimGroups: n.FDPDrive.ReclaimGroups}
+	}
+	return out
 }
 
 var vzoneStates = map[VZoneState]v1.VZoneState{
@@ -143,8 +149,13 @@ func (s *Server) CreateNamespace(ctx context.Context, r *v1.CreateNamespaceReque
 	if err != nil {
 		return nil, rpcerr.ToError(err)
 	}
+	kind, err := cluster.ParseNamespaceKind(r.GetKind())
+	if err != nil {
+		return nil, rpcerr.ToError(err)
+	}
 	n, err := s.a.CreateNamespace(ctx, NamespaceSpec{Name: r.GetName(), MARLogical: r.GetMaxActiveVzones(),
-		ZonesPerVZone: r.GetZonesPerVzone(), Weight: r.GetWeight(), Redundancy: red, VZones: r.GetVzones()})
+		ZonesPerVZone: r.GetZonesPerVzone(), Weight: r.GetWeight(), Redundancy: red, VZones: r.GetVzones(),
+		Kind: kind, FDPBytes: r.GetFdpCapacityBytes(), FDPHandles: r.GetFdpHandles()})
 	if err != nil {
 		return nil, rpcerr.ToError(err)
 	}

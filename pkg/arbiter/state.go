@@ -169,6 +169,16 @@ type NamespaceSpec struct {
 	// request, a stored record: "none", "mirror:N" or "raid5", left out for
 	// none); the zero value is none.
 	Redundancy cluster.Redundancy `json:"redundancy,omitzero"`
+	// Kind: zoned (the zero value, left out of the record, so a record
+	// without a kind reads back as zoned) or fdp. An fdp namespace has no
+	// v-zones: MARLogical, ZonesPerVZone, VZones are 0, redundancy none,
+	// and it takes no essentials or spares.
+	Kind cluster.NamespaceKind `json:"kind,omitzero"`
+	// FDPBytes is an fdp namespace's capacity quota (rounded up to whole
+	// LBAs of the drive it is placed on), FDPHandles its placement handles
+	// (0 means 1).
+	FDPBytes   uint64 `json:"fdp_bytes,omitempty"`
+	FDPHandles uint32 `json:"fdp_handles,omitempty"`
 }
 
 // UnmarshalJSON reads a stored spec: a record without a redundancy (none
@@ -236,6 +246,8 @@ type nsState struct {
 	// system, until when (Unix nanoseconds of the arbiter's clock).
 	MountHolder  string `json:"mount_holder,omitempty"`
 	MountExpires int64  `json:"mount_expires,omitempty"`
+	// FDP is an fdp namespace's grant (fdp.go), placed at creation.
+	FDP *cluster.FDPExtent `json:"fdp,omitempty"`
 }
 
 func (n *nsState) weight() uint64 {
@@ -600,7 +612,7 @@ func sharesConsistent(st *State) bool {
 	if e != st.Essentials || sp != st.Spares {
 		return false
 	}
-	names := sortedKeys(st.Namespaces)
+	names := zonedNames(st)
 	weights := map[string]uint64{}
 	for _, n := range names {
 		weights[n] = st.Namespaces[n].weight()
@@ -620,7 +632,7 @@ func sharesConsistent(st *State) bool {
 // share of essentials is below their MAR_logical (minimum width 1 each).
 func reprovision(st *State) []shortfall {
 	st.Essentials, st.Spares = clusterResources(st)
-	names := sortedKeys(st.Namespaces)
+	names := zonedNames(st)
 	weights := map[string]uint64{}
 	for _, n := range names {
 		weights[n] = st.Namespaces[n].weight()

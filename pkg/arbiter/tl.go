@@ -43,7 +43,7 @@ func (a *Arbiter) TLOpenVZone(ctx context.Context, namespace string, vzone, gene
 	var out Layout
 	err := a.mutate(ctx, func(st *State, ix *index) ([]clientv3.Op, error) {
 		ev = events{}
-		ns, err := getNS(st, namespace)
+		ns, err := zonedNS(st, namespace)
 		if err != nil {
 			return nil, err
 		}

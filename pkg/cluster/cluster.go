@@ -151,6 +151,8 @@ type NodeRecord struct {
 	Version   string       `json:"version"`
 	Devices   []DeviceInfo `json:"devices"`
 	StartedAt time.Time    `json:"started_at"`
+	// FDPDevices are the node's FDP drives (numbered apart from Devices).
+	FDPDevices []FDPDeviceInfo `json:"fdp_devices,omitempty"`
 }
 
 // Validate checks a node record.
@@ -281,6 +283,9 @@ func NamespaceKey(name string) string { return NamespacesPrefix() + name }
 type NamespaceRecord struct {
 	Name   string `json:"name"`
 	Weight uint32 `json:"weight"` // share of a device's request slots (>= 1)
+	// FDP is an fdp namespace's grant: the node serving the drive admits
+	// the namespace's FDP I/O to this range and these handles only.
+	FDP *FDPExtent `json:"fdp,omitempty"`
 }
 
 // EncodeNamespace marshals a namespace record.

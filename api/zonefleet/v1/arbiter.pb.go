@@ -106,8 +106,12 @@ type Namespace struct {
 	Vzones         uint64 `protobuf:"varint,18,opt,name=vzones,proto3" json:"vzones,omitempty"`
 	AllocatedZones uint32 `protobuf:"varint,19,opt,name=allocated_zones,json=allocatedZones,proto3" json:"allocated_zones,omitempty"` // physical zones held by its v-zones
 	QuotaZones     uint64 `protobuf:"varint,20,opt,name=quota_zones,json=quotaZones,proto3" json:"quota_zones,omitempty"`             // physical zones its quota reserves (0 without one)
-	unknownFields  protoimpl.UnknownFields
-	sizeCache      protoimpl.SizeCache
+	// "zoned" (v-zones; the fields above) or "fdp" (an LBA range of one FDP
+	// drive; fdp below, the zoned fields 0).
+	Kind          string    `protobuf:"bytes,21,opt,name=kind,proto3" json:"kind,omitempty"`
+	Fdp           *FDPGrant `protobuf:"bytes,22,opt,name=fdp,proto3" json:"fdp,omitempty"` // set for an fdp namespace
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *Namespace) Reset() {
@@ -280,6 +284,125 @@ func (x *Namespace) GetQuotaZones() uint64 {
 	return 0
 }
 
+func (x *Namespace) GetKind() string {
+	if x != nil {
+		return x.Kind
+	}
+	return ""
+}
+
+func (x *Namespace) GetFdp() *FDPGrant {
+	if x != nil {
+		return x.Fdp
+	}
+	return nil
+}
+
+// What an fdp namespace holds: LBAs [first_lba, first_lba+lbas) of one FDP
+// drive (its capacity quota) and, exclusively, the drive's placement
+// handles listed. The tenant addresses LBAs 0..lbas-1 and placement
+// handles 0..len(handles)-1 through the FDP service of the node at addr;
+// the node maps them onto the drive.
+type FDPGrant struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Node          string                 `protobuf:"bytes,1,opt,name=node,proto3" json:"node,omitempty"`
+	Addr          string                 `protobuf:"bytes,2,opt,name=addr,proto3" json:"addr,omitempty"`      // the node's gRPC address
+	Device        uint32                 `protobuf:"varint,3,opt,name=device,proto3" json:"device,omitempty"` // FDP device index on the node
+	FirstLba      uint64                 `protobuf:"varint,4,opt,name=first_lba,json=firstLba,proto3" json:"first_lba,omitempty"`
+	Lbas          uint64                 `protobuf:"varint,5,opt,name=lbas,proto3" json:"lbas,omitempty"`
+	BlockSize     uint32                 `protobuf:"varint,6,opt,name=block_size,json=blockSize,proto3" json:"block_size,omitempty"` // bytes per LBA
+	Handles       []uint32               `protobuf:"varint,7,rep,packed,name=handles,proto3" json:"handles,omitempty"`               // drive handle of each placement handle of the namespace
+	ReclaimGroups uint32                 `protobuf:"varint,8,opt,name=reclaim_groups,json=reclaimGroups,proto3" json:"reclaim_groups,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *FDPGrant) Reset() {
+	*x = FDPGrant{}
+	mi := &file_zonefleet_v1_arbiter_proto_msgTypes[1]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *FDPGrant) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*FDPGrant) ProtoMessage() {}
+
+func (x *FDPGrant) ProtoReflect() protoreflect.Message {
+	mi := &file_zonefleet_v1_arbiter_proto_msgTypes[1]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use FDPGrant.ProtoReflect.Descriptor instead.
+func (*FDPGrant) Descriptor() ([]byte, []int) {
+	return file_zonefleet_v1_arbiter_proto_rawDescGZIP(), []int{1}
+}
+
+func (x *FDPGrant) GetNode() string {
+	if x != nil {
+		return x.Node
+	}
+	return ""
+}
+
+func (x *FDPGrant) GetAddr() string {
+	if x != nil {
+		return x.Addr
+	}
+	return ""
+}
+
+func (x *FDPGrant) GetDevice() uint32 {
+	if x != nil {
+		return x.Device
+	}
+	return 0
+}
+
+func (x *FDPGrant) GetFirstLba() uint64 {
+	if x != nil {
+		return x.FirstLba
+	}
+	return 0
+}
+
+func (x *FDPGrant) GetLbas() uint64 {
+	if x != nil {
+		return x.Lbas
+	}
+	return 0
+}
+
+func (x *FDPGrant) GetBlockSize() uint32 {
+	if x != nil {
+		return x.BlockSize
+	}
+	return 0
+}
+
+func (x *FDPGrant) GetHandles() []uint32 {
+	if x != nil {
+		return x.Handles
+	}
+	return nil
+}
+
+func (x *FDPGrant) GetReclaimGroups() uint32 {
+	if x != nil {
+		return x.ReclaimGroups
+	}
+	return 0
+}
+
 type CreateNamespaceRequest struct {
 	state           protoimpl.MessageState `protogen:"open.v1"`
 	Name            string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
@@ -289,14 +412,22 @@ type CreateNamespaceRequest struct {
 	Redundancy      string                 `protobuf:"bytes,5,opt,name=redundancy,proto3" json:"redundancy,omitempty"` // "" or "none" (default), "mirror:N" (N in 2..4), "raid5"
 	// Capacity quota in v-zones (see Namespace.vzones); 0 = none. Refused
 	// (RESOURCE_EXHAUSTED) when the cluster cannot reserve it.
-	Vzones        uint64 `protobuf:"varint,6,opt,name=vzones,proto3" json:"vzones,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	Vzones uint64 `protobuf:"varint,6,opt,name=vzones,proto3" json:"vzones,omitempty"`
+	// "" or "zoned" (default), or "fdp": an LBA range of an FDP drive with
+	// placement handles of its own, instead of v-zones (then the zoned
+	// fields above must be 0, fdp_capacity_bytes set). INVALID_ARGUMENT for
+	// another kind; RESOURCE_EXHAUSTED when no FDP drive has the capacity
+	// and the free handles.
+	Kind             string `protobuf:"bytes,7,opt,name=kind,proto3" json:"kind,omitempty"`
+	FdpCapacityBytes uint64 `protobuf:"varint,8,opt,name=fdp_capacity_bytes,json=fdpCapacityBytes,proto3" json:"fdp_capacity_bytes,omitempty"` // fdp: capacity quota, rounded up to whole LBAs
+	FdpHandles       uint32 `protobuf:"varint,9,opt,name=fdp_handles,json=fdpHandles,proto3" json:"fdp_handles,omitempty"`                     // fdp: placement handles (0 = 1), exclusive to the namespace
+	unknownFields    protoimpl.UnknownFields
+	sizeCache        protoimpl.SizeCache
 }
 
 func (x *CreateNamespaceRequest) Reset() {
 	*x = CreateNamespaceRequest{}
-	mi := &file_zonefleet_v1_arbiter_proto_msgTypes[1]
+	mi := &file_zonefleet_v1_arbiter_proto_msgTypes[2]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -308,7 +439,7 @@ func (x *CreateNamespaceRequest) String() string {
 func (*CreateNamespaceRequest) ProtoMessage() {}
 
 func (x *CreateNamespaceRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_zonefleet_v1_arbiter_proto_msgTypes[1]
+	mi := &file_zonefleet_v1_arbiter_proto_msgTypes[2]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -321,7 +452,7 @@ func (x *CreateNamespaceRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateNamespaceRequest.ProtoReflect.Descriptor instead.
 func (*CreateNamespaceRequest) Descriptor() ([]byte, []int) {
-	return file_zonefleet_v1_arbiter_proto_rawDescGZIP(), []int{1}
+	return file_zonefleet_v1_arbiter_proto_rawDescGZIP(), []int{2}
 }
 
 func (x *CreateNamespaceRequest) GetName() string {
@@ -366,6 +497,27 @@ func (x *CreateNamespaceRequest) GetVzones() uint64 {
 	return 0
 }
 
+func (x *CreateNamespaceRequest) GetKind() string {
+	if x != nil {
+		return x.Kind
+	}
+	return ""
+}
+
+func (x *CreateNamespaceRequest) GetFdpCapacityBytes() uint64 {
+	if x != nil {
+		return x.FdpCapacityBytes
+	}
+	return 0
+}
+
+func (x *CreateNamespaceRequest) GetFdpHandles() uint32 {
+	if x != nil {
+		return x.FdpHandles
+	}
+	return 0
+}
+
 type GetNamespaceRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Name          string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
@@ -375,7 +527,7 @@ type GetNamespaceRequest struct {
 
 func (x *GetNamespaceRequest) Reset() {
 	*x = GetNamespaceRequest{}
-	mi := &file_zonefleet_v1_arbiter_proto_msgTypes[2]
+	mi := &file_zonefleet_v1_arbiter_proto_msgTypes[3]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -387,7 +539,7 @@ func (x *GetNamespaceRequest) String() string {
 func (*GetNamespaceRequest) ProtoMessage() {}
 
 func (x *GetNamespaceRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_zonefleet_v1_arbiter_proto_msgTypes[2]
+	mi := &file_zonefleet_v1_arbiter_proto_msgTypes[3]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -400,7 +552,7 @@ func (x *GetNamespaceRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetNamespaceRequest.ProtoReflect.Descriptor instead.
 func (*GetNamespaceRequest) Descriptor() ([]byte, []int) {
-	return file_zonefleet_v1_arbiter_proto_rawDescGZIP(), []int{2}
+	return file_zonefleet_v1_arbiter_proto_rawDescGZIP(), []int{3}
 }
 
 func (x *GetNamespaceRequest) GetName() string {
@@ -418,7 +570,7 @@ type ListNamespacesRequest struct {
 
 func (x *ListNamespacesRequest) Reset() {
 	*x = ListNamespacesRequest{}
-	mi := &file_zonefleet_v1_arbiter_proto_msgTypes[3]
+	mi := &file_zonefleet_v1_arbiter_proto_msgTypes[4]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -430,7 +582,7 @@ func (x *ListNamespacesRequest) String() string {
 func (*ListNamespacesRequest) ProtoMessage() {}
 
 func (x *ListNamespacesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_zonefleet_v1_arbiter_proto_msgTypes[3]
+	mi := &file_zonefleet_v1_arbiter_proto_msgTypes[4]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -443,7 +595,7 @@ func (x *ListNamespacesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListNamespacesRequest.ProtoReflect.Descriptor instead.
 func (*ListNamespacesRequest) Descriptor() ([]byte, []int) {
-	return file_zonefleet_v1_arbiter_proto_rawDescGZIP(), []int{3}
+	return file_zonefleet_v1_arbiter_proto_rawDescGZIP(), []int{4}
 }
 
 type ListNamespacesResponse struct {
@@ -455,7 +607,7 @@ type ListNamespacesResponse struct {
 
 func (x *ListNamespacesResponse) Reset() {
 	*x = ListNamespacesResponse{}
-	mi := &file_zonefleet_v1_arbiter_proto_msgTypes[4]
+	mi := &file_zonefleet_v1_arbiter_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -467,7 +619,7 @@ func (x *ListNamespacesResponse) String() string {
 func (*ListNamespacesResponse) ProtoMessage() {}
 
 func (x *ListNamespacesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_zonefleet_v1_arbiter_proto_msgTypes[4]
+	mi := &file_zonefleet_v1_arbiter_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -480,7 +632,7 @@ func (x *ListNamespacesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListNamespacesResponse.ProtoReflect.Descriptor instead.
 func (*ListNamespacesResponse) Descriptor() ([]byte, []int) {
-	return file_zonefleet_v1_arbiter_proto_rawDescGZIP(), []int{4}
+	return file_zonefleet_v1_arbiter_proto_rawDescGZIP(), []int{5}
 }
 
 func (x *ListNamespacesResponse) GetNamespaces() []*Namespace {
@@ -503,7 +655,7 @@ type UpdateNamespaceRequest struct {
 
 func (x *UpdateNamespaceRequest) Reset() {
 	*x = UpdateNamespaceRequest{}
-	mi := &file_zonefleet_v1_arbiter_proto_msgTypes[5]
+	mi := &file_zonefleet_v1_arbiter_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -515,7 +667,7 @@ func (x *UpdateNamespaceRequest) String() string {
 func (*UpdateNamespaceRequest) ProtoMessage() {}
 
 func (x *UpdateNamespaceRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_zonefleet_v1_arbiter_proto_msgTypes[5]
+	mi := &file_zonefleet_v1_arbiter_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -528,7 +680,7 @@ func (x *UpdateNamespaceRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UpdateNamespaceRequest.ProtoReflect.Descriptor instead.
 func (*UpdateNamespaceRequest) Descriptor() ([]byte, []int) {
-	return file_zonefleet_v1_arbiter_proto_rawDescGZIP(), []int{5}
+	return file_zonefleet_v1_arbiter_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *UpdateNamespaceRequest) GetName() string {
@@ -576,7 +728,7 @@ type DeleteNamespaceRequest struct {
 
 func (x *DeleteNamespaceRequest) Reset() {
 	*x = DeleteNamespaceRequest{}
-	mi := &file_zonefleet_v1_arbiter_proto_msgTypes[6]
+	mi := &file_zonefleet_v1_arbiter_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -588,7 +740,7 @@ func (x *DeleteNamespaceRequest) String() string {
 func (*DeleteNamespaceRequest) ProtoMessage() {}
 
 func (x *DeleteNamespaceRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_zonefleet_v1_arbiter_proto_msgTypes[6]
+	mi := &file_zonefleet_v1_arbiter_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -601,7 +753,7 @@ func (x *DeleteNamespaceRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteNamespaceRequest.ProtoReflect.Descriptor instead.
 func (*DeleteNamespaceRequest) Descriptor() ([]byte, []int) {
-	return file_zonefleet_v1_arbiter_proto_rawDescGZIP(), []int{6}
+	return file_zonefleet_v1_arbiter_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *DeleteNamespaceRequest) GetName() string {
@@ -626,7 +778,7 @@ type DeleteNamespaceResponse struct {
 
 func (x *DeleteNamespaceResponse) Reset() {
 	*x = DeleteNamespaceResponse{}
-	mi := &file_zonefleet_v1_arbiter_proto_msgTypes[7]
+	mi := &file_zonefleet_v1_arbiter_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -638,7 +790,7 @@ func (x *DeleteNamespaceResponse) String() string {
 func (*DeleteNamespaceResponse) ProtoMessage() {}
 
 func (x *DeleteNamespaceResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_zonefleet_v1_arbiter_proto_msgTypes[7]
+	mi := &file_zonefleet_v1_arbiter_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -651,7 +803,7 @@ func (x *DeleteNamespaceResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteNamespaceResponse.ProtoReflect.Descriptor instead.
 func (*DeleteNamespaceResponse) Descriptor() ([]byte, []int) {
-	return file_zonefleet_v1_arbiter_proto_rawDescGZIP(), []int{7}
+	return file_zonefleet_v1_arbiter_proto_rawDescGZIP(), []int{8}
 }
 
 type PhysicalZone struct {
@@ -668,7 +820,7 @@ type PhysicalZone struct {
 
 func (x *PhysicalZone) Reset() {
 	*x = PhysicalZone{}
-	mi := &file_zonefleet_v1_arbiter_proto_msgTypes[8]
+	mi := &file_zonefleet_v1_arbiter_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -680,7 +832,7 @@ func (x *PhysicalZone) String() string {
 func (*PhysicalZone) ProtoMessage() {}
 
 func (x *PhysicalZone) ProtoReflect() protoreflect.Message {
-	mi := &file_zonefleet_v1_arbiter_proto_msgTypes[8]
+	mi := &file_zonefleet_v1_arbiter_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -693,7 +845,7 @@ func (x *PhysicalZone) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PhysicalZone.ProtoReflect.Descriptor instead.
 func (*PhysicalZone) Descriptor() ([]byte, []int) {
-	return file_zonefleet_v1_arbiter_proto_rawDescGZIP(), []int{8}
+	return file_zonefleet_v1_arbiter_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *PhysicalZone) GetNode() string {
@@ -763,7 +915,7 @@ type StripeGroup struct {
 
 func (x *StripeGroup) Reset() {
 	*x = StripeGroup{}
-	mi := &file_zonefleet_v1_arbiter_proto_msgTypes[9]
+	mi := &file_zonefleet_v1_arbiter_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -775,7 +927,7 @@ func (x *StripeGroup) String() string {
 func (*StripeGroup) ProtoMessage() {}
 
 func (x *StripeGroup) ProtoReflect() protoreflect.Message {
-	mi := &file_zonefleet_v1_arbiter_proto_msgTypes[9]
+	mi := &file_zonefleet_v1_arbiter_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -788,7 +940,7 @@ func (x *StripeGroup) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StripeGroup.ProtoReflect.Descriptor instead.
 func (*StripeGroup) Descriptor() ([]byte, []int) {
-	return file_zonefleet_v1_arbiter_proto_rawDescGZIP(), []int{9}
+	return file_zonefleet_v1_arbiter_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *StripeGroup) GetIndex() uint32 {
@@ -873,7 +1025,7 @@ type VZone struct {
 
 func (x *VZone) Reset() {
 	*x = VZone{}
-	mi := &file_zonefleet_v1_arbiter_proto_msgTypes[10]
+	mi := &file_zonefleet_v1_arbiter_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -885,7 +1037,7 @@ func (x *VZone) String() string {
 func (*VZone) ProtoMessage() {}
 
 func (x *VZone) ProtoReflect() protoreflect.Message {
-	mi := &file_zonefleet_v1_arbiter_proto_msgTypes[10]
+	mi := &file_zonefleet_v1_arbiter_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -898,7 +1050,7 @@ func (x *VZone) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use VZone.ProtoReflect.Descriptor instead.
 func (*VZone) Descriptor() ([]byte, []int) {
-	return file_zonefleet_v1_arbiter_proto_rawDescGZIP(), []int{10}
+	return file_zonefleet_v1_arbiter_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *VZone) GetNamespace() string {
@@ -991,7 +1143,7 @@ type OpenVZoneRequest struct {
 
 func (x *OpenVZoneRequest) Reset() {
 	*x = OpenVZoneRequest{}
-	mi := &file_zonefleet_v1_arbiter_proto_msgTypes[11]
+	mi := &file_zonefleet_v1_arbiter_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1003,7 +1155,7 @@ func (x *OpenVZoneRequest) String() string {
 func (*OpenVZoneRequest) ProtoMessage() {}
 
 func (x *OpenVZoneRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_zonefleet_v1_arbiter_proto_msgTypes[11]
+	mi := &file_zonefleet_v1_arbiter_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1016,7 +1168,7 @@ func (x *OpenVZoneRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use OpenVZoneRequest.ProtoReflect.Descriptor instead.
 func (*OpenVZoneRequest) Descriptor() ([]byte, []int) {
-	return file_zonefleet_v1_arbiter_proto_rawDescGZIP(), []int{11}
+	return file_zonefleet_v1_arbiter_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *OpenVZoneRequest) GetNamespace() string {
@@ -1053,7 +1205,7 @@ type VZoneRequest struct {
 
 func (x *VZoneRequest) Reset() {
 	*x = VZoneRequest{}
-	mi := &file_zonefleet_v1_arbiter_proto_msgTypes[12]
+	mi := &file_zonefleet_v1_arbiter_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1065,7 +1217,7 @@ func (x *VZoneRequest) String() string {
 func (*VZoneRequest) ProtoMessage() {}
 
 func (x *VZoneRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_zonefleet_v1_arbiter_proto_msgTypes[12]
+	mi := &file_zonefleet_v1_arbiter_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1078,7 +1230,7 @@ func (x *VZoneRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use VZoneRequest.ProtoReflect.Descriptor instead.
 func (*VZoneRequest) Descriptor() ([]byte, []int) {
-	return file_zonefleet_v1_arbiter_proto_rawDescGZIP(), []int{12}
+	return file_zonefleet_v1_arbiter_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *VZoneRequest) GetNamespace() string {
@@ -1114,7 +1266,7 @@ type ResetVZonesRequest struct {
 
 func (x *ResetVZonesRequest) Reset() {
 	*x = ResetVZonesRequest{}
-	mi := &file_zonefleet_v1_arbiter_proto_msgTypes[13]
+	mi := &file_zonefleet_v1_arbiter_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1126,7 +1278,7 @@ func (x *ResetVZonesRequest) String() string {
 func (*ResetVZonesRequest) ProtoMessage() {}
 
 func (x *ResetVZonesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_zonefleet_v1_arbiter_proto_msgTypes[13]
+	mi := &file_zonefleet_v1_arbiter_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1139,7 +1291,7 @@ func (x *ResetVZonesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ResetVZonesRequest.ProtoReflect.Descriptor instead.
 func (*ResetVZonesRequest) Descriptor() ([]byte, []int) {
-	return file_zonefleet_v1_arbiter_proto_rawDescGZIP(), []int{13}
+	return file_zonefleet_v1_arbiter_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *ResetVZonesRequest) GetNamespace() string {
@@ -1165,7 +1317,7 @@ type ResetVZonesResponse struct {
 
 func (x *ResetVZonesResponse) Reset() {
 	*x = ResetVZonesResponse{}
-	mi := &file_zonefleet_v1_arbiter_proto_msgTypes[14]
+	mi := &file_zonefleet_v1_arbiter_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1177,7 +1329,7 @@ func (x *ResetVZonesResponse) String() string {
 func (*ResetVZonesResponse) ProtoMessage() {}
 
 func (x *ResetVZonesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_zonefleet_v1_arbiter_proto_msgTypes[14]
+	mi := &file_zonefleet_v1_arbiter_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1190,7 +1342,7 @@ func (x *ResetVZonesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ResetVZonesResponse.ProtoReflect.Descriptor instead.
 func (*ResetVZonesResponse) Descriptor() ([]byte, []int) {
-	return file_zonefleet_v1_arbiter_proto_rawDescGZIP(), []int{14}
+	return file_zonefleet_v1_arbiter_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *ResetVZonesResponse) GetVzones() []*VZone {
@@ -1209,7 +1361,7 @@ type ListVZonesRequest struct {
 
 func (x *ListVZonesRequest) Reset() {
 	*x = ListVZonesRequest{}
-	mi := &file_zonefleet_v1_arbiter_proto_msgTypes[15]
+	mi := &file_zonefleet_v1_arbiter_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1221,7 +1373,7 @@ func (x *ListVZonesRequest) String() string {
 func (*ListVZonesRequest) ProtoMessage() {}
 
 func (x *ListVZonesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_zonefleet_v1_arbiter_proto_msgTypes[15]
+	mi := &file_zonefleet_v1_arbiter_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1234,7 +1386,7 @@ func (x *ListVZonesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListVZonesRequest.ProtoReflect.Descriptor instead.
 func (*ListVZonesRequest) Descriptor() ([]byte, []int) {
-	return file_zonefleet_v1_arbiter_proto_rawDescGZIP(), []int{15}
+	return file_zonefleet_v1_arbiter_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *ListVZonesRequest) GetNamespace() string {
@@ -1253,7 +1405,7 @@ type ListVZonesResponse struct {
 
 func (x *ListVZonesResponse) Reset() {
 	*x = ListVZonesResponse{}
-	mi := &file_zonefleet_v1_arbiter_proto_msgTypes[16]
+	mi := &file_zonefleet_v1_arbiter_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1265,7 +1417,7 @@ func (x *ListVZonesResponse) String() string {
 func (*ListVZonesResponse) ProtoMessage() {}
 
 func (x *ListVZonesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_zonefleet_v1_arbiter_proto_msgTypes[16]
+	mi := &file_zonefleet_v1_arbiter_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1278,7 +1430,7 @@ func (x *ListVZonesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListVZonesResponse.ProtoReflect.Descriptor instead.
 func (*ListVZonesResponse) Descriptor() ([]byte, []int) {
-	return file_zonefleet_v1_arbiter_proto_rawDescGZIP(), []int{16}
+	return file_zonefleet_v1_arbiter_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *ListVZonesResponse) GetVzones() []*VZone {
@@ -1298,7 +1450,7 @@ type ReportActivityRequest struct {
 
 func (x *ReportActivityRequest) Reset() {
 	*x = ReportActivityRequest{}
-	mi := &file_zonefleet_v1_arbiter_proto_msgTypes[17]
+	mi := &file_zonefleet_v1_arbiter_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1310,7 +1462,7 @@ func (x *ReportActivityRequest) String() string {
 func (*ReportActivityRequest) ProtoMessage() {}
 
 func (x *ReportActivityRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_zonefleet_v1_arbiter_proto_msgTypes[17]
+	mi := &file_zonefleet_v1_arbiter_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1323,7 +1475,7 @@ func (x *ReportActivityRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReportActivityRequest.ProtoReflect.Descriptor instead.
 func (*ReportActivityRequest) Descriptor() ([]byte, []int) {
-	return file_zonefleet_v1_arbiter_proto_rawDescGZIP(), []int{17}
+	return file_zonefleet_v1_arbiter_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *ReportActivityRequest) GetNamespace() string {
@@ -1348,7 +1500,7 @@ type ReportActivityResponse struct {
 
 func (x *ReportActivityResponse) Reset() {
 	*x = ReportActivityResponse{}
-	mi := &file_zonefleet_v1_arbiter_proto_msgTypes[18]
+	mi := &file_zonefleet_v1_arbiter_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1360,7 +1512,7 @@ func (x *ReportActivityResponse) String() string {
 func (*ReportActivityResponse) ProtoMessage() {}
 
 func (x *ReportActivityResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_zonefleet_v1_arbiter_proto_msgTypes[18]
+	mi := &file_zonefleet_v1_arbiter_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1373,7 +1525,7 @@ func (x *ReportActivityResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReportActivityResponse.ProtoReflect.Descriptor instead.
 func (*ReportActivityResponse) Descriptor() ([]byte, []int) {
-	return file_zonefleet_v1_arbiter_proto_rawDescGZIP(), []int{18}
+	return file_zonefleet_v1_arbiter_proto_rawDescGZIP(), []int{19}
 }
 
 type AcquireMountRequest struct {
@@ -1388,7 +1540,7 @@ type AcquireMountRequest struct {
 
 func (x *AcquireMountRequest) Reset() {
 	*x = AcquireMountRequest{}
-	mi := &file_zonefleet_v1_arbiter_proto_msgTypes[19]
+	mi := &file_zonefleet_v1_arbiter_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1400,7 +1552,7 @@ func (x *AcquireMountRequest) String() string {
 func (*AcquireMountRequest) ProtoMessage() {}
 
 func (x *AcquireMountRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_zonefleet_v1_arbiter_proto_msgTypes[19]
+	mi := &file_zonefleet_v1_arbiter_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1413,7 +1565,7 @@ func (x *AcquireMountRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AcquireMountRequest.ProtoReflect.Descriptor instead.
 func (*AcquireMountRequest) Descriptor() ([]byte, []int) {
-	return file_zonefleet_v1_arbiter_proto_rawDescGZIP(), []int{19}
+	return file_zonefleet_v1_arbiter_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *AcquireMountRequest) GetNamespace() string {
@@ -1455,7 +1607,7 @@ type MountLease struct {
 
 func (x *MountLease) Reset() {
 	*x = MountLease{}
-	mi := &file_zonefleet_v1_arbiter_proto_msgTypes[20]
+	mi := &file_zonefleet_v1_arbiter_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1467,7 +1619,7 @@ func (x *MountLease) String() string {
 func (*MountLease) ProtoMessage() {}
 
 func (x *MountLease) ProtoReflect() protoreflect.Message {
-	mi := &file_zonefleet_v1_arbiter_proto_msgTypes[20]
+	mi := &file_zonefleet_v1_arbiter_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1480,7 +1632,7 @@ func (x *MountLease) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MountLease.ProtoReflect.Descriptor instead.
 func (*MountLease) Descriptor() ([]byte, []int) {
-	return file_zonefleet_v1_arbiter_proto_rawDescGZIP(), []int{20}
+	return file_zonefleet_v1_arbiter_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *MountLease) GetNamespace() string {
@@ -1514,7 +1666,7 @@ type ReleaseMountRequest struct {
 
 func (x *ReleaseMountRequest) Reset() {
 	*x = ReleaseMountRequest{}
-	mi := &file_zonefleet_v1_arbiter_proto_msgTypes[21]
+	mi := &file_zonefleet_v1_arbiter_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1526,7 +1678,7 @@ func (x *ReleaseMountRequest) String() string {
 func (*ReleaseMountRequest) ProtoMessage() {}
 
 func (x *ReleaseMountRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_zonefleet_v1_arbiter_proto_msgTypes[21]
+	mi := &file_zonefleet_v1_arbiter_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1539,7 +1691,7 @@ func (x *ReleaseMountRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReleaseMountRequest.ProtoReflect.Descriptor instead.
 func (*ReleaseMountRequest) Descriptor() ([]byte, []int) {
-	return file_zonefleet_v1_arbiter_proto_rawDescGZIP(), []int{21}
+	return file_zonefleet_v1_arbiter_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *ReleaseMountRequest) GetNamespace() string {
@@ -1564,7 +1716,7 @@ type ReleaseMountResponse struct {
 
 func (x *ReleaseMountResponse) Reset() {
 	*x = ReleaseMountResponse{}
-	mi := &file_zonefleet_v1_arbiter_proto_msgTypes[22]
+	mi := &file_zonefleet_v1_arbiter_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1576,7 +1728,7 @@ func (x *ReleaseMountResponse) String() string {
 func (*ReleaseMountResponse) ProtoMessage() {}
 
 func (x *ReleaseMountResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_zonefleet_v1_arbiter_proto_msgTypes[22]
+	mi := &file_zonefleet_v1_arbiter_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1589,7 +1741,7 @@ func (x *ReleaseMountResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReleaseMountResponse.ProtoReflect.Descriptor instead.
 func (*ReleaseMountResponse) Descriptor() ([]byte, []int) {
-	return file_zonefleet_v1_arbiter_proto_rawDescGZIP(), []int{22}
+	return file_zonefleet_v1_arbiter_proto_rawDescGZIP(), []int{23}
 }
 
 type DeviceInfo struct {
@@ -1614,7 +1766,7 @@ type DeviceInfo struct {
 
 func (x *DeviceInfo) Reset() {
 	*x = DeviceInfo{}
-	mi := &file_zonefleet_v1_arbiter_proto_msgTypes[23]
+	mi := &file_zonefleet_v1_arbiter_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1626,7 +1778,7 @@ func (x *DeviceInfo) String() string {
 func (*DeviceInfo) ProtoMessage() {}
 
 func (x *DeviceInfo) ProtoReflect() protoreflect.Message {
-	mi := &file_zonefleet_v1_arbiter_proto_msgTypes[23]
+	mi := &file_zonefleet_v1_arbiter_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1639,7 +1791,7 @@ func (x *DeviceInfo) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeviceInfo.ProtoReflect.Descriptor instead.
 func (*DeviceInfo) Descriptor() ([]byte, []int) {
-	return file_zonefleet_v1_arbiter_proto_rawDescGZIP(), []int{23}
+	return file_zonefleet_v1_arbiter_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *DeviceInfo) GetIndex() uint32 {
@@ -1754,7 +1906,7 @@ type Node struct {
 
 func (x *Node) Reset() {
 	*x = Node{}
-	mi := &file_zonefleet_v1_arbiter_proto_msgTypes[24]
+	mi := &file_zonefleet_v1_arbiter_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1766,7 +1918,7 @@ func (x *Node) String() string {
 func (*Node) ProtoMessage() {}
 
 func (x *Node) ProtoReflect() protoreflect.Message {
-	mi := &file_zonefleet_v1_arbiter_proto_msgTypes[24]
+	mi := &file_zonefleet_v1_arbiter_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1779,7 +1931,7 @@ func (x *Node) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Node.ProtoReflect.Descriptor instead.
 func (*Node) Descriptor() ([]byte, []int) {
-	return file_zonefleet_v1_arbiter_proto_rawDescGZIP(), []int{24}
+	return file_zonefleet_v1_arbiter_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *Node) GetId() string {
@@ -1832,7 +1984,7 @@ type ListNodesRequest struct {
 
 func (x *ListNodesRequest) Reset() {
 	*x = ListNodesRequest{}
-	mi := &file_zonefleet_v1_arbiter_proto_msgTypes[25]
+	mi := &file_zonefleet_v1_arbiter_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1844,7 +1996,7 @@ func (x *ListNodesRequest) String() string {
 func (*ListNodesRequest) ProtoMessage() {}
 
 func (x *ListNodesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_zonefleet_v1_arbiter_proto_msgTypes[25]
+	mi := &file_zonefleet_v1_arbiter_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1857,7 +2009,7 @@ func (x *ListNodesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListNodesRequest.ProtoReflect.Descriptor instead.
 func (*ListNodesRequest) Descriptor() ([]byte, []int) {
-	return file_zonefleet_v1_arbiter_proto_rawDescGZIP(), []int{25}
+	return file_zonefleet_v1_arbiter_proto_rawDescGZIP(), []int{26}
 }
 
 type ListNodesResponse struct {
@@ -1869,7 +2021,7 @@ type ListNodesResponse struct {
 
 func (x *ListNodesResponse) Reset() {
 	*x = ListNodesResponse{}
-	mi := &file_zonefleet_v1_arbiter_proto_msgTypes[26]
+	mi := &file_zonefleet_v1_arbiter_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1881,7 +2033,7 @@ func (x *ListNodesResponse) String() string {
 func (*ListNodesResponse) ProtoMessage() {}
 
 func (x *ListNodesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_zonefleet_v1_arbiter_proto_msgTypes[26]
+	mi := &file_zonefleet_v1_arbiter_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1894,7 +2046,7 @@ func (x *ListNodesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListNodesResponse.ProtoReflect.Descriptor instead.
 func (*ListNodesResponse) Descriptor() ([]byte, []int) {
-	return file_zonefleet_v1_arbiter_proto_rawDescGZIP(), []int{26}
+	return file_zonefleet_v1_arbiter_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *ListNodesResponse) GetNodes() []*Node {
@@ -1913,7 +2065,7 @@ type GetNodeRequest struct {
 
 func (x *GetNodeRequest) Reset() {
 	*x = GetNodeRequest{}
-	mi := &file_zonefleet_v1_arbiter_proto_msgTypes[27]
+	mi := &file_zonefleet_v1_arbiter_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1925,7 +2077,7 @@ func (x *GetNodeRequest) String() string {
 func (*GetNodeRequest) ProtoMessage() {}
 
 func (x *GetNodeRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_zonefleet_v1_arbiter_proto_msgTypes[27]
+	mi := &file_zonefleet_v1_arbiter_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1938,7 +2090,7 @@ func (x *GetNodeRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetNodeRequest.ProtoReflect.Descriptor instead.
 func (*GetNodeRequest) Descriptor() ([]byte, []int) {
-	return file_zonefleet_v1_arbiter_proto_rawDescGZIP(), []int{27}
+	return file_zonefleet_v1_arbiter_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *GetNodeRequest) GetId() string {
@@ -1957,7 +2109,7 @@ type RemoveNodeRequest struct {
 
 func (x *RemoveNodeRequest) Reset() {
 	*x = RemoveNodeRequest{}
-	mi := &file_zonefleet_v1_arbiter_proto_msgTypes[28]
+	mi := &file_zonefleet_v1_arbiter_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1969,7 +2121,7 @@ func (x *RemoveNodeRequest) String() string {
 func (*RemoveNodeRequest) ProtoMessage() {}
 
 func (x *RemoveNodeRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_zonefleet_v1_arbiter_proto_msgTypes[28]
+	mi := &file_zonefleet_v1_arbiter_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1982,7 +2134,7 @@ func (x *RemoveNodeRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RemoveNodeRequest.ProtoReflect.Descriptor instead.
 func (*RemoveNodeRequest) Descriptor() ([]byte, []int) {
-	return file_zonefleet_v1_arbiter_proto_rawDescGZIP(), []int{28}
+	return file_zonefleet_v1_arbiter_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *RemoveNodeRequest) GetId() string {
@@ -2000,7 +2152,7 @@ type RemoveNodeResponse struct {
 
 func (x *RemoveNodeResponse) Reset() {
 	*x = RemoveNodeResponse{}
-	mi := &file_zonefleet_v1_arbiter_proto_msgTypes[29]
+	mi := &file_zonefleet_v1_arbiter_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2012,7 +2164,7 @@ func (x *RemoveNodeResponse) String() string {
 func (*RemoveNodeResponse) ProtoMessage() {}
 
 func (x *RemoveNodeResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_zonefleet_v1_arbiter_proto_msgTypes[29]
+	mi := &file_zonefleet_v1_arbiter_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2025,7 +2177,7 @@ func (x *RemoveNodeResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RemoveNodeResponse.ProtoReflect.Descriptor instead.
 func (*RemoveNodeResponse) Descriptor() ([]byte, []int) {
-	return file_zonefleet_v1_arbiter_proto_rawDescGZIP(), []int{29}
+	return file_zonefleet_v1_arbiter_proto_rawDescGZIP(), []int{30}
 }
 
 type ArbiterMember struct {
@@ -2039,7 +2191,7 @@ type ArbiterMember struct {
 
 func (x *ArbiterMember) Reset() {
 	*x = ArbiterMember{}
-	mi := &file_zonefleet_v1_arbiter_proto_msgTypes[30]
+	mi := &file_zonefleet_v1_arbiter_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2051,7 +2203,7 @@ func (x *ArbiterMember) String() string {
 func (*ArbiterMember) ProtoMessage() {}
 
 func (x *ArbiterMember) ProtoReflect() protoreflect.Message {
-	mi := &file_zonefleet_v1_arbiter_proto_msgTypes[30]
+	mi := &file_zonefleet_v1_arbiter_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2064,7 +2216,7 @@ func (x *ArbiterMember) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ArbiterMember.ProtoReflect.Descriptor instead.
 func (*ArbiterMember) Descriptor() ([]byte, []int) {
-	return file_zonefleet_v1_arbiter_proto_rawDescGZIP(), []int{30}
+	return file_zonefleet_v1_arbiter_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *ArbiterMember) GetId() string {
@@ -2119,7 +2271,7 @@ type ClusterStatusResponse struct {
 
 func (x *ClusterStatusResponse) Reset() {
 	*x = ClusterStatusResponse{}
-	mi := &file_zonefleet_v1_arbiter_proto_msgTypes[31]
+	mi := &file_zonefleet_v1_arbiter_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2131,7 +2283,7 @@ func (x *ClusterStatusResponse) String() string {
 func (*ClusterStatusResponse) ProtoMessage() {}
 
 func (x *ClusterStatusResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_zonefleet_v1_arbiter_proto_msgTypes[31]
+	mi := &file_zonefleet_v1_arbiter_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2144,7 +2296,7 @@ func (x *ClusterStatusResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ClusterStatusResponse.ProtoReflect.Descriptor instead.
 func (*ClusterStatusResponse) Descriptor() ([]byte, []int) {
-	return file_zonefleet_v1_arbiter_proto_rawDescGZIP(), []int{31}
+	return file_zonefleet_v1_arbiter_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *ClusterStatusResponse) GetLeader() string {
@@ -2281,7 +2433,7 @@ type ClusterStatusRequest struct {
 
 func (x *ClusterStatusRequest) Reset() {
 	*x = ClusterStatusRequest{}
-	mi := &file_zonefleet_v1_arbiter_proto_msgTypes[32]
+	mi := &file_zonefleet_v1_arbiter_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2293,7 +2445,7 @@ func (x *ClusterStatusRequest) String() string {
 func (*ClusterStatusRequest) ProtoMessage() {}
 
 func (x *ClusterStatusRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_zonefleet_v1_arbiter_proto_msgTypes[32]
+	mi := &file_zonefleet_v1_arbiter_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2306,7 +2458,7 @@ func (x *ClusterStatusRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ClusterStatusRequest.ProtoReflect.Descriptor instead.
 func (*ClusterStatusRequest) Descriptor() ([]byte, []int) {
-	return file_zonefleet_v1_arbiter_proto_rawDescGZIP(), []int{32}
+	return file_zonefleet_v1_arbiter_proto_rawDescGZIP(), []int{33}
 }
 
 type TLOpenVZoneRequest struct {
@@ -2322,7 +2474,7 @@ type TLOpenVZoneRequest struct {
 
 func (x *TLOpenVZoneRequest) Reset() {
 	*x = TLOpenVZoneRequest{}
-	mi := &file_zonefleet_v1_arbiter_proto_msgTypes[33]
+	mi := &file_zonefleet_v1_arbiter_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2334,7 +2486,7 @@ func (x *TLOpenVZoneRequest) String() string {
 func (*TLOpenVZoneRequest) ProtoMessage() {}
 
 func (x *TLOpenVZoneRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_zonefleet_v1_arbiter_proto_msgTypes[33]
+	mi := &file_zonefleet_v1_arbiter_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2347,7 +2499,7 @@ func (x *TLOpenVZoneRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TLOpenVZoneRequest.ProtoReflect.Descriptor instead.
 func (*TLOpenVZoneRequest) Descriptor() ([]byte, []int) {
-	return file_zonefleet_v1_arbiter_proto_rawDescGZIP(), []int{33}
+	return file_zonefleet_v1_arbiter_proto_rawDescGZIP(), []int{34}
 }
 
 func (x *TLOpenVZoneRequest) GetNamespace() string {
@@ -2390,7 +2542,7 @@ type IssueTokenRequest struct {
 
 func (x *IssueTokenRequest) Reset() {
 	*x = IssueTokenRequest{}
-	mi := &file_zonefleet_v1_arbiter_proto_msgTypes[34]
+	mi := &file_zonefleet_v1_arbiter_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2402,7 +2554,7 @@ func (x *IssueTokenRequest) String() string {
 func (*IssueTokenRequest) ProtoMessage() {}
 
 func (x *IssueTokenRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_zonefleet_v1_arbiter_proto_msgTypes[34]
+	mi := &file_zonefleet_v1_arbiter_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2415,7 +2567,7 @@ func (x *IssueTokenRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use IssueTokenRequest.ProtoReflect.Descriptor instead.
 func (*IssueTokenRequest) Descriptor() ([]byte, []int) {
-	return file_zonefleet_v1_arbiter_proto_rawDescGZIP(), []int{34}
+	return file_zonefleet_v1_arbiter_proto_rawDescGZIP(), []int{35}
 }
 
 func (x *IssueTokenRequest) GetNamespace() string {
@@ -2450,7 +2602,7 @@ type PeerWriteScope struct {
 
 func (x *PeerWriteScope) Reset() {
 	*x = PeerWriteScope{}
-	mi := &file_zonefleet_v1_arbiter_proto_msgTypes[35]
+	mi := &file_zonefleet_v1_arbiter_proto_msgTypes[36]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2462,7 +2614,7 @@ func (x *PeerWriteScope) String() string {
 func (*PeerWriteScope) ProtoMessage() {}
 
 func (x *PeerWriteScope) ProtoReflect() protoreflect.Message {
-	mi := &file_zonefleet_v1_arbiter_proto_msgTypes[35]
+	mi := &file_zonefleet_v1_arbiter_proto_msgTypes[36]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2475,7 +2627,7 @@ func (x *PeerWriteScope) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PeerWriteScope.ProtoReflect.Descriptor instead.
 func (*PeerWriteScope) Descriptor() ([]byte, []int) {
-	return file_zonefleet_v1_arbiter_proto_rawDescGZIP(), []int{35}
+	return file_zonefleet_v1_arbiter_proto_rawDescGZIP(), []int{36}
 }
 
 func (x *PeerWriteScope) GetSourceNode() string {
@@ -2504,7 +2656,7 @@ type IssueTokenResponse struct {
 
 func (x *IssueTokenResponse) Reset() {
 	*x = IssueTokenResponse{}
-	mi := &file_zonefleet_v1_arbiter_proto_msgTypes[36]
+	mi := &file_zonefleet_v1_arbiter_proto_msgTypes[37]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2516,7 +2668,7 @@ func (x *IssueTokenResponse) String() string {
 func (*IssueTokenResponse) ProtoMessage() {}
 
 func (x *IssueTokenResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_zonefleet_v1_arbiter_proto_msgTypes[36]
+	mi := &file_zonefleet_v1_arbiter_proto_msgTypes[37]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2529,7 +2681,7 @@ func (x *IssueTokenResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use IssueTokenResponse.ProtoReflect.Descriptor instead.
 func (*IssueTokenResponse) Descriptor() ([]byte, []int) {
-	return file_zonefleet_v1_arbiter_proto_rawDescGZIP(), []int{36}
+	return file_zonefleet_v1_arbiter_proto_rawDescGZIP(), []int{37}
 }
 
 func (x *IssueTokenResponse) GetToken() string {
@@ -2569,7 +2721,7 @@ type RevokeTokensRequest struct {
 
 func (x *RevokeTokensRequest) Reset() {
 	*x = RevokeTokensRequest{}
-	mi := &file_zonefleet_v1_arbiter_proto_msgTypes[37]
+	mi := &file_zonefleet_v1_arbiter_proto_msgTypes[38]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2581,7 +2733,7 @@ func (x *RevokeTokensRequest) String() string {
 func (*RevokeTokensRequest) ProtoMessage() {}
 
 func (x *RevokeTokensRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_zonefleet_v1_arbiter_proto_msgTypes[37]
+	mi := &file_zonefleet_v1_arbiter_proto_msgTypes[38]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2594,7 +2746,7 @@ func (x *RevokeTokensRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RevokeTokensRequest.ProtoReflect.Descriptor instead.
 func (*RevokeTokensRequest) Descriptor() ([]byte, []int) {
-	return file_zonefleet_v1_arbiter_proto_rawDescGZIP(), []int{37}
+	return file_zonefleet_v1_arbiter_proto_rawDescGZIP(), []int{38}
 }
 
 func (x *RevokeTokensRequest) GetNamespace() string {
@@ -2613,7 +2765,7 @@ type RevokeTokensResponse struct {
 
 func (x *RevokeTokensResponse) Reset() {
 	*x = RevokeTokensResponse{}
-	mi := &file_zonefleet_v1_arbiter_proto_msgTypes[38]
+	mi := &file_zonefleet_v1_arbiter_proto_msgTypes[39]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2625,7 +2777,7 @@ func (x *RevokeTokensResponse) String() string {
 func (*RevokeTokensResponse) ProtoMessage() {}
 
 func (x *RevokeTokensResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_zonefleet_v1_arbiter_proto_msgTypes[38]
+	mi := &file_zonefleet_v1_arbiter_proto_msgTypes[39]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2638,7 +2790,7 @@ func (x *RevokeTokensResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RevokeTokensResponse.ProtoReflect.Descriptor instead.
 func (*RevokeTokensResponse) Descriptor() ([]byte, []int) {
-	return file_zonefleet_v1_arbiter_proto_rawDescGZIP(), []int{38}
+	return file_zonefleet_v1_arbiter_proto_rawDescGZIP(), []int{39}
 }
 
 func (x *RevokeTokensResponse) GetGeneration() uint64 {
@@ -2652,7 +2804,7 @@ var File_zonefleet_v1_arbiter_proto protoreflect.FileDescriptor
 
 const file_zonefleet_v1_arbiter_proto_rawDesc = "" +
 	"\n" +
-	"\x1azonefleet/v1/arbiter.proto\x12\fzonefleet.v1\x1a\x1fgoogle/protobuf/timestamp.proto\"\xbe\x05\n" +
+	"\x1azonefleet/v1/arbiter.proto\x12\fzonefleet.v1\x1a\x1fgoogle/protobuf/timestamp.proto\"\xfc\x05\n" +
 	"\tNamespace\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12*\n" +
 	"\x11max_active_vzones\x18\x02 \x01(\rR\x0fmaxActiveVzones\x12&\n" +
@@ -2681,7 +2833,19 @@ const file_zonefleet_v1_arbiter_proto_rawDesc = "" +
 	"\x06vzones\x18\x12 \x01(\x04R\x06vzones\x12'\n" +
 	"\x0fallocated_zones\x18\x13 \x01(\rR\x0eallocatedZones\x12\x1f\n" +
 	"\vquota_zones\x18\x14 \x01(\x04R\n" +
-	"quotaZones\"\xd0\x01\n" +
+	"quotaZones\x12\x12\n" +
+	"\x04kind\x18\x15 \x01(\tR\x04kind\x12(\n" +
+	"\x03fdp\x18\x16 \x01(\v2\x16.zonefleet.v1.FDPGrantR\x03fdp\"\xdb\x01\n" +
+	"\bFDPGrant\x12\x12\n" +
+	"\x04node\x18\x01 \x01(\tR\x04node\x12\x12\n" +
+	"\x04addr\x18\x02 \x01(\tR\x04addr\x12\x16\n" +
+	"\x06device\x18\x03 \x01(\rR\x06device\x12\x1b\n" +
+	"\tfirst_lba\x18\x04 \x01(\x04R\bfirstLba\x12\x12\n" +
+	"\x04lbas\x18\x05 \x01(\x04R\x04lbas\x12\x1d\n" +
+	"\n" +
+	"block_size\x18\x06 \x01(\rR\tblockSize\x12\x18\n" +
+	"\ahandles\x18\a \x03(\rR\ahandles\x12%\n" +
+	"\x0ereclaim_groups\x18\b \x01(\rR\rreclaimGroups\"\xb3\x02\n" +
 	"\x16CreateNamespaceRequest\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12*\n" +
 	"\x11max_active_vzones\x18\x02 \x01(\rR\x0fmaxActiveVzones\x12&\n" +
@@ -2690,7 +2854,11 @@ const file_zonefleet_v1_arbiter_proto_rawDesc = "" +
 	"\n" +
 	"redundancy\x18\x05 \x01(\tR\n" +
 	"redundancy\x12\x16\n" +
-	"\x06vzones\x18\x06 \x01(\x04R\x06vzones\")\n" +
+	"\x06vzones\x18\x06 \x01(\x04R\x06vzones\x12\x12\n" +
+	"\x04kind\x18\a \x01(\tR\x04kind\x12,\n" +
+	"\x12fdp_capacity_bytes\x18\b \x01(\x04R\x10fdpCapacityBytes\x12\x1f\n" +
+	"\vfdp_handles\x18\t \x01(\rR\n" +
+	"fdpHandles\")\n" +
 	"\x13GetNamespaceRequest\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\"\x17\n" +
 	"\x15ListNamespacesRequest\"Q\n" +
@@ -2927,116 +3095,118 @@ func file_zonefleet_v1_arbiter_proto_rawDescGZIP() []byte {
 }
 
 var file_zonefleet_v1_arbiter_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_zonefleet_v1_arbiter_proto_msgTypes = make([]protoimpl.MessageInfo, 39)
+var file_zonefleet_v1_arbiter_proto_msgTypes = make([]protoimpl.MessageInfo, 40)
 var file_zonefleet_v1_arbiter_proto_goTypes = []any{
 	(VZoneState)(0),                 // 0: zonefleet.v1.VZoneState
 	(*Namespace)(nil),               // 1: zonefleet.v1.Namespace
-	(*CreateNamespaceRequest)(nil),  // 2: zonefleet.v1.CreateNamespaceRequest
-	(*GetNamespaceRequest)(nil),     // 3: zonefleet.v1.GetNamespaceRequest
-	(*ListNamespacesRequest)(nil),   // 4: zonefleet.v1.ListNamespacesRequest
-	(*ListNamespacesResponse)(nil),  // 5: zonefleet.v1.ListNamespacesResponse
-	(*UpdateNamespaceRequest)(nil),  // 6: zonefleet.v1.UpdateNamespaceRequest
-	(*DeleteNamespaceRequest)(nil),  // 7: zonefleet.v1.DeleteNamespaceRequest
-	(*DeleteNamespaceResponse)(nil), // 8: zonefleet.v1.DeleteNamespaceResponse
-	(*PhysicalZone)(nil),            // 9: zonefleet.v1.PhysicalZone
-	(*StripeGroup)(nil),             // 10: zonefleet.v1.StripeGroup
-	(*VZone)(nil),                   // 11: zonefleet.v1.VZone
-	(*OpenVZoneRequest)(nil),        // 12: zonefleet.v1.OpenVZoneRequest
-	(*VZoneRequest)(nil),            // 13: zonefleet.v1.VZoneRequest
-	(*ResetVZonesRequest)(nil),      // 14: zonefleet.v1.ResetVZonesRequest
-	(*ResetVZonesResponse)(nil),     // 15: zonefleet.v1.ResetVZonesResponse
-	(*ListVZonesRequest)(nil),       // 16: zonefleet.v1.ListVZonesRequest
-	(*ListVZonesResponse)(nil),      // 17: zonefleet.v1.ListVZonesResponse
-	(*ReportActivityRequest)(nil),   // 18: zonefleet.v1.ReportActivityRequest
-	(*ReportActivityResponse)(nil),  // 19: zonefleet.v1.ReportActivityResponse
-	(*AcquireMountRequest)(nil),     // 20: zonefleet.v1.AcquireMountRequest
-	(*MountLease)(nil),              // 21: zonefleet.v1.MountLease
-	(*ReleaseMountRequest)(nil),     // 22: zonefleet.v1.ReleaseMountRequest
-	(*ReleaseMountResponse)(nil),    // 23: zonefleet.v1.ReleaseMountResponse
-	(*DeviceInfo)(nil),              // 24: zonefleet.v1.DeviceInfo
-	(*Node)(nil),                    // 25: zonefleet.v1.Node
-	(*ListNodesRequest)(nil),        // 26: zonefleet.v1.ListNodesRequest
-	(*ListNodesResponse)(nil),       // 27: zonefleet.v1.ListNodesResponse
-	(*GetNodeRequest)(nil),          // 28: zonefleet.v1.GetNodeRequest
-	(*RemoveNodeRequest)(nil),       // 29: zonefleet.v1.RemoveNodeRequest
-	(*RemoveNodeResponse)(nil),      // 30: zonefleet.v1.RemoveNodeResponse
-	(*ArbiterMember)(nil),           // 31: zonefleet.v1.ArbiterMember
-	(*ClusterStatusResponse)(nil),   // 32: zonefleet.v1.ClusterStatusResponse
-	(*ClusterStatusRequest)(nil),    // 33: zonefleet.v1.ClusterStatusRequest
-	(*TLOpenVZoneRequest)(nil),      // 34: zonefleet.v1.TLOpenVZoneRequest
-	(*IssueTokenRequest)(nil),       // 35: zonefleet.v1.IssueTokenRequest
-	(*PeerWriteScope)(nil),          // 36: zonefleet.v1.PeerWriteScope
-	(*IssueTokenResponse)(nil),      // 37: zonefleet.v1.IssueTokenResponse
-	(*RevokeTokensRequest)(nil),     // 38: zonefleet.v1.RevokeTokensRequest
-	(*RevokeTokensResponse)(nil),    // 39: zonefleet.v1.RevokeTokensResponse
-	(*timestamppb.Timestamp)(nil),   // 40: google.protobuf.Timestamp
+	(*FDPGrant)(nil),                // 2: zonefleet.v1.FDPGrant
+	(*CreateNamespaceRequest)(nil),  // 3: zonefleet.v1.CreateNamespaceRequest
+	(*GetNamespaceRequest)(nil),     // 4: zonefleet.v1.GetNamespaceRequest
+	(*ListNamespacesRequest)(nil),   // 5: zonefleet.v1.ListNamespacesRequest
+	(*ListNamespacesResponse)(nil),  // 6: zonefleet.v1.ListNamespacesResponse
+	(*UpdateNamespaceRequest)(nil),  // 7: zonefleet.v1.UpdateNamespaceRequest
+	(*DeleteNamespaceRequest)(nil),  // 8: zonefleet.v1.DeleteNamespaceRequest
+	(*DeleteNamespaceResponse)(nil), // 9: zonefleet.v1.DeleteNamespaceResponse
+	(*PhysicalZone)(nil),            // 10: zonefleet.v1.PhysicalZone
+	(*StripeGroup)(nil),             // 11: zonefleet.v1.StripeGroup
+	(*VZone)(nil),                   // 12: zonefleet.v1.VZone
+	(*OpenVZoneRequest)(nil),        // 13: zonefleet.v1.OpenVZoneRequest
+	(*VZoneRequest)(nil),            // 14: zonefleet.v1.VZoneRequest
+	(*ResetVZonesRequest)(nil),      // 15: zonefleet.v1.ResetVZonesRequest
+	(*ResetVZonesResponse)(nil),     // 16: zonefleet.v1.ResetVZonesResponse
+	(*ListVZonesRequest)(nil),       // 17: zonefleet.v1.ListVZonesRequest
+	(*ListVZonesResponse)(nil),      // 18: zonefleet.v1.ListVZonesResponse
+	(*ReportActivityRequest)(nil),   // 19: zonefleet.v1.ReportActivityRequest
+	(*ReportActivityResponse)(nil),  // 20: zonefleet.v1.ReportActivityResponse
+	(*AcquireMountRequest)(nil),     // 21: zonefleet.v1.AcquireMountRequest
+	(*MountLease)(nil),              // 22: zonefleet.v1.MountLease
+	(*ReleaseMountRequest)(nil),     // 23: zonefleet.v1.ReleaseMountRequest
+	(*ReleaseMountResponse)(nil),    // 24: zonefleet.v1.ReleaseMountResponse
+	(*DeviceInfo)(nil),              // 25: zonefleet.v1.DeviceInfo
+	(*Node)(nil),                    // 26: zonefleet.v1.Node
+	(*ListNodesRequest)(nil),        // 27: zonefleet.v1.ListNodesRequest
+	(*ListNodesResponse)(nil),       // 28: zonefleet.v1.ListNodesResponse
+	(*GetNodeRequest)(nil),          // 29: zonefleet.v1.GetNodeRequest
+	(*RemoveNodeRequest)(nil),       // 30: zonefleet.v1.RemoveNodeRequest
+	(*RemoveNodeResponse)(nil),      // 31: zonefleet.v1.RemoveNodeResponse
+	(*ArbiterMember)(nil),           // 32: zonefleet.v1.ArbiterMember
+	(*ClusterStatusResponse)(nil),   // 33: zonefleet.v1.ClusterStatusResponse
+	(*ClusterStatusRequest)(nil),    // 34: zonefleet.v1.ClusterStatusRequest
+	(*TLOpenVZoneRequest)(nil),      // 35: zonefleet.v1.TLOpenVZoneRequest
+	(*IssueTokenRequest)(nil),       // 36: zonefleet.v1.IssueTokenRequest
+	(*PeerWriteScope)(nil),          // 37: zonefleet.v1.PeerWriteScope
+	(*IssueTokenResponse)(nil),      // 38: zonefleet.v1.IssueTokenResponse
+	(*RevokeTokensRequest)(nil),     // 39: zonefleet.v1.RevokeTokensRequest
+	(*RevokeTokensResponse)(nil),    // 40: zonefleet.v1.RevokeTokensResponse
+	(*timestamppb.Timestamp)(nil),   // 41: google.protobuf.Timestamp
 }
 var file_zonefleet_v1_arbiter_proto_depIdxs = []int32{
-	40, // 0: zonefleet.v1.Namespace.created:type_name -> google.protobuf.Timestamp
-	40, // 1: zonefleet.v1.Namespace.last_write:type_name -> google.protobuf.Timestamp
-	1,  // 2: zonefleet.v1.ListNamespacesResponse.namespaces:type_name -> zonefleet.v1.Namespace
-	9,  // 3: zonefleet.v1.StripeGroup.zones:type_name -> zonefleet.v1.PhysicalZone
-	0,  // 4: zonefleet.v1.VZone.state:type_name -> zonefleet.v1.VZoneState
-	10, // 5: zonefleet.v1.VZone.groups:type_name -> zonefleet.v1.StripeGroup
-	13, // 6: zonefleet.v1.ResetVZonesRequest.vzones:type_name -> zonefleet.v1.VZoneRequest
-	11, // 7: zonefleet.v1.ResetVZonesResponse.vzones:type_name -> zonefleet.v1.VZone
-	11, // 8: zonefleet.v1.ListVZonesResponse.vzones:type_name -> zonefleet.v1.VZone
-	40, // 9: zonefleet.v1.MountLease.expires:type_name -> google.protobuf.Timestamp
-	40, // 10: zonefleet.v1.Node.started:type_name -> google.protobuf.Timestamp
-	24, // 11: zonefleet.v1.Node.devices:type_name -> zonefleet.v1.DeviceInfo
-	25, // 12: zonefleet.v1.ListNodesResponse.nodes:type_name -> zonefleet.v1.Node
-	31, // 13: zonefleet.v1.ClusterStatusResponse.arbiters:type_name -> zonefleet.v1.ArbiterMember
-	36, // 14: zonefleet.v1.IssueTokenRequest.peer_write:type_name -> zonefleet.v1.PeerWriteScope
-	40, // 15: zonefleet.v1.IssueTokenResponse.expires:type_name -> google.protobuf.Timestamp
-	2,  // 16: zonefleet.v1.Arbiter.CreateNamespace:input_type -> zonefleet.v1.CreateNamespaceRequest
-	3,  // 17: zonefleet.v1.Arbiter.GetNamespace:input_type -> zonefleet.v1.GetNamespaceRequest
-	4,  // 18: zonefleet.v1.Arbiter.ListNamespaces:input_type -> zonefleet.v1.ListNamespacesRequest
-	7,  // 19: zonefleet.v1.Arbiter.DeleteNamespace:input_type -> zonefleet.v1.DeleteNamespaceRequest
-	6,  // 20: zonefleet.v1.Arbiter.UpdateNamespace:input_type -> zonefleet.v1.UpdateNamespaceRequest
-	12, // 21: zonefleet.v1.Arbiter.OpenVZone:input_type -> zonefleet.v1.OpenVZoneRequest
-	13, // 22: zonefleet.v1.Arbiter.NextStripeGroup:input_type -> zonefleet.v1.VZoneRequest
-	13, // 23: zonefleet.v1.Arbiter.FinishVZone:input_type -> zonefleet.v1.VZoneRequest
-	13, // 24: zonefleet.v1.Arbiter.ResetVZone:input_type -> zonefleet.v1.VZoneRequest
-	14, // 25: zonefleet.v1.Arbiter.ResetVZones:input_type -> zonefleet.v1.ResetVZonesRequest
-	13, // 26: zonefleet.v1.Arbiter.GetVZone:input_type -> zonefleet.v1.VZoneRequest
-	16, // 27: zonefleet.v1.Arbiter.ListVZones:input_type -> zonefleet.v1.ListVZonesRequest
-	18, // 28: zonefleet.v1.Arbiter.ReportActivity:input_type -> zonefleet.v1.ReportActivityRequest
-	20, // 29: zonefleet.v1.Arbiter.AcquireMount:input_type -> zonefleet.v1.AcquireMountRequest
-	22, // 30: zonefleet.v1.Arbiter.ReleaseMount:input_type -> zonefleet.v1.ReleaseMountRequest
-	26, // 31: zonefleet.v1.Arbiter.ListNodes:input_type -> zonefleet.v1.ListNodesRequest
-	28, // 32: zonefleet.v1.Arbiter.GetNode:input_type -> zonefleet.v1.GetNodeRequest
-	29, // 33: zonefleet.v1.Arbiter.RemoveNode:input_type -> zonefleet.v1.RemoveNodeRequest
-	33, // 34: zonefleet.v1.Arbiter.ClusterStatus:input_type -> zonefleet.v1.ClusterStatusRequest
-	34, // 35: zonefleet.v1.Arbiter.TLOpenVZone:input_type -> zonefleet.v1.TLOpenVZoneRequest
-	35, // 36: zonefleet.v1.Arbiter.IssueToken:input_type -> zonefleet.v1.IssueTokenRequest
-	38, // 37: zonefleet.v1.Arbiter.RevokeTokens:input_type -> zonefleet.v1.RevokeTokensRequest
-	1,  // 38: zonefleet.v1.Arbiter.CreateNamespace:output_type -> zonefleet.v1.Namespace
-	1,  // 39: zonefleet.v1.Arbiter.GetNamespace:output_type -> zonefleet.v1.Namespace
-	5,  // 40: zonefleet.v1.Arbiter.ListNamespaces:output_type -> zonefleet.v1.ListNamespacesResponse
-	8,  // 41: zonefleet.v1.Arbiter.DeleteNamespace:output_type -> zonefleet.v1.DeleteNamespaceResponse
-	1,  // 42: zonefleet.v1.Arbiter.UpdateNamespace:output_type -> zonefleet.v1.Namespace
-	11, // 43: zonefleet.v1.Arbiter.OpenVZone:output_type -> zonefleet.v1.VZone
-	11, // 44: zonefleet.v1.Arbiter.NextStripeGroup:output_type -> zonefleet.v1.VZone
-	11, // 45: zonefleet.v1.Arbiter.FinishVZone:output_type -> zonefleet.v1.VZone
-	11, // 46: zonefleet.v1.Arbiter.ResetVZone:output_type -> zonefleet.v1.VZone
-	15, // 47: zonefleet.v1.Arbiter.ResetVZones:output_type -> zonefleet.v1.ResetVZonesResponse
-	11, // 48: zonefleet.v1.Arbiter.GetVZone:output_type -> zonefleet.v1.VZone
-	17, // 49: zonefleet.v1.Arbiter.ListVZones:output_type -> zonefleet.v1.ListVZonesResponse
-	19, // 50: zonefleet.v1.Arbiter.ReportActivity:output_type -> zonefleet.v1.ReportActivityResponse
-	21, // 51: zonefleet.v1.Arbiter.AcquireMount:output_type -> zonefleet.v1.MountLease
-	23, // 52: zonefleet.v1.Arbiter.ReleaseMount:output_type -> zonefleet.v1.ReleaseMountResponse
-	27, // 53: zonefleet.v1.Arbiter.ListNodes:output_type -> zonefleet.v1.ListNodesResponse
-	25, // 54: zonefleet.v1.Arbiter.GetNode:output_type -> zonefleet.v1.Node
-	30, // 55: zonefleet.v1.Arbiter.RemoveNode:output_type -> zonefleet.v1.RemoveNodeResponse
-	32, // 56: zonefleet.v1.Arbiter.ClusterStatus:output_type -> zonefleet.v1.ClusterStatusResponse
-	11, // 57: zonefleet.v1.Arbiter.TLOpenVZone:output_type -> zonefleet.v1.VZone
-	37, // 58: zonefleet.v1.Arbiter.IssueToken:output_type -> zonefleet.v1.IssueTokenResponse
-	39, // 59: zonefleet.v1.Arbiter.RevokeTokens:output_type -> zonefleet.v1.RevokeTokensResponse
-	38, // [38:60] is the sub-list for method output_type
-	16, // [16:38] is the sub-list for method input_type
-	16, // [16:16] is the sub-list for extension type_name
-	16, // [16:16] is the sub-list for extension extendee
-	0,  // [0:16] is the sub-list for field type_name
+	41, // 0: zonefleet.v1.Namespace.created:type_name -> google.protobuf.Timestamp
+	41, // 1: zonefleet.v1.Namespace.last_write:type_name -> google.protobuf.Timestamp
+	2,  // 2: zonefleet.v1.Namespace.fdp:type_name -> zonefleet.v1.FDPGrant
+	1,  // 3: zonefleet.v1.ListNamespacesResponse.namespaces:type_name -> zonefleet.v1.Namespace
+	10, // 4: zonefleet.v1.StripeGroup.zones:type_name -> zonefleet.v1.PhysicalZone
+	0,  // 5: zonefleet.v1.VZone.state:type_name -> zonefleet.v1.VZoneState
+	11, // 6: zonefleet.v1.VZone.groups:type_name -> zonefleet.v1.StripeGroup
+	14, // 7: zonefleet.v1.ResetVZonesRequest.vzones:type_name -> zonefleet.v1.VZoneRequest
+	12, // 8: zonefleet.v1.ResetVZonesResponse.vzones:type_name -> zonefleet.v1.VZone
+	12, // 9: zonefleet.v1.ListVZonesResponse.vzones:type_name -> zonefleet.v1.VZone
+	41, // 10: zonefleet.v1.MountLease.expires:type_name -> google.protobuf.Timestamp
+	41, // 11: zonefleet.v1.Node.started:type_name -> google.protobuf.Timestamp
+	25, // 12: zonefleet.v1.Node.devices:type_name -> zonefleet.v1.DeviceInfo
+	26, // 13: zonefleet.v1.ListNodesResponse.nodes:type_name -> zonefleet.v1.Node
+	32, // 14: zonefleet.v1.ClusterStatusResponse.arbiters:type_name -> zonefleet.v1.ArbiterMember
+	37, // 15: zonefleet.v1.IssueTokenRequest.peer_write:type_name -> zonefleet.v1.PeerWriteScope
+	41, // 16: zonefleet.v1.IssueTokenResponse.expires:type_name -> google.protobuf.Timestamp
+	3,  // 17: zonefleet.v1.Arbiter.CreateNamespace:input_type -> zonefleet.v1.CreateNamespaceRequest
+	4,  // 18: zonefleet.v1.Arbiter.GetNamespace:input_type -> zonefleet.v1.GetNamespaceRequest
+	5,  // 19: zonefleet.v1.Arbiter.ListNamespaces:input_type -> zonefleet.v1.ListNamespacesRequest
+	8,  // 20: zonefleet.v1.Arbiter.DeleteNamespace:input_type -> zonefleet.v1.DeleteNamespaceRequest
+	7,  // 21: zonefleet.v1.Arbiter.UpdateNamespace:input_type -> zonefleet.v1.UpdateNamespaceRequest
+	13, // 22: zonefleet.v1.Arbiter.OpenVZone:input_type -> zonefleet.v1.OpenVZoneRequest
+	14, // 23: zonefleet.v1.Arbiter.NextStripeGroup:input_type -> zonefleet.v1.VZoneRequest
+	14, // 24: zonefleet.v1.Arbiter.FinishVZone:input_type -> zonefleet.v1.VZoneRequest
+	14, // 25: zonefleet.v1.Arbiter.ResetVZone:input_type -> zonefleet.v1.VZoneRequest
+	15, // 26: zonefleet.v1.Arbiter.ResetVZones:input_type -> zonefleet.v1.ResetVZonesRequest
+	14, // 27: zonefleet.v1.Arbiter.GetVZone:input_type -> zonefleet.v1.VZoneRequest
+	17, // 28: zonefleet.v1.Arbiter.ListVZones:input_type -> zonefleet.v1.ListVZonesRequest
+	19, // 29: zonefleet.v1.Arbiter.ReportActivity:input_type -> zonefleet.v1.ReportActivityRequest
+	21, // 30: zonefleet.v1.Arbiter.AcquireMount:input_type -> zonefleet.v1.AcquireMountRequest
+	23, // 31: zonefleet.v1.Arbiter.ReleaseMount:input_type -> zonefleet.v1.ReleaseMountRequest
+	27, // 32: zonefleet.v1.Arbiter.ListNodes:input_type -> zonefleet.v1.ListNodesRequest
+	29, // 33: zonefleet.v1.Arbiter.GetNode:input_type -> zonefleet.v1.GetNodeRequest
+	30, // 34: zonefleet.v1.Arbiter.RemoveNode:input_type -> zonefleet.v1.RemoveNodeRequest
+	34, // 35: zonefleet.v1.Arbiter.ClusterStatus:input_type -> zonefleet.v1.ClusterStatusRequest
+	35, // 36: zonefleet.v1.Arbiter.TLOpenVZone:input_type -> zonefleet.v1.TLOpenVZoneRequest
+	36, // 37: zonefleet.v1.Arbiter.IssueToken:input_type -> zonefleet.v1.IssueTokenRequest
+	39, // 38: zonefleet.v1.Arbiter.RevokeTokens:input_type -> zonefleet.v1.RevokeTokensRequest
+	1,  // 39: zonefleet.v1.Arbiter.CreateNamespace:output_type -> zonefleet.v1.Namespace
+	1,  // 40: zonefleet.v1.Arbiter.GetNamespace:output_type -> zonefleet.v1.Namespace
+	6,  // 41: zonefleet.v1.Arbiter.ListNamespaces:output_type -> zonefleet.v1.ListNamespacesResponse
+	9,  // 42: zonefleet.v1.Arbiter.DeleteNamespace:output_type -> zonefleet.v1.DeleteNamespaceResponse
+	1,  // 43: zonefleet.v1.Arbiter.UpdateNamespace:output_type -> zonefleet.v1.Namespace
+	12, // 44: zonefleet.v1.Arbiter.OpenVZone:output_type -> zonefleet.v1.VZone
+	12, // 45: zonefleet.v1.Arbiter.NextStripeGroup:output_type -> zonefleet.v1.VZone
+	12, // 46: zonefleet.v1.Arbiter.FinishVZone:output_type -> zonefleet.v1.VZone
+	12, // 47: zonefleet.v1.Arbiter.ResetVZone:output_type -> zonefleet.v1.VZone
+	16, // 48: zonefleet.v1.Arbiter.ResetVZones:output_type -> zonefleet.v1.ResetVZonesResponse
+	12, // 49: zonefleet.v1.Arbiter.GetVZone:output_type -> zonefleet.v1.VZone
+	18, // 50: zonefleet.v1.Arbiter.ListVZones:output_type -> zonefleet.v1.ListVZonesResponse
+	20, // 51: zonefleet.v1.Arbiter.ReportActivity:output_type -> zonefleet.v1.ReportActivityResponse
+	22, // 52: zonefleet.v1.Arbiter.AcquireMount:output_type -> zonefleet.v1.MountLease
+	24, // 53: zonefleet.v1.Arbiter.ReleaseMount:output_type -> zonefleet.v1.ReleaseMountResponse
+	28, // 54: zonefleet.v1.Arbiter.ListNodes:output_type -> zonefleet.v1.ListNodesResponse
+	26, // 55: zonefleet.v1.Arbiter.GetNode:output_type -> zonefleet.v1.Node
+	31, // 56: zonefleet.v1.Arbiter.RemoveNode:output_type -> zonefleet.v1.RemoveNodeResponse
+	33, // 57: zonefleet.v1.Arbiter.ClusterStatus:output_type -> zonefleet.v1.ClusterStatusResponse
+	12, // 58: zonefleet.v1.Arbiter.TLOpenVZone:output_type -> zonefleet.v1.VZone
+	38, // 59: zonefleet.v1.Arbiter.IssueToken:output_type -> zonefleet.v1.IssueTokenResponse
+	40, // 60: zonefleet.v1.Arbiter.RevokeTokens:output_type -> zonefleet.v1.RevokeTokensResponse
+	39, // [39:61] is the sub-list for method output_type
+	17, // [17:39] is the sub-list for method input_type
+	17, // [17:17] is the sub-list for extension type_name
+	17, // [17:17] is the sub-list for extension extendee
+	0,  // [0:17] is the sub-list for field type_name
 }
 
 func init() { file_zonefleet_v1_arbiter_proto_init() }
@@ -3044,15 +3214,15 @@ func file_zonefleet_v1_arbiter_proto_init() {
 	if File_zonefleet_v1_arbiter_proto != nil {
 		return
 	}
-	file_zonefleet_v1_arbiter_proto_msgTypes[5].OneofWrappers = []any{}
-	file_zonefleet_v1_arbiter_proto_msgTypes[11].OneofWrappers = []any{}
+	file_zonefleet_v1_arbiter_proto_msgTypes[6].OneofWrappers = []any{}
+	file_zonefleet_v1_arbiter_proto_msgTypes[12].OneofWrappers = []any{}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_zonefleet_v1_arbiter_proto_rawDesc), len(file_zonefleet_v1_arbiter_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   39,
+			NumMessages:   40,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -5,7 +5,11 @@
 // from the zoned devices of the ZonedDevice service.
 //
 // Every call is device-level and needs the operator's credential (admin),
-// authorized like ZonedDevice's GetLog. Errors are gRPC statuses with a
+// authorized like ZonedDevice's GetLog, except Write, Read, Trim and
+// Flush, which a tenant may also call for its fdp namespace (the
+// arbiter's FDPGrant): its LBAs count from 0 within the grant, its
+// placement handles index the grant's handles, and anything outside the
+// grant is PERMISSION_DENIED (another drive, no grant) or OUT_OF_RANGE. Errors are gRPC statuses with a
 // google.rpc.ErrorInfo detail that pkg/rpcerr turns back into pkg/zerr
 // typed errors.
 
