@@ -54,6 +54,10 @@ var (
 //	                                       PeerRead serves a peer's raid5 rebuild
 //	  RebuildParityLeg                     admin, arbiter (the target node then
 //	                                       pulls from its peers with PeerRead)
+//	FDP
+//	  Write, Read, Trim, Flush             admin, tenant (the handler admits a tenant
+//	                                       to its fdp namespace's grant only)
+//	  log pages, UpdateHandles, SetConfig  admin
 //	Arbiter
 //	  Create/Update/Delete/ListNamespaces  admin
 //	  RemoveNode                           admin (an operator forgets a dead node)
@@ -101,10 +105,10 @@ func DefaultPolicy() Policy {
 		fdp + "Stats":         {Kinds: []Kind{KindAdmin}},
 		fdp + "Events":        {Kinds: []Kind{KindAdmin}},
 		fdp + "Status":        {Kinds: []Kind{KindAdmin}},
-		fdp + "Write":         {Kinds: []Kind{KindAdmin}},
-		fdp + "Read":          {Kinds: []Kind{KindAdmin}},
-		fdp + "Trim":          {Kinds: []Kind{KindAdmin}},
-		fdp + "Flush":         {Kinds: []Kind{KindAdmin}},
+		fdp + "Write":         {Kinds: tenantData},
+		fdp + "Read":          {Kinds: tenantData},
+		fdp + "Trim":          {Kinds: tenantData},
+		fdp + "Flush":         {Kinds: tenantData},
 		fdp + "UpdateHandles": {Kinds: []Kind{KindAdmin}},
 		fdp + "SetConfig":     {Kinds: []Kind{KindAdmin}},
 

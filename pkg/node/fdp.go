@@ -10,6 +10,7 @@ import (
 	"strconv"
 
 	"github.com/prometheus/client_golang/prometheus"
+	clientv3 "go.etcd.io/etcd/client/v3"
 	"google.golang.org/grpc"
 
 	v1 "github.com/zonefleet/zonefleet/api/zonefleet/v1"
@@ -23,17 +24,37 @@ import (
 // FDPService serves a node's FDP drives (pkg/fdp) as the FDP gRPC
 // service. Every call is device-level and needs the operator (admin), as
 // decided by the zoned service's requireAdmin: the verified identity, or
-// without an authenticator the legacy admin token. It holds no lock of
-// its own; the drives are safe for concurrent use.
+// without an authenticator the legacy admin token; except the data calls
+// (Write, Read, Trim, Flush), which a tenant may make within its fdp
+// namespace's grant (fdpgrants.go): its LBAs count from the grant's first,
+// its placement handles index the grant's. It holds no lock of its own;
+// the drives are safe for concurrent use.
 type FDPService struct {
 	v1.UnimplementedFDPServer
-	devs  []*fdp.Device
-	admin func(ctx context.Context, what string) error
+	devs      []*fdp.Device
+	admin     func(ctx context.Context, what string) error
+	isAdmin   func(ctx context.Context) bool
+	namespace func(ctx context.Context) string
+	node      string
+	grants    *FDPGrants // nil: tenants are refused
+	log       *slog.Logger
 }
 
-// NewFDPService serves devs, authorizing like svc.
+// NewFDPService serves devs, authorizing like svc. Tenants are refused
+// until FollowGrants.
 func NewFDPService(devs []*fdp.Device, svc *Service) *FDPService {
-	return &FDPService{devs: devs, admin: svc.requireAdmin}
+	return &FDPService{devs: devs, admin: svc.requireAdmin, isAdmin: svc.isAdmin, namespace: svc.namespace, node: svc.cfg.ID, log: svc.log}
+}
+
+// FollowGrants admits tenants to the fdp grants of this node's drives,
+// followed in etcd until ctx ends; a grant that goes is trimmed.
+func (f *FDPService) FollowGrants(ctx context.Context, cli *clientv3.Client) error {
+	g, err := WatchFDPGrants(ctx, cli, f.log, f.revoke)
+	if err != nil {
+		return err
+	}
+	f.grants = g
+	return nil
 }
 
 // RegisterFDP registers f on s.
@@ -137,7 +158,7 @@ func (f *FDPService) Status(ctx context.Context, req *v1.FDPDeviceRequest) (*v1.
 
 // Write writes through a placement identifier.
 func (f *FDPService) Write(ctx context.Context, req *v1.FDPWriteRequest) (*v1.FDPWriteResponse, error) {
-	d, err := f.dev(ctx, req.GetDevice(), "Write")
+	t, err := f.tenant(ctx, req.GetDevice(), "Write")
 	if err != nil {
 		return nil, err
 	}
@@ -145,7 +166,15 @@ func (f *FDPService) Write(ctx context.Context, req *v1.FDPWriteRequest) (*v1.FD
 	if err != nil {
 		return nil, err
 	}
-	res, err := d.Write(ctx, req.GetLba(), req.GetData(), p, fdp.Flags{FUA: req.GetFua()})
+	if p, err = t.placement(p); err != nil {
+		return nil, err
+	}
+	bs := uint64(t.dev.BlockSize())
+	lba, err := t.lbas(req.GetLba(), (uint64(len(req.GetData()))+bs-1)/bs)
+	if err != nil {
+		return nil, err
+	}
+	res, err := t.dev.Write(ctx, lba, req.GetData(), p, fdp.Flags{FUA: req.GetFua()})
 	if err != nil {
 		return nil, err
 	}
@@ -157,14 +186,19 @@ const maxFDPRead = 4 << 20
 
 // Read reads blocks.
 func (f *FDPService) Read(ctx context.Context, req *v1.FDPReadRequest) (*v1.FDPReadResponse, error) {
-	d, err := f.dev(ctx, req.GetDevice(), "Read")
+	t, err := f.tenant(ctx, req.GetDevice(), "Read")
 	if err != nil {
 		return nil, err
 	}
+	d := t.dev
 	if req.GetCount() > maxFDPRead/uint64(d.BlockSize()) {
 		return nil, &zerr.InvalidArgumentError{Field: "count", Reason: "a read returns at most " + strconv.Itoa(maxFDPRead) + " bytes"}
 	}
-	b, res, err := d.Read(ctx, req.GetLba(), req.GetCount())
+	lba, err := t.lbas(req.GetLba(), req.GetCount())
+	if err != nil {
+		return nil, err
+	}
+	b, res, err := d.Read(ctx, lba, req.GetCount())
 	if err != nil {
 		return nil, err
 	}
@@ -173,20 +207,24 @@ func (f *FDPService) Read(ctx context.Context, req *v1.FDPReadRequest) (*v1.FDPR
 
 // Trim deallocates blocks.
 func (f *FDPService) Trim(ctx context.Context, req *v1.FDPTrimRequest) (*v1.FDPTrimResponse, error) {
-	d, err := f.dev(ctx, req.GetDevice(), "Trim")
+	t, err := f.tenant(ctx, req.GetDevice(), "Trim")
 	if err != nil {
 		return nil, err
 	}
-	return &v1.FDPTrimResponse{}, d.Trim(ctx, req.GetLba(), req.GetCount())
+	lba, err := t.lbas(req.GetLba(), req.GetCount())
+	if err != nil {
+		return nil, err
+	}
+	return &v1.FDPTrimResponse{}, t.dev.Trim(ctx, lba, req.GetCount())
 }
 
 // Flush makes acknowledged writes durable.
 func (f *FDPService) Flush(ctx context.Context, req *v1.FDPDeviceRequest) (*v1.FDPFlushResponse, error) {
-	d, err := f.dev(ctx, req.GetDevice(), "Flush")
+	t, err := f.tenant(ctx, req.GetDevice(), "Flush")
 	if err != nil {
 		return nil, err
 	}
-	return &v1.FDPFlushResponse{}, d.Flush(ctx)
+	return &v1.FDPFlushResponse{}, t.dev.Flush(ctx)
 }
 
 // UpdateHandles points handles at fresh reclaim units.
@@ -365,22 +403,32 @@ func OpenFDPDevices(o Options, clk clock.Clock) ([]*fdp.Device, error) {
 }
 
 // serveFDP opens the FDP drives, registers their service and metrics on
-// d, and returns what closes them.
-func serveFDP(d *daemon.Daemon, o Options, clk clock.Clock, svc *Service, log *slog.Logger) (func(), error) {
+// d, admits tenants to their grants when cli is set (followed until ctx
+// ends), and returns the service (nil without drives) and what closes the
+// drives.
+func serveFDP(ctx context.Context, d *daemon.Daemon, o Options, clk clock.Clock, svc *Service, cli *clientv3.Client, log *slog.Logger) (*FDPService, func(), error) {
 	devs, err := OpenFDPDevices(o, clk)
 	if err != nil || len(devs) == 0 {
-		return func() {}, err
+		return nil, func() {}, err
 	}
 	f := NewFDPService(devs, svc)
-	if err := d.Registry.Register(f.FDPCollector()); err != nil {
+	fail := func(err error) (*FDPService, func(), error) {
 		for _, dv := range devs {
 			_ = dv.Close()
 		}
-		return func() {}, err
+		return nil, func() {}, err
+	}
+	if err := d.Registry.Register(f.FDPCollector()); err != nil {
+		return fail(err)
+	}
+	if cli != nil {
+		if err := f.FollowGrants(ctx, cli); err != nil {
+			return fail(err)
+		}
 	}
 	RegisterFDP(d, f)
 	log.Info("fdp drives", "devices", len(devs))
-	return func() {
+	return f, func() {
 		for i, dv := range devs {
 			if err := dv.Close(); err != nil {
 				log.Error("closing fdp device", "device", i, "err", err)

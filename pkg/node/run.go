@@ -281,7 +281,7 @@ func Run(ctx context.Context, d *daemon.Daemon, o Options, log *slog.Logger) err
 		return err
 	}
 	RegisterGRPC(d, svc) // on the unix socket too (daemon.Config.UnixSocket)
-	closeFDP, err := serveFDP(d, o, clk, svc, log)
+	fdpSvc, closeFDP, err := serveFDP(gctx, d, o, clk, svc, cli, log)
 	if err != nil {
 		return err
 	}
@@ -294,7 +294,11 @@ func Run(ctx context.Context, d *daemon.Daemon, o Options, log *slog.Logger) err
 		if addr == "" {
 			addr = d.GRPCAddr()
 		}
-		if reg, err = Register(ctx, cli, svc.Record(addr, buildinfo.Get().Version, time.Now()), o.LeaseTTL, log); err != nil {
+		rec := svc.Record(addr, buildinfo.Get().Version, time.Now())
+		if fdpSvc != nil {
+			rec.FDPDevices = fdpSvc.Infos()
+		}
+		if reg, err = Register(ctx, cli, rec, o.LeaseTTL, log); err != nil {
 			return err
 		}
 		log.Info("registered", "node", o.ID, "addr", addr, "devices", len(devs))
