@@ -87,6 +87,9 @@ type Config struct {
 	// (`zctl bench fs --tcp` measures the difference).
 	TCPOnly bool
 	Logger  *slog.Logger
+	// FDP are every node's FDP drives (ssdnode --fdp-*); the zero value
+	// (FDP.Devices 0) serves none.
+	FDP node.FDPOptions
 }
 
 // SmallDevice is a drive for tests and laptops: 8 chips, 4 MiB single-die
@@ -432,6 +435,9 @@ func (c *Cluster) StartNode(ctx context.Context, i int) error {
 	o.ID, o.DataDir, o.Devices, o.Device = p.id, filepath.Join(c.cfg.Dir, p.id), c.cfg.Devices, c.cfg.Device
 	o.Clock, o.TimeScale, o.Etcd, o.LeaseTTL = c.cfg.Clock, c.cfg.TimeScale, c.Etcd.Endpoints()[0], 2*time.Second
 	o.Admission.Enabled = c.cfg.Admission
+	if c.cfg.FDP.Devices > 0 {
+		o.FDP = c.cfg.FDP
+	}
 	switch {
 	case c.cfg.UnlimitedRebuild:
 		o.RebuildRateMiB = 0
