@@ -134,15 +134,15 @@
 //     but its free-block target counts the zoned namespaces' pending lazy
 //     erases, and its copies use copyback when source and destination are
 //     on one chip, as zone_compaction does.
-//   - Namespaces: a namespace kind (zoned or fdp), created with `zctl ns
-//     create --kind fdp --capacity ... --handles ...`; the arbiter grants
-//     an FDP namespace a block budget on a drive and placement handles
-//     (a tenant's placement ids map to the drive's handles, so two tenants
-//     never share a persistently isolated handle), with the quota and
-//     isolation rules it applies to zones. pkg/client carries a placement
-//     id per write (the FDP gRPC Write already does); lfs maps its logs
-//     (hot/warm/cold node and data) to placement ids, as F2FS maps write
-//     hints to streams, through an lfs.Volume over an FDP namespace.
+//   - Namespaces: built on separate FDP drives already (pkg/arbiter's
+//     fdp.go): `zctl ns create --kind fdp --capacity ... --handles ...`
+//     grants an LBA range of one drive and exclusive placement handles (a
+//     tenant's placement ids map to the drive's handles, so two tenants
+//     never share one), enforced by the node; pkg/client writes with a
+//     placement id. On a shared chip pool the grant would be a block
+//     budget instead of an LBA range. lfs would map its logs (hot/warm/cold
+//     node and data) to placement ids, as F2FS maps write hints to
+//     streams, through an lfs.Volume over an FDP namespace.
 //
 // # Failure
 //

@@ -13,6 +13,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	"github.com/zonefleet/zonefleet/pkg/localcluster"
+	"github.com/zonefleet/zonefleet/pkg/node"
 )
 
 var update = flag.Bool("update", false, "rewrite the golden files")
@@ -77,7 +78,9 @@ func golden(t *testing.T, name, got string) {
 // Every command's table and JSON output against a local cluster.
 func TestGoldenOutputs(t *testing.T) {
 	dir := t.TempDir()
-	cl, err := localcluster.Start(context.Background(), localcluster.Config{Dir: dir, Nodes: 2, Clock: "off", Device: localcluster.TinyDevice()})
+	fdpOpts := node.DefaultFDPOptions()
+	fdpOpts.Devices, fdpOpts.Handles, fdpOpts.RUChips, fdpOpts.OverProvision = 1, []string{"ii", "ii", "pi", "pi"}, 1, 0.3
+	cl, err := localcluster.Start(context.Background(), localcluster.Config{Dir: dir, Nodes: 2, Clock: "off", Device: localcluster.TinyDevice(), FDP: fdpOpts})
 	require.NoError(t, err)
 	defer cl.Close()
 	info := cl.Info()
@@ -94,9 +97,13 @@ func TestGoldenOutputs(t *testing.T) {
 	}{
 		{"ns-create", "", []string{"ns", "create", "g", "--max-active-vzones", "2", "--zones-per-vzone", "8"}, 0},
 		{"ns-create-again", "", []string{"ns", "create", "g"}, ExitConflict},
+		{"ns-create-fdp", "", []string{"ns", "create", "f", "--kind", "fdp", "--capacity", "256KiB", "--handles", "2"}, 0},
+		{"ns-create-bad-kind", "", []string{"ns", "create", "x", "--kind", "zfs"}, ExitUsage},
+		{"ns-create-fdp-too-big", "", []string{"ns", "create", "x", "--kind", "fdp", "--capacity", "1TiB"}, ExitNoResources},
 		{"ns-list", "", []string{"ns", "list"}, 0},
 		{"ns-show", "", []string{"ns", "show", "g"}, 0},
 		{"ns-show-missing", "", []string{"ns", "show", "nope"}, ExitNotFound},
+		{"ns-show-fdp", "", []string{"ns", "get", "f"}, 0},
 		{"cluster-status", "", []string{"cluster", "status"}, 0},
 		{"node-list", "", []string{"node", "list"}, 0},
 		{"node-show", "", []string{"node", "show", "node-1"}, 0},
@@ -126,7 +133,7 @@ func TestGoldenOutputs(t *testing.T) {
 			if s.name == "vzone-write" || s.name == "vzone-write-off-wp" {
 				s.stdin = "hello, zones\n"
 			}
-			if format == "json" && (s.name == "ns-create" || s.name == "vzone-open" || s.name == "vzone-write" ||
+			if format == "json" && (s.name == "ns-create" || s.name == "ns-create-fdp" || s.name == "vzone-open" || s.name == "vzone-write" ||
 				s.name == "zone-finish" || s.name == "zone-reset" || s.name == "zone-tl-open" || s.name == "zone-compact" ||
 				s.name == "vzone-finish" || s.name == "vzone-reset") {
 				continue // these change state: their JSON form is checked once below

@@ -24,16 +24,37 @@ func (f *redundancyFlag) Type() string { return "redundancy" }
 const redundancyHelp = "none (RAID-0 legs), mirror:N (N copies of every leg on distinct nodes, N in 2..4; takes N× the active zones) or raid5 (k data legs + 1 parity leg on k+1 distinct nodes, at least 2, + two partial-parity log zones per stripe group); redundant namespaces recycle by host copy"
 
 func nsCmd(g *Globals) *cobra.Command {
-	cmd := &cobra.Command{Use: "ns", Aliases: []string{"namespace"}, Short: "tenant namespaces: essential and spare active zones"}
+	cmd := &cobra.Command{Use: "ns", Aliases: []string{"namespace"}, Short: "tenant namespaces: zoned (essential and spare active zones) or fdp (FDP drive capacity)"}
 	var req v1.CreateNamespaceRequest
 	red := &redundancyFlag{r: cluster.None}
+	kind := &kindFlag{}
+	capBytes := &bytesFlag{}
 	create := &cobra.Command{
 		Use:   "create NAME",
-		Short: "create a namespace (fails if its essentials cannot be provisioned)",
-		Args:  cobra.ExactArgs(1),
+		Short: "create a namespace (fails if its essentials, or for --kind fdp its FDP capacity, cannot be provisioned)",
+		Long: "create makes a zoned namespace (v-zones over physical zones; the default) or, with --kind fdp, an fdp\n" +
+			"namespace: --capacity bytes of one FDP drive and --handles placement handles of its own (see docs/fdp.md).",
+		Example: "  zctl ns create t1 --max-active-vzones 4 --zones-per-vzone 8\n  zctl ns create f1 --kind fdp --capacity 256MiB --handles 2",
+		Args:    cobra.ExactArgs(1),
 		RunE: g.run(false, func(cmd *cobra.Command, c *client.Client, args []string) error {
 			req.Name = args[0]
 			req.Redundancy = red.String()
+			req.Kind = kind.k.String()
+			if kind.k == cluster.KindFDP {
+				if capBytes.n == 0 {
+					return usageErr(errors.New("--kind fdp needs --capacity"))
+				}
+				f := cmd.Flags()
+				if !f.Changed("max-active-vzones") {
+					req.MaxActiveVzones = 0
+				}
+				if !f.Changed("zones-per-vzone") {
+					req.ZonesPerVzone = 0
+				}
+				req.FdpCapacityBytes = capBytes.n
+			} else if capBytes.n != 0 || req.FdpHandles != 0 {
+				return usageErr(errors.New("--capacity and --handles are for --kind fdp"))
+			}
 			n, err := c.Namespaces().Create(cmd.Context(), &req)
 			if err != nil {
 				return err
@@ -46,6 +67,9 @@ func nsCmd(g *Globals) *cobra.Command {
 	create.Flags().Uint32Var(&req.Weight, "weight", 1, "share of the essentials and spares")
 	create.Flags().Uint64Var(&req.Vzones, "vzones", 0, "capacity quota: the v-zones the namespace may hold, their physical zones reserved now (refused when the cluster cannot reserve them; 0: no quota, the namespace shares what quotas leave)")
 	create.Flags().Var(red, "redundancy", redundancyHelp)
+	create.Flags().Var(kind, "kind", "zoned (v-zones over physical zones) or fdp (an LBA range of one FDP drive with placement handles of its own)")
+	create.Flags().Var(capBytes, "capacity", "fdp: capacity quota in bytes (suffixes KiB, MiB, GiB, TiB), rounded up to whole LBAs")
+	create.Flags().Uint32Var(&req.FdpHandles, "handles", 0, "fdp: placement handles, exclusive to the namespace (0: 1)")
 
 	var force bool
 	del := &cobra.Command{
@@ -76,17 +100,22 @@ func nsCmd(g *Globals) *cobra.Command {
 			return g.emit(msgs(list), func(w io.Writer) error { return nsTable(w, list) })
 		}),
 	}, &cobra.Command{
-		Use:   "show NAME",
-		Short: "one namespace",
-		Args:  cobra.ExactArgs(1),
+		Use:     "show NAME",
+		Aliases: []string{"get"},
+		Short:   "one namespace",
+		Args:    cobra.ExactArgs(1),
 		RunE: g.run(false, func(cmd *cobra.Command, c *client.Client, args []string) error {
 			n, err := c.Namespaces().Get(cmd.Context(), args[0])
 			if err != nil {
 				return err
 			}
 			return g.emit(n, func(w io.Writer) error {
+				if n.GetKind() == "fdp" {
+					return fdpNSShow(w, n)
+				}
 				t := table(w)
 				t.row("name:\t%s", n.GetName())
+				t.row("kind:\t%s", nsKind(n))
 				t.row("max active v-zones:\t%d", n.GetMaxActiveVzones())
 				t.row("zones per v-zone:\t%d", n.GetZonesPerVzone())
 				t.row("weight:\t%d", n.GetWeight())
@@ -167,15 +196,25 @@ func capacity(n *v1.Namespace) string {
 	return fmt.Sprintf("%d of %d physical zones reserved by its quota of %d v-zones", n.GetAllocatedZones(), n.GetQuotaZones(), n.GetVzones())
 }
 
-// quota is the QUOTA column: v-zones, or "-".
+// quota is the QUOTA column: an fdp namespace's capacity, a zoned one's
+// v-zones, or "-".
 func quota(n *v1.Namespace) string {
+	if g := n.GetFdp(); g != nil {
+		return iec(g.GetLbas() * uint64(g.GetBlockSize()))
+	}
 	if n.GetVzones() == 0 {
 		return "-"
 	}
-	return fmt.Sprint(n.GetVzones())
+	return fmt.Sprint(n.GetVzones()) + " vzones"
 }
 
 func nsState(n *v1.Namespace) string {
+	if n.GetKind() == "fdp" { // no v-zones: granted, or degraded while its node is away
+		if n.GetDegraded() {
+			return "degraded"
+		}
+		return "granted"
+	}
 	s := "idle"
 	if n.GetActive() {
 		s = "active"
@@ -191,9 +230,9 @@ func nsState(n *v1.Namespace) string {
 
 func nsTable(w io.Writer, list []*v1.Namespace) error {
 	t := table(w)
-	t.row("NAMESPACE\tMAX ACTIVE\tZONES/VZONE\tREDUNDANCY\tQUOTA VZONES\tZONES HELD\tESSENTIALS\tSPARES\tLENT\tBORROWED\tACTIVE VZONES\tSTATE")
+	t.row("NAMESPACE\tKIND\tMAX ACTIVE\tZONES/VZONE\tREDUNDANCY\tQUOTA\tZONES HELD\tESSENTIALS\tSPARES\tLENT\tBORROWED\tACTIVE VZONES\tSTATE")
 	for _, n := range list {
-		t.row("%s\t%d\t%d\t%s\t%s\t%d\t%d\t%d\t%d\t%d\t%d\t%s", n.GetName(), n.GetMaxActiveVzones(), n.GetZonesPerVzone(), redundancy(n), quota(n), n.GetAllocatedZones(),
+		t.row("%s\t%s\t%d\t%d\t%s\t%s\t%d\t%d\t%d\t%d\t%d\t%d\t%s", n.GetName(), nsKind(n), n.GetMaxActiveVzones(), n.GetZonesPerVzone(), redundancy(n), quota(n), n.GetAllocatedZones(),
 			n.GetEssentials(), n.GetSpares(), n.GetSparesLent(), n.GetSparesBorrowed(), n.GetActiveVzones(), nsState(n))
 	}
 	return t.flush()
