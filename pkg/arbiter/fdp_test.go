@@ -131,7 +131,7 @@ func TestFDPNamespacePlacementAndQuota(t *testing.T) {
 // The kind and the FDP fields are checked where they enter, typed, and an
 // fdp namespace has no v-zones.
 func TestFDPNamespaceValidation(t *testing.T) {
-	_, a := fdpCluster(t, 1)
+	tc, a := fdpCluster(t, 1)
 	ctx := context.Background()
 	srv := NewServer(a.Arbiter)
 	_, err := srv.CreateNamespace(ctx, &v1.CreateNamespaceRequest{Name: "x", Kind: "zfs", FdpCapacityBytes: 4096})
@@ -172,6 +172,12 @@ func TestFDPNamespaceValidation(t *testing.T) {
 	u, err := a.UpdateNamespace(ctx, "f", NamespaceUpdate{Weight: &w})
 	require.NoError(t, err, "the weight of an fdp namespace may change")
 	assert.Equal(t, n.GetFdp().GetLbas(), u.FDP.LBAs, "and its grant stays")
+	resp, err := tc.cli.Get(ctx, cluster.NamespaceKey("f"))
+	require.NoError(t, err)
+	require.Len(t, resp.Kvs, 1)
+	rec, err := cluster.DecodeNamespace(string(resp.Kvs[0].Key), resp.Kvs[0].Value)
+	require.NoError(t, err)
+	assert.Equal(t, cluster.NamespaceRecord{Name: "f", Weight: 3, FDP: u.FDP}, rec, "the node keeps the grant")
 	mar := uint32(2)
 	_, err = a.UpdateNamespace(ctx, "f", NamespaceUpdate{MARLogical: &mar})
 	assert.ErrorIs(t, err, zerr.ErrInvalidArgument)
