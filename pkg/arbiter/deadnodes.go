@@ -3,6 +3,7 @@ package arbiter
 import (
 	"context"
 	"fmt"
+	"strings"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 
@@ -44,12 +45,13 @@ func (a *Arbiter) CheckNodes(ctx context.Context) error {
 	}
 	return a.mutate(ctx, func(st *State, ix *index) ([]clientv3.Op, error) {
 		held := nodeZones(ix)
+		fdpHeld := fdpGrantsByNode(st)
 		for _, id := range sortedKeys(st.Nodes) {
 			n := st.Nodes[id]
 			if !due(n) {
 				continue
 			}
-			if held[id] == 0 {
+			if held[id] == 0 && len(fdpHeld[id]) == 0 {
 				st.delNode(id)
 				a.log.Info("removed a dead node without data", "node", id, "lost_at", n.LostAt)
 				continue
@@ -58,7 +60,7 @@ func (a *Arbiter) CheckNodes(ctx context.Context) error {
 				c := *n
 				c.Down = true
 				st.putNode(id, &c)
-				a.log.Warn("node down: its lease is gone for too long; its records stay while it holds data", "node", id, "zones", held[id])
+				a.log.Warn("node down: its lease is gone for too long; its records stay while it holds data", "node", id, "zones", held[id], "fdp_namespaces", len(fdpHeld[id]))
 			}
 		}
 		return nil, nil
@@ -83,6 +85,12 @@ func (a *Arbiter) RemoveNode(ctx context.Context, id string) error {
 		}
 		if n.Available {
 			return nil, &zerr.InvalidArgumentError{Field: "node", Reason: "node " + id + " is registered (stop it first)"}
+		}
+		if names := fdpGrantsByNode(st)[id]; len(names) > 0 {
+			// Its FDP drives hold the namespaces' data: refused like zones,
+			// the namespaces are deleted first.
+			return nil, &zerr.ZoneStateError{Zone: uint64(st.Namespaces[names[0]].FDP.Device), State: "granted",
+				Op: fmt.Sprintf("remove node %s (FDP capacity of its drives is granted to fdp namespaces %s: delete them, then remove it again)", id, strings.Join(names, ", "))}
 		}
 		if held := nodeZones(ix)[id]; held > 0 {
 			// Declared lost by the operator: it is down at once, so the

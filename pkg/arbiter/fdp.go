@@ -191,6 +191,18 @@ func placeFDP(st *State, spec NamespaceSpec) (*cluster.FDPExtent, error) {
 		Requested: spec.FDPBytes, Available: largestBytes}
 }
 
+// fdpGrantsByNode is the fdp namespaces granted on each node's drives,
+// sorted.
+func fdpGrantsByNode(st *State) map[string][]string {
+	out := map[string][]string{}
+	for _, name := range sortedKeys(st.Namespaces) {
+		if e := st.Namespaces[name].FDP; e != nil {
+			out[e.Node] = append(out[e.Node], name)
+		}
+	}
+	return out
+}
+
 // fdpGrantedBytes is the FDP capacity granted to fdp namespaces.
 func fdpGrantedBytes(st *State) uint64 {
 	var n uint64

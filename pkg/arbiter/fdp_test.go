@@ -210,3 +210,33 @@ func TestNamespaceSpecKindPersistence(t *testing.T) {
 
 	assert.Error(t, json.Unmarshal([]byte(`{"name":"b","kind":"zfs"}`), &back), "an unknown stored kind is an error, not zoned")
 }
+
+// A node whose FDP drive holds an fdp namespace is kept while it is gone
+// (marked down, not forgotten) and an operator cannot remove it until the
+// namespace is deleted.
+func TestFDPGrantKeepsItsNode(t *testing.T) {
+	tc, a := fdpCluster(t, 2)
+	ctx := context.Background()
+	f, err := a.CreateNamespace(ctx, fdpSpec("f", 10, 1))
+	require.NoError(t, err)
+	held := f.FDP.Node
+	for _, id := range []string{"n0", "n1"} {
+		_, err = tc.cli.Delete(ctx, cluster.NodeKey(id))
+		require.NoError(t, err)
+	}
+	tc.waitNodes(a, 0)
+	tc.clock.Advance(time.Hour)
+	require.NoError(t, a.CheckNodes(ctx))
+	nodes, err := a.Nodes(ctx)
+	require.NoError(t, err)
+	require.Len(t, nodes, 1, "the node without grants is forgotten")
+	assert.Equal(t, held, nodes[0].Record.ID)
+	assert.True(t, nodes[0].Down)
+	g, err := a.GetNamespace(ctx, "f")
+	require.NoError(t, err)
+	assert.True(t, g.Degraded, "its node is gone")
+
+	assert.ErrorIs(t, a.RemoveNode(ctx, held), zerr.ErrZoneState)
+	require.NoError(t, a.DeleteNamespace(ctx, "f", false))
+	require.NoError(t, a.RemoveNode(ctx, held))
+}
