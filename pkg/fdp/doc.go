@@ -134,7 +134,7 @@
 //     but its free-block target counts the zoned namespaces' pending lazy
 //     erases, and its copies use copyback when source and destination are
 //     on one chip, as zone_compaction does.
-//   - Namespaces: built on separate FDP drives already (pkg/arbiter's
+//   - Namespaces, as they are on an FDP drive of its own (pkg/arbiter's
 //     fdp.go): `zctl ns create --kind fdp --capacity ... --handles ...`
 //     grants an LBA range of one drive and exclusive placement handles (a
 //     tenant's placement ids map to the drive's handles, so two tenants

@@ -47,14 +47,16 @@ func NewFDPService(devs []*fdp.Device, svc *Service) *FDPService {
 }
 
 // FollowGrants admits tenants to the fdp grants of this node's drives,
-// followed in etcd until ctx ends; a grant that goes is trimmed.
+// followed in etcd until ctx ends; a grant that goes is trimmed, and so
+// is, once at the start, every LBA no grant holds (namespaces deleted
+// while the node was down). Call it before the service serves.
 func (f *FDPService) FollowGrants(ctx context.Context, cli *clientv3.Client) error {
 	g, err := WatchFDPGrants(ctx, cli, f.log, f.revoke)
 	if err != nil {
 		return err
 	}
 	f.grants = g
-	return nil
+	return f.sweepUngranted(ctx, g.Extents())
 }
 
 // RegisterFDP registers f on s.

@@ -1,9 +1,11 @@
 package node
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"log/slog"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -106,6 +108,17 @@ func (g *FDPGrants) follow(ctx context.Context, rev int64) {
 	}
 }
 
+// Extents are the grants cached now.
+func (g *FDPGrants) Extents() []cluster.FDPExtent {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	out := make([]cluster.FDPExtent, 0, len(g.m))
+	for _, e := range g.m {
+		out = append(out, e)
+	}
+	return out
+}
+
 // Lookup returns namespace ns's grant. On a miss it reads the namespace's
 // record from etcd (a grant just written may not have reached the watch)
 // and waits until the watch has applied it; a namespace without a grant is
@@ -206,6 +219,33 @@ func (f *FDPService) revoke(e cluster.FDPExtent) {
 	if err := f.devs[e.Device].Trim(context.Background(), e.FirstLBA, e.LBAs); err != nil {
 		f.log.Error("trimming a revoked fdp grant", "device", e.Device, "first_lba", e.FirstLBA, "lbas", e.LBAs, "err", err)
 	}
+}
+
+// sweepUngranted trims the LBAs of this node's drives that none of
+// grants holds.
+func (f *FDPService) sweepUngranted(ctx context.Context, grants []cluster.FDPExtent) error {
+	for idx, d := range f.devs {
+		var mine []cluster.FDPExtent
+		for _, e := range grants {
+			if e.Node == f.node && e.Device == uint32(idx) {
+				mine = append(mine, e)
+			}
+		}
+		slices.SortFunc(mine, func(a, b cluster.FDPExtent) int { return cmp.Compare(a.FirstLBA, b.FirstLBA) })
+		lbas := d.Configs().LBAs
+		var at, trimmed uint64
+		for _, e := range append(mine, cluster.FDPExtent{FirstLBA: lbas}) {
+			if end := min(e.FirstLBA, lbas); end > at {
+				if err := d.Trim(ctx, at, end-at); err != nil {
+					return fmt.Errorf("fdp device %d: trimming ungranted LBAs [%d, %d): %w", idx, at, end, err)
+				}
+				trimmed += end - at
+			}
+			at = max(at, e.FirstLBA+e.LBAs)
+		}
+		f.log.Info("fdp drive: ungranted LBAs trimmed", "device", idx, "grants", len(mine), "lbas", trimmed)
+	}
+	return nil
 }
 
 // Infos are the drives as the node registers them.

@@ -1,6 +1,7 @@
 package node
 
 import (
+	"bytes"
 	"context"
 	"testing"
 	"time"
@@ -8,7 +9,9 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/zonefleet/zonefleet/pkg/clock"
 	"github.com/zonefleet/zonefleet/pkg/cluster"
+	"github.com/zonefleet/zonefleet/pkg/fdp"
 )
 
 // The fdp grant cache follows the namespace records: a grant just
@@ -75,4 +78,47 @@ func TestFDPGrantsFollowNamespaceRecords(t *testing.T) {
 		require.NoError(t, err)
 	}
 	require.Eventually(t, func() bool { return len(revoked) == 2 }, 20*time.Second, 5*time.Millisecond, "b and c revoked")
+}
+
+// At the start the LBAs no grant holds on this node's drives are
+// trimmed (namespaces deleted while the node was down); the granted
+// ranges, and other nodes' grants, change nothing.
+func TestFDPSweepUngranted(t *testing.T) {
+	o := DefaultOptions()
+	o.DataDir = t.TempDir()
+	o.Device = testGeometry()
+	o.Device.BlocksPerChip = 64
+	o.FDP.Devices = 1
+	o.FDP.Handles = []string{"ii"}
+	devs, err := OpenFDPDevices(o, clock.Off())
+	require.NoError(t, err)
+	d := devs[0]
+	t.Cleanup(func() { _ = d.Close() })
+	ctx := context.Background()
+	bs := d.BlockSize()
+	lbas := d.Configs().LBAs
+	require.Greater(t, lbas, uint64(64))
+	marked := func(lba uint64) []byte { return bytes.Repeat([]byte{byte(lba + 1)}, bs) }
+	written := []uint64{0, 9, 10, 29, 30, 45, 50, lbas - 1}
+	for _, lba := range written {
+		_, err := d.Write(ctx, lba, marked(lba), fdp.PlacementID{}, fdp.Flags{})
+		require.NoError(t, err)
+	}
+	f := &FDPService{devs: devs, node: "me", log: quiet}
+	require.NoError(t, f.sweepUngranted(ctx, []cluster.FDPExtent{
+		{Node: "me", Device: 0, FirstLBA: 10, LBAs: 20},
+		{Node: "me", Device: 0, FirstLBA: 45, LBAs: 1},
+		{Node: "other", Device: 0, FirstLBA: 0, LBAs: 10},
+		{Node: "me", Device: 1, FirstLBA: 50, LBAs: 10},
+	}))
+	kept := map[uint64]bool{10: true, 29: true, 45: true}
+	for _, lba := range written {
+		got, _, err := d.Read(ctx, lba, 1)
+		require.NoError(t, err)
+		if kept[lba] {
+			assert.Equal(t, marked(lba), got, "granted LBA %d", lba)
+		} else {
+			assert.Equal(t, make([]byte, bs), got, "ungranted LBA %d", lba)
+		}
+	}
 }
