@@ -127,3 +127,31 @@ func TestFDPNamespaceQuotaAndIsolation(t *testing.T) {
 	require.NoError(t, err)
 	assert.Equal(t, make([]byte, 64*bs), got, "none of a's data")
 }
+
+// A namespace deleted while its node is down leaves nothing for the next
+// tenant of its range: the node trims what no grant holds as it starts.
+func TestFDPNamespaceDeletedWhileNodeDown(t *testing.T) {
+	cfg := fdpClusterConfig()
+	cfg.Nodes = 1
+	c := testcluster.Start(t, cfg)
+	ctx := context.Background()
+	const bs = 4096
+	createFDP(t, c, "a", 16*bs, 1)
+	fa, err := testcluster.Client(t, c, "a").OpenFDP(ctx)
+	require.NoError(t, err)
+	require.NoError(t, fa.Write(ctx, 0, bytes.Repeat([]byte{0xa1}, 16*bs), client.Placement{}, true))
+
+	require.NoError(t, c.StopNode(0))
+	adm := testcluster.Client(t, c, "")
+	require.NoError(t, adm.Namespaces().Delete(ctx, "a", false))
+	require.NoError(t, c.StartNode(ctx, 0))
+	require.NoError(t, c.WaitReady(ctx))
+
+	createFDP(t, c, "b", 16*bs, 1)
+	fb, err := testcluster.Client(t, c, "b").OpenFDP(ctx)
+	require.NoError(t, err)
+	require.Equal(t, fa.Grant().GetFirstLba(), fb.Grant().GetFirstLba(), "the same range")
+	got, err := fb.Read(ctx, 0, 16)
+	require.NoError(t, err)
+	assert.Equal(t, make([]byte, 16*bs), got)
+}
