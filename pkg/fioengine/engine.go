@@ -42,7 +42,7 @@ type Completion struct {
 
 // Queue runs one fio thread's I/O against a target. Submit starts an Op
 // and returns at once; its completion is collected with Wait. Reads,
-// trims and syncs run concurrently, each on its own goroutine; the writes
+// trims and syncs run concurrently on worker goroutines; the writes
 // of one zone run one at a time in submission order (a zoned drive takes a
 // zone's writes only at its write pointer, so they must reach it in the
 // order fio issued them: what mq-deadline's zone write locking does for a
