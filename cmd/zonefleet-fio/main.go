@@ -151,7 +151,7 @@ func (q *queue) tell(c fioengine.Completion) {
 }
 
 // zf_queue_new returns a queue on target h whose completions go to the
-// C completion queue cq (zf_complete). With a submission queue sq (fio's
+// C completion queue cq (complete). With a submission queue sq (fio's
 // iodepth > 1) and its non-blocking eventfd efd, a dispatcher goroutine
 // takes the I/Os fio commits from sq (zf_sq_add in engine.c).
 //

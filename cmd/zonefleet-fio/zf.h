@@ -47,7 +47,7 @@ struct zf_zone {
 	int cond;
 };
 
-/* One I/O of a batch (zf_submit_batch). */
+/* One I/O of the submission queue (zf_sq_take). */
 struct zf_io {
 	uintptr_t tag;
 	int kind;
