@@ -21,15 +21,19 @@
  * (zf_do) and returns FIO_Q_COMPLETED (fio accounts it as a sync engine's):
  * the thread sleeps only in the Go runtime, until the reply, with no
  * goroutine to start and no completion to hand back. Deeper queues collect
- * I/Os in queue() and hand them to the Go side in commit(), one call per
- * batch, which runs each on a goroutine (a zone's writes one at a time, in
- * order) and adds its completion to the job's completion queue (struct
- * zf_cq); getevents() sleeps on that. Trims reset whole zones; fsync
- * flushes the drives.
+ * I/Os in queue(); commit() adds them to the job's submission queue (struct
+ * zf_sq), whose Go dispatcher hands each to a worker goroutine (a zone's
+ * writes one at a time, in order); the worker adds its completion to the
+ * job's completion queue (struct zf_cq), which getevents() sleeps on. Both
+ * queues are lock-free rings, and fio's thread enters Go neither to submit
+ * nor to reap: its only hand-offs are a futex wake-up per batch of
+ * completions and an eventfd write when the dispatcher sleeps. Trims reset
+ * whole zones; fsync flushes the drives.
  */
 #include <errno.h>
-#include <limits.h>
-#include <pthread.h>
+#include <linux/futex.h>
+#include <sys/eventfd.h>
+#include <sys/syscall.h>
 #include <stddef.h>
 #include <sched.h>
 #include <time.h>
@@ -101,37 +105,47 @@ static struct fio_option options[] = {
 };
 
 /*
- * A job's completion queue: goroutines add completed I/Os (zf_complete),
- * the job's thread sleeps on it in getevents. The thread never waits inside
- * Go (see pkg/fioengine NewQueueFunc). It holds at most iodepth entries:
- * fio has no more in flight.
+ * A job's completion queue (struct zf_cq, zf.h): goroutines add completed
+ * I/Os (main.go complete), the job's thread takes them in getevents and
+ * sleeps on the queue's futex while it has too few.
  */
 struct zf_done {
 	uintptr_t tag;
 	int err;
 };
 
-struct zf_cq {
-	pthread_mutex_t mu;
-	pthread_cond_t cv;
-	unsigned int cap, head, count;
-	unsigned int want; /* the sleeping waiter's minimum (UINT_MAX: none) */
-	struct zf_done *ring;
-	int busy_poll;
-};
-
-void zf_complete(void *p, uintptr_t tag, int err)
+static void zf_cq_init(struct zf_cq *q, unsigned int cap)
 {
-	struct zf_cq *q = p;
+	unsigned int i;
 
-	pthread_mutex_lock(&q->mu);
-	if (q->count < q->cap) {
-		q->ring[(q->head + q->count) % q->cap] = (struct zf_done){ .tag = tag, .err = err };
-		__atomic_store_n(&q->count, q->count + 1, __ATOMIC_RELEASE);
+	q->cap = cap;
+	for (i = 0; i < cap; i++)
+		q->ring[i].seq = i;
+}
+
+/* zf_cq_take moves up to max completions, in position order, into out. */
+static unsigned int zf_cq_take(struct zf_cq *q, unsigned int max, struct zf_done *out)
+{
+	unsigned int n = 0;
+
+	while (n < max) {
+		struct zf_slot *s = &q->ring[q->head % q->cap];
+
+		if (__atomic_load_n(&s->seq, __ATOMIC_SEQ_CST) != q->head + 1)
+			break; /* (not added yet, or added out of order behind one that is not) */
+		out[n++] = (struct zf_done){ .tag = s->tag, .err = s->err };
+		__atomic_store_n(&s->seq, q->head + q->cap, __ATOMIC_RELEASE);
+		q->head++;
 	}
-	if (q->count >= q->want) /* wake the thread once for its batch, not per completion */
-		pthread_cond_signal(&q->cv);
-	pthread_mutex_unlock(&q->mu);
+	return n;
+}
+
+static int64_t zf_now_ns(void)
+{
+	struct timespec now;
+
+	clock_gettime(CLOCK_MONOTONIC, &now);
+	return (int64_t)now.tv_sec * 1000000000 + now.tv_nsec;
 }
 
 /* zf_cq_wait waits until min completions are there (or t passes), then
@@ -139,45 +153,105 @@ void zf_complete(void *p, uintptr_t tag, int err)
 static unsigned int zf_cq_wait(struct zf_cq *q, unsigned int min, unsigned int max,
 			       const struct timespec *t, struct zf_done *out)
 {
-	struct timespec until;
+	int64_t until = 0;
 	unsigned int n = 0;
 
-	if (t) {
-		clock_gettime(CLOCK_REALTIME, &until);
-		until.tv_sec += t->tv_sec;
-		until.tv_nsec += t->tv_nsec;
-		if (until.tv_nsec >= 1000000000L) {
-			until.tv_sec++;
-			until.tv_nsec -= 1000000000L;
-		}
-	}
-	if (q->busy_poll) /* wait running: the completion needs no wake-up */
-		while (__atomic_load_n(&q->count, __ATOMIC_ACQUIRE) < min) {
-			if (t) {
-				struct timespec now;
+	if (t)
+		until = zf_now_ns() + (int64_t)t->tv_sec * 1000000000 + t->tv_nsec;
+	if (min > max)
+		min = max;
+	for (;;) {
+		struct timespec left, *tl = NULL;
+		uint32_t f;
 
-				clock_gettime(CLOCK_REALTIME, &now);
-				if (now.tv_sec > until.tv_sec || (now.tv_sec == until.tv_sec && now.tv_nsec >= until.tv_nsec))
-					break;
-			}
-			sched_yield();
+		n += zf_cq_take(q, max - n, out + n);
+		if (n >= min)
+			return n;
+		if (t) {
+			int64_t ns = until - zf_now_ns();
+
+			if (ns <= 0)
+				return n;
+			left.tv_sec = ns / 1000000000;
+			left.tv_nsec = ns % 1000000000;
+			tl = &left;
 		}
-	pthread_mutex_lock(&q->mu);
-	q->want = min;
-	while (q->count < min) {
-		if (!t)
-			pthread_cond_wait(&q->cv, &q->mu);
-		else if (pthread_cond_timedwait(&q->cv, &q->mu, &until) == ETIMEDOUT)
-			break;
+		if (q->busy_poll) { /* wait running: the completion needs no wake-up */
+			sched_yield();
+			continue;
+		}
+		f = __atomic_load_n(&q->futex, __ATOMIC_SEQ_CST);
+		__atomic_store_n(&q->want, q->head + (min - n), __ATOMIC_SEQ_CST);
+		n += zf_cq_take(q, max - n, out + n); /* (added before want was seen) */
+		if (n < min)
+			syscall(SYS_futex, &q->futex, FUTEX_WAIT_PRIVATE, f, tl, NULL, 0);
+		__atomic_store_n(&q->want, 0, __ATOMIC_SEQ_CST);
 	}
-	q->want = UINT_MAX;
-	while (n < max && q->count > 0) {
-		out[n++] = q->ring[q->head];
-		q->head = (q->head + 1) % q->cap;
-		q->count--;
+}
+
+/*
+ * A job's submission queue (iodepth > 1): commit() adds the I/Os fio
+ * queued to a ring the Go side's dispatcher takes them from (zf_sq_take),
+ * and writes the queue's eventfd only when the dispatcher sleeps on it
+ * (zf_sq_idle). fio's thread thus never enters Go to submit: a C thread
+ * that calls into Go needs a P of the runtime for the call and keeps it,
+ * idle, while it runs fio and sleeps in getevents, until the runtime's
+ * monitor takes it back (at 20 µs ticks) — and the goroutine the call
+ * started waits on that P meanwhile. The dispatcher instead parks in the
+ * runtime's poller, as a goroutine waiting for its socket does. One
+ * producer (the job's thread), one consumer (the dispatcher); the ring
+ * holds iodepth I/Os, more than fio has in flight.
+ */
+struct zf_sq {
+	struct zf_io *ring;
+	unsigned int cap;
+	uint64_t head; /* the next I/O to take (the dispatcher) */
+	uint64_t tail; /* I/Os added (the job's thread) */
+	int sleeping;  /* the dispatcher waits on efd */
+	int efd;
+};
+
+/* zf_sq_add adds n I/Os and wakes the dispatcher if it sleeps. */
+static void zf_sq_add(struct zf_sq *q, const struct zf_io *ios, unsigned int n)
+{
+	uint64_t t = q->tail;
+	unsigned int i;
+
+	/* (the slots are free: their I/Os cap positions back completed
+	 * before fio queued these) */
+	for (i = 0; i < n; i++)
+		q->ring[(t + i) % q->cap] = ios[i];
+	__atomic_store_n(&q->tail, t + n, __ATOMIC_SEQ_CST);
+	if (__atomic_exchange_n(&q->sleeping, 0, __ATOMIC_SEQ_CST)) {
+		uint64_t one = 1;
+
+		while (write(q->efd, &one, sizeof(one)) < 0 && errno == EINTR)
+			;
 	}
-	pthread_mutex_unlock(&q->mu);
+}
+
+int zf_sq_take(void *p, struct zf_io *out, int max)
+{
+	struct zf_sq *q = p;
+	uint64_t h = q->head, t = __atomic_load_n(&q->tail, __ATOMIC_ACQUIRE);
+	int n = 0;
+
+	while (h != t && n < max)
+		out[n++] = q->ring[h++ % q->cap];
+	__atomic_store_n(&q->head, h, __ATOMIC_RELEASE);
 	return n;
+}
+
+int zf_sq_idle(void *p)
+{
+	struct zf_sq *q = p;
+
+	__atomic_store_n(&q->sleeping, 1, __ATOMIC_SEQ_CST);
+	if (__atomic_load_n(&q->tail, __ATOMIC_SEQ_CST) == q->head)
+		return 1;
+	/* I/Os came as it went idle: take them now, unless commit() saw the
+	 * flag first and is writing efd (then the read returns at once) */
+	return !__atomic_compare_exchange_n(&q->sleeping, &(int){ 1 }, 0, 0, __ATOMIC_SEQ_CST, __ATOMIC_SEQ_CST);
 }
 
 struct zf_data {
@@ -190,6 +264,7 @@ struct zf_data {
 	unsigned int npend;
 	struct zf_io *pend;
 	struct zf_cq cq;
+	struct zf_sq sq;
 	struct io_u **events;
 	struct zf_done *dones;
 };
@@ -298,12 +373,20 @@ static int zf_init(struct thread_data *td)
 		td_verror(td, ENOMEM, "zonefleet: queue");
 		return 1;
 	}
-	d->cq.cap = depth;
-	d->cq.want = UINT_MAX;
+	zf_cq_init(&d->cq, depth);
 	d->cq.busy_poll = ((struct zf_options *)td->eo)->busy_poll;
-	pthread_mutex_init(&d->cq.mu, NULL);
-	pthread_cond_init(&d->cq.cv, NULL);
-	d->queue = zf_queue_new(d->target, ((struct zf_options *)td->eo)->zone_append, &d->cq);
+	d->sq.efd = -1;
+	if (!d->sync) {
+		d->sq.ring = calloc(depth, sizeof(*d->sq.ring));
+		d->sq.cap = depth;
+		d->sq.efd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+		if (!d->sq.ring || d->sq.efd < 0) {
+			td_verror(td, errno ? errno : ENOMEM, "zonefleet: submission queue");
+			return 1;
+		}
+	}
+	d->queue = zf_queue_new(d->target, ((struct zf_options *)td->eo)->zone_append, &d->cq,
+				d->sync ? NULL : &d->sq, d->sq.efd);
 	return 0;
 }
 
@@ -318,14 +401,13 @@ static void zf_cleanup(struct thread_data *td)
 			zf_queue_free(d->queue);
 		zf_target_release(d->target);
 	}
-	if (d->cq.ring) {
-		pthread_mutex_destroy(&d->cq.mu);
-		pthread_cond_destroy(&d->cq.cv);
-	}
 	free(d->cq.ring);
 	free(d->events);
 	free(d->dones);
 	free(d->pend);
+	if (!d->queue && d->sq.ring && d->sq.efd >= 0) /* (else zf_queue_free closed it) */
+		close(d->sq.efd);
+	free(d->sq.ring);
 	free(d);
 	td->io_ops_data = NULL;
 }
@@ -383,7 +465,7 @@ static int zf_commit(struct thread_data *td)
 			io_u->issue_time = now;
 		io_u_queued(td, io_u);
 	}
-	zf_submit_batch(d->queue, d->pend, d->npend);
+	zf_sq_add(&d->sq, d->pend, d->npend);
 	io_u_mark_submit(td, d->npend);
 	d->npend = 0;
 	return 0;

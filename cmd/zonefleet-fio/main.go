@@ -28,8 +28,10 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"runtime"
 	"runtime/cgo"
 	"sync/atomic"
+	"syscall"
 	"time"
 	"unsafe"
 
@@ -129,6 +131,10 @@ func zf_reset(h C.uintptr_t, off, n C.uint64_t, errbuf *C.char, errlen C.int) C.
 type queue struct {
 	*fioengine.Queue
 	told atomic.Int32
+
+	sq         unsafe.Pointer // the C submission queue (iodepth > 1), nil otherwise
+	efd        *os.File       // its eventfd, in the runtime's poller
+	dispatched chan struct{}  // closed when the dispatcher returns
 }
 
 const maxTold = 3
@@ -145,23 +151,87 @@ func (q *queue) tell(c fioengine.Completion) {
 }
 
 // zf_queue_new returns a queue on target h whose completions go to the
-// C completion queue cq (zf_complete).
+// C completion queue cq (complete). With a submission queue sq (fio's
+// iodepth > 1) and its non-blocking eventfd efd, a dispatcher goroutine
+// takes the I/Os fio commits from sq (zf_sq_add in engine.c).
 //
 //export zf_queue_new
-func zf_queue_new(h C.uintptr_t, zoneAppend C.int, cq unsafe.Pointer) C.uintptr_t {
+func zf_queue_new(h C.uintptr_t, zoneAppend C.int, cq, sq unsafe.Pointer, efd C.int) C.uintptr_t {
 	t := cgo.Handle(h).Value().(fioengine.Target)
-	q := &queue{}
+	q := &queue{sq: sq}
 	q.Queue = fioengine.NewQueueFunc(t, zoneAppend != 0, func(c fioengine.Completion) {
 		q.tell(c)
-		C.zf_complete(cq, C.uintptr_t(c.Tag), C.int(c.Errno))
+		complete((*C.struct_zf_cq)(cq), c.Tag, c.Errno)
 	})
+	if sq != nil {
+		q.efd = os.NewFile(uintptr(efd), "zonefleet-sq") // (non-blocking: reads park in the poller)
+		q.dispatched = make(chan struct{})
+		go q.dispatch()
+	}
 	return C.uintptr_t(cgo.NewHandle(q))
+}
+
+// complete adds a completion to the C completion queue cq (zf.h) and
+// wakes fio's thread if it sleeps for it. It runs in Go, with atomics on
+// the C memory and a raw futex wake: a cgo call or a syscall the runtime
+// knows of marks the goroutine's P as in a system call, and the wake-up
+// often preempts the waker at once, so the P would wait for the runtime's
+// monitor to take it back.
+func complete(cq *C.struct_zf_cq, tag uintptr, errno int) {
+	pos := atomic.AddUint64((*uint64)(&cq.tail), 1) - 1
+	s := &unsafe.Slice(cq.ring, int(cq.cap))[pos%uint64(cq.cap)]
+	// (the slot's previous completion is taken: fio has at most cap I/Os
+	// in flight, so the one cap positions back was reaped before this I/O
+	// was queued; the loop only guards the invariant)
+	for atomic.LoadUint64((*uint64)(&s.seq)) != pos {
+		runtime.Gosched()
+	}
+	s.tag, s.err = C.uintptr_t(tag), C.int(errno)
+	atomic.StoreUint64((*uint64)(&s.seq), pos+1)
+	done := atomic.AddUint64((*uint64)(&cq.done), 1)
+	if want := atomic.LoadUint64((*uint64)(&cq.want)); want != 0 && done >= want {
+		atomic.AddUint32((*uint32)(&cq.futex), 1)
+		_, _, _ = syscall.RawSyscall6(syscall.SYS_FUTEX, uintptr(unsafe.Pointer(&cq.futex)), futexWakePrivate, 1, 0, 0, 0)
+	}
+}
+
+// futexWakePrivate is FUTEX_WAKE|FUTEX_PRIVATE_FLAG.
+const futexWakePrivate = 1 | 128
+
+// dispatch submits what fio commits to the submission queue, and sleeps
+// on its eventfd when there is none, until the eventfd closes.
+func (q *queue) dispatch() {
+	defer close(q.dispatched)
+	ios := make([]C.struct_zf_io, 64)
+	var b [8]byte
+	for {
+		for {
+			n := int(C.zf_sq_take(q.sq, &ios[0], C.int(len(ios))))
+			for _, io := range ios[:n] {
+				q.Submit(op(io.tag, io.kind, io.off, io.buf, io.len))
+			}
+			if n < len(ios) {
+				break
+			}
+		}
+		if C.zf_sq_idle(q.sq) == 0 {
+			continue
+		}
+		if _, err := q.efd.Read(b[:]); err != nil {
+			return // (closed: zf_queue_free)
+		}
+	}
 }
 
 //export zf_queue_free
 func zf_queue_free(h C.uintptr_t) {
 	ch := cgo.Handle(h)
-	ch.Value().(*queue).Close()
+	q := ch.Value().(*queue)
+	if q.efd != nil {
+		_ = q.efd.Close()
+		<-q.dispatched // (before fio frees the ring)
+	}
+	q.Close()
 	ch.Delete()
 }
 
@@ -178,17 +248,6 @@ func op(tag C.uintptr_t, kind C.int, off C.uint64_t, buf unsafe.Pointer, n C.uin
 //export zf_submit
 func zf_submit(h C.uintptr_t, tag C.uintptr_t, kind C.int, off C.uint64_t, buf unsafe.Pointer, n C.uint64_t) {
 	cgo.Handle(h).Value().(*queue).Submit(op(tag, kind, off, buf, n))
-}
-
-// zf_submit_batch starts n I/Os (fio's commit of what it queued): one
-// entry into Go for the batch.
-//
-//export zf_submit_batch
-func zf_submit_batch(h C.uintptr_t, ios *C.struct_zf_io, n C.int) {
-	q := cgo.Handle(h).Value().(*queue)
-	for _, io := range unsafe.Slice(ios, int(n)) {
-		q.Submit(op(io.tag, io.kind, io.off, io.buf, io.len))
-	}
 }
 
 // zf_do runs one I/O on the calling thread, fio's, and returns 0 or its

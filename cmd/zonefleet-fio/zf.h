@@ -47,7 +47,7 @@ struct zf_zone {
 	int cond;
 };
 
-/* One I/O of a batch (zf_submit_batch). */
+/* One I/O of the submission queue (zf_sq_take). */
 struct zf_io {
 	uintptr_t tag;
 	int kind;
@@ -56,7 +56,36 @@ struct zf_io {
 	uint64_t len;
 };
 
-/* Go hands a completed I/O to the job's completion queue (engine.c). */
-void zf_complete(void *cq, uintptr_t tag, int err);
+/* The dispatcher takes up to max submitted I/Os (zf_sq_take); it sleeps
+ * on the queue's eventfd when zf_sq_idle returns 1, takes more when 0. */
+int zf_sq_take(void *sq, struct zf_io *out, int max);
+int zf_sq_idle(void *sq);
+
+/*
+ * A job's completion queue: goroutines add completed I/Os (main.go
+ * complete), the job's thread takes them in getevents (engine.c
+ * zf_cq_wait). It holds at most iodepth entries (fio has no more in
+ * flight), in a ring of slots with sequence numbers (Vyukov's bounded
+ * queue, one consumer): adding a completion takes no lock and no call into
+ * C, so a goroutine never waits for the job's thread or another goroutine,
+ * and it wakes the thread (futex) only when the thread sleeps and the
+ * completions it waits for are there (want).
+ */
+struct zf_slot {
+	uint64_t seq; /* pos+1: completion pos is in it; pos+cap: free for pos+cap */
+	uintptr_t tag;
+	int err;
+};
+
+struct zf_cq {
+	struct zf_slot *ring;
+	unsigned int cap;
+	uint64_t tail;	/* the next completion's position (producers) */
+	uint64_t done;	/* completions added */
+	uint64_t head;	/* the next position to take (the job's thread only) */
+	uint64_t want;	/* the sleeping thread's goal for done (0: not sleeping) */
+	uint32_t futex;	/* bumped by a producer that wakes the thread */
+	int busy_poll;
+};
 
 #endif

@@ -30,7 +30,8 @@
 // # Concurrency
 //
 // Queue is one fio job's I/O queue. Reads, trims and flushes run
-// concurrently, each on a goroutine; the writes of one zone run one at a
+// concurrently on worker goroutines (as many as are in flight at once,
+// kept for the job); the writes of one zone run one at a
 // time in submission order on one goroutine per zone with writes pending,
 // because the drive takes a zone's writes only at its write pointer (a
 // kernel ZNS device needs mq-deadline's zone write locking for the same

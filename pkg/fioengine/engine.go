@@ -42,7 +42,7 @@ type Completion struct {
 
 // Queue runs one fio thread's I/O against a target. Submit starts an Op
 // and returns at once; its completion is collected with Wait. Reads,
-// trims and syncs run concurrently, each on its own goroutine; the writes
+// trims and syncs run concurrently on worker goroutines; the writes
 // of one zone run one at a time in submission order (a zoned drive takes a
 // zone's writes only at its write pointer, so they must reach it in the
 // order fio issued them: what mq-deadline's zone write locking does for a
@@ -61,6 +61,15 @@ type Queue struct {
 	zones  map[uint64]*zoneWrites
 	busy   int // submitted, not yet completed
 	done   func(Completion)
+
+	// The workers that run reads, trims and syncs: started on demand, one
+	// for each such Op in flight at the deepest point so far (so at most
+	// fio's iodepth), and kept until Close. A worker's stack has grown to
+	// what a gRPC call needs by its second Op: a goroutine per Op would
+	// grow (copy) a fresh stack on every one.
+	work    chan Op
+	workers int // started
+	running int // reads, trims and syncs submitted and not completed
 }
 
 type zoneWrites struct{ ops []Op }
@@ -81,7 +90,8 @@ func NewQueue(t Target, zoneAppend bool) *Queue {
 // thread instead: one hand-off (the reply's) instead of two (starting a
 // goroutine, handing back its completion).
 func NewQueueFunc(t Target, zoneAppend bool, done func(Completion)) *Queue {
-	q := &Queue{t: t, geo: t.Geometry(), append: zoneAppend, notify: make(chan struct{}, 1), zones: map[uint64]*zoneWrites{}, done: done}
+	q := &Queue{t: t, geo: t.Geometry(), append: zoneAppend, notify: make(chan struct{}, 1), zones: map[uint64]*zoneWrites{}, done: done,
+		work: make(chan Op, workBuffer)}
 	q.ctx, q.cancel = context.WithCancel(context.Background())
 	return q
 }
@@ -102,8 +112,16 @@ func (q *Queue) Submit(op Op) {
 		q.busy++
 	}
 	if op.Kind != KindWrite {
+		q.running++
+		start := q.running > q.workers
+		if start {
+			q.workers++
+		}
 		q.mu.Unlock()
-		go q.complete(op)
+		if start {
+			go q.worker()
+		}
+		q.work <- op // (blocks only beyond workBuffer Ops waiting: a worker is free soon)
 		return
 	}
 	z := op.Off / q.geo.ZoneSize
@@ -117,6 +135,22 @@ func (q *Queue) Submit(op Op) {
 	q.zones[z] = zw
 	q.mu.Unlock()
 	go q.writeZone(z, zw, op)
+}
+
+// workBuffer is how many Ops the work channel holds for the workers
+// before Submit waits for one to take them.
+const workBuffer = 256
+
+// worker runs reads, trims and syncs until the queue closes.
+func (q *Queue) worker() {
+	for {
+		select {
+		case op := <-q.work:
+			q.complete(op)
+		case <-q.ctx.Done():
+			return
+		}
+	}
 }
 
 // writeZone runs the writes of zone z in order, first op, until none is left.
@@ -142,6 +176,11 @@ func (q *Queue) completion(op Op, err error) Completion {
 
 func (q *Queue) complete(op Op) {
 	c := q.completion(op, q.run(op))
+	if op.Kind != KindWrite { // (before the completion: fio may submit the next Op at once)
+		q.mu.Lock()
+		q.running--
+		q.mu.Unlock()
+	}
 	if q.done != nil {
 		q.done(c)
 		return

@@ -31,8 +31,14 @@ type figure struct {
 }
 
 // workload is the same I/O through fio and the engine, and through the
-// client's gRPC calls to the drive directly (what `zctl bench node`'s
-// unary points measure): writes are 1 MiB unary Writes, reads unary Reads.
+// client's gRPC calls to the drive directly: writes are 1 MiB unary
+// Writes, reads 4 KiB unary Reads, depth goroutines each with one in
+// flight (fio's iodepth). The I/O is that of `zctl bench node`'s
+// grpc_unary_qd1 point and its random reads (QD1; it has no deeper read
+// point), but not its path: that benchmark serves an in-process node over
+// plaintext without a credential, where both sides here dial the same
+// cluster node over the same connection settings, credential and codec
+// (pkg/client, as the engine does).
 type workload struct {
 	name  string
 	fio   []string // fio arguments besides the target
@@ -59,8 +65,8 @@ var workloads = []workload{
 // BenchmarkEngineVsClient measures each workload through fio and the
 // engine and through the raw client on the same drive of a three-node
 // local cluster, three runs each interleaved (in alternating order), and
-// reports the medians and the engine-over-client throughput ratio (the
-// engine must not be the bottleneck: ≥ 0.8). ZONEFLEET_FIO_RUNS changes
+// reports the medians, the engine-over-client throughput ratio (the
+// engine must not be the bottleneck: ≥ 0.8) and the host's load average. ZONEFLEET_FIO_RUNS changes
 // the number of runs, ZONEFLEET_FIO_ARGS adds fio arguments (busy_poll=1).
 //
 //	make build fio-engine && ZONEFLEET_BIN_DIR=$PWD/bin ZONEFLEET_FIO_ENGINE=$PWD/bin/zonefleet-fio.so \
@@ -73,6 +79,7 @@ func BenchmarkEngineVsClient(b *testing.B) {
 		runs, _ = strconv.Atoi(s)
 	}
 	var table strings.Builder
+	fmt.Fprintf(&table, "\nload average before: %s", loadavg())
 	fmt.Fprintf(&table, "\n%-22s %12s %10s %10s %12s %10s %10s %7s\n", "workload", "engine MiB/s", "p50", "p99", "client MiB/s", "p50", "p99", "ratio")
 	for _, w := range workloads {
 		var eng, cli []figure
@@ -93,7 +100,20 @@ func BenchmarkEngineVsClient(b *testing.B) {
 		fmt.Fprintf(&table, "%-22s %12.1f %10s %10s %12.1f %10s %10s %7.2f\n", w.name, e.MiBps, e.P50, e.P99, k.MiBps, k.P50, k.P99, ratio)
 		b.ReportMetric(ratio, strings.ReplaceAll(w.name, " ", "_")+"_ratio")
 	}
+	fmt.Fprintf(&table, "load average after: %s\n", loadavg())
 	fmt.Print(table.String()) // (b.Log would drown it in the fio reports)
+}
+
+// loadavg is the host's 1, 5 and 15 minute load averages: the figures
+// are only comparable at like load (the cluster, fio and the client share
+// the host's cores).
+func loadavg() string {
+	b, err := os.ReadFile("/proc/loadavg")
+	if err != nil {
+		return "unknown"
+	}
+	f := strings.Fields(string(b))
+	return strings.Join(f[:min(3, len(f))], " ")
 }
 
 func median(fs []figure) figure {
