@@ -8,6 +8,8 @@ import (
 	"strings"
 	"syscall"
 	"time"
+
+	"github.com/zonefleet/zonefleet/pkg/zerr"
 )
 
 // Attr is an inode's attributes (times in nanoseconds since the Unix epoch).
@@ -1557,7 +1559,12 @@ func (fs *FS) Listxattr(ctx context.Context, ino uint64) (names []string, err er
 }
 
 // Setxattr sets an attribute; XattrCreate/XattrReplace as setxattr(2).
-// Attributes live in the inode block: ENOSPC when they do not fit.
+// Attributes live in the inode block: when the inode's names and values
+// (4 bytes of lengths each, plus the device number and reserved ranges the
+// inode carries) would exceed xattrSpace (3,986 bytes with 4 KiB blocks),
+// a *zerr.NoResourcesError (ENOSPC, as ext4 when an inode's attributes
+// fill their block) says how many bytes were asked and how many the block
+// holds.
 func (fs *FS) Setxattr(ctx context.Context, ino uint64, name string, value []byte, flags int) (err error) {
 	o, err := fs.begin(ctx, "setxattr", opWrite)
 	if err != nil {
@@ -1585,8 +1592,8 @@ func (fs *FS) Setxattr(ctx context.Context, ino uint64, name string, value []byt
 		}
 	}
 	total += in.body.extLen()
-	if total+xattrLen(name, value) > xattrSpace(fs.bs) {
-		return syscall.ENOSPC
+	if need := total + xattrLen(name, value); need > xattrSpace(fs.bs) {
+		return &zerr.NoResourcesError{Resource: "extended attribute bytes in the inode block", Requested: uint64(need), Available: uint64(xattrSpace(fs.bs))}
 	}
 	v := append([]byte(nil), value...)
 	if i >= 0 {
