@@ -1562,10 +1562,10 @@ func (fs *FS) Listxattr(ctx context.Context, ino uint64) (names []string, err er
 // Setxattr sets an attribute; XattrCreate/XattrReplace as setxattr(2).
 // Attributes live in the inode block: when the inode's names and values
 // (4 bytes of lengths each, plus the block count, device number and
-// reserved ranges the inode carries) would exceed xattrSpace (3,986 bytes with 4 KiB blocks),
-// a *zerr.NoResourcesError (ENOSPC, as ext4 when an inode's attributes
-// fill their block) says how many bytes were asked and how many the block
-// holds.
+// reserved ranges the inode carries) would exceed xattrSpace (3,986 bytes
+// with 4 KiB blocks), a *zerr.NoResourcesError (ENOSPC, as ext4 gives when
+// an inode's attributes fill their block) says how many bytes were asked
+// and how many the block holds.
 func (fs *FS) Setxattr(ctx context.Context, ino uint64, name string, value []byte, flags int) (err error) {
 	o, err := fs.begin(ctx, "setxattr", opWrite)
 	if err != nil {
