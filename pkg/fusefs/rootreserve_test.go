@@ -119,3 +119,30 @@ func sqlite3(t *testing.T, db, script string) string {
 	require.NoError(t, err, "%s", out)
 	return string(out)
 }
+
+// df -i on a mount: the free inodes statfs reports are the empty files a
+// user can create before ENOSPC, within 1 %, with a root-reserved share
+// (which users' files may not fill).
+func TestStatfsInodesMatchFillOnMount(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("needs root: a second user, setpriv")
+	}
+	// (half the space over-provisioned: fewer files to create)
+	m := mountClusterMkfs(t, lfs.MkfsOptions{OPPercent: 50, ReservedRootPercent: lfs.DefaultReservedRootPercent},
+		fusefs.MountOptions{AllowOther: true}, lfs.Options{Move: lfs.Compact})
+	for d := filepath.Dir(m.dir); d != "/" && d != os.TempDir(); d = filepath.Dir(d) {
+		require.NoError(t, os.Chmod(d, 0o755))
+	}
+	require.NoError(t, os.Chmod(m.dir, 0o1777))
+	var st unix.Statfs_t
+	require.NoError(t, unix.Statfs(m.dir, &st))
+	out, err := runAsNobody(fmt.Sprintf("cd %s && i=0; while { true > f$i; } 2>/dev/null; do i=$((i+1)); done; echo $i", m.dir))
+	require.NoError(t, err, out)
+	var n uint64
+	_, err = fmt.Sscan(strings.TrimSpace(out), &n)
+	require.NoError(t, err, out)
+	t.Logf("df -i: %d inodes, %d free; a user created %d empty files", st.Files, st.Ffree, n)
+	require.InEpsilon(t, float64(st.Ffree), float64(n), 0.01)
+	require.NoError(t, os.WriteFile(filepath.Join(m.dir, "root"), nil, 0o644), "root still creates")
+	m.unmountAndCheck(t)
+}
