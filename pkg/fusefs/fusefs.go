@@ -152,6 +152,17 @@ func status(err error) fuse.Status {
 
 func bg() context.Context { return context.Background() }
 
+// ctxOf is the context of a request that may allocate: a caller of uid 0
+// (the request's file-system uid) may fill the root-reserved share
+// (lfs.WithRootReserve). The kernel's write-back of cached pages counts as
+// the handle's opener (lfs.WriteBack), whatever its request carries.
+func ctxOf(h *fuse.InHeader) context.Context {
+	if h.Uid == 0 {
+		return lfs.WithRootReserve(bg())
+	}
+	return bg()
+}
+
 func (f *FS) String() string { return "zonefleet" }
 
 // Init implements fuse.RawFileSystem: it keeps the server, to tell the
@@ -327,7 +338,7 @@ func (f *FS) SetAttr(_ <-chan struct{}, in *fuse.SetAttrIn, out *fuse.AttrOut) f
 		s.Valid |= lfs.SetKillSUIDGID
 		s.Caller = newCaller(&in.InHeader)
 	}
-	a, err := f.fs.Setattr(bg(), in.NodeId, s)
+	a, err := f.fs.Setattr(ctxOf(&in.InHeader), in.NodeId, s)
 	if err != nil {
 		return status(err)
 	}
@@ -344,7 +355,7 @@ func (f *FS) Mknod(_ <-chan struct{}, in *fuse.MknodIn, name string, out *fuse.E
 	if err != nil {
 		return status(err)
 	}
-	a, err := f.fs.Mknod(bg(), in.NodeId, name, mode&(syscall.S_IFMT|0o7777), uint64(in.Rdev), uid, gid)
+	a, err := f.fs.Mknod(ctxOf(&in.InHeader), in.NodeId, name, mode&(syscall.S_IFMT|0o7777), uint64(in.Rdev), uid, gid)
 	if err != nil {
 		return status(err)
 	}
@@ -358,7 +369,7 @@ func (f *FS) Mkdir(_ <-chan struct{}, in *fuse.MkdirIn, name string, out *fuse.E
 	if err != nil {
 		return status(err)
 	}
-	a, err := f.fs.Mkdir(bg(), in.NodeId, name, mode&0o7777, uid, gid)
+	a, err := f.fs.Mkdir(ctxOf(&in.InHeader), in.NodeId, name, mode&0o7777, uid, gid)
 	if err != nil {
 		return status(err)
 	}
@@ -383,12 +394,12 @@ func (f *FS) Rename(_ <-chan struct{}, in *fuse.RenameIn, oldName, newName strin
 	if in.Flags&^uint32(lfs.RenameNoReplace|lfs.RenameExchange) != 0 {
 		return status(syscall.EINVAL) // RENAME_WHITEOUT: no whiteouts in lfs
 	}
-	return status(f.fs.Rename(bg(), in.NodeId, oldName, in.Newdir, newName, in.Flags))
+	return status(f.fs.Rename(ctxOf(&in.InHeader), in.NodeId, oldName, in.Newdir, newName, in.Flags))
 }
 
 // Link implements fuse.RawFileSystem.
 func (f *FS) Link(_ <-chan struct{}, in *fuse.LinkIn, name string, out *fuse.EntryOut) fuse.Status {
-	a, err := f.fs.Link(bg(), in.Oldnodeid, in.NodeId, name)
+	a, err := f.fs.Link(ctxOf(&in.InHeader), in.Oldnodeid, in.NodeId, name)
 	if err != nil {
 		return status(err)
 	}
@@ -402,7 +413,7 @@ func (f *FS) Symlink(_ <-chan struct{}, h *fuse.InHeader, target, name string, o
 	if err != nil {
 		return status(err)
 	}
-	a, err := f.fs.Symlink(bg(), h.NodeId, name, target, uid, gid)
+	a, err := f.fs.Symlink(ctxOf(h), h.NodeId, name, target, uid, gid)
 	if err != nil {
 		return status(err)
 	}
@@ -516,7 +527,7 @@ func (f *FS) Create(_ <-chan struct{}, in *fuse.CreateIn, name string, out *fuse
 		return status(err)
 	}
 	flags := f.openFlags(in.Flags)
-	a, h, err := f.fs.Create(bg(), in.NodeId, name, mode&0o7777, uid, gid, flags)
+	a, h, err := f.fs.Create(ctxOf(&in.InHeader), in.NodeId, name, mode&0o7777, uid, gid, flags)
 	if lfs.Errno(err) == syscall.EEXIST && flags&syscall.O_EXCL == 0 {
 		// an existing file: its O_TRUNC by a caller without CAP_FSETID
 		// clears set-user/group-ID (HANDLE_KILLPRIV_V2); a file this call
@@ -547,7 +558,7 @@ func (f *FS) Tmpfile(_ <-chan struct{}, in *fuse.CreateIn, out *fuse.CreateOut) 
 	if err != nil {
 		return status(err)
 	}
-	a, h, err := f.fs.CreateTmp(bg(), in.NodeId, mode&0o7777, uid, gid, int(in.Flags))
+	a, h, err := f.fs.CreateTmp(ctxOf(&in.InHeader), in.NodeId, mode&0o7777, uid, gid, int(in.Flags))
 	if err != nil {
 		return status(err)
 	}
@@ -577,11 +588,11 @@ func (f *FS) openFlags(fl uint32) int {
 func (f *FS) open(h *fuse.InHeader, ino uint64, flags int, openFlags uint32) (lfs.Handle, error) {
 	if openFlags&fuse.OPEN_KILL_SUIDGID != 0 {
 		c := newCaller(h)
-		fh, err := f.fs.OpenKillSUIDGID(bg(), ino, flags, c)
+		fh, err := f.fs.OpenKillSUIDGID(ctxOf(h), ino, flags, c)
 		f.killed(c, ino)
 		return fh, err
 	}
-	return f.fs.Open(bg(), ino, flags)
+	return f.fs.Open(ctxOf(h), ino, flags)
 }
 
 func (f *FS) Open(_ <-chan struct{}, in *fuse.OpenIn, out *fuse.OpenOut) fuse.Status {
@@ -676,6 +687,8 @@ func (f *FS) Write(_ <-chan struct{}, in *fuse.WriteIn, data []byte) (uint32, fu
 	var err error
 	switch h := lfs.Handle(in.Fh); {
 	case in.WriteFlags&fuse.WRITE_CACHE != 0:
+		// the request carries the flusher's credentials: lfs counts
+		// the write-back as the handle's opener (ctxOf)
 		n, err = f.fs.WriteBack(bg(), h, int64(in.Offset), data)
 		if f.writeback.Load() && f.fs.NoSpaceFor(h) != nil {
 			// the kernel revalidates the attributes at the next
@@ -687,10 +700,10 @@ func (f *FS) Write(_ <-chan struct{}, in *fuse.WriteIn, data []byte) (uint32, fu
 	case in.WriteFlags&fuse.WRITE_KILL_SUIDGID != 0:
 		// HANDLE_KILLPRIV_V2: a write by a caller without CAP_FSETID
 		c := newCaller(&in.InHeader)
-		n, err = f.fs.WriteKillSUIDGID(bg(), h, int64(in.Offset), data, c)
+		n, err = f.fs.WriteKillSUIDGID(ctxOf(&in.InHeader), h, int64(in.Offset), data, c)
 		f.killed(c, in.NodeId)
 	default:
-		n, err = f.fs.Write(bg(), h, int64(in.Offset), data)
+		n, err = f.fs.Write(ctxOf(&in.InHeader), h, int64(in.Offset), data)
 	}
 	if err != nil {
 		return 0, status(err)
@@ -722,7 +735,7 @@ func (f *FS) Fsync(_ <-chan struct{}, in *fuse.FsyncIn) fuse.Status {
 // insert and unshare are EOPNOTSUPP.
 func (f *FS) Fallocate(_ <-chan struct{}, in *fuse.FallocateIn) fuse.Status {
 	c := newCaller(&in.InHeader)
-	err := f.fs.Fallocate(bg(), in.NodeId, in.Mode, in.Offset, in.Length, c)
+	err := f.fs.Fallocate(ctxOf(&in.InHeader), in.NodeId, in.Mode, in.Offset, in.Length, c)
 	f.killed(c, in.NodeId)
 	return status(err)
 }

@@ -48,6 +48,12 @@ func mountClusterWith(t *testing.T, mo fusefs.MountOptions) *mounted {
 // mountClusterOpts is mountClusterWith with lfs options (Registry is set).
 func mountClusterOpts(t *testing.T, mo fusefs.MountOptions, lo lfs.Options) *mounted {
 	t.Helper()
+	return mountClusterMkfs(t, lfs.MkfsOptions{OPPercent: 20}, mo, lo)
+}
+
+// mountClusterMkfs is mountClusterOpts formatted with mko.
+func mountClusterMkfs(t *testing.T, mko lfs.MkfsOptions, mo fusefs.MountOptions, lo lfs.Options) *mounted {
+	t.Helper()
 	needFuse(t)
 	ctx := context.Background()
 	cl, err := localcluster.Start(ctx, localcluster.Config{Dir: t.TempDir(), Nodes: 3, Clock: "off", Device: localcluster.TinyDevice(), AdminToken: "tok"})
@@ -63,7 +69,7 @@ func mountClusterOpts(t *testing.T, mo fusefs.MountOptions, lo lfs.Options) *mou
 	t.Cleanup(c.Close)
 	vol, err := fsvol.New(ctx, c, fsvol.Options{MaxZones: 40})
 	require.NoError(t, err)
-	require.NoError(t, lfs.Mkfs(ctx, vol, lfs.MkfsOptions{OPPercent: 20}))
+	require.NoError(t, lfs.Mkfs(ctx, vol, mko))
 	reg := prometheus.NewRegistry()
 	lo.Registry = reg
 	fs, err := lfs.Mount(ctx, vol, lo)

@@ -63,5 +63,11 @@ func TestXattrNamesAsOnTheHost(t *testing.T) {
 	n, err := unix.Listxattr(p, buf)
 	require.NoError(t, err)
 	assert.NotContains(t, string(buf[:n]), "bogus")
+	// an inode's attributes share its block (3,986 bytes with 4 KiB
+	// blocks, 4 bytes of lengths per attribute): past it, ENOSPC
+	p = filepath.Join(m.dir, "x-room")
+	require.NoError(t, os.WriteFile(p, nil, 0o644))
+	require.ErrorIs(t, unix.Setxattr(p, "user.big", make([]byte, 3986), 0), unix.ENOSPC)
+	require.NoError(t, unix.Setxattr(p, "user.fits", make([]byte, 3900), 0))
 	m.unmountAndCheck(t)
 }

@@ -67,3 +67,61 @@ func TestAtimeModes(t *testing.T) {
 	_, err := lfs.ParseAtime("sometimes")
 	require.Error(t, err)
 }
+
+// A directory listing updates the directory's atime by the same rules, and
+// the new atime survives an unmount.
+func TestAtimeDirectoryListing(t *testing.T) {
+	day := int64(24 * time.Hour)
+	for _, tc := range []struct {
+		mode lfs.AtimeMode
+		// the atime set before the listing: 0 at mtime, 1 a minute from
+		// now (after every change), -2 days two days before now
+		before  int64
+		updated bool
+	}{
+		{lfs.AtimeRelative, 0, true},        // not after mtime
+		{lfs.AtimeRelative, 1, false},       // listed since the change, recently
+		{lfs.AtimeRelative, -2 * day, true}, // and older than a day
+		{lfs.AtimeStrict, 1, true},          // every listing
+		{lfs.AtimeNever, -2 * day, false},   // never
+	} {
+		t.Run(tc.mode.String(), func(t *testing.T) {
+			v := newVol(t, 32, 8)
+			fs := mkfsMount(t, v, lfs.Options{Atime: tc.mode})
+			d, err := fs.Mkdir(bg, lfs.RootIno, "d", 0o755, 0, 0)
+			require.NoError(t, err)
+			_, h := mustCreate(t, fs, d.Ino, "f")
+			require.NoError(t, fs.Release(bg, h))
+			st, err := fs.Getattr(bg, d.Ino)
+			require.NoError(t, err)
+			set := st.Mtime
+			switch tc.before {
+			case 1:
+				set = time.Now().UnixNano() + int64(time.Minute)
+			case -2 * day:
+				set = time.Now().UnixNano() - 2*day
+			}
+			_, err = fs.Setattr(bg, d.Ino, lfs.SetattrIn{Valid: lfs.SetAtime, Atime: set})
+			require.NoError(t, err)
+			t0 := time.Now().UnixNano()
+			ents, err := fs.Readdir(bg, d.Ino)
+			require.NoError(t, err)
+			require.Len(t, ents, 3)
+			st, err = fs.Getattr(bg, d.Ino)
+			require.NoError(t, err)
+			if tc.updated {
+				require.NotEqual(t, set, st.Atime, "the listing set atime")
+				require.GreaterOrEqual(t, st.Atime, t0, "to its time")
+			} else {
+				require.Equal(t, set, st.Atime, "the listing left atime")
+			}
+			require.NoError(t, fs.Unmount(bg))
+			fs, err = lfs.Mount(bg, v, lfs.Options{Atime: lfs.AtimeNever})
+			require.NoError(t, err)
+			again, err := fs.Getattr(bg, d.Ino)
+			require.NoError(t, err)
+			require.Equal(t, st.Atime, again.Atime, "persisted")
+			require.NoError(t, fs.Unmount(bg))
+		})
+	}
+}

@@ -131,7 +131,7 @@ func (fs *FS) addEnt(ctx context.Context, in *inode, e dentry) error {
 			b = n - 1
 		} else {
 			// a new block: check space first so nothing changes on ENOSPC
-			if fs.count.used+2 > fs.sb.UserBlocks {
+			if fs.count.used+2 > fs.userLimit(mayUseRootReserve(ctx)) {
 				return errNoSpace
 			}
 			d.blocks = append(d.blocks, dirBlock{used: dentryHdrLen})

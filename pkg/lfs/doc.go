@@ -47,7 +47,8 @@
 // Space. Users may fill sb.UserBlocks (over-provisioning and the GC reserve
 // segments are outside it); fallocate reservations count as used until
 // written (space.go), and Statfs derives what is available from what a
-// fill can store. Write keeps a write-back reserve
+// fill can store. A root-reserved share (rootreserve.go) is kept from
+// callers whose context lacks WithRootReserve. Write keeps a write-back reserve
 // (Options.WriteReserveBlocks) free: it is for WriteBack, the kernel's
 // write-back of pages dirtied through shared mappings, whose stores could
 // not be refused (FUSE has no page_mkwrite). A WriteBack that fails anyway

@@ -76,3 +76,27 @@ func RewriteSuperFeatures(buf []byte, f ondisk.Features) bool {
 	copy(buf, nb)
 	return true
 }
+
+// The root-reserved share rides behind a compat bit: written and read with
+// it, absent without it, and a superblock that has the bit but lost the
+// field (rewritten by a build that did not know it) reads as no share.
+func TestSuperblockRootReserve(t *testing.T) {
+	s := superblock{Version: FormatVersion, BlockSize: 4096, ZoneBlocks: 64, MaxZones: 32, OPPercent: 10, Logs: 6, UserBlocks: 100, ReserveSegs: 10, MaxNodes: 7,
+		Features: ondisk.Features{Compat: FeatureInodeRdev | FeatureRootReserve}, RootReserve: 9}
+	got, err := decodeSuperblock(s.encode())
+	require.NoError(t, err)
+	require.Equal(t, s, got)
+
+	without := s
+	without.Features.Compat &^= FeatureRootReserve
+	require.Len(t, without.encode(), len(s.encode())-8)
+	got, err = decodeSuperblock(without.encode())
+	require.NoError(t, err)
+	require.Zero(t, got.RootReserve, "no bit, no share")
+
+	lost := s.encode()
+	got, err = decodeSuperblock(lost[:len(lost)-8])
+	require.NoError(t, err)
+	require.Zero(t, got.RootReserve, "the bit without the field reads as no share")
+	require.NotZero(t, got.Features.Compat&FeatureRootReserve)
+}

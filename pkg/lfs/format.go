@@ -24,7 +24,7 @@ const FormatVersion = 2
 // mount (*ondisk.FeatureError, class ro_compat: the image could only be
 // mounted read-only); an unknown incompat bit refuses the mount.
 // FeatureThreadedLog (tl.go) is incompat.
-var KnownFeatures = ondisk.Features{Compat: FeatureInodeRdev, Incompat: FeatureThreadedLog | FeaturePrealloc}
+var KnownFeatures = ondisk.Features{Compat: FeatureInodeRdev | FeatureRootReserve, Incompat: FeatureThreadedLog | FeaturePrealloc}
 
 // FeatureInodeRdev (compat) says inodes may carry a device number: an inode
 // whose Flags has inodeFlagRdev stores a u64 rdev after its xattrs. Images
@@ -244,6 +244,9 @@ type superblock struct {
 	ReserveSegs uint32          // foreground GC keeps at least this many free segments
 	MaxNodes    uint64          // inodes + direct nodes the NAT may hold (a snapshot fits one metadata zone)
 	Features    ondisk.Features // version 2: compat / ro_compat / incompat bits
+	// RootReserve (FeatureRootReserve; a u64 after the feature bits) is the
+	// user blocks only root may fill (rootreserve.go).
+	RootReserve uint64
 }
 
 func (s superblock) encode() []byte {
@@ -262,6 +265,9 @@ func (s superblock) encode() []byte {
 		var f [ondisk.Size]byte
 		s.Features.Encode(f[:])
 		w.b = append(w.b, f[:]...)
+		if s.Features.Compat&FeatureRootReserve != 0 {
+			w.u64(s.RootReserve)
+		}
 	}
 	return w.b
 }
@@ -282,6 +288,11 @@ func decodeSuperblock(p []byte) (superblock, error) {
 	if s.Version >= 2 {
 		if f := r.take(ondisk.Size); f != nil {
 			s.Features = ondisk.Decode(f)
+		}
+		// An older build that rewrote the superblock kept the bit but not
+		// the field: no field reads as no reserve.
+		if s.Features.Compat&FeatureRootReserve != 0 && len(r.b) >= 8 && !r.bad {
+			s.RootReserve = r.u64()
 		}
 	}
 	if r.bad {

@@ -29,6 +29,10 @@ type MkfsOptions struct {
 	OPPercent int
 	// Force formats a namespace that already holds a file system or data.
 	Force bool
+	// ReservedRootPercent is the share of the user blocks only root may
+	// fill (rootreserve.go; ext4's mkfs -m): 0 means none, otherwise
+	// RootReserveBlocks of it. At most 50.
+	ReservedRootPercent float64
 }
 
 // MoveMethod is how recycling moves a victim's valid blocks.
@@ -133,6 +137,10 @@ type Options struct {
 	// Atime is when reads update the access time (atime.go; the zero
 	// value is relatime); checkpoints persist the changes.
 	Atime AtimeMode
+	// ReservedRootPercent overrides the superblock's root-reserved share
+	// for this mount (rootreserve.go): 0 keeps it, negative means none,
+	// positive reserves RootReserveBlocks of that percent (at most 50).
+	ReservedRootPercent float64
 }
 
 // DefaultCacheBlocks is the default bound of the host page cache in blocks:
@@ -320,6 +328,9 @@ func Mkfs(ctx context.Context, vol Volume, opts MkfsOptions) error {
 	if op < 0 || op > 50 {
 		return &zerr.InvalidArgumentError{Field: "op_percent", Reason: fmt.Sprintf("%d is not in [1, 50]", op)}
 	}
+	if err := checkRootPercent(opts.ReservedRootPercent); err != nil {
+		return err
+	}
 	zones, err := vol.Zones(ctx)
 	if err != nil {
 		return err
@@ -359,6 +370,9 @@ func Mkfs(ctx context.Context, vol Volume, opts MkfsOptions) error {
 		return &zerr.NoResourcesError{Resource: "metadata zone bytes (zones too small for the snapshot)", Requested: 64 * 24, Available: uint64(max(room, 0))}
 	}
 	sb.MaxNodes = uint64(room / 24)
+	if sb.RootReserve = RootReserveBlocks(sb.UserBlocks, g.BlockSize, opts.ReservedRootPercent); sb.RootReserve > 0 {
+		sb.Features.Compat |= FeatureRootReserve
+	}
 	fs := newFS(vol, Options{})
 	fs.sb = sb
 	fs.sb.Features.Compat |= FeatureInodeRdev // written with the next superblock
@@ -468,6 +482,11 @@ func Mount(ctx context.Context, vol Volume, opts Options) (*FS, error) {
 }
 
 func mount(ctx context.Context, vol Volume, opts Options, repair bool) (*FS, error) {
+	if opts.ReservedRootPercent > 0 {
+		if err := checkRootPercent(opts.ReservedRootPercent); err != nil {
+			return nil, err
+		}
+	}
 	fs, zones, ml, err := loadFS(ctx, vol, opts)
 	if err != nil {
 		return nil, err

@@ -133,6 +133,7 @@ var fsckChecks = []fsckCheck{
 	{"node-count", "the node count is the NAT's size"},
 	{"used-blocks", "the used-block count is the sum of the segments' valid counts and the reservations, within the user blocks"},
 	{"prealloc-list", "an inode with reserved ranges is in the checkpoint's list of them"},
+	{"root-reserve", "the root-reserved share is at most half of the user blocks"},
 }
 
 // fsckRun is the state of one check: the facts the walk gathers (links
@@ -503,10 +504,15 @@ func (c *fsckRun) checkSpace() {
 	if fs.count.used > fs.sb.UserBlocks {
 		c.flag("used-blocks", "space", "used blocks %d (reserved %d) exceed the %d user blocks", fs.count.used, fs.count.resv, fs.sb.UserBlocks)
 	}
+	if fs.sb.RootReserve > fs.sb.UserBlocks/2 {
+		// Mkfs never writes more than half; the mount uses at most half
+		c.flag("root-reserve", "space", "root-reserved share %d blocks exceeds half of the %d user blocks", fs.sb.RootReserve, fs.sb.UserBlocks)
+	}
 }
 
 // toLostFound links unreachable inodes into /lost+found as "#ino".
 func (fs *FS) toLostFound(ctx context.Context, inos []uint64) error {
+	ctx = WithRootReserve(ctx) // repair may fill the root-reserved share
 	root, rd, err := fs.dirOf(ctx, RootIno)
 	if err != nil {
 		return err

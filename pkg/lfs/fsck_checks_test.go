@@ -15,9 +15,9 @@ import (
 // recomputes (in-memory counters and summaries) are broken and checked on
 // the mounted file system; the others are checkpointed and checked offline.
 func TestFsckChecksEachCatchTheirCorruption(t *testing.T) {
-	online := map[string]bool{"sit-count": true, "sit-meta-zone": true, "block-owner": true, "node-count": true, "used-blocks": true}
+	online := map[string]bool{"sit-count": true, "sit-meta-zone": true, "block-owner": true, "node-count": true, "used-blocks": true, "root-reserve": true}
 	names := lfs.FsckCheckNames()
-	require.Len(t, names, 22)
+	require.Len(t, names, 23)
 	for _, name := range names {
 		t.Run(name, func(t *testing.T) {
 			v := newVol(t, 32, 8)

@@ -147,6 +147,10 @@ func (fs *FS) CorruptFor(check string, dir, ino uint64, persist bool) (undo func
 	case "used-blocks":
 		fs.count.used++
 		undo = func() { fs.count.used-- }
+	case "root-reserve":
+		old := fs.sb.RootReserve
+		fs.sb.RootReserve = fs.sb.UserBlocks
+		undo = func() { fs.sb.RootReserve = old }
 	default:
 		return nil, fmt.Errorf("no corruption for %q", check)
 	}

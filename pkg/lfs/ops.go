@@ -8,6 +8,8 @@ import (
 	"strings"
 	"syscall"
 	"time"
+
+	"github.com/zonefleet/zonefleet/pkg/zerr"
 )
 
 // Attr is an inode's attributes (times in nanoseconds since the Unix epoch).
@@ -39,6 +41,7 @@ type Handle uint64
 type handle struct {
 	ino   uint64
 	flags int
+	root  bool // opened by a caller that may fill the root-reserved share
 }
 
 // SetattrMask says which fields of SetattrIn apply.
@@ -538,7 +541,7 @@ func (fs *FS) mknode(ctx context.Context, o *op, parent uint64, name string, mod
 	if _, ok := d.ents[name]; ok {
 		return nil, syscall.EEXIST
 	}
-	if fs.count.used+3 > fs.sb.UserBlocks || fs.count.nodes+2 > fs.sb.MaxNodes {
+	if fs.count.used+3 > fs.userLimit(mayUseRootReserve(ctx)) || fs.count.nodes+2 > fs.sb.MaxNodes {
 		return nil, errNoSpace
 	}
 	if fs.count.nextIno > maxIno {
@@ -580,7 +583,7 @@ func (fs *FS) Create(ctx context.Context, parent uint64, name string, mode, uid,
 	if err != nil {
 		return a, 0, err
 	}
-	return fs.attr(in), fs.open(in, flags), nil
+	return fs.attr(in), fs.open(ctx, in, flags), nil
 }
 
 // Mknod creates a special file: a FIFO, a Unix socket, a character or a block
@@ -630,7 +633,7 @@ func (fs *FS) CreateTmp(ctx context.Context, parent uint64, mode, uid, gid uint3
 	if pin.body.Nlink == 0 {
 		return a, 0, syscall.ENOENT
 	}
-	if fs.count.used+3 > fs.sb.UserBlocks || fs.count.nodes+2 > fs.sb.MaxNodes {
+	if fs.count.used+3 > fs.userLimit(mayUseRootReserve(ctx)) || fs.count.nodes+2 > fs.sb.MaxNodes {
 		return a, 0, errNoSpace
 	}
 	if fs.count.nextIno > maxIno {
@@ -647,7 +650,7 @@ func (fs *FS) CreateTmp(ctx context.Context, parent uint64, mode, uid, gid uint3
 	fs.count.used++
 	fs.count.nodes++
 	fs.files.orphans[ino] = struct{}{}
-	return fs.attr(in), fs.open(in, flags), nil
+	return fs.attr(in), fs.open(ctx, in, flags), nil
 }
 
 // Mkdir creates a directory.
@@ -1074,10 +1077,10 @@ func (fs *FS) exchange(ctx context.Context, op, np *inode, oldName, newName stri
 	return nil
 }
 
-func (fs *FS) open(in *inode, flags int) Handle {
+func (fs *FS) open(ctx context.Context, in *inode, flags int) Handle {
 	h := fs.files.nextFH
 	fs.files.nextFH++
-	fs.files.handles[h] = &handle{ino: in.ino, flags: flags}
+	fs.files.handles[h] = &handle{ino: in.ino, flags: flags, root: mayUseRootReserve(ctx)}
 	in.opens++
 	return h
 }
@@ -1124,7 +1127,7 @@ func (fs *FS) openIno(ctx context.Context, ino uint64, flags int, killSUIDGID bo
 		in.killPriv(killSUIDGID, c) // a truncate drops the file capabilities
 		fs.touchInode(in, true)
 	}
-	return fs.open(in, flags), nil
+	return fs.open(ctx, in, flags), nil
 }
 
 func (fs *FS) isOrphan(ino uint64) bool { _, ok := fs.files.orphans[ino]; return ok }
@@ -1286,10 +1289,13 @@ func (fs *FS) write(ctx context.Context, h Handle, off int64, data []byte, write
 	if writeBack && (wbExtendRefused(in, uint64(off)+uint64(len(data))) && len(data) > 0) {
 		return 0, in.wbErr // not past a range already lost (wbspace.go)
 	}
-	if writeBack && need > 0 && !fs.fits(need, true) {
+	// root's write(2), and the write-back of a handle root opened, may
+	// fill the root-reserved share (rootreserve.go)
+	priv := mayUseRootReserve(ctx) || (writeBack && of.root)
+	if writeBack && need > 0 && !fs.fits(need, true, priv) {
 		fs.markWBFull(in) // the reserve is in use: write(2) gets ENOSPC (wbspace.go)
 	}
-	if (need > 0 || reserved == 0) && !fs.fits(need, !writeBack) {
+	if (need > 0 || reserved == 0) && !fs.fits(need, !writeBack, priv) {
 		if writeBack {
 			fs.writeBackFailed(in, errNoSpace)
 		}
@@ -1319,9 +1325,10 @@ func (fs *FS) writeBackFailed(in *inode, err error) {
 
 // fits tells whether need new data blocks (and the node blocks that map
 // them) fit in the space users may fill; withReserve leaves the write-back
-// reserve out of it, as a write(2) or fallocate must (fs.mu held).
-func (fs *FS) fits(need uint64, withReserve bool) bool {
-	limit := fs.sb.UserBlocks
+// reserve out of it, as a write(2) or fallocate must; priv may fill the
+// root-reserved share (fs.mu held).
+func (fs *FS) fits(need uint64, withReserve, priv bool) bool {
+	limit := fs.userLimit(priv)
 	if withReserve {
 		limit -= min(limit, fs.writeReserve())
 	}
@@ -1481,6 +1488,7 @@ func (fs *FS) Readdir(ctx context.Context, ino uint64) (out []DirEntry, err erro
 			out = append(out, DirEntry{Name: e.Name, Ino: e.Ino, Mode: dtMode(e.Type)})
 		}
 	}
+	fs.noteAccess(in) // atime.go: a listing reads the directory
 	return out, nil
 }
 
@@ -1552,7 +1560,12 @@ func (fs *FS) Listxattr(ctx context.Context, ino uint64) (names []string, err er
 }
 
 // Setxattr sets an attribute; XattrCreate/XattrReplace as setxattr(2).
-// Attributes live in the inode block: ENOSPC when they do not fit.
+// Attributes live in the inode block: when the inode's names and values
+// (4 bytes of lengths each, plus the block count, device number and
+// reserved ranges the inode carries) would exceed xattrSpace (3,986 bytes
+// with 4 KiB blocks), a *zerr.NoResourcesError (ENOSPC, as ext4 gives when
+// an inode's attributes fill their block) says how many bytes were asked
+// and how many the block holds.
 func (fs *FS) Setxattr(ctx context.Context, ino uint64, name string, value []byte, flags int) (err error) {
 	o, err := fs.begin(ctx, "setxattr", opWrite)
 	if err != nil {
@@ -1580,8 +1593,8 @@ func (fs *FS) Setxattr(ctx context.Context, ino uint64, name string, value []byt
 		}
 	}
 	total += in.body.extLen()
-	if total+xattrLen(name, value) > xattrSpace(fs.bs) {
-		return syscall.ENOSPC
+	if need := total + xattrLen(name, value); need > xattrSpace(fs.bs) {
+		return &zerr.NoResourcesError{Resource: "extended attribute bytes in the inode block", Requested: uint64(need), Available: uint64(xattrSpace(fs.bs))}
 	}
 	v := append([]byte(nil), value...)
 	if i >= 0 {

@@ -185,7 +185,12 @@ func TestPOSIX(t *testing.T) {
 			require.NoError(t, fs.Setxattr(bg, a.Ino, "user.a", []byte("1"), lfs.XattrCreate))
 			require.ErrorIs(t, fs.Setxattr(bg, a.Ino, "user.a", []byte("x"), lfs.XattrCreate), syscall.EEXIST)
 			require.ErrorIs(t, fs.Setxattr(bg, a.Ino, "user.c", []byte("x"), lfs.XattrReplace), syscall.ENODATA)
-			require.ErrorIs(t, fs.Setxattr(bg, a.Ino, "user.big", make([]byte, 8192), 0), syscall.ENOSPC)
+			err := fs.Setxattr(bg, a.Ino, "user.big", make([]byte, 8192), 0)
+			var nr *zerr.NoResourcesError
+			require.ErrorAs(t, err, &nr, "the xattr limit is a typed error")
+			require.GreaterOrEqual(t, nr.Requested, uint64(4+len("user.big")+8192), "the inode's attributes with the new one")
+			require.Equal(t, uint64(3986), nr.Available, "the room with 4 KiB blocks")
+			require.Equal(t, syscall.ENOSPC, lfs.Errno(err))
 			names, err := fs.Listxattr(bg, a.Ino)
 			require.NoError(t, err)
 			require.Equal(t, []string{"user.a", "user.b"}, names)

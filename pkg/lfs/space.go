@@ -193,7 +193,8 @@ func (fs *FS) reserve(ctx context.Context, in *inode, from, to uint64) error {
 	}
 	old := fs.prealloc[in.ino]
 	if n > old {
-		limit := fs.sb.UserBlocks - min(fs.sb.UserBlocks, fs.writeReserve())
+		limit := fs.userLimit(mayUseRootReserve(ctx))
+		limit -= min(limit, fs.writeReserve())
 		if fs.count.used+(n-old) > limit {
 			return errNoSpace
 		}
@@ -346,21 +347,25 @@ func (fs *FS) preallocHas(in *inode, blk uint64) bool {
 //   - Blocks are the user blocks (the data segments less the reserved
 //     segments and the over-provisioning, fixed by Mkfs), Bfree those no
 //     block, node or reservation holds;
-//   - Bavail is what write(2) can still fill: the free blocks less the
-//     write-back reserve, less the direct nodes that map the data (one per
+//   - Bavail is what write(2) by anyone but root can still fill: the free
+//     blocks less the write-back reserve and the root-reserved share
+//     (rootreserve.go), less the direct nodes that map the data (one per
 //     directEntries blocks) and the slack a write keeps (fits) — so one
-//     file written until ENOSPC takes Bavail blocks;
-//   - Ffree is how many more inodes fit: each takes a node block (and a
-//     share of a dentry block), creation keeps a few blocks of slack, and
-//     the NAT bounds the nodes (MaxNodes); Files is the nodes in use plus
-//     that, so df -i's use is the nodes in use.
+//     file written until ENOSPC takes Bavail blocks (root's, Bavail plus
+//     the share, as on ext4);
+//   - Ffree is how many more inodes anyone but root can create: each
+//     takes a node block (and a share of a dentry block), creation keeps a
+//     few blocks of slack and leaves the root-reserved share, and the NAT
+//     bounds the nodes (MaxNodes); Files is the nodes in use plus that, so
+//     df -i's use is the nodes in use.
 func (fs *FS) statfsLocked() StatfsOut {
 	free := fs.sb.UserBlocks - min(fs.count.used, fs.sb.UserBlocks)
-	avail := free - min(free, fs.writeReserve()+2) // the write-back reserve is not for write(2)
+	open := free - min(free, fs.rootReserve())     // what all callers may fill
+	avail := open - min(open, fs.writeReserve()+2) // the write-back reserve is not for write(2)
 	epd := fs.epd()
 	avail = avail * epd / (epd + 1)
 	nodesFree := fs.sb.MaxNodes - min(fs.count.nodes, fs.sb.MaxNodes)
-	ffree := min(nodesFree, free-min(free, createSlack))
+	ffree := min(nodesFree, open-min(open, createSlack))
 	return StatfsOut{Bsize: uint32(fs.bs), Blocks: fs.sb.UserBlocks, Bfree: free, Bavail: avail,
 		Files: min(fs.count.nodes, fs.sb.MaxNodes) + ffree, Ffree: ffree, NameLen: maxNameLen}
 }

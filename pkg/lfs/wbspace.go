@@ -45,7 +45,7 @@ func (fs *FS) NoSpaceFor(h Handle) error {
 	if of == nil || of.flags&(syscall.O_WRONLY|syscall.O_RDWR) == 0 || !fs.wbFull[of.ino] {
 		return nil
 	}
-	if fs.fits(1, true) {
+	if fs.fits(1, true, of.root) {
 		delete(fs.wbFull, of.ino)
 		return nil
 	}

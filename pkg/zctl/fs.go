@@ -73,6 +73,7 @@ func mkfsCmd(g *Globals) *cobra.Command {
 		ns                     string
 		op, segVZones, maxZone int
 		force                  bool
+		rootPct                float64
 	)
 	c := &cobra.Command{
 		Use:   "mkfs",
@@ -82,7 +83,11 @@ superblock and an empty root directory in a metadata v-zone. A namespace that ho
 a file system (or any data) is refused unless --force, which resets every v-zone.
 
 Segments are v-zones: --segment-vzones is fixed to 1 (lfs maps one segment to one
-v-zone; a v-zone's size is the namespace's --zones-per-vzone times the drives' zone).`,
+v-zone; a v-zone's size is the namespace's --zones-per-vzone times the drives' zone).
+
+--reserved-root-percent keeps a share of the space from everyone but root (ext4's
+mkfs -m): when users have filled the rest, root can still write, open a WAL-mode
+SQLite database, and repair. df counts the share free but not available.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			g.useNS(ns)
@@ -91,6 +96,9 @@ v-zone; a v-zone's size is the namespace's --zones-per-vzone times the drives' z
 			}
 			if op < 1 || op > 50 {
 				return usageErr(fmt.Errorf("--overprovision %d: want a percentage in [1, 50]", op))
+			}
+			if !(rootPct >= 0 && rootPct <= 50) {
+				return usageErr(fmt.Errorf("--reserved-root-percent %g: want a percentage in [0, 50]", rootPct))
 			}
 			ctx := cmd.Context()
 			c, err := g.fsClient(ctx, nil)
@@ -109,7 +117,7 @@ v-zone; a v-zone's size is the namespace's --zones-per-vzone times the drives' z
 					p = g.startProgress(fmt.Sprintf("mkfs %s: resetting v-zones", g.Namespace), int64(len(zones)), Unit{Name: "v-zones"})
 				}
 			}
-			err = lfs.Mkfs(ctx, counting(vol, nil, p), lfs.MkfsOptions{OPPercent: op, Force: force})
+			err = lfs.Mkfs(ctx, counting(vol, nil, p), lfs.MkfsOptions{OPPercent: op, Force: force, ReservedRootPercent: rootPct})
 			p.Done()
 			if err != nil {
 				if errors.Is(err, zerr.ErrAlreadyExists) {
@@ -119,16 +127,17 @@ v-zone; a v-zone's size is the namespace's --zones-per-vzone times the drives' z
 			}
 			geo := vol.Geometry()
 			out := struct {
-				Namespace     string `json:"namespace"`
-				BlockSize     int    `json:"block_size"`
-				SegmentBlocks uint64 `json:"segment_blocks"`
-				Segments      int    `json:"segments"`
-				MaxOpen       int    `json:"max_open_segments"`
-				Overprovision int    `json:"overprovision_percent"`
-			}{g.Namespace, geo.BlockSize, geo.ZoneBlocks, geo.MaxZones, geo.MaxOpen, op}
+				Namespace     string  `json:"namespace"`
+				BlockSize     int     `json:"block_size"`
+				SegmentBlocks uint64  `json:"segment_blocks"`
+				Segments      int     `json:"segments"`
+				MaxOpen       int     `json:"max_open_segments"`
+				Overprovision int     `json:"overprovision_percent"`
+				ReservedRoot  float64 `json:"reserved_root_percent"`
+			}{g.Namespace, geo.BlockSize, geo.ZoneBlocks, geo.MaxZones, geo.MaxOpen, op, rootPct}
 			return g.emit(out, func(w io.Writer) error {
-				_, err := fmt.Fprintf(w, "formatted namespace %s: %d segments (v-zones) of %s, %d open at once, %d %% over-provisioning\n",
-					out.Namespace, out.Segments, bytesHuman(out.SegmentBlocks*uint64(out.BlockSize)), out.MaxOpen, out.Overprovision)
+				_, err := fmt.Fprintf(w, "formatted namespace %s: %d segments (v-zones) of %s, %d open at once, %d %% over-provisioning, %g %% reserved for root\n",
+					out.Namespace, out.Segments, bytesHuman(out.SegmentBlocks*uint64(out.BlockSize)), out.MaxOpen, out.Overprovision, out.ReservedRoot)
 				return err
 			})
 		},
@@ -138,6 +147,7 @@ v-zone; a v-zone's size is the namespace's --zones-per-vzone times the drives' z
 	c.Flags().IntVar(&segVZones, "segment-vzones", 1, "v-zones per segment (only 1 is supported)")
 	c.Flags().IntVar(&maxZone, "max-zones", 0, "v-zones the file system may hold (0: the namespace's share of the cluster); give the same to mount")
 	c.Flags().BoolVar(&force, "force", false, "format even when the namespace holds a file system or data")
+	c.Flags().Float64Var(&rootPct, "reserved-root-percent", lfs.DefaultReservedRootPercent, "percent of the user space only root may fill (ext4's -m; 0: none; a non-zero share is at least 4 MiB so root's recovery fits on small file systems)")
 	return c
 }
 
@@ -271,6 +281,7 @@ type mountOptions struct {
 	cacheBlocks, maxZones         int
 	pgcWorkers                    int
 	ipuFsyncBlocks                int
+	rootPct                       float64
 }
 
 // readyFD is the descriptor a daemonized mount reports readiness on.
@@ -300,6 +311,9 @@ Prometheus metrics (zonefleet_fs_*, zonefleet_client_*) on --metrics-listen.`,
 			}
 			if _, err := lfs.ParseAtime(o.atime); err != nil {
 				return usageErr(fmt.Errorf("--atime %q: want relatime, noatime or strictatime", o.atime))
+			}
+			if o.rootPct != -1 && !(o.rootPct >= 0 && o.rootPct <= 50) {
+				return usageErr(fmt.Errorf("--reserved-root-percent %g: want a percentage in [0, 50], or -1", o.rootPct))
 			}
 			if o.dev && os.Geteuid() != 0 {
 				return usageErr(fmt.Errorf("--dev needs root: device nodes on a mount reach the devices they name"))
@@ -332,6 +346,7 @@ Prometheus metrics (zonefleet_fs_*, zonefleet_client_*) on --metrics-listen.`,
 	f.BoolVar(&o.dev, "dev", false, "allow opening device nodes on the mount (mount option dev; default nodev; root only)")
 	f.BoolVar(&o.readOnly, "read-only", false, "mount read-only (ro): every change is refused with EROFS; the file system still rolls forward at mount")
 	f.StringVar(&o.atime, "atime", "relatime", "when reads update the access time: relatime (when it is not after the last change or is a day old), noatime (never) or strictatime (every read)")
+	f.Float64Var(&o.rootPct, "reserved-root-percent", -1, "override the root-reserved share for this mount, in percent of the user space (-1: as mkfs set it; 0: none)")
 	f.BoolVar(&o.daemon, "daemon", false, "mount, then serve from a background process and return")
 	f.StringVar(&o.logFile, "log", "", "log file of a --daemon mount, opened without following a symbolic link and created 0600 (default: mount-NAMESPACE.log in the state directory, $XDG_STATE_HOME/zonefleet or ~/.local/state/zonefleet)")
 	f.BoolVar(&o.debug, "debug", false, "log every FUSE request")
@@ -492,7 +507,7 @@ func serveMount(sigCtx context.Context, g *Globals, o mountOptions, mounted func
 	}
 	fs, err := lfs.Mount(sigCtx, vol, lfs.Options{Clock: clk, Registry: reg, Mode: mode, CachedWrite: o.cachedWrite,
 		PGCWorkers: o.pgcWorkers, BackgroundGC: o.bgGC, CheckpointEvery: o.cpEvery, CacheBlocks: o.cacheBlocks, RetryDeadline: o.retryDeadline,
-		Atime: lfsAtime, IPUFsyncBlocks: o.ipuFsyncBlocks})
+		Atime: lfsAtime, IPUFsyncBlocks: o.ipuFsyncBlocks, ReservedRootPercent: mountRootPercent(o.rootPct)})
 	if err != nil {
 		return fmt.Errorf("mount %s: %w", g.Namespace, err)
 	}
@@ -844,4 +859,16 @@ func openLog(path string) (*os.File, error) {
 		return nil, err
 	}
 	return f, nil
+}
+
+// mountRootPercent is lfs.Options.ReservedRootPercent for the mount flag:
+// -1 keeps the superblock's share (lfs 0), 0 drops it (lfs negative).
+func mountRootPercent(p float64) float64 {
+	switch {
+	case p < 0:
+		return 0
+	case p == 0:
+		return -1
+	}
+	return p
 }
