@@ -589,7 +589,9 @@ func localMount(ctx context.Context, g *Globals, cl *localcluster.Cluster, ns, d
 	}
 	vol, err := fsvol.New(ctx, c, fsvol.Options{})
 	if err == nil {
-		err = lfs.Mkfs(ctx, vol, lfs.MkfsOptions{})
+		// The same root-reserved share as zctl mkfs's default: a full
+		// file system still lets root recover (a WAL-mode database, fsck).
+		err = lfs.Mkfs(ctx, vol, lfs.MkfsOptions{ReservedRootPercent: lfs.DefaultReservedRootPercent})
 		var ae *zerr.AlreadyExistsError
 		if errors.As(err, &ae) && ae.Kind == "file system" {
 			err = nil
