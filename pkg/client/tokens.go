@@ -15,6 +15,7 @@ import (
 
 	v1 "github.com/zonefleet/zonefleet/api/zonefleet/v1"
 	"github.com/zonefleet/zonefleet/pkg/auth"
+	"github.com/zonefleet/zonefleet/pkg/rpcerr"
 	"github.com/zonefleet/zonefleet/pkg/zerr"
 )
 
@@ -146,10 +147,10 @@ func (r *renewingSource) Token(ctx context.Context) (string, error) {
 		if berr == nil {
 			berr = errors.New("empty token")
 		}
-		return "", status.Error(codes.Unauthenticated, "namespace token: "+berr.Error())
+		return "", unauthenticated("namespace token: " + berr.Error())
 	}
 	if r.refused != nil {
-		return "", status.Error(codes.Unauthenticated, fmt.Sprintf(
+		return "", unauthenticated(fmt.Sprintf(
 			"the namespace token of %q can no longer be renewed: the arbiter refused: %v; give the client a new token (zctl token issue %s --file FILE --force)",
 			r.claims.Subject, r.refused, r.claims.Subject))
 	}
@@ -158,7 +159,7 @@ func (r *renewingSource) Token(ctx context.Context) (string, error) {
 		if r.lastErr != nil {
 			why = "the last renewal failed: " + r.lastErr.Error()
 		}
-		return "", status.Error(codes.Unauthenticated, fmt.Sprintf("the namespace token of %q expired at %s and %s",
+		return "", unauthenticated(fmt.Sprintf("the namespace token of %q expired at %s and %s",
 			r.claims.Subject, r.claims.ExpiresAt.Format(time.RFC3339), why))
 	}
 	return r.tok, nil
@@ -266,4 +267,11 @@ func (r *renewingSource) renewOnce(ctx context.Context, tok string, cl auth.Clai
 	next += time.Duration(rand.Int64N(int64(next/5) + 1))
 	r.log.Warn("namespace token renewal failed; retrying", "namespace", cl.Subject, "expires", cl.ExpiresAt, "retry_in", next, "err", err)
 	return next
+}
+
+// unauthenticated is the error of a token the client cannot present: a typed
+// zerr error as a status (gRPC takes a per-RPC credential's error as the
+// call's status), so the caller's rpcerr.FromError gives it back typed.
+func unauthenticated(reason string) error {
+	return rpcerr.ToError(&zerr.UnauthenticatedError{Reason: reason})
 }

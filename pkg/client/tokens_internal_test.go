@@ -11,6 +11,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	"github.com/zonefleet/zonefleet/pkg/auth"
+	"github.com/zonefleet/zonefleet/pkg/rpcerr"
 	"github.com/zonefleet/zonefleet/pkg/zerr"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
@@ -118,6 +119,7 @@ func TestRenewingSourceSchedule(t *testing.T) {
 	require.Eventually(t, func() bool { return testutil.ToFloat64(r.count.WithLabelValues("refused")) == 1 }, 10*time.Second, time.Millisecond)
 	_, err = r.Token(context.Background())
 	assert.Equal(t, codes.Unauthenticated, status.Code(err))
+	assert.ErrorIs(t, rpcerr.FromError(err), zerr.ErrUnauthenticated, "round-trips through the one error table as a typed error")
 	assert.Contains(t, err.Error(), "can no longer be renewed")
 	assert.Contains(t, err.Error(), "token revoked")
 	mu.Lock()
