@@ -10,6 +10,7 @@ import (
 	"os"
 	"sort"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/zonefleet/zonefleet/pkg/clock"
@@ -123,6 +124,8 @@ type Device struct {
 	failed  error      // a failed file operation made the device read-only
 	gcBusy  []bool     // group -> a collector is moving a victim's data (with d.mu released)
 	gcDone  *sync.Cond // on d.mu: a collector finished
+
+	collecting atomic.Int32 // collections in progress; read without d.mu (tests observe it from file operations)
 }
 
 // Create makes a new, empty device at path (the file must not exist).
@@ -434,7 +437,9 @@ func (d *Device) reclaim(at time.Duration, group int) (time.Duration, error) {
 			return end, &zerr.NoResourcesError{Resource: fmt.Sprintf("reclaimable flash in reclaim group %d", group), Requested: uint64(need), Available: uint64(d.nfree[group])}
 		}
 		d.gcBusy[group] = true
+		d.collecting.Add(1)
 		e, err := d.collect(at, v)
+		d.collecting.Add(-1)
 		d.gcBusy[group] = false
 		d.gcDone.Broadcast()
 		if err != nil {
