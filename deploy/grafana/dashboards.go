@@ -126,6 +126,30 @@ func drives() Dashboard {
 			q(`sum by (node) (rate(zonefleet_node_rebuild_throttled_seconds_total{`+sel("node")+`}`+ri+`))`, "{{node}} throttled s/s")},
 			unit("Bps"), unitOf("C", "short"),
 			desc("Bytes the node's drives read or write for rebuilds (mirror copies and raid5 legs, as source or target) against its --rebuild-rate, and the time rebuild I/O waited for it (per second; several rebuild streams can wait at once)."))),
+		// FDP drives are numbered apart from the zoned drives (fdp0, fdp1,
+		// ...): their panels filter on the node only.
+		row(105, "FDP drives"),
+		pn(panel(21, "timeseries", "FDP WAF (media / host bytes written)", []query{
+			q(`sum by (node, device) (rate(zonefleet_fdp_media_bytes_total{`+sel("node")+`}`+ri+`)) / sum by (node, device) (rate(zonefleet_fdp_host_bytes_total{`+sel("node")+`}`+ri+`))`, "{{node}}/fdp{{device}}"),
+			q(`zonefleet_fdp_write_amplification_ratio{`+sel("node")+`}`, "{{node}}/fdp{{device}} since start")},
+			unit("none"), thresholds(2.0, "orange", 4.0, "red"),
+			desc("Write amplification of the FDP drives over the interval (media bytes written, host writes and GC copies, over host bytes written) and over the drive's life (the statistics log page, zctl fdp stats). Near 1 when placement matches data lifetimes."))),
+		pn(panel(22, "timeseries", "FDP bytes written and erased", []query{
+			q(`sum by (node) (rate(zonefleet_fdp_host_bytes_total{`+sel("node")+`}`+ri+`))`, "{{node}} host written"),
+			q(`sum by (node) (rate(zonefleet_fdp_media_bytes_total{`+sel("node")+`}`+ri+`))`, "{{node}} media written"),
+			q(`sum by (node) (rate(zonefleet_fdp_media_erased_bytes_total{`+sel("node")+`}`+ri+`))`, "{{node}} media erased")},
+			unit("Bps"), desc("The statistics log page as rates: host bytes written, media bytes written (host writes and GC copies), media bytes erased (reclaim units garbage collection freed)."))),
+		pn(panel(23, "timeseries", "FDP garbage collection copies", []query{
+			q(`sum by (node, device) (rate(zonefleet_fdp_gc_copies_total{`+sel("node")+`}`+ri+`))`, "{{node}}/fdp{{device}}")},
+			unit("ops"), desc("Logical blocks the device-side garbage collection moved per second (copyback or read and program); each collection also erases its victim unit (media erased)."))),
+		pn(panel(24, "timeseries", "FDP free reclaim units", []query{
+			q(`zonefleet_fdp_free_reclaim_units{`+sel("node")+`}`, "{{node}}/fdp{{device}} group {{group}}")},
+			unit("short"),
+			desc("Free reclaim units (of the current size) per reclaim group; garbage collection keeps a reserve, so a group at 0 is out of reclaimable flash."))),
+		pn(panel(25, "stat", "FDP drives read-only", []query{
+			q(`max by (node, device) (zonefleet_fdp_read_only{`+sel("node")+`})`, "{{node}}/fdp{{device}}")},
+			unit("none"), thresholds(1.0, "red"),
+			desc("1 when a failed file operation made the drive read-only (every write, trim and flush fails until it is reopened)."))),
 	)
 }
 

@@ -10,6 +10,7 @@ import (
 	"os"
 	"sort"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/zonefleet/zonefleet/pkg/clock"
@@ -22,9 +23,23 @@ import (
 type Option func(*options)
 
 type options struct {
-	fs  vfs.FS
-	log *slog.Logger
+	fs    vfs.FS
+	log   *slog.Logger
+	model *flash.Model
 }
+
+// WithModel books the device's flash operations on m, a timing model
+// shared with another device over the same chips (a zoned drive's: one
+// drive serving zoned and FDP namespaces), instead of a model of its own:
+// host writes, reads, garbage-collection copies and erases then queue
+// behind the other device's operations on each chip and channel, on the
+// host link and in the write cache, and the reverse. m's timings apply
+// (SetConfig on m changes both devices'); m must have the device's chip
+// count, channels and chunk size, and both devices the same clock. The
+// flash blocks stay the device's own (its backing file): the chips'
+// time is shared, their blocks are partitioned. Ignored with the off
+// clock.
+func WithModel(m *flash.Model) Option { return func(o *options) { o.model = m } }
 
 // WithFS sets the file system of the backing files (the operating
 // system's by default).
@@ -123,6 +138,8 @@ type Device struct {
 	failed  error      // a failed file operation made the device read-only
 	gcBusy  []bool     // group -> a collector is moving a victim's data (with d.mu released)
 	gcDone  *sync.Cond // on d.mu: a collector finished
+
+	collecting atomic.Int32 // collections in progress; read without d.mu (tests observe it from file operations)
 }
 
 // Create makes a new, empty device at path (the file must not exist).
@@ -131,6 +148,11 @@ func Create(path string, cfg Config, clk clock.Clock, opts ...Option) (*Device, 
 		return nil, err
 	}
 	o := getOptions(opts)
+	if o.model != nil && clk.Kind() != clock.KindOff {
+		if err := checkSharedModel(o.model, cfg); err != nil {
+			return nil, err
+		}
+	}
 	var uuid [16]byte
 	_, _ = rand.Read(uuid[:])
 	f, err := o.fs.OpenFile(path, os.O_RDWR|os.O_CREATE|os.O_EXCL, 0o600)
@@ -173,7 +195,12 @@ func Open(path string, cfg Config, clk clock.Clock, opts ...Option) (*Device, er
 	g := cfg.geometry()
 	d := &Device{path: path, cfg: cfg, g: g, l: newLayout(g), clk: clk, o: o, ruChips: cfg.RUChips, victim: cfg.Victim}
 	if clk.Kind() != clock.KindOff {
-		d.model = flash.NewModel(cfg.Flash)
+		d.model = o.model
+		if d.model == nil {
+			d.model = flash.NewModel(cfg.Flash)
+		} else if err := checkSharedModel(d.model, cfg); err != nil {
+			return nil, err
+		}
 	}
 	f, err := o.fs.OpenFile(path, os.O_RDWR, 0)
 	if err != nil {
@@ -205,6 +232,18 @@ func getOptions(opts []Option) options {
 		f(&o)
 	}
 	return o
+}
+
+// checkSharedModel refuses a shared timing model whose chips, channels or
+// chunk size differ from cfg's.
+func checkSharedModel(m *flash.Model, cfg Config) error {
+	mg, g := m.Geometry(), cfg.Flash.Geometry()
+	if mg.Chips != g.Chips || mg.Channels != g.Channels || mg.ChunkBlocks != g.ChunkBlocks || mg.BlockSize != g.BlockSize {
+		return &zerr.InvalidArgumentError{Field: "model", Reason: fmt.Sprintf(
+			"shared timing model has %d chips on %d channels, %d-LBA chunks of %d bytes; the device %d chips on %d channels, %d-LBA chunks of %d bytes",
+			mg.Chips, mg.Channels, mg.ChunkBlocks, mg.BlockSize, g.Chips, g.Channels, g.ChunkBlocks, g.BlockSize)}
+	}
+	return nil
 }
 
 func ioErr(op string, err error) error {
@@ -434,7 +473,9 @@ func (d *Device) reclaim(at time.Duration, group int) (time.Duration, error) {
 			return end, &zerr.NoResourcesError{Resource: fmt.Sprintf("reclaimable flash in reclaim group %d", group), Requested: uint64(need), Available: uint64(d.nfree[group])}
 		}
 		d.gcBusy[group] = true
+		d.collecting.Add(1)
 		e, err := d.collect(at, v)
+		d.collecting.Add(-1)
 		d.gcBusy[group] = false
 		d.gcDone.Broadcast()
 		if err != nil {

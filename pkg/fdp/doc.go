@@ -112,16 +112,21 @@
 // # ZNS and FDP on one drive (design)
 //
 // The drive and pkg/zns share the flash geometry, the timing model and the
-// file layer, but each owns its chips today. Serving zoned and FDP
-// namespaces from one drive over one chip pool and one garbage collector
-// takes:
+// file layer. WithModel makes the device book on another device's
+// flash.Model (same chips, channels and chunk size): its reads, programs,
+// GC copies and erases queue behind the other device's operations on each
+// chip and channel, on the host link and in the write cache, and the
+// reverse (the model's resources are CAS-booked FIFOs). The chips' time is
+// then shared; their blocks are not: each device keeps its own backing
+// file and block pool, as a drive that partitions every die's blocks
+// between its namespaces. Serving zoned and FDP namespaces from one drive
+// over one chip pool and one garbage collector takes further:
 //
-//   - One flash.Model per drive, shared: both FTLs book reads, programs,
-//     copybacks and erases on the same chips and channels, so the FDP
-//     collector's copies queue behind zoned I/O and the reverse (the
-//     resources are CAS-booked FIFOs already; pkg/zns books its compaction
-//     piecewise, and the FDP collector would do the same instead of
-//     booking a victim at once).
+//   - The zoned drive's model handed to the FDP device (pkg/zns creates
+//     its own today and keeps it private) on one clock. The FDP collector
+//     books a victim's copies at once, at the collecting write's arrival;
+//     pkg/zns books its compaction piecewise, which would interleave the
+//     two devices' work more finely.
 //   - One block allocator: a chip's flash blocks are handed out to zone
 //     FBGs (whole block groups across d_zone chips) or to reclaim units
 //     (one block per chip) from one free list with erase counts, so wear

@@ -173,6 +173,11 @@ func (m *Model) SetConfig(cfg Config) { cfg = cfg.Resolved(); m.cfg.Store(&cfg) 
 
 func (m *Model) conf() *Config { return m.cfg.Load() }
 
+// Geometry is the geometry the model was built for: another device that
+// books on the same chips (sharing the model) must have its chip count,
+// channels and chunk size.
+func (m *Model) Geometry() Geometry { return m.g }
+
 func (m *Model) dma(nblocks int) time.Duration {
 	return m.conf().DMALatency * time.Duration(nblocks) / time.Duration(m.g.ChunkBlocks)
 }

@@ -158,6 +158,11 @@ type exemptPanel struct {
 
 var exemptPanels = []exemptPanel{
 	{"zonefleet-fs/11", "zonefleet_client_retries_total has a series only after a transient failure; the workload has none (the drills do)"},
+	{"zonefleet-drives/21", "the compose cluster's ssdnodes serve no FDP drive (--fdp-devices 0), so zonefleet_fdp_* has no series"},
+	{"zonefleet-drives/22", "the compose cluster's ssdnodes serve no FDP drive (--fdp-devices 0), so zonefleet_fdp_* has no series"},
+	{"zonefleet-drives/23", "the compose cluster's ssdnodes serve no FDP drive (--fdp-devices 0), so zonefleet_fdp_* has no series"},
+	{"zonefleet-drives/24", "the compose cluster's ssdnodes serve no FDP drive (--fdp-devices 0), so zonefleet_fdp_* has no series"},
+	{"zonefleet-drives/25", "the compose cluster's ssdnodes serve no FDP drive (--fdp-devices 0), so zonefleet_fdp_* has no series"},
 }
 
 func exempt(uid string, id int) (string, bool) {
