@@ -116,6 +116,11 @@ type Config struct {
 	CopybackRatio       float64       `json:"copyback_ratio"`
 	ResetLatency        time.Duration `json:"reset_latency_ns"` // host-visible reset (the erase is lazy)
 	HostLinkBytesPerSec int64         `json:"host_link_bytes_per_sec"`
+	// DuplexLink gives each direction of the host link its own
+	// HostLinkBytesPerSec (PCIe is full duplex): reads' transfers to the
+	// host and writes' from it do not queue behind each other. false (the
+	// default): one link both directions share.
+	DuplexLink bool `json:"duplex_link,omitempty"`
 }
 
 // Defaults is the ZNS+ evaluation drive: 8 channels x 2 ways, MLC, 16 KiB

@@ -212,3 +212,20 @@ func TestReadPriority(t *testing.T) {
 		})
 	}
 }
+
+// TestDuplexLink: a write's transfer queues behind a read's on the shared
+// link (the default) and not on a duplex one.
+func TestDuplexLink(t *testing.T) {
+	for _, duplex := range []bool{false, true} {
+		c := Small()
+		c.HostLinkBytesPerSec = 1_000_000_000
+		c.DuplexLink = duplex
+		m := NewModel(c)
+		require.Equal(t, time.Millisecond, m.Link(0, 1_000_000))
+		want := 2 * time.Millisecond
+		if duplex {
+			want = time.Millisecond
+		}
+		require.Equal(t, want, m.LinkIn(0, 1_000_000), "duplex %v", duplex)
+	}
+}

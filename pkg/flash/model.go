@@ -39,6 +39,7 @@ type Model struct {
 	chips    []resource
 	channels []resource
 	link     resource
+	linkIn   resource // host to device, with Config.DuplexLink
 
 	cacheMu        sync.Mutex
 	cacheUsed      int64
@@ -193,6 +194,19 @@ func (m *Model) Link(at time.Duration, n int) time.Duration {
 	c := m.conf()
 	d := time.Duration(float64(n) / float64(c.HostLinkBytesPerSec) * 1e9)
 	_, end := m.link.reserve(at, d)
+	return end
+}
+
+// LinkIn models a host-to-device transfer of n bytes (a write's data)
+// starting no earlier than at: on the link's own direction with
+// Config.DuplexLink, else as Link.
+func (m *Model) LinkIn(at time.Duration, n int) time.Duration {
+	c := m.conf()
+	if !c.DuplexLink {
+		return m.Link(at, n)
+	}
+	d := time.Duration(float64(n) / float64(c.HostLinkBytesPerSec) * 1e9)
+	_, end := m.linkIn.reserve(at, d)
 	return end
 }
 
