@@ -17,10 +17,17 @@ import (
 // NVMe-deep queue.
 func TestFig29c(t *testing.T) {
 	t.Parallel() // an independent simulation: runs beside the other figures
-	res, err := RunFig29c(context.Background(), t.TempDir(), DefaultFig29c())
+	c := DefaultFig29c()
+	if raceDetector {
+		c.DeepQueueSlots = 0 // the node's slots only: the deep queue's rows are the same but for AC alone
+	}
+	res, err := RunFig29c(context.Background(), t.TempDir(), c)
 	require.NoError(t, err)
 	for _, r := range []*Fig29cResult{res, res.DeepQueue} {
-		require.NotNil(t, r)
+		if r == nil {
+			require.True(t, raceDetector, "the deep queue runs without the race detector")
+			continue
+		}
 		for _, run := range r.Runs {
 			t.Logf("%d slots: %+v", r.Config.QueueSlots, run)
 			require.Positive(t, run.ReaderMBps, run.Mode)
