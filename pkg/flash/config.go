@@ -95,10 +95,17 @@ type Config struct {
 	// drive is created: a model switched to it by SetConfig starts from an
 	// empty view of what is cached.
 	WriteCacheDieBytes int64 `json:"write_cache_die_bytes,omitempty"`
-	IPUBudgetBlocks    int   `json:"ipu_budget_blocks"`  // max valid blocks in the in-place-update region
-	IPURegionBlocks    int   `json:"ipu_region_blocks"`  // size of the SLC region; 0 = 2 x budget
-	CopybackThreshold  int   `json:"copyback_threshold"` // max consecutive copybacks of a page; 0 = unlimited
-	DisableCopyback    bool  `json:"disable_copyback"`   // copy every chunk by read and program (no copyback)
+	// ReadPriority selects the chip's scheduling. false (the default): one
+	// queue per chip, operations in booking order, so a read waits behind
+	// every program booked before it (a die's whole cached backlog). true:
+	// a page read waits for the chip operation in progress when it arrives
+	// (and earlier reads) but goes ahead of the programs queued behind it,
+	// which start later by the read's time (see Model.ReadArray).
+	ReadPriority      bool `json:"read_priority,omitempty"`
+	IPUBudgetBlocks   int  `json:"ipu_budget_blocks"`  // max valid blocks in the in-place-update region
+	IPURegionBlocks   int  `json:"ipu_region_blocks"`  // size of the SLC region; 0 = 2 x budget
+	CopybackThreshold int  `json:"copyback_threshold"` // max consecutive copybacks of a page; 0 = unlimited
+	DisableCopyback   bool `json:"disable_copyback"`   // copy every chunk by read and program (no copyback)
 
 	Media               string        `json:"media"` // TLC | MLC | ZNAND
 	ReadLatency         time.Duration `json:"read_latency_ns"`
@@ -109,6 +116,11 @@ type Config struct {
 	CopybackRatio       float64       `json:"copyback_ratio"`
 	ResetLatency        time.Duration `json:"reset_latency_ns"` // host-visible reset (the erase is lazy)
 	HostLinkBytesPerSec int64         `json:"host_link_bytes_per_sec"`
+	// DuplexLink gives each direction of the host link its own
+	// HostLinkBytesPerSec (PCIe is full duplex): reads' transfers to the
+	// host and writes' from it do not queue behind each other. false (the
+	// default): one link both directions share.
+	DuplexLink bool `json:"duplex_link,omitempty"`
 }
 
 // Defaults is the ZNS+ evaluation drive: 8 channels x 2 ways, MLC, 16 KiB

@@ -174,3 +174,58 @@ func TestValidateBounds(t *testing.T) {
 	c.BlocksPerChip = 1 << 16 // 256 GiB of flash: allowed
 	require.NoError(t, c.Validate())
 }
+
+// TestReadPriority: behind a backlog of queued programs, a read waits for
+// the program in progress only (with ReadPriority) or for the whole backlog
+// (the default FIFO); the programs queued behind the read move by its time.
+func TestReadPriority(t *testing.T) {
+	const progs = 10
+	for _, tc := range []struct {
+		name     string
+		priority bool
+		arrive   func(p time.Duration) time.Duration
+		wantEnd  func(p, r time.Duration) time.Duration
+	}{
+		{"fifo", false, func(time.Duration) time.Duration { return 0 }, func(p, r time.Duration) time.Duration { return progs*p + r }},
+		{"priority at a boundary", true, func(time.Duration) time.Duration { return 0 }, func(p, r time.Duration) time.Duration { return r }},
+		{"priority mid-program", true, func(p time.Duration) time.Duration { return 3*p + p/2 }, func(p, r time.Duration) time.Duration { return 4*p + r }},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			c := Small()
+			c.ReadPriority = tc.priority
+			m := NewModel(c)
+			rc := c.Resolved()
+			p, r := rc.ProgramLatency, rc.ReadLatency
+			for range progs {
+				m.ProgramArray(0, 0)
+			}
+			at := tc.arrive(p)
+			end := m.ReadArray(at, 0)
+			require.Equal(t, tc.wantEnd(p, r), end)
+			next := m.ProgramArray(0, 0)
+			require.Equal(t, (progs+1)*p+r, next, "the chip's busy time is conserved")
+			require.Equal(t, (progs+1)*p+r, m.ChipBusy(0))
+			// a second read arriving while the first is served runs right after it
+			if tc.priority {
+				require.Equal(t, end+r, m.ReadArray(at, 0))
+			}
+		})
+	}
+}
+
+// TestDuplexLink: a write's transfer queues behind a read's on the shared
+// link (the default) and not on a duplex one.
+func TestDuplexLink(t *testing.T) {
+	for _, duplex := range []bool{false, true} {
+		c := Small()
+		c.HostLinkBytesPerSec = 1_000_000_000
+		c.DuplexLink = duplex
+		m := NewModel(c)
+		require.Equal(t, time.Millisecond, m.Link(0, 1_000_000))
+		want := 2 * time.Millisecond
+		if duplex {
+			want = time.Millisecond
+		}
+		require.Equal(t, want, m.LinkIn(0, 1_000_000), "duplex %v", duplex)
+	}
+}

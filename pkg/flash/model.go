@@ -39,6 +39,7 @@ type Model struct {
 	chips    []resource
 	channels []resource
 	link     resource
+	linkIn   resource // host to device, with Config.DuplexLink
 
 	cacheMu        sync.Mutex
 	cacheUsed      int64
@@ -51,6 +52,17 @@ type Model struct {
 	pool      timeline
 	dies      []timeline
 	DieStalls atomic.Int64
+	// Read priority (Config.ReadPriority): each chip's queued work. Under rpMu.
+	rpMu sync.Mutex
+	rp   []rpChip
+}
+
+// rpChip is a chip's queue under read priority. The work other than reads
+// (programs, copybacks, erases, SLC programs) runs back to back from anchor
+// to pfree; reads are served from their arrival, after the operation in
+// progress and earlier reads, up to rfree.
+type rpChip struct {
+	anchor, pfree, rfree time.Duration
 }
 
 // timeline is an occupancy that changes at given times: base (everything
@@ -162,7 +174,7 @@ func NewModel(cfg Config) *Model {
 	cfg = cfg.Resolved()
 	g := cfg.Geometry()
 	m := &Model{g: g, chips: make([]resource, g.Chips), channels: make([]resource, g.Channels),
-		dies: make([]timeline, g.Chips)}
+		dies: make([]timeline, g.Chips), rp: make([]rpChip, g.Chips)}
 	m.cfg.Store(&cfg)
 	return m
 }
@@ -190,11 +202,77 @@ func (m *Model) Link(at time.Duration, n int) time.Duration {
 	return end
 }
 
+// LinkIn models a host-to-device transfer of n bytes (a write's data)
+// starting no earlier than at: on the link's own direction with
+// Config.DuplexLink, else as Link.
+func (m *Model) LinkIn(at time.Duration, n int) time.Duration {
+	c := m.conf()
+	if !c.DuplexLink {
+		return m.Link(at, n)
+	}
+	d := time.Duration(float64(n) / float64(c.HostLinkBytesPerSec) * 1e9)
+	_, end := m.linkIn.reserve(at, d)
+	return end
+}
+
 // ReadArray books a flash page read (array sensing) on chip only; returns
 // when the data is in the chip's page register.
+//
+// With Config.ReadPriority the read waits only for the chip operation in
+// progress at its arrival (or, arriving while earlier reads are queued,
+// runs right after them) and goes ahead of the queued work behind it,
+// which then ends later by the read's time. Work already booked keeps the
+// end it was given (its caller has it); the chip's later bookings start
+// after the added read time, so the chip's busy time is conserved. The
+// queued work is taken to run back to back in ProgramLatency units to find
+// the operation in progress.
 func (m *Model) ReadArray(at time.Duration, chip int) time.Duration {
-	_, r := m.chips[chip].reserve(at, m.conf().ReadLatency)
-	return r
+	if !m.conf().ReadPriority {
+		_, r := m.chips[chip].reserve(at, m.conf().ReadLatency)
+		return r
+	}
+	m.rpMu.Lock()
+	defer m.rpMu.Unlock()
+	c, dur := &m.rp[chip], m.conf().ReadLatency
+	s := max(at, c.rfree)
+	if s >= c.anchor && s < c.pfree {
+		// queued work runs at s: wait for the unit in progress unless it
+		// starts exactly at s (the read arrived before it started)
+		if p := m.conf().ProgramLatency; p > 0 {
+			if ps := c.anchor + (s-c.anchor)/p*p; ps < s {
+				s = min(ps+p, c.pfree)
+			}
+		}
+	}
+	e := s + dur
+	if c.pfree > s { // the queued work behind the read moves by its time
+		c.pfree += dur
+		c.anchor = max(c.anchor+dur, e)
+	}
+	c.rfree = e
+	m.chips[chip].busy.Add(int64(dur))
+	m.chips[chip].free.Store(int64(max(c.pfree, c.rfree)))
+	return e
+}
+
+// chipWork books dur of non-read work (program, copyback, erase) on chip
+// no earlier than at; returns its end.
+func (m *Model) chipWork(at, dur time.Duration, chip int) time.Duration {
+	if !m.conf().ReadPriority {
+		_, e := m.chips[chip].reserve(at, dur)
+		return e
+	}
+	m.rpMu.Lock()
+	defer m.rpMu.Unlock()
+	c := &m.rp[chip]
+	s := max(at, c.pfree, c.rfree)
+	if s > c.pfree { // the chip had no queued work at s: a new run
+		c.anchor = s
+	}
+	c.pfree = s + dur
+	m.chips[chip].busy.Add(int64(dur))
+	m.chips[chip].free.Store(int64(max(c.pfree, c.rfree)))
+	return c.pfree
 }
 
 // Transfer books the DMA of nblocks between chip's page register and the
@@ -207,8 +285,7 @@ func (m *Model) Transfer(at time.Duration, chip, nblocks int) time.Duration {
 // ProgramArray books a page program on chip only (the data is already in
 // the chip's page register); returns its end.
 func (m *Model) ProgramArray(at time.Duration, chip int) time.Duration {
-	_, p := m.chips[chip].reserve(at, m.conf().ProgramLatency)
-	return p
+	return m.chipWork(at, m.conf().ProgramLatency, chip)
 }
 
 // Read models reading nblocks of one page on chip: page read, then DMA on the
@@ -225,8 +302,7 @@ func (m *Model) Program(at time.Duration, chip int) time.Duration {
 // SLCProgram models a program into the SLC in-place-update region of chip.
 func (m *Model) SLCProgram(at time.Duration, chip, nblocks int) time.Duration {
 	_, d := m.channels[chip%m.g.Channels].reserve(at, m.dma(nblocks))
-	_, p := m.chips[chip].reserve(d, m.conf().SLCProgramLatency)
-	return p
+	return m.chipWork(d, m.conf().SLCProgramLatency, chip)
 }
 
 // ReadProgramLatency is the unloaded latency of copying one chunk by read
@@ -253,14 +329,12 @@ func (m *Model) CopybackLatency() time.Duration {
 
 // Copyback models an on-chip page copy: the chip only, no channel.
 func (m *Model) Copyback(at time.Duration, chip int) time.Duration {
-	_, e := m.chips[chip].reserve(at, m.CopybackLatency())
-	return e
+	return m.chipWork(at, m.CopybackLatency(), chip)
 }
 
 // Erase models erasing one block on chip.
 func (m *Model) Erase(at time.Duration, chip int) time.Duration {
-	_, e := m.chips[chip].reserve(at, m.conf().EraseLatency)
-	return e
+	return m.chipWork(at, m.conf().EraseLatency, chip)
 }
 
 // ChipIdle reports whether chip has nothing booked after at.

@@ -580,7 +580,7 @@ func (d *Device) writeTiming(z *zone, off, n uint64, t0 time.Duration, fua, inte
 	cached := !internal && d.conf().WriteCacheBytes > 0
 	ready := t0
 	if !internal {
-		ready = d.model.Link(t0, int(bytes))
+		ready = d.model.LinkIn(t0, int(bytes))
 	}
 	if cached {
 		if d.conf().WriteCacheDieBytes > 0 {

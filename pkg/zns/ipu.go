@@ -241,7 +241,7 @@ func (d *Device) ipuWrite(z *zone, off uint64, data []byte, t0 time.Duration) (I
 	if d.model == nil {
 		return IOResult{}, nil
 	}
-	ready := d.model.Link(t0, len(data))
+	ready := d.model.LinkIn(t0, len(data))
 	done := ready
 	for i := uint64(0); i < n; {
 		k := min(n-i, cb)

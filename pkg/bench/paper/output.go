@@ -44,6 +44,9 @@ type Manifest struct {
 	Clock     string         `json:"clock"`
 	Config    map[string]any `json:"config"`
 	Files     []string       `json:"files"`
+	// Model is the eZNS figures' model choices and their sources (the ZNS+
+	// figure's are under config.zns_plus.calibrations).
+	Model []ModelChoice `json:"ezns_model,omitempty"`
 	// Lines are the table's rows per figure (ours beside the paper's), and
 	// Fidelity the rows with the paper's number: docs/paper-figures.md's
 	// fidelity table is generated from them.
@@ -85,6 +88,12 @@ func (r *Result) WriteOut(dir string, o Options) (*Manifest, error) {
 			return nil, fmt.Errorf("plot %s: %w", id, err)
 		}
 		m.Files = append(m.Files, name)
+	}
+	for _, id := range r.Order {
+		if id != "zns_plus" {
+			m.Model = EZNSModel()
+			break
+		}
 	}
 	m.Lines, m.Fidelity = r.Lines, r.Fidelity()
 	res, err := json.Marshal(r.Figures)

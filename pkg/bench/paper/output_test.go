@@ -46,6 +46,7 @@ func TestOutput(t *testing.T) {
 		Seed    int64                      `json:"seed"`
 		Config  map[string]json.RawMessage `json:"config"`
 		Results map[string]json.RawMessage `json:"results"`
+		Model   []ModelChoice              `json:"ezns_model"`
 	}
 	require.NoError(t, json.Unmarshal(b, &back))
 	require.Equal(t, IDs(), back.Figures)
@@ -54,6 +55,7 @@ func TestOutput(t *testing.T) {
 	require.NoError(t, json.Unmarshal(back.Results["fig26"], &fig26))
 	require.Contains(t, fig26.VZoneOverStatic, "4")
 	require.Contains(t, string(back.Config["fig29b"]), `"regular_width": 8`)
+	require.Equal(t, EZNSModel(), back.Model, "the manifest states the eZNS model's choices")
 }
 
 // Run runs the figures asked for in the registry's order (TestOutput checks
