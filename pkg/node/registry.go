@@ -150,6 +150,8 @@ type Grants struct {
 	// resetWaits counts the calls waiting for a pending reset (a test
 	// waits for a check to block before asserting it has not returned).
 	resetWaits atomic.Int64
+	// drainWaits counts the calls in WaitResets.
+	drainWaits atomic.Int64
 
 	revMu sync.Mutex
 	rev   int64         // etcd revision the cache reflects (every event up to it applied)
@@ -218,6 +220,8 @@ func (g *Grants) revokeLocked(k [2]uint32) {
 // files, which the resets use (a reset that starts after the cancel sees
 // it and returns without touching them).
 func (g *Grants) WaitResets() {
+	g.drainWaits.Add(1)
+	defer g.drainWaits.Add(-1)
 	g.workers.Wait()
 }
 

@@ -119,16 +119,17 @@ func TestWaitResetsWaitsForARunningReset(t *testing.T) {
 
 	waited := make(chan struct{})
 	go func() { g.WaitResets(); close(waited) }()
+	require.Eventually(t, func() bool { return g.drainWaits.Load() == 1 }, 30*time.Second, time.Millisecond)
 	select {
 	case <-waited:
 		t.Fatal("WaitResets returned while a reset was running")
-	case <-time.After(100 * time.Millisecond):
+	default:
 	}
 	close(release)
 	select {
 	case <-waited:
-	case <-time.After(10 * time.Second):
+	case <-time.After(time.Minute): // a hang guard only
 		t.Fatal("WaitResets did not return after the reset finished")
 	}
-	assert.True(t, finished)
+	assert.True(t, finished, "WaitResets returned after the reset")
 }

@@ -135,6 +135,7 @@ func TestGrantsFollowEtcd(t *testing.T) {
 		_, err = cli.Put(ctx, cluster.GrantKey("grant-node", dev, zone), string(v))
 		require.NoError(t, err)
 	}
+	clearGrants(t, cli, "grant-node")
 	put(0, 1, "a") // present before the watch starts
 	_, err := cli.Put(ctx, cluster.GrantsPrefix("grant-node")+"garbage", "{")
 	require.NoError(t, err)
@@ -148,10 +149,10 @@ func TestGrantsFollowEtcd(t *testing.T) {
 	assert.ErrorIs(t, g.Check("", 0, 1), zerr.ErrNotOwner, "no namespace, no access")
 
 	put(0, 2, "b")
-	require.Eventually(t, func() bool { return g.Check("b", 0, 2) == nil }, 5*time.Second, 10*time.Millisecond)
+	require.Eventually(t, func() bool { return g.Check("b", 0, 2) == nil }, 30*time.Second, 10*time.Millisecond)
 	_, err = cli.Delete(ctx, cluster.GrantKey("grant-node", 0, 1))
 	require.NoError(t, err)
-	require.Eventually(t, func() bool { return g.Check("a", 0, 1) != nil }, 5*time.Second, 10*time.Millisecond)
+	require.Eventually(t, func() bool { return g.Check("a", 0, 1) != nil }, 30*time.Second, 10*time.Millisecond)
 	gr, ok := g.Lookup(0, 2)
 	require.True(t, ok)
 	assert.Equal(t, "b", gr.Namespace)
@@ -171,6 +172,7 @@ func TestGrantCheckCatchesUpWithTheWatch(t *testing.T) {
 	cli := etcdClient(t)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
+	clearGrants(t, cli, "catchup")
 	var resets []uint32
 	g, err := WatchGrantsFunc(ctx, cli, "catchup", quiet, func(_, zone uint32) {
 		time.Sleep(50 * time.Millisecond) // a slow reset (the work, not a wait for anything)
@@ -231,9 +233,9 @@ func TestWatchWeights(t *testing.T) {
 	require.NoError(t, WatchWeights(ctx, cli, quiet, w.SetWeight))
 	assert.Equal(t, 4, w.Weight("before"))
 	put("after", 2)
-	require.Eventually(t, func() bool { return w.Weight("after") == 2 }, 5*time.Second, 10*time.Millisecond)
+	require.Eventually(t, func() bool { return w.Weight("after") == 2 }, 30*time.Second, 10*time.Millisecond)
 	_, err = cli.Delete(context.Background(), cluster.NamespaceKey("before"))
 	require.NoError(t, err)
-	require.Eventually(t, func() bool { return w.Weight("before") == 1 }, 5*time.Second, 10*time.Millisecond)
+	require.Eventually(t, func() bool { return w.Weight("before") == 1 }, 30*time.Second, 10*time.Millisecond)
 	assert.Equal(t, 1, w.Weight("garbage"), "a malformed record is ignored")
 }
