@@ -130,6 +130,10 @@ func TestConnectionFloodKeepsServing(t *testing.T) {
 		_ = c.Close()
 	}
 	conns = nil
+	// The flood is gone once the server has seen every close and given
+	// the slots back (its open-connections gauge is down to the victim's).
+	require.Eventually(t, func() bool { return testutil.ToFloat64(d.guards["grpc"].open) == 1 }, 30*time.Second, 5*time.Millisecond,
+		"the server releases the flood's connections")
 	serving(t, d.GRPCAddr(), tc)
 	assert.Equal(t, refused, refusedConns(d, "grpc", "listener"), "no refusal once the flood is gone")
 }
