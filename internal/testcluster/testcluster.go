@@ -25,9 +25,18 @@ import (
 	"github.com/zonefleet/zonefleet/pkg/localcluster"
 )
 
+// LeaseTTL is the arbiters' leadership lease and the nodes' registration
+// lease in a test cluster. A stopped arbiter or node revokes its lease at
+// once, so a test's failover does not wait for it; it only has to outlast
+// the longest stall of a keep-alive on a saturated machine (the race
+// detector, tens of runnable processes on two cores), which a one- or
+// two-second lease does not.
+const LeaseTTL = 10 * time.Second
+
 // Start starts a cluster of cfg and closes it when the test ends. Zero
 // fields take the test defaults: Dir t.TempDir(), Clock "off", Device
-// localcluster.TinyDevice(); the rest take localcluster's defaults.
+// localcluster.TinyDevice(), SessionTTL and NodeLeaseTTL LeaseTTL; the
+// rest take localcluster's defaults.
 func Start(t testing.TB, cfg localcluster.Config) *localcluster.Cluster {
 	t.Helper()
 	if cfg.Dir == "" {
@@ -38,6 +47,12 @@ func Start(t testing.TB, cfg localcluster.Config) *localcluster.Cluster {
 	}
 	if cfg.Device.Channels == 0 {
 		cfg.Device = localcluster.TinyDevice()
+	}
+	if cfg.SessionTTL == 0 {
+		cfg.SessionTTL = LeaseTTL
+	}
+	if cfg.NodeLeaseTTL == 0 {
+		cfg.NodeLeaseTTL = LeaseTTL
 	}
 	c, err := localcluster.Start(context.Background(), cfg)
 	require.NoError(t, err)

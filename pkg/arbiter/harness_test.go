@@ -150,11 +150,17 @@ func newTestCluster(t *testing.T) *testCluster {
 	return tc
 }
 
+// testSessionTTL is the replicas' leadership lease: long enough that no
+// stall of a saturated machine lets a live leader's lease expire between
+// two keep-alives. A graceful stop revokes it at once; a kill leaves it to
+// expire, so a failover after a kill takes about this long.
+const testSessionTTL = 10 * time.Second
+
 // start starts an arbiter replica with its own etcd client.
 func (tc *testCluster) start(addr string) *testArb {
 	tc.t.Helper()
 	reg := prometheus.NewRegistry()
-	cfg := Config{Addr: addr, SessionTTL: time.Second, Now: tc.clock.Now, TReadOnly: time.Minute,
+	cfg := Config{Addr: addr, SessionTTL: testSessionTTL, Now: tc.clock.Now, TReadOnly: time.Minute,
 		ReclaimInterval: -1, RebuildInterval: -1, Registerer: reg, Logger: discardLogger()}
 	if tc.cfg != nil {
 		tc.cfg(&cfg)
@@ -182,7 +188,8 @@ func (ta *testArb) stop() {
 }
 
 // kill stops like a crash: the leadership lease is not revoked and expires
-// after its TTL (about 2 s with the embedded etcd's minimum TTL).
+// after its TTL (testSessionTTL): etcd's expiry, which gives no signal
+// before it happens, is the wait.
 func (ta *testArb) kill() {
 	if ta.srv != nil {
 		ta.srv.Stop()

@@ -55,7 +55,7 @@ func TestRefreshingSource(t *testing.T) {
 		}()
 	}
 	wg.Wait()
-	require.Eventually(t, func() bool { return fetches.Load() == 2 }, 5*time.Second, time.Millisecond, "the refresh starts")
+	require.Eventually(t, func() bool { return fetches.Load() == 2 }, 30*time.Second, time.Millisecond, "the refresh starts")
 	for i := 0; i < 8; i++ {
 		tok, err := src.Token(ctx)
 		require.NoError(t, err)
@@ -64,7 +64,7 @@ func TestRefreshingSource(t *testing.T) {
 	assert.Equal(t, int64(2), fetches.Load(), "exactly one refresh in flight")
 	blocking.Store(false)
 	close(block)
-	require.Eventually(t, func() bool { tok, _ := src.Token(ctx); return tok == "tok-2" }, 5*time.Second, time.Millisecond)
+	require.Eventually(t, func() bool { tok, _ := src.Token(ctx); return tok == "tok-2" }, 30*time.Second, time.Millisecond)
 
 	// Expired and the fetch fails: the caller gets the fetch error.
 	fail.Store(true)

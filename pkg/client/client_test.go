@@ -30,7 +30,7 @@ func startCluster(t *testing.T, nodes, arbiters int) *localcluster.Cluster {
 // startClusterOf is startCluster with drives of configuration dev.
 func startClusterOf(t *testing.T, nodes, arbiters int, dev flash.Config) *localcluster.Cluster {
 	t.Helper()
-	return testcluster.Start(t, localcluster.Config{Nodes: nodes, Arbiters: arbiters, SessionTTL: time.Second, Device: dev})
+	return testcluster.Start(t, localcluster.Config{Nodes: nodes, Arbiters: arbiters, Device: dev})
 }
 
 // newClient is a client of ns (the operator's for "") that watches

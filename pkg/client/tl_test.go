@@ -6,7 +6,6 @@ import (
 	"errors"
 	mrand "math/rand/v2"
 	"testing"
-	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -366,7 +365,7 @@ func TestTLOpenPartlyWritten(t *testing.T) {
 // there at its next TL_open and turned read-only (fio at 75 %).
 func TestTLOpenRefusedByADriveRollsBack(t *testing.T) {
 	// One tenant fills the whole drive: no default share.
-	c := testcluster.Start(t, localcluster.Config{Nodes: 1, Arbiters: 1, SessionTTL: time.Second, MaxShare: 1})
+	c := testcluster.Start(t, localcluster.Config{Nodes: 1, Arbiters: 1, MaxShare: 1})
 	testcluster.CreateNamespace(t, c, &v1.CreateNamespaceRequest{Name: "tlnr", MaxActiveVzones: 8, ZonesPerVzone: 1})
 	cl := newClient(t, c, "tlnr")
 	ctx := context.Background()

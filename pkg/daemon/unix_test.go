@@ -39,7 +39,7 @@ func TestUnixSocketServes(t *testing.T) {
 	require.Eventually(t, func() bool {
 		r, err := hc.Check(ctx, &healthpb.HealthCheckRequest{})
 		return err == nil && r.Status == healthpb.HealthCheckResponse_SERVING
-	}, 5*time.Second, 20*time.Millisecond)
+	}, 30*time.Second, 20*time.Millisecond)
 
 	cancel()
 	require.NoError(t, <-done)

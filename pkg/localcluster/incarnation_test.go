@@ -31,9 +31,11 @@ func TestRecreatedNamespaceRefusesOldTokens(t *testing.T) {
 	create := func() {
 		testcluster.CreateNamespace(t, cl, &v1.CreateNamespaceRequest{Name: "inc", MaxActiveVzones: 2, ZonesPerVzone: 2})
 	}
+	// The tenant's calls must succeed, after retries where a node's
+	// grants watch lags the arbiter: the deadline only bounds a hang.
 	tenant := func(tok string) (*client.Client, error) {
 		return client.New(ctx, client.Config{Arbiters: cl.ArbiterAddrs(), Namespace: "inc", TLS: cl.ClientTLS(),
-			Credentials: auth.StaticToken(tok), RetryDeadline: time.Second})
+			Credentials: auth.StaticToken(tok), RetryDeadline: 30 * time.Second})
 	}
 
 	create()

@@ -71,9 +71,15 @@ type Config struct {
 	TReadOnly time.Duration
 	// MaxShare is the arbiters' default capacity share of a namespace
 	// without a quota (arbiter.Config.MaxShare); 0 keeps the default.
-	MaxShare   float64
-	SessionTTL time.Duration
-	Admission  bool
+	MaxShare float64
+	// SessionTTL is the arbiters' leadership lease (default 2 s) and
+	// NodeLeaseTTL the lease of every node's registration (default 2 s):
+	// a stopped process revokes its lease at once, so only a crash waits
+	// for the TTL, and a process starved for longer than the TTL loses
+	// it. Tests take a generous one (internal/testcluster).
+	SessionTTL   time.Duration
+	NodeLeaseTTL time.Duration
+	Admission    bool
 	// RebuildRate is every node's rebuild share in MiB/s (ssdnode
 	// --rebuild-rate); 0 = node.DefaultRebuildRate. UnlimitedRebuild lifts
 	// the limit (--rebuild-rate 0).
@@ -234,6 +240,9 @@ func Start(ctx context.Context, cfg Config) (*Cluster, error) {
 	}
 	if cfg.SessionTTL <= 0 {
 		cfg.SessionTTL = 2 * time.Second
+	}
+	if cfg.NodeLeaseTTL <= 0 {
+		cfg.NodeLeaseTTL = 2 * time.Second
 	}
 	if cfg.TReadOnly <= 0 {
 		cfg.TReadOnly = 5 * time.Minute
@@ -433,7 +442,7 @@ func (c *Cluster) StartNode(ctx context.Context, i int) error {
 	}
 	o := node.DefaultOptions()
 	o.ID, o.DataDir, o.Devices, o.Device = p.id, filepath.Join(c.cfg.Dir, p.id), c.cfg.Devices, c.cfg.Device
-	o.Clock, o.TimeScale, o.Etcd, o.LeaseTTL = c.cfg.Clock, c.cfg.TimeScale, c.Etcd.Endpoints()[0], 2*time.Second
+	o.Clock, o.TimeScale, o.Etcd, o.LeaseTTL = c.cfg.Clock, c.cfg.TimeScale, c.Etcd.Endpoints()[0], c.cfg.NodeLeaseTTL
 	o.Admission.Enabled = c.cfg.Admission
 	if c.cfg.FDP.Devices > 0 {
 		o.FDP = c.cfg.FDP

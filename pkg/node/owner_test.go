@@ -123,6 +123,7 @@ func startOwnerNodeOn(t *testing.T, id string, cli *clientv3.Client, mem vfs.FS)
 	ctx, cancel := context.WithCancel(context.Background())
 	var svc *Service
 	svcReady := make(chan struct{})
+	clearGrants(t, cli, id)
 	grants, err := WatchGrantsFunc(ctx, cli, id, quiet, func(dev, zone uint32) {
 		<-svcReady
 		svc.ResetRevoked(dev, zone)
@@ -494,7 +495,7 @@ func TestTrustedCopyForTenantKeepsItsData(t *testing.T) {
 	require.Eventually(t, func() bool {
 		zs, err := n.devs[0].ReportZones(zns.StateAny, 2, 1)
 		return err == nil && zs[0].State == zns.StateEmpty
-	}, 5*time.Second, 5*time.Millisecond, "the revocation reset ran")
+	}, 30*time.Second, 5*time.Millisecond, "the revocation reset ran")
 
 	copied := randBlocks(t, 2)
 	_, err = n.client.Write(wire.WithNamespace(asAdmin(), "b"), &v1.WriteRequest{Device: 0, Lba: 2 * 2048, Data: copied})

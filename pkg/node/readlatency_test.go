@@ -65,7 +65,7 @@ func TestReadLatencyIncludesTheSlotWait(t *testing.T) {
 				lat, err := read()
 				got <- answer{lat, err}
 			}()
-			require.Eventually(t, func() bool { return d.wrr.Waiting()["a"] == 1 }, 5*time.Second, time.Millisecond, "the read queues for the slot")
+			require.Eventually(t, func() bool { return d.wrr.Waiting()["a"] == 1 }, 30*time.Second, time.Millisecond, "the read queues for the slot")
 			clk.Advance(wait)
 			d.wrr.Release()
 			a := <-got

@@ -31,6 +31,7 @@ type Registration struct {
 	cancel  context.CancelFunc
 	done    chan struct{}
 	renewed int
+	kept    int // keep-alive responses of the current lease
 }
 
 // Register puts rec under cluster.NodeKey(rec.ID) with a lease of ttl and keeps it alive.
@@ -72,7 +73,7 @@ func (r *Registration) put(ctx context.Context) (<-chan *clientv3.LeaseKeepAlive
 		return nil, &zerr.UnavailableError{What: "etcd", Reason: "lease keep-alive: " + err.Error()}
 	}
 	r.mu.Lock()
-	r.lease = lease.ID
+	r.lease, r.kept = lease.ID, 0
 	r.mu.Unlock()
 	return ka, nil
 }
@@ -81,6 +82,9 @@ func (r *Registration) keepAlive(ctx context.Context, ka <-chan *clientv3.LeaseK
 	defer close(r.done)
 	for {
 		for range ka { // drain renewals until the lease is gone
+			r.mu.Lock()
+			r.kept++
+			r.mu.Unlock()
 		}
 		if ctx.Err() != nil {
 			return
@@ -143,6 +147,11 @@ type Grants struct {
 	onRevoke func(device, zone uint32)
 	resets   map[[2]uint32]*zoneReset // zones whose revocation reset is pending (under mu)
 	workers  sync.WaitGroup           // running reset workers (WaitResets waits for them)
+	// resetWaits counts the calls waiting for a pending reset (a test
+	// waits for a check to block before asserting it has not returned).
+	resetWaits atomic.Int64
+	// drainWaits counts the calls in WaitResets.
+	drainWaits atomic.Int64
 
 	revMu sync.Mutex
 	rev   int64         // etcd revision the cache reflects (every event up to it applied)
@@ -211,6 +220,8 @@ func (g *Grants) revokeLocked(k [2]uint32) {
 // files, which the resets use (a reset that starts after the cancel sees
 // it and returns without touching them).
 func (g *Grants) WaitResets() {
+	g.drainWaits.Add(1)
+	defer g.drainWaits.Add(-1)
 	g.workers.Wait()
 }
 
@@ -238,6 +249,8 @@ func (g *Grants) waitReset(ctx context.Context, k [2]uint32) error {
 	if zr == nil {
 		return nil
 	}
+	g.resetWaits.Add(1)
+	defer g.resetWaits.Add(-1)
 	select {
 	case <-zr.done:
 		return nil

@@ -21,6 +21,7 @@ func TestRevocationResetDoesNotBlockTheWatch(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	const node = "slowreset"
+	clearGrants(t, cli, node)
 	release := make(chan struct{})
 	var mu sync.Mutex
 	var resets []uint32
@@ -68,12 +69,16 @@ func TestRevocationResetDoesNotBlockTheWatch(t *testing.T) {
 	assert.True(t, g.Cached("c", 0, 9))
 	assert.Equal(t, 1, g.PendingResets())
 
+	// The check waits for the reset: once it is parked on it (the point
+	// where it would have returned otherwise), it has not returned.
 	checked := make(chan error, 1)
 	go func() { checked <- g.Check("b", 0, 7) }()
+	require.Eventually(t, func() bool { return g.resetWaits.Load() == 1 }, 30*time.Second, time.Millisecond,
+		"the check waits for the zone's reset")
 	select {
 	case err := <-checked:
 		t.Fatalf("the new owner was admitted before the reset: %v", err)
-	case <-time.After(100 * time.Millisecond):
+	default:
 	}
 	close(release)
 	require.NoError(t, <-checked, "admitted once the reset ran")
@@ -93,6 +98,7 @@ func TestWaitResetsWaitsForARunningReset(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	const node = "waitresets"
+	clearGrants(t, cli, node)
 	started, release := make(chan struct{}), make(chan struct{})
 	var finished bool // written by the reset, read after WaitResets: the race detector checks the ordering
 	g, err := WatchGrantsFunc(ctx, cli, node, quiet, func(_, zone uint32) {
@@ -113,16 +119,17 @@ func TestWaitResetsWaitsForARunningReset(t *testing.T) {
 
 	waited := make(chan struct{})
 	go func() { g.WaitResets(); close(waited) }()
+	require.Eventually(t, func() bool { return g.drainWaits.Load() == 1 }, 30*time.Second, time.Millisecond)
 	select {
 	case <-waited:
 		t.Fatal("WaitResets returned while a reset was running")
-	case <-time.After(100 * time.Millisecond):
+	default:
 	}
 	close(release)
 	select {
 	case <-waited:
-	case <-time.After(10 * time.Second):
+	case <-time.After(time.Minute): // a hang guard only
 		t.Fatal("WaitResets did not return after the reset finished")
 	}
-	assert.True(t, finished)
+	assert.True(t, finished, "WaitResets returned after the reset")
 }

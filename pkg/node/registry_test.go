@@ -50,6 +50,14 @@ func etcdClient(t *testing.T) *clientv3.Client {
 	return cli
 }
 
+// clearGrants deletes the grants of node left by an earlier run of the
+// same test (go test -count=N shares the package's etcd).
+func clearGrants(t *testing.T, cli *clientv3.Client, node string) {
+	t.Helper()
+	_, err := cli.Delete(context.Background(), cluster.GrantsPrefix(node), clientv3.WithPrefix())
+	require.NoError(t, err)
+}
+
 var quiet = slog.New(slog.NewTextHandler(io.Discard, nil))
 
 func testRecord(id string) cluster.NodeRecord {
@@ -62,7 +70,10 @@ func testRecord(id string) cluster.NodeRecord {
 func TestRegistrationLifecycle(t *testing.T) {
 	cli := etcdClient(t)
 	ctx := context.Background()
-	reg, err := Register(ctx, cli, testRecord("reg-1"), time.Second, quiet)
+	// A lease long enough that no stall of a saturated machine lets it
+	// expire between two renewals: the test is the renewals, not etcd's
+	// expiry.
+	reg, err := Register(ctx, cli, testRecord("reg-1"), 10*time.Second, quiet)
 	require.NoError(t, err)
 
 	get := func() (cluster.NodeRecord, bool) {
@@ -79,22 +90,25 @@ func TestRegistrationLifecycle(t *testing.T) {
 	require.True(t, ok)
 	assert.Equal(t, uint32(16), rec.Devices[0].NumZones)
 
-	// The keep-alive holds the record beyond the TTL. Expiry is a wall-time
-	// event of etcd's: wait until an unrenewed lease would have expired
-	// twice over (etcd may grant more than the TTL asked), then ask etcd
-	// for the lease's time left, which it reckons at once, whether or not
-	// its lessor has revoked an expired lease yet.
-	reg.mu.Lock()
-	lease := reg.lease
-	reg.mu.Unlock()
+	// The keep-alive renews the lease: wait for etcd's answers to two
+	// renewals (the first goes out at once, the next a third of the TTL
+	// later); then the same lease is alive and the record still there.
+	kept := func() (clientv3.LeaseID, int) {
+		reg.mu.Lock()
+		defer reg.mu.Unlock()
+		return reg.lease, reg.kept
+	}
+	lease, _ := kept()
+	require.Eventually(t, func() bool { _, n := kept(); return n >= 2 }, 2*time.Minute, 10*time.Millisecond,
+		"the keep-alive renews the lease")
 	ttl, err := cli.TimeToLive(ctx, lease)
 	require.NoError(t, err)
-	time.Sleep(2*time.Duration(ttl.GrantedTTL)*time.Second + 500*time.Millisecond)
-	ttl, err = cli.TimeToLive(ctx, lease)
-	require.NoError(t, err)
-	assert.Positive(t, ttl.TTL, "lease renewed past its TTL")
+	assert.Positive(t, ttl.TTL, "lease renewed")
+	l, _ := kept()
+	assert.Equal(t, lease, l, "the same lease, renewed rather than replaced")
+	assert.Zero(t, reg.Reregistrations())
 	_, ok = get()
-	assert.True(t, ok, "record kept alive past its TTL")
+	assert.True(t, ok, "record kept alive")
 
 	// Losing the lease (as after a partition longer than the TTL) registers again.
 	_, err = cli.Revoke(ctx, lease)
@@ -121,6 +135,7 @@ func TestGrantsFollowEtcd(t *testing.T) {
 		_, err = cli.Put(ctx, cluster.GrantKey("grant-node", dev, zone), string(v))
 		require.NoError(t, err)
 	}
+	clearGrants(t, cli, "grant-node")
 	put(0, 1, "a") // present before the watch starts
 	_, err := cli.Put(ctx, cluster.GrantsPrefix("grant-node")+"garbage", "{")
 	require.NoError(t, err)
@@ -134,10 +149,10 @@ func TestGrantsFollowEtcd(t *testing.T) {
 	assert.ErrorIs(t, g.Check("", 0, 1), zerr.ErrNotOwner, "no namespace, no access")
 
 	put(0, 2, "b")
-	require.Eventually(t, func() bool { return g.Check("b", 0, 2) == nil }, 5*time.Second, 10*time.Millisecond)
+	require.Eventually(t, func() bool { return g.Check("b", 0, 2) == nil }, 30*time.Second, 10*time.Millisecond)
 	_, err = cli.Delete(ctx, cluster.GrantKey("grant-node", 0, 1))
 	require.NoError(t, err)
-	require.Eventually(t, func() bool { return g.Check("a", 0, 1) != nil }, 5*time.Second, 10*time.Millisecond)
+	require.Eventually(t, func() bool { return g.Check("a", 0, 1) != nil }, 30*time.Second, 10*time.Millisecond)
 	gr, ok := g.Lookup(0, 2)
 	require.True(t, ok)
 	assert.Equal(t, "b", gr.Namespace)
@@ -157,6 +172,7 @@ func TestGrantCheckCatchesUpWithTheWatch(t *testing.T) {
 	cli := etcdClient(t)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
+	clearGrants(t, cli, "catchup")
 	var resets []uint32
 	g, err := WatchGrantsFunc(ctx, cli, "catchup", quiet, func(_, zone uint32) {
 		time.Sleep(50 * time.Millisecond) // a slow reset (the work, not a wait for anything)
@@ -217,9 +233,9 @@ func TestWatchWeights(t *testing.T) {
 	require.NoError(t, WatchWeights(ctx, cli, quiet, w.SetWeight))
 	assert.Equal(t, 4, w.Weight("before"))
 	put("after", 2)
-	require.Eventually(t, func() bool { return w.Weight("after") == 2 }, 5*time.Second, 10*time.Millisecond)
+	require.Eventually(t, func() bool { return w.Weight("after") == 2 }, 30*time.Second, 10*time.Millisecond)
 	_, err = cli.Delete(context.Background(), cluster.NamespaceKey("before"))
 	require.NoError(t, err)
-	require.Eventually(t, func() bool { return w.Weight("before") == 1 }, 5*time.Second, 10*time.Millisecond)
+	require.Eventually(t, func() bool { return w.Weight("before") == 1 }, 30*time.Second, 10*time.Millisecond)
 	assert.Equal(t, 1, w.Weight("garbage"), "a malformed record is ignored")
 }

@@ -29,7 +29,7 @@ func TestWRRGrantOrderFollowsWeights(t *testing.T) {
 				granted <- ns
 			}
 		}()
-		require.Eventually(t, func() bool { return w.Waiting()[ns] == before+1 }, 5*time.Second, time.Millisecond)
+		require.Eventually(t, func() bool { return w.Waiting()[ns] == before+1 }, 30*time.Second, time.Millisecond)
 	}
 	for i := 0; i < 6; i++ {
 		enqueue("a")
@@ -54,7 +54,7 @@ func TestWRRCancelledWaiterLeavesNoTrace(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	errc := make(chan error, 1)
 	go func() { errc <- w.Acquire(ctx, "b") }()
-	require.Eventually(t, func() bool { return w.Waiting()["b"] == 1 }, 5*time.Second, time.Millisecond)
+	require.Eventually(t, func() bool { return w.Waiting()["b"] == 1 }, 30*time.Second, time.Millisecond)
 	cancel()
 	require.ErrorIs(t, <-errc, context.Canceled)
 	assert.Empty(t, w.Waiting())

@@ -206,6 +206,10 @@ type Service struct {
 	// an authenticator and without a peer pool (in-process tests).
 	legacyPeers *peers
 	m           *metrics
+	// sealWaits counts the reports waiting for the writes admitted
+	// before a seal (a test waits for a report to block on them before
+	// asserting it has not returned).
+	sealWaits atomic.Int64
 
 	opsMu sync.Mutex
 	ops   map[string]*compactionOp
@@ -943,8 +947,10 @@ func (s *Service) ReportZones(ctx context.Context, req *v1.ReportZonesRequest) (
 					_ = s.grants.Check(ns, d.idx, uint32(z.Index)) // waits for a pending reset
 				}
 				if sealed {
+					s.sealWaits.Add(1)
 					d.zl[z.Index].Lock() // every write holding the zone is done
 					d.zl[z.Index].Unlock()
+					s.sealWaits.Add(-1)
 				}
 				fresh, err := d.dev.ReportZones(zns.StateAny, z.Index, 1)
 				if err != nil || len(fresh) == 0 {

@@ -92,7 +92,9 @@ func startNodeCfg(t *testing.T, id string, withGrants, serverCodec, clientCodec 
 	var svc *Service
 	svcReady := make(chan struct{})
 	if withGrants {
-		grants, err = WatchGrantsFunc(ctx, etcdClient(t), id, quiet, func(dev, zone uint32) {
+		cli := etcdClient(t)
+		clearGrants(t, cli, id)
+		grants, err = WatchGrantsFunc(ctx, cli, id, quiet, func(dev, zone uint32) {
 			<-svcReady
 			svc.ResetRevoked(dev, zone)
 		})
@@ -137,7 +139,7 @@ func grant(t *testing.T, node string, zone uint32, ns string) {
 
 func waitGrant(t *testing.T, n *testNode, zone uint32, ns string) {
 	t.Helper()
-	require.Eventually(t, func() bool { return n.svc.grants.Check(ns, 0, zone) == nil }, 5*time.Second, 5*time.Millisecond)
+	require.Eventually(t, func() bool { return n.svc.grants.Check(ns, 0, zone) == nil }, 30*time.Second, 5*time.Millisecond)
 }
 
 func asNS(ns string) context.Context { return wire.WithNamespace(context.Background(), ns) }
@@ -552,7 +554,7 @@ func TestRevokedGrantResetsTheZone(t *testing.T) {
 	// The arbiter returns the zone to the pool: the node resets it for the next owner.
 	_, err = etcdClient(t).Delete(context.Background(), cluster.GrantKey("revoke", 0, 0))
 	require.NoError(t, err)
-	require.Eventually(t, func() bool { return zoneWP(t, n.client, 0) == 0 }, 5*time.Second, 10*time.Millisecond)
+	require.Eventually(t, func() bool { return zoneWP(t, n.client, 0) == 0 }, 30*time.Second, 10*time.Millisecond)
 	grant(t, "revoke", 0, "b")
 	waitGrant(t, n, 0, "b")
 	_, err = n.client.Write(asNS("b"), &v1.WriteRequest{Lba: 0, Data: randBlocks(t, 1)})
@@ -587,7 +589,7 @@ func TestRevocationIsOrderedWithIO(t *testing.T) {
 	require.NoError(t, err)
 	_, err = etcdClient(t).Delete(context.Background(), cluster.GrantKey("order", 0, 1))
 	require.NoError(t, err)
-	require.Eventually(t, func() bool { return !n.svc.grants.Cached("a", 0, 1) }, 5*time.Second, 5*time.Millisecond)
+	require.Eventually(t, func() bool { return !n.svc.grants.Cached("a", 0, 1) }, 30*time.Second, 5*time.Millisecond)
 	// The reset is waiting for the zone's write lock: a writer waiting on a
 	// sync.RWMutex makes TryRLock fail. Only then can the zone's write
 	// pointer tell that the reset waited.
@@ -600,7 +602,7 @@ func TestRevocationIsOrderedWithIO(t *testing.T) {
 	}, time.Minute, time.Millisecond, "the revocation's reset reaches the zone lock")
 	assert.Equal(t, uint64(2056), zoneWP(t, n.client, 1), "the reset waits for the I/O in flight")
 	unlock()
-	require.Eventually(t, func() bool { return zoneWP(t, n.client, 1) == 2048 }, 5*time.Second, 5*time.Millisecond, "then the zone is reset")
+	require.Eventually(t, func() bool { return zoneWP(t, n.client, 1) == 2048 }, 30*time.Second, 5*time.Millisecond, "then the zone is reset")
 
 	_, err = n.svc.hold(ctx, d, 2048, 8)
 	assert.ErrorIs(t, err, zerr.ErrNotOwner)

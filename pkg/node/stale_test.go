@@ -47,7 +47,7 @@ func TestStaleLayoutIsRefused(t *testing.T) {
 	r2 := put(9)
 	require.Greater(t, r2, r1)
 	waitGrant(t, n, 2, "a")
-	require.Eventually(t, func() bool { return zoneWP(t, n.client, 2) == start }, 5*time.Second, 5*time.Millisecond, "the revocation reset the zone")
+	require.Eventually(t, func() bool { return zoneWP(t, n.client, 2) == start }, 30*time.Second, 5*time.Millisecond, "the revocation reset the zone")
 
 	tests := []struct {
 		name string
@@ -102,7 +102,7 @@ func TestSealedZoneRefusesWrites(t *testing.T) {
 	require.NoError(t, err)
 
 	rev := put(true)
-	require.Eventually(t, func() bool { return n.svc.grants.Sealed(0, 3) }, 5*time.Second, 5*time.Millisecond)
+	require.Eventually(t, func() bool { return n.svc.grants.Sealed(0, 3) }, 30*time.Second, 5*time.Millisecond)
 	_, err = n.client.Write(asNS("a"), &v1.WriteRequest{Lba: start + 2, Data: randBlocks(t, 1)})
 	require.ErrorIs(t, err, zerr.ErrUnavailable)
 	assert.Contains(t, err.Error(), "sealed")
@@ -116,7 +116,7 @@ func TestSealedZoneRefusesWrites(t *testing.T) {
 	// A write admitted before the seal (it holds the zone): the arbiter's
 	// report at the seal's revision waits for it.
 	put(false)
-	require.Eventually(t, func() bool { return !n.svc.grants.Sealed(0, 3) }, 5*time.Second, 5*time.Millisecond)
+	require.Eventually(t, func() bool { return !n.svc.grants.Sealed(0, 3) }, 30*time.Second, 5*time.Millisecond)
 	d := n.svc.devs[0]
 	unlock, err := n.svc.holdWrite(asNSIncoming("a"), d, start+2, 1)
 	require.NoError(t, err)
@@ -126,16 +126,20 @@ func TestSealedZoneRefusesWrites(t *testing.T) {
 		_, err := n.client.ReportZones(wire.WithMinRevision(wire.WithNamespace(asAdmin(), "a"), rev), &v1.ReportZonesRequest{StartZone: 3, MaxZones: 1})
 		reported <- err
 	}()
+	// Once the report waits on the zone (the point where it would have
+	// answered otherwise), it has not answered.
+	require.Eventually(t, func() bool { return n.svc.sealWaits.Load() == 1 }, 30*time.Second, time.Millisecond,
+		"the report waits for the write admitted before the seal")
 	select {
 	case err := <-reported:
 		t.Fatalf("the report did not wait for the write admitted before the seal: %v", err)
-	case <-time.After(150 * time.Millisecond):
+	default:
 	}
 	unlock()
 	require.NoError(t, <-reported)
 
 	put(false)
-	require.Eventually(t, func() bool { return !n.svc.grants.Sealed(0, 3) }, 5*time.Second, 5*time.Millisecond)
+	require.Eventually(t, func() bool { return !n.svc.grants.Sealed(0, 3) }, 30*time.Second, 5*time.Millisecond)
 	_, err = n.client.Write(asNS("a"), &v1.WriteRequest{Lba: start + 2, Data: randBlocks(t, 1)})
 	require.NoError(t, err, "unsealed: the writes go on where they were")
 	assert.Contains(t, scrape(t, n.http), "zonefleet_node_sealed_zone_refused_total 2")

@@ -94,8 +94,8 @@ func start(t *testing.T, name string, args ...string) *proc {
 	case <-serving:
 	case err := <-p.done:
 		t.Fatalf("%s exited before serving (%v); log:\n%s", name, err, p.logs.String())
-	case <-time.After(30 * time.Second):
-		t.Fatalf("%s did not log 'serving' within 30s; log:\n%s", name, p.logs.String())
+	case <-time.After(2 * time.Minute): // a hang guard only: a start takes about a second
+		t.Fatalf("%s did not log 'serving' within 2 min; log:\n%s", name, p.logs.String())
 	}
 	return p
 }
@@ -118,12 +118,12 @@ func TestServerBinaries(t *testing.T) {
 			conn, err := grpc.NewClient(p.grpcAddr, grpc.WithTransportCredentials(insecure.NewCredentials()))
 			require.NoError(t, err)
 			defer conn.Close()
-			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			ctx, cancel := context.WithTimeout(context.Background(), time.Minute) // a hang guard only
 			defer cancel()
 			require.Eventually(t, func() bool {
 				resp, err := healthpb.NewHealthClient(conn).Check(ctx, &healthpb.HealthCheckRequest{})
 				return err == nil && resp.GetStatus() == healthpb.HealthCheckResponse_SERVING
-			}, 10*time.Second, 50*time.Millisecond, "gRPC health must report SERVING")
+			}, 60*time.Second, 50*time.Millisecond, "gRPC health must report SERVING")
 
 			body := httpGet(t, "http://"+p.httpAddr+"/metrics")
 			assert.Contains(t, body, "zonefleet_build_info{")
@@ -134,8 +134,8 @@ func TestServerBinaries(t *testing.T) {
 			select {
 			case err := <-p.done:
 				require.NoError(t, err, "exit status after SIGTERM; log:\n%s", p.logs.String())
-			case <-time.After(5 * time.Second):
-				t.Fatalf("%s did not exit within 5s of SIGTERM", name)
+			case <-time.After(time.Minute): // a hang guard only: the exit takes well under a second
+				t.Fatalf("%s did not exit within a minute of SIGTERM", name)
 			}
 		})
 	}

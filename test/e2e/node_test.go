@@ -129,7 +129,7 @@ func TestNodeRegistersAndUnregisters(t *testing.T) {
 	require.NoError(t, err)
 	defer cli.Close()
 
-	args := append([]string{"--id=e2e-node", "--data=" + t.TempDir(), "--etcd-endpoints=" + etcd.Endpoints()[0], "--lease-ttl=2s", "--clock=off"}, smallDrive...)
+	args := append([]string{"--id=e2e-node", "--data=" + t.TempDir(), "--etcd-endpoints=" + etcd.Endpoints()[0], "--lease-ttl=10s", "--clock=off"}, smallDrive...)
 	p := start(t, "ssdnode", args...)
 	ctx := context.Background()
 	var rec cluster.NodeRecord
@@ -140,7 +140,7 @@ func TestNodeRegistersAndUnregisters(t *testing.T) {
 		}
 		rec, err = cluster.DecodeNode(string(resp.Kvs[0].Key), resp.Kvs[0].Value)
 		return err == nil
-	}, 10*time.Second, 20*time.Millisecond)
+	}, 60*time.Second, 20*time.Millisecond)
 	assert.Equal(t, p.grpcAddr, rec.Addr)
 	require.Len(t, rec.Devices, 1)
 	assert.Equal(t, uint32(4), rec.Devices[0].FCGs)

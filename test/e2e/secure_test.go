@@ -57,7 +57,7 @@ func TestSecureServerBinaries(t *testing.T) {
 
 	t.Run("TLS and authentication", func(t *testing.T) {
 		p := start(t, "ssdnode", append(node("--pki-dir="+pkiDir), "--http-listen=127.0.0.1:0")...)
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute) // a hang guard for the calls below
 		defer cancel()
 		b, err := auth.Load(auth.DirFiles(pkiDir, pki.Role{Kind: pki.RoleAdmin}, false, true))
 		require.NoError(t, err)

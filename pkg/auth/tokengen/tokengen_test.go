@@ -42,7 +42,7 @@ func TestBumpFollowRevoke(t *testing.T) {
 	g, err = Bump(ctx, cli, "a")
 	require.NoError(t, err)
 	assert.Equal(t, uint64(2), g)
-	require.Eventually(t, func() bool { return tab.Revoked("a", 1) != nil }, 5*time.Second, 5*time.Millisecond, "the watch delivers the bump")
+	require.Eventually(t, func() bool { return tab.Revoked("a", 1) != nil }, 30*time.Second, 5*time.Millisecond, "the watch delivers the bump")
 	assert.NoError(t, tab.Revoked("a", 2))
 
 	cur, rev, err := Current(ctx, cli, "a")
