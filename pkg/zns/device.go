@@ -863,6 +863,13 @@ func (d *Device) Drained() time.Duration {
 // Clock is the device's clock.
 func (d *Device) Clock() clock.Clock { return d.clk }
 
+// Model is the device's flash timing model (nil with the off clock): its
+// chips, channels, host link and write cache in time. Another device over
+// the same chips books its operations on it (fdp.WithModel), so that the
+// two contend for the chips as namespaces of one drive do; the zoned
+// device's own bookings do not change.
+func (d *Device) Model() *flash.Model { return d.model }
+
 // Identify describes the device.
 func (d *Device) Identify() Identify {
 	c := d.conf()
