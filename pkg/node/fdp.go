@@ -19,6 +19,7 @@ import (
 	"github.com/zonefleet/zonefleet/pkg/fdp"
 	"github.com/zonefleet/zonefleet/pkg/flash"
 	"github.com/zonefleet/zonefleet/pkg/zerr"
+	"github.com/zonefleet/zonefleet/pkg/zns"
 )
 
 // FDPService serves a node's FDP drives (pkg/fdp) as the FDP gRPC
@@ -328,6 +329,14 @@ type FDPOptions struct {
 	RUChips       int
 	OverProvision float64
 	Victim        string
+	// OnZoned (--fdp-on-zoned): FDP drive i books its reads, writes,
+	// garbage-collection copies and erases on the flash timing model of
+	// zoned drive i (fdp.WithModel), as an FDP namespace beside zoned ones
+	// on one drive: they contend for its chips, channels, host link and
+	// write cache. The flash blocks and the collector stay each drive's
+	// own. Needs a zoned drive per FDP drive, of the same chips, channels
+	// and chunk size.
+	OnZoned bool
 }
 
 // DefaultFDPOptions: no FDP drive; when enabled, one reclaim group, four
@@ -342,6 +351,7 @@ func AddFDPFlags(fs interface {
 	StringSliceVar(*[]string, string, []string, string)
 	Float64Var(*float64, string, float64, string)
 	StringVar(*string, string, string, string)
+	BoolVar(*bool, string, bool, string)
 }, o *FDPOptions) {
 	fs.IntVar(&o.Devices, "fdp-devices", o.Devices, "number of emulated FDP (flexible data placement) drives, served by the FDP service (0 = none)")
 	fs.StringSliceVar(&o.Handles, "fdp-handles", o.Handles, "FDP reclaim unit handles: ii (initially isolated) or pi (persistently isolated), one per handle")
@@ -349,6 +359,7 @@ func AddFDPFlags(fs interface {
 	fs.IntVar(&o.RUChips, "fdp-ru-chips", o.RUChips, "FDP reclaim unit size in chips, one flash block each (0 = the whole reclaim group)")
 	fs.Float64Var(&o.OverProvision, "fdp-over-provision", o.OverProvision, "fraction of an FDP drive's flash not exposed as LBAs")
 	fs.StringVar(&o.Victim, "fdp-victim", o.Victim, "FDP garbage collection victim policy: greedy or cost-benefit")
+	fs.BoolVar(&o.OnZoned, "fdp-on-zoned", o.OnZoned, "FDP drive N shares the chips' timing (chips, channels, host link, write cache) of zoned drive N, so that its I/O and garbage collection contend with the zoned I/O; blocks stay separate")
 }
 
 // FDPConfig is the drive configuration of o on the flash config f.
@@ -374,8 +385,18 @@ func FDPDevicePath(dataDir string, i int) string {
 	return filepath.Join(dataDir, fmt.Sprintf("fdp%d.fdp", i))
 }
 
-// OpenFDPDevices opens (or on first start creates) the node's FDP drives.
+// OpenFDPDevices opens (or on first start creates) the node's FDP drives,
+// each on a timing model of its own (without o.FDP.OnZoned).
 func OpenFDPDevices(o Options, clk clock.Clock) ([]*fdp.Device, error) {
+	return OpenFDPDevicesBeside(o, clk, nil)
+}
+
+// OpenFDPDevicesBeside opens (or on first start creates) the node's FDP
+// drives; with o.FDP.OnZoned, drive i books on the timing model of
+// zoned[i] (zns.Device.Model), on that drive's clock. A missing zoned
+// drive, or one whose chips, channels or chunk size differ from the FDP
+// drives', is refused before any FDP drive opens.
+func OpenFDPDevicesBeside(o Options, clk clock.Clock, zoned []*zns.Device) ([]*fdp.Device, error) {
 	if o.FDP.Devices <= 0 {
 		return nil, nil
 	}
@@ -383,15 +404,27 @@ func OpenFDPDevices(o Options, clk clock.Clock) ([]*fdp.Device, error) {
 	if err != nil {
 		return nil, err
 	}
+	if o.FDP.OnZoned {
+		if err := checkFDPOnZoned(o.FDP.Devices, cfg.Flash.Geometry(), zoned); err != nil {
+			return nil, err
+		}
+	}
 	if err := os.MkdirAll(o.DataDir, 0o755); err != nil {
 		return nil, fmt.Errorf("data directory: %w", err)
 	}
 	var devs []*fdp.Device
 	for i := range o.FDP.Devices {
 		path := FDPDevicePath(o.DataDir, i)
-		d, err := fdp.Open(path, cfg, clk)
+		dclk, opts := clk, []fdp.Option(nil)
+		if o.FDP.OnZoned {
+			dclk = zoned[i].Clock()
+			if m := zoned[i].Model(); m != nil { // nil with the off clock: nothing is timed
+				opts = append(opts, fdp.WithModel(m))
+			}
+		}
+		d, err := fdp.Open(path, cfg, dclk, opts...)
 		if errors.Is(err, zerr.ErrNotFound) {
-			d, err = fdp.Create(path, cfg, clk)
+			d, err = fdp.Create(path, cfg, dclk, opts...)
 		}
 		if err != nil {
 			for _, d := range devs {
@@ -404,12 +437,40 @@ func OpenFDPDevices(o Options, clk clock.Clock) ([]*fdp.Device, error) {
 	return devs, nil
 }
 
+// checkFDPOnZoned refuses --fdp-on-zoned when an FDP drive has no zoned
+// drive of the same index or its zoned drive's chips, channels, chunk or
+// LBA size differ from g (a model's bookings are per chip and chunk).
+func checkFDPOnZoned(n int, g flash.Geometry, zoned []*zns.Device) error {
+	if n > len(zoned) {
+		return &zerr.InvalidArgumentError{Field: "fdp-on-zoned", Reason: fmt.Sprintf(
+			"%d FDP drives but %d zoned drives: FDP drive N shares the timing of zoned drive N (raise --devices or lower --fdp-devices)", n, len(zoned))}
+	}
+	for i := range n {
+		zg := zoned[i].Geometry()
+		for _, f := range []struct {
+			name       string
+			have, want int
+		}{
+			{"chips", zg.Chips, g.Chips},
+			{"channels", zg.Channels, g.Channels},
+			{"page_size", zg.PageSize, g.PageSize},
+			{"block_size", zg.BlockSize, g.BlockSize},
+		} {
+			if f.have != f.want {
+				return &zerr.GeometryMismatchError{Field: fmt.Sprintf("%s of zoned drive %d (--fdp-on-zoned)", f.name, i),
+					Have: strconv.Itoa(f.have), Want: strconv.Itoa(f.want)}
+			}
+		}
+	}
+	return nil
+}
+
 // serveFDP opens the FDP drives, registers their service and metrics on
 // d, admits tenants to their grants when cli is set (followed until ctx
 // ends), and returns the service (nil without drives) and what closes the
 // drives.
-func serveFDP(ctx context.Context, d *daemon.Daemon, o Options, clk clock.Clock, svc *Service, cli *clientv3.Client, log *slog.Logger) (*FDPService, func(), error) {
-	devs, err := OpenFDPDevices(o, clk)
+func serveFDP(ctx context.Context, d *daemon.Daemon, o Options, clk clock.Clock, zoned []*zns.Device, svc *Service, cli *clientv3.Client, log *slog.Logger) (*FDPService, func(), error) {
+	devs, err := OpenFDPDevicesBeside(o, clk, zoned)
 	if err != nil || len(devs) == 0 {
 		return nil, func() {}, err
 	}
@@ -429,7 +490,7 @@ func serveFDP(ctx context.Context, d *daemon.Daemon, o Options, clk clock.Clock,
 		}
 	}
 	RegisterFDP(d, f)
-	log.Info("fdp drives", "devices", len(devs))
+	log.Info("fdp drives", "devices", len(devs), "on_zoned", o.FDP.OnZoned)
 	return f, func() {
 		for i, dv := range devs {
 			if err := dv.Close(); err != nil {

@@ -281,7 +281,7 @@ func Run(ctx context.Context, d *daemon.Daemon, o Options, log *slog.Logger) err
 		return err
 	}
 	RegisterGRPC(d, svc) // on the unix socket too (daemon.Config.UnixSocket)
-	fdpSvc, closeFDP, err := serveFDP(gctx, d, o, clk, svc, cli, log)
+	fdpSvc, closeFDP, err := serveFDP(gctx, d, o, clk, devs, svc, cli, log)
 	if err != nil {
 		return err
 	}
