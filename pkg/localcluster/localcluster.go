@@ -94,7 +94,9 @@ type Config struct {
 	TCPOnly bool
 	Logger  *slog.Logger
 	// FDP are every node's FDP drives (ssdnode --fdp-*); the zero value
-	// (FDP.Devices 0) serves none.
+	// (FDP.Devices 0) serves none. FDP.OnZoned (--fdp-on-zoned) books each
+	// on the timing model of the node's zoned drive of its index, so
+	// FDP.Devices must not exceed Devices.
 	FDP node.FDPOptions
 }
 
