@@ -122,8 +122,8 @@
 // between its namespaces. Serving zoned and FDP namespaces from one drive
 // over one chip pool and one garbage collector takes further:
 //
-//   - The zoned drive's model handed to the FDP device (pkg/zns creates
-//     its own today and keeps it private) on one clock. The FDP collector
+//   - The zoned drive's model handed to the FDP device on one clock: done
+//     by the node's --fdp-on-zoned (zns.Device.Model). The FDP collector
 //     books a victim's copies at once, at the collecting write's arrival;
 //     pkg/zns books its compaction piecewise, which would interleave the
 //     two devices' work more finely.
