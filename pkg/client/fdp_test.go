@@ -3,6 +3,7 @@ package client_test
 import (
 	"bytes"
 	"context"
+	"errors"
 	"testing"
 	"time"
 
@@ -116,8 +117,12 @@ func TestFDPNamespaceQuotaAndIsolation(t *testing.T) {
 
 	// a's range, deleted, comes back trimmed to the next tenant there
 	require.NoError(t, adm.Namespaces().Delete(ctx, "a", false))
-	_, err = fa.Read(ctx, 0, 1)
-	assert.ErrorIs(t, err, zerr.ErrUnauthenticated, "a deleted namespace's tokens are revoked")
+	// The node learns of the revocation through its etcd watch: wait for
+	// it (the bound only guards against a hang).
+	require.Eventually(t, func() bool {
+		_, err := fa.Read(ctx, 0, 1)
+		return errors.Is(err, zerr.ErrUnauthenticated)
+	}, time.Minute, 10*time.Millisecond, "a deleted namespace's tokens are revoked")
 	createFDP(t, c, "d", 64*bs, 2)
 	fd, err := testcluster.Client(t, c, "d").OpenFDP(ctx)
 	require.NoError(t, err)
