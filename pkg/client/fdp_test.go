@@ -5,7 +5,6 @@ import (
 	"context"
 	"errors"
 	"testing"
-	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -19,11 +18,13 @@ import (
 )
 
 // fdpClusterConfig is two nodes, each with one FDP drive of four handles
-// (two persistently isolated) beside its zoned drive.
+// (two persistently isolated) beside its zoned drive. Its one arbiter is
+// never stopped, and a node stops gracefully: the leases keep the
+// harness's TTLs.
 func fdpClusterConfig() localcluster.Config {
 	f := node.DefaultFDPOptions()
 	f.Devices, f.Handles, f.RUChips, f.OverProvision = 1, []string{"ii", "ii", "pi", "pi"}, 1, 0.3
-	return localcluster.Config{Nodes: 2, Arbiters: 1, SessionTTL: time.Second, FDP: f}
+	return localcluster.Config{Nodes: 2, Arbiters: 1, FDP: f}
 }
 
 func createFDP(t *testing.T, c *localcluster.Cluster, name string, bytes uint64, handles uint32) {

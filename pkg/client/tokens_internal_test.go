@@ -17,23 +17,95 @@ import (
 	"google.golang.org/grpc/status"
 )
 
-// fakeWall is a wall clock that moves only when the renewal loop waits.
+// fakeWall is a wall clock that the test steps. The renewal loop's wait
+// (after) parks until step moves the clock by that wait and fires it; step
+// returns once the loop waits again, so all the loop did at the new time
+// (renewal attempts included) is complete when the test looks.
 type fakeWall struct {
-	mu    sync.Mutex
-	t     time.Time
-	waits []time.Duration
+	mu      sync.Mutex
+	t       time.Time
+	waits   []time.Duration // the waits stepped through
+	pending *parkedWait     // the loop's latest wait, not yet stepped
+	parked  chan struct{}   // cap 1: the loop parked a wait
+}
+
+type parkedWait struct {
+	d    time.Duration
+	fire chan time.Time // cap 1
+}
+
+func newFakeWall(t0 time.Time) *fakeWall {
+	return &fakeWall{t: t0, parked: make(chan struct{}, 1)}
 }
 
 func (f *fakeWall) now() time.Time { f.mu.Lock(); defer f.mu.Unlock(); return f.t }
+
+// after is the loop's wait. A wait the loop left for another event (its
+// wake channel) is replaced by its next one.
 func (f *fakeWall) after(d time.Duration) <-chan time.Time {
-	time.Sleep(time.Millisecond) // let the test look between steps
+	w := &parkedWait{d: d, fire: make(chan time.Time, 1)}
 	f.mu.Lock()
-	f.t = f.t.Add(d)
-	f.waits = append(f.waits, d)
+	f.pending = w
 	f.mu.Unlock()
-	ch := make(chan time.Time, 1)
-	ch <- f.t
-	return ch
+	select {
+	case f.parked <- struct{}{}:
+	default:
+	}
+	return w.fire
+}
+
+// take waits until the loop parks a wait and takes it. The bound only
+// turns a loop that never waits again into a failure.
+func (f *fakeWall) take(t *testing.T) *parkedWait {
+	t.Helper()
+	for {
+		f.mu.Lock()
+		w := f.pending
+		f.pending = nil
+		f.mu.Unlock()
+		if w != nil {
+			return w
+		}
+		select {
+		case <-f.parked:
+		case <-time.After(time.Minute):
+			require.FailNow(t, "the renewal loop does not wait")
+		}
+	}
+}
+
+// step moves the clock by the loop's wait, fires it, and returns once the
+// loop waits again.
+func (f *fakeWall) step(t *testing.T) {
+	t.Helper()
+	w := f.take(t)
+	f.mu.Lock()
+	f.t = f.t.Add(w.d)
+	f.waits = append(f.waits, w.d)
+	now := f.t
+	f.mu.Unlock()
+	w.fire <- now
+	f.await(t)
+}
+
+// await returns once the loop waits (without taking the wait).
+func (f *fakeWall) await(t *testing.T) {
+	t.Helper()
+	w := f.take(t)
+	f.mu.Lock()
+	if f.pending == nil {
+		f.pending = w
+	}
+	f.mu.Unlock()
+}
+
+// stepUntil steps until cond holds, at most max steps.
+func (f *fakeWall) stepUntil(t *testing.T, max int, cond func() bool, msg string) {
+	t.Helper()
+	for i := 0; !cond(); i++ {
+		require.Less(t, i, max, "after %d steps of the fake wall clock: %s", i, msg)
+		f.step(t)
+	}
 }
 
 type swapToken struct {
@@ -54,7 +126,7 @@ func (s *swapToken) set(t string) { s.mu.Lock(); s.tok = t; s.mu.Unlock() }
 // final and makes Token fail with UNAUTHENTICATED; a new base token is
 // adopted and renewed again.
 func TestRenewingSourceSchedule(t *testing.T) {
-	wall := &fakeWall{t: time.Unix(1_800_000_000, 0)}
+	wall := newFakeWall(time.Unix(1_800_000_000, 0))
 	sk, err := auth.GenerateSigningKey()
 	require.NoError(t, err)
 	iss, err := auth.NewIssuer(sk, wall.now)
@@ -97,7 +169,8 @@ func TestRenewingSourceSchedule(t *testing.T) {
 	go func() { r.run(ctx); close(done) }()
 	defer func() { cancel(); <-done }()
 
-	require.Eventually(t, func() bool { return testutil.ToFloat64(r.count.WithLabelValues("ok")) >= 1 }, 10*time.Second, time.Millisecond)
+	// the first renewal is due 10 min in, the loop wakes every 5 s or less
+	wall.stepUntil(t, 1000, func() bool { return testutil.ToFloat64(r.count.WithLabelValues("ok")) >= 1 }, "renewed")
 	mu.Lock()
 	require.GreaterOrEqual(t, len(calls), 3)
 	earliest := fcl.IssuedAt.Add(10 * time.Minute).Add(-90 * time.Second)
@@ -116,7 +189,7 @@ func TestRenewingSourceSchedule(t *testing.T) {
 	mu.Lock()
 	refuse = &zerr.UnauthenticatedError{Reason: "token revoked"}
 	mu.Unlock()
-	require.Eventually(t, func() bool { return testutil.ToFloat64(r.count.WithLabelValues("refused")) == 1 }, 10*time.Second, time.Millisecond)
+	wall.stepUntil(t, 1000, func() bool { return testutil.ToFloat64(r.count.WithLabelValues("refused")) == 1 }, "refused")
 	_, err = r.Token(context.Background())
 	assert.Equal(t, codes.Unauthenticated, status.Code(err))
 	assert.ErrorIs(t, rpcerr.FromError(err), zerr.ErrUnauthenticated, "round-trips through the one error table as a typed error")
@@ -125,16 +198,13 @@ func TestRenewingSourceSchedule(t *testing.T) {
 	mu.Lock()
 	n := len(calls)
 	mu.Unlock()
-	// many fake minutes: the loop goes on waking (each wait moves the fake
-	// wall clock) and would have retried by then
-	wall.mu.Lock()
-	w0 := len(wall.waits)
-	wall.mu.Unlock()
-	require.Eventually(t, func() bool {
-		wall.mu.Lock()
-		defer wall.mu.Unlock()
-		return len(wall.waits) >= w0+24
-	}, time.Minute, time.Millisecond, "the renewal loop runs on")
+	// two fake minutes and more: the loop goes on waking and would have
+	// retried by then
+	t0 := wall.now()
+	for i := 0; i < 24; i++ {
+		wall.step(t)
+	}
+	require.GreaterOrEqual(t, wall.now().Sub(t0), 2*time.Minute)
 	mu.Lock()
 	assert.Equal(t, n, len(calls), "a refused token is not retried")
 	refuse = nil
@@ -147,7 +217,7 @@ func TestRenewingSourceSchedule(t *testing.T) {
 	got, err = r.Token(context.Background())
 	require.NoError(t, err)
 	assert.Equal(t, rotated, got)
-	require.Eventually(t, func() bool { return testutil.ToFloat64(r.count.WithLabelValues("ok")) >= 2 }, 10*time.Second, time.Millisecond)
+	wall.stepUntil(t, 1000, func() bool { return testutil.ToFloat64(r.count.WithLabelValues("ok")) >= 2 }, "the rotated token renewed")
 	mu.Lock()
 	assert.Equal(t, rotated, presented[len(presented)-1])
 	mu.Unlock()
@@ -155,7 +225,7 @@ func TestRenewingSourceSchedule(t *testing.T) {
 
 // Tokens that are not namespace tokens pass through and are never renewed.
 func TestRenewingSourcePassesOtherTokens(t *testing.T) {
-	wall := &fakeWall{t: time.Now()}
+	wall := newFakeWall(time.Now())
 	issued := 0
 	r := &renewingSource{base: auth.StaticToken("zfa_not-a-namespace-token"), log: slog.New(slog.DiscardHandler), count: renewalCounter(nil),
 		now: wall.now, after: wall.after, wake: make(chan struct{}, 1),
@@ -163,12 +233,11 @@ func TestRenewingSourcePassesOtherTokens(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
 	go func() { r.run(ctx); close(done) }()
-	// the loop has decided (and would have renewed) several times over
-	require.Eventually(t, func() bool {
-		wall.mu.Lock()
-		defer wall.mu.Unlock()
-		return len(wall.waits) >= 3
-	}, time.Minute, time.Millisecond, "the renewal loop runs")
+	// the loop has decided (and would have renewed) several times over:
+	// the token's lifetime is unknown, it waits its watch period
+	for i := 0; i < 3; i++ {
+		wall.step(t)
+	}
 	cancel()
 	<-done
 	tok, err := r.Token(context.Background())

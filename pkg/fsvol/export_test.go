@@ -1,5 +1,7 @@
 package fsvol
 
+import "github.com/zonefleet/zonefleet/pkg/lfs"
+
 // SetCompactHook makes every compaction submitted from now on run f when it
 // ended on the nodes, before it counts as done (tests hold compactions
 // pending with it).
@@ -28,4 +30,28 @@ func FlushRounds(v *Volume) (rounds, calls uint64) {
 func FreezeRenewals(v *Volume) {
 	v.leaseStop()
 	<-v.leaseDone
+}
+
+// FinishInFlight tells whether a finish of z is running (started and not
+// ended, successfully or not).
+func FinishInFlight(v *Volume, z lfs.ZoneID) bool {
+	v.mu.Lock()
+	op, ok := v.finishing[z]
+	v.mu.Unlock()
+	if !ok {
+		return false
+	}
+	select {
+	case <-op.done:
+		return false
+	default:
+		return true
+	}
+}
+
+// StopBackground cancels v's background work (opens ahead, finishes) and
+// waits for it to end, as a process exit does; v is not closed.
+func StopBackground(v *Volume) {
+	v.cancel()
+	v.wg.Wait()
 }

@@ -116,15 +116,19 @@ func TestOneMountPerNamespace(t *testing.T) {
 
 	// A mount that died (no renewals, no release): the next one waits for
 	// its lease to end and mounts.
+	// Its TTL is short: the test waits it out. The lease ends deadTTL
+	// after the arbiter granted it, which is after t0, so the next mount
+	// comes up no sooner than deadTTL after t0 however slow the calls.
+	const deadTTL = 2 * time.Second
 	dead, err := client.New(ctx, cl.ClientConfig("fs"))
 	require.NoError(t, err)
 	defer dead.Close()
-	_, err = dead.AcquireMount(ctx, "killed", 2*time.Second, false)
-	require.NoError(t, err)
 	t0 := time.Now()
+	_, err = dead.AcquireMount(ctx, "killed", deadTTL, false)
+	require.NoError(t, err)
 	vd, err := newVol("d", false)
 	require.NoError(t, err, "the dead mount's lease ended")
-	assert.GreaterOrEqual(t, time.Since(t0), time.Second, "it waited for the lease")
+	assert.GreaterOrEqual(t, time.Since(t0), deadTTL, "it waited for the lease")
 	require.NoError(t, vd.Close(ctx))
 }
 

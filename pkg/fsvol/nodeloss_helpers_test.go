@@ -32,7 +32,9 @@ type lossFS struct {
 func newLossFS(t *testing.T, redundancy string, maxActive, zonesPerVZone uint32) *lossFS {
 	t.Helper()
 	ctx := context.Background()
-	cl := testcluster.Start(t, localcluster.Config{Nodes: 4, SessionTTL: time.Second})
+	// The tests stop a node gracefully (its registration lease is revoked
+	// at once) and no arbiter: the leases keep the harness's TTLs.
+	cl := testcluster.Start(t, localcluster.Config{Nodes: 4})
 	admin := testcluster.Client(t, cl, "")
 	testcluster.CreateNamespace(t, cl, &v1.CreateNamespaceRequest{Name: "fs", MaxActiveVzones: maxActive, ZonesPerVzone: zonesPerVZone, Redundancy: redundancy})
 	c, err := client.New(ctx, cl.ClientConfig("fs"))
