@@ -10,7 +10,7 @@ import (
 // AtimeMode is when a read updates a file's access time (the mount options
 // relatime, noatime and strictatime). FUSE marks every inode S_NOATIME in
 // the kernel, so the kernel never updates atime of a FUSE file: lfs does,
-// on Read and ReadVec of a regular file and on Readdir of a directory.
+// on Read and ReadVec of a regular file.
 type AtimeMode int
 
 const (
@@ -59,7 +59,7 @@ func (m AtimeMode) String() string {
 // crash before that, or the inode leaving the cache first, loses only the
 // access time. A read-only file system keeps it.
 func (fs *FS) noteAccess(in *inode) {
-	if fs.opts.Atime == AtimeNever || fs.failed != nil || !in.isReg() && !in.isDir() {
+	if fs.opts.Atime == AtimeNever || fs.failed != nil || !in.isReg() {
 		return
 	}
 	now := nowNs()

@@ -1488,7 +1488,6 @@ func (fs *FS) Readdir(ctx context.Context, ino uint64) (out []DirEntry, err erro
 			out = append(out, DirEntry{Name: e.Name, Ino: e.Ino, Mode: dtMode(e.Type)})
 		}
 	}
-	fs.noteAccess(in) // atime.go: a listing reads the directory
 	return out, nil
 }
 
