@@ -36,12 +36,7 @@ func TestMirror3SecondFailureDuringRebuild(t *testing.T) {
 	_, err := admin.Namespaces().Create(ctx, &v1.CreateNamespaceRequest{Name: "m3", MaxActiveVzones: 2, ZonesPerVzone: 2, Redundancy: "mirror:3"})
 	require.NoError(t, err)
 	cfg := c.ClientConfig("m3")
-	// cl is the workload's alone. Its opens and appends retry on the wall
-	// clock; its finishes run on the virtual one: a finish fails when a
-	// copy's node is down, and the workload goes on after the same number
-	// of attempts however busy the machine.
-	rc := newRetryClock(t)
-	cfg.Etcd, cfg.RetryDeadline, cfg.Clock = c.Etcd.Endpoints(), 20*time.Second, rc
+	cfg.Etcd, cfg.RetryDeadline = c.Etcd.Endpoints(), 2*time.Second
 	cl, err := client.New(ctx, cfg)
 	require.NoError(t, err)
 	t.Cleanup(cl.Close)
@@ -69,7 +64,7 @@ func TestMirror3SecondFailureDuringRebuild(t *testing.T) {
 				if !errors.Is(err, zerr.ErrZoneFull) && !zerr.IsDegraded(err) && wctx.Err() == nil {
 					t.Logf("append: %v", err)
 				}
-				rc.failing(func() { _ = vz.Finish(wctx) })
+				_ = vz.Finish(wctx)
 				vz = nil
 				continue
 			}
