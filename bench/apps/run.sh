@@ -26,7 +26,8 @@
 # FIO_RUNTIME (seconds of each random fio job, default 15), WORK (scratch
 # directory, default a new one under /tmp), CLOCK (drive clock of the local
 # cluster: realtime (default) or off), ZCTL (default bin/zctl),
-# LOOPBACK_PASSTHROUGH (default 0).
+# LOOPBACK_PASSTHROUGH (default 0), APPS (the workloads to run, default
+# "db_bench sqlite fio").
 set -euo pipefail
 
 cd "$(dirname "$0")/../.."
@@ -37,6 +38,7 @@ FIO_SIZE=${FIO_SIZE:-1G}
 FIO_RUNTIME=${FIO_RUNTIME:-15}
 LOOPBACK_PASSTHROUGH=${LOOPBACK_PASSTHROUGH:-0}
 CLOCK=${CLOCK:-realtime}
+APPS=${APPS:-db_bench sqlite fio}
 ZCTL=${ZCTL:-bin/zctl}
 WORK=${WORK:-$(mktemp -d /tmp/zf-apps.XXXXXX)}
 DB_BENCH=${DB_BENCH:-$(command -v db_bench || command -v rocksdb_db_bench || true)}
@@ -48,6 +50,7 @@ for tool in "$ZCTL" fusermount3; do
 	fi
 done
 have() { [[ -n "$1" ]] && command -v "$1" >/dev/null; }
+want() { [[ " $APPS " == *" $1 "* ]]; }
 for tool in "${DB_BENCH:-db_bench}" sqlite3 fio; do
 	have "$tool" || echo "missing $tool: its rows are skipped (apt-get install rocksdb-tools sqlite3 fio)" >&2
 done
@@ -155,9 +158,9 @@ for target in zonefleet loopback; do
 	dir="$WORK/zf-mnt"
 	[[ $target == loopback ]] && dir="$WORK/lb-mnt"
 	echo "running on $target ($dir)…" >&2
-	if have "$DB_BENCH"; then run_db_bench "$target" "$dir"; fi
-	if have sqlite3; then run_sqlite "$target" "$dir"; fi
-	if have fio; then run_fio "$target" "$dir"; fi
+	if want db_bench && have "$DB_BENCH"; then run_db_bench "$target" "$dir"; fi
+	if want sqlite && have sqlite3; then run_sqlite "$target" "$dir"; fi
+	if want fio && have fio; then run_fio "$target" "$dir"; fi
 	rm -rf "$dir/rocksdb" "$dir"/bench.sqlite*
 done
 
