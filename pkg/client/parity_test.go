@@ -35,7 +35,7 @@ func TestParityVZoneSurvivesANode(t *testing.T) {
 	require.Equal(t, "raid5", ns.GetRedundancy())
 
 	reg := prometheus.NewRegistry()
-	cl := testcluster.Client(t, c, "p", testcluster.WithEtcd(c), testcluster.RetryDeadline(3*time.Second), testcluster.WithRegisterer(reg))
+	cl := testcluster.Client(t, c, "p", testcluster.WithEtcd(c), testcluster.RetryDeadline(20*time.Second), testcluster.WithClock(testcluster.NewRetryClock()), testcluster.WithRegisterer(reg))
 
 	vz, err := cl.OpenVZone(ctx)
 	require.NoError(t, err)
@@ -136,7 +136,7 @@ func TestParityVZoneSurvivesANode(t *testing.T) {
 	}, 30*time.Second, 100*time.Millisecond)
 	// finishing it seals the open row first (its zones' write pointers
 	// then say nothing); the stopped node's zone answers UNAVAILABLE
-	require.ErrorIs(t, vz.Finish(ctx), zerr.ErrUnavailable)
+	require.ErrorIs(t, vz.Finish(testcluster.MustFail(ctx)), zerr.ErrUnavailable)
 	readAll(vz, victim+" down, finished")
 	readAll(newClient(t, c, "p").VZone(vz.ID()), victim+" down, finished, fresh client")
 
@@ -278,7 +278,7 @@ func TestParityStaleSealAfterAFailedFinish(t *testing.T) {
 	_, err := admin.Namespaces().Create(ctx, &v1.CreateNamespaceRequest{Name: "p", MaxActiveVzones: 1, ZonesPerVzone: 4, Redundancy: "raid5"})
 	require.NoError(t, err)
 	cfg := c.ClientConfig("p")
-	cfg.Etcd, cfg.RetryDeadline = c.Etcd.Endpoints(), 2*time.Second
+	cfg.Etcd, cfg.RetryDeadline, cfg.Clock = c.Etcd.Endpoints(), 20*time.Second, testcluster.NewRetryClock()
 	cl, err := client.New(ctx, cfg)
 	require.NoError(t, err)
 	t.Cleanup(cl.Close)
@@ -296,7 +296,7 @@ func TestParityStaleSealAfterAFailedFinish(t *testing.T) {
 	require.NoError(t, err)
 
 	require.NoError(t, c.StopArbiter(0))
-	require.Error(t, vz.Finish(ctx), "the arbiter is stopped")
+	require.Error(t, vz.Finish(testcluster.MustFail(ctx)), "the arbiter is stopped")
 	require.NoError(t, c.StartArbiter(ctx, 0))
 
 	more := random(int(bs * (2*row + 3))) // completes the sealed row, and more
