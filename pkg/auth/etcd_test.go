@@ -55,13 +55,18 @@ func TestEtcdWithClusterCertificates(t *testing.T) {
 	}
 	endpoint := cu.Host
 
-	put := func(tc *tls.Config, ep string) error {
-		cli, err := clientv3.New(clientv3.Config{Endpoints: []string{ep}, TLS: tc, DialTimeout: 2 * time.Second, Logger: zap.NewNop()})
+	// put writes a key with a client of TLS configuration tc. A client
+	// etcd accepts writes within hangGuard (a put takes milliseconds; the
+	// bound only turns a hang into a failure); a client it refuses retries
+	// its connection until refusedAfter and fails with the refusal.
+	const hangGuard, refusedAfter = time.Minute, 2 * time.Second
+	put := func(tc *tls.Config, ep string, within time.Duration) error {
+		cli, err := clientv3.New(clientv3.Config{Endpoints: []string{ep}, TLS: tc, DialTimeout: hangGuard, Logger: zap.NewNop()})
 		if err != nil {
 			return err
 		}
 		defer cli.Close()
-		ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
+		ctx, cancel := context.WithTimeout(context.Background(), within)
 		defer cancel()
 		_, err = cli.Put(ctx, "/zonefleet/probe", "x")
 		return err
@@ -72,13 +77,13 @@ func TestEtcdWithClusterCertificates(t *testing.T) {
 	require.NoError(t, err)
 	nodeTLS, err := node.ClientTLS(&etcdRole, "")
 	require.NoError(t, err)
-	require.NoError(t, put(nodeTLS, endpoint), "a node with its cluster certificate uses etcd")
+	require.NoError(t, put(nodeTLS, endpoint, hangGuard), "a node with its cluster certificate uses etcd")
 
 	tenant, err := Load(Files{CA: filepath.Join(dir, FileCA)})
 	require.NoError(t, err)
 	tenantTLS, err := tenant.ClientTLS(&etcdRole, "")
 	require.NoError(t, err)
-	assert.Error(t, put(tenantTLS, endpoint), "no client certificate: refused in the handshake")
+	assert.Error(t, put(tenantTLS, endpoint, refusedAfter), "no client certificate: refused in the handshake")
 
 	other := writeDir(t, "n1")
 	foreign, err := Load(DirFiles(other, pki.Role{Kind: pki.RoleNode, Name: "n1"}, false, false))
@@ -87,7 +92,7 @@ func TestEtcdWithClusterCertificates(t *testing.T) {
 	require.NoError(t, err)
 	foreignTLS.RootCAs = node.Roots // trusts the server, presents another CA's certificate
 	foreignTLS.GetClientCertificate = func(*tls.CertificateRequestInfo) (*tls.Certificate, error) { return foreign.Cert.Current(), nil }
-	assert.Error(t, put(foreignTLS, endpoint), "another CA's certificate: refused")
+	assert.Error(t, put(foreignTLS, endpoint, refusedAfter), "another CA's certificate: refused")
 
-	assert.Error(t, put(nil, endpoint), "plaintext client against the TLS port: refused")
+	assert.Error(t, put(nil, endpoint, refusedAfter), "plaintext client against the TLS port: refused")
 }
