@@ -23,6 +23,7 @@ import (
 // and a file system mount then found "a write pointer behind the data") and
 // finishes the lagging zone; every byte written reads back.
 func TestFinishedVZoneWithALaggingZone(t *testing.T) {
+	t.Parallel()
 	c := startCluster(t, 3, 1)
 	ctx := context.Background()
 	createNS(t, c, "lag", 2)

@@ -31,6 +31,7 @@ type acked struct {
 // acknowledged byte reads back (through a fresh client) while they are down,
 // after both are rebuilt elsewhere, and after they return.
 func TestMirror3SecondFailureDuringRebuild(t *testing.T) {
+	t.Parallel()
 	c := startCluster(t, 5, 1)
 	ctx := context.Background()
 	admin := newClient(t, c, "")

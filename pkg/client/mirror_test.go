@@ -24,6 +24,7 @@ import (
 // take writes; zone_compaction and TL_open are refused (they would change
 // one copy only).
 func TestMirroredVZoneSurvivesANode(t *testing.T) {
+	t.Parallel()
 	c := startCluster(t, 3, 1)
 	ctx := context.Background()
 	admin := newClient(t, c, "")

@@ -27,6 +27,7 @@ import (
 // write into the group is refused as degraded; after the node returns
 // everything reads back again.
 func TestParityVZoneSurvivesANode(t *testing.T) {
+	t.Parallel()
 	c := startCluster(t, 3, 1)
 	ctx := context.Background()
 	admin := newClient(t, c, "")
@@ -198,7 +199,8 @@ func TestParityVZoneSurvivesANode(t *testing.T) {
 // of the data leg holding the open row's last acknowledged block down,
 // everything acknowledged reads back — the open row from the older log's
 // record, which the reset of the other log did not touch (with one log
-// reset in place, the open row's acknowledged prefix would be lost).
+// reset in place, the open row's acknowledged prefix would be lost). Not
+// parallel: it sets the package-wide PP hook.
 func TestParityPPLogWrapsAround(t *testing.T) {
 	c := startCluster(t, 3, 1)
 	ctx := context.Background()
@@ -272,6 +274,7 @@ func TestParityPPLogWrapsAround(t *testing.T) {
 // write pointers and the newer records again: every byte, also those
 // written after the stale seal, reads back with a data leg's node down.
 func TestParityStaleSealAfterAFailedFinish(t *testing.T) {
+	t.Parallel()
 	c := startCluster(t, 3, 1)
 	ctx := context.Background()
 	admin := newClient(t, c, "")
