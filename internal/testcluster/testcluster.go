@@ -14,6 +14,10 @@ package testcluster
 
 import (
 	"context"
+	mrand "math/rand/v2"
+	"net"
+	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -35,13 +39,12 @@ const LeaseTTL = 10 * time.Second
 
 // Start starts a cluster of cfg and closes it when the test ends. Zero
 // fields take the test defaults: Dir t.TempDir(), Clock "off", Device
-// localcluster.TinyDevice(), SessionTTL and NodeLeaseTTL LeaseTTL; the
-// rest take localcluster's defaults.
+// localcluster.TinyDevice(), SessionTTL and NodeLeaseTTL LeaseTTL,
+// BasePort a free block of ports below the kernel's ephemeral range (see
+// pickBasePort); the rest take localcluster's defaults.
 func Start(t testing.TB, cfg localcluster.Config) *localcluster.Cluster {
 	t.Helper()
-	if cfg.Dir == "" {
-		cfg.Dir = t.TempDir()
-	}
+	ownDir := cfg.Dir == ""
 	if cfg.Clock == "" {
 		cfg.Clock = "off"
 	}
@@ -54,10 +57,72 @@ func Start(t testing.TB, cfg localcluster.Config) *localcluster.Cluster {
 	if cfg.NodeLeaseTTL == 0 {
 		cfg.NodeLeaseTTL = LeaseTTL
 	}
-	c, err := localcluster.Start(context.Background(), cfg)
-	require.NoError(t, err)
-	t.Cleanup(func() { _ = c.Close() })
-	return c
+	pick := cfg.BasePort == 0 && cfg.Nodes <= maxNodes && cfg.Arbiters <= maxArbiters
+	for attempt := 1; ; attempt++ {
+		if ownDir {
+			cfg.Dir = t.TempDir() // a fresh one for every attempt
+		}
+		if pick {
+			cfg.BasePort = pickBasePort(cfg)
+		}
+		c, err := localcluster.Start(context.Background(), cfg)
+		if err != nil && pick && ownDir && attempt < 10 && strings.Contains(err.Error(), "address already in use") {
+			continue // another process took a port of the block meanwhile
+		}
+		require.NoError(t, err)
+		t.Cleanup(func() { _ = c.Close() })
+		return c
+	}
+}
+
+// The ports of a cluster with a BasePort (localcluster.Config): etcd at
+// the base, arbiter i at base+10+2i, node i at base+30+2i (each with its
+// metrics port next to it), so a block of 100 holds up to 10 arbiters and
+// 35 nodes.
+const (
+	maxArbiters, maxNodes = 10, 35
+	// blocks of 100 ports from 10000 to 31999: below Linux's ephemeral
+	// range (32768-60999), from which the kernel picks the ports of
+	// outgoing connections and of listeners on port 0
+	lowBase, baseBlocks = 10000, 220
+)
+
+// pickBasePort returns a random base whose ports are free now. A node
+// restarts on the address it had (clients and layouts name it), and a
+// port picked by listening on port 0 is in the ephemeral range: while the
+// node is stopped, any outgoing connection on the host may take it, and
+// the restart fails ("address already in use"). Ports below that range
+// are only taken by listeners that name them.
+func pickBasePort(cfg localcluster.Config) int {
+	host := cfg.Host
+	if host == "" {
+		host = "127.0.0.1"
+	}
+	ports := func(base int) []int {
+		out := []int{base}
+		for i := 0; i < cfg.Arbiters; i++ {
+			out = append(out, base+10+2*i, base+11+2*i)
+		}
+		for i := 0; i < cfg.Nodes; i++ {
+			out = append(out, base+30+2*i, base+31+2*i)
+		}
+		return out
+	}
+	for {
+		base := lowBase + 100*mrand.IntN(baseBlocks)
+		free := true
+		for _, p := range ports(base) {
+			l, err := net.Listen("tcp", net.JoinHostPort(host, strconv.Itoa(p)))
+			if err != nil {
+				free = false
+				break
+			}
+			_ = l.Close()
+		}
+		if free {
+			return base
+		}
+	}
 }
 
 // Client returns a client of namespace ns (the operator's for ""), with

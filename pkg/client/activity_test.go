@@ -33,6 +33,7 @@ func activityReports(t *testing.T, reg *prometheus.Registry, outcome string) flo
 // allocated stripe group go on, each returning long before its context's
 // deadline, while the due reports fail in the background.
 func TestActivityReportsNeverBlockWrites(t *testing.T) {
+	t.Parallel()
 	c := startCluster(t, 3, 1)
 	createNS(t, c, "a", 4)
 	ctx := context.Background()

@@ -54,6 +54,7 @@ func random(n int) []byte {
 // A random v-zone workload compared byte for byte with a reference, crossing
 // stripe-group boundaries; the write pointer is recovered by a second client.
 func TestRandomWorkloadAgainstReference(t *testing.T) {
+	t.Parallel()
 	c := startCluster(t, 3, 1)
 	createNS(t, c, "w", 32)
 	cl := newClient(t, c, "w")
@@ -134,6 +135,7 @@ func TestRandomWorkloadAgainstReference(t *testing.T) {
 
 // Two namespaces on the same nodes cannot read each other's v-zones.
 func TestNamespacesAreIsolated(t *testing.T) {
+	t.Parallel()
 	c := startCluster(t, 2, 1)
 	createNS(t, c, "a", 4)
 	createNS(t, c, "b", 4)
@@ -177,6 +179,7 @@ func TestNamespacesAreIsolated(t *testing.T) {
 
 // Node restart during reads: the reads are retried and succeed.
 func TestNodeRestartDuringReads(t *testing.T) {
+	t.Parallel()
 	c := startCluster(t, 2, 1)
 	createNS(t, c, "r", 4)
 	reg := prometheus.NewRegistry()
@@ -237,6 +240,7 @@ func retried(mfs []*dto.MetricFamily) bool {
 
 // Leader failover during writes: writes keep going across stripe groups.
 func TestLeaderFailoverDuringWrites(t *testing.T) {
+	t.Parallel()
 	c := startCluster(t, 3, 2)
 	createNS(t, c, "f", 32)
 	cl := newClient(t, c, "f")
@@ -283,6 +287,7 @@ func TestLeaderFailoverDuringWrites(t *testing.T) {
 
 // Compaction of one v-zone into another moves the data through the nodes.
 func TestCompactionAcrossNodes(t *testing.T) {
+	t.Parallel()
 	c := startCluster(t, 3, 1)
 	createNS(t, c, "c", 8)
 	cl := newClient(t, c, "c")
@@ -327,6 +332,7 @@ func TestCompactionAcrossNodes(t *testing.T) {
 // is reported where it belongs, and another tenant cannot use the call on
 // someone else's v-zones.
 func TestResetVZones(t *testing.T) {
+	t.Parallel()
 	c := startCluster(t, 2, 1)
 	createNS(t, c, "a", 4)
 	createNS(t, c, "b", 4)

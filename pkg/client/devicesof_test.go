@@ -56,11 +56,13 @@ func writtenBytes(t *testing.T, c *localcluster.Cluster) map[client.DeviceRef]fl
 // syncs one drive instead of all of the v-zone's; with mirrors every copy;
 // with parity at least the data, parity and partial-parity legs written.
 func TestDevicesOfCoversEveryDriveAWriteReaches(t *testing.T) {
+	t.Parallel()
 	for _, tc := range []struct {
 		redundancy string
 		exact      bool
 	}{{"", true}, {"mirror:2", false}, {"raid5", false}} {
 		t.Run(fmt.Sprintf("redundancy=%q", tc.redundancy), func(t *testing.T) {
+			t.Parallel()
 			c := startCluster(t, 3, 1)
 			ctx := context.Background()
 			admin := newClient(t, c, "")

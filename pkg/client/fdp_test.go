@@ -39,6 +39,7 @@ func createFDP(t *testing.T, c *localcluster.Cluster, name string, bytes uint64,
 // drives cannot hold is refused, and a deleted namespace's range comes
 // back trimmed to the next tenant.
 func TestFDPNamespaceQuotaAndIsolation(t *testing.T) {
+	t.Parallel()
 	c := testcluster.Start(t, fdpClusterConfig())
 	ctx := context.Background()
 	const bs = 4096
@@ -138,6 +139,7 @@ func TestFDPNamespaceQuotaAndIsolation(t *testing.T) {
 // A namespace deleted while its node is down leaves nothing for the next
 // tenant of its range: the node trims what no grant holds as it starts.
 func TestFDPNamespaceDeletedWhileNodeDown(t *testing.T) {
+	t.Parallel()
 	cfg := fdpClusterConfig()
 	cfg.Nodes = 1
 	c := testcluster.Start(t, cfg)

@@ -10,6 +10,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	v1 "github.com/zonefleet/zonefleet/api/zonefleet/v1"
+	"github.com/zonefleet/zonefleet/internal/testcluster"
 	"github.com/zonefleet/zonefleet/pkg/client"
 	"github.com/zonefleet/zonefleet/pkg/zerr"
 )
@@ -22,11 +23,12 @@ import (
 // and a file system mount then found "a write pointer behind the data") and
 // finishes the lagging zone; every byte written reads back.
 func TestFinishedVZoneWithALaggingZone(t *testing.T) {
+	t.Parallel()
 	c := startCluster(t, 3, 1)
 	ctx := context.Background()
 	createNS(t, c, "lag", 2)
 	cfg := c.ClientConfig("lag")
-	cfg.Etcd, cfg.RetryDeadline = c.Etcd.Endpoints(), time.Second
+	cfg.Etcd, cfg.RetryDeadline, cfg.Clock = c.Etcd.Endpoints(), 20*time.Second, testcluster.NewRetryClock()
 	cl, err := client.New(ctx, cfg)
 	require.NoError(t, err)
 	t.Cleanup(cl.Close)
@@ -48,7 +50,7 @@ func TestFinishedVZoneWithALaggingZone(t *testing.T) {
 	require.NoError(t, err)
 
 	require.NoError(t, c.StopNode(idx-1))
-	require.ErrorIs(t, vz.Finish(ctx), zerr.ErrUnavailable, "the arbiter finished it; the stopped node's zone did not")
+	require.ErrorIs(t, vz.Finish(testcluster.MustFail(ctx)), zerr.ErrUnavailable, "the arbiter finished it; the stopped node's zone did not")
 	require.NoError(t, c.StartNode(ctx, idx-1))
 
 	cl2 := newClient(t, c, "lag")

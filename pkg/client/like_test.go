@@ -70,6 +70,7 @@ func cabCompact(t *testing.T, ctx context.Context, cl *client.Client, victim *cl
 // run in the same cluster, same victim, same valid chunks; the shares are
 // logged (go test -v -run TestCopybackAwareLayout ./pkg/client).
 func TestCopybackAwareLayout(t *testing.T) {
+	t.Parallel()
 	c := startCluster(t, 2, 1)
 	createNS(t, c, "cab", 4)
 	cl := newClient(t, c, "cab")

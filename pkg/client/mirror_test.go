@@ -24,6 +24,7 @@ import (
 // take writes; zone_compaction and TL_open are refused (they would change
 // one copy only).
 func TestMirroredVZoneSurvivesANode(t *testing.T) {
+	t.Parallel()
 	c := startCluster(t, 3, 1)
 	ctx := context.Background()
 	admin := newClient(t, c, "")
@@ -32,7 +33,7 @@ func TestMirroredVZoneSurvivesANode(t *testing.T) {
 	require.Equal(t, "mirror:2", ns.GetRedundancy())
 
 	reg := prometheus.NewRegistry()
-	cl := testcluster.Client(t, c, "m", testcluster.WithEtcd(c), testcluster.RetryDeadline(3*time.Second), testcluster.WithRegisterer(reg))
+	cl := testcluster.Client(t, c, "m", testcluster.WithEtcd(c), testcluster.RetryDeadline(20*time.Second), testcluster.WithClock(testcluster.NewRetryClock()), testcluster.WithRegisterer(reg))
 
 	vz, err := cl.OpenVZone(ctx)
 	require.NoError(t, err)
@@ -129,7 +130,7 @@ func TestMirroredVZoneSurvivesANode(t *testing.T) {
 	}, 30*time.Second, 100*time.Millisecond)
 	// the arbiter finishes the v-zone; the stopped node's zones answer
 	// UNAVAILABLE (the file system retries such finishes at checkpoints)
-	require.ErrorIs(t, vz.Finish(ctx), zerr.ErrUnavailable)
+	require.ErrorIs(t, vz.Finish(testcluster.MustFail(ctx)), zerr.ErrUnavailable)
 	nv, err := cl.OpenVZone(ctx)
 	require.NoError(t, err)
 	b := random(int(bs) * 40)

@@ -13,6 +13,7 @@ import (
 // OpenVZoneID opens the v-zone it names, not the lowest empty one, and
 // refuses one that is open already without changing it.
 func TestOpenVZoneID(t *testing.T) {
+	t.Parallel()
 	c := startCluster(t, 2, 1)
 	createNS(t, c, "ids", 2)
 	ctx := context.Background()

@@ -27,6 +27,7 @@ import (
 // write into the group is refused as degraded; after the node returns
 // everything reads back again.
 func TestParityVZoneSurvivesANode(t *testing.T) {
+	t.Parallel()
 	c := startCluster(t, 3, 1)
 	ctx := context.Background()
 	admin := newClient(t, c, "")
@@ -35,7 +36,7 @@ func TestParityVZoneSurvivesANode(t *testing.T) {
 	require.Equal(t, "raid5", ns.GetRedundancy())
 
 	reg := prometheus.NewRegistry()
-	cl := testcluster.Client(t, c, "p", testcluster.WithEtcd(c), testcluster.RetryDeadline(3*time.Second), testcluster.WithRegisterer(reg))
+	cl := testcluster.Client(t, c, "p", testcluster.WithEtcd(c), testcluster.RetryDeadline(20*time.Second), testcluster.WithClock(testcluster.NewRetryClock()), testcluster.WithRegisterer(reg))
 
 	vz, err := cl.OpenVZone(ctx)
 	require.NoError(t, err)
@@ -136,7 +137,7 @@ func TestParityVZoneSurvivesANode(t *testing.T) {
 	}, 30*time.Second, 100*time.Millisecond)
 	// finishing it seals the open row first (its zones' write pointers
 	// then say nothing); the stopped node's zone answers UNAVAILABLE
-	require.ErrorIs(t, vz.Finish(ctx), zerr.ErrUnavailable)
+	require.ErrorIs(t, vz.Finish(testcluster.MustFail(ctx)), zerr.ErrUnavailable)
 	readAll(vz, victim+" down, finished")
 	readAll(newClient(t, c, "p").VZone(vz.ID()), victim+" down, finished, fresh client")
 
@@ -198,7 +199,8 @@ func TestParityVZoneSurvivesANode(t *testing.T) {
 // of the data leg holding the open row's last acknowledged block down,
 // everything acknowledged reads back — the open row from the older log's
 // record, which the reset of the other log did not touch (with one log
-// reset in place, the open row's acknowledged prefix would be lost).
+// reset in place, the open row's acknowledged prefix would be lost). Not
+// parallel: it sets the package-wide PP hook.
 func TestParityPPLogWrapsAround(t *testing.T) {
 	c := startCluster(t, 3, 1)
 	ctx := context.Background()
@@ -272,13 +274,14 @@ func TestParityPPLogWrapsAround(t *testing.T) {
 // write pointers and the newer records again: every byte, also those
 // written after the stale seal, reads back with a data leg's node down.
 func TestParityStaleSealAfterAFailedFinish(t *testing.T) {
+	t.Parallel()
 	c := startCluster(t, 3, 1)
 	ctx := context.Background()
 	admin := newClient(t, c, "")
 	_, err := admin.Namespaces().Create(ctx, &v1.CreateNamespaceRequest{Name: "p", MaxActiveVzones: 1, ZonesPerVzone: 4, Redundancy: "raid5"})
 	require.NoError(t, err)
 	cfg := c.ClientConfig("p")
-	cfg.Etcd, cfg.RetryDeadline = c.Etcd.Endpoints(), 2*time.Second
+	cfg.Etcd, cfg.RetryDeadline, cfg.Clock = c.Etcd.Endpoints(), 20*time.Second, testcluster.NewRetryClock()
 	cl, err := client.New(ctx, cfg)
 	require.NoError(t, err)
 	t.Cleanup(cl.Close)
@@ -296,7 +299,7 @@ func TestParityStaleSealAfterAFailedFinish(t *testing.T) {
 	require.NoError(t, err)
 
 	require.NoError(t, c.StopArbiter(0))
-	require.Error(t, vz.Finish(ctx), "the arbiter is stopped")
+	require.Error(t, vz.Finish(testcluster.MustFail(ctx)), "the arbiter is stopped")
 	require.NoError(t, c.StartArbiter(ctx, 0))
 
 	more := random(int(bs * (2*row + 3))) // completes the sealed row, and more

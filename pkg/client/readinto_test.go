@@ -23,6 +23,7 @@ import (
 // a buffer full of garbage, and blocks past the allocated groups read as
 // zeroes.
 func TestReadFanOutMatchesReference(t *testing.T) {
+	t.Parallel()
 	c := startCluster(t, 3, 1)
 	ctx := context.Background()
 	admin := newClient(t, c, "")
@@ -105,6 +106,7 @@ func TestReadFanOutMatchesReference(t *testing.T) {
 // on 2 nodes puts two legs on each, and one read of a full row costs each
 // node one device read (ReadV), with the data in place.
 func TestReadOneCallPerNode(t *testing.T) {
+	t.Parallel()
 	c := startCluster(t, 2, 1)
 	ctx := context.Background()
 	admin := newClient(t, c, "")

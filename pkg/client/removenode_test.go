@@ -18,6 +18,7 @@ import (
 // a node without zones goes, a node holding zones or still registered stays,
 // and a tenant may not remove anything.
 func TestRemoveNode(t *testing.T) {
+	t.Parallel()
 	c := startCluster(t, 3, 1)
 	createNS(t, c, "r", 2) // 2 zones on 3 nodes: at least one node holds none
 	ctx := context.Background()

@@ -101,8 +101,10 @@ func holes(valid []bool) [][2]uint64 {
 // reads match the model at every step, a write over a valid block is a typed
 // error that changes nothing, Finish ends it and everything reads back.
 func TestTLOpenOverTheCluster(t *testing.T) {
+	t.Parallel()
 	for _, mode := range []v1.PlugMode{v1.PlugMode_PLUG_MODE_PPA_ORDERED, v1.PlugMode_PLUG_MODE_LBA_ORDERED} {
 		t.Run(mode.String(), func(t *testing.T) {
+			t.Parallel()
 			c := startCluster(t, 3, 1)
 			createNS(t, c, "tl", 4)
 			cl := newClient(t, c, "tl")
@@ -181,6 +183,7 @@ func TestTLOpenOverTheCluster(t *testing.T) {
 // TL_open is an active v-zone for the arbiter: over max_active_vzones it is
 // refused with TOO_MANY_OPEN and nothing changes.
 func TestTLOpenCountedAgainstMaxActive(t *testing.T) {
+	t.Parallel()
 	c := startCluster(t, 2, 1)
 	createNS(t, c, "tlmax", 2) // max_active_vzones 2
 	cl := newClient(t, c, "tlmax")
@@ -233,6 +236,7 @@ func TestTLOpenCountedAgainstMaxActive(t *testing.T) {
 // bitmap plus what it wrote) and the writes go on; reads are right before,
 // across and after the restart, and after Finish.
 func TestTLOpenNodeRestart(t *testing.T) {
+	t.Parallel()
 	c := startCluster(t, 2, 1)
 	createNS(t, c, "tlr", 4)
 	cl := newClient(t, c, "tlr")
@@ -301,6 +305,7 @@ func tlZones(t *testing.T, ctx context.Context, cl *client.Client, vz *client.VZ
 // offset; writes past the allocated stripe groups are ZoneFull (no group is
 // added in threaded logging); everything reads back.
 func TestTLOpenPartlyWritten(t *testing.T) {
+	t.Parallel()
 	c := startCluster(t, 2, 1)
 	createNS(t, c, "tlp", 4)
 	cl := newClient(t, c, "tlp")
@@ -364,6 +369,7 @@ func TestTLOpenPartlyWritten(t *testing.T) {
 // stayed in threaded logging and the file system, told "refused", met it
 // there at its next TL_open and turned read-only (fio at 75 %).
 func TestTLOpenRefusedByADriveRollsBack(t *testing.T) {
+	t.Parallel()
 	// One tenant fills the whole drive: no default share.
 	c := testcluster.Start(t, localcluster.Config{Nodes: 1, Arbiters: 1, MaxShare: 1})
 	testcluster.CreateNamespace(t, c, &v1.CreateNamespaceRequest{Name: "tlnr", MaxActiveVzones: 8, ZonesPerVzone: 1})

@@ -71,6 +71,7 @@ func appendAndRead(ctx context.Context, cl *client.Client, vz *client.VZone, bs 
 // arbiter, presenting it, at 2/3 of each lifetime, on real TLS gRPC against
 // real servers. The first token itself is refused by then.
 func TestTokenRenewalOutlivesFirstToken(t *testing.T) {
+	t.Parallel()
 	if testing.Short() {
 		t.Skip("waits for a token to expire past the servers' skew (~40 s)")
 	}
@@ -149,6 +150,7 @@ func renewalsCounter(t *testing.T, reg *prometheus.Registry, outcome string) pro
 // minutes of retries, not as UNAVAILABLE). The operator writes a new token
 // into the file: the client re-reads it and works again, no restart.
 func TestTokenRenewalStopsOnRevocationAndFollowsTheFile(t *testing.T) {
+	t.Parallel()
 	c := startCluster(t, 3, 1)
 	createNS(t, c, "rev", 2)
 	ctx := context.Background()

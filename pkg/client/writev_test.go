@@ -18,6 +18,7 @@ import (
 // legs, above the unary limit, sent as 1 MiB messages of 256 buffers) —
 // and the v-zone reads back byte for byte, each zone holding its blocks.
 func TestWriteLegsOfManyPieces(t *testing.T) {
+	t.Parallel()
 	dev := localcluster.SmallDevice()
 	dev.DZone = 2 // 8 MiB zones
 	c := startClusterOf(t, 2, 0, dev)

@@ -46,16 +46,23 @@ func newLossFS(t *testing.T, redundancy string, maxActive, zonesPerVZone uint32)
 	return &lossFS{t: t, ctx: ctx, cl: cl, admin: admin, files: map[string][]byte{}}
 }
 
-// mount mounts the file system with a fresh client (1 s retry deadline).
+// mount mounts the file system with a fresh client. The client's retry
+// deadline is 1 s of backoff on a testcluster.RetryClock: about seven
+// attempts, however long each takes on a busy machine, so a call to the
+// stopped node (a finish) gives up soon, and a call through a transient
+// failure makes as many attempts as on an idle machine (a wall-clock
+// second allows a single slow attempt). The file system's own retries
+// of an unavailable volume (lfs.Options.RetryDeadline) must succeed here:
+// their minute on the wall clock is a hang guard.
 func (h *lossFS) mount() (*fsvol.Volume, *lfs.FS, func()) {
 	ccfg := h.cl.ClientConfig("fs")
-	ccfg.RetryDeadline = time.Second
+	ccfg.RetryDeadline, ccfg.Clock = time.Second, testcluster.NewRetryClock()
 	c, err := client.New(h.ctx, ccfg)
 	require.NoError(h.t, err)
 	vol, err := fsvol.New(h.ctx, c, fsvol.Options{MaxZones: 60})
 	require.NoError(h.t, err)
 	clk := clock.Realtime(1)
-	fs, err := lfs.Mount(h.ctx, vol, lfs.Options{Clock: clk, Mode: lfs.ModeZNS, RetryDeadline: 10 * time.Second, CacheBlocks: 96})
+	fs, err := lfs.Mount(h.ctx, vol, lfs.Options{Clock: clk, Mode: lfs.ModeZNS, RetryDeadline: time.Minute, CacheBlocks: 96})
 	require.NoError(h.t, err)
 	return vol, fs, func() { clk.Stop(); c.Close() }
 }

@@ -313,31 +313,65 @@ func Start(ctx context.Context, cfg Config) (*Cluster, error) {
 	return c, nil
 }
 
+// readyGuard bounds waitReady when its context has no deadline: a hang
+// guard, not a timing assumption. A cluster is ready in about a second on
+// an idle machine and in seconds on a saturated one; the guard is more
+// than ten times that.
+const readyGuard = 5 * time.Minute
+
+// waitReady waits until every running node is registered in etcd and the
+// arbiter leader counts them all available. It wakes on every change under
+// the cluster's etcd prefix (a registration, an election) and asks the
+// leader again at a short interval (its count follows the registrations
+// through its own watch). It gives up when ctx ends, or after readyGuard
+// when ctx has no deadline.
 func (c *Cluster) waitReady(ctx context.Context) error {
+	if _, ok := ctx.Deadline(); !ok {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, readyGuard)
+		defer cancel()
+	}
 	cli, err := c.Etcd.Client()
 	if err != nil {
 		return err
 	}
 	defer cli.Close()
-	deadline := time.Now().Add(30 * time.Second)
+	wctx, stopWatch := context.WithCancel(ctx)
+	defer stopWatch()
+	changes := cli.Watch(wctx, cluster.Prefix, clientv3WithPrefix())
+	tick := time.NewTicker(20 * time.Millisecond)
+	defer tick.Stop()
+	missing := "etcd not read yet"
 	for {
 		if err := c.stoppedEarly(); err != nil {
 			return err
 		}
-		nodes, _ := cli.Get(ctx, cluster.NodesPrefix(), clientv3WithPrefix())
-		leader, _ := cli.Get(ctx, cluster.Prefix+"arbiter/election", clientv3WithPrefix(),
+		want := c.runningNodes()
+		nodes, errN := cli.Get(ctx, cluster.NodesPrefix(), clientv3WithPrefix())
+		leader, errL := cli.Get(ctx, cluster.Prefix+"arbiter/election", clientv3WithPrefix(),
 			clientv3.WithSort(clientv3.SortByCreateRevision, clientv3.SortAscend), clientv3.WithLimit(1))
-		if nodes != nil && leader != nil && int(nodes.Count) >= c.runningNodes() && len(leader.Kvs) > 0 &&
-			c.leaderSees(ctx, string(leader.Kvs[0].Value)) >= c.runningNodes() {
-			return nil
-		}
-		if time.Now().After(deadline) {
-			return &zerr.UnavailableError{What: "local cluster", Reason: "nodes or arbiter leader not up after 30s"}
+		switch {
+		case errN != nil || errL != nil:
+			missing = fmt.Sprintf("etcd: %v", errors.Join(errN, errL))
+		case int(nodes.Count) < want:
+			missing = fmt.Sprintf("%d of %d nodes registered", nodes.Count, want)
+		case len(leader.Kvs) == 0:
+			missing = "no arbiter leader elected"
+		default:
+			sees := c.leaderSees(ctx, string(leader.Kvs[0].Value))
+			if sees >= want {
+				return nil
+			}
+			missing = fmt.Sprintf("the arbiter leader counts %d of %d nodes available", sees, want)
 		}
 		select {
 		case <-ctx.Done():
-			return ctx.Err()
-		case <-time.After(20 * time.Millisecond):
+			return &zerr.UnavailableError{What: "local cluster", Reason: fmt.Sprintf("not ready (%s): %v", missing, ctx.Err())}
+		case _, ok := <-changes:
+			if !ok {
+				changes = nil // the watch ended: the interval alone
+			}
+		case <-tick.C:
 		}
 	}
 }
