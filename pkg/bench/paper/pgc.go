@@ -71,7 +71,7 @@ func pgcConfigs(o Options) (workers, ops []int, base func(wl string) znsplus.Con
 		}
 		if o.Short {
 			c = znsplus.Small()
-			c.Threads, c.Overwrite = 8, 0.6
+			c.Threads, c.Overwrite = 8, 0.3
 			if wl == znsplus.Varmail {
 				c.Overwrite = 0.05
 			}
@@ -80,7 +80,7 @@ func pgcConfigs(o Options) (workers, ops []int, base func(wl string) znsplus.Con
 		return c
 	}
 	if o.Short {
-		workers, ops = []int{1, 2}, []int{2, 20}
+		workers, ops = []int{1, 2}, []int{5, 20}
 	}
 	return workers, ops, base, znsplus.Fileserver
 }
@@ -99,8 +99,9 @@ func runPGC(ctx context.Context, dir string, o Options) (any, []Line, error) {
 	for _, op := range ops {
 		c := base(opWL)
 		c.OPPercent = op
-		if !o.Short {
-			c.Overwrite = 0.5
+		c.Overwrite = 0.5
+		if o.Short {
+			c.Overwrite = 0.2
 		}
 		cfgs = append(cfgs, c)
 	}
