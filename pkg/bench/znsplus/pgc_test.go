@@ -15,10 +15,7 @@ func pgcConfigs(wl string) []Config {
 	var out []Config
 	for _, w := range []int{1, 2} {
 		c := Small()
-		c.Workload, c.Utilizations, c.Modes, c.NoCABRun, c.Overwrite = wl, []float64{0.95}, []lfs.Mode{lfs.ModeZNS}, true, 0.6
-		if wl == Varmail {
-			c.Overwrite = 0.05 // its small fsynced files take many times the wall time per byte
-		}
+		c.Workload, c.Utilizations, c.Modes, c.NoCABRun, c.Overwrite = wl, []float64{0.95}, []lfs.Mode{lfs.ModeZNS}, true, 0.3
 		c.PGCWorkers = w
 		out = append(out, c)
 	}
@@ -28,9 +25,10 @@ func pgcConfigs(wl string) []Config {
 // TestPGCOverlapsReads: on the harness's clock P-GC's workers overlap
 // their reads in modelled time: host copy splits the victims more than half
 // valid, their read phase is shorter than one worker's and the compaction
-// with it, throughput does not drop, and the run replays exactly.
+// with it, throughput rises, and the run replays exactly (the fileserver
+// here; package paper's P-GC figure runs varmail too).
 func TestPGCOverlapsReads(t *testing.T) {
-	for _, wl := range []string{Fileserver, Varmail} {
+	for _, wl := range []string{Fileserver} {
 		t.Run(wl, func(t *testing.T) {
 			rs, err := RunAll(context.Background(), pgcConfigs(wl))
 			require.NoError(t, err)
