@@ -569,8 +569,9 @@ func (fs *FS) cachedChunks(s *segment, n int, at func(i int) (off, owner uint64,
 // P-GC (seeds/004 Algorithm 1): when more than half of the victim's blocks
 // are valid and Options.PGCWorkers allows, the blocks are cut into that many
 // contiguous shares of (nearly) equal size and the shares are read in
-// parallel, one goroutine each, every share in runs; the caller commits the
-// moves as before. It reports how many workers read.
+// parallel, one goroutine each (on a TurnClock: in turns, overlapping in
+// modelled time), every share in runs; the caller commits the moves as
+// before. It reports how many workers read.
 func (fs *FS) readVictim(ctx context.Context, s *segment, offs []uint64, valid uint64) (map[uint64][]byte, int, error) {
 	out := make(map[uint64][]byte, len(offs))
 	m := fs.pgcWorkers()
@@ -589,6 +590,12 @@ func (fs *FS) readVictim(ctx context.Context, s *segment, offs []uint64, valid u
 			}
 		}
 		return out, 1, nil
+	}
+	if tc, ok := fs.turnClock(); ok {
+		// a modelled clock played on one goroutine: the workers take
+		// turns in modelled time (pgcclock.go)
+		out, err := fs.readVictimTurns(ctx, tc, s, offs, m)
+		return out, m, err
 	}
 	// the pin keeps the zone from being reset while the workers read; the
 	// workers touch no table state (fs.vol is safe for concurrent calls)
@@ -661,16 +668,17 @@ func victimRuns(offs []uint64) [][]uint64 {
 const DefaultPGCWorkers = 2
 
 // pgcWorkers is how many workers P-GC splits a host-copy victim's reads
-// across. On the virtual clock always 1: goroutines waiting on it at once
-// would make modelled times depend on scheduling (the power-loss tests and
-// the paper benchmarks replay runs exactly), as for write-back and
+// across. On a virtual clock 1 unless the clock is a TurnClock (the
+// workers then take turns in modelled time): goroutines waiting on it at
+// once would make modelled times depend on scheduling (the power-loss tests
+// and the paper benchmarks replay runs exactly), as for write-back and
 // read-ahead, which do not run there either.
 func (fs *FS) pgcWorkers() int {
 	n := fs.opts.PGCWorkers
 	if n == 0 {
 		n = DefaultPGCWorkers
 	}
-	if n < 1 || fs.clk.Kind() == clock.KindVirtual {
+	if _, turns := fs.turnClock(); n < 1 || fs.clk.Kind() == clock.KindVirtual && !turns {
 		return 1
 	}
 	return min(n, 64)

@@ -24,10 +24,6 @@ type Entry struct {
 var unavailable = []Entry{
 	{ID: "qblk_scaling", Title: "QBLK: write bandwidth and latency vs. concurrent clients", Status: Pending,
 		Reason: "belongs to the node's multi-queue write path work; not registered here yet"},
-	{ID: "zms_figures", Title: "ZMS: IOTailor, budget-based in-place update, multi-granularity mapping", Status: Pending,
-		Reason: "belongs to the ZMS work; registers its figures in this registry"},
-	{ID: "pgc", Title: "F2FS on ZNS (HotStorage 2023): parallel foreground GC (P-GC)", Status: Pending,
-		Reason: "P-GC's parallel reads need goroutines waiting on one clock; the ZNS+ harness plays every thread on one goroutine"},
 	{ID: "zns_plus_fig7b", Title: "ZNS+ Fig. 7b: node and metadata write traffic", Status: NotReproducible,
 		Reason: "lfs counts the blocks it writes but no counter separates node from metadata blocks"},
 	{ID: "zns_plus_fig10", Title: "ZNS+ Fig. 10: chip utilization over time", Status: Pending,

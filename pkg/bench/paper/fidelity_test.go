@@ -77,6 +77,7 @@ func TestCatalog(t *testing.T) {
 		require.Equal(t, Runs, status[id], id)
 	}
 	require.Equal(t, Pending, status["qblk_scaling"])
-	require.Equal(t, Pending, status["zms_figures"])
-	require.Equal(t, Pending, status["pgc"])
+	for _, id := range []string{"pgc", "zms_ipu", "zms_l2p", "zms_iotailor"} {
+		require.Equal(t, Runs, status[id], id)
+	}
 }

@@ -82,6 +82,8 @@ func (r *Result) WriteOut(dir string, o Options) (*Manifest, error) {
 			m.Config[id] = v.Config
 		case *ZNSPlusResult:
 			m.Config[id] = map[string]any{"calibrations": znsplus.Calibrations(), "runs": v.Configs}
+		case *PGCResult:
+			m.Config[id] = map[string]any{"calibrations": znsplus.Calibrations(), "runs": v.Configs}
 		}
 		name := id + ".png"
 		if err := plotFigure(id, r.Figures[id], filepath.Join(dir, name)); err != nil {
@@ -90,7 +92,7 @@ func (r *Result) WriteOut(dir string, o Options) (*Manifest, error) {
 		m.Files = append(m.Files, name)
 	}
 	for _, id := range r.Order {
-		if id != "zns_plus" {
+		if strings.HasPrefix(id, "fig") {
 			m.Model = EZNSModel()
 			break
 		}

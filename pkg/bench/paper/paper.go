@@ -1,5 +1,6 @@
-// Package paper is `zctl bench paper`: the eZNS figures and the ZNS+ figure
-// (package znsplus) reproduced deterministically on a simulated clock. The
+// Package paper is `zctl bench paper`: the eZNS figures, the ZNS+ figure
+// and the P-GC figure of F2FS on ZNS (package znsplus), and the ZMS figures
+// (package zms), reproduced deterministically on simulated clocks. The
 // registry (figures, in paper.go) lists the figures that run; a figure is
 // added with its id, title, the paper's numbers and a run function whose
 // lines carry the paper's number (Line.Ref) where the paper states one, so
@@ -93,6 +94,10 @@ var figures = []Figure{
 	{ID: "fig29b", Title: "Fig. 29b write-write fairness: admission control", Paper: "regular writer +35.7% (sc. 1); device +6.6% (sc. 2), +24.7% (sc. 3)", run: runFig29b},
 	{ID: "fig29c", Title: "Fig. 29c read-write fairness: CC, AC, CC+AC", Paper: "CC+AC: readers 71.6 %, busy 57.5 %, regular 70.1 % of max (none: 19.3 % and 27.3 % for the writers)", run: runFig29c},
 	{ID: "zns_plus", Title: "ZNS+ Fig. 7-8, Table 5: ZNS (host copy) vs IZC vs ZNS+ (threaded logging + HSR + IZC), fileserver and varmail", Paper: "IZC 1.21-1.77x, ZNS+ 1.33-2.91x of ZNS; 85.8-94.8 % of segments recycled by threaded logging", run: runZNSPlus},
+	{ID: "pgc", Title: "F2FS on ZNS (HotStorage 2023) Fig. 8, 4: parallel foreground GC (P-GC) at 95 %, 1 vs 2 and 4 workers, fileserver and varmail; over-provisioning sweep", Paper: "P-GC up to +42 %, fileserver +17 % (2 threads); throughput rises with over-provisioning (Fig. 4)", run: runPGC},
+	zmsFigure("zms_ipu"),
+	zmsFigure("zms_l2p"),
+	zmsFigure("zms_iotailor"),
 }
 
 // Figures lists the figures in order.

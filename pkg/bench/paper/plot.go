@@ -201,6 +201,11 @@ func plotFigure(id string, v any, path string) error {
 			}
 		}
 		return b.save(path)
+	case *PGCResult:
+		return pgcPlot(r, path)
+	}
+	if ok, err := zmsPlot(v, path); ok {
+		return err
 	}
 	return fmt.Errorf("no plot for figure %s", id)
 }

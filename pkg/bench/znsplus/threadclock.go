@@ -115,6 +115,10 @@ func (c *threadClock) switchTo(t time.Duration) {
 	c.fire(t, 0)
 }
 
+// SetNow makes t the running time (lfs.TurnClock: P-GC's workers take
+// turns on the one goroutine, each at its own modelled time).
+func (c *threadClock) SetNow(t time.Duration) { c.switchTo(t) }
+
 // pool is n serially used units (the host's CPUs): a booking takes the one
 // free first.
 type pool struct{ free []time.Duration }

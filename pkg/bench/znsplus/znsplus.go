@@ -19,8 +19,12 @@
 // run. The file system runs without background work (no idle recycling,
 // no timer checkpoints): every recycling is foreground, every checkpoint
 // caused by an operation, a pre-invalid threshold or recycling. P-GC
-// (lfs.Options.PGCWorkers) is off: lfs splits its reads only on goroutines
-// waiting on one clock.
+// (lfs.Options.PGCWorkers, seeds/004 Algorithm 1) is off unless
+// Config.PGCWorkers sets it: the harness's clock is an lfs.TurnClock, so
+// host copy's workers take turns on the one goroutine, each from the read
+// phase's start at its own modelled time, and their reads overlap and
+// contend for the chips, the link and the host's CPUs as concurrent
+// requests do; the read phase ends with the last worker's.
 //
 // The host path is the paper's machine (ZNS+ §3.1, §4, Table 2; every
 // constant is listed with its sentence by Calibrations and recorded in the
@@ -139,6 +143,13 @@ type Config struct {
 	// UnscaledErase keeps the media's erase time per block on the
 	// scaled-down blocks (an ablation; see flashConfig).
 	UnscaledErase bool
+	// PGCWorkers is lfs.Options.PGCWorkers (0 or 1: P-GC off; seeds/004
+	// uses 2): host copy splits the reads of a victim more than half valid
+	// across this many workers.
+	PGCWorkers int `json:",omitempty"`
+	// OPPercent is lfs.MkfsOptions.OPPercent, the over-provisioning (0:
+	// lfs's default, 10 %; seeds/004 Fig. 4 sweeps it).
+	OPPercent int `json:",omitempty"`
 }
 
 // Small is a configuration that runs in seconds per mode (tests, CI): the
@@ -197,6 +208,9 @@ type ModeResult struct {
 	// HostWrittenShare is the share of the blocks compaction moved that the
 	// host wrote (read or cached on the host) rather than the drives copied.
 	HostWrittenShare float64 `json:"host_written_share"`
+	// PGCSplit is the compactions whose victim reads P-GC split across
+	// workers (Config.PGCWorkers).
+	PGCSplit uint64 `json:"pgc_split_compactions,omitempty"`
 	// CompactionPhasesMs is the modelled time of one compaction on average
 	// per phase (ZNS+ Fig. 6: init, read, write, checkpoint for host copy;
 	// init, copy, checkpoint for IZC), in milliseconds.
@@ -313,23 +327,43 @@ func (c Config) flashConfig() flash.Config {
 
 // Run runs cfg: for each utilization, the three modes on fresh drives.
 func Run(ctx context.Context, cfg Config) (Result, error) {
-	if err := cfg.check(); err != nil {
+	rs, err := RunAll(ctx, []Config{cfg})
+	if err != nil {
 		return Result{}, err
 	}
-	if cfg.Threads == 0 {
-		cfg.Threads = FileserverThreads
-		if cfg.Workload == Varmail {
-			cfg.Threads = VarmailThreads
+	return rs[0], nil
+}
+
+// RunAll runs every configuration as Run does, all their runs in parallel
+// (each its own clock, drive and file system), and returns the results in
+// order.
+func RunAll(ctx context.Context, cfgs []Config) ([]Result, error) {
+	for i := range cfgs {
+		if err := cfgs[i].check(); err != nil {
+			return nil, err
+		}
+		if cfgs[i].Threads == 0 {
+			cfgs[i].Threads = FileserverThreads
+			if cfgs[i].Workload == Varmail {
+				cfgs[i].Threads = VarmailThreads
+			}
 		}
 	}
-	dir := cfg.Dir
-	if dir == "" {
-		d, err := os.MkdirTemp("", "zonefleet-znsplus-")
-		if err != nil {
-			return Result{}, err
+	dirs := make([]string, len(cfgs))
+	for i, cfg := range cfgs {
+		dir := cfg.Dir
+		if dir == "" {
+			d, err := os.MkdirTemp("", "zonefleet-znsplus-")
+			if err != nil {
+				return nil, err
+			}
+			defer os.RemoveAll(d)
+			dir = d
 		}
-		defer os.RemoveAll(d)
-		dir = d
+		if i > 0 {
+			dir = filepath.Join(dir, fmt.Sprintf("set%d", i))
+		}
+		dirs[i] = dir
 	}
 	// The runs are independent (each its own clock, drive and file
 	// system): assemble records them, they run in parallel, and assemble
@@ -353,8 +387,10 @@ func Run(ctx context.Context, cfg Config) (Result, error) {
 		jobs = append(jobs, job{cfg, fc, path, u, m, noCAB})
 		return ModeResult{}, 0, nil
 	}
-	if _, err := assemble(cfg, dir, record); err != nil {
-		return Result{}, err
+	for i, cfg := range cfgs {
+		if _, err := assemble(cfg, dirs[i], record); err != nil {
+			return nil, err
+		}
 	}
 	outs := make([]out, len(jobs))
 	sem := make(chan struct{}, max(runtime.GOMAXPROCS(0), 1))
@@ -376,7 +412,15 @@ func Run(ctx context.Context, cfg Config) (Result, error) {
 		next++
 		return o.mr, o.fsMiB, o.err
 	}
-	return assemble(cfg, dir, replay)
+	res := make([]Result, len(cfgs))
+	for i, cfg := range cfgs {
+		r, err := assemble(cfg, dirs[i], replay)
+		if err != nil {
+			return nil, err
+		}
+		res[i] = r
+	}
+	return res, nil
 }
 
 // runner runs (or records, or replays) one mode at one utilization.
@@ -529,7 +573,7 @@ func runOne(ctx context.Context, cfg Config, fc flash.Config, path string, util 
 		cpus = HostCPUs
 	}
 	vol := &hostVol{Volume: dv, tl: dv, clk: clk, cpus: newPool(cpus), cost: max(ov, 0), xfer: max(xfer, 0)}
-	if err := lfs.Mkfs(ctx, vol, lfs.MkfsOptions{}); err != nil {
+	if err := lfs.Mkfs(ctx, vol, lfs.MkfsOptions{OPPercent: cfg.OPPercent}); err != nil {
 		return ModeResult{}, 0, err
 	}
 	// IZC-H / IZC-D per block by cost (the paper's MLC default is IZC-H):
@@ -545,13 +589,11 @@ func runOne(ctx context.Context, cfg Config, fc flash.Config, path string, util 
 	cb := time.Duration(max(r.PageSize/r.BlockSize, 1))
 	hsrCopy := time.Duration(float64(r.ReadLatency+r.ProgramLatency)*r.CopybackRatio) / cb
 	hsrWrite := (vol.cost+vol.xfer)/cb + time.Duration(float64(r.BlockSize)/float64(r.HostLinkBytesPerSec)*float64(time.Second)) + r.ProgramLatency/cb
-	// P-GC off, stated: its parallel reads would wait on the one virtual
-	// clock at once, so modelled times would follow goroutine scheduling
-	// (lfs never splits on a virtual clock anyway); here threads do not
-	// overlap their I/O, so it could show nothing either.
+	// P-GC off unless asked for (its workers then take turns on clk, an
+	// lfs.TurnClock)
 	fs, err := lfs.Mount(ctx, vol, lfs.Options{Mode: m, Clock: clk, CacheBlocks: 1024, ReadAheadBlocks: -1,
 		FlashReadCost: readCost, HostWriteCost: hostCost, NoCopybackAware: noCAB,
-		HSRCopyCost: hsrCopy, HSRWriteCost: hsrWrite, PGCWorkers: 1})
+		HSRCopyCost: hsrCopy, HSRWriteCost: hsrWrite, PGCWorkers: max(cfg.PGCWorkers, 1)})
 	if err != nil {
 		return ModeResult{}, 0, err
 	}
@@ -586,6 +628,7 @@ func runOne(ctx context.Context, cfg Config, fc flash.Config, path string, util 
 		Checkpoints: s.Checkpoints - s0.Checkpoints, MovedHostCopy: s.MovedHostCopy - s0.MovedHostCopy, MovedIZC: s.MovedIZC - s0.MovedIZC,
 		MovedHostCached: s.MovedHostCached - s0.MovedHostCached, MovedHostDirty: s.MovedHostDirty - s0.MovedHostDirty}
 	mr.PluggedBackground = s.PluggedBackground - s0.PluggedBackground
+	mr.PGCSplit = s.PGCSplitMigrations - s0.PGCSplitMigrations
 	if all := mr.PluggedBlocks + mr.MovedHostCopy + mr.MovedHostCached + mr.MovedHostDirty + mr.MovedIZC; all > 0 {
 		mr.BackgroundPlugShare = round3(float64(mr.PluggedBackground) / float64(all))
 	}
