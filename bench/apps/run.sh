@@ -26,7 +26,10 @@
 # FIO_RUNTIME (seconds of each random fio job, default 15), WORK (scratch
 # directory, default a new one under /tmp), CLOCK (drive clock of the local
 # cluster: realtime (default) or off), ZCTL (default bin/zctl),
-# LOOPBACK_PASSTHROUGH (default 0).
+# LOOPBACK_PASSTHROUGH (default 0), FIO_JOBS (the fio jobs to run, default
+# all: seq_write_1m seq_read_1m rand_read_4k_qd1 rand_read_4k_qd16
+# rand_write_4k_fsync32), SKIP (space-separated workloads not to run:
+# db_bench sqlite fio).
 set -euo pipefail
 
 cd "$(dirname "$0")/../.."
@@ -36,6 +39,8 @@ SQLITE_ROWS=${SQLITE_ROWS:-10}
 FIO_SIZE=${FIO_SIZE:-1G}
 FIO_RUNTIME=${FIO_RUNTIME:-15}
 LOOPBACK_PASSTHROUGH=${LOOPBACK_PASSTHROUGH:-0}
+FIO_JOBS=${FIO_JOBS:-seq_write_1m seq_read_1m rand_read_4k_qd1 rand_read_4k_qd16 rand_write_4k_fsync32}
+SKIP=${SKIP:-}
 CLOCK=${CLOCK:-realtime}
 ZCTL=${ZCTL:-bin/zctl}
 WORK=${WORK:-$(mktemp -d /tmp/zf-apps.XXXXXX)}
@@ -48,6 +53,8 @@ for tool in "$ZCTL" fusermount3; do
 	fi
 done
 have() { [[ -n "$1" ]] && command -v "$1" >/dev/null; }
+skipped() { [[ " $SKIP " == *" $1 "* ]]; }
+wanted() { [[ " $FIO_JOBS " == *" $1 "* ]]; }
 for tool in "${DB_BENCH:-db_bench}" sqlite3 fio; do
 	have "$tool" || echo "missing $tool: its rows are skipped (apt-get install rocksdb-tools sqlite3 fio)" >&2
 done
@@ -143,11 +150,11 @@ print("%.1f" % (rw["bw"] / 1024) if sys.argv[2] == "seq" else "%.0f" % rw["iops"
 run_fio() { # target dir
 	local target=$1 dir=$2
 	rm -f "$dir/fio.dat"
-	fio_job "$target" "$dir" seq_write_1m --rw=write --bs=1M --ioengine=psync --end_fsync=1
-	fio_job "$target" "$dir" seq_read_1m --rw=read --bs=1M --ioengine=psync
-	fio_job "$target" "$dir" rand_read_4k_qd1 --rw=randread --bs=4k --ioengine=psync --runtime="$FIO_RUNTIME" --time_based
-	fio_job "$target" "$dir" rand_read_4k_qd16 --rw=randread --bs=4k --ioengine=libaio --iodepth=16 --runtime="$FIO_RUNTIME" --time_based
-	fio_job "$target" "$dir" rand_write_4k_fsync32 --rw=randwrite --bs=4k --ioengine=psync --fsync=32 --runtime="$FIO_RUNTIME" --time_based
+	! wanted seq_write_1m || fio_job "$target" "$dir" seq_write_1m --rw=write --bs=1M --ioengine=psync --end_fsync=1
+	! wanted seq_read_1m || fio_job "$target" "$dir" seq_read_1m --rw=read --bs=1M --ioengine=psync
+	! wanted rand_read_4k_qd1 || fio_job "$target" "$dir" rand_read_4k_qd1 --rw=randread --bs=4k --ioengine=psync --runtime="$FIO_RUNTIME" --time_based
+	! wanted rand_read_4k_qd16 || fio_job "$target" "$dir" rand_read_4k_qd16 --rw=randread --bs=4k --ioengine=libaio --iodepth=16 --runtime="$FIO_RUNTIME" --time_based
+	! wanted rand_write_4k_fsync32 || fio_job "$target" "$dir" rand_write_4k_fsync32 --rw=randwrite --bs=4k --ioengine=psync --fsync=32 --runtime="$FIO_RUNTIME" --time_based
 	rm -f "$dir/fio.dat"
 }
 
@@ -155,9 +162,9 @@ for target in zonefleet loopback; do
 	dir="$WORK/zf-mnt"
 	[[ $target == loopback ]] && dir="$WORK/lb-mnt"
 	echo "running on $target ($dir)…" >&2
-	if have "$DB_BENCH"; then run_db_bench "$target" "$dir"; fi
-	if have sqlite3; then run_sqlite "$target" "$dir"; fi
-	if have fio; then run_fio "$target" "$dir"; fi
+	if have "$DB_BENCH" && ! skipped db_bench; then run_db_bench "$target" "$dir"; fi
+	if have sqlite3 && ! skipped sqlite; then run_sqlite "$target" "$dir"; fi
+	if have fio && ! skipped fio; then run_fio "$target" "$dir"; fi
 	rm -rf "$dir/rocksdb" "$dir"/bench.sqlite*
 done
 
