@@ -675,10 +675,33 @@ const (
 	// nodesFsyncInode: fsync's last step, the dirty inode with the fsync
 	// mark, written only after its direct nodes are durable.
 	nodesFsyncInode
+	// nodesFsyncBatch: fsync's one node write when every dirty node of
+	// the inode goes to one node log: its dirty direct nodes and then the
+	// inode with the fsync mark and nodeFlagBatch, in one write with FUA,
+	// after the data's Flush (roll-forward checks the batch is whole).
+	nodesFsyncBatch
 )
+
+// nodeLog is the node log node it is written to.
+func nodeLog(it nodeItem) int {
+	switch {
+	case it.cold():
+		return logColdNode
+	case it.in.isDir():
+		return logHotNode
+	}
+	return logWarmNode
+}
 
 // writeDirtyNodes writes dirty nodes (of one inode when only != nil) to the
 // node logs, per mode.
+//
+// nodesFsyncBatch puts the direct nodes and the marked inode in one write
+// instead (the caller checked that they go to one log, fsyncOneLog): a
+// power loss during it may keep any subset of them, and roll-forward takes
+// the inode as an fsync point only when the Batch nodes before it in
+// sequence are all there (recover.go), so the two-step order below is
+// not needed; the data they name was flushed before.
 //
 // An fsync writes its nodes in two steps with a Flush between them, the
 // marked inode with FUA (F2FS writes its last, marked node with PREFLUSH and
@@ -695,15 +718,10 @@ func (fs *FS) writeDirtyNodes(ctx context.Context, only *inode, mode nodeWrite) 
 	// group by log
 	groups := map[int][]nodeItem{}
 	for _, it := range items {
-		t := logWarmNode
-		if it.in.isDir() {
-			t = logHotNode
-		}
-		if it.cold() {
-			t = logColdNode
-		}
+		t := nodeLog(it)
 		groups[t] = append(groups[t], it)
 	}
+	fua := mode == nodesFsyncInode || mode == nodesFsyncBatch
 	for _, t := range []int{logHotNode, logWarmNode, logColdNode} {
 		g := groups[t]
 		if len(g) == 0 {
@@ -713,9 +731,9 @@ func (fs *FS) writeDirtyNodes(ctx context.Context, only *inode, mode nodeWrite) 
 		gcNode := make([]bool, len(g))
 		for i, it := range g {
 			gcNode[i] = it.cold()
-			buf = append(buf, fs.encodeNodeItem(it, mode)...)
+			buf = append(buf, fs.encodeNodeItem(it, mode, uint32(i))...)
 		}
-		err := fs.appendBlocks(ctx, t, blockData{flat: buf}, mode == nodesFsyncInode, func(i int, a Addr) error {
+		err := fs.appendBlocks(ctx, t, blockData{flat: buf}, fua, func(i int, a Addr) error {
 			return fs.placeNode(g[i], a, gcNode[i], mode)
 		})
 		if err != nil {
@@ -763,7 +781,7 @@ func (fs *FS) dirtyNodeItems(only *inode, mode nodeWrite) []nodeItem {
 				fs.markDirty(in)
 			}
 		}
-		if mode != nodesFsyncDirect && in.dirty {
+		if mode != nodesFsyncDirect && in.dirty || mode == nodesFsyncBatch && len(items) > 0 {
 			items = append(items, nodeItem{in, 0})
 		}
 	}
@@ -783,12 +801,18 @@ func (fs *FS) dirtyNodeItems(only *inode, mode nodeWrite) []nodeItem {
 }
 
 // encodeNodeItem encodes the node block of it with the next node sequence
-// (and the fsync mark for nodesFsyncInode).
-func (fs *FS) encodeNodeItem(it nodeItem, mode nodeWrite) []byte {
+// (and the fsync mark for nodesFsyncInode; for the inode of
+// nodesFsyncBatch, written after the batch direct nodes of its write, the
+// mark and the batch).
+func (fs *FS) encodeNodeItem(it nodeItem, mode nodeWrite, batch uint32) []byte {
 	h := nodeHeader{Nid: mkNid(it.in.ino, it.idx), Ino: it.in.ino, CPVer: fs.cp.ver, Seq: fs.count.nodeSeq}
 	fs.count.nodeSeq++
-	if mode == nodesFsyncInode {
+	switch {
+	case mode == nodesFsyncInode:
 		h.Flags |= nodeFlagFsync
+	case mode == nodesFsyncBatch && it.idx == 0:
+		h.Flags |= nodeFlagFsync | nodeFlagBatch
+		h.Batch = batch
 	}
 	var body []byte
 	if it.idx == 0 {
@@ -813,7 +837,7 @@ func (fs *FS) placeNode(it nodeItem, a Addr, gcNode bool, mode nodeWrite) error 
 			fs.ic.dirtyNodes--
 		}
 		it.in.cold = false
-		it.in.ipu.wrote(it.in.body.Size, mode == nodesFsyncInode)
+		it.in.ipu.wrote(it.in.body.Size, mode == nodesFsyncInode || mode == nodesFsyncBatch)
 	} else {
 		d := it.in.dn[it.idx]
 		if d.dirty {
