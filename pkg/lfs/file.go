@@ -258,7 +258,7 @@ func (fs *FS) holePage(ctx context.Context, in *inode, blk uint64, b []byte) (*p
 	in.holes++
 	p.dirty = true
 	fs.ic.dirtyPages++
-	in.markDirtyBlk(blk, p)
+	fs.markDirtyBlk(in, blk, p)
 	fs.ic.active[in.ino] = in
 	in.pages.set(blk, p)
 	fs.ic.pages++
@@ -287,22 +287,14 @@ func (fs *FS) dirtyPage(in *inode, blk uint64, p *page) {
 	if !p.dirty {
 		p.dirty = true
 		fs.ic.dirtyPages++
-		in.markDirtyBlk(blk, p)
+		fs.markDirtyBlk(in, blk, p)
 	}
-}
-
-// markDirtyBlk records that p, the cached page of blk, is dirty (fs.mu held).
-func (in *inode) markDirtyBlk(blk uint64, p *page) {
-	if in.dirtyBlks == nil {
-		in.dirtyBlks = map[uint64]*page{}
-	}
-	in.dirtyBlks[blk] = p
 }
 
 // dropPage removes the cached page of blk (fs.mu held).
 func (fs *FS) dropPage(in *inode, blk uint64) {
 	in.pages.del(blk)
-	delete(in.dirtyBlks, blk)
+	fs.cleanDirtyBlk(in, blk)
 	fs.ic.pages--
 }
 
@@ -505,7 +497,7 @@ func (fs *FS) commitFlush(ctx context.Context, plan *flushPlan, failed bool) err
 				p.dirty = false
 				p.cold = false
 				fs.ic.dirtyPages--
-				delete(in.dirtyBlks, blk)
+				fs.cleanDirtyBlk(in, blk)
 			}
 			if !gcMoved {
 				fs.count.userBlocks++
@@ -583,7 +575,7 @@ func (fs *FS) unlockIn(in *inode) {
 // writeBack writes back every dirty page, taking each inode's lock (the
 // caller holds the checkpoint lock shared and no inode lock).
 func (fs *FS) writeBack(ctx context.Context) error {
-	for _, ino := range fs.dirtyInos() {
+	for ino, ok := fs.ic.dirty.next(0); ok; ino, ok = fs.ic.dirty.next(ino + 1) {
 		in := fs.ic.inodes[ino]
 		if in == nil || !fs.lockIn(in) {
 			continue
@@ -593,19 +585,6 @@ func (fs *FS) writeBack(ctx context.Context) error {
 		}
 	}
 	return nil
-}
-
-// dirtyInos lists the cached inodes with dirty pages in inode order (fs.mu
-// held).
-func (fs *FS) dirtyInos() []uint64 {
-	inos := make([]uint64, 0, 4)
-	for ino, in := range fs.ic.active {
-		if len(in.dirtyBlks) > 0 {
-			inos = append(inos, ino)
-		}
-	}
-	sort.Slice(inos, func(i, j int) bool { return inos[i] < inos[j] })
-	return inos
 }
 
 // writeBackLocked writes back up to batch dirty pages of in (0: all of
@@ -647,14 +626,7 @@ func (fs *FS) lockInHeld(in *inode) {
 // flushAll writes back every dirty page (checkpoint lock held exclusively:
 // no operation holds an inode lock).
 func (fs *FS) flushAll(ctx context.Context) error {
-	inos := make([]uint64, 0)
-	for ino, in := range fs.ic.active {
-		if len(in.dirtyBlks) > 0 {
-			inos = append(inos, ino)
-		}
-	}
-	sort.Slice(inos, func(i, j int) bool { return inos[i] < inos[j] })
-	for _, ino := range inos {
+	for ino, ok := fs.ic.dirty.next(0); ok; ino, ok = fs.ic.dirty.next(ino + 1) {
 		if err := fs.flushInode(ctx, fs.ic.inodes[ino]); err != nil {
 			return err
 		}
@@ -1263,6 +1235,7 @@ func (fs *FS) maybeDelete(ctx context.Context, ino uint64) error {
 	fs.count.nodes--
 	in.gone = true
 	delete(fs.ic.inodes, ino)
+	fs.ic.dirty.remove(ino)
 	delete(fs.ic.active, ino)
 	delete(fs.files.orphans, ino)
 	return nil
@@ -1319,7 +1292,7 @@ func (fs *FS) evictInodes() {
 			if in == nil {
 				continue
 			}
-			if _, busy := fs.ic.active[ino]; busy || in.busy > 0 || in.opens > 0 || ino == RootIno || in.dirty || (pass == 0 && in.isDir()) {
+			if _, busy := fs.ic.active[ino]; busy || in.busy > 0 || in.opens > 0 || ino == RootIno || in.dirty || len(in.dirtyBlks) > 0 || (pass == 0 && in.isDir()) {
 				continue
 			}
 			fs.ic.pages -= in.pages.len()

@@ -222,6 +222,7 @@ type inodeCache struct {
 	pages      int               // cached pages
 	dirtyPages int
 	dirtyNodes int
+	dirty      dirtyIndex // the inodes with dirty pages, by number (dirtyidx.go)
 }
 
 // openFiles is the open handles and the unlinked inodes they keep (FS.mu).
