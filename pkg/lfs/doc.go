@@ -325,7 +325,10 @@
 //     writev, no copy in between: a page buffer, once cached, is never
 //     written again nor reused, and the garbage collector frees it when the
 //     last reader lets go), and write-back scans only the inode's dirty pages
-//     (inode.dirtyBlks), not every cached page.
+//     (inode.dirtyBlks), not every cached page, and finds the inodes that
+//     have any in an index sorted by inode number (dirtyidx.go), kept under
+//     the table lock where an inode's first page becomes dirty and its last
+//     one clean or dropped, not by scanning the inode cache.
 //   - Read-ahead (readahead.go): a sequential read starts one goroutine per
 //     inode that reads the next window (Options.ReadAheadBlocks, 1 MiB by
 //     default) with no lock held and inserts clean pages only where no page
