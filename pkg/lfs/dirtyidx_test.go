@@ -3,6 +3,7 @@ package lfs_test
 import (
 	"fmt"
 	"math/rand"
+	"slices"
 	"syscall"
 	"testing"
 
@@ -74,19 +75,14 @@ func runDirtyIndexOps(t *testing.T, fs *lfs.FS, rng *rand.Rand, n int) map[strin
 		index, active, cached := fs.DirtyIndex()
 		require.Equal(t, cached, index, "after %s: index against the scan of the inode cache", op)
 		require.Equal(t, active, index, "after %s: index against the scan of the active inodes", op)
-		if !slicesEqual(before, index) {
+		if !slices.Equal(before, index) {
 			changed[op]++
 		}
 		return index
 	}
 	has := func(ino uint64) bool {
 		index, _, _ := fs.DirtyIndex()
-		for _, i := range index {
-			if i == ino {
-				return true
-			}
-		}
-		return false
+		return slices.Contains(index, ino)
 	}
 	data := func() []byte {
 		b := make([]byte, 1+rng.Intn(8192))
@@ -222,16 +218,4 @@ func runDirtyIndexOps(t *testing.T, fs *lfs.FS, rng *rand.Rand, n int) map[strin
 		}
 	}
 	return changed
-}
-
-func slicesEqual(a, b []uint64) bool {
-	if len(a) != len(b) {
-		return false
-	}
-	for i := range a {
-		if a[i] != b[i] {
-			return false
-		}
-	}
-	return true
 }
