@@ -26,8 +26,11 @@
 # FIO_RUNTIME (seconds of each random fio job, default 15), WORK (scratch
 # directory, default a new one under /tmp), CLOCK (drive clock of the local
 # cluster: realtime (default) or off), ZCTL (default bin/zctl),
-# LOOPBACK_PASSTHROUGH (default 0), APPS (the workloads to run, default
-# "db_bench sqlite fio").
+# LOOPBACK_PASSTHROUGH (default 0), FIO_JOBS (the fio jobs to run, default
+# all: seq_write_1m seq_read_1m rand_read_4k_qd1 rand_read_4k_qd16
+# rand_write_4k_fsync32), CREATES (small files the creates workload makes,
+# default 20000), SKIP (space-separated workloads not to run: db_bench
+# sqlite fio creates).
 set -euo pipefail
 
 cd "$(dirname "$0")/../.."
@@ -37,8 +40,10 @@ SQLITE_ROWS=${SQLITE_ROWS:-10}
 FIO_SIZE=${FIO_SIZE:-1G}
 FIO_RUNTIME=${FIO_RUNTIME:-15}
 LOOPBACK_PASSTHROUGH=${LOOPBACK_PASSTHROUGH:-0}
+CREATES=${CREATES:-20000}
+FIO_JOBS=${FIO_JOBS:-seq_write_1m seq_read_1m rand_read_4k_qd1 rand_read_4k_qd16 rand_write_4k_fsync32}
+SKIP=${SKIP:-}
 CLOCK=${CLOCK:-realtime}
-APPS=${APPS:-db_bench sqlite fio}
 ZCTL=${ZCTL:-bin/zctl}
 WORK=${WORK:-$(mktemp -d /tmp/zf-apps.XXXXXX)}
 DB_BENCH=${DB_BENCH:-$(command -v db_bench || command -v rocksdb_db_bench || true)}
@@ -50,7 +55,8 @@ for tool in "$ZCTL" fusermount3; do
 	fi
 done
 have() { [[ -n "$1" ]] && command -v "$1" >/dev/null; }
-want() { [[ " $APPS " == *" $1 "* ]]; }
+skipped() { [[ " $SKIP " == *" $1 "* ]]; }
+wanted() { [[ " $FIO_JOBS " == *" $1 "* ]]; }
 for tool in "${DB_BENCH:-db_bench}" sqlite3 fio; do
 	have "$tool" || echo "missing $tool: its rows are skipped (apt-get install rocksdb-tools sqlite3 fio)" >&2
 done
@@ -128,6 +134,32 @@ run_sqlite() { # target dir
 	result[$target.sqlite_txn]=$(echo "$SQLITE_TXNS / ($t1 - $t0)" | bc -l | xargs printf '%.0f')
 }
 
+# creates: CREATES files of 1 KiB each (open O_CREAT, write, close; 100
+# per directory), files per second; no fsync, the time includes a final
+# sync(2) of the mount (syncfs).
+run_creates() { # target dir
+	local target=$1 dir=$2/creates
+	rm -rf "$dir"
+	result[$target.creates_1k]=$(python3 -c '
+import os, sys, time
+d, n = sys.argv[1], int(sys.argv[2])
+buf = b"x" * 1024
+t0 = time.monotonic()
+for i in range(n):
+    sub = os.path.join(d, "d%04d" % (i // 100))
+    if i % 100 == 0:
+        os.makedirs(sub)
+    fd = os.open(os.path.join(sub, "f%d" % i), os.O_CREAT | os.O_WRONLY, 0o644)
+    os.write(fd, buf)
+    os.close(fd)
+fd = os.open(d, os.O_RDONLY)
+os.fsync(fd)  # the directory; then the whole mount
+os.close(fd)
+os.sync()
+print("%.0f" % (n / (time.monotonic() - t0)))' "$dir" "$CREATES")
+	rm -rf "$dir"
+}
+
 # fio: MiB/s for the sequential jobs, IOPS for the random ones; fio's own
 # JSON output of every job goes to $WORK/fio.TARGET.json.
 fio_job() { # target dir name args...
@@ -146,11 +178,11 @@ print("%.1f" % (rw["bw"] / 1024) if sys.argv[2] == "seq" else "%.0f" % rw["iops"
 run_fio() { # target dir
 	local target=$1 dir=$2
 	rm -f "$dir/fio.dat"
-	fio_job "$target" "$dir" seq_write_1m --rw=write --bs=1M --ioengine=psync --end_fsync=1
-	fio_job "$target" "$dir" seq_read_1m --rw=read --bs=1M --ioengine=psync
-	fio_job "$target" "$dir" rand_read_4k_qd1 --rw=randread --bs=4k --ioengine=psync --runtime="$FIO_RUNTIME" --time_based
-	fio_job "$target" "$dir" rand_read_4k_qd16 --rw=randread --bs=4k --ioengine=libaio --iodepth=16 --runtime="$FIO_RUNTIME" --time_based
-	fio_job "$target" "$dir" rand_write_4k_fsync32 --rw=randwrite --bs=4k --ioengine=psync --fsync=32 --runtime="$FIO_RUNTIME" --time_based
+	! wanted seq_write_1m || fio_job "$target" "$dir" seq_write_1m --rw=write --bs=1M --ioengine=psync --end_fsync=1
+	! wanted seq_read_1m || fio_job "$target" "$dir" seq_read_1m --rw=read --bs=1M --ioengine=psync
+	! wanted rand_read_4k_qd1 || fio_job "$target" "$dir" rand_read_4k_qd1 --rw=randread --bs=4k --ioengine=psync --runtime="$FIO_RUNTIME" --time_based
+	! wanted rand_read_4k_qd16 || fio_job "$target" "$dir" rand_read_4k_qd16 --rw=randread --bs=4k --ioengine=libaio --iodepth=16 --runtime="$FIO_RUNTIME" --time_based
+	! wanted rand_write_4k_fsync32 || fio_job "$target" "$dir" rand_write_4k_fsync32 --rw=randwrite --bs=4k --ioengine=psync --fsync=32 --runtime="$FIO_RUNTIME" --time_based
 	rm -f "$dir/fio.dat"
 }
 
@@ -158,18 +190,19 @@ for target in zonefleet loopback; do
 	dir="$WORK/zf-mnt"
 	[[ $target == loopback ]] && dir="$WORK/lb-mnt"
 	echo "running on $target ($dir)…" >&2
-	if want db_bench && have "$DB_BENCH"; then run_db_bench "$target" "$dir"; fi
-	if want sqlite && have sqlite3; then run_sqlite "$target" "$dir"; fi
-	if want fio && have fio; then run_fio "$target" "$dir"; fi
+	if have "$DB_BENCH" && ! skipped db_bench; then run_db_bench "$target" "$dir"; fi
+	if have sqlite3 && ! skipped sqlite; then run_sqlite "$target" "$dir"; fi
+	if have fio && ! skipped fio; then run_fio "$target" "$dir"; fi
+	if ! skipped creates; then run_creates "$target" "$dir"; fi
 	rm -rf "$dir/rocksdb" "$dir"/bench.sqlite*
 done
 
 printf '%-22s %16s %16s %8s\n' workload "zonefleet" "loopback" ratio
-for w in fillseq overwrite readrandom readwhilewriting sqlite_txn \
+for w in fillseq overwrite readrandom readwhilewriting sqlite_txn creates_1k \
 	fio_seq_write_1m fio_seq_read_1m fio_rand_read_4k_qd1 fio_rand_read_4k_qd16 fio_rand_write_4k_fsync32; do
 	z=${result[zonefleet.$w]:-0} l=${result[loopback.$w]:-0}
 	r=$(if [[ $l != 0 ]]; then echo "$z / $l" | bc -l | xargs printf '%.2f'; else echo nan; fi)
 	printf '%-22s %16s %16s %8s\n' "$w" "$z" "$l" "$r"
 done
-echo "(ops/s; fio_seq_*: MiB/s, fio_rand_*: IOPS; loopback: bench/apps/loopback, passthrough=$LOOPBACK_PASSTHROUGH)"
+echo "(ops/s; creates_1k: files/s; fio_seq_*: MiB/s, fio_rand_*: IOPS; loopback: bench/apps/loopback, passthrough=$LOOPBACK_PASSTHROUGH)"
 echo "(NUM=$NUM keys of 400 bytes, one thread; sqlite: $SQLITE_TXNS transactions of $SQLITE_ROWS rows, WAL, synchronous=FULL; logs in $WORK)"

@@ -24,7 +24,11 @@
 // rotation. Mount takes the newest zone whose snapshot is complete, replays
 // its deltas up to the first torn record, rolls forward the node blocks
 // written after that checkpoint by fsync (fsync mark, checkpoint version and
-// sequence in every node header), deletes orphans and checkpoints.
+// sequence in every node header; an inode marked nodeFlagBatch counts only
+// when the direct nodes written with it, the Batch sequence numbers before
+// its own, are all there: incompat superblock bit FeatureFsyncBatch, set by
+// mkfs and every mount, so a build that would trust the inode alone refuses
+// the image), deletes orphans and checkpoints.
 //
 // Files. Regular files, directories, symlinks and special files: FIFOs,
 // sockets, character and block devices (Mknod; a device's number is a u64
@@ -271,15 +275,21 @@
 //     waits for the write-backs of its inode in flight (inode.flights: on
 //     whatever lane, each has committed, so its blocks are on the drives
 //     modulo the Flush that follows and its direct nodes dirty), then
-//     writes what is still dirty and the dirty direct nodes, flushes the
-//     volume, and only then writes the inode with the fsync mark, with FUA
-//     (F2FS's PREFLUSH and FUA on the last node: one round trip instead of
-//     a write and a second Flush): a power loss may keep any subset of the
-//     blocks written since the last Flush, and roll-forward trusts every
-//     node up to the marked one. No other node of the inode can be written
-//     between the Flush and the marked inode (fsync holds the inode's lock
-//     and the checkpoint lock shared; recycling skips a locked inode), so
-//     the marked inode is all that still needs to reach stable media. It
+//     writes what is still dirty, flushes the volume, and only then writes
+//     its dirty direct nodes and the inode with the fsync mark, in one
+//     write with FUA (F2FS's PREFLUSH and FUA on the last node: one round
+//     trip instead of a write and a second Flush): a power loss may keep
+//     any subset of the blocks written since the last Flush, roll-forward
+//     trusts the block addresses of every node up to the marked one, and it
+//     takes the marked inode only when every direct node of its write
+//     survived (nodeFlagBatch; else the inode stops at its previous fsync).
+//     When the inode's dirty nodes go to different node logs (a direct node
+//     moved by recycling lives in the cold node log), the direct nodes are
+//     written before the Flush and the marked inode alone after it. No
+//     other node of the inode can be written between the Flush and the
+//     marked inode (fsync holds the inode's lock and the checkpoint lock
+//     shared; recycling skips a locked inode), so the nodes of that last
+//     write are all that still needs to reach stable media. It
 //     returns once everything it covers is on the drives. A file whose names changed
 //     since the last checkpoint (created, linked, renamed, unlinked) and a
 //     directory need a checkpoint instead (roll-forward does not rebuild
@@ -315,7 +325,10 @@
 //     writev, no copy in between: a page buffer, once cached, is never
 //     written again nor reused, and the garbage collector frees it when the
 //     last reader lets go), and write-back scans only the inode's dirty pages
-//     (inode.dirtyBlks), not every cached page.
+//     (inode.dirtyBlks), not every cached page, and finds the inodes that
+//     have any in an index sorted by inode number (dirtyidx.go), kept under
+//     the table lock where an inode's first page becomes dirty and its last
+//     one clean or dropped, not by scanning the inode cache.
 //   - Read-ahead (readahead.go): a sequential read starts one goroutine per
 //     inode that reads the next window (Options.ReadAheadBlocks, 1 MiB by
 //     default) with no lock held and inserts clean pages only where no page

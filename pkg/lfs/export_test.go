@@ -3,6 +3,7 @@ package lfs
 import (
 	"context"
 	"fmt"
+	"slices"
 
 	"github.com/zonefleet/zonefleet/pkg/ondisk"
 )
@@ -171,4 +172,24 @@ func (fs *FS) WriteLanes() int {
 	fs.mu.Lock()
 	defer fs.mu.Unlock()
 	return fs.lg.lanes
+}
+
+// DirtyIndex returns the dirty-inode index (dirtyidx.go) and, as references,
+// the inodes with dirty pages found by scanning the active inodes and the
+// whole inode cache, each in increasing order.
+func (fs *FS) DirtyIndex() (index, active, cached []uint64) {
+	fs.mu.Lock()
+	defer fs.mu.Unlock()
+	index = append([]uint64{}, fs.ic.dirty.inos...)
+	scan := func(m map[uint64]*inode) []uint64 {
+		inos := []uint64{}
+		for ino, in := range m {
+			if len(in.dirtyBlks) > 0 {
+				inos = append(inos, ino)
+			}
+		}
+		slices.Sort(inos)
+		return inos
+	}
+	return index, scan(fs.ic.active), scan(fs.ic.inodes)
 }

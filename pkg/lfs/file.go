@@ -258,7 +258,7 @@ func (fs *FS) holePage(ctx context.Context, in *inode, blk uint64, b []byte) (*p
 	in.holes++
 	p.dirty = true
 	fs.ic.dirtyPages++
-	in.markDirtyBlk(blk, p)
+	fs.markDirtyBlk(in, blk, p)
 	fs.ic.active[in.ino] = in
 	in.pages.set(blk, p)
 	fs.ic.pages++
@@ -287,22 +287,14 @@ func (fs *FS) dirtyPage(in *inode, blk uint64, p *page) {
 	if !p.dirty {
 		p.dirty = true
 		fs.ic.dirtyPages++
-		in.markDirtyBlk(blk, p)
+		fs.markDirtyBlk(in, blk, p)
 	}
-}
-
-// markDirtyBlk records that p, the cached page of blk, is dirty (fs.mu held).
-func (in *inode) markDirtyBlk(blk uint64, p *page) {
-	if in.dirtyBlks == nil {
-		in.dirtyBlks = map[uint64]*page{}
-	}
-	in.dirtyBlks[blk] = p
 }
 
 // dropPage removes the cached page of blk (fs.mu held).
 func (fs *FS) dropPage(in *inode, blk uint64) {
 	in.pages.del(blk)
-	delete(in.dirtyBlks, blk)
+	fs.cleanDirtyBlk(in, blk)
 	fs.ic.pages--
 }
 
@@ -505,7 +497,7 @@ func (fs *FS) commitFlush(ctx context.Context, plan *flushPlan, failed bool) err
 				p.dirty = false
 				p.cold = false
 				fs.ic.dirtyPages--
-				delete(in.dirtyBlks, blk)
+				fs.cleanDirtyBlk(in, blk)
 			}
 			if !gcMoved {
 				fs.count.userBlocks++
@@ -583,7 +575,7 @@ func (fs *FS) unlockIn(in *inode) {
 // writeBack writes back every dirty page, taking each inode's lock (the
 // caller holds the checkpoint lock shared and no inode lock).
 func (fs *FS) writeBack(ctx context.Context) error {
-	for _, ino := range fs.dirtyInos() {
+	for ino, ok := fs.ic.dirty.next(0); ok; ino, ok = fs.ic.dirty.next(ino + 1) {
 		in := fs.ic.inodes[ino]
 		if in == nil || !fs.lockIn(in) {
 			continue
@@ -593,19 +585,6 @@ func (fs *FS) writeBack(ctx context.Context) error {
 		}
 	}
 	return nil
-}
-
-// dirtyInos lists the cached inodes with dirty pages in inode order (fs.mu
-// held).
-func (fs *FS) dirtyInos() []uint64 {
-	inos := make([]uint64, 0, 4)
-	for ino, in := range fs.ic.active {
-		if len(in.dirtyBlks) > 0 {
-			inos = append(inos, ino)
-		}
-	}
-	sort.Slice(inos, func(i, j int) bool { return inos[i] < inos[j] })
-	return inos
 }
 
 // writeBackLocked writes back up to batch dirty pages of in (0: all of
@@ -647,14 +626,7 @@ func (fs *FS) lockInHeld(in *inode) {
 // flushAll writes back every dirty page (checkpoint lock held exclusively:
 // no operation holds an inode lock).
 func (fs *FS) flushAll(ctx context.Context) error {
-	inos := make([]uint64, 0)
-	for ino, in := range fs.ic.active {
-		if len(in.dirtyBlks) > 0 {
-			inos = append(inos, ino)
-		}
-	}
-	sort.Slice(inos, func(i, j int) bool { return inos[i] < inos[j] })
-	for _, ino := range inos {
+	for ino, ok := fs.ic.dirty.next(0); ok; ino, ok = fs.ic.dirty.next(ino + 1) {
 		if err := fs.flushInode(ctx, fs.ic.inodes[ino]); err != nil {
 			return err
 		}
@@ -675,10 +647,33 @@ const (
 	// nodesFsyncInode: fsync's last step, the dirty inode with the fsync
 	// mark, written only after its direct nodes are durable.
 	nodesFsyncInode
+	// nodesFsyncBatch: fsync's one node write when every dirty node of
+	// the inode goes to one node log: its dirty direct nodes and then the
+	// inode with the fsync mark and nodeFlagBatch, in one write with FUA,
+	// after the data's Flush (roll-forward checks the batch is whole).
+	nodesFsyncBatch
 )
+
+// nodeLog is the node log node it is written to.
+func nodeLog(it nodeItem) int {
+	switch {
+	case it.cold():
+		return logColdNode
+	case it.in.isDir():
+		return logHotNode
+	}
+	return logWarmNode
+}
 
 // writeDirtyNodes writes dirty nodes (of one inode when only != nil) to the
 // node logs, per mode.
+//
+// nodesFsyncBatch puts the direct nodes and the marked inode in one write
+// instead (the caller checked that they go to one log, fsyncOneLog): a
+// power loss during it may keep any subset of them, and roll-forward takes
+// the inode as an fsync point only when the Batch nodes before it in
+// sequence are all there (recover.go), so the two-step order below is
+// not needed; the data they name was flushed before.
 //
 // An fsync writes its nodes in two steps with a Flush between them, the
 // marked inode with FUA (F2FS writes its last, marked node with PREFLUSH and
@@ -695,15 +690,10 @@ func (fs *FS) writeDirtyNodes(ctx context.Context, only *inode, mode nodeWrite) 
 	// group by log
 	groups := map[int][]nodeItem{}
 	for _, it := range items {
-		t := logWarmNode
-		if it.in.isDir() {
-			t = logHotNode
-		}
-		if it.cold() {
-			t = logColdNode
-		}
+		t := nodeLog(it)
 		groups[t] = append(groups[t], it)
 	}
+	fua := mode == nodesFsyncInode || mode == nodesFsyncBatch
 	for _, t := range []int{logHotNode, logWarmNode, logColdNode} {
 		g := groups[t]
 		if len(g) == 0 {
@@ -713,9 +703,9 @@ func (fs *FS) writeDirtyNodes(ctx context.Context, only *inode, mode nodeWrite) 
 		gcNode := make([]bool, len(g))
 		for i, it := range g {
 			gcNode[i] = it.cold()
-			buf = append(buf, fs.encodeNodeItem(it, mode)...)
+			buf = append(buf, fs.encodeNodeItem(it, mode, uint32(i))...)
 		}
-		err := fs.appendBlocks(ctx, t, blockData{flat: buf}, mode == nodesFsyncInode, func(i int, a Addr) error {
+		err := fs.appendBlocks(ctx, t, blockData{flat: buf}, fua, func(i int, a Addr) error {
 			return fs.placeNode(g[i], a, gcNode[i], mode)
 		})
 		if err != nil {
@@ -763,7 +753,7 @@ func (fs *FS) dirtyNodeItems(only *inode, mode nodeWrite) []nodeItem {
 				fs.markDirty(in)
 			}
 		}
-		if mode != nodesFsyncDirect && in.dirty {
+		if mode != nodesFsyncDirect && in.dirty || mode == nodesFsyncBatch && len(items) > 0 {
 			items = append(items, nodeItem{in, 0})
 		}
 	}
@@ -783,12 +773,18 @@ func (fs *FS) dirtyNodeItems(only *inode, mode nodeWrite) []nodeItem {
 }
 
 // encodeNodeItem encodes the node block of it with the next node sequence
-// (and the fsync mark for nodesFsyncInode).
-func (fs *FS) encodeNodeItem(it nodeItem, mode nodeWrite) []byte {
+// (and the fsync mark for nodesFsyncInode; for the inode of
+// nodesFsyncBatch, written after the batch direct nodes of its write, the
+// mark and the batch).
+func (fs *FS) encodeNodeItem(it nodeItem, mode nodeWrite, batch uint32) []byte {
 	h := nodeHeader{Nid: mkNid(it.in.ino, it.idx), Ino: it.in.ino, CPVer: fs.cp.ver, Seq: fs.count.nodeSeq}
 	fs.count.nodeSeq++
-	if mode == nodesFsyncInode {
+	switch {
+	case mode == nodesFsyncInode:
 		h.Flags |= nodeFlagFsync
+	case mode == nodesFsyncBatch && it.idx == 0:
+		h.Flags |= nodeFlagFsync | nodeFlagBatch
+		h.Batch = batch
 	}
 	var body []byte
 	if it.idx == 0 {
@@ -813,7 +809,7 @@ func (fs *FS) placeNode(it nodeItem, a Addr, gcNode bool, mode nodeWrite) error 
 			fs.ic.dirtyNodes--
 		}
 		it.in.cold = false
-		it.in.ipu.wrote(it.in.body.Size, mode == nodesFsyncInode)
+		it.in.ipu.wrote(it.in.body.Size, mode == nodesFsyncInode || mode == nodesFsyncBatch)
 	} else {
 		d := it.in.dn[it.idx]
 		if d.dirty {
@@ -1239,6 +1235,7 @@ func (fs *FS) maybeDelete(ctx context.Context, ino uint64) error {
 	fs.count.nodes--
 	in.gone = true
 	delete(fs.ic.inodes, ino)
+	fs.ic.dirty.remove(ino)
 	delete(fs.ic.active, ino)
 	delete(fs.files.orphans, ino)
 	return nil
@@ -1295,7 +1292,7 @@ func (fs *FS) evictInodes() {
 			if in == nil {
 				continue
 			}
-			if _, busy := fs.ic.active[ino]; busy || in.busy > 0 || in.opens > 0 || ino == RootIno || in.dirty || (pass == 0 && in.isDir()) {
+			if _, busy := fs.ic.active[ino]; busy || in.busy > 0 || in.opens > 0 || ino == RootIno || in.dirty || len(in.dirtyBlks) > 0 || (pass == 0 && in.isDir()) {
 				continue
 			}
 			fs.ic.pages -= in.pages.len()

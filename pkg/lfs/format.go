@@ -24,7 +24,15 @@ const FormatVersion = 2
 // mount (*ondisk.FeatureError, class ro_compat: the image could only be
 // mounted read-only); an unknown incompat bit refuses the mount.
 // FeatureThreadedLog (tl.go) is incompat.
-var KnownFeatures = ondisk.Features{Compat: FeatureInodeRdev | FeatureRootReserve, Incompat: FeatureThreadedLog | FeaturePrealloc}
+var KnownFeatures = ondisk.Features{Compat: FeatureInodeRdev | FeatureRootReserve, Incompat: FeatureThreadedLog | FeaturePrealloc | FeatureFsyncBatch}
+
+// FeatureFsyncBatch (incompat) says an fsync may write its direct nodes and
+// its marked inode in one write, after the data's Flush (nodeFlagBatch):
+// roll-forward must check that every node of the batch is there before it
+// trusts the inode. A build without it would trust the inode alone, so it
+// must not mount such an image. mkfs and every writable mount set it (the
+// mount's checkpoint writes the superblock before any fsync does).
+const FeatureFsyncBatch = 1 << 2
 
 // FeatureInodeRdev (compat) says inodes may carry a device number: an inode
 // whose Flags has inodeFlagRdev stores a u64 rdev after its xattrs. Images
@@ -498,6 +506,11 @@ const (
 	nodeDirect = 2
 
 	nodeFlagFsync = 1 // written by fsync: roll forward up to here
+	// nodeFlagBatch (with nodeFlagFsync, FeatureFsyncBatch): the inode was
+	// written in one write with the direct nodes its fsync wrote, the
+	// Batch nodes just before it in sequence; it is an fsync point only if
+	// all of them are found (recover.go).
+	nodeFlagBatch = 2
 	nodeHdrLen    = 48
 )
 
@@ -509,6 +522,7 @@ type nodeHeader struct {
 	Ino   uint64
 	CPVer uint64 // checkpoint version current when written
 	Seq   uint64 // global node write sequence
+	Batch uint32 // nodeFlagBatch: the direct nodes written with this inode (bytes 10..13; 0 before FeatureFsyncBatch)
 }
 
 // inodeBody is the content of an inode node block.
@@ -580,6 +594,7 @@ func encodeNode(h nodeHeader, body []byte, bs int) []byte {
 	binary.LittleEndian.PutUint32(b[0:], magicNode)
 	b[8] = h.Kind
 	b[9] = h.Flags
+	binary.LittleEndian.PutUint32(b[10:], h.Batch)
 	binary.LittleEndian.PutUint64(b[16:], h.Nid)
 	binary.LittleEndian.PutUint64(b[24:], h.Ino)
 	binary.LittleEndian.PutUint64(b[32:], h.CPVer)
@@ -604,7 +619,7 @@ func decodeNodeHeader(b []byte) (nodeHeader, error) {
 		return nodeHeader{}, corrupt("node block", "checksum mismatch")
 	}
 	h := nodeHeader{Kind: b[8], Flags: b[9], Nid: binary.LittleEndian.Uint64(b[16:]), Ino: binary.LittleEndian.Uint64(b[24:]),
-		CPVer: binary.LittleEndian.Uint64(b[32:]), Seq: binary.LittleEndian.Uint64(b[40:])}
+		CPVer: binary.LittleEndian.Uint64(b[32:]), Seq: binary.LittleEndian.Uint64(b[40:]), Batch: binary.LittleEndian.Uint32(b[10:])}
 	if h.Kind != nodeInode && h.Kind != nodeDirect {
 		return h, corrupt("node block", "unknown kind %d", h.Kind)
 	}

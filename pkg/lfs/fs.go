@@ -222,6 +222,7 @@ type inodeCache struct {
 	pages      int               // cached pages
 	dirtyPages int
 	dirtyNodes int
+	dirty      dirtyIndex // the inodes with dirty pages, by number (dirtyidx.go)
 }
 
 // openFiles is the open handles and the unlinked inodes they keep (FS.mu).
@@ -238,6 +239,7 @@ type counters struct {
 	used          uint64 // user blocks in use: data blocks (mapped or dirty holes) + nodes
 	nodes         uint64 // nodes (inodes + direct nodes) in use, bounded by the superblock's MaxNodes
 	blocksWritten uint64 // all blocks written to the drives (incl. meta and moves)
+	tornBatches   uint64 // marked inodes roll-forward did not take: their batch was torn (recover.go)
 	userBlocks    uint64 // blocks written on behalf of users (data + nodes)
 	resv          uint64 // blocks fallocate reserved and not written yet (included in used)
 }
@@ -353,7 +355,7 @@ func Mkfs(ctx context.Context, vol Volume, opts MkfsOptions) error {
 	}
 	sb := superblock{Version: FormatVersion, BlockSize: uint32(g.BlockSize), ZoneBlocks: g.ZoneBlocks,
 		MaxZones: uint32(g.MaxZones), OPPercent: uint32(op), Logs: 6,
-		Features: ondisk.Features{Compat: FeatureInodeRdev, Incompat: FeaturePrealloc}}
+		Features: ondisk.Features{Compat: FeatureInodeRdev, Incompat: FeaturePrealloc | FeatureFsyncBatch}}
 	_, _ = rand.Read(sb.UUID[:])
 	sb.Logs = mkfsLogs(g.MaxOpen)
 	sb.ReserveSegs = sb.Logs + 4
@@ -569,7 +571,7 @@ func loadFS(ctx context.Context, vol Volume, opts Options) (*FS, []ZoneInfo, *me
 	fs := newFS(vol, opts)
 	fs.sb = sb
 	fs.sb.Features.Compat |= FeatureInodeRdev // written with the next superblock
-	fs.sb.Features.Incompat |= FeaturePrealloc
+	fs.sb.Features.Incompat |= FeaturePrealloc | FeatureFsyncBatch
 	if fs.tlOn() && sb.Features.Incompat&FeatureThreadedLog == 0 && fs.geo.MaxOpen-int(sb.Logs)-2 < 1 {
 		// A TL segment stays open until a checkpoint records it, beside the
 		// log heads and two metadata zones: with no open zone to spare,

@@ -55,23 +55,26 @@ func (c *callLog) record(on bool) []string {
 }
 
 // An fsync of a file whose names are checkpointed takes one Flush round:
-// its data and direct nodes are written, the volume is flushed once, and
-// the inode with the fsync mark is written last, alone, with FUA (F2FS's
-// PREFLUSH+FUA on the last node) — no second Flush. The power-loss tests
-// check that what it covers survives; this checks the order and the count.
-func TestFsyncOneFlushThenMarkedInodeFUA(t *testing.T) {
+// its data is written, the volume is flushed once, and its dirty direct
+// nodes and the inode with the fsync mark are written last, in one write,
+// with FUA (F2FS's PREFLUSH+FUA on the last node; roll-forward checks the
+// batch is whole) — no second Flush, no separate write of the direct
+// nodes. The power-loss tests check that what it covers survives; this
+// checks the order and the count.
+func TestFsyncOneFlushThenNodesFUA(t *testing.T) {
 	for _, tc := range []struct {
 		name     string
 		write    func(t *testing.T, fs *lfs.FS, h lfs.Handle)
 		datasync bool
+		nodes    string // blocks of the FUA write: dirty direct nodes + the inode
 	}{
-		{"append 4 KiB", func(t *testing.T, fs *lfs.FS, h lfs.Handle) { mustWrite(t, fs, h, 64<<10, 4096) }, false},
-		{"overwrite 4 KiB, fdatasync", func(t *testing.T, fs *lfs.FS, h lfs.Handle) { mustWrite(t, fs, h, 4096, 4096) }, true},
-		{"append 200 KiB", func(t *testing.T, fs *lfs.FS, h lfs.Handle) { mustWrite(t, fs, h, 64<<10, 200<<10) }, false},
+		{"append 4 KiB", func(t *testing.T, fs *lfs.FS, h lfs.Handle) { mustWrite(t, fs, h, 64<<10, 4096) }, false, "2"},
+		{"overwrite 4 KiB, fdatasync", func(t *testing.T, fs *lfs.FS, h lfs.Handle) { mustWrite(t, fs, h, 4096, 4096) }, true, "2"},
+		{"append 200 KiB", func(t *testing.T, fs *lfs.FS, h lfs.Handle) { mustWrite(t, fs, h, 64<<10, 200<<10) }, false, "2"},
 		{"chmod only", func(t *testing.T, fs *lfs.FS, h lfs.Handle) {
 			_, err := fs.Setattr(bg, fileIno(t, fs, "f"), lfs.SetattrIn{Valid: lfs.SetMode, Mode: 0o600})
 			require.NoError(t, err)
-		}, false},
+		}, false, "1"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			v := &callLog{Volume: newVol(t, 32, 8)}
@@ -87,9 +90,9 @@ func TestFsyncOneFlushThenMarkedInodeFUA(t *testing.T) {
 			calls := v.record(false)
 			seq := strings.Join(calls, " ")
 			require.NotEmpty(t, calls)
-			require.Equal(t, "W1", calls[len(calls)-1], "the marked inode comes last, one block, with FUA: %s", seq)
+			require.Equal(t, "W"+tc.nodes, calls[len(calls)-1], "the direct nodes and the marked inode come last, in one write with FUA: %s", seq)
 			require.Equal(t, 1, strings.Count(seq, "F"), "one Flush round: %s", seq)
-			require.Equal(t, "F", calls[len(calls)-2], "the Flush comes right before the marked inode: %s", seq)
+			require.Equal(t, "F", calls[len(calls)-2], "the Flush comes right before the nodes: %s", seq)
 			require.Equal(t, 1, strings.Count(seq, "W"), "nothing else with FUA: %s", seq)
 			// and the file reads back after a remount
 			require.NoError(t, fs.Release(bg, h))

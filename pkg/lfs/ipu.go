@@ -163,7 +163,7 @@ func (fs *FS) ipuRun(ctx context.Context, ow Overwriter, in *inode, r ipuRunT) (
 		if b.p.gen == b.gen && b.p.dirty && in.pages.get(b.blk) == b.p {
 			b.p.dirty = false
 			fs.ic.dirtyPages--
-			delete(in.dirtyBlks, b.blk)
+			fs.cleanDirtyBlk(in, b.blk)
 		}
 	}
 	fs.stats.IPUBlocks += uint64(len(r.blocks))

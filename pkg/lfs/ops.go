@@ -1406,11 +1406,23 @@ func (fs *FS) fsync(ctx context.Context, o *op, in *inode, datasync bool) error 
 		// stalled the whole mount.)
 		return fs.unlocked(func() error { return fs.vol.Flush(ctx) })
 	}
-	// The data and the direct nodes must be durable before the inode that
-	// carries the fsync mark: roll-forward trusts every node of the inode up
-	// to the marked one and their block addresses, and a power loss may keep
-	// any subset of the blocks written since the last Flush (even a later
-	// block of the same append without an earlier one).
+	// The data must be durable before the nodes that name it: roll-forward
+	// trusts their block addresses, and a power loss may keep any subset
+	// of the blocks written since the last Flush (even a later block of
+	// the same append without an earlier one). When all of the inode's
+	// dirty nodes go to one node log, they and the marked inode go in one
+	// write with FUA after that Flush: one write fewer than below, and
+	// roll-forward takes the marked inode only with every node of its
+	// batch (nodeFlagBatch).
+	if fs.fsyncOneLog(in) {
+		if err := fs.unlocked(func() error { return fs.vol.Flush(ctx) }); err != nil {
+			return err
+		}
+		return fs.writeDirtyNodes(ctx, in, nodesFsyncBatch)
+	}
+	// Otherwise the direct nodes must also be durable before the inode
+	// that carries the fsync mark: roll-forward trusts every node of the
+	// inode up to the marked one.
 	if err := fs.writeDirtyNodes(ctx, in, nodesFsyncDirect); err != nil {
 		return err
 	}
@@ -1421,6 +1433,22 @@ func (fs *FS) fsync(ctx context.Context, o *op, in *inode, datasync bool) error 
 	// second Flush round (nothing else of the inode was written since the
 	// Flush: the inode lock and the shared checkpoint lock are held).
 	return fs.writeDirtyNodes(ctx, in, nodesFsyncInode)
+}
+
+// fsyncOneLog reports whether the dirty nodes an fsync of in writes (its
+// dirty direct nodes and its inode) all go to one node log, so that they
+// fit in one write (nodesFsyncBatch).
+func (fs *FS) fsyncOneLog(in *inode) bool {
+	if fs.sb.Features.Incompat&FeatureFsyncBatch == 0 {
+		return false
+	}
+	want := nodeLog(nodeItem{in, 0})
+	for idx, d := range in.dn {
+		if d.dirty && nodeLog(nodeItem{in, idx}) != want {
+			return false
+		}
+	}
+	return true
 }
 
 // Flush is called on close(2) of a descriptor; data stays cached.

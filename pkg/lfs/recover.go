@@ -2,6 +2,7 @@ package lfs
 
 import (
 	"context"
+	"log/slog"
 	"sort"
 )
 
@@ -54,6 +55,9 @@ type recovery struct {
 	found     []foundNode       // nodes written after the checkpoint, by sequence
 	lastFsync map[uint64]uint64 // ino -> sequence past its last fsynced node
 	recovered map[uint64]bool   // inodes rolled forward
+	// tornBatches counts the marked inodes not taken as fsync points: a
+	// power loss kept them without every direct node of their batch.
+	tornBatches int
 }
 
 // recoveryPhase is one named step of recovery.
@@ -85,6 +89,10 @@ func (fs *FS) recover(ctx context.Context, zones []ZoneInfo, ml *metaLog) error 
 			return err
 		}
 	}
+	if rc.tornBatches > 0 {
+		slog.Info("roll-forward: fsyncs cut short by the crash not rolled forward (their inodes stop at their previous fsync)", "torn_batches", rc.tornBatches)
+	}
+	fs.count.tornBatches += uint64(rc.tornBatches)
 	fs.cp.cause = "mount"
 	return fs.checkpoint(ctx, true)
 }
@@ -173,15 +181,43 @@ func (rc *recovery) scanNodes(ctx context.Context) error {
 		}
 	}
 	sort.Slice(rc.found, func(i, j int) bool { return rc.found[i].h.Seq < rc.found[j].h.Seq })
+	bySeq := make(map[uint64]nodeHeader, len(rc.found))
 	for _, f := range rc.found {
-		if f.h.Flags&nodeFlagFsync != 0 {
+		bySeq[f.h.Seq] = f.h
+	}
+	for _, f := range rc.found {
+		if f.h.Flags&nodeFlagFsync != 0 && batchWhole(f.h, bySeq) {
 			rc.lastFsync[f.h.Ino] = f.h.Seq + 1
+		} else if f.h.Flags&nodeFlagFsync != 0 {
+			rc.tornBatches++
 		}
 		if f.h.Seq >= fs.count.nodeSeq {
 			fs.count.nodeSeq = f.h.Seq + 1
 		}
 	}
 	return nil
+}
+
+// batchWhole reports whether the marked inode h is an fsync point: always
+// without nodeFlagBatch (its direct nodes were durable before it was
+// written); with it, only when the Batch direct nodes written in the same
+// write, the sequence numbers just before its own, were all found intact
+// (a power loss during that write may have kept the inode without some of
+// them; roll-forward then stops at the inode's previous fsync point).
+func batchWhole(h nodeHeader, bySeq map[uint64]nodeHeader) bool {
+	if h.Flags&nodeFlagBatch == 0 {
+		return true
+	}
+	if uint64(h.Batch) > h.Seq {
+		return false
+	}
+	for s := h.Seq - uint64(h.Batch); s < h.Seq; s++ {
+		d, ok := bySeq[s]
+		if !ok || d.Ino != h.Ino || d.Kind != nodeDirect {
+			return false
+		}
+	}
+	return true
 }
 
 // ensureSeg checks that a block a rolled-forward node names is written

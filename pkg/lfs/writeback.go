@@ -251,7 +251,7 @@ func (fs *FS) wbOne(ctx context.Context) bool {
 	if fs.ic.dirtyPages-fs.wb.pages < batch && fs.ic.dirtyPages <= soft {
 		return false
 	}
-	for _, ino := range fs.dirtyInos() {
+	for ino, ok := fs.ic.dirty.next(0); ok; ino, ok = fs.ic.dirty.next(ino + 1) {
 		in := fs.ic.inodes[ino]
 		if in == nil || !fs.lockIn(in) {
 			continue

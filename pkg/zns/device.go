@@ -94,6 +94,7 @@ type Device struct {
 	fs         vfs.FS
 	log        *slog.Logger
 	f          *syncFile
+	syncs      syncOrder
 	j          *journal
 	uuid       [16]byte
 
@@ -138,7 +139,23 @@ type options struct {
 	kick  int64
 	l2p   *L2PConfig
 	wbufs int
+	syncs syncOrder
 }
+
+// syncOrder is how a Flush or FUA write runs its two fdatasyncs when the
+// journal has records to sync (see syncAll).
+type syncOrder uint8
+
+const (
+	syncConcurrent   syncOrder = iota // the data file and the journal at once
+	syncJournalFirst                  // tests: one after the other, the journal first
+	syncDataFirst                     // tests: one after the other, the data file first
+)
+
+// withSyncOrder runs syncAll's fdatasyncs one after the other (tests: a
+// crashable file system's crash hook sees them in a fixed order, so a seed
+// replays exactly, and a crash between them is one of its points).
+func withSyncOrder(s syncOrder) Option { return func(o *options) { o.syncs = s } }
 
 // DefaultWritebackKick is how many bytes written to a device's data file
 // start the write-back of its dirty pages (WithWritebackKick) by default.
@@ -372,6 +389,7 @@ func newOpenedDevice(path string, cfg flash.Config, lay layout, clk clock.Clock,
 	d := &Device{path: path, cfg: cfg, g: g, lay: lay, clk: clk, fs: o.fs, log: o.log, uuid: uuid, comps: map[uint64]*compaction{}, jobs: map[*job]struct{}{}}
 	d.f = newSyncFile(f, &d.st.dataSyncs)
 	d.f.kickEvery, d.f.kicks = o.kick, &d.st.kicks
+	d.syncs = o.syncs
 	d.f.before = func() error {
 		if fn := d.beforeSync.Load(); fn != nil {
 			return (*fn)()

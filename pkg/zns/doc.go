@@ -180,7 +180,15 @@
 //
 // Durability: an acknowledged write is in the page cache (it survives a
 // killed process). Flush, and Write/Append with FUA, fdatasync the data file
-// then the journal: everything acknowledged before survives a power loss.
+// and, when it has records no sync covers yet, the journal, both at once (one
+// round of host syncs, not two in a row): everything acknowledged before
+// survives a power loss once both returned. No journal record relies on
+// the data file being synced first: the kernel may write a journal page
+// back before the data at any time, so a record that needs its data durable
+// first (an IPU mapping, TL finish, a reused FBG) syncs that data itself
+// before it is appended, and a power loss between the two syncs of a round
+// leaves what an unsynced write-back may leave anyway (TestPowerLossBetweenSyncs
+// cuts the power there, in both orders and with the syncs concurrent).
 // Without them a power loss may keep any subset of the unflushed writes; the
 // device still opens, with write pointers no further than data of the
 // current zone generation. Some commands sync on their own: a reset syncs

@@ -348,15 +348,43 @@ func (d *Device) Append(ctx context.Context, zoneStart uint64, data []byte, fl F
 	return z.start + off, res, d.wait(ctx, res.Completed)
 }
 
-// syncAll fdatasyncs the data file, then the journal. A failed sync leaves
-// the page cache state unknown (the kernel may have dropped the dirty pages),
-// so the device goes read-only.
+// syncAll makes the data file and the journal durable: one round of host
+// fdatasyncs, the two files at once (the journal only when it has records
+// no sync covers yet; else one fdatasync). Their order does not matter for
+// crash safety: the kernel may write a journal page back before any data
+// at any time anyway, so no record may count on data being durable before
+// it unless its writer synced that data first (an in-place update's slots,
+// TL finish's plugged copies, a scrubbed FBG), and each does; a record
+// durable ahead of the data it describes is what recovery already handles
+// (a slot behind or ahead of its zone's record, see Open). Everything
+// acknowledged before the call is durable once both syncs returned. A
+// failed sync leaves the page cache state unknown (the kernel may have
+// dropped the dirty pages), so the device goes read-only.
 func (d *Device) syncAll() error {
-	if err := d.f.Datasync(); err != nil {
-		return d.ioErr(d.deviceFail("fdatasync data file", err))
+	var derr, jerr error
+	switch {
+	case !d.j.pending():
+		derr = d.f.Datasync()
+	case d.syncs == syncJournalFirst:
+		jerr = d.j.sync()
+		derr = d.f.Datasync()
+	case d.syncs == syncDataFirst:
+		derr = d.f.Datasync()
+		jerr = d.j.sync()
+	default:
+		done := make(chan struct{})
+		go func() {
+			defer close(done)
+			jerr = d.j.sync()
+		}()
+		derr = d.f.Datasync()
+		<-done
 	}
-	if err := d.j.sync(); err != nil {
-		return d.ioErr(d.deviceFail("fdatasync journal", err))
+	if derr != nil {
+		return d.ioErr(d.deviceFail("fdatasync data file", derr))
+	}
+	if jerr != nil {
+		return d.ioErr(d.deviceFail("fdatasync journal", jerr))
 	}
 	return nil
 }

@@ -9,6 +9,7 @@ import (
 	"log/slog"
 	"math/rand/v2"
 	"os"
+	"sync"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -83,10 +84,20 @@ type crashPoint struct {
 	fileOp int
 }
 
+// plRun says how runPowerLossWorkload runs the drive's syncs and where it
+// cuts the power.
+type plRun struct {
+	order syncOrder // syncAll's fdatasyncs: one after the other in a fixed order (a seed replays exactly), or at once
+	// atSyncs also cuts the power at every fdatasync: before it runs
+	// (with syncAll's two syncs one after the other, between them), with
+	// the file's unsynced writes kept, torn or lost at random.
+	atSyncs bool
+}
+
 // runPowerLossWorkload runs nOps random drive commands on a crashable file
 // system and takes a crash clone before about every 1/every-th file
 // operation.
-func runPowerLossWorkload(t *testing.T, seed uint64, nOps, every int) ([]crashPoint, *plModel) {
+func runPowerLossWorkload(t *testing.T, seed uint64, nOps, every int, run plRun) ([]crashPoint, *plModel) {
 	rng := rand.New(rand.NewPCG(seed, 7))
 	mem := vfs.NewCrashableMem()
 	m := &plModel{cur: map[uint64][]byte{}, dur: map[uint64][]byte{}, unsure: map[uint64]bool{}, zoneUnsure: map[uint64]bool{}, maxWP: map[uint64]uint64{}}
@@ -94,9 +105,12 @@ func runPowerLossWorkload(t *testing.T, seed uint64, nOps, every int) ([]crashPo
 	var exp plExpect
 	opIdx, fileOps := 0, 0
 	crng := rand.New(rand.NewPCG(seed, 11)) // separate stream: the device may do file ops concurrently
+	var hookMu sync.Mutex                   // syncConcurrent: the journal's sync runs on its own goroutine
 	hook := vfs.InjectorFunc(func(o vfs.Op) error {
+		hookMu.Lock()
+		defer hookMu.Unlock()
 		fileOps++
-		if crng.IntN(every) == 0 {
+		if crng.IntN(every) == 0 || run.atSyncs && o.Kind == vfs.OpSync {
 			points = append(points, crashPoint{fs: mem.CrashClone(crng.Uint64()), exp: exp, opIdx: opIdx, fileOp: fileOps})
 		}
 		if crng.IntN(every*4) == 0 {
@@ -106,7 +120,7 @@ func runPowerLossWorkload(t *testing.T, seed uint64, nOps, every int) ([]crashPo
 	})
 	fs := vfs.WithErrors(mem, hook)
 	cfg := plCfg()
-	d, err := Create("/dev/zns0", cfg, clock.Off(), WithFS(fs), WithLogger(quiet))
+	d, err := Create("/dev/zns0", cfg, clock.Off(), WithFS(fs), WithLogger(quiet), withSyncOrder(run.order))
 	require.NoError(t, err)
 	g := d.g
 	bs := g.BlockSize
@@ -367,7 +381,7 @@ func TestPowerLossDrive(t *testing.T) {
 	list := powerLossSeeds(seeds)
 	total := 0
 	for _, seed := range list {
-		points, _ := runPowerLossWorkload(t, seed, nOps, every)
+		points, _ := runPowerLossWorkload(t, seed, nOps, every, plRun{order: syncJournalFirst})
 		for _, cp := range points {
 			checkCrashPoint(t, seed, cp)
 		}
@@ -378,4 +392,84 @@ func TestPowerLossDrive(t *testing.T) {
 	}
 	t.Logf("%d seeds, %d crash points", len(list), total)
 	require.Greater(t, total, len(list)*10)
+}
+
+// TestPowerLossBetweenSyncs: a Flush or FUA write syncs the data file and
+// the journal in one round, at once, so a power loss may find either one
+// synced without the other. The workload of TestPowerLossDrive with the
+// power cut at every fdatasync, also between the two of one round (each
+// order: the journal synced and the data not, and the other way round),
+// and with the two syncs really concurrent: every durable block reads
+// back, every write pointer is consistent. Flushes and FUA writes that had
+// records to sync are counted, so the test cannot pass without reaching
+// the point it is about.
+func TestPowerLossBetweenSyncs(t *testing.T) {
+	seeds, nOps, every := 12, 70, 6
+	if testing.Short() {
+		seeds = 4
+	}
+	if *longPowerLoss {
+		seeds, nOps, every = 100, 150, 3
+	}
+	for _, tc := range []struct {
+		name  string
+		order syncOrder
+	}{
+		{"journal first", syncJournalFirst},
+		{"data first", syncDataFirst},
+		{"concurrent", syncConcurrent},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			list := powerLossSeeds(seeds)
+			total := 0
+			var both uint64
+			for _, seed := range list {
+				points, _ := runPowerLossWorkload(t, seed, nOps, every, plRun{order: tc.order, atSyncs: true})
+				for _, cp := range points {
+					checkCrashPoint(t, seed, cp)
+					if t.Failed() {
+						t.Fatalf("failing seed: %d (order %s)", seed, tc.name)
+					}
+				}
+				total += len(points)
+			}
+			// the rounds that synced both files: a second run of one seed
+			// on a plain crashable file system, counting them
+			both = syncRoundsWithJournal(t, list[0], nOps, tc.order)
+			t.Logf("%d seeds, %d crash points; seed %d: %d sync rounds with journal records", len(list), total, list[0], both)
+			require.Greater(t, total, len(list)*10)
+			require.Positive(t, both, "no Flush or FUA write had journal records to sync")
+		})
+	}
+}
+
+// syncRoundsWithJournal runs the first nOps commands of the power-loss
+// workload's kinds that end in syncAll (writes with FUA, Flush) after a
+// zone open each, and counts the rounds that synced the journal with the
+// data file.
+func syncRoundsWithJournal(t *testing.T, seed uint64, nOps int, order syncOrder) uint64 {
+	rng := rand.New(rand.NewPCG(seed, 7))
+	d, err := Create("/dev/zns0", plCfg(), clock.Off(), WithFS(vfs.NewCrashableMem()), WithLogger(quiet), withSyncOrder(order))
+	require.NoError(t, err)
+	defer d.Close()
+	g := d.g
+	var n uint64
+	for i := 0; i < nOps; i++ {
+		zi := uint64(rng.IntN(6))
+		if _, err := d.ZoneMgmt(bg, zi, ActionReset, false); err != nil {
+			continue
+		}
+		j0, d0 := d.Log().JournalSyncs, d.Log().DataSyncs
+		data := pattern(g.BlockSize, zi*g.ZoneSize, 1, byte(i))
+		if rng.IntN(2) == 0 {
+			_, _, err = d.Append(bg, zi*g.ZoneSize, data, Flags{FUA: true})
+		} else if _, _, err = d.Append(bg, zi*g.ZoneSize, data, Flags{}); err == nil {
+			_, err = d.Flush(bg)
+		}
+		require.NoError(t, err)
+		if l := d.Log(); l.JournalSyncs > j0 && l.DataSyncs > d0 {
+			n++
+		}
+	}
+	return n
 }

@@ -469,6 +469,15 @@ func (j *journal) sync() error {
 	}
 }
 
+// pending reports whether a record appended before the call is not yet
+// covered by a completed sync.
+func (j *journal) pending() bool {
+	j.mu.Lock()
+	n := j.n
+	j.mu.Unlock()
+	return !j.covers(n)
+}
+
 // covers reports whether record n (from append) is durable.
 func (j *journal) covers(n uint64) bool { return j.durable.Load() >= n }
 

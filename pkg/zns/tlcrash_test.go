@@ -218,7 +218,7 @@ func runTLCrashWorkload(t *testing.T, seed uint64, nOps, every int) []tlPoint {
 		return nil
 	})
 	cfg := plCfg()
-	d, err := Create("/dev/zns0", cfg, clock.Off(), WithFS(vfs.WithErrors(mem, hook)), WithLogger(quiet))
+	d, err := Create("/dev/zns0", cfg, clock.Off(), WithFS(vfs.WithErrors(mem, hook)), WithLogger(quiet), withSyncOrder(syncJournalFirst))
 	require.NoError(t, err)
 	g := d.g
 	bs := g.BlockSize
