@@ -329,9 +329,10 @@
 //     have any in an index sorted by inode number (dirtyidx.go), kept under
 //     the table lock where an inode's first page becomes dirty and its last
 //     one clean or dropped, not by scanning the inode cache.
-//   - Read-ahead (readahead.go): a sequential read starts one goroutine per
-//     inode that reads the next window (Options.ReadAheadBlocks, 1 MiB by
-//     default) with no lock held and inserts clean pages only where no page
+//   - Read-ahead (readahead.go): a sequential read starts, for one window of
+//     an inode at a time, four goroutines that read the next window's
+//     quarters in parallel (Options.ReadAheadBlocks, 4 MiB by default) with
+//     no lock held and inserts clean pages only where no page
 //     is cached and the file still maps the block read; the page cache
 //     stays bounded (clean pages are dropped first). The window starts past
 //     the blocks already cached: re-reading a cached file starts nothing.
@@ -342,8 +343,10 @@
 //     started and waited for by the GC goroutine with fs.mu released and the
 //     victim pinned, call only Volume.Read and fill their own buffers; the
 //     first error cancels the others and fails the round, which keeps the
-//     victim; on the virtual clock the reads are never split, so runs stay
-//     reproducible), then, for each block,
+//     victim; on a modelled clock that is an lfs.TurnClock the workers take
+//     turns on the GC goroutine, each at its own modelled time, so their
+//     reads overlap in modelled time and runs stay reproducible; on another
+//     virtual clock the reads are never split), then, for each block,
 //     takes the owning inode's lock and the table lock and checks that the
 //     block is still valid, still owned by the same node entry and still
 //     mapped at the victim; only then does it mark the page dirty (host copy)

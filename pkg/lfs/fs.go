@@ -89,7 +89,8 @@ type Options struct {
 	// of a victim whose valid blocks exceed half of its blocks across this
 	// many workers that read their shares in parallel (0: DefaultPGCWorkers,
 	// the paper's 2; 1 or negative: off). The moves are committed as
-	// without it. On the virtual clock the reads are never split (gc.go).
+	// without it. On a virtual clock the reads are split only if it is an
+	// lfs.TurnClock (pgcclock.go), whose workers take turns in modelled time.
 	PGCWorkers int
 	// IPUFsyncBlocks: an fsync of at most this many dirty pages, all
 	// overwriting blocks the file has, updates them in place when the
@@ -116,7 +117,7 @@ type Options struct {
 	CacheBlocks int
 	// CacheInodes bounds the inode cache (0: 65536); clean closed inodes are dropped.
 	CacheInodes int
-	// ReadAheadBlocks is the read-ahead window on sequential reads (0: 256
+	// ReadAheadBlocks is the read-ahead window on sequential reads (0: 1024
 	// blocks; negative: none). Prefetched blocks are clean cached pages.
 	ReadAheadBlocks int
 	// WriteLanes is how many write-backs of one data log may be in flight
