@@ -855,6 +855,7 @@ func nodeCall[T any](ctx context.Context, c *Client, node, addr, op string, fn f
 			var res T
 			res, err = fn(c.ctx(ctx), nc)
 			if err == nil {
+				c.suspect.answered(node)
 				return res, nil
 			}
 			err = c.nodeErr(node, addr, err)

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/zonefleet/zonefleet/pkg/zerr"
@@ -40,7 +41,7 @@ import (
 // system recycles mirrored segments by host copy, which writes through
 // Write and so keeps every copy.
 
-// suspectFor is how long reads avoid a node that failed a read.
+// suspectFor is how long reads avoid a node that failed a call.
 const suspectFor = 5 * time.Second
 
 type failFastKey struct{}
@@ -68,9 +69,16 @@ func (g *group) redundant() bool { return g.parity || g.copies() > 1 }
 // copyZone is copy c of leg i.
 func (g *group) copyZone(c, i int) pzone { return g.zones[c*g.width+i] }
 
-// suspects remembers nodes that failed a mirrored read recently.
+// suspects remembers nodes that failed a call (a mirrored or parity read,
+// a parity write) and have not answered one since. Reads avoid such a node
+// for suspectFor after its last failure, then try it again; writes to a
+// parity group refuse while any of its nodes is suspected, however long
+// ago it failed (the file system continues in another v-zone), because
+// data written meanwhile would be protected by nothing. Any call the node
+// answers clears it (nodeCall).
 type suspects struct {
 	mu sync.Mutex
+	n  atomic.Int32 // len(at): answered's fast path
 	at map[string]time.Time
 }
 
@@ -81,17 +89,38 @@ func (s *suspects) mark(node string) {
 		s.at = map[string]time.Time{}
 	}
 	s.at[node] = time.Now()
+	s.n.Store(int32(len(s.at)))
 }
 
+// suspected tells whether reads should avoid node: it failed a call within
+// suspectFor and has answered none since.
 func (s *suspects) suspected(node string) bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	t, ok := s.at[node]
-	if ok && time.Since(t) > suspectFor {
-		delete(s.at, node)
+	return ok && time.Since(t) <= suspectFor
+}
+
+// down tells whether node failed a call and has answered none since.
+func (s *suspects) down(node string) bool {
+	if s.n.Load() == 0 {
 		return false
 	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	_, ok := s.at[node]
 	return ok
+}
+
+// answered clears node: it answered a call.
+func (s *suspects) answered(node string) {
+	if s.n.Load() == 0 {
+		return
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	delete(s.at, node)
+	s.n.Store(int32(len(s.at)))
 }
 
 // writeCopies writes buf at zone offset zoff of every copy of leg i, in

@@ -53,8 +53,8 @@ import (
 // others' nodes are unavailable is answered at once as degraded
 // (zerr.StateDegraded, as for mirrors) so the file system continues in
 // another v-zone; so is any write to a group with a zone on a node known
-// to be unavailable (the arbiter's view, or a failed call within
-// suspectFor), even one that touches only live zones: its data would be
+// to be unavailable (the arbiter's view, or a failed call that no
+// answered call has followed), even one that touches only live zones: its data would be
 // protected by nothing.
 //
 // The two PP logs are used alternately (ping-pong). Records go to the
@@ -201,7 +201,7 @@ func (v *VZone) writeParity(ctx context.Context, g *group, off uint64, data []by
 	S, k := g.stripe, uint64(g.width)
 	rowBlocks := S * k
 	for _, z := range g.zones {
-		if !v.preferred(z) {
+		if !z.available || v.c.suspect.down(z.node) {
 			// a zone's node is known unavailable: new data would be
 			// unprotected (and the row's parity incomplete)
 			v.c.m.degradedWrites.Inc()
