@@ -442,10 +442,13 @@ func (s *Service) PeerWrite(stream v1.ZonedDevice_PeerWriteServer) error {
 	}
 }
 
-// peers pools gRPC connections to other nodes.
+// peers pools gRPC connections to other nodes. After close, get fails: a
+// rebuild or compaction still running when the node stops must not dial a
+// connection nobody would close.
 type peers struct {
-	mu    sync.Mutex
-	conns map[string]*grpc.ClientConn
+	mu     sync.Mutex
+	conns  map[string]*grpc.ClientConn
+	closed bool
 }
 
 func newPeers() *peers { return &peers{conns: map[string]*grpc.ClientConn{}} }
@@ -453,6 +456,9 @@ func newPeers() *peers { return &peers{conns: map[string]*grpc.ClientConn{}} }
 func (p *peers) get(addr string) (*grpc.ClientConn, error) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
+	if p.closed {
+		return nil, &zerr.ClosedError{What: "peer pool"}
+	}
 	if c, ok := p.conns[addr]; ok {
 		return c, nil
 	}
@@ -469,6 +475,7 @@ func (p *peers) get(addr string) (*grpc.ClientConn, error) {
 func (p *peers) close() {
 	p.mu.Lock()
 	defer p.mu.Unlock()
+	p.closed = true
 	for _, c := range p.conns {
 		_ = c.Close()
 	}
