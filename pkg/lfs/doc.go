@@ -329,10 +329,9 @@
 //     have any in an index sorted by inode number (dirtyidx.go), kept under
 //     the table lock where an inode's first page becomes dirty and its last
 //     one clean or dropped, not by scanning the inode cache.
-//   - Read-ahead (readahead.go): a sequential read starts, for one window of
-//     an inode at a time, four goroutines that read the next window's
-//     quarters in parallel (Options.ReadAheadBlocks, 4 MiB by default) with
-//     no lock held and inserts clean pages only where no page
+//   - Read-ahead (readahead.go): a sequential read starts one goroutine per
+//     inode that reads the next window (Options.ReadAheadBlocks, 1 MiB by
+//     default) with no lock held and inserts clean pages only where no page
 //     is cached and the file still maps the block read; the page cache
 //     stays bounded (clean pages are dropped first). The window starts past
 //     the blocks already cached: re-reading a cached file starts nothing.

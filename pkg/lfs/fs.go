@@ -117,7 +117,7 @@ type Options struct {
 	CacheBlocks int
 	// CacheInodes bounds the inode cache (0: 65536); clean closed inodes are dropped.
 	CacheInodes int
-	// ReadAheadBlocks is the read-ahead window on sequential reads (0: 1024
+	// ReadAheadBlocks is the read-ahead window on sequential reads (0: 256
 	// blocks; negative: none). Prefetched blocks are clean cached pages.
 	ReadAheadBlocks int
 	// WriteLanes is how many write-backs of one data log may be in flight

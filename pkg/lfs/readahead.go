@@ -8,31 +8,17 @@ import (
 
 // Read-ahead. A read that starts where the previous read of the same inode
 // ended is sequential; then, when the blocks prefetched so far end less than
-// half a window past the read, the next window (Options.ReadAheadBlocks,
-// default 1024 = 4 MiB with 4 KiB blocks) is read in readAheadChunks parts
-// in parallel, one goroutine each, with no lock held during the reads; the
-// blocks go into the page cache as clean pages, which stays bounded by
-// Options.CacheBlocks (clean pages are dropped first). One window of an
-// inode runs at a time. The window starts past the blocks already cached,
-// and a window wholly cached starts nothing (re-reads from the page cache
-// cost no goroutine). A block is inserted only if, after the read, no page
-// is cached for it and the file still maps it at the address read (a write,
-// truncate or recycling in between wins). No read-ahead on the virtual clock
-// (reproducible runs).
-//
-// Window and parallelism: a 1 MiB window, read by one goroutine, ends at
-// most 1 MiB ahead of a 1 MiB sequential reader (the kernel's own
-// read-ahead is 1 MiB), so the reader's next READs often miss and read from
-// the nodes themselves; a 4 MiB window's four reads also overlap on the
-// nodes.
-// fio, 1 GiB file, 1 MiB sequential reads on `zctl local up` (drive clock
-// off, 2-core machine at load 20-27, six runs each): median 105 MiB/s with
-// one 1 MiB window, 114 with one 4 MiB read, 139 with four 1 MiB reads.
+// half a window past the read, one goroutine per inode reads the next window
+// (Options.ReadAheadBlocks, default 256 = 1 MiB with 4 KiB blocks) with no
+// lock held and inserts the blocks as clean pages into the page cache, which
+// stays bounded by Options.CacheBlocks (clean pages are dropped first); the
+// window starts past the blocks already cached, and a window wholly cached
+// starts nothing (re-reads from the page cache cost no goroutine). A
+// block is inserted only if, after the read, no page is cached for it and
+// the file still maps it at the address read (a write, truncate or recycling
+// in between wins). No read-ahead on the virtual clock (reproducible runs).
 
-const (
-	defaultReadAhead = 1024
-	readAheadChunks  = 4
-)
+const defaultReadAhead = 256
 
 func (fs *FS) readAheadBlocks() uint64 {
 	switch {
@@ -79,36 +65,19 @@ func (fs *FS) noteRead(in *inode, off uint64, n int) {
 		return
 	}
 	in.raBusy = true
-	// the window in chunks read in parallel (each chunk's reads release
-	// fs.mu), so that a window's reads overlap on the nodes
-	chunk := max((stop-start+readAheadChunks-1)/readAheadChunks, 1)
-	var left int
-	for s := start; s < stop; s += chunk {
-		left++
-	}
-	fs.bg.wg.Add(left)
-	for s := start; s < stop; s += chunk {
-		e := min(s+chunk, stop)
-		go func() {
-			defer fs.bg.wg.Done()
-			fs.readAhead(in, s, e, &left, stop)
-		}()
-	}
+	fs.bg.wg.Add(1)
+	go func() {
+		defer fs.bg.wg.Done()
+		fs.readAhead(in, start, stop)
+	}()
 }
 
-// readAhead reads blocks [start, stop) of in into clean pages; the last of
-// the window's chunks to finish (left counts them, under fs.mu) ends the
-// read-ahead at end.
-func (fs *FS) readAhead(in *inode, start, stop uint64, left *int, end uint64) {
+// readAhead reads blocks [start, stop) of in into clean pages.
+func (fs *FS) readAhead(in *inode, start, stop uint64) {
 	ctx := context.Background()
 	fs.mu.Lock()
 	defer fs.mu.Unlock()
-	defer func() {
-		if *left--; *left == 0 {
-			in.raBusy = false
-			in.raUntil = max(in.raUntil, end)
-		}
-	}()
+	defer func() { in.raBusy = false }()
 	bs := uint64(fs.bs)
 	epd := fs.epd()
 	mapped := func(blk uint64) Addr {
@@ -155,5 +124,7 @@ func (fs *FS) readAhead(in *inode, start, stop uint64, left *int, end uint64) {
 			fs.stats.ReadAheadBlocks++
 		}
 		blk += run
+		in.raUntil = blk
 	}
+	in.raUntil = stop
 }

@@ -5,7 +5,6 @@ package wire
 import (
 	"errors"
 	"fmt"
-	"runtime"
 
 	v1 "github.com/zonefleet/zonefleet/api/zonefleet/v1"
 	"github.com/zonefleet/zonefleet/pkg/zerr"
@@ -32,17 +31,9 @@ var standard = encoding.GetCodecV2(protoenc.Name)
 // sending while the server writes the drive. With gRPC's adaptive default
 // (BDP estimation from 64 KiB) a 1 MiB write stream measured about half as
 // fast on the 2-core test machine: it stalls on window updates.
-//
-// Calls run on a pool of GOMAXPROCS stream workers (grpc.NumStreamWorkers)
-// instead of a new goroutine each: a node serving 4 KiB reads spent 3 % of
-// its CPU growing the stacks of fresh handler goroutines (runtime.newstack,
-// BenchmarkReadInto in pkg/client); a worker keeps its grown stack. When
-// every worker is busy (long write streams) gRPC starts a goroutine as
-// without the pool, so no call waits for a worker.
 func ServerOptions() []grpc.ServerOption {
-	opts := []grpc.ServerOption{grpc.ForceServerCodecV2(Codec{}), experimental.BufferPool(Pool),
+	return []grpc.ServerOption{grpc.ForceServerCodecV2(Codec{}), experimental.BufferPool(Pool),
 		grpc.InitialWindowSize(StreamWindow), grpc.InitialConnWindowSize(ConnWindow)}
-	return append(opts, grpc.NumStreamWorkers(uint32(runtime.GOMAXPROCS(0))))
 }
 
 // Flow-control windows of ServerOptions: what a server buffers at most per
