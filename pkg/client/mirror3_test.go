@@ -13,7 +13,6 @@ import (
 	"github.com/stretchr/testify/require"
 
 	v1 "github.com/zonefleet/zonefleet/api/zonefleet/v1"
-	"github.com/zonefleet/zonefleet/internal/testcluster"
 	"github.com/zonefleet/zonefleet/pkg/client"
 	"github.com/zonefleet/zonefleet/pkg/zerr"
 )
@@ -31,18 +30,13 @@ type acked struct {
 // acknowledged byte reads back (through a fresh client) while they are down,
 // after both are rebuilt elsewhere, and after they return.
 func TestMirror3SecondFailureDuringRebuild(t *testing.T) {
-	t.Parallel()
 	c := startCluster(t, 5, 1)
 	ctx := context.Background()
 	admin := newClient(t, c, "")
 	_, err := admin.Namespaces().Create(ctx, &v1.CreateNamespaceRequest{Name: "m3", MaxActiveVzones: 2, ZonesPerVzone: 2, Redundancy: "mirror:3"})
 	require.NoError(t, err)
 	cfg := c.ClientConfig("m3")
-	// cl is the workload's alone. Its opens and appends must succeed: they
-	// retry for 20 s of backoff (at least that in real time). Its finishes
-	// may fail (a copy's node is down): they give up after a fixed number
-	// of attempts, without sleeping (testcluster.RetryClock).
-	cfg.Etcd, cfg.RetryDeadline, cfg.Clock = c.Etcd.Endpoints(), 20*time.Second, testcluster.NewRetryClock()
+	cfg.Etcd, cfg.RetryDeadline = c.Etcd.Endpoints(), 2*time.Second
 	cl, err := client.New(ctx, cfg)
 	require.NoError(t, err)
 	t.Cleanup(cl.Close)
@@ -70,7 +64,7 @@ func TestMirror3SecondFailureDuringRebuild(t *testing.T) {
 				if !errors.Is(err, zerr.ErrZoneFull) && !zerr.IsDegraded(err) && wctx.Err() == nil {
 					t.Logf("append: %v", err)
 				}
-				_ = vz.Finish(testcluster.MustFail(wctx))
+				_ = vz.Finish(wctx)
 				vz = nil
 				continue
 			}
