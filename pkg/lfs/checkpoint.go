@@ -205,6 +205,7 @@ func (fs *FS) cpRecord(ctx context.Context, cp *checkpoint, forceSnapshot bool, 
 			fs.cp.metaSeq++
 			fs.cp.sinceSnap++
 			fs.count.blocksWritten += need
+			fs.count.metaBlocks += need
 		} else {
 			// The metadata zone's tail is unknown now: continue in a new one.
 			fs.cp.metaWP = fs.geo.ZoneBlocks
@@ -397,6 +398,7 @@ func (fs *FS) rotateMeta(ctx context.Context, cp *checkpoint) error {
 		return err
 	}
 	fs.count.blocksWritten += total
+	fs.count.metaBlocks += total
 	old, had := fs.cp.metaZone, fs.cp.hasMeta
 	fs.cp.metaZone, fs.cp.metaWP, fs.cp.metaEpoch, fs.cp.metaSeq, fs.cp.sinceSnap, fs.cp.hasMeta = z, total, epoch, 2, 0, true
 	if had {

@@ -501,6 +501,7 @@ func (fs *FS) commitFlush(ctx context.Context, plan *flushPlan, failed bool) err
 			}
 			if !gcMoved {
 				fs.count.userBlocks++
+				fs.count.userData++
 			}
 			if err := fs.setValid(a, mkNid(in.ino, di), uint32(e)); err != nil && firstErr == nil {
 				firstErr = err

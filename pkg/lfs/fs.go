@@ -242,6 +242,9 @@ type counters struct {
 	blocksWritten uint64 // all blocks written to the drives (incl. meta and moves)
 	tornBatches   uint64 // marked inodes roll-forward did not take: their batch was torn (recover.go)
 	userBlocks    uint64 // blocks written on behalf of users (data + nodes)
+	nodeBlocks    uint64 // blocks appended to the node logs (any reason: fsync, write-back, checkpoint, moves)
+	metaBlocks    uint64 // metadata zone blocks: checkpoint records and snapshots
+	userData      uint64 // data pages written on behalf of users (no moves, no nodes)
 	resv          uint64 // blocks fallocate reserved and not written yet (included in used)
 }
 

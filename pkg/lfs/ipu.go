@@ -169,6 +169,7 @@ func (fs *FS) ipuRun(ctx context.Context, ow Overwriter, in *inode, r ipuRunT) (
 	fs.stats.IPUBlocks += uint64(len(r.blocks))
 	fs.count.blocksWritten += uint64(len(r.blocks))
 	fs.count.userBlocks += uint64(len(r.blocks))
+	fs.count.userData += uint64(len(r.blocks))
 	fs.m.blocks("ipu", len(r.blocks))
 	return true, nil
 }

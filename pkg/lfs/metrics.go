@@ -148,7 +148,7 @@ func (m *metrics) gc(kind, method string, d time.Duration, st moveStat) {
 type gaugeCollector struct {
 	fs                           *FS
 	free, dirty, active, used    *prometheus.Desc
-	waf, written, user           *prometheus.Desc
+	waf, written, user, byKind   *prometheus.Desc
 	readOnly                     *prometheus.Desc
 	preInvalid, tlShare, cbShare *prometheus.Desc
 }
@@ -167,6 +167,7 @@ func registerGauges(fs *FS, reg prometheus.Registerer) {
 		waf:        prometheus.NewDesc("zonefleet_fs_write_amplification_ratio", "All blocks written to the drives / user blocks written.", nil, nil),
 		written:    prometheus.NewDesc("zonefleet_fs_drive_blocks_written_total", "All blocks written to the drives (data, nodes, metadata, moves).", nil, nil),
 		user:       prometheus.NewDesc("zonefleet_fs_user_blocks_written_total", "Data and node blocks written on behalf of users.", nil, nil),
+		byKind:     prometheus.NewDesc("zonefleet_fs_blocks_written_by_kind_total", "Blocks written to the drives by kind: node (the node logs, for any reason), meta (checkpoint records and snapshots), user_data (data pages users wrote; moves excluded).", []string{"kind"}, nil),
 		preInvalid: prometheus.NewDesc("zonefleet_fs_pre_invalid_blocks", "Blocks valid at the last checkpoint and invalid now (threaded logging cannot reuse them before the next checkpoint).", nil, nil),
 		tlShare:    prometheus.NewDesc("zonefleet_fs_tl_share_ratio", "Share of recycled segments reused by threaded logging (vs compaction).", nil, nil),
 		cbShare:    prometheus.NewDesc("zonefleet_fs_copyback_share_ratio", "Share of the blocks the drives copied (IZC) that moved by on-chip copyback.", nil, nil),
@@ -178,7 +179,7 @@ func registerGauges(fs *FS, reg prometheus.Registerer) {
 }
 
 func (g *gaugeCollector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{g.free, g.dirty, g.active, g.used, g.waf, g.written, g.user, g.readOnly, g.preInvalid, g.tlShare, g.cbShare} {
+	for _, d := range []*prometheus.Desc{g.free, g.dirty, g.active, g.used, g.waf, g.written, g.user, g.byKind, g.readOnly, g.preInvalid, g.tlShare, g.cbShare} {
 		ch <- d
 	}
 }
@@ -192,6 +193,9 @@ func (g *gaugeCollector) Collect(ch chan<- prometheus.Metric) {
 	ch <- prometheus.MustNewConstMetric(g.waf, prometheus.GaugeValue, s.WAF)
 	ch <- prometheus.MustNewConstMetric(g.written, prometheus.CounterValue, float64(s.DriveBlocksWritten))
 	ch <- prometheus.MustNewConstMetric(g.user, prometheus.CounterValue, float64(s.UserBlocksWritten))
+	ch <- prometheus.MustNewConstMetric(g.byKind, prometheus.CounterValue, float64(s.NodeBlocksWritten), "node")
+	ch <- prometheus.MustNewConstMetric(g.byKind, prometheus.CounterValue, float64(s.MetaBlocksWritten), "meta")
+	ch <- prometheus.MustNewConstMetric(g.byKind, prometheus.CounterValue, float64(s.UserDataBlocksWritten), "user_data")
 	ro := 0.0
 	if s.ReadOnly {
 		ro = 1
@@ -241,9 +245,18 @@ type Stats struct {
 	IPUFallbacks       uint64 // in-place updates the drives refused (budget spent): the pages went to the log
 	DriveBlocksWritten uint64
 	UserBlocksWritten  uint64
-	WAF                float64
-	MetaZone           ZoneID
-	MetaEpoch          uint64
+	// The written blocks by kind (ZNS+ Fig. 7b's node and metadata
+	// overhead is NodeBlocksWritten and MetaBlocksWritten over
+	// UserDataBlocksWritten): blocks appended to the node logs for any
+	// reason (fsync, write-back, checkpoint, host moves of nodes), blocks
+	// of the metadata zone (checkpoint records and snapshots), and data
+	// pages written for users (in place or to the log; moves excluded).
+	NodeBlocksWritten     uint64
+	MetaBlocksWritten     uint64
+	UserDataBlocksWritten uint64
+	WAF                   float64
+	MetaZone              ZoneID
+	MetaEpoch             uint64
 	// Recycling modes (tl.go): the mode in effect and what hybrid segment
 	// recycling did.
 	Mode                string            `json:"mode"`
@@ -315,6 +328,7 @@ func (fs *FS) Stats() Stats {
 	s.OpenHandles, s.Orphans = len(fs.files.handles), len(fs.files.orphans)
 	s.CheckpointVersion = fs.cp.ver
 	s.DriveBlocksWritten, s.UserBlocksWritten = fs.count.blocksWritten, fs.count.userBlocks
+	s.NodeBlocksWritten, s.MetaBlocksWritten, s.UserDataBlocksWritten = fs.count.nodeBlocks, fs.count.metaBlocks, fs.count.userData
 	if fs.count.userBlocks > 0 {
 		s.WAF = float64(fs.count.blocksWritten) / float64(fs.count.userBlocks)
 	}

@@ -308,6 +308,9 @@ func (fs *FS) appendBlocks(ctx context.Context, li int, data blockData, fua bool
 		}
 		s.mtime = fs.count.nodeSeq
 		fs.count.blocksWritten += k
+		if fs.logIsNode(l) {
+			fs.count.nodeBlocks += k
+		}
 		for j := 0; j < int(k); j++ {
 			if err := place(i+j, MakeAddr(s.zone, off+uint64(j))); err != nil {
 				return err
@@ -400,6 +403,9 @@ func (fs *FS) appendFailed(ctx context.Context, l, j int, s *segment, off uint64
 		}
 	}
 	fs.count.blocksWritten += pw.Written
+	if fs.logIsNode(l) {
+		fs.count.nodeBlocks += pw.Written
+	}
 	return int(pw.Written), nil
 }
 

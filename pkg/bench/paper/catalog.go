@@ -24,8 +24,6 @@ type Entry struct {
 var unavailable = []Entry{
 	{ID: "qblk_scaling", Title: "QBLK: write bandwidth and latency vs. concurrent clients", Status: Pending,
 		Reason: "belongs to the node's multi-queue write path work; not registered here yet"},
-	{ID: "zns_plus_fig7b", Title: "ZNS+ Fig. 7b: node and metadata write traffic", Status: NotReproducible,
-		Reason: "lfs counts the blocks it writes but no counter separates node from metadata blocks"},
 	{ID: "zns_plus_fig10", Title: "ZNS+ Fig. 10: chip utilization over time", Status: Pending,
 		Reason: "the drive accumulates chip busy time; no timeline is sampled"},
 	{ID: "zns_plus_fig11_12", Title: "ZNS+ Fig. 11-12: chip sweep 2-32, link x chips", Status: Pending,

@@ -4,6 +4,8 @@ import (
 	"testing"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/zonefleet/zonefleet/pkg/bench/znsplus"
 )
 
 // The ZNS+ figure through the harness at the short scale (16 chips, an
@@ -11,7 +13,8 @@ import (
 // hold in direction and rough size — IZC above ZNS by more than the 10 %
 // noise of a chip-bound drive (paper Fig. 7: 1.21-1.77), ZNS+ above IZC
 // (1.33-2.91 over ZNS), threaded logging recycling most segments (Table 5:
-// 85.8-94.8 %), and a table line per ratio.
+// 85.8-94.8 %), fewer node and metadata blocks per user data block under
+// ZNS+ than under IZC (Fig. 7b), and a table line per ratio.
 func TestZNSPlusFigure(t *testing.T) {
 	t.Parallel() // an independent simulation: runs beside the other figures
 	res, _ := sharedShort(t, "zns_plus")
@@ -28,6 +31,15 @@ func TestZNSPlusFigure(t *testing.T) {
 			require.Greater(t, u.ZNSPlusVsZNS, u.IZCvsZNS, "%s: ZNS+ > IZC", w.Workload)
 			require.Greater(t, u.TLShare, 0.5, "%s: threaded logging recycles most segments", w.Workload)
 			require.Less(t, u.WAF["zns+"], u.WAF["izc"], "%s: ZNS+ writes less than IZC (Fig. 8)", w.Workload)
+			// Fig. 7b: threaded logging recycles without a checkpoint, so
+			// ZNS+ writes fewer node and metadata blocks per user data
+			// block than IZC.
+			nm := func(name string, m znsplus.ModeResult) float64 {
+				require.Positive(t, m.NodeOverhead, "%s %s: node blocks counted", w.Workload, name)
+				require.Positive(t, m.MetaOverhead, "%s %s: metadata blocks counted", w.Workload, name)
+				return m.NodeOverhead + m.MetaOverhead
+			}
+			require.Less(t, nm("zns+", u.ZNSPlus), nm("izc", u.IZC), "%s: ZNS+ node and metadata traffic below IZC's (Fig. 7b)", w.Workload)
 		}
 	}
 	require.Len(t, res.Lines["zns_plus"], 4*2)

@@ -219,8 +219,13 @@ type ModeResult struct {
 	// ChipUtilization is the drives' chips' busy time over the measured
 	// phase, averaged over the chips (ZNS+ Fig. 9).
 	ChipUtilization float64 `json:"chip_utilization"`
-	Alpha           float64 `json:"hsr_alpha"` // zns+: profiled α at the end
-	Beta            float64 `json:"hsr_beta"`  // zns+: profiled β at the end
+	// NodeOverhead and MetaOverhead are the node blocks and the metadata
+	// blocks (checkpoint records and snapshots) the file system wrote per
+	// user data block in the measured phase (ZNS+ Fig. 7b).
+	NodeOverhead float64 `json:"node_overhead"`
+	MetaOverhead float64 `json:"meta_overhead"`
+	Alpha        float64 `json:"hsr_alpha"` // zns+: profiled α at the end
+	Beta         float64 `json:"hsr_beta"`  // zns+: profiled β at the end
 }
 
 // UtilResult is the three modes at one utilization.
@@ -656,6 +661,10 @@ func runOne(ctx context.Context, cfg Config, fc flash.Config, path string, util 
 		// ZNS+ §4.2: "data block writes, node block writes, metadata
 		// updates, segment compaction, and internal plugging"
 		mr.WAF = round3(float64(s.DriveBlocksWritten-s0.DriveBlocksWritten+mr.PluggedBlocks) / float64(u))
+	}
+	if u := s.UserDataBlocksWritten - s0.UserDataBlocksWritten; u > 0 {
+		mr.NodeOverhead = round3(float64(s.NodeBlocksWritten-s0.NodeBlocksWritten) / float64(u))
+		mr.MetaOverhead = round3(float64(s.MetaBlocksWritten-s0.MetaBlocksWritten) / float64(u))
 	}
 	if n := mr.TLRecycledSegments + mr.CompactedSegments; n > 0 {
 		mr.TLShare = round3(float64(mr.TLRecycledSegments) / float64(n))
