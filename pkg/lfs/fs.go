@@ -85,6 +85,17 @@ type Options struct {
 	// one node or metadata block written by the host (f_write). Unset, both
 	// count one program each (f_write = f_copy).
 	HSRCopyCost, HSRWriteCost time.Duration
+	// ThetaPIBlocks is θ_PI under threaded logging (zns+, tl.go): the
+	// pre-invalid blocks that trigger a checkpoint (periodic
+	// checkpointing). 0: the paper's 128 MiB of 16 GiB scaled to this file
+	// system (1/128 of its user blocks, at least a quarter zone). Smaller
+	// values checkpoint more often (more node and metadata writes, more
+	// segments threaded logging may reuse); larger ones the reverse.
+	ThetaPIBlocks uint64
+	// NoHSR turns hybrid segment recycling's cost model off (zns+):
+	// threaded logging reuses a segment whenever it finds a candidate,
+	// whatever compaction would have cost. For experiments (ZNS+ §3.3.2).
+	NoHSR bool
 	// PGCWorkers is P-GC (seeds/004 Algorithm 1): host copy splits the reads
 	// of a victim whose valid blocks exceed half of its blocks across this
 	// many workers that read their shares in parallel (0: DefaultPGCWorkers,

@@ -119,9 +119,13 @@ func (fs *FS) setupMode(vol Volume) {
 // Mode returns the recycling mode in effect (after any fallback).
 func (fs *FS) Mode() Mode { return fs.opts.Mode }
 
-// setThetaPI scales the paper's 128 MiB of a 16 GiB file system (1/128) to
-// this one, at least a quarter zone.
+// setThetaPI is Options.ThetaPIBlocks, or the paper's 128 MiB of a 16 GiB
+// file system (1/128) scaled to this one, at least a quarter zone.
 func (fs *FS) setThetaPI() {
+	if fs.opts.ThetaPIBlocks > 0 {
+		fs.gc.tl.thetaPI = fs.opts.ThetaPIBlocks
+		return
+	}
 	fs.gc.tl.thetaPI = max(fs.sb.UserBlocks/128, fs.geo.ZoneBlocks/4, 1)
 }
 
@@ -194,7 +198,7 @@ func (fs *FS) tlTry(ctx context.Context, li int) *segment {
 		return nil
 	}
 	ctl, csc := fs.tlCosts(s, pre)
-	if ctl > csc {
+	if ctl > csc && !fs.opts.NoHSR {
 		fs.stats.HSRCompaction++
 		return nil
 	}

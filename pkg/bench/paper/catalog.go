@@ -30,8 +30,6 @@ var unavailable = []Entry{
 		Reason: "each point is a full zns_plus run; within the bench's 10-minute budget only 16 chips run"},
 	{ID: "zns_plus_table4_media", Title: "ZNS+ Table 4: TLC / MLC / ZNAND x forced IZC-H / IZC-D", Status: Pending,
 		Reason: "lfs chooses host or drive per chunk by cost; no option forces either policy"},
-	{ID: "zns_plus_theta_pi", Title: "ZNS+ §3.3.2: the theta_PI sweep and hybrid segment recycling on/off", Status: Pending,
-		Reason: "theta_PI is fixed in lfs (1/128 of the file system) and HSR has no switch"},
 	{ID: "zns_plus_oltp", Title: "ZNS+ Fig. 6-7 tpcc / YCSB rows", Status: NotReproducible,
 		Reason: "needs MySQL's page and log I/O pattern; no OLTP-like workload runs on lfs in the harness"},
 	{ID: "zns_plus_fig13", Title: "ZNS+ Fig. 13: Cosmos+ OpenSSD prototype", Status: NotReproducible,

@@ -24,6 +24,12 @@ func znsplusConfig(workload string, o Options) znsplus.Config {
 	c := znsplus.Default()  // Threads 0: the paper's (Table 3)
 	c.NoCopybackUtil = 0.90 // Fig. 7a's w/o cpbk bars, at the paper's default utilization
 	c.LBAOrderedUtil = 0.90 // Fig. 9: LBA- vs PPA-ordered plugging
+	// §3.3.2: zns+ without hybrid segment recycling, and (fileserver) θ_PI
+	// from 1/8 to 8 times the default (the paper's 16 to 1,024 MiB)
+	c.TunablesUtil, c.NoHSRRun = 0.90, true
+	if workload == znsplus.Fileserver {
+		c.ThetaPIScales = []float64{0.125, 0.5, 2, 8}
+	}
 	if workload == znsplus.Varmail {
 		c.Overwrite = 0.5 // its small fsynced files take about 3x the wall time per byte
 	}
@@ -123,6 +129,13 @@ func runZNSPlus(ctx context.Context, dir string, o Options) (any, []Line, error)
 					Line{Label: "fig9 zns+ chip utilization PPA-ordered, " + tag, Ours: u.ZNSPlus.ChipUtilization, Paper: "above LBA-ordered"},
 					Line{Label: "fig9 zns+ chip utilization LBA-ordered, " + tag, Ours: lp.ChipUtilization, Paper: "-"},
 					Line{Label: "fig9 zns+ PPA-ordered / LBA-ordered throughput, " + tag, Ours: ratio(u.ZNSPlus.ThroughputMBps, lp.ThroughputMBps), Paper: ">1"})
+			}
+			for _, p := range u.ThetaPI {
+				lines = append(lines, Line{Label: fmt.Sprintf("theta_pi x%g (paper scale %g MiB) zns+ / default (128 MiB), %s", p.Scale, p.PaperMiB, tag),
+					Ours: p.VsDefault, Paper: "<= 1: best near 128 MiB (§3.3.2)"})
+			}
+			if r := u.NoHSRVsHSR; r != nil {
+				lines = append(lines, Line{Label: "zns+ without hybrid segment recycling / with, " + tag, Ours: *r, Paper: "- (§3.3.2: HSR picks the cheaper recycling)"})
 			}
 			if wl == znsplus.Fileserver {
 				lines = append(lines,

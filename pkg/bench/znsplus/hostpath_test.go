@@ -113,3 +113,33 @@ func TestLBAOrderedRun(t *testing.T) {
 	require.Positive(t, lp.TLRecycledSegments)
 	require.InDelta(t, u.ZNSPlus.ChipUtilization, lp.ChipUtilization, 0.1)
 }
+
+// ZNS+ §3.3.2: with Config.TunablesUtil zns+ also runs at other θ_PI and
+// without hybrid segment recycling. A larger θ_PI checkpoints no more often
+// (fewer here, 8 times the default); without HSR the cost model never picks
+// compaction.
+func TestTunablesRuns(t *testing.T) {
+	c := Small()
+	c.Utilizations, c.Overwrite, c.NoCABRun, c.Threads = []float64{0.85}, 0.4, true, 8
+	c.Modes, c.TunablesUtil, c.ThetaPIScales, c.NoHSRRun = []lfs.Mode{lfs.ModeZNS, lfs.ModeZNSPlus}, 0.85, []float64{0.125, 8}, true
+	r, err := Run(context.Background(), c)
+	require.NoError(t, err)
+	u := r.Utils[0]
+	require.Len(t, u.ThetaPI, 2)
+	small, large := u.ThetaPI[0], u.ThetaPI[1]
+	for _, p := range u.ThetaPI {
+		t.Logf("θ_PI x%g: %d blocks (default %d), %d checkpoints (default %d), %d periodic, throughput x%.3f",
+			p.Scale, p.Run.ThetaPIBlocks, u.ZNSPlus.ThetaPIBlocks, p.Run.Checkpoints, u.ZNSPlus.Checkpoints, p.Run.PreInvalidCheckpoints, p.VsDefault)
+		require.InDelta(t, p.Run.ThroughputMBps/u.ZNSPlus.ThroughputMBps, p.VsDefault, 0.001)
+		require.Equal(t, 128*p.Scale, p.PaperMiB)
+	}
+	require.Equal(t, u.ZNSPlus.ThetaPIBlocks/8, small.Run.ThetaPIBlocks)
+	require.Equal(t, u.ZNSPlus.ThetaPIBlocks*8, large.Run.ThetaPIBlocks)
+	require.GreaterOrEqual(t, small.Run.Checkpoints, u.ZNSPlus.Checkpoints)
+	require.GreaterOrEqual(t, u.ZNSPlus.Checkpoints, large.Run.Checkpoints)
+	require.Greater(t, small.Run.Checkpoints, large.Run.Checkpoints, "a larger θ_PI checkpoints less often")
+	require.NotNil(t, u.NoHSR)
+	t.Logf("HSR off: throughput x%.3f, HSR chose compaction 0 vs %d", *u.NoHSRVsHSR, u.ZNSPlus.HSRCompaction)
+	require.Zero(t, u.NoHSR.HSRCompaction, "no cost model without HSR")
+	require.Positive(t, u.NoHSR.TLRecycledSegments)
+}

@@ -60,6 +60,7 @@ package znsplus
 import (
 	"context"
 	"fmt"
+	"math"
 	"math/rand"
 	"os"
 	"path/filepath"
@@ -140,6 +141,17 @@ type Config struct {
 	LBAOrderedUtil float64
 	// lbaOrdered makes runOne plug in LBA order (the Fig. 9 run).
 	lbaOrdered bool
+	// TunablesUtil, when set, is the utilization at which zns+ also runs
+	// with θ_PI scaled by each of ThetaPIScales (lfs.Options.ThetaPIBlocks;
+	// scale 1 is lfs's default, the paper's 128 MiB of 16 GiB scaled to
+	// the file system) and, with NoHSRRun, once with hybrid segment
+	// recycling's cost model off (lfs.Options.NoHSR): ZNS+ §3.3.2.
+	TunablesUtil  float64   `json:",omitempty"`
+	ThetaPIScales []float64 `json:",omitempty"`
+	NoHSRRun      bool      `json:",omitempty"`
+	// thetaScale and noHSR make runOne mount with them (the runs above).
+	thetaScale float64
+	noHSR      bool
 	// UnscaledErase keeps the media's erase time per block on the
 	// scaled-down blocks (an ablation; see flashConfig).
 	UnscaledErase bool
@@ -201,10 +213,14 @@ type ModeResult struct {
 	TLNoBudget          uint64  `json:"tl_open_no_budget"`    // zns+: no TL_open, the open zones for TL segments until the next checkpoint were used up
 	TLNoCandidate       uint64  `json:"tl_no_candidate"`      // zns+: no TL_open, no segment had enough writable blocks
 	Checkpoints         uint64  `json:"checkpoints"`
-	MovedHostCopy       uint64  `json:"moved_host_copy"`
-	MovedIZC            uint64  `json:"moved_izc"`
-	MovedHostCached     uint64  `json:"moved_host_cached"` // cached clean, written from the host (IZC-H by cost)
-	MovedHostDirty      uint64  `json:"moved_host_dirty"`  // dirty on the host: written from the host in any mode
+	// PreInvalidCheckpoints is the checkpoints periodic checkpointing took
+	// (pre-invalid blocks reached θ_PI, ThetaPIBlocks; zns+).
+	PreInvalidCheckpoints uint64 `json:"pre_invalid_checkpoints,omitempty"`
+	ThetaPIBlocks         uint64 `json:"theta_pi_blocks,omitempty"`
+	MovedHostCopy         uint64 `json:"moved_host_copy"`
+	MovedIZC              uint64 `json:"moved_izc"`
+	MovedHostCached       uint64 `json:"moved_host_cached"` // cached clean, written from the host (IZC-H by cost)
+	MovedHostDirty        uint64 `json:"moved_host_dirty"`  // dirty on the host: written from the host in any mode
 	// HostWrittenShare is the share of the blocks compaction moved that the
 	// host wrote (read or cached on the host) rather than the drives copied.
 	HostWrittenShare float64 `json:"host_written_share"`
@@ -265,6 +281,21 @@ type UtilResult struct {
 	// With Config.LBAOrderedUtil at this utilization: zns+ with LBA-ordered
 	// plugging (its chip utilization beside the PPA-ordered run's: Fig. 9).
 	ZNSPlusLBAOrdered *ModeResult `json:"zns_plus_lba_ordered,omitempty"`
+	// With Config.TunablesUtil at this utilization: zns+ at other θ_PI
+	// (ZNS+ §3.3.2's sweep) and without hybrid segment recycling.
+	ThetaPI    []ThetaPIPoint `json:"theta_pi,omitempty"`
+	NoHSR      *ModeResult    `json:"zns_plus_no_hsr,omitempty"`
+	NoHSRVsHSR *float64       `json:"zns_plus_no_hsr_vs_hsr,omitempty"` // throughput ratio
+}
+
+// ThetaPIPoint is zns+ at one θ_PI.
+type ThetaPIPoint struct {
+	Scale    float64 `json:"scale"`     // of lfs's default θ_PI
+	PaperMiB float64 `json:"paper_mib"` // the same share of the paper's 16 GiB file system
+	// VsDefault is the throughput over the default θ_PI's (the main zns+
+	// run at this utilization).
+	VsDefault float64    `json:"vs_default"`
+	Run       ModeResult `json:"run"`
 }
 
 // Result is a whole run.
@@ -494,6 +525,11 @@ func assemble(cfg Config, dir string, runOne runner) (Result, error) {
 			}
 			ur.ZNSPlusLBAOrdered = &mr
 		}
+		if cfg.TunablesUtil == u {
+			if err := tunables(cfg, fc, dir, u, &n, &ur, runOne); err != nil {
+				return res, err
+			}
+		}
 		ur.TLShare, ur.CopybackShare, ur.CopybackShareCAB = ur.ZNSPlus.TLShare, ur.IZC.CopybackShare, ur.IZC.CopybackShare
 		ur.IZCHostWrittenShare = ur.IZC.HostWrittenShare
 		if cfg.CopybackPagesPerBlock > 0 && slices.Contains(modes, lfs.ModeIZC) {
@@ -543,6 +579,44 @@ func assemble(cfg Config, dir string, runOne runner) (Result, error) {
 }
 
 func round3(x float64) float64 { return float64(int64(x*1000+0.5)) / 1000 }
+
+// tunables makes the θ_PI and HSR runs of zns+ at utilization u into ur.
+func tunables(cfg Config, fc flash.Config, dir string, u float64, n *int, ur *UtilResult, runOne runner) error {
+	run := func(c Config, what string) (ModeResult, error) {
+		*n++
+		mr, _, err := runOne(c, fc, filepath.Join(dir, fmt.Sprintf("drive%d", *n)), u, lfs.ModeZNSPlus, false)
+		if err != nil {
+			return mr, fmt.Errorf("%s at %.0f %% in mode zns+ with %s: %w", cfg.Workload, 100*u, what, err)
+		}
+		return mr, nil
+	}
+	vs := func(mr ModeResult) float64 {
+		if ur.ZNSPlus.ThroughputMBps == 0 {
+			return 0
+		}
+		return round3(mr.ThroughputMBps / ur.ZNSPlus.ThroughputMBps)
+	}
+	for _, s := range cfg.ThetaPIScales {
+		c := cfg
+		c.thetaScale = s
+		mr, err := run(c, fmt.Sprintf("θ_PI x%g", s))
+		if err != nil {
+			return err
+		}
+		ur.ThetaPI = append(ur.ThetaPI, ThetaPIPoint{Scale: s, PaperMiB: round3(128 * s), VsDefault: vs(mr), Run: mr})
+	}
+	if cfg.NoHSRRun {
+		c := cfg
+		c.noHSR = true
+		mr, err := run(c, "hybrid segment recycling off")
+		if err != nil {
+			return err
+		}
+		r := vs(mr)
+		ur.NoHSR, ur.NoHSRVsHSR = &mr, &r
+	}
+	return nil
+}
 
 // runOne fills a fresh file system to util and runs the measured phase in mode m.
 func runOne(ctx context.Context, cfg Config, fc flash.Config, path string, util float64, m lfs.Mode, noCAB bool) (ModeResult, float64, error) {
@@ -596,11 +670,23 @@ func runOne(ctx context.Context, cfg Config, fc flash.Config, path string, util 
 	hsrWrite := (vol.cost+vol.xfer)/cb + time.Duration(float64(r.BlockSize)/float64(r.HostLinkBytesPerSec)*float64(time.Second)) + r.ProgramLatency/cb
 	// P-GC off unless asked for (its workers then take turns on clk, an
 	// lfs.TurnClock)
-	fs, err := lfs.Mount(ctx, vol, lfs.Options{Mode: m, Clock: clk, CacheBlocks: 1024, ReadAheadBlocks: -1,
+	opts := lfs.Options{Mode: m, Clock: clk, CacheBlocks: 1024, ReadAheadBlocks: -1,
 		FlashReadCost: readCost, HostWriteCost: hostCost, NoCopybackAware: noCAB,
-		HSRCopyCost: hsrCopy, HSRWriteCost: hsrWrite, PGCWorkers: max(cfg.PGCWorkers, 1)})
+		HSRCopyCost: hsrCopy, HSRWriteCost: hsrWrite, PGCWorkers: max(cfg.PGCWorkers, 1), NoHSR: cfg.noHSR}
+	fs, err := lfs.Mount(ctx, vol, opts)
 	if err != nil {
 		return ModeResult{}, 0, err
+	}
+	if cfg.thetaScale > 0 {
+		// θ_PI as a multiple of the default this file system computes
+		def := fs.Stats().PreInvalidThreshold
+		if err := fs.Unmount(ctx); err != nil {
+			return ModeResult{}, 0, err
+		}
+		opts.ThetaPIBlocks = max(uint64(math.Round(float64(def)*cfg.thetaScale)), 1)
+		if fs, err = lfs.Mount(ctx, vol, opts); err != nil {
+			return ModeResult{}, 0, err
+		}
 	}
 	defer func() { _ = fs.Unmount(ctx) }()
 	st, err := fs.Statfs(ctx)
@@ -633,6 +719,10 @@ func runOne(ctx context.Context, cfg Config, fc flash.Config, path string, util 
 		Checkpoints: s.Checkpoints - s0.Checkpoints, MovedHostCopy: s.MovedHostCopy - s0.MovedHostCopy, MovedIZC: s.MovedIZC - s0.MovedIZC,
 		MovedHostCached: s.MovedHostCached - s0.MovedHostCached, MovedHostDirty: s.MovedHostDirty - s0.MovedHostDirty}
 	mr.PluggedBackground = s.PluggedBackground - s0.PluggedBackground
+	if m == lfs.ModeZNSPlus {
+		mr.PreInvalidCheckpoints = s.CheckpointsByCause["pre_invalid"] - s0.CheckpointsByCause["pre_invalid"]
+		mr.ThetaPIBlocks = s.PreInvalidThreshold
+	}
 	mr.PGCSplit = s.PGCSplitMigrations - s0.PGCSplitMigrations
 	if all := mr.PluggedBlocks + mr.MovedHostCopy + mr.MovedHostCached + mr.MovedHostDirty + mr.MovedIZC; all > 0 {
 		mr.BackgroundPlugShare = round3(float64(mr.PluggedBackground) / float64(all))
