@@ -191,3 +191,58 @@ func TestRecoverWritePointers(t *testing.T) {
 	require.True(t, bytes.Equal(blocks(bs, 12, 3)[:5*bs], got[:5*bs]))
 	require.True(t, bytes.Equal(blocks(bs, 2, 7), got[5*bs:]))
 }
+
+// TestConcurrentZones: writers of different zones, a lister and a reset
+// loop run at once (for the race detector); every zone reads back.
+func TestConcurrentZones(t *testing.T) {
+	d := newDev(t, vfs.NewCrashableMem())
+	defer d.Close()
+	v, err := fdpvol.New(bg, d, fdpvol.Options{MaxOpen: 8})
+	require.NoError(t, err)
+	bs := v.Geometry().BlockSize
+	const writers = 4
+	errs := make(chan error, writers+1)
+	ids := make([]lfs.ZoneID, writers)
+	for w := range writers {
+		go func() {
+			z, err := v.OpenZoneFor(bg, lfs.ZoneClass(w))
+			if err != nil {
+				errs <- err
+				return
+			}
+			ids[w] = z
+			for off := uint64(0); off < 64; off += 8 {
+				if err := v.Write(bg, z, off, blocks(bs, 8, byte(w*16+int(off/8))), false); err != nil {
+					errs <- err
+					return
+				}
+			}
+			errs <- nil
+		}()
+	}
+	go func() {
+		for range 50 {
+			if _, err := v.Zones(bg); err != nil {
+				errs <- err
+				return
+			}
+		}
+		errs <- nil
+	}()
+	for range writers + 1 {
+		require.NoError(t, <-errs)
+	}
+	for w, z := range ids {
+		got := make([]byte, 64*bs)
+		require.NoError(t, v.Read(bg, z, 0, got))
+		for k := range 8 {
+			require.Equal(t, blocks(bs, 8, byte(w*16+k)), got[k*8*bs:(k+1)*8*bs], "writer %d chunk %d", w, k)
+		}
+	}
+	zs, err := v.Zones(bg)
+	require.NoError(t, err)
+	require.Len(t, zs, writers)
+	for _, z := range zs {
+		require.Equal(t, lfs.ZoneFull, z.State)
+	}
+}
