@@ -20,7 +20,7 @@ import (
 
 // mountOn opens the drive in fs (created when create), its volume and the
 // file system on it (formatted when create).
-func mountOn(t *testing.T, mem vfs.FS, create bool) (*fdp.Device, *lfs.FS) {
+func mountOn(t *testing.T, mem vfs.FS, create bool, mode ...lfs.Mode) (*fdp.Device, *lfs.FS) {
 	t.Helper()
 	var d *fdp.Device
 	var err error
@@ -35,7 +35,11 @@ func mountOn(t *testing.T, mem vfs.FS, create bool) (*fdp.Device, *lfs.FS) {
 	if create {
 		require.NoError(t, lfs.Mkfs(bg, v, lfs.MkfsOptions{}))
 	}
-	fs, err := lfs.Mount(bg, v, lfs.Options{Mode: lfs.ModeZNS, CacheBlocks: 64, Clock: clock.NewVirtual()})
+	m := lfs.ModeZNS
+	if len(mode) > 0 {
+		m = mode[0]
+	}
+	fs, err := lfs.Mount(bg, v, lfs.Options{Mode: m, CacheBlocks: 64, Clock: clock.NewVirtual()})
 	require.NoError(t, err)
 	return d, fs
 }
@@ -72,10 +76,18 @@ func setAt(b []byte, off int, d []byte) []byte {
 
 // TestLFSModel runs random file operations on lfs over an FDP drive
 // against a model of the files, through restarts, long enough that the
-// file system recycles segments many times over and the drive collects.
+// file system recycles segments many times over: by host copy (zns mode)
+// and through the volume's Compact (izc mode, a host copy inside the
+// volume on FDP).
 func TestLFSModel(t *testing.T) {
+	for _, m := range []lfs.Mode{lfs.ModeZNS, lfs.ModeIZC} {
+		t.Run(m.String(), func(t *testing.T) { testLFSModel(t, m) })
+	}
+}
+
+func testLFSModel(t *testing.T, mode lfs.Mode) {
 	mem := vfs.NewCrashableMem()
-	d, fs := mountOn(t, mem, true)
+	d, fs := mountOn(t, mem, true, mode)
 	rng := rand.New(rand.NewSource(1))
 	model := map[string][]byte{}
 	check := func() {
@@ -123,7 +135,7 @@ func TestLFSModel(t *testing.T) {
 		case r < 6:
 			require.NoError(t, fs.Unmount(bg))
 			require.NoError(t, d.Close())
-			d, fs = mountOn(t, mem, false)
+			d, fs = mountOn(t, mem, false, mode)
 			check()
 		default:
 			ino, _ := fileIno(t, fs, name)
@@ -148,9 +160,12 @@ func TestLFSModel(t *testing.T) {
 	require.NoError(t, fs.Unmount(bg))
 	ds := d.Stats()
 	require.NoError(t, d.Close())
-	t.Logf("user blocks %d used %d segments %d; user bytes %d, segments recycled %d (moved %d blocks by host copy), drive WAF %.3f, drive GC copies %d",
-		st.UserBlocks, st.UsedBlocks, st.SegmentsTotal, written, st.CompactedSegments, st.MovedHostCopy+st.MovedHostCached+st.MovedHostDirty, ds.WAF(), ds.GCCopies)
-	require.NotZero(t, st.MovedHostCopy+st.MovedHostCached+st.MovedHostDirty, "the file system never moved a block")
+	t.Logf("user blocks %d used %d segments %d; user bytes %d, segments recycled %d (moved %d blocks by host copy, %d through Compact), drive WAF %.3f, drive GC copies %d",
+		st.UserBlocks, st.UsedBlocks, st.SegmentsTotal, written, st.CompactedSegments, st.MovedHostCopy+st.MovedHostCached+st.MovedHostDirty, st.CompactLocal, ds.WAF(), ds.GCCopies)
+	require.NotZero(t, st.MovedHostCopy+st.MovedHostCached+st.MovedHostDirty+st.MovedIZC, "the file system never moved a block")
+	if mode == lfs.ModeIZC {
+		require.NotZero(t, st.CompactLocal, "no block moved through Compact")
+	}
 }
 
 // plHistory is what a power loss may leave of each file: a file synced
