@@ -41,7 +41,8 @@
 // written, media bytes erased; WAF = media / host), GC copies and
 // copybacks, per-handle usage (host bytes, GC bytes moved, units used,
 // valid LBAs, the referenced unit and its remaining bytes) and a bounded
-// event log (the newest 1024).
+// event log (the newest 1024). LBAStatus reports which LBAs are mapped,
+// as runs (in the spirit of NVMe Get LBA Status): read-only, no flash time.
 //
 // # Timing
 //

@@ -1,7 +1,10 @@
 package fdp
 
 import (
+	"fmt"
 	"time"
+
+	"github.com/zonefleet/zonefleet/pkg/zerr"
 )
 
 // Stats is the FDP statistics log page (NVMe log 0x22) with the FTL's own
@@ -203,4 +206,46 @@ func (d *Device) Status() Status {
 		}
 	}
 	return s
+}
+
+// LBARange is a run of LBAs.
+type LBARange struct {
+	LBA   uint64 `json:"lba"`
+	Count uint64 `json:"count"`
+}
+
+// MaxStatusLBAs bounds one LBAStatus query.
+const MaxStatusLBAs = 1 << 24
+
+// LBAStatus reports which of the n LBAs from lba are mapped (hold data
+// written and not trimmed since), as runs in increasing order, in the
+// spirit of NVMe Get LBA Status: a host that keeps no map of its own
+// (a zoned file system's write pointers over a conventional namespace)
+// derives it from the drive. It reads only the mapping: no flash time is
+// booked and nothing changes. After Open the mapping is the recovered one,
+// so the runs are what survived the last power loss.
+func (d *Device) LBAStatus(lba, n uint64) ([]LBARange, error) {
+	if err := d.checkRange(lba, n); err != nil {
+		return nil, err
+	}
+	if n > MaxStatusLBAs {
+		return nil, &zerr.InvalidArgumentError{Field: "count", Reason: fmt.Sprintf("an LBA status query covers at most %d LBAs", MaxStatusLBAs)}
+	}
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.closed {
+		return nil, &zerr.ClosedError{What: "fdp device " + d.path}
+	}
+	var out []LBARange
+	for l := lba; l < lba+n; l++ {
+		if d.l2p[l] < 0 {
+			continue
+		}
+		if k := len(out) - 1; k >= 0 && out[k].LBA+out[k].Count == l {
+			out[k].Count++
+		} else {
+			out = append(out, LBARange{LBA: l, Count: 1})
+		}
+	}
+	return out, nil
 }

@@ -387,7 +387,11 @@ func (fs *FS) rotateMeta(ctx context.Context, cp *checkpoint) error {
 	var z ZoneID
 	if err := fs.unlocked(func() error {
 		var err error
-		z, err = fs.vol.OpenZone(ctx)
+		if co, ok := fs.vol.(ClassOpener); ok {
+			z, err = co.OpenZoneFor(ctx, ClassMeta)
+		} else {
+			z, err = fs.vol.OpenZone(ctx)
+		}
 		return err
 	}); err != nil {
 		return err

@@ -158,6 +158,17 @@ func (r *retrying) OpenZoneLike(ctx context.Context, like ZoneID) (z ZoneID, err
 	return z, err
 }
 
+// OpenZoneFor retries the inner volume's OpenZoneFor, or is OpenZone when
+// the inner volume does not place by class (ClassOpener).
+func (r *retrying) OpenZoneFor(ctx context.Context, class ZoneClass) (z ZoneID, err error) {
+	co, ok := r.Volume.(ClassOpener)
+	if !ok {
+		return r.OpenZone(ctx)
+	}
+	err = r.do(ctx, "open_zone", func(ctx context.Context) error { z, err = co.OpenZoneFor(ctx, class); return err })
+	return z, err
+}
+
 func (r *retrying) OpenZone(ctx context.Context) (z ZoneID, err error) {
 	err = r.do(ctx, "open_zone", func(ctx context.Context) error { z, err = r.Volume.OpenZone(ctx); return err })
 	return z, err

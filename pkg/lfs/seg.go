@@ -205,6 +205,8 @@ func (fs *FS) openZoneSeg(ctx context.Context, li int, like ...ZoneID) (*segment
 		var err error
 		if lo, ok := fs.vol.(LikeOpener); ok && len(like) > 0 && !fs.opts.NoCopybackAware {
 			z, err = lo.OpenZoneLike(ctx, like[0])
+		} else if co, ok := fs.vol.(ClassOpener); ok {
+			z, err = co.OpenZoneFor(ctx, ZoneClass(li))
 		} else {
 			z, err = fs.vol.OpenZone(ctx)
 		}

@@ -189,6 +189,47 @@ type LikeOpener interface {
 	OpenZoneLike(ctx context.Context, like ZoneID) (ZoneID, error)
 }
 
+// ZoneClass is what a new v-zone will hold: one of the six logs (the
+// node and data logs of three temperatures, see seg.go) or the metadata
+// (superblock, checkpoint and snapshot records).
+type ZoneClass uint8
+
+// The classes, in the order of the file system's logs.
+const (
+	ClassHotNode ZoneClass = iota
+	ClassWarmNode
+	ClassColdNode
+	ClassHotData
+	ClassWarmData
+	ClassColdData
+	ClassMeta
+	NumZoneClasses
+)
+
+// The log classes are the log indexes.
+var _ [numTemps]struct{} = [ClassMeta]struct{}{}
+
+func (c ZoneClass) String() string {
+	if c < ClassMeta {
+		return logNames[c]
+	}
+	if c == ClassMeta {
+		return "meta"
+	}
+	return fmt.Sprintf("class(%d)", uint8(c))
+}
+
+// ClassOpener is implemented by a Volume that places a zone's data by what
+// it holds (an FDP namespace: each class's zones written through their own
+// placement handle, as F2FS tags its logs with write hints). It is
+// optional and a hint: OpenZoneFor returns a normal new open zone, as
+// OpenZone, with OpenZone's errors. The file system uses it for every zone
+// it opens, except the destinations of copyback-aware compaction
+// (LikeOpener), which follow their source.
+type ClassOpener interface {
+	OpenZoneFor(ctx context.Context, class ZoneClass) (ZoneID, error)
+}
+
 // PartialWriteError is wrapped by a Volume.Write error when the first Written
 // blocks of the write reached the zone before the failure.
 type PartialWriteError struct {

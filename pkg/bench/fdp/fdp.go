@@ -47,6 +47,11 @@
 // Figures per row: host and media bytes of the measured phase, WAF =
 // media/host, GC copies and copybacks, modelled host throughput and chip
 // utilization (busy time over chips x modelled time).
+//
+// The workloads lfs-fileserver and lfs-varmail are a figure of their own
+// (lfs.go, Result.LFS): the log-structured file system itself running
+// fileserver and varmail over ZNS, ZNS+ and an FDP drive (pkg/fdpvol) on
+// one flash configuration, at the utilizations LFSUtilizations.
 package fdpbench
 
 import (
@@ -74,13 +79,21 @@ type Options struct {
 	BlocksPerChip int      `json:"blocks_per_chip"`
 	Victim        string   `json:"victim"`
 	Workloads     []string `json:"workloads"`
+	// The lfs figure (workloads lfs-fileserver and lfs-varmail, lfs.go):
+	// file system utilizations, measured writes in multiples of the user
+	// capacity, chips and data blocks per chip of its drive.
+	LFSUtilizations []float64 `json:"lfs_utilizations,omitempty"`
+	LFSOverwrite    float64   `json:"lfs_overwrite,omitempty"`
+	LFSChips        int       `json:"lfs_chips,omitempty"`
+	LFSZones        int       `json:"lfs_zones,omitempty"`
 }
 
 // Defaults: 3 passes at 90 % utilization, 12 % over-provisioning, reclaim
 // units of 2 chips, greedy victims, every workload.
 func Defaults() Options {
 	return Options{Seed: 1, Passes: 3, Utilization: 0.9, OverProvision: 0.12, RUChips: 2, BlocksPerChip: 64, Victim: "greedy",
-		Workloads: []string{"lifetime", "hotcold", "three-stream", "fileserver", "varmail"}}
+		Workloads:       []string{"lifetime", "hotcold", "three-stream", "fileserver", "varmail", "lfs-fileserver", "lfs-varmail"},
+		LFSUtilizations: []float64{0.80, 0.95}, LFSOverwrite: 1, LFSChips: 16, LFSZones: 32}
 }
 
 // Row is one workload under one placement.
@@ -114,6 +127,8 @@ type Result struct {
 	Drive      string      `json:"drive"`
 	Rows       []Row       `json:"rows"`
 	References []Reference `json:"references"`
+	LFSDrive   string      `json:"lfs_drive,omitempty"`
+	LFS        []LFSRow    `json:"lfs,omitempty"`
 }
 
 // References: WARP (FAST'26) measured its adversarial three-stream
@@ -222,8 +237,36 @@ func Run(ctx context.Context, o Options) (*Result, error) {
 	if len(o.Workloads) == 0 {
 		o.Workloads = d.Workloads
 	}
+	if len(o.LFSUtilizations) == 0 {
+		o.LFSUtilizations = d.LFSUtilizations
+	}
+	if o.LFSOverwrite <= 0 {
+		o.LFSOverwrite = d.LFSOverwrite
+	}
+	if o.LFSChips == 0 {
+		o.LFSChips = d.LFSChips
+	}
+	if o.LFSZones == 0 {
+		o.LFSZones = d.LFSZones
+	}
+	if o.LFSChips < 2 || o.LFSChips%2 != 0 {
+		return nil, bad("lfs_chips", "must be a positive even number (channels x 2 ways), got %d", o.LFSChips)
+	}
+	if o.LFSZones < 8 {
+		return nil, bad("lfs_zones", "the file system needs at least 8 zones, got %d", o.LFSZones)
+	}
+	for _, u := range o.LFSUtilizations {
+		if !(u > 0 && u < 1) {
+			return nil, bad("lfs_utilizations", "each must be in (0, 1), got %v", u)
+		}
+	}
 	res := &Result{Options: o, References: references}
+	var lfsWls []string
 	for _, w := range o.Workloads {
+		if wl, ok := lfsWorkloads[w]; ok {
+			lfsWls = append(lfsWls, wl)
+			continue
+		}
 		streams, pls, err := workload(w)
 		if err != nil {
 			return nil, err
@@ -251,8 +294,18 @@ func Run(ctx context.Context, o Options) (*Result, error) {
 			res.Rows = append(res.Rows, row)
 		}
 	}
+	if len(lfsWls) > 0 {
+		rows, drive, err := runLFSFigure(ctx, o, lfsWls)
+		if err != nil {
+			return nil, err
+		}
+		res.LFS, res.LFSDrive = rows, drive
+	}
 	return res, nil
 }
+
+// lfsWorkloads are the workload names of the lfs figure.
+var lfsWorkloads = map[string]string{"lfs-fileserver": "fileserver", "lfs-varmail": "varmail"}
 
 func describe(c fdp.Config) (lbas, phys uint64) {
 	f := c.Flash
@@ -388,6 +441,9 @@ func handlesName(h []fdp.HandleType) string {
 
 // WriteTable writes the rows and the references.
 func (r *Result) WriteTable(w io.Writer) error {
+	if len(r.Rows) == 0 && len(r.LFS) > 0 {
+		return writeLFSTable(w, r)
+	}
 	fmt.Fprintf(w, "drive: %s; %.0f%% utilization, %.1f passes measured after a fill, %s victims, seed %d\n\n",
 		r.Drive, r.Options.Utilization*100, r.Options.Passes, r.Options.Victim, r.Options.Seed)
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
@@ -402,6 +458,9 @@ func (r *Result) WriteTable(w io.Writer) error {
 	fmt.Fprintln(w, "\nmeasured elsewhere, on different devices (context, not targets):")
 	for _, ref := range r.References {
 		fmt.Fprintf(w, "  %s: WAF %.2f (%s)\n", ref.Device, ref.WAF, ref.Note)
+	}
+	if len(r.LFS) > 0 {
+		return writeLFSTable(w, r)
 	}
 	return nil
 }

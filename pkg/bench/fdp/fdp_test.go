@@ -57,7 +57,8 @@ func TestPlacementBands(t *testing.T) {
 func TestDeterministic(t *testing.T) {
 	o := Defaults()
 	o.Passes, o.BlocksPerChip = 0.25, 32 // a small drive: the figures' equality is the point, not their values
-	o.Workloads = []string{"hotcold", "varmail"}
+	o.Workloads = []string{"hotcold", "varmail", "lfs-fileserver"}
+	o.LFSUtilizations, o.LFSOverwrite = []float64{0.8}, 0.2
 	a, err := Run(context.Background(), o)
 	require.NoError(t, err)
 	b, err := Run(context.Background(), o)
@@ -65,6 +66,11 @@ func TestDeterministic(t *testing.T) {
 	ja, _ := json.Marshal(a)
 	jb, _ := json.Marshal(b)
 	require.Equal(t, string(ja), string(jb))
+	require.Len(t, a.LFS, len(LFSVolumes))
+	var ta, tb bytes.Buffer
+	require.NoError(t, a.WriteTable(&ta))
+	require.NoError(t, b.WriteTable(&tb))
+	require.Equal(t, ta.String(), tb.String())
 	_, err = Run(context.Background(), Options{Workloads: []string{"nope"}})
 	require.ErrorIs(t, err, zerr.ErrInvalidArgument)
 }
