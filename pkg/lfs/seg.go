@@ -90,6 +90,18 @@ func (fs *FS) logFor(t int) int {
 	return 1
 }
 
+// zoneClass is the ZoneClass of log li's zones: the log itself with the six
+// logs; with two, the warm node or warm data class.
+func (fs *FS) zoneClass(li int) ZoneClass {
+	switch {
+	case fs.lg.n == numTemps:
+		return ZoneClass(li)
+	case fs.logIsNode(li):
+		return ClassWarmNode
+	}
+	return ClassWarmData
+}
+
 // logIsNode reports whether log li writes node blocks.
 func (fs *FS) logIsNode(li int) bool {
 	if fs.lg.n == numTemps {
@@ -206,7 +218,7 @@ func (fs *FS) openZoneSeg(ctx context.Context, li int, like ...ZoneID) (*segment
 		if lo, ok := fs.vol.(LikeOpener); ok && len(like) > 0 && !fs.opts.NoCopybackAware {
 			z, err = lo.OpenZoneLike(ctx, like[0])
 		} else if co, ok := fs.vol.(ClassOpener); ok {
-			z, err = co.OpenZoneFor(ctx, ZoneClass(li))
+			z, err = co.OpenZoneFor(ctx, fs.zoneClass(li))
 		} else {
 			z, err = fs.vol.OpenZone(ctx)
 		}

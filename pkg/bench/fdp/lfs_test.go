@@ -32,7 +32,7 @@ func TestLFSFigure(t *testing.T) {
 	o := Defaults()
 	o.Workloads = []string{"lfs-fileserver", "lfs-varmail"}
 	o.LFSOverwrite = 0.5
-	if testing.Short() { // the race detector's runs
+	if raceDetector || testing.Short() {
 		o.LFSOverwrite, o.LFSUtilizations = 0.3, []float64{0.85}
 	}
 	r, err := Run(context.Background(), o)

@@ -1,0 +1,5 @@
+//go:build !race
+
+package fdpbench
+
+const raceDetector = false
