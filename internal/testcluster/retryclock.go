@@ -1,13 +1,11 @@
 package testcluster
 
 import (
-	"bytes"
 	"context"
-	"runtime"
-	"strconv"
 	"sync"
 	"time"
 
+	"github.com/zonefleet/zonefleet/internal/goid"
 	"github.com/zonefleet/zonefleet/pkg/clock"
 )
 
@@ -62,23 +60,11 @@ func MustFail(ctx context.Context) context.Context {
 
 func isMustFail(ctx context.Context) bool { v, _ := ctx.Value(mustFailKey{}).(bool); return v }
 
-// goid is the id of the calling goroutine (ids are never reused).
-func goid() uint64 {
-	var buf [64]byte
-	b := buf[:runtime.Stack(buf[:], false)]
-	b = bytes.TrimPrefix(b, []byte("goroutine "))
-	if i := bytes.IndexByte(b, ' '); i > 0 {
-		b = b[:i]
-	}
-	id, _ := strconv.ParseUint(string(b), 10, 64)
-	return id
-}
-
 // Now is the calling goroutine's time.
 func (r *RetryClock) Now() time.Duration {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	return r.own[goid()]
+	return r.own[goid.Get()]
 }
 
 // Kind is realtime: a client measures its deadlines on Now.
@@ -90,7 +76,7 @@ func (r *RetryClock) WaitUntil(ctx context.Context, t time.Duration) error {
 	if err := ctx.Err(); err != nil {
 		return err
 	}
-	id := goid()
+	id := goid.Get()
 	r.mu.Lock()
 	now := r.own[id]
 	r.mu.Unlock()

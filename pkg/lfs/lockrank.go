@@ -1,12 +1,11 @@
 package lfs
 
 import (
-	"bytes"
 	"fmt"
-	"runtime"
-	"strconv"
 	"sync"
 	"sync/atomic"
+
+	"github.com/zonefleet/zonefleet/internal/goid"
 )
 
 // The lock order (doc.go, Concurrency) is checked at run time when
@@ -123,7 +122,7 @@ func acquire(lock any, r lockRank, blocking bool) {
 	if r == rankNone || !lockRankChecks.Load() {
 		return
 	}
-	g := goid()
+	g := goid.Get()
 	held.Lock()
 	defer held.Unlock()
 	if held.by == nil {
@@ -146,7 +145,7 @@ func release(lock any) {
 	if !lockRankChecks.Load() {
 		return
 	}
-	g := goid()
+	g := goid.Get()
 	held.Lock()
 	defer held.Unlock()
 	if forget(g, lock) {
@@ -173,19 +172,6 @@ func forget(g uint64, lock any) bool {
 		}
 	}
 	return false
-}
-
-// goid is the calling goroutine's id (from its stack trace's header,
-// "goroutine N [...]").
-func goid() uint64 {
-	var buf [64]byte
-	b := buf[:runtime.Stack(buf[:], false)]
-	b = bytes.TrimPrefix(b, []byte("goroutine "))
-	if i := bytes.IndexByte(b, ' '); i > 0 {
-		b = b[:i]
-	}
-	n, _ := strconv.ParseUint(string(b), 10, 64)
-	return n
 }
 
 // setRanks ranks the FS's ordered locks.
