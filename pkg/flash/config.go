@@ -1,7 +1,7 @@
 // Package flash holds the geometry, media timings and the FEMU-style timing
 // model (per-chip and per-channel next-free times, host link, shared write
-// cache, optionally with per-die back-pressure: Config.WriteCacheDieBytes)
-// of an emulated ZNS+ SSD. It knows nothing about zones' contents.
+// cache, optionally with per-die back-pressure: Config.WriteCacheDieBytes,
+// or split into queues: Config.WriteCacheQueues) of an emulated ZNS+ SSD. It knows nothing about zones' contents.
 //
 // # Timing model
 //
@@ -41,6 +41,36 @@
 // "copyback-disabled" configurations). Long operations (zone compaction,
 // plugging) are not booked here all at once: pkg/zns books them piece by
 // piece as the clock advances, so user I/O interleaves with them.
+//
+// # Write cache and concurrency
+//
+// The chip, channel and link bookings take no lock. The write cache does:
+// by default it is one pool (WriteCacheBytes) admitted in arrival order,
+// whose occupancy and drain queue (a heap of release times) sit under one
+// mutex, so every write of every writer of a drive takes that mutex once
+// to be admitted and once per chunk program to release its bytes. With
+// many writers on a host with few cores that mutex is the write path's
+// contention point: the holder is descheduled or preempted while the
+// others park on it (`zctl bench node`, SmallWrites, measures the wait).
+//
+// WriteCacheQueues > 1 is QBLK's multi-queue write buffer in the model:
+// the cache is split into that many queues, each a small struct on its
+// own cache lines with its own mutex, occupancy and drain heap, holding
+// WriteCacheBytes/queues. CacheAdmitQueue and CacheReleaseQueue touch only
+// their queue; the counters (stalls, stall time, the occupancy total for
+// the high water) are atomics. Each queue is the single pool's algorithm
+// on its share, so a queue drains in its release-time order and its
+// writers are admitted in arrival order, exactly as the pool was; what
+// changes is that a queue filled by a busy writer holds back only the
+// writes that map to it (in pkg/zns the zones with that index mod
+// queues), not every writer of the drive. That is a modelling choice,
+// not only a lock change: a drive built with queues reports different
+// times for bursts larger than a queue's share. With 0 or 1 queues the
+// queue calls are the pool's calls, unchanged, so every figure and test
+// made without the option gives the same numbers. The queue count is
+// fixed when the model is built. Nothing here is persisted: the cache is
+// modelled time only, and its queues change neither what a write stores
+// nor when it is durable.
 package flash
 
 import (
@@ -95,6 +125,16 @@ type Config struct {
 	// drive is created: a model switched to it by SetConfig starts from an
 	// empty view of what is cached.
 	WriteCacheDieBytes int64 `json:"write_cache_die_bytes,omitempty"`
+	// WriteCacheQueues splits the write cache into that many queues
+	// (QBLK's multi-queue buffer). 0 or 1 (the default): one pool shared
+	// by every write, admitted in arrival order under one lock. > 1: each
+	// queue holds WriteCacheBytes/queues and has its own lock and drain
+	// queue; a write is admitted into its queue only (pkg/zns: the queue of
+	// its zone, zone mod queues) and waits only for that queue to drain,
+	// so writers of different queues never wait for each other, in
+	// modelled or in host time. Not with WriteCacheDieBytes. Fixed when
+	// the model is built (a drive's Create or Open).
+	WriteCacheQueues int `json:"write_cache_queues,omitempty"`
 	// ReadPriority selects the chip's scheduling. false (the default): one
 	// queue per chip, operations in booking order, so a read waits behind
 	// every program booked before it (a die's whole cached backlog). true:
@@ -180,8 +220,10 @@ func (c Config) Resolved() Config {
 
 func isPow2(n int) bool { return n > 0 && n&(n-1) == 0 }
 
-// Bounds of Validate: chips per drive and bytes of flash per drive (64 TiB).
+// Bounds of Validate: write-cache queues, chips per drive and bytes of
+// flash per drive (64 TiB).
 const (
+	MaxCacheQueues = 1 << 10
 	maxChips       = 1 << 12
 	MaxDeviceBytes = 1 << 46
 )
@@ -257,6 +299,17 @@ func (c Config) Validate() error {
 	}
 	if c.WriteCacheDieBytes < 0 || (c.WriteCacheDieBytes > 0 && c.WriteCacheDieBytes < int64(c.PageSize)) {
 		return bad("write_cache_die_bytes", "must be 0 or at least a page (%d), got %d", c.PageSize, c.WriteCacheDieBytes)
+	}
+	if c.WriteCacheQueues < 0 || c.WriteCacheQueues > MaxCacheQueues {
+		return bad("write_cache_queues", "must be in [0, %d], got %d", MaxCacheQueues, c.WriteCacheQueues)
+	}
+	if c.WriteCacheQueues > 1 {
+		if c.WriteCacheDieBytes > 0 {
+			return bad("write_cache_queues", "cannot be combined with write_cache_die_bytes")
+		}
+		if c.WriteCacheBytes/int64(c.WriteCacheQueues) < int64(c.PageSize) {
+			return bad("write_cache_queues", "%d queues of a %d-byte cache hold less than a page (%d) each", c.WriteCacheQueues, c.WriteCacheBytes, c.PageSize)
+		}
 	}
 	if c.IPUBudgetBlocks < 0 || c.IPURegionBlocks < c.IPUBudgetBlocks {
 		return bad("ipu_region_blocks", "must be >= ipu_budget_blocks %d (and budget >= 0), got %d", c.IPUBudgetBlocks, c.IPURegionBlocks)

@@ -229,3 +229,89 @@ func TestDuplexLink(t *testing.T) {
 		require.Equal(t, want, m.LinkIn(0, 1_000_000), "duplex %v", duplex)
 	}
 }
+
+// TestCacheQueues: with WriteCacheQueues each queue runs the shared pool's
+// algorithm on its share of the capacity, so a full queue stalls only its
+// own writes; one queue (or none) is the shared pool, call for call.
+func TestCacheQueues(t *testing.T) {
+	const page = 16384
+	c := Small()
+	c.WriteCacheBytes, c.WriteCacheQueues = 4*page, 2 // two pages a queue
+	m := NewModel(c)
+	require.Equal(t, 2, m.CacheQueues())
+	require.Equal(t, time.Duration(0), m.CacheAdmitQueue(0, page, 0))
+	require.Equal(t, time.Duration(0), m.CacheAdmitQueue(0, page, 2)) // queue 0 again: full now
+	m.CacheReleaseQueue(500, page, 0, 0)
+	m.CacheReleaseQueue(900, page, 2, 1)
+	require.Equal(t, time.Duration(10), m.CacheAdmitQueue(10, page, 1), "queue 1 has room while queue 0 is full")
+	require.Equal(t, time.Duration(500), m.CacheAdmitQueue(10, page, 0), "queue 0 waits for its first release")
+	require.Equal(t, int64(1), m.CacheStalls.Load())
+	require.Equal(t, time.Duration(490), time.Duration(m.CacheStallTime.Load()))
+	require.Equal(t, int64(3*page), m.CacheUsed(600))
+	require.Equal(t, int64(2*page), m.CacheUsed(1000))
+	require.Equal(t, int64(3*page), m.CacheHighWater())
+
+	// The shared pool: the queue calls are CacheAdmit and CacheReleaseChip.
+	for _, q := range []int{0, 1} {
+		c.WriteCacheQueues = q
+		a, b := NewModel(c), NewModel(c)
+		require.Equal(t, 0, a.CacheQueues())
+		for i := range 8 {
+			at := time.Duration(i) * 100
+			require.Equal(t, a.CacheAdmit(at, page), b.CacheAdmitQueue(at, page, uint64(i)))
+			a.CacheReleaseChip(at+700, page, i%4)
+			b.CacheReleaseQueue(at+700, page, uint64(i), i%4)
+		}
+		require.Equal(t, a.CacheUsed(2000), b.CacheUsed(2000))
+		require.Equal(t, a.CacheStallTime.Load(), b.CacheStallTime.Load())
+	}
+}
+
+// TestCacheQueuesConcurrent: writers of different queues admit and release
+// concurrently (run with -race); every byte admitted is released, so the
+// cache ends empty and no queue ever held more than its share.
+func TestCacheQueuesConcurrent(t *testing.T) {
+	const page, queues, writers, per = 16384, 4, 8, 200
+	c := Small()
+	c.WriteCacheBytes, c.WriteCacheQueues = queues*2*page, queues
+	m := NewModel(c)
+	done := make(chan struct{})
+	for w := range writers {
+		go func() {
+			defer func() { done <- struct{}{} }()
+			at := time.Duration(0)
+			for i := range per {
+				at = m.CacheAdmitQueue(at, page, uint64(w))
+				m.CacheReleaseQueue(at+time.Duration(i%7+1)*100, page, uint64(w), w%4)
+			}
+		}()
+	}
+	for range writers {
+		<-done
+	}
+	require.Equal(t, int64(0), m.CacheUsed(1<<62))
+	require.LessOrEqual(t, m.CacheHighWater(), c.WriteCacheBytes)
+}
+
+func TestValidateCacheQueues(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		mut  func(c *Config)
+	}{
+		{"negative", func(c *Config) { c.WriteCacheQueues = -1 }},
+		{"too many", func(c *Config) { c.WriteCacheQueues = MaxCacheQueues + 1 }},
+		{"less than a page each", func(c *Config) { c.WriteCacheQueues = int(c.WriteCacheBytes/int64(c.PageSize)) + 1 }},
+		{"with per-die back-pressure", func(c *Config) { c.WriteCacheQueues, c.WriteCacheDieBytes = 2, 1<<20 }},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			c := Defaults()
+			tc.mut(&c)
+			var ia *zerr.InvalidArgumentError
+			require.ErrorAs(t, c.Validate(), &ia)
+			require.Equal(t, "write_cache_queues", ia.Field)
+		})
+	}
+	c := Defaults()
+	c.WriteCacheQueues = 16
+	require.NoError(t, c.Validate())
+}

@@ -55,6 +55,21 @@ type Model struct {
 	// Read priority (Config.ReadPriority): each chip's queued work. Under rpMu.
 	rpMu sync.Mutex
 	rp   []rpChip
+	// Multi-queue write cache (Config.WriteCacheQueues > 1): one lock,
+	// occupancy and drain queue per queue; queued is their total
+	// occupancy, for the high water.
+	queues []cacheQueue
+	queued atomic.Int64
+}
+
+// cacheQueue is one queue of a multi-queue write cache: the single pool's
+// algorithm (CacheAdmit) on its share of the capacity. Padded to its own
+// cache lines so that writers of different queues share no line.
+type cacheQueue struct {
+	mu       sync.Mutex
+	used     int64
+	releases relHeap
+	_        [64]byte
 }
 
 // rpChip is a chip's queue under read priority. The work other than reads
@@ -175,6 +190,9 @@ func NewModel(cfg Config) *Model {
 	g := cfg.Geometry()
 	m := &Model{g: g, chips: make([]resource, g.Chips), channels: make([]resource, g.Channels),
 		dies: make([]timeline, g.Chips), rp: make([]rpChip, g.Chips)}
+	if cfg.WriteCacheQueues > 1 {
+		m.queues = make([]cacheQueue, cfg.WriteCacheQueues)
+	}
 	m.cfg.Store(&cfg)
 	return m
 }
@@ -481,8 +499,89 @@ func (m *Model) CacheReleaseChip(at time.Duration, n int64, chip int) {
 	}
 }
 
+// CacheQueues is the number of write-cache queues (0: one shared pool).
+func (m *Model) CacheQueues() int { return len(m.queues) }
+
+// CacheAdmitQueue admits n bytes arriving at time at into write-cache
+// queue q mod CacheQueues and returns when they are admitted:
+// CacheAdmit on the queue's share of the capacity, under the queue's own
+// lock. With one shared pool (Config.WriteCacheQueues <= 1) it is
+// CacheAdmit. Bytes stay until CacheReleaseQueue with the same q.
+func (m *Model) CacheAdmitQueue(at time.Duration, n int64, q uint64) time.Duration {
+	if len(m.queues) == 0 {
+		return m.CacheAdmit(at, n)
+	}
+	cap := m.conf().WriteCacheBytes / int64(len(m.queues))
+	if cap <= 0 {
+		return at
+	}
+	cq := &m.queues[queueIndex(q, len(m.queues))]
+	cq.mu.Lock()
+	defer cq.mu.Unlock()
+	t := at
+	var freed int64
+	for len(cq.releases) > 0 && cq.releases[0].at <= t {
+		freed += heap.Pop(&cq.releases).(release).n
+	}
+	if cq.used-freed+n > cap {
+		m.CacheStalls.Add(1)
+		for cq.used-freed+n > cap && len(cq.releases) > 0 {
+			r := heap.Pop(&cq.releases).(release)
+			freed += r.n
+			t = max(t, r.at)
+		}
+		m.CacheStallTime.Add(int64(t - at))
+	}
+	cq.used += n - freed
+	if u := m.queued.Add(n - freed); u > m.cacheHighWater.Load() {
+		m.raiseHighWater(u)
+	}
+	return t
+}
+
+// CacheReleaseQueue frees n cache bytes of queue q at time at (when their
+// program on chip completes). With one shared pool it is CacheReleaseChip.
+func (m *Model) CacheReleaseQueue(at time.Duration, n int64, q uint64, chip int) {
+	if len(m.queues) == 0 {
+		m.CacheReleaseChip(at, n, chip)
+		return
+	}
+	cq := &m.queues[queueIndex(q, len(m.queues))]
+	cq.mu.Lock()
+	heap.Push(&cq.releases, release{at, n})
+	cq.mu.Unlock()
+}
+
+func queueIndex(q uint64, n int) uint64 { return q % uint64(n) }
+
+// raiseHighWater sets the high water to u unless it is already higher.
+func (m *Model) raiseHighWater(u int64) {
+	for {
+		h := m.cacheHighWater.Load()
+		if u <= h || m.cacheHighWater.CompareAndSwap(h, u) {
+			return
+		}
+	}
+}
+
 // CacheUsed is the occupancy at time at.
 func (m *Model) CacheUsed(at time.Duration) int64 {
+	if len(m.queues) > 0 {
+		var u int64
+		for i := range m.queues {
+			cq := &m.queues[i]
+			cq.mu.Lock()
+			var freed int64
+			for len(cq.releases) > 0 && cq.releases[0].at <= at {
+				freed += heap.Pop(&cq.releases).(release).n
+			}
+			cq.used -= freed
+			m.queued.Add(-freed)
+			u += cq.used
+			cq.mu.Unlock()
+		}
+		return u
+	}
 	m.cacheMu.Lock()
 	defer m.cacheMu.Unlock()
 	for len(m.releases) > 0 && m.releases[0].at <= at {

@@ -2,6 +2,7 @@ package node
 
 import (
 	"context"
+	"math"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -30,10 +31,13 @@ type Admission struct {
 	burst   float64
 	period  time.Duration
 
-	mu       sync.Mutex
-	zones    map[zoneKey]*tokens
-	winLat   float64 // sum over the window of per-block latency (ns) of each write
-	winIOs   int
+	mu    sync.Mutex
+	zones map[zoneKey]*tokens
+	// The window's sum of per-block latency (ns, float64 bits) of each
+	// write and its count: atomics, so that every write's Complete takes
+	// no lock (see Complete).
+	winLat   atomic.Uint64
+	winIOs   atomic.Int64
 	prevAvg  float64 // ns per block
 	rate     float64 // ns per block; 0 = no pacing
 	stopTick func() bool
@@ -96,12 +100,13 @@ func (a *Admission) tick() {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	var avg float64
-	if a.winIOs > 0 {
-		avg = a.winLat / float64(a.winIOs)
+	ios := a.winIOs.Swap(0)
+	lat := math.Float64frombits(a.winLat.Swap(0))
+	if ios > 0 {
+		avg = lat / float64(ios)
 	}
 	a.rate = (a.prevAvg + avg) / 2
 	a.prevAvg = avg
-	a.winLat, a.winIOs = 0, 0
 	a.arm()
 }
 
@@ -175,15 +180,25 @@ func (a *Admission) Admit(ctx context.Context, dev uint32, zone uint64, blocks i
 	return wait, nil
 }
 
-// Complete records a finished write for the latency monitor (Algorithm 1 lines 15–17).
+// Complete records a finished write for the latency monitor (Algorithm 1
+// lines 15–17). Every write of the device calls it, so it takes no lock:
+// it adds to the window's sums with a compare-and-swap, in call order (a
+// simulation's sequential calls sum exactly as under a lock). A write
+// completing while the monitor closes the window may land its latency in
+// one window and its count in the next, which moves each window's mean by
+// at most that one write's share.
 func (a *Admission) Complete(blocks int, lat time.Duration) {
 	if blocks <= 0 {
 		return
 	}
-	a.mu.Lock()
-	a.winLat += float64(lat) / float64(blocks)
-	a.winIOs++
-	a.mu.Unlock()
+	per := float64(lat) / float64(blocks)
+	for {
+		old := a.winLat.Load()
+		if a.winLat.CompareAndSwap(old, math.Float64bits(math.Float64frombits(old)+per)) {
+			break
+		}
+	}
+	a.winIOs.Add(1)
 }
 
 // Forget drops a zone's tokens (zone reset or finished).

@@ -26,20 +26,8 @@ func (t *WRRTicket) Granted() bool {
 func (w *WRR) AcquireAsync(ns string) *WRRTicket {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	if w.running < w.slots && len(w.order) == 0 {
-		w.running++
+	if w.takeIdle() {
 		return nil
 	}
-	ch := make(chan struct{})
-	q, ok := w.queues[ns]
-	if !ok {
-		q = &nsQueue{}
-		w.queues[ns] = q
-	}
-	if len(q.waiters) == 0 {
-		w.order = append(w.order, ns)
-	}
-	q.waiters = append(q.waiters, ch)
-	w.dispatch()
-	return &WRRTicket{ch: ch}
+	return &WRRTicket{ch: w.enqueue(ns)}
 }

@@ -92,6 +92,7 @@ func AddFlags(fs *pflag.FlagSet, o *Options) {
 	fs.IntVar(&c.MaxOpenZones, "max-open-zones", c.MaxOpenZones, "open-zone limit MOR (0 = none)")
 	fs.IntVar(&c.MaxActiveZones, "max-active-zones", c.MaxActiveZones, "active-zone limit MAR (0 = none)")
 	fs.Int64Var(&c.WriteCacheBytes, "write-cache-bytes", c.WriteCacheBytes, "shared write cache size")
+	fs.IntVar(&c.WriteCacheQueues, "write-cache-queues", c.WriteCacheQueues, "split the write cache into this many queues with a lock each; a write uses its zone's queue (zone mod queues) and waits only for that queue to drain (0 = one shared cache)")
 	fs.IntVar(&c.IPUBudgetBlocks, "ipu-budget-blocks", c.IPUBudgetBlocks, "in-place-update budget in blocks")
 	fs.IntVar(&c.CopybackThreshold, "copyback-threshold", c.CopybackThreshold, "consecutive copybacks of a page before a read-and-program (0 = unlimited)")
 	fs.StringVar(&c.Media, "media", c.Media, "media preset: TLC, MLC or ZNAND (ZNS+ Table 2)")

@@ -83,6 +83,16 @@
 // device record and push are released when they end
 // (zonefleet_node_compactions_expired_total).
 //
+// Per request, the device-wide state a write touches takes no lock while
+// the device is not saturated: the WRR's slot is taken and returned with a
+// compare-and-swap when nobody is queued (its queues and turn order are
+// locked only when requests wait), and the admission monitor's window sums
+// are atomics. The drive's own write path below is per zone, and its write
+// cache can be split into queues with a lock each (--write-cache-queues,
+// flash.Config.WriteCacheQueues). What a write stores, its order within
+// its zone and when it is durable are the drive's and do not depend on
+// any of these.
+//
 // # Overload
 //
 // What one caller can make the node hold is bounded (overload.go; the

@@ -4,6 +4,7 @@ import (
 	"context"
 	"sort"
 	"sync"
+	"sync/atomic"
 )
 
 // WRR shares a device's request slots among namespaces by weighted round
@@ -12,10 +13,23 @@ import (
 // in turn with a waiting request gets it, and a namespace of weight w may
 // take w slots in a row before the turn moves on. A namespace alone on the
 // device is never held back.
+//
+// Concurrency: every request of a device takes a slot and gives it back,
+// so the common case takes no lock: while nobody waits, Acquire takes a
+// free slot and Release returns it with a compare-and-swap on running.
+// The queues, the turn order and the weights are under mu; waiting (the
+// queued requests) is changed only under mu and read without it. A
+// request queues under mu and then dispatches; Release decrements running
+// and then dispatches under mu if waiting is non-zero. Both orders are
+// sequentially consistent atomics, so either the queued request's
+// dispatch sees the freed slot or the Release sees the queued request: no
+// slot stays free while a request waits. The lock-free path is taken only
+// when nobody is queued, so it never overtakes a queued request.
 type WRR struct {
 	mu      sync.Mutex
-	slots   int
-	running int
+	slots   int64
+	running atomic.Int64
+	waiting atomic.Int64 // queued requests (changed under mu)
 	queues  map[string]*nsQueue
 	order   []string // namespaces with waiters, in turn order
 	cursor  int
@@ -32,7 +46,7 @@ func NewWRR(slots int) *WRR {
 	if slots < 1 {
 		slots = 1
 	}
-	return &WRR{slots: slots, queues: map[string]*nsQueue{}, weights: map[string]int{}}
+	return &WRR{slots: int64(slots), queues: map[string]*nsQueue{}, weights: map[string]int{}}
 }
 
 // SetWeight sets a namespace's weight (values below 1 mean 1).
@@ -61,23 +75,15 @@ func (w *WRR) weight(ns string) int {
 
 // Acquire waits for a slot for namespace ns. Release must follow a nil return.
 func (w *WRR) Acquire(ctx context.Context, ns string) error {
+	if w.takeIdle() {
+		return nil
+	}
 	w.mu.Lock()
-	if w.running < w.slots && len(w.order) == 0 {
-		w.running++
+	if w.takeIdle() {
 		w.mu.Unlock()
 		return nil
 	}
-	ch := make(chan struct{})
-	q, ok := w.queues[ns]
-	if !ok {
-		q = &nsQueue{}
-		w.queues[ns] = q
-	}
-	if len(q.waiters) == 0 {
-		w.order = append(w.order, ns)
-	}
-	q.waiters = append(q.waiters, ch)
-	w.dispatch()
+	ch := w.enqueue(ns)
 	w.mu.Unlock()
 
 	select {
@@ -88,7 +94,7 @@ func (w *WRR) Acquire(ctx context.Context, ns string) error {
 		defer w.mu.Unlock()
 		select {
 		case <-ch: // granted meanwhile: hand the slot on
-			w.running--
+			w.running.Add(-1)
 			w.dispatch()
 		default:
 			w.remove(ns, ch)
@@ -97,17 +103,58 @@ func (w *WRR) Acquire(ctx context.Context, ns string) error {
 	}
 }
 
+// takeIdle takes a free slot if no request is queued.
+func (w *WRR) takeIdle() bool {
+	for w.waiting.Load() == 0 {
+		r := w.running.Load()
+		if r >= w.slots {
+			return false
+		}
+		if w.running.CompareAndSwap(r, r+1) {
+			return true
+		}
+	}
+	return false
+}
+
+// enqueue queues a request of ns and dispatches. Called with w.mu held.
+func (w *WRR) enqueue(ns string) chan struct{} {
+	ch := make(chan struct{})
+	q, ok := w.queues[ns]
+	if !ok {
+		q = &nsQueue{}
+		w.queues[ns] = q
+	}
+	if len(q.waiters) == 0 {
+		w.order = append(w.order, ns)
+	}
+	q.waiters = append(q.waiters, ch)
+	w.waiting.Add(1)
+	w.dispatch()
+	return ch
+}
+
 // Release frees a slot.
 func (w *WRR) Release() {
+	w.running.Add(-1)
+	if w.waiting.Load() == 0 {
+		return
+	}
 	w.mu.Lock()
-	w.running--
 	w.dispatch()
 	w.mu.Unlock()
 }
 
 // dispatch grants free slots in turn order. Called with w.mu held.
 func (w *WRR) dispatch() {
-	for w.running < w.slots && len(w.order) > 0 {
+	for len(w.order) > 0 {
+		r := w.running.Load()
+		if r >= w.slots {
+			return
+		}
+		if !w.running.CompareAndSwap(r, r+1) {
+			continue // an idle-path Acquire or a Release moved it
+		}
 		if w.cursor >= len(w.order) {
 			w.cursor = 0
 		}
@@ -118,7 +165,7 @@ func (w *WRR) dispatch() {
 		q := w.queues[ns]
 		ch := q.waiters[0]
 		q.waiters = q.waiters[1:]
-		w.running++
+		w.waiting.Add(-1)
 		w.credit--
 		close(ch)
 		if len(q.waiters) == 0 {
@@ -138,6 +185,7 @@ func (w *WRR) remove(ns string, ch chan struct{}) {
 	for i, c := range q.waiters {
 		if c == ch {
 			q.waiters = append(q.waiters[:i], q.waiters[i+1:]...)
+			w.waiting.Add(-1)
 			break
 		}
 	}

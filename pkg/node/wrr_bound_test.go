@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -69,4 +70,42 @@ func TestNamespaceLabelsBounded(t *testing.T) {
 	var other dto.Metric
 	require.NoError(t, m.ops.WithLabelValues("0", limit.OtherLabel, "write").Write(&other))
 	assert.Equal(t, 100.0, other.GetCounter().GetValue())
+}
+
+// TestWRRConcurrentSlots: requests of several namespaces take and give
+// back slots concurrently, mixing the lock-free idle path with queued
+// grants; no more than the slots ever run at once, and every request gets
+// its slot (a lost wake-up would leave one waiting forever).
+func TestWRRConcurrentSlots(t *testing.T) {
+	const slots, workers, per = 2, 8, 500
+	w := NewWRR(slots)
+	var held, peak atomic.Int64
+	var wg sync.WaitGroup
+	for i := range workers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			ns := fmt.Sprintf("ns%d", i%3)
+			for range per {
+				if err := w.Acquire(context.Background(), ns); err != nil {
+					t.Error(err)
+					return
+				}
+				h := held.Add(1)
+				for {
+					p := peak.Load()
+					if h <= p || peak.CompareAndSwap(p, h) {
+						break
+					}
+				}
+				held.Add(-1)
+				w.Release()
+			}
+		}()
+	}
+	wg.Wait()
+	require.LessOrEqual(t, peak.Load(), int64(slots))
+	require.Equal(t, int64(0), w.running.Load())
+	require.Equal(t, int64(0), w.waiting.Load())
+	require.Empty(t, w.Waiting())
 }

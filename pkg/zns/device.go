@@ -1498,7 +1498,7 @@ func (d *Device) releasePend(z *zone) {
 		d.wb.drop(z.idx)
 	}
 	if z.pend > 0 && d.model != nil {
-		d.model.CacheReleaseChip(d.now(), z.pend, z.pendChip)
+		d.model.CacheReleaseQueue(d.now(), z.pend, z.idx, z.pendChip)
 	}
 	z.pend = 0
 }

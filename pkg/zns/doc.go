@@ -122,7 +122,10 @@
 // link, admission into the shared write cache (a write waits when the cache
 // is full until enough earlier data has been programmed; with
 // write_cache_die_bytes also until each die it writes has room: its bytes
-// per chip go to flash.Model.CacheAdmitDies), then one program
+// per chip go to flash.Model.CacheAdmitDies; with write_cache_queues only
+// until the queue of its zone, zone index mod queues, has room: each queue
+// has its own lock, so writers of different zones do not serialize on
+// the cache), then one program
 // per completed chunk on its chip; the write completes at admission (at the
 // last program with FUA or without a cache). Copyback holds the chip for
 // copyback_ratio x (read + program) and never uses the channel; read and
@@ -130,6 +133,23 @@
 // pkg/flash). disable_copyback copies every chunk by read and program. Each call returns an IOResult
 // (modelled submit/complete) and waits on the Clock until the completion,
 // except under NoWait(ctx). The off clock skips the model entirely.
+//
+// # Concurrency of the write path
+//
+// A write holds its zone's lock (zone.mu) from the write-pointer check to
+// the write-pointer slot: writes to one zone are serialized, writes to
+// different zones run side by side. Below it the write path takes a
+// device-wide lock only when a zone changes state (resMu for the open and
+// active counts, an FCG's allocator for a new FBG, the journal's lock for
+// the record), not per write; the chip, channel and host-link bookings are
+// lock-free (pkg/flash). What remained per write was the model's write
+// cache, one mutex per drive: with write_cache_queues the zone's write
+// takes only its queue's (zone index mod queues; the zone's admissions and
+// releases all go to that queue, so its accounting never mixes with
+// another's). Writes to the same queue keep their arrival order; the
+// bytes a zone's write stores and when it is acknowledged or durable do
+// not depend on the cache at all (the data file and the write-pointer
+// slot are written before the timing is modelled).
 //
 // # Persistence
 //

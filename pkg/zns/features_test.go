@@ -630,3 +630,37 @@ func TestZoneCompactionRuns(t *testing.T) {
 		require.Equal(t, def, run(stage), "stage %d bytes", stage)
 	}
 }
+
+// With a multi-queue write cache (WriteCacheQueues) the busy zone fills
+// only its own queue: a write to a zone of another queue is admitted at
+// as soon as the host link delivers it, while the busy zone's writes
+// stall behind their own programs. With
+// one shared pool the same write waits (TestWriteCacheInterference).
+func TestWriteCacheQueuesIsolate(t *testing.T) {
+	cfg := testCfgNoLimits()
+	cfg.DZone = 1
+	cfg.ZoneCapacity = 0
+	cfg.WriteCacheBytes = 64 << 10
+	latency := func(queues int) (time.Duration, int64) {
+		cfg.WriteCacheQueues = queues
+		d, _ := newDev(t, cfg, clock.NewVirtual())
+		bs := d.g.BlockSize
+		nw := NoWait(bg)
+		for i := 0; i < 8; i++ { // 8 x 16 KiB into one single-chip zone at t=0
+			_, _, err := d.Append(nw, 0, pattern(bs, 0, 4, 1), Flags{})
+			require.NoError(t, err)
+		}
+		stalls := d.Log().CacheStalls
+		res, err := d.Write(nw, 3*d.g.ZoneSize, pattern(bs, 0, 4, 2), Flags{}) // queue 3 mod 2 = 1
+		require.NoError(t, err)
+		return res.Latency(), stalls
+	}
+	lf := float64(16384) / 1.2e9 * 1e9
+	link := time.Duration(lf)
+	multi, stalls := latency(2)
+	require.Greater(t, stalls, int64(0), "the busy zone stalls on its own queue")
+	// it waits only for the host link, behind the busy zone's 8 transfers
+	require.InDelta(t, float64(9*link), float64(multi), 9)
+	single, _ := latency(0)
+	require.Greater(t, single, 10*multi)
+}

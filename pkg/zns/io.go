@@ -614,7 +614,7 @@ func (d *Device) writeTiming(z *zone, off, n uint64, t0 time.Duration, fua, inte
 		if d.conf().WriteCacheDieBytes > 0 {
 			ready = d.model.CacheAdmitDies(ready, bytes, d.chipBytes(z, off, n))
 		} else {
-			ready = d.model.CacheAdmit(ready, bytes)
+			ready = d.model.CacheAdmitQueue(ready, bytes, z.idx)
 		}
 		z.pend += bytes
 		z.pendChip = d.g.Locate(z.fcg, off+n-1).Chip
@@ -630,7 +630,7 @@ func (d *Device) writeTiming(z *zone, off, n uint64, t0 time.Duration, fua, inte
 			if cached {
 				rel := min(chunkBytes, z.pend)
 				z.pend -= rel
-				d.model.CacheReleaseChip(p, rel, l.Chip)
+				d.model.CacheReleaseQueue(p, rel, z.idx, l.Chip)
 			}
 		}
 	}

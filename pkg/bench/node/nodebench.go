@@ -17,8 +17,12 @@
 // are reported beside it. Client scaling runs 1..32 clients, each on its own
 // connection and zones, and reports the aggregate at 8 clients over 1.
 //
-// It also measures 4 KiB random reads at queue depth 1 and the write
-// admission scenario of eZNS Fig. 29b on the realtime clock.
+// It also measures 4 KiB random reads at queue depth 1, the write
+// admission scenario of eZNS Fig. 29b on the realtime clock, and 4 KiB
+// writes from 1..32 clients into one node with the write cache as one
+// shared pool and as a multi-queue cache (SmallWrites): efficiency against
+// the same run's CPU ceiling and lock wait on the write path per GiB,
+// from the runtime's mutex profile.
 //
 // Profile: go test -run '^$' -bench BenchmarkDataPath -cpuprofile cpu.out ./pkg/node/
 // (see pkg/node's data path benchmarks), or run `zctl bench node` under
@@ -83,12 +87,16 @@ type Options struct {
 	// the stream the throughput points measure the disk as much as the data
 	// path; with 0 the kernel's own write-back thresholds decide.
 	WritebackKickBytes int64
+	// SmallWrites runs the many-client 4 KiB write scaling (SmallWrites,
+	// with DefaultSmallWriteOptions and this Dir) after the rest.
+	SmallWrites bool
 }
 
 // DefaultOptions is what `zctl bench node` runs.
 func DefaultOptions() Options {
 	return Options{WriteBytes: 1 << 30, Runs: 3, RandomReads: 4000, Clients: []int{1, 2, 4, 8, 16, 32},
-		Admission: true, AdmissionWall: 4 * time.Second, TimeScale: 4, RegularWriters: 4, WritebackKickBytes: zns.DefaultWritebackKick}
+		Admission: true, AdmissionWall: 4 * time.Second, TimeScale: 4, RegularWriters: 4, WritebackKickBytes: zns.DefaultWritebackKick,
+		SmallWrites: true}
 }
 
 // Result of the benchmark; JSON keys are stable. Throughputs are medians in MiB/s.
@@ -131,8 +139,11 @@ type Result struct {
 	// Every run of every point, in MiB/s, to judge the noise.
 	Samples   map[string][]float64 `json:"samples_mib_per_second"`
 	Admission *AdmissionScenario   `json:"admission,omitempty"`
-	Notes     []string             `json:"notes,omitempty"`
-	Config    map[string]string    `json:"config"`
+	// SmallWrites: 4 KiB writes from 1..32 clients, efficiency against
+	// the CPU ceiling and lock wait per GiB (Options.SmallWrites).
+	SmallWrites *SmallWriteResult `json:"small_writes,omitempty"`
+	Notes       []string          `json:"notes,omitempty"`
+	Config      map[string]string `json:"config"`
 }
 
 // AdmissionScenario is eZNS Fig. 29b scaled to one emulated drive: regular
@@ -377,6 +388,15 @@ func Run(ctx context.Context, o Options) (*Result, error) {
 			return nil, fmt.Errorf("admission scenario: %w", err)
 		}
 		res.Admission = adm
+	}
+	if o.SmallWrites {
+		so := DefaultSmallWriteOptions()
+		so.Dir = o.Dir
+		sw, err := SmallWrites(ctx, so)
+		if err != nil {
+			return nil, fmt.Errorf("small writes: %w", err)
+		}
+		res.SmallWrites = sw
 	}
 	return res, nil
 }
@@ -911,5 +931,12 @@ func (r *Result) WriteTable(w io.Writer) error {
 		fmt.Fprintf(tw, "admission control on\t%.1f (%.1f)\t%.1f\t%d\t%d\n", a.On.Regular, a.On.RegularMin, a.On.Busy, a.On.CacheStalls, a.On.Paced)
 		fmt.Fprintf(tw, "regular_writer_gain\t%.2f\n", a.RegularWriterGain)
 	}
-	return tw.Flush()
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	if r.SmallWrites != nil {
+		fmt.Fprintln(w)
+		r.SmallWrites.WriteTable(w)
+	}
+	return nil
 }

@@ -3,6 +3,7 @@ package nodebench
 import (
 	"context"
 	"path/filepath"
+	"strings"
 	"testing"
 
 	"github.com/zonefleet/zonefleet/pkg/clock"
@@ -90,4 +91,70 @@ func TestTCPRunWritesEveryStream(t *testing.T) {
 		written += z.WP - z.Start
 	}
 	assert.Equal(t, uint64(64<<20)/4096, written)
+}
+
+// SmallWrites measures both drives at every client count, with efficiency
+// relative to the one-client point (1 at one client by definition) and the
+// write path's lock wait read from the mutex profile; bad options are
+// refused.
+func TestSmallWrites(t *testing.T) {
+	res, err := SmallWrites(context.Background(), SmallWriteOptions{Dir: t.TempDir(), Clients: []int{4}, Writes: 1024, Runs: 1, CacheQueues: 4})
+	require.NoError(t, err)
+	assert.Equal(t, []int{1, 4}, res.Clients)
+	assert.Equal(t, 0, res.Single.CacheQueues)
+	assert.Equal(t, 4, res.Multi.CacheQueues)
+	assert.True(t, res.DriveSingle.Drive)
+	assert.Equal(t, 4, res.DriveMulti.CacheQueues)
+	for _, s := range []SmallWriteSeries{res.Single, res.Multi, res.DriveSingle, res.DriveMulti} {
+		assert.InDelta(t, 1, s.Efficiency[1], 1e-9)
+		assert.InDelta(t, 1, s.CPUEfficiency[1], 1e-9)
+		for _, n := range res.Clients {
+			assert.Positive(t, s.MiBPerSecond[n], "%d clients", n)
+			assert.Positive(t, s.Efficiency[n])
+			assert.GreaterOrEqual(t, s.WritePathWaitMsPerGiB[n], 0.0)
+			assert.Len(t, s.Samples[n], 1)
+		}
+	}
+	var sb strings.Builder
+	res.WriteTable(&sb)
+	assert.Contains(t, sb.String(), "gRPC, write cache in 4 queues")
+	assert.Contains(t, sb.String(), "drive only, one shared write cache")
+
+	_, err = SmallWrites(context.Background(), SmallWriteOptions{Clients: []int{300}})
+	assert.ErrorIs(t, err, zerr.ErrInvalidArgument)
+	_, err = SmallWrites(context.Background(), SmallWriteOptions{Clients: []int{32}, Writes: 8})
+	assert.ErrorIs(t, err, zerr.ErrInvalidArgument)
+}
+
+// A contended lock is attributed to the function that released it (past
+// sync and runtime frames), in seconds (cycles / cycles per second x the
+// sampling period); only the write path's packages count.
+func TestParseMutexProfile(t *testing.T) {
+	const prof = `--- mutex:
+cycles/second=1000000000
+sampling period=2
+3000000 10 @ 0x1 0x2 0x3
+#	0x1	sync.(*Mutex).Unlock+0x64	/go/src/sync/mutex.go:1
+#	0x2	github.com/zonefleet/zonefleet/pkg/flash.(*Model).CacheAdmit+0x1a	/src/pkg/flash/model.go:2
+#	0x3	github.com/zonefleet/zonefleet/pkg/zns.(*Device).writeTiming+0x2	/src/pkg/zns/io.go:3
+
+1000000 1 @ 0x4 0x5
+#	0x4	sync.(*Mutex).Unlock+0x64	/go/src/sync/mutex.go:1
+#	0x5	github.com/zonefleet/zonefleet/pkg/daemon.(*connGuard).conn+0x9	/src/pkg/daemon/x.go:4
+
+500000 1 @ 0x6 0x7 0x8
+#	0x6	runtime.unlock+0x1	/go/src/runtime/lock.go:1
+#	0x7	sync.(*RWMutex).Unlock+0x1	/go/src/sync/rwmutex.go:1
+#	0x8	github.com/zonefleet/zonefleet/pkg/flash.(*Model).CacheAdmit+0x3	/src/pkg/flash/model.go:5
+`
+	got := parseMutexProfile(strings.NewReader(prof))
+	assert.Equal(t, map[string]float64{"flash.(*Model).CacheAdmit": 0.007}, roundMap(got))
+}
+
+func roundMap(m map[string]float64) map[string]float64 {
+	out := map[string]float64{}
+	for k, v := range m {
+		out[k] = float64(int64(v*1e6+0.5)) / 1e6
+	}
+	return out
 }
