@@ -23,7 +23,7 @@ type Entry struct {
 // figure that lands moves to the figures registry (paper.go).
 var unavailable = []Entry{
 	{ID: "qblk_scaling", Title: "QBLK: write bandwidth and latency vs. concurrent clients", Status: Pending,
-		Reason: "belongs to the node's multi-queue write path work; not registered here yet"},
+		Reason: "the node's multi-queue write cache runs (ssdnode --write-cache-queues; zctl bench node reports efficiency against the CPU ceiling and lock wait per GiB), but the many-core model of the paper's 1-256 threads is not built: this machine has 2 cores"},
 	{ID: "zns_plus_fig10", Title: "ZNS+ Fig. 10: chip utilization over time", Status: Pending,
 		Reason: "the drive accumulates chip busy time; no timeline is sampled"},
 	{ID: "zns_plus_fig11_12", Title: "ZNS+ Fig. 11-12: chip sweep 2-32, link x chips", Status: Pending,
