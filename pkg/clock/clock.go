@@ -7,9 +7,9 @@
 //
 //   - Realtime(scale): Now is the wall time elapsed since creation divided by
 //     scale (scale 2 means the model runs at half speed, so a slow machine can
-//     keep up). WaitUntil blocks until the modelled time is reached; all
-//     waiters and timers are served by ONE goroutine with a timer heap (no
-//     time.Sleep per request); every due callback is started on its own
+//     keep up). WaitUntil blocks until the modelled time is reached on a runtime
+//     timer (the runtime keeps timers per processor: concurrent waiters share
+//     no lock and no goroutine); every due callback is started on its own
 //     goroutine, so a callback that blocks (on the clock, a lock, I/O) never
 //     stops the clock.
 //   - Virtual: Now only moves when someone advances it. WaitUntil(t) never
@@ -356,31 +356,37 @@ func (v *Virtual) AfterFunc(t time.Duration, f func()) func() bool {
 // ---- realtime ----
 
 // RealtimeClock is the wall-clock driven clock returned by Realtime.
+//
+// Its timers and waits are the runtime's own (time.AfterFunc, time.Timer):
+// the runtime keeps them per processor, so concurrent waiters — every
+// timed drive operation of a node, every send deadline of a busy server —
+// share no lock and no goroutine. Each callback runs on its own goroutine,
+// so a callback that waits on this clock (or on I/O) delays nothing else.
 type RealtimeClock struct {
-	start time.Time
-	scale float64
-	mu    sync.Mutex
-	h     timerHeap
-	seq   uint64
-	kick  chan struct{}
-	stop  chan struct{}
-	once  sync.Once
+	start   time.Time
+	scale   float64
+	stopped atomic.Bool
+	stop    chan struct{}
+	once    sync.Once
 }
 
 // Realtime returns a wall-clock driven clock. scale > 1 slows the model down
 // (one modelled microsecond takes scale wall microseconds); scale <= 0 means 1.
-// One goroutine serves every waiter and timer from a heap.
 func Realtime(scale float64) *RealtimeClock {
 	if scale <= 0 {
 		scale = 1
 	}
-	r := &RealtimeClock{start: time.Now(), scale: scale, kick: make(chan struct{}, 1), stop: make(chan struct{})}
-	go r.loop()
-	return r
+	return &RealtimeClock{start: time.Now(), scale: scale, stop: make(chan struct{})}
 }
 
-// Stop ends the timer goroutine; pending timers never fire afterwards.
-func (r *RealtimeClock) Stop() { r.once.Do(func() { close(r.stop) }) }
+// Stop ends the clock: pending timers never fire afterwards, and a wait
+// not yet over lasts until its context ends.
+func (r *RealtimeClock) Stop() {
+	r.once.Do(func() {
+		r.stopped.Store(true)
+		close(r.stop)
+	})
+}
 
 // Scale is the time-scale factor (wall time per modelled time).
 func (r *RealtimeClock) Scale() float64 { return r.scale }
@@ -390,98 +396,51 @@ func (r *RealtimeClock) Now() time.Duration {
 }
 func (r *RealtimeClock) Kind() Kind { return KindRealtime }
 
-func (r *RealtimeClock) wall(t time.Duration) time.Duration {
-	return time.Duration(float64(t) * r.scale)
-}
-
-func (r *RealtimeClock) loop() {
-	tmr := time.NewTimer(time.Hour)
-	for {
-		r.mu.Lock()
-		now := r.Now()
-		var due []*timer
-		for len(r.h) > 0 && r.h[0].at <= now {
-			due = append(due, heap.Pop(&r.h).(*timer))
-		}
-		wait := time.Hour
-		if len(r.h) > 0 {
-			wait = r.wall(r.h[0].at) - time.Since(r.start)
-			if wait < 0 {
-				wait = 0
-			}
-		}
-		r.mu.Unlock()
-		// Each callback runs on its own goroutine: a callback that waits on
-		// this clock (or on I/O) must not stop the loop that would wake it.
-		// A waiter of WaitUntil is only woken (closing a channel never blocks).
-		for _, t := range due {
-			if t.wake != nil {
-				close(t.wake)
-			} else {
-				go t.f()
-			}
-		}
-		if len(due) > 0 {
-			continue
-		}
-		tmr.Reset(wait)
-		select {
-		case <-r.stop:
-			tmr.Stop()
-			return
-		case <-tmr.C:
-		case <-r.kick:
-			if !tmr.Stop() {
-				select {
-				case <-tmr.C:
-				default:
-				}
-			}
-		}
-	}
+// until is the wall time from now until modelled time t (<= 0 if past).
+func (r *RealtimeClock) until(t time.Duration) time.Duration {
+	return time.Duration(float64(t)*r.scale) - time.Since(r.start)
 }
 
 func (r *RealtimeClock) AfterFunc(t time.Duration, f func()) func() bool {
-	return r.add(&timer{at: t, f: f})
-}
-
-// add pushes tm on the heap (kicking the loop if it is the new first) and
-// returns its stop function.
-func (r *RealtimeClock) add(tm *timer) func() bool {
-	r.mu.Lock()
-	r.seq++
-	tm.seq = r.seq
-	heap.Push(&r.h, tm)
-	first := tm.index == 0
-	r.mu.Unlock()
-	if first {
-		select {
-		case r.kick <- struct{}{}:
-		default:
+	var tm *time.Timer
+	var fire func()
+	fire = func() {
+		if r.stopped.Load() {
+			return
 		}
-	}
-	return func() bool {
-		r.mu.Lock()
-		defer r.mu.Unlock()
-		if tm.index < 0 {
-			return false
+		if d := r.until(t); d > 0 && r.Now() < t {
+			// the scale's rounding left it short of t: the rest
+			tm.Reset(d)
+			return
 		}
-		heap.Remove(&r.h, tm.index)
-		return true
+		f()
 	}
+	tm = time.AfterFunc(max(r.until(t), 0), fire)
+	return tm.Stop
 }
 
 func (r *RealtimeClock) WaitUntil(ctx context.Context, t time.Duration) error {
 	if t <= r.Now() {
 		return ctx.Err()
 	}
-	done := make(chan struct{})
-	stop := r.add(&timer{at: t, wake: done})
-	select {
-	case <-done:
-		return nil
-	case <-ctx.Done():
-		stop()
-		return ctx.Err()
+	tm := time.NewTimer(max(r.until(t), 0))
+	defer tm.Stop()
+	for {
+		select {
+		case <-tm.C:
+			if r.stopped.Load() {
+				<-ctx.Done()
+				return ctx.Err()
+			}
+			if r.Now() >= t {
+				return nil
+			}
+			tm.Reset(max(r.until(t), time.Nanosecond))
+		case <-r.stop:
+			<-ctx.Done()
+			return ctx.Err()
+		case <-ctx.Done():
+			return ctx.Err()
+		}
 	}
 }

@@ -57,3 +57,53 @@ func TestRealtimeHeap(t *testing.T) {
 	require.True(t, ok)
 	require.Equal(t, KindVirtual, c2.Kind())
 }
+
+// TestRealtimeStop: after Stop a pending timer never fires and a wait not
+// yet over lasts until its context ends; a scaled clock's wait returns at
+// or after its modelled target.
+func TestRealtimeStop(t *testing.T) {
+	c := Realtime(1)
+	fired := make(chan struct{})
+	c.AfterFunc(c.Now()+time.Hour, func() { close(fired) })
+	stopOK := c.AfterFunc(c.Now()+time.Hour, func() {})
+	require.True(t, stopOK(), "a pending timer stops")
+	require.False(t, stopOK(), "a stopped timer stops once")
+	ctx, cancel := context.WithCancel(context.Background())
+	waited := make(chan error, 1)
+	go func() { waited <- c.WaitUntil(ctx, c.Now()+time.Millisecond) }()
+	c.Stop()
+	cancel()
+	require.ErrorIs(t, <-waited, context.Canceled, "a wait over a stopped clock ends with its context")
+	select {
+	case <-fired:
+		t.Fatal("a timer fired after Stop")
+	default:
+	}
+
+	s := Realtime(3) // one modelled ms takes 3 wall ms
+	defer s.Stop()
+	target := s.Now() + time.Millisecond
+	require.NoError(t, s.WaitUntil(context.Background(), target))
+	require.GreaterOrEqual(t, s.Now(), target)
+	done := make(chan time.Duration, 1)
+	at := s.Now() + time.Millisecond
+	s.AfterFunc(at, func() { done <- s.Now() })
+	require.GreaterOrEqual(t, <-done, at)
+}
+
+// BenchmarkRealtimeWaitParallel: many goroutines waiting on one realtime
+// clock at once (a node's timed drive operations, a server's send
+// deadlines).
+func BenchmarkRealtimeWaitParallel(b *testing.B) {
+	c := Realtime(1)
+	defer c.Stop()
+	b.SetParallelism(16)
+	b.RunParallel(func(pb *testing.PB) {
+		ctx := context.Background()
+		for pb.Next() {
+			_ = c.WaitUntil(ctx, c.Now()+20*time.Microsecond)
+			stop := c.AfterFunc(c.Now()+time.Hour, func() {})
+			stop()
+		}
+	})
+}
