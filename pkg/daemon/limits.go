@@ -244,12 +244,14 @@ func (l *limitListener) Accept() (net.Conn, error) {
 // limitConn gives its slot back when it is closed (once).
 type limitConn struct {
 	net.Conn
-	g    *connGuard
-	src  string
-	once sync.Once
+	g      *connGuard
+	src    string
+	once   sync.Once
+	closed atomic.Bool
 }
 
 func (c *limitConn) Close() error {
+	c.closed.Store(true)
 	err := c.Conn.Close()
 	c.once.Do(func() { c.g.release(c) })
 	return err
@@ -269,8 +271,13 @@ type rpcState struct {
 	done atomic.Bool
 }
 
+// TagConn finds the connection once (under g.mu); its calls' TagRPC read
+// it from the context, so a call takes no lock of the guard.
 func (g *connGuard) TagConn(ctx context.Context, info *stats.ConnTagInfo) context.Context {
-	return context.WithValue(ctx, connKey{}, info.RemoteAddr)
+	if lc := g.conn(info.RemoteAddr); lc != nil {
+		return context.WithValue(ctx, connKey{}, lc)
+	}
+	return ctx
 }
 
 func (g *connGuard) HandleConn(context.Context, stats.ConnStats) {}
@@ -279,19 +286,17 @@ func (g *connGuard) TagRPC(ctx context.Context, info *stats.RPCTagInfo) context.
 	if cs := g.clientStreams.Load(); cs != nil && (*cs)[info.FullMethodName] {
 		return ctx
 	}
-	remote, _ := ctx.Value(connKey{}).(net.Addr)
-	if g.conn(remote) == nil {
+	lc, _ := ctx.Value(connKey{}).(*limitConn)
+	if lc == nil {
 		return ctx // nothing to close (unix socket)
 	}
 	st := &rpcState{}
 	st.stop = g.clk.AfterFunc(g.clk.Now()+g.lim.RequestTimeout, func() {
-		if st.done.Load() {
+		if st.done.Load() || lc.closed.Load() {
 			return
 		}
-		if lc := g.conn(remote); lc != nil {
-			g.refuse("request_timeout", remote.String())
-			_ = lc.Close()
-		}
+		g.refuse("request_timeout", lc.RemoteAddr().String())
+		_ = lc.Close()
 	})
 	return context.WithValue(ctx, rpcKey{}, st)
 }
