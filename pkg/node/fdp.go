@@ -287,13 +287,14 @@ var (
 	fdpMedia    = prometheus.NewDesc("zonefleet_fdp_media_bytes_total", "Bytes the FDP drive wrote to flash (host writes and GC copies).", []string{"device"}, nil)
 	fdpErased   = prometheus.NewDesc("zonefleet_fdp_media_erased_bytes_total", "Bytes of flash the FDP drive erased.", []string{"device"}, nil)
 	fdpCopies   = prometheus.NewDesc("zonefleet_fdp_gc_copies_total", "Logical blocks garbage collection moved since the drive opened.", []string{"device"}, nil)
+	fdpRuns     = prometheus.NewDesc("zonefleet_fdp_gc_reclaimed_units_total", "Reclaim units garbage collection reclaimed (one per collection) since the drive opened.", []string{"device"}, nil)
 	fdpFreeRUs  = prometheus.NewDesc("zonefleet_fdp_free_reclaim_units", "Free reclaim units (of the current size) per reclaim group.", []string{"device", "group"}, nil)
 	fdpWAF      = prometheus.NewDesc("zonefleet_fdp_write_amplification_ratio", "Media bytes over host bytes.", []string{"device"}, nil)
 	fdpReadOnly = prometheus.NewDesc("zonefleet_fdp_read_only", "1 when a failed file operation made the drive read-only.", []string{"device"}, nil)
 )
 
 func (c fdpCollector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{fdpHost, fdpMedia, fdpErased, fdpCopies, fdpFreeRUs, fdpWAF, fdpReadOnly} {
+	for _, d := range []*prometheus.Desc{fdpHost, fdpMedia, fdpErased, fdpCopies, fdpRuns, fdpFreeRUs, fdpWAF, fdpReadOnly} {
 		ch <- d
 	}
 }
@@ -307,6 +308,7 @@ func (c fdpCollector) Collect(ch chan<- prometheus.Metric) {
 		ch <- prometheus.MustNewConstMetric(fdpMedia, prometheus.CounterValue, float64(s.MediaBytesWritten), dev)
 		ch <- prometheus.MustNewConstMetric(fdpErased, prometheus.CounterValue, float64(s.MediaBytesErased), dev)
 		ch <- prometheus.MustNewConstMetric(fdpCopies, prometheus.CounterValue, float64(s.GCCopies), dev)
+		ch <- prometheus.MustNewConstMetric(fdpRuns, prometheus.CounterValue, float64(s.RUsReclaimed), dev)
 		ch <- prometheus.MustNewConstMetric(fdpWAF, prometheus.GaugeValue, s.WAF(), dev)
 		ro := 0.0
 		if st.ReadOnly {

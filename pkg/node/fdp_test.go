@@ -4,6 +4,7 @@ import (
 	"context"
 	"io"
 	"log/slog"
+	"math/rand"
 	"net"
 	"path/filepath"
 	"strings"
@@ -19,6 +20,7 @@ import (
 	v1 "github.com/zonefleet/zonefleet/api/zonefleet/v1"
 	"github.com/zonefleet/zonefleet/pkg/auth"
 	"github.com/zonefleet/zonefleet/pkg/clock"
+	"github.com/zonefleet/zonefleet/pkg/fdp"
 	"github.com/zonefleet/zonefleet/pkg/rpcerr"
 	"github.com/zonefleet/zonefleet/pkg/wire"
 	"github.com/zonefleet/zonefleet/pkg/zerr"
@@ -205,4 +207,60 @@ func TestFDPServiceAuthenticated(t *testing.T) {
 	st, err := c.Stats(actx, &v1.FDPDeviceRequest{})
 	require.NoError(t, err)
 	require.Equal(t, uint64(4096), st.HostBytesWithMetadataWritten)
+}
+
+// TestFDPCollectorCountsCollections: once garbage collection has run, the
+// node exports how many reclaim units it reclaimed and how many blocks it
+// moved, as the drive counts them.
+func TestFDPCollectorCountsCollections(t *testing.T) {
+	dir := t.TempDir()
+	o := DefaultOptions()
+	o.DataDir = dir
+	o.Device = testGeometry()
+	o.Device.BlocksPerChip = 64
+	o.FDP.Devices = 1
+	o.FDP.Handles = []string{"ii"}
+	fdevs, err := OpenFDPDevices(o, clock.Off())
+	require.NoError(t, err)
+	require.Len(t, fdevs, 1)
+	d := fdevs[0]
+	defer d.Close()
+	zd, err := zns.Create(filepath.Join(dir, "dev0.zns"), testGeometry(), clock.Off())
+	require.NoError(t, err)
+	defer zd.Close()
+	svc, err := New(Config{ID: "n1", AdminToken: "fdp-test-admin-token-0123456789abcdef", Standalone: true}, []*zns.Device{zd}, nil, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	require.NoError(t, err)
+	defer svc.Close()
+	reg := prometheus.NewRegistry()
+	require.NoError(t, reg.Register(NewFDPService(fdevs, svc).FDPCollector()))
+
+	// random overwrites of half the drive until a collection has run
+	ctx := context.Background()
+	bs := d.BlockSize()
+	half := d.Capacity() / 2
+	buf := make([]byte, bs)
+	rng := rand.New(rand.NewSource(1))
+	for d.Stats().RUsReclaimed == 0 {
+		_, err := d.Write(ctx, uint64(rng.Int63n(int64(half))), buf, fdp.PlacementID{}, fdp.Flags{})
+		require.NoError(t, err)
+	}
+	s := d.Stats()
+	require.Positive(t, s.GCCopies, "random overwrites leave valid blocks to move")
+	require.Equal(t, float64(s.RUsReclaimed), counterValue(t, reg, "zonefleet_fdp_gc_reclaimed_units_total"))
+	require.Equal(t, float64(s.GCCopies), counterValue(t, reg, "zonefleet_fdp_gc_copies_total"))
+}
+
+// counterValue is the value of the one series of counter name in reg.
+func counterValue(t *testing.T, reg *prometheus.Registry, name string) float64 {
+	t.Helper()
+	mfs, err := reg.Gather()
+	require.NoError(t, err)
+	for _, mf := range mfs {
+		if mf.GetName() == name {
+			require.Len(t, mf.GetMetric(), 1)
+			return mf.GetMetric()[0].GetCounter().GetValue()
+		}
+	}
+	t.Fatalf("no %s", name)
+	return 0
 }
