@@ -117,7 +117,7 @@ func (offClock) AfterFunc(_ time.Duration, f func()) func() bool {
 	return func() bool { return false }
 }
 
-// ---- timer heap shared by virtual and realtime ----
+// ---- the virtual clock's timer heap ----
 
 type timer struct {
 	at    time.Duration
