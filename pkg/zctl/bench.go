@@ -72,6 +72,7 @@ func benchNodeCmd(g *Globals) *cobra.Command {
 	c.Flags().IntVar(&o.Runs, "runs", o.Runs, "timed runs of each throughput point, in interleaved rounds; the median is reported (more runs: steadier medians on a noisy machine)")
 	c.Flags().IntSliceVar(&o.Clients, "clients", o.Clients, "concurrent client counts")
 	c.Flags().BoolVar(&o.Admission, "admission", o.Admission, "run the write admission scenario")
+	c.Flags().BoolVar(&o.SmallWrites, "small-writes", o.SmallWrites, "run the many-client 4 KiB write scaling (shared vs multi-queue write cache; --clients, --runs, up to 64 MiB per point within --write-bytes)")
 	c.Flags().DurationVar(&o.AdmissionWall, "admission-duration", o.AdmissionWall, "wall time of each admission run")
 	c.Flags().Float64Var(&o.TimeScale, "time-scale", o.TimeScale, "realtime clock scale of the admission runs")
 	c.Flags().Int64Var(&o.WritebackKickBytes, "writeback-kick-bytes", o.WritebackKickBytes, "the drives' write-back kick, as ssdnode --writeback-kick-bytes (0 = off: the points then measure the data path rather than the host disk; see docs/benchmarks.md)")

@@ -87,8 +87,9 @@ type Options struct {
 	// the stream the throughput points measure the disk as much as the data
 	// path; with 0 the kernel's own write-back thresholds decide.
 	WritebackKickBytes int64
-	// SmallWrites runs the many-client 4 KiB write scaling (SmallWrites,
-	// with DefaultSmallWriteOptions and this Dir) after the rest.
+	// SmallWrites runs the many-client 4 KiB write scaling (SmallWrites)
+	// after the rest: DefaultSmallWriteOptions with this Dir, Clients and
+	// Runs, and at most WriteBytes per point.
 	SmallWrites bool
 }
 
@@ -391,7 +392,8 @@ func Run(ctx context.Context, o Options) (*Result, error) {
 	}
 	if o.SmallWrites {
 		so := DefaultSmallWriteOptions()
-		so.Dir = o.Dir
+		so.Dir, so.Clients, so.Runs = o.Dir, o.Clients, o.Runs
+		so.Writes = int(min(int64(so.Writes), max(o.WriteBytes/4096, 64)))
 		sw, err := SmallWrites(ctx, so)
 		if err != nil {
 			return nil, fmt.Errorf("small writes: %w", err)
