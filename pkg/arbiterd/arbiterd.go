@@ -74,10 +74,10 @@ func Run(ctx context.Context, d *daemon.Daemon, o Options, log *slog.Logger) err
 	if err != nil {
 		return err
 	}
+	defer cli.Close()
 	if err := d.SecurityConfig().FollowTokenGenerations(ctx, cli, log); err != nil {
 		return err
 	}
-	defer cli.Close()
 	addr := o.Advertise
 	if addr == "" {
 		addr = d.GRPCAddr()
