@@ -32,17 +32,6 @@ var ignored = []goleak.Option{
 	goleak.IgnoreAnyFunction("os/signal.signal_recv"),
 }
 
-// ProcessClocks ignores the process-wide wall clocks of pkg/node's network
-// deadlines and of pkg/client's clients given no clock (one clock.Realtime
-// goroutine each, made on first use, kept for the life of the process) for
-// the packages that run nodes or clients in process. It
-// names the goroutine by its function, so it also hides a realtime clock
-// another component forgot to stop: pkg/node's own test main ignores that
-// one clock precisely instead (goleak.IgnoreCurrent after making it).
-var ProcessClocks = []goleak.Option{
-	goleak.IgnoreTopFunction("github.com/zonefleet/zonefleet/pkg/clock.(*RealtimeClock).loop"),
-}
-
 // Options returns the ignore list plus extra options.
 func Options(extra ...goleak.Option) []goleak.Option {
 	return append(append([]goleak.Option(nil), ignored...), extra...)

@@ -80,7 +80,7 @@ func TestMain(m *testing.M) {
 	leakcheck.Main(m, func() {
 		e.Close()
 		os.RemoveAll(dir)
-	}, leakcheck.ProcessClocks...) // the in-process nodes' wall clock
+	})
 }
 
 var testSeq atomic.Int64

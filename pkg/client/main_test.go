@@ -14,5 +14,5 @@ import (
 // (leases, rebuilds, retries). TestParityPPLogWrapsAround sets a
 // package-wide hook (SetPPTestHook) and runs alone, before them.
 func TestMain(m *testing.M) {
-	leakcheck.Main(m, nil, leakcheck.ProcessClocks...)
+	leakcheck.Main(m, nil)
 }

@@ -9,5 +9,5 @@ import (
 // TestMain fails the run when a goroutine of the package's code outlives
 // the tests (see internal/leakcheck).
 func TestMain(m *testing.M) {
-	leakcheck.Main(m, nil, leakcheck.ProcessClocks...)
+	leakcheck.Main(m, nil)
 }
