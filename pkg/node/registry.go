@@ -43,17 +43,24 @@ func Register(ctx context.Context, cli *clientv3.Client, rec cluster.NodeRecord,
 		ttl = time.Second
 	}
 	r := &Registration{cli: cli, rec: rec, ttl: ttl, log: log, done: make(chan struct{})}
-	ka, err := r.put(ctx)
-	if err != nil {
-		return nil, err
-	}
+	// The keep-alives live as long as the registration, not the caller's
+	// ctx: Close cancels kctx, which ends the keep-alive stream's channel at
+	// once (otherwise it would close only at the next renewal, a third of
+	// the TTL later, after the revoke).
 	kctx, cancel := context.WithCancel(context.Background())
 	r.cancel = cancel
+	ka, err := r.put(ctx, kctx)
+	if err != nil {
+		cancel()
+		return nil, err
+	}
 	go r.keepAlive(kctx, ka)
 	return r, nil
 }
 
-func (r *Registration) put(ctx context.Context) (<-chan *clientv3.LeaseKeepAliveResponse, error) {
+// put grants a lease, puts the record under it and starts its keep-alives
+// for as long as kctx lasts; ctx bounds the grant and the put.
+func (r *Registration) put(ctx, kctx context.Context) (<-chan *clientv3.LeaseKeepAliveResponse, error) {
 	val, err := cluster.EncodeNode(r.rec)
 	if err != nil {
 		return nil, err
@@ -67,8 +74,7 @@ func (r *Registration) put(ctx context.Context) (<-chan *clientv3.LeaseKeepAlive
 	if _, err := r.cli.Put(lctx, cluster.NodeKey(r.rec.ID), string(val), clientv3.WithLease(lease.ID)); err != nil {
 		return nil, &zerr.UnavailableError{What: "etcd", Reason: "register node: " + err.Error()}
 	}
-	// The keep-alive lives as long as the registration, not the caller's ctx.
-	ka, err := r.cli.KeepAlive(context.WithoutCancel(ctx), lease.ID)
+	ka, err := r.cli.KeepAlive(kctx, lease.ID)
 	if err != nil {
 		return nil, &zerr.UnavailableError{What: "etcd", Reason: "lease keep-alive: " + err.Error()}
 	}
@@ -93,7 +99,7 @@ func (r *Registration) keepAlive(ctx context.Context, ka <-chan *clientv3.LeaseK
 		backoff := 200 * time.Millisecond
 		for {
 			var err error
-			if ka, err = r.put(ctx); err == nil {
+			if ka, err = r.put(ctx, ctx); err == nil {
 				r.mu.Lock()
 				r.renewed++
 				r.mu.Unlock()
