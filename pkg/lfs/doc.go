@@ -63,11 +63,12 @@
 // Recycling (gc.go) is a RecyclePolicy: victim selection (greedy, cost-benefit)
 // and the move method (HostCopy or Compact = IZC, with copyback-aware
 // destination allocation); host-cached dirty blocks are always written from
-// the host, clean cached ones per Options.CachedWrite (IZC-H) or copied on the
-// device (IZC-D), or per block by cost (Options.FlashReadCost and
-// HostWriteCost: from the host when every valid block of the block's chunk
-// is cached and writing the chunk's clean ones costs less than the chip
-// read the device copy needs). Host copy reads a victim's uncached valid
+// the host, clean cached ones per Options.CachedWrite (every one from the
+// host), per Options.CachedChunks (IZC-H: a chunk whose valid blocks are all
+// cached from the host; IZC-D: all on the device), or per block by cost
+// (Options.FlashReadCost and HostWriteCost: from the host when every valid
+// block of the block's chunk is cached and writing the chunk's clean ones
+// costs less than the chip read the device copy needs). Host copy reads a victim's uncached valid
 // blocks up front in runs; with P-GC (Options.PGCWorkers, default 2 as in
 // seeds/004 Algorithm 1) a victim whose valid blocks exceed half of its
 // blocks has them cut into that many contiguous shares read in parallel,

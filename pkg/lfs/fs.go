@@ -79,6 +79,15 @@ type Options struct {
 	// fewer blocks); a block of a chunk the device reads anyway is copied
 	// on the device.
 	FlashReadCost, HostWriteCost time.Duration
+	// CachedChunks forces the chunk policy of ZNS+ §3.2.1 (Table 4) instead
+	// of the cost choice: CachedChunksFromHost (IZC-H) writes every chunk
+	// whose valid blocks are all cached on the host from the host,
+	// CachedChunksOnDevice (IZC-D) copies every clean block on the device.
+	// The zero value, CachedChunksByCost, uses FlashReadCost and
+	// HostWriteCost when both are set and copies on the device otherwise.
+	// CachedWrite, when set, takes precedence (every clean cached block from
+	// the host).
+	CachedChunks CachedChunkPolicy
 	// HSRCopyCost and HSRWriteCost, when both are set, calibrate the
 	// hybrid segment recycling cost model (zns+, tl.go): the cost of one
 	// block copied inside the drives (f_copy; plugging is 90 % of it) and of
@@ -499,6 +508,9 @@ func Mount(ctx context.Context, vol Volume, opts Options) (*FS, error) {
 }
 
 func mount(ctx context.Context, vol Volume, opts Options, repair bool) (*FS, error) {
+	if opts.CachedChunks > CachedChunksOnDevice {
+		return nil, &zerr.InvalidArgumentError{Field: "cached_chunks", Reason: fmt.Sprintf("%v is not by-cost, izc-h or izc-d", opts.CachedChunks)}
+	}
 	if opts.ReservedRootPercent > 0 {
 		if err := checkRootPercent(opts.ReservedRootPercent); err != nil {
 			return nil, err

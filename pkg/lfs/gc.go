@@ -497,6 +497,36 @@ func (fs *FS) copybackPlace(ctx context.Context, dst ZoneID, base, k uint64, fro
 	}
 }
 
+// CachedChunkPolicy is how compaction in the drives (IZC) treats the
+// victim's blocks that are cached clean on the host (Options.CachedChunks).
+type CachedChunkPolicy uint8
+
+const (
+	// CachedChunksByCost chooses per chunk by Options.FlashReadCost and
+	// HostWriteCost; without them every clean block is copied on the device.
+	CachedChunksByCost CachedChunkPolicy = iota
+	// CachedChunksFromHost is IZC-H (ZNS+ §3.2.1): a chunk whose valid
+	// blocks are all cached is written from the host, saving the chip read
+	// a device copy needs; the other chunks are copied on the device.
+	CachedChunksFromHost
+	// CachedChunksOnDevice is IZC-D: every clean block is copied on the
+	// device, cached or not.
+	CachedChunksOnDevice
+)
+
+// String is the policy's name in the paper's terms.
+func (p CachedChunkPolicy) String() string {
+	switch p {
+	case CachedChunksByCost:
+		return "by-cost"
+	case CachedChunksFromHost:
+		return "izc-h"
+	case CachedChunksOnDevice:
+		return "izc-d"
+	}
+	return fmt.Sprintf("CachedChunkPolicy(%d)", uint8(p))
+}
+
 // cachedChunks returns, for the per-block IZC-H / IZC-D choice (ZNS+
 // §3.2.1, Table 4; Options.FlashReadCost, HostWriteCost), whether the block
 // at off of victim s goes from the host when it is cached clean (fs.mu held;
@@ -511,7 +541,11 @@ func (fs *FS) copybackPlace(ctx context.Context, dst ZoneID, base, k uint64, fro
 func (fs *FS) cachedChunks(s *segment, n int, at func(i int) (off, owner uint64, ofs uint32)) func(off uint64) bool {
 	no := func(uint64) bool { return false }
 	cb := uint64(max(fs.geo.ChunkBlocks, 1))
-	if fs.opts.CachedWrite || fs.opts.FlashReadCost <= 0 || fs.opts.HostWriteCost <= 0 || fs.opts.HostWriteCost/time.Duration(cb) >= fs.opts.FlashReadCost {
+	byCost := fs.opts.CachedChunks == CachedChunksByCost
+	switch {
+	case fs.opts.CachedWrite || fs.opts.CachedChunks == CachedChunksOnDevice:
+		return no
+	case byCost && (fs.opts.FlashReadCost <= 0 || fs.opts.HostWriteCost <= 0 || fs.opts.HostWriteCost/time.Duration(cb) >= fs.opts.FlashReadCost):
 		return no
 	}
 	epd := fs.epd()
@@ -554,7 +588,7 @@ func (fs *FS) cachedChunks(s *segment, n int, at func(i int) (off, owner uint64,
 	}
 	host := map[uint64]bool{}
 	for k, c := range chunks {
-		if !c.uncached && c.clean > 0 && fs.opts.HostWriteCost*time.Duration(c.clean)/time.Duration(cb) < fs.opts.FlashReadCost {
+		if !c.uncached && c.clean > 0 && (!byCost || fs.opts.HostWriteCost*time.Duration(c.clean)/time.Duration(cb) < fs.opts.FlashReadCost) {
 			host[k] = true
 		}
 	}

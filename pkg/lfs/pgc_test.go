@@ -11,6 +11,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/zonefleet/zonefleet/pkg/lfs"
+	"github.com/zonefleet/zonefleet/pkg/zerr"
 )
 
 // mostValid is a recycling policy for tests: the data segment (of zones,
@@ -168,7 +169,8 @@ func TestPGCSplitsHostCopyReads(t *testing.T) {
 }
 
 // TestIZCCachedChoiceByCost: the per-block IZC-H / IZC-D choice (ZNS+
-// §3.2.1, Table 4) flips with the costs: with every valid block of the victim
+// §3.2.1, Table 4) flips with the costs, and the forced policies
+// (Options.CachedChunks) ignore them: with every valid block of the victim
 // cached clean on the host, a host write cheaper than the chip read sends
 // them from the host, a dearer one has the drives copy them; in between
 // (a block costs less than the read, a whole chunk more) only the chunks
@@ -178,17 +180,22 @@ func TestIZCCachedChoiceByCost(t *testing.T) {
 	for _, tc := range []struct {
 		name             string
 		hostChunk        time.Duration // a host write of a whole 4-block chunk
+		policy           lfs.CachedChunkPolicy
 		wantHost, wantDv bool
 	}{
-		{"host cheaper", 14 * time.Microsecond, true, false},
-		{"device cheaper", 400 * time.Microsecond, false, true},
-		{"block cheaper, chunk dearer", 221 * time.Microsecond, true, true},
-		{"costs unset: IZC-D", 0, false, true},
+		{"host cheaper", 14 * time.Microsecond, lfs.CachedChunksByCost, true, false},
+		{"device cheaper", 400 * time.Microsecond, lfs.CachedChunksByCost, false, true},
+		{"block cheaper, chunk dearer", 221 * time.Microsecond, lfs.CachedChunksByCost, true, true},
+		{"costs unset: IZC-D", 0, lfs.CachedChunksByCost, false, true},
+		// the forced policies ignore the costs
+		{"IZC-H forced, device cheaper", 400 * time.Microsecond, lfs.CachedChunksFromHost, true, false},
+		{"IZC-H forced, costs unset", 0, lfs.CachedChunksFromHost, true, false},
+		{"IZC-D forced, host cheaper", 14 * time.Microsecond, lfs.CachedChunksOnDevice, false, true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			v := newVol(t, 32, 8)
 			pol := &mostValid{move: lfs.Compact}
-			opts := lfs.Options{Policy: pol, CacheBlocks: 4096, FlashReadCost: read, HostWriteCost: tc.hostChunk}
+			opts := lfs.Options{Policy: pol, CacheBlocks: 4096, FlashReadCost: read, HostWriteCost: tc.hostChunk, CachedChunks: tc.policy}
 			if tc.hostChunk == 0 {
 				opts.FlashReadCost = 0
 			}
@@ -236,4 +243,12 @@ func TestIZCCachedChoiceByCost(t *testing.T) {
 			require.NoError(t, fs.Unmount(bg))
 		})
 	}
+	t.Run("unknown policy", func(t *testing.T) {
+		v := newVol(t, 32, 8)
+		require.NoError(t, lfs.Mkfs(bg, v, lfs.MkfsOptions{}))
+		_, err := lfs.Mount(bg, v, lfs.Options{CachedChunks: lfs.CachedChunksOnDevice + 1})
+		var ia *zerr.InvalidArgumentError
+		require.ErrorAs(t, err, &ia)
+		require.Equal(t, "cached_chunks", ia.Field)
+	})
 }

@@ -28,8 +28,6 @@ var unavailable = []Entry{
 		Reason: "the drive accumulates chip busy time; no timeline is sampled"},
 	{ID: "zns_plus_fig11_12", Title: "ZNS+ Fig. 11-12: chip sweep 2-32, link x chips", Status: Pending,
 		Reason: "each point is a full zns_plus run; within the bench's 10-minute budget only 16 chips run"},
-	{ID: "zns_plus_table4_media", Title: "ZNS+ Table 4: TLC / MLC / ZNAND x forced IZC-H / IZC-D", Status: Pending,
-		Reason: "lfs chooses host or drive per chunk by cost; no option forces either policy"},
 	{ID: "zns_plus_oltp", Title: "ZNS+ Fig. 6-7 tpcc / YCSB rows", Status: NotReproducible,
 		Reason: "needs MySQL's page and log I/O pattern; no OLTP-like workload runs on lfs in the harness"},
 	{ID: "zns_plus_fig13", Title: "ZNS+ Fig. 13: Cosmos+ OpenSSD prototype", Status: NotReproducible,

@@ -14,7 +14,8 @@ import (
 // noise of a chip-bound drive (paper Fig. 7: 1.21-1.77), ZNS+ above IZC
 // (1.33-2.91 over ZNS), threaded logging recycling most segments (Table 5:
 // 85.8-94.8 %), fewer node and metadata blocks per user data block under
-// ZNS+ than under IZC (Fig. 7b), and a table line per ratio.
+// ZNS+ than under IZC (Fig. 7b), IZC-H ahead of IZC-D on TLC and behind it
+// on ZNAND (Table 4), and a table line per ratio.
 func TestZNSPlusFigure(t *testing.T) {
 	t.Parallel() // an independent simulation: runs beside the other figures
 	res, _ := sharedShort(t, "zns_plus")
@@ -42,6 +43,23 @@ func TestZNSPlusFigure(t *testing.T) {
 			require.Less(t, nm("zns+", u.ZNSPlus), nm("izc", u.IZC), "%s: ZNS+ node and metadata traffic below IZC's (Fig. 7b)", w.Workload)
 		}
 	}
-	require.Len(t, res.Lines["zns_plus"], 4*2)
+	// Table 4 (fileserver): IZC-H writes fully cached chunks from the host,
+	// IZC-D copies them on the drives; on slow flash (TLC) the host write
+	// saves a chip read worth more than its request, on ZNAND the reverse
+	// (paper: IZC-H / IZC-D 1.18 on TLC, 0.90 on ZNAND).
+	fsr := r.Workloads[0].Utils[0]
+	require.Equal(t, znsplus.Fileserver, r.Workloads[0].Workload)
+	require.Len(t, fsr.Media, 3)
+	hd := map[string]float64{}
+	for _, p := range fsr.Media {
+		t.Logf("table4 %s: zns %.1f MB/s, izc-h x%.3f, izc-d x%.3f, h/d %.3f", p.Media, p.ZNS.ThroughputMBps, p.IZCHvsZNS, p.IZCDvsZNS, p.IZCHvsIZCD)
+		require.Greater(t, p.IZCHvsZNS, 1.0, "%s: IZC-H > ZNS", p.Media)
+		require.Greater(t, p.IZCDvsZNS, 1.0, "%s: IZC-D > ZNS", p.Media)
+		hd[p.Media] = p.IZCHvsIZCD
+	}
+	require.Greater(t, hd["TLC"], 1.0, "TLC: IZC-H ahead of IZC-D")
+	require.Less(t, hd["ZNAND"], 1.0, "ZNAND: IZC-D ahead of IZC-H")
+	require.Greater(t, hd["TLC"], hd["ZNAND"], "the host write pays off less as flash reads get faster")
+	require.Len(t, res.Lines["zns_plus"], 4*2+3*6)
 	require.NoError(t, plotFigure("zns_plus", r, t.TempDir()+"/zns_plus.png"))
 }

@@ -8,6 +8,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/zonefleet/zonefleet/pkg/lfs"
+	"github.com/zonefleet/zonefleet/pkg/zerr"
 )
 
 // The thread clock fires timers in deadline order at their own time, inline,
@@ -142,4 +143,39 @@ func TestTunablesRuns(t *testing.T) {
 	t.Logf("HSR off: throughput x%.3f, HSR chose compaction 0 vs %d", *u.NoHSRVsHSR, u.ZNSPlus.HSRCompaction)
 	require.Zero(t, u.NoHSR.HSRCompaction, "no cost model without HSR")
 	require.Positive(t, u.NoHSR.TLRecycledSegments)
+}
+
+// ZNS+ Table 4: with Config.MediaUtil zns and izc also run per flash
+// medium, izc once per forced policy for chunks cached clean on the host.
+// IZC-D copies every clean block on the drives (the host writes only dirty
+// ones); IZC-H writes fully cached chunks from the host, so more of what it
+// moves goes from the host. The medium is the drive's: a faster medium
+// makes the same zns workload faster. The default medium reuses the main
+// zns run.
+func TestMediaRuns(t *testing.T) {
+	c := Small()
+	c.Utilizations, c.Overwrite, c.NoCABRun, c.Threads = []float64{0.85}, 0.4, true, 8
+	c.Modes, c.MediaUtil, c.Media = []lfs.Mode{lfs.ModeZNS}, 0.85, []string{"TLC", "MLC", "ZNAND"}
+	r, err := Run(context.Background(), c)
+	require.NoError(t, err)
+	u := r.Utils[0]
+	require.Len(t, u.Media, 3)
+	by := map[string]MediaPoint{}
+	for _, p := range u.Media {
+		t.Logf("%s: zns %.1f MB/s, IZC-H x%.3f (host share %.3f), IZC-D x%.3f (host share %.3f), H/D %.3f", p.Media, p.ZNS.ThroughputMBps,
+			p.IZCHvsZNS, p.IZCH.HostWrittenShare, p.IZCDvsZNS, p.IZCD.HostWrittenShare, p.IZCHvsIZCD)
+		by[p.Media] = p
+		require.Zero(t, p.IZCD.MovedHostCached, "IZC-D writes no clean cached block from the host")
+		require.Positive(t, p.IZCH.MovedHostCached, "IZC-H writes fully cached chunks from the host")
+		require.Greater(t, p.IZCH.HostWrittenShare, p.IZCD.HostWrittenShare)
+		require.Positive(t, p.IZCH.MovedIZC, "IZC-H still copies the chunks it does not hold")
+		require.InDelta(t, p.IZCH.ThroughputMBps/p.IZCD.ThroughputMBps, p.IZCHvsIZCD, 0.001)
+	}
+	require.Equal(t, u.ZNS, by["MLC"].ZNS, "the default medium reuses the main zns run")
+	require.Greater(t, by["ZNAND"].ZNS.ThroughputMBps, by["MLC"].ZNS.ThroughputMBps)
+	require.Greater(t, by["MLC"].ZNS.ThroughputMBps, by["TLC"].ZNS.ThroughputMBps)
+
+	c.Media = []string{"QLC"}
+	_, err = Run(context.Background(), c)
+	require.ErrorIs(t, err, zerr.ErrInvalidArgument)
 }

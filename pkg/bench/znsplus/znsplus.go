@@ -152,6 +152,16 @@ type Config struct {
 	// thetaScale and noHSR make runOne mount with them (the runs above).
 	thetaScale float64
 	noHSR      bool
+	// MediaUtil, when set, is the utilization at which zns and izc also run
+	// on each flash medium of Media (flash.Media names; nil: TLC, MLC and
+	// ZNAND), izc once with each forced policy for clean cached chunks:
+	// IZC-H (lfs.CachedChunksFromHost) and IZC-D (lfs.CachedChunksOnDevice)
+	// — ZNS+ Table 4. The main runs' medium (MLC) reuses their zns run.
+	MediaUtil float64  `json:",omitempty"`
+	Media     []string `json:",omitempty"`
+	// media and cachedChunks make flashConfig and runOne use them.
+	media        string
+	cachedChunks lfs.CachedChunkPolicy
 	// UnscaledErase keeps the media's erase time per block on the
 	// scaled-down blocks (an ablation; see flashConfig).
 	UnscaledErase bool
@@ -286,6 +296,23 @@ type UtilResult struct {
 	ThetaPI    []ThetaPIPoint `json:"theta_pi,omitempty"`
 	NoHSR      *ModeResult    `json:"zns_plus_no_hsr,omitempty"`
 	NoHSRVsHSR *float64       `json:"zns_plus_no_hsr_vs_hsr,omitempty"` // throughput ratio
+	// With Config.MediaUtil at this utilization: zns, IZC-H and IZC-D per
+	// flash medium (ZNS+ Table 4).
+	Media []MediaPoint `json:"media,omitempty"`
+}
+
+// MediaPoint is one flash medium of ZNS+ Table 4: zns and izc with each
+// forced policy for the victim's chunks cached clean on the host.
+type MediaPoint struct {
+	Media     string     `json:"media"`
+	ZNS       ModeResult `json:"zns"`
+	IZCH      ModeResult `json:"izc_h"` // lfs.CachedChunksFromHost
+	IZCD      ModeResult `json:"izc_d"` // lfs.CachedChunksOnDevice
+	IZCHvsZNS float64    `json:"izc_h_vs_zns"`
+	IZCDvsZNS float64    `json:"izc_d_vs_zns"`
+	// IZCHvsIZCD is IZC-H's throughput over IZC-D's (paper: 1.18 TLC,
+	// 1.04 MLC, 0.90 ZNAND).
+	IZCHvsIZCD float64 `json:"izc_h_vs_izc_d"`
 }
 
 // ThetaPIPoint is zns+ at one θ_PI.
@@ -329,6 +356,11 @@ func (c Config) check() error {
 	case c.CopybackPagesPerBlock != 0 && (c.CopybackZones < 24 || c.CopybackZones > 4096):
 		return &zerr.InvalidArgumentError{Field: "copyback_zones", Reason: fmt.Sprintf("%d is not in [24, 4096]", c.CopybackZones)}
 	}
+	for _, m := range c.Media {
+		if _, ok := flash.Presets[m]; !ok {
+			return &zerr.InvalidArgumentError{Field: "media", Reason: fmt.Sprintf("%q is not a flash medium (TLC, MLC or ZNAND)", m)}
+		}
+	}
 	for _, u := range c.Utilizations {
 		if u < 0.1 || u > 0.97 {
 			return &zerr.InvalidArgumentError{Field: "utilizations", Reason: fmt.Sprintf("%g is not in [0.10, 0.97]", u)}
@@ -341,6 +373,9 @@ func (c Config) check() error {
 // chip group (D_zone = Chips), MLC, 16 KiB pages of four 4 KiB blocks.
 func (c Config) flashConfig() flash.Config {
 	f := flash.Defaults()
+	if c.media != "" {
+		f.Media = c.media
+	}
 	f.Channels, f.Ways, f.DZone = c.Chips/2, 2, c.Chips
 	f.PagesPerBlock = c.PagesPerBlock
 	f.SpareBlocksPerChip = 8
@@ -530,6 +565,11 @@ func assemble(cfg Config, dir string, runOne runner) (Result, error) {
 				return res, err
 			}
 		}
+		if cfg.MediaUtil == u {
+			if err := media(cfg, dir, u, &n, &ur, runOne); err != nil {
+				return res, err
+			}
+		}
 		ur.TLShare, ur.CopybackShare, ur.CopybackShareCAB = ur.ZNSPlus.TLShare, ur.IZC.CopybackShare, ur.IZC.CopybackShare
 		ur.IZCHostWrittenShare = ur.IZC.HostWrittenShare
 		if cfg.CopybackPagesPerBlock > 0 && slices.Contains(modes, lfs.ModeIZC) {
@@ -618,6 +658,67 @@ func tunables(cfg Config, fc flash.Config, dir string, u float64, n *int, ur *Ut
 	return nil
 }
 
+// media makes the Table 4 runs at utilization u into ur: per medium, zns
+// (the main run's on the default medium) and izc with IZC-H and IZC-D.
+func media(cfg Config, dir string, u float64, n *int, ur *UtilResult, runOne runner) error {
+	names := cfg.Media
+	if names == nil {
+		names = []string{"TLC", "MLC", "ZNAND"}
+	}
+	def := flash.Defaults().Media
+	for _, name := range names {
+		mc := cfg
+		mc.media = name
+		fc := mc.flashConfig()
+		p := MediaPoint{Media: name, ZNS: ur.ZNS}
+		run := func(c Config, m lfs.Mode, what string) (ModeResult, error) {
+			*n++
+			mr, _, err := runOne(c, fc, filepath.Join(dir, fmt.Sprintf("drive%d", *n)), u, m, false)
+			if err != nil {
+				return mr, fmt.Errorf("%s at %.0f %% on %s in %s: %w", cfg.Workload, 100*u, name, what, err)
+			}
+			return mr, nil
+		}
+		if name != def || !slices.Contains(modesOf(cfg), lfs.ModeZNS) {
+			mr, err := run(mc, lfs.ModeZNS, "mode zns")
+			if err != nil {
+				return err
+			}
+			p.ZNS = mr
+		}
+		for _, pol := range []lfs.CachedChunkPolicy{lfs.CachedChunksFromHost, lfs.CachedChunksOnDevice} {
+			c := mc
+			c.cachedChunks = pol
+			mr, err := run(c, lfs.ModeIZC, "mode izc with "+pol.String())
+			if err != nil {
+				return err
+			}
+			if pol == lfs.CachedChunksFromHost {
+				p.IZCH = mr
+			} else {
+				p.IZCD = mr
+			}
+		}
+		if p.ZNS.ThroughputMBps > 0 {
+			p.IZCHvsZNS = round3(p.IZCH.ThroughputMBps / p.ZNS.ThroughputMBps)
+			p.IZCDvsZNS = round3(p.IZCD.ThroughputMBps / p.ZNS.ThroughputMBps)
+		}
+		if p.IZCD.ThroughputMBps > 0 {
+			p.IZCHvsIZCD = round3(p.IZCH.ThroughputMBps / p.IZCD.ThroughputMBps)
+		}
+		ur.Media = append(ur.Media, p)
+	}
+	return nil
+}
+
+// modesOf is the modes the main runs use.
+func modesOf(cfg Config) []lfs.Mode {
+	if cfg.Modes == nil {
+		return []lfs.Mode{lfs.ModeZNS, lfs.ModeIZC, lfs.ModeZNSPlus}
+	}
+	return cfg.Modes
+}
+
 // runOne fills a fresh file system to util and runs the measured phase in mode m.
 func runOne(ctx context.Context, cfg Config, fc flash.Config, path string, util float64, m lfs.Mode, noCAB bool) (ModeResult, float64, error) {
 	clk := &threadClock{}
@@ -672,7 +773,8 @@ func runOne(ctx context.Context, cfg Config, fc flash.Config, path string, util 
 	// lfs.TurnClock)
 	opts := lfs.Options{Mode: m, Clock: clk, CacheBlocks: 1024, ReadAheadBlocks: -1,
 		FlashReadCost: readCost, HostWriteCost: hostCost, NoCopybackAware: noCAB,
-		HSRCopyCost: hsrCopy, HSRWriteCost: hsrWrite, PGCWorkers: max(cfg.PGCWorkers, 1), NoHSR: cfg.noHSR}
+		HSRCopyCost: hsrCopy, HSRWriteCost: hsrWrite, PGCWorkers: max(cfg.PGCWorkers, 1), NoHSR: cfg.noHSR,
+		CachedChunks: cfg.cachedChunks}
 	fs, err := lfs.Mount(ctx, vol, opts)
 	if err != nil {
 		return ModeResult{}, 0, err
