@@ -26,10 +26,8 @@ var unavailable = []Entry{
 		Reason: "the node's multi-queue write cache runs (ssdnode --write-cache-queues; zctl bench node reports efficiency against the CPU ceiling and lock wait per GiB), but the many-core model of the paper's 1-256 threads is not built: this machine has 2 cores"},
 	{ID: "zns_plus_fig10", Title: "ZNS+ Fig. 10: chip utilization over time", Status: Pending,
 		Reason: "the drive accumulates chip busy time; no timeline is sampled"},
-	{ID: "zns_plus_fig11_12", Title: "ZNS+ Fig. 11-12: chip sweep 2-32, link x chips", Status: Pending,
-		Reason: "each point is a full zns_plus run; within the bench's 10-minute budget only 16 chips run"},
-	{ID: "zns_plus_oltp", Title: "ZNS+ Fig. 6-7 tpcc / YCSB rows", Status: NotReproducible,
-		Reason: "needs MySQL's page and log I/O pattern; no OLTP-like workload runs on lfs in the harness"},
+	{ID: "zns_plus_ycsb", Title: "ZNS+ Fig. 6-7 YCSB rows", Status: NotReproducible,
+		Reason: "YCSB on MySQL: the harness runs a tpcc-like I/O pattern (the zns_plus figure's tpcc rows), not YCSB's key-value mix"},
 	{ID: "zns_plus_fig13", Title: "ZNS+ Fig. 13: Cosmos+ OpenSSD prototype", Status: NotReproducible,
 		Reason: "real hardware"},
 }

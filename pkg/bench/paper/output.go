@@ -84,6 +84,8 @@ func (r *Result) WriteOut(dir string, o Options) (*Manifest, error) {
 			m.Config[id] = map[string]any{"calibrations": znsplus.Calibrations(), "runs": v.Configs}
 		case *PGCResult:
 			m.Config[id] = map[string]any{"calibrations": znsplus.Calibrations(), "runs": v.Configs}
+		case *ScalingResult:
+			m.Config[id] = map[string]any{"calibrations": znsplus.Calibrations(), "runs": v.Configs}
 		}
 		name := id + ".png"
 		if err := plotFigure(id, r.Figures[id], filepath.Join(dir, name)); err != nil {

@@ -203,6 +203,8 @@ func plotFigure(id string, v any, path string) error {
 		return b.save(path)
 	case *PGCResult:
 		return pgcPlot(r, path)
+	case *ScalingResult:
+		return scalingPlot(r, path)
 	}
 	if ok, err := zmsPlot(v, path); ok {
 		return err

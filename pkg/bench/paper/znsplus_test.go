@@ -21,7 +21,7 @@ func TestZNSPlusFigure(t *testing.T) {
 	res, _ := sharedShort(t, "zns_plus")
 	r, ok := res.Figures["zns_plus"].(*ZNSPlusResult)
 	require.True(t, ok)
-	require.Len(t, r.Workloads, 2)
+	require.Len(t, r.Workloads, 3)
 	for _, w := range r.Workloads {
 		require.NotEmpty(t, w.Utils)
 		require.Equal(t, 16, w.Chips, "the paper's 16 chips")
@@ -60,6 +60,6 @@ func TestZNSPlusFigure(t *testing.T) {
 	require.Greater(t, hd["TLC"], 1.0, "TLC: IZC-H ahead of IZC-D")
 	require.Less(t, hd["ZNAND"], 1.0, "ZNAND: IZC-D ahead of IZC-H")
 	require.Greater(t, hd["TLC"], hd["ZNAND"], "the host write pays off less as flash reads get faster")
-	require.Len(t, res.Lines["zns_plus"], 4*2+3*6)
+	require.Len(t, res.Lines["zns_plus"], 4*3+3*6)
 	require.NoError(t, plotFigure("zns_plus", r, t.TempDir()+"/zns_plus.png"))
 }

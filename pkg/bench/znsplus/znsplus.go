@@ -3,11 +3,13 @@
 // ZNS+ drives (pkg/lfs/devvol, pkg/zns) on the virtual clock, run in the
 // three recycling modes — zns (host copy), izc (in-storage zone compaction)
 // and zns+ (threaded logging + hybrid segment recycling + IZC) — on a
-// fileserver-like and a varmail-like workload at several file system
-// utilizations.
+// fileserver-like, a varmail-like and an OLTP-like (tpcc: random page
+// writes to table files, a commit's fsynced redo write) workload at several
+// file system utilizations.
 //
 // Determinism. Everything runs on one goroutine. Each logical thread of a
-// workload (Config.Threads; the paper's 50 for fileserver, 16 for varmail)
+// workload (Config.Threads; the paper's 50 for fileserver, 16 for varmail
+// and tpcc)
 // has its own modelled time on the harness's clock (threadClock): the
 // thread whose time is earliest runs its next file system operation, and
 // its requests book the drives' chips and host link at its time, so the
@@ -82,13 +84,19 @@ import (
 const (
 	Fileserver = "fileserver" // 128 KiB files: whole-file rewrites, 16 KiB overwrites, reads (Table 3 scaled)
 	Varmail    = "varmail"    // 28 KiB files: delete + create + fsync, append + fsync, reads
+	// TPCC is an OLTP-like I/O pattern (the paper runs tpcc-mysql, Table 3):
+	// a database of 1 MiB table files written in 16 KiB pages at random
+	// places (the buffer pool's page flushes), a 1 MiB circular redo log
+	// written 4 KiB at a time with an fsync per commit, an fsync of a table
+	// file now and then (InnoDB's checkpoints) and 16 KiB page reads.
+	TPCC = "tpcc"
 )
 
 // Config is one benchmark run.
 type Config struct {
 	Workload     string    // Fileserver or Varmail
 	Utilizations []float64 // file system utilization to fill to (0.80, 0.85, 0.90, 0.95)
-	Threads      int       // logical threads (0: the paper's, FileserverThreads or VarmailThreads)
+	Threads      int       // logical threads (0: the paper's, FileserverThreads, VarmailThreads or TPCCThreads)
 	// Overwrite is how much is written in the measured phase, as a multiple
 	// of the file system's user capacity.
 	Overwrite float64
@@ -337,8 +345,8 @@ type Result struct {
 
 func (c Config) check() error {
 	switch {
-	case c.Workload != Fileserver && c.Workload != Varmail:
-		return &zerr.InvalidArgumentError{Field: "workload", Reason: fmt.Sprintf("%q is not %s or %s", c.Workload, Fileserver, Varmail)}
+	case c.Workload != Fileserver && c.Workload != Varmail && c.Workload != TPCC:
+		return &zerr.InvalidArgumentError{Field: "workload", Reason: fmt.Sprintf("%q is not %s, %s or %s", c.Workload, Fileserver, Varmail, TPCC)}
 	case len(c.Utilizations) == 0:
 		return &zerr.InvalidArgumentError{Field: "utilizations", Reason: "none given"}
 	case c.Threads < 0 || c.Threads > 1024:
@@ -415,8 +423,11 @@ func RunAll(ctx context.Context, cfgs []Config) ([]Result, error) {
 		}
 		if cfgs[i].Threads == 0 {
 			cfgs[i].Threads = FileserverThreads
-			if cfgs[i].Workload == Varmail {
+			switch cfgs[i].Workload {
+			case Varmail:
 				cfgs[i].Threads = VarmailThreads
+			case TPCC:
+				cfgs[i].Threads = TPCCThreads
 			}
 		}
 	}
@@ -891,6 +902,7 @@ type workload struct {
 	threads  []*thread
 	gcUntil  time.Duration // a write starting earlier waits for the running compaction
 	buf      []byte
+	logAt    int // tpcc: the redo log's cursor
 }
 
 type thread struct {
@@ -899,11 +911,21 @@ type thread struct {
 	next  int
 }
 
+// The tpcc database's geometry.
+const (
+	tpccPage    = 16 << 10 // InnoDB's page
+	tpccLogRec  = 4 << 10  // a commit's redo write
+	tpccLogSize = 1 << 20  // the circular redo log
+)
+
 func newWorkload(cfg Config, fs *lfs.FS, st lfs.StatfsOut) *workload {
 	w := &workload{cfg: cfg, fs: fs, rng: rand.New(rand.NewSource(cfg.Seed)), blocks: st.Blocks}
 	w.fileSize = 128 << 10
-	if cfg.Workload == Varmail {
+	switch cfg.Workload {
+	case Varmail:
 		w.fileSize = 28 << 10
+	case TPCC:
+		w.fileSize = 1 << 20 // a table file; the threads share them
 	}
 	w.buf = make([]byte, w.fileSize+16<<10)
 	return w
@@ -912,6 +934,9 @@ func newWorkload(cfg Config, fs *lfs.FS, st lfs.StatfsOut) *workload {
 // fill creates the threads' directories and files until util of the user
 // blocks is used.
 func (w *workload) fill(ctx context.Context, util float64) error {
+	if w.cfg.Workload == TPCC {
+		return w.fillTPCC(ctx, util)
+	}
 	for i := 0; i < w.cfg.Threads; i++ {
 		a, err := w.fs.Mkdir(ctx, lfs.RootIno, fmt.Sprintf("t%03d", i), 0o755, 0, 0)
 		if err != nil {
@@ -932,6 +957,59 @@ func (w *workload) fill(ctx context.Context, util float64) error {
 		t.files = append(t.files, name)
 	}
 	return w.fs.Sync(ctx)
+}
+
+// fillTPCC creates the database: the redo log and table files until util
+// of the user blocks is used. Every thread (connection) works on all of
+// them: the threads share one directory and one file list.
+func (w *workload) fillTPCC(ctx context.Context, util float64) error {
+	a, err := w.fs.Mkdir(ctx, lfs.RootIno, "db", 0o755, 0, 0)
+	if err != nil {
+		return err
+	}
+	db := &thread{dir: a.Ino}
+	if err := w.create(ctx, db, "redo", tpccLogSize); err != nil {
+		return err
+	}
+	per := uint64(w.fileSize/4096 + 2) // blocks, an inode and a direct node
+	n := int((util*float64(w.blocks) - float64(tpccLogSize/4096)) / float64(per))
+	for i := 0; i < n; i++ {
+		name := fmt.Sprintf("t%04d", i)
+		if err := w.create(ctx, db, name, w.fileSize); err != nil {
+			return err
+		}
+		db.files = append(db.files, name)
+	}
+	for i := 0; i < w.cfg.Threads; i++ {
+		w.threads = append(w.threads, db)
+	}
+	return w.fs.Sync(ctx)
+}
+
+// stepTPCC runs one operation of a tpcc connection: a page flush, a
+// commit (a redo write and an fsync of the log), a table file's fsync or a
+// page read.
+func (w *workload) stepTPCC(ctx context.Context, t *thread, name string, r int) (uint64, error) {
+	switch {
+	case r < 5: // the buffer pool flushes a page
+		off := w.rng.Intn(w.fileSize/tpccPage) * tpccPage
+		return tpccPage, w.overwrite(ctx, t, name, off, tpccPage, false)
+	case r < 8: // a commit: the redo record at the log's cursor, fsynced
+		off := w.logAt
+		w.logAt = (w.logAt + tpccLogRec) % tpccLogSize
+		return tpccLogRec, w.overwrite(ctx, t, "redo", off, tpccLogRec, true)
+	case r < 9: // a checkpoint makes a table file durable
+		return 0, w.fsync(ctx, t, name)
+	default: // a page read
+		h, err := w.open(ctx, t, name, syscall.O_RDONLY)
+		if err != nil {
+			return 0, err
+		}
+		defer w.fs.Release(ctx, h)
+		off := w.rng.Intn(w.fileSize/tpccPage) * tpccPage
+		_, err = w.fs.Read(ctx, h, int64(off), w.buf[:tpccPage])
+		return 0, err
+	}
 }
 
 func (w *workload) create(ctx context.Context, t *thread, name string, size int) error {
@@ -994,6 +1072,9 @@ func (w *workload) step(ctx context.Context, clk *threadClock, t *thread) (uint6
 		if err := clk.WaitUntil(ctx, w.gcUntil); err != nil {
 			return 0, err
 		}
+	}
+	if w.cfg.Workload == TPCC {
+		return w.stepTPCC(ctx, t, name, r)
 	}
 	if w.cfg.Workload == Varmail {
 		switch {
@@ -1100,6 +1181,7 @@ const (
 	// Threads of the paper's workloads (Table 3).
 	FileserverThreads = 50
 	VarmailThreads    = 16
+	TPCCThreads       = 16 // tpcc's connections
 )
 
 // Calibration is one constant of the model and its source.

@@ -99,7 +99,7 @@ func TestCopybackShareWithLargerZones(t *testing.T) {
 }
 
 func TestBadConfig(t *testing.T) {
-	c := small("tpcc")
+	c := small("ycsb")
 	_, err := znsplus.Run(context.Background(), c)
 	require.ErrorIs(t, err, zerr.ErrInvalidArgument)
 	c = small(znsplus.Fileserver)
