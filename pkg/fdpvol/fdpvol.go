@@ -94,7 +94,9 @@
 // client's retry deadline passes) and changes no write pointer; the file
 // system retries or turns read-only. One volume writes a namespace at a
 // time: two volumes over one namespace would each believe they hold its
-// zones.
+// zones. The volume does not arbitrate that itself; Options.Fence lets the
+// caller stop it (zctl mount holds the namespace's mount lease,
+// fdpnet.Lease, and fences the volume with it).
 package fdpvol
 
 import (
@@ -121,6 +123,11 @@ type Options struct {
 	Handles []uint16
 	// DefaultHandle is the handle of zones opened without a class.
 	DefaultHandle uint16
+	// Fence, when set, is asked before every command that changes the
+	// namespace (Open's trims, opening a zone, Write, Compact, Finish,
+	// Reset); its error refuses the command, unchanged. A mount lease
+	// (fdpnet.Lease) stops a mount that lost the namespace to another.
+	Fence func() error
 }
 
 // OneHandle is Options.Handles with every class on handle 0 (the file
@@ -152,6 +159,7 @@ type Volume struct {
 	groups int
 	hs     []uint16 // class -> handle
 	def    uint16
+	fence  func() error
 
 	mu    sync.Mutex
 	zones []zone
@@ -216,7 +224,7 @@ func Open(ctx context.Context, d Drive, o Options) (*Volume, error) {
 		return nil, &zerr.InvalidArgumentError{Field: "max_open", Reason: fmt.Sprintf("must be >= 0, got %d", o.MaxOpen)}
 	}
 	maxOpen = min(maxOpen, int(n))
-	v := &Volume{drive: d, zb: zb, groups: info.ReclaimGroups, hs: hs, def: o.DefaultHandle, zones: make([]zone, n)}
+	v := &Volume{drive: d, zb: zb, groups: info.ReclaimGroups, hs: hs, def: o.DefaultHandle, fence: o.Fence, zones: make([]zone, n)}
 	v.geo = lfs.VolumeGeometry{BlockSize: info.BlockSize, ZoneBlocks: zb, ChunkBlocks: info.ChunkBlocks,
 		SuperpageBlocks: info.ChunkBlocks * info.RUChips, MaxOpen: maxOpen, MaxZones: int(n)}
 	if err := v.recover(ctx); err != nil {
@@ -246,6 +254,8 @@ func (v *Volume) recover(ctx context.Context) error {
 				if z.wp == v.zb {
 					z.st = zFull
 				}
+			} else if err := v.fenced(); err != nil {
+				return err
 			} else if err := v.drive.Trim(ctx, l, stop-l); err != nil {
 				// past a hole: unreadable leftovers of a lost write
 				return err
@@ -254,6 +264,13 @@ func (v *Volume) recover(ctx context.Context) error {
 		}
 	}
 	return nil
+}
+
+func (v *Volume) fenced() error {
+	if v.fence == nil {
+		return nil
+	}
+	return v.fence()
 }
 
 // Geometry implements lfs.Volume.
@@ -281,6 +298,9 @@ func (v *Volume) OpenZoneFor(ctx context.Context, class lfs.ZoneClass) (lfs.Zone
 }
 
 func (v *Volume) openZone(h uint16) (lfs.ZoneID, error) {
+	if err := v.fenced(); err != nil {
+		return 0, err
+	}
 	v.mu.Lock()
 	defer v.mu.Unlock()
 	if v.open >= v.geo.MaxOpen {
@@ -332,6 +352,9 @@ func (v *Volume) Write(ctx context.Context, zi lfs.ZoneID, off uint64, data []by
 		return &zerr.InvalidArgumentError{Field: "data", Reason: fmt.Sprintf("length %d is not a positive multiple of %d", len(data), bs)}
 	}
 	n := uint64(len(data)) / bs
+	if err := v.fenced(); err != nil {
+		return err
+	}
 	v.mu.Lock()
 	z, err := v.zoneLocked(zi)
 	if err != nil {
@@ -413,6 +436,9 @@ func (v *Volume) Read(ctx context.Context, zi lfs.ZoneID, off uint64, buf []byte
 
 // Finish implements lfs.Volume.
 func (v *Volume) Finish(ctx context.Context, zi lfs.ZoneID) error {
+	if err := v.fenced(); err != nil {
+		return err
+	}
 	v.mu.Lock()
 	defer v.mu.Unlock()
 	z, err := v.zoneLocked(zi)
@@ -432,6 +458,9 @@ func (v *Volume) Finish(ctx context.Context, zi lfs.ZoneID) error {
 // Reset implements lfs.Volume: the zone's range is trimmed (durable with
 // the next Flush).
 func (v *Volume) Reset(ctx context.Context, zi lfs.ZoneID) error {
+	if err := v.fenced(); err != nil {
+		return err
+	}
 	v.mu.Lock()
 	z, err := v.zoneLocked(zi)
 	if err != nil {
@@ -460,6 +489,9 @@ func (v *Volume) Reset(ctx context.Context, zi lfs.ZoneID) error {
 // as Local).
 func (v *Volume) Compact(ctx context.Context, copies []lfs.Copy) (lfs.CompactStats, error) {
 	var st lfs.CompactStats
+	if err := v.fenced(); err != nil {
+		return st, err
+	}
 	bs := uint64(v.geo.BlockSize)
 	for _, c := range copies {
 		if c.Blocks == 0 {

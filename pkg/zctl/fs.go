@@ -478,7 +478,6 @@ func serveMount(sigCtx context.Context, g *Globals, o mountOptions, mounted func
 		{"async-compaction", "segments are recycled by host copy, never by zone_compaction", o.asyncCompaction},
 		{"izc-cached-write", "segments are recycled by host copy, never by zone_compaction", o.cachedWrite},
 		{"ipu-fsync-blocks", "an FDP drive has no in-place update region", o.ipuFsyncBlocks != 0},
-		{"force-mount", "an fdp namespace has no mount lease: mount it once at a time", o.forceMount},
 	})
 	if err != nil {
 		var ae *zerr.AlreadyExistsError

@@ -18,12 +18,20 @@ type fsVolume interface {
 	Close(ctx context.Context) error
 }
 
-// fdpFSVolume is an fdpvol.Volume with fsVolume's Close (it holds nothing
-// to give back). Embedding keeps its optional interfaces
-// (lfs.ClassOpener) visible to lfs.
-type fdpFSVolume struct{ *fdpvol.Volume }
+// fdpFSVolume is an fdpvol.Volume with fsVolume's Close, which gives the
+// mount lease back (when it holds one). Embedding keeps the volume's
+// optional interfaces (lfs.ClassOpener) visible to lfs.
+type fdpFSVolume struct {
+	*fdpvol.Volume
+	lease *fdpnet.Lease
+}
 
-func (fdpFSVolume) Close(context.Context) error { return nil }
+func (v fdpFSVolume) Close(ctx context.Context) error {
+	if v.lease == nil {
+		return nil
+	}
+	return v.lease.Release(ctx)
+}
 
 // fdpOption is a file-system option of a zoned namespace that an fdp
 // namespace does not have: set is whether the user gave it.
@@ -35,7 +43,10 @@ type fdpOption struct {
 // openFSVolume opens the client's namespace as a file system volume: an
 // fdp namespace through fdpvol (zones of one reclaim unit, each log on a
 // placement handle of its own), refusing with a usage error an option in
-// notFDP the user gave; any other namespace through fsvol with zoned.
+// notFDP the user gave, and with zoned.MountHolder under the namespace's
+// mount lease (fdpnet.Lease, taken before the volume trims anything, with
+// zoned's TTL, ForceMount and Registerer); any other namespace through
+// fsvol with zoned.
 func openFSVolume(ctx context.Context, c *client.Client, zoned fsvol.Options, notFDP []fdpOption) (fsVolume, bool, error) {
 	ns, err := c.GetNamespace(ctx)
 	if err != nil {
@@ -57,11 +68,24 @@ func openFSVolume(ctx context.Context, c *client.Client, zoned fsvol.Options, no
 	if err != nil {
 		return nil, true, err
 	}
-	v, err := fdpvol.Open(ctx, fdpnet.Drive(f), fdpvol.Options{})
+	var lease *fdpnet.Lease
+	var o fdpvol.Options
+	if zoned.MountHolder != "" {
+		lease, err = fdpnet.AcquireLease(ctx, c, fdpnet.LeaseOptions{Holder: zoned.MountHolder, TTL: zoned.MountTTL,
+			Force: zoned.ForceMount, Registerer: zoned.Registerer})
+		if err != nil {
+			return nil, true, err
+		}
+		o.Fence = lease.Fence
+	}
+	v, err := fdpvol.Open(ctx, fdpnet.Drive(f), o)
 	if err != nil {
+		if lease != nil {
+			_ = lease.Release(context.WithoutCancel(ctx))
+		}
 		return nil, true, fmt.Errorf("fdp namespace %s: %w", ns.GetName(), err)
 	}
-	return fdpFSVolume{v}, true, nil
+	return fdpFSVolume{v, lease}, true, nil
 }
 
 // maxZonesNotFDP is --max-zones on an fdp namespace.

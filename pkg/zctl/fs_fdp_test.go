@@ -53,7 +53,6 @@ func TestFSOnFDPNamespace(t *testing.T) {
 		{"mount --gc izc", []string{"mount", mnt, "--ns", "fs", "--gc", "izc"}, "--gc"},
 		{"mount --ipu-fsync-blocks", []string{"mount", mnt, "--ns", "fs", "--ipu-fsync-blocks", "8"}, "--ipu-fsync-blocks"},
 		{"mount --async-compaction", []string{"mount", mnt, "--ns", "fs", "--async-compaction"}, "--async-compaction"},
-		{"mount --force-mount", []string{"mount", mnt, "--ns", "fs", "--force-mount"}, "--force-mount"},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			_, errOut, code := run(t, "", tt.args...)

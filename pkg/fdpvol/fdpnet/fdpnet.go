@@ -4,7 +4,10 @@
 // in the process.
 //
 // It lives apart from fdpvol so that fdpvol, like the drive library, links
-// no gRPC; it holds no state of its own beyond the namespace's geometry.
+// no gRPC. The Drive holds no state of its own. Lease is the namespace's
+// mount lease (the arbiter's, as for a zoned namespace's mount), whose
+// Fence stops a volume (fdpvol.Options.Fence) that lost the namespace to
+// another mount.
 //
 // # Geometry
 //

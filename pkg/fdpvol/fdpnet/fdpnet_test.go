@@ -4,9 +4,12 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"io"
+	"log/slog"
 	"math/rand"
 	"syscall"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -17,12 +20,17 @@ import (
 	"github.com/zonefleet/zonefleet/pkg/clock"
 	"github.com/zonefleet/zonefleet/pkg/fdpvol"
 	"github.com/zonefleet/zonefleet/pkg/fdpvol/fdpnet"
+	"github.com/zonefleet/zonefleet/pkg/fsvol"
 	"github.com/zonefleet/zonefleet/pkg/lfs"
 	"github.com/zonefleet/zonefleet/pkg/localcluster"
 	"github.com/zonefleet/zonefleet/pkg/node"
+	"github.com/zonefleet/zonefleet/pkg/zerr"
 )
 
-var bg = context.Background()
+var (
+	bg    = context.Background()
+	quiet = slog.New(slog.NewTextHandler(io.Discard, nil))
+)
 
 // cluster is one node with one FDP drive of eight initially isolated
 // handles and reclaim units of one flash block of 32 pages (512 KiB: zones small
@@ -177,4 +185,58 @@ func TestLFSOverNetworkFDP(t *testing.T) {
 		assert.Contains(t, g.GetHandles(), h, "only the namespace's handles")
 	}
 	assert.GreaterOrEqual(t, len(used), 3, "node, data and metadata logs on handles of their own")
+}
+
+// The mount lease over an fdp namespace: a second holder is refused while
+// the first renews; a forced takeover makes the first lose it, and its
+// volume then refuses every change with a fenced (zone state) error while
+// it still reads.
+func TestLeaseFencesTheVolume(t *testing.T) {
+	t.Parallel()
+	c := cluster(t)
+	const ruBytes = 32 * 16 << 10
+	testcluster.CreateNamespace(t, c, &v1.CreateNamespaceRequest{Name: "fs", Kind: "fdp", FdpCapacityBytes: 32 * ruBytes, FdpHandles: uint32(lfs.NumZoneClasses)})
+
+	ca := testcluster.Client(t, c, "fs")
+	la, err := fdpnet.AcquireLease(bg, ca, fdpnet.LeaseOptions{Holder: "a", TTL: 3 * time.Second, Logger: quiet})
+	require.NoError(t, err)
+	fa, err := ca.OpenFDP(bg)
+	require.NoError(t, err)
+	va, err := fdpvol.Open(bg, fdpnet.Drive(fa), fdpvol.Options{Fence: la.Fence})
+	require.NoError(t, err)
+	z, err := va.OpenZone(bg)
+	require.NoError(t, err)
+	data := bytes.Repeat([]byte{7}, 4096)
+	require.NoError(t, va.Write(bg, z, 0, data, false))
+
+	cb := testcluster.Client(t, c, "fs")
+	_, err = fdpnet.AcquireLease(bg, cb, fdpnet.LeaseOptions{Holder: "b", TTL: time.Second, Logger: quiet})
+	require.ErrorIs(t, err, zerr.ErrAlreadyExists, "a renews its lease")
+	lb, err := fdpnet.AcquireLease(bg, cb, fdpnet.LeaseOptions{Holder: "b", TTL: 3 * time.Second, Force: true, Logger: quiet})
+	require.NoError(t, err)
+	<-la.Lost() // a's next renewal finds b's lease
+
+	for _, tt := range []struct {
+		name string
+		call func() error
+	}{
+		{"write", func() error { return va.Write(bg, z, 1, data, false) }},
+		{"open", func() error { _, err := va.OpenZone(bg); return err }},
+		{"reset", func() error { return va.Reset(bg, z) }},
+		{"finish", func() error { return va.Finish(bg, z) }},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			err := tt.call()
+			var fe *fsvol.FencedError
+			require.ErrorAs(t, err, &fe)
+			assert.True(t, fe.Final)
+			assert.ErrorIs(t, err, zerr.ErrZoneState, "not transient: the file system turns read-only")
+		})
+	}
+	got := make([]byte, 4096)
+	require.NoError(t, va.Read(bg, z, 0, got), "reads go on")
+	assert.Equal(t, data, got)
+	require.NoError(t, la.Release(bg), "a lost lease is not given back")
+	require.NoError(t, lb.Fence())
+	require.NoError(t, lb.Release(bg))
 }
