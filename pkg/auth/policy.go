@@ -55,9 +55,12 @@ var (
 //	  RebuildParityLeg                     admin, arbiter (the target node then
 //	                                       pulls from its peers with PeerRead)
 //	FDP
-//	  Write, Read, Trim, Flush             admin, tenant (the handler admits a tenant
-//	                                       to its fdp namespace's grant only)
-//	  log pages, UpdateHandles, SetConfig  admin
+//	  Write, Read, Trim, Flush, LBAStatus,
+//	  Configs                              admin, tenant (the handler admits a tenant
+//	                                       to its fdp namespace's grant only; Configs
+//	                                       shows it its namespace's view)
+//	  other log pages, UpdateHandles,
+//	  SetConfig                            admin
 //	Arbiter
 //	  Create/Update/Delete/ListNamespaces  admin
 //	  RemoveNode                           admin (an operator forgets a dead node)
@@ -100,7 +103,7 @@ func DefaultPolicy() Policy {
 		// the bytes then move node to node (PeerRead)
 		dev + "RebuildParityLeg": {Kinds: []Kind{KindAdmin, KindArbiter}},
 
-		fdp + "Configs":       {Kinds: []Kind{KindAdmin}},
+		fdp + "Configs":       {Kinds: tenantData},
 		fdp + "Usage":         {Kinds: []Kind{KindAdmin}},
 		fdp + "Stats":         {Kinds: []Kind{KindAdmin}},
 		fdp + "Events":        {Kinds: []Kind{KindAdmin}},
@@ -108,6 +111,7 @@ func DefaultPolicy() Policy {
 		fdp + "Write":         {Kinds: tenantData},
 		fdp + "Read":          {Kinds: tenantData},
 		fdp + "Trim":          {Kinds: tenantData},
+		fdp + "LBAStatus":     {Kinds: tenantData},
 		fdp + "Flush":         {Kinds: tenantData},
 		fdp + "UpdateHandles": {Kinds: []Kind{KindAdmin}},
 		fdp + "SetConfig":     {Kinds: []Kind{KindAdmin}},

@@ -91,3 +91,47 @@ func (n *FDPNamespace) Flush(ctx context.Context) error {
 	_, err := n.fdp.Flush(n.c.ctx(ctx), &v1.FDPDeviceRequest{Device: n.grant.GetDevice()})
 	return n.c.nodeErr(n.grant.GetNode(), n.grant.GetAddr(), err)
 }
+
+// LBARange is a run of mapped LBAs of an fdp namespace.
+type LBARange struct {
+	LBA   uint64
+	Count uint64
+}
+
+// LBAStatus reports which of the count blocks at lba are mapped (written
+// and not trimmed since), as runs in increasing order, adjacent runs
+// merged. The node bounds what one call covers; LBAStatus asks again
+// until the range is done.
+func (n *FDPNamespace) LBAStatus(ctx context.Context, lba, count uint64) ([]LBARange, error) {
+	var out []LBARange
+	// An empty or wrapping range goes to the node once, which refuses it.
+	for end, first := lba+count, true; first || lba < end; first = false {
+		r, err := n.fdp.LBAStatus(n.c.ctx(ctx), &v1.FDPLBAStatusRequest{Device: n.grant.GetDevice(), Lba: lba, Count: end - lba})
+		if err = n.c.nodeErr(n.grant.GetNode(), n.grant.GetAddr(), err); err != nil {
+			return nil, err
+		}
+		if r.GetCount() == 0 || r.GetCount() > end-lba {
+			return nil, &zerr.CorruptError{Path: "LBA status of fdp namespace " + n.name, Reason: fmt.Sprintf("%d blocks at %d: the node covered %d", end-lba, lba, r.GetCount())}
+		}
+		for _, x := range r.GetRuns() {
+			if x.GetCount() == 0 || x.GetLba() < lba || x.GetLba()+x.GetCount() > lba+r.GetCount() || (len(out) > 0 && x.GetLba() < out[len(out)-1].LBA+out[len(out)-1].Count) {
+				return nil, &zerr.CorruptError{Path: "LBA status of fdp namespace " + n.name, Reason: fmt.Sprintf("run [%d, +%d) outside [%d, +%d) or out of order", x.GetLba(), x.GetCount(), lba, r.GetCount())}
+			}
+			if k := len(out) - 1; k >= 0 && out[k].LBA+out[k].Count == x.GetLba() {
+				out[k].Count += x.GetCount()
+			} else {
+				out = append(out, LBARange{LBA: x.GetLba(), Count: x.GetCount()})
+			}
+		}
+		lba += r.GetCount()
+	}
+	return out, nil
+}
+
+// Configs is the namespace's view of its drive's FDP configuration: reclaim
+// groups, reclaim unit size, page size, its capacity and its placement
+// handles' types.
+func (n *FDPNamespace) Configs(ctx context.Context) (*v1.FDPConfigsResponse, error) {
+	r, err := n.fdp.Configs(n.c.ctx(ctx), &v1.FDPDeviceRequest{Device: n.grant.GetDevice()})
+	return r, n.c.nodeErr(n.grant.GetNode(), n.grant.GetAddr(), err)
+}

@@ -164,3 +164,108 @@ func TestFDPNamespaceDeletedWhileNodeDown(t *testing.T) {
 	require.NoError(t, err)
 	assert.Equal(t, make([]byte, 16*bs), got)
 }
+
+// LBAStatus over the network: a tenant sees the mapped runs of its own
+// range in its own addressing, paged by the node's bound (lowered to 5
+// LBAs here, so every answer below takes several calls); past its capacity
+// is OUT_OF_RANGE, another tenant's drive PERMISSION_DENIED, and Configs
+// shows a tenant its namespace's view only.
+func TestFDPNamespaceLBAStatus(t *testing.T) {
+	t.Parallel()
+	cfg := fdpClusterConfig()
+	cfg.FDP.StatusLBAs = 5
+	c := testcluster.Start(t, cfg)
+	ctx := context.Background()
+	const bs = 4096
+	createFDP(t, c, "a", 64*bs, 2)
+	createFDP(t, c, "b", 64*bs, 1)
+	fa, err := testcluster.Client(t, c, "a").OpenFDP(ctx)
+	require.NoError(t, err)
+	fb, err := testcluster.Client(t, c, "b").OpenFDP(ctx)
+	require.NoError(t, err)
+
+	runs, err := fa.LBAStatus(ctx, 0, 64)
+	require.NoError(t, err)
+	assert.Empty(t, runs, "a fresh namespace maps nothing")
+
+	// runs that cross the node's 5-LBA pages come back merged
+	require.NoError(t, fa.Write(ctx, 3, make([]byte, 9*bs), client.Placement{Handle: 1}, false))
+	require.NoError(t, fa.Write(ctx, 20, make([]byte, bs), client.Placement{}, false))
+	require.NoError(t, fa.Write(ctx, 60, make([]byte, 4*bs), client.Placement{}, false))
+	require.NoError(t, fa.Trim(ctx, 7, 1))
+	// b writes on its own drive too: none of it shows in a's answers
+	require.NoError(t, fb.Write(ctx, 0, make([]byte, 64*bs), client.Placement{}, false))
+
+	for _, tt := range []struct {
+		name       string
+		lba, count uint64
+		want       []client.LBARange
+	}{
+		{"whole namespace", 0, 64, []client.LBARange{{3, 4}, {8, 4}, {20, 1}, {60, 4}}},
+		{"within one page", 4, 2, []client.LBARange{{4, 2}}},
+		{"clipped to the range", 5, 16, []client.LBARange{{5, 2}, {8, 4}, {20, 1}}},
+		{"unmapped range", 30, 30, nil},
+		{"last block", 63, 1, []client.LBARange{{63, 1}}},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			got, err := fa.LBAStatus(ctx, tt.lba, tt.count)
+			require.NoError(t, err)
+			assert.Equal(t, tt.want, got)
+		})
+	}
+	runs, err = fb.LBAStatus(ctx, 0, 64)
+	require.NoError(t, err)
+	assert.Equal(t, []client.LBARange{{0, 64}}, runs, "b's own addressing")
+
+	g := fa.Grant()
+	for _, tt := range []struct {
+		name       string
+		lba, count uint64
+		err        error
+	}{
+		{"past the capacity", 60, 5, zerr.ErrOutOfRange},
+		{"starting past the capacity", 64, 1, zerr.ErrOutOfRange},
+		{"wrapping range", 1, ^uint64(0), zerr.ErrOutOfRange},
+		{"empty range", 0, 0, zerr.ErrInvalidArgument},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			_, err := fa.LBAStatus(ctx, tt.lba, tt.count)
+			assert.ErrorIs(t, err, tt.err)
+		})
+	}
+
+	// b's token on a's drive: refused whatever the range
+	b := testcluster.Client(t, c, "b")
+	cc, err := b.NodeConn(g.GetNode(), g.GetAddr())
+	require.NoError(t, err)
+	require.NotEqual(t, g.GetNode(), fb.Grant().GetNode())
+	for _, lba := range []uint64{0, g.GetFirstLba()} {
+		_, err = v1.NewFDPClient(cc).LBAStatus(ctx, &v1.FDPLBAStatusRequest{Device: g.GetDevice(), Lba: lba, Count: 4})
+		assert.ErrorIs(t, err, zerr.ErrPermissionDenied, "another namespace's drive")
+	}
+	_, err = v1.NewFDPClient(cc).Configs(ctx, &v1.FDPDeviceRequest{Device: g.GetDevice()})
+	assert.ErrorIs(t, err, zerr.ErrPermissionDenied, "another namespace's drive")
+
+	// Configs: the namespace's capacity and handles, the drive's reclaim units
+	ca, err := fa.Configs(ctx)
+	require.NoError(t, err)
+	assert.Equal(t, uint64(64), ca.GetLbas())
+	assert.Len(t, ca.GetHandleTypes(), 2)
+	assert.Equal(t, 2*ca.GetReclaimGroups(), ca.GetMaxPlacementIds())
+	assert.Zero(t, ca.GetPhysicalBytes())
+	assert.Equal(t, uint32(bs), ca.GetBlockSize())
+	assert.Positive(t, ca.GetPageSize())
+	assert.Equal(t, uint32(1), ca.GetRuChips())
+	assert.Positive(t, ca.GetReclaimUnitNominalBytes())
+	adm := testcluster.Client(t, c, "")
+	acc, err := adm.NodeConn(g.GetNode(), g.GetAddr())
+	require.NoError(t, err)
+	cd, err := v1.NewFDPClient(acc).Configs(ctx, &v1.FDPDeviceRequest{Device: g.GetDevice()})
+	require.NoError(t, err)
+	assert.Greater(t, cd.GetLbas(), ca.GetLbas(), "the operator sees the drive")
+	assert.Len(t, cd.GetHandleTypes(), 4)
+	assert.Equal(t, cd.GetReclaimUnitNominalBytes(), ca.GetReclaimUnitNominalBytes())
+	for i, h := range g.GetHandles() {
+		assert.Equal(t, cd.GetHandleTypes()[h], ca.GetHandleTypes()[i], "placement handle %d", i)
+	}
+}

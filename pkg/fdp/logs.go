@@ -158,6 +158,7 @@ type ConfigLog struct {
 	OverProvision   float64      `json:"over_provision"`
 	Victim          VictimPolicy `json:"victim"`
 	MaxPlacementIDs int          `json:"max_placement_ids"`
+	PageSize        int          `json:"page_size"` // bytes of a flash page: a reclaim unit stripes pages over its chips
 }
 
 // Configs returns the configuration log page.
@@ -168,7 +169,7 @@ func (d *Device) Configs() ConfigLog {
 	return ConfigLog{ReclaimGroups: d.g.groups, Handles: append([]HandleType(nil), d.cfg.Handles...), RUChips: w,
 		RUBytes: uint64(w * d.g.slotsPerBlock * d.g.bs), ChipsPerGroup: d.g.chipsPerGroup, BlockSize: d.g.bs,
 		LBAs: d.g.lbas, PhysicalBytes: uint64(d.g.slots) * uint64(d.g.bs), OverProvision: d.cfg.OverProvision,
-		Victim: d.victim, MaxPlacementIDs: d.g.groups * len(d.cfg.Handles)}
+		Victim: d.victim, MaxPlacementIDs: d.g.groups * len(d.cfg.Handles), PageSize: d.g.chunk * d.g.bs}
 }
 
 // Status is the drive's FDP state at a glance.

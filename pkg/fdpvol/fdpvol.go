@@ -1,7 +1,17 @@
-// Package fdpvol is an lfs.Volume over an FDP drive (pkg/fdp): the
+// Package fdpvol is an lfs.Volume over an FDP namespace: the
 // log-structured file system on a conventional namespace whose writes
 // carry placement identifiers, with each of its logs on its own reclaim
 // unit handle, as F2FS tags its logs with write hints.
+//
+// # Drives
+//
+// The volume reaches the namespace through a Drive: Write with a
+// placement identifier, Read, Trim, Flush, LBAStatus and the geometry.
+// New runs on a drive in the process (pkg/fdp, through Local); Open on
+// any Drive, such as package fdpnet's, a tenant's fdp namespace served by
+// a node over gRPC (the node admits it to its grant only; its placement
+// handles are the namespace's own). The volume behaves the same on both;
+// this package links no gRPC.
 //
 // # Zones
 //
@@ -36,9 +46,11 @@
 //
 // # Restart and power loss
 //
-// Nothing of the zones is stored apart from the data. New derives each
-// zone's write pointer from the drive's mapping (fdp.Device.LBAStatus): the
-// end of the mapped prefix of its range; a zone with a mapped prefix is
+// Nothing of the zones is stored apart from the data. Open derives each
+// zone's write pointer from the drive's mapping (Drive.LBAStatus, NVMe Get
+// LBA Status: fdp.Device.LBAStatus on a local drive, the FDP service's
+// LBAStatus over the network, paged by the node): the end of the mapped
+// prefix of its range; a zone with a mapped prefix is
 // open (full when the prefix is the whole zone), else empty. A zone that
 // was finished before its end comes back open at its write pointer. The
 // drive makes every write acknowledged before a Flush (or with FUA)
@@ -47,6 +59,10 @@
 // can leave mapped blocks past a hole (a later unflushed write survived, an
 // earlier one not). New trims those blocks past the write pointer (nothing
 // may read them, and garbage collection would otherwise move them). A
+// write whose answer was lost (a node or the network failing after the
+// drive took it) is the same case: the volume keeps the zone's write
+// pointer, its next write there overwrites those blocks, and a later Open
+// counts what is still mapped in the zone. A
 // Reset not yet flushed may be lost: the zone then comes back with its old
 // data. The file system is correct with both, as on a zoned drive: its
 // checkpoint and fsync records are written after a Flush of everything
@@ -55,12 +71,32 @@
 // and writes over (a zone's writes resume at the recovered write pointer;
 // a zone it does not hold it resets).
 //
+// The zone size is a number of reclaim units of the drive's current size
+// (Options.ZoneRUs), and lfs records it in its superblock: a drive whose
+// reclaim unit size changed since mkfs (fdp SetConfig) gives other zones,
+// and lfs refuses the mount (a geometry mismatch). Open has by then
+// trimmed what lies past the mapped prefix of those other zones: change
+// the reclaim unit size only of a drive without a file system.
+//
 // # Concurrency
 //
 // Methods are safe for concurrent use. One mutex guards the zone table; it
-// is never held during a drive command. A write claims its zone for its
-// duration: a second write into the same zone meanwhile is refused with a
-// WritePointerError (the file system serializes each zone's appends).
+// is never held during a drive command (a local command or a network
+// round trip). A write claims its zone for its duration: a second write
+// into the same zone meanwhile is refused with a WritePointerError (the
+// file system serializes each zone's appends). Writes to different zones,
+// reads and trims run in parallel on the drive.
+//
+// # Failure
+//
+// A drive error comes back from the volume call unchanged (typed,
+// pkg/zerr; over the network through pkg/rpcerr, UNAVAILABLE once the
+// client's retry deadline passes) and changes no write pointer; the file
+// system retries or turns read-only. One volume writes a namespace at a
+// time: two volumes over one namespace would each believe they hold its
+// zones. The volume does not arbitrate that itself; Options.Fence lets the
+// caller stop it (zctl mount holds the namespace's mount lease,
+// fdpnet.Lease, and fences the volume with it).
 package fdpvol
 
 import (
@@ -87,6 +123,11 @@ type Options struct {
 	Handles []uint16
 	// DefaultHandle is the handle of zones opened without a class.
 	DefaultHandle uint16
+	// Fence, when set, is asked before every command that changes the
+	// namespace (Open's trims, opening a zone, Write, Compact, Finish,
+	// Reset); its error refuses the command, unchanged. A mount lease
+	// (fdpnet.Lease) stops a mount that lost the namespace to another.
+	Fence func() error
 }
 
 // OneHandle is Options.Handles with every class on handle 0 (the file
@@ -109,14 +150,16 @@ type zone struct {
 	writing bool // a write is in flight
 }
 
-// Volume is an lfs.Volume over one FDP drive.
+// Volume is an lfs.Volume over one FDP namespace.
 type Volume struct {
-	dev    *fdp.Device
+	drive  Drive
+	dev    *fdp.Device // the local drive under a Volume made by New; nil otherwise
 	geo    lfs.VolumeGeometry
 	zb     uint64 // LBAs per zone
 	groups int
 	hs     []uint16 // class -> handle
 	def    uint16
+	fence  func() error
 
 	mu    sync.Mutex
 	zones []zone
@@ -128,26 +171,36 @@ var (
 	_ lfs.ClassOpener = (*Volume)(nil)
 )
 
-// New makes a Volume over dev and recovers its zones from the drive's
-// mapping (see the package doc).
+// New makes a Volume over the local drive dev and recovers its zones from
+// the drive's mapping (see the package doc).
 func New(ctx context.Context, dev *fdp.Device, o Options) (*Volume, error) {
-	cfg := dev.Config()
-	f := cfg.Flash.Resolved()
-	chips := f.Channels * f.Ways / cfg.ReclaimGroups
-	ruChips := cfg.RUChips
-	if ruChips == 0 {
-		ruChips = chips
+	v, err := Open(ctx, Local(dev), o)
+	if err != nil {
+		return nil, err
 	}
-	chunk := max(f.PageSize/f.BlockSize, 1)
+	v.dev = dev
+	return v, nil
+}
+
+// Open makes a Volume over d and recovers its zones from d's mapping (see
+// the package doc).
+func Open(ctx context.Context, d Drive, o Options) (*Volume, error) {
+	info, err := d.Info(ctx)
+	if err != nil {
+		return nil, err
+	}
+	if err := info.check(); err != nil {
+		return nil, err
+	}
 	if o.ZoneRUs < 0 {
 		return nil, &zerr.InvalidArgumentError{Field: "zone_rus", Reason: fmt.Sprintf("must be >= 0, got %d", o.ZoneRUs)}
 	}
-	zb := uint64(max(o.ZoneRUs, 1)) * uint64(ruChips*f.PagesPerBlock*chunk)
-	n := dev.Capacity() / zb
+	zb := uint64(max(o.ZoneRUs, 1)) * info.RUBlocks
+	n := info.Capacity / zb
 	if n < 1 {
-		return nil, &zerr.InvalidArgumentError{Field: "zone_rus", Reason: fmt.Sprintf("a zone of %d blocks exceeds the namespace's %d", zb, dev.Capacity())}
+		return nil, &zerr.InvalidArgumentError{Field: "zone_rus", Reason: fmt.Sprintf("a zone of %d blocks exceeds the namespace's %d", zb, info.Capacity)}
 	}
-	nh := len(cfg.Handles)
+	nh := info.Handles
 	hs := o.Handles
 	if hs == nil {
 		hs = make([]uint16, lfs.NumZoneClasses)
@@ -171,9 +224,9 @@ func New(ctx context.Context, dev *fdp.Device, o Options) (*Volume, error) {
 		return nil, &zerr.InvalidArgumentError{Field: "max_open", Reason: fmt.Sprintf("must be >= 0, got %d", o.MaxOpen)}
 	}
 	maxOpen = min(maxOpen, int(n))
-	v := &Volume{dev: dev, zb: zb, groups: cfg.ReclaimGroups, hs: hs, def: o.DefaultHandle, zones: make([]zone, n)}
-	v.geo = lfs.VolumeGeometry{BlockSize: dev.BlockSize(), ZoneBlocks: zb, ChunkBlocks: chunk,
-		SuperpageBlocks: chunk * ruChips, MaxOpen: maxOpen, MaxZones: int(n)}
+	v := &Volume{drive: d, zb: zb, groups: info.ReclaimGroups, hs: hs, def: o.DefaultHandle, fence: o.Fence, zones: make([]zone, n)}
+	v.geo = lfs.VolumeGeometry{BlockSize: info.BlockSize, ZoneBlocks: zb, ChunkBlocks: info.ChunkBlocks,
+		SuperpageBlocks: info.ChunkBlocks * info.RUChips, MaxOpen: maxOpen, MaxZones: int(n)}
 	if err := v.recover(ctx); err != nil {
 		return nil, err
 	}
@@ -183,14 +236,9 @@ func New(ctx context.Context, dev *fdp.Device, o Options) (*Volume, error) {
 // recover derives every zone's write pointer from the drive's mapping and
 // trims what is mapped past it.
 func (v *Volume) recover(ctx context.Context) error {
-	total := uint64(len(v.zones)) * v.zb
-	var runs []fdp.LBARange
-	for lba := uint64(0); lba < total; lba += fdp.MaxStatusLBAs {
-		r, err := v.dev.LBAStatus(lba, min(fdp.MaxStatusLBAs, total-lba))
-		if err != nil {
-			return err
-		}
-		runs = append(runs, r...)
+	runs, err := v.drive.LBAStatus(ctx, 0, uint64(len(v.zones))*v.zb)
+	if err != nil {
+		return err
 	}
 	// split the runs at zone boundaries
 	for _, r := range runs {
@@ -199,13 +247,16 @@ func (v *Volume) recover(ctx context.Context) error {
 			start := zi * v.zb
 			stop := min(end, start+v.zb)
 			z := &v.zones[zi]
-			if l == start && z.st == zEmpty {
+			if l == start+z.wp && z.st != zFull { // the mapped prefix, or its continuation in a later run
+
 				z.wp = stop - start
 				z.st = zClosed
 				if z.wp == v.zb {
 					z.st = zFull
 				}
-			} else if err := v.dev.Trim(ctx, l, stop-l); err != nil {
+			} else if err := v.fenced(); err != nil {
+				return err
+			} else if err := v.drive.Trim(ctx, l, stop-l); err != nil {
 				// past a hole: unreadable leftovers of a lost write
 				return err
 			}
@@ -215,11 +266,22 @@ func (v *Volume) recover(ctx context.Context) error {
 	return nil
 }
 
+func (v *Volume) fenced() error {
+	if v.fence == nil {
+		return nil
+	}
+	return v.fence()
+}
+
 // Geometry implements lfs.Volume.
 func (v *Volume) Geometry() lfs.VolumeGeometry { return v.geo }
 
-// Device is the drive under the volume.
+// Device is the local drive under a Volume made by New (nil for one made
+// by Open).
 func (v *Volume) Device() *fdp.Device { return v.dev }
+
+// Drive is the namespace under the volume.
+func (v *Volume) Drive() Drive { return v.drive }
 
 // OpenZone implements lfs.Volume: the lowest empty zone, on DefaultHandle.
 func (v *Volume) OpenZone(ctx context.Context) (lfs.ZoneID, error) {
@@ -236,6 +298,9 @@ func (v *Volume) OpenZoneFor(ctx context.Context, class lfs.ZoneClass) (lfs.Zone
 }
 
 func (v *Volume) openZone(h uint16) (lfs.ZoneID, error) {
+	if err := v.fenced(); err != nil {
+		return 0, err
+	}
 	v.mu.Lock()
 	defer v.mu.Unlock()
 	if v.open >= v.geo.MaxOpen {
@@ -287,6 +352,9 @@ func (v *Volume) Write(ctx context.Context, zi lfs.ZoneID, off uint64, data []by
 		return &zerr.InvalidArgumentError{Field: "data", Reason: fmt.Sprintf("length %d is not a positive multiple of %d", len(data), bs)}
 	}
 	n := uint64(len(data)) / bs
+	if err := v.fenced(); err != nil {
+		return err
+	}
 	v.mu.Lock()
 	z, err := v.zoneLocked(zi)
 	if err != nil {
@@ -320,7 +388,7 @@ func (v *Volume) Write(ctx context.Context, zi lfs.ZoneID, off uint64, data []by
 	pid := v.pid(zi, z.handle)
 	v.mu.Unlock()
 
-	_, err = v.dev.Write(ctx, start+off, data, pid, fdp.Flags{FUA: fua})
+	err = v.drive.Write(ctx, start+off, data, pid, fua)
 
 	v.mu.Lock()
 	defer v.mu.Unlock()
@@ -355,9 +423,12 @@ func (v *Volume) Read(ctx context.Context, zi lfs.ZoneID, off uint64, buf []byte
 	if off+n > wp || off+n < off {
 		return &zerr.OutOfRangeError{LBA: start + off, Count: n, Limit: start + wp}
 	}
-	b, _, err := v.dev.Read(ctx, start+off, n)
+	b, err := v.drive.Read(ctx, start+off, n)
 	if err != nil {
 		return err
+	}
+	if len(b) != len(buf) {
+		return &zerr.CorruptError{Path: fmt.Sprintf("v-zone %d", zi), Reason: fmt.Sprintf("a read of %d blocks at %d returned %d bytes", n, off, len(b))}
 	}
 	copy(buf, b)
 	return nil
@@ -365,6 +436,9 @@ func (v *Volume) Read(ctx context.Context, zi lfs.ZoneID, off uint64, buf []byte
 
 // Finish implements lfs.Volume.
 func (v *Volume) Finish(ctx context.Context, zi lfs.ZoneID) error {
+	if err := v.fenced(); err != nil {
+		return err
+	}
 	v.mu.Lock()
 	defer v.mu.Unlock()
 	z, err := v.zoneLocked(zi)
@@ -384,6 +458,9 @@ func (v *Volume) Finish(ctx context.Context, zi lfs.ZoneID) error {
 // Reset implements lfs.Volume: the zone's range is trimmed (durable with
 // the next Flush).
 func (v *Volume) Reset(ctx context.Context, zi lfs.ZoneID) error {
+	if err := v.fenced(); err != nil {
+		return err
+	}
 	v.mu.Lock()
 	z, err := v.zoneLocked(zi)
 	if err != nil {
@@ -400,7 +477,7 @@ func (v *Volume) Reset(ctx context.Context, zi lfs.ZoneID) error {
 	z.st, z.wp = zEmpty, 0
 	z.writing = true // no write or open until the trim is in
 	v.mu.Unlock()
-	err = v.dev.Trim(ctx, uint64(zi)*v.zb, v.zb)
+	err = v.drive.Trim(ctx, uint64(zi)*v.zb, v.zb)
 	v.mu.Lock()
 	z.writing = false
 	v.mu.Unlock()
@@ -412,6 +489,9 @@ func (v *Volume) Reset(ctx context.Context, zi lfs.ZoneID) error {
 // as Local).
 func (v *Volume) Compact(ctx context.Context, copies []lfs.Copy) (lfs.CompactStats, error) {
 	var st lfs.CompactStats
+	if err := v.fenced(); err != nil {
+		return st, err
+	}
 	bs := uint64(v.geo.BlockSize)
 	for _, c := range copies {
 		if c.Blocks == 0 {
@@ -442,4 +522,4 @@ func (v *Volume) Locate(ctx context.Context, zi lfs.ZoneID, off uint64) (lfs.Loc
 }
 
 // Flush implements lfs.Volume.
-func (v *Volume) Flush(ctx context.Context) error { return v.dev.Flush(ctx) }
+func (v *Volume) Flush(ctx context.Context) error { return v.drive.Flush(ctx) }

@@ -26,9 +26,9 @@ import (
 // service. Every call is device-level and needs the operator (admin), as
 // decided by the zoned service's requireAdmin: the verified identity, or
 // without an authenticator the legacy admin token; except the data calls
-// (Write, Read, Trim, Flush), which a tenant may make within its fdp
-// namespace's grant (fdpgrants.go): its LBAs count from the grant's first,
-// its placement handles index the grant's. It holds no lock of its own;
+// (Write, Read, Trim, Flush, LBAStatus) and Configs, which a tenant may
+// make within its fdp namespace's grant (fdpgrants.go): its LBAs count
+// from the grant's first, its placement handles index the grant's. It holds no lock of its own;
 // the drives are safe for concurrent use.
 type FDPService struct {
 	v1.UnimplementedFDPServer
@@ -39,6 +39,8 @@ type FDPService struct {
 	node      string
 	grants    *FDPGrants // nil: tenants are refused
 	log       *slog.Logger
+	// maxStatusLBAs bounds one LBAStatus response (0: DefaultFDPStatusLBAs)
+	maxStatusLBAs uint64
 }
 
 // NewFDPService serves devs, authorizing like svc. Tenants are refused
@@ -83,20 +85,33 @@ func pid(p *v1.PlacementID) (fdp.PlacementID, error) {
 func configsResponse(c fdp.ConfigLog) *v1.FDPConfigsResponse {
 	r := &v1.FDPConfigsResponse{ReclaimGroups: uint32(c.ReclaimGroups), RuChips: uint32(c.RUChips), ReclaimUnitNominalBytes: c.RUBytes,
 		ChipsPerGroup: uint32(c.ChipsPerGroup), BlockSize: uint32(c.BlockSize), Lbas: c.LBAs, PhysicalBytes: c.PhysicalBytes,
-		OverProvision: c.OverProvision, Victim: c.Victim.String(), MaxPlacementIds: uint32(c.MaxPlacementIDs)}
+		OverProvision: c.OverProvision, Victim: c.Victim.String(), MaxPlacementIds: uint32(c.MaxPlacementIDs), PageSize: uint32(c.PageSize)}
 	for _, h := range c.Handles {
 		r.HandleTypes = append(r.HandleTypes, h.String())
 	}
 	return r
 }
 
-// Configs serves the configurations log page.
+// Configs serves the configurations log page: the drive's to the
+// operator; to a tenant its namespace's view (its capacity, its placement
+// handles), which a file system over the namespace sizes its zones by.
 func (f *FDPService) Configs(ctx context.Context, req *v1.FDPDeviceRequest) (*v1.FDPConfigsResponse, error) {
-	d, err := f.dev(ctx, req.GetDevice(), "Configs")
+	t, err := f.tenant(ctx, req.GetDevice(), "Configs")
 	if err != nil {
 		return nil, err
 	}
-	return configsResponse(d.Configs()), nil
+	c := t.dev.Configs()
+	if t.ext != nil {
+		hs := make([]fdp.HandleType, len(t.ext.Handles))
+		for i, h := range t.ext.Handles {
+			if int(h) < len(c.Handles) {
+				hs[i] = c.Handles[h]
+			}
+		}
+		c.Handles, c.LBAs, c.MaxPlacementIDs = hs, t.ext.LBAs, c.ReclaimGroups*len(hs)
+		c.PhysicalBytes = 0 // the drive's, not the namespace's
+	}
+	return configsResponse(c), nil
 }
 
 // Usage serves the reclaim unit handle usage log page.
@@ -221,6 +236,61 @@ func (f *FDPService) Trim(ctx context.Context, req *v1.FDPTrimRequest) (*v1.FDPT
 	return &v1.FDPTrimResponse{}, t.dev.Trim(ctx, lba, req.GetCount())
 }
 
+// DefaultFDPStatusLBAs bounds the LBAs one LBAStatus call covers: at most
+// half as many runs (alternating mapped and unmapped blocks), about 1.5 MiB
+// of response, within gRPC's default 4 MiB message limit.
+const DefaultFDPStatusLBAs = 1 << 18
+
+// LBAStatus reports the mapped runs of a range, admitted like Read. It
+// covers at most the service's status bound of LBAs from the request's
+// first (the response's count); the caller pages.
+func (f *FDPService) LBAStatus(ctx context.Context, req *v1.FDPLBAStatusRequest) (*v1.FDPLBAStatusResponse, error) {
+	t, err := f.tenant(ctx, req.GetDevice(), "LBAStatus")
+	if err != nil {
+		return nil, err
+	}
+	return t.lbaStatus(req.GetLba(), req.GetCount(), f.statusLBAs())
+}
+
+// lbaStatus answers LBAStatus for count LBAs at lba in t's addressing,
+// covering at most limit of them.
+func (t fdpTenant) lbaStatus(lba, count, limit uint64) (*v1.FDPLBAStatusResponse, error) {
+	if count == 0 {
+		return nil, &zerr.InvalidArgumentError{Field: "count", Reason: "must be positive"}
+	}
+	dlba, err := t.lbas(lba, count)
+	if err != nil {
+		return nil, err
+	}
+	// the whole range, not only the part this answer covers (the drive
+	// checks the operator's there)
+	if c := t.dev.Capacity(); dlba > c || count > c-dlba {
+		return nil, &zerr.OutOfRangeError{LBA: lba, Count: count, Limit: c}
+	}
+	n := min(count, max(limit, 1), fdp.MaxStatusLBAs)
+	runs, err := t.dev.LBAStatus(dlba, n)
+	if err != nil {
+		return nil, err
+	}
+	base := dlba - lba
+	r := &v1.FDPLBAStatusResponse{Count: n, Runs: make([]*v1.FDPLBARange, len(runs))}
+	for i, x := range runs {
+		r.Runs[i] = &v1.FDPLBARange{Lba: x.LBA - base, Count: x.Count}
+	}
+	return r, nil
+}
+
+func (f *FDPService) statusLBAs() uint64 {
+	if f.maxStatusLBAs > 0 {
+		return f.maxStatusLBAs
+	}
+	return DefaultFDPStatusLBAs
+}
+
+// SetMaxStatusLBAs bounds the LBAs one LBAStatus call covers (0: the
+// default, DefaultFDPStatusLBAs). Call it before the service serves.
+func (f *FDPService) SetMaxStatusLBAs(n uint64) { f.maxStatusLBAs = n }
+
 // Flush makes acknowledged writes durable.
 func (f *FDPService) Flush(ctx context.Context, req *v1.FDPDeviceRequest) (*v1.FDPFlushResponse, error) {
 	t, err := f.tenant(ctx, req.GetDevice(), "Flush")
@@ -339,6 +409,9 @@ type FDPOptions struct {
 	// own. Needs a zoned drive per FDP drive, of the same chips, channels
 	// and chunk size.
 	OnZoned bool
+	// StatusLBAs bounds the LBAs one LBAStatus call covers (0:
+	// DefaultFDPStatusLBAs); no flag: tests lower it to page.
+	StatusLBAs uint64
 }
 
 // DefaultFDPOptions: no FDP drive; when enabled, one reclaim group, four
@@ -477,6 +550,7 @@ func serveFDP(ctx context.Context, d *daemon.Daemon, o Options, clk clock.Clock,
 		return nil, func() {}, err
 	}
 	f := NewFDPService(devs, svc)
+	f.SetMaxStatusLBAs(o.FDP.StatusLBAs)
 	fail := func(err error) (*FDPService, func(), error) {
 		for _, dv := range devs {
 			_ = dv.Close()

@@ -106,7 +106,7 @@ SQLite database, and repair. df counts the share free but not available.`,
 				return err
 			}
 			defer c.Close()
-			vol, err := fsvol.New(ctx, c, fsvol.Options{MaxZones: maxZone})
+			vol, _, err := openFSVolume(ctx, c, fsvol.Options{MaxZones: maxZone}, []fdpOption{maxZonesNotFDP(maxZone)})
 			if err != nil {
 				return err
 			}
@@ -178,7 +178,7 @@ system. Exit code 0 when clean, 1 when problems remain.`,
 				return err
 			}
 			defer c.Close()
-			vol, err := fsvol.New(ctx, c, fsvol.Options{MaxZones: maxZone})
+			vol, _, err := openFSVolume(ctx, c, fsvol.Options{MaxZones: maxZone}, []fdpOption{maxZonesNotFDP(maxZone)})
 			if err != nil {
 				return err
 			}
@@ -271,6 +271,7 @@ func (v *countingVolume) Reset(ctx context.Context, z lfs.ZoneID) error {
 type mountOptions struct {
 	ns, dir, gc, metrics, logFile string
 	cachedWrite, allowOther       bool
+	gcSet                         bool // --gc given
 	writebackCache                bool
 	dev, readOnly                 bool
 	atime                         string
@@ -306,6 +307,7 @@ Prometheus metrics (zonefleet_fs_*, zonefleet_client_*) on --metrics-listen.`,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			g.useNS(o.ns)
 			o.dir = args[0]
+			o.gcSet = cmd.Flags().Changed("gc")
 			if _, err := lfs.ParseMode(o.gc); err != nil {
 				return usageErr(fmt.Errorf("--gc %q: want zns+, izc or host-copy (zns)", o.gc))
 			}
@@ -469,8 +471,14 @@ func serveMount(sigCtx context.Context, g *Globals, o mountOptions, mounted func
 		return err
 	}
 	defer c.Close()
-	vol, err := fsvol.New(sigCtx, c, fsvol.Options{MaxZones: o.maxZones, SyncCompaction: !o.asyncCompaction,
-		MountHolder: mountHolder(), ForceMount: o.forceMount, Registerer: reg})
+	vol, isFDP, err := openFSVolume(sigCtx, c, fsvol.Options{MaxZones: o.maxZones, SyncCompaction: !o.asyncCompaction,
+		MountHolder: mountHolder(), ForceMount: o.forceMount, Registerer: reg}, []fdpOption{
+		maxZonesNotFDP(o.maxZones),
+		{"gc", "FDP has no zone compaction or threaded logging: segments are recycled by host copy (--gc host-copy)", o.gcSet && o.gc != "host-copy" && o.gc != "zns"},
+		{"async-compaction", "segments are recycled by host copy, never by zone_compaction", o.asyncCompaction},
+		{"izc-cached-write", "segments are recycled by host copy, never by zone_compaction", o.cachedWrite},
+		{"ipu-fsync-blocks", "an FDP drive has no in-place update region", o.ipuFsyncBlocks != 0},
+	})
 	if err != nil {
 		var ae *zerr.AlreadyExistsError
 		if errors.As(err, &ae) {
@@ -489,6 +497,10 @@ func serveMount(sigCtx context.Context, g *Globals, o mountOptions, mounted func
 	mode, err := lfs.ParseMode(o.gc)
 	if err != nil {
 		return usageErr(err)
+	}
+	if isFDP && mode != lfs.ModeZNS {
+		// the default (zns+) on an fdp namespace: no in-drive copy to offload to
+		mode, o.gc = lfs.ModeZNS, "host-copy"
 	}
 	if ns, err := c.GetNamespace(sigCtx); err == nil && ns.GetRedundancy() != "" && ns.GetRedundancy() != "none" && mode != lfs.ModeZNS {
 		// zone_compaction and TL_open act on one physical zone: the copies
@@ -587,7 +599,7 @@ func localMount(ctx context.Context, g *Globals, cl *localcluster.Cluster, ns, d
 	if err != nil {
 		return nil, err
 	}
-	vol, err := fsvol.New(ctx, c, fsvol.Options{})
+	vol, _, err := openFSVolume(ctx, c, fsvol.Options{}, nil)
 	if err == nil {
 		// The same root-reserved share as zctl mkfs's default: a full
 		// file system still lets root recover (a WAL-mode database, fsck).

@@ -5,9 +5,9 @@
 // from the zoned devices of the ZonedDevice service.
 //
 // Every call is device-level and needs the operator's credential (admin),
-// authorized like ZonedDevice's GetLog, except Write, Read, Trim and
-// Flush, which a tenant may also call for its fdp namespace (the
-// arbiter's FDPGrant): its LBAs count from 0 within the grant, its
+// authorized like ZonedDevice's GetLog, except Write, Read, Trim, Flush,
+// LBAStatus and Configs, which a tenant may also call for its fdp namespace
+// (the arbiter's FDPGrant): its LBAs count from 0 within the grant, its
 // placement handles index the grant's handles, and anything outside the
 // grant is PERMISSION_DENIED (another drive, no grant) or OUT_OF_RANGE. Errors are gRPC statuses with a
 // google.rpc.ErrorInfo detail that pkg/rpcerr turns back into pkg/zerr
@@ -147,8 +147,10 @@ type FDPConfigsResponse struct {
 	OverProvision           float64  `protobuf:"fixed64,9,opt,name=over_provision,json=overProvision,proto3" json:"over_provision,omitempty"`
 	Victim                  string   `protobuf:"bytes,10,opt,name=victim,proto3" json:"victim,omitempty"`
 	MaxPlacementIds         uint32   `protobuf:"varint,11,opt,name=max_placement_ids,json=maxPlacementIds,proto3" json:"max_placement_ids,omitempty"`
-	unknownFields           protoimpl.UnknownFields
-	sizeCache               protoimpl.SizeCache
+	// Bytes of one flash page (the unit a reclaim unit stripes over its chips).
+	PageSize      uint32 `protobuf:"varint,12,opt,name=page_size,json=pageSize,proto3" json:"page_size,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *FDPConfigsResponse) Reset() {
@@ -254,6 +256,13 @@ func (x *FDPConfigsResponse) GetVictim() string {
 func (x *FDPConfigsResponse) GetMaxPlacementIds() uint32 {
 	if x != nil {
 		return x.MaxPlacementIds
+	}
+	return 0
+}
+
+func (x *FDPConfigsResponse) GetPageSize() uint32 {
+	if x != nil {
+		return x.PageSize
 	}
 	return 0
 }
@@ -1142,6 +1151,175 @@ func (*FDPTrimResponse) Descriptor() ([]byte, []int) {
 	return file_zonefleet_v1_fdp_proto_rawDescGZIP(), []int{15}
 }
 
+type FDPLBAStatusRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Device        uint32                 `protobuf:"varint,1,opt,name=device,proto3" json:"device,omitempty"`
+	Lba           uint64                 `protobuf:"varint,2,opt,name=lba,proto3" json:"lba,omitempty"`
+	Count         uint64                 `protobuf:"varint,3,opt,name=count,proto3" json:"count,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *FDPLBAStatusRequest) Reset() {
+	*x = FDPLBAStatusRequest{}
+	mi := &file_zonefleet_v1_fdp_proto_msgTypes[16]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *FDPLBAStatusRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*FDPLBAStatusRequest) ProtoMessage() {}
+
+func (x *FDPLBAStatusRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_zonefleet_v1_fdp_proto_msgTypes[16]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use FDPLBAStatusRequest.ProtoReflect.Descriptor instead.
+func (*FDPLBAStatusRequest) Descriptor() ([]byte, []int) {
+	return file_zonefleet_v1_fdp_proto_rawDescGZIP(), []int{16}
+}
+
+func (x *FDPLBAStatusRequest) GetDevice() uint32 {
+	if x != nil {
+		return x.Device
+	}
+	return 0
+}
+
+func (x *FDPLBAStatusRequest) GetLba() uint64 {
+	if x != nil {
+		return x.Lba
+	}
+	return 0
+}
+
+func (x *FDPLBAStatusRequest) GetCount() uint64 {
+	if x != nil {
+		return x.Count
+	}
+	return 0
+}
+
+// A run of mapped LBAs.
+type FDPLBARange struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Lba           uint64                 `protobuf:"varint,1,opt,name=lba,proto3" json:"lba,omitempty"`
+	Count         uint64                 `protobuf:"varint,2,opt,name=count,proto3" json:"count,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *FDPLBARange) Reset() {
+	*x = FDPLBARange{}
+	mi := &file_zonefleet_v1_fdp_proto_msgTypes[17]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *FDPLBARange) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*FDPLBARange) ProtoMessage() {}
+
+func (x *FDPLBARange) ProtoReflect() protoreflect.Message {
+	mi := &file_zonefleet_v1_fdp_proto_msgTypes[17]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use FDPLBARange.ProtoReflect.Descriptor instead.
+func (*FDPLBARange) Descriptor() ([]byte, []int) {
+	return file_zonefleet_v1_fdp_proto_rawDescGZIP(), []int{17}
+}
+
+func (x *FDPLBARange) GetLba() uint64 {
+	if x != nil {
+		return x.Lba
+	}
+	return 0
+}
+
+func (x *FDPLBARange) GetCount() uint64 {
+	if x != nil {
+		return x.Count
+	}
+	return 0
+}
+
+type FDPLBAStatusResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Mapped runs within [lba, lba + count), in increasing order, in the
+	// caller's addressing (a tenant's LBAs count from its namespace's first).
+	Runs []*FDPLBARange `protobuf:"bytes,1,rep,name=runs,proto3" json:"runs,omitempty"`
+	// LBAs from the request's lba this response covers: at most the
+	// request's count, less when the node bounds one response.
+	Count         uint64 `protobuf:"varint,2,opt,name=count,proto3" json:"count,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *FDPLBAStatusResponse) Reset() {
+	*x = FDPLBAStatusResponse{}
+	mi := &file_zonefleet_v1_fdp_proto_msgTypes[18]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *FDPLBAStatusResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*FDPLBAStatusResponse) ProtoMessage() {}
+
+func (x *FDPLBAStatusResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_zonefleet_v1_fdp_proto_msgTypes[18]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use FDPLBAStatusResponse.ProtoReflect.Descriptor instead.
+func (*FDPLBAStatusResponse) Descriptor() ([]byte, []int) {
+	return file_zonefleet_v1_fdp_proto_rawDescGZIP(), []int{18}
+}
+
+func (x *FDPLBAStatusResponse) GetRuns() []*FDPLBARange {
+	if x != nil {
+		return x.Runs
+	}
+	return nil
+}
+
+func (x *FDPLBAStatusResponse) GetCount() uint64 {
+	if x != nil {
+		return x.Count
+	}
+	return 0
+}
+
 type FDPFlushResponse struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	unknownFields protoimpl.UnknownFields
@@ -1150,7 +1328,7 @@ type FDPFlushResponse struct {
 
 func (x *FDPFlushResponse) Reset() {
 	*x = FDPFlushResponse{}
-	mi := &file_zonefleet_v1_fdp_proto_msgTypes[16]
+	mi := &file_zonefleet_v1_fdp_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1162,7 +1340,7 @@ func (x *FDPFlushResponse) String() string {
 func (*FDPFlushResponse) ProtoMessage() {}
 
 func (x *FDPFlushResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_zonefleet_v1_fdp_proto_msgTypes[16]
+	mi := &file_zonefleet_v1_fdp_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1175,7 +1353,7 @@ func (x *FDPFlushResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FDPFlushResponse.ProtoReflect.Descriptor instead.
 func (*FDPFlushResponse) Descriptor() ([]byte, []int) {
-	return file_zonefleet_v1_fdp_proto_rawDescGZIP(), []int{16}
+	return file_zonefleet_v1_fdp_proto_rawDescGZIP(), []int{19}
 }
 
 type FDPUpdateHandlesRequest struct {
@@ -1188,7 +1366,7 @@ type FDPUpdateHandlesRequest struct {
 
 func (x *FDPUpdateHandlesRequest) Reset() {
 	*x = FDPUpdateHandlesRequest{}
-	mi := &file_zonefleet_v1_fdp_proto_msgTypes[17]
+	mi := &file_zonefleet_v1_fdp_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1200,7 +1378,7 @@ func (x *FDPUpdateHandlesRequest) String() string {
 func (*FDPUpdateHandlesRequest) ProtoMessage() {}
 
 func (x *FDPUpdateHandlesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_zonefleet_v1_fdp_proto_msgTypes[17]
+	mi := &file_zonefleet_v1_fdp_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1213,7 +1391,7 @@ func (x *FDPUpdateHandlesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FDPUpdateHandlesRequest.ProtoReflect.Descriptor instead.
 func (*FDPUpdateHandlesRequest) Descriptor() ([]byte, []int) {
-	return file_zonefleet_v1_fdp_proto_rawDescGZIP(), []int{17}
+	return file_zonefleet_v1_fdp_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *FDPUpdateHandlesRequest) GetDevice() uint32 {
@@ -1238,7 +1416,7 @@ type FDPUpdateHandlesResponse struct {
 
 func (x *FDPUpdateHandlesResponse) Reset() {
 	*x = FDPUpdateHandlesResponse{}
-	mi := &file_zonefleet_v1_fdp_proto_msgTypes[18]
+	mi := &file_zonefleet_v1_fdp_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1250,7 +1428,7 @@ func (x *FDPUpdateHandlesResponse) String() string {
 func (*FDPUpdateHandlesResponse) ProtoMessage() {}
 
 func (x *FDPUpdateHandlesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_zonefleet_v1_fdp_proto_msgTypes[18]
+	mi := &file_zonefleet_v1_fdp_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1263,7 +1441,7 @@ func (x *FDPUpdateHandlesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FDPUpdateHandlesResponse.ProtoReflect.Descriptor instead.
 func (*FDPUpdateHandlesResponse) Descriptor() ([]byte, []int) {
-	return file_zonefleet_v1_fdp_proto_rawDescGZIP(), []int{18}
+	return file_zonefleet_v1_fdp_proto_rawDescGZIP(), []int{21}
 }
 
 type FDPSetConfigRequest struct {
@@ -1279,7 +1457,7 @@ type FDPSetConfigRequest struct {
 
 func (x *FDPSetConfigRequest) Reset() {
 	*x = FDPSetConfigRequest{}
-	mi := &file_zonefleet_v1_fdp_proto_msgTypes[19]
+	mi := &file_zonefleet_v1_fdp_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1291,7 +1469,7 @@ func (x *FDPSetConfigRequest) String() string {
 func (*FDPSetConfigRequest) ProtoMessage() {}
 
 func (x *FDPSetConfigRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_zonefleet_v1_fdp_proto_msgTypes[19]
+	mi := &file_zonefleet_v1_fdp_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1304,7 +1482,7 @@ func (x *FDPSetConfigRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FDPSetConfigRequest.ProtoReflect.Descriptor instead.
 func (*FDPSetConfigRequest) Descriptor() ([]byte, []int) {
-	return file_zonefleet_v1_fdp_proto_rawDescGZIP(), []int{19}
+	return file_zonefleet_v1_fdp_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *FDPSetConfigRequest) GetDevice() uint32 {
@@ -1337,7 +1515,7 @@ const file_zonefleet_v1_fdp_proto_rawDesc = "" +
 	"\x06device\x18\x01 \x01(\rR\x06device\";\n" +
 	"\vPlacementID\x12\x14\n" +
 	"\x05group\x18\x01 \x01(\rR\x05group\x12\x16\n" +
-	"\x06handle\x18\x02 \x01(\rR\x06handle\"\xa3\x03\n" +
+	"\x06handle\x18\x02 \x01(\rR\x06handle\"\xc0\x03\n" +
 	"\x12FDPConfigsResponse\x12%\n" +
 	"\x0ereclaim_groups\x18\x01 \x01(\rR\rreclaimGroups\x12!\n" +
 	"\fhandle_types\x18\x02 \x03(\tR\vhandleTypes\x12\x19\n" +
@@ -1351,7 +1529,8 @@ const file_zonefleet_v1_fdp_proto_rawDesc = "" +
 	"\x0eover_provision\x18\t \x01(\x01R\roverProvision\x12\x16\n" +
 	"\x06victim\x18\n" +
 	" \x01(\tR\x06victim\x12*\n" +
-	"\x11max_placement_ids\x18\v \x01(\rR\x0fmaxPlacementIds\"\xe4\x02\n" +
+	"\x11max_placement_ids\x18\v \x01(\rR\x0fmaxPlacementIds\x12\x1b\n" +
+	"\tpage_size\x18\f \x01(\rR\bpageSize\"\xe4\x02\n" +
 	"\vHandleUsage\x12\x14\n" +
 	"\x05group\x18\x01 \x01(\rR\x05group\x12\x16\n" +
 	"\x06handle\x18\x02 \x01(\rR\x06handle\x12\x12\n" +
@@ -1423,7 +1602,17 @@ const file_zonefleet_v1_fdp_proto_rawDesc = "" +
 	"\x06device\x18\x01 \x01(\rR\x06device\x12\x10\n" +
 	"\x03lba\x18\x02 \x01(\x04R\x03lba\x12\x14\n" +
 	"\x05count\x18\x03 \x01(\x04R\x05count\"\x11\n" +
-	"\x0fFDPTrimResponse\"\x12\n" +
+	"\x0fFDPTrimResponse\"U\n" +
+	"\x13FDPLBAStatusRequest\x12\x16\n" +
+	"\x06device\x18\x01 \x01(\rR\x06device\x12\x10\n" +
+	"\x03lba\x18\x02 \x01(\x04R\x03lba\x12\x14\n" +
+	"\x05count\x18\x03 \x01(\x04R\x05count\"5\n" +
+	"\vFDPLBARange\x12\x10\n" +
+	"\x03lba\x18\x01 \x01(\x04R\x03lba\x12\x14\n" +
+	"\x05count\x18\x02 \x01(\x04R\x05count\"[\n" +
+	"\x14FDPLBAStatusResponse\x12-\n" +
+	"\x04runs\x18\x01 \x03(\v2\x19.zonefleet.v1.FDPLBARangeR\x04runs\x12\x14\n" +
+	"\x05count\x18\x02 \x01(\x04R\x05count\"\x12\n" +
 	"\x10FDPFlushResponse\"l\n" +
 	"\x17FDPUpdateHandlesRequest\x12\x16\n" +
 	"\x06device\x18\x01 \x01(\rR\x06device\x129\n" +
@@ -1435,7 +1624,7 @@ const file_zonefleet_v1_fdp_proto_rawDesc = "" +
 	"\x06device\x18\x01 \x01(\rR\x06device\x12\x16\n" +
 	"\x06victim\x18\x02 \x01(\tR\x06victim\x12\x1e\n" +
 	"\bru_chips\x18\x03 \x01(\rH\x00R\aruChips\x88\x01\x01B\v\n" +
-	"\t_ru_chips2\xc7\x06\n" +
+	"\t_ru_chips2\x9b\a\n" +
 	"\x03FDP\x12K\n" +
 	"\aConfigs\x12\x1e.zonefleet.v1.FDPDeviceRequest\x1a .zonefleet.v1.FDPConfigsResponse\x12G\n" +
 	"\x05Usage\x12\x1e.zonefleet.v1.FDPDeviceRequest\x1a\x1e.zonefleet.v1.FDPUsageResponse\x12G\n" +
@@ -1444,7 +1633,8 @@ const file_zonefleet_v1_fdp_proto_rawDesc = "" +
 	"\x06Status\x12\x1e.zonefleet.v1.FDPDeviceRequest\x1a\x1f.zonefleet.v1.FDPStatusResponse\x12F\n" +
 	"\x05Write\x12\x1d.zonefleet.v1.FDPWriteRequest\x1a\x1e.zonefleet.v1.FDPWriteResponse\x12C\n" +
 	"\x04Read\x12\x1c.zonefleet.v1.FDPReadRequest\x1a\x1d.zonefleet.v1.FDPReadResponse\x12C\n" +
-	"\x04Trim\x12\x1c.zonefleet.v1.FDPTrimRequest\x1a\x1d.zonefleet.v1.FDPTrimResponse\x12G\n" +
+	"\x04Trim\x12\x1c.zonefleet.v1.FDPTrimRequest\x1a\x1d.zonefleet.v1.FDPTrimResponse\x12R\n" +
+	"\tLBAStatus\x12!.zonefleet.v1.FDPLBAStatusRequest\x1a\".zonefleet.v1.FDPLBAStatusResponse\x12G\n" +
 	"\x05Flush\x12\x1e.zonefleet.v1.FDPDeviceRequest\x1a\x1e.zonefleet.v1.FDPFlushResponse\x12^\n" +
 	"\rUpdateHandles\x12%.zonefleet.v1.FDPUpdateHandlesRequest\x1a&.zonefleet.v1.FDPUpdateHandlesResponse\x12P\n" +
 	"\tSetConfig\x12!.zonefleet.v1.FDPSetConfigRequest\x1a .zonefleet.v1.FDPConfigsResponseB=Z;github.com/zonefleet/zonefleet/api/zonefleet/v1;zonefleetv1b\x06proto3"
@@ -1461,7 +1651,7 @@ func file_zonefleet_v1_fdp_proto_rawDescGZIP() []byte {
 	return file_zonefleet_v1_fdp_proto_rawDescData
 }
 
-var file_zonefleet_v1_fdp_proto_msgTypes = make([]protoimpl.MessageInfo, 20)
+var file_zonefleet_v1_fdp_proto_msgTypes = make([]protoimpl.MessageInfo, 23)
 var file_zonefleet_v1_fdp_proto_goTypes = []any{
 	(*FDPDeviceRequest)(nil),         // 0: zonefleet.v1.FDPDeviceRequest
 	(*PlacementID)(nil),              // 1: zonefleet.v1.PlacementID
@@ -1479,43 +1669,49 @@ var file_zonefleet_v1_fdp_proto_goTypes = []any{
 	(*FDPReadResponse)(nil),          // 13: zonefleet.v1.FDPReadResponse
 	(*FDPTrimRequest)(nil),           // 14: zonefleet.v1.FDPTrimRequest
 	(*FDPTrimResponse)(nil),          // 15: zonefleet.v1.FDPTrimResponse
-	(*FDPFlushResponse)(nil),         // 16: zonefleet.v1.FDPFlushResponse
-	(*FDPUpdateHandlesRequest)(nil),  // 17: zonefleet.v1.FDPUpdateHandlesRequest
-	(*FDPUpdateHandlesResponse)(nil), // 18: zonefleet.v1.FDPUpdateHandlesResponse
-	(*FDPSetConfigRequest)(nil),      // 19: zonefleet.v1.FDPSetConfigRequest
+	(*FDPLBAStatusRequest)(nil),      // 16: zonefleet.v1.FDPLBAStatusRequest
+	(*FDPLBARange)(nil),              // 17: zonefleet.v1.FDPLBARange
+	(*FDPLBAStatusResponse)(nil),     // 18: zonefleet.v1.FDPLBAStatusResponse
+	(*FDPFlushResponse)(nil),         // 19: zonefleet.v1.FDPFlushResponse
+	(*FDPUpdateHandlesRequest)(nil),  // 20: zonefleet.v1.FDPUpdateHandlesRequest
+	(*FDPUpdateHandlesResponse)(nil), // 21: zonefleet.v1.FDPUpdateHandlesResponse
+	(*FDPSetConfigRequest)(nil),      // 22: zonefleet.v1.FDPSetConfigRequest
 }
 var file_zonefleet_v1_fdp_proto_depIdxs = []int32{
 	3,  // 0: zonefleet.v1.FDPUsageResponse.handles:type_name -> zonefleet.v1.HandleUsage
 	7,  // 1: zonefleet.v1.FDPEventsResponse.events:type_name -> zonefleet.v1.FDPEvent
 	1,  // 2: zonefleet.v1.FDPWriteRequest.placement:type_name -> zonefleet.v1.PlacementID
-	1,  // 3: zonefleet.v1.FDPUpdateHandlesRequest.placements:type_name -> zonefleet.v1.PlacementID
-	0,  // 4: zonefleet.v1.FDP.Configs:input_type -> zonefleet.v1.FDPDeviceRequest
-	0,  // 5: zonefleet.v1.FDP.Usage:input_type -> zonefleet.v1.FDPDeviceRequest
-	0,  // 6: zonefleet.v1.FDP.Stats:input_type -> zonefleet.v1.FDPDeviceRequest
-	6,  // 7: zonefleet.v1.FDP.Events:input_type -> zonefleet.v1.FDPEventsRequest
-	0,  // 8: zonefleet.v1.FDP.Status:input_type -> zonefleet.v1.FDPDeviceRequest
-	10, // 9: zonefleet.v1.FDP.Write:input_type -> zonefleet.v1.FDPWriteRequest
-	12, // 10: zonefleet.v1.FDP.Read:input_type -> zonefleet.v1.FDPReadRequest
-	14, // 11: zonefleet.v1.FDP.Trim:input_type -> zonefleet.v1.FDPTrimRequest
-	0,  // 12: zonefleet.v1.FDP.Flush:input_type -> zonefleet.v1.FDPDeviceRequest
-	17, // 13: zonefleet.v1.FDP.UpdateHandles:input_type -> zonefleet.v1.FDPUpdateHandlesRequest
-	19, // 14: zonefleet.v1.FDP.SetConfig:input_type -> zonefleet.v1.FDPSetConfigRequest
-	2,  // 15: zonefleet.v1.FDP.Configs:output_type -> zonefleet.v1.FDPConfigsResponse
-	4,  // 16: zonefleet.v1.FDP.Usage:output_type -> zonefleet.v1.FDPUsageResponse
-	5,  // 17: zonefleet.v1.FDP.Stats:output_type -> zonefleet.v1.FDPStatsResponse
-	8,  // 18: zonefleet.v1.FDP.Events:output_type -> zonefleet.v1.FDPEventsResponse
-	9,  // 19: zonefleet.v1.FDP.Status:output_type -> zonefleet.v1.FDPStatusResponse
-	11, // 20: zonefleet.v1.FDP.Write:output_type -> zonefleet.v1.FDPWriteResponse
-	13, // 21: zonefleet.v1.FDP.Read:output_type -> zonefleet.v1.FDPReadResponse
-	15, // 22: zonefleet.v1.FDP.Trim:output_type -> zonefleet.v1.FDPTrimResponse
-	16, // 23: zonefleet.v1.FDP.Flush:output_type -> zonefleet.v1.FDPFlushResponse
-	18, // 24: zonefleet.v1.FDP.UpdateHandles:output_type -> zonefleet.v1.FDPUpdateHandlesResponse
-	2,  // 25: zonefleet.v1.FDP.SetConfig:output_type -> zonefleet.v1.FDPConfigsResponse
-	15, // [15:26] is the sub-list for method output_type
-	4,  // [4:15] is the sub-list for method input_type
-	4,  // [4:4] is the sub-list for extension type_name
-	4,  // [4:4] is the sub-list for extension extendee
-	0,  // [0:4] is the sub-list for field type_name
+	17, // 3: zonefleet.v1.FDPLBAStatusResponse.runs:type_name -> zonefleet.v1.FDPLBARange
+	1,  // 4: zonefleet.v1.FDPUpdateHandlesRequest.placements:type_name -> zonefleet.v1.PlacementID
+	0,  // 5: zonefleet.v1.FDP.Configs:input_type -> zonefleet.v1.FDPDeviceRequest
+	0,  // 6: zonefleet.v1.FDP.Usage:input_type -> zonefleet.v1.FDPDeviceRequest
+	0,  // 7: zonefleet.v1.FDP.Stats:input_type -> zonefleet.v1.FDPDeviceRequest
+	6,  // 8: zonefleet.v1.FDP.Events:input_type -> zonefleet.v1.FDPEventsRequest
+	0,  // 9: zonefleet.v1.FDP.Status:input_type -> zonefleet.v1.FDPDeviceRequest
+	10, // 10: zonefleet.v1.FDP.Write:input_type -> zonefleet.v1.FDPWriteRequest
+	12, // 11: zonefleet.v1.FDP.Read:input_type -> zonefleet.v1.FDPReadRequest
+	14, // 12: zonefleet.v1.FDP.Trim:input_type -> zonefleet.v1.FDPTrimRequest
+	16, // 13: zonefleet.v1.FDP.LBAStatus:input_type -> zonefleet.v1.FDPLBAStatusRequest
+	0,  // 14: zonefleet.v1.FDP.Flush:input_type -> zonefleet.v1.FDPDeviceRequest
+	20, // 15: zonefleet.v1.FDP.UpdateHandles:input_type -> zonefleet.v1.FDPUpdateHandlesRequest
+	22, // 16: zonefleet.v1.FDP.SetConfig:input_type -> zonefleet.v1.FDPSetConfigRequest
+	2,  // 17: zonefleet.v1.FDP.Configs:output_type -> zonefleet.v1.FDPConfigsResponse
+	4,  // 18: zonefleet.v1.FDP.Usage:output_type -> zonefleet.v1.FDPUsageResponse
+	5,  // 19: zonefleet.v1.FDP.Stats:output_type -> zonefleet.v1.FDPStatsResponse
+	8,  // 20: zonefleet.v1.FDP.Events:output_type -> zonefleet.v1.FDPEventsResponse
+	9,  // 21: zonefleet.v1.FDP.Status:output_type -> zonefleet.v1.FDPStatusResponse
+	11, // 22: zonefleet.v1.FDP.Write:output_type -> zonefleet.v1.FDPWriteResponse
+	13, // 23: zonefleet.v1.FDP.Read:output_type -> zonefleet.v1.FDPReadResponse
+	15, // 24: zonefleet.v1.FDP.Trim:output_type -> zonefleet.v1.FDPTrimResponse
+	18, // 25: zonefleet.v1.FDP.LBAStatus:output_type -> zonefleet.v1.FDPLBAStatusResponse
+	19, // 26: zonefleet.v1.FDP.Flush:output_type -> zonefleet.v1.FDPFlushResponse
+	21, // 27: zonefleet.v1.FDP.UpdateHandles:output_type -> zonefleet.v1.FDPUpdateHandlesResponse
+	2,  // 28: zonefleet.v1.FDP.SetConfig:output_type -> zonefleet.v1.FDPConfigsResponse
+	17, // [17:29] is the sub-list for method output_type
+	5,  // [5:17] is the sub-list for method input_type
+	5,  // [5:5] is the sub-list for extension type_name
+	5,  // [5:5] is the sub-list for extension extendee
+	0,  // [0:5] is the sub-list for field type_name
 }
 
 func init() { file_zonefleet_v1_fdp_proto_init() }
@@ -1523,14 +1719,14 @@ func file_zonefleet_v1_fdp_proto_init() {
 	if File_zonefleet_v1_fdp_proto != nil {
 		return
 	}
-	file_zonefleet_v1_fdp_proto_msgTypes[19].OneofWrappers = []any{}
+	file_zonefleet_v1_fdp_proto_msgTypes[22].OneofWrappers = []any{}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_zonefleet_v1_fdp_proto_rawDesc), len(file_zonefleet_v1_fdp_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   20,
+			NumMessages:   23,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -5,9 +5,9 @@
 // from the zoned devices of the ZonedDevice service.
 //
 // Every call is device-level and needs the operator's credential (admin),
-// authorized like ZonedDevice's GetLog, except Write, Read, Trim and
-// Flush, which a tenant may also call for its fdp namespace (the
-// arbiter's FDPGrant): its LBAs count from 0 within the grant, its
+// authorized like ZonedDevice's GetLog, except Write, Read, Trim, Flush,
+// LBAStatus and Configs, which a tenant may also call for its fdp namespace
+// (the arbiter's FDPGrant): its LBAs count from 0 within the grant, its
 // placement handles index the grant's handles, and anything outside the
 // grant is PERMISSION_DENIED (another drive, no grant) or OUT_OF_RANGE. Errors are gRPC statuses with a
 // google.rpc.ErrorInfo detail that pkg/rpcerr turns back into pkg/zerr
@@ -42,6 +42,7 @@ const (
 	FDP_Write_FullMethodName         = "/zonefleet.v1.FDP/Write"
 	FDP_Read_FullMethodName          = "/zonefleet.v1.FDP/Read"
 	FDP_Trim_FullMethodName          = "/zonefleet.v1.FDP/Trim"
+	FDP_LBAStatus_FullMethodName     = "/zonefleet.v1.FDP/LBAStatus"
 	FDP_Flush_FullMethodName         = "/zonefleet.v1.FDP/Flush"
 	FDP_UpdateHandles_FullMethodName = "/zonefleet.v1.FDP/UpdateHandles"
 	FDP_SetConfig_FullMethodName     = "/zonefleet.v1.FDP/SetConfig"
@@ -51,7 +52,9 @@ const (
 //
 // For semantics around ctx use and closing/ending streaming RPCs, please refer to https://pkg.go.dev/google.golang.org/grpc/?tab=doc#ClientConn.NewStream.
 type FDPClient interface {
-	// The FDP configurations log page (one configuration).
+	// The FDP configurations log page (one configuration). A tenant sees
+	// its namespace's view: lbas is its capacity, handle_types and
+	// max_placement_ids count its own placement handles.
 	Configs(ctx context.Context, in *FDPDeviceRequest, opts ...grpc.CallOption) (*FDPConfigsResponse, error)
 	// The reclaim unit handle usage log page.
 	Usage(ctx context.Context, in *FDPDeviceRequest, opts ...grpc.CallOption) (*FDPUsageResponse, error)
@@ -67,6 +70,12 @@ type FDPClient interface {
 	Read(ctx context.Context, in *FDPReadRequest, opts ...grpc.CallOption) (*FDPReadResponse, error)
 	// Deallocates blocks.
 	Trim(ctx context.Context, in *FDPTrimRequest, opts ...grpc.CallOption) (*FDPTrimResponse, error)
+	// Which blocks of a range are mapped (written and not trimmed since), as
+	// runs in increasing order (NVMe Get LBA Status). A call covers at most a
+	// node-chosen number of LBAs from lba (the response's count); the caller
+	// asks again from lba + count for the rest. The whole requested range
+	// must lie within the namespace (OUT_OF_RANGE otherwise).
+	LBAStatus(ctx context.Context, in *FDPLBAStatusRequest, opts ...grpc.CallOption) (*FDPLBAStatusResponse, error)
 	// Makes every acknowledged write and trim durable.
 	Flush(ctx context.Context, in *FDPDeviceRequest, opts ...grpc.CallOption) (*FDPFlushResponse, error)
 	// Points placement handles at fresh reclaim units (RUH Update).
@@ -163,6 +172,16 @@ func (c *fDPClient) Trim(ctx context.Context, in *FDPTrimRequest, opts ...grpc.C
 	return out, nil
 }
 
+func (c *fDPClient) LBAStatus(ctx context.Context, in *FDPLBAStatusRequest, opts ...grpc.CallOption) (*FDPLBAStatusResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(FDPLBAStatusResponse)
+	err := c.cc.Invoke(ctx, FDP_LBAStatus_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 func (c *fDPClient) Flush(ctx context.Context, in *FDPDeviceRequest, opts ...grpc.CallOption) (*FDPFlushResponse, error) {
 	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
 	out := new(FDPFlushResponse)
@@ -197,7 +216,9 @@ func (c *fDPClient) SetConfig(ctx context.Context, in *FDPSetConfigRequest, opts
 // All implementations must embed UnimplementedFDPServer
 // for forward compatibility.
 type FDPServer interface {
-	// The FDP configurations log page (one configuration).
+	// The FDP configurations log page (one configuration). A tenant sees
+	// its namespace's view: lbas is its capacity, handle_types and
+	// max_placement_ids count its own placement handles.
 	Configs(context.Context, *FDPDeviceRequest) (*FDPConfigsResponse, error)
 	// The reclaim unit handle usage log page.
 	Usage(context.Context, *FDPDeviceRequest) (*FDPUsageResponse, error)
@@ -213,6 +234,12 @@ type FDPServer interface {
 	Read(context.Context, *FDPReadRequest) (*FDPReadResponse, error)
 	// Deallocates blocks.
 	Trim(context.Context, *FDPTrimRequest) (*FDPTrimResponse, error)
+	// Which blocks of a range are mapped (written and not trimmed since), as
+	// runs in increasing order (NVMe Get LBA Status). A call covers at most a
+	// node-chosen number of LBAs from lba (the response's count); the caller
+	// asks again from lba + count for the rest. The whole requested range
+	// must lie within the namespace (OUT_OF_RANGE otherwise).
+	LBAStatus(context.Context, *FDPLBAStatusRequest) (*FDPLBAStatusResponse, error)
 	// Makes every acknowledged write and trim durable.
 	Flush(context.Context, *FDPDeviceRequest) (*FDPFlushResponse, error)
 	// Points placement handles at fresh reclaim units (RUH Update).
@@ -252,6 +279,9 @@ func (UnimplementedFDPServer) Read(context.Context, *FDPReadRequest) (*FDPReadRe
 }
 func (UnimplementedFDPServer) Trim(context.Context, *FDPTrimRequest) (*FDPTrimResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method Trim not implemented")
+}
+func (UnimplementedFDPServer) LBAStatus(context.Context, *FDPLBAStatusRequest) (*FDPLBAStatusResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method LBAStatus not implemented")
 }
 func (UnimplementedFDPServer) Flush(context.Context, *FDPDeviceRequest) (*FDPFlushResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method Flush not implemented")
@@ -427,6 +457,24 @@ func _FDP_Trim_Handler(srv interface{}, ctx context.Context, dec func(interface{
 	return interceptor(ctx, in, info, handler)
 }
 
+func _FDP_LBAStatus_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(FDPLBAStatusRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(FDPServer).LBAStatus(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: FDP_LBAStatus_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(FDPServer).LBAStatus(ctx, req.(*FDPLBAStatusRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 func _FDP_Flush_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
 	in := new(FDPDeviceRequest)
 	if err := dec(in); err != nil {
@@ -519,6 +567,10 @@ var FDP_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "Trim",
 			Handler:    _FDP_Trim_Handler,
+		},
+		{
+			MethodName: "LBAStatus",
+			Handler:    _FDP_LBAStatus_Handler,
 		},
 		{
 			MethodName: "Flush",
