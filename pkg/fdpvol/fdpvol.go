@@ -57,8 +57,10 @@
 // durable, so the recovered write pointer is at or past the last durable
 // one: a power loss can lose only unflushed writes at a zone's tail, and
 // can leave mapped blocks past a hole (a later unflushed write survived, an
-// earlier one not). New trims those blocks past the write pointer (nothing
-// may read them, and garbage collection would otherwise move them). A
+// earlier one not). Nothing may read those blocks past the write pointer;
+// the zone's next write or finish trims them first (garbage collection
+// would otherwise move them). Open itself changes nothing on the drive, so
+// opening a namespace with the wrong zone size (below) loses nothing. A
 // write whose answer was lost (a node or the network failing after the
 // drive took it) is the same case: the volume keeps the zone's write
 // pointer, its next write there overwrites those blocks, and a later Open
@@ -74,9 +76,9 @@
 // The zone size is a number of reclaim units of the drive's current size
 // (Options.ZoneRUs), and lfs records it in its superblock: a drive whose
 // reclaim unit size changed since mkfs (fdp SetConfig) gives other zones,
-// and lfs refuses the mount (a geometry mismatch). Open has by then
-// trimmed what lies past the mapped prefix of those other zones: change
-// the reclaim unit size only of a drive without a file system.
+// and lfs refuses the mount (a geometry mismatch) before it writes; Open
+// changed nothing, so setting the old size back mounts the file system
+// again.
 //
 // # Concurrency
 //
@@ -124,7 +126,7 @@ type Options struct {
 	// DefaultHandle is the handle of zones opened without a class.
 	DefaultHandle uint16
 	// Fence, when set, is asked before every command that changes the
-	// namespace (Open's trims, opening a zone, Write, Compact, Finish,
+	// namespace (opening a zone, Write, Compact, Finish,
 	// Reset); its error refuses the command, unchanged. A mount lease
 	// (fdpnet.Lease) stops a mount that lost the namespace to another.
 	Fence func() error
@@ -148,6 +150,9 @@ type zone struct {
 	st      zstate
 	handle  uint16
 	writing bool // a write is in flight
+	// stale: Open found blocks mapped past the write pointer (past a hole);
+	// they are trimmed before the zone's next write or finish.
+	stale bool
 }
 
 // Volume is an lfs.Volume over one FDP namespace.
@@ -234,7 +239,10 @@ func Open(ctx context.Context, d Drive, o Options) (*Volume, error) {
 }
 
 // recover derives every zone's write pointer from the drive's mapping and
-// trims what is mapped past it.
+// marks the zones with blocks mapped past it. It changes nothing on the
+// drive: a namespace opened with another zone size (the reclaim unit size
+// changed since mkfs) is refused by the file system's mount before any
+// write, and its data must still be there for a mount with the right one.
 func (v *Volume) recover(ctx context.Context) error {
 	runs, err := v.drive.LBAStatus(ctx, 0, uint64(len(v.zones))*v.zb)
 	if err != nil {
@@ -254,11 +262,8 @@ func (v *Volume) recover(ctx context.Context) error {
 				if z.wp == v.zb {
 					z.st = zFull
 				}
-			} else if err := v.fenced(); err != nil {
-				return err
-			} else if err := v.drive.Trim(ctx, l, stop-l); err != nil {
-				// past a hole: unreadable leftovers of a lost write
-				return err
+			} else {
+				z.stale = true // past a hole: unreadable leftovers of a lost write
 			}
 			l = stop
 		}
@@ -386,8 +391,17 @@ func (v *Volume) Write(ctx context.Context, zi lfs.ZoneID, off uint64, data []by
 	}
 	z.writing = true
 	pid := v.pid(zi, z.handle)
+	stale := z.stale
 	v.mu.Unlock()
 
+	if stale {
+		if err := v.trimStale(ctx, zi, z, start+off); err != nil {
+			v.mu.Lock()
+			z.writing = false
+			v.mu.Unlock()
+			return err
+		}
+	}
 	err = v.drive.Write(ctx, start+off, data, pid, fua)
 
 	v.mu.Lock()
@@ -401,6 +415,20 @@ func (v *Volume) Write(ctx context.Context, zi lfs.ZoneID, off uint64, data []by
 		z.st = zFull
 		v.open--
 	}
+	return nil
+}
+
+// trimStale trims zone zi's blocks from lba to its end, mapped past its
+// write pointer when the volume was opened, so that garbage collection
+// does not move them and no later Open counts them; the zone is claimed
+// (z.writing) by the caller.
+func (v *Volume) trimStale(ctx context.Context, zi lfs.ZoneID, z *zone, lba uint64) error {
+	if err := v.drive.Trim(ctx, lba, uint64(zi+1)*v.zb-lba); err != nil {
+		return err
+	}
+	v.mu.Lock()
+	z.stale = false
+	v.mu.Unlock()
 	return nil
 }
 
@@ -445,14 +473,24 @@ func (v *Volume) Finish(ctx context.Context, zi lfs.ZoneID) error {
 	if err != nil {
 		return err
 	}
-	switch z.st {
-	case zEmpty:
+	switch {
+	case z.st == zEmpty:
 		return &zerr.ZoneStateError{Zone: uint64(zi), State: "empty", Op: "finish"}
-	case zOpen:
+	case z.writing:
+		return &zerr.ZoneStateError{Zone: uint64(zi), State: "writing", Op: "finish"}
+	case z.st == zOpen:
 		v.open--
 	}
 	z.st = zFull
-	return nil
+	if !z.stale {
+		return nil
+	}
+	z.writing = true // the trim of the stale tail is in flight
+	v.mu.Unlock()
+	err = v.trimStale(ctx, zi, z, uint64(zi)*v.zb+z.wp)
+	v.mu.Lock()
+	z.writing = false
+	return err
 }
 
 // Reset implements lfs.Volume: the zone's range is trimmed (durable with
@@ -474,7 +512,7 @@ func (v *Volume) Reset(ctx context.Context, zi lfs.ZoneID) error {
 	if z.st == zOpen {
 		v.open--
 	}
-	z.st, z.wp = zEmpty, 0
+	z.st, z.wp, z.stale = zEmpty, 0, false
 	z.writing = true // no write or open until the trim is in
 	v.mu.Unlock()
 	err = v.drive.Trim(ctx, uint64(zi)*v.zb, v.zb)

@@ -143,7 +143,7 @@ func TestCompactIsHostCopy(t *testing.T) {
 
 // TestRecoverWritePointers: after a restart the zones and write pointers
 // come from the drive's mapping; mapped blocks past a hole (a lost write
-// before a surviving one) are trimmed.
+// before a surviving one) stay until the zone's next write trims them.
 func TestRecoverWritePointers(t *testing.T) {
 	mem := vfs.NewCrashableMem()
 	d := newDev(t, mem)
@@ -181,15 +181,66 @@ func TestRecoverWritePointers(t *testing.T) {
 		{ID: holed, WP: 5, Capacity: 64, State: lfs.ZoneOpen},
 		{ID: fin, WP: 3, Capacity: 64, State: lfs.ZoneOpen},
 	}, zs)
+	// opening changed nothing: the blocks past the hole are still mapped
 	runs, err := d.LBAStatus(uint64(holed)*64, 64)
 	require.NoError(t, err)
-	require.Equal(t, []fdp.LBARange{{LBA: uint64(holed) * 64, Count: 5}}, runs)
-	// writes resume at the recovered write pointer
+	require.Equal(t, []fdp.LBARange{{LBA: uint64(holed) * 64, Count: 5}, {LBA: uint64(holed)*64 + 6, Count: 6}}, runs)
+	// writes resume at the recovered write pointer; the zone's first write
+	// trims what lay past it
 	require.NoError(t, v.Write(bg, holed, 5, blocks(bs, 2, 7), false))
+	runs, err = d.LBAStatus(uint64(holed)*64, 64)
+	require.NoError(t, err)
+	require.Equal(t, []fdp.LBARange{{LBA: uint64(holed) * 64, Count: 7}}, runs)
 	got := make([]byte, 7*bs)
 	require.NoError(t, v.Read(bg, holed, 0, got))
 	require.True(t, bytes.Equal(blocks(bs, 12, 3)[:5*bs], got[:5*bs]))
 	require.True(t, bytes.Equal(blocks(bs, 2, 7), got[5*bs:]))
+}
+
+// TestOpenWithOtherZoneSizeChangesNothing: a volume opened with another
+// zone size (the reclaim unit size changed since mkfs) sees other zones,
+// with blocks mapped past their write pointers; opening trims none of them,
+// so a volume with the old size reads everything back. A finish trims the
+// zone's stale tail.
+func TestOpenWithOtherZoneSizeChangesNothing(t *testing.T) {
+	d := newDev(t, vfs.NewCrashableMem())
+	defer d.Close()
+	v, err := fdpvol.New(bg, d, fdpvol.Options{})
+	require.NoError(t, err)
+	bs := v.Geometry().BlockSize
+	zb := v.Geometry().ZoneBlocks
+	a, err := v.OpenZone(bg)
+	require.NoError(t, err)
+	require.NoError(t, v.Write(bg, a, 0, blocks(bs, 10, 1), false))
+	b, err := v.OpenZone(bg)
+	require.NoError(t, err)
+	require.Equal(t, a+1, b)
+	require.NoError(t, v.Write(bg, b, 0, blocks(bs, 8, 2), false))
+	require.NoError(t, v.Flush(bg))
+	before, err := d.LBAStatus(0, 2*zb)
+	require.NoError(t, err)
+
+	// two reclaim units a zone: zone 0 holds both, mapped [0,10) and [zb, zb+8)
+	w, err := fdpvol.New(bg, d, fdpvol.Options{ZoneRUs: 2})
+	require.NoError(t, err)
+	zs, err := w.Zones(bg)
+	require.NoError(t, err)
+	require.Equal(t, []lfs.ZoneInfo{{ID: 0, WP: 10, Capacity: 2 * zb, State: lfs.ZoneOpen}}, zs)
+	after, err := d.LBAStatus(0, 2*zb)
+	require.NoError(t, err)
+	require.Equal(t, before, after, "opening trimmed nothing")
+
+	v, err = fdpvol.New(bg, d, fdpvol.Options{})
+	require.NoError(t, err)
+	got := make([]byte, 8*bs)
+	require.NoError(t, v.Read(bg, b, 0, got))
+	require.Equal(t, blocks(bs, 8, 2), got, "the old zone size reads the data back")
+
+	// a finish of the wider zone trims what lay past its write pointer
+	require.NoError(t, w.Finish(bg, 0))
+	after, err = d.LBAStatus(0, 2*zb)
+	require.NoError(t, err)
+	require.Equal(t, []fdp.LBARange{{LBA: 0, Count: 10}}, after)
 }
 
 // TestConcurrentZones: writers of different zones, a lister and a reset

@@ -44,7 +44,7 @@ type fdpOption struct {
 // fdp namespace through fdpvol (zones of one reclaim unit, each log on a
 // placement handle of its own), refusing with a usage error an option in
 // notFDP the user gave, and with zoned.MountHolder under the namespace's
-// mount lease (fdpnet.Lease, taken before the volume trims anything, with
+// mount lease (fdpnet.Lease, taken before the volume changes anything, with
 // zoned's TTL, ForceMount and Registerer); any other namespace through
 // fsvol with zoned.
 func openFSVolume(ctx context.Context, c *client.Client, zoned fsvol.Options, notFDP []fdpOption) (fsVolume, bool, error) {

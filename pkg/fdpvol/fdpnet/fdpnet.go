@@ -62,7 +62,7 @@ func (d drive) Info(ctx context.Context) (fdpvol.DriveInfo, error) {
 // Write sends data in pieces of at most maxRead bytes (the node's message
 // bound), in order: a failure leaves the pieces before it written, past
 // the volume's write pointer, where the volume's next write overwrites
-// them and its next Open trims what a later piece did not reach.
+// them (fdpvol's package doc says what a restart makes of them).
 func (d drive) Write(ctx context.Context, lba uint64, data []byte, p fdp.PlacementID, fua bool) error {
 	pl := client.Placement{Group: uint32(p.Group), Handle: uint32(p.Handle)}
 	bs := int(d.ns.BlockSize())
