@@ -3,6 +3,7 @@ package paper
 import (
 	"context"
 	"fmt"
+	"slices"
 
 	"github.com/zonefleet/zonefleet/pkg/bench/znsplus"
 )
@@ -64,7 +65,7 @@ func scalingConfigs(o Options) (chips, lanes []int, cfg func(chips, lanes int) z
 	if o.Short {
 		chips, lanes = []int{4, 16}, []int{1, 2}
 		base, util, blocks = znsplus.Small(), 0.85, 32*16
-		base.Threads, base.Overwrite = 8, 0.4
+		base.Threads, base.Overwrite = 8, 0.25
 	}
 	cfg = func(c, l int) znsplus.Config {
 		x := base
@@ -85,28 +86,47 @@ func runScaling(ctx context.Context, dir string, o Options) (any, []Line, error)
 	for _, c := range chips {
 		cfgs = append(cfgs, cfg(c, 0))
 	}
-	for _, l := range lanes {
-		cfgs = append(cfgs, cfg(8*l, l))
+	// a lanes / chips point on the default link is a chip point already
+	// (2 lanes / 16 chips): its runs are reused
+	same := map[int]int{}
+	for j, l := range lanes {
+		x := cfg(8*l, l)
+		if x.LinkBytesPerSec == znsplus.LinkBytesPerSec {
+			if k := slices.Index(chips, 8*l); k >= 0 {
+				same[len(chips)+j] = k
+				continue
+			}
+		}
+		same[len(chips)+j] = len(cfgs)
+		cfgs = append(cfgs, x)
 	}
 	for i := range cfgs {
 		cfgs[i].Dir = dir
 	}
-	rs, err := znsplus.RunAll(ctx, cfgs)
+	ran, err := znsplus.RunAll(ctx, cfgs)
 	if err != nil {
 		return nil, nil, err
 	}
 	for i := range cfgs {
 		cfgs[i].Dir = ""
 	}
+	rs, link := ran[:len(chips)], make([]znsplus.Config, 0, len(lanes))
+	for j, l := range lanes {
+		rs = append(rs, ran[same[len(chips)+j]])
+		x := cfg(8*l, l)
+		x.Dir = ""
+		link = append(link, x)
+	}
+	points := append(append([]znsplus.Config(nil), cfgs[:len(chips)]...), link...)
 	res := &ScalingResult{Workload: znsplus.Fileserver, Utilization: cfgs[0].Utilizations[0], Configs: cfgs}
 	var lines []Line
 	for i, r := range rs {
 		u := r.Utils[0]
-		link := cfgs[i].LinkBytesPerSec
+		link := points[i].LinkBytesPerSec
 		if link == 0 {
 			link = znsplus.LinkBytesPerSec
 		}
-		p := ScalingPoint{Chips: r.Chips, LinkMBps: float64(link) / 1e6, Zones: cfgs[i].Zones, ZoneMiB: r.ZoneMiB, FSMiB: round(r.FSMiB),
+		p := ScalingPoint{Chips: r.Chips, LinkMBps: float64(link) / 1e6, Zones: points[i].Zones, ZoneMiB: r.ZoneMiB, FSMiB: round(r.FSMiB),
 			ZNSMBps: u.ZNS.ThroughputMBps, IZCvsZNS: u.IZCvsZNS, PlusVsZN: u.ZNSPlusVsZNS,
 			CopybackCAB: u.CopybackShareCAB,
 			ChipUtilZNS: u.ZNS.ChipUtilization, ChipUtilIZC: u.IZC.ChipUtilization, ChipUtilZNSPlus: u.ZNSPlus.ChipUtilization}

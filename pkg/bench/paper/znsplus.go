@@ -42,8 +42,11 @@ func znsplusConfig(workload string, o Options) znsplus.Config {
 	if o.Short {
 		c = znsplus.Small()
 		c.Utilizations, c.Overwrite, c.NoCABRun, c.Threads = []float64{0.85}, 0.6, true, 8
-		if workload == znsplus.Fileserver {
-			c.MediaUtil = 0.85
+		switch workload {
+		case znsplus.Fileserver:
+			c.MediaUtil, c.Media = 0.85, []string{"TLC", "ZNAND"} // the two ends of Table 4
+		case znsplus.TPCC:
+			c.Overwrite = 0.3
 		}
 	}
 	c.Workload = workload

@@ -155,6 +155,7 @@ func TestTunablesRuns(t *testing.T) {
 func TestMediaRuns(t *testing.T) {
 	c := Small()
 	c.Utilizations, c.Overwrite, c.NoCABRun, c.Threads = []float64{0.85}, 0.4, true, 8
+	c.Overwrite = 0.25
 	c.Modes, c.MediaUtil, c.Media = []lfs.Mode{lfs.ModeZNS}, 0.85, []string{"TLC", "MLC", "ZNAND"}
 	r, err := Run(context.Background(), c)
 	require.NoError(t, err)
