@@ -69,7 +69,7 @@ func (d *Device) SetBeforeDataSync(fn func() error) { d.beforeSync.Store(&fn) }
 type stats struct {
 	hostW, hostR, nandProg, nandRead atomic.Uint64
 	cbChunks, rpBlocks               atomic.Uint64
-	plugDemand, plugBG               atomic.Uint64
+	plugDemand, plugBG, plugCB       atomic.Uint64
 	erases                           atomic.Uint64
 	checkpoints                      atomic.Uint64
 	checkpointFailures               atomic.Uint64
@@ -1510,7 +1510,7 @@ func (d *Device) Log() Log {
 	l := Log{Now: now, HostBlocksWritten: d.st.hostW.Load(), HostBlocksRead: d.st.hostR.Load(),
 		NANDPagesProgrammed: d.st.nandProg.Load(), NANDPagesRead: d.st.nandRead.Load(),
 		CopybackChunks: d.st.cbChunks.Load(), ReadProgramBlocks: d.st.rpBlocks.Load(),
-		PluggedOnDemand: d.st.plugDemand.Load(), PluggedBackground: d.st.plugBG.Load(), Erases: d.st.erases.Load(),
+		PluggedOnDemand: d.st.plugDemand.Load(), PluggedBackground: d.st.plugBG.Load(), PluggedCopyback: d.st.plugCB.Load(), Erases: d.st.erases.Load(),
 		JournalCheckpoints: d.st.checkpoints.Load(), JournalCheckpointFailures: d.st.checkpointFailures.Load(),
 		JournalTailsDropped: d.st.tailDropped.Load(), DataSyncs: d.st.dataSyncs.Load(), JournalSyncs: d.st.journalSyncs.Load(), WritebackKicks: d.st.kicks.Load(), IOErrors: d.st.ioErrors.Load(), ZonesFailed: d.st.zonesFailed.Load(),
 		ReadOnly:      d.failed.Load() != nil,

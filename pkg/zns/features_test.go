@@ -252,6 +252,11 @@ func tlCheck(t *testing.T, mode TLMode, crash bool) {
 	require.False(t, rep[0].TL)
 	l := d.Log()
 	require.Greater(t, l.PluggedOnDemand+l.PluggedBackground, uint64(0))
+	// copyback plugs whole chunks, counted among all copyback chunks
+	cb := uint64(d.Geometry().ChunkBlocks)
+	require.LessOrEqual(t, l.PluggedCopyback, l.PluggedOnDemand+l.PluggedBackground)
+	require.Zero(t, l.PluggedCopyback%cb)
+	require.LessOrEqual(t, l.PluggedCopyback/cb, l.CopybackChunks)
 	if mode == PPAOrdered && !crash {
 		require.Greater(t, l.PluggedBackground, uint64(0))
 	}

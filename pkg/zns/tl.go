@@ -286,6 +286,7 @@ func (d *Device) plugChunk(z *zone, c uint64, offs []uint64, full bool, t0 time.
 	p := piece{cb: useCB, dst: dst0.chip}
 	if useCB {
 		d.st.cbChunks.Add(1)
+		d.st.plugCB.Add(uint64(len(offs)))
 	} else {
 		d.st.rpBlocks.Add(uint64(len(offs)))
 		d.st.nandRead.Add(1)

@@ -158,31 +158,34 @@ type Identify struct {
 
 // Log is the device statistics (GetLog).
 type Log struct {
-	Now                 time.Duration   `json:"now_ns"`
-	HostBlocksWritten   uint64          `json:"host_blocks_written"`
-	HostBlocksRead      uint64          `json:"host_blocks_read"`
-	NANDPagesProgrammed uint64          `json:"nand_pages_programmed"`
-	NANDPagesRead       uint64          `json:"nand_pages_read"`
-	WAF                 float64         `json:"waf"` // NAND blocks programmed / host blocks written
-	CopybackChunks      uint64          `json:"copyback_chunks"`
-	ReadProgramBlocks   uint64          `json:"read_program_blocks"`
-	PluggedOnDemand     uint64          `json:"plugged_blocks_on_demand"`
-	PluggedBackground   uint64          `json:"plugged_blocks_background"`
-	Erases              uint64          `json:"erases"`
-	CacheBytes          int64           `json:"cache_bytes"`
-	CacheCapacity       int64           `json:"cache_capacity"`
-	CacheHighWater      int64           `json:"cache_high_water"`
-	CacheStalls         int64           `json:"cache_stalls"`
-	CacheStallTime      time.Duration   `json:"cache_stall_ns"`
-	ChipBusy            []time.Duration `json:"chip_busy_ns"`
-	ChipUtilization     []float64       `json:"chip_utilization"`
-	ZonesPerState       map[string]int  `json:"zones_per_state"`
-	OpenZones           int             `json:"open_zones"`
-	ActiveZones         int             `json:"active_zones"`
-	IPUBudget           uint64          `json:"ipu_budget_blocks"`
-	IPUUsed             uint64          `json:"ipu_used_blocks"`
-	IPUPageEntries      uint64          `json:"ipu_page_entries"`
-	IPUChunkEntries     uint64          `json:"ipu_chunk_entries"`
+	Now                 time.Duration `json:"now_ns"`
+	HostBlocksWritten   uint64        `json:"host_blocks_written"`
+	HostBlocksRead      uint64        `json:"host_blocks_read"`
+	NANDPagesProgrammed uint64        `json:"nand_pages_programmed"`
+	NANDPagesRead       uint64        `json:"nand_pages_read"`
+	WAF                 float64       `json:"waf"` // NAND blocks programmed / host blocks written
+	CopybackChunks      uint64        `json:"copyback_chunks"`
+	ReadProgramBlocks   uint64        `json:"read_program_blocks"`
+	PluggedOnDemand     uint64        `json:"plugged_blocks_on_demand"`
+	PluggedBackground   uint64        `json:"plugged_blocks_background"`
+	// PluggedCopyback is the plugged blocks (on demand and in the
+	// background) copied by copyback, whole chunks on their own chip.
+	PluggedCopyback uint64          `json:"plugged_blocks_copyback"`
+	Erases          uint64          `json:"erases"`
+	CacheBytes      int64           `json:"cache_bytes"`
+	CacheCapacity   int64           `json:"cache_capacity"`
+	CacheHighWater  int64           `json:"cache_high_water"`
+	CacheStalls     int64           `json:"cache_stalls"`
+	CacheStallTime  time.Duration   `json:"cache_stall_ns"`
+	ChipBusy        []time.Duration `json:"chip_busy_ns"`
+	ChipUtilization []float64       `json:"chip_utilization"`
+	ZonesPerState   map[string]int  `json:"zones_per_state"`
+	OpenZones       int             `json:"open_zones"`
+	ActiveZones     int             `json:"active_zones"`
+	IPUBudget       uint64          `json:"ipu_budget_blocks"`
+	IPUUsed         uint64          `json:"ipu_used_blocks"`
+	IPUPageEntries  uint64          `json:"ipu_page_entries"`
+	IPUChunkEntries uint64          `json:"ipu_chunk_entries"`
 	// L2PLookups and L2PMisses count the map-page lookups of reads and
 	// SLCBufferedBlocks counts the blocks unaligned write-buffer flushes
 	// programmed to SLC, and WriteBufferSwitches the buffers taken from

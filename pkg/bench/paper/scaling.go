@@ -43,6 +43,10 @@ type ScalingPoint struct {
 	IZCCABvsCUB     float64 `json:"izc_cab_vs_cub,omitempty"`
 	CopybackCAB     float64 `json:"izc_copyback_share_cab"`
 	CopybackCUB     float64 `json:"izc_copyback_share_cub,omitempty"`
+	// PlusPlugCopyback is the share of zns+'s plugged blocks copied by
+	// copyback (Fig. 11b's ZNS+ bars: threaded logging's plugging copies
+	// fully valid chunks on their own chip).
+	PlusPlugCopyback float64 `json:"zns_plus_plug_copyback_share"`
 	ChipUtilZNS     float64 `json:"chip_utilization_zns"` // Fig. 12b
 	ChipUtilIZC     float64 `json:"chip_utilization_izc"`
 	ChipUtilZNSPlus float64 `json:"chip_utilization_zns_plus"`
@@ -128,7 +132,7 @@ func runScaling(ctx context.Context, dir string, o Options) (any, []Line, error)
 		}
 		p := ScalingPoint{Chips: r.Chips, LinkMBps: float64(link) / 1e6, Zones: points[i].Zones, ZoneMiB: r.ZoneMiB, FSMiB: round(r.FSMiB),
 			ZNSMBps: u.ZNS.ThroughputMBps, IZCvsZNS: u.IZCvsZNS, PlusVsZN: u.ZNSPlusVsZNS,
-			CopybackCAB: u.CopybackShareCAB,
+			CopybackCAB: u.CopybackShareCAB, PlusPlugCopyback: u.ZNSPlus.PlugCopybackShare,
 			ChipUtilZNS: u.ZNS.ChipUtilization, ChipUtilIZC: u.IZC.ChipUtilization, ChipUtilZNSPlus: u.ZNSPlus.ChipUtilization}
 		if i < len(chips) {
 			if u.IZCNoCABvsZNS != nil && u.CopybackShareNoCAB != nil {
@@ -147,7 +151,8 @@ func runScaling(ctx context.Context, dir string, o Options) (any, []Line, error)
 				Line{Label: "fig11 zns+ / zns, " + tag, Ours: p.PlusVsZN, Paper: "- (gap to IZC grows with chips)"},
 				Line{Label: "fig11 izc-cab / izc-cub, " + tag, Ours: p.IZCCABvsCUB, Paper: cab, Ref: cabRef},
 				Line{Label: "fig11b izc copyback share cab, " + tag, Ours: p.CopybackCAB, Paper: "> 0.80"},
-				Line{Label: "fig11b izc copyback share cub, " + tag, Ours: p.CopybackCUB, Paper: "- (falls as chips grow)"})
+				Line{Label: "fig11b izc copyback share cub, " + tag, Ours: p.CopybackCUB, Paper: "- (falls as chips grow)"},
+				Line{Label: "fig11b zns+ plugging copyback share, " + tag, Ours: p.PlusPlugCopyback, Paper: "- (high whatever the allocation)"})
 			continue
 		}
 		p.Lanes = lanes[i-len(chips)]

@@ -20,8 +20,8 @@ func TestScalingFigure(t *testing.T) {
 	require.Len(t, r.Chips, 2)
 	require.Len(t, r.Link, 2)
 	for _, p := range append(append([]ScalingPoint(nil), r.Chips...), r.Link...) {
-		t.Logf("%d chips, %d lanes (%.0f MB/s): %d zones of %g MiB, fs %.1f MiB, zns %.1f MB/s, izc x%.3f (cub x%.3f), zns+ x%.3f; copyback cab %.3f cub %.3f; chips zns %.2f izc %.2f zns+ %.2f",
-			p.Chips, p.Lanes, p.LinkMBps, p.Zones, p.ZoneMiB, p.FSMiB, p.ZNSMBps, p.IZCvsZNS, p.IZCCUBvsZNS, p.PlusVsZN, p.CopybackCAB, p.CopybackCUB,
+		t.Logf("%d chips, %d lanes (%.0f MB/s): %d zones of %g MiB, fs %.1f MiB, zns %.1f MB/s, izc x%.3f (cub x%.3f), zns+ x%.3f; copyback cab %.3f cub %.3f zns+ plugging %.3f; chips zns %.2f izc %.2f zns+ %.2f",
+			p.Chips, p.Lanes, p.LinkMBps, p.Zones, p.ZoneMiB, p.FSMiB, p.ZNSMBps, p.IZCvsZNS, p.IZCCUBvsZNS, p.PlusVsZN, p.CopybackCAB, p.CopybackCUB, p.PlusPlugCopyback,
 			p.ChipUtilZNS, p.ChipUtilIZC, p.ChipUtilZNSPlus)
 		require.Positive(t, p.ZNSMBps)
 		if p.Chips >= 16 { // on few chips the paper finds the schemes alike
@@ -33,6 +33,7 @@ func TestScalingFigure(t *testing.T) {
 	require.Equal(t, float64(small.Zones)*small.ZoneMiB, float64(large.Zones)*large.ZoneMiB, "the drive keeps its size")
 	for _, p := range r.Chips {
 		require.Greater(t, p.CopybackCAB, p.CopybackCUB, "%d chips: CAB copies more by copyback", p.Chips)
+		require.Greater(t, p.PlusPlugCopyback, p.CopybackCUB, "%d chips: plugging copies whole chunks on their chip", p.Chips)
 		require.Positive(t, p.IZCCUBvsZNS)
 	}
 	// ZNS+ §4.4-4.5: the gain of in-storage copies and threaded logging

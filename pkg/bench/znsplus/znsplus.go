@@ -226,6 +226,9 @@ type ModeResult struct {
 	// Table 5's BP row).
 	PluggedBackground   uint64  `json:"plugged_background"`
 	BackgroundPlugShare float64 `json:"background_plug_share"`
+	// PlugCopybackShare is the share of the plugged blocks the drives
+	// copied by copyback (ZNS+ Fig. 11b, zns+).
+	PlugCopybackShare float64 `json:"plug_copyback_share,omitempty"`
 	HSRCompaction       uint64  `json:"hsr_chose_compaction"` // zns+: the cost model preferred compaction for the best TL victim
 	TLOpenRefused       uint64  `json:"tl_open_refused"`      // zns+: the drives had no open zone or spare flash block group
 	TLNoBudget          uint64  `json:"tl_open_no_budget"`    // zns+: no TL_open, the open zones for TL segments until the next checkpoint were used up
@@ -813,7 +816,7 @@ func runOne(ctx context.Context, cfg Config, fc flash.Config, path string, util 
 	}
 	s0 := fs.Stats()
 	t0 := clk.Now()
-	busy0 := chipBusy(d)
+	busy0, log0 := chipBusy(d), d.Log()
 	budget := uint64(cfg.Overwrite * float64(st.Blocks) * float64(st.Bsize))
 	written, err := w.measure(ctx, clk, t0, budget)
 	if err != nil {
@@ -837,6 +840,10 @@ func runOne(ctx context.Context, cfg Config, fc flash.Config, path string, util 
 		mr.ThetaPIBlocks = s.PreInvalidThreshold
 	}
 	mr.PGCSplit = s.PGCSplitMigrations - s0.PGCSplitMigrations
+	if l := d.Log(); l.PluggedOnDemand+l.PluggedBackground > log0.PluggedOnDemand+log0.PluggedBackground {
+		mr.PlugCopybackShare = round3(float64(l.PluggedCopyback-log0.PluggedCopyback) /
+			float64(l.PluggedOnDemand+l.PluggedBackground-log0.PluggedOnDemand-log0.PluggedBackground))
+	}
 	if all := mr.PluggedBlocks + mr.MovedHostCopy + mr.MovedHostCached + mr.MovedHostDirty + mr.MovedIZC; all > 0 {
 		mr.BackgroundPlugShare = round3(float64(mr.PluggedBackground) / float64(all))
 	}
