@@ -39,17 +39,17 @@ type ScalingPoint struct {
 	// Fig. 11: izc with copyback-unaware allocation over zns, izc (CAB)
 	// over it, and the share of izc's in-storage copies made by copyback
 	// with and without CAB.
-	IZCCUBvsZNS     float64 `json:"izc_cub_vs_zns,omitempty"`
-	IZCCABvsCUB     float64 `json:"izc_cab_vs_cub,omitempty"`
-	CopybackCAB     float64 `json:"izc_copyback_share_cab"`
-	CopybackCUB     float64 `json:"izc_copyback_share_cub,omitempty"`
+	IZCCUBvsZNS float64 `json:"izc_cub_vs_zns,omitempty"`
+	IZCCABvsCUB float64 `json:"izc_cab_vs_cub,omitempty"`
+	CopybackCAB float64 `json:"izc_copyback_share_cab"`
+	CopybackCUB float64 `json:"izc_copyback_share_cub,omitempty"`
 	// PlusPlugCopyback is the share of zns+'s plugged blocks copied by
 	// copyback (Fig. 11b's ZNS+ bars: threaded logging's plugging copies
 	// fully valid chunks on their own chip).
 	PlusPlugCopyback float64 `json:"zns_plus_plug_copyback_share"`
-	ChipUtilZNS     float64 `json:"chip_utilization_zns"` // Fig. 12b
-	ChipUtilIZC     float64 `json:"chip_utilization_izc"`
-	ChipUtilZNSPlus float64 `json:"chip_utilization_zns_plus"`
+	ChipUtilZNS      float64 `json:"chip_utilization_zns"` // Fig. 12b
+	ChipUtilIZC      float64 `json:"chip_utilization_izc"`
+	ChipUtilZNSPlus  float64 `json:"chip_utilization_zns_plus"`
 }
 
 // laneBytesPerSec is ZNS+ §4.5: "each of which was assumed to provide

@@ -229,11 +229,11 @@ type ModeResult struct {
 	// PlugCopybackShare is the share of the plugged blocks the drives
 	// copied by copyback (ZNS+ Fig. 11b, zns+).
 	PlugCopybackShare float64 `json:"plug_copyback_share,omitempty"`
-	HSRCompaction       uint64  `json:"hsr_chose_compaction"` // zns+: the cost model preferred compaction for the best TL victim
-	TLOpenRefused       uint64  `json:"tl_open_refused"`      // zns+: the drives had no open zone or spare flash block group
-	TLNoBudget          uint64  `json:"tl_open_no_budget"`    // zns+: no TL_open, the open zones for TL segments until the next checkpoint were used up
-	TLNoCandidate       uint64  `json:"tl_no_candidate"`      // zns+: no TL_open, no segment had enough writable blocks
-	Checkpoints         uint64  `json:"checkpoints"`
+	HSRCompaction     uint64  `json:"hsr_chose_compaction"` // zns+: the cost model preferred compaction for the best TL victim
+	TLOpenRefused     uint64  `json:"tl_open_refused"`      // zns+: the drives had no open zone or spare flash block group
+	TLNoBudget        uint64  `json:"tl_open_no_budget"`    // zns+: no TL_open, the open zones for TL segments until the next checkpoint were used up
+	TLNoCandidate     uint64  `json:"tl_no_candidate"`      // zns+: no TL_open, no segment had enough writable blocks
+	Checkpoints       uint64  `json:"checkpoints"`
 	// PreInvalidCheckpoints is the checkpoints periodic checkpointing took
 	// (pre-invalid blocks reached θ_PI, ThetaPIBlocks; zns+).
 	PreInvalidCheckpoints uint64 `json:"pre_invalid_checkpoints,omitempty"`
