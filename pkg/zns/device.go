@@ -56,6 +56,9 @@ type fcgAlloc struct {
 	// on punched for them rather than failing.
 	punching int
 	punched  *sync.Cond
+	// logs counts the FBGs held as LogFBGs by TL_opened zones: at most the
+	// group's spare FBGs (takeLogFBG).
+	logs int
 }
 
 // SetBeforeDataSync makes every fdatasync of the data file (Flush, FUA
@@ -473,6 +476,9 @@ func (d *Device) verifyZones(f vfs.File) error {
 				return d.badJournal("FBG %d of chip group %d mapped twice", b, z.fcg)
 			}
 			a.used[b] = true
+			if b == z.origFBG() {
+				a.logs++ // a TL_opened zone holds a LogFBG besides its original
+			}
 		}
 		best, err := d.readSlots(f, z)
 		if err != nil {
@@ -1022,6 +1028,34 @@ func (d *Device) zoneRecord(z *zone) zoneRec {
 
 func (d *Device) journalZone(z *zone) error { return d.jappendZone(z, d.zoneRecord(z).encode()) }
 
+// takeLogFBG reserves one of chip group fcg's spare FBGs for a TL_open's
+// LogFBG (dropLogFBG gives it back when threaded logging ends). A group
+// has one FBG per zone plus its spares; a LogFBG beyond the spares would
+// take the FBG an empty zone of the group opens on, and that zone's first
+// write — which a zoned drive refuses only for the open and active limits —
+// would fail for want of flash. So TL_open is refused (NoResources,
+// nothing changed) once every spare of the group holds a LogFBG; the host
+// then logs to a fresh zone instead.
+func (d *Device) takeLogFBG(fcg int) error {
+	a := d.fcgs[fcg]
+	spares := d.g.FBGsPerFCG - d.g.ZonesPerFCG
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if a.logs >= spares {
+		return &zerr.NoResourcesError{Resource: fmt.Sprintf("spare flash block groups in chip group %d (all %d hold TL_opened zones' LogFBGs)", fcg, spares), Requested: 1}
+	}
+	a.logs++
+	return nil
+}
+
+// dropLogFBG returns the reservation of takeLogFBG.
+func (d *Device) dropLogFBG(fcg int) {
+	a := d.fcgs[fcg]
+	a.mu.Lock()
+	a.logs--
+	a.mu.Unlock()
+}
+
 // allocFBG takes the least-erased free FBG of an FCG (wear levelling).
 //
 // Released FBGs are punched here, not at release (releaseFBGAt): a punch
@@ -1477,6 +1511,9 @@ func (d *Device) resetLocked(z *zone, to ZoneState) error {
 	d.releasePend(z)
 	if err := d.releaseFBG(z.fcg, oldFBG, true); err != nil {
 		return err
+	}
+	if oldOrig >= 0 {
+		d.dropLogFBG(z.fcg)
 	}
 	if err := d.releaseFBG(z.fcg, oldOrig, true); err != nil {
 		return err

@@ -58,7 +58,10 @@
 // booked with the write, which completes after it.
 //
 // TL_open (ZNS+ §3.2.2): a LogFBG is allocated and the write pointer goes back
-// to the zone start. Host writes must be at or above the write pointer and
+// to the zone start. LogFBGs come from the FCG's spares only: once each spare
+// holds one, TL_open is refused with zerr.NoResourcesError and changes
+// nothing, so every zone of the FCG that holds no FBG (empty, or finished
+// empty) still opens; the host logs to a fresh zone instead. Host writes must be at or above the write pointer and
 // only touch blocks not marked valid (else zerr.TLViolationError). Skipped
 // valid blocks are plugged: LBA-ordered mode plugs the run of valid blocks
 // after each write (the write pointer moves past it); PPA-ordered mode also

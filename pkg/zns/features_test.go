@@ -273,6 +273,69 @@ func TestTLOpen(t *testing.T) {
 	}
 }
 
+// TestTLOpenLeavesEmptyZonesOpenable: LogFBGs come from a chip group's
+// spare FBGs only. With every spare holding one, TL_open is refused
+// (NoResources, the zone unchanged) and each empty zone of the group still
+// opens; when threaded logging ends (finish, reset) the spare is free again,
+// also across a restart.
+func TestTLOpenLeavesEmptyZonesOpenable(t *testing.T) {
+	cfg := testCfgNoLimits()
+	d, p := newDev(t, cfg, clock.Off())
+	g := d.g
+	spares := g.FBGsPerFCG - g.ZonesPerFCG
+	require.Greater(t, g.ZonesPerFCG, spares+2, "the test needs more zones than spares in a chip group")
+	zoneOf := func(k int) uint64 { return uint64(k * g.NFCG) } // the k-th zone of chip group 0
+	// spares+1 written zones in group 0, the rest of the group empty
+	for k := 0; k <= spares; k++ {
+		fill(t, d, zoneOf(k), 8, byte(k+1))
+	}
+	bm := make([]byte, (g.ZoneCap+7)/8)
+	bm[0] = 0x0f // blocks 0-3 stay valid
+	for k := 0; k < spares; k++ {
+		_, err := d.TLOpen(bg, zoneOf(k), bm, LBAOrdered)
+		require.NoError(t, err, "TL_open %d of %d spares", k+1, spares)
+	}
+	before, err := d.ReportZones(StateAny, zoneOf(spares), 1)
+	require.NoError(t, err)
+	_, err = d.TLOpen(bg, zoneOf(spares), bm, LBAOrdered)
+	var nr *zerr.NoResourcesError
+	require.ErrorAs(t, err, &nr)
+	require.Contains(t, nr.Resource, "chip group 0")
+	after, err := d.ReportZones(StateAny, zoneOf(spares), 1)
+	require.NoError(t, err)
+	require.Equal(t, before, after, "a refused TL_open changes nothing")
+	// a zone of another chip group is not affected
+	fill(t, d, 1, 8, 0x21)
+	_, err = d.TLOpen(bg, 1, bm, LBAOrdered)
+	require.NoError(t, err)
+	// every empty zone of group 0 opens and takes writes
+	for k := spares + 1; k < g.ZonesPerFCG; k++ {
+		fill(t, d, zoneOf(k), 1, 0x30)
+	}
+	// finishing a TL zone frees its spare: TL_open succeeds again
+	_, err = d.ZoneMgmt(bg, zoneOf(0), ActionFinish, false)
+	require.NoError(t, err)
+	_, err = d.TLOpen(bg, zoneOf(spares), bm, LBAOrdered)
+	require.NoError(t, err)
+	// so does a reset of a TL_opened zone
+	_, err = d.ZoneMgmt(bg, zoneOf(1), ActionReset, false)
+	require.NoError(t, err)
+	fill(t, d, zoneOf(1), 8, 0x40)
+	_, err = d.TLOpen(bg, zoneOf(1), bm, LBAOrdered)
+	require.NoError(t, err)
+	// a restart finalizes threaded logging: every spare is free again
+	require.NoError(t, d.Close())
+	d, err = Open(p, cfg, clock.Off())
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = d.Close() })
+	for k := 0; k < spares; k++ {
+		_, err := d.TLOpen(bg, zoneOf(k+1), bm, LBAOrdered)
+		require.NoError(t, err, "after a restart: TL_open %d of %d spares", k+1, spares)
+	}
+	_, err = d.TLOpen(bg, zoneOf(0), bm, LBAOrdered)
+	require.ErrorAs(t, err, &nr)
+}
+
 func TestIPU(t *testing.T) {
 	cfg := testCfgNoLimits()
 	cfg.IPUBudgetBlocks = 8

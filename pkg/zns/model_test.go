@@ -74,6 +74,17 @@ func (m *refModel) freeFBGs(zi int) int {
 	return free
 }
 
+// fbgLess counts the zones of zi's chip group that hold no FBG.
+func (m *refModel) fbgLess(zi int) int {
+	n := 0
+	for i, z := range m.zones {
+		if i%m.nfcg == zi%m.nfcg && z.fbgs == 0 {
+			n++
+		}
+	}
+	return n
+}
+
 func (m *refModel) idx(z *refZone) int {
 	for i, x := range m.zones {
 		if x == z {
@@ -160,8 +171,8 @@ func (m *refModel) tlOpen(zi uint64, bm []byte, mode TLMode) error {
 			valid[o] = true
 		}
 	}
-	if m.freeFBGs(int(zi)) == 0 {
-		return zerr.ErrNoResources
+	if free := m.freeFBGs(int(zi)); free == 0 || z.fbgs > 0 && free <= m.fbgLess(int(zi)) {
+		return zerr.ErrNoResources // the LogFBG would take the FBG a zone without one opens on
 	}
 	if err := m.set(z, StateExplicitOpen); err != nil {
 		return err

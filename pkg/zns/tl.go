@@ -62,16 +62,31 @@ func (d *Device) TLOpen(ctx context.Context, zoneIdx uint64, bitmap []byte, mode
 			return IOResult{}, &zerr.InvalidBitmapError{Zone: zoneIdx, Reason: "marks bits past the zone capacity"}
 		}
 	}
+	// The LogFBG is a spare unless the zone holds no FBG (finished empty).
+	extra := z.fbg >= 0
+	undo := func() {
+		if extra {
+			d.dropLogFBG(z.fcg)
+		}
+	}
+	if extra {
+		if err := d.takeLogFBG(z.fcg); err != nil {
+			return IOResult{}, err
+		}
+	}
 	if err := d.zeroRange(z, z.fbg, z.wp, d.g.ZoneCap); err != nil {
+		undo()
 		return IOResult{}, err
 	}
 	logFBG, err := d.allocFBG(z.fcg)
 	if err != nil {
+		undo()
 		return IOResult{}, err
 	}
 	from := z.state
 	if err := d.setState(z, StateExplicitOpen); err != nil {
 		_ = d.releaseFBG(z.fcg, logFBG, false)
+		undo()
 		return IOResult{}, err
 	}
 	_ = from
@@ -413,6 +428,9 @@ func (d *Device) tlFinalize(z *zone) error {
 	}
 	orig := z.tl.orig
 	z.tl = nil
+	if orig >= 0 {
+		d.dropLogFBG(z.fcg)
+	}
 	z.wp = last
 	z.gen++
 	d.dropIPU(z)
