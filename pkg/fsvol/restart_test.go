@@ -13,15 +13,16 @@ import (
 	"github.com/zonefleet/zonefleet/pkg/localcluster"
 )
 
-// A cluster restarted on the same directory (zctl local up again) serves
-// reads of v-zones written before, including after v-zone resets: the nodes'
+// A cluster restarted on the same directory (zctl local up again; here on
+// free ports picked anew, so no other process can hold them) serves reads
+// of v-zones written before, including after v-zone resets: the nodes'
 // grant caches catch up with the layouts' etcd revision through a watch
 // progress notification. (A progress request sent on another watch stream
 // than the grants' would leave the nodes waiting forever.)
 func TestReadAfterResetAndRestart(t *testing.T) {
 	ctx := context.Background()
 	dir := t.TempDir()
-	cfg := localcluster.Config{Dir: dir, Nodes: 2, Clock: "off", Device: localcluster.TinyDevice(), BasePort: 27400}
+	cfg := localcluster.Config{Dir: dir, Nodes: 2, Clock: "off", Device: localcluster.TinyDevice()}
 	cl, err := localcluster.Start(ctx, cfg)
 	require.NoError(t, err)
 	admin, err := client.New(ctx, cl.AdminClientConfig())

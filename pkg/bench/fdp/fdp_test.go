@@ -83,15 +83,17 @@ func TestFileSystemWorkloads(t *testing.T) {
 	o := Defaults()
 	o.Passes = 0.5
 	o.Workloads = []string{"fileserver", "varmail"}
+	o.BlocksPerChip = 32
 	r, err := Run(context.Background(), o)
 	require.NoError(t, err)
 	require.Len(t, r.Rows, 8)
 	for _, x := range r.Rows {
 		require.GreaterOrEqual(t, x.WAF, 1.0, "%+v", x)
-		require.GreaterOrEqual(t, float64(x.HostBytes), o.Passes*o.Utilization*float64(56<<20)*0.99, "%+v", x)
+		require.GreaterOrEqual(t, float64(x.HostBytes), o.Passes*o.Utilization*float64(56<<20)*float64(o.BlocksPerChip)/64*0.99, "%+v", x)
 	}
 	for _, w := range o.Workloads {
 		h, one, none := find(t, r, w, "fs-hints", "3 ii"), find(t, r, w, "one-handle", "3 ii"), find(t, r, w, "no-fdp", "1")
+		t.Logf("%s: WAF hints %.3f one %.3f none %.3f; MB/s hints %.1f one %.1f", w, h.WAF, one.WAF, none.WAF, h.HostMBps, one.HostMBps)
 		require.Less(t, h.WAF, one.WAF-0.1, "%s: file-system hints", w)
 		require.Less(t, h.GCCopies, one.GCCopies, w)
 		require.InDelta(t, one.WAF, none.WAF, 0.05, "%s: one handle of an FDP drive is a conventional SSD", w)

@@ -1,3 +1,10 @@
+//go:build !race
+
+// The paper-parameter runs of Fig. 29 are simulations on the virtual clock
+// that the race detector makes ten times slower; `make test` runs them
+// without it (its second command). The race detector covers the same code
+// in every figure's short run (TestOutput, TestDeterministic).
+
 package paper
 
 import (

@@ -1,9 +1,15 @@
+//go:build !race
+
+// The paper-parameter runs of Fig. 29 are simulations on the virtual clock
+// that the race detector makes ten times slower; `make test` runs them
+// without it (its second command). The race detector covers the same code
+// in every figure's short run (TestOutput, TestDeterministic).
+
 package paper
 
 import (
 	"context"
 	"testing"
-	"time"
 
 	"github.com/stretchr/testify/require"
 )
@@ -17,12 +23,6 @@ import (
 func TestFig29b(t *testing.T) {
 	t.Parallel() // an independent simulation: runs beside the other figures
 	c := DefaultFig29b()
-	if raceDetector {
-		// the per-die rows' warm-up 1 s instead of 1.5 s (their numbers
-		// move by < 1 %) and no run at the node's token cap (256), which
-		// nothing below asserts
-		c.DieWarmup, c.BurstSweep = time.Second, []int{1, 1 << 20}
-	}
 	res, err := RunFig29b(context.Background(), t.TempDir(), c)
 	require.NoError(t, err)
 	for _, row := range res.Rows {
