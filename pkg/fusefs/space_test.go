@@ -6,6 +6,7 @@ import (
 	"os"
 	"path/filepath"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 	"golang.org/x/sys/unix"
@@ -71,8 +72,13 @@ func TestWritebackCacheFull(t *testing.T) {
 		require.Equal(t, int(n), bytes.Count(got, []byte{'z'}))
 	}
 	t.Logf("capacity %d bytes, write(2) accepted %d, fsync: %v", capacity, n, serr)
-	// space freed: the file system takes writes again
+	// space freed: the file system takes writes again. The kernel sends
+	// FUSE's RELEASE of a closed file in the background (close(2) returns
+	// first), so the unlink may find the file still open: an orphan whose
+	// blocks are freed at its release. Wait for that event.
 	require.NoError(t, os.Remove(p))
+	require.Eventually(t, func() bool { s := m.fs.Stats(); return s.Orphans == 0 && s.OpenHandles == 0 },
+		time.Minute, time.Millisecond, "the kernel released the removed file (a guard against a hang: normally milliseconds)")
 	f, _, werr = fillFile(t, filepath.Join(m.dir, "again"), 'y', 4<<20)
 	require.NoError(t, werr)
 	require.NoError(t, f.Sync())
